@@ -1,0 +1,187 @@
+// Reads every sample's bytes from loose files and from packed shards, with a
+// cold page cache (evicted with posix_fadvise(POSIX_FADV_DONTNEED)) and warm,
+// and prints files/s, MB/s and the speed-up.
+//
+//   stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]
+//
+// DIR is the ImageFolder tree that was packed into DATASET. Reads are
+// single-threaded in every mode, so the comparison is of access patterns.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/unique_fd.h"
+#include "stoker/dataset.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Measurement {
+  std::string mode;
+  bool cold = false;
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  [[nodiscard]] double files_per_s() const { return static_cast<double>(files) / seconds; }
+  [[nodiscard]] double mb_per_s() const { return static_cast<double>(bytes) / 1e6 / seconds; }
+};
+
+[[noreturn]] void Die(const std::string& message) {
+  fmt::print(stderr, "stoker_read_bench: {}\n", message);
+  std::exit(1);
+}
+
+void Evict(const std::vector<std::string>& paths) {
+  ::sync();  // dirty pages cannot be dropped
+  for (const auto& p : paths) {
+    stoker::UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) Die(fmt::format("open '{}': {}", p, std::strerror(errno)));
+    ::fdatasync(fd.get());
+    if (::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED) != 0) Die(fmt::format("fadvise '{}'", p));
+  }
+}
+
+std::uint64_t ReadFully(int fd, std::uint64_t offset, std::uint64_t size, std::vector<char>& buffer, const std::string& what) {
+  if (buffer.size() < size) buffer.resize(size);
+  std::uint64_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, buffer.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) Die(fmt::format("read '{}' at {}: {}", what, offset + done, n == 0 ? "unexpected end" : std::strerror(errno)));
+    done += static_cast<std::uint64_t>(n);
+  }
+  return done;
+}
+
+Measurement ReadLoose(const std::vector<std::string>& files) {
+  Measurement m{"loose files", false, 0, 0, 0};
+  std::vector<char> buffer;
+  auto start = Clock::now();
+  for (const auto& path : files) {
+    stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) Die(fmt::format("open '{}': {}", path, std::strerror(errno)));
+    struct stat st {};
+    ::fstat(fd.get(), &st);
+    m.bytes += ReadFully(fd.get(), 0, static_cast<std::uint64_t>(st.st_size), buffer, path);
+    ++m.files;
+  }
+  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return m;
+}
+
+// One pread per sample (the span of its fields), in index order; with
+// `coalesce`, neighbouring samples merge into reads of up to 8 MiB.
+Measurement ReadPacked(const stoker::Dataset& dataset, bool coalesce) {
+  Measurement m{coalesce ? "packed, coalesced reads" : "packed, one read per sample", false, 0, 0, 0};
+  constexpr std::uint64_t kMaxRead = 8 << 20;
+  std::vector<char> buffer;
+  auto start = Clock::now();
+  for (const auto& shard : dataset.shards()) {
+    stoker::UniqueFd fd(::open(shard.full_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) Die(fmt::format("open '{}': {}", shard.full_path, std::strerror(errno)));
+    std::uint64_t run_start = 0, run_end = 0;
+    auto flush = [&] {
+      if (run_end > run_start) ReadFully(fd.get(), run_start, run_end - run_start, buffer, shard.full_path);
+      run_start = run_end = 0;
+    };
+    for (std::uint64_t i = shard.first_sample; i < shard.first_sample + shard.num_samples; ++i) {
+      auto info = dataset.Sample(i);
+      if (!info.ok()) Die(info.error().ToString());
+      std::uint64_t lo = UINT64_MAX, hi = 0;
+      for (const auto& f : info->fields) {
+        if (!f) continue;
+        lo = std::min(lo, f->offset);
+        hi = std::max(hi, f->offset + f->size);
+        m.bytes += f->size;
+      }
+      ++m.files;
+      if (lo == UINT64_MAX) continue;
+      if (!coalesce) {
+        ReadFully(fd.get(), lo, hi - lo, buffer, shard.full_path);
+        continue;
+      }
+      if (run_end != 0 && (hi - run_start > kMaxRead)) flush();
+      if (run_end == 0) run_start = lo;
+      run_end = hi;
+    }
+    flush();
+  }
+  m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string loose_dir, packed;
+  int repeat = 3;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--loose" && i + 1 < argc) loose_dir = argv[++i];
+    else if (a == "--packed" && i + 1 < argc) packed = argv[++i];
+    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json") json = true;
+    else Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+  }
+  if (loose_dir.empty() || packed.empty()) Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(loose_dir))
+    if (e.is_regular_file()) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  auto dataset = stoker::Dataset::Open(packed);
+  if (!dataset.ok()) Die(dataset.error().ToString());
+  std::vector<std::string> shard_paths;
+  for (const auto& s : (*dataset)->shards()) shard_paths.push_back(s.full_path);
+  if (files.size() != (*dataset)->num_samples())
+    fmt::print(stderr, "note: {} loose files, {} packed samples\n", files.size(), (*dataset)->num_samples());
+
+  // Best of `repeat` runs for each mode and cache state.
+  std::vector<Measurement> results;
+  auto best = [&](auto run, bool cold, const std::vector<std::string>& evict) {
+    Measurement b;
+    for (int r = 0; r < repeat; ++r) {
+      if (cold) Evict(evict);
+      Measurement m = run();
+      m.cold = cold;
+      if (r == 0 || m.seconds < b.seconds) b = m;
+    }
+    results.push_back(b);
+  };
+  for (bool cold : {true, false}) {
+    best([&] { return ReadLoose(files); }, cold, files);
+    best([&] { return ReadPacked(**dataset, false); }, cold, shard_paths);
+    best([&] { return ReadPacked(**dataset, true); }, cold, shard_paths);
+  }
+
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& m : results)
+      out.push_back({{"mode", m.mode}, {"cache", m.cold ? "cold" : "warm"}, {"files", m.files}, {"bytes", m.bytes},
+                     {"seconds", m.seconds}, {"files_per_s", m.files_per_s()}, {"mb_per_s", m.mb_per_s()}});
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("read every sample: {} files, {:.1f} MB, best of {}\n", files.size(),
+             static_cast<double>(results[0].bytes) / 1e6, repeat);
+  fmt::print("{:<6} {:<30} {:>12} {:>10} {:>9}\n", "cache", "mode", "files/s", "MB/s", "speed-up");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& m = results[i];
+    const auto& loose = results[i / 3 * 3];
+    fmt::print("{:<6} {:<30} {:>12.0f} {:>10.1f} {:>8.1f}x\n", m.cold ? "cold" : "warm", m.mode, m.files_per_s(),
+               m.mb_per_s(), loose.seconds / m.seconds);
+  }
+  return 0;
+}

@@ -1,0 +1,23 @@
+// Fuzzes the tar reader and WebDataset grouping over arbitrary bytes.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "format/tar.h"
+#include "format/webdataset.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
+  stoker::tar::Reader reader(bytes, "fuzz.tar");
+  for (int i = 0; i < 100000; ++i) {
+    auto next = reader.Next();
+    if (!next.ok() || !next->has_value()) break;
+    const auto& m = **next;
+    // Every member returned must lie inside the archive.
+    if (m.data_offset > size || m.size > size - m.data_offset) __builtin_trap();
+  }
+  std::uint64_t skipped = 0;
+  (void)stoker::wds::ForEachSample(bytes, "fuzz.tar", [](const stoker::wds::TarSample&) { return stoker::Status::Ok(); },
+                                   &skipped);
+  return 0;
+}

@@ -1,0 +1,127 @@
+// stoker/dataset.h: a packed dataset, opened through its index.
+//
+// A dataset is a folder of WebDataset-compatible tar shards plus one index
+// file (`index.stoker`) that locates every sample. Opening maps the index and
+// checks its header and tables; the cost does not depend on the sample count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/file_system.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+// The index's file name inside a dataset folder.
+inline constexpr std::string_view kIndexFileName = "index.stoker";
+// The label of a sample without a `.cls` field.
+inline constexpr std::int64_t kNoLabel = INT64_MIN;
+
+struct ShardInfo {
+  std::string path;       // as stored: relative to the index's folder, or absolute
+  std::string full_path;  // resolved against the index's folder
+  std::uint64_t size = 0;
+  std::uint64_t checksum = 0;  // xxh3-64 of the whole shard file
+  std::uint64_t first_sample = 0;
+  std::uint64_t num_samples = 0;
+};
+
+// Where one field of a sample lies in its shard.
+struct FieldLocation {
+  std::uint64_t offset = 0;  // of the member's data, from the start of the shard
+  std::uint64_t size = 0;
+  friend bool operator==(const FieldLocation&, const FieldLocation&) = default;
+};
+
+// One sample's record. Valid while the Dataset lives.
+struct SampleInfo {
+  std::uint64_t index = 0;  // position in the dataset
+  std::string_view key;
+  std::uint32_t shard = 0;
+  std::int64_t label = kNoLabel;
+  std::uint64_t checksum = 0;  // xxh3-64 of the field payloads in field-name order
+  // One entry per dataset field (Dataset::field_names() order); nullopt
+  // where this sample lacks the field.
+  std::vector<std::optional<FieldLocation>> fields;
+};
+
+class Dataset {
+ public:
+  // `path` is a dataset folder or an index file.
+  [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path,
+                                                             FileSystem* fs = FileSystem::Default());
+  ~Dataset();
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  [[nodiscard]] std::uint64_t num_samples() const;
+  [[nodiscard]] const std::vector<std::string>& field_names() const;
+  // The position of `name` in field_names(), or nullopt.
+  [[nodiscard]] std::optional<std::size_t> FieldIndex(std::string_view name) const;
+  [[nodiscard]] const std::vector<ShardInfo>& shards() const;
+  [[nodiscard]] const std::string& index_path() const;
+
+  // Reads the record of sample `i` from the index, validated.
+  [[nodiscard]] Result<SampleInfo> Sample(std::uint64_t i) const;
+  // Reads one field's bytes from its shard. Thread-safe. Does not verify the
+  // checksum (Verify() does). Errors name the shard, offset and sample key.
+  [[nodiscard]] Result<std::vector<std::byte>> ReadField(std::uint64_t sample, std::size_t field) const;
+
+  // Checks the checksum over the index's per-sample records (reads them all,
+  // unlike Open). Corruption names the index file.
+  [[nodiscard]] Status VerifyIndexChecksum() const;
+  [[nodiscard]] FileSystem* file_system() const;
+
+  struct Impl;
+
+ private:
+  explicit Dataset(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// What `stoker inspect` shows.
+struct DatasetSummary {
+  std::uint64_t num_samples = 0;
+  std::uint64_t num_shards = 0;
+  std::uint64_t shard_bytes = 0;  // sum of shard file sizes
+  struct Field {
+    std::string name;
+    std::uint64_t samples = 0;  // samples that have it
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Field> fields;
+  std::uint64_t unlabelled = 0;
+  std::map<std::int64_t, std::uint64_t> label_counts;
+};
+[[nodiscard]] Result<DatasetSummary> Summarize(const Dataset& dataset);
+
+// One problem found by Verify.
+struct VerifyProblem {
+  std::string where;    // "shard-000001.tar:1536" or the shard path
+  std::string key;      // the sample key, when the problem is in one sample
+  std::string message;
+};
+struct VerifyReport {
+  std::uint64_t samples_checked = 0;
+  std::uint64_t shards_checked = 0;
+  std::uint64_t bytes_checked = 0;
+  std::vector<VerifyProblem> problems;  // empty when everything checks out
+  [[nodiscard]] bool ok() const { return problems.empty(); }
+};
+struct VerifyOptions {
+  // Called after each shard with (shards done, bytes done); may be empty.
+  std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+};
+// Checks the index's record checksum, every shard's size and checksum, every
+// sample's checksum, and that the tar members match the index. Returns a
+// report of every problem; a non-OK Status only when checking itself fails.
+[[nodiscard]] Result<VerifyReport> Verify(const Dataset& dataset, const VerifyOptions& options = {});
+
+}  // namespace stoker

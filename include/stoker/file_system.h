@@ -1,0 +1,93 @@
+// stoker/file_system.h: the seam between stoker and storage.
+//
+// Everything stoker reads or writes goes through a FileSystem, so tests can
+// inject faults (a vanished file, a full disk, a short read) and later layers
+// can put remote storage behind the same interface. FileSystem::Default() is
+// the local POSIX implementation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker {
+
+// A file opened for positional reads. Thread-safe: ReadAt may be called from
+// several threads at once.
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  // Reads up to out.size() bytes at `offset`; returns the count read, which is
+  // smaller only at end of file.
+  [[nodiscard]] virtual Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) = 0;
+  [[nodiscard]] virtual Result<std::uint64_t> Size() = 0;
+  [[nodiscard]] virtual const std::string& path() const = 0;
+  // Reads exactly out.size() bytes at `offset` or fails with Corruption
+  // ("file is shorter than expected") naming the path and offset.
+  [[nodiscard]] Status ReadExactAt(std::uint64_t offset, std::span<std::byte> out);
+};
+
+// A file being written sequentially. Not thread-safe.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  [[nodiscard]] virtual Status Append(std::span<const std::byte> data) = 0;
+  // Flushes to stable storage (fsync).
+  [[nodiscard]] virtual Status Sync() = 0;
+  [[nodiscard]] virtual Status Close() = 0;
+  [[nodiscard]] virtual const std::string& path() const = 0;
+};
+
+// A read-only memory mapping of a whole file; unmapped on destruction.
+class MappedFile {
+ public:
+  virtual ~MappedFile() = default;
+  [[nodiscard]] virtual std::span<const std::byte> data() const = 0;
+  [[nodiscard]] virtual const std::string& path() const = 0;
+};
+
+enum class FileType : std::uint8_t { kRegular, kDirectory, kSymlink, kOther };
+
+struct DirEntry {
+  std::string name;  // the entry's name inside the directory, not a path
+  FileType type = FileType::kOther;  // symlinks are followed
+};
+
+struct FileInfo {
+  FileType type = FileType::kOther;
+  std::uint64_t size = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // The local POSIX file system. Lives for the whole program.
+  static FileSystem* Default();
+
+  [[nodiscard]] virtual Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) = 0;
+  [[nodiscard]] virtual Result<std::unique_ptr<MappedFile>> Map(const std::string& path) = 0;
+  // Creates or truncates `path`.
+  [[nodiscard]] virtual Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) = 0;
+  [[nodiscard]] virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  [[nodiscard]] virtual Status Remove(const std::string& path) = 0;
+  // Makes a directory and its missing parents; OK when it exists already.
+  [[nodiscard]] virtual Status CreateDirectories(const std::string& path) = 0;
+  // fsyncs a directory so that renames inside it are durable.
+  [[nodiscard]] virtual Status SyncDirectory(const std::string& path) = 0;
+  // Entries of a directory (without "." and ".."), in no particular order.
+  [[nodiscard]] virtual Result<std::vector<DirEntry>> ListDirectory(const std::string& path) = 0;
+  // Follows symlinks.
+  [[nodiscard]] virtual Result<FileInfo> Stat(const std::string& path) = 0;
+};
+
+// Helpers over any FileSystem.
+[[nodiscard]] Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path);
+[[nodiscard]] Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path,
+                                              std::span<const std::byte> data);
+
+}  // namespace stoker

@@ -1,0 +1,83 @@
+// stoker/pack.h: turning many small files into indexed shards, and indexing
+// shards that exist already.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stoker/file_system.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+struct PackProgress {
+  std::uint64_t samples_done = 0;
+  std::uint64_t samples_total = 0;
+  std::uint64_t bytes_done = 0;  // input payload bytes written so far
+};
+
+struct PackOptions {
+  // A new shard starts when the next sample would take the current one past
+  // this size (a single larger sample gets a shard of its own).
+  std::uint64_t target_shard_bytes = std::uint64_t{64} << 20;
+  // Reader threads; 0 picks a default suited to small-file I/O.
+  unsigned threads = 0;
+  // Replace a dataset already in the output folder.
+  bool overwrite = false;
+  FileSystem* fs = FileSystem::Default();
+  // Called from the writing thread after each sample; may be empty.
+  std::function<void(const PackProgress&)> on_progress;
+};
+
+struct PackSummary {
+  std::uint64_t samples = 0;
+  std::uint64_t shards = 0;
+  std::uint64_t shard_bytes = 0;    // total size of the written shards
+  std::uint64_t payload_bytes = 0;  // total size of the packed fields
+  std::vector<std::string> class_names;  // label i is class_names[i], when labels came from names
+  std::vector<std::string> warnings;     // e.g. files that were not images, skipped members
+  std::string index_path;
+};
+
+// Packs `source` into `out_dir` as shard-NNNNNN.tar files plus index.stoker.
+// `source` is one of:
+//  - a folder in ImageFolder layout (one sub-folder per class; labels are
+//    the sorted class names' positions, as torchvision assigns them);
+//  - a manifest, `.csv` (header row) or `.jsonl`, with a `path` column, an
+//    optional `label` (integers, or class names mapped by sorted order), an
+//    optional `key`, and any other columns as extra text fields;
+//  - tar shards (a path or brace pattern ending in `.tar`), repacked.
+// Output is deterministic: the same input gives byte-identical files. Shards
+// and the index are written under temporary names and renamed, the index
+// last, so an interrupted pack never leaves a folder that opens as a dataset.
+[[nodiscard]] Result<PackSummary> Pack(const std::string& source, const std::string& out_dir,
+                                       const PackOptions& options = {});
+
+struct IndexOptions {
+  // Where to write the index; default: index.stoker beside the first shard.
+  std::string output;
+  bool overwrite = false;
+  FileSystem* fs = FileSystem::Default();
+  // Called after each shard with (shards done, shards total); may be empty.
+  std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+};
+
+struct IndexSummary {
+  std::uint64_t samples = 0;
+  std::uint64_t shards = 0;
+  std::uint64_t shard_bytes = 0;
+  std::uint64_t skipped_members = 0;  // non-regular members and __*__ names, as WebDataset skips them
+  std::string index_path;
+};
+
+// Builds the index for existing WebDataset shards. Each pattern may hold
+// brace expressions (`data-{000000..000099}.tar`). Members group into samples
+// by WebDataset's rule; a member without an extension, a field repeated in
+// one sample, or a `.cls` that is not a decimal integer is an error naming
+// the shard, offset and key.
+[[nodiscard]] Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
+                                               const IndexOptions& options = {});
+
+}  // namespace stoker

@@ -1,0 +1,115 @@
+#include "stoker/dataset.h"
+
+#include <filesystem>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/hash.h"
+#include "dataset/dataset_impl.h"
+
+namespace stoker {
+
+Dataset::Dataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Dataset::~Dataset() = default;
+
+Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSystem* fs) {
+  auto impl = std::make_unique<Impl>();
+  impl->fs = fs;
+  STOKER_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(path));
+  impl->index_path = info.type == FileType::kDirectory ? (std::filesystem::path(path) / kIndexFileName).string() : path;
+  auto mapped = fs->Map(impl->index_path);
+  if (!mapped.ok()) {
+    if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory) {
+      return Status::NotFound(fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)", path,
+                                          kIndexFileName));
+    }
+    return mapped.error();
+  }
+  impl->mapped = std::move(mapped).value();
+  STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->mapped->data(), impl->index_path));
+  std::filesystem::path dir = std::filesystem::path(impl->index_path).parent_path();
+  for (const auto& entry : impl->view.shards()) {
+    ShardInfo shard;
+    shard.path = entry.path;
+    std::filesystem::path p(entry.path);
+    shard.full_path = p.is_absolute() || dir.empty() ? entry.path : (dir / p).string();
+    shard.size = entry.size;
+    shard.checksum = entry.checksum;
+    shard.first_sample = entry.first_sample;
+    shard.num_samples = entry.num_samples;
+    impl->shards.push_back(std::move(shard));
+  }
+  impl->open_shards.resize(impl->shards.size());
+  return std::unique_ptr<Dataset>(new Dataset(std::move(impl)));
+}
+
+std::uint64_t Dataset::num_samples() const { return impl_->view.num_samples(); }
+const std::vector<std::string>& Dataset::field_names() const { return impl_->view.field_names(); }
+const std::vector<ShardInfo>& Dataset::shards() const { return impl_->shards; }
+const std::string& Dataset::index_path() const { return impl_->index_path; }
+
+std::optional<std::size_t> Dataset::FieldIndex(std::string_view name) const {
+  const auto& names = field_names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return i;
+  return std::nullopt;
+}
+
+Result<SampleInfo> Dataset::Sample(std::uint64_t i) const {
+  STOKER_ASSIGN_OR_RETURN(auto rec, impl_->view.record(i));
+  SampleInfo info;
+  info.index = i;
+  info.key = rec.key;
+  info.shard = rec.shard;
+  info.label = rec.label;
+  info.checksum = rec.checksum;
+  info.fields.resize(field_names().size());
+  for (std::size_t f = 0; f < info.fields.size(); ++f) {
+    auto range = rec.field(f);
+    if (range.present()) info.fields[f] = FieldLocation{range.offset, range.size};
+  }
+  return info;
+}
+
+Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
+  std::lock_guard lock(mu);
+  auto& slot = open_shards[shard];
+  if (!slot) {
+    STOKER_ASSIGN_OR_RETURN(slot, fs->OpenForRead(shards[shard].full_path));
+  }
+  return slot.get();
+}
+
+Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field) const {
+  STOKER_ASSIGN_OR_RETURN(SampleInfo info, Sample(sample));
+  if (field >= info.fields.size())
+    return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
+  const auto& loc = info.fields[field];
+  if (!loc) {
+    return Status::NotFound(fmt::format("sample '{}' has no field '{}'", info.key, field_names()[field]));
+  }
+  STOKER_ASSIGN_OR_RETURN(ReadableFile * file, impl_->Shard(info.shard));
+  std::vector<std::byte> out(loc->size);
+  Status s = file->ReadExactAt(loc->offset, out);
+  if (!s.ok()) {
+    return s.WithContext(fmt::format("reading field '{}' of sample '{}' at {}:{}", field_names()[field], info.key,
+                                     impl_->shards[info.shard].path, loc->offset));
+  }
+  return out;
+}
+
+}  // namespace stoker
+
+namespace stoker {
+
+Status Dataset::VerifyIndexChecksum() const {
+  if (Xxh3(impl_->view.data_section()) != impl_->view.data_checksum()) {
+    return Status::Corruption(fmt::format("{}: index records checksum mismatch: the index file is corrupt", impl_->index_path));
+  }
+  return Status::Ok();
+}
+
+FileSystem* Dataset::file_system() const { return impl_->fs; }
+
+}  // namespace stoker

@@ -1,0 +1,389 @@
+// stoker pack and stoker index.
+#include "stoker/pack.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/hash.h"
+#include "core/mutex.h"
+#include "dataset/source.h"
+#include "format/index_format.h"
+#include "format/tar.h"
+#include "format/webdataset.h"
+#include "stoker/dataset.h"
+
+namespace stoker {
+namespace {
+
+using pack_internal::FieldSource;
+using pack_internal::SourceListing;
+using pack_internal::SourceSample;
+
+namespace fs_std = std::filesystem;
+
+std::string ShardName(std::uint64_t i) { return fmt::format("shard-{:06}.tar", i); }
+
+std::span<const std::byte> AsBytes(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), s.end() - static_cast<std::ptrdiff_t>(suffix.size()),
+                    [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+}
+
+// One sample's field payloads, in the sample's field order.
+using LoadedSample = std::vector<std::vector<std::byte>>;
+
+Result<LoadedSample> LoadSample(FileSystem& fs, const SourceSample& sample) {
+  LoadedSample out;
+  out.reserve(sample.fields.size());
+  for (const auto& f : sample.fields) {
+    switch (f.kind) {
+      case FieldSource::Kind::kInline: {
+        auto bytes = AsBytes(f.text);
+        out.emplace_back(bytes.begin(), bytes.end());
+        break;
+      }
+      case FieldSource::Kind::kFile: {
+        auto bytes = ReadWholeFile(fs, f.path);
+        if (!bytes.ok()) return bytes.error().WithContext(fmt::format("sample '{}'", sample.key));
+        out.push_back(std::move(bytes).value());
+        break;
+      }
+      case FieldSource::Kind::kRange: {
+        auto file = fs.OpenForRead(f.path);
+        if (!file.ok()) return file.error().WithContext(fmt::format("sample '{}'", sample.key));
+        std::vector<std::byte> bytes(f.size);
+        Status s = (*file)->ReadExactAt(f.offset, bytes);
+        if (!s.ok()) return s.WithContext(fmt::format("sample '{}' at {}:{}", sample.key, f.path, f.offset));
+        out.push_back(std::move(bytes));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Reads samples on `threads` threads, at most `window` ahead of the consumer,
+// and hands them over strictly in order, so output does not depend on timing.
+class OrderedParallelReader {
+ public:
+  OrderedParallelReader(FileSystem& fs, const std::vector<SourceSample>& samples, unsigned threads)
+      : fs_(fs), samples_(samples), window_(std::max<std::size_t>(16, std::size_t{4} * threads)), slots_(window_) {
+    for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this] { Work(); });
+  }
+  ~OrderedParallelReader() {
+    {
+      MutexLock lock(mu_);
+      stop_ = true;
+    }
+    space_.NotifyAll();
+    workers_.clear();  // joins
+  }
+
+  // The next sample in order.
+  Result<LoadedSample> Next() {
+    MutexLock lock(mu_);
+    const std::size_t i = consumed_;
+    filled_.Wait(mu_, [&]() REQUIRES(mu_) { return slots_[i % window_].has_value(); });
+    Result<LoadedSample> out = std::move(*slots_[i % window_]);
+    slots_[i % window_].reset();
+    ++consumed_;
+    space_.NotifyAll();
+    return out;
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      std::size_t i = 0;
+      {
+        MutexLock lock(mu_);
+        space_.Wait(mu_, [&]() REQUIRES(mu_) { return stop_ || next_ >= samples_.size() || next_ < consumed_ + window_; });
+        if (stop_ || next_ >= samples_.size()) return;
+        i = next_++;
+      }
+      Result<LoadedSample> loaded = LoadSample(fs_, samples_[i]);
+      {
+        MutexLock lock(mu_);
+        slots_[i % window_] = std::move(loaded);
+      }
+      filled_.NotifyAll();
+    }
+  }
+
+  FileSystem& fs_;
+  const std::vector<SourceSample>& samples_;
+  const std::size_t window_;
+  Mutex mu_;
+  CondVar filled_, space_;
+  std::vector<std::optional<Result<LoadedSample>>> slots_ GUARDED_BY(mu_);
+  std::size_t next_ GUARDED_BY(mu_) = 0;
+  std::size_t consumed_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::jthread> workers_;
+};
+
+// Writes shard files under temporary names and publishes each by rename.
+class ShardWriter {
+ public:
+  ShardWriter(FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
+  ~ShardWriter() {
+    if (file_) {  // abandoned on error: never leave a partial shard behind
+      (void)file_->Close();
+      (void)fs_.Remove(temp_path_);
+    }
+  }
+
+  [[nodiscard]] bool open() const { return file_ != nullptr; }
+  [[nodiscard]] std::uint64_t offset() const { return offset_; }
+
+  Status Open(std::uint64_t shard) {
+    final_path_ = dir_ + "/" + ShardName(shard);
+    temp_path_ = final_path_ + ".tmp";
+    STOKER_ASSIGN_OR_RETURN(file_, fs_.CreateForWrite(temp_path_));
+    offset_ = 0;
+    hash_ = Xxh3Stream();
+    return Status::Ok();
+  }
+
+  Status Append(std::span<const std::byte> bytes) {
+    STOKER_RETURN_IF_ERROR(file_->Append(bytes));
+    hash_.Update(bytes);
+    offset_ += bytes.size();
+    return Status::Ok();
+  }
+
+  // Ends the archive, syncs and renames. Returns (size, checksum).
+  Result<std::pair<std::uint64_t, std::uint64_t>> Finish() {
+    static constexpr std::byte kZeros[tar::kEndOfArchiveSize] = {};
+    STOKER_RETURN_IF_ERROR(Append(kZeros));
+    STOKER_RETURN_IF_ERROR(file_->Sync());
+    STOKER_RETURN_IF_ERROR(file_->Close());
+    file_.reset();
+    STOKER_RETURN_IF_ERROR(fs_.Rename(temp_path_, final_path_));
+    return std::pair{offset_, hash_.Digest()};
+  }
+
+ private:
+  FileSystem& fs_;
+  std::string dir_;
+  std::string final_path_, temp_path_;
+  std::unique_ptr<WritableFile> file_;
+  std::uint64_t offset_ = 0;
+  Xxh3Stream hash_;
+};
+
+Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir) {
+  auto info = fs.Stat(source);
+  if (info.ok() && info->type == FileType::kDirectory) {
+    std::error_code ec;
+    auto src = fs_std::weakly_canonical(source, ec);
+    auto out = fs_std::weakly_canonical(out_dir, ec);
+    auto [a, b] = std::mismatch(src.begin(), src.end(), out.begin(), out.end());
+    if (a == src.end()) {
+      return Status::InvalidArgument(
+          fmt::format("output folder '{}' is inside the source folder '{}'; it would be packed as a class", out_dir, source));
+    }
+    return pack_internal::ListImageFolder(fs, source);
+  }
+  if (EndsWith(source, ".csv") || EndsWith(source, ".jsonl") || EndsWith(source, ".json")) {
+    if (!info.ok()) return info.error();
+    return pack_internal::ListManifest(fs, source);
+  }
+  if (EndsWith(source, ".tar")) return pack_internal::ListTarShards(fs, source);
+  if (!info.ok()) return info.error();
+  return Status::InvalidArgument(fmt::format(
+      "cannot tell what '{}' is: expected an ImageFolder directory, a .csv or .jsonl manifest, or .tar shards", source));
+}
+
+// Removes what an interrupted earlier run left: our temporary files and, when
+// replacing a dataset, its index (first, so the folder stops looking complete).
+Status PrepareOutput(FileSystem& fs, const std::string& out_dir, bool overwrite) {
+  STOKER_RETURN_IF_ERROR(fs.CreateDirectories(out_dir));
+  const std::string index_path = out_dir + "/" + std::string(kIndexFileName);
+  if (fs.Stat(index_path).ok()) {
+    if (!overwrite) {
+      return Status::AlreadyExists(
+          fmt::format("'{}' already holds a dataset ({} exists); pass --force to replace it", out_dir, kIndexFileName));
+    }
+    STOKER_RETURN_IF_ERROR(fs.Remove(index_path));
+    STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
+  }
+  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
+  for (const auto& e : entries) {
+    if (e.type == FileType::kRegular && e.name.starts_with("shard-") && e.name.ends_with(".tar.tmp"))
+      STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
+    if (e.name == std::string(kIndexFileName) + ".tmp") STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
+  }
+  return Status::Ok();
+}
+
+// After a replace: removes shard files numbered past the new last shard.
+Status RemoveStaleShards(FileSystem& fs, const std::string& out_dir, std::uint64_t shard_count) {
+  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
+  for (const auto& e : entries) {
+    if (e.name.size() != ShardName(0).size() || !e.name.starts_with("shard-") || !e.name.ends_with(".tar")) continue;
+    std::string_view digits = std::string_view(e.name).substr(6, 6);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (std::stoull(std::string(digits)) >= shard_count) STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
+  }
+  return Status::Ok();
+}
+
+unsigned DefaultThreads() { return std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u); }
+
+}  // namespace
+
+Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, const PackOptions& options) {
+  FileSystem& fs = *options.fs;
+  if (options.target_shard_bytes < 4096)
+    return Status::InvalidArgument(fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
+  STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir));
+  if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
+  {
+    std::unordered_map<std::string_view, std::string_view> seen;
+    for (const auto& s : listing.samples) {
+      auto [it, inserted] = seen.emplace(s.key, s.origin);
+      if (!inserted) {
+        return Status::InvalidArgument(fmt::format("two samples would get the key '{}': {} and {} (keys are paths "
+                                                   "without extension, with '.' in the file name turned into '_')",
+                                                   s.key, it->second, s.origin));
+      }
+    }
+  }
+  STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, options.overwrite));
+
+  PackSummary summary;
+  summary.class_names = listing.class_names;
+  summary.warnings = listing.warnings;
+  index_format::IndexBuilder builder;
+  ShardWriter writer(fs, out_dir);
+  std::uint32_t shard_id = 0;
+  auto finish_shard = [&]() -> Status {
+    STOKER_ASSIGN_OR_RETURN(auto done, writer.Finish());
+    builder.SetShardContents(shard_id, done.first, done.second);
+    summary.shard_bytes += done.first;
+    summary.shards++;
+    return Status::Ok();
+  };
+
+  OrderedParallelReader reader(fs, listing.samples, options.threads ? options.threads : DefaultThreads());
+  PackProgress progress;
+  progress.samples_total = listing.samples.size();
+  std::string headers;
+  std::vector<index_format::IndexBuilder::Field> fields;
+  for (const SourceSample& sample : listing.samples) {
+    STOKER_ASSIGN_OR_RETURN(LoadedSample loaded, reader.Next());
+    // Lay the sample out as tar members: header, data, padding for each field.
+    std::vector<std::string> member_headers(sample.fields.size());
+    std::uint64_t sample_bytes = 0;
+    for (std::size_t f = 0; f < sample.fields.size(); ++f) {
+      const std::string name = fmt::format("{}.{}", sample.key, sample.fields[f].name);
+      STOKER_RETURN_IF_ERROR(tar::AppendFileHeader(member_headers[f], name, loaded[f].size()));
+      sample_bytes += member_headers[f].size() + loaded[f].size() + tar::PaddingAfter(loaded[f].size());
+    }
+    if (writer.open() && writer.offset() + sample_bytes + tar::kEndOfArchiveSize > options.target_shard_bytes) {
+      STOKER_RETURN_IF_ERROR(finish_shard());
+    }
+    if (!writer.open()) {
+      shard_id = builder.AddShard(ShardName(summary.shards));
+      STOKER_RETURN_IF_ERROR(writer.Open(summary.shards));
+    }
+    fields.clear();
+    Xxh3Stream checksum;
+    static constexpr std::byte kPadding[tar::kBlockSize] = {};
+    for (std::size_t f = 0; f < sample.fields.size(); ++f) {
+      STOKER_RETURN_IF_ERROR(writer.Append(AsBytes(member_headers[f])));
+      fields.push_back({sample.fields[f].name, writer.offset(), loaded[f].size()});
+      STOKER_RETURN_IF_ERROR(writer.Append(loaded[f]));
+      STOKER_RETURN_IF_ERROR(writer.Append(std::span(kPadding).first(tar::PaddingAfter(loaded[f].size()))));
+      checksum.Update(loaded[f]);
+      progress.bytes_done += loaded[f].size();
+      summary.payload_bytes += loaded[f].size();
+    }
+    STOKER_RETURN_IF_ERROR(builder.AddSample(shard_id, sample.key, sample.label, checksum.Digest(), fields));
+    progress.samples_done++;
+    if (options.on_progress) options.on_progress(progress);
+  }
+  STOKER_RETURN_IF_ERROR(finish_shard());
+  STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
+
+  // The index goes last: only a complete dataset has one.
+  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
+  summary.index_path = out_dir + "/" + std::string(kIndexFileName);
+  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
+  STOKER_RETURN_IF_ERROR(RemoveStaleShards(fs, out_dir, summary.shards));
+  summary.samples = listing.samples.size();
+  return summary;
+}
+
+Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns, const IndexOptions& options) {
+  FileSystem& fs = *options.fs;
+  std::vector<std::string> paths;
+  for (const auto& pattern : shard_patterns) {
+    STOKER_ASSIGN_OR_RETURN(auto expanded, wds::ExpandBraces(pattern));
+    paths.insert(paths.end(), expanded.begin(), expanded.end());
+  }
+  if (paths.empty()) return Status::InvalidArgument("no shards given");
+  {
+    std::vector<std::string> sorted = paths;
+    std::sort(sorted.begin(), sorted.end());
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    if (dup != sorted.end()) return Status::InvalidArgument(fmt::format("shard '{}' is listed twice", *dup));
+  }
+  IndexSummary summary;
+  summary.index_path = options.output.empty()
+                           ? (fs_std::path(paths[0]).parent_path() / std::string(kIndexFileName)).string()
+                           : options.output;
+  if (fs.Stat(summary.index_path).ok() && !options.overwrite)
+    return Status::AlreadyExists(fmt::format("'{}' exists; pass --force to replace it", summary.index_path));
+  const fs_std::path index_dir = fs_std::absolute(fs_std::path(summary.index_path)).parent_path();
+
+  index_format::IndexBuilder builder;
+  std::vector<index_format::IndexBuilder::Field> fields;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string& path = paths[i];
+    STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
+    auto bytes = mapped->data();
+    const std::uint32_t shard = builder.AddShard(fs_std::absolute(path).lexically_proximate(index_dir).string());
+    Status s = wds::ForEachSample(bytes, path, [&](const wds::TarSample& ts) -> Status {
+      std::vector<const wds::TarSample::Field*> sorted;
+      for (const auto& f : ts.fields) sorted.push_back(&f);
+      std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+      Xxh3Stream checksum;
+      std::int64_t label = kNoLabel;
+      fields.clear();
+      for (const auto* f : sorted) {
+        auto data = bytes.subspan(f->data_offset, f->size);
+        checksum.Update(data);
+        fields.push_back({f->name, f->data_offset, f->size});
+        if (f->name == "cls") {
+          auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
+          if (!parsed) {
+            return Status::Corruption(
+                fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path, f->header_offset, ts.key));
+          }
+          label = *parsed;
+        }
+      }
+      return builder.AddSample(shard, ts.key, label, checksum.Digest(), fields);
+    }, &summary.skipped_members);
+    STOKER_RETURN_IF_ERROR(s);
+    builder.SetShardContents(shard, bytes.size(), Xxh3(bytes));
+    summary.shard_bytes += bytes.size();
+    summary.shards++;
+    if (options.on_progress) options.on_progress(i + 1, paths.size());
+  }
+  summary.samples = builder.num_samples();
+  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
+  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
+  return summary;
+}
+
+}  // namespace stoker

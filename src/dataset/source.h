@@ -1,0 +1,47 @@
+// What `stoker pack` reads: a list of samples, each a list of fields whose
+// bytes come from a file, a byte range of a file, or inline text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stoker/file_system.h"
+#include "stoker/status.h"
+
+namespace stoker::pack_internal {
+
+struct FieldSource {
+  std::string name;  // WebDataset field, e.g. "jpg", "cls"
+  enum class Kind : std::uint8_t { kFile, kRange, kInline } kind = Kind::kFile;
+  std::string path;           // kFile, kRange
+  std::uint64_t offset = 0;   // kRange
+  std::uint64_t size = 0;     // kRange
+  std::string text;           // kInline
+};
+
+struct SourceSample {
+  std::string key;
+  std::int64_t label;
+  std::string origin;  // where it came from, for messages: a file, manifest:line or shard:offset
+  std::vector<FieldSource> fields;  // sorted by name, unique
+};
+
+struct SourceListing {
+  std::vector<SourceSample> samples;
+  std::vector<std::string> class_names;
+  std::vector<std::string> warnings;
+};
+
+// ImageFolder layout: SRC/<class>/**/<file>.<image extension>.
+[[nodiscard]] Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root);
+// A CSV or JSONL manifest; relative paths are relative to its folder.
+[[nodiscard]] Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_path);
+// Existing tar shards (a path or brace pattern).
+[[nodiscard]] Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern);
+
+// WebDataset keys must not contain '.' in their last component: replaces
+// dots there with '_'. Fails on an empty last component.
+[[nodiscard]] Result<std::string> KeyFromRelativePath(std::string_view relative_path_without_extension);
+
+}  // namespace stoker::pack_internal

@@ -1,0 +1,271 @@
+#include "format/index_format.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "core/hash.h"
+
+namespace stoker::index_format {
+namespace {
+
+template <typename T>
+void Store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// a + b, or false on overflow.
+bool AddOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
+bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+std::uint64_t MetaChecksum(std::span<const std::byte> meta) {
+  Xxh3Stream h;
+  h.Update(meta.subspan(0, header::kMetaChecksumOff));
+  const std::byte zeros[8] = {};
+  h.Update(zeros);
+  h.Update(meta.subspan(header::kMetaChecksumOff + 8));
+  return h.Digest();
+}
+
+}  // namespace
+
+Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string where) {
+  auto corrupt = [&](std::string_view what) {
+    return Status::Corruption(fmt::format("{}: not a valid stoker index: {}", where, what));
+  };
+  if (bytes.size() < kHeaderSize) return corrupt(fmt::format("file is {} bytes, shorter than the 128-byte header", bytes.size()));
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic (is this a stoker index file?)");
+  const std::byte* h = bytes.data();
+  const auto version = Load<std::uint32_t>(h + header::kVersionOff);
+  if (version != kVersion)
+    return Status::Unimplemented(fmt::format("{}: index format version {} is not supported (this stoker reads version {})",
+                                             where, version, kVersion));
+  if (Load<std::uint32_t>(h + header::kHeaderSizeOff) != kHeaderSize) return corrupt("bad header size");
+  const auto file_size = Load<std::uint64_t>(h + header::kFileSizeOff);
+  if (file_size != bytes.size())
+    return corrupt(fmt::format("header says {} bytes but the file has {} (truncated or appended to)", file_size, bytes.size()));
+
+  IndexView view;
+  view.bytes_ = bytes;
+  view.where_ = std::move(where);
+  view.num_samples_ = Load<std::uint64_t>(h + header::kNumSamplesOff);
+  const auto num_fields = Load<std::uint32_t>(h + header::kNumFieldsOff);
+  const auto num_shards = Load<std::uint32_t>(h + header::kNumShardsOff);
+  view.record_size_ = Load<std::uint32_t>(h + header::kRecordSizeOff);
+  const auto fields_off = Load<std::uint64_t>(h + header::kFieldsOff);
+  const auto shards_off = Load<std::uint64_t>(h + header::kShardsOff);
+  const auto strings_off = Load<std::uint64_t>(h + header::kStringsOff);
+  const auto strings_size = Load<std::uint64_t>(h + header::kStringsSizeOff);
+  view.records_offset_ = Load<std::uint64_t>(h + header::kRecordsOff);
+  view.keys_offset_ = Load<std::uint64_t>(h + header::kKeysOff);
+  view.keys_size_ = Load<std::uint64_t>(h + header::kKeysSizeOff);
+  view.data_checksum_ = Load<std::uint64_t>(h + header::kDataChecksumOff);
+
+  if (num_fields > kMaxFields) return corrupt(fmt::format("{} fields is more than the limit {}", num_fields, kMaxFields));
+  if (num_shards > kMaxShards) return corrupt(fmt::format("{} shards is more than the limit {}", num_shards, kMaxShards));
+  if (view.record_size_ != kRecordBaseSize + kFieldSlotSize * num_fields) return corrupt("record size does not match the field count");
+  // Sections follow each other exactly: header, fields, shards, strings, records, keys.
+  std::uint64_t end = 0, records_bytes = 0;
+  if (fields_off != kHeaderSize) return corrupt("field table is not right after the header");
+  if (shards_off != fields_off + std::uint64_t{kFieldEntrySize} * num_fields) return corrupt("shard table misplaced");
+  if (strings_off != shards_off + std::uint64_t{kShardEntrySize} * num_shards) return corrupt("string table misplaced");
+  if (!AddOk(strings_off, strings_size, &end) || end > bytes.size()) return corrupt("string table runs past the end");
+  if (view.records_offset_ < end || view.records_offset_ - end >= 8 || view.records_offset_ % 8 != 0)
+    return corrupt("records misplaced");
+  if (!MulOk(view.num_samples_, view.record_size_, &records_bytes) || !AddOk(view.records_offset_, records_bytes, &end) ||
+      view.keys_offset_ != end)
+    return corrupt("sample count does not match the size of the record section");
+  if (!AddOk(view.keys_offset_, view.keys_size_, &end) || end != bytes.size()) return corrupt("key section does not end the file");
+  if (MetaChecksum(bytes.subspan(0, view.records_offset_)) != Load<std::uint64_t>(h + header::kMetaChecksumOff))
+    return corrupt("header checksum mismatch");
+
+  auto string_at = [&](std::uint64_t off, std::uint32_t len, std::string_view what) -> Result<std::string> {
+    std::uint64_t e = 0;
+    if (!AddOk(off, len, &e) || e > strings_size) return corrupt(fmt::format("{} lies outside the string table", what));
+    return std::string(reinterpret_cast<const char*>(bytes.data() + strings_off + off), len);
+  };
+  for (std::uint32_t i = 0; i < num_fields; ++i) {
+    const std::byte* e = bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
+    STOKER_ASSIGN_OR_RETURN(std::string name,
+                            string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("field {} name", i)));
+    if (name.empty()) return corrupt(fmt::format("field {} has an empty name", i));
+    if (i > 0 && !(view.field_names_.back() < name)) return corrupt("field names are not sorted and unique");
+    view.field_names_.push_back(std::move(name));
+  }
+  std::uint64_t next_sample = 0;
+  for (std::uint32_t i = 0; i < num_shards; ++i) {
+    const std::byte* e = bytes.data() + shards_off + std::uint64_t{i} * kShardEntrySize;
+    ShardEntry shard;
+    STOKER_ASSIGN_OR_RETURN(shard.path,
+                            string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("shard {} path", i)));
+    if (shard.path.empty()) return corrupt(fmt::format("shard {} has an empty path", i));
+    shard.size = Load<std::uint64_t>(e + 16);
+    shard.checksum = Load<std::uint64_t>(e + 24);
+    shard.first_sample = Load<std::uint64_t>(e + 32);
+    shard.num_samples = Load<std::uint64_t>(e + 40);
+    if (shard.first_sample != next_sample || !AddOk(next_sample, shard.num_samples, &next_sample))
+      return corrupt(fmt::format("shard {} sample range is not contiguous with the previous shard", i));
+    view.shards_.push_back(std::move(shard));
+  }
+  if (next_sample != view.num_samples_) return corrupt("shard sample counts do not add up to the sample count");
+  return view;
+}
+
+Result<IndexView::Record> IndexView::record(std::uint64_t i) const {
+  if (i >= num_samples_)
+    return Status::InvalidArgument(fmt::format("{}: sample {} is out of range (the index has {} samples)", where_, i, num_samples_));
+  const std::byte* r = bytes_.data() + records_offset_ + i * record_size_;
+  Record rec;
+  rec.shard = Load<std::uint32_t>(r);
+  const auto key_len = Load<std::uint32_t>(r + 4);
+  const auto key_off = Load<std::uint64_t>(r + 8);
+  rec.label = Load<std::int64_t>(r + 16);
+  rec.checksum = Load<std::uint64_t>(r + 24);
+  rec.fields = r + kRecordBaseSize;
+  auto corrupt = [&](std::string_view what) {
+    return Status::Corruption(fmt::format("{}: record of sample {} is corrupt: {}", where_, i, what));
+  };
+  if (rec.shard >= shards_.size()) return corrupt("shard id out of range");
+  const ShardEntry& shard = shards_[rec.shard];
+  if (i < shard.first_sample || i - shard.first_sample >= shard.num_samples)
+    return corrupt("sample does not belong to the shard it names");
+  std::uint64_t end = 0;
+  if (!AddOk(key_off, key_len, &end) || end > keys_size_) return corrupt("key lies outside the key section");
+  rec.key = {reinterpret_cast<const char*>(bytes_.data() + keys_offset_ + key_off), key_len};
+  for (std::size_t f = 0; f < field_names_.size(); ++f) {
+    FieldRange range = rec.field(f);
+    if (!range.present()) continue;
+    if (!AddOk(range.offset, range.size, &end) || end > shard.size)
+      return corrupt(fmt::format("field '{}' lies outside shard '{}'", field_names_[f], shard.path));
+  }
+  return rec;
+}
+
+std::uint32_t IndexBuilder::AddShard(std::string path) {
+  ShardEntry shard;
+  shard.path = std::move(path);
+  shard.first_sample = samples_.size();
+  shards_.push_back(std::move(shard));
+  return static_cast<std::uint32_t>(shards_.size() - 1);
+}
+
+void IndexBuilder::SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum) {
+  shards_.at(shard).size = size;
+  shards_.at(shard).checksum = checksum;
+}
+
+Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
+                               std::span<const Field> fields) {
+  if (shard >= shards_.size() || shard + 1 != shards_.size())
+    return Status::Internal(fmt::format("index builder: sample '{}' added to shard {} out of order", key, shard));
+  if (key.size() > UINT32_MAX) return Status::InvalidArgument(fmt::format("sample key of {} bytes is too long", key.size()));
+  Sample s{shard, static_cast<std::uint32_t>(key.size()), keys_.size(), label, checksum, slots_.size(),
+           static_cast<std::uint32_t>(fields.size())};
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (fields[i].name == fields[j].name)
+        return Status::InvalidArgument(fmt::format("sample '{}' has field '{}' twice", key, fields[i].name));
+    }
+    auto it = std::find(field_names_.begin(), field_names_.end(), fields[i].name);
+    std::uint32_t id = static_cast<std::uint32_t>(it - field_names_.begin());
+    if (it == field_names_.end()) {
+      if (field_names_.size() >= kMaxFields)
+        return Status::InvalidArgument(fmt::format("more than {} distinct field names", kMaxFields));
+      field_names_.emplace_back(fields[i].name);
+    }
+    slots_.push_back({id, fields[i].offset, fields[i].size});
+  }
+  keys_.append(key);
+  samples_.push_back(s);
+  shards_.back().num_samples++;
+  return Status::Ok();
+}
+
+Result<std::vector<std::byte>> IndexBuilder::Finish() const {
+  if (shards_.size() > kMaxShards) return Status::InvalidArgument(fmt::format("more than {} shards", kMaxShards));
+  // Field ids sorted by name.
+  std::vector<std::uint32_t> order(field_names_.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return field_names_[a] < field_names_[b]; });
+  std::vector<std::uint32_t> rank(field_names_.size());
+  for (std::uint32_t r = 0; r < order.size(); ++r) rank[order[r]] = r;
+
+  std::string strings;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> field_strings, shard_strings;
+  for (auto id : order) {
+    field_strings.emplace_back(strings.size(), static_cast<std::uint32_t>(field_names_[id].size()));
+    strings += field_names_[id];
+  }
+  for (const auto& s : shards_) {
+    shard_strings.emplace_back(strings.size(), static_cast<std::uint32_t>(s.path.size()));
+    strings += s.path;
+  }
+  const auto num_fields = static_cast<std::uint32_t>(field_names_.size());
+  const auto record_size = kRecordBaseSize + kFieldSlotSize * num_fields;
+  const std::uint64_t fields_off = kHeaderSize;
+  const std::uint64_t shards_off = fields_off + std::uint64_t{kFieldEntrySize} * num_fields;
+  const std::uint64_t strings_off = shards_off + std::uint64_t{kShardEntrySize} * shards_.size();
+  const std::uint64_t records_off = (strings_off + strings.size() + 7) / 8 * 8;
+  const std::uint64_t keys_off = records_off + std::uint64_t{record_size} * samples_.size();
+  const std::uint64_t file_size = keys_off + keys_.size();
+
+  std::vector<std::byte> out(file_size);
+  std::byte* h = out.data();
+  std::memcpy(h, kMagic, sizeof(kMagic));
+  Store<std::uint32_t>(h + header::kVersionOff, kVersion);
+  Store<std::uint32_t>(h + header::kHeaderSizeOff, kHeaderSize);
+  Store<std::uint64_t>(h + header::kFileSizeOff, file_size);
+  Store<std::uint64_t>(h + header::kNumSamplesOff, samples_.size());
+  Store<std::uint32_t>(h + header::kNumFieldsOff, num_fields);
+  Store<std::uint32_t>(h + header::kNumShardsOff, static_cast<std::uint32_t>(shards_.size()));
+  Store<std::uint32_t>(h + header::kRecordSizeOff, record_size);
+  Store<std::uint32_t>(h + header::kFlagsOff, 0);
+  Store<std::uint64_t>(h + header::kFieldsOff, fields_off);
+  Store<std::uint64_t>(h + header::kShardsOff, shards_off);
+  Store<std::uint64_t>(h + header::kStringsOff, strings_off);
+  Store<std::uint64_t>(h + header::kStringsSizeOff, strings.size());
+  Store<std::uint64_t>(h + header::kRecordsOff, records_off);
+  Store<std::uint64_t>(h + header::kKeysOff, keys_off);
+  Store<std::uint64_t>(h + header::kKeysSizeOff, keys_.size());
+  for (std::uint32_t i = 0; i < num_fields; ++i) {
+    std::byte* e = out.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
+    Store<std::uint64_t>(e, field_strings[i].first);
+    Store<std::uint32_t>(e + 8, field_strings[i].second);
+  }
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    std::byte* e = out.data() + shards_off + i * kShardEntrySize;
+    Store<std::uint64_t>(e, shard_strings[i].first);
+    Store<std::uint32_t>(e + 8, shard_strings[i].second);
+    Store<std::uint64_t>(e + 16, shards_[i].size);
+    Store<std::uint64_t>(e + 24, shards_[i].checksum);
+    Store<std::uint64_t>(e + 32, shards_[i].first_sample);
+    Store<std::uint64_t>(e + 40, shards_[i].num_samples);
+  }
+  std::memcpy(out.data() + strings_off, strings.data(), strings.size());
+  for (std::size_t i = 0; i < samples_.size(); ++i) {
+    const Sample& s = samples_[i];
+    std::byte* r = out.data() + records_off + i * record_size;
+    Store<std::uint32_t>(r, s.shard);
+    Store<std::uint32_t>(r + 4, s.key_len);
+    Store<std::uint64_t>(r + 8, s.key_offset);
+    Store<std::int64_t>(r + 16, s.label);
+    Store<std::uint64_t>(r + 24, s.checksum);
+    for (std::uint32_t f = 0; f < num_fields; ++f) {
+      Store<std::uint64_t>(r + kRecordBaseSize + f * kFieldSlotSize, kAbsent);
+      Store<std::uint64_t>(r + kRecordBaseSize + f * kFieldSlotSize + 8, 0);
+    }
+    for (std::uint32_t k = 0; k < s.num_slots; ++k) {
+      const Slot& slot = slots_[s.first_slot + k];
+      std::byte* p = r + kRecordBaseSize + rank[slot.field_id] * kFieldSlotSize;
+      Store<std::uint64_t>(p, slot.offset);
+      Store<std::uint64_t>(p + 8, slot.size);
+    }
+  }
+  std::memcpy(out.data() + keys_off, keys_.data(), keys_.size());
+  Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));
+  Store<std::uint64_t>(h + header::kMetaChecksumOff, MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off)));
+  return out;
+}
+
+}  // namespace stoker::index_format

@@ -1,0 +1,146 @@
+// The dataset index: an mmap-able file that locates every sample of a
+// dataset in its shards. Layout in docs/format.md. Pure functions over bytes.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker::index_format {
+
+inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kHeaderSize = 128;
+inline constexpr std::uint32_t kFieldEntrySize = 16;
+inline constexpr std::uint32_t kShardEntrySize = 48;
+inline constexpr std::uint32_t kRecordBaseSize = 32;
+inline constexpr std::uint32_t kFieldSlotSize = 16;
+inline constexpr std::uint64_t kAbsent = ~std::uint64_t{0};  // field offset of a missing field
+inline constexpr std::int64_t kNoLabel = INT64_MIN;
+// Limits that keep a hostile index from asking for absurd work.
+inline constexpr std::uint32_t kMaxFields = 4096;
+inline constexpr std::uint32_t kMaxShards = 1u << 24;
+
+static_assert(std::endian::native == std::endian::little, "the index format is little-endian");
+
+// Header field offsets.
+namespace header {
+inline constexpr std::size_t kMagicOff = 0, kVersionOff = 8, kHeaderSizeOff = 12, kFileSizeOff = 16,
+                             kNumSamplesOff = 24, kNumFieldsOff = 32, kNumShardsOff = 36, kRecordSizeOff = 40,
+                             kFlagsOff = 44, kFieldsOff = 48, kShardsOff = 56, kStringsOff = 64,
+                             kStringsSizeOff = 72, kRecordsOff = 80, kKeysOff = 88, kKeysSizeOff = 96,
+                             kMetaChecksumOff = 104, kDataChecksumOff = 112;
+}
+
+template <typename T>
+T Load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+struct ShardEntry {
+  std::string path;  // relative to the index file's directory, or absolute
+  std::uint64_t size = 0;
+  std::uint64_t checksum = 0;  // xxh3-64 of the whole shard file
+  std::uint64_t first_sample = 0;
+  std::uint64_t num_samples = 0;
+};
+
+struct FieldRange {
+  std::uint64_t offset = kAbsent;  // byte offset of the member's data in the shard
+  std::uint64_t size = 0;
+  [[nodiscard]] bool present() const { return offset != kAbsent; }
+};
+
+// A validated, zero-copy view of an index held in memory. Open() checks the
+// header, tables and meta checksum in time independent of the sample count;
+// per-sample records are checked when they are read.
+class IndexView {
+ public:
+  // `where` names the index in error messages (usually its path).
+  [[nodiscard]] static Result<IndexView> Open(std::span<const std::byte> bytes, std::string where);
+
+  [[nodiscard]] std::uint64_t num_samples() const { return num_samples_; }
+  [[nodiscard]] const std::vector<std::string>& field_names() const { return field_names_; }
+  [[nodiscard]] const std::vector<ShardEntry>& shards() const { return shards_; }
+  [[nodiscard]] std::uint64_t data_checksum() const { return data_checksum_; }
+  [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
+  [[nodiscard]] const std::string& where() const { return where_; }
+
+  struct Record {
+    std::uint32_t shard = 0;
+    std::string_view key;
+    std::int64_t label = kNoLabel;
+    std::uint64_t checksum = 0;
+    const std::byte* fields = nullptr;  // num_fields slots
+    [[nodiscard]] FieldRange field(std::size_t i) const {
+      return {Load<std::uint64_t>(fields + i * kFieldSlotSize), Load<std::uint64_t>(fields + i * kFieldSlotSize + 8)};
+    }
+  };
+  // Reads and validates record `i` (shard id, key bounds, field ranges
+  // inside the shard, sample inside its shard's range).
+  [[nodiscard]] Result<Record> record(std::uint64_t i) const;
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::string where_;
+  std::uint64_t num_samples_ = 0;
+  std::uint32_t record_size_ = 0;
+  std::uint64_t records_offset_ = 0;
+  std::uint64_t keys_offset_ = 0;
+  std::uint64_t keys_size_ = 0;
+  std::uint64_t data_checksum_ = 0;
+  std::vector<std::string> field_names_;
+  std::vector<ShardEntry> shards_;
+};
+
+// Builds an index in memory. Samples must arrive grouped by shard, in shard
+// order. Field ids are assigned by first appearance and sorted by name at
+// Finish(), so output is a pure function of the input.
+class IndexBuilder {
+ public:
+  struct Field {
+    std::string_view name;
+    std::uint64_t offset;
+    std::uint64_t size;
+  };
+  // Returns the shard id.
+  std::uint32_t AddShard(std::string path);
+  // Sets the size and checksum of a shard once it is complete.
+  void SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum);
+  [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
+                                 std::span<const Field> fields);
+  [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
+  // Serialises the whole index.
+  [[nodiscard]] Result<std::vector<std::byte>> Finish() const;
+
+ private:
+  struct Sample {
+    std::uint32_t shard;
+    std::uint32_t key_len;
+    std::uint64_t key_offset;
+    std::int64_t label;
+    std::uint64_t checksum;
+    std::uint64_t first_slot;
+    std::uint32_t num_slots;
+  };
+  struct Slot {
+    std::uint32_t field_id;
+    std::uint64_t offset;
+    std::uint64_t size;
+  };
+  std::vector<ShardEntry> shards_;
+  std::vector<std::string> field_names_;  // by id
+  std::vector<Sample> samples_;
+  std::vector<Slot> slots_;
+  std::string keys_;
+};
+
+}  // namespace stoker::index_format

@@ -1,0 +1,271 @@
+// The local POSIX FileSystem: pread, buffered sequential writes, mmap.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/unique_fd.h"
+#include "stoker/file_system.h"
+
+namespace stoker {
+namespace {
+
+class PosixReadableFile final : public ReadableFile {
+ public:
+  PosixReadableFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+
+  Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
+    std::size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = ::pread(fd_.get(), out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("read '{}' at offset {}", path_, offset + done));
+      }
+      if (n == 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    return done;
+  }
+
+  Result<std::uint64_t> Size() override {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path_));
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
+// Buffers appends so that many small tar headers cost few system calls.
+class PosixWritableFile final : public WritableFile {
+ public:
+  static constexpr std::size_t kBufferSize = 1 << 20;
+
+  PosixWritableFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {
+    buffer_.reserve(kBufferSize);
+  }
+  ~PosixWritableFile() override {
+    if (fd_.valid()) (void)Close();
+  }
+
+  Status Append(std::span<const std::byte> data) override {
+    if (!fd_.valid()) return Status::Internal(fmt::format("append to closed file '{}'", path_));
+    if (buffer_.size() + data.size() > kBufferSize) {
+      STOKER_RETURN_IF_ERROR(Flush());
+      if (data.size() >= kBufferSize) return WriteAll(data);
+    }
+    buffer_.insert(buffer_.end(), data.begin(), data.end());
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    STOKER_RETURN_IF_ERROR(Flush());
+    if (::fsync(fd_.get()) != 0) return Status::FromErrno(errno, fmt::format("fsync '{}'", path_));
+    return Status::Ok();
+  }
+
+  Status Close() override {
+    if (!fd_.valid()) return Status::Ok();
+    Status flushed = Flush();
+    int fd = fd_.release();
+    if (::close(fd) != 0 && flushed.ok()) return Status::FromErrno(errno, fmt::format("close '{}'", path_));
+    return flushed;
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  Status Flush() {
+    Status s = WriteAll(buffer_);
+    buffer_.clear();
+    return s;
+  }
+  Status WriteAll(std::span<const std::byte> data) {
+    std::size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n = ::write(fd_.get(), data.data() + done, data.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("write '{}'", path_));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  std::string path_;
+  UniqueFd fd_;
+  std::vector<std::byte> buffer_;
+};
+
+class PosixMappedFile final : public MappedFile {
+ public:
+  PosixMappedFile(std::string path, void* base, std::size_t size) : path_(std::move(path)), base_(base), size_(size) {}
+  ~PosixMappedFile() override {
+    if (base_ != nullptr) ::munmap(base_, size_);
+  }
+  PosixMappedFile(const PosixMappedFile&) = delete;
+  PosixMappedFile& operator=(const PosixMappedFile&) = delete;
+
+  std::span<const std::byte> data() const override { return {static_cast<const std::byte*>(base_), size_}; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::string path_;
+  void* base_;
+  std::size_t size_;
+};
+
+FileType TypeFromMode(mode_t mode) {
+  if (S_ISREG(mode)) return FileType::kRegular;
+  if (S_ISDIR(mode)) return FileType::kDirectory;
+  if (S_ISLNK(mode)) return FileType::kSymlink;
+  return FileType::kOther;
+}
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) override {
+    STOKER_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(path));
+    return std::unique_ptr<ReadableFile>(std::make_unique<PosixReadableFile>(path, std::move(fd)));
+  }
+
+  Result<std::unique_ptr<MappedFile>> Map(const std::string& path) override {
+    STOKER_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(path));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
+    auto size = static_cast<std::size_t>(st.st_size);
+    if (size == 0) return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, nullptr, 0));
+    void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (base == MAP_FAILED) return Status::FromErrno(errno, fmt::format("mmap '{}'", path));
+    return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, base, size));
+  }
+
+  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::FromErrno(errno, fmt::format("create '{}'", path));
+    return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, UniqueFd(fd)));
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return Status::FromErrno(errno, fmt::format("rename '{}' to '{}'", from, to));
+    return Status::Ok();
+  }
+
+  Status Remove(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return Status::FromErrno(errno, fmt::format("remove '{}'", path));
+    return Status::Ok();
+  }
+
+  Status CreateDirectories(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+    if (ec) return Status::FromErrno(ec.value(), fmt::format("create directory '{}'", path));
+    return Status::Ok();
+  }
+
+  Status SyncDirectory(const std::string& path) override {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, fmt::format("open directory '{}'", path));
+    if (::fsync(fd.get()) != 0) return Status::FromErrno(errno, fmt::format("fsync directory '{}'", path));
+    return Status::Ok();
+  }
+
+  Result<std::vector<DirEntry>> ListDirectory(const std::string& path) override {
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return Status::FromErrno(errno, fmt::format("list directory '{}'", path));
+    std::vector<DirEntry> entries;
+    errno = 0;
+    while (const dirent* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st {};
+      std::string full = path + "/" + name;
+      FileType type = FileType::kOther;
+      if (::stat(full.c_str(), &st) == 0) {
+        type = TypeFromMode(st.st_mode);
+      } else if (::lstat(full.c_str(), &st) == 0) {
+        type = FileType::kSymlink;  // a dangling link
+      }
+      entries.push_back({std::move(name), type});
+      errno = 0;
+    }
+    int saved = errno;
+    ::closedir(dir);
+    if (saved != 0) return Status::FromErrno(saved, fmt::format("list directory '{}'", path));
+    return entries;
+  }
+
+  Result<FileInfo> Stat(const std::string& path) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
+    return FileInfo{TypeFromMode(st.st_mode), static_cast<std::uint64_t>(st.st_size)};
+  }
+
+ private:
+  static Result<UniqueFd> OpenRegular(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, fmt::format("open '{}' for reading", path));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
+    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
+    return fd;
+  }
+};
+
+}  // namespace
+
+FileSystem* FileSystem::Default() {
+  static PosixFileSystem* fs = new PosixFileSystem();  // never destroyed: used until exit
+  return fs;
+}
+
+Status ReadableFile::ReadExactAt(std::uint64_t offset, std::span<std::byte> out) {
+  STOKER_ASSIGN_OR_RETURN(std::size_t n, ReadAt(offset, out));
+  if (n != out.size()) {
+    return Status::Corruption(fmt::format("'{}' is shorter than expected: wanted {} bytes at offset {}, got {}",
+                                          path(), out.size(), offset, n));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path) {
+  STOKER_ASSIGN_OR_RETURN(auto file, fs.OpenForRead(path));
+  STOKER_ASSIGN_OR_RETURN(std::uint64_t size, file->Size());
+  std::vector<std::byte> data(size);
+  STOKER_ASSIGN_OR_RETURN(std::size_t n, file->ReadAt(0, data));
+  if (n != size) return Status::Corruption(fmt::format("'{}' changed size while being read", path));
+  return data;
+}
+
+Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::span<const std::byte> data) {
+  const std::string temp = path + ".tmp";
+  {
+    STOKER_ASSIGN_OR_RETURN(auto file, fs.CreateForWrite(temp));
+    Status s = file->Append(data);
+    if (s.ok()) s = file->Sync();
+    if (s.ok()) s = file->Close();
+    if (!s.ok()) {
+      (void)fs.Remove(temp);
+      return s;
+    }
+  }
+  STOKER_RETURN_IF_ERROR(fs.Rename(temp, path));
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return fs.SyncDirectory(dir.empty() ? "." : dir);
+}
+
+}  // namespace stoker

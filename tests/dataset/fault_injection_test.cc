@@ -1,0 +1,116 @@
+// Faults injected through the FileSystem seam: nothing is lost, nothing
+// half-written looks complete, and every error says what and where.
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "fault_file_system.h"
+#include "stoker/dataset.h"
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::FaultFileSystem;
+using testing::RandomBytes;
+using testing::TempDir;
+using testing::WriteFile;
+
+void MakeSource(const std::string& root) {
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 20; ++i)
+      WriteFile(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg", RandomBytes(2000, c * 50 + i));
+}
+
+std::vector<std::string> Leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().string().ends_with(".tmp")) out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(FaultInjection, DiskFullWhilePackingShards) {
+  TempDir dir;
+  MakeSource(dir / "src");
+  FaultFileSystem fs;
+  fs.disk_full_after = 50'000;
+  PackOptions options;
+  options.fs = &fs;
+  options.target_shard_bytes = 16384;
+  auto r = Pack(dir / "src", dir / "out", options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.error().message().find("shard-0000"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("No space left on device"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/index.stoker"));
+  EXPECT_TRUE(Leftovers(dir / "out").empty());
+  EXPECT_FALSE(Dataset::Open(dir / "out").ok());
+
+  // After space is freed, the same command succeeds over the leftovers.
+  options.fs = FileSystem::Default();
+  ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", dir / "out", options));
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  EXPECT_EQ(dataset->num_samples(), 60u);
+  EXPECT_TRUE(Verify(*dataset)->ok());
+}
+
+TEST(FaultInjection, DiskFullWhileWritingTheIndex) {
+  TempDir dir;
+  MakeSource(dir / "src");
+  FaultFileSystem fs;
+  fs.disk_full_for_suffix = "index.stoker.tmp";
+  PackOptions options;
+  options.fs = &fs;
+  auto r = Pack(dir / "src", dir / "out", options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.error().message().find("index.stoker.tmp"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/index.stoker"));
+  EXPECT_TRUE(Leftovers(dir / "out").empty());
+}
+
+TEST(FaultInjection, FileVanishesAfterListing) {
+  TempDir dir;
+  MakeSource(dir / "src");
+  FaultFileSystem fs;
+  fs.vanished.insert(dir / "src/class1/13.jpg");
+  PackOptions options;
+  options.fs = &fs;
+  auto r = Pack(dir / "src", dir / "out", options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.error().message().find("sample 'class1/13'"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("class1/13.jpg"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/index.stoker"));
+}
+
+TEST(FaultInjection, ShortReadOfAShardIsCorruption) {
+  TempDir dir;
+  MakeSource(dir / "src");
+  ASSERT_OK(Pack(dir / "src", dir / "out").status());
+  FaultFileSystem fs;
+  fs.short_reads_for_suffix = ".tar";
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out", &fs));
+  auto r = dataset->ReadField(5, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.error().message().find("sample 'class0/13'"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("shard-000000.tar:"), std::string::npos) << r.error().message();
+}
+
+TEST(FaultInjection, VanishedShardIsReportedByVerify) {
+  TempDir dir;
+  MakeSource(dir / "src");
+  ASSERT_OK(Pack(dir / "src", dir / "out").status());
+  FaultFileSystem fs;
+  fs.vanished.insert(dir / "out/shard-000000.tar");
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out", &fs));
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_EQ(report.problems[0].where, "shard-000000.tar");
+}
+
+}  // namespace
+}  // namespace stoker

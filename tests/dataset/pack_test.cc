@@ -1,0 +1,312 @@
+#include "stoker/pack.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "stoker/dataset.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::RandomBytes;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::Text;
+using testing::WriteFile;
+
+// classes: cat (3 images), dog (2 images, one in a sub-folder).
+void MakeImageFolder(const std::string& root) {
+  WriteFile(root + "/cat/1.jpg", RandomBytes(3000, 1));
+  WriteFile(root + "/cat/2.jpeg", RandomBytes(700, 2));
+  WriteFile(root + "/cat/img.v2.png", RandomBytes(1500, 3));
+  WriteFile(root + "/dog/a.jpg", RandomBytes(5000, 4));
+  WriteFile(root + "/dog/sub/b.JPG", RandomBytes(100, 5));
+}
+
+std::vector<std::string> Keys(const Dataset& d) {
+  std::vector<std::string> keys;
+  for (std::uint64_t i = 0; i < d.num_samples(); ++i) keys.emplace_back(d.Sample(i)->key);
+  return keys;
+}
+
+TEST(Pack, ImageFolderRoundTrip) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  ASSERT_OK_AND_ASSIGN(PackSummary summary, Pack(dir / "src", dir / "out"));
+  EXPECT_EQ(summary.samples, 5u);
+  EXPECT_EQ(summary.shards, 1u);
+  EXPECT_EQ(summary.class_names, (std::vector<std::string>{"cat", "dog"}));
+
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  EXPECT_EQ(dataset->num_samples(), 5u);
+  EXPECT_EQ(dataset->field_names(), (std::vector<std::string>{"cls", "jpeg", "jpg", "png"}));
+  EXPECT_EQ(Keys(*dataset), (std::vector<std::string>{"cat/1", "cat/2", "cat/img_v2", "dog/a", "dog/sub/b"}));
+  ASSERT_OK_AND_ASSIGN(SampleInfo s3, dataset->Sample(3));
+  EXPECT_EQ(s3.label, 1);
+  auto jpg = *dataset->FieldIndex("jpg");
+  ASSERT_OK_AND_ASSIGN(auto bytes, dataset->ReadField(3, jpg));
+  EXPECT_EQ(Text(bytes), RandomBytes(5000, 4));
+  ASSERT_OK_AND_ASSIGN(auto cls, dataset->ReadField(3, *dataset->FieldIndex("cls")));
+  EXPECT_EQ(Text(cls), "1");
+  EXPECT_EQ(dataset->ReadField(3, *dataset->FieldIndex("png")).error().code(), StatusCode::kNotFound);
+
+  ASSERT_OK_AND_ASSIGN(VerifyReport report, Verify(*dataset));
+  EXPECT_TRUE(report.ok());
+  EXPECT_EQ(report.samples_checked, 5u);
+
+  ASSERT_OK_AND_ASSIGN(DatasetSummary sum, Summarize(*dataset));
+  EXPECT_EQ(sum.label_counts.at(0), 3u);
+  EXPECT_EQ(sum.label_counts.at(1), 2u);
+  EXPECT_EQ(sum.fields[2].name, "jpg");
+  EXPECT_EQ(sum.fields[2].samples, 3u);
+  EXPECT_EQ(sum.fields[2].bytes, 3000u + 5000u + 100u);
+}
+
+TEST(Pack, DeterministicAcrossThreadCounts) {
+  TempDir dir;
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 30; ++i)
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"), RandomBytes(1000 + i * 97, c * 100 + i));
+  PackOptions one;
+  one.threads = 1;
+  one.target_shard_bytes = 20000;
+  PackOptions many = one;
+  many.threads = 7;
+  ASSERT_OK_AND_ASSIGN(auto a, Pack(dir / "src", dir / "a", one));
+  ASSERT_OK_AND_ASSIGN(auto b, Pack(dir / "src", dir / "b", many));
+  EXPECT_GT(a.shards, 5u);
+  ASSERT_EQ(a.shards, b.shards);
+  EXPECT_EQ(ReadFile(dir / "a/index.stoker"), ReadFile(dir / "b/index.stoker"));
+  for (std::uint64_t i = 0; i < a.shards; ++i) {
+    auto name = "/shard-" + std::string(6 - std::to_string(i).size(), '0') + std::to_string(i) + ".tar";
+    EXPECT_EQ(ReadFile(dir.path() + "/a" + name), ReadFile(dir.path() + "/b" + name)) << name;
+    EXPECT_LE(std::filesystem::file_size(dir.path() + "/a" + name), 20000u);
+  }
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "a"));
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  EXPECT_TRUE(report.ok());
+  EXPECT_EQ(dataset->num_samples(), 120u);
+}
+
+TEST(Pack, FlippedByteIsNamedByVerify) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  ASSERT_OK(Pack(dir / "src", dir / "out").status());
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  ASSERT_OK_AND_ASSIGN(SampleInfo victim, dataset->Sample(3));  // dog/a
+  auto loc = *victim.fields[*dataset->FieldIndex("jpg")];
+  {
+    std::fstream f(dir / "out/shard-000000.tar", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(loc.offset + 10));
+    char c = 0;
+    f.seekg(static_cast<std::streamoff>(loc.offset + 10));
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(loc.offset + 10));
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  ASSERT_FALSE(report.ok());
+  bool named = false;
+  for (const auto& p : report.problems) {
+    // The sample is named at its first member's data (its .cls, which sorts before .jpg).
+    if (p.key == "dog/a" && p.where == "shard-000000.tar:" + std::to_string(victim.fields[0]->offset) &&
+        p.message.find("sample checksum mismatch") != std::string::npos)
+      named = true;
+  }
+  std::string all;
+  for (const auto& p : report.problems) all += p.where + " " + p.key + " " + p.message + "\n";
+  EXPECT_TRUE(named) << all;
+}
+
+TEST(Pack, CorruptTarHeaderIsNamedByVerify) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  ASSERT_OK(Pack(dir / "src", dir / "out").status());
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  ASSERT_OK_AND_ASSIGN(SampleInfo victim, dataset->Sample(1));  // cat/2: cls member header first
+  std::uint64_t header = victim.fields[0]->offset - 512;
+  {
+    std::fstream f(dir / "out/shard-000000.tar", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(header + 2));
+    f.put('#');
+  }
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  ASSERT_FALSE(report.ok());
+  bool named = false;
+  for (const auto& p : report.problems)
+    if (p.key == "cat/2" && p.where == "shard-000000.tar:" + std::to_string(header)) named = true;
+  EXPECT_TRUE(named);
+}
+
+TEST(Pack, MissingAndTruncatedShards) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions options;
+  options.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", dir / "out", options));
+  ASSERT_GE(summary.shards, 3u);
+  std::filesystem::remove(dir / "out/shard-000001.tar");
+  std::filesystem::resize_file(dir / "out/shard-000002.tar", 600);
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  std::string all;
+  for (const auto& p : report.problems) all += p.where + " " + p.key + " " + p.message + "\n";
+  EXPECT_NE(all.find("shard-000001.tar"), std::string::npos) << all;
+  EXPECT_NE(all.find("No such file"), std::string::npos) << all;
+  EXPECT_NE(all.find("shard-000002.tar"), std::string::npos) << all;
+  EXPECT_NE(all.find("past the end of the shard"), std::string::npos) << all;
+  auto read = dataset->ReadField(dataset->shards()[2].first_sample, *dataset->FieldIndex("jpg"));
+  EXPECT_FALSE(read.ok());
+}
+
+TEST(Pack, BadInputsGetClearErrors) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "empty");
+  auto r = Pack(dir / "empty", dir / "out1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("no class sub-folders"), std::string::npos);
+
+  std::filesystem::create_directories(dir / "emptyclass/a");
+  WriteFile(dir / "emptyclass/b/x.jpg", "x");
+  r = Pack(dir / "emptyclass", dir / "out2");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("emptyclass/a' holds no image files"), std::string::npos) << r.error().message();
+
+  WriteFile(dir / "noext/a/README", "x");
+  r = Pack(dir / "noext", dir / "out3");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("noext/a/README' has no file extension"), std::string::npos) << r.error().message();
+
+  WriteFile(dir / "dupkey/a/x.y.jpg", "1");
+  WriteFile(dir / "dupkey/a/x_y.png", "2");
+  r = Pack(dir / "dupkey", dir / "out4");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("key 'a/x_y'"), std::string::npos) << r.error().message();
+
+  r = Pack(dir / "does-not-exist", dir / "out5");
+  ASSERT_FALSE(r.ok());
+
+  MakeImageFolder(dir / "src");
+  r = Pack(dir / "src", dir / "src/out");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("inside the source folder"), std::string::npos);
+  EXPECT_FALSE(Dataset::Open(dir / "out4").ok());
+}
+
+TEST(Pack, RefusesToOverwriteUnlessForced) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "out", small));
+  auto again = Pack(dir / "src", dir / "out");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code(), StatusCode::kAlreadyExists);
+  PackOptions force;
+  force.overwrite = true;
+  ASSERT_OK_AND_ASSIGN(auto second, Pack(dir / "src", dir / "out", force));
+  EXPECT_EQ(second.shards, 1u);
+  EXPECT_GT(first.shards, 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/shard-000001.tar"));  // stale shards removed
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  EXPECT_TRUE(Verify(*dataset)->ok());
+}
+
+TEST(Pack, UnwritableOutputFails) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  // A regular file where the output's parent folder should be: fails even for root.
+  WriteFile(dir / "blocker", "x");
+  auto r = Pack(dir / "src", dir / "blocker/out");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("blocker/out"), std::string::npos) << r.error().message();
+  if (::geteuid() != 0) {  // root ignores directory permissions
+    std::filesystem::create_directories(dir / "ro");
+    std::filesystem::permissions(dir / "ro", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    r = Pack(dir / "src", dir / "ro/out");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find("ro/out"), std::string::npos) << r.error().message();
+  }
+}
+
+TEST(Pack, FromCsvAndJsonlManifests) {
+  TempDir dir;
+  WriteFile(dir / "m/img/a.jpg", "AAAA");
+  WriteFile(dir / "m/img/b.png", "BB");
+  WriteFile(dir / "m/list.csv", "path,label,caption\nimg/a.jpg,zebra,\"striped, black\"\nimg/b.png,ant,tiny\n");
+  ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "m/list.csv", dir / "out"));
+  EXPECT_EQ(summary.class_names, (std::vector<std::string>{"ant", "zebra"}));
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out/index.stoker"));
+  EXPECT_EQ(dataset->field_names(), (std::vector<std::string>{"caption", "cls", "jpg", "png"}));
+  ASSERT_OK_AND_ASSIGN(auto s0, dataset->Sample(0));
+  EXPECT_EQ(s0.key, "img/a");
+  EXPECT_EQ(s0.label, 1);
+  EXPECT_EQ(Text(*dataset->ReadField(0, 0)), "striped, black");
+
+  WriteFile(dir / "m/list.jsonl", "{\"path\": \"img/a.jpg\", \"label\": 5, \"key\": \"first\"}\n{\"path\": \"img/b.png\"}\n");
+  ASSERT_OK(Pack(dir / "m/list.jsonl", dir / "out2").status());
+  ASSERT_OK_AND_ASSIGN(auto d2, Dataset::Open(dir / "out2"));
+  EXPECT_EQ(d2->Sample(0)->key, "first");
+  EXPECT_EQ(d2->Sample(0)->label, 5);
+  EXPECT_EQ(d2->Sample(1)->label, kNoLabel);
+
+  WriteFile(dir / "m/missing.csv", "path,label\nimg/a.jpg,1\nimg/gone.jpg,2\n");
+  auto r = Pack(dir / "m/missing.csv", dir / "out3");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.error().message().find("img/gone.jpg"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(std::filesystem::exists(dir / "out3/index.stoker"));
+}
+
+TEST(Pack, RepacksTarShardsAndIndexesThem) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
+  ASSERT_GE(first.shards, 3u);
+  std::string pattern = dir / ("a/shard-{000000..00000" + std::to_string(first.shards - 1) + "}.tar");
+  ASSERT_OK_AND_ASSIGN(auto repacked, Pack(pattern, dir / "b"));
+  EXPECT_EQ(repacked.samples, 5u);
+  EXPECT_EQ(repacked.shards, 1u);
+  ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
+  ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
+  EXPECT_EQ(Keys(*a), Keys(*b));
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(a->Sample(i)->checksum, b->Sample(i)->checksum);
+    EXPECT_EQ(a->Sample(i)->label, b->Sample(i)->label);
+  }
+
+  // Indexing the shards in place gives the same records as pack wrote.
+  IndexOptions options;
+  options.output = dir / "reindex.stoker";
+  ASSERT_OK_AND_ASSIGN(auto indexed, IndexShards({pattern}, options));
+  EXPECT_EQ(indexed.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto c, Dataset::Open(dir / "reindex.stoker"));
+  EXPECT_EQ(Keys(*a), Keys(*c));
+  EXPECT_EQ(c->shards()[0].path, "a/shard-000000.tar");
+  for (std::uint64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(a->Sample(i)->checksum, c->Sample(i)->checksum);
+    EXPECT_EQ(a->Sample(i)->fields, c->Sample(i)->fields);
+  }
+  EXPECT_TRUE(Verify(*c)->ok());
+  EXPECT_EQ(IndexShards({pattern}, options).error().code(), StatusCode::kAlreadyExists);
+}
+
+TEST(Dataset, OpenErrorsAreClear) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "plain");
+  auto r = Dataset::Open(dir / "plain");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("has no index.stoker"), std::string::npos);
+  WriteFile(dir / "foreign.stoker", std::string(4096, 'x'));
+  r = Dataset::Open(dir / "foreign.stoker");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(r.error().message().find("foreign.stoker: not a valid stoker index"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker

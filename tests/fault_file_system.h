@@ -1,0 +1,83 @@
+// A FileSystem that passes through to the real one but injects faults:
+// a full disk after N bytes, files that vanish, reads that come up short.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <set>
+#include <string>
+
+#include "stoker/file_system.h"
+
+namespace stoker::testing {
+
+class FaultFileSystem : public FileSystem {
+ public:
+  // Writes fail with ENOSPC once this many bytes have been written in total.
+  std::atomic<std::uint64_t> disk_full_after{UINT64_MAX};
+  // Writes to files whose path ends with this fail with ENOSPC (empty: none).
+  std::string disk_full_for_suffix;
+  // Opening these paths fails with ENOENT, as if deleted after listing.
+  std::set<std::string> vanished;
+  // Reads of paths ending with this return half the bytes asked for.
+  std::string short_reads_for_suffix;
+
+  Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) override {
+    if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
+    STOKER_ASSIGN_OR_RETURN(auto file, base_->OpenForRead(path));
+    if (!short_reads_for_suffix.empty() && path.ends_with(short_reads_for_suffix))
+      return std::unique_ptr<ReadableFile>(std::make_unique<ShortReader>(std::move(file)));
+    return file;
+  }
+  Result<std::unique_ptr<MappedFile>> Map(const std::string& path) override {
+    if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
+    return base_->Map(path);
+  }
+  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
+    STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateForWrite(path));
+    return std::unique_ptr<WritableFile>(std::make_unique<FaultyWriter>(std::move(file), *this));
+  }
+  Status Rename(const std::string& from, const std::string& to) override { return base_->Rename(from, to); }
+  Status Remove(const std::string& path) override { return base_->Remove(path); }
+  Status CreateDirectories(const std::string& path) override { return base_->CreateDirectories(path); }
+  Status SyncDirectory(const std::string& path) override { return base_->SyncDirectory(path); }
+  Result<std::vector<DirEntry>> ListDirectory(const std::string& path) override { return base_->ListDirectory(path); }
+  Result<FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
+
+ private:
+  class FaultyWriter : public WritableFile {
+   public:
+    FaultyWriter(std::unique_ptr<WritableFile> inner, FaultFileSystem& fs) : inner_(std::move(inner)), fs_(fs) {}
+    Status Append(std::span<const std::byte> data) override {
+      bool suffix_full = !fs_.disk_full_for_suffix.empty() && path().ends_with(fs_.disk_full_for_suffix);
+      if (suffix_full || fs_.written_.fetch_add(data.size()) + data.size() > fs_.disk_full_after)
+        return Status::FromErrno(ENOSPC, "write '" + path() + "'");
+      return inner_->Append(data);
+    }
+    Status Sync() override { return inner_->Sync(); }
+    Status Close() override { return inner_->Close(); }
+    const std::string& path() const override { return inner_->path(); }
+
+   private:
+    std::unique_ptr<WritableFile> inner_;
+    FaultFileSystem& fs_;
+  };
+
+  class ShortReader : public ReadableFile {
+   public:
+    explicit ShortReader(std::unique_ptr<ReadableFile> inner) : inner_(std::move(inner)) {}
+    Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
+      return inner_->ReadAt(offset, out.first(out.size() / 2));
+    }
+    Result<std::uint64_t> Size() override { return inner_->Size(); }
+    const std::string& path() const override { return inner_->path(); }
+
+   private:
+    std::unique_ptr<ReadableFile> inner_;
+  };
+
+  FileSystem* base_ = FileSystem::Default();
+  std::atomic<std::uint64_t> written_{0};
+};
+
+}  // namespace stoker::testing

@@ -1,0 +1,109 @@
+#include "format/index_format.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace stoker::index_format {
+namespace {
+
+std::vector<std::byte> SmallIndex() {
+  IndexBuilder b;
+  auto s0 = b.AddShard("shard-000000.tar");
+  std::vector<IndexBuilder::Field> f1 = {{"jpg", 512, 100}, {"cls", 1536, 1}};
+  EXPECT_TRUE(b.AddSample(s0, "a/one", 3, 0x1111, f1).ok());
+  std::vector<IndexBuilder::Field> f2 = {{"jpg", 2560, 50}};
+  EXPECT_TRUE(b.AddSample(s0, "a/two", kNoLabel, 0x2222, f2).ok());
+  b.SetShardContents(s0, 4096, 0xabcd);
+  auto s1 = b.AddShard("shard-000001.tar");
+  std::vector<IndexBuilder::Field> f3 = {{"cls", 512, 1}, {"seg.png", 1536, 10}};
+  EXPECT_TRUE(b.AddSample(s1, "b/three", 0, 0x3333, f3).ok());
+  b.SetShardContents(s1, 3072, 0xef);
+  auto bytes = b.Finish();
+  EXPECT_TRUE(bytes.ok());
+  return *bytes;
+}
+
+TEST(IndexFormat, RoundTrips) {
+  auto bytes = SmallIndex();
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "idx"));
+  EXPECT_EQ(view.num_samples(), 3u);
+  EXPECT_EQ(view.field_names(), (std::vector<std::string>{"cls", "jpg", "seg.png"}));  // sorted
+  ASSERT_EQ(view.shards().size(), 2u);
+  EXPECT_EQ(view.shards()[0].path, "shard-000000.tar");
+  EXPECT_EQ(view.shards()[0].size, 4096u);
+  EXPECT_EQ(view.shards()[0].checksum, 0xabcdu);
+  EXPECT_EQ(view.shards()[1].first_sample, 2u);
+  ASSERT_OK_AND_ASSIGN(auto r0, view.record(0));
+  EXPECT_EQ(r0.key, "a/one");
+  EXPECT_EQ(r0.label, 3);
+  EXPECT_EQ(r0.checksum, 0x1111u);
+  EXPECT_EQ(r0.field(0).offset, 1536u);  // cls
+  EXPECT_EQ(r0.field(1).size, 100u);     // jpg
+  EXPECT_FALSE(r0.field(2).present());
+  ASSERT_OK_AND_ASSIGN(auto r1, view.record(1));
+  EXPECT_EQ(r1.label, kNoLabel);
+  EXPECT_FALSE(r1.field(0).present());
+  ASSERT_OK_AND_ASSIGN(auto r2, view.record(2));
+  EXPECT_EQ(r2.shard, 1u);
+  EXPECT_EQ(r2.key, "b/three");
+  EXPECT_FALSE(view.record(3).ok());
+}
+
+TEST(IndexFormat, IsDeterministic) { EXPECT_EQ(SmallIndex(), SmallIndex()); }
+
+TEST(IndexFormat, RejectsForeignAndDamagedFiles) {
+  auto bytes = SmallIndex();
+  std::string foreign = "this is not an index, just some text that is long enough to fill a whole header block......"
+                        "..........................................";
+  EXPECT_EQ(IndexView::Open(stoker::testing::Bytes(foreign), "f").error().code(), StatusCode::kCorruption);
+  EXPECT_FALSE(IndexView::Open(std::span(bytes).first(100), "short").ok());
+  EXPECT_FALSE(IndexView::Open(std::span(bytes).first(bytes.size() - 1), "cut").ok());
+  // Any flipped byte in the header and tables is caught by Open.
+  auto meta_end = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);
+  for (std::size_t i = 0; i < meta_end; ++i) {
+    auto damaged = bytes;
+    damaged[i] ^= std::byte{0x01};
+    EXPECT_FALSE(IndexView::Open(damaged, "d").ok()) << "flip at byte " << i;
+  }
+  // A newer version is reported as such.
+  auto future = bytes;
+  future[header::kVersionOff] = std::byte{9};
+  EXPECT_EQ(IndexView::Open(future, "v").error().code(), StatusCode::kUnimplemented);
+}
+
+TEST(IndexFormat, ValidatesRecords) {
+  auto bytes = SmallIndex();
+  auto records = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);
+  auto damaged = bytes;
+  damaged[records] = std::byte{7};  // shard id of sample 0
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(damaged, "idx"));
+  auto r = view.record(0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("shard id out of range"), std::string::npos);
+  // A field range past the shard's end.
+  damaged = bytes;
+  damaged[records + kRecordBaseSize + kFieldSlotSize + 8 + 3] = std::byte{1};  // jpg size of sample 0 += 16 MiB
+  ASSERT_OK_AND_ASSIGN(IndexView view2, IndexView::Open(damaged, "idx"));
+  EXPECT_FALSE(view2.record(0).ok());
+}
+
+TEST(IndexFormat, BuilderRejectsDuplicateFieldsAndDisorder) {
+  IndexBuilder b;
+  auto s = b.AddShard("x.tar");
+  std::vector<IndexBuilder::Field> dup = {{"jpg", 0, 1}, {"jpg", 2, 1}};
+  EXPECT_FALSE(b.AddSample(s, "k", 0, 0, dup).ok());
+  b.AddShard("y.tar");
+  std::vector<IndexBuilder::Field> one = {{"jpg", 0, 1}};
+  EXPECT_EQ(b.AddSample(s, "k", 0, 0, one).code(), StatusCode::kInternal);
+}
+
+TEST(IndexFormat, EmptyIndex) {
+  IndexBuilder b;
+  ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "e"));
+  EXPECT_EQ(view.num_samples(), 0u);
+}
+
+}  // namespace
+}  // namespace stoker::index_format

@@ -1,0 +1,96 @@
+#include "format/webdataset.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace stoker::wds {
+namespace {
+
+TEST(WebDataset, SplitsAtFirstDotOfLastComponent) {
+  auto s = SplitMemberName("a/b.seg.png");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->key, "a/b");
+  EXPECT_EQ(s->field, "seg.png");
+  s = SplitMemberName("dir.v2/img.JPG");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->key, "dir.v2/img");
+  EXPECT_EQ(s->field, "jpg");
+  EXPECT_FALSE(SplitMemberName("README"));
+  EXPECT_FALSE(SplitMemberName("a/.hidden"));
+  EXPECT_FALSE(SplitMemberName("a.b/noext"));
+}
+
+TEST(WebDataset, MetaMembers) {
+  EXPECT_TRUE(IsMetaMember("__index__"));
+  EXPECT_FALSE(IsMetaMember("a/__index__"));
+  EXPECT_FALSE(IsMetaMember("__x.jpg"));
+}
+
+TEST(WebDataset, ParsesLabels) {
+  EXPECT_EQ(ParseLabel("42"), 42);
+  EXPECT_EQ(ParseLabel(" 7\n"), 7);
+  EXPECT_EQ(ParseLabel("-3"), -3);
+  EXPECT_FALSE(ParseLabel("cat"));
+  EXPECT_FALSE(ParseLabel(""));
+  EXPECT_FALSE(ParseLabel("1 2"));
+}
+
+TEST(WebDataset, ExpandsBraces) {
+  auto r = ExpandBraces("data-{000008..000011}.tar");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, (std::vector<std::string>{"data-000008.tar", "data-000009.tar", "data-000010.tar", "data-000011.tar"}));
+  r = ExpandBraces("{a,b}/x-{1..2}.tar");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, (std::vector<std::string>{"a/x-1.tar", "a/x-2.tar", "b/x-1.tar", "b/x-2.tar"}));
+  EXPECT_EQ(*ExpandBraces("plain.tar"), std::vector<std::string>{"plain.tar"});
+  EXPECT_FALSE(ExpandBraces("x-{1..").ok());
+  EXPECT_FALSE(ExpandBraces("x-{5..1}").ok());
+  EXPECT_FALSE(ExpandBraces("x-{a..b}").ok());
+  EXPECT_FALSE(ExpandBraces("x}").ok());
+}
+
+std::string Archive(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::string out;
+  for (const auto& [name, data] : files) {
+    EXPECT_TRUE(tar::AppendFileHeader(out, name, data.size()).ok());
+    out += data;
+    out.append(tar::PaddingAfter(data.size()), '\0');
+  }
+  out.append(tar::kEndOfArchiveSize, '\0');
+  return out;
+}
+
+TEST(WebDataset, GroupsAdjacentMembersIntoSamples) {
+  std::string archive =
+      Archive({{"__meta__", "m"}, {"x/a.jpg", "A"}, {"x/a.cls", "1"}, {"x/b.seg.png", "S"}, {"x/b.jpg", "B"}, {"x/a.txt", "again"}});
+  std::vector<TarSample> samples;
+  std::uint64_t skipped = 0;
+  ASSERT_OK(ForEachSample(stoker::testing::Bytes(archive), "t.tar",
+                          [&](const TarSample& s) {
+                            samples.push_back(s);
+                            return Status::Ok();
+                          },
+                          &skipped));
+  EXPECT_EQ(skipped, 1u);
+  ASSERT_EQ(samples.size(), 3u);  // x/a appears again after x/b: a new sample, as in WebDataset
+  EXPECT_EQ(samples[0].key, "x/a");
+  ASSERT_EQ(samples[0].fields.size(), 2u);
+  EXPECT_EQ(samples[0].fields[1].name, "cls");
+  EXPECT_EQ(samples[1].fields[0].name, "seg.png");
+  EXPECT_EQ(samples[2].key, "x/a");
+}
+
+TEST(WebDataset, RejectsDuplicateFieldAndMissingExtension) {
+  auto run = [](const std::string& archive) {
+    return ForEachSample(stoker::testing::Bytes(archive), "t.tar", [](const TarSample&) { return Status::Ok(); }, nullptr);
+  };
+  Status dup = run(Archive({{"k.jpg", "1"}, {"k.JPG", "2"}}));
+  EXPECT_EQ(dup.code(), StatusCode::kCorruption);
+  EXPECT_NE(dup.message().find("t.tar:1024: sample 'k' has field 'jpg' twice"), std::string::npos) << dup.message();
+  Status noext = run(Archive({{"k.jpg", "1"}, {"dir/README", "2"}}));
+  EXPECT_NE(noext.message().find("t.tar:1024: member 'dir/README' has no extension"), std::string::npos) << noext.message();
+}
+
+}  // namespace
+}  // namespace stoker::wds

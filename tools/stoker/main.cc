@@ -1,0 +1,198 @@
+// The `stoker` command line: pack, index, inspect, verify.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/byte_size.h"
+#include "core/progress.h"
+#include "stoker/dataset.h"
+#include "stoker/pack.h"
+
+namespace {
+
+using stoker::Status;
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;  // bad input, failed operation, or a dataset that fails verification
+
+int Fail(const Status& status) {
+  fmt::print(stderr, "stoker: error: {}\n", status.ToString());
+  return kExitError;
+}
+
+int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
+            bool force) {
+  auto target = stoker::ParseByteSize(shard_size);
+  if (!target.ok()) return Fail(target.error().WithContext("--shard-size"));
+  stoker::PackOptions options;
+  options.target_shard_bytes = *target;
+  options.threads = threads;
+  options.overwrite = force;
+  std::optional<stoker::ProgressBar> bar;
+  options.on_progress = [&](const stoker::PackProgress& p) {
+    if (!bar) bar.emplace("pack", "samples", p.samples_total);
+    bar->Update(p.samples_done, p.bytes_done);
+  };
+  auto summary = stoker::Pack(source, out, options);
+  if (bar) bar->Finish();
+  if (!summary.ok()) return Fail(summary.error());
+  for (const auto& w : summary->warnings) fmt::print(stderr, "stoker: warning: {}\n", w);
+  fmt::print("packed {} samples into {} shards ({}; payload {}) in {}\n", summary->samples, summary->shards,
+             stoker::FormatBytes(summary->shard_bytes), stoker::FormatBytes(summary->payload_bytes), out);
+  if (!summary->class_names.empty()) fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
+  fmt::print("index: {}\n", summary->index_path);
+  return kExitOk;
+}
+
+int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force) {
+  stoker::IndexOptions options;
+  options.output = output;
+  options.overwrite = force;
+  std::optional<stoker::ProgressBar> bar;
+  options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
+    if (!bar) bar.emplace("index", "shards", total);
+    bar->Update(done, 0);
+  };
+  auto summary = stoker::IndexShards(shards, options);
+  if (bar) bar->Finish();
+  if (!summary.ok()) return Fail(summary.error());
+  fmt::print("indexed {} samples in {} shards ({})", summary->samples, summary->shards,
+             stoker::FormatBytes(summary->shard_bytes));
+  if (summary->skipped_members) fmt::print("; skipped {} non-file or __*__ members as WebDataset does", summary->skipped_members);
+  fmt::print("\nindex: {}\n", summary->index_path);
+  return kExitOk;
+}
+
+int RunInspect(const std::string& path, bool json) {
+  auto dataset = stoker::Dataset::Open(path);
+  if (!dataset.ok()) return Fail(dataset.error());
+  auto summary = stoker::Summarize(**dataset);
+  if (!summary.ok()) return Fail(summary.error());
+  const auto& s = *summary;
+  if (json) {
+    nlohmann::json out;
+    out["index"] = (*dataset)->index_path();
+    out["samples"] = s.num_samples;
+    out["shards"] = s.num_shards;
+    out["shard_bytes"] = s.shard_bytes;
+    out["field_names"] = (*dataset)->field_names();
+    out["fields"] = nlohmann::json::array();
+    for (const auto& f : s.fields) out["fields"].push_back({{"name", f.name}, {"samples", f.samples}, {"bytes", f.bytes}});
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
+    out["labels"] = labels;
+    out["num_classes"] = s.label_counts.size();
+    out["unlabelled"] = s.unlabelled;
+    out["shard_list"] = nlohmann::json::array();
+    for (const auto& shard : (*dataset)->shards())
+      out["shard_list"].push_back({{"path", shard.path}, {"bytes", shard.size}, {"samples", shard.num_samples}});
+    fmt::print("{}\n", out.dump(2));
+    return kExitOk;
+  }
+  fmt::print("dataset  {}\n", (*dataset)->index_path());
+  fmt::print("samples  {}\n", s.num_samples);
+  fmt::print("shards   {} ({})\n", s.num_shards, stoker::FormatBytes(s.shard_bytes));
+  fmt::print("fields\n");
+  for (const auto& f : s.fields)
+    fmt::print("  {:<16} {:>10} samples  {:>10}\n", f.name, f.samples, stoker::FormatBytes(f.bytes));
+  if (s.label_counts.empty()) {
+    fmt::print("labels   none\n");
+  } else {
+    std::uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& [label, count] : s.label_counts) {
+      lo = std::min(lo, count);
+      hi = std::max(hi, count);
+    }
+    fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi, s.unlabelled);
+    std::size_t shown = 0;
+    for (const auto& [label, count] : s.label_counts) {
+      if (shown++ == 20) {
+        fmt::print("  ... ({} more; --json lists all)\n", s.label_counts.size() - 20);
+        break;
+      }
+      fmt::print("  {:>6}: {:>8} {}\n", label, count, std::string(std::max<std::uint64_t>(1, count * 40 / hi), '#'));
+    }
+  }
+  return kExitOk;
+}
+
+int RunVerify(const std::string& path, bool json) {
+  auto dataset = stoker::Dataset::Open(path);
+  if (!dataset.ok()) return Fail(dataset.error());
+  std::optional<stoker::ProgressBar> bar;
+  stoker::VerifyOptions options;
+  options.on_progress = [&](std::uint64_t shards, std::uint64_t bytes) {
+    if (!bar) bar.emplace("verify", "shards", (*dataset)->shards().size());
+    bar->Update(shards, bytes);
+  };
+  auto report = stoker::Verify(**dataset, options);
+  if (bar) bar->Finish();
+  if (!report.ok()) return Fail(report.error());
+  if (json) {
+    nlohmann::json out;
+    out["ok"] = report->ok();
+    out["samples_checked"] = report->samples_checked;
+    out["shards_checked"] = report->shards_checked;
+    out["bytes_checked"] = report->bytes_checked;
+    out["problems"] = nlohmann::json::array();
+    for (const auto& p : report->problems) out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
+    fmt::print("{}\n", out.dump(2));
+  } else {
+    for (const auto& p : report->problems) {
+      if (p.key.empty()) fmt::print(stderr, "CORRUPT {}: {}\n", p.where, p.message);
+      else fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", p.where, p.key, p.message);
+    }
+    fmt::print("{}: checked {} samples in {} shards ({}): {}\n", (*dataset)->index_path(), report->samples_checked,
+               report->shards_checked, stoker::FormatBytes(report->bytes_checked),
+               report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
+  }
+  return report->ok() ? kExitOk : kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stoker: keep deep-learning GPUs busy. Packs small files into indexed WebDataset shards."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "stoker 0.1.0");
+
+  std::string source, out, shard_size = "64MiB", index_output, dataset;
+  unsigned threads = 0;
+  bool force = false, json = false;
+  std::vector<std::string> shards;
+
+  auto* pack = app.add_subcommand("pack", "Pack an ImageFolder tree, a CSV/JSONL manifest or tar shards into indexed shards");
+  pack->add_option("SRC", source, "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed)")->required();
+  pack->add_option("OUT", out, "Output folder for shard-NNNNNN.tar and index.stoker")->required();
+  pack->add_option("--shard-size", shard_size, "Target shard size, e.g. 64MiB, 1GB")->capture_default_str();
+  pack->add_option("--threads", threads, "Reader threads (default: automatic)");
+  pack->add_flag("--force", force, "Replace a dataset already in OUT");
+
+  auto* index = app.add_subcommand("index", "Build the index for existing WebDataset shards");
+  index->add_option("SHARDS", shards, "Shard files or brace patterns such as data-{000000..000099}.tar")->required();
+  index->add_option("-o,--output", index_output, "Index file to write (default: index.stoker beside the first shard)");
+  index->add_flag("--force", force, "Replace an existing index");
+
+  auto* inspect = app.add_subcommand("inspect", "Summarise a dataset: samples, shards, fields, bytes, labels");
+  inspect->add_option("DATASET", dataset, "Dataset folder or index file")->required();
+  inspect->add_flag("--json", json, "Print a machine-readable summary");
+
+  auto* verify = app.add_subcommand("verify", "Check every checksum; name each corrupt sample");
+  verify->add_option("DATASET", dataset, "Dataset folder or index file")->required();
+  verify->add_flag("--json", json, "Print the report as JSON");
+
+  CLI11_PARSE(app, argc, argv);
+  if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
+  if (index->parsed()) return RunIndex(shards, index_output, force);
+  if (inspect->parsed()) return RunInspect(dataset, json);
+  if (verify->parsed()) return RunVerify(dataset, json);
+  return kExitError;
+}
