@@ -8,20 +8,38 @@
 
 namespace stoker::wds {
 
+// Implements WebDataset's base_plus_ext, the regular expression
+// ^((?:.*/|)[^.]+)[.]([^/]*)$, without a regex engine: the '.' that splits key
+// from field lies after the last '/', and the key must end in a run of
+// non-dot characters that starts the name or follows a '/'.
 std::optional<KeyAndField> SplitMemberName(std::string_view path) {
-  std::size_t last_slash = path.rfind('/');
-  std::size_t base_start = last_slash == std::string_view::npos ? 0 : last_slash + 1;
-  std::size_t dot = path.find('.', base_start);
-  if (dot == std::string_view::npos || dot == base_start) return std::nullopt;
-  KeyAndField out{std::string(path.substr(0, dot)), std::string(path.substr(dot + 1))};
+  const std::size_t last_slash = path.rfind('/');
+  const std::size_t base = last_slash == std::string_view::npos ? 0 : last_slash + 1;
+  const std::size_t dot = path.find('.', base);
+  if (dot == std::string_view::npos) return std::nullopt;
+  std::size_t key_end = dot;
+  if (dot == base) {
+    // A name like "dir/.hidden.jpg": the regex backtracks and takes "dir/"
+    // as the key, provided the last directory component has no '.'.
+    if (base == 0) return std::nullopt;
+    std::size_t prev_slash = path.rfind('/', base >= 2 ? base - 2 : std::string_view::npos);
+    if (base == 1) prev_slash = std::string_view::npos;
+    std::string_view last_dir = path.substr(prev_slash == std::string_view::npos ? 0 : prev_slash + 1,
+                                            base - (prev_slash == std::string_view::npos ? 0 : prev_slash + 1));
+    if (last_dir.find('.') != std::string_view::npos) return std::nullopt;
+    key_end = base;
+  }
+  KeyAndField out{std::string(path.substr(0, key_end)), std::string(path.substr(dot + 1))};
   std::transform(out.field.begin(), out.field.end(), out.field.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
+// WebDataset skips members matching __[^/]*__($|/): a first path component
+// named __*__.
 bool IsMetaMember(std::string_view path) {
-  return path.find('/') == std::string_view::npos && path.size() >= 4 && path.starts_with("__") &&
-         path.ends_with("__");
+  std::string_view first = path.substr(0, path.find('/'));
+  return first.size() >= 4 && first.starts_with("__") && first.ends_with("__");
 }
 
 std::optional<std::int64_t> ParseLabel(std::string_view text) {

@@ -17,12 +17,13 @@ struct KeyAndField {
   std::string field;  // the rest, lower-cased as WebDataset does by default
 };
 
-// Splits a member path by WebDataset's rule: `a/b.seg.png` -> {"a/b",
-// "seg.png"}. Returns nullopt when the last component has no '.' or nothing
-// before it (WebDataset cannot group such a member into a sample).
+// Splits a member path exactly as WebDataset's base_plus_ext does:
+// `a/b.seg.png` -> {"a/b", "seg.png"}. Returns nullopt where WebDataset finds
+// no key (no '.' in the last component), so the member belongs to no sample.
 [[nodiscard]] std::optional<KeyAndField> SplitMemberName(std::string_view path);
 
-// WebDataset skips top-level members named `__*__` (e.g. `__index__`).
+// WebDataset skips members whose first path component is `__*__`
+// (e.g. `__index__`, `__meta__/info.json`).
 [[nodiscard]] bool IsMetaMember(std::string_view path);
 
 // Parses a `.cls` payload: ASCII decimal, surrounding whitespace allowed.

@@ -17,13 +17,28 @@ TEST(WebDataset, SplitsAtFirstDotOfLastComponent) {
   EXPECT_EQ(s->key, "dir.v2/img");
   EXPECT_EQ(s->field, "jpg");
   EXPECT_FALSE(SplitMemberName("README"));
-  EXPECT_FALSE(SplitMemberName("a/.hidden"));
   EXPECT_FALSE(SplitMemberName("a.b/noext"));
+  EXPECT_FALSE(SplitMemberName(".hidden"));
+  // As Python's re.match(r"^((?:.*/|)[^.]+)[.]([^/]*)$") gives:
+  s = SplitMemberName("a/.hidden.jpg");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->key, "a/");
+  EXPECT_EQ(s->field, "hidden.jpg");
+  EXPECT_FALSE(SplitMemberName("a.b/.hidden"));
+  EXPECT_FALSE(SplitMemberName("x/y.z/.w.q"));
+  EXPECT_EQ(SplitMemberName("a//.x")->key, "a//");
+  EXPECT_EQ(SplitMemberName("/.x.jpg")->key, "/");
+  s = SplitMemberName("./x.tar.gz");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->key, "./x");
+  EXPECT_EQ(s->field, "tar.gz");
 }
 
 TEST(WebDataset, MetaMembers) {
   EXPECT_TRUE(IsMetaMember("__index__"));
+  EXPECT_TRUE(IsMetaMember("__meta__/info.json"));
   EXPECT_FALSE(IsMetaMember("a/__index__"));
+  EXPECT_FALSE(IsMetaMember("__x"));
   EXPECT_FALSE(IsMetaMember("__x.jpg"));
 }
 

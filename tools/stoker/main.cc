@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/byte_size.h"
@@ -157,6 +158,36 @@ int RunVerify(const std::string& path, bool json) {
   return report->ok() ? kExitOk : kExitError;
 }
 
+// One line per sample: key, shard:offset, label, fields (or JSON Lines).
+int RunList(const std::string& path, bool json) {
+  auto dataset = stoker::Dataset::Open(path);
+  if (!dataset.ok()) return Fail(dataset.error());
+  const auto& d = **dataset;
+  for (std::uint64_t i = 0; i < d.num_samples(); ++i) {
+    auto info = d.Sample(i);
+    if (!info.ok()) return Fail(info.error());
+    std::vector<std::string> fields;
+    std::uint64_t first = UINT64_MAX;
+    nlohmann::json field_json = nlohmann::json::object();
+    for (std::size_t f = 0; f < info->fields.size(); ++f) {
+      if (!info->fields[f]) continue;
+      fields.push_back(d.field_names()[f]);
+      first = std::min(first, info->fields[f]->offset);
+      field_json[d.field_names()[f]] = {{"offset", info->fields[f]->offset}, {"size", info->fields[f]->size}};
+    }
+    const std::string& shard = d.shards()[info->shard].path;
+    if (json) {
+      nlohmann::json line = {{"index", i}, {"key", info->key}, {"shard", shard}, {"fields", field_json}};
+      line["label"] = info->label == stoker::kNoLabel ? nlohmann::json() : nlohmann::json(info->label);
+      fmt::print("{}\n", line.dump());
+    } else {
+      std::string label = info->label == stoker::kNoLabel ? "-" : std::to_string(info->label);
+      fmt::print("{}\t{}:{}\t{}\t{}\n", info->key, shard, first, label, fmt::join(fields, ","));
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,10 +220,15 @@ int main(int argc, char** argv) {
   verify->add_option("DATASET", dataset, "Dataset folder or index file")->required();
   verify->add_flag("--json", json, "Print the report as JSON");
 
+  auto* list = app.add_subcommand("ls", "List every sample: key, shard:offset, label, fields");
+  list->add_option("DATASET", dataset, "Dataset folder or index file")->required();
+  list->add_flag("--json", json, "One JSON object per sample (JSON Lines)");
+
   CLI11_PARSE(app, argc, argv);
   if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, json);
   if (verify->parsed()) return RunVerify(dataset, json);
+  if (list->parsed()) return RunList(dataset, json);
   return kExitError;
 }
