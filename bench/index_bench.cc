@@ -41,8 +41,8 @@ void Build(const std::string& path, std::uint64_t samples) {
       offset = 0;
     }
     std::string key = fmt::format("n{:08}/{:08}", i % 1000, i);
-    std::vector<stoker::index_format::IndexBuilder::Field> fields = {
-        {"cls", offset + 512, 3}, {"jpg", offset + 1536, 100'000}};
+    std::vector<stoker::index_format::IndexBuilder::Field> fields = {{"cls", offset + 512, 3},
+                                                                     {"jpg", offset + 1536, 100'000}};
     offset += 1536 + 100'352;
     if (!builder.AddSample(shard, key, static_cast<std::int64_t>(i % 1000), i * 2654435761u, fields).ok()) Die("add");
   }
@@ -66,10 +66,14 @@ int main(int argc, char** argv) {
   int repeat = 5;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--samples" && i + 1 < argc) samples = std::stoull(argv[++i]);
-    else if (a == "--path" && i + 1 < argc) path = argv[++i];
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
-    else Die("usage: stoker_index_bench [--samples N] [--path FILE] [--repeat N]");
+    if (a == "--samples" && i + 1 < argc)
+      samples = std::stoull(argv[++i]);
+    else if (a == "--path" && i + 1 < argc)
+      path = argv[++i];
+    else if (a == "--repeat" && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[++i]));
+    else
+      Die("usage: stoker_index_bench [--samples N] [--path FILE] [--repeat N]");
   }
   auto existing = stoker::Dataset::Open(path);
   if (!existing.ok() || (*existing)->num_samples() != samples) {
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
     Build(path, samples);
     fmt::print(stderr, "built in {:.1f} s\n", std::chrono::duration<double>(Clock::now() - start).count());
   }
-  fmt::print("index: {} samples, {:.1f} MB on disk\n", samples, static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+  fmt::print("index: {} samples, {:.1f} MB on disk\n", samples,
+             static_cast<double>(std::filesystem::file_size(path)) / 1e6);
   for (bool cold : {true, false}) {
     std::vector<double> open_ms, first_ms;
     for (int r = 0; r < repeat; ++r) {

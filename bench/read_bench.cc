@@ -52,13 +52,15 @@ void Evict(const std::vector<std::string>& paths) {
   }
 }
 
-std::uint64_t ReadFully(int fd, std::uint64_t offset, std::uint64_t size, std::vector<char>& buffer, const std::string& what) {
+std::uint64_t ReadFully(int fd, std::uint64_t offset, std::uint64_t size, std::vector<char>& buffer,
+                        const std::string& what) {
   if (buffer.size() < size) buffer.resize(size);
   std::uint64_t done = 0;
   while (done < size) {
     ssize_t n = ::pread(fd, buffer.data() + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) Die(fmt::format("read '{}' at {}: {}", what, offset + done, n == 0 ? "unexpected end" : std::strerror(errno)));
+    if (n <= 0)
+      Die(fmt::format("read '{}' at {}: {}", what, offset + done, n == 0 ? "unexpected end" : std::strerror(errno)));
     done += static_cast<std::uint64_t>(n);
   }
   return done;
@@ -129,13 +131,19 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--loose" && i + 1 < argc) loose_dir = argv[++i];
-    else if (a == "--packed" && i + 1 < argc) packed = argv[++i];
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--json") json = true;
-    else Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+    if (a == "--loose" && i + 1 < argc)
+      loose_dir = argv[++i];
+    else if (a == "--packed" && i + 1 < argc)
+      packed = argv[++i];
+    else if (a == "--repeat" && i + 1 < argc)
+      repeat = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json")
+      json = true;
+    else
+      Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
   }
-  if (loose_dir.empty() || packed.empty()) Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+  if (loose_dir.empty() || packed.empty())
+    Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
 
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(loose_dir))
@@ -169,8 +177,13 @@ int main(int argc, char** argv) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& m : results)
-      out.push_back({{"mode", m.mode}, {"cache", m.cold ? "cold" : "warm"}, {"files", m.files}, {"bytes", m.bytes},
-                     {"seconds", m.seconds}, {"files_per_s", m.files_per_s()}, {"mb_per_s", m.mb_per_s()}});
+      out.push_back({{"mode", m.mode},
+                     {"cache", m.cold ? "cold" : "warm"},
+                     {"files", m.files},
+                     {"bytes", m.bytes},
+                     {"seconds", m.seconds},
+                     {"files_per_s", m.files_per_s()},
+                     {"mb_per_s", m.mb_per_s()}});
     fmt::print("{}\n", out.dump(2));
     return 0;
   }

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (m.data_offset > size || m.size > size - m.data_offset) __builtin_trap();
   }
   std::uint64_t skipped = 0;
-  (void)stoker::wds::ForEachSample(bytes, "fuzz.tar", [](const stoker::wds::TarSample&) { return stoker::Status::Ok(); },
-                                   &skipped);
+  (void)stoker::wds::ForEachSample(
+      bytes, "fuzz.tar", [](const stoker::wds::TarSample&) { return stoker::Status::Ok(); }, &skipped);
   return 0;
 }

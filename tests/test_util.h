@@ -51,7 +51,9 @@ inline std::span<const std::byte> Bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-inline std::string Text(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+inline std::string Text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
 
 // Deterministic pseudo-random bytes.
 inline std::string RandomBytes(std::size_t n, unsigned seed) {
@@ -63,16 +65,15 @@ inline std::string RandomBytes(std::size_t n, unsigned seed) {
 
 }  // namespace stoker::testing
 
-#define ASSERT_OK(expr)                                      \
-  do {                                                       \
-    const ::stoker::Status assert_ok_status_ = (expr);       \
+#define ASSERT_OK(expr)                                                  \
+  do {                                                                   \
+    const ::stoker::Status assert_ok_status_ = (expr);                   \
     ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_.ToString(); \
   } while (false)
 
 // `ASSERT_OK_AND_ASSIGN(auto x, MakeX());`
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(STOKER_CONCAT_(assert_result_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr)                  \
-  auto tmp = (expr);                                               \
-  ASSERT_TRUE(tmp.has_value()) << tmp.error().ToString();           \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) ASSERT_OK_AND_ASSIGN_IMPL_(STOKER_CONCAT_(assert_result_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr)        \
+  auto tmp = (expr);                                      \
+  ASSERT_TRUE(tmp.has_value()) << tmp.error().ToString(); \
   lhs = std::move(tmp).value()

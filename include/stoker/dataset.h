@@ -104,8 +104,8 @@ struct DatasetSummary {
 
 // One problem found by Verify.
 struct VerifyProblem {
-  std::string where;    // "shard-000001.tar:1536" or the shard path
-  std::string key;      // the sample key, when the problem is in one sample
+  std::string where;  // "shard-000001.tar:1536" or the shard path
+  std::string key;    // the sample key, when the problem is in one sample
   std::string message;
 };
 struct VerifyReport {

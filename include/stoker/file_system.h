@@ -54,7 +54,7 @@ class MappedFile {
 enum class FileType : std::uint8_t { kRegular, kDirectory, kSymlink, kOther };
 
 struct DirEntry {
-  std::string name;  // the entry's name inside the directory, not a path
+  std::string name;                  // the entry's name inside the directory, not a path
   FileType type = FileType::kOther;  // symlinks are followed
 };
 
@@ -87,7 +87,6 @@ class FileSystem {
 
 // Helpers over any FileSystem.
 [[nodiscard]] Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path);
-[[nodiscard]] Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path,
-                                              std::span<const std::byte> data);
+[[nodiscard]] Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::span<const std::byte> data);
 
 }  // namespace stoker

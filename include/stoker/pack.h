@@ -34,8 +34,8 @@ struct PackOptions {
 struct PackSummary {
   std::uint64_t samples = 0;
   std::uint64_t shards = 0;
-  std::uint64_t shard_bytes = 0;    // total size of the written shards
-  std::uint64_t payload_bytes = 0;  // total size of the packed fields
+  std::uint64_t shard_bytes = 0;         // total size of the written shards
+  std::uint64_t payload_bytes = 0;       // total size of the packed fields
   std::vector<std::string> class_names;  // label i is class_names[i], when labels came from names
   std::vector<std::string> warnings;     // e.g. files that were not images, skipped members
   std::string index_path;

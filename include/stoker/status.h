@@ -20,15 +20,15 @@ namespace stoker {
 
 enum class StatusCode : std::uint8_t {
   kOk = 0,
-  kInvalidArgument,   // the caller asked for something malformed
-  kNotFound,          // a file, shard, sample or field does not exist
-  kAlreadyExists,     // refusing to overwrite
-  kCorruption,        // bytes on storage are not what the format says
-  kIOError,           // the operating system refused a read or write
-  kUnavailable,       // a transient condition; retrying may succeed
-  kResourceExhausted, // disk full, out of memory
+  kInvalidArgument,    // the caller asked for something malformed
+  kNotFound,           // a file, shard, sample or field does not exist
+  kAlreadyExists,      // refusing to overwrite
+  kCorruption,         // bytes on storage are not what the format says
+  kIOError,            // the operating system refused a read or write
+  kUnavailable,        // a transient condition; retrying may succeed
+  kResourceExhausted,  // disk full, out of memory
   kUnimplemented,
-  kInternal,          // a bug in stoker
+  kInternal,  // a bug in stoker
   kCancelled,
 };
 
@@ -82,15 +82,14 @@ template <typename T>
 class FallbackExpected {
  public:
   template <typename U = T>
-    requires std::is_constructible_v<T, U&&>
-  FallbackExpected(U&& value) : has_value_(true) {  // NOLINT(google-explicit-constructor)
+  requires std::is_constructible_v<T, U&&> FallbackExpected(U&& value)
+      : has_value_(true) {  // NOLINT(google-explicit-constructor)
     new (&value_) T(std::forward<U>(value));
   }
   FallbackExpected(const FallbackExpected& other) : has_value_(other.has_value_), error_(other.error_) {
     if (has_value_) new (&value_) T(other.value_);
   }
-  FallbackExpected(FallbackExpected&& other) noexcept
-      : has_value_(other.has_value_), error_(std::move(other.error_)) {
+  FallbackExpected(FallbackExpected&& other) noexcept : has_value_(other.has_value_), error_(std::move(other.error_)) {
     if (has_value_) new (&value_) T(std::move(other.value_));
   }
   FallbackExpected& operator=(FallbackExpected other) noexcept {
@@ -183,7 +182,7 @@ class [[nodiscard]] Result : public internal::FallbackExpected<T> {
 // value, or returns its Status from the enclosing function.
 #define STOKER_ASSIGN_OR_RETURN(lhs, expr) \
   STOKER_ASSIGN_OR_RETURN_IMPL_(STOKER_CONCAT_(stoker_result_, __LINE__), lhs, expr)
-#define STOKER_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
+#define STOKER_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr)  \
+  auto tmp = (expr);                                   \
   if (!tmp.has_value()) return std::move(tmp).error(); \
   lhs = std::move(tmp).value()

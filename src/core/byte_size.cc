@@ -23,10 +23,22 @@ Result<std::uint64_t> ParseByteSize(std::string_view text) {
   if (ec != std::errc() || ptr != text.data() + i) return bad();
   std::string unit(text.substr(i));
   unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
-  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   static constexpr std::array<std::pair<std::string_view, double>, 14> kUnits = {{
-      {"", 1}, {"b", 1}, {"k", 1e3}, {"kb", 1e3}, {"kib", 1024.0}, {"m", 1e6}, {"mb", 1e6},
-      {"mib", 1048576.0}, {"g", 1e9}, {"gb", 1e9}, {"gib", 1073741824.0}, {"t", 1e12}, {"tb", 1e12},
+      {"", 1},
+      {"b", 1},
+      {"k", 1e3},
+      {"kb", 1e3},
+      {"kib", 1024.0},
+      {"m", 1e6},
+      {"mb", 1e6},
+      {"mib", 1048576.0},
+      {"g", 1e9},
+      {"gb", 1e9},
+      {"gib", 1073741824.0},
+      {"t", 1e12},
+      {"tb", 1e12},
       {"tib", 1099511627776.0},
   }};
   for (const auto& [name, scale] : kUnits) {

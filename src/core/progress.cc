@@ -11,8 +11,12 @@
 namespace stoker {
 
 ProgressBar::ProgressBar(std::string label, std::string unit, std::uint64_t total, bool enabled)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), enabled_(enabled),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(enabled),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 ProgressBar::ProgressBar(std::string label, std::string unit, std::uint64_t total)
     : ProgressBar(std::move(label), std::move(unit), total, ::isatty(STDERR_FILENO) == 1) {}
@@ -45,7 +49,8 @@ void ProgressBar::Draw(bool final) {
   double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
   constexpr int kWidth = 24;
   int filled = static_cast<int>(fraction * kWidth);
-  std::string bar = std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(kWidth - filled), '.');
+  std::string bar =
+      std::string(static_cast<std::size_t>(filled), '#') + std::string(static_cast<std::size_t>(kWidth - filled), '.');
   std::string eta = "--:--";
   if (final) {
     eta = fmt::format("{:.1f}s", seconds);
@@ -53,8 +58,9 @@ void ProgressBar::Draw(bool final) {
     auto left = static_cast<std::uint64_t>(static_cast<double>(total_ - done_) / rate);
     eta = fmt::format("ETA {}:{:02}", left / 60, left % 60);
   }
-  std::string line = fmt::format("\r{} [{}] {}/{} {} {:3.0f}%  {:.0f} {}/s  {}/s  {}", label_, bar, done_, total_, unit_,
-                                 fraction * 100, rate, unit_, FormatBytes(static_cast<std::uint64_t>(byte_rate)), eta);
+  std::string line =
+      fmt::format("\r{} [{}] {}/{} {} {:3.0f}%  {:.0f} {}/s  {}/s  {}", label_, bar, done_, total_, unit_,
+                  fraction * 100, rate, unit_, FormatBytes(static_cast<std::uint64_t>(byte_rate)), eta);
   std::fputs(line.c_str(), stderr);
   std::fputs("\x1b[K", stderr);  // clear the rest of the line
   std::fflush(stderr);

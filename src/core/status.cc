@@ -9,17 +9,28 @@ namespace stoker {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kAlreadyExists: return "already exists";
-    case StatusCode::kCorruption: return "corruption";
-    case StatusCode::kIOError: return "I/O error";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kResourceExhausted: return "resource exhausted";
-    case StatusCode::kUnimplemented: return "unimplemented";
-    case StatusCode::kInternal: return "internal error";
-    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kAlreadyExists:
+      return "already exists";
+    case StatusCode::kCorruption:
+      return "corruption";
+    case StatusCode::kIOError:
+      return "I/O error";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kResourceExhausted:
+      return "resource exhausted";
+    case StatusCode::kUnimplemented:
+      return "unimplemented";
+    case StatusCode::kInternal:
+      return "internal error";
+    case StatusCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -27,13 +38,18 @@ std::string_view StatusCodeName(StatusCode code) {
 Status Status::FromErrno(int error_number, std::string_view context) {
   std::string message = fmt::format("{}: {}", context, std::strerror(error_number));
   switch (error_number) {
-    case ENOENT: return NotFound(std::move(message));
-    case EEXIST: return AlreadyExists(std::move(message));
+    case ENOENT:
+      return NotFound(std::move(message));
+    case EEXIST:
+      return AlreadyExists(std::move(message));
     case ENOSPC:
     case EDQUOT:
-    case ENOMEM: return ResourceExhausted(std::move(message));
-    case EINVAL: return InvalidArgument(std::move(message));
-    default: return IOError(std::move(message));
+    case ENOMEM:
+      return ResourceExhausted(std::move(message));
+    case EINVAL:
+      return InvalidArgument(std::move(message));
+    default:
+      return IOError(std::move(message));
   }
 }
 

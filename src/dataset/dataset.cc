@@ -21,8 +21,8 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   auto mapped = fs->Map(impl->index_path);
   if (!mapped.ok()) {
     if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory) {
-      return Status::NotFound(fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)", path,
-                                          kIndexFileName));
+      return Status::NotFound(
+          fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)", path, kIndexFileName));
     }
     return mapped.error();
   }
@@ -44,10 +44,18 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   return std::unique_ptr<Dataset>(new Dataset(std::move(impl)));
 }
 
-std::uint64_t Dataset::num_samples() const { return impl_->view.num_samples(); }
-const std::vector<std::string>& Dataset::field_names() const { return impl_->view.field_names(); }
-const std::vector<ShardInfo>& Dataset::shards() const { return impl_->shards; }
-const std::string& Dataset::index_path() const { return impl_->index_path; }
+std::uint64_t Dataset::num_samples() const {
+  return impl_->view.num_samples();
+}
+const std::vector<std::string>& Dataset::field_names() const {
+  return impl_->view.field_names();
+}
+const std::vector<ShardInfo>& Dataset::shards() const {
+  return impl_->shards;
+}
+const std::string& Dataset::index_path() const {
+  return impl_->index_path;
+}
 
 std::optional<std::size_t> Dataset::FieldIndex(std::string_view name) const {
   const auto& names = field_names();
@@ -105,11 +113,14 @@ namespace stoker {
 
 Status Dataset::VerifyIndexChecksum() const {
   if (Xxh3(impl_->view.data_section()) != impl_->view.data_checksum()) {
-    return Status::Corruption(fmt::format("{}: index records checksum mismatch: the index file is corrupt", impl_->index_path));
+    return Status::Corruption(
+        fmt::format("{}: index records checksum mismatch: the index file is corrupt", impl_->index_path));
   }
   return Status::Ok();
 }
 
-FileSystem* Dataset::file_system() const { return impl_->fs; }
+FileSystem* Dataset::file_system() const {
+  return impl_->fs;
+}
 
 }  // namespace stoker

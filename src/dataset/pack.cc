@@ -26,9 +26,13 @@ using pack_internal::SourceSample;
 
 namespace fs_std = std::filesystem;
 
-std::string ShardName(std::uint64_t i) { return fmt::format("shard-{:06}.tar", i); }
+std::string ShardName(std::uint64_t i) {
+  return fmt::format("shard-{:06}.tar", i);
+}
 
-std::span<const std::byte> AsBytes(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
+std::span<const std::byte> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   if (s.size() < suffix.size()) return false;
@@ -104,7 +108,8 @@ class OrderedParallelReader {
       std::size_t i = 0;
       {
         MutexLock lock(mu_);
-        space_.Wait(mu_, [&]() REQUIRES(mu_) { return stop_ || next_ >= samples_.size() || next_ < consumed_ + window_; });
+        space_.Wait(mu_,
+                    [&]() REQUIRES(mu_) { return stop_ || next_ >= samples_.size() || next_ < consumed_ + window_; });
         if (stop_ || next_ >= samples_.size()) return;
         i = next_++;
       }
@@ -187,8 +192,8 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
     auto out = fs_std::weakly_canonical(out_dir, ec);
     auto [a, b] = std::mismatch(src.begin(), src.end(), out.begin(), out.end());
     if (a == src.end()) {
-      return Status::InvalidArgument(
-          fmt::format("output folder '{}' is inside the source folder '{}'; it would be packed as a class", out_dir, source));
+      return Status::InvalidArgument(fmt::format(
+          "output folder '{}' is inside the source folder '{}'; it would be packed as a class", out_dir, source));
     }
     return pack_internal::ListImageFolder(fs, source);
   }
@@ -199,7 +204,8 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
   if (EndsWith(source, ".tar")) return pack_internal::ListTarShards(fs, source);
   if (!info.ok()) return info.error();
   return Status::InvalidArgument(fmt::format(
-      "cannot tell what '{}' is: expected an ImageFolder directory, a .csv or .jsonl manifest, or .tar shards", source));
+      "cannot tell what '{}' is: expected an ImageFolder directory, a .csv or .jsonl manifest, or .tar shards",
+      source));
 }
 
 // Removes what an interrupted earlier run left: our temporary files and, when
@@ -236,14 +242,17 @@ Status RemoveStaleShards(FileSystem& fs, const std::string& out_dir, std::uint64
   return Status::Ok();
 }
 
-unsigned DefaultThreads() { return std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u); }
+unsigned DefaultThreads() {
+  return std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u);
+}
 
 }  // namespace
 
 Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, const PackOptions& options) {
   FileSystem& fs = *options.fs;
   if (options.target_shard_bytes < 4096)
-    return Status::InvalidArgument(fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
+    return Status::InvalidArgument(
+        fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
   STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir));
   if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
   {
@@ -251,9 +260,10 @@ Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, 
     for (const auto& s : listing.samples) {
       auto [it, inserted] = seen.emplace(s.key, s.origin);
       if (!inserted) {
-        return Status::InvalidArgument(fmt::format("two samples would get the key '{}': {} and {} (keys are paths "
-                                                   "without extension, with '.' in the file name turned into '_')",
-                                                   s.key, it->second, s.origin));
+        return Status::InvalidArgument(
+            fmt::format("two samples would get the key '{}': {} and {} (keys are paths "
+                        "without extension, with '.' in the file name turned into '_')",
+                        s.key, it->second, s.origin));
       }
     }
   }
@@ -352,28 +362,31 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
     STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
     auto bytes = mapped->data();
     const std::uint32_t shard = builder.AddShard(fs_std::absolute(path).lexically_proximate(index_dir).string());
-    Status s = wds::ForEachSample(bytes, path, [&](const wds::TarSample& ts) -> Status {
-      std::vector<const wds::TarSample::Field*> sorted;
-      for (const auto& f : ts.fields) sorted.push_back(&f);
-      std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
-      Xxh3Stream checksum;
-      std::int64_t label = kNoLabel;
-      fields.clear();
-      for (const auto* f : sorted) {
-        auto data = bytes.subspan(f->data_offset, f->size);
-        checksum.Update(data);
-        fields.push_back({f->name, f->data_offset, f->size});
-        if (f->name == "cls") {
-          auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
-          if (!parsed) {
-            return Status::Corruption(
-                fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path, f->header_offset, ts.key));
+    Status s = wds::ForEachSample(
+        bytes, path,
+        [&](const wds::TarSample& ts) -> Status {
+          std::vector<const wds::TarSample::Field*> sorted;
+          for (const auto& f : ts.fields) sorted.push_back(&f);
+          std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+          Xxh3Stream checksum;
+          std::int64_t label = kNoLabel;
+          fields.clear();
+          for (const auto* f : sorted) {
+            auto data = bytes.subspan(f->data_offset, f->size);
+            checksum.Update(data);
+            fields.push_back({f->name, f->data_offset, f->size});
+            if (f->name == "cls") {
+              auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
+              if (!parsed) {
+                return Status::Corruption(
+                    fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path, f->header_offset, ts.key));
+              }
+              label = *parsed;
+            }
           }
-          label = *parsed;
-        }
-      }
-      return builder.AddSample(shard, ts.key, label, checksum.Digest(), fields);
-    }, &summary.skipped_members);
+          return builder.AddSample(shard, ts.key, label, checksum.Digest(), fields);
+        },
+        &summary.skipped_members);
     STOKER_RETURN_IF_ERROR(s);
     builder.SetShardContents(shard, bytes.size(), Xxh3(bytes));
     summary.shard_bytes += bytes.size();

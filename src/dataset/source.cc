@@ -17,16 +17,19 @@ namespace stoker::pack_internal {
 namespace {
 
 // torchvision.datasets.folder.IMG_EXTENSIONS
-constexpr std::array<std::string_view, 9> kImageExtensions = {"jpg", "jpeg", "png", "ppm", "bmp",
-                                                               "pgm", "tif", "tiff", "webp"};
+constexpr std::array<std::string_view, 9> kImageExtensions = {"jpg", "jpeg", "png",  "ppm", "bmp",
+                                                              "pgm", "tif",  "tiff", "webp"};
 
 std::string Lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
-std::string Join(const std::string& dir, const std::string& name) { return dir.empty() ? name : dir + "/" + name; }
+std::string Join(const std::string& dir, const std::string& name) {
+  return dir.empty() ? name : dir + "/" + name;
+}
 
 // Splits "a/b.c.JPG" into {"a/b.c", "jpg"}; false when the last component has no extension.
 bool SplitExtension(std::string_view relative, std::string* stem, std::string* ext) {
@@ -48,9 +51,10 @@ FieldSource LabelField(std::int64_t label) {
 }
 
 // Recursively collects regular files under root/rel as (dir, name) pairs.
-Status Walk(FileSystem& fs, const std::string& root, const std::string& rel, std::vector<std::pair<std::string, std::string>>& out,
-            int depth) {
-  if (depth > 64) return Status::InvalidArgument(fmt::format("'{}' is nested too deeply (a symlink loop?)", Join(root, rel)));
+Status Walk(FileSystem& fs, const std::string& root, const std::string& rel,
+            std::vector<std::pair<std::string, std::string>>& out, int depth) {
+  if (depth > 64)
+    return Status::InvalidArgument(fmt::format("'{}' is nested too deeply (a symlink loop?)", Join(root, rel)));
   STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(Join(root, rel)));
   for (auto& e : entries) {
     if (e.type == FileType::kDirectory) {
@@ -80,16 +84,19 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
   STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(root));
   std::size_t loose_files = 0;
   for (const auto& e : entries) {
-    if (e.type == FileType::kDirectory) listing.class_names.push_back(e.name);
-    else ++loose_files;
+    if (e.type == FileType::kDirectory)
+      listing.class_names.push_back(e.name);
+    else
+      ++loose_files;
   }
   std::sort(listing.class_names.begin(), listing.class_names.end());
   if (listing.class_names.empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "'{}' has no class sub-folders (expected ImageFolder layout: {}/<class>/<image>)", root, root));
+    return Status::InvalidArgument(
+        fmt::format("'{}' has no class sub-folders (expected ImageFolder layout: {}/<class>/<image>)", root, root));
   }
   if (loose_files > 0)
-    listing.warnings.push_back(fmt::format("ignored {} entries at the top of '{}' that are not class folders", loose_files, root));
+    listing.warnings.push_back(
+        fmt::format("ignored {} entries at the top of '{}' that are not class folders", loose_files, root));
   std::size_t not_images = 0;
   std::string example;
   for (std::size_t label = 0; label < listing.class_names.size(); ++label) {
@@ -134,8 +141,9 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
     }
   }
   if (not_images > 0) {
-    listing.warnings.push_back(fmt::format(
-        "skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')", not_images, example));
+    listing.warnings.push_back(
+        fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
+                    not_images, example));
   }
   return listing;
 }
@@ -171,7 +179,8 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
     s.origin = where;
     std::string stem, ext;
     if (!SplitExtension(row.path, &stem, &ext)) {
-      return Status::InvalidArgument(fmt::format("{}: path '{}' has no file extension, so its field name is unknown", where, row.path));
+      return Status::InvalidArgument(
+          fmt::format("{}: path '{}' has no file extension, so its field name is unknown", where, row.path));
     }
     const bool absolute = row.path.starts_with("/");
     FieldSource file;
@@ -207,8 +216,10 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
     std::sort(s.fields.begin(), s.fields.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     for (std::size_t i = 1; i < s.fields.size(); ++i) {
       if (s.fields[i].name == s.fields[i - 1].name)
-        return Status::InvalidArgument(fmt::format("{}: field '{}' appears twice in one sample (an extra column clashes "
-                                                   "with the file's extension or 'cls')", where, s.fields[i].name));
+        return Status::InvalidArgument(
+            fmt::format("{}: field '{}' appears twice in one sample (an extra column clashes "
+                        "with the file's extension or 'cls')",
+                        where, s.fields[i].name));
     }
     listing.samples.push_back(std::move(s));
   }
@@ -221,38 +232,42 @@ Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern) 
   std::uint64_t skipped = 0;
   for (const auto& path : paths) {
     STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
-    Status s = wds::ForEachSample(mapped->data(), path, [&](const wds::TarSample& ts) -> Status {
-      SourceSample sample;
-      sample.key = ts.key;
-      sample.label = kNoLabel;
-      sample.origin = fmt::format("{}:{}", path, ts.header_offset);
-      for (const auto& f : ts.fields) {
-        FieldSource src;
-        src.name = f.name;
-        src.kind = FieldSource::Kind::kRange;
-        src.path = path;
-        src.offset = f.data_offset;
-        src.size = f.size;
-        if (f.name == "cls") {
-          auto bytes = mapped->data().subspan(f.data_offset, f.size);
-          auto label = wds::ParseLabel({reinterpret_cast<const char*>(bytes.data()), bytes.size()});
-          if (!label) {
-            return Status::Corruption(fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path,
-                                                  f.header_offset, ts.key));
+    Status s = wds::ForEachSample(
+        mapped->data(), path,
+        [&](const wds::TarSample& ts) -> Status {
+          SourceSample sample;
+          sample.key = ts.key;
+          sample.label = kNoLabel;
+          sample.origin = fmt::format("{}:{}", path, ts.header_offset);
+          for (const auto& f : ts.fields) {
+            FieldSource src;
+            src.name = f.name;
+            src.kind = FieldSource::Kind::kRange;
+            src.path = path;
+            src.offset = f.data_offset;
+            src.size = f.size;
+            if (f.name == "cls") {
+              auto bytes = mapped->data().subspan(f.data_offset, f.size);
+              auto label = wds::ParseLabel({reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+              if (!label) {
+                return Status::Corruption(
+                    fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path, f.header_offset, ts.key));
+              }
+              sample.label = *label;
+            }
+            sample.fields.push_back(std::move(src));
           }
-          sample.label = *label;
-        }
-        sample.fields.push_back(std::move(src));
-      }
-      std::sort(sample.fields.begin(), sample.fields.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-      listing.samples.push_back(std::move(sample));
-      return Status::Ok();
-    }, &skipped);
+          std::sort(sample.fields.begin(), sample.fields.end(),
+                    [](const auto& a, const auto& b) { return a.name < b.name; });
+          listing.samples.push_back(std::move(sample));
+          return Status::Ok();
+        },
+        &skipped);
     STOKER_RETURN_IF_ERROR(s);
   }
   if (skipped > 0) {
-    listing.warnings.push_back(
-        fmt::format("skipped {} tar members that are not regular files or are named __*__, as WebDataset does", skipped));
+    listing.warnings.push_back(fmt::format(
+        "skipped {} tar members that are not regular files or are named __*__, as WebDataset does", skipped));
   }
   return listing;
 }

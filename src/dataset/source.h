@@ -14,16 +14,16 @@ namespace stoker::pack_internal {
 struct FieldSource {
   std::string name;  // WebDataset field, e.g. "jpg", "cls"
   enum class Kind : std::uint8_t { kFile, kRange, kInline } kind = Kind::kFile;
-  std::string path;           // kFile, kRange
-  std::uint64_t offset = 0;   // kRange
-  std::uint64_t size = 0;     // kRange
-  std::string text;           // kInline
+  std::string path;          // kFile, kRange
+  std::uint64_t offset = 0;  // kRange
+  std::uint64_t size = 0;    // kRange
+  std::string text;          // kInline
 };
 
 struct SourceSample {
   std::string key;
   std::int64_t label;
-  std::string origin;  // where it came from, for messages: a file, manifest:line or shard:offset
+  std::string origin;               // where it came from, for messages: a file, manifest:line or shard:offset
   std::vector<FieldSource> fields;  // sorted by name, unique
 };
 

@@ -100,15 +100,17 @@ class ShardVerifier {
       auto split = wds::SplitMemberName(m.name);
       auto it = by_offset_.find(m.data_offset);
       if (it == by_offset_.end()) {
-        Problem(At(m.header_offset), split ? split->key : "", fmt::format("tar member '{}' is not in the index", m.name));
+        Problem(At(m.header_offset), split ? split->key : "",
+                fmt::format("tar member '{}' is not in the index", m.name));
         continue;
       }
       const Expected& e = it->second;
       std::string_view key = samples_[e.sample] ? samples_[e.sample]->key : std::string_view();
       if (!split || split->key != key || split->field != names[e.field] || m.size != e.size) {
         Problem(At(m.header_offset), key,
-                fmt::format("tar member '{}' ({} bytes) does not match the index, which expects field '{}' of '{}' ({} bytes)",
-                            m.name, m.size, names[e.field], key, e.size));
+                fmt::format(
+                    "tar member '{}' ({} bytes) does not match the index, which expects field '{}' of '{}' ({} bytes)",
+                    m.name, m.size, names[e.field], key, e.size));
       }
       ++matched;
     }

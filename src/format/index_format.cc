@@ -16,8 +16,12 @@ void Store(std::byte* p, T v) {
 }
 
 // a + b, or false on overflow.
-bool AddOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
-bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool AddOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 std::uint64_t MetaChecksum(std::span<const std::byte> meta) {
   Xxh3Stream h;
@@ -34,17 +38,20 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   auto corrupt = [&](std::string_view what) {
     return Status::Corruption(fmt::format("{}: not a valid stoker index: {}", where, what));
   };
-  if (bytes.size() < kHeaderSize) return corrupt(fmt::format("file is {} bytes, shorter than the 128-byte header", bytes.size()));
-  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic (is this a stoker index file?)");
+  if (bytes.size() < kHeaderSize)
+    return corrupt(fmt::format("file is {} bytes, shorter than the 128-byte header", bytes.size()));
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    return corrupt("bad magic (is this a stoker index file?)");
   const std::byte* h = bytes.data();
   const auto version = Load<std::uint32_t>(h + header::kVersionOff);
   if (version != kVersion)
-    return Status::Unimplemented(fmt::format("{}: index format version {} is not supported (this stoker reads version {})",
-                                             where, version, kVersion));
+    return Status::Unimplemented(fmt::format(
+        "{}: index format version {} is not supported (this stoker reads version {})", where, version, kVersion));
   if (Load<std::uint32_t>(h + header::kHeaderSizeOff) != kHeaderSize) return corrupt("bad header size");
   const auto file_size = Load<std::uint64_t>(h + header::kFileSizeOff);
   if (file_size != bytes.size())
-    return corrupt(fmt::format("header says {} bytes but the file has {} (truncated or appended to)", file_size, bytes.size()));
+    return corrupt(
+        fmt::format("header says {} bytes but the file has {} (truncated or appended to)", file_size, bytes.size()));
 
   IndexView view;
   view.bytes_ = bytes;
@@ -62,9 +69,12 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   view.keys_size_ = Load<std::uint64_t>(h + header::kKeysSizeOff);
   view.data_checksum_ = Load<std::uint64_t>(h + header::kDataChecksumOff);
 
-  if (num_fields > kMaxFields) return corrupt(fmt::format("{} fields is more than the limit {}", num_fields, kMaxFields));
-  if (num_shards > kMaxShards) return corrupt(fmt::format("{} shards is more than the limit {}", num_shards, kMaxShards));
-  if (view.record_size_ != kRecordBaseSize + kFieldSlotSize * num_fields) return corrupt("record size does not match the field count");
+  if (num_fields > kMaxFields)
+    return corrupt(fmt::format("{} fields is more than the limit {}", num_fields, kMaxFields));
+  if (num_shards > kMaxShards)
+    return corrupt(fmt::format("{} shards is more than the limit {}", num_shards, kMaxShards));
+  if (view.record_size_ != kRecordBaseSize + kFieldSlotSize * num_fields)
+    return corrupt("record size does not match the field count");
   // Sections follow each other exactly: header, fields, shards, strings, records, keys.
   std::uint64_t end = 0, records_bytes = 0;
   if (fields_off != kHeaderSize) return corrupt("field table is not right after the header");
@@ -73,10 +83,11 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   if (!AddOk(strings_off, strings_size, &end) || end > bytes.size()) return corrupt("string table runs past the end");
   if (view.records_offset_ < end || view.records_offset_ - end >= 8 || view.records_offset_ % 8 != 0)
     return corrupt("records misplaced");
-  if (!MulOk(view.num_samples_, view.record_size_, &records_bytes) || !AddOk(view.records_offset_, records_bytes, &end) ||
-      view.keys_offset_ != end)
+  if (!MulOk(view.num_samples_, view.record_size_, &records_bytes) ||
+      !AddOk(view.records_offset_, records_bytes, &end) || view.keys_offset_ != end)
     return corrupt("sample count does not match the size of the record section");
-  if (!AddOk(view.keys_offset_, view.keys_size_, &end) || end != bytes.size()) return corrupt("key section does not end the file");
+  if (!AddOk(view.keys_offset_, view.keys_size_, &end) || end != bytes.size())
+    return corrupt("key section does not end the file");
   if (MetaChecksum(bytes.subspan(0, view.records_offset_)) != Load<std::uint64_t>(h + header::kMetaChecksumOff))
     return corrupt("header checksum mismatch");
 
@@ -87,8 +98,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   };
   for (std::uint32_t i = 0; i < num_fields; ++i) {
     const std::byte* e = bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
-    STOKER_ASSIGN_OR_RETURN(std::string name,
-                            string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("field {} name", i)));
+    STOKER_ASSIGN_OR_RETURN(std::string name, string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8),
+                                                        fmt::format("field {} name", i)));
     if (name.empty()) return corrupt(fmt::format("field {} has an empty name", i));
     if (i > 0 && !(view.field_names_.back() < name)) return corrupt("field names are not sorted and unique");
     view.field_names_.push_back(std::move(name));
@@ -97,8 +108,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   for (std::uint32_t i = 0; i < num_shards; ++i) {
     const std::byte* e = bytes.data() + shards_off + std::uint64_t{i} * kShardEntrySize;
     ShardEntry shard;
-    STOKER_ASSIGN_OR_RETURN(shard.path,
-                            string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("shard {} path", i)));
+    STOKER_ASSIGN_OR_RETURN(
+        shard.path, string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("shard {} path", i)));
     if (shard.path.empty()) return corrupt(fmt::format("shard {} has an empty path", i));
     shard.size = Load<std::uint64_t>(e + 16);
     shard.checksum = Load<std::uint64_t>(e + 24);
@@ -114,7 +125,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
 
 Result<IndexView::Record> IndexView::record(std::uint64_t i) const {
   if (i >= num_samples_)
-    return Status::InvalidArgument(fmt::format("{}: sample {} is out of range (the index has {} samples)", where_, i, num_samples_));
+    return Status::InvalidArgument(
+        fmt::format("{}: sample {} is out of range (the index has {} samples)", where_, i, num_samples_));
   const std::byte* r = bytes_.data() + records_offset_ + i * record_size_;
   Record rec;
   rec.shard = Load<std::uint32_t>(r);
@@ -159,9 +171,10 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
                                std::span<const Field> fields) {
   if (shard >= shards_.size() || shard + 1 != shards_.size())
     return Status::Internal(fmt::format("index builder: sample '{}' added to shard {} out of order", key, shard));
-  if (key.size() > UINT32_MAX) return Status::InvalidArgument(fmt::format("sample key of {} bytes is too long", key.size()));
-  Sample s{shard, static_cast<std::uint32_t>(key.size()), keys_.size(), label, checksum, slots_.size(),
-           static_cast<std::uint32_t>(fields.size())};
+  if (key.size() > UINT32_MAX)
+    return Status::InvalidArgument(fmt::format("sample key of {} bytes is too long", key.size()));
+  Sample s{shard,         static_cast<std::uint32_t>(key.size()),   keys_.size(), label, checksum,
+           slots_.size(), static_cast<std::uint32_t>(fields.size())};
   for (std::size_t i = 0; i < fields.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (fields[i].name == fields[j].name)
@@ -264,7 +277,8 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   }
   std::memcpy(out.data() + keys_off, keys_.data(), keys_.size());
   Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));
-  Store<std::uint64_t>(h + header::kMetaChecksumOff, MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off)));
+  Store<std::uint64_t>(h + header::kMetaChecksumOff,
+                       MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off)));
   return out;
 }
 

@@ -33,9 +33,9 @@ static_assert(std::endian::native == std::endian::little, "the index format is l
 namespace header {
 inline constexpr std::size_t kMagicOff = 0, kVersionOff = 8, kHeaderSizeOff = 12, kFileSizeOff = 16,
                              kNumSamplesOff = 24, kNumFieldsOff = 32, kNumShardsOff = 36, kRecordSizeOff = 40,
-                             kFlagsOff = 44, kFieldsOff = 48, kShardsOff = 56, kStringsOff = 64,
-                             kStringsSizeOff = 72, kRecordsOff = 80, kKeysOff = 88, kKeysSizeOff = 96,
-                             kMetaChecksumOff = 104, kDataChecksumOff = 112;
+                             kFlagsOff = 44, kFieldsOff = 48, kShardsOff = 56, kStringsOff = 64, kStringsSizeOff = 72,
+                             kRecordsOff = 80, kKeysOff = 88, kKeysSizeOff = 96, kMetaChecksumOff = 104,
+                             kDataChecksumOff = 112;
 }
 
 template <typename T>

@@ -12,7 +12,7 @@ namespace {
 
 // Splits CSV text into records of fields; tracks the line each record starts on.
 Result<std::vector<std::pair<std::size_t, std::vector<std::string>>>> SplitCsv(std::string_view text,
-                                                                                 std::string_view where) {
+                                                                               std::string_view where) {
   std::vector<std::pair<std::size_t, std::vector<std::string>>> records;
   std::vector<std::string> fields;
   std::string field;
@@ -63,7 +63,8 @@ Result<std::vector<std::pair<std::size_t, std::vector<std::string>>>> SplitCsv(s
       field += c;
     }
   }
-  if (in_quotes) return Status::InvalidArgument(fmt::format("{}:{}: unterminated quoted CSV field", where, record_line));
+  if (in_quotes)
+    return Status::InvalidArgument(fmt::format("{}:{}: unterminated quoted CSV field", where, record_line));
   if (any) end_record();
   return records;
 }
@@ -91,7 +92,8 @@ Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where)
     names.push_back(std::move(name));
   }
   if (path_col < 0)
-    return Status::InvalidArgument(fmt::format("{}:1: header has no 'path' column (columns: {})", where, fmt::join(header, ", ")));
+    return Status::InvalidArgument(
+        fmt::format("{}:1: header has no 'path' column (columns: {})", where, fmt::join(header, ", ")));
   std::vector<Row> rows;
   for (std::size_t r = 1; r < records.size(); ++r) {
     auto& [line, fields] = records[r];
@@ -102,10 +104,14 @@ Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where)
     Row row;
     row.line = line;
     for (std::size_t c = 0; c < fields.size(); ++c) {
-      if (static_cast<int>(c) == path_col) row.path = std::move(fields[c]);
-      else if (static_cast<int>(c) == label_col) row.label = std::move(fields[c]);
-      else if (static_cast<int>(c) == key_col) row.key = std::move(fields[c]);
-      else row.extra.emplace_back(names[c], std::move(fields[c]));
+      if (static_cast<int>(c) == path_col)
+        row.path = std::move(fields[c]);
+      else if (static_cast<int>(c) == label_col)
+        row.label = std::move(fields[c]);
+      else if (static_cast<int>(c) == key_col)
+        row.key = std::move(fields[c]);
+      else
+        row.extra.emplace_back(names[c], std::move(fields[c]));
     }
     if (row.path.empty()) return Status::InvalidArgument(fmt::format("{}:{}: empty path", where, line));
     rows.push_back(std::move(row));
@@ -134,8 +140,10 @@ Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view 
         if (!v.is_string()) return Status::InvalidArgument(fmt::format("{}:{}: 'path' must be a string", where, line));
         row.path = v.get<std::string>();
       } else if (name == "label") {
-        if (v.is_number_integer()) row.label = v.dump();
-        else if (v.is_string()) row.label = v.get<std::string>();
+        if (v.is_number_integer())
+          row.label = v.dump();
+        else if (v.is_string())
+          row.label = v.get<std::string>();
         else if (!v.is_null())
           return Status::InvalidArgument(fmt::format("{}:{}: 'label' must be an integer or a string", where, line));
       } else if (name == "key") {

@@ -13,8 +13,8 @@ namespace stoker::manifest {
 struct Row {
   std::size_t line = 0;  // 1-based line where the row starts, for messages
   std::string path;
-  std::string label;  // empty when absent
-  std::string key;    // empty when absent
+  std::string label;                                       // empty when absent
+  std::string key;                                         // empty when absent
   std::vector<std::pair<std::string, std::string>> extra;  // column -> text
 };
 

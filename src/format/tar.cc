@@ -79,8 +79,10 @@ Result<std::optional<std::string>> ParsePaxPath(std::string_view records, std::s
     std::size_t len = 0;
     bool ok = space != std::string_view::npos && space > 0 && space <= 20;
     for (std::size_t i = 0; ok && i < space; ++i) {
-      if (records[i] < '0' || records[i] > '9') ok = false;
-      else len = len * 10 + static_cast<std::size_t>(records[i] - '0');
+      if (records[i] < '0' || records[i] > '9')
+        ok = false;
+      else
+        len = len * 10 + static_cast<std::size_t>(records[i] - '0');
     }
     if (!ok || len <= space + 1 || len > records.size() || records[len - 1] != '\n') {
       // GNU tar pads pax data with NULs in some versions; tolerate trailing zeros.
@@ -107,20 +109,23 @@ Result<std::optional<Member>> Reader::Next() {
   while (true) {
     if (offset_ == total) {  // end of bytes at a block boundary: tolerated
       done_ = true;
-      if (long_name) return Status::Corruption(fmt::format("{}:{}: archive ends after an extension header", where_, first_header));
+      if (long_name)
+        return Status::Corruption(fmt::format("{}:{}: archive ends after an extension header", where_, first_header));
       return std::optional<Member>();
     }
     if (total - offset_ < kBlockSize)
-      return Status::Corruption(fmt::format("{}:{}: truncated tar header ({} bytes left, need 512)", where_, offset_,
-                                            total - offset_));
+      return Status::Corruption(
+          fmt::format("{}:{}: truncated tar header ({} bytes left, need 512)", where_, offset_, total - offset_));
     auto block = archive_.subspan(offset_, kBlockSize);
     if (IsZeroBlock(block)) {
       done_ = true;
-      if (long_name) return Status::Corruption(fmt::format("{}:{}: archive ends after an extension header", where_, first_header));
+      if (long_name)
+        return Status::Corruption(fmt::format("{}:{}: archive ends after an extension header", where_, first_header));
       return std::optional<Member>();
     }
     if (!ChecksumMatches(block))
-      return Status::Corruption(fmt::format("{}:{}: bad tar header checksum (not a tar archive, or corrupt)", where_, offset_));
+      return Status::Corruption(
+          fmt::format("{}:{}: bad tar header checksum (not a tar archive, or corrupt)", where_, offset_));
     auto size = ParseNumber(block, kSizeOff, kSizeLen);
     if (!size) return Status::Corruption(fmt::format("{}:{}: bad size field in tar header", where_, offset_));
     const std::uint64_t header_offset = offset_;
@@ -148,7 +153,8 @@ Result<std::optional<Member>> Reader::Next() {
       case 'g':  // pax global header: nothing we use
       case 'K':  // GNU long link name: irrelevant for regular files
         continue;
-      default: break;
+      default:
+        break;
     }
 
     Member member;
@@ -185,8 +191,7 @@ void WriteOctal(char* field, std::size_t len, std::uint64_t value) {
   field[len - 1] = '\0';
 }
 
-void AppendUstarBlock(std::string& out, std::string_view name, std::string_view prefix, std::uint64_t size,
-                      char type) {
+void AppendUstarBlock(std::string& out, std::string_view name, std::string_view prefix, std::uint64_t size, char type) {
   std::array<char, kBlockSize> block{};
   std::memcpy(block.data() + kNameOff, name.data(), name.size());
   WriteOctal(block.data() + kModeOff, 8, 0644);
@@ -204,7 +209,10 @@ void AppendUstarBlock(std::string& out, std::string_view name, std::string_view 
   }
   WriteOctal(block.data() + kMtimeOff, 12, 0);
   block[kTypeOff] = type;
-  std::memcpy(block.data() + kMagicOff, "ustar\0" "00", 8);
+  std::memcpy(block.data() + kMagicOff,
+              "ustar\0"
+              "00",
+              8);
   std::memcpy(block.data() + kPrefixOff, prefix.data(), prefix.size());
   std::memset(block.data() + kChksumOff, ' ', kChksumLen);
   unsigned sum = 0;

@@ -19,7 +19,7 @@ inline constexpr std::size_t kBlockSize = 512;
 enum class MemberType : std::uint8_t { kRegular, kDirectory, kOther };
 
 struct Member {
-  std::string name;                 // full path after long-name / pax overrides
+  std::string name;  // full path after long-name / pax overrides
   MemberType type = MemberType::kOther;
   std::uint64_t header_offset = 0;  // offset of the first header block (incl. extension headers)
   std::uint64_t data_offset = 0;    // offset of the member's data
@@ -32,8 +32,7 @@ struct Member {
 class Reader {
  public:
   // `where` names the archive in error messages (e.g. its path).
-  Reader(std::span<const std::byte> archive, std::string where)
-      : archive_(archive), where_(std::move(where)) {}
+  Reader(std::span<const std::byte> archive, std::string where) : archive_(archive), where_(std::move(where)) {}
 
   // The next member; std::nullopt at the end of the archive (two zero blocks
   // or, as GNU tar tolerates, the end of the bytes at a block boundary).

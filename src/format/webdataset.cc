@@ -69,7 +69,8 @@ Result<std::vector<std::string>> ExpandGroup(std::string_view body, std::string_
         r1.ptr != lo_text.data() + lo_text.size() || r2.ptr != hi_text.data() + hi_text.size()) {
       return Status::InvalidArgument(fmt::format("bad numeric range '{{{}}}' in pattern '{}'", body, pattern));
     }
-    if (hi < lo) return Status::InvalidArgument(fmt::format("range '{{{}}}' in pattern '{}' runs backwards", body, pattern));
+    if (hi < lo)
+      return Status::InvalidArgument(fmt::format("range '{{{}}}' in pattern '{}' runs backwards", body, pattern));
     if (hi - lo >= kMaxExpansion)
       return Status::InvalidArgument(fmt::format("range '{{{}}}' in pattern '{}' is too large", body, pattern));
     std::size_t width = lo_text.size();
@@ -130,9 +131,10 @@ Status ForEachSample(std::span<const std::byte> archive, const std::string& wher
     }
     auto split = SplitMemberName(member->name);
     if (!split) {
-      return Status::Corruption(fmt::format("{}:{}: member '{}' has no extension, so it belongs to no sample "
-                                            "(WebDataset names members KEY.FIELD)",
-                                            where, member->header_offset, member->name));
+      return Status::Corruption(
+          fmt::format("{}:{}: member '{}' has no extension, so it belongs to no sample "
+                      "(WebDataset names members KEY.FIELD)",
+                      where, member->header_offset, member->name));
     }
     if (current && current->key != split->key) {
       STOKER_RETURN_IF_ERROR(on_sample(*current));

@@ -236,8 +236,8 @@ FileSystem* FileSystem::Default() {
 Status ReadableFile::ReadExactAt(std::uint64_t offset, std::span<std::byte> out) {
   STOKER_ASSIGN_OR_RETURN(std::size_t n, ReadAt(offset, out));
   if (n != out.size()) {
-    return Status::Corruption(fmt::format("'{}' is shorter than expected: wanted {} bytes at offset {}, got {}",
-                                          path(), out.size(), offset, n));
+    return Status::Corruption(fmt::format("'{}' is shorter than expected: wanted {} bytes at offset {}, got {}", path(),
+                                          out.size(), offset, n));
   }
   return Status::Ok();
 }

@@ -68,7 +68,8 @@ TEST(Pack, DeterministicAcrossThreadCounts) {
   TempDir dir;
   for (int c = 0; c < 4; ++c)
     for (int i = 0; i < 30; ++i)
-      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"), RandomBytes(1000 + i * 97, c * 100 + i));
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
+                RandomBytes(1000 + i * 97, c * 100 + i));
   PackOptions one;
   one.threads = 1;
   one.target_shard_bytes = 20000;
@@ -177,7 +178,8 @@ TEST(Pack, BadInputsGetClearErrors) {
   WriteFile(dir / "noext/a/README", "x");
   r = Pack(dir / "noext", dir / "out3");
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message().find("noext/a/README' has no file extension"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("noext/a/README' has no file extension"), std::string::npos)
+      << r.error().message();
 
   WriteFile(dir / "dupkey/a/x.y.jpg", "1");
   WriteFile(dir / "dupkey/a/x_y.png", "2");
@@ -245,7 +247,8 @@ TEST(Pack, FromCsvAndJsonlManifests) {
   EXPECT_EQ(s0.label, 1);
   EXPECT_EQ(Text(*dataset->ReadField(0, 0)), "striped, black");
 
-  WriteFile(dir / "m/list.jsonl", "{\"path\": \"img/a.jpg\", \"label\": 5, \"key\": \"first\"}\n{\"path\": \"img/b.png\"}\n");
+  WriteFile(dir / "m/list.jsonl",
+            "{\"path\": \"img/a.jpg\", \"label\": 5, \"key\": \"first\"}\n{\"path\": \"img/b.png\"}\n");
   ASSERT_OK(Pack(dir / "m/list.jsonl", dir / "out2").status());
   ASSERT_OK_AND_ASSIGN(auto d2, Dataset::Open(dir / "out2"));
   EXPECT_EQ(d2->Sample(0)->key, "first");

@@ -50,12 +50,15 @@ TEST(IndexFormat, RoundTrips) {
   EXPECT_FALSE(view.record(3).ok());
 }
 
-TEST(IndexFormat, IsDeterministic) { EXPECT_EQ(SmallIndex(), SmallIndex()); }
+TEST(IndexFormat, IsDeterministic) {
+  EXPECT_EQ(SmallIndex(), SmallIndex());
+}
 
 TEST(IndexFormat, RejectsForeignAndDamagedFiles) {
   auto bytes = SmallIndex();
-  std::string foreign = "this is not an index, just some text that is long enough to fill a whole header block......"
-                        "..........................................";
+  std::string foreign =
+      "this is not an index, just some text that is long enough to fill a whole header block......"
+      "..........................................";
   EXPECT_EQ(IndexView::Open(stoker::testing::Bytes(foreign), "f").error().code(), StatusCode::kCorruption);
   EXPECT_FALSE(IndexView::Open(std::span(bytes).first(100), "short").ok());
   EXPECT_FALSE(IndexView::Open(std::span(bytes).first(bytes.size() - 1), "cut").ok());

@@ -8,7 +8,8 @@ namespace stoker::manifest {
 namespace {
 
 TEST(Manifest, ParsesCsvWithQuotesAndExtras) {
-  std::string csv = "path,label,caption\r\nimgs/a.jpg,cat,\"a cat, sitting\"\nimgs/b.jpg,dog,\"say \"\"hi\"\"\nthere\"\n\n";
+  std::string csv =
+      "path,label,caption\r\nimgs/a.jpg,cat,\"a cat, sitting\"\nimgs/b.jpg,dog,\"say \"\"hi\"\"\nthere\"\n\n";
   ASSERT_OK_AND_ASSIGN(auto rows, ParseCsv(csv, "m.csv"));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].path, "imgs/a.jpg");
@@ -31,7 +32,9 @@ TEST(Manifest, CsvErrorsNameTheLine) {
 }
 
 TEST(Manifest, ParsesJsonLines) {
-  std::string text = "{\"path\": \"a.jpg\", \"label\": 3, \"score\": 0.5}\n\n{\"path\": \"b.png\", \"label\": \"x\", \"note\": null}\n";
+  std::string text =
+      "{\"path\": \"a.jpg\", \"label\": 3, \"score\": 0.5}\n\n{\"path\": \"b.png\", \"label\": \"x\", \"note\": "
+      "null}\n";
   ASSERT_OK_AND_ASSIGN(auto rows, ParseJsonLines(text, "m.jsonl"));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].label, "3");

@@ -51,7 +51,7 @@ TEST(Tar, RoundTripsShortNames) {
 
 TEST(Tar, LongNamesUsePrefixOrPax) {
   std::string dir(120, 'd');
-  std::string prefixed = dir + "/file.jpg";            // fits ustar prefix + name
+  std::string prefixed = dir + "/file.jpg";           // fits ustar prefix + name
   std::string huge = std::string(300, 'x') + ".jpg";  // needs pax
   auto members = ReadAll(Archive({{prefixed, "1"}, {huge, "22"}}));
   ASSERT_EQ(members.size(), 2u);

@@ -77,16 +77,21 @@ std::string Archive(const std::vector<std::pair<std::string, std::string>>& file
 }
 
 TEST(WebDataset, GroupsAdjacentMembersIntoSamples) {
-  std::string archive =
-      Archive({{"__meta__", "m"}, {"x/a.jpg", "A"}, {"x/a.cls", "1"}, {"x/b.seg.png", "S"}, {"x/b.jpg", "B"}, {"x/a.txt", "again"}});
+  std::string archive = Archive({{"__meta__", "m"},
+                                 {"x/a.jpg", "A"},
+                                 {"x/a.cls", "1"},
+                                 {"x/b.seg.png", "S"},
+                                 {"x/b.jpg", "B"},
+                                 {"x/a.txt", "again"}});
   std::vector<TarSample> samples;
   std::uint64_t skipped = 0;
-  ASSERT_OK(ForEachSample(stoker::testing::Bytes(archive), "t.tar",
-                          [&](const TarSample& s) {
-                            samples.push_back(s);
-                            return Status::Ok();
-                          },
-                          &skipped));
+  ASSERT_OK(ForEachSample(
+      stoker::testing::Bytes(archive), "t.tar",
+      [&](const TarSample& s) {
+        samples.push_back(s);
+        return Status::Ok();
+      },
+      &skipped));
   EXPECT_EQ(skipped, 1u);
   ASSERT_EQ(samples.size(), 3u);  // x/a appears again after x/b: a new sample, as in WebDataset
   EXPECT_EQ(samples[0].key, "x/a");
@@ -98,13 +103,15 @@ TEST(WebDataset, GroupsAdjacentMembersIntoSamples) {
 
 TEST(WebDataset, RejectsDuplicateFieldAndMissingExtension) {
   auto run = [](const std::string& archive) {
-    return ForEachSample(stoker::testing::Bytes(archive), "t.tar", [](const TarSample&) { return Status::Ok(); }, nullptr);
+    return ForEachSample(
+        stoker::testing::Bytes(archive), "t.tar", [](const TarSample&) { return Status::Ok(); }, nullptr);
   };
   Status dup = run(Archive({{"k.jpg", "1"}, {"k.JPG", "2"}}));
   EXPECT_EQ(dup.code(), StatusCode::kCorruption);
   EXPECT_NE(dup.message().find("t.tar:1024: sample 'k' has field 'jpg' twice"), std::string::npos) << dup.message();
   Status noext = run(Archive({{"k.jpg", "1"}, {"dir/README", "2"}}));
-  EXPECT_NE(noext.message().find("t.tar:1024: member 'dir/README' has no extension"), std::string::npos) << noext.message();
+  EXPECT_NE(noext.message().find("t.tar:1024: member 'dir/README' has no extension"), std::string::npos)
+      << noext.message();
 }
 
 }  // namespace

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/byte_size.h"
@@ -48,7 +48,8 @@ int RunPack(const std::string& source, const std::string& out, const std::string
   for (const auto& w : summary->warnings) fmt::print(stderr, "stoker: warning: {}\n", w);
   fmt::print("packed {} samples into {} shards ({}; payload {}) in {}\n", summary->samples, summary->shards,
              stoker::FormatBytes(summary->shard_bytes), stoker::FormatBytes(summary->payload_bytes), out);
-  if (!summary->class_names.empty()) fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
+  if (!summary->class_names.empty())
+    fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
   fmt::print("index: {}\n", summary->index_path);
   return kExitOk;
 }
@@ -67,7 +68,8 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   if (!summary.ok()) return Fail(summary.error());
   fmt::print("indexed {} samples in {} shards ({})", summary->samples, summary->shards,
              stoker::FormatBytes(summary->shard_bytes));
-  if (summary->skipped_members) fmt::print("; skipped {} non-file or __*__ members as WebDataset does", summary->skipped_members);
+  if (summary->skipped_members)
+    fmt::print("; skipped {} non-file or __*__ members as WebDataset does", summary->skipped_members);
   fmt::print("\nindex: {}\n", summary->index_path);
   return kExitOk;
 }
@@ -86,7 +88,8 @@ int RunInspect(const std::string& path, bool json) {
     out["shard_bytes"] = s.shard_bytes;
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
-    for (const auto& f : s.fields) out["fields"].push_back({{"name", f.name}, {"samples", f.samples}, {"bytes", f.bytes}});
+    for (const auto& f : s.fields)
+      out["fields"].push_back({{"name", f.name}, {"samples", f.samples}, {"bytes", f.bytes}});
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
     out["labels"] = labels;
@@ -112,7 +115,8 @@ int RunInspect(const std::string& path, bool json) {
       lo = std::min(lo, count);
       hi = std::max(hi, count);
     }
-    fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi, s.unlabelled);
+    fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi,
+               s.unlabelled);
     std::size_t shown = 0;
     for (const auto& [label, count] : s.label_counts) {
       if (shown++ == 20) {
@@ -144,12 +148,15 @@ int RunVerify(const std::string& path, bool json) {
     out["shards_checked"] = report->shards_checked;
     out["bytes_checked"] = report->bytes_checked;
     out["problems"] = nlohmann::json::array();
-    for (const auto& p : report->problems) out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
+    for (const auto& p : report->problems)
+      out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
     fmt::print("{}\n", out.dump(2));
   } else {
     for (const auto& p : report->problems) {
-      if (p.key.empty()) fmt::print(stderr, "CORRUPT {}: {}\n", p.where, p.message);
-      else fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", p.where, p.key, p.message);
+      if (p.key.empty())
+        fmt::print(stderr, "CORRUPT {}: {}\n", p.where, p.message);
+      else
+        fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", p.where, p.key, p.message);
     }
     fmt::print("{}: checked {} samples in {} shards ({}): {}\n", (*dataset)->index_path(), report->samples_checked,
                report->shards_checked, stoker::FormatBytes(report->bytes_checked),
@@ -200,8 +207,11 @@ int main(int argc, char** argv) {
   bool force = false, json = false;
   std::vector<std::string> shards;
 
-  auto* pack = app.add_subcommand("pack", "Pack an ImageFolder tree, a CSV/JSONL manifest or tar shards into indexed shards");
-  pack->add_option("SRC", source, "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed)")->required();
+  auto* pack =
+      app.add_subcommand("pack", "Pack an ImageFolder tree, a CSV/JSONL manifest or tar shards into indexed shards");
+  pack->add_option("SRC", source,
+                   "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed)")
+      ->required();
   pack->add_option("OUT", out, "Output folder for shard-NNNNNN.tar and index.stoker")->required();
   pack->add_option("--shard-size", shard_size, "Target shard size, e.g. 64MiB, 1GB")->capture_default_str();
   pack->add_option("--threads", threads, "Reader threads (default: automatic)");
