@@ -28,12 +28,13 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   }
   impl->mapped = std::move(mapped).value();
   STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->mapped->data(), impl->index_path));
-  std::filesystem::path dir = std::filesystem::path(impl->index_path).parent_path();
+  const std::string dir = std::filesystem::path(impl->index_path).parent_path().string();
+  impl->shards.reserve(impl->view.shards().size());
   for (const auto& entry : impl->view.shards()) {
     ShardInfo shard;
     shard.path = entry.path;
-    std::filesystem::path p(entry.path);
-    shard.full_path = p.is_absolute() || dir.empty() ? entry.path : (dir / p).string();
+    // Plain concatenation: std::filesystem joins cost more than the rest of Open.
+    shard.full_path = entry.path.starts_with('/') || dir.empty() ? entry.path : dir + "/" + entry.path;
     shard.size = entry.size;
     shard.checksum = entry.checksum;
     shard.first_sample = entry.first_sample;

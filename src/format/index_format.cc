@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -23,6 +24,8 @@ bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
+}  // namespace
+
 std::uint64_t MetaChecksum(std::span<const std::byte> meta) {
   Xxh3Stream h;
   h.Update(meta.subspan(0, header::kMetaChecksumOff));
@@ -31,8 +34,6 @@ std::uint64_t MetaChecksum(std::span<const std::byte> meta) {
   h.Update(meta.subspan(header::kMetaChecksumOff + 8));
   return h.Digest();
 }
-
-}  // namespace
 
 Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string where) {
   auto corrupt = [&](std::string_view what) {
@@ -91,26 +92,32 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   if (MetaChecksum(bytes.subspan(0, view.records_offset_)) != Load<std::uint64_t>(h + header::kMetaChecksumOff))
     return corrupt("header checksum mismatch");
 
-  auto string_at = [&](std::uint64_t off, std::uint32_t len, std::string_view what) -> Result<std::string> {
+  // A string from the table, or nullopt when it lies outside (messages are
+  // built only on failure: this loop runs once per shard).
+  auto string_at = [&](const std::byte* entry) -> std::optional<std::string> {
+    const auto off = Load<std::uint64_t>(entry);
+    const auto len = Load<std::uint32_t>(entry + 8);
     std::uint64_t e = 0;
-    if (!AddOk(off, len, &e) || e > strings_size) return corrupt(fmt::format("{} lies outside the string table", what));
+    if (!AddOk(off, len, &e) || e > strings_size) return std::nullopt;
     return std::string(reinterpret_cast<const char*>(bytes.data() + strings_off + off), len);
   };
+  view.field_names_.reserve(num_fields);
   for (std::uint32_t i = 0; i < num_fields; ++i) {
-    const std::byte* e = bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
-    STOKER_ASSIGN_OR_RETURN(std::string name, string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8),
-                                                        fmt::format("field {} name", i)));
-    if (name.empty()) return corrupt(fmt::format("field {} has an empty name", i));
-    if (i > 0 && !(view.field_names_.back() < name)) return corrupt("field names are not sorted and unique");
-    view.field_names_.push_back(std::move(name));
+    auto name = string_at(bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize);
+    if (!name) return corrupt(fmt::format("field {} name lies outside the string table", i));
+    if (name->empty()) return corrupt(fmt::format("field {} has an empty name", i));
+    if (i > 0 && !(view.field_names_.back() < *name)) return corrupt("field names are not sorted and unique");
+    view.field_names_.push_back(std::move(*name));
   }
   std::uint64_t next_sample = 0;
+  view.shards_.reserve(num_shards);
   for (std::uint32_t i = 0; i < num_shards; ++i) {
     const std::byte* e = bytes.data() + shards_off + std::uint64_t{i} * kShardEntrySize;
     ShardEntry shard;
-    STOKER_ASSIGN_OR_RETURN(
-        shard.path, string_at(Load<std::uint64_t>(e), Load<std::uint32_t>(e + 8), fmt::format("shard {} path", i)));
-    if (shard.path.empty()) return corrupt(fmt::format("shard {} has an empty path", i));
+    auto path = string_at(e);
+    if (!path) return corrupt(fmt::format("shard {} path lies outside the string table", i));
+    if (path->empty()) return corrupt(fmt::format("shard {} has an empty path", i));
+    shard.path = std::move(*path);
     shard.size = Load<std::uint64_t>(e + 16);
     shard.checksum = Load<std::uint64_t>(e + 24);
     shard.first_sample = Load<std::uint64_t>(e + 32);

@@ -59,6 +59,10 @@ struct FieldRange {
   [[nodiscard]] bool present() const { return offset != kAbsent; }
 };
 
+// xxh3-64 of the header and tables (`meta` = bytes [0, records offset)) with
+// the meta-checksum field itself read as zero.
+[[nodiscard]] std::uint64_t MetaChecksum(std::span<const std::byte> meta);
+
 // A validated, zero-copy view of an index held in memory. Open() checks the
 // header, tables and meta checksum in time independent of the sample count;
 // per-sample records are checked when they are read.

@@ -193,7 +193,7 @@ void WriteOctal(char* field, std::size_t len, std::uint64_t value) {
 
 void AppendUstarBlock(std::string& out, std::string_view name, std::string_view prefix, std::uint64_t size, char type) {
   std::array<char, kBlockSize> block{};
-  std::memcpy(block.data() + kNameOff, name.data(), name.size());
+  std::copy(name.begin(), name.end(), block.data() + kNameOff);
   WriteOctal(block.data() + kModeOff, 8, 0644);
   WriteOctal(block.data() + kUidOff, 8, 0);
   WriteOctal(block.data() + kGidOff, 8, 0);
@@ -209,11 +209,12 @@ void AppendUstarBlock(std::string& out, std::string_view name, std::string_view 
   }
   WriteOctal(block.data() + kMtimeOff, 12, 0);
   block[kTypeOff] = type;
-  std::memcpy(block.data() + kMagicOff,
-              "ustar\0"
-              "00",
-              8);
-  std::memcpy(block.data() + kPrefixOff, prefix.data(), prefix.size());
+  constexpr std::string_view kUstarMagic(
+      "ustar\0"
+      "00",
+      8);
+  std::copy(kUstarMagic.begin(), kUstarMagic.end(), block.data() + kMagicOff);
+  std::copy(prefix.begin(), prefix.end(), block.data() + kPrefixOff);
   std::memset(block.data() + kChksumOff, ' ', kChksumLen);
   unsigned sum = 0;
   for (char c : block) sum += static_cast<unsigned char>(c);
