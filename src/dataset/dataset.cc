@@ -1,7 +1,6 @@
 #include "stoker/dataset.h"
 
 #include <filesystem>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -41,7 +40,10 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
     shard.num_samples = entry.num_samples;
     impl->shards.push_back(std::move(shard));
   }
-  impl->open_shards.resize(impl->shards.size());
+  {
+    MutexLock lock(impl->mu);
+    impl->open_shards.resize(impl->shards.size());
+  }
   return std::unique_ptr<Dataset>(new Dataset(std::move(impl)));
 }
 
@@ -82,7 +84,7 @@ Result<SampleInfo> Dataset::Sample(std::uint64_t i) const {
 }
 
 Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   auto& slot = open_shards[shard];
   if (!slot) {
     STOKER_ASSIGN_OR_RETURN(slot, fs->OpenForRead(shards[shard].full_path));

@@ -2,9 +2,9 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.h"
 #include "format/index_format.h"
 #include "stoker/dataset.h"
 
@@ -18,9 +18,9 @@ struct Dataset::Impl {
   std::vector<ShardInfo> shards;
 
   // Opens shard files lazily, once each.
-  [[nodiscard]] Result<ReadableFile*> Shard(std::uint32_t shard) const;
-  mutable std::mutex mu;
-  mutable std::vector<std::unique_ptr<ReadableFile>> open_shards;  // guarded by mu
+  [[nodiscard]] Result<ReadableFile*> Shard(std::uint32_t shard) const EXCLUDES(mu);
+  mutable Mutex mu;
+  mutable std::vector<std::unique_ptr<ReadableFile>> open_shards GUARDED_BY(mu);
 };
 
 }  // namespace stoker
