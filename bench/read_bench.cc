@@ -2,18 +2,29 @@
 // cold page cache (evicted with posix_fadvise(POSIX_FADV_DONTNEED)) and warm,
 // and prints files/s, MB/s and the speed-up.
 //
-//   stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]
+//   stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--max-samples N]
+//                     [--emulate-device IOPS,MBPS] [--json]
 //
 // DIR is the ImageFolder tree that was packed into DATASET. Reads are
 // single-threaded in every mode, so the comparison is of access patterns.
+//
+// --emulate-device runs the reads in a block-I/O cgroup that caps reads from
+// the disk holding the data at IOPS requests and MBPS MB per second (root
+// only; cgroup v1 blkio or v2 io), to measure the same data as it would read
+// from slower storage, e.g. 200,200 for a hard disk or 3000,125 for a cloud
+// volume's baseline.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +77,59 @@ std::uint64_t ReadFully(int fd, std::uint64_t offset, std::uint64_t size, std::v
   return done;
 }
 
+// Moves this process into a cgroup that throttles reads from one block device;
+// moves it back and removes the cgroup on destruction.
+class DeviceThrottle {
+ public:
+  DeviceThrottle(const std::string& data_path, std::uint64_t iops, std::uint64_t mb_per_s) {
+    struct stat st {};
+    if (::stat(data_path.c_str(), &st) != 0) Die(fmt::format("stat '{}': {}", data_path, std::strerror(errno)));
+    device_ = WholeDisk(major(st.st_dev), minor(st.st_dev));
+    const std::string name = fmt::format("stoker-bench-{}", ::getpid());
+    if (std::filesystem::exists("/sys/fs/cgroup/blkio")) {
+      root_ = "/sys/fs/cgroup/blkio";
+      group_ = root_ + "/" + name;
+      std::filesystem::create_directory(group_);
+      Write(group_ + "/blkio.throttle.read_iops_device", fmt::format("{} {}", device_, iops));
+      Write(group_ + "/blkio.throttle.read_bps_device", fmt::format("{} {}", device_, mb_per_s * 1'000'000));
+    } else if (std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers")) {
+      root_ = "/sys/fs/cgroup";
+      group_ = root_ + "/" + name;
+      Write(root_ + "/cgroup.subtree_control", "+io");
+      std::filesystem::create_directory(group_);
+      Write(group_ + "/io.max", fmt::format("{} riops={} rbps={}", device_, iops, mb_per_s * 1'000'000));
+    } else {
+      Die("--emulate-device needs cgroup v1 blkio or cgroup v2 io under /sys/fs/cgroup");
+    }
+    Write(group_ + "/cgroup.procs", std::to_string(::getpid()));
+  }
+  ~DeviceThrottle() {
+    std::ofstream(root_ + "/cgroup.procs") << ::getpid();
+    std::error_code ec;
+    std::filesystem::remove(group_, ec);
+  }
+  [[nodiscard]] const std::string& device() const { return device_; }
+
+ private:
+  static void Write(const std::string& path, const std::string& value) {
+    std::ofstream out(path);
+    out << value;
+    out.flush();
+    if (!out) Die(fmt::format("cannot write '{}' to {} (root is needed for --emulate-device)", value, path));
+  }
+  // Throttling applies to whole disks: map a partition to its disk.
+  static std::string WholeDisk(unsigned maj, unsigned min) {
+    const std::string sys = fmt::format("/sys/dev/block/{}:{}", maj, min);
+    if (std::filesystem::exists(sys + "/partition")) {
+      std::ifstream in(sys + "/../dev");
+      std::string dev;
+      if (in >> dev) return dev;
+    }
+    return fmt::format("{}:{}", maj, min);
+  }
+  std::string device_, root_, group_;
+};
+
 Measurement ReadLoose(const std::vector<std::string>& files) {
   Measurement m{"loose files", false, 0, 0, 0};
   std::vector<char> buffer;
@@ -85,7 +149,7 @@ Measurement ReadLoose(const std::vector<std::string>& files) {
 // One pread per sample (the span of its fields), in index order; with
 // `coalesce`, neighbouring samples merge into reads of about 1 MiB (larger
 // reads were slower on the development machine's virtio disk).
-Measurement ReadPacked(const stoker::Dataset& dataset, bool coalesce) {
+Measurement ReadPacked(const stoker::Dataset& dataset, bool coalesce, std::uint64_t max_samples) {
   Measurement m{coalesce ? "packed, ~1 MiB coalesced reads" : "packed, one read per sample", false, 0, 0, 0};
   constexpr std::uint64_t kMaxRead = 1 << 20;
   std::vector<char> buffer;
@@ -98,7 +162,8 @@ Measurement ReadPacked(const stoker::Dataset& dataset, bool coalesce) {
       if (run_end > run_start) ReadFully(fd.get(), run_start, run_end - run_start, buffer, shard.full_path);
       run_start = run_end = 0;
     };
-    for (std::uint64_t i = shard.first_sample; i < shard.first_sample + shard.num_samples; ++i) {
+    const std::uint64_t end = std::min(shard.first_sample + shard.num_samples, max_samples);
+    for (std::uint64_t i = shard.first_sample; i < end; ++i) {
       auto info = dataset.Sample(i);
       if (!info.ok()) Die(info.error().ToString());
       std::uint64_t lo = UINT64_MAX, hi = 0;
@@ -124,26 +189,40 @@ Measurement ReadPacked(const stoker::Dataset& dataset, bool coalesce) {
   return m;
 }
 
-// The storage's sequential-read ceiling: whole shard files in 1 MiB reads.
-Measurement ReadRaw(const std::vector<std::string>& paths) {
+// The storage's sequential-read ceiling: the same shard bytes in 1 MiB reads.
+Measurement ReadRaw(const std::vector<std::pair<std::string, std::uint64_t>>& spans) {
   Measurement m{"raw sequential (device ceiling)", false, 0, 0, 0};
   std::vector<char> buffer(1 << 20);
   auto start = Clock::now();
-  for (const auto& path : paths) {
+  for (const auto& [path, length] : spans) {
     stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) Die(fmt::format("open '{}': {}", path, std::strerror(errno)));
-    std::uint64_t offset = 0;
-    while (true) {
-      ssize_t n = ::pread(fd.get(), buffer.data(), buffer.size(), static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) Die(fmt::format("read '{}': {}", path, std::strerror(errno)));
-      if (n == 0) break;
-      offset += static_cast<std::uint64_t>(n);
+    for (std::uint64_t offset = 0; offset < length;) {
+      offset += ReadFully(fd.get(), offset, std::min<std::uint64_t>(buffer.size(), length - offset), buffer, path);
     }
-    m.bytes += offset;
+    m.bytes += length;
   }
   m.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return m;
+}
+
+// How much of each shard holds the first `max_samples` samples.
+std::vector<std::pair<std::string, std::uint64_t>> ShardSpans(const stoker::Dataset& dataset,
+                                                              std::uint64_t max_samples) {
+  std::vector<std::pair<std::string, std::uint64_t>> spans;
+  for (const auto& shard : dataset.shards()) {
+    if (shard.first_sample >= max_samples) break;
+    std::uint64_t length = shard.size;
+    if (shard.first_sample + shard.num_samples > max_samples) {
+      auto last = dataset.Sample(max_samples - 1);
+      if (!last.ok()) Die(last.error().ToString());
+      length = 0;
+      for (const auto& f : last->fields)
+        if (f) length = std::max(length, f->offset + f->size);
+    }
+    spans.emplace_back(shard.full_path, length);
+  }
+  return spans;
 }
 
 }  // namespace
@@ -152,6 +231,10 @@ int main(int argc, char** argv) {
   std::string loose_dir, packed;
   int repeat = 3;
   bool json = false;
+  std::uint64_t max_samples = UINT64_MAX, emulate_iops = 0, emulate_mbps = 0;
+  const char* usage =
+      "usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--max-samples N] "
+      "[--emulate-device IOPS,MBPS] [--json]";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--loose" && i + 1 < argc)
@@ -162,22 +245,29 @@ int main(int argc, char** argv) {
       repeat = std::max(1, std::atoi(argv[++i]));
     else if (a == "--json")
       json = true;
-    else
-      Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+    else if (a == "--max-samples" && i + 1 < argc)
+      max_samples = std::stoull(argv[++i]);
+    else if (a == "--emulate-device" && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%lu,%lu", &emulate_iops, &emulate_mbps) != 2 || !emulate_iops || !emulate_mbps)
+        Die("--emulate-device wants IOPS,MBPS, e.g. 200,200");
+    } else
+      Die(usage);
   }
-  if (loose_dir.empty() || packed.empty())
-    Die("usage: stoker_read_bench --loose DIR --packed DATASET [--repeat N] [--json]");
+  if (loose_dir.empty() || packed.empty()) Die(usage);
 
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(loose_dir))
     if (e.is_regular_file()) files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
+  if (files.size() > max_samples) files.resize(max_samples);
   auto dataset = stoker::Dataset::Open(packed);
   if (!dataset.ok()) Die(dataset.error().ToString());
   std::vector<std::string> shard_paths;
   for (const auto& s : (*dataset)->shards()) shard_paths.push_back(s.full_path);
-  if (files.size() != (*dataset)->num_samples())
-    fmt::print(stderr, "note: {} loose files, {} packed samples\n", files.size(), (*dataset)->num_samples());
+  const std::uint64_t samples = std::min(max_samples, (*dataset)->num_samples());
+  if (files.size() != samples) fmt::print(stderr, "note: {} loose files, {} packed samples\n", files.size(), samples);
+  std::optional<DeviceThrottle> throttle;
+  if (emulate_iops) throttle.emplace(loose_dir, emulate_iops, emulate_mbps);
 
   // Best of `repeat` runs for each mode and cache state.
   std::vector<Measurement> results;
@@ -193,13 +283,13 @@ int main(int argc, char** argv) {
   };
   for (bool cold : {true, false}) {
     best([&] { return ReadLoose(files); }, cold, files);
-    best([&] { return ReadPacked(**dataset, false); }, cold, shard_paths);
-    best([&] { return ReadPacked(**dataset, true); }, cold, shard_paths);
+    best([&] { return ReadPacked(**dataset, false, max_samples); }, cold, shard_paths);
+    best([&] { return ReadPacked(**dataset, true, max_samples); }, cold, shard_paths);
   }
   Measurement ceiling;
   for (int r = 0; r < repeat; ++r) {
     Evict(shard_paths);
-    Measurement m = ReadRaw(shard_paths);
+    Measurement m = ReadRaw(ShardSpans(**dataset, max_samples));
     m.cold = true;
     if (r == 0 || m.seconds < ceiling.seconds) ceiling = m;
   }
@@ -220,6 +310,9 @@ int main(int argc, char** argv) {
   }
   fmt::print("read every sample: {} files, {:.1f} MB, best of {}\n", files.size(),
              static_cast<double>(results[0].bytes) / 1e6, repeat);
+  if (throttle)
+    fmt::print("storage: disk {} throttled to {} read IOPS and {} MB/s (emulated slower device)\n", throttle->device(),
+               emulate_iops, emulate_mbps);
   fmt::print("{:<6} {:<30} {:>12} {:>10} {:>9}\n", "cache", "mode", "files/s", "MB/s", "speed-up");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& m = results[i];
