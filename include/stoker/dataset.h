@@ -73,6 +73,8 @@ class Dataset {
   // Reads one field's bytes from its shard. Thread-safe. Does not verify the
   // checksum (Verify() does). Errors name the shard, offset and sample key.
   [[nodiscard]] Result<std::vector<std::byte>> ReadField(std::uint64_t sample, std::size_t field) const;
+  // Same, into `out` (resized; its capacity is reused across calls).
+  [[nodiscard]] Status ReadFieldInto(const SampleInfo& sample, std::size_t field, std::vector<std::byte>& out) const;
 
   // Checks the checksum over the index's per-sample records (reads them all,
   // unlike Open). Corruption names the index file.

@@ -92,21 +92,25 @@ Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
   return slot.get();
 }
 
-Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field) const {
-  STOKER_ASSIGN_OR_RETURN(SampleInfo info, Sample(sample));
+Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::vector<std::byte>& out) const {
   if (field >= info.fields.size())
     return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
   const auto& loc = info.fields[field];
-  if (!loc) {
-    return Status::NotFound(fmt::format("sample '{}' has no field '{}'", info.key, field_names()[field]));
-  }
+  if (!loc) return Status::NotFound(fmt::format("sample '{}' has no field '{}'", info.key, field_names()[field]));
   STOKER_ASSIGN_OR_RETURN(ReadableFile * file, impl_->Shard(info.shard));
-  std::vector<std::byte> out(loc->size);
+  out.resize(loc->size);
   Status s = file->ReadExactAt(loc->offset, out);
   if (!s.ok()) {
     return s.WithContext(fmt::format("reading field '{}' of sample '{}' at {}:{}", field_names()[field], info.key,
                                      impl_->shards[info.shard].path, loc->offset));
   }
+  return Status::Ok();
+}
+
+Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field) const {
+  STOKER_ASSIGN_OR_RETURN(SampleInfo info, Sample(sample));
+  std::vector<std::byte> out;
+  STOKER_RETURN_IF_ERROR(ReadFieldInto(info, field, out));
   return out;
 }
 

@@ -1,10 +1,13 @@
 // The `stoker` command line: pack, index, inspect, verify.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 #include "core/byte_size.h"
 #include "core/progress.h"
 #include "stoker/dataset.h"
+#include "stoker/loader.h"
 #include "stoker/pack.h"
 
 namespace {
@@ -195,6 +199,143 @@ int RunList(const std::string& path, bool json) {
   return kExitOk;
 }
 
+struct BenchArgs {
+  std::string dataset;
+  std::uint32_t batch_size = 64, threads = 0, prefetch = 0;
+  std::uint64_t epochs = 1, max_batches = 0, seed = 0;
+  double consumer_ms = 0;
+  std::string dtype = "float32", order = "shuffle", on_corrupt = "error";
+  int size = 224;
+  bool eval = false, json = false;
+};
+
+double CpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+  return sec(usage.ru_utime) + sec(usage.ru_stime);
+}
+
+std::uint64_t PeakRssBytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+// Runs the loader over the dataset and reports throughput, consumer wait,
+// CPU cost and memory; with --consumer-ms, a simulated accelerator step per
+// batch and the resulting accelerator utilisation (time computing / wall time,
+// as MLPerf Storage defines AU).
+int RunBench(const BenchArgs& a) {
+  auto opened = stoker::Dataset::Open(a.dataset);
+  if (!opened.ok()) return Fail(opened.error());
+  std::shared_ptr<const stoker::Dataset> dataset = std::move(opened).value();
+  stoker::LoaderOptions o;
+  o.batch_size = a.batch_size;
+  o.threads = a.threads;
+  o.prefetch = a.prefetch;
+  o.seed = a.seed;
+  o.shuffle = a.order != "sequential";
+  o.order = a.order == "shard-block" ? stoker::Order::kShardBlockShuffle : stoker::Order::kShuffle;
+  o.on_corrupt = a.on_corrupt == "skip" ? stoker::CorruptPolicy::kSkip : stoker::CorruptPolicy::kError;
+  auto& t = o.transform;
+  t.width = t.height = a.size;
+  if (a.eval) {
+    t.kind = stoker::TransformOptions::Kind::kResizeCenterCrop;
+    t.resize = a.size * 256 / 224;
+    t.flip_probability = 0;
+  }
+  if (a.dtype == "float32")
+    t.dtype = stoker::DType::kFloat32;
+  else if (a.dtype == "float16")
+    t.dtype = stoker::DType::kFloat16;
+  else if (a.dtype == "bfloat16")
+    t.dtype = stoker::DType::kBFloat16;
+  else if (a.dtype == "uint8") {
+    t.dtype = stoker::DType::kUint8;
+    t.layout = stoker::Layout::kNHWC;
+    t.normalize = false;
+  } else {
+    return Fail(
+        Status::InvalidArgument(fmt::format("--dtype '{}': expected float32, float16, bfloat16 or uint8", a.dtype)));
+  }
+  auto loader = stoker::Loader::Create(dataset, o);
+  if (!loader.ok()) return Fail(loader.error());
+  auto& l = **loader;
+  if (!a.json)
+    fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {} {}x{}{}\n", dataset->index_path(),
+               dataset->num_samples(), a.batch_size, l.stats().threads, l.stats().prefetch, a.dtype, a.size, a.size,
+               a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+  for (std::uint64_t e = 0; e < a.epochs; ++e) {
+    const auto before = l.stats();
+    const double cpu0 = CpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    std::uint64_t batches = 0, images = 0;
+    double compute_s = 0;
+    while (true) {
+      auto next = l.Next();
+      if (!next.ok()) return Fail(next.error());
+      if (!next->has_value()) break;
+      images += (*next)->size();
+      ++batches;
+      if (a.consumer_ms > 0) {
+        const auto step_start = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.consumer_ms));
+        compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      }
+      if (a.max_batches && batches >= a.max_batches) {
+        next->reset();
+        l.SetEpoch(e + 1);
+        break;
+      }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = CpuSeconds() - cpu0;
+    const auto after = l.stats();
+    stoker::LoaderStats epoch_stats = after;
+    epoch_stats.batches -= before.batches;
+    epoch_stats.samples -= before.samples;
+    epoch_stats.bytes_read -= before.bytes_read;
+    epoch_stats.corrupt_skipped -= before.corrupt_skipped;
+    epoch_stats.wait_seconds -= before.wait_seconds;
+    epoch_stats.read_seconds -= before.read_seconds;
+    epoch_stats.decode_seconds -= before.decode_seconds;
+    epoch_stats.transform_seconds -= before.transform_seconds;
+    const double ips = images / wall;
+    if (a.json) {
+      nlohmann::json j = {{"epoch", e},
+                          {"batches", batches},
+                          {"images", images},
+                          {"wall_s", wall},
+                          {"images_per_s", ips},
+                          {"mb_per_s", static_cast<double>(epoch_stats.bytes_read) / wall / 1e6},
+                          {"consumer_wait_s", epoch_stats.wait_seconds},
+                          {"cpu_s_per_image", images ? cpu / images : 0.0},
+                          {"peak_rss_bytes", PeakRssBytes()},
+                          {"threads", after.threads},
+                          {"corrupt_skipped", epoch_stats.corrupt_skipped},
+                          {"read_s", epoch_stats.read_seconds},
+                          {"decode_s", epoch_stats.decode_seconds},
+                          {"transform_s", epoch_stats.transform_seconds}};
+      if (a.consumer_ms > 0) {
+        j["consumer_ms"] = a.consumer_ms;
+        j["accelerator_utilization"] = compute_s / wall;
+        j["idle_percent"] = 100.0 * (1.0 - compute_s / wall);
+      }
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("epoch {}: {}\n", e, epoch_stats.Summary(wall));
+      fmt::print("epoch {}: {:.0f} images/s, {:.2f} ms CPU per image, peak RSS {}", e, ips,
+                 images ? 1000.0 * cpu / images : 0.0, stoker::FormatBytes(PeakRssBytes()));
+      if (a.consumer_ms > 0)
+        fmt::print(", accelerator utilization {:.1f}% (idle {:.1f}%)", 100.0 * compute_s / wall,
+                   100.0 * (1.0 - compute_s / wall));
+      fmt::print("\n");
+    }
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,7 +375,26 @@ int main(int argc, char** argv) {
   list->add_option("DATASET", dataset, "Dataset folder or index file")->required();
   list->add_flag("--json", json, "One JSON object per sample (JSON Lines)");
 
+  BenchArgs bench_args;
+  auto* bench = app.add_subcommand("bench", "Run the loader over a dataset and report images/s, wait, CPU and memory");
+  bench->add_option("DATASET", bench_args.dataset, "Dataset folder or index file")->required();
+  bench->add_option("--batch-size", bench_args.batch_size, "Images per batch")->capture_default_str();
+  bench->add_option("--threads", bench_args.threads, "Worker threads (default: one per core)");
+  bench->add_option("--prefetch", bench_args.prefetch, "Batches prepared ahead (default: automatic)");
+  bench->add_option("--epochs", bench_args.epochs, "Epochs to run, each reported separately")->capture_default_str();
+  bench->add_option("--max-batches", bench_args.max_batches, "Stop each epoch after this many batches");
+  bench->add_option("--consumer-ms", bench_args.consumer_ms, "Simulated accelerator step per batch, in ms");
+  bench->add_option("--dtype", bench_args.dtype, "float32, float16, bfloat16 or uint8 (NHWC)")->capture_default_str();
+  bench->add_option("--size", bench_args.size, "Output image size")->capture_default_str();
+  bench->add_option("--order", bench_args.order, "shuffle, shard-block or sequential")->capture_default_str();
+  bench->add_option("--seed", bench_args.seed, "Shuffle and augmentation seed")->capture_default_str();
+  bench->add_option("--on-corrupt", bench_args.on_corrupt, "error or skip")->capture_default_str();
+  bench->add_flag("--eval", bench_args.eval,
+                  "Evaluation transform: Resize + CenterCrop (default: RandomResizedCrop + flip)");
+  bench->add_flag("--json", bench_args.json, "One JSON object per epoch");
+
   CLI11_PARSE(app, argc, argv);
+  if (bench->parsed()) return RunBench(bench_args);
   if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, json);

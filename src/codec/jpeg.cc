@@ -1,0 +1,136 @@
+#include "codec/jpeg.h"
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+// jpeglib.h needs size_t and FILE first.
+#include <jpeglib.h>
+
+namespace stoker::codec {
+namespace {
+
+// libjpeg reports errors by calling error_exit, which must not return: we
+// longjmp back to the decoding function. Only trivially destructible locals
+// live between setjmp and longjmp.
+struct ErrorManager {
+  jpeg_error_mgr base;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void ErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings (msg_level -1) mean corrupt data that libjpeg would paper over,
+// e.g. a truncated file filled with grey: treat them as errors, so a damaged
+// sample is never passed on silently. Trace messages (>= 0) are ignored.
+void EmitMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0) ErrorExit(cinfo);
+}
+
+// Adobe CMYK JPEGs store inverted values.
+void CmykToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, int width) {
+  for (int x = 0; x < width; ++x) {
+    const unsigned k = cmyk[4 * x + 3];
+    rgb[3 * x + 0] = static_cast<std::uint8_t>(cmyk[4 * x + 0] * k / 255);
+    rgb[3 * x + 1] = static_cast<std::uint8_t>(cmyk[4 * x + 1] * k / 255);
+    rgb[3 * x + 2] = static_cast<std::uint8_t>(cmyk[4 * x + 2] * k / 255);
+  }
+}
+
+// The body that runs under setjmp; returns false with err->message set.
+bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<const std::byte> jpeg, Roi roi, int scale,
+                DecodedRegion* out, std::vector<std::uint8_t>* cmyk_row) {
+  if (setjmp(err->jump)) return false;
+  jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
+  jpeg_read_header(cinfo, TRUE);
+  const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned>(scale);
+  cinfo->dct_method = JDCT_ISLOW;
+  out->full = {static_cast<int>(cinfo->image_width), static_cast<int>(cinfo->image_height)};
+  jpeg_start_decompress(cinfo);
+  const int w = static_cast<int>(cinfo->output_width), h = static_cast<int>(cinfo->output_height);
+  if (roi.width <= 0 || roi.height <= 0) roi = {0, 0, out->full.width, out->full.height};
+  // The requested box in scaled coordinates, rounded outwards.
+  int x0 = std::clamp(roi.x / scale, 0, w);
+  int y0 = std::clamp(roi.y / scale, 0, h);
+  int x1 = std::clamp((roi.x + roi.width + scale - 1) / scale, x0, w);
+  int y1 = std::clamp((roi.y + roi.height + scale - 1) / scale, y0, h);
+  JDIMENSION xoff = static_cast<JDIMENSION>(x0), cw = static_cast<JDIMENSION>(x1 - x0);
+  if (cw == 0 || y1 == y0) {
+    std::snprintf(err->message, sizeof(err->message), "empty region of interest");
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  if (cw < static_cast<JDIMENSION>(w)) jpeg_crop_scanline(cinfo, &xoff, &cw);  // widens to iMCU bounds
+  out->width = static_cast<int>(cw);
+  out->height = y1 - y0;
+  out->origin_x = static_cast<int>(xoff) * scale;
+  out->origin_y = y0 * scale;
+  out->scale = scale;
+  out->pixels.resize(static_cast<std::size_t>(out->width) * out->height * 3);
+  if (y0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(y0));
+  if (cmyk) cmyk_row->resize(static_cast<std::size_t>(out->width) * 4);
+  for (int row = 0; row < out->height; ++row) {
+    std::uint8_t* dst = out->pixels.data() + static_cast<std::size_t>(row) * out->width * 3;
+    JSAMPROW line = cmyk ? cmyk_row->data() : dst;
+    if (jpeg_read_scanlines(cinfo, &line, 1) != 1) {
+      std::snprintf(err->message, sizeof(err->message), "decoder returned no row %d", y0 + row);
+      jpeg_abort_decompress(cinfo);
+      return false;
+    }
+    if (cmyk) CmykToRgb(cmyk_row->data(), dst, out->width);
+  }
+  // Rows below the region are not decoded.
+  jpeg_abort_decompress(cinfo);
+  return true;
+}
+
+}  // namespace
+
+Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err{};
+  cinfo.err = jpeg_std_error(&err.base);
+  err.base.error_exit = ErrorExit;
+  err.base.emit_message = EmitMessage;
+  jpeg_create_decompress(&cinfo);
+  ImageSize size;
+  bool ok = false;
+  if (!setjmp(err.jump)) {
+    jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(&cinfo, TRUE);
+    size = {static_cast<int>(cinfo.image_width), static_cast<int>(cinfo.image_height)};
+    ok = true;
+  }
+  jpeg_destroy_decompress(&cinfo);
+  if (!ok) return Status::Corruption(fmt::format("not a decodable JPEG: {}", err.message));
+  return size;
+}
+
+Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out) {
+  if (scale != 1 && scale != 2 && scale != 4 && scale != 8)
+    return Status::InvalidArgument(fmt::format("JPEG scale 1/{} is not supported (1, 2, 4 or 8)", scale));
+  if (jpeg.empty()) return Status::Corruption("not a decodable JPEG: empty data");
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err{};
+  cinfo.err = jpeg_std_error(&err.base);
+  err.base.error_exit = ErrorExit;
+  err.base.emit_message = EmitMessage;
+  jpeg_create_decompress(&cinfo);
+  std::vector<std::uint8_t> cmyk_row;
+  const bool ok = DecodeImpl(&cinfo, &err, jpeg, roi, scale, &out, &cmyk_row);
+  jpeg_destroy_decompress(&cinfo);
+  if (!ok) return Status::Corruption(fmt::format("not a decodable JPEG: {}", err.message));
+  return Status::Ok();
+}
+
+}  // namespace stoker::codec

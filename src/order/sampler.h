@@ -1,0 +1,53 @@
+// The sampler: which samples each rank reads, in which order. Pure functions
+// of (seed, epoch, dataset shape, global batch size, world size, rank), so
+// the order never depends on threads or timing, and resuming needs only the
+// epoch and the number of global batches already consumed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker::order {
+
+enum class OrderMode : std::uint8_t {
+  kSequential,         // index order
+  kShuffle,            // a full random permutation per epoch
+  kShardBlockShuffle,  // shuffle shards, then samples within windows of `window` shards
+};
+
+struct ShardSpan {
+  std::uint64_t first_sample;
+  std::uint64_t num_samples;
+};
+
+struct OrderSpec {
+  OrderMode mode = OrderMode::kShuffle;
+  std::uint64_t seed = 0;
+  std::uint32_t shard_window = 8;  // kShardBlockShuffle only
+};
+
+// The epoch's order: a permutation of [0, N), N = the sum of shard sizes.
+[[nodiscard]] std::vector<std::uint64_t> EpochOrder(const OrderSpec& spec, std::uint64_t epoch,
+                                                    const std::vector<ShardSpan>& shards);
+
+// How an epoch's order is cut into global batches of B samples, and each
+// global batch split across W ranks (B must be a multiple of W; each rank
+// takes a contiguous B/W). Without drop_last, the last partial global batch
+// is padded by wrapping around to the epoch's start, to a multiple of W, so
+// every rank gets the same number of batches (as DistributedSampler does).
+struct BatchPlan {
+  std::uint64_t num_samples = 0;
+  std::uint64_t global_batch = 1;
+  std::uint32_t world_size = 1;
+  std::uint32_t rank = 0;
+  bool drop_last = false;
+
+  [[nodiscard]] Status Validate() const;
+  [[nodiscard]] std::uint64_t NumBatches() const;
+  // Positions (into the epoch order) of this rank's part of global batch k.
+  void RankPositions(std::uint64_t k, std::vector<std::uint64_t>& out) const;
+};
+
+}  // namespace stoker::order

@@ -1,0 +1,524 @@
+// The loader: one pool of native threads turns (batch slot, sample) work
+// items into decoded, transformed images written straight into the batch's
+// buffer; the consumer takes batches strictly in order.
+#include "stoker/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "codec/jpeg.h"
+#include "core/mutex.h"
+#include "order/rng.h"
+#include "order/sampler.h"
+#include "transform/resample.h"
+#include "transform/transform.h"
+
+namespace stoker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Page-aligned memory, freed on destruction.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(std::size_t bytes) {
+    size_ = (bytes + 4095) / 4096 * 4096;
+    data_ = static_cast<std::byte*>(std::aligned_alloc(4096, size_ == 0 ? 4096 : size_));
+  }
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~AlignedBuffer() { std::free(data_); }
+  [[nodiscard]] std::byte* data() const { return data_; }
+  [[nodiscard]] bool ok() const { return data_ != nullptr; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return (end != nullptr && *end == '\0' && x >= 0) ? static_cast<int>(x) : fallback;
+}
+
+// Per-thread scratch, reused for every sample: no allocation in steady state.
+struct Scratch {
+  std::vector<std::byte> encoded;
+  codec::DecodedRegion decoded;
+  transform::ResampleScratch resample;
+  std::vector<std::uint8_t> resized;
+};
+
+}  // namespace
+
+struct Loader::Impl {
+  struct Slot {
+    AlignedBuffer images;
+    std::vector<std::int64_t> labels;
+    std::vector<std::uint64_t> indices;
+    std::uint32_t size = 0;
+    std::uint64_t epoch = 0;
+    std::uint64_t batch_index = 0;
+    std::uint32_t pending = 0;  // guarded by mu
+    Status error;               // guarded by mu: the first failure in this batch
+  };
+  struct WorkItem {
+    std::uint32_t slot;
+    std::uint32_t index;     // within the batch
+    std::uint64_t position;  // in the epoch order
+  };
+
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  order::OrderSpec order_spec;
+  order::BatchPlan plan;
+  std::vector<order::ShardSpan> shard_spans;
+  std::size_t image_field = 0;
+  transform::OutputWriter writer{DType::kFloat32, Layout::kNCHW, true, {}, {}};
+  std::size_t sample_bytes = 0;
+  std::uint32_t prefetch = 0;
+  std::uint32_t threads = 0;
+
+  Mutex mu;
+  CondVar work_cv, done_cv;
+  std::vector<Slot> slots;  // buffers are fixed; metadata guarded by mu
+  std::vector<std::uint32_t> free_slots GUARDED_BY(mu);
+  std::deque<WorkItem> queue GUARDED_BY(mu);
+  std::deque<std::uint32_t> inflight GUARDED_BY(mu);  // scheduled batches, in order
+  std::shared_ptr<const std::vector<std::uint64_t>> order GUARDED_BY(mu);
+  std::uint64_t epoch GUARDED_BY(mu) = 0;
+  std::uint64_t next_to_schedule GUARDED_BY(mu) = 0;
+  std::uint64_t next_to_deliver GUARDED_BY(mu) = 0;
+  bool stop GUARDED_BY(mu) = false;
+  std::vector<std::jthread> workers;
+
+  // Stats: relaxed atomics, summed across threads.
+  std::atomic<std::uint64_t> stat_batches{0}, stat_samples{0}, stat_bytes{0}, stat_skipped{0};
+  std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
+  std::atomic<std::uint64_t> ready_sum{0}, next_calls{0};
+
+  void StartEpoch(std::uint64_t e, std::uint64_t consumed) REQUIRES(mu) {
+    epoch = e;
+    next_to_schedule = next_to_deliver = consumed;
+    order = std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, e, shard_spans));
+  }
+
+  void Schedule() REQUIRES(mu) {
+    std::vector<std::uint64_t> positions;
+    while (!free_slots.empty() && inflight.size() < prefetch && next_to_schedule < plan.NumBatches()) {
+      const std::uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      plan.RankPositions(next_to_schedule, positions);
+      Slot& slot = slots[s];
+      slot.size = static_cast<std::uint32_t>(positions.size());
+      slot.epoch = epoch;
+      slot.batch_index = next_to_schedule;
+      slot.pending = slot.size;
+      slot.error = Status::Ok();
+      for (std::uint32_t i = 0; i < slot.size; ++i) queue.push_back({s, i, positions[i]});
+      inflight.push_back(s);
+      ++next_to_schedule;
+    }
+    work_cv.NotifyAll();
+  }
+
+  // Throws away scheduled work that no worker has started (for SetEpoch and
+  // Restore), waits for the started items to finish, and recycles the slots.
+  void Drain() REQUIRES(mu) {
+    for (const auto& item : queue) slots[item.slot].pending--;
+    queue.clear();
+    done_cv.Wait(mu, [&]() REQUIRES(mu) {
+      return std::all_of(inflight.begin(), inflight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
+    });
+    for (std::uint32_t s : inflight) free_slots.push_back(s);
+    inflight.clear();
+  }
+
+  void WorkerLoop() EXCLUDES(mu) {
+    Scratch scratch;
+    mu.Lock();
+    while (true) {
+      work_cv.Wait(mu, [&]() REQUIRES(mu) { return stop || !queue.empty(); });
+      if (stop) break;
+      const WorkItem item = queue.front();
+      queue.pop_front();
+      const auto epoch_order = order;  // the epoch's order outlives a later StartEpoch
+      const std::uint64_t item_epoch = slots[item.slot].epoch;
+      mu.Unlock();
+      Status status = ProduceSample(item, *epoch_order, item_epoch, scratch);
+      mu.Lock();
+      Slot& slot = slots[item.slot];
+      if (!status.ok() && slot.error.ok()) slot.error = status;
+      if (--slot.pending == 0) done_cv.NotifyAll();
+    }
+    mu.Unlock();
+  }
+
+  // Reads, decodes and transforms the sample at `item.position`, substituting
+  // following samples under CorruptPolicy::kSkip.
+  Status ProduceSample(const WorkItem& item, const std::vector<std::uint64_t>& epoch_order, std::uint64_t item_epoch,
+                       Scratch& scratch) {
+    Slot& slot = slots[item.slot];
+    const std::uint64_t n = epoch_order.size();
+    constexpr int kMaxSubstitutes = 64;
+    Status first_error;
+    for (int attempt = 0; attempt <= kMaxSubstitutes; ++attempt) {
+      const std::uint64_t sample = epoch_order[(item.position + static_cast<std::uint64_t>(attempt)) % n];
+      auto* out = slot.images.data() + static_cast<std::size_t>(item.index) * sample_bytes;
+      Status s = ProduceOne(sample, item_epoch, out, slot.labels[item.index], scratch);
+      if (s.ok()) {
+        slot.indices[item.index] = sample;
+        stat_samples.fetch_add(1, std::memory_order_relaxed);
+        return Status::Ok();
+      }
+      if (options.on_corrupt == CorruptPolicy::kError || s.code() != StatusCode::kCorruption) return s;
+      stat_skipped.fetch_add(1, std::memory_order_relaxed);
+      if (first_error.ok()) first_error = s;
+    }
+    return first_error.WithContext(fmt::format("{} samples in a row are corrupt", kMaxSubstitutes + 1));
+  }
+
+  Status ProduceOne(std::uint64_t sample, std::uint64_t item_epoch, std::byte* out, std::int64_t& label,
+                    Scratch& scratch) {
+    const TransformOptions& t = options.transform;
+    auto t0 = Clock::now();
+    STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset->Sample(sample));
+    STOKER_RETURN_IF_ERROR(dataset->ReadFieldInto(info, image_field, scratch.encoded));
+    stat_bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
+    label = info.label;
+    auto t1 = Clock::now();
+    read_ns.fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
+
+    auto where = [&] {
+      return fmt::format("sample '{}' (field '{}' at {}:{})", info.key, dataset->field_names()[image_field],
+                         dataset->shards()[info.shard].path, info.fields[image_field]->offset);
+    };
+    auto size = codec::JpegSize(scratch.encoded);
+    if (!size.ok()) return size.error().WithContext(where());
+    const int W = size->width, H = size->height;
+    // Augmentation randomness: a pure function of (seed, epoch, sample).
+    order::Rng rng(options.seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(item_epoch) ^ sample);
+
+    codec::Roi roi;
+    transform::FloatBox box;  // in full-resolution pixels
+    int crop_w = W, crop_h = H;
+    if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
+      auto b = transform::RandomResizedCropBox(W, H, t.scale[0], t.scale[1], t.ratio[0], t.ratio[1], rng);
+      roi = {b.x, b.y, b.width, b.height};
+      box = {static_cast<double>(b.x), static_cast<double>(b.y), static_cast<double>(b.x + b.width),
+             static_cast<double>(b.y + b.height)};
+      crop_w = b.width;
+      crop_h = b.height;
+    } else {
+      box = transform::ResizeCenterCropBox(W, H, t.resize, t.width, t.height);
+      crop_w = static_cast<int>(box.x1 - box.x0);
+      crop_h = static_cast<int>(box.y1 - box.y0);
+    }
+    const bool flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
+    int scale = 1;
+    if (t.dct_scaling) {
+      while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
+    }
+    Status decoded = codec::DecodeJpeg(scratch.encoded, roi, scale, scratch.decoded);
+    if (!decoded.ok()) return decoded.WithContext(where());
+    auto t2 = Clock::now();
+    decode_ns.fetch_add(static_cast<std::uint64_t>((t2 - t1).count()), std::memory_order_relaxed);
+
+    const auto& d = scratch.decoded;
+    const double s = d.scale;
+    transform::ImageView view{d.pixels.data(), d.width, d.height, static_cast<std::size_t>(d.width) * 3};
+    double x0 = (box.x0 - d.origin_x) / s, y0 = (box.y0 - d.origin_y) / s;
+    double x1 = (box.x1 - d.origin_x) / s, y1 = (box.y1 - d.origin_y) / s;
+    if (t.kind == TransformOptions::Kind::kRandomResizedCrop && scale == 1) {
+      // torchvision crops first, so filter taps stop at the crop's edges.
+      const int cx = static_cast<int>(x0), cy = static_cast<int>(y0);
+      view.data += static_cast<std::size_t>(cy) * view.stride + static_cast<std::size_t>(cx) * 3;
+      view.width = crop_w;
+      view.height = crop_h;
+      x0 = y0 = 0;
+      x1 = crop_w;
+      y1 = crop_h;
+    }
+    x1 = std::min(x1, static_cast<double>(view.width));
+    y1 = std::min(y1, static_cast<double>(view.height));
+    scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
+    if (!transform::ResampleBilinear(view, x0, y0, x1, y1, t.width, t.height, scratch.resized.data(),
+                                     scratch.resample)) {
+      return Status::Internal(fmt::format("{}: cannot resample box ({}, {})-({}, {}) of a {}x{} image", where(), x0, y0,
+                                          x1, y1, view.width, view.height));
+    }
+    writer.Write(scratch.resized.data(), t.width, t.height, flip, out);
+    transform_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - t2).count()), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+};
+
+// --- Batch ---
+
+Batch::Batch(Batch&& o) noexcept : loader_(std::exchange(o.loader_, nullptr)), slot_(o.slot_) {}
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this != &o) {
+    if (loader_) loader_->Release(slot_);
+    loader_ = std::exchange(o.loader_, nullptr);
+    slot_ = o.slot_;
+  }
+  return *this;
+}
+Batch::~Batch() {
+  if (loader_) loader_->Release(slot_);
+}
+void* Batch::images() const {
+  return loader_->impl_->slots[slot_].images.data();
+}
+const std::int64_t* Batch::labels() const {
+  return loader_->impl_->slots[slot_].labels.data();
+}
+const std::uint64_t* Batch::indices() const {
+  return loader_->impl_->slots[slot_].indices.data();
+}
+std::uint32_t Batch::size() const {
+  return loader_->impl_->slots[slot_].size;
+}
+DType Batch::dtype() const {
+  return loader_->impl_->options.transform.dtype;
+}
+std::uint64_t Batch::epoch() const {
+  return loader_->impl_->slots[slot_].epoch;
+}
+std::uint64_t Batch::batch_index() const {
+  return loader_->impl_->slots[slot_].batch_index;
+}
+std::size_t Batch::image_bytes() const {
+  return loader_->impl_->sample_bytes * size();
+}
+std::array<std::int64_t, 4> Batch::shape() const {
+  const auto& t = loader_->impl_->options.transform;
+  if (t.layout == Layout::kNCHW) return {size(), 3, t.height, t.width};
+  return {size(), t.height, t.width, 3};
+}
+
+// --- Loader ---
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Loader::~Loader() {
+  {
+    MutexLock lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->work_cv.NotifyAll();
+  impl_->workers.clear();  // joins
+}
+
+Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options) {
+  if (!dataset) return Status::InvalidArgument("Loader needs a dataset");
+  auto impl = std::make_unique<Impl>();
+  impl->dataset = dataset;
+  impl->options = options;
+  const auto& t = options.transform;
+  if (options.batch_size == 0) return Status::InvalidArgument("batch_size must be positive");
+  if (t.width <= 0 || t.height <= 0 || t.width > 16384 || t.height > 16384)
+    return Status::InvalidArgument(fmt::format("output size {}x{} is out of range", t.width, t.height));
+  if (!(t.scale[0] > 0 && t.scale[0] <= t.scale[1] && t.scale[1] <= 1))
+    return Status::InvalidArgument(
+        fmt::format("scale ({}, {}) must satisfy 0 < lo <= hi <= 1", t.scale[0], t.scale[1]));
+  if (!(t.ratio[0] > 0 && t.ratio[0] <= t.ratio[1]))
+    return Status::InvalidArgument(fmt::format("ratio ({}, {}) must satisfy 0 < lo <= hi", t.ratio[0], t.ratio[1]));
+  if (t.kind == TransformOptions::Kind::kResizeCenterCrop && t.resize < std::max(t.width, t.height))
+    return Status::InvalidArgument(
+        fmt::format("resize {} is smaller than the crop {}x{}", t.resize, t.width, t.height));
+  for (float sd : t.std)
+    if (t.normalize && !(sd > 0)) return Status::InvalidArgument("normalize std must be positive");
+
+  // Image field.
+  std::vector<std::string> candidates = options.image_field.empty() ? std::vector<std::string>{"jpg", "jpeg"}
+                                                                    : std::vector<std::string>{options.image_field};
+  std::optional<std::size_t> field;
+  for (const auto& c : candidates)
+    if (!field) field = dataset->FieldIndex(c);
+  if (!field) {
+    return Status::InvalidArgument(fmt::format("dataset '{}' has no image field {} (its fields: {})",
+                                               dataset->index_path(), fmt::join(candidates, " or "),
+                                               fmt::join(dataset->field_names(), ", ")));
+  }
+  impl->image_field = *field;
+
+  // Ranks.
+  const int world = options.world_size >= 0 ? options.world_size : EnvInt("WORLD_SIZE", 1);
+  const int rank = options.rank >= 0 ? options.rank : EnvInt("RANK", 0);
+  impl->plan.num_samples = dataset->num_samples();
+  impl->plan.world_size = static_cast<std::uint32_t>(std::max(world, 0));
+  impl->plan.rank = static_cast<std::uint32_t>(std::max(rank, 0));
+  impl->plan.global_batch = std::uint64_t{options.batch_size} * impl->plan.world_size;
+  impl->plan.drop_last = options.drop_last;
+  STOKER_RETURN_IF_ERROR(impl->plan.Validate());
+  if (dataset->num_samples() == 0)
+    return Status::InvalidArgument(fmt::format("dataset '{}' is empty", dataset->index_path()));
+
+  impl->order_spec.seed = options.seed;
+  impl->order_spec.shard_window = options.shard_window;
+  impl->order_spec.mode = !options.shuffle                             ? order::OrderMode::kSequential
+                          : options.order == Order::kShardBlockShuffle ? order::OrderMode::kShardBlockShuffle
+                          : options.order == Order::kSequential        ? order::OrderMode::kSequential
+                                                                       : order::OrderMode::kShuffle;
+  for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
+
+  impl->writer = transform::OutputWriter(t.dtype, t.layout, t.normalize, t.mean, t.std);
+  impl->sample_bytes = static_cast<std::size_t>(t.width) * t.height * 3 * transform::DTypeSize(t.dtype);
+  impl->threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  impl->prefetch = options.prefetch ? options.prefetch : std::max(2u, impl->threads / 2 + 1);
+  // The consumer may hold two batches (e.g. one in use, one being copied).
+  const std::uint32_t pool = impl->prefetch + 2;
+  impl->slots.resize(pool);
+  for (std::uint32_t i = 0; i < pool; ++i) {
+    auto& slot = impl->slots[i];
+    slot.images = AlignedBuffer(impl->sample_bytes * options.batch_size);
+    if (!slot.images.ok()) return Status::ResourceExhausted("cannot allocate the batch pool");
+    slot.labels.resize(options.batch_size);
+    slot.indices.resize(options.batch_size);
+  }
+  {
+    MutexLock lock(impl->mu);
+    for (std::uint32_t i = pool; i-- > 0;) impl->free_slots.push_back(i);
+    impl->StartEpoch(0, 0);
+  }
+  Impl* raw = impl.get();
+  for (std::uint32_t i = 0; i < impl->threads; ++i) impl->workers.emplace_back([raw] { raw->WorkerLoop(); });
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+Result<std::optional<Batch>> Loader::Next() {
+  Impl& m = *impl_;
+  MutexLock lock(m.mu);
+  if (m.next_to_deliver >= m.plan.NumBatches()) {
+    // End of epoch: the next call starts the following one.
+    m.Drain();
+    m.StartEpoch(m.epoch + 1, 0);
+    return std::optional<Batch>();
+  }
+  m.Schedule();
+  const std::uint32_t s = m.inflight.front();
+  std::uint64_t ready = 0;
+  for (std::uint32_t i : m.inflight) ready += m.slots[i].pending == 0;
+  m.ready_sum.fetch_add(ready, std::memory_order_relaxed);
+  m.next_calls.fetch_add(1, std::memory_order_relaxed);
+  auto start = Clock::now();
+  m.done_cv.Wait(m.mu, [&]() REQUIRES(m.mu) { return m.slots[s].pending == 0; });
+  m.wait_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - start).count()), std::memory_order_relaxed);
+  m.inflight.pop_front();
+  ++m.next_to_deliver;
+  if (!m.slots[s].error.ok()) {
+    Status error = m.slots[s].error;
+    m.free_slots.push_back(s);
+    m.Schedule();
+    return error;
+  }
+  m.stat_batches.fetch_add(1, std::memory_order_relaxed);
+  m.Schedule();
+  return std::optional<Batch>(Batch(this, s));
+}
+
+void Loader::Release(std::uint32_t slot) {
+  MutexLock lock(impl_->mu);
+  impl_->free_slots.push_back(slot);
+  impl_->Schedule();
+}
+
+void Loader::SetEpoch(std::uint64_t epoch) {
+  MutexLock lock(impl_->mu);
+  impl_->Drain();
+  impl_->StartEpoch(epoch, 0);
+}
+
+std::uint64_t Loader::epoch() const {
+  MutexLock lock(impl_->mu);
+  return impl_->epoch;
+}
+
+std::uint64_t Loader::batches_per_epoch() const {
+  return impl_->plan.NumBatches();
+}
+
+LoaderState Loader::state() const {
+  MutexLock lock(impl_->mu);
+  return {impl_->options.seed, impl_->epoch, impl_->plan.global_batch, impl_->next_to_deliver, impl_->plan.num_samples};
+}
+
+Status Loader::Restore(const LoaderState& state) {
+  Impl& m = *impl_;
+  if (state.num_samples != m.plan.num_samples) {
+    return Status::InvalidArgument(fmt::format("loader state is for a dataset of {} samples, this one has {}",
+                                               state.num_samples, m.plan.num_samples));
+  }
+  if (state.global_batch_size != m.plan.global_batch) {
+    return Status::InvalidArgument(fmt::format(
+        "loader state has global batch {} but this loader's is {} (batch_size x world_size must stay the same)",
+        state.global_batch_size, m.plan.global_batch));
+  }
+  if (state.seed != m.options.seed)
+    return Status::InvalidArgument(fmt::format("loader state has seed {}, this loader {}", state.seed, m.options.seed));
+  if (state.batches_consumed > m.plan.NumBatches())
+    return Status::InvalidArgument(fmt::format("loader state is past the end of the epoch ({} of {} batches)",
+                                               state.batches_consumed, m.plan.NumBatches()));
+  MutexLock lock(m.mu);
+  m.Drain();
+  m.StartEpoch(state.epoch, state.batches_consumed);
+  return Status::Ok();
+}
+
+LoaderStats Loader::stats() const {
+  const Impl& m = *impl_;
+  LoaderStats s;
+  s.batches = m.stat_batches.load();
+  s.samples = m.stat_samples.load();
+  s.bytes_read = m.stat_bytes.load();
+  s.corrupt_skipped = m.stat_skipped.load();
+  s.wait_seconds = static_cast<double>(m.wait_ns.load()) * 1e-9;
+  s.read_seconds = static_cast<double>(m.read_ns.load()) * 1e-9;
+  s.decode_seconds = static_cast<double>(m.decode_ns.load()) * 1e-9;
+  s.transform_seconds = static_cast<double>(m.transform_ns.load()) * 1e-9;
+  const auto calls = m.next_calls.load();
+  s.mean_ready_batches = calls ? static_cast<double>(m.ready_sum.load()) / static_cast<double>(calls) : 0;
+  s.threads = m.threads;
+  s.prefetch = m.prefetch;
+  return s;
+}
+
+const LoaderOptions& Loader::options() const {
+  return impl_->options;
+}
+std::uint32_t Loader::rank() const {
+  return impl_->plan.rank;
+}
+std::uint32_t Loader::world_size() const {
+  return impl_->plan.world_size;
+}
+
+std::string LoaderStats::Summary(double wall_seconds) const {
+  const double busy = read_seconds + decode_seconds + transform_seconds;
+  auto pct = [&](double x) { return busy > 0 ? 100.0 * x / busy : 0.0; };
+  return fmt::format(
+      "{} batches, {} images in {:.2f} s ({:.0f} img/s, {:.1f} MB/s read); consumer waited {:.2f} s ({:.1f}%); "
+      "worker time: read {:.0f}%, decode {:.0f}%, transform {:.0f}%; {:.1f} of {} batches ready on average; "
+      "{} corrupt skipped",
+      batches, samples, wall_seconds, wall_seconds > 0 ? samples / wall_seconds : 0.0,
+      wall_seconds > 0 ? bytes_read / wall_seconds / 1e6 : 0.0, wait_seconds,
+      wall_seconds > 0 ? 100.0 * wait_seconds / wall_seconds : 0.0, pct(read_seconds), pct(decode_seconds),
+      pct(transform_seconds), mean_ready_batches, prefetch, corrupt_skipped);
+}
+
+}  // namespace stoker

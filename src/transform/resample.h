@@ -1,0 +1,50 @@
+// Bilinear resampling with Pillow's semantics (Image.resize(..., BILINEAR),
+// which torchvision uses for PIL images): a triangle filter widened by the
+// downscale factor (antialiasing), separable, horizontal pass first, 8-bit
+// fixed-point arithmetic with rounding, uint8 between the passes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+// On x86-64 with GCC, hot loops are also compiled for AVX2 and picked at run
+// time (function multiversioning); other builds use the baseline code.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define STOKER_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define STOKER_SIMD_CLONES
+#endif
+
+namespace stoker::transform {
+
+// An RGB image view: `height` rows of `width` pixels, `stride` bytes apart.
+struct ImageView {
+  const std::uint8_t* data = nullptr;
+  int width = 0;
+  int height = 0;
+  std::size_t stride = 0;
+};
+
+// Reusable scratch so that per-sample resampling does not allocate.
+struct ResampleScratch {
+  std::vector<std::int32_t> coeffs, vcoeffs;
+  std::vector<int> bounds, vbounds;
+  std::vector<std::uint8_t> temp;
+  std::vector<std::int32_t> accumulator;
+};
+
+// The largest downscale factor ResampleBilinear supports (its filter then
+// spans 2 * 31 + 1 taps); larger reductions must decode at a smaller DCT
+// scale first.
+inline constexpr double kMaxDownscale = 31.0;
+
+// Resamples the box [x0, x1) x [y0, y1) of `src` (float coordinates, as
+// Pillow's `box` argument) to out_w x out_h RGB pixels, written to `out`
+// with rows of out_w * 3 bytes. Filter taps are clipped to `src`'s bounds.
+// Returns false (writing nothing) when the box is empty, lies outside `src`,
+// or shrinks by more than kMaxDownscale.
+[[nodiscard]] bool ResampleBilinear(const ImageView& src, double x0, double y0, double x1, double y1, int out_w,
+                                    int out_h, std::uint8_t* out, ResampleScratch& scratch);
+
+}  // namespace stoker::transform

@@ -1,0 +1,163 @@
+#include "transform/transform.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace stoker::transform {
+namespace {
+
+// Python's round(): half to even (the default floating-point rounding mode).
+int RoundHalfEven(double x) {
+  return static_cast<int>(std::nearbyint(x));
+}
+
+}  // namespace
+
+std::size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+  }
+  return 1;
+}
+
+Box RandomResizedCropBox(int width, int height, double scale_min, double scale_max, double ratio_min, double ratio_max,
+                         order::Rng& rng) {
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(ratio_min), log_hi = std::log(ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.Uniform(scale_min, scale_max);
+    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+    const int w = RoundHalfEven(std::sqrt(target_area * aspect));
+    const int h = RoundHalfEven(std::sqrt(target_area / aspect));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const int y = static_cast<int>(rng.IntInclusive(0, height - h));
+      const int x = static_cast<int>(rng.IntInclusive(0, width - w));
+      return {x, y, w, h};
+    }
+  }
+  const double in_ratio = static_cast<double>(width) / height;
+  int w = width, h = height;
+  if (in_ratio < std::min(ratio_min, ratio_max)) {
+    h = RoundHalfEven(w / std::min(ratio_min, ratio_max));
+  } else if (in_ratio > std::max(ratio_min, ratio_max)) {
+    w = RoundHalfEven(h * std::max(ratio_min, ratio_max));
+  }
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int crop_h) {
+  int new_w = resize, new_h = resize;
+  if (width <= height) {
+    new_h = static_cast<int>(static_cast<double>(resize) * height / width);
+  } else {
+    new_w = static_cast<int>(static_cast<double>(resize) * width / height);
+  }
+  const double sx = static_cast<double>(width) / new_w, sy = static_cast<double>(height) / new_h;
+  const int top = RoundHalfEven((new_h - crop_h) / 2.0);
+  const int left = RoundHalfEven((new_w - crop_w) / 2.0);
+  return {left * sx, top * sy, (left + crop_w) * sx, (top + crop_h) * sy};
+}
+
+std::uint16_t FloatToHalf(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  std::uint32_t mag = x & 0x7fffffffu;
+  if (mag >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (mag >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
+  if (mag < 0x38800000u) {                                                    // subnormal half (or zero)
+    if (mag < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t shift = 126 - (mag >> 23);
+    const std::uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
+    std::uint32_t half = mant >> (shift + 1);
+    const std::uint32_t rem = mant & ((1u << (shift + 1)) - 1);
+    const std::uint32_t halfway = 1u << shift;
+    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  mag -= 0x38000000u;  // rebias exponent 127 -> 15
+  std::uint32_t half = mag >> 13;
+  const std::uint32_t rem = mag & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+std::uint16_t FloatToBFloat16(float f) {
+  std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>(x >> 16);
+}
+
+float HalfToFloat(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+float BFloat16ToFloat(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::array<float, 3> mean,
+                           std::array<float, 3> std)
+    : dtype_(dtype), layout_(layout) {
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      // Same operation order as torchvision: to_tensor (v / 255), then normalize.
+      float x = static_cast<float>(v) / 255.0f;
+      if (normalize) x = (x - mean[c]) / std[c];
+      f32_[c][v] = x;
+      u16_[c][v] = dtype == DType::kBFloat16 ? FloatToBFloat16(x) : FloatToHalf(x);
+    }
+  }
+}
+
+STOKER_SIMD_CLONES void OutputWriter::Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const {
+  const std::size_t plane = static_cast<std::size_t>(out_w) * out_h;
+  auto src_index = [&](int y, int x) {
+    return (static_cast<std::size_t>(y) * out_w + static_cast<std::size_t>(flip ? out_w - 1 - x : x)) * 3;
+  };
+  auto write_all = [&](auto* out, auto convert) {
+    for (int y = 0; y < out_h; ++y) {
+      for (int x = 0; x < out_w; ++x) {
+        const std::uint8_t* p = rgb + src_index(y, x);
+        const std::size_t pixel = static_cast<std::size_t>(y) * out_w + x;
+        for (int c = 0; c < 3; ++c) {
+          const std::size_t at = layout_ == Layout::kNCHW ? c * plane + pixel : pixel * 3 + c;
+          out[at] = convert(c, p[c]);
+        }
+      }
+    }
+  };
+  switch (dtype_) {
+    case DType::kUint8:
+      if (layout_ == Layout::kNHWC && !flip) {
+        std::memcpy(dst, rgb, plane * 3);
+        return;
+      }
+      write_all(static_cast<std::uint8_t*>(dst), [](int, std::uint8_t v) { return v; });
+      return;
+    case DType::kFloat32:
+      write_all(static_cast<float*>(dst), [this](int c, std::uint8_t v) { return f32_[c][v]; });
+      return;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      write_all(static_cast<std::uint16_t*>(dst), [this](int c, std::uint8_t v) { return u16_[c][v]; });
+      return;
+  }
+}
+
+}  // namespace stoker::transform

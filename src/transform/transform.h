@@ -1,0 +1,65 @@
+// Image transforms with torchvision's semantics (for PIL images), fused:
+// crop box selection (RandomResizedCrop, Resize + CenterCrop), bilinear
+// resampling of just that box, then flip, normalisation, layout and dtype
+// conversion in one final write.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "order/rng.h"
+#include "stoker/types.h"
+#include "transform/resample.h"
+
+namespace stoker::transform {
+
+using stoker::DType;
+using stoker::Layout;
+
+[[nodiscard]] std::size_t DTypeSize(DType dtype);
+
+// A crop box in source pixels (integers, as torchvision's crops are).
+struct Box {
+  int x = 0, y = 0, width = 0, height = 0;
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params: up to 10 tries of a
+// random area fraction in [scale_min, scale_max] and a log-uniform aspect
+// ratio in [ratio_min, ratio_max], then the central fallback. Python's
+// round-half-to-even is kept.
+[[nodiscard]] Box RandomResizedCropBox(int width, int height, double scale_min, double scale_max, double ratio_min,
+                                       double ratio_max, order::Rng& rng);
+
+// The source-space box that Resize(resize) followed by CenterCrop(crop_h,
+// crop_w) keeps (torchvision: the shorter side becomes `resize`, the longer
+// int(resize * long / short); the crop's top-left is round((h - ch) / 2)).
+struct FloatBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+[[nodiscard]] FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int crop_h);
+
+// Per-channel lookup tables from a uint8 value to the output element:
+// (v / 255 - mean) / std, in the output dtype. Built once per loader.
+class OutputWriter {
+ public:
+  OutputWriter(DType dtype, Layout layout, bool normalize, std::array<float, 3> mean, std::array<float, 3> std);
+  // Writes an out_w x out_h RGB image (rows of out_w * 3 bytes) to `dst`
+  // (one sample's slot in the batch), mirrored horizontally when `flip`.
+  void Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const;
+  [[nodiscard]] DType dtype() const { return dtype_; }
+  [[nodiscard]] Layout layout() const { return layout_; }
+
+ private:
+  DType dtype_;
+  Layout layout_;
+  std::array<std::array<float, 256>, 3> f32_{};
+  std::array<std::array<std::uint16_t, 256>, 3> u16_{};
+};
+
+// IEEE binary16 and bfloat16 from float, rounding to nearest even.
+[[nodiscard]] std::uint16_t FloatToHalf(float f);
+[[nodiscard]] std::uint16_t FloatToBFloat16(float f);
+[[nodiscard]] float HalfToFloat(std::uint16_t h);
+[[nodiscard]] float BFloat16ToFloat(std::uint16_t b);
+
+}  // namespace stoker::transform
