@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,26 @@ struct LoaderStats {
   // "epoch 3: 1250 batches, 80000 images in 41.2 s (1942 img/s); waited 0.3 s (0.7%); ..."
   [[nodiscard]] std::string Summary(double wall_seconds) const;
 };
+
+// What the per-sample transform did, in full-resolution source pixels.
+struct TransformTrace {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // the source box resampled to the output size
+  bool flipped = false;
+  int decode_scale = 1;  // 1, 2, 4 or 8: DCT scaling used when decoding
+  int source_width = 0, source_height = 0;
+};
+
+struct TransformedImage {
+  std::vector<std::byte> data;  // height * width * 3 elements of the dtype, in the layout
+  TransformTrace trace;
+};
+
+// Decodes `jpeg` and transforms it exactly as a Loader with this `seed` does
+// for dataset sample `sample` in epoch `epoch` (same crop, same flip). For
+// tests, and for looking at what the augmentation does.
+[[nodiscard]] Result<TransformedImage> TransformImage(std::span<const std::byte> jpeg,
+                                                      const TransformOptions& transform, std::uint64_t seed,
+                                                      std::uint64_t epoch, std::uint64_t sample);
 
 class Loader;
 

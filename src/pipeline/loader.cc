@@ -16,6 +16,7 @@
 #include "core/mutex.h"
 #include "order/rng.h"
 #include "order/sampler.h"
+#include "pipeline/image_pipeline.h"
 #include "transform/resample.h"
 #include "transform/transform.h"
 
@@ -58,9 +59,7 @@ int EnvInt(const char* name, int fallback) {
 // Per-thread scratch, reused for every sample: no allocation in steady state.
 struct Scratch {
   std::vector<std::byte> encoded;
-  codec::DecodedRegion decoded;
-  transform::ResampleScratch resample;
-  std::vector<std::uint8_t> resized;
+  ImageScratch image;
 };
 
 }  // namespace
@@ -182,7 +181,6 @@ struct Loader::Impl {
       Status s = ProduceOne(sample, item_epoch, out, slot.labels[item.index], scratch);
       if (s.ok()) {
         slot.indices[item.index] = sample;
-        stat_samples.fetch_add(1, std::memory_order_relaxed);
         return Status::Ok();
       }
       if (options.on_corrupt == CorruptPolicy::kError || s.code() != StatusCode::kCorruption) return s;
@@ -207,62 +205,9 @@ struct Loader::Impl {
       return fmt::format("sample '{}' (field '{}' at {}:{})", info.key, dataset->field_names()[image_field],
                          dataset->shards()[info.shard].path, info.fields[image_field]->offset);
     };
-    auto size = codec::JpegSize(scratch.encoded);
-    if (!size.ok()) return size.error().WithContext(where());
-    const int W = size->width, H = size->height;
-    // Augmentation randomness: a pure function of (seed, epoch, sample).
-    order::Rng rng(options.seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(item_epoch) ^ sample);
-
-    codec::Roi roi;
-    transform::FloatBox box;  // in full-resolution pixels
-    int crop_w = W, crop_h = H;
-    if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
-      auto b = transform::RandomResizedCropBox(W, H, t.scale[0], t.scale[1], t.ratio[0], t.ratio[1], rng);
-      roi = {b.x, b.y, b.width, b.height};
-      box = {static_cast<double>(b.x), static_cast<double>(b.y), static_cast<double>(b.x + b.width),
-             static_cast<double>(b.y + b.height)};
-      crop_w = b.width;
-      crop_h = b.height;
-    } else {
-      box = transform::ResizeCenterCropBox(W, H, t.resize, t.width, t.height);
-      crop_w = static_cast<int>(box.x1 - box.x0);
-      crop_h = static_cast<int>(box.y1 - box.y0);
-    }
-    const bool flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
-    int scale = 1;
-    if (t.dct_scaling) {
-      while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
-    }
-    Status decoded = codec::DecodeJpeg(scratch.encoded, roi, scale, scratch.decoded);
-    if (!decoded.ok()) return decoded.WithContext(where());
-    auto t2 = Clock::now();
-    decode_ns.fetch_add(static_cast<std::uint64_t>((t2 - t1).count()), std::memory_order_relaxed);
-
-    const auto& d = scratch.decoded;
-    const double s = d.scale;
-    transform::ImageView view{d.pixels.data(), d.width, d.height, static_cast<std::size_t>(d.width) * 3};
-    double x0 = (box.x0 - d.origin_x) / s, y0 = (box.y0 - d.origin_y) / s;
-    double x1 = (box.x1 - d.origin_x) / s, y1 = (box.y1 - d.origin_y) / s;
-    if (t.kind == TransformOptions::Kind::kRandomResizedCrop && scale == 1) {
-      // torchvision crops first, so filter taps stop at the crop's edges.
-      const int cx = static_cast<int>(x0), cy = static_cast<int>(y0);
-      view.data += static_cast<std::size_t>(cy) * view.stride + static_cast<std::size_t>(cx) * 3;
-      view.width = crop_w;
-      view.height = crop_h;
-      x0 = y0 = 0;
-      x1 = crop_w;
-      y1 = crop_h;
-    }
-    x1 = std::min(x1, static_cast<double>(view.width));
-    y1 = std::min(y1, static_cast<double>(view.height));
-    scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
-    if (!transform::ResampleBilinear(view, x0, y0, x1, y1, t.width, t.height, scratch.resized.data(),
-                                     scratch.resample)) {
-      return Status::Internal(fmt::format("{}: cannot resample box ({}, {})-({}, {}) of a {}x{} image", where(), x0, y0,
-                                          x1, y1, view.width, view.height));
-    }
-    writer.Write(scratch.resized.data(), t.width, t.height, flip, out);
-    transform_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - t2).count()), std::memory_order_relaxed);
+    Status s = DecodeAndTransform(scratch.encoded, t, writer, options.seed, item_epoch, sample, out, scratch.image,
+                                  nullptr, &decode_ns, &transform_ns);
+    if (!s.ok()) return s.WithContext(where());
     return Status::Ok();
   }
 };
@@ -428,6 +373,7 @@ Result<std::optional<Batch>> Loader::Next() {
     return error;
   }
   m.stat_batches.fetch_add(1, std::memory_order_relaxed);
+  m.stat_samples.fetch_add(m.slots[s].size, std::memory_order_relaxed);
   m.Schedule();
   return std::optional<Batch>(Batch(this, s));
 }
@@ -440,6 +386,7 @@ void Loader::Release(std::uint32_t slot) {
 
 void Loader::SetEpoch(std::uint64_t epoch) {
   MutexLock lock(impl_->mu);
+  if (impl_->epoch == epoch && impl_->next_to_deliver == 0) return;  // already at its start: keep the prefetch
   impl_->Drain();
   impl_->StartEpoch(epoch, 0);
 }

@@ -1,0 +1,287 @@
+// pybind11 bindings: the _native module under the `stoker` Python package.
+// Status errors become Python exceptions; batches reach torch as zero-copy
+// DLPack tensors whose deleter gives the buffer back to the loader's pool.
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "stoker/dataset.h"
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Set by the Python package at import: its exception classes.
+py::object g_corruption_error;
+py::object g_stoker_error;
+
+[[noreturn]] void Raise(const stoker::Status& status) {
+  const std::string& message = status.message();
+  switch (status.code()) {
+    case stoker::StatusCode::kInvalidArgument:
+      throw py::value_error(message);
+    case stoker::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+      break;
+    case stoker::StatusCode::kAlreadyExists:
+      PyErr_SetString(PyExc_FileExistsError, message.c_str());
+      break;
+    case stoker::StatusCode::kIOError:
+    case stoker::StatusCode::kResourceExhausted:
+      PyErr_SetString(PyExc_OSError, message.c_str());
+      break;
+    case stoker::StatusCode::kCorruption:
+      PyErr_SetString(g_corruption_error ? g_corruption_error.ptr() : PyExc_RuntimeError, message.c_str());
+      break;
+    default:
+      PyErr_SetString(g_stoker_error ? g_stoker_error.ptr() : PyExc_RuntimeError, status.ToString().c_str());
+      break;
+  }
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Unwrap(stoker::Result<T> result) {
+  if (!result.ok()) Raise(result.error());
+  return std::move(result).value();
+}
+
+// Owns one batch for as long as any tensor made from it is alive, and the
+// loader for as long as any batch is.
+struct BatchHolder {
+  std::shared_ptr<stoker::Loader> loader;
+  std::optional<stoker::Batch> batch;
+  ~BatchHolder() { batch.reset(); }  // release before the loader may go
+};
+
+struct TensorContext {
+  std::shared_ptr<BatchHolder> holder;
+  std::array<std::int64_t, 4> shape;
+  DLManagedTensor managed{};
+};
+
+void DeleteManaged(DLManagedTensor* managed) {
+  delete static_cast<TensorContext*>(managed->manager_ctx);
+}
+
+void DeleteCapsule(PyObject* capsule) {
+  // Torch renames a consumed capsule "used_dltensor" and owns it from then on.
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  }
+}
+
+py::capsule MakeCapsule(const std::shared_ptr<BatchHolder>& holder, void* data, int ndim,
+                        std::array<std::int64_t, 4> shape, DLDataType dtype) {
+  auto* ctx = new TensorContext{holder, shape, {}};
+  DLTensor& t = ctx->managed.dl_tensor;
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = dtype;
+  t.shape = ctx->shape.data();
+  t.strides = nullptr;  // compact row-major
+  t.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx;
+  ctx->managed.deleter = DeleteManaged;
+  return py::capsule(&ctx->managed, "dltensor", DeleteCapsule);
+}
+
+DLDataType ToDL(stoker::DType dtype) {
+  switch (dtype) {
+    case stoker::DType::kUint8:
+      return {kDLUInt, 8, 1};
+    case stoker::DType::kFloat32:
+      return {kDLFloat, 32, 1};
+    case stoker::DType::kFloat16:
+      return {kDLFloat, 16, 1};
+    case stoker::DType::kBFloat16:
+      return {kDLBfloat, 16, 1};
+  }
+  return {kDLUInt, 8, 1};
+}
+
+class PyLoader {
+ public:
+  PyLoader(const std::string& path, const stoker::LoaderOptions& options) {
+    std::shared_ptr<const stoker::Dataset> dataset = Unwrap(stoker::Dataset::Open(path));
+    loader_ = std::shared_ptr<stoker::Loader>(Unwrap(stoker::Loader::Create(dataset, options)).release());
+  }
+
+  // (images, labels, indices) capsules, or None at the end of the epoch.
+  py::object Next() {
+    stoker::Result<std::optional<stoker::Batch>> next = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;  // wait without holding the GIL
+      next = loader_->Next();
+    }
+    if (!next.ok()) Raise(next.error());
+    if (!next->has_value()) return py::none();
+    auto holder = std::make_shared<BatchHolder>();
+    holder->loader = loader_;
+    holder->batch = std::move(**next);
+    const stoker::Batch& b = *holder->batch;
+    const auto n = static_cast<std::int64_t>(b.size());
+    py::capsule images = MakeCapsule(holder, b.images(), 4, b.shape(), ToDL(b.dtype()));
+    py::capsule labels = MakeCapsule(holder, const_cast<std::int64_t*>(b.labels()), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
+    py::capsule indices =
+        MakeCapsule(holder, const_cast<std::uint64_t*>(b.indices()), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
+    return py::make_tuple(images, labels, indices, b.epoch(), b.batch_index());
+  }
+
+  std::shared_ptr<stoker::Loader> loader_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "stoker's native core (use the `stoker` package, not this module directly)";
+  m.def("_set_exceptions", [](py::object stoker_error, py::object corruption_error) {
+    g_stoker_error = std::move(stoker_error);
+    g_corruption_error = std::move(corruption_error);
+  });
+
+  py::enum_<stoker::DType>(m, "DType")
+      .value("uint8", stoker::DType::kUint8)
+      .value("float32", stoker::DType::kFloat32)
+      .value("float16", stoker::DType::kFloat16)
+      .value("bfloat16", stoker::DType::kBFloat16);
+  py::enum_<stoker::Layout>(m, "Layout").value("NCHW", stoker::Layout::kNCHW).value("NHWC", stoker::Layout::kNHWC);
+  py::enum_<stoker::Order>(m, "Order")
+      .value("sequential", stoker::Order::kSequential)
+      .value("shuffle", stoker::Order::kShuffle)
+      .value("shard_block", stoker::Order::kShardBlockShuffle);
+  py::enum_<stoker::CorruptPolicy>(m, "CorruptPolicy")
+      .value("error", stoker::CorruptPolicy::kError)
+      .value("skip", stoker::CorruptPolicy::kSkip);
+  py::enum_<stoker::TransformOptions::Kind>(m, "TransformKind")
+      .value("random_resized_crop", stoker::TransformOptions::Kind::kRandomResizedCrop)
+      .value("resize_center_crop", stoker::TransformOptions::Kind::kResizeCenterCrop);
+
+  py::class_<stoker::TransformOptions>(m, "TransformOptions")
+      .def(py::init<>())
+      .def_readwrite("kind", &stoker::TransformOptions::kind)
+      .def_readwrite("height", &stoker::TransformOptions::height)
+      .def_readwrite("width", &stoker::TransformOptions::width)
+      .def_readwrite("scale", &stoker::TransformOptions::scale)
+      .def_readwrite("ratio", &stoker::TransformOptions::ratio)
+      .def_readwrite("flip_probability", &stoker::TransformOptions::flip_probability)
+      .def_readwrite("resize", &stoker::TransformOptions::resize)
+      .def_readwrite("normalize", &stoker::TransformOptions::normalize)
+      .def_readwrite("mean", &stoker::TransformOptions::mean)
+      .def_readwrite("std", &stoker::TransformOptions::std)
+      .def_readwrite("dtype", &stoker::TransformOptions::dtype)
+      .def_readwrite("layout", &stoker::TransformOptions::layout)
+      .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling);
+
+  py::class_<stoker::LoaderOptions>(m, "LoaderOptions")
+      .def(py::init<>())
+      .def_readwrite("batch_size", &stoker::LoaderOptions::batch_size)
+      .def_readwrite("shuffle", &stoker::LoaderOptions::shuffle)
+      .def_readwrite("order", &stoker::LoaderOptions::order)
+      .def_readwrite("shard_window", &stoker::LoaderOptions::shard_window)
+      .def_readwrite("seed", &stoker::LoaderOptions::seed)
+      .def_readwrite("drop_last", &stoker::LoaderOptions::drop_last)
+      .def_readwrite("rank", &stoker::LoaderOptions::rank)
+      .def_readwrite("world_size", &stoker::LoaderOptions::world_size)
+      .def_readwrite("threads", &stoker::LoaderOptions::threads)
+      .def_readwrite("prefetch", &stoker::LoaderOptions::prefetch)
+      .def_readwrite("transform", &stoker::LoaderOptions::transform)
+      .def_readwrite("on_corrupt", &stoker::LoaderOptions::on_corrupt)
+      .def_readwrite("image_field", &stoker::LoaderOptions::image_field);
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init<const std::string&, const stoker::LoaderOptions&>())
+      .def("next", &PyLoader::Next)
+      .def("set_epoch",
+           [](PyLoader& l, std::uint64_t e) {
+             py::gil_scoped_release release;
+             l.loader_->SetEpoch(e);
+           })
+      .def_property_readonly("epoch", [](PyLoader& l) { return l.loader_->epoch(); })
+      .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.loader_->batches_per_epoch(); })
+      .def_property_readonly("rank", [](PyLoader& l) { return l.loader_->rank(); })
+      .def_property_readonly("world_size", [](PyLoader& l) { return l.loader_->world_size(); })
+      .def("state",
+           [](PyLoader& l) {
+             const auto s = l.loader_->state();
+             py::dict d;
+             d["seed"] = s.seed;
+             d["epoch"] = s.epoch;
+             d["global_batch_size"] = s.global_batch_size;
+             d["batches_consumed"] = s.batches_consumed;
+             d["num_samples"] = s.num_samples;
+             return d;
+           })
+      .def("restore",
+           [](PyLoader& l, const py::dict& d) {
+             stoker::LoaderState s;
+             s.seed = d["seed"].cast<std::uint64_t>();
+             s.epoch = d["epoch"].cast<std::uint64_t>();
+             s.global_batch_size = d["global_batch_size"].cast<std::uint64_t>();
+             s.batches_consumed = d["batches_consumed"].cast<std::uint64_t>();
+             s.num_samples = d["num_samples"].cast<std::uint64_t>();
+             stoker::Status status;
+             {
+               py::gil_scoped_release release;
+               status = l.loader_->Restore(s);
+             }
+             if (!status.ok()) Raise(status);
+           })
+      .def("stats",
+           [](PyLoader& l) {
+             const auto s = l.loader_->stats();
+             py::dict d;
+             d["batches"] = s.batches;
+             d["samples"] = s.samples;
+             d["bytes_read"] = s.bytes_read;
+             d["corrupt_skipped"] = s.corrupt_skipped;
+             d["wait_s"] = s.wait_seconds;
+             d["read_s"] = s.read_seconds;
+             d["decode_s"] = s.decode_seconds;
+             d["transform_s"] = s.transform_seconds;
+             d["mean_ready_batches"] = s.mean_ready_batches;
+             d["threads"] = s.threads;
+             d["prefetch"] = s.prefetch;
+             return d;
+           })
+      .def("summary", [](PyLoader& l, double wall) { return l.loader_->stats().Summary(wall); });
+
+  m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite) {
+    stoker::PackOptions options;
+    options.target_shard_bytes = shard_bytes;
+    options.overwrite = overwrite;
+    stoker::Result<stoker::PackSummary> summary = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      summary = stoker::Pack(source, out, options);
+    }
+    const auto s = Unwrap(std::move(summary));
+    py::dict d;
+    d["samples"] = s.samples;
+    d["shards"] = s.shards;
+    d["shard_bytes"] = s.shard_bytes;
+    d["class_names"] = s.class_names;
+    d["index_path"] = s.index_path;
+    return d;
+  });
+  m.def("transform_image", [](py::bytes jpeg, const stoker::TransformOptions& t, std::uint64_t seed,
+                              std::uint64_t epoch, std::uint64_t sample) {
+    std::string_view data = jpeg;
+    auto result = Unwrap(
+        stoker::TransformImage({reinterpret_cast<const std::byte*>(data.data()), data.size()}, t, seed, epoch, sample));
+    py::dict trace;
+    trace["box"] = py::make_tuple(result.trace.x0, result.trace.y0, result.trace.x1, result.trace.y1);
+    trace["flipped"] = result.trace.flipped;
+    trace["decode_scale"] = result.trace.decode_scale;
+    trace["source_size"] = py::make_tuple(result.trace.source_width, result.trace.source_height);
+    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(result.data.data()), result.data.size()), trace);
+  });
+  m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::Dataset::Open(path))->num_samples(); });
+}

@@ -1,0 +1,164 @@
+"""stoker: keep deep-learning GPUs busy.
+
+``stoker.Loader`` replaces a torch DataLoader over a packed dataset: native
+threads read, decode (libjpeg-turbo, region of interest, DCT scaling),
+augment with torchvision's semantics and normalise straight into reusable
+batch buffers, which reach torch as zero-copy tensors.
+
+    import stoker, stoker.transforms as T
+    loader = stoker.Loader("imagenet-packed", batch_size=256, shuffle=True, seed=0,
+                           transform=T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                                T.Normalize(mean, std)]))
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            ...
+"""
+import os
+import time
+
+from . import _native
+from . import transforms
+
+__all__ = ["Loader", "pack", "StokerError", "CorruptionError", "transforms"]
+
+
+class StokerError(RuntimeError):
+    """An error inside stoker that has no more specific Python type."""
+
+
+class CorruptionError(StokerError, ValueError):
+    """Bytes on storage are not what the format says (names the sample and shard:offset)."""
+
+
+_native._set_exceptions(StokerError, CorruptionError)
+
+
+def _torch():
+    import torch  # imported lazily: stoker's own code does not need it
+    return torch
+
+
+_DTYPES = {
+    "float32": _native.DType.float32,
+    "float16": _native.DType.float16,
+    "bfloat16": _native.DType.bfloat16,
+    "uint8": _native.DType.uint8,
+}
+
+
+def _dtype_name(dtype):
+    if isinstance(dtype, str):
+        name = dtype
+    else:
+        name = str(dtype).replace("torch.", "")
+    if name not in _DTYPES:
+        raise ValueError("dtype %r is not supported (float32, float16, bfloat16 or uint8)" % (dtype,))
+    return name
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+class Loader:
+    """An iterable of ``(images, labels)`` (or ``(images, labels, indices)``
+    with ``with_indices=True``) torch tensors over a packed dataset.
+
+    ``batch_size`` is per rank, as in DataLoader; ``rank`` and ``world_size``
+    default to torchrun's ``RANK`` and ``WORLD_SIZE``. ``len(loader)`` is the
+    number of batches this rank yields per epoch. Each ``for`` loop over the
+    loader runs one epoch; the next loop runs the next epoch unless
+    ``set_epoch`` says otherwise. ``state_dict()`` / ``load_state_dict()``
+    resume exactly, also under a different world size with the same global
+    batch (``batch_size * world_size``).
+    """
+
+    def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
+                 dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
+                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None):
+        if transform is None:
+            transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                                            transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
+        name = _dtype_name(dtype)
+        options = _native.LoaderOptions()
+        options.batch_size = int(batch_size)
+        options.shuffle = bool(shuffle)
+        if order not in ("shuffle", "shard_block", "sequential"):
+            raise ValueError("order must be 'shuffle', 'shard_block' or 'sequential', not %r" % (order,))
+        options.order = getattr(_native.Order, order)
+        options.shard_window = int(shard_window)
+        options.seed = int(seed)
+        options.drop_last = bool(drop_last)
+        options.rank = int(rank) if rank is not None else _env_int("RANK", 0)
+        options.world_size = int(world_size) if world_size is not None else _env_int("WORLD_SIZE", 1)
+        options.threads = int(num_threads or 0)
+        options.prefetch = int(prefetch or 0)
+        if on_corrupt not in ("error", "skip"):
+            raise ValueError("on_corrupt must be 'error' or 'skip', not %r" % (on_corrupt,))
+        options.on_corrupt = getattr(_native.CorruptPolicy, on_corrupt)
+        options.image_field = image_field or ""
+        t = transform._options()
+        t.dtype = _DTYPES[name]
+        if layout is None:
+            layout = "NHWC" if name == "uint8" else "NCHW"
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError("layout must be 'NCHW' or 'NHWC', not %r" % (layout,))
+        t.layout = getattr(_native.Layout, layout)
+        options.transform = t
+        self._with_indices = with_indices
+        self._native = _native.Loader(os.fspath(dataset), options)
+        self._wall_start = None
+
+    def __len__(self):
+        return self._native.batches_per_epoch
+
+    def __iter__(self):
+        from torch.utils.dlpack import from_dlpack
+        self._wall_start = time.perf_counter()
+        while True:
+            item = self._native.next()
+            if item is None:
+                return
+            images, labels, indices = from_dlpack(item[0]), from_dlpack(item[1]), from_dlpack(item[2])
+            yield (images, labels, indices) if self._with_indices else (images, labels)
+
+    def set_epoch(self, epoch):
+        """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
+        self._native.set_epoch(int(epoch))
+
+    @property
+    def epoch(self):
+        return self._native.epoch
+
+    @property
+    def rank(self):
+        return self._native.rank
+
+    @property
+    def world_size(self):
+        return self._native.world_size
+
+    def state_dict(self):
+        """Where the loader is: enough to resume exactly (a small dict of ints)."""
+        return dict(self._native.state())
+
+    def load_state_dict(self, state):
+        self._native.restore(dict(state))
+
+    def stats(self):
+        """Counters since creation: batches, samples, bytes read, consumer wait
+        and per-stage busy seconds, corrupt samples skipped."""
+        return dict(self._native.stats())
+
+    def summary(self):
+        """A one-line summary of the stats over the current iteration."""
+        wall = time.perf_counter() - self._wall_start if self._wall_start else 0.0
+        return self._native.summary(wall)
+
+
+def pack(source, out, shard_size=64 << 20, overwrite=False):
+    """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
+    indexed shards (see `stoker pack --help`). Returns a summary dict."""
+    return _native.pack(os.fspath(source), os.fspath(out), int(shard_size), bool(overwrite))

@@ -1,0 +1,102 @@
+#include "pipeline/image_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "order/rng.h"
+
+namespace stoker {
+
+Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
+                          const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
+                          std::uint64_t sample, std::byte* out, ImageScratch& scratch, TransformTrace* trace,
+                          std::atomic<std::uint64_t>* decode_ns, std::atomic<std::uint64_t>* transform_ns) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
+  const int W = size.width, H = size.height;
+  // Augmentation randomness: a pure function of (seed, epoch, sample), so it
+  // does not depend on which thread runs the sample, or when.
+  order::Rng rng(seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(epoch) ^ sample);
+
+  codec::Roi roi;
+  transform::FloatBox box;  // in full-resolution pixels
+  int crop_w = W, crop_h = H;
+  if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
+    auto b = transform::RandomResizedCropBox(W, H, t.scale[0], t.scale[1], t.ratio[0], t.ratio[1], rng);
+    roi = {b.x, b.y, b.width, b.height};
+    box = {static_cast<double>(b.x), static_cast<double>(b.y), static_cast<double>(b.x + b.width),
+           static_cast<double>(b.y + b.height)};
+    crop_w = b.width;
+    crop_h = b.height;
+  } else {
+    box = transform::ResizeCenterCropBox(W, H, t.resize, t.width, t.height);
+    crop_w = static_cast<int>(box.x1 - box.x0);
+    crop_h = static_cast<int>(box.y1 - box.y0);
+  }
+  const bool flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
+  int scale = 1;
+  if (t.dct_scaling) {
+    while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
+  }
+  // Resampling shrinks by at most kMaxDownscale; decode smaller if needed.
+  while (scale < 8 && (crop_w / scale > transform::kMaxDownscale * t.width ||
+                       crop_h / scale > transform::kMaxDownscale * t.height)) {
+    scale *= 2;
+  }
+  if (roi.width > 0) {
+    // Decode one iMCU (16 px) beyond the box on each side: chroma upsampling
+    // at the edge of a partial decode needs its neighbours, and without them
+    // edge pixels would differ from a full decode.
+    const int margin = 16 * scale;
+    const int left = std::max(0, roi.x - margin), top = std::max(0, roi.y - margin);
+    const int right = std::min(W, roi.x + roi.width + margin), bottom = std::min(H, roi.y + roi.height + margin);
+    roi = {left, top, right - left, bottom - top};
+  }
+  STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded));
+  const auto t1 = Clock::now();
+
+  const auto& d = scratch.decoded;
+  const double s = d.scale;
+  transform::ImageView view{d.pixels.data(), d.width, d.height, static_cast<std::size_t>(d.width) * 3};
+  double x0 = (box.x0 - d.origin_x) / s, y0 = (box.y0 - d.origin_y) / s;
+  double x1 = (box.x1 - d.origin_x) / s, y1 = (box.y1 - d.origin_y) / s;
+  if (t.kind == TransformOptions::Kind::kRandomResizedCrop && scale == 1) {
+    // torchvision crops first, so filter taps stop at the crop's edges.
+    const int cx = static_cast<int>(x0), cy = static_cast<int>(y0);
+    view.data += static_cast<std::size_t>(cy) * view.stride + static_cast<std::size_t>(cx) * 3;
+    view.width = crop_w;
+    view.height = crop_h;
+    x0 = y0 = 0;
+    x1 = crop_w;
+    y1 = crop_h;
+  }
+  x1 = std::min(x1, static_cast<double>(view.width));
+  y1 = std::min(y1, static_cast<double>(view.height));
+  scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
+  if (!transform::ResampleBilinear(view, x0, y0, x1, y1, t.width, t.height, scratch.resized.data(), scratch.resample)) {
+    return Status::Internal(
+        fmt::format("cannot resample box ({}, {})-({}, {}) of a {}x{} image", x0, y0, x1, y1, view.width, view.height));
+  }
+  writer.Write(scratch.resized.data(), t.width, t.height, flip, out);
+  if (trace != nullptr) *trace = {box.x0, box.y0, box.x1, box.y1, flip, scale, W, H};
+  if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
+  if (transform_ns)
+    transform_ns->fetch_add(static_cast<std::uint64_t>((Clock::now() - t1).count()), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Result<TransformedImage> TransformImage(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
+                                        std::uint64_t epoch, std::uint64_t sample) {
+  transform::OutputWriter writer(t.dtype, t.layout, t.normalize, t.mean, t.std);
+  TransformedImage result;
+  result.data.resize(static_cast<std::size_t>(t.width) * t.height * 3 * transform::DTypeSize(t.dtype));
+  ImageScratch scratch;
+  STOKER_RETURN_IF_ERROR(DecodeAndTransform(jpeg, t, writer, seed, epoch, sample, result.data.data(), scratch,
+                                            &result.trace, nullptr, nullptr));
+  return result;
+}
+
+}  // namespace stoker

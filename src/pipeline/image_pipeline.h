@@ -1,0 +1,36 @@
+// One image through the loader's per-sample path: JPEG header, crop box and
+// flip from the sample's own random stream, region-of-interest decode (with
+// DCT scaling), bilinear resample of the box, fused write. The Loader runs
+// this on every worker thread; TransformImage exposes it for tests and for
+// inspecting augmentations.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/jpeg.h"
+#include "stoker/loader.h"
+#include "transform/resample.h"
+#include "transform/transform.h"
+
+namespace stoker {
+
+// Per-thread buffers, reused for every sample.
+struct ImageScratch {
+  codec::DecodedRegion decoded;
+  transform::ResampleScratch resample;
+  std::vector<std::uint8_t> resized;
+};
+
+// Writes one transformed image (out: height * width * 3 elements of the
+// output dtype, in the output layout). Decode errors are Corruption. Adds
+// the time spent decoding and transforming to the counters when given.
+[[nodiscard]] Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
+                                        const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
+                                        std::uint64_t sample, std::byte* out, ImageScratch& scratch,
+                                        TransformTrace* trace, std::atomic<std::uint64_t>* decode_ns,
+                                        std::atomic<std::uint64_t>* transform_ns);
+
+}  // namespace stoker
