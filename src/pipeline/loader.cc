@@ -86,7 +86,7 @@ struct Loader::Impl {
   order::OrderSpec order_spec;
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;
-  std::size_t image_field = 0;
+  std::vector<std::size_t> image_fields;  // candidates present in the dataset, in preference order
   transform::OutputWriter writer{DType::kFloat32, Layout::kNCHW, true, {}, {}};
   std::size_t sample_bytes = 0;
   std::uint32_t prefetch = 0;
@@ -109,6 +109,12 @@ struct Loader::Impl {
   std::atomic<std::uint64_t> stat_batches{0}, stat_samples{0}, stat_bytes{0}, stat_skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
   std::atomic<std::uint64_t> ready_sum{0}, next_calls{0};
+
+  std::string ImageFieldNames() const {
+    std::vector<std::string> names;
+    for (std::size_t f : image_fields) names.push_back(dataset->field_names()[f]);
+    return fmt::format("{}", fmt::join(names, " or "));
+  }
 
   void StartEpoch(std::uint64_t e, std::uint64_t consumed) REQUIRES(mu) {
     epoch = e;
@@ -195,6 +201,20 @@ struct Loader::Impl {
     const TransformOptions& t = options.transform;
     auto t0 = Clock::now();
     STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset->Sample(sample));
+    // The first image field this sample has (datasets may mix .jpg and .jpeg).
+    std::size_t image_field = image_fields[0];
+    bool found = false;
+    for (std::size_t f : image_fields) {
+      if (info.fields[f]) {
+        image_field = f;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return Status::Corruption(fmt::format("sample '{}' in {} has no image field ({})", info.key,
+                                            dataset->shards()[info.shard].path, ImageFieldNames()));
+    }
     STOKER_RETURN_IF_ERROR(dataset->ReadFieldInto(info, image_field, scratch.encoded));
     stat_bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     label = info.label;
@@ -289,18 +309,16 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   for (float sd : t.std)
     if (t.normalize && !(sd > 0)) return Status::InvalidArgument("normalize std must be positive");
 
-  // Image field.
+  // Image fields.
   std::vector<std::string> candidates = options.image_field.empty() ? std::vector<std::string>{"jpg", "jpeg"}
                                                                     : std::vector<std::string>{options.image_field};
-  std::optional<std::size_t> field;
   for (const auto& c : candidates)
-    if (!field) field = dataset->FieldIndex(c);
-  if (!field) {
+    if (auto f = dataset->FieldIndex(c)) impl->image_fields.push_back(*f);
+  if (impl->image_fields.empty()) {
     return Status::InvalidArgument(fmt::format("dataset '{}' has no image field {} (its fields: {})",
                                                dataset->index_path(), fmt::join(candidates, " or "),
                                                fmt::join(dataset->field_names(), ", ")));
   }
-  impl->image_field = *field;
 
   // Ranks.
   const int world = options.world_size >= 0 ? options.world_size : EnvInt("WORLD_SIZE", 1);
@@ -356,6 +374,13 @@ Result<std::optional<Batch>> Loader::Next() {
     return std::optional<Batch>();
   }
   m.Schedule();
+  if (m.inflight.empty()) {
+    // Every buffer is held by the consumer: waiting would never end.
+    return Status::ResourceExhausted(fmt::format(
+        "all {} batch buffers are still held by the consumer; release batches (or raise prefetch) before asking "
+        "for more",
+        m.slots.size()));
+  }
   const std::uint32_t s = m.inflight.front();
   std::uint64_t ready = 0;
   for (std::uint32_t i : m.inflight) ready += m.slots[i].pending == 0;

@@ -74,11 +74,12 @@ std::uint16_t FloatToHalf(float f) {
   if (mag >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
   if (mag < 0x38800000u) {                                                    // subnormal half (or zero)
     if (mag < 0x33000000u) return static_cast<std::uint16_t>(sign);
-    const std::uint32_t shift = 126 - (mag >> 23);
+    // value = mant * 2^(e - 150); a half subnormal counts units of 2^-24.
+    const std::uint32_t shift = 126 - (mag >> 23);  // 14..24
     const std::uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
-    std::uint32_t half = mant >> (shift + 1);
-    const std::uint32_t rem = mant & ((1u << (shift + 1)) - 1);
-    const std::uint32_t halfway = 1u << shift;
+    std::uint32_t half = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1);
+    const std::uint32_t halfway = 1u << (shift - 1);
     if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
     return static_cast<std::uint16_t>(sign | half);
   }

@@ -41,3 +41,9 @@ class Stoker:
 @pytest.fixture(scope="session")
 def stoker(stoker_bin):
     return Stoker(stoker_bin)
+
+
+@pytest.fixture(scope="session")
+def cli(stoker_bin):
+    """The stoker command line, for tests that also import the stoker package."""
+    return Stoker(stoker_bin)

@@ -1,0 +1,109 @@
+#include "order/sampler.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "order/rng.h"
+
+namespace stoker::order {
+namespace {
+
+TEST(Rng, IsThePinnedSequence) {
+  // The exact values are part of the format of an epoch's order: a change
+  // here changes every user's shuffle, so it must be deliberate.
+  Rng rng(0, 0);
+  const std::uint64_t first = rng.Next();
+  Rng again(0, 0);
+  EXPECT_EQ(again.Next(), first);
+  Rng other_stream(0, 1);
+  EXPECT_NE(other_stream.Next(), first);
+  EXPECT_EQ(SplitMix64(0), 0xe220a8397b1dcdafull);  // the published SplitMix64 value for state 0
+}
+
+TEST(Rng, BelowIsUniformEnough) {
+  Rng rng(42, 7);
+  std::vector<int> counts(10);
+  for (int i = 0; i < 100000; ++i) counts[rng.Below(10)]++;
+  for (int c : counts) EXPECT_NEAR(c, 10000, 500);
+  for (int i = 0; i < 1000; ++i) {
+    double u = rng.Uniform01();
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+}
+
+std::vector<ShardSpan> Shards(std::vector<std::uint64_t> sizes) {
+  std::vector<ShardSpan> out;
+  std::uint64_t first = 0;
+  for (auto n : sizes) {
+    out.push_back({first, n});
+    first += n;
+  }
+  return out;
+}
+
+TEST(EpochOrder, IsAPermutationAndAFunctionOfSeedAndEpoch) {
+  auto shards = Shards({100, 50, 73});
+  for (auto mode : {OrderMode::kSequential, OrderMode::kShuffle, OrderMode::kShardBlockShuffle}) {
+    OrderSpec spec{mode, 7, 2};
+    auto a = EpochOrder(spec, 3, shards);
+    auto sorted = a;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::uint64_t> expected(223);
+    std::iota(expected.begin(), expected.end(), 0u);
+    EXPECT_EQ(sorted, expected);
+    EXPECT_EQ(EpochOrder(spec, 3, shards), a);
+    if (mode != OrderMode::kSequential) {
+      EXPECT_NE(EpochOrder(spec, 4, shards), a);
+      spec.seed = 8;
+      EXPECT_NE(EpochOrder(spec, 3, shards), a);
+    }
+  }
+}
+
+TEST(EpochOrder, ShardBlockKeepsWindowsTogether) {
+  auto shards = Shards({10, 10, 10, 10});
+  OrderSpec spec{OrderMode::kShardBlockShuffle, 1, 2};
+  auto order = EpochOrder(spec, 0, shards);
+  // The first 20 samples come from exactly two shards.
+  std::set<std::uint64_t> first_window;
+  for (int i = 0; i < 20; ++i) first_window.insert(order[i] / 10);
+  EXPECT_EQ(first_window.size(), 2u);
+}
+
+TEST(BatchPlan, RanksPartitionEachGlobalBatch) {
+  BatchPlan plan{103, 12, 4, 0, false};
+  ASSERT_TRUE(plan.Validate().ok());
+  EXPECT_EQ(plan.NumBatches(), 9u);
+  std::vector<std::uint64_t> seen;
+  std::vector<std::uint64_t> positions;
+  for (std::uint64_t k = 0; k < plan.NumBatches(); ++k) {
+    std::size_t sizes = 0;
+    for (std::uint32_t r = 0; r < 4; ++r) {
+      BatchPlan p = plan;
+      p.rank = r;
+      p.RankPositions(k, positions);
+      if (r == 0) sizes = positions.size();
+      EXPECT_EQ(positions.size(), sizes) << "every rank gets the same batch size";
+      seen.insert(seen.end(), positions.begin(), positions.end());
+    }
+  }
+  // 103 = 8 * 12 + 7: the last global batch is padded to 8 by wrapping to position 0.
+  EXPECT_EQ(seen.size(), 104u);
+  std::set<std::uint64_t> unique(seen.begin(), seen.end());
+  EXPECT_EQ(unique.size(), 103u);
+  plan.drop_last = true;
+  EXPECT_EQ(plan.NumBatches(), 8u);
+}
+
+TEST(BatchPlan, ValidatesArguments) {
+  EXPECT_FALSE((BatchPlan{10, 10, 3, 0, false}).Validate().ok());  // 10 % 3
+  EXPECT_FALSE((BatchPlan{10, 12, 4, 4, false}).Validate().ok());  // rank out of range
+  EXPECT_FALSE((BatchPlan{10, 0, 1, 0, false}).Validate().ok());
+}
+
+}  // namespace
+}  // namespace stoker::order

@@ -1,0 +1,270 @@
+#include "stoker/loader.h"
+
+#include <turbojpeg.h>
+
+#include <filesystem>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+using testing::WriteFile;
+
+std::string MakeJpeg(int w, int h, unsigned seed) {
+  std::vector<unsigned char> rgb(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        rgb[(static_cast<std::size_t>(y) * w + x) * 3 + c] =
+            static_cast<unsigned char>((x * (c + 1) + y * (3 - c) + seed * 40) & 0xff);
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0), 0);
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(tj);
+  return jpeg;
+}
+
+// 3 classes x 10 images of varied sizes, packed into several shards.
+std::shared_ptr<const Dataset> MakeDataset(const TempDir& dir, bool with_corrupt = false) {
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 10; ++i)
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
+                MakeJpeg(60 + 7 * i, 50 + 5 * c, static_cast<unsigned>(c * 10 + i)));
+  if (with_corrupt) WriteFile(dir / "src/c1/5.jpg", "this is not a JPEG at all, only text pretending to be one");
+  PackOptions p;
+  p.target_shard_bytes = 40000;
+  auto packed = Pack(dir / "src", dir / "out", p);
+  EXPECT_TRUE(packed.ok()) << packed.error().ToString();
+  auto dataset = Dataset::Open(dir / "out");
+  EXPECT_TRUE(dataset.ok());
+  return std::shared_ptr<const Dataset>(std::move(dataset).value());
+}
+
+LoaderOptions SmallOptions() {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 5;
+  o.rank = 0;
+  o.world_size = 1;
+  o.transform.width = o.transform.height = 32;
+  return o;
+}
+
+struct Epoch {
+  std::vector<std::uint64_t> indices;
+  std::vector<std::int64_t> labels;
+  std::vector<std::byte> pixels;
+};
+
+Epoch RunEpoch(Loader& loader) {
+  Epoch e;
+  while (true) {
+    auto next = loader.Next();
+    EXPECT_TRUE(next.ok()) << next.error().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const Batch& b = **next;
+    e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
+    e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
+    auto* p = static_cast<const std::byte*>(b.images());
+    e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+  }
+  return e;
+}
+
+TEST(Loader, EpochCoversEveryoneOnceWithLabels) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto loader = Loader::Create(dataset, SmallOptions());
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  EXPECT_EQ((*loader)->batches_per_epoch(), 8u);  // ceil(30 / 4): the last batch holds 2
+  Epoch e = RunEpoch(**loader);
+  std::set<std::uint64_t> unique(e.indices.begin(), e.indices.end());
+  EXPECT_EQ(unique.size(), 30u);
+  EXPECT_EQ(e.indices.size(), 30u);
+  for (std::size_t i = 0; i < e.indices.size(); ++i)
+    EXPECT_EQ(e.labels[i], static_cast<std::int64_t>(e.indices[i] / 10));
+  EXPECT_EQ((*loader)->epoch(), 1u);  // advanced at the end
+  auto stats = (*loader)->stats();
+  EXPECT_EQ(stats.batches, 8u);
+  EXPECT_EQ(stats.samples, 30u);
+  EXPECT_GT(stats.bytes_read, 0u);
+  EXPECT_NE(stats.Summary(1.0).find("30 images"), std::string::npos);
+}
+
+TEST(Loader, DeterministicAcrossThreadCounts) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto one = SmallOptions();
+  one.threads = 1;
+  auto many = SmallOptions();
+  many.threads = 5;
+  many.prefetch = 4;
+  auto a = Loader::Create(dataset, one);
+  auto b = Loader::Create(dataset, many);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    Epoch ea = RunEpoch(**a), eb = RunEpoch(**b);
+    EXPECT_EQ(ea.indices, eb.indices);
+    EXPECT_TRUE(ea.pixels == eb.pixels);
+  }
+  // A different epoch gives a different order.
+  (*a)->SetEpoch(0);
+  Epoch e0 = RunEpoch(**a), e1 = RunEpoch(**a);
+  EXPECT_NE(e0.indices, e1.indices);
+}
+
+// Consumes `consumed` global batches with world size w1, then resumes the
+// rest of the epoch with w2; every sample of the epoch is seen exactly once.
+void CheckResume(std::uint32_t w1, std::uint32_t w2, std::uint64_t consumed) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  const std::uint32_t global = 12;
+  std::multiset<std::uint64_t> seen;
+  LoaderState state;
+  for (std::uint32_t r = 0; r < w1; ++r) {
+    auto o = SmallOptions();
+    o.batch_size = global / w1;
+    o.rank = static_cast<int>(r);
+    o.world_size = static_cast<int>(w1);
+    o.drop_last = true;
+    o.prefetch = 3;  // batches in flight beyond the consumed ones must not count
+    auto loader = Loader::Create(dataset, o);
+    ASSERT_TRUE(loader.ok());
+    for (std::uint64_t k = 0; k < consumed; ++k) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok() && next->has_value());
+      seen.insert((**next).indices(), (**next).indices() + (**next).size());
+    }
+    state = (*loader)->state();
+  }
+  for (std::uint32_t r = 0; r < w2; ++r) {
+    auto o = SmallOptions();
+    o.batch_size = global / w2;
+    o.rank = static_cast<int>(r);
+    o.world_size = static_cast<int>(w2);
+    o.drop_last = true;
+    auto loader = Loader::Create(dataset, o);
+    ASSERT_TRUE(loader.ok());
+    ASSERT_TRUE((*loader)->Restore(state).ok());
+    Epoch rest = RunEpoch(**loader);
+    seen.insert(rest.indices.begin(), rest.indices.end());
+  }
+  // drop_last: 30 samples -> 2 global batches of 12 = 24 distinct samples.
+  EXPECT_EQ(seen.size(), 24u);
+  EXPECT_EQ(std::set<std::uint64_t>(seen.begin(), seen.end()).size(), 24u);
+}
+
+TEST(Loader, ResumesExactlyUnderAWorldSizeChange) {
+  CheckResume(4, 2, 1);
+  CheckResume(2, 3, 1);
+  CheckResume(3, 1, 2);
+  CheckResume(2, 4, 0);
+}
+
+TEST(Loader, RestoreRejectsAnotherGlobalBatch) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto loader = Loader::Create(dataset, SmallOptions());
+  ASSERT_TRUE(loader.ok());
+  LoaderState s = (*loader)->state();
+  s.global_batch_size = 8;
+  Status st = (*loader)->Restore(s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("global batch 8"), std::string::npos);
+}
+
+TEST(Loader, ShutsDownMidEpochWithoutHanging) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  for (int i = 0; i < 5; ++i) {
+    auto o = SmallOptions();
+    o.threads = 3;
+    o.prefetch = 4;
+    auto loader = Loader::Create(dataset, o);
+    ASSERT_TRUE(loader.ok());
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok());
+    next->reset();  // batches must go before their loader
+    loader->reset();
+  }
+}
+
+TEST(Loader, ReportsRatherThanDeadlocksWhenTheConsumerHoldsEveryBuffer) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto o = SmallOptions();
+  o.prefetch = 1;  // pool of 3
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  for (int i = 0; i < 3; ++i) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    held.push_back(std::move(**next));
+  }
+  auto blocked = (*loader)->Next();
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.error().code(), StatusCode::kResourceExhausted);
+  held.clear();
+  auto again = (*loader)->Next();
+  EXPECT_TRUE(again.ok() && again->has_value());
+}
+
+TEST(Loader, CorruptSamplesErrorOrAreSkipped) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir, /*with_corrupt=*/true);
+  auto o = SmallOptions();
+  o.shuffle = false;
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok());
+  Status error;
+  while (true) {
+    auto next = (*loader)->Next();
+    if (!next.ok()) {
+      error = next.error();
+      break;
+    }
+    if (!next->has_value()) break;
+  }
+  ASSERT_FALSE(error.ok()) << "the corrupt sample must stop the epoch by default";
+  EXPECT_EQ(error.code(), StatusCode::kCorruption);
+  EXPECT_NE(error.message().find("sample 'c1/5'"), std::string::npos) << error.message();
+  EXPECT_NE(error.message().find(".tar:"), std::string::npos) << error.message();
+
+  o.on_corrupt = CorruptPolicy::kSkip;
+  auto skipping = Loader::Create(dataset, o);
+  ASSERT_TRUE(skipping.ok());
+  Epoch e = RunEpoch(**skipping);
+  EXPECT_EQ(e.indices.size(), 30u);  // shapes hold: a substitute fills the corrupt sample's place
+  EXPECT_EQ(std::count(e.indices.begin(), e.indices.end(), 15u), 0);
+  EXPECT_EQ((*skipping)->stats().corrupt_skipped, 1u);
+}
+
+TEST(Loader, RejectsBadOptions) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto o = SmallOptions();
+  o.batch_size = 0;
+  EXPECT_FALSE(Loader::Create(dataset, o).ok());
+  o = SmallOptions();
+  o.world_size = 3;
+  o.rank = 3;
+  EXPECT_FALSE(Loader::Create(dataset, o).ok());
+  o = SmallOptions();
+  o.image_field = "png";
+  auto r = Loader::Create(dataset, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("its fields: cls, jpg"), std::string::npos) << r.error().message();
+}
+
+}  // namespace
+}  // namespace stoker

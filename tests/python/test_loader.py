@@ -1,0 +1,230 @@
+"""The Python loader: torchvision parity, determinism, exact resume, torch
+training loop, dtypes, corrupt samples, memory."""
+import gc
+import io
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tv = pytest.importorskip("torchvision.transforms")
+from PIL import Image  # noqa: E402
+
+stoker = pytest.importorskip("stoker")
+T = stoker.transforms
+
+
+@pytest.fixture(scope="module")
+def packed(cli, demo_images, tmp_path_factory):
+    out = tmp_path_factory.mktemp("loader") / "packed"
+    cli("pack", demo_images, out, "--shard-size", "1MiB")
+    return out
+
+
+def jpeg_files(root):
+    return sorted(p for p in root.rglob("*.JPEG"))
+
+
+def test_eval_transform_matches_torchvision_exactly(demo_images):
+    for path in jpeg_files(demo_images)[:6]:
+        jpeg = path.read_bytes()
+        ours, _ = T.apply(jpeg, T.Compose([T.Resize(256), T.CenterCrop(224)]), dtype="uint8")
+        ref = np.asarray(tv.Compose([tv.Resize(256), tv.CenterCrop(224)])(Image.open(io.BytesIO(jpeg)).convert("RGB")))
+        assert np.abs(ours.numpy().astype(int) - ref.astype(int)).max() <= 1, path
+
+
+def test_random_resized_crop_and_flip_match_torchvision_for_the_same_box(demo_images):
+    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()], dct_scaling=False)
+    flips = 0
+    for i, path in enumerate(jpeg_files(demo_images)[:12]):
+        jpeg = path.read_bytes()
+        ours, trace = T.apply(jpeg, transform, dtype="uint8", seed=3, sample=i)
+        x0, y0, x1, y1 = (int(v) for v in trace["box"])
+        img = Image.open(io.BytesIO(jpeg)).convert("RGB")
+        w, h = img.size
+        assert 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h
+        area = (x1 - x0) * (y1 - y0) / (w * h)
+        assert 0.07 <= area <= 1.0 and 0.74 <= (x1 - x0) / (y1 - y0) <= 1.34 or (x1 - x0, y1 - y0) in ((w, h),)
+        # torchvision's F.resized_crop on a PIL image: crop, then bilinear resize.
+        ref = img.crop((x0, y0, x1, y1)).resize((224, 224), Image.BILINEAR)
+        if trace["flipped"]:
+            ref = ref.transpose(Image.FLIP_LEFT_RIGHT)
+            flips += 1
+        assert np.abs(ours.numpy().astype(int) - np.asarray(ref).astype(int)).max() <= 1, path
+    assert 0 < flips < 12
+
+
+def test_normalize_and_dtypes(demo_images):
+    jpeg = jpeg_files(demo_images)[0].read_bytes()
+    mean, std = T.IMAGENET_MEAN, T.IMAGENET_STD
+    base = T.Compose([T.Resize(256), T.CenterCrop(224)])
+    u8, _ = T.apply(jpeg, base, dtype="uint8")
+    normed = T.Compose([T.Resize(256), T.CenterCrop(224), T.Normalize(mean, std)])
+    f32, _ = T.apply(jpeg, normed, dtype=torch.float32)
+    ref = tv.Normalize(mean, std)(u8.permute(2, 0, 1).float() / 255)
+    assert f32.shape == (3, 224, 224) and f32.dtype == torch.float32
+    assert torch.allclose(f32, ref, atol=1e-6)
+    for dtype, tol in ((torch.float16, 2e-3), (torch.bfloat16, 2e-2)):
+        x, _ = T.apply(jpeg, normed, dtype=dtype)
+        assert x.dtype == dtype
+        assert torch.allclose(x.float(), ref, atol=tol, rtol=tol)
+
+
+def collect(loader, limit=None):
+    out = []
+    for i, (images, labels, indices) in enumerate(loader):
+        out.append((images.clone(), labels.clone(), indices.clone()))
+        if limit is not None and i + 1 >= limit:
+            break
+    return out
+
+
+def test_loader_yields_correct_tensors(packed, demo_images):
+    loader = stoker.Loader(packed, batch_size=8, seed=0, with_indices=True, num_threads=2)
+    assert len(loader) == 6  # 48 / 8
+    batches = collect(loader)
+    assert len(batches) == 6
+    classes = sorted(p.name for p in demo_images.iterdir())
+    files = jpeg_files(demo_images)
+    seen = []
+    for images, labels, indices in batches:
+        assert images.shape == (8, 3, 224, 224) and images.dtype == torch.float32
+        assert labels.dtype == torch.int64
+        for label, index in zip(labels.tolist(), indices.tolist()):
+            assert classes[label] == files[index].parent.name  # pack keeps the sorted order
+        seen += indices.tolist()
+    assert sorted(seen) == list(range(48))
+    # Normalised ImageNet-like data: roughly zero mean, unit-ish spread.
+    allx = torch.cat([b[0] for b in batches])
+    assert -1.0 < allx.mean().item() < 1.0 and 0.3 < allx.std().item() < 2.0
+
+
+def test_same_order_and_pixels_across_thread_counts(packed):
+    a = collect(stoker.Loader(packed, batch_size=8, seed=7, with_indices=True, num_threads=1))
+    b = collect(stoker.Loader(packed, batch_size=8, seed=7, with_indices=True, num_threads=3, prefetch=4))
+    for (xa, ya, ia), (xb, yb, ib) in zip(a, b):
+        assert torch.equal(ia, ib) and torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+def test_epochs_differ_and_set_epoch_replays(packed):
+    loader = stoker.Loader(packed, batch_size=8, seed=1, with_indices=True, num_threads=2)
+    e0 = torch.cat([b[2] for b in collect(loader)])
+    e1 = torch.cat([b[2] for b in collect(loader)])
+    assert not torch.equal(e0, e1)
+    loader.set_epoch(0)
+    assert torch.equal(torch.cat([b[2] for b in collect(loader)]), e0)
+
+
+@pytest.mark.parametrize("w1,w2", [(4, 2), (2, 3)])
+def test_exact_resume_under_world_size_change(packed, w1, w2):
+    global_batch = 12
+    reference = stoker.Loader(packed, batch_size=global_batch, seed=3, with_indices=True, world_size=1, rank=0,
+                              drop_last=True, num_threads=2)
+    full = torch.cat([b[2] for b in collect(reference)]).tolist()  # the epoch's order, 4 global batches
+    seen, state = [], None
+    for rank in range(w1):
+        loader = stoker.Loader(packed, batch_size=global_batch // w1, seed=3, with_indices=True, world_size=w1,
+                               rank=rank, drop_last=True, num_threads=2, prefetch=3)
+        for _, _, idx in collect(loader, limit=2):  # 2 consumed, more prefetched
+            seen += idx.tolist()
+        state = loader.state_dict()
+    assert state["batches_consumed"] == 2
+    for rank in range(w2):
+        loader = stoker.Loader(packed, batch_size=global_batch // w2, seed=3, with_indices=True, world_size=w2,
+                               rank=rank, drop_last=True, num_threads=2)
+        loader.load_state_dict(state)
+        for _, _, idx in collect(loader):
+            seen += idx.tolist()
+    assert sorted(seen) == sorted(full)
+    assert len(set(seen)) == len(seen) == 48
+
+
+def test_drops_into_a_torch_training_loop(packed):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 6))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = stoker.Loader(packed, batch_size=16, seed=0, num_threads=2,
+                           transform=T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(),
+                                                T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)]))
+    losses = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert len(losses) == 9 and all(np.isfinite(losses))
+    stats = loader.stats()
+    assert stats["batches"] == 9 and stats["samples"] == 144
+    assert "img/s" in loader.summary()
+
+
+def test_tensors_outlive_the_loader(packed):
+    loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2, prefetch=3)
+    images, labels = next(iter(loader))
+    copy = images.clone()
+    del loader
+    gc.collect()
+    assert torch.equal(images, copy)  # the buffer stays valid while a tensor uses it
+    del images, labels
+    gc.collect()
+
+
+def test_errors_become_python_exceptions(packed, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        stoker.Loader(tmp_path / "nothing-here")
+    with pytest.raises(ValueError, match="world size"):
+        stoker.Loader(packed, batch_size=4, rank=3, world_size=3)
+    with pytest.raises(ValueError, match="dtype"):
+        stoker.Loader(packed, dtype="int32")
+    with pytest.raises(ValueError, match="CenterCrop"):
+        T.Compose([T.Resize(256)])
+    loader = stoker.Loader(packed, batch_size=8)
+    state = loader.state_dict()
+    state["global_batch_size"] = 16
+    with pytest.raises(ValueError, match="global batch"):
+        loader.load_state_dict(state)
+
+
+def test_corrupt_sample_policies(cli, demo_images, tmp_path):
+    files = jpeg_files(demo_images)[:10]
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(files[0].read_bytes()[:2000])  # a truncated JPEG
+    manifest = tmp_path / "list.csv"
+    manifest.write_text("path,label\n" + "".join("%s,%d\n" % (f, i % 2) for i, f in enumerate(files)) + "%s,1\n" % bad)
+    cli("pack", manifest, tmp_path / "packed")
+    loader = stoker.Loader(tmp_path / "packed", batch_size=4, shuffle=False)
+    with pytest.raises(stoker.CorruptionError, match=r"sample '.*bad'.*shard-000000.tar:\d+"):
+        for _ in loader:
+            pass
+    loader = stoker.Loader(tmp_path / "packed", batch_size=4, shuffle=False, on_corrupt="skip", with_indices=True)
+    batches = collect(loader)
+    assert sum(b[0].shape[0] for b in batches) == 11
+    assert loader.stats()["corrupt_skipped"] == 1
+
+
+def rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_memory_is_flat_across_epochs(packed):
+    loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2)
+    for _ in loader:
+        pass
+    gc.collect()
+    after_first = rss_bytes()
+    for _ in range(4):
+        for _ in loader:
+            pass
+    gc.collect()
+    growth = rss_bytes() - after_first
+    assert growth < 8 << 20, "RSS grew by %d bytes over 4 epochs" % growth

@@ -1,0 +1,107 @@
+#include "transform/transform.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "transform/resample.h"
+
+namespace stoker::transform {
+namespace {
+
+TEST(RandomResizedCrop, BoxesAreInsideAndFollowTheRanges) {
+  order::Rng rng(1, 2);
+  for (int i = 0; i < 2000; ++i) {
+    Box b = RandomResizedCropBox(500, 375, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, rng);
+    ASSERT_GT(b.width, 0);
+    ASSERT_GT(b.height, 0);
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_LE(b.x + b.width, 500);
+    ASSERT_LE(b.y + b.height, 375);
+    const double area = static_cast<double>(b.width) * b.height / (500.0 * 375.0);
+    EXPECT_GE(area, 0.07);
+  }
+}
+
+TEST(RandomResizedCrop, FallsBackToTheCentralCrop) {
+  order::Rng rng(0, 0);
+  // A scale range no try can satisfy inside a very wide image: the central fallback.
+  Box b = RandomResizedCropBox(1000, 10, 0.99, 1.0, 1.0, 1.0, rng);
+  EXPECT_EQ(b.height, 10);
+  EXPECT_EQ(b.width, 10);
+  EXPECT_EQ(b.x, 495);
+  EXPECT_EQ(b.y, 0);
+}
+
+TEST(ResizeCenterCrop, MatchesTorchvisionArithmetic) {
+  // 500x375 -> Resize(256) gives 341x256; CenterCrop(224) at left round(58.5)=58 (half to even), top 16.
+  FloatBox b = ResizeCenterCropBox(500, 375, 256, 224, 224);
+  const double s = 375.0 / 256.0;
+  EXPECT_NEAR(b.x0, 58 * (500.0 / 341.0), 1e-9);
+  EXPECT_NEAR(b.y0, 16 * s, 1e-9);
+  EXPECT_NEAR(b.y1 - b.y0, 224 * s, 1e-9);
+}
+
+TEST(Resample, IdentityAndConstantImages) {
+  std::vector<std::uint8_t> img(40 * 30 * 3);
+  for (std::size_t i = 0; i < img.size(); ++i) img[i] = static_cast<std::uint8_t>(i * 37);
+  ImageView v{img.data(), 40, 30, 40 * 3};
+  ResampleScratch s;
+  std::vector<std::uint8_t> out(40 * 30 * 3);
+  ASSERT_TRUE(ResampleBilinear(v, 0, 0, 40, 30, 40, 30, out.data(), s));
+  EXPECT_EQ(out, img);
+  std::vector<std::uint8_t> flat(97 * 61 * 3, 200);
+  ImageView fv{flat.data(), 97, 61, 97 * 3};
+  std::vector<std::uint8_t> small(13 * 7 * 3);
+  ASSERT_TRUE(ResampleBilinear(fv, 3.5, 2.25, 90, 60, 13, 7, small.data(), s));
+  for (auto px : small) EXPECT_EQ(px, 200);
+  EXPECT_FALSE(ResampleBilinear(fv, 0, 0, 98, 61, 13, 7, small.data(), s));  // box outside
+  EXPECT_FALSE(ResampleBilinear(fv, 0, 0, 97, 61, 1, 1, small.data(), s));   // > 31x reduction
+}
+
+TEST(Output, NormalisesIntoEveryDtypeAndLayout) {
+  std::vector<std::uint8_t> rgb = {0, 128, 255, 10, 20, 30};  // 2x1 image
+  OutputWriter f32(DType::kFloat32, Layout::kNCHW, true, {0.5f, 0.5f, 0.5f}, {0.25f, 0.5f, 1.0f});
+  float out[6];
+  f32.Write(rgb.data(), 2, 1, false, out);
+  EXPECT_FLOAT_EQ(out[0], (0.0f - 0.5f) / 0.25f);            // R of pixel 0
+  EXPECT_FLOAT_EQ(out[1], (10.0f / 255.0f - 0.5f) / 0.25f);  // R of pixel 1
+  EXPECT_FLOAT_EQ(out[2], (128.0f / 255.0f - 0.5f) / 0.5f);  // G plane
+  f32.Write(rgb.data(), 2, 1, true, out);                    // flipped
+  EXPECT_FLOAT_EQ(out[0], (10.0f / 255.0f - 0.5f) / 0.25f);
+  OutputWriter u8(DType::kUint8, Layout::kNHWC, false, {}, {});
+  std::uint8_t o8[6];
+  u8.Write(rgb.data(), 2, 1, true, o8);
+  EXPECT_EQ(o8[0], 10);
+  EXPECT_EQ(o8[3], 0);
+  OutputWriter bf(DType::kBFloat16, Layout::kNCHW, true, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  OutputWriter hf(DType::kFloat16, Layout::kNCHW, true, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  OutputWriter fl(DType::kFloat32, Layout::kNCHW, true, {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f});
+  std::uint16_t ob[6], oh[6];
+  float of[6];
+  bf.Write(rgb.data(), 2, 1, false, ob);
+  hf.Write(rgb.data(), 2, 1, false, oh);
+  fl.Write(rgb.data(), 2, 1, false, of);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(BFloat16ToFloat(ob[i]), of[i], std::fabs(of[i]) / 128);
+    EXPECT_NEAR(HalfToFloat(oh[i]), of[i], std::fabs(of[i]) / 1024 + 1e-4);
+  }
+}
+
+TEST(Output, HalfAndBFloat16RoundToNearestEven) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(5.960464477539063e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3c00);      // tie -> even
+  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3c02);      // tie -> even (up)
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBFloat16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(FloatToBFloat16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+  for (float f : {0.0f, 0.5f, -1.75f, 3.140625f, 1000.0f}) EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f);
+}
+
+}  // namespace
+}  // namespace stoker::transform
