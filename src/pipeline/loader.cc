@@ -77,8 +77,9 @@ struct Loader::Impl {
   };
   struct WorkItem {
     std::uint32_t slot;
-    std::uint32_t index;     // within the batch
-    std::uint64_t position;  // in the epoch order
+    std::uint32_t index;                                      // within the batch
+    std::uint64_t position;                                   // in the epoch order
+    std::shared_ptr<const std::vector<std::uint64_t>> order;  // that epoch's order
   };
 
   std::shared_ptr<const Dataset> dataset;
@@ -98,10 +99,14 @@ struct Loader::Impl {
   std::vector<std::uint32_t> free_slots GUARDED_BY(mu);
   std::deque<WorkItem> queue GUARDED_BY(mu);
   std::deque<std::uint32_t> inflight GUARDED_BY(mu);  // scheduled batches, in order
-  std::shared_ptr<const std::vector<std::uint64_t>> order GUARDED_BY(mu);
+  // Delivery: the epoch the consumer is in, and its next batch.
   std::uint64_t epoch GUARDED_BY(mu) = 0;
-  std::uint64_t next_to_schedule GUARDED_BY(mu) = 0;
   std::uint64_t next_to_deliver GUARDED_BY(mu) = 0;
+  // Scheduling runs ahead, across the end of an epoch into the next one, so
+  // that a new epoch starts with batches ready.
+  std::uint64_t schedule_epoch GUARDED_BY(mu) = 0;
+  std::uint64_t next_to_schedule GUARDED_BY(mu) = 0;
+  std::shared_ptr<const std::vector<std::uint64_t>> schedule_order GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
   std::vector<std::jthread> workers;
 
@@ -116,25 +121,35 @@ struct Loader::Impl {
     return fmt::format("{}", fmt::join(names, " or "));
   }
 
+  // Restarts delivery and scheduling at batch `consumed` of epoch `e`; the
+  // caller has drained in-flight work.
   void StartEpoch(std::uint64_t e, std::uint64_t consumed) REQUIRES(mu) {
-    epoch = e;
+    epoch = schedule_epoch = e;
     next_to_schedule = next_to_deliver = consumed;
-    order = std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, e, shard_spans));
+    schedule_order = std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, e, shard_spans));
   }
 
   void Schedule() REQUIRES(mu) {
     std::vector<std::uint64_t> positions;
-    while (!free_slots.empty() && inflight.size() < prefetch && next_to_schedule < plan.NumBatches()) {
+    while (!free_slots.empty() && inflight.size() < prefetch) {
+      if (next_to_schedule >= plan.NumBatches()) {
+        // Run ahead into the next epoch (at most one epoch ahead of delivery).
+        if (schedule_epoch > epoch) break;
+        ++schedule_epoch;
+        next_to_schedule = 0;
+        schedule_order = std::make_shared<const std::vector<std::uint64_t>>(
+            order::EpochOrder(order_spec, schedule_epoch, shard_spans));
+      }
       const std::uint32_t s = free_slots.back();
       free_slots.pop_back();
       plan.RankPositions(next_to_schedule, positions);
       Slot& slot = slots[s];
       slot.size = static_cast<std::uint32_t>(positions.size());
-      slot.epoch = epoch;
+      slot.epoch = schedule_epoch;
       slot.batch_index = next_to_schedule;
       slot.pending = slot.size;
       slot.error = Status::Ok();
-      for (std::uint32_t i = 0; i < slot.size; ++i) queue.push_back({s, i, positions[i]});
+      for (std::uint32_t i = 0; i < slot.size; ++i) queue.push_back({s, i, positions[i], schedule_order});
       inflight.push_back(s);
       ++next_to_schedule;
     }
@@ -159,12 +174,11 @@ struct Loader::Impl {
     while (true) {
       work_cv.Wait(mu, [&]() REQUIRES(mu) { return stop || !queue.empty(); });
       if (stop) break;
-      const WorkItem item = queue.front();
+      const WorkItem item = std::move(queue.front());
       queue.pop_front();
-      const auto epoch_order = order;  // the epoch's order outlives a later StartEpoch
       const std::uint64_t item_epoch = slots[item.slot].epoch;
       mu.Unlock();
-      Status status = ProduceSample(item, *epoch_order, item_epoch, scratch);
+      Status status = ProduceSample(item, *item.order, item_epoch, scratch);
       mu.Lock();
       Slot& slot = slots[item.slot];
       if (!status.ok() && slot.error.ok()) slot.error = status;
@@ -368,9 +382,11 @@ Result<std::optional<Batch>> Loader::Next() {
   Impl& m = *impl_;
   MutexLock lock(m.mu);
   if (m.next_to_deliver >= m.plan.NumBatches()) {
-    // End of epoch: the next call starts the following one.
-    m.Drain();
-    m.StartEpoch(m.epoch + 1, 0);
+    // End of epoch: the next call delivers the following one, whose first
+    // batches are already scheduled.
+    ++m.epoch;
+    m.next_to_deliver = 0;
+    m.Schedule();
     return std::optional<Batch>();
   }
   m.Schedule();

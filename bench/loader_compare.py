@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Side by side on the same JPEGs: stoker.Loader (packed shards) vs torch
+DataLoader over torchvision ImageFolder, with the ImageNet training transform
+(RandomResizedCrop(224) + RandomHorizontalFlip + Normalize -> float32 NCHW),
+batch 64. Reports images/s, CPU seconds per image and the peak memory of the
+whole process tree (RSS summed, and PSS, which counts shared pages once).
+
+    PYTHONPATH=build/release/python .venv/bin/python bench/loader_compare.py \\
+        --images demo/images-40x125 --packed demo/packed-40x125 [--batches 60] [--json out.json]
+"""
+import argparse
+import json
+import os
+import threading
+import time
+
+import torch
+import torchvision
+import torchvision.transforms as tv
+
+import stoker
+import stoker.transforms as T
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def tree_pids():
+    pids = [os.getpid()]
+    try:
+        with open("/proc/%d/task/%d/children" % (os.getpid(), os.getpid())) as f:
+            pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def memory(pid):
+    rss = pss = 0
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss, pss
+
+
+class PeakMemory:
+    """Samples the process tree's memory every 100 ms."""
+
+    def __init__(self):
+        self.peak_rss = self.peak_pss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            rss = pss = 0
+            for pid in tree_pids():
+                r, p = memory(pid)
+                rss += r
+                pss += p
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_pss = max(self.peak_pss, pss)
+            self._stop.wait(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def cpu_seconds():
+    self_t = os.times()
+    return self_t.user + self_t.system + self_t.children_user + self_t.children_system
+
+
+def children_cpu():
+    """CPU of live children (os.times only counts children that have exited)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in tree_pids()[1:]:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def run(name, make_iter, batches, warmup):
+    """Times `batches` batches after `warmup` ones."""
+    with PeakMemory() as mem:
+        it = make_iter()
+        for _ in range(warmup):
+            next(it)
+        cpu0 = cpu_seconds() + children_cpu()
+        t0 = time.perf_counter()
+        images = 0
+        for _ in range(batches):
+            x, y = next(it)
+            images += x.shape[0]
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds() + children_cpu() - cpu0
+        del it
+    return {"loader": name, "images": images, "wall_s": wall, "images_per_s": images / wall,
+            "cpu_s_per_image": cpu / images, "peak_rss_bytes": mem.peak_rss, "peak_pss_bytes": mem.peak_pss}
+
+
+def forever(loader):
+    while True:
+        for batch in loader:
+            yield batch[0], batch[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", required=True, help="the ImageFolder tree")
+    parser.add_argument("--packed", required=True, help="the same images packed by stoker")
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    results = []
+    train = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Normalize(MEAN, STD)])
+    dataset = torchvision.datasets.ImageFolder(args.images, transform=train)
+    results.append(run("torch DataLoader (ImageFolder, %d workers)" % args.workers, lambda: forever(
+        torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                                    persistent_workers=True, drop_last=True)), args.batches, args.warmup))
+
+    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    results.append(run("stoker.Loader (packed shards, %d threads)" % args.workers, lambda: forever(
+        stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
+        args.batches, args.warmup))
+
+    base = results[0]
+    print("%-46s %10s %12s %14s %14s" % ("loader", "images/s", "CPU ms/img", "peak RSS sum", "peak PSS sum"))
+    for r in results:
+        print("%-46s %10.0f %12.2f %11.0f MiB %11.0f MiB" % (r["loader"], r["images_per_s"], 1000 * r["cpu_s_per_image"],
+                                                            r["peak_rss_bytes"] / 2**20, r["peak_pss_bytes"] / 2**20))
+    s = results[1]
+    print("stoker: %.1fx the images/s of torch DataLoader at %.0f%% of its peak memory (PSS)"
+          % (s["images_per_s"] / base["images_per_s"], 100 * s["peak_pss_bytes"] / base["peak_pss_bytes"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
