@@ -95,8 +95,9 @@ def children_cpu():
     return total
 
 
-def run(name, make_iter, batches, warmup):
-    """Times `batches` batches after `warmup` ones."""
+def run(name, make_iter, batches, warmup, consumer_ms=0.0):
+    """Times `batches` batches after `warmup` ones; with consumer_ms, each
+    batch is followed by a simulated accelerator step of that many ms."""
     with PeakMemory() as mem:
         it = make_iter()
         for _ in range(warmup):
@@ -104,14 +105,23 @@ def run(name, make_iter, batches, warmup):
         cpu0 = cpu_seconds() + children_cpu()
         t0 = time.perf_counter()
         images = 0
+        compute = 0.0
         for _ in range(batches):
             x, y = next(it)
             images += x.shape[0]
+            if consumer_ms:
+                step = time.perf_counter()
+                time.sleep(consumer_ms / 1000)
+                compute += time.perf_counter() - step
         wall = time.perf_counter() - t0
         cpu = cpu_seconds() + children_cpu() - cpu0
         del it
-    return {"loader": name, "images": images, "wall_s": wall, "images_per_s": images / wall,
-            "cpu_s_per_image": cpu / images, "peak_rss_bytes": mem.peak_rss, "peak_pss_bytes": mem.peak_pss}
+    result = {"loader": name, "images": images, "wall_s": wall, "images_per_s": images / wall,
+              "cpu_s_per_image": cpu / images, "peak_rss_bytes": mem.peak_rss, "peak_pss_bytes": mem.peak_pss}
+    if consumer_ms:
+        result["consumer_ms"] = consumer_ms
+        result["accelerator_utilization"] = compute / wall
+    return result
 
 
 def forever(loader):
@@ -128,6 +138,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--consumer-ms", type=float, default=0.0,
+                        help="also simulate an accelerator step of this many ms per batch and report utilisation")
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -138,11 +150,19 @@ def main():
     results.append(run("torch DataLoader (ImageFolder, %d workers)" % args.workers, lambda: forever(
         torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                     persistent_workers=True, drop_last=True)), args.batches, args.warmup))
+    if args.consumer_ms:
+        results[-1]["with_step"] = run("", lambda: forever(torch.utils.data.DataLoader(
+            dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, persistent_workers=True,
+            drop_last=True)), args.batches, args.warmup, args.consumer_ms)
 
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
     results.append(run("stoker.Loader (packed shards, %d threads)" % args.workers, lambda: forever(
         stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
         args.batches, args.warmup))
+    if args.consumer_ms:
+        results[-1]["with_step"] = run("", lambda: forever(stoker.Loader(
+            args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
+            args.batches, args.warmup, args.consumer_ms)
 
     base = results[0]
     print("%-46s %10s %12s %14s %14s" % ("loader", "images/s", "CPU ms/img", "peak RSS sum", "peak PSS sum"))
@@ -152,6 +172,13 @@ def main():
     s = results[1]
     print("stoker: %.1fx the images/s of torch DataLoader at %.0f%% of its peak memory (PSS)"
           % (s["images_per_s"] / base["images_per_s"], 100 * s["peak_pss_bytes"] / base["peak_pss_bytes"]))
+    if args.consumer_ms:
+        print("with a simulated %.0f ms accelerator step per batch of %d (demand: %.0f images/s):"
+              % (args.consumer_ms, args.batch_size, args.batch_size * 1000 / args.consumer_ms))
+        for r in results:
+            w = r["with_step"]
+            print("  %-46s accelerator utilization %5.1f%%  (idle %.1f%%)"
+                  % (r["loader"], 100 * w["accelerator_utilization"], 100 * (1 - w["accelerator_utilization"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
