@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "codec/jpeg.h"
+#include "core/cuda_runtime.h"
 #include "core/mutex.h"
 #include "order/rng.h"
 #include "order/sampler.h"
@@ -25,27 +26,39 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Page-aligned memory, freed on destruction.
-class AlignedBuffer {
+// One batch buffer: page-locked through the CUDA runtime when a GPU is
+// present (so host-to-device copies can be asynchronous), page-aligned
+// otherwise. Freed on destruction.
+class BatchBuffer {
  public:
-  AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t bytes) {
-    size_ = (bytes + 4095) / 4096 * 4096;
-    data_ = static_cast<std::byte*>(std::aligned_alloc(4096, size_ == 0 ? 4096 : size_));
+  BatchBuffer() = default;
+  explicit BatchBuffer(std::size_t bytes) {
+    const std::size_t size = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    data_ = static_cast<std::byte*>(CudaRuntime::Get().HostAlloc(size));
+    pinned_ = data_ != nullptr;
+    if (!pinned_) data_ = static_cast<std::byte*>(std::aligned_alloc(4096, size));
   }
-  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
-  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+  BatchBuffer(BatchBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), pinned_(o.pinned_) {}
+  BatchBuffer& operator=(BatchBuffer&& o) noexcept {
     std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
+    std::swap(pinned_, o.pinned_);
     return *this;
   }
-  ~AlignedBuffer() { std::free(data_); }
+  BatchBuffer(const BatchBuffer&) = delete;
+  BatchBuffer& operator=(const BatchBuffer&) = delete;
+  ~BatchBuffer() {
+    if (pinned_)
+      CudaRuntime::Get().HostFree(data_);
+    else
+      std::free(data_);
+  }
   [[nodiscard]] std::byte* data() const { return data_; }
   [[nodiscard]] bool ok() const { return data_ != nullptr; }
+  [[nodiscard]] bool pinned() const { return pinned_; }
 
  private:
   std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
+  bool pinned_ = false;
 };
 
 int EnvInt(const char* name, int fallback) {
@@ -66,7 +79,7 @@ struct Scratch {
 
 struct Loader::Impl {
   struct Slot {
-    AlignedBuffer images;
+    BatchBuffer images;
     std::vector<std::int64_t> labels;
     std::vector<std::uint64_t> indices;
     std::uint32_t size = 0;
@@ -363,7 +376,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   impl->slots.resize(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
-    slot.images = AlignedBuffer(impl->sample_bytes * options.batch_size);
+    slot.images = BatchBuffer(impl->sample_bytes * options.batch_size);
     if (!slot.images.ok()) return Status::ResourceExhausted("cannot allocate the batch pool");
     slot.labels.resize(options.batch_size);
     slot.indices.resize(options.batch_size);
@@ -483,6 +496,7 @@ LoaderStats Loader::stats() const {
   s.mean_ready_batches = calls ? static_cast<double>(m.ready_sum.load()) / static_cast<double>(calls) : 0;
   s.threads = m.threads;
   s.prefetch = m.prefetch;
+  s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   return s;
 }
 

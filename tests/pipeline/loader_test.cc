@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cuda_runtime.h"
 #include "stoker/pack.h"
 #include "test_util.h"
 
@@ -264,6 +265,26 @@ TEST(Loader, RejectsBadOptions) {
   auto r = Loader::Create(dataset, o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("its fields: cls, jpg"), std::string::npos) << r.error().message();
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(Loader, PinsBatchBuffersExactlyWhenCudaIsUsable) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto loader = Loader::Create(dataset, SmallOptions());
+  ASSERT_TRUE(loader.ok());
+  const auto& cuda = CudaRuntime::Get();
+  EXPECT_EQ((*loader)->stats().pinned_memory, cuda.available());
+  if (!cuda.available()) {
+    EXPECT_FALSE(cuda.reason().empty());
+  }
+  auto next = (*loader)->Next();  // works either way
+  ASSERT_TRUE(next.ok() && next->has_value());
 }
 
 }  // namespace

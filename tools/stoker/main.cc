@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/byte_size.h"
+#include "core/cuda_runtime.h"
 #include "core/progress.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
@@ -266,6 +267,11 @@ int RunBench(const BenchArgs& a) {
     fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {} {}x{}{}\n", dataset->index_path(),
                dataset->num_samples(), a.batch_size, l.stats().threads, l.stats().prefetch, a.dtype, a.size, a.size,
                a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+  if (!a.json) {
+    fmt::print("batch buffers: {}\n", l.stats().pinned_memory ? "page-locked (CUDA)"
+                                                              : fmt::format("page-aligned, not page-locked: {}",
+                                                                            stoker::CudaRuntime::Get().reason()));
+  }
   for (std::uint64_t e = 0; e < a.epochs; ++e) {
     const auto before = l.stats();
     const double cpu0 = CpuSeconds();

@@ -1,0 +1,58 @@
+#include "core/cuda_runtime.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace stoker {
+
+const CudaRuntime& CudaRuntime::Get() {
+  static const CudaRuntime* runtime = new CudaRuntime();  // never destroyed: used until exit
+  return *runtime;
+}
+
+CudaRuntime::CudaRuntime() {
+  if (const char* off = std::getenv("STOKER_DISABLE_CUDA"); off != nullptr && *off != '\0' && *off != '0') {
+    reason_ = "disabled by STOKER_DISABLE_CUDA";
+    return;
+  }
+  for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
+    library_ = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (library_ != nullptr) break;
+  }
+  if (library_ == nullptr) {
+    reason_ = "the CUDA runtime (libcudart) is not installed";
+    return;
+  }
+  auto device_count = reinterpret_cast<int (*)(int*)>(::dlsym(library_, "cudaGetDeviceCount"));
+  auto error_string = reinterpret_cast<const char* (*)(int)>(::dlsym(library_, "cudaGetErrorString"));
+  host_alloc_ = reinterpret_cast<int (*)(void**, std::size_t, unsigned)>(::dlsym(library_, "cudaHostAlloc"));
+  free_host_ = reinterpret_cast<int (*)(void*)>(::dlsym(library_, "cudaFreeHost"));
+  if (device_count == nullptr || host_alloc_ == nullptr || free_host_ == nullptr) {
+    reason_ = "libcudart lacks cudaGetDeviceCount/cudaHostAlloc/cudaFreeHost";
+    return;
+  }
+  int count = 0;
+  const int err = device_count(&count);
+  if (err != 0 || count == 0) {
+    reason_ = err != 0 ? fmt::format("no usable CUDA device ({})", error_string ? error_string(err) : "error")
+                       : "no CUDA device";
+    return;
+  }
+  available_ = true;
+}
+
+void* CudaRuntime::HostAlloc(std::size_t bytes) const {
+  if (!available_) return nullptr;
+  void* p = nullptr;
+  constexpr unsigned kPortable = 1;  // cudaHostAllocPortable: pinned for every context
+  return host_alloc_(&p, bytes, kPortable) == 0 ? p : nullptr;
+}
+
+void CudaRuntime::HostFree(void* p) const {
+  if (available_ && p != nullptr) free_host_(p);
+}
+
+}  // namespace stoker

@@ -1,0 +1,34 @@
+// The CUDA runtime, found at run time: stoker never links libcudart, so it
+// loads and works on machines without CUDA or without a GPU. When the runtime
+// is present and reports a device, host buffers can be page-locked.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace stoker {
+
+class CudaRuntime {
+ public:
+  // The process-wide instance; probes once (dlopen libcudart, count devices).
+  static const CudaRuntime& Get();
+
+  // True when libcudart loaded and at least one device is usable.
+  [[nodiscard]] bool available() const { return available_; }
+  // Why CUDA is not used, for messages ("libcudart not found", "no device: ...").
+  [[nodiscard]] const std::string& reason() const { return reason_; }
+
+  // cudaHostAlloc / cudaFreeHost; nullptr when unavailable or on failure.
+  [[nodiscard]] void* HostAlloc(std::size_t bytes) const;
+  void HostFree(void* p) const;
+
+ private:
+  CudaRuntime();
+  bool available_ = false;
+  std::string reason_;
+  void* library_ = nullptr;
+  int (*host_alloc_)(void**, std::size_t, unsigned) = nullptr;
+  int (*free_host_)(void*) = nullptr;
+};
+
+}  // namespace stoker
