@@ -25,9 +25,12 @@ int main(int argc, char** argv) {
   bool eval = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads-for-ceiling" && i + 1 < argc) cores = static_cast<unsigned>(std::stoul(argv[++i]));
-    else if (a == "--images" && i + 1 < argc) limit = std::stoull(argv[++i]);
-    else if (a == "--eval") eval = true;
+    if (a == "--threads-for-ceiling" && i + 1 < argc)
+      cores = static_cast<unsigned>(std::stoul(argv[++i]));
+    else if (a == "--images" && i + 1 < argc)
+      limit = std::stoull(argv[++i]);
+    else if (a == "--eval")
+      eval = true;
   }
   auto dataset = stoker::Dataset::Open(path);
   if (!dataset.ok()) {
@@ -65,11 +68,12 @@ int main(int argc, char** argv) {
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = static_cast<double>(jpegs.size()) / wall;
-  fmt::print("{} images, {} transform, one thread, no I/O: {:.0f} images/s ({:.2f} ms each: decode {:.2f}, "
-             "crop+resize+normalise {:.2f})\n",
-             jpegs.size(), eval ? "eval" : "train", rate, 1000.0 / rate,
-             static_cast<double>(decode_ns.load()) / 1e6 / static_cast<double>(jpegs.size()),
-             static_cast<double>(transform_ns.load()) / 1e6 / static_cast<double>(jpegs.size()));
+  fmt::print(
+      "{} images, {} transform, one thread, no I/O: {:.0f} images/s ({:.2f} ms each: decode {:.2f}, "
+      "crop+resize+normalise {:.2f})\n",
+      jpegs.size(), eval ? "eval" : "train", rate, 1000.0 / rate,
+      static_cast<double>(decode_ns.load()) / 1e6 / static_cast<double>(jpegs.size()),
+      static_cast<double>(transform_ns.load()) / 1e6 / static_cast<double>(jpegs.size()));
   fmt::print("ceiling for {} cores: {:.0f} images/s\n", cores, rate * cores);
   return 0;
 }

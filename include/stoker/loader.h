@@ -116,8 +116,8 @@ struct TransformedImage {
 class Loader;
 
 // A batch held by the consumer. Batch buffers are page-locked (cudaHostAlloc,
-// found at run time) when a CUDA device is present, page-aligned otherwise. Its memory returns to the loader's pool when
-// the Batch is destroyed (it must not outlive its Loader).
+// found at run time) when a CUDA device is present, page-aligned otherwise. Its memory returns to the loader's pool
+// when the Batch is destroyed (it must not outlive its Loader).
 class Batch {
  public:
   Batch(Batch&&) noexcept;

@@ -249,7 +249,7 @@ PYBIND11_MODULE(_native, m) {
              d["mean_ready_batches"] = s.mean_ready_batches;
              d["threads"] = s.threads;
              d["prefetch"] = s.prefetch;
-        d["pinned_memory"] = s.pinned_memory;
+             d["pinned_memory"] = s.pinned_memory;
              return d;
            })
       .def("summary", [](PyLoader& l, double wall) { return l.loader_->stats().Summary(wall); });
