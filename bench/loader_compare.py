@@ -124,6 +124,44 @@ def run(name, make_iter, batches, warmup, consumer_ms=0.0):
     return result
 
 
+def spdl_batches(images_root, batch_size, threads):
+    """SPDL (FFmpeg decode with a crop/scale/flip filter per image, on its
+    thread pipeline), the same augmentation semantics: torchvision's
+    RandomResizedCrop parameters, bilinear scale, flip, then normalise."""
+    import random
+
+    import spdl.io
+    from spdl.pipeline import PipelineBuilder
+
+    items = [(path, label) for path, label in torchvision.datasets.ImageFolder(images_root).samples]
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    rrc = tv.RandomResizedCrop(224)
+
+    def source():
+        while True:
+            random.shuffle(items)
+            yield from items
+
+    def decode(item):
+        path, label = item
+        packets = spdl.io.demux_image(path)
+        top, left, h, w = rrc.get_params(torch.empty(packets.height, packets.width), rrc.scale, rrc.ratio)
+        desc = "crop=%d:%d:%d:%d,scale=224:224:flags=bilinear%s,format=rgb24" % (
+            w, h, left, top, ",hflip" if random.random() < 0.5 else "")
+        return spdl.io.decode_packets(packets, filter_desc=desc), label
+
+    def collate(batch):
+        frames = [f for f, _ in batch]
+        x = spdl.io.to_torch(spdl.io.convert_frames(frames)).permute(0, 3, 1, 2).float().div_(255)
+        return (x - mean) / std, torch.tensor([label for _, label in batch])
+
+    pipeline = (PipelineBuilder().add_source(source()).pipe(decode, concurrency=threads)
+                .aggregate(batch_size).pipe(collate).add_sink(3).build(num_threads=threads))
+    with pipeline.auto_stop():
+        yield from pipeline
+
+
 def forever(loader):
     while True:
         for batch in loader:
@@ -163,6 +201,20 @@ def main():
         results[-1]["with_step"] = run("", lambda: forever(stoker.Loader(
             args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
             args.batches, args.warmup, args.consumer_ms)
+
+    try:
+        import spdl.io  # noqa: F401  (a further column where it installs and runs)
+        have_spdl = True
+    except Exception as error:  # ImportError, or its FFmpeg libraries missing
+        print("SPDL column skipped: %s" % str(error).splitlines()[0][:160])
+        have_spdl = False
+    if have_spdl:
+        results.append(run("SPDL 0.8 (FFmpeg decode + filter, %d threads)" % args.workers,
+                           lambda: spdl_batches(args.images, args.batch_size, args.workers), args.batches,
+                           args.warmup))
+        if args.consumer_ms:
+            results[-1]["with_step"] = run("", lambda: spdl_batches(args.images, args.batch_size, args.workers),
+                                           args.batches, args.warmup, args.consumer_ms)
 
     base = results[0]
     print("%-46s %10s %12s %14s %14s" % ("loader", "images/s", "CPU ms/img", "peak RSS sum", "peak PSS sum"))

@@ -14,6 +14,7 @@ batch buffers, which reach torch as zero-copy tensors.
         for images, labels in loader:
             ...
 """
+import logging
 import os
 import time
 
@@ -77,7 +78,7 @@ class Loader:
 
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
-                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None):
+                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -108,8 +109,10 @@ class Loader:
         t.layout = getattr(_native.Layout, layout)
         options.transform = t
         self._with_indices = with_indices
+        self._log_epochs = log_epochs
         self._native = _native.Loader(os.fspath(dataset), options)
         self._wall_start = None
+        self._last_epoch_summary = None
 
     def __len__(self):
         return self._native.batches_per_epoch
@@ -117,9 +120,15 @@ class Loader:
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack
         self._wall_start = time.perf_counter()
+        before = self._native.stats()
+        epoch = self._native.epoch
         while True:
             item = self._native.next()
             if item is None:
+                self._last_epoch_summary = _epoch_summary(epoch, before, self._native.stats(),
+                                                          time.perf_counter() - self._wall_start)
+                if self._log_epochs:
+                    logging.getLogger("stoker").info(self._last_epoch_summary)
                 return
             images, labels, indices = from_dlpack(item[0]), from_dlpack(item[1]), from_dlpack(item[2])
             yield (images, labels, indices) if self._with_indices else (images, labels)
@@ -153,9 +162,24 @@ class Loader:
         return dict(self._native.stats())
 
     def summary(self):
-        """A one-line summary of the stats over the current iteration."""
+        """A one-line summary of the last complete epoch (logged at its end
+        to the "stoker" logger), or of everything so far before that."""
+        if self._last_epoch_summary is not None:
+            return self._last_epoch_summary
         wall = time.perf_counter() - self._wall_start if self._wall_start else 0.0
         return self._native.summary(wall)
+
+
+def _epoch_summary(epoch, before, after, wall):
+    d = {k: after[k] - before[k] for k in ("batches", "samples", "bytes_read", "corrupt_skipped", "wait_s",
+                                           "read_s", "decode_s", "transform_s")}
+    busy = d["read_s"] + d["decode_s"] + d["transform_s"]
+    share = (lambda x: 100.0 * x / busy) if busy > 0 else (lambda x: 0.0)
+    return ("epoch %d: %d batches, %d images in %.2f s (%.0f img/s, %.1f MB/s read); consumer waited %.2f s (%.1f%%); "
+            "worker time: read %.0f%%, decode %.0f%%, transform %.0f%%; %d corrupt skipped"
+            % (epoch, d["batches"], d["samples"], wall, d["samples"] / wall if wall else 0.0,
+               d["bytes_read"] / wall / 1e6 if wall else 0.0, d["wait_s"], 100.0 * d["wait_s"] / wall if wall else 0.0,
+               share(d["read_s"]), share(d["decode_s"]), share(d["transform_s"]), d["corrupt_skipped"]))
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False):

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-tv = pytest.importorskip("torchvision.transforms")
+import torch  # noqa: E402  (scripts/deps installs Debian's python3-torch)
+import torchvision.transforms as tv  # noqa: E402
 from PIL import Image  # noqa: E402
 
-stoker = pytest.importorskip("stoker")
+import stoker  # noqa: E402  (PYTHONPATH=<build>/python, set by ctest)
 T = stoker.transforms
 
 
@@ -161,7 +161,7 @@ def test_drops_into_a_torch_training_loop(packed):
     assert len(losses) == 9 and all(np.isfinite(losses))
     stats = loader.stats()
     assert stats["batches"] == 9 and stats["samples"] == 144
-    assert "img/s" in loader.summary()
+    assert loader.summary().startswith("epoch 2: 3 batches, 48 images")
 
 
 def test_tensors_outlive_the_loader(packed):

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-wds = pytest.importorskip("webdataset")
+import webdataset as wds  # noqa: E402
 
 
 def webdataset_samples(urls):
