@@ -34,6 +34,23 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
   if (msg_level < 0) ErrorExit(cinfo);
 }
 
+// A libjpeg decompressor with our error handling, destroyed on scope exit.
+// Functions using it call setjmp(err.jump) in their own frame, after it is
+// constructed, so a longjmp never skips its destructor.
+struct Decompressor {
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err{};
+  Decompressor() {
+    cinfo.err = jpeg_std_error(&err.base);
+    err.base.error_exit = ErrorExit;
+    err.base.emit_message = EmitMessage;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~Decompressor() { jpeg_destroy_decompress(&cinfo); }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+};
+
 // Adobe CMYK JPEGs store inverted values.
 void CmykToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, int width) {
   for (int x = 0; x < width; ++x) {
@@ -97,39 +114,21 @@ bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<cons
 }  // namespace
 
 Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
-  jpeg_decompress_struct cinfo{};
-  ErrorManager err{};
-  cinfo.err = jpeg_std_error(&err.base);
-  err.base.error_exit = ErrorExit;
-  err.base.emit_message = EmitMessage;
-  jpeg_create_decompress(&cinfo);
-  ImageSize size;
-  bool ok = false;
-  if (!setjmp(err.jump)) {
-    jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
-    jpeg_read_header(&cinfo, TRUE);
-    size = {static_cast<int>(cinfo.image_width), static_cast<int>(cinfo.image_height)};
-    ok = true;
-  }
-  jpeg_destroy_decompress(&cinfo);
-  if (!ok) return Status::Corruption(fmt::format("not a decodable JPEG: {}", err.message));
-  return size;
+  Decompressor d;
+  if (setjmp(d.err.jump)) return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
+  jpeg_mem_src(&d.cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
+  jpeg_read_header(&d.cinfo, TRUE);
+  return ImageSize{static_cast<int>(d.cinfo.image_width), static_cast<int>(d.cinfo.image_height)};
 }
 
 Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out) {
   if (scale != 1 && scale != 2 && scale != 4 && scale != 8)
     return Status::InvalidArgument(fmt::format("JPEG scale 1/{} is not supported (1, 2, 4 or 8)", scale));
   if (jpeg.empty()) return Status::Corruption("not a decodable JPEG: empty data");
-  jpeg_decompress_struct cinfo{};
-  ErrorManager err{};
-  cinfo.err = jpeg_std_error(&err.base);
-  err.base.error_exit = ErrorExit;
-  err.base.emit_message = EmitMessage;
-  jpeg_create_decompress(&cinfo);
+  Decompressor d;
   std::vector<std::uint8_t> cmyk_row;
-  const bool ok = DecodeImpl(&cinfo, &err, jpeg, roi, scale, &out, &cmyk_row);
-  jpeg_destroy_decompress(&cinfo);
-  if (!ok) return Status::Corruption(fmt::format("not a decodable JPEG: {}", err.message));
+  if (!DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row))
+    return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
   return Status::Ok();
 }
 
