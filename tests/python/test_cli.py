@@ -201,3 +201,19 @@ def test_corrupt_or_foreign_index_is_rejected(stoker, demo_images, tmp_path):
     index.write_bytes(bytes(data))
     r = stoker("verify", out, check=False)
     assert r.returncode != 0 and "index records checksum mismatch" in r.stderr, r.stderr
+
+
+def test_bench_reports_each_epoch_as_json(stoker, demo_images, tmp_path):
+    out = tmp_path / "packed"
+    stoker("pack", demo_images, out)
+    r = stoker("bench", out, "--epochs", "2", "--batch-size", "8", "--size", "64", "--consumer-ms", "5", "--json")
+    epochs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    for e in epochs:
+        assert e["images"] == 48 and e["batches"] == 6
+        assert e["images_per_s"] > 0 and e["cpu_s_per_image"] > 0 and e["peak_rss_bytes"] > 0
+        assert e["consumer_wait_s"] >= 0 and 0 < e["accelerator_utilization"] <= 1
+    text = stoker("bench", out, "--max-batches", "2", "--batch-size", "8", "--size", "64").stdout
+    assert "images/s" in text and "batch buffers:" in text
+    bad = stoker("bench", out, "--dtype", "int7", check=False)
+    assert bad.returncode != 0 and "int7" in bad.stderr

@@ -390,11 +390,17 @@ int main(int argc, char** argv) {
   bench->add_option("--epochs", bench_args.epochs, "Epochs to run, each reported separately")->capture_default_str();
   bench->add_option("--max-batches", bench_args.max_batches, "Stop each epoch after this many batches");
   bench->add_option("--consumer-ms", bench_args.consumer_ms, "Simulated accelerator step per batch, in ms");
-  bench->add_option("--dtype", bench_args.dtype, "float32, float16, bfloat16 or uint8 (NHWC)")->capture_default_str();
+  bench->add_option("--dtype", bench_args.dtype, "float32, float16, bfloat16 or uint8 (NHWC)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16", "uint8"}));
   bench->add_option("--size", bench_args.size, "Output image size")->capture_default_str();
-  bench->add_option("--order", bench_args.order, "shuffle, shard-block or sequential")->capture_default_str();
+  bench->add_option("--order", bench_args.order, "shuffle, shard-block or sequential")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shuffle", "shard-block", "sequential"}));
   bench->add_option("--seed", bench_args.seed, "Shuffle and augmentation seed")->capture_default_str();
-  bench->add_option("--on-corrupt", bench_args.on_corrupt, "error or skip")->capture_default_str();
+  bench->add_option("--on-corrupt", bench_args.on_corrupt, "error or skip")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"error", "skip"}));
   bench->add_flag("--eval", bench_args.eval,
                   "Evaluation transform: Resize + CenterCrop (default: RandomResizedCrop + flip)");
   bench->add_flag("--json", bench_args.json, "One JSON object per epoch");
