@@ -217,3 +217,17 @@ def test_bench_reports_each_epoch_as_json(stoker, demo_images, tmp_path):
     assert "images/s" in text and "batch buffers:" in text
     bad = stoker("bench", out, "--dtype", "int7", check=False)
     assert bad.returncode != 0 and "int7" in bad.stderr
+
+
+def test_memory_does_not_grow_with_threads_beyond_scratch(stoker, demo_images, tmp_path):
+    out = tmp_path / "packed"
+    stoker("pack", demo_images, out)
+
+    def peak(threads):
+        r = stoker("bench", out, "--threads", threads, "--prefetch", "2", "--batch-size", "8", "--json")
+        return json.loads(r.stdout.splitlines()[-1])["peak_rss_bytes"]
+
+    one, eight = peak(1), peak(8)
+    # Per-thread scratch is a decoded region and a resample buffer (a few MB at
+    # most for these images); nothing per thread holds a copy of the dataset.
+    assert eight - one < 40 << 20, (one, eight)
