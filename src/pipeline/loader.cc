@@ -12,13 +12,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "codec/jpeg.h"
 #include "core/cuda_runtime.h"
 #include "core/mutex.h"
-#include "order/rng.h"
 #include "order/sampler.h"
 #include "pipeline/image_pipeline.h"
-#include "transform/resample.h"
 #include "transform/transform.h"
 
 namespace stoker {
