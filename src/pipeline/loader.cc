@@ -4,6 +4,7 @@
 #include "stoker/loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
