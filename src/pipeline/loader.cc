@@ -386,6 +386,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   }
   Impl* raw = impl.get();
   for (std::uint32_t i = 0; i < impl->threads; ++i) impl->workers.emplace_back([raw] { raw->WorkerLoop(); });
+  {
+    // Start preparing the first batches now, while the caller builds its model.
+    MutexLock lock(raw->mu);
+    raw->Schedule();
+  }
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
