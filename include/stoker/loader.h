@@ -88,7 +88,11 @@ struct LoaderStats {
   std::uint32_t threads = 0;
   std::uint32_t prefetch = 0;
   bool pinned_memory = false;  // batch buffers are page-locked (CUDA present)
-  // "epoch 3: 1250 batches, 80000 images in 41.2 s (1942 img/s); waited 0.3 s (0.7%); ..."
+
+  // The counts and times accumulated since `earlier` (e.g. one epoch's);
+  // mean_ready_batches and the configuration fields are kept as they are.
+  [[nodiscard]] LoaderStats Since(const LoaderStats& earlier) const;
+  // "80000 images in 41.2 s (1942 img/s, ...); consumer waited 0.3 s (0.7%); ..."
   [[nodiscard]] std::string Summary(double wall_seconds) const;
 };
 

@@ -196,6 +196,26 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("on_corrupt", &stoker::LoaderOptions::on_corrupt)
       .def_readwrite("image_field", &stoker::LoaderOptions::image_field);
 
+  py::class_<stoker::LoaderStats>(m, "LoaderStats")
+      .def("since", &stoker::LoaderStats::Since)
+      .def("summary", &stoker::LoaderStats::Summary)
+      .def("as_dict", [](const stoker::LoaderStats& s) {
+        py::dict d;
+        d["batches"] = s.batches;
+        d["samples"] = s.samples;
+        d["bytes_read"] = s.bytes_read;
+        d["corrupt_skipped"] = s.corrupt_skipped;
+        d["wait_s"] = s.wait_seconds;
+        d["read_s"] = s.read_seconds;
+        d["decode_s"] = s.decode_seconds;
+        d["transform_s"] = s.transform_seconds;
+        d["mean_ready_batches"] = s.mean_ready_batches;
+        d["threads"] = s.threads;
+        d["prefetch"] = s.prefetch;
+        d["pinned_memory"] = s.pinned_memory;
+        return d;
+      });
+
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<const std::string&, const stoker::LoaderOptions&>())
       .def("next", &PyLoader::Next)
@@ -234,25 +254,7 @@ PYBIND11_MODULE(_native, m) {
              }
              if (!status.ok()) Raise(status);
            })
-      .def("stats",
-           [](PyLoader& l) {
-             const auto s = l.loader_->stats();
-             py::dict d;
-             d["batches"] = s.batches;
-             d["samples"] = s.samples;
-             d["bytes_read"] = s.bytes_read;
-             d["corrupt_skipped"] = s.corrupt_skipped;
-             d["wait_s"] = s.wait_seconds;
-             d["read_s"] = s.read_seconds;
-             d["decode_s"] = s.decode_seconds;
-             d["transform_s"] = s.transform_seconds;
-             d["mean_ready_batches"] = s.mean_ready_batches;
-             d["threads"] = s.threads;
-             d["prefetch"] = s.prefetch;
-             d["pinned_memory"] = s.pinned_memory;
-             return d;
-           })
-      .def("summary", [](PyLoader& l, double wall) { return l.loader_->stats().Summary(wall); });
+      .def("stats", [](PyLoader& l) { return l.loader_->stats(); });
 
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite) {
     stoker::PackOptions options;

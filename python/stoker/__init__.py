@@ -111,30 +111,40 @@ class Loader:
         self._with_indices = with_indices
         self._log_epochs = log_epochs
         self._native = _native.Loader(os.fspath(dataset), options)
-        self._wall_start = None
         self._last_epoch_summary = None
+        self._mark_epoch_start()
+
+    def _mark_epoch_start(self):
+        # The loader prepares batches from its creation and runs ahead into
+        # the next epoch, so an epoch's wall time counts from when its work
+        # could begin (creation, the previous epoch's end, or a reset), not
+        # from the first next(): that would overstate images/s.
+        self._epoch_start_time = time.perf_counter()
+        self._epoch_start_stats = self._native.stats()
 
     def __len__(self):
         return self._native.batches_per_epoch
 
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack
-        self._wall_start = time.perf_counter()
-        before = self._native.stats()
-        epoch = self._native.epoch
         while True:
+            epoch = self._native.epoch
             item = self._native.next()
             if item is None:
-                self._last_epoch_summary = _epoch_summary(epoch, before, self._native.stats(),
-                                                          time.perf_counter() - self._wall_start)
+                wall = time.perf_counter() - self._epoch_start_time
+                stats = self._native.stats().since(self._epoch_start_stats)
+                self._last_epoch_summary = "epoch %d: %s" % (epoch, stats.summary(wall))
                 if self._log_epochs:
                     logging.getLogger("stoker").info(self._last_epoch_summary)
+                self._mark_epoch_start()
                 return
             images, labels, indices = from_dlpack(item[0]), from_dlpack(item[1]), from_dlpack(item[2])
             yield (images, labels, indices) if self._with_indices else (images, labels)
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
+        if int(epoch) != self._native.epoch:
+            self._mark_epoch_start()
         self._native.set_epoch(int(epoch))
 
     @property
@@ -155,31 +165,20 @@ class Loader:
 
     def load_state_dict(self, state):
         self._native.restore(dict(state))
+        self._mark_epoch_start()
 
     def stats(self):
         """Counters since creation: batches, samples, bytes read, consumer wait
         and per-stage busy seconds, corrupt samples skipped."""
-        return dict(self._native.stats())
+        return self._native.stats().as_dict()
 
     def summary(self):
         """A one-line summary of the last complete epoch (logged at its end
         to the "stoker" logger), or of everything so far before that."""
         if self._last_epoch_summary is not None:
             return self._last_epoch_summary
-        wall = time.perf_counter() - self._wall_start if self._wall_start else 0.0
-        return self._native.summary(wall)
-
-
-def _epoch_summary(epoch, before, after, wall):
-    d = {k: after[k] - before[k] for k in ("batches", "samples", "bytes_read", "corrupt_skipped", "wait_s",
-                                           "read_s", "decode_s", "transform_s")}
-    busy = d["read_s"] + d["decode_s"] + d["transform_s"]
-    share = (lambda x: 100.0 * x / busy) if busy > 0 else (lambda x: 0.0)
-    return ("epoch %d: %d batches, %d images in %.2f s (%.0f img/s, %.1f MB/s read); consumer waited %.2f s (%.1f%%); "
-            "worker time: read %.0f%%, decode %.0f%%, transform %.0f%%; %d corrupt skipped"
-            % (epoch, d["batches"], d["samples"], wall, d["samples"] / wall if wall else 0.0,
-               d["bytes_read"] / wall / 1e6 if wall else 0.0, d["wait_s"], 100.0 * d["wait_s"] / wall if wall else 0.0,
-               share(d["read_s"]), share(d["decode_s"]), share(d["transform_s"]), d["corrupt_skipped"]))
+        wall = time.perf_counter() - self._epoch_start_time
+        return self._native.stats().since(self._epoch_start_stats).summary(wall)
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False):

@@ -375,7 +375,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
     slot.images = BatchBuffer(impl->sample_bytes * options.batch_size);
-    if (!slot.images.ok()) return Status::ResourceExhausted("cannot allocate the batch pool");
+    if (!slot.images.ok())
+      return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each)", i, pool,
+                                                   impl->sample_bytes * options.batch_size));
     slot.labels.resize(options.batch_size);
     slot.indices.resize(options.batch_size);
   }
@@ -511,6 +513,19 @@ std::uint32_t Loader::rank() const {
 }
 std::uint32_t Loader::world_size() const {
   return impl_->plan.world_size;
+}
+
+LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
+  LoaderStats d = *this;
+  d.batches -= earlier.batches;
+  d.samples -= earlier.samples;
+  d.bytes_read -= earlier.bytes_read;
+  d.corrupt_skipped -= earlier.corrupt_skipped;
+  d.wait_seconds -= earlier.wait_seconds;
+  d.read_seconds -= earlier.read_seconds;
+  d.decode_seconds -= earlier.decode_seconds;
+  d.transform_seconds -= earlier.transform_seconds;
+  return d;
 }
 
 std::string LoaderStats::Summary(double wall_seconds) const {

@@ -298,15 +298,7 @@ int RunBench(const BenchArgs& a) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu = CpuSeconds() - cpu0;
     const auto after = l.stats();
-    stoker::LoaderStats epoch_stats = after;
-    epoch_stats.batches -= before.batches;
-    epoch_stats.samples -= before.samples;
-    epoch_stats.bytes_read -= before.bytes_read;
-    epoch_stats.corrupt_skipped -= before.corrupt_skipped;
-    epoch_stats.wait_seconds -= before.wait_seconds;
-    epoch_stats.read_seconds -= before.read_seconds;
-    epoch_stats.decode_seconds -= before.decode_seconds;
-    epoch_stats.transform_seconds -= before.transform_seconds;
+    const stoker::LoaderStats epoch_stats = after.Since(before);
     const double ips = images / wall;
     if (a.json) {
       nlohmann::json j = {{"epoch", e},
