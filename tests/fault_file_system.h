@@ -29,9 +29,10 @@ class FaultFileSystem : public FileSystem {
       return std::unique_ptr<ReadableFile>(std::make_unique<ShortReader>(std::move(file)));
     return file;
   }
-  Result<std::unique_ptr<MappedFile>> Map(const std::string& path) override {
+  using FileSystem::Map;
+  Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) override {
     if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
-    return base_->Map(path);
+    return base_->Map(path, access);
   }
   Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
     STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateForWrite(path));
@@ -39,6 +40,8 @@ class FaultFileSystem : public FileSystem {
   }
   Status Rename(const std::string& from, const std::string& to) override { return base_->Rename(from, to); }
   Status Remove(const std::string& path) override { return base_->Remove(path); }
+  Status RemoveDirectory(const std::string& path) override { return base_->RemoveDirectory(path); }
+  Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) override { return base_->TryLock(path); }
   Status CreateDirectories(const std::string& path) override { return base_->CreateDirectories(path); }
   Status SyncDirectory(const std::string& path) override { return base_->SyncDirectory(path); }
   Result<std::vector<DirEntry>> ListDirectory(const std::string& path) override { return base_->ListDirectory(path); }

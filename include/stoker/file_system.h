@@ -43,12 +43,24 @@ class WritableFile {
   [[nodiscard]] virtual const std::string& path() const = 0;
 };
 
-// A read-only memory mapping of a whole file; unmapped on destruction.
+// How a file is mapped: shared and read-only, or private and writable, where
+// writes change only this process's copy of the page (never the file).
+enum class MapAccess : std::uint8_t { kReadOnly, kCopyOnWrite };
+
+// A memory mapping of a whole file; unmapped on destruction.
 class MappedFile {
  public:
   virtual ~MappedFile() = default;
   [[nodiscard]] virtual std::span<const std::byte> data() const = 0;
+  // The same bytes, writable; empty unless mapped with kCopyOnWrite.
+  [[nodiscard]] virtual std::span<std::byte> writable_data() = 0;
   [[nodiscard]] virtual const std::string& path() const = 0;
+};
+
+// An advisory lock held until destruction (see FileSystem::TryLock).
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
 };
 
 enum class FileType : std::uint8_t { kRegular, kDirectory, kSymlink, kOther };
@@ -70,11 +82,17 @@ class FileSystem {
   static FileSystem* Default();
 
   [[nodiscard]] virtual Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) = 0;
-  [[nodiscard]] virtual Result<std::unique_ptr<MappedFile>> Map(const std::string& path) = 0;
+  [[nodiscard]] Result<std::unique_ptr<MappedFile>> Map(const std::string& path) {
+    return Map(path, MapAccess::kReadOnly);
+  }
+  [[nodiscard]] virtual Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) = 0;
   // Creates or truncates `path`.
   [[nodiscard]] virtual Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) = 0;
   [[nodiscard]] virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Removes a file (not a directory).
   [[nodiscard]] virtual Status Remove(const std::string& path) = 0;
+  // Removes an empty directory.
+  [[nodiscard]] virtual Status RemoveDirectory(const std::string& path) = 0;
   // Makes a directory and its missing parents; OK when it exists already.
   [[nodiscard]] virtual Status CreateDirectories(const std::string& path) = 0;
   // fsyncs a directory so that renames inside it are durable.
@@ -83,10 +101,18 @@ class FileSystem {
   [[nodiscard]] virtual Result<std::vector<DirEntry>> ListDirectory(const std::string& path) = 0;
   // Follows symlinks.
   [[nodiscard]] virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  // Takes an exclusive advisory lock on `path` (created if missing) without
+  // waiting: Unavailable when another process holds it. The lock is released
+  // when the returned object is destroyed or the process dies, so a crash
+  // never leaves a stale lock.
+  [[nodiscard]] virtual Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) = 0;
 };
 
 // Helpers over any FileSystem.
 [[nodiscard]] Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path);
 [[nodiscard]] Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::span<const std::byte> data);
+// Removes `path` and, when it is a directory, everything below it. OK when
+// `path` does not exist.
+[[nodiscard]] Status RemoveTree(FileSystem& fs, const std::string& path);
 
 }  // namespace stoker

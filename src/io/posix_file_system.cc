@@ -1,6 +1,7 @@
 // The local POSIX FileSystem: pread, buffered sequential writes, mmap.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -112,7 +113,8 @@ class PosixWritableFile final : public WritableFile {
 
 class PosixMappedFile final : public MappedFile {
  public:
-  PosixMappedFile(std::string path, void* base, std::size_t size) : path_(std::move(path)), base_(base), size_(size) {}
+  PosixMappedFile(std::string path, void* base, std::size_t size, bool writable)
+      : path_(std::move(path)), base_(base), size_(size), writable_(writable) {}
   ~PosixMappedFile() override {
     if (base_ != nullptr) ::munmap(base_, size_);
   }
@@ -120,12 +122,25 @@ class PosixMappedFile final : public MappedFile {
   PosixMappedFile& operator=(const PosixMappedFile&) = delete;
 
   std::span<const std::byte> data() const override { return {static_cast<const std::byte*>(base_), size_}; }
+  std::span<std::byte> writable_data() override {
+    if (!writable_) return {};
+    return {static_cast<std::byte*>(base_), size_};
+  }
   const std::string& path() const override { return path_; }
 
  private:
   std::string path_;
   void* base_;
   std::size_t size_;
+  bool writable_;
+};
+
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(UniqueFd fd) : fd_(std::move(fd)) {}
+
+ private:
+  UniqueFd fd_;  // closing the descriptor releases the flock
 };
 
 FileType TypeFromMode(mode_t mode) {
@@ -142,15 +157,17 @@ class PosixFileSystem final : public FileSystem {
     return std::unique_ptr<ReadableFile>(std::make_unique<PosixReadableFile>(path, std::move(fd)));
   }
 
-  Result<std::unique_ptr<MappedFile>> Map(const std::string& path) override {
+  Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) override {
     STOKER_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegular(path));
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
     auto size = static_cast<std::size_t>(st.st_size);
-    if (size == 0) return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, nullptr, 0));
-    void* base = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+    const bool writable = access == MapAccess::kCopyOnWrite;
+    if (size == 0) return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, nullptr, 0, writable));
+    void* base = writable ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0)
+                          : ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (base == MAP_FAILED) return Status::FromErrno(errno, fmt::format("mmap '{}'", path));
-    return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, base, size));
+    return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, base, size, writable));
   }
 
   Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
@@ -168,6 +185,21 @@ class PosixFileSystem final : public FileSystem {
   Status Remove(const std::string& path) override {
     if (::unlink(path.c_str()) != 0) return Status::FromErrno(errno, fmt::format("remove '{}'", path));
     return Status::Ok();
+  }
+
+  Status RemoveDirectory(const std::string& path) override {
+    if (::rmdir(path.c_str()) != 0) return Status::FromErrno(errno, fmt::format("remove directory '{}'", path));
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) override {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    if (!fd.valid()) return Status::FromErrno(errno, fmt::format("open lock file '{}'", path));
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) return Status::Unavailable(fmt::format("'{}' is locked by another process", path));
+      return Status::FromErrno(errno, fmt::format("lock '{}'", path));
+    }
+    return std::unique_ptr<FileLock>(std::make_unique<PosixFileLock>(std::move(fd)));
   }
 
   Status CreateDirectories(const std::string& path) override {
@@ -266,6 +298,25 @@ Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::sp
   STOKER_RETURN_IF_ERROR(fs.Rename(temp, path));
   std::string dir = std::filesystem::path(path).parent_path().string();
   return fs.SyncDirectory(dir.empty() ? "." : dir);
+}
+
+Status RemoveTree(FileSystem& fs, const std::string& path) {
+  auto info = fs.Stat(path);
+  if (!info.ok()) {
+    if (info.error().code() == StatusCode::kNotFound) return Status::Ok();
+    return info.error();
+  }
+  if (info->type != FileType::kDirectory) return fs.Remove(path);
+  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(path));
+  for (const auto& entry : entries) {
+    const std::string child = path + "/" + entry.name;
+    if (entry.type == FileType::kDirectory) {
+      STOKER_RETURN_IF_ERROR(RemoveTree(fs, child));
+    } else {
+      STOKER_RETURN_IF_ERROR(fs.Remove(child));
+    }
+  }
+  return fs.RemoveDirectory(path);
 }
 
 }  // namespace stoker

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/cuda_runtime.h"
+#include "core/host_buffer.h"
 #include "core/mutex.h"
 #include "order/sampler.h"
 #include "pipeline/image_pipeline.h"
@@ -23,41 +23,6 @@ namespace stoker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One batch buffer: page-locked through the CUDA runtime when a GPU is
-// present (so host-to-device copies can be asynchronous), page-aligned
-// otherwise. Freed on destruction.
-class BatchBuffer {
- public:
-  BatchBuffer() = default;
-  explicit BatchBuffer(std::size_t bytes) {
-    const std::size_t size = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
-    data_ = static_cast<std::byte*>(CudaRuntime::Get().HostAlloc(size));
-    pinned_ = data_ != nullptr;
-    if (!pinned_) data_ = static_cast<std::byte*>(std::aligned_alloc(4096, size));
-  }
-  BatchBuffer(BatchBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), pinned_(o.pinned_) {}
-  BatchBuffer& operator=(BatchBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(pinned_, o.pinned_);
-    return *this;
-  }
-  BatchBuffer(const BatchBuffer&) = delete;
-  BatchBuffer& operator=(const BatchBuffer&) = delete;
-  ~BatchBuffer() {
-    if (pinned_)
-      CudaRuntime::Get().HostFree(data_);
-    else
-      std::free(data_);
-  }
-  [[nodiscard]] std::byte* data() const { return data_; }
-  [[nodiscard]] bool ok() const { return data_ != nullptr; }
-  [[nodiscard]] bool pinned() const { return pinned_; }
-
- private:
-  std::byte* data_ = nullptr;
-  bool pinned_ = false;
-};
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -77,7 +42,7 @@ struct Scratch {
 
 struct Loader::Impl {
   struct Slot {
-    BatchBuffer images;
+    HostBuffer images;
     std::vector<std::int64_t> labels;
     std::vector<std::uint64_t> indices;
     std::uint32_t size = 0;
@@ -374,10 +339,11 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   impl->slots.resize(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
-    slot.images = BatchBuffer(impl->sample_bytes * options.batch_size);
-    if (!slot.images.ok())
-      return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each)", i, pool,
-                                                   impl->sample_bytes * options.batch_size));
+    auto images = HostBuffer::Allocate(impl->sample_bytes * options.batch_size);
+    if (!images.ok())
+      return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i, pool,
+                                                   impl->sample_bytes * options.batch_size, images.error().message()));
+    slot.images = std::move(*images);
     slot.labels.resize(options.batch_size);
     slot.indices.resize(options.batch_size);
   }
