@@ -206,6 +206,10 @@ struct LoadOptions {
 [[nodiscard]] Result<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& directory,
                                                             const LoadOptions& options = {});
 
+// Loads one plain safetensors file from any writer (e.g. Hugging Face's),
+// validating every rule; `step` is -1 and extras.metadata is its __metadata__.
+[[nodiscard]] Result<LoadedCheckpoint> LoadSafetensorsFile(const std::string& path, FileSystem* file_system = nullptr);
+
 struct CheckpointInfo {
   std::int64_t step = 0;
   std::string path;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
@@ -16,40 +17,9 @@ namespace py = pybind11;
 
 namespace {
 
-// Set by the Python package at import: its exception classes.
-py::object g_corruption_error;
-py::object g_stoker_error;
-
-[[noreturn]] void Raise(const stoker::Status& status) {
-  const std::string& message = status.message();
-  switch (status.code()) {
-    case stoker::StatusCode::kInvalidArgument:
-      throw py::value_error(message);
-    case stoker::StatusCode::kNotFound:
-      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
-      break;
-    case stoker::StatusCode::kAlreadyExists:
-      PyErr_SetString(PyExc_FileExistsError, message.c_str());
-      break;
-    case stoker::StatusCode::kIOError:
-    case stoker::StatusCode::kResourceExhausted:
-      PyErr_SetString(PyExc_OSError, message.c_str());
-      break;
-    case stoker::StatusCode::kCorruption:
-      PyErr_SetString(g_corruption_error ? g_corruption_error.ptr() : PyExc_RuntimeError, message.c_str());
-      break;
-    default:
-      PyErr_SetString(g_stoker_error ? g_stoker_error.ptr() : PyExc_RuntimeError, status.ToString().c_str());
-      break;
-  }
-  throw py::error_already_set();
-}
-
-template <typename T>
-T Unwrap(stoker::Result<T> result) {
-  if (!result.ok()) Raise(result.error());
-  return std::move(result).value();
-}
+using stoker_python::MakeCapsule;
+using stoker_python::Raise;
+using stoker_python::Unwrap;
 
 // Owns one batch for as long as any tensor made from it is alive, and the
 // loader for as long as any batch is.
@@ -58,40 +28,6 @@ struct BatchHolder {
   std::optional<stoker::Batch> batch;
   ~BatchHolder() { batch.reset(); }  // release before the loader may go
 };
-
-struct TensorContext {
-  std::shared_ptr<BatchHolder> holder;
-  std::array<std::int64_t, 4> shape;
-  DLManagedTensor managed{};
-};
-
-void DeleteManaged(DLManagedTensor* managed) {
-  delete static_cast<TensorContext*>(managed->manager_ctx);
-}
-
-void DeleteCapsule(PyObject* capsule) {
-  // Torch renames a consumed capsule "used_dltensor" and owns it from then on.
-  if (PyCapsule_IsValid(capsule, "dltensor")) {
-    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
-  }
-}
-
-py::capsule MakeCapsule(const std::shared_ptr<BatchHolder>& holder, void* data, int ndim,
-                        std::array<std::int64_t, 4> shape, DLDataType dtype) {
-  auto* ctx = new TensorContext{holder, shape, {}};
-  DLTensor& t = ctx->managed.dl_tensor;
-  t.data = data;
-  t.device = {kDLCPU, 0};
-  t.ndim = ndim;
-  t.dtype = dtype;
-  t.shape = ctx->shape.data();
-  t.strides = nullptr;  // compact row-major
-  t.byte_offset = 0;
-  ctx->managed.manager_ctx = ctx;
-  ctx->managed.deleter = DeleteManaged;
-  return py::capsule(&ctx->managed, "dltensor", DeleteCapsule);
-}
 
 DLDataType ToDL(stoker::DType dtype) {
   switch (dtype) {
@@ -142,10 +78,8 @@ class PyLoader {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "stoker's native core (use the `stoker` package, not this module directly)";
-  m.def("_set_exceptions", [](py::object stoker_error, py::object corruption_error) {
-    g_stoker_error = std::move(stoker_error);
-    g_corruption_error = std::move(corruption_error);
-  });
+  m.def("_set_exceptions", &stoker_python::SetExceptions);
+  stoker_python::BindCheckpoint(m);
 
   py::enum_<stoker::DType>(m, "DType")
       .value("uint8", stoker::DType::kUint8)

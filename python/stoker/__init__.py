@@ -21,7 +21,8 @@ import time
 from . import _native
 from . import transforms
 
-__all__ = ["Loader", "pack", "StokerError", "CorruptionError", "transforms"]
+__all__ = ["Loader", "pack", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
+           "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng"]
 
 
 class StokerError(RuntimeError):
@@ -33,6 +34,9 @@ class CorruptionError(StokerError, ValueError):
 
 
 _native._set_exceptions(StokerError, CorruptionError)
+
+from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkpoint, load_latest,  # noqa: E402
+                         load_safetensors, restore_rng)
 
 
 def _torch():

@@ -115,6 +115,22 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
   return out;
 }
 
+Result<LoadedCheckpoint> LoadSafetensorsFile(const std::string& path, FileSystem* file_system) {
+  FileSystem& fs = file_system ? *file_system : *FileSystem::Default();
+  STOKER_ASSIGN_OR_RETURN(auto file, fs.Map(path, MapAccess::kCopyOnWrite));
+  STOKER_ASSIGN_OR_RETURN(auto parsed, safetensors::Parse(file->data(), path));
+  LoadedCheckpoint out;
+  out.step = -1;
+  out.path = path;
+  out.extras.metadata = std::move(parsed.metadata);
+  const auto data = file->writable_data();
+  for (auto& t : parsed.tensors)
+    out.tensors.push_back(
+        {std::move(t.name), t.dtype, std::move(t.shape), data.subspan(parsed.data_offset + t.begin, t.end - t.begin)});
+  out.mappings.push_back(std::move(file));
+  return out;
+}
+
 Result<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& directory_in, const LoadOptions& options) {
   FileSystem& fs = options.file_system ? *options.file_system : *FileSystem::Default();
   const std::string directory = Trimmed(directory_in);

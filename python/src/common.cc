@@ -1,0 +1,83 @@
+#include "common.h"
+
+#include <string>
+
+namespace stoker_python {
+namespace {
+
+// Set by the Python package at import: its exception classes.
+py::object g_corruption_error;
+py::object g_stoker_error;
+
+struct TensorContext {
+  std::shared_ptr<void> owner;
+  std::array<std::int64_t, 4> shape;
+  DLManagedTensor managed{};
+};
+
+void DeleteManaged(DLManagedTensor* managed) {
+  // Owned through manager_ctx since MakeCapsule released it; DLPack's C
+  // protocol leaves no other way to hand ownership across.
+  std::unique_ptr<TensorContext>(static_cast<TensorContext*>(managed->manager_ctx));
+}
+
+void DeleteCapsule(PyObject* capsule) {
+  // Torch renames a consumed capsule "used_dltensor" and owns it from then on.
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  }
+}
+
+}  // namespace
+
+void SetExceptions(py::object stoker_error, py::object corruption_error) {
+  g_stoker_error = std::move(stoker_error);
+  g_corruption_error = std::move(corruption_error);
+}
+
+void Raise(const stoker::Status& status) {
+  const std::string& message = status.message();
+  switch (status.code()) {
+    case stoker::StatusCode::kInvalidArgument:
+      throw py::value_error(message);
+    case stoker::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+      break;
+    case stoker::StatusCode::kAlreadyExists:
+      PyErr_SetString(PyExc_FileExistsError, message.c_str());
+      break;
+    case stoker::StatusCode::kIOError:
+    case stoker::StatusCode::kResourceExhausted:
+      PyErr_SetString(PyExc_OSError, message.c_str());
+      break;
+    case stoker::StatusCode::kCorruption:
+      PyErr_SetString(g_corruption_error ? g_corruption_error.ptr() : PyExc_RuntimeError, message.c_str());
+      break;
+    default:
+      PyErr_SetString(g_stoker_error ? g_stoker_error.ptr() : PyExc_RuntimeError, status.ToString().c_str());
+      break;
+  }
+  throw py::error_already_set();
+}
+
+py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
+                        DLDataType dtype) {
+  auto ctx = std::make_unique<TensorContext>();
+  ctx->owner = std::move(owner);
+  ctx->shape = shape;
+  DLTensor& t = ctx->managed.dl_tensor;
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = dtype;
+  t.shape = ctx->shape.data();
+  t.strides = nullptr;  // compact row-major
+  t.byte_offset = 0;
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = DeleteManaged;
+  DLManagedTensor* managed = &ctx.release()->managed;
+  return py::capsule(managed, "dltensor", DeleteCapsule);
+}
+
+}  // namespace stoker_python

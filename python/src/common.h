@@ -1,0 +1,42 @@
+// Shared by the binding files: Status -> Python exception, and DLPack
+// capsules whose deleter drops a reference to whatever owns the memory.
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "stoker/status.h"
+
+namespace stoker_python {
+
+namespace py = pybind11;
+
+// Called once by the Python package at import with its exception classes.
+void SetExceptions(py::object stoker_error, py::object corruption_error);
+
+// Raises the Python exception for `status` (ValueError, FileNotFoundError,
+// OSError, stoker.CorruptionError, stoker.StokerError, ...).
+[[noreturn]] void Raise(const stoker::Status& status);
+
+template <typename T>
+T Unwrap(stoker::Result<T> result) {
+  if (!result.ok()) Raise(result.error());
+  return std::move(result).value();
+}
+
+inline void Check(const stoker::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// A "dltensor" capsule over `data` (CPU, compact row-major) that keeps
+// `owner` alive until the consumer (torch) frees the tensor.
+py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
+                        DLDataType dtype);
+
+void BindCheckpoint(py::module_& m);
+
+}  // namespace stoker_python

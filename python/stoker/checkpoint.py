@@ -1,0 +1,325 @@
+"""Checkpoints that do not stall training.
+
+``Checkpointer.save()`` copies the state into reusable host buffers and
+returns; a native background thread writes safetensors files, fsyncs them and
+publishes the checkpoint atomically (a ``step-N`` folder plus a ``latest``
+pointer). Nested state (a model's and an optimizer's ``state_dict()``, plain
+Python numbers and strings, lists, tuples) is flattened to stable tensor names
+such as ``model.layer1.0.conv1.weight`` and ``optimizer.state.0.exp_avg``, and
+rebuilt with the same structure by ``load_latest()``.
+
+    ckpt = stoker.Checkpointer("checkpoints", keep_last=3, every_steps=1000)
+    start = 0
+    restored = ckpt.load_latest()
+    if restored is not None:
+        model.load_state_dict(restored.state["model"])
+        optimizer.load_state_dict(restored.state["optimizer"])
+        loader.load_state_dict(restored.loader_state)
+        stoker.restore_rng(restored)
+        start = restored.step + 1
+    for step in range(start, steps):
+        ...
+        if ckpt.due(step):
+            ckpt.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict()}, loader=loader)
+    ckpt.wait()
+"""
+import base64
+import collections
+import dataclasses
+import json
+import random
+import sys
+
+from . import _native
+
+__all__ = ["Checkpointer", "Checkpoint", "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints",
+           "restore_rng", "parse_size"]
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def parse_size(size):
+    """Bytes from an int or a string such as "4GiB", "500MB", "1.5G"."""
+    if isinstance(size, int):
+        return size
+    text = str(size).strip()
+    units = {"": 1, "B": 1, "K": 1000, "KB": 1000, "M": 1000**2, "MB": 1000**2, "G": 1000**3, "GB": 1000**3,
+             "T": 1000**4, "TB": 1000**4, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4}
+    number = text.rstrip("KMGTBikmgtb ")
+    unit = text[len(number):].strip().upper()
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError("size %r is not a number with an optional unit (e.g. 4GiB)" % (size,)) from None
+    if unit not in units or value < 0:
+        raise ValueError("size %r has an unknown unit %r (B, KB, MB, GB, KiB, MiB, GiB, ...)" % (size, unit))
+    return int(value * units[unit])
+
+
+def _dtype_tables():
+    torch = _torch()
+    table = {
+        torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+        torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+        torch.bool: "BOOL", torch.complex64: "C64",
+    }
+    for attr, name in [("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), ("float8_e4m3fnuz", "F8_E4M3FNUZ"),
+                       ("float8_e5m2fnuz", "F8_E5M2FNUZ"), ("float8_e8m0fnu", "F8_E8M0"), ("uint16", "U16"),
+                       ("uint32", "U32"), ("uint64", "U64")]:
+        if hasattr(torch, attr):
+            table[getattr(torch, attr)] = name
+    return table, {v: k for k, v in table.items()}
+
+
+# ---- flattening nested state into named tensors, and back -------------------
+
+def _flatten(obj, path, tensors, keep_alive):
+    """Returns a JSON-able description of `obj`; tensors go to `tensors`."""
+    torch = _torch()
+    if torch.is_tensor(obj):
+        name = path or "tensor"
+        if name in tensors:
+            raise ValueError("two entries of the state flatten to the same name %r; rename one" % name)
+        t = obj.detach()
+        if t.device.type != "cpu":
+            # Until stoker's device path snapshots device memory itself, a
+            # device tensor is copied to the host by torch first.
+            t = t.cpu()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        tensors[name] = t
+        keep_alive.append(t)
+        return {"t": name}
+    if isinstance(obj, dict):
+        items = []
+        for key, value in obj.items():
+            if isinstance(key, bool) or not isinstance(key, (str, int)):
+                raise TypeError("state key %r at %r is not a str or int" % (key, path or "<root>"))
+            child = "%s.%s" % (path, key) if path else str(key)
+            items.append([key, _flatten(value, child, tensors, keep_alive)])
+        return {"d": items, "o": isinstance(obj, collections.OrderedDict)}
+    if isinstance(obj, (list, tuple)):
+        nodes = [_flatten(v, "%s.%d" % (path, i) if path else str(i), tensors, keep_alive) for i, v in enumerate(obj)]
+        return {"l" if isinstance(obj, list) else "u": nodes}
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return {"v": obj}
+    if isinstance(obj, float):
+        return {"f": obj.hex()}  # exact, and NaN/inf survive JSON
+    raise TypeError("cannot checkpoint %r at %r: only tensors, dicts, lists, tuples, numbers, strings and None"
+                    % (type(obj).__name__, path or "<root>"))
+
+
+def _unflatten(node, tensors):
+    if "t" in node:
+        return tensors[node["t"]]
+    if "d" in node:
+        pairs = [(key, _unflatten(value, tensors)) for key, value in node["d"]]
+        return collections.OrderedDict(pairs) if node.get("o") else dict(pairs)
+    if "l" in node:
+        return [_unflatten(v, tensors) for v in node["l"]]
+    if "u" in node:
+        return tuple(_unflatten(v, tensors) for v in node["u"])
+    if "f" in node:
+        return float.fromhex(node["f"])
+    return node["v"]
+
+
+# ---- RNG states ---------------------------------------------------------------
+
+def _capture_rng():
+    torch = _torch()
+    states = {
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+        "python": json.dumps(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = json.dumps([base64.b64encode(s.numpy().tobytes()).decode()
+                                     for s in torch.cuda.get_rng_state_all()])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
+        states["numpy"] = json.dumps([kind, keys.tolist(), pos, has_gauss, cached])
+    return states
+
+
+def restore_rng(checkpoint):
+    """Puts torch's, Python's (and numpy's, CUDA's where saved) RNGs back to
+    where they were when `checkpoint` was saved."""
+    torch = _torch()
+    states = checkpoint.rng_states
+    if "torch" in states:
+        torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(states["torch"])), dtype=torch.uint8))
+    if "python" in states:
+        version, internal, gauss = json.loads(states["python"])
+        random.setstate((version, tuple(internal), gauss))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8)
+                                      for s in json.loads(states["cuda"])])
+    if "numpy" in states:
+        import numpy
+        kind, keys, pos, has_gauss, cached = json.loads(states["numpy"])
+        numpy.random.set_state((kind, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached))
+
+
+# ---- loading --------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A loaded checkpoint. Tensors are zero-copy views of the files, mapped
+    copy-on-write: writing to them never changes the files."""
+    step: int
+    state: object              # the structure given to save(), rebuilt
+    loader_state: dict         # for stoker.Loader.load_state_dict(), or None
+    extra: dict                # the `extra` given to save()
+    metric: float              # or None
+    rng_states: dict
+    path: str
+    skipped: list              # newer checkpoints skipped as corrupt (skip_corrupt=True)
+
+
+def _tensors_from(raw):
+    torch = _torch()
+    from torch.utils.dlpack import from_dlpack
+    _, from_name = _dtype_tables()
+    tensors = {}
+    for name, dtype_name, shape, capsule in raw["tensors"]:
+        if dtype_name not in from_name:
+            raise TypeError("tensor %r has dtype %s, which this torch (%s) cannot represent"
+                            % (name, dtype_name, torch.__version__))
+        data = from_dlpack(capsule)
+        tensors[name] = data.view(from_name[dtype_name]).reshape(shape)
+    return tensors
+
+
+def _to_checkpoint(raw):
+    tensors = _tensors_from(raw)
+    user = json.loads(raw["user_json"]) if raw["user_json"] else {}
+    if "structure" in user:
+        state = _unflatten(user["structure"], tensors)
+    else:  # written by another tool through the C++ API: a flat dict
+        state = tensors
+    metadata = dict(raw["metadata"])
+    return Checkpoint(step=raw["step"], state=state, loader_state=raw["loader_state"],
+                      extra=user.get("extra", metadata), metric=raw["metric"], rng_states=dict(raw["rng_states"]),
+                      path=raw["path"], skipped=list(raw["skipped"]))
+
+
+def load_checkpoint(path, verify=True):
+    """Loads one ``step-N`` folder (every safetensors rule and checksum checked)."""
+    return _to_checkpoint(_native.load_checkpoint(str(path), verify))
+
+
+def load_latest(directory, skip_corrupt=False, verify=True):
+    """The newest complete checkpoint in `directory`, or None when there is
+    none. A corrupt newest one raises stoker.CorruptionError, or with
+    skip_corrupt=True is skipped (and named in .skipped) for an older one."""
+    try:
+        raw = _native.load_latest_checkpoint(str(directory), verify, skip_corrupt)
+    except FileNotFoundError:
+        return None
+    return _to_checkpoint(raw)
+
+
+def load_safetensors(path):
+    """A plain .safetensors file from any writer, as {name: tensor} (zero-copy)."""
+    return _tensors_from(_native.load_safetensors(str(path)))
+
+
+def list_checkpoints(directory):
+    """Published checkpoints, oldest first: dicts of step, path, bytes, metric."""
+    return _native.list_checkpoints(str(directory))
+
+
+# ---- saving -----------------------------------------------------------------------
+
+class Checkpointer:
+    """Saves checkpoints to `directory` in the background.
+
+    keep_last: keep the newest N checkpoints (None or 0: all); keep_best: also
+    keep the best K by the `metric` given to save(), lowest first unless
+    metric_mode="max". when_busy: "wait" for the previous persist, or "skip"
+    the save (counted in stats()). The interval for due(): every_steps, or
+    every_seconds, or mtbf_hours for Young/Daly's optimum from the measured
+    checkpoint cost (starting at every_seconds, 30 minutes by default, until a
+    checkpoint has been measured). max_file_size splits large states across
+    files with a model.safetensors.index.json, as Hugging Face does.
+    """
+
+    def __init__(self, directory, keep_last=3, keep_best=0, metric_mode="min", when_busy="wait",
+                 every_steps=None, every_seconds=None, mtbf_hours=None, max_file_size="4GiB", copy_threads=0):
+        if metric_mode not in ("min", "max"):
+            raise ValueError("metric_mode must be 'min' or 'max', not %r" % (metric_mode,))
+        if mtbf_hours is not None:
+            interval, mtbf = "auto", float(mtbf_hours) * 3600
+        elif every_seconds is not None:
+            interval, mtbf = "seconds", 24 * 3600.0
+        else:
+            interval, mtbf = "steps", 24 * 3600.0
+        if every_steps is not None and interval != "steps":
+            raise ValueError("give one of every_steps, every_seconds or mtbf_hours")
+        self.directory = str(directory)
+        self._native = _native.Checkpointer(
+            self.directory, int(keep_last or 0), int(keep_best), metric_mode == "max", when_busy,
+            parse_size(max_file_size), interval, int(every_steps or 1000),
+            float(every_seconds if every_seconds is not None else 1800), mtbf, int(copy_threads))
+
+    def due(self, step):
+        """Whether the interval says to checkpoint at `step`."""
+        return self._native.due(int(step))
+
+    def save(self, step, state, loader=None, metric=None, extra=None, rng=True):
+        """Snapshots `state` (nested dicts/lists/tuples of tensors and plain
+        values) and returns True; False when when_busy="skip" found a persist
+        still running. `loader`: a stoker.Loader (or its state_dict()) to
+        resume exactly; `extra`: a JSON-able dict returned as Checkpoint.extra;
+        `rng`: also save torch/Python/numpy RNG states."""
+        table, _ = _dtype_tables()
+        tensors, keep_alive = {}, []
+        structure = _flatten(state, "", tensors, keep_alive)
+        flat = []
+        for name, t in tensors.items():
+            if t.dtype not in table:
+                raise TypeError("tensor %r has dtype %s, which safetensors cannot store" % (name, t.dtype))
+            flat.append((name, table[t.dtype], list(t.shape), t.data_ptr(), -1))
+        loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
+        user = {"structure": structure}
+        if extra is not None:
+            user["extra"] = extra
+        try:
+            user_json = json.dumps(user, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+        metadata = {"stoker.step": str(step)}
+        return self._native.save(int(step), flat, loader_state, _capture_rng() if rng else {}, metadata,
+                                 None if metric is None else float(metric), user_json)
+
+    def wait(self):
+        """Blocks until the checkpoint being persisted is durable; raises if it failed."""
+        self._native.wait()
+
+    def load_latest(self, skip_corrupt=False, verify=True):
+        """The newest complete checkpoint in this directory, or None."""
+        return load_latest(self.directory, skip_corrupt=skip_corrupt, verify=verify)
+
+    def stats(self):
+        """Counters and timings: last_stall_s (what training waited),
+        last_persist_s, skipped_busy, interval_s, expected_overhead, ..."""
+        return self._native.stats()
+
+    def close(self):
+        """Waits for the persist in flight and releases the directory."""
+        if self._native is not None:
+            try:
+                self._native.wait()
+            finally:
+                self._native.close()
+                self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
