@@ -296,3 +296,24 @@ def test_sigkilled_training_script_always_leaves_a_loadable_checkpoint(tmp_path)
         assert restored.state["step"] == restored.step
         assert torch.equal(restored.state["w"], torch.full((1 << 20,), float(restored.step)))
         last = restored.step
+
+
+def test_cli_lists_and_verifies_checkpoints(cli, tmp_path):
+    with stoker.Checkpointer(tmp_path, keep_last=0) as ckpt:
+        for step in (10, 20):
+            ckpt.save(step, {"w": torch.full((1000,), float(step))}, metric=step / 100)
+            ckpt.wait()
+    listed = [json.loads(line) for line in cli("checkpoint", "ls", tmp_path, "--json").stdout.splitlines()]
+    assert [c["step"] for c in listed] == [10, 20] and listed[1]["metric"] == 0.2
+    assert "step         20" in cli("checkpoint", "ls", tmp_path).stdout
+    assert cli("checkpoint", "verify", tmp_path).stdout.count("ok ") == 2
+    path = tmp_path / "step-20" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    result = cli("checkpoint", "verify", tmp_path, check=False)
+    assert result.returncode == 1
+    assert "CORRUPT  %s" % (tmp_path / "step-20") in result.stdout and "fails its xxh3 checksum" in result.stdout
+    assert cli("checkpoint", "verify", tmp_path / "step-10").returncode == 0
+    missing = cli("checkpoint", "verify", tmp_path / "nothing", check=False)
+    assert missing.returncode == 1 and "cannot list" in missing.stderr

@@ -1,4 +1,4 @@
-// The `stoker` command line: pack, index, inspect, verify.
+// The `stoker` command line: pack, index, inspect, verify, ls, bench, checkpoint.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint_commands.h"
 #include "core/byte_size.h"
 #include "core/cuda_runtime.h"
 #include "core/progress.h"
@@ -397,7 +398,20 @@ int main(int argc, char** argv) {
                   "Evaluation transform: Resize + CenterCrop (default: RandomResizedCrop + flip)");
   bench->add_flag("--json", bench_args.json, "One JSON object per epoch");
 
+  std::string checkpoint_path;
+  auto* checkpoint = app.add_subcommand("checkpoint", "Inspect checkpoints written by stoker.Checkpointer");
+  checkpoint->require_subcommand(1);
+  auto* checkpoint_ls = checkpoint->add_subcommand("ls", "List published checkpoints, oldest first");
+  checkpoint_ls->add_option("DIR", checkpoint_path, "Checkpoint directory")->required();
+  checkpoint_ls->add_flag("--json", json, "One JSON object per checkpoint");
+  auto* checkpoint_verify =
+      checkpoint->add_subcommand("verify", "Check every file's checksum and the safetensors rules; name what is corrupt");
+  checkpoint_verify->add_option("PATH", checkpoint_path, "A step-N folder, or a directory of them")->required();
+  checkpoint_verify->add_flag("--json", json, "One JSON object per checkpoint");
+
   CLI11_PARSE(app, argc, argv);
+  if (checkpoint_ls->parsed()) return stoker_cli::RunCheckpointList(checkpoint_path, json);
+  if (checkpoint_verify->parsed()) return stoker_cli::RunCheckpointVerify(checkpoint_path, json);
   if (bench->parsed()) return RunBench(bench_args);
   if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
   if (index->parsed()) return RunIndex(shards, index_output, force);

@@ -1,0 +1,77 @@
+// `stoker checkpoint ls|verify`: what a checkpoint directory holds, and
+// whether every file still matches its checksum and the safetensors rules.
+#include "checkpoint_commands.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/byte_size.h"
+#include "stoker/checkpoint.h"
+
+namespace stoker_cli {
+
+int RunCheckpointList(const std::string& directory, bool json) {
+  auto list = stoker::ListCheckpoints(directory);
+  if (!list.ok()) {
+    fmt::print(stderr, "stoker: error: {}\n", list.error().ToString());
+    return 1;
+  }
+  if (json) {
+    for (const auto& c : *list) {
+      nlohmann::json j = {{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}};
+      j["metric"] = c.metric ? nlohmann::json(*c.metric) : nlohmann::json(nullptr);
+      fmt::print("{}\n", j.dump());
+    }
+    return 0;
+  }
+  if (list->empty()) fmt::print("no checkpoints in {}\n", directory);
+  for (const auto& c : *list)
+    fmt::print("step {:>10}  {:>10}  {}{}\n", c.step, stoker::FormatBytes(c.bytes), c.path,
+               c.metric ? fmt::format("  metric {}", *c.metric) : "");
+  return 0;
+}
+
+int RunCheckpointVerify(const std::string& path, bool json) {
+  // A step-N folder, or a checkpoint directory (every step-N folder in it).
+  std::vector<std::string> targets;
+  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
+    targets.push_back(path);
+  } else {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (e.is_directory() && e.path().filename().string().starts_with("step-")) targets.push_back(e.path().string());
+    if (ec) {
+      fmt::print(stderr, "stoker: error: cannot list '{}': {}\n", path, ec.message());
+      return 1;
+    }
+    std::sort(targets.begin(), targets.end());
+    if (targets.empty()) {
+      fmt::print(stderr, "stoker: error: no checkpoint (step-N folder or manifest.json) in '{}'\n", path);
+      return 1;
+    }
+  }
+  int bad = 0;
+  for (const auto& target : targets) {
+    auto loaded = stoker::LoadCheckpoint(target);
+    if (json) {
+      nlohmann::json j = {{"path", target}, {"ok", loaded.ok()}};
+      if (loaded.ok()) {
+        j["step"] = loaded->step;
+        j["tensors"] = loaded->tensors.size();
+      } else {
+        j["error"] = loaded.error().message();
+      }
+      fmt::print("{}\n", j.dump());
+    } else if (loaded.ok()) {
+      fmt::print("ok       {} (step {}, {} tensors)\n", target, loaded->step, loaded->tensors.size());
+    } else {
+      fmt::print("CORRUPT  {}: {}\n", target, loaded.error().message());
+    }
+    bad += !loaded.ok();
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace stoker_cli
