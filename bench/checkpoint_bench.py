@@ -6,7 +6,7 @@ optimizer moments), in one run on one disk:
     with large write() calls and an fsync, best of three runs (what any
     writer can hope for);
   - torch.save: how long the training loop is stopped (the whole call), and
-    the fsync that makes it durable, timed separately;
+    the fsync that makes it durable, timed separately; median of three;
   - stoker: the stall (save() returning: the snapshot), the persist time until
     the checkpoint is published and durable, and its throughput.
 The first stoker save allocates and faults in the snapshot buffers; it is
@@ -82,17 +82,23 @@ def bench_size(size, directory, saves):
     out["sequential_write_s"] = seconds
     out["sequential_write_runs_bytes_per_s"] = [r[0] for r in runs]
 
-    drop_page_cache()
+    # torch.save, median of three, each on a clean page cache (its best case).
     path = os.path.join(directory, "torch.pt")
-    start = time.perf_counter()
-    torch.save(state, path)
-    out["torch_save_stall_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-    out["torch_save_fsync_s"] = time.perf_counter() - start
-    os.remove(path)
+    saves, syncs = [], []
+    for _ in range(3):
+        drop_page_cache()
+        start = time.perf_counter()
+        torch.save(state, path)
+        saves.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        syncs.append(time.perf_counter() - start)
+        os.remove(path)
+    out["torch_save_stall_s"] = statistics.median(saves)
+    out["torch_save_fsync_s"] = statistics.median(syncs)
+    out["torch_save_runs_s"] = saves
 
     drop_page_cache()
     stalls, persists = [], []
@@ -125,7 +131,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1GiB,4GiB")
     parser.add_argument("--dir", default="/var/tmp/stoker-checkpoint-bench")
-    parser.add_argument("--saves", type=int, default=3, help="steady-state saves per size (after the first)")
+    parser.add_argument("--saves", type=int, default=5, help="steady-state saves per size (after the first)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []

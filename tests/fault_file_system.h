@@ -58,6 +58,7 @@ class FaultFileSystem : public FileSystem {
       return inner_->Append(data);
     }
     Status Sync() override { return inner_->Sync(); }
+    Status StartWriteBack() override { return inner_->StartWriteBack(); }
     Status Close() override { return inner_->Close(); }
     const std::string& path() const override { return inner_->path(); }
 

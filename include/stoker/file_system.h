@@ -39,6 +39,11 @@ class WritableFile {
   [[nodiscard]] virtual Status Append(std::span<const std::byte> data) = 0;
   // Flushes to stable storage (fsync).
   [[nodiscard]] virtual Status Sync() = 0;
+  // Starts writing what was appended so far to storage without waiting for
+  // it, and waits for older write-back to finish, so that dirty memory stays
+  // bounded and a final Sync() has little left to do. Durability still needs
+  // Sync(). The default does nothing.
+  [[nodiscard]] virtual Status StartWriteBack() { return Status::Ok(); }
   [[nodiscard]] virtual Status Close() = 0;
   [[nodiscard]] virtual const std::string& path() const = 0;
 };

@@ -383,6 +383,7 @@ Status Checkpointer::Impl::Persist(const PersistJob& work, const std::string& te
       auto chunk = body.subspan(pos, std::min(kChunk, body.size() - pos));
       hash.Update(chunk);
       STOKER_RETURN_IF_ERROR(file->Append(chunk));
+      STOKER_RETURN_IF_ERROR(file->StartWriteBack());  // the disk writes while we hash the next chunk
     }
     STOKER_RETURN_IF_ERROR(file->Sync());
     STOKER_RETURN_IF_ERROR(file->Close());

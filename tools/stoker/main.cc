@@ -404,8 +404,8 @@ int main(int argc, char** argv) {
   auto* checkpoint_ls = checkpoint->add_subcommand("ls", "List published checkpoints, oldest first");
   checkpoint_ls->add_option("DIR", checkpoint_path, "Checkpoint directory")->required();
   checkpoint_ls->add_flag("--json", json, "One JSON object per checkpoint");
-  auto* checkpoint_verify =
-      checkpoint->add_subcommand("verify", "Check every file's checksum and the safetensors rules; name what is corrupt");
+  auto* checkpoint_verify = checkpoint->add_subcommand(
+      "verify", "Check every file's checksum and the safetensors rules; name what is corrupt");
   checkpoint_verify->add_option("PATH", checkpoint_path, "A step-N folder, or a directory of them")->required();
   checkpoint_verify->add_flag("--json", json, "One JSON object per checkpoint");
 
