@@ -84,21 +84,21 @@ def bench_size(size, directory, saves):
 
     # torch.save, median of three, each on a clean page cache (its best case).
     path = os.path.join(directory, "torch.pt")
-    saves, syncs = [], []
+    torch_runs, syncs = [], []
     for _ in range(3):
         drop_page_cache()
         start = time.perf_counter()
         torch.save(state, path)
-        saves.append(time.perf_counter() - start)
+        torch_runs.append(time.perf_counter() - start)
         start = time.perf_counter()
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
         syncs.append(time.perf_counter() - start)
         os.remove(path)
-    out["torch_save_stall_s"] = statistics.median(saves)
+    out["torch_save_stall_s"] = statistics.median(torch_runs)
     out["torch_save_fsync_s"] = statistics.median(syncs)
-    out["torch_save_runs_s"] = saves
+    out["torch_save_runs_s"] = torch_runs
 
     drop_page_cache()
     stalls, persists = [], []
