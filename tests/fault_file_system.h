@@ -46,6 +46,7 @@ class FaultFileSystem : public FileSystem {
   Status SyncDirectory(const std::string& path) override { return base_->SyncDirectory(path); }
   Result<std::vector<DirEntry>> ListDirectory(const std::string& path) override { return base_->ListDirectory(path); }
   Result<FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
+  // ReadBatch: the default, one ReadExactAt per request through the faulty files.
 
  private:
   class FaultyWriter : public WritableFile {

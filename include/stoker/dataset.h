@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,32 @@ class Dataset {
   [[nodiscard]] Result<std::vector<std::byte>> ReadField(std::uint64_t sample, std::size_t field) const;
   // Same, into `out` (resized; its capacity is reused across calls).
   [[nodiscard]] Status ReadFieldInto(const SampleInfo& sample, std::size_t field, std::vector<std::byte>& out) const;
+
+  // One field to read with ReadFields.
+  struct FieldRead {
+    const SampleInfo* sample = nullptr;
+    std::size_t field = 0;
+    // Results: the field's bytes (inside ReadFields' `arena`), or why not.
+    std::span<const std::byte> bytes;
+    Status status;
+  };
+  struct ReadFieldsOptions {
+    // Fields of one shard closer than this are read with one request (the
+    // bytes between are read and ignored: tar headers, other fields).
+    std::uint64_t max_gap = 64 << 10;
+    // ... as long as the merged request stays below this.
+    std::uint64_t max_request = 8 << 20;
+  };
+  // Reads several fields at once into `arena` (resized; its capacity is
+  // reused): neighbouring fields are merged into one request, and every
+  // request is submitted together (io_uring where the kernel allows it).
+  // Outcomes go to each FieldRead; errors name the shard, offset and key.
+  // Returns the number of requests issued.
+  std::size_t ReadFields(std::span<FieldRead> reads, std::vector<std::byte>& arena,
+                         const ReadFieldsOptions& options) const;
+  std::size_t ReadFields(std::span<FieldRead> reads, std::vector<std::byte>& arena) const {
+    return ReadFields(reads, arena, ReadFieldsOptions{});
+  }
 
   // Checks the checksum over the index's per-sample records (reads them all,
   // unlike Open). Corruption names the index file.

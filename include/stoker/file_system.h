@@ -80,6 +80,14 @@ struct FileInfo {
   std::uint64_t size = 0;
 };
 
+// One read of a batch (FileSystem::ReadBatch).
+struct ReadRequest {
+  ReadableFile* file = nullptr;
+  std::uint64_t offset = 0;
+  std::span<std::byte> out;  // filled exactly, or `status` says why not
+  Status status;             // set by ReadBatch; a file that ends early is Corruption
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -106,6 +114,13 @@ class FileSystem {
   [[nodiscard]] virtual Result<std::vector<DirEntry>> ListDirectory(const std::string& path) = 0;
   // Follows symlinks.
   [[nodiscard]] virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  // Performs every request, possibly concurrently and in any order; outcomes
+  // go to each request's status. The default reads them one after another
+  // with ReadExactAt; the POSIX file system submits them together through
+  // io_uring where the kernel allows it.
+  virtual void ReadBatch(std::span<ReadRequest> requests);
+  // How ReadBatch reads on this thread: "io_uring", "pread", ...
+  [[nodiscard]] virtual std::string ReadBatchMethod() { return "sequential ReadAt"; }
   // Takes an exclusive advisory lock on `path` (created if missing) without
   // waiting: Unavailable when another process holds it. The lock is released
   // when the returned object is destroyed or the process dies, so a crash

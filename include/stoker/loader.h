@@ -87,7 +87,9 @@ struct LoaderStats {
   double mean_ready_batches = 0;  // batches ready when Next() was called, averaged
   std::uint32_t threads = 0;
   std::uint32_t prefetch = 0;
-  bool pinned_memory = false;  // batch buffers are page-locked (CUDA present)
+  bool pinned_memory = false;       // batch buffers are page-locked (CUDA present)
+  std::uint64_t read_requests = 0;  // after merging neighbouring samples
+  std::string read_method;          // "io_uring" or "pread"
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.

@@ -147,6 +147,8 @@ PYBIND11_MODULE(_native, m) {
         d["threads"] = s.threads;
         d["prefetch"] = s.prefetch;
         d["pinned_memory"] = s.pinned_memory;
+        d["read_requests"] = s.read_requests;
+        d["read_method"] = s.read_method;
         return d;
       });
 

@@ -1,5 +1,6 @@
 #include "stoker/dataset.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -105,6 +106,99 @@ Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::ve
                                      impl_->shards[info.shard].path, loc->offset));
   }
   return Status::Ok();
+}
+
+std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byte>& arena,
+                                const ReadFieldsOptions& options) const {
+  struct Wanted {
+    std::size_t read;  // index into `reads`
+    std::uint32_t shard;
+    FieldLocation loc;
+  };
+  std::vector<Wanted> wanted;
+  wanted.reserve(reads.size());
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    FieldRead& r = reads[i];
+    r.bytes = {};
+    r.status = Status::Ok();
+    const SampleInfo& info = *r.sample;
+    if (r.field >= info.fields.size() || !info.fields[r.field]) {
+      r.status = Status::NotFound(fmt::format("sample '{}' has no field {}", info.key,
+                                              r.field < field_names().size() ? field_names()[r.field] : "?"));
+      continue;
+    }
+    wanted.push_back({i, info.shard, *info.fields[r.field]});
+  }
+  std::sort(wanted.begin(), wanted.end(), [](const Wanted& a, const Wanted& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.loc.offset < b.loc.offset;
+  });
+
+  // Merge neighbours into requests, laid out one after another in the arena.
+  struct Request {
+    std::uint32_t shard;
+    std::uint64_t offset, end, arena_offset;
+    std::size_t first, last;  // range in `wanted`
+  };
+  std::vector<Request> requests;
+  std::uint64_t arena_size = 0;
+  for (std::size_t w = 0; w < wanted.size(); ++w) {
+    const auto& x = wanted[w];
+    const std::uint64_t end = x.loc.offset + x.loc.size;
+    if (!requests.empty()) {
+      Request& last = requests.back();
+      if (last.shard == x.shard && x.loc.offset <= last.end + options.max_gap &&
+          std::max(end, last.end) - last.offset <= options.max_request) {
+        arena_size += std::max(end, last.end) - last.end;
+        last.end = std::max(end, last.end);
+        last.last = w;
+        continue;
+      }
+    }
+    requests.push_back({x.shard, x.loc.offset, end, arena_size, w, w});
+    arena_size += x.loc.size;
+  }
+  arena.resize(arena_size);
+
+  std::vector<ReadRequest> batch;
+  std::vector<std::size_t> batch_request;  // batch entry -> requests index
+  batch.reserve(requests.size());
+  std::vector<Status> request_status(requests.size());
+  for (std::size_t q = 0; q < requests.size(); ++q) {
+    const Request& r = requests[q];
+    auto file = impl_->Shard(r.shard);
+    if (!file.ok()) {
+      request_status[q] = file.error();
+      continue;
+    }
+    batch.push_back({*file, r.offset, std::span(arena).subspan(r.arena_offset, r.end - r.offset), Status::Ok()});
+    batch_request.push_back(q);
+  }
+  impl_->fs->ReadBatch(batch);
+  for (std::size_t b = 0; b < batch.size(); ++b) request_status[batch_request[b]] = batch[b].status;
+
+  for (std::size_t q = 0; q < requests.size(); ++q) {
+    const Request& r = requests[q];
+    for (std::size_t w = r.first; w <= r.last; ++w) {
+      FieldRead& out = reads[wanted[w].read];
+      const FieldLocation& loc = wanted[w].loc;
+      const auto place = std::span(arena).subspan(r.arena_offset + (loc.offset - r.offset), loc.size);
+      Status status = request_status[q];
+      if (!status.ok() && r.first != r.last) {
+        // A merged request failed (say, the shard ends early): read this
+        // field alone, so that only the fields really affected fail.
+        auto file = impl_->Shard(r.shard);
+        status = file.ok() ? (*file)->ReadExactAt(loc.offset, place) : file.error();
+      }
+      if (!status.ok()) {
+        out.status =
+            status.WithContext(fmt::format("reading field '{}' of sample '{}' at {}:{}", field_names()[out.field],
+                                           out.sample->key, impl_->shards[r.shard].path, loc.offset));
+        continue;
+      }
+      out.bytes = place;
+    }
+  }
+  return batch.size();
 }
 
 Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field) const {

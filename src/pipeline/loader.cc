@@ -48,13 +48,22 @@ struct Loader::Impl {
     std::uint32_t size = 0;
     std::uint64_t epoch = 0;
     std::uint64_t batch_index = 0;
-    std::uint32_t pending = 0;  // guarded by mu
+    std::uint32_t pending = 0;  // guarded by mu: samples not yet written
     Status error;               // guarded by mu: the first failure in this batch
+    // Filled by the batch's read item, then read by its sample items.
+    std::vector<std::uint64_t> positions;  // in the epoch order, one per sample
+    std::vector<Result<SampleInfo>> infos;
+    std::vector<Dataset::FieldRead> reads;
+    std::vector<std::byte> encoded;  // the batch's compressed bytes, as read
   };
+  // A batch's read (all its samples' bytes at once: coalesced, submitted
+  // together), or one sample's decode + transform + write.
+  enum class ItemKind : std::uint8_t { kReadBatch, kSample };
   struct WorkItem {
+    ItemKind kind;
     std::uint32_t slot;
-    std::uint32_t index;                                      // within the batch
-    std::uint64_t position;                                   // in the epoch order
+    std::uint32_t index;                                      // kSample: within the batch
+    std::uint64_t position;                                   // kSample: in the epoch order
     std::shared_ptr<const std::vector<std::uint64_t>> order;  // that epoch's order
   };
 
@@ -89,7 +98,10 @@ struct Loader::Impl {
   // Stats: relaxed atomics, summed across threads.
   std::atomic<std::uint64_t> stat_batches{0}, stat_samples{0}, stat_bytes{0}, stat_skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
-  std::atomic<std::uint64_t> ready_sum{0}, next_calls{0};
+  std::atomic<std::uint64_t> ready_sum{0}, next_calls{0}, stat_requests{0};
+  std::atomic<bool> read_method_known{false};
+  mutable Mutex method_mu;
+  std::string read_method GUARDED_BY(method_mu);
 
   std::string ImageFieldNames() const {
     std::vector<std::string> names;
@@ -125,7 +137,8 @@ struct Loader::Impl {
       slot.batch_index = next_to_schedule;
       slot.pending = slot.size;
       slot.error = Status::Ok();
-      for (std::uint32_t i = 0; i < slot.size; ++i) queue.push_back({s, i, positions[i], schedule_order});
+      slot.positions.assign(positions.begin(), positions.end());
+      queue.push_back({ItemKind::kReadBatch, s, 0, 0, schedule_order});
       inflight.push_back(s);
       ++next_to_schedule;
     }
@@ -135,7 +148,8 @@ struct Loader::Impl {
   // Throws away scheduled work that no worker has started (for SetEpoch and
   // Restore), waits for the started items to finish, and recycles the slots.
   void Drain() REQUIRES(mu) {
-    for (const auto& item : queue) slots[item.slot].pending--;
+    for (const auto& item : queue)
+      slots[item.slot].pending -= item.kind == ItemKind::kReadBatch ? slots[item.slot].size : 1;
     queue.clear();
     done_cv.Wait(mu, [&]() REQUIRES(mu) {
       return std::all_of(inflight.begin(), inflight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
@@ -153,6 +167,18 @@ struct Loader::Impl {
       const WorkItem item = std::move(queue.front());
       queue.pop_front();
       const std::uint64_t item_epoch = slots[item.slot].epoch;
+      if (item.kind == ItemKind::kReadBatch) {
+        const std::uint32_t size = slots[item.slot].size;
+        mu.Unlock();
+        ReadBatch(item, *item.order);
+        mu.Lock();
+        // Its samples go behind reads already queued for later batches, so
+        // reads run ahead of decoding.
+        for (std::uint32_t i = 0; i < size; ++i)
+          queue.push_back({ItemKind::kSample, item.slot, i, slots[item.slot].positions[i], item.order});
+        work_cv.NotifyAll();
+        continue;
+      }
       mu.Unlock();
       Status status = ProduceSample(item, *item.order, item_epoch, scratch);
       mu.Lock();
@@ -161,6 +187,63 @@ struct Loader::Impl {
       if (--slot.pending == 0) done_cv.NotifyAll();
     }
     mu.Unlock();
+  }
+
+  // The first image field `info` has, or nullopt.
+  std::optional<std::size_t> ImageFieldOf(const SampleInfo& info) const {
+    for (std::size_t f : image_fields)
+      if (info.fields[f]) return f;
+    return std::nullopt;
+  }
+
+  Status NoImageField(const SampleInfo& info) const {
+    return Status::Corruption(fmt::format("sample '{}' in {} has no image field ({})", info.key,
+                                          dataset->shards()[info.shard].path, ImageFieldNames()));
+  }
+
+  // Reads the image bytes of every sample of a batch into the slot's arena.
+  // The slot's metadata vectors are this item's alone until its sample items
+  // are queued.
+  void ReadBatch(const WorkItem& item, const std::vector<std::uint64_t>& epoch_order) {
+    const auto t0 = Clock::now();
+    Slot& slot = slots[item.slot];
+    const std::size_t n = slot.positions.size();
+    slot.infos.clear();
+    slot.reads.clear();
+    for (std::size_t i = 0; i < n; ++i) slot.infos.push_back(dataset->Sample(epoch_order[slot.positions[i]]));
+    std::vector<std::size_t> wanted;  // samples with something to read
+    for (std::size_t i = 0; i < n; ++i) {
+      Dataset::FieldRead read;
+      if (slot.infos[i].ok()) {
+        read.sample = &*slot.infos[i];
+        if (auto field = ImageFieldOf(*read.sample)) {
+          read.field = *field;
+        } else {
+          read.status = NoImageField(*read.sample);
+        }
+      } else {
+        read.status = slot.infos[i].error();
+      }
+      slot.reads.push_back(read);
+    }
+    std::vector<Dataset::FieldRead> to_read;
+    for (std::size_t i = 0; i < n; ++i)
+      if (slot.reads[i].sample != nullptr && slot.reads[i].status.ok()) {
+        wanted.push_back(i);
+        to_read.push_back(slot.reads[i]);
+      }
+    stat_requests.fetch_add(dataset->ReadFields(to_read, slot.encoded), std::memory_order_relaxed);
+    if (!read_method_known.exchange(true)) {
+      MutexLock lock(method_mu);
+      read_method = dataset->file_system()->ReadBatchMethod();
+    }
+    std::uint64_t bytes = 0;
+    for (std::size_t k = 0; k < wanted.size(); ++k) {
+      slot.reads[wanted[k]] = to_read[k];
+      bytes += to_read[k].bytes.size();
+    }
+    stat_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    read_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - t0).count()), std::memory_order_relaxed);
   }
 
   // Reads, decodes and transforms the sample at `item.position`, substituting
@@ -174,7 +257,9 @@ struct Loader::Impl {
     for (int attempt = 0; attempt <= kMaxSubstitutes; ++attempt) {
       const std::uint64_t sample = epoch_order[(item.position + static_cast<std::uint64_t>(attempt)) % n];
       auto* out = slot.images.data() + static_cast<std::size_t>(item.index) * sample_bytes;
-      Status s = ProduceOne(sample, item_epoch, out, slot.labels[item.index], scratch);
+      // The batch read fetched the first choice; substitutes are read here.
+      Status s = attempt == 0 ? ProducePreRead(slot, item.index, sample, item_epoch, out, scratch)
+                              : ProduceOne(sample, item_epoch, out, slot.labels[item.index], scratch);
       if (s.ok()) {
         slot.indices[item.index] = sample;
         return Status::Ok();
@@ -186,38 +271,41 @@ struct Loader::Impl {
     return first_error.WithContext(fmt::format("{} samples in a row are corrupt", kMaxSubstitutes + 1));
   }
 
+  Status ProducePreRead(Slot& slot, std::uint32_t index, std::uint64_t sample, std::uint64_t item_epoch, std::byte* out,
+                        Scratch& scratch) {
+    const Dataset::FieldRead& read = slot.reads[index];
+    if (!read.status.ok()) return read.status;
+    const SampleInfo& info = *read.sample;
+    slot.labels[index] = info.label;
+    Status s = DecodeAndTransform(read.bytes, options.transform, writer, options.seed, item_epoch, sample, out,
+                                  scratch.image, nullptr, &decode_ns, &transform_ns);
+    if (!s.ok()) return s.WithContext(Where(info, read.field));
+    return Status::Ok();
+  }
+
+  std::string Where(const SampleInfo& info, std::size_t field) const {
+    return fmt::format("sample '{}' (field '{}' at {}:{})", info.key, dataset->field_names()[field],
+                       dataset->shards()[info.shard].path, info.fields[field]->offset);
+  }
+
   Status ProduceOne(std::uint64_t sample, std::uint64_t item_epoch, std::byte* out, std::int64_t& label,
                     Scratch& scratch) {
     const TransformOptions& t = options.transform;
     auto t0 = Clock::now();
     STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset->Sample(sample));
     // The first image field this sample has (datasets may mix .jpg and .jpeg).
-    std::size_t image_field = image_fields[0];
-    bool found = false;
-    for (std::size_t f : image_fields) {
-      if (info.fields[f]) {
-        image_field = f;
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      return Status::Corruption(fmt::format("sample '{}' in {} has no image field ({})", info.key,
-                                            dataset->shards()[info.shard].path, ImageFieldNames()));
-    }
+    const auto field = ImageFieldOf(info);
+    if (!field) return NoImageField(info);
+    const std::size_t image_field = *field;
     STOKER_RETURN_IF_ERROR(dataset->ReadFieldInto(info, image_field, scratch.encoded));
     stat_bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     label = info.label;
     auto t1 = Clock::now();
     read_ns.fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
 
-    auto where = [&] {
-      return fmt::format("sample '{}' (field '{}' at {}:{})", info.key, dataset->field_names()[image_field],
-                         dataset->shards()[info.shard].path, info.fields[image_field]->offset);
-    };
     Status s = DecodeAndTransform(scratch.encoded, t, writer, options.seed, item_epoch, sample, out, scratch.image,
                                   nullptr, &decode_ns, &transform_ns);
-    if (!s.ok()) return s.WithContext(where());
+    if (!s.ok()) return s.WithContext(Where(info, image_field));
     return Status::Ok();
   }
 };
@@ -468,6 +556,11 @@ LoaderStats Loader::stats() const {
   s.threads = m.threads;
   s.prefetch = m.prefetch;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
+  s.read_requests = m.stat_requests.load();
+  {
+    MutexLock lock(m.method_mu);
+    s.read_method = m.read_method;
+  }
   return s;
 }
 
@@ -491,6 +584,7 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.read_seconds -= earlier.read_seconds;
   d.decode_seconds -= earlier.decode_seconds;
   d.transform_seconds -= earlier.transform_seconds;
+  d.read_requests -= earlier.read_requests;
   return d;
 }
 
@@ -500,11 +594,12 @@ std::string LoaderStats::Summary(double wall_seconds) const {
   return fmt::format(
       "{} batches, {} images in {:.2f} s ({:.0f} img/s, {:.1f} MB/s read); consumer waited {:.2f} s ({:.1f}%); "
       "worker time: read {:.0f}%, decode {:.0f}%, transform {:.0f}%; {:.1f} of {} batches ready on average; "
-      "{} corrupt skipped",
+      "{} corrupt skipped; {} read requests ({})",
       batches, samples, wall_seconds, wall_seconds > 0 ? samples / wall_seconds : 0.0,
       wall_seconds > 0 ? bytes_read / wall_seconds / 1e6 : 0.0, wait_seconds,
       wall_seconds > 0 ? 100.0 * wait_seconds / wall_seconds : 0.0, pct(read_seconds), pct(decode_seconds),
-      pct(transform_seconds), mean_ready_batches, prefetch, corrupt_skipped);
+      pct(transform_seconds), mean_ready_batches, prefetch, corrupt_skipped, read_requests,
+      read_method.empty() ? "none yet" : read_method);
 }
 
 }  // namespace stoker

@@ -289,3 +289,42 @@ TEST(Loader, PinsBatchBuffersExactlyWhenCudaIsUsable) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(Loader, ReadsEachBatchTogetherMergingNeighbours) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto sequential = SmallOptions();
+  sequential.shuffle = false;
+  auto loader = Loader::Create(dataset, sequential);
+  ASSERT_TRUE(loader.ok());
+  Epoch e = RunEpoch(**loader);
+  auto stats = (*loader)->stats();
+  // In dataset order, a batch's samples lie side by side: one request per
+  // batch (two where a batch straddles shards).
+  EXPECT_GE(stats.read_requests, stats.batches);
+  EXPECT_LE(stats.read_requests, stats.batches + dataset->shards().size());
+  EXPECT_TRUE(stats.read_method == "io_uring" || stats.read_method == "pread") << stats.read_method;
+  EXPECT_NE(stats.Summary(1.0).find("read requests (" + stats.read_method + ")"), std::string::npos);
+
+  // The pixels do not depend on how the bytes were fetched: shuffled order,
+  // where little merges, equals the same shuffled order read one by one.
+  auto shuffled = SmallOptions();
+  auto merged = Loader::Create(dataset, shuffled);
+  ASSERT_TRUE(merged.ok());
+  Epoch a = RunEpoch(**merged);
+  EXPECT_EQ(a.indices.size(), 30u);
+  ::setenv("STOKER_DISABLE_IO_URING", "1", 1);  // new worker threads read with pread
+  auto plain = Loader::Create(dataset, shuffled);
+  ASSERT_TRUE(plain.ok());
+  Epoch b = RunEpoch(**plain);
+  ::unsetenv("STOKER_DISABLE_IO_URING");
+  EXPECT_EQ((*plain)->stats().read_method, "pread");
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(a.pixels, b.pixels);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -315,7 +315,9 @@ int RunBench(const BenchArgs& a) {
                           {"corrupt_skipped", epoch_stats.corrupt_skipped},
                           {"read_s", epoch_stats.read_seconds},
                           {"decode_s", epoch_stats.decode_seconds},
-                          {"transform_s", epoch_stats.transform_seconds}};
+                          {"transform_s", epoch_stats.transform_seconds},
+                          {"read_requests", epoch_stats.read_requests},
+                          {"read_method", after.read_method}};
       if (a.consumer_ms > 0) {
         j["consumer_ms"] = a.consumer_ms;
         j["accelerator_utilization"] = compute_s / wall;

@@ -1,0 +1,143 @@
+// Batched reads: neighbouring fields merged into one request, every request
+// submitted together (io_uring, or pread), the same bytes as one-by-one
+// reads, and failures confined to the fields really affected.
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "fault_file_system.h"
+#include "stoker/dataset.h"
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::RandomBytes;
+using testing::TempDir;
+using testing::WriteFile;
+
+// 3 classes x 20 samples of 3000 random bytes, in shards of about 20 KB.
+std::unique_ptr<Dataset> MakeDataset(const TempDir& dir, FileSystem* fs = FileSystem::Default()) {
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 20; ++i)
+      WriteFile(dir / ("src/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
+                RandomBytes(3000, c * 50 + i));
+  PackOptions options;
+  options.target_shard_bytes = 20000;
+  EXPECT_TRUE(Pack(dir / "src", dir / "out", options).ok());
+  auto dataset = Dataset::Open(dir / "out", fs);
+  EXPECT_TRUE(dataset.ok());
+  return std::move(*dataset);
+}
+
+struct Batch {
+  std::vector<SampleInfo> infos;
+  std::vector<Dataset::FieldRead> reads;
+};
+
+Batch Prepare(const Dataset& d, const std::vector<std::uint64_t>& samples) {
+  Batch b;
+  const std::size_t jpg = *d.FieldIndex("jpg");
+  for (auto s : samples) b.infos.push_back(*d.Sample(s));
+  for (const auto& info : b.infos) b.reads.push_back({&info, jpg, {}, Status::Ok()});
+  return b;
+}
+
+TEST(ReadFields, MergesNeighboursAndMatchesSingleReads) {
+  TempDir dir;
+  auto d = MakeDataset(dir);
+  ASSERT_GT(d->shards().size(), 3u);
+  const std::size_t jpg = *d->FieldIndex("jpg");
+
+  // Consecutive samples of one shard: one request.
+  const auto first = d->shards()[1].first_sample;
+  Batch sequential = Prepare(*d, {first + 2, first, first + 1, first + 3});
+  std::vector<std::byte> arena;
+  EXPECT_EQ(d->ReadFields(sequential.reads, arena), 1u);
+  for (const auto& r : sequential.reads) {
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    auto alone = d->ReadField(r.sample->index, jpg);
+    ASSERT_TRUE(alone.ok());
+    EXPECT_TRUE(std::equal(r.bytes.begin(), r.bytes.end(), alone->begin(), alone->end())) << r.sample->key;
+  }
+
+  // Samples spread over shards: one request per shard run; with no gap
+  // allowed, one per sample.
+  Batch spread = Prepare(*d, {0, 1, 59, 30, 31, 58});
+  EXPECT_EQ(d->ReadFields(spread.reads, arena), 3u);
+  Dataset::ReadFieldsOptions no_merging;
+  no_merging.max_gap = 0;
+  EXPECT_EQ(d->ReadFields(spread.reads, arena, no_merging), 6u);
+  Dataset::ReadFieldsOptions small_requests;
+  small_requests.max_request = 4000;  // one field each
+  EXPECT_EQ(d->ReadFields(sequential.reads, arena, small_requests), 4u);
+  for (const auto& r : spread.reads) {
+    ASSERT_TRUE(r.status.ok());
+    EXPECT_EQ(r.bytes.size(), 3000u);
+  }
+}
+
+TEST(ReadFields, ThePreadPathReadsTheSameBytes) {
+  TempDir dir;
+  auto d = MakeDataset(dir);
+  Batch batch = Prepare(*d, {0, 1, 2, 40, 41, 20});
+  std::vector<std::byte> arena_default, arena_pread;
+  (void)d->ReadFields(batch.reads, arena_default);
+  std::string method;
+  // A thread that starts reading with io_uring disabled uses pread.
+  ::setenv("STOKER_DISABLE_IO_URING", "1", 1);
+  std::thread([&] {
+    Batch again = Prepare(*d, {0, 1, 2, 40, 41, 20});
+    (void)d->ReadFields(again.reads, arena_pread);
+    method = d->file_system()->ReadBatchMethod();
+    for (const auto& r : again.reads) EXPECT_TRUE(r.status.ok());
+  }).join();
+  ::unsetenv("STOKER_DISABLE_IO_URING");
+  EXPECT_EQ(method, "pread");
+  EXPECT_EQ(arena_default, arena_pread);
+  const std::string here = d->file_system()->ReadBatchMethod();
+  EXPECT_TRUE(here == "io_uring" || here == "pread") << here;  // pread where the kernel refuses io_uring
+}
+
+TEST(ReadFields, ATruncatedShardFailsOnlyTheFieldsPastItsEnd) {
+  TempDir dir;
+  auto d = MakeDataset(dir);
+  const ShardInfo shard = d->shards()[0];
+  std::vector<std::uint64_t> samples;
+  for (std::uint64_t s = shard.first_sample; s < shard.first_sample + shard.num_samples; ++s) samples.push_back(s);
+  Batch batch = Prepare(*d, samples);
+  const auto last_offset = batch.infos.back().fields[*d->FieldIndex("jpg")]->offset;
+  std::filesystem::resize_file(shard.full_path, last_offset + 100);  // the last sample loses its tail
+  auto reopened = Dataset::Open(dir / "out");
+  ASSERT_TRUE(reopened.ok());
+  Batch again = Prepare(**reopened, samples);
+  std::vector<std::byte> arena;
+  (void)(*reopened)->ReadFields(again.reads, arena);
+  for (std::size_t i = 0; i + 1 < again.reads.size(); ++i) EXPECT_TRUE(again.reads[i].status.ok()) << i;
+  const Status& last = again.reads.back().status;
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(last.code(), StatusCode::kCorruption);
+  EXPECT_NE(last.message().find("sample '" + std::string(again.infos.back().key) + "'"), std::string::npos)
+      << last.message();
+  EXPECT_NE(last.message().find("shard-000000.tar:" + std::to_string(last_offset)), std::string::npos)
+      << last.message();
+}
+
+TEST(ReadFields, FaultyFileSystemsGoThroughTheDefaultPath) {
+  TempDir dir;
+  testing::FaultFileSystem fs;
+  auto d = MakeDataset(dir, &fs);
+  fs.short_reads_for_suffix = ".tar";
+  Batch batch = Prepare(*d, {0, 1});
+  std::vector<std::byte> arena;
+  (void)d->ReadFields(batch.reads, arena);
+  for (const auto& r : batch.reads) {
+    ASSERT_FALSE(r.status.ok());
+    EXPECT_EQ(r.status.code(), StatusCode::kCorruption);
+  }
+}
+
+}  // namespace
+}  // namespace stoker
