@@ -58,6 +58,15 @@ class Dataset {
   // `path` is a dataset folder or an index file.
   [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path,
                                                              FileSystem* fs = FileSystem::Default());
+  // An ImageFolder tree of loose image files (ROOT/<class>/**/<file>.<ext>,
+  // labels from the sorted class names, as torchvision does), indexed in
+  // memory without packing: each file is a one-sample "shard", opened for
+  // each read. For trying stoker before packing and for comparison; packed
+  // shards read faster.
+  [[nodiscard]] static Result<std::unique_ptr<Dataset>> OpenImageFolder(const std::string& root,
+                                                                        FileSystem* fs = FileSystem::Default());
+  // True for a dataset opened with OpenImageFolder.
+  [[nodiscard]] bool loose_files() const;
   ~Dataset();
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;

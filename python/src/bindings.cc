@@ -46,7 +46,14 @@ DLDataType ToDL(stoker::DType dtype) {
 class PyLoader {
  public:
   PyLoader(const std::string& path, const stoker::LoaderOptions& options) {
-    std::shared_ptr<const stoker::Dataset> dataset = Unwrap(stoker::Dataset::Open(path));
+    auto opened = stoker::Dataset::Open(path);
+    if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
+      // A folder without an index: an ImageFolder of loose files.
+      auto loose = stoker::Dataset::OpenImageFolder(path);
+      if (loose.ok()) opened = std::move(loose);
+    }
+    std::shared_ptr<const stoker::Dataset> dataset = Unwrap(std::move(opened));
+    loose_files_ = dataset->loose_files();
     loader_ = std::shared_ptr<stoker::Loader>(Unwrap(stoker::Loader::Create(dataset, options)).release());
   }
 
@@ -72,6 +79,7 @@ class PyLoader {
   }
 
   std::shared_ptr<stoker::Loader> loader_;
+  bool loose_files_ = false;
 };
 
 }  // namespace
@@ -164,6 +172,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.loader_->batches_per_epoch(); })
       .def_property_readonly("rank", [](PyLoader& l) { return l.loader_->rank(); })
       .def_property_readonly("world_size", [](PyLoader& l) { return l.loader_->world_size(); })
+      .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })
       .def("state",
            [](PyLoader& l) {
              const auto s = l.loader_->state();

@@ -69,7 +69,9 @@ def _env_int(name, default):
 
 class Loader:
     """An iterable of ``(images, labels)`` (or ``(images, labels, indices)``
-    with ``with_indices=True``) torch tensors over a packed dataset.
+    with ``with_indices=True``) torch tensors over a packed dataset (a
+    folder with ``index.stoker``), or over an ImageFolder tree of loose image
+    files (indexed in memory at creation; packed shards read faster).
 
     ``batch_size`` is per rank, as in DataLoader; ``rank`` and ``world_size``
     default to torchrun's ``RANK`` and ``WORLD_SIZE``. ``len(loader)`` is the
@@ -115,6 +117,10 @@ class Loader:
         self._with_indices = with_indices
         self._log_epochs = log_epochs
         self._native = _native.Loader(os.fspath(dataset), options)
+        if self._native.loose_files:
+            logging.getLogger("stoker").info(
+                "%s has no index.stoker: reading it as an ImageFolder of loose files (stoker pack makes it faster)",
+                os.fspath(dataset))
         self._last_epoch_summary = None
         self._mark_epoch_start()
 

@@ -7,6 +7,7 @@
 
 #include "core/hash.h"
 #include "dataset/dataset_impl.h"
+#include "dataset/source.h"
 
 namespace stoker {
 
@@ -48,6 +49,40 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   return std::unique_ptr<Dataset>(new Dataset(std::move(impl)));
 }
 
+Result<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::string& root, FileSystem* fs) {
+  STOKER_ASSIGN_OR_RETURN(auto listing, pack_internal::ListImageFolder(*fs, root));
+  index_format::IndexBuilder builder;
+  for (const auto& sample : listing.samples) {
+    for (const auto& field : sample.fields) {
+      if (field.kind != pack_internal::FieldSource::Kind::kFile) continue;  // the label lives in the record
+      STOKER_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(field.path));
+      const std::uint32_t shard = builder.AddShard(field.path);
+      builder.SetShardContents(shard, info.size, /*checksum=*/0);  // not hashed: nothing to verify against
+      const index_format::IndexBuilder::Field location{field.name, 0, info.size};
+      STOKER_RETURN_IF_ERROR(builder.AddSample(shard, sample.key, sample.label, 0, std::span(&location, 1)));
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->fs = fs;
+  impl->loose = true;
+  impl->index_path = root;
+  STOKER_ASSIGN_OR_RETURN(impl->in_memory_index, builder.Finish());
+  STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->in_memory_index, root));
+  for (const auto& entry : impl->view.shards()) {
+    ShardInfo shard;
+    shard.path = shard.full_path = entry.path;
+    shard.size = entry.size;
+    shard.first_sample = entry.first_sample;
+    shard.num_samples = entry.num_samples;
+    impl->shards.push_back(std::move(shard));
+  }
+  return std::unique_ptr<Dataset>(new Dataset(std::move(impl)));
+}
+
+bool Dataset::loose_files() const {
+  return impl_->loose;
+}
+
 std::uint64_t Dataset::num_samples() const {
   return impl_->view.num_samples();
 }
@@ -84,6 +119,12 @@ Result<SampleInfo> Dataset::Sample(std::uint64_t i) const {
   return info;
 }
 
+Result<ReadableFile*> Dataset::Impl::ShardForRead(std::uint32_t shard, std::unique_ptr<ReadableFile>& owner) const {
+  if (!loose) return Shard(shard);
+  STOKER_ASSIGN_OR_RETURN(owner, fs->OpenForRead(shards[shard].full_path));
+  return owner.get();
+}
+
 Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
   MutexLock lock(mu);
   auto& slot = open_shards[shard];
@@ -98,7 +139,8 @@ Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::ve
     return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
   const auto& loc = info.fields[field];
   if (!loc) return Status::NotFound(fmt::format("sample '{}' has no field '{}'", info.key, field_names()[field]));
-  STOKER_ASSIGN_OR_RETURN(ReadableFile * file, impl_->Shard(info.shard));
+  std::unique_ptr<ReadableFile> owner;
+  STOKER_ASSIGN_OR_RETURN(ReadableFile * file, impl_->ShardForRead(info.shard, owner));
   out.resize(loc->size);
   Status s = file->ReadExactAt(loc->offset, out);
   if (!s.ok()) {
@@ -163,9 +205,11 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
   std::vector<std::size_t> batch_request;  // batch entry -> requests index
   batch.reserve(requests.size());
   std::vector<Status> request_status(requests.size());
+  std::vector<std::unique_ptr<ReadableFile>> owners(impl_->loose ? requests.size() : 0);
   for (std::size_t q = 0; q < requests.size(); ++q) {
     const Request& r = requests[q];
-    auto file = impl_->Shard(r.shard);
+    std::unique_ptr<ReadableFile> unused;
+    auto file = impl_->ShardForRead(r.shard, impl_->loose ? owners[q] : unused);
     if (!file.ok()) {
       request_status[q] = file.error();
       continue;
@@ -186,7 +230,8 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
       if (!status.ok() && r.first != r.last) {
         // A merged request failed (say, the shard ends early): read this
         // field alone, so that only the fields really affected fail.
-        auto file = impl_->Shard(r.shard);
+        std::unique_ptr<ReadableFile> owner;
+        auto file = impl_->ShardForRead(r.shard, owner);
         status = file.ok() ? (*file)->ReadExactAt(loc.offset, place) : file.error();
       }
       if (!status.ok()) {

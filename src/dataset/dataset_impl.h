@@ -14,11 +14,18 @@ struct Dataset::Impl {
   FileSystem* fs = nullptr;
   std::string index_path;
   std::unique_ptr<MappedFile> mapped;
+  std::vector<std::byte> in_memory_index;  // OpenImageFolder: the index built in memory
+  // OpenImageFolder: shards are loose files, too many to keep open; each read
+  // opens and closes its file.
+  bool loose = false;
   index_format::IndexView view;
   std::vector<ShardInfo> shards;
 
-  // Opens shard files lazily, once each.
+  // Opens shard files lazily, once each (packed datasets only).
   [[nodiscard]] Result<ReadableFile*> Shard(std::uint32_t shard) const EXCLUDES(mu);
+  // A file to read shard `shard` through: the cached one (packed), or one
+  // opened for this read into `owner` (loose files).
+  [[nodiscard]] Result<ReadableFile*> ShardForRead(std::uint32_t shard, std::unique_ptr<ReadableFile>& owner) const;
   mutable Mutex mu;
   mutable std::vector<std::unique_ptr<ReadableFile>> open_shards GUARDED_BY(mu);
 };

@@ -134,6 +134,10 @@ class ShardVerifier {
 }  // namespace
 
 Result<VerifyReport> Verify(const Dataset& dataset, const VerifyOptions& options) {
+  if (dataset.loose_files())
+    return Status::InvalidArgument(
+        fmt::format("'{}' is a folder of loose files: they carry no checksums to verify (stoker pack writes them)",
+                    dataset.index_path()));
   VerifyReport report;
   if (Status s = dataset.VerifyIndexChecksum(); !s.ok()) {
     report.problems.push_back({dataset.index_path(), "", s.message()});

@@ -328,3 +328,38 @@ TEST(Loader, ReadsEachBatchTogetherMergingNeighbours) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(Loader, LooseImageFolderGivesTheSameEpochAsItsPackedShards) {
+  TempDir dir;
+  auto packed = MakeDataset(dir);  // packs dir/src into dir/out
+  auto loose = Dataset::OpenImageFolder(dir / "src");
+  ASSERT_TRUE(loose.ok()) << loose.error().ToString();
+  EXPECT_TRUE((*loose)->loose_files());
+  EXPECT_FALSE(packed->loose_files());
+  ASSERT_EQ((*loose)->num_samples(), packed->num_samples());
+  for (std::uint64_t i = 0; i < packed->num_samples(); ++i) {
+    EXPECT_EQ((*loose)->Sample(i)->key, packed->Sample(i)->key);
+    EXPECT_EQ((*loose)->Sample(i)->label, packed->Sample(i)->label);
+  }
+  std::shared_ptr<const Dataset> loose_dataset = std::move(*loose);
+  auto a = Loader::Create(packed, SmallOptions());
+  auto b = Loader::Create(loose_dataset, SmallOptions());
+  ASSERT_TRUE(a.ok() && b.ok());
+  Epoch from_packed = RunEpoch(**a);
+  Epoch from_loose = RunEpoch(**b);
+  EXPECT_EQ(from_packed.indices, from_loose.indices);
+  EXPECT_EQ(from_packed.labels, from_loose.labels);
+  EXPECT_EQ(from_packed.pixels, from_loose.pixels);
+  // Loose files have no checksums: verify says so rather than failing them.
+  auto report = Verify(*loose_dataset);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.error().message().find("loose files"), std::string::npos);
+  // A folder that is not an ImageFolder is named.
+  EXPECT_FALSE(Dataset::OpenImageFolder(dir / "out").ok());
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,6 +1,7 @@
 """The Python loader: torchvision parity, determinism, exact resume, torch
 training loop, dtypes, corrupt samples, memory."""
 import gc
+import json
 import io
 import os
 import sys
@@ -228,3 +229,16 @@ def test_memory_is_flat_across_epochs(packed):
     gc.collect()
     growth = rss_bytes() - after_first
     assert growth < 8 << 20, "RSS grew by %d bytes over 4 epochs" % growth
+
+
+def test_loose_image_folder_reads_like_its_packed_shards(packed, demo_images, cli):
+    kwargs = dict(batch_size=8, seed=4, with_indices=True, num_threads=2,
+                  transform=T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()]))
+    from_packed = [tuple(t.clone() for t in b) for b in stoker.Loader(packed, **kwargs)]
+    from_loose = [tuple(t.clone() for t in b) for b in stoker.Loader(demo_images, **kwargs)]
+    assert len(from_packed) == len(from_loose) == 6
+    for (xa, ya, ia), (xb, yb, ib) in zip(from_packed, from_loose):
+        assert torch.equal(ia, ib) and torch.equal(ya, yb) and torch.equal(xa, xb)
+    result = cli("bench", demo_images, "--max-batches", "2", "--batch-size", "8", "--size", "32", "--json")
+    assert "reading it as an ImageFolder of loose files" in result.stderr
+    assert json.loads(result.stdout.splitlines()[0])["images"] == 16

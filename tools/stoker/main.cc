@@ -230,6 +230,17 @@ std::uint64_t PeakRssBytes() {
 // as MLPerf Storage defines AU).
 int RunBench(const BenchArgs& a) {
   auto opened = stoker::Dataset::Open(a.dataset);
+  if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
+    // A folder without an index: read it as an ImageFolder of loose files.
+    auto loose = stoker::Dataset::OpenImageFolder(a.dataset);
+    if (loose.ok()) {
+      fmt::print(stderr,
+                 "stoker: note: '{}' has no {}; reading it as an ImageFolder of loose files ({} samples; "
+                 "`stoker pack` makes it faster)\n",
+                 a.dataset, stoker::kIndexFileName, (*loose)->num_samples());
+      opened = std::move(loose);
+    }
+  }
   if (!opened.ok()) return Fail(opened.error());
   std::shared_ptr<const stoker::Dataset> dataset = std::move(opened).value();
   stoker::LoaderOptions o;
