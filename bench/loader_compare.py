@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import torch
 import torchvision
 import torchvision.transforms as tv
@@ -162,6 +163,31 @@ def spdl_batches(images_root, batch_size, threads):
         yield from pipeline
 
 
+def dali_batches(images_root, batch_size, threads):
+    """NVIDIA DALI's CPU pipeline (no GPU): file reader, fused decode +
+    random crop (area (0.08, 1), ratio (3/4, 4/3), 10 attempts), bilinear
+    resize with antialiasing, flip + normalise into float32 CHW; batches
+    handed to torch by copy (DALI owns its CPU buffers)."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=images_root, random_shuffle=True, name="Reader")
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB, random_area=[0.08, 1.0],
+                                               random_aspect_ratio=[3 / 4, 4 / 3], num_attempts=10)
+        images = fn.resize(images, resize_x=224, resize_y=224, interp_type=types.INTERP_LINEAR, antialias=True)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
+                                          mirror=fn.random.coin_flip(probability=0.5))
+        return images, labels
+
+    p = pipe()
+    p.build()
+    while True:
+        images, labels = p.run()
+        yield torch.from_numpy(np.array(images.as_tensor())), torch.from_numpy(np.array(labels.as_tensor()))
+
+
 def forever(loader):
     while True:
         for batch in loader:
@@ -222,6 +248,20 @@ def main():
                            args.warmup))
         if args.consumer_ms:
             results[-1]["with_step"] = run("", lambda: spdl_batches(args.images, args.batch_size, args.workers),
+                                           args.batches, args.warmup, args.consumer_ms)
+
+    try:
+        import nvidia.dali  # noqa: F401
+        have_dali = True
+    except Exception as error:
+        print("DALI column skipped: %s" % str(error).splitlines()[0][:160])
+        have_dali = False
+    if have_dali:
+        results.append(run("NVIDIA DALI %s CPU pipeline, %d threads" % (nvidia.dali.__version__, args.workers),
+                           lambda: dali_batches(args.images, args.batch_size, args.workers), args.batches,
+                           args.warmup))
+        if args.consumer_ms:
+            results[-1]["with_step"] = run("", lambda: dali_batches(args.images, args.batch_size, args.workers),
                                            args.batches, args.warmup, args.consumer_ms)
 
     base = results[0]
