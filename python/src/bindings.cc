@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "stoker/dataset.h"
+#include "stoker/device.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 
@@ -230,6 +231,14 @@ PYBIND11_MODULE(_native, m) {
     trace["decode_scale"] = result.trace.decode_scale;
     trace["source_size"] = py::make_tuple(result.trace.source_width, result.trace.source_height);
     return py::make_tuple(py::bytes(reinterpret_cast<const char*>(result.data.data()), result.data.size()), trace);
+  });
+  m.def("cuda_status", [] {
+    const stoker::CudaAvailability a = stoker::QueryCuda();
+    py::dict d;
+    d["built_with_cuda"] = a.built_with_cuda;
+    d["device_count"] = a.device_count;
+    d["reason"] = a.reason;
+    return d;
   });
   m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::Dataset::Open(path))->num_samples(); });
 }

@@ -21,7 +21,7 @@ import time
 from . import _native
 from . import transforms
 
-__all__ = ["Loader", "pack", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
+__all__ = ["Loader", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng"]
 
 
@@ -37,6 +37,14 @@ _native._set_exceptions(StokerError, CorruptionError)
 
 from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkpoint, load_latest,  # noqa: E402
                          load_safetensors, restore_rng)
+
+
+def cuda_status():
+    """Whether stoker can use CUDA here: {"built_with_cuda", "device_count",
+    "reason"} (why not, when device_count is 0). stoker never needs CUDA
+    libraries to import: the runtime is linked statically and used only when
+    a device is present."""
+    return dict(_native.cuda_status())
 
 
 def _torch():

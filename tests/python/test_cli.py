@@ -231,3 +231,11 @@ def test_memory_does_not_grow_with_threads_beyond_scratch(stoker, demo_images, t
     # Per-thread scratch is a decoded region and a resample buffer (a few MB at
     # most for these images); nothing per thread holds a copy of the dataset.
     assert eight - one < 40 << 20, (one, eight)
+
+
+def test_package_imports_and_reports_cuda_without_a_gpu():
+    import stoker
+    status = stoker.cuda_status()
+    assert set(status) == {"built_with_cuda", "device_count", "reason"}
+    if status["device_count"] == 0:
+        assert status["reason"]  # says why: not built with CUDA, no driver, or no device

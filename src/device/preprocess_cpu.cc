@@ -1,0 +1,20 @@
+#include "device/preprocess_cpu.h"
+
+namespace stoker::device {
+
+std::uint64_t OutputImageBytes(const OutputDesc& output) {
+  const std::uint64_t element = output.type == OutputType::kUint8 ? 1 : output.type == OutputType::kFloat32 ? 4 : 2;
+  return static_cast<std::uint64_t>(output.width) * static_cast<std::uint64_t>(output.height) * 3 * element;
+}
+
+void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
+                     void* out) {
+  const std::uint64_t image_bytes = OutputImageBytes(output);
+  for (std::size_t k = 0; k < images.size(); ++k) {
+    char* dst = static_cast<char*>(out) + k * image_bytes;
+    for (std::int32_t y = 0; y < output.height; ++y)
+      for (std::int32_t x = 0; x < output.width; ++x) PreprocessPixel(pixels, images[k], output, x, y, dst);
+  }
+}
+
+}  // namespace stoker::device

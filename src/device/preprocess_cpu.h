@@ -1,0 +1,20 @@
+// The CPU twin of the GPU preprocessing kernel: the same operations and the
+// same arithmetic (device/preprocess_math.h), run on the host. It is the
+// reference the GPU tests compare against, and what runs where no GPU is.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "device/preprocess_math.h"
+
+namespace stoker::device {
+
+// Bytes of one output image.
+[[nodiscard]] std::uint64_t OutputImageBytes(const OutputDesc& output);
+
+// Writes image k's output at out + k * OutputImageBytes(output).
+void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
+                     void* out);
+
+}  // namespace stoker::device

@@ -1,0 +1,183 @@
+// The last preprocessing steps, written once for both the GPU kernel and its
+// CPU twin: crop box -> bilinear (triangle-filter, antialiased when
+// shrinking) resize -> horizontal flip -> normalise -> dtype, from uint8 RGB
+// (HWC) to NCHW or NHWC. Compiled by nvcc for the kernel and by the C++
+// compiler for the twin; plain C++17 on purpose (no stoker headers), so the
+// two evaluate the same arithmetic in the same order.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define STOKER_HOST_DEVICE __host__ __device__
+#else
+#define STOKER_HOST_DEVICE
+#endif
+
+namespace stoker::device {
+
+// Output element types (values match stoker::DType).
+enum class OutputType : std::uint8_t { kUint8 = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
+
+// One decoded image in the batch's input buffer and what to do with it.
+struct ImageDesc {
+  std::uint64_t offset = 0;  // of its first byte, from the start of the pixel area
+  std::int32_t width = 0;    // of the decoded image, pixels (RGB, 3 bytes each, rows packed)
+  std::int32_t height = 0;
+  // The crop box in decoded-image pixel coordinates (may be fractional).
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  std::int32_t flip = 0;  // mirror horizontally
+  std::int32_t pad = 0;
+};
+static_assert(sizeof(ImageDesc) == 40, "ImageDesc is copied to the GPU as is");
+
+struct OutputDesc {
+  std::int32_t width = 0, height = 0;
+  OutputType type = OutputType::kFloat32;
+  std::int32_t channels_last = 0;  // NHWC when set, NCHW otherwise
+  std::int32_t normalize = 1;
+  float mean[3] = {0, 0, 0};
+  float inv_std[3] = {1, 1, 1};
+};
+
+// Source taps of one output coordinate along one axis.
+struct Taps {
+  float center = 0;
+  float support = 1;
+  std::int32_t first = 0, last = 0;  // inclusive source range
+};
+
+STOKER_HOST_DEVICE inline float AbsF(float x) {
+  return x < 0 ? -x : x;
+}
+STOKER_HOST_DEVICE inline float MaxF(float a, float b) {
+  return a > b ? a : b;
+}
+STOKER_HOST_DEVICE inline std::int32_t MaxI(std::int32_t a, std::int32_t b) {
+  return a > b ? a : b;
+}
+STOKER_HOST_DEVICE inline std::int32_t MinI(std::int32_t a, std::int32_t b) {
+  return a < b ? a : b;
+}
+STOKER_HOST_DEVICE inline std::int32_t FloorI(float x) {
+  const auto i = static_cast<std::int32_t>(x);
+  return (static_cast<float>(i) > x) ? i - 1 : i;
+}
+
+// Output coordinate `o` of `n` samples the box [b0, b1) of a source axis of
+// `size` pixels: the triangle filter is widened by the scale when shrinking
+// (antialiasing), and taps stay inside both the box's pixels and the image.
+STOKER_HOST_DEVICE inline Taps AxisTaps(std::int32_t o, std::int32_t n, float b0, float b1, std::int32_t size) {
+  Taps t;
+  const float scale = (b1 - b0) / static_cast<float>(n);
+  t.support = MaxF(scale, 1.0f);
+  t.center = b0 + (static_cast<float>(o) + 0.5f) * scale;
+  const std::int32_t lo = MaxI(FloorI(b0), 0);
+  const std::int32_t hi = MinI(FloorI(b1 - 1e-4f), size - 1);
+  t.first = MaxI(FloorI(t.center - t.support - 0.5f), lo);
+  t.last = MinI(FloorI(t.center + t.support - 0.5f) + 1, hi);
+  if (t.last < t.first) t.last = t.first;  // degenerate box: nearest pixel
+  return t;
+}
+
+STOKER_HOST_DEVICE inline float TapWeight(const Taps& t, std::int32_t i) {
+  const float w = 1.0f - AbsF((static_cast<float>(i) + 0.5f - t.center) / t.support);
+  return w > 0 ? w : 0;
+}
+
+STOKER_HOST_DEVICE inline std::uint32_t FloatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+// Round-to-nearest-even float -> IEEE half / bfloat16 bits, identical on
+// both sides (no reliance on compiler intrinsics).
+STOKER_HOST_DEVICE inline std::uint16_t FloatToBFloat16Bits(float f) {
+  std::uint32_t u = FloatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+STOKER_HOST_DEVICE inline std::uint16_t FloatToHalfBits(float f) {
+  const std::uint32_t u = FloatBits(f);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (abs < 0x38800000u) {                                                    // half subnormal or zero
+    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    const std::uint32_t exp = abs >> 23;
+    const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - exp;  // 14..24
+    std::uint32_t h = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  std::uint32_t h = ((abs >> 13) - (112u << 10));
+  const std::uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+// Computes output pixel (ox, oy) of one image and stores it into `out` (the
+// image's first element) in the output type and layout.
+STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const ImageDesc& image, const OutputDesc& o,
+                                               std::int32_t ox, std::int32_t oy, void* out) {
+  // The flip mirrors where output pixel ox samples from.
+  const std::int32_t sample_x = image.flip ? o.width - 1 - ox : ox;
+  const Taps tx = AxisTaps(sample_x, o.width, image.x0, image.x1, image.width);
+  const Taps ty = AxisTaps(oy, o.height, image.y0, image.y1, image.height);
+  const std::uint8_t* src = pixels + image.offset;
+  float acc[3] = {0, 0, 0};
+  float weight_sum = 0;
+  for (std::int32_t j = ty.first; j <= ty.last; ++j) {
+    const float wy = TapWeight(ty, j);
+    if (wy == 0) continue;
+    float row[3] = {0, 0, 0};
+    float row_weight = 0;
+    const std::uint8_t* line = src + (static_cast<std::uint64_t>(j) * image.width) * 3;
+    for (std::int32_t i = tx.first; i <= tx.last; ++i) {
+      const float wx = TapWeight(tx, i);
+      if (wx == 0) continue;
+      row[0] += wx * static_cast<float>(line[i * 3 + 0]);
+      row[1] += wx * static_cast<float>(line[i * 3 + 1]);
+      row[2] += wx * static_cast<float>(line[i * 3 + 2]);
+      row_weight += wx;
+    }
+    acc[0] += wy * row[0];
+    acc[1] += wy * row[1];
+    acc[2] += wy * row[2];
+    weight_sum += wy * row_weight;
+  }
+  const float inv = weight_sum > 0 ? 1.0f / weight_sum : 0.0f;
+  const std::int64_t plane = static_cast<std::int64_t>(o.width) * o.height;
+  for (int c = 0; c < 3; ++c) {
+    const float v = acc[c] * inv;  // 0..255
+    const std::int64_t index = o.channels_last ? (static_cast<std::int64_t>(oy) * o.width + ox) * 3 + c
+                                               : c * plane + static_cast<std::int64_t>(oy) * o.width + ox;
+    if (o.type == OutputType::kUint8) {
+      float r = v + 0.5f;
+      r = r < 0 ? 0 : (r > 255 ? 255 : r);
+      static_cast<std::uint8_t*>(out)[index] = static_cast<std::uint8_t>(r);
+      continue;
+    }
+    const float x = o.normalize ? (v * (1.0f / 255.0f) - o.mean[c]) * o.inv_std[c] : v * (1.0f / 255.0f);
+    if (o.type == OutputType::kFloat32) {
+      static_cast<float*>(out)[index] = x;
+    } else if (o.type == OutputType::kFloat16) {
+      static_cast<std::uint16_t*>(out)[index] = FloatToHalfBits(x);
+    } else {
+      static_cast<std::uint16_t*>(out)[index] = FloatToBFloat16Bits(x);
+    }
+  }
+}
+
+}  // namespace stoker::device

@@ -1,0 +1,137 @@
+#include "device/transfer_engine.h"
+
+#include <fmt/format.h>
+
+namespace stoker::device {
+
+struct TransferEngine::Slot {
+  DeviceMemory input;
+  DeviceMemory output;
+  Event copy_start, copied, ready, released;
+  bool held = false;           // by the consumer (between Submit and Release)
+  bool ever_released = false;  // `released` has been recorded: the next copy must wait on it
+  std::uint64_t sequence = 0;
+};
+
+Result<std::unique_ptr<TransferEngine>> TransferEngine::Create(DeviceRuntime& runtime, const TransferOptions& options) {
+  if (options.buffers < 2) return Status::InvalidArgument("the transfer engine needs at least 2 device buffers");
+  if (options.input_bytes == 0) return Status::InvalidArgument("input_bytes must be positive");
+  std::unique_ptr<TransferEngine> engine(new TransferEngine(runtime, options));
+  STOKER_ASSIGN_OR_RETURN(engine->copy_stream_, MakeStream(runtime));
+  for (std::uint32_t i = 0; i < options.buffers; ++i) {
+    auto slot = std::make_unique<Slot>();
+    auto input = MakeDeviceMemory(runtime, options.input_bytes);
+    if (!input.ok())
+      return input.error().WithContext(
+          fmt::format("device buffer {} of {} ({} bytes)", i, options.buffers, options.input_bytes));
+    slot->input = std::move(*input);
+    if (options.output_bytes > 0) {
+      STOKER_ASSIGN_OR_RETURN(slot->output, MakeDeviceMemory(runtime, options.output_bytes));
+    }
+    STOKER_ASSIGN_OR_RETURN(slot->copy_start, MakeEvent(runtime, options.timing));
+    STOKER_ASSIGN_OR_RETURN(slot->copied, MakeEvent(runtime, options.timing));
+    STOKER_ASSIGN_OR_RETURN(slot->ready, MakeEvent(runtime));
+    STOKER_ASSIGN_OR_RETURN(slot->released, MakeEvent(runtime));
+    engine->slots_.push_back(std::move(slot));
+  }
+  return engine;
+}
+
+TransferEngine::TransferEngine(DeviceRuntime& runtime, TransferOptions options)
+    : runtime_(runtime), options_(options) {}
+
+TransferEngine::~TransferEngine() {
+  // Device memory may be freed only when nothing uses it any more.
+  for (auto& slot : slots_) {
+    if (slot->sequence > 0) (void)runtime_.SynchronizeEvent(slot->ready.get());
+    if (slot->ever_released) (void)runtime_.SynchronizeEvent(slot->released.get());
+  }
+}
+
+StreamHandle TransferEngine::copy_stream() const {
+  return copy_stream_.get();
+}
+
+std::uint32_t TransferEngine::free_slots() const {
+  std::uint32_t n = 0;
+  for (const auto& s : slots_) n += !s->held;
+  return n;
+}
+
+Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, const PreprocessJob* job) {
+  if (host.size() > options_.input_bytes)
+    return Status::InvalidArgument(
+        fmt::format("batch of {} bytes exceeds the device buffers' {} bytes", host.size(), options_.input_bytes));
+  if (job != nullptr && options_.output_bytes == 0)
+    return Status::InvalidArgument("preprocessing needs an engine created with output_bytes");
+  // Round robin over free slots, so consecutive batches use different buffers.
+  std::uint32_t chosen = UINT32_MAX;
+  for (std::uint32_t k = 0; k < slots_.size(); ++k) {
+    const std::uint32_t i = (next_slot_ + k) % static_cast<std::uint32_t>(slots_.size());
+    if (!slots_[i]->held) {
+      chosen = i;
+      break;
+    }
+  }
+  if (chosen == UINT32_MAX)
+    return Status::ResourceExhausted(fmt::format(
+        "all {} device buffers are held by the consumer; release batches before asking for more", slots_.size()));
+  next_slot_ = (chosen + 1) % static_cast<std::uint32_t>(slots_.size());
+  Slot& slot = *slots_[chosen];
+  const StreamHandle stream = copy_stream_.get();
+  // The consumer's last use of this slot must finish first (on the GPU).
+  if (slot.ever_released) STOKER_RETURN_IF_ERROR(runtime_.StreamWaitEvent(stream, slot.released.get()));
+  if (options_.timing) STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copy_start.get(), stream));
+  STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(slot.input.get(), host.data(), host.size(), stream));
+  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copied.get(), stream));
+  DeviceBatch batch;
+  batch.slot = chosen;
+  batch.data = slot.input.get();
+  batch.bytes = host.size();
+  if (job != nullptr) {
+    const auto* base = static_cast<const std::uint8_t*>(slot.input.get());
+    STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset,
+                                                     reinterpret_cast<const ImageDesc*>(base), job->count, job->output,
+                                                     slot.output.get(), stream));
+    batch.data = slot.output.get();
+    batch.bytes = options_.output_bytes;
+  }
+  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.ready.get(), stream));
+  slot.held = true;
+  slot.sequence = ++submitted_;
+  batch.sequence = slot.sequence;
+  return batch;
+}
+
+Status TransferEngine::WaitOn(const DeviceBatch& batch, StreamHandle consumer) {
+  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
+    return Status::InvalidArgument("WaitOn: not a batch in flight");
+  return runtime_.StreamWaitEvent(consumer, slots_[batch.slot]->ready.get());
+}
+
+Status TransferEngine::WaitCopied(const DeviceBatch& batch) {
+  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
+    return Status::InvalidArgument("WaitCopied: not a batch in flight");
+  return runtime_.SynchronizeEvent(slots_[batch.slot]->copied.get());
+}
+
+Status TransferEngine::Release(const DeviceBatch& batch, StreamHandle consumer) {
+  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence || !slots_[batch.slot]->held)
+    return Status::InvalidArgument("Release: not a batch the consumer holds");
+  Slot& slot = *slots_[batch.slot];
+  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.released.get(), consumer));
+  slot.ever_released = true;
+  slot.held = false;
+  return Status::Ok();
+}
+
+Result<float> TransferEngine::CopyMilliseconds(const DeviceBatch& batch) {
+  if (!options_.timing) return Status::InvalidArgument("the engine was created without timing");
+  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
+    return Status::InvalidArgument("CopyMilliseconds: not a batch in flight");
+  const Slot& slot = *slots_[batch.slot];
+  STOKER_RETURN_IF_ERROR(runtime_.SynchronizeEvent(slot.copied.get()));
+  return runtime_.ElapsedMilliseconds(slot.copy_start.get(), slot.copied.get());
+}
+
+}  // namespace stoker::device

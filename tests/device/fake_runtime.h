@@ -1,0 +1,92 @@
+// A DeviceRuntime for machines without a GPU: "device" memory is host
+// memory, work runs at once, and every call is logged with the stream or
+// event it used, so tests can check the order the transfer engine asks for.
+#pragma once
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "device/preprocess_cpu.h"
+#include "device/runtime.h"
+
+namespace stoker::testing {
+
+class FakeDeviceRuntime : public device::DeviceRuntime {
+ public:
+  std::vector<std::string> log;
+  int live_device_allocations = 0, live_streams = 0, live_events = 0;
+  int fail_device_alloc_after = -1;  // the Nth DeviceAlloc fails (0-based); -1: never
+  int device_allocs = 0;
+
+  std::string name() const override { return "fake"; }
+  int device_count() const override { return 1; }
+  Status SetDevice(int) override { return Status::Ok(); }
+
+  Result<void*> DeviceAlloc(std::size_t bytes) override {
+    if (fail_device_alloc_after >= 0 && device_allocs >= fail_device_alloc_after)
+      return Status::ResourceExhausted(fmt::format("fake device out of memory ({} bytes)", bytes));
+    ++device_allocs;
+    ++live_device_allocations;
+    void* p = ::operator new(bytes);
+    device_memory_.insert(p);
+    return p;
+  }
+  void DeviceFree(void* p) override {
+    device_memory_.erase(p);
+    --live_device_allocations;
+    ::operator delete(p);
+  }
+  Result<void*> PinnedAlloc(std::size_t bytes) override { return ::operator new(bytes); }
+  void PinnedFree(void* p) override { ::operator delete(p); }
+
+  Result<device::StreamHandle> CreateStream() override {
+    ++live_streams;
+    return reinterpret_cast<device::StreamHandle>(static_cast<std::uintptr_t>(++next_id_));
+  }
+  void DestroyStream(device::StreamHandle) override { --live_streams; }
+  Result<device::EventHandle> CreateEvent(bool) override {
+    ++live_events;
+    return reinterpret_cast<device::EventHandle>(static_cast<std::uintptr_t>(1000 + ++next_id_));
+  }
+  void DestroyEvent(device::EventHandle) override { --live_events; }
+
+  Status CopyToDeviceAsync(void* dst, const void* src, std::size_t bytes, device::StreamHandle s) override {
+    if (!device_memory_.contains(dst)) return Status::Internal("copy into memory that is not device memory");
+    std::memcpy(dst, src, bytes);
+    log.push_back(fmt::format("copy {} bytes on stream {}", bytes, Id(s)));
+    return Status::Ok();
+  }
+  Status RecordEvent(device::EventHandle e, device::StreamHandle s) override {
+    log.push_back(fmt::format("record event {} on stream {}", Id(e), Id(s)));
+    return Status::Ok();
+  }
+  Status StreamWaitEvent(device::StreamHandle s, device::EventHandle e) override {
+    log.push_back(fmt::format("stream {} waits for event {}", Id(s), Id(e)));
+    return Status::Ok();
+  }
+  Status SynchronizeEvent(device::EventHandle e) override {
+    log.push_back(fmt::format("host waits for event {}", Id(e)));
+    return Status::Ok();
+  }
+  Result<float> ElapsedMilliseconds(device::EventHandle, device::EventHandle) override { return 0.5f; }
+  Status LaunchPreprocess(const std::uint8_t* pixels, const device::ImageDesc* images, std::int32_t count,
+                          const device::OutputDesc& output, void* out, device::StreamHandle s) override {
+    // The fake GPU runs the CPU twin.
+    device::PreprocessOnCpu(pixels, std::span(images, static_cast<std::size_t>(count)), output, out);
+    log.push_back(fmt::format("preprocess {} images on stream {}", count, Id(s)));
+    return Status::Ok();
+  }
+
+  static std::uintptr_t Id(void* h) { return reinterpret_cast<std::uintptr_t>(h); }
+
+ private:
+  std::uintptr_t next_id_ = 0;
+  std::set<void*> device_memory_;
+};
+
+}  // namespace stoker::testing
