@@ -11,6 +11,7 @@
 #include "common.h"
 #include "stoker/dataset.h"
 #include "stoker/device.h"
+#include "stoker/device_loader.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
 
@@ -44,9 +45,22 @@ DLDataType ToDL(stoker::DType dtype) {
   return {kDLUInt, 8, 1};
 }
 
+// Keeps a device batch's buffer out of the pool while any tensor made from
+// it lives; gives it back (after the consumer stream's work) when freed.
+struct DeviceBatchHolder {
+  std::shared_ptr<stoker::DeviceLoader> loader;
+  stoker::DeviceBatchView view;
+  void* stream = nullptr;
+  ~DeviceBatchHolder() { (void)loader->Release(view, stream); }
+};
+struct HostVectors {
+  std::vector<std::int64_t> labels;
+  std::vector<std::uint64_t> indices;
+};
+
 class PyLoader {
  public:
-  PyLoader(const std::string& path, const stoker::LoaderOptions& options) {
+  PyLoader(const std::string& path, const stoker::LoaderOptions& options, const std::string& device) {
     auto opened = stoker::Dataset::Open(path);
     if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
       // A folder without an index: an ImageFolder of loose files.
@@ -55,11 +69,23 @@ class PyLoader {
     }
     std::shared_ptr<const stoker::Dataset> dataset = Unwrap(std::move(opened));
     loose_files_ = dataset->loose_files();
-    loader_ = std::shared_ptr<stoker::Loader>(Unwrap(stoker::Loader::Create(dataset, options)).release());
+    const stoker::ResolvedDevice resolved = Unwrap(stoker::ResolveDevice(device));
+    device_note_ = resolved.note;
+    device_ = resolved.device;
+    auto loader = Unwrap(stoker::Loader::Create(dataset, options));
+    if (device_.kind == stoker::DeviceKind::kCuda) {
+      device_loader_ = std::shared_ptr<stoker::DeviceLoader>(
+          Unwrap(stoker::DeviceLoader::Create(std::move(loader), device_)).release());
+    } else {
+      loader_ = std::shared_ptr<stoker::Loader>(loader.release());
+    }
   }
 
+  stoker::Loader& L() { return device_loader_ ? device_loader_->loader() : *loader_; }
+
   // (images, labels, indices) capsules, or None at the end of the epoch.
-  py::object Next() {
+  py::object Next(std::uintptr_t stream) {
+    if (device_loader_) return NextOnDevice(reinterpret_cast<void*>(stream));
     stoker::Result<std::optional<stoker::Batch>> next = stoker::Status::Internal("unset");
     {
       py::gil_scoped_release release;  // wait without holding the GIL
@@ -79,7 +105,34 @@ class PyLoader {
     return py::make_tuple(images, labels, indices, b.epoch(), b.batch_index());
   }
 
+  py::object NextOnDevice(void* stream) {
+    stoker::Result<std::optional<stoker::DeviceBatchView>> next = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      next = device_loader_->Next(stream);
+    }
+    if (!next.ok()) Raise(next.error());
+    if (!next->has_value()) return py::none();
+    auto holder = std::make_shared<DeviceBatchHolder>();
+    holder->loader = device_loader_;
+    holder->view = std::move(**next);
+    holder->stream = stream;
+    auto host = std::make_shared<HostVectors>();
+    host->labels = holder->view.labels;
+    host->indices = holder->view.indices;
+    const auto n = static_cast<std::int64_t>(host->labels.size());
+    const auto& v = holder->view;
+    py::capsule images =
+        MakeCapsule(holder, v.images, 4, v.shape, ToDL(v.dtype), {kDLCUDA, static_cast<std::int32_t>(v.device_index)});
+    py::capsule labels = MakeCapsule(host, host->labels.data(), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
+    py::capsule indices = MakeCapsule(host, host->indices.data(), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
+    return py::make_tuple(images, labels, indices, v.epoch, v.batch_index);
+  }
+
   std::shared_ptr<stoker::Loader> loader_;
+  std::shared_ptr<stoker::DeviceLoader> device_loader_;
+  stoker::Device device_;
+  std::string device_note_;
   bool loose_files_ = false;
 };
 
@@ -162,21 +215,34 @@ PYBIND11_MODULE(_native, m) {
       });
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<const std::string&, const stoker::LoaderOptions&>())
-      .def("next", &PyLoader::Next)
+      .def(py::init<const std::string&, const stoker::LoaderOptions&, const std::string&>())
+      .def("next", &PyLoader::Next, py::arg("stream") = 0)
+      .def_property_readonly("device", [](PyLoader& l) { return l.device_.ToString(); })
+      .def_property_readonly("device_note", [](PyLoader& l) { return l.device_note_; })
+      .def("device_stats",
+           [](PyLoader& l) {
+             py::dict d;
+             if (!l.device_loader_) return d;
+             const auto s = l.device_loader_->stats();
+             d["batches"] = s.batches;
+             d["copy_s"] = s.copy_seconds;
+             d["copied_bytes"] = s.copied_bytes;
+             d["submit_s"] = s.submit_seconds;
+             return d;
+           })
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {
              py::gil_scoped_release release;
-             l.loader_->SetEpoch(e);
+             l.L().SetEpoch(e);
            })
-      .def_property_readonly("epoch", [](PyLoader& l) { return l.loader_->epoch(); })
-      .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.loader_->batches_per_epoch(); })
-      .def_property_readonly("rank", [](PyLoader& l) { return l.loader_->rank(); })
-      .def_property_readonly("world_size", [](PyLoader& l) { return l.loader_->world_size(); })
+      .def_property_readonly("epoch", [](PyLoader& l) { return l.L().epoch(); })
+      .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.L().batches_per_epoch(); })
+      .def_property_readonly("rank", [](PyLoader& l) { return l.L().rank(); })
+      .def_property_readonly("world_size", [](PyLoader& l) { return l.L().world_size(); })
       .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })
       .def("state",
            [](PyLoader& l) {
-             const auto s = l.loader_->state();
+             const auto s = l.L().state();
              py::dict d;
              d["seed"] = s.seed;
              d["epoch"] = s.epoch;
@@ -196,11 +262,11 @@ PYBIND11_MODULE(_native, m) {
              stoker::Status status;
              {
                py::gil_scoped_release release;
-               status = l.loader_->Restore(s);
+               status = l.L().Restore(s);
              }
              if (!status.ok()) Raise(status);
            })
-      .def("stats", [](PyLoader& l) { return l.loader_->stats(); });
+      .def("stats", [](PyLoader& l) { return l.L().stats(); });
 
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite) {
     stoker::PackOptions options;

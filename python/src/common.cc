@@ -62,13 +62,13 @@ void Raise(const stoker::Status& status) {
 }
 
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
-                        DLDataType dtype) {
+                        DLDataType dtype, DLDevice device) {
   auto ctx = std::make_unique<TensorContext>();
   ctx->owner = std::move(owner);
   ctx->shape = shape;
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = data;
-  t.device = {kDLCPU, 0};
+  t.device = device;
   t.ndim = ndim;
   t.dtype = dtype;
   t.shape = ctx->shape.data();

@@ -35,7 +35,7 @@ inline void Check(const stoker::Status& status) {
 // A "dltensor" capsule over `data` (CPU, compact row-major) that keeps
 // `owner` alive until the consumer (torch) frees the tensor.
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
-                        DLDataType dtype);
+                        DLDataType dtype, DLDevice device = {kDLCPU, 0});
 
 void BindCheckpoint(py::module_& m);
 

@@ -92,7 +92,8 @@ class Loader:
 
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
-                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True):
+                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True,
+                 device="cpu"):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -124,7 +125,9 @@ class Loader:
         options.transform = t
         self._with_indices = with_indices
         self._log_epochs = log_epochs
-        self._native = _native.Loader(os.fspath(dataset), options)
+        self._native = _native.Loader(os.fspath(dataset), options, str(device))
+        if self._native.device_note:
+            logging.getLogger("stoker").warning(self._native.device_note)
         if self._native.loose_files:
             logging.getLogger("stoker").info(
                 "%s has no index.stoker: reading it as an ImageFolder of loose files (stoker pack makes it faster)",
@@ -143,11 +146,25 @@ class Loader:
     def __len__(self):
         return self._native.batches_per_epoch
 
+    @property
+    def device(self):
+        """Where batches arrive: "cpu", or "cuda:N" (a CUDA request falls back
+        to "cpu", with a logged warning, where CUDA is unavailable)."""
+        return self._native.device
+
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack
+        on_device = self._native.device != "cpu"
         while True:
             epoch = self._native.epoch
-            item = self._native.next()
+            if on_device:
+                # Batches are copied on stoker's own stream; torch's current
+                # stream waits on an event (no host synchronisation).
+                torch = _torch()
+                stream = torch.cuda.current_stream(torch.device(self._native.device))
+                item = self._native.next(stream.cuda_stream)
+            else:
+                item = self._native.next()
             if item is None:
                 wall = time.perf_counter() - self._epoch_start_time
                 stats = self._native.stats().since(self._epoch_start_stats)
@@ -157,6 +174,9 @@ class Loader:
                 self._mark_epoch_start()
                 return
             images, labels, indices = from_dlpack(item[0]), from_dlpack(item[1]), from_dlpack(item[2])
+            if on_device:
+                labels = labels.to(images.device, non_blocking=True)
+                indices = indices.to(images.device, non_blocking=True)
             yield (images, labels, indices) if self._with_indices else (images, labels)
 
     def set_epoch(self, epoch):
@@ -187,8 +207,13 @@ class Loader:
 
     def stats(self):
         """Counters since creation: batches, samples, bytes read, consumer wait
-        and per-stage busy seconds, corrupt samples skipped."""
-        return self._native.stats().as_dict()
+        and per-stage busy seconds, corrupt samples skipped; with a CUDA
+        device also "copy_s" (host-to-device copy time, from CUDA events) and
+        "copied_bytes"."""
+        d = self._native.stats().as_dict()
+        for k, v in self._native.device_stats().items():
+            d["device_" + k if k == "batches" else k] = v
+        return d
 
     def summary(self):
         """A one-line summary of the last complete epoch (logged at its end

@@ -363,3 +363,81 @@ TEST(Loader, LooseImageFolderGivesTheSameEpochAsItsPackedShards) {
 
 }  // namespace
 }  // namespace stoker
+
+#include "../device/fake_runtime.h"
+#include "stoker/device_loader.h"
+
+namespace stoker {
+namespace {
+
+TEST(DeviceLoader, DeliversTheHostLoadersBatchesThroughTheTransferEngine) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  testing::FakeDeviceRuntime fake;
+  {
+    auto host = Loader::Create(dataset, SmallOptions());
+    ASSERT_TRUE(host.ok());
+    auto reference = Loader::Create(dataset, SmallOptions());
+    ASSERT_TRUE(reference.ok());
+    Epoch expected = RunEpoch(**reference);
+
+    auto loader = DeviceLoader::CreateWithRuntime(std::move(*host), fake, 0, 2);
+    ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+    auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
+    Epoch got;
+    std::optional<DeviceBatchView> held;
+    while (true) {
+      auto next = (*loader)->Next(consumer);
+      ASSERT_TRUE(next.ok()) << next.error().ToString();
+      if (!next->has_value()) break;
+      const DeviceBatchView& b = **next;
+      const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
+      got.indices.insert(got.indices.end(), b.indices.begin(), b.indices.end());
+      got.labels.insert(got.labels.end(), b.labels.begin(), b.labels.end());
+      auto* p = static_cast<const std::byte*>(b.images);
+      got.pixels.insert(got.pixels.end(), p, p + bytes);
+      // Hold each batch until the next arrives (as a training step would), then release it.
+      if (held) {
+        ASSERT_TRUE((*loader)->Release(*held, consumer).ok());
+      }
+      held = std::move(**next);
+    }
+    ASSERT_TRUE((*loader)->Release(*held, consumer).ok());
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_EQ(got.labels, expected.labels);
+    EXPECT_EQ(got.pixels, expected.pixels);
+    const auto stats = (*loader)->stats();
+    EXPECT_EQ(stats.batches, 8u);
+    EXPECT_GT(stats.copied_bytes, 0u);
+    // The consumer's stream waited for each batch; the host never waited for
+    // a copy it had just submitted.
+    int waits = 0;
+    for (const auto& line : fake.log) waits += line.starts_with("stream 77 waits for event");
+    EXPECT_EQ(waits, 8);
+
+    // Holding every device buffer is an error, not a hang.
+    auto a = (*loader)->Next(consumer);
+    auto b = (*loader)->Next(consumer);
+    ASSERT_TRUE(a.ok() && b.ok());
+    auto c = (*loader)->Next(consumer);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.error().code(), StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(fake.live_device_allocations, 0);
+  EXPECT_EQ(fake.live_events, 0);
+  EXPECT_EQ(fake.live_streams, 0);
+}
+
+TEST(DeviceLoader, CudaWithoutAGpuIsUnavailableWithAReason) {
+  if (QueryCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
+  TempDir dir;
+  auto loader = Loader::Create(MakeDataset(dir), SmallOptions());
+  ASSERT_TRUE(loader.ok());
+  auto d = DeviceLoader::Create(std::move(*loader), Device{DeviceKind::kCuda, 0});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code(), StatusCode::kUnavailable);
+  EXPECT_NE(d.error().message().find("cannot use cuda:0"), std::string::npos) << d.error().message();
+}
+
+}  // namespace
+}  // namespace stoker

@@ -242,3 +242,17 @@ def test_loose_image_folder_reads_like_its_packed_shards(packed, demo_images, cl
     result = cli("bench", demo_images, "--max-batches", "2", "--batch-size", "8", "--size", "32", "--json")
     assert "reading it as an ImageFolder of loose files" in result.stderr
     assert json.loads(result.stdout.splitlines()[0])["images"] == 16
+
+
+def test_cuda_request_falls_back_to_cpu_with_a_warning_where_there_is_no_gpu(packed, caplog):
+    if stoker.cuda_status()["device_count"] > 0:
+        pytest.skip("this machine has a GPU")
+    with caplog.at_level("WARNING", logger="stoker"):
+        loader = stoker.Loader(packed, batch_size=4, device="cuda", num_threads=1,
+                               transform=T.Compose([T.RandomResizedCrop(32)]))
+    assert loader.device == "cpu"
+    assert any("using the CPU" in r.getMessage() for r in caplog.records)
+    images, labels = next(iter(loader))
+    assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32)
+    with pytest.raises(ValueError, match="not 'cpu', 'cuda' or 'cuda:N'"):
+        stoker.Loader(packed, device="tpu")

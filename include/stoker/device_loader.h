@@ -1,0 +1,83 @@
+// stoker/device_loader.h: a Loader whose batches arrive on a GPU.
+//
+// Each batch the host loader prepares (in a page-locked buffer) is copied to
+// a pool of device buffers on stoker's own copy stream; the consumer's stream
+// waits on an event, so the host never blocks on a copy and batch k+1 copies
+// while the consumer computes on batch k. A device buffer returns to the pool
+// when the consumer releases the batch, once the consumer stream's work up to
+// then completes (an event, not a host wait).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "stoker/device.h"
+#include "stoker/loader.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+namespace device {
+class DeviceRuntime;
+}
+
+// A batch on the device. Labels and indices are host copies.
+struct DeviceBatchView {
+  void* images = nullptr;  // device memory: [N, C, H, W] or [N, H, W, C] in dtype
+  std::array<std::int64_t, 4> shape{};
+  DType dtype = DType::kFloat32;
+  std::vector<std::int64_t> labels;
+  std::vector<std::uint64_t> indices;
+  std::uint64_t epoch = 0;
+  std::uint64_t batch_index = 0;
+  int device_index = 0;
+  // The engine's handle (slot and submission number).
+  std::uint32_t slot = 0;
+  std::uint64_t sequence = 0;
+};
+
+struct DeviceLoaderStats {
+  std::uint64_t batches = 0;
+  double copy_seconds = 0;  // host-to-device copy time, measured with events
+  std::uint64_t copied_bytes = 0;
+  double submit_seconds = 0;  // host time in Next() beyond the host loader's own wait
+};
+
+class DeviceLoader {
+ public:
+  // Copies `loader`'s batches to `device` (a CUDA device). Unavailable when
+  // CUDA is not usable here (QueryCuda() says why); callers then use the
+  // host loader directly.
+  [[nodiscard]] static Result<std::unique_ptr<DeviceLoader>> Create(std::unique_ptr<Loader> loader, Device device,
+                                                                    std::uint32_t device_buffers = 3);
+  // The same over any runtime (tests pass a fake one).
+  [[nodiscard]] static Result<std::unique_ptr<DeviceLoader>> CreateWithRuntime(std::unique_ptr<Loader> loader,
+                                                                               device::DeviceRuntime& runtime,
+                                                                               int device_index,
+                                                                               std::uint32_t device_buffers = 3);
+  ~DeviceLoader();
+  DeviceLoader(const DeviceLoader&) = delete;
+  DeviceLoader& operator=(const DeviceLoader&) = delete;
+
+  // The next batch, ready for work enqueued on `consumer_stream` (a
+  // cudaStream_t) from now on; nullopt at the end of an epoch.
+  // ResourceExhausted when the consumer holds every device buffer.
+  [[nodiscard]] Result<std::optional<DeviceBatchView>> Next(void* consumer_stream);
+  // Gives the batch's device buffer back once `consumer_stream`'s work
+  // enqueued so far completes. Thread-safe (tensor deleters may run anywhere).
+  [[nodiscard]] Status Release(const DeviceBatchView& batch, void* consumer_stream);
+
+  [[nodiscard]] Loader& loader();
+  [[nodiscard]] DeviceLoaderStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit DeviceLoader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker
