@@ -52,6 +52,10 @@ StreamHandle TransferEngine::copy_stream() const {
   return copy_stream_.get();
 }
 
+EventHandle TransferEngine::copied_event(const DeviceBatch& batch) const {
+  return batch.slot < slots_.size() ? slots_[batch.slot]->copied.get() : nullptr;
+}
+
 std::uint32_t TransferEngine::free_slots() const {
   std::uint32_t n = 0;
   for (const auto& s : slots_) n += !s->held;

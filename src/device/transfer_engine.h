@@ -72,6 +72,8 @@ class TransferEngine {
   // Milliseconds the copy of `batch` took (timing = true), measured by events.
   [[nodiscard]] Result<float> CopyMilliseconds(const DeviceBatch& batch);
 
+  // The event recorded when the batch's copy finished (for measurements).
+  [[nodiscard]] EventHandle copied_event(const DeviceBatch& batch) const;
   [[nodiscard]] StreamHandle copy_stream() const;
   [[nodiscard]] std::uint32_t free_slots() const;
 

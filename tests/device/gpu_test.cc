@@ -1,0 +1,225 @@
+// Tests that need a GPU (built with CUDA; skipped where no device is
+// usable): the kernel against its CPU twin, copies overlapping compute as
+// CUDA events show, and no device memory leaked after many epochs.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "device/preprocess_cpu.h"
+#include "device/runtime.h"
+#include "device/transfer_engine.h"
+
+int LaunchSpin(std::int64_t cycles, int* device_sink, void* stream);
+
+namespace stoker {
+namespace {
+
+using device::ImageDesc;
+using device::OutputDesc;
+using device::OutputType;
+
+device::DeviceRuntime* Gpu() {
+  std::string why;
+  device::DeviceRuntime* runtime = device::CudaDeviceRuntime(&why);
+  if (runtime == nullptr) std::printf("no GPU: %s\n", why.c_str());
+  return runtime;
+}
+
+#define REQUIRE_GPU()                           \
+  device::DeviceRuntime* gpu = Gpu();           \
+  if (gpu == nullptr) GTEST_SKIP() << "no GPU"; \
+  ASSERT_TRUE(gpu->SetDevice(0).ok())
+
+// Decoded-image batches: random sizes, boxes (fractional, partly outside
+// nothing), flips; pixels random.
+struct HostBatch {
+  std::vector<ImageDesc> images;
+  std::vector<std::uint8_t> pixels;
+};
+
+HostBatch RandomBatch(int count, unsigned seed) {
+  std::mt19937 rng(seed);
+  HostBatch b;
+  for (int k = 0; k < count; ++k) {
+    ImageDesc d;
+    d.width = 40 + static_cast<int>(rng() % 400);
+    d.height = 40 + static_cast<int>(rng() % 300);
+    d.offset = b.pixels.size();
+    const float bw = static_cast<float>(d.width) * (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f);
+    const float bh = static_cast<float>(d.height) * (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f);
+    d.x0 = static_cast<float>(rng() % 1000) / 1000.0f * (static_cast<float>(d.width) - bw);
+    d.y0 = static_cast<float>(rng() % 1000) / 1000.0f * (static_cast<float>(d.height) - bh);
+    d.x1 = d.x0 + bw;
+    d.y1 = d.y0 + bh;
+    d.flip = static_cast<int>(rng() & 1);
+    b.images.push_back(d);
+    b.pixels.resize(b.pixels.size() + static_cast<std::size_t>(d.width) * d.height * 3);
+  }
+  for (auto& p : b.pixels) p = static_cast<std::uint8_t>(rng() & 0xff);
+  return b;
+}
+
+float HalfToFloat(std::uint16_t h) {
+  const std::uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    f = mant ? NAN : INFINITY;
+  } else {
+    f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  }
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u |= sign;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float BFloat16ToFloat(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Gpu, KernelMatchesTheCpuTwinWithinOneLevel) {
+  REQUIRE_GPU();
+  HostBatch b = RandomBatch(24, 7);
+  for (auto type : {OutputType::kFloat32, OutputType::kFloat16, OutputType::kBFloat16, OutputType::kUint8}) {
+    for (int channels_last : {0, 1}) {
+      OutputDesc o;
+      o.width = 96;
+      o.height = 80;
+      o.type = type;
+      o.channels_last = channels_last;
+      o.normalize = type != OutputType::kUint8;
+      const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+      for (int c = 0; c < 3; ++c) o.mean[c] = mean[c], o.inv_std[c] = 1 / sd[c];
+      const std::size_t image_bytes = device::OutputImageBytes(o), out_bytes = image_bytes * b.images.size();
+      std::vector<std::byte> twin(out_bytes), from_gpu(out_bytes);
+      device::PreprocessOnCpu(b.pixels.data(), b.images, o, twin.data());
+
+      auto pixels = device::MakeDeviceMemory(*gpu, b.pixels.size());
+      auto descs = device::MakeDeviceMemory(*gpu, b.images.size() * sizeof(ImageDesc));
+      auto out = device::MakeDeviceMemory(*gpu, out_bytes);
+      ASSERT_TRUE(pixels.ok() && descs.ok() && out.ok());
+      auto stream = device::MakeStream(*gpu);
+      ASSERT_TRUE(stream.ok());
+      ASSERT_EQ(cudaMemcpy(pixels->get(), b.pixels.data(), b.pixels.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(descs->get(), b.images.data(), b.images.size() * sizeof(ImageDesc), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_TRUE(gpu->LaunchPreprocess(static_cast<const std::uint8_t*>(pixels->get()),
+                                        static_cast<const ImageDesc*>(descs->get()),
+                                        static_cast<std::int32_t>(b.images.size()), o, out->get(), stream->get())
+                      .ok());
+      ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(stream->get())), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(from_gpu.data(), out->get(), out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+
+      // Compare in uint8 levels after de-normalising.
+      double worst = 0;
+      const std::size_t n = out_bytes / (type == OutputType::kUint8 ? 1 : type == OutputType::kFloat32 ? 4 : 2);
+      const std::size_t per_image = n / b.images.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t within = i % per_image;
+        const int c = channels_last ? static_cast<int>(within % 3) : static_cast<int>(within / (per_image / 3));
+        auto level = [&](const std::byte* base) -> double {
+          switch (type) {
+            case OutputType::kUint8:
+              return static_cast<double>(reinterpret_cast<const std::uint8_t*>(base)[i]);
+            case OutputType::kFloat32:
+              return (reinterpret_cast<const float*>(base)[i] * sd[c] + mean[c]) * 255;
+            case OutputType::kFloat16:
+              return (HalfToFloat(reinterpret_cast<const std::uint16_t*>(base)[i]) * sd[c] + mean[c]) * 255;
+            case OutputType::kBFloat16:
+              return (BFloat16ToFloat(reinterpret_cast<const std::uint16_t*>(base)[i]) * sd[c] + mean[c]) * 255;
+          }
+          return 0;
+        };
+        worst = std::max(worst, std::abs(level(from_gpu.data()) - level(twin.data())));
+      }
+      std::printf("GPU vs CPU twin, type %d, %s: max difference %.4f levels\n", static_cast<int>(type),
+                  channels_last ? "NHWC" : "NCHW", worst);
+      EXPECT_LE(worst, 1.0);
+    }
+  }
+}
+
+TEST(Gpu, CopiesOverlapComputeOnTheConsumerStream) {
+  REQUIRE_GPU();
+  device::TransferOptions options;
+  options.input_bytes = 64 << 20;  // 64 MiB batches: a copy takes milliseconds
+  options.buffers = 2;
+  options.timing = true;
+  auto engine = device::TransferEngine::Create(*gpu, options);
+  ASSERT_TRUE(engine.ok()) << engine.error().ToString();
+  auto pinned = gpu->PinnedAlloc(options.input_bytes);
+  ASSERT_TRUE(pinned.ok());
+  device::PinnedMemory host(gpu, *pinned);
+  std::memset(host.get(), 1, options.input_bytes);
+  auto consumer = device::MakeStream(*gpu);
+  auto compute_start = device::MakeEvent(*gpu, true), compute_end = device::MakeEvent(*gpu, true);
+  auto sink = device::MakeDeviceMemory(*gpu, 64);
+  ASSERT_TRUE(consumer.ok() && compute_start.ok() && compute_end.ok() && sink.ok());
+  std::span<const std::byte> bytes(static_cast<const std::byte*>(host.get()), options.input_bytes);
+
+  auto first = (*engine)->Submit(bytes);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*engine)->WaitOn(*first, consumer->get()).ok());
+  // The consumer computes on batch 0 (a 20 ms kernel) while batch 1 copies.
+  ASSERT_TRUE(gpu->RecordEvent(compute_start->get(), consumer->get()).ok());
+  ASSERT_EQ(LaunchSpin(int64_t{2'000'000'000} / 100, static_cast<int*>(sink->get()), consumer->get()), 0);
+  ASSERT_TRUE(gpu->RecordEvent(compute_end->get(), consumer->get()).ok());
+  auto second = (*engine)->Submit(bytes);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto ms = [&](device::EventHandle a, device::EventHandle b) { return *gpu->ElapsedMilliseconds(a, b); };
+  const float compute_ms = ms(compute_start->get(), compute_end->get());
+  const float copy_ms = *(*engine)->CopyMilliseconds(*second);
+  std::printf("compute %.2f ms, copy of 64 MiB %.2f ms (%.1f GB/s)\n", compute_ms, copy_ms, 64.0 * 1.048576 / copy_ms);
+  // The engine recorded the copy's start and end; test the overlap with them.
+  const float copy_end_after_compute_start = ms(compute_start->get(), (*engine)->copied_event(*second));
+  const float copy_end_before_compute_end = ms((*engine)->copied_event(*second), compute_end->get());
+  std::printf("copy ended %.2f ms after compute started, %.2f ms before it ended\n", copy_end_after_compute_start,
+              copy_end_before_compute_end);
+  EXPECT_GT(compute_ms, 5.0f);
+  EXPECT_GT(copy_end_after_compute_start, 0.0f);  // the copy ran during the compute...
+  EXPECT_GT(copy_end_before_compute_end, 0.0f);   // ...and finished before it did: fully overlapped
+  ASSERT_TRUE((*engine)->Release(*first, consumer->get()).ok());
+  ASSERT_TRUE((*engine)->Release(*second, consumer->get()).ok());
+}
+
+TEST(Gpu, NoDeviceMemoryLeakedAfterManyEpochs) {
+  REQUIRE_GPU();
+  std::vector<std::byte> host(1 << 20, std::byte{3});
+  auto consumer = device::MakeStream(*gpu);
+  ASSERT_TRUE(consumer.ok());
+  auto cycle = [&](int batches) {
+    device::TransferOptions options;
+    options.input_bytes = host.size();
+    options.buffers = 3;
+    auto engine = device::TransferEngine::Create(*gpu, options);
+    ASSERT_TRUE(engine.ok());
+    for (int i = 0; i < batches; ++i) {
+      auto b = (*engine)->Submit(host);
+      ASSERT_TRUE(b.ok()) << b.error().ToString();
+      ASSERT_TRUE((*engine)->WaitOn(*b, consumer->get()).ok());
+      ASSERT_TRUE((*engine)->Release(*b, consumer->get()).ok());
+    }
+  };
+  cycle(10);  // warm up: the runtime's own one-time allocations
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int epoch = 0; epoch < 50; ++epoch) cycle(40);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  std::printf("device memory free before %zu, after 50 epochs x 40 batches %zu\n", free_before, free_after);
+  EXPECT_EQ(free_before, free_after);
+}
+
+}  // namespace
+}  // namespace stoker
