@@ -93,10 +93,15 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quality", type=int, default=95)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--photos", help="a folder holding the source photographs (default: skimage's data folder); "
+                                         "scripts/gpu-deps copies them for machines without Debian's python3-skimage")
     args = parser.parse_args()
     if args.classes < 1 or args.per_class < 1:
         parser.error("--classes and --per-class must be positive")
-    data_dir = skimage_data_dir()
+    data_dir = args.photos or skimage_data_dir()
+    missing = [p for p in PHOTOS if not os.path.exists(os.path.join(data_dir, p))]
+    if missing:
+        sys.exit("make_demo_data: %s lacks %s" % (data_dir, ", ".join(missing)))
     for c in range(args.classes):
         os.makedirs(os.path.join(args.out, class_name(c)), exist_ok=True)
     jobs = [(data_dir, args.out, c, i, args.seed, args.quality)
