@@ -30,6 +30,10 @@
 
 namespace stoker {
 
+namespace device {
+class DeviceRuntime;
+}
+
 // Element types of safetensors, by their names in the format ("BF16", ...).
 enum class TensorDType : std::uint8_t {
   kBool,
@@ -67,8 +71,11 @@ struct TensorRef {
   TensorDType dtype = TensorDType::kFloat32;
   std::vector<std::uint64_t> shape;
   const void* data = nullptr;
-  // -1: host memory. N >= 0 (cuda:N) is reserved for the device path and
-  // refused with Unimplemented for now.
+  // -1: host memory; N >= 0: memory of cuda:N, snapshotted with
+  // asynchronous device-to-host copies into the (page-locked) snapshot
+  // buffer. Work that writes the tensor must be complete (or ordered before
+  // the call) when Save() starts; the Python package synchronises torch's
+  // current stream first.
   int device = -1;
 };
 
@@ -118,6 +125,8 @@ struct CheckpointOptions {
   std::uint32_t copy_threads = 0;
   // nullptr: FileSystem::Default().
   FileSystem* file_system = nullptr;
+  // For tensors on a GPU; nullptr: the CUDA runtime when one is usable.
+  device::DeviceRuntime* device_runtime = nullptr;
 };
 
 enum class SaveOutcome : std::uint8_t { kStarted, kSkippedBusy };

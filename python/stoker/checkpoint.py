@@ -84,9 +84,9 @@ def _flatten(obj, path, tensors, keep_alive):
         if name in tensors:
             raise ValueError("two entries of the state flatten to the same name %r; rename one" % name)
         t = obj.detach()
-        if t.device.type != "cpu":
-            # Until stoker's device path snapshots device memory itself, a
-            # device tensor is copied to the host by torch first.
+        if t.device.type == "cuda" and not _stoker_cuda_usable():
+            t = t.cpu()  # stoker cannot reach this GPU: torch copies to the host
+        elif t.device.type not in ("cpu", "cuda"):
             t = t.cpu()
         if not t.is_contiguous():
             t = t.contiguous()
@@ -110,6 +110,16 @@ def _flatten(obj, path, tensors, keep_alive):
         return {"f": obj.hex()}  # exact, and NaN/inf survive JSON
     raise TypeError("cannot checkpoint %r at %r: only tensors, dicts, lists, tuples, numbers, strings and None"
                     % (type(obj).__name__, path or "<root>"))
+
+
+_CUDA_USABLE = None
+
+
+def _stoker_cuda_usable():
+    global _CUDA_USABLE
+    if _CUDA_USABLE is None:
+        _CUDA_USABLE = _native.cuda_status()["device_count"] > 0
+    return _CUDA_USABLE
 
 
 def _unflatten(node, tensors):
@@ -275,15 +285,29 @@ class Checkpointer:
         values) and returns True; False when when_busy="skip" found a persist
         still running. `loader`: a stoker.Loader (or its state_dict()) to
         resume exactly; `extra`: a JSON-able dict returned as Checkpoint.extra;
-        `rng`: also save torch/Python/numpy RNG states."""
+        `rng`: also save torch/Python/numpy RNG states. CUDA tensors are
+        snapshotted by stoker with asynchronous device-to-host copies into
+        its page-locked buffer (after torch's current stream finishes its
+        queued work)."""
         table, _ = _dtype_tables()
         tensors, keep_alive = {}, []
         structure = _flatten(state, "", tensors, keep_alive)
         flat = []
+        devices = set()
         for name, t in tensors.items():
             if t.dtype not in table:
                 raise TypeError("tensor %r has dtype %s, which safetensors cannot store" % (name, t.dtype))
-            flat.append((name, table[t.dtype], list(t.shape), t.data_ptr(), -1))
+            device = t.device.index if t.device.type == "cuda" else -1
+            if device is None:
+                device = _torch().cuda.current_device()
+            if device >= 0:
+                devices.add(device)
+            flat.append((name, table[t.dtype], list(t.shape), t.data_ptr(), device))
+        # GPU tensors are copied by stoker with asynchronous copies on its own
+        # streams; the kernels that wrote them (queued on torch's current
+        # streams) must have finished first.
+        for device in devices:
+            _torch().cuda.current_stream(device).synchronize()
         loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
         user = {"structure": structure}
         if extra is not None:

@@ -17,6 +17,7 @@
 #include "core/hash.h"
 #include "core/host_buffer.h"
 #include "core/mutex.h"
+#include "device/runtime.h"
 #include "stoker/checkpoint.h"
 
 namespace stoker {
@@ -107,6 +108,19 @@ struct Checkpointer::Impl {
   IntervalPolicy policy GUARDED_BY(mu);
   std::uint64_t temp_counter GUARDED_BY(mu) = 0;
   std::uint64_t persist_bytes = 0;  // of the persist in progress; worker thread only
+
+  // Device tensors: the runtime, and one copy stream per device (made on
+  // first use; touched only by the thread calling Save).
+  device::DeviceRuntime* device_runtime = nullptr;
+  std::string device_unavailable;
+  std::map<int, device::Stream> device_streams;
+
+  device::DeviceRuntime* DeviceRuntimeFor(const TensorRef&) {
+    if (device_runtime == nullptr) {
+      device_runtime = options.device_runtime ? options.device_runtime : device::CudaDeviceRuntime(&device_unavailable);
+    }
+    return device_runtime;
+  }
   std::thread worker;
 
   explicit Impl(CheckpointOptions o)
@@ -199,10 +213,9 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
     if (t.name.empty()) return Status::InvalidArgument(fmt::format("tensor {} has an empty name", i));
     if (t.name == "__metadata__") return Status::InvalidArgument("a tensor may not be named '__metadata__'");
     if (!names.insert(t.name).second) return Status::InvalidArgument(fmt::format("duplicate tensor name '{}'", t.name));
-    if (t.device >= 0)
-      return Status::Unimplemented(fmt::format(
-          "tensor '{}' is on cuda:{}; saving device memory needs the device path (copy it to the host first)", t.name,
-          t.device));
+    if (t.device >= 0 && m.DeviceRuntimeFor(t) == nullptr)
+      return Status::Unavailable(fmt::format("tensor '{}' is on cuda:{} but CUDA is not usable here: {}", t.name,
+                                             t.device, m.device_unavailable));
     auto b = safetensors::TensorBytes(t.dtype, t.shape);
     if (!b.ok()) return b.error().WithContext(fmt::format("tensor '{}'", t.name));
     if (*b > 0 && t.data == nullptr) return Status::InvalidArgument(fmt::format("tensor '{}' has no data", t.name));
@@ -277,7 +290,7 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
     for (std::size_t i : groups[g]) {
       const TensorRef& t = tensors[i];
       file.tensors.push_back({t.name, t.dtype, t.shape, file.bytes, file.bytes + bytes[i]});
-      if (bytes[i] > 0)
+      if (bytes[i] > 0 && t.device < 0)
         segments.push_back({m.arena.data() + arena_pos + file.bytes, static_cast<const std::byte*>(t.data), bytes[i]});
       file.bytes += bytes[i];
     }
@@ -286,7 +299,38 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   }
 
   const auto copy_start = Clock::now();
-  ParallelCopy(segments, total, m.copy_threads);
+  // Device tensors: asynchronous copies on one stream per device, enqueued
+  // first so that they run while the host tensors are copied.
+  std::set<int> devices_used;
+  for (std::size_t g = 0, arena_at = 0; g < groups.size(); ++g) {
+    std::uint64_t in_file = 0;
+    for (std::size_t i : groups[g]) {
+      const TensorRef& t = tensors[i];
+      if (t.device >= 0 && bytes[i] > 0) {
+        device::DeviceRuntime& rt = *m.device_runtime;
+        if (Status s = rt.SetDevice(t.device); !s.ok()) return fail(s.WithContext(fmt::format("tensor '{}'", t.name)));
+        auto stream = m.device_streams.find(t.device);
+        if (stream == m.device_streams.end()) {
+          auto made = device::MakeStream(rt);
+          if (!made.ok()) return fail(made.error());
+          stream = m.device_streams.emplace(t.device, std::move(*made)).first;
+        }
+        if (Status s = rt.CopyToHostAsync(m.arena.data() + arena_at + in_file, t.data, bytes[i], stream->second.get());
+            !s.ok())
+          return fail(s.WithContext(fmt::format("snapshot of tensor '{}' on cuda:{}", t.name, t.device)));
+        devices_used.insert(t.device);
+      }
+      in_file += bytes[i];
+    }
+    arena_at += in_file;
+  }
+  std::uint64_t host_total = 0;
+  for (const auto& segment : segments) host_total += segment.bytes;
+  ParallelCopy(segments, host_total, m.copy_threads);
+  for (int d : devices_used) {
+    if (Status s = m.device_runtime->SynchronizeStream(m.device_streams.at(d).get()); !s.ok())
+      return fail(s.WithContext(fmt::format("snapshot from cuda:{}", d)));
+  }
   job.snapshot_done = Clock::now();
   job.stall_seconds = Seconds(job.snapshot_done - start);
   {

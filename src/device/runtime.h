@@ -41,6 +41,10 @@ class DeviceRuntime {
 
   [[nodiscard]] virtual Status CopyToDeviceAsync(void* device_dst, const void* host_src, std::size_t bytes,
                                                  StreamHandle stream) = 0;
+  [[nodiscard]] virtual Status CopyToHostAsync(void* host_dst, const void* device_src, std::size_t bytes,
+                                               StreamHandle stream) = 0;
+  // The host waits for all work on `stream`.
+  [[nodiscard]] virtual Status SynchronizeStream(StreamHandle stream) = 0;
   [[nodiscard]] virtual Status RecordEvent(EventHandle event, StreamHandle stream) = 0;
   // Work later enqueued on `stream` starts after `event` completes; the host does not wait.
   [[nodiscard]] virtual Status StreamWaitEvent(StreamHandle stream, EventHandle event) = 0;

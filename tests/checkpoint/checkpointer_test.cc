@@ -14,6 +14,7 @@
 
 #include "checkpoint/interval.h"
 #include "fault_file_system.h"
+#include "stoker/device.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -161,10 +162,6 @@ TEST(Checkpointer, RefusesBadTensorsWithClearErrors) {
   auto r = (*ck)->Save(1, dup, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("duplicate tensor name 'a'"), std::string::npos);
-  std::vector<TensorRef> gpu = {{"g", TensorDType::kFloat32, {1}, &x, 0}};
-  r = (*ck)->Save(1, gpu, {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code(), StatusCode::kUnimplemented);
   std::vector<TensorRef> null = {{"n", TensorDType::kFloat32, {4}, nullptr}};
   EXPECT_FALSE((*ck)->Save(1, null, {}).ok());
   CheckpointExtras bad_json;
@@ -425,6 +422,58 @@ TEST(Checkpointer, SurvivesSigkillAtRandomMomentsDuringPersist) {
   for (const auto& name : Entries(dir.path())) EXPECT_FALSE(name.starts_with(".tmp-")) << name;
   EXPECT_GE(loaded_newer, 5) << "the kills rarely let a checkpoint complete; the test is not exercising much";
   EXPECT_GE(killed_mid_persist, 5) << "the kills rarely landed during a persist";
+}
+
+}  // namespace
+}  // namespace stoker
+
+#include "../device/fake_runtime.h"
+
+namespace stoker {
+namespace {
+
+TEST(Checkpointer, SnapshotsDeviceTensorsWithAsynchronousCopies) {
+  TempDir dir;
+  testing::FakeDeviceRuntime fake;
+  auto options = Options(dir.path());
+  options.device_runtime = &fake;
+  auto ck = Checkpointer::Open(options);
+  ASSERT_TRUE(ck.ok());
+  std::vector<float> host_values(1000, 3.5f);
+  auto device_memory = fake.DeviceAlloc(host_values.size() * 4);
+  ASSERT_TRUE(device_memory.ok());
+  std::memcpy(*device_memory, host_values.data(), host_values.size() * 4);
+  std::vector<std::int64_t> on_host = {1, 2, 3};
+  std::vector<TensorRef> refs = {{"gpu.w", TensorDType::kFloat32, {10, 100}, *device_memory, 0},
+                                 {"cpu.step", TensorDType::kInt64, {3}, on_host.data(), -1}};
+  ASSERT_TRUE((*ck)->Save(9, refs, {}).ok());
+  std::memset(*device_memory, 0, host_values.size() * 4);  // the device tensor changes after Save returned
+  ASSERT_TRUE((*ck)->Wait().ok());
+  // One asynchronous device-to-host copy on a stream, then the host waited for that stream.
+  ASSERT_GE(fake.log.size(), 2u);
+  EXPECT_TRUE(fake.log[0].starts_with("copy 4000 bytes to host on stream")) << fake.log[0];
+  EXPECT_TRUE(fake.log[1].starts_with("host waits for stream")) << fake.log[1];
+  auto loaded = LoadLatestCheckpoint(dir.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.error().ToString();
+  const auto* w = Find(*loaded, "gpu.w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(std::memcmp(w->data.data(), host_values.data(), 4000), 0);
+  EXPECT_EQ(std::memcmp(Find(*loaded, "cpu.step")->data.data(), on_host.data(), 24), 0);
+  fake.DeviceFree(*device_memory);
+}
+
+TEST(Checkpointer, DeviceTensorsWithoutCudaAreRefusedWithAReason) {
+  if (QueryCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
+  TempDir dir;
+  auto ck = Checkpointer::Open(Options(dir.path()));
+  ASSERT_TRUE(ck.ok());
+  float x = 0;
+  std::vector<TensorRef> refs = {{"w", TensorDType::kFloat32, {1}, &x, 0}};
+  auto r = (*ck)->Save(1, refs, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.error().message().find("tensor 'w' is on cuda:0 but CUDA is not usable here"), std::string::npos)
+      << r.error().message();
 }
 
 }  // namespace

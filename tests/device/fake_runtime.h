@@ -61,6 +61,17 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
     log.push_back(fmt::format("copy {} bytes on stream {}", bytes, Id(s)));
     return Status::Ok();
   }
+  Status CopyToHostAsync(void* dst, const void* src, std::size_t bytes, device::StreamHandle s) override {
+    if (!device_memory_.contains(const_cast<void*>(src)))
+      return Status::Internal("copy from memory that is not device memory");
+    std::memcpy(dst, src, bytes);
+    log.push_back(fmt::format("copy {} bytes to host on stream {}", bytes, Id(s)));
+    return Status::Ok();
+  }
+  Status SynchronizeStream(device::StreamHandle s) override {
+    log.push_back(fmt::format("host waits for stream {}", Id(s)));
+    return Status::Ok();
+  }
   Status RecordEvent(device::EventHandle e, device::StreamHandle s) override {
     log.push_back(fmt::format("record event {} on stream {}", Id(e), Id(s)));
     return Status::Ok();

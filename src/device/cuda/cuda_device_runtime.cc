@@ -59,6 +59,13 @@ class CudaRuntimeImpl final : public DeviceRuntime {
     return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)),
                  "cudaMemcpyAsync (host to device)");
   }
+  Status CopyToHostAsync(void* dst, const void* src, std::size_t bytes, StreamHandle s) override {
+    return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(s)),
+                 "cudaMemcpyAsync (device to host)");
+  }
+  Status SynchronizeStream(StreamHandle s) override {
+    return Check(cudaStreamSynchronize(static_cast<cudaStream_t>(s)), "cudaStreamSynchronize");
+  }
   Status RecordEvent(EventHandle e, StreamHandle s) override {
     return Check(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)), "cudaEventRecord");
   }
