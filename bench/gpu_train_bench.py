@@ -1,6 +1,7 @@
 """The loader feeding a real training step on a GPU: torchvision ResNet-50,
 forward + backward + SGD step under bfloat16 autocast, batch 256, fed by
-stoker.Loader(device="cuda") and by torch DataLoader (ImageFolder,
+stoker.Loader(device="cuda") (CPU preprocessing, and gpu_preprocess=True)
+and by torch DataLoader (ImageFolder,
 num_workers = cores, pin_memory) on the same JPEGs with the same transform.
 
 GPU idle % comes from CUDA events around each step's compute on the compute
@@ -134,6 +135,14 @@ def main():
     stats = loader.stats()
     results[-1]["copy_s"] = stats.get("copy_s")
     results[-1]["consumer_wait_s"] = stats.get("wait_s")
+    del loader
+
+    # The GPU finishes preprocessing: the CPU only decodes the crops.
+    loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
+                           device="cuda", layout="NHWC", gpu_preprocess=True, log_epochs=False)
+    model, opt = make_model()
+    results.append(train("stoker.Loader(device='cuda', gpu_preprocess)", forever(loader), model, opt, args.steps,
+                         args.warmup, lambda x, y: (x.permute(0, 3, 1, 2), y)))
     del loader
 
     train_tf = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Normalize(MEAN, STD)])

@@ -64,6 +64,15 @@ struct LoaderOptions {
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
   // Field holding the image; empty picks the first of jpg, jpeg.
   std::string image_field;
+  // The GPU finishes (DeviceLoader): batches hold the decoded uint8 crops and
+  // per-image boxes and flips (device::ImageDesc records, then pixels) for
+  // the preprocessing kernel, instead of finished images. A crop that does
+  // not fit the batch's room is resized on the CPU and finished (flip,
+  // normalise, dtype) on the GPU.
+  bool finish_on_device = false;
+  // With finish_on_device: room for decoded crops, in output-sized uint8
+  // images per sample (beyond one output-sized image each, always reserved).
+  float device_input_factor = 3.0f;
 };
 
 // Where the loader is in its epochs: enough to resume exactly.
@@ -137,7 +146,11 @@ class Batch {
   [[nodiscard]] std::uint32_t size() const;            // N: may be smaller at the epoch's end
   [[nodiscard]] std::array<std::int64_t, 4> shape() const;
   [[nodiscard]] DType dtype() const;
+  // Bytes of images(): the finished batch, or (finish_on_device) the
+  // descriptor table plus the pixels used.
   [[nodiscard]] std::size_t image_bytes() const;
+  // finish_on_device: where the pixels start in images() (after the table).
+  [[nodiscard]] std::size_t device_pixels_offset() const;
   [[nodiscard]] std::uint64_t epoch() const;
   [[nodiscard]] std::uint64_t batch_index() const;  // within the epoch
 
@@ -173,6 +186,8 @@ class Loader {
 
   [[nodiscard]] LoaderStats stats() const;
   [[nodiscard]] const LoaderOptions& options() const;
+  // The capacity of each batch buffer (what Batch::images() may hold).
+  [[nodiscard]] std::size_t batch_buffer_bytes() const;
   [[nodiscard]] std::uint32_t rank() const;
   [[nodiscard]] std::uint32_t world_size() const;
 

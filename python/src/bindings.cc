@@ -60,7 +60,7 @@ struct HostVectors {
 
 class PyLoader {
  public:
-  PyLoader(const std::string& path, const stoker::LoaderOptions& options, const std::string& device) {
+  PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess) {
     auto opened = stoker::Dataset::Open(path);
     if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
       // A folder without an index: an ImageFolder of loose files.
@@ -72,6 +72,8 @@ class PyLoader {
     const stoker::ResolvedDevice resolved = Unwrap(stoker::ResolveDevice(device));
     device_note_ = resolved.note;
     device_ = resolved.device;
+    // The GPU finishes preprocessing only where batches go to a GPU.
+    options.finish_on_device = gpu_preprocess && device_.kind == stoker::DeviceKind::kCuda;
     auto loader = Unwrap(stoker::Loader::Create(dataset, options));
     if (device_.kind == stoker::DeviceKind::kCuda) {
       device_loader_ = std::shared_ptr<stoker::DeviceLoader>(
@@ -215,10 +217,11 @@ PYBIND11_MODULE(_native, m) {
       });
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<const std::string&, const stoker::LoaderOptions&, const std::string&>())
+      .def(py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool>())
       .def("next", &PyLoader::Next, py::arg("stream") = 0)
       .def_property_readonly("device", [](PyLoader& l) { return l.device_.ToString(); })
       .def_property_readonly("device_note", [](PyLoader& l) { return l.device_note_; })
+      .def_property_readonly("gpu_preprocess", [](PyLoader& l) { return l.L().options().finish_on_device; })
       .def("device_stats",
            [](PyLoader& l) {
              py::dict d;

@@ -88,12 +88,17 @@ class Loader:
     ``set_epoch`` says otherwise. ``state_dict()`` / ``load_state_dict()``
     resume exactly, also under a different world size with the same global
     batch (``batch_size * world_size``).
+
+    ``device="cuda"`` (or ``"cuda:N"``) yields CUDA tensors on torch's
+    current stream, copied on stoker's own stream; ``gpu_preprocess=True``
+    also moves the resize, flip, normalisation and dtype conversion to the
+    GPU. Without a usable GPU the loader says why and stays on the CPU.
     """
 
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True,
-                 device="cpu"):
+                 device="cpu", gpu_preprocess=False):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -125,7 +130,7 @@ class Loader:
         options.transform = t
         self._with_indices = with_indices
         self._log_epochs = log_epochs
-        self._native = _native.Loader(os.fspath(dataset), options, str(device))
+        self._native = _native.Loader(os.fspath(dataset), options, str(device), bool(gpu_preprocess))
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
         if self._native.loose_files:
@@ -145,6 +150,13 @@ class Loader:
 
     def __len__(self):
         return self._native.batches_per_epoch
+
+    @property
+    def gpu_preprocess(self):
+        """True when the GPU finishes each batch: the CPU decodes the crops
+        (uint8) and one fused kernel resizes, flips, normalises and converts
+        them on the device (``gpu_preprocess=True`` with a CUDA device)."""
+        return self._native.gpu_preprocess
 
     @property
     def device(self):

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/mutex.h"
+#include "device/preprocess_cpu.h"
 #include "device/runtime.h"
 #include "device/transfer_engine.h"
 
@@ -22,6 +23,8 @@ struct DeviceLoader::Impl {
   // long has).
   std::deque<std::pair<Batch, device::DeviceBatch>> copying GUARDED_BY(mu);
   DeviceLoaderStats stats GUARDED_BY(mu);
+  bool finish = false;  // the loader's batches are decoded crops for the kernel
+  device::OutputDesc output;
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
     while (copying.size() > keep) {
@@ -54,12 +57,26 @@ Result<std::unique_ptr<DeviceLoader>> DeviceLoader::CreateWithRuntime(std::uniqu
   if (!loader) return Status::InvalidArgument("DeviceLoader needs a loader");
   STOKER_RETURN_IF_ERROR(runtime.SetDevice(device_index));
   const auto& t = loader->options().transform;
-  const std::size_t element = t.dtype == DType::kUint8 ? 1 : t.dtype == DType::kFloat32 ? 4 : 2;
   device::TransferOptions options;
-  options.input_bytes = static_cast<std::size_t>(loader->options().batch_size) * t.width * t.height * 3 * element;
+  options.input_bytes = loader->batch_buffer_bytes();
   options.buffers = std::max<std::uint32_t>(device_buffers, 2);
   options.timing = true;
   auto impl = std::make_unique<Impl>();
+  if (loader->options().finish_on_device) {
+    // The GPU finishes: the kernel writes the output images.
+    device::OutputDesc& o = impl->output;
+    o.width = t.width;
+    o.height = t.height;
+    o.type = static_cast<device::OutputType>(t.dtype);
+    o.channels_last = t.layout == Layout::kNHWC ? 1 : 0;
+    o.normalize = t.normalize ? 1 : 0;
+    for (int c = 0; c < 3; ++c) {
+      o.mean[c] = t.mean[c];
+      o.inv_std[c] = 1.0f / t.std[c];
+    }
+    options.output_bytes = static_cast<std::size_t>(loader->options().batch_size) * device::OutputImageBytes(o);
+    impl->finish = true;
+  }
   impl->loader = std::move(loader);
   impl->runtime = &runtime;
   impl->device_index = device_index;
@@ -92,7 +109,14 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream)
   // Host batches of earlier copies go back to the loader (their copies are done by now).
   STOKER_RETURN_IF_ERROR(m.RecycleCopied(0));
   const auto* bytes = static_cast<const std::byte*>(host->images());
-  STOKER_ASSIGN_OR_RETURN(device::DeviceBatch on_device, m.engine->Submit({bytes, host->image_bytes()}));
+  device::PreprocessJob job;
+  if (m.finish) {
+    job.count = static_cast<std::int32_t>(host->size());
+    job.output = m.output;
+    job.pixels_offset = host->device_pixels_offset();
+  }
+  STOKER_ASSIGN_OR_RETURN(device::DeviceBatch on_device,
+                          m.engine->Submit({bytes, host->image_bytes()}, m.finish ? &job : nullptr));
   STOKER_RETURN_IF_ERROR(m.engine->WaitOn(on_device, consumer_stream));
   DeviceBatchView view;
   view.images = on_device.data;

@@ -9,12 +9,8 @@
 
 namespace stoker {
 
-Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
-                          const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
-                          std::uint64_t sample, std::byte* out, ImageScratch& scratch, TransformTrace* trace,
-                          std::atomic<std::uint64_t>* decode_ns, std::atomic<std::uint64_t>* transform_ns) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
+Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
+                  std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
   STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
   const int W = size.width, H = size.height;
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
@@ -56,32 +52,53 @@ Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOption
     roi = {left, top, right - left, bottom - top};
   }
   STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded));
-  const auto t1 = Clock::now();
 
   const auto& d = scratch.decoded;
   const double s = d.scale;
-  transform::ImageView view{d.pixels.data(), d.width, d.height, static_cast<std::size_t>(d.width) * 3};
-  double x0 = (box.x0 - d.origin_x) / s, y0 = (box.y0 - d.origin_y) / s;
-  double x1 = (box.x1 - d.origin_x) / s, y1 = (box.y1 - d.origin_y) / s;
+  crop.view = {d.pixels.data(), d.width, d.height, static_cast<std::size_t>(d.width) * 3};
+  crop.x0 = (box.x0 - d.origin_x) / s;
+  crop.y0 = (box.y0 - d.origin_y) / s;
+  crop.x1 = (box.x1 - d.origin_x) / s;
+  crop.y1 = (box.y1 - d.origin_y) / s;
   if (t.kind == TransformOptions::Kind::kRandomResizedCrop && scale == 1) {
     // torchvision crops first, so filter taps stop at the crop's edges.
-    const int cx = static_cast<int>(x0), cy = static_cast<int>(y0);
-    view.data += static_cast<std::size_t>(cy) * view.stride + static_cast<std::size_t>(cx) * 3;
-    view.width = crop_w;
-    view.height = crop_h;
-    x0 = y0 = 0;
-    x1 = crop_w;
-    y1 = crop_h;
+    const int cx = static_cast<int>(crop.x0), cy = static_cast<int>(crop.y0);
+    crop.view.data += static_cast<std::size_t>(cy) * crop.view.stride + static_cast<std::size_t>(cx) * 3;
+    crop.view.width = crop_w;
+    crop.view.height = crop_h;
+    crop.x0 = crop.y0 = 0;
+    crop.x1 = crop_w;
+    crop.y1 = crop_h;
   }
-  x1 = std::min(x1, static_cast<double>(view.width));
-  y1 = std::min(y1, static_cast<double>(view.height));
+  crop.x1 = std::min(crop.x1, static_cast<double>(crop.view.width));
+  crop.y1 = std::min(crop.y1, static_cast<double>(crop.view.height));
+  crop.flip = flip;
+  crop.trace = {box.x0, box.y0, box.x1, box.y1, flip, scale, W, H};
+  return Status::Ok();
+}
+
+Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch) {
   scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
-  if (!transform::ResampleBilinear(view, x0, y0, x1, y1, t.width, t.height, scratch.resized.data(), scratch.resample)) {
-    return Status::Internal(
-        fmt::format("cannot resample box ({}, {})-({}, {}) of a {}x{} image", x0, y0, x1, y1, view.width, view.height));
+  if (!transform::ResampleBilinear(crop.view, crop.x0, crop.y0, crop.x1, crop.y1, t.width, t.height,
+                                   scratch.resized.data(), scratch.resample)) {
+    return Status::Internal(fmt::format("cannot resample box ({}, {})-({}, {}) of a {}x{} image", crop.x0, crop.y0,
+                                        crop.x1, crop.y1, crop.view.width, crop.view.height));
   }
-  writer.Write(scratch.resized.data(), t.width, t.height, flip, out);
-  if (trace != nullptr) *trace = {box.x0, box.y0, box.x1, box.y1, flip, scale, W, H};
+  return Status::Ok();
+}
+
+Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
+                          const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
+                          std::uint64_t sample, std::byte* out, ImageScratch& scratch, TransformTrace* trace,
+                          std::atomic<std::uint64_t>* decode_ns, std::atomic<std::uint64_t>* transform_ns) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  DecodedCrop crop;
+  STOKER_RETURN_IF_ERROR(DecodeCrop(jpeg, t, seed, epoch, sample, scratch, crop));
+  const auto t1 = Clock::now();
+  STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+  writer.Write(scratch.resized.data(), t.width, t.height, crop.flip, out);
+  if (trace != nullptr) *trace = crop.trace;
   if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
   if (transform_ns)
     transform_ns->fetch_add(static_cast<std::uint64_t>((Clock::now() - t1).count()), std::memory_order_relaxed);

@@ -24,6 +24,23 @@ struct ImageScratch {
   std::vector<std::uint8_t> resized;
 };
 
+// The decoded region of one sample and what the transform does with it: the
+// box to resample (in `view`'s pixels, possibly fractional) and the flip.
+// `view` points into the scratch's decoded buffer.
+struct DecodedCrop {
+  transform::ImageView view;
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  bool flip = false;
+  TransformTrace trace;
+};
+
+// JPEG header -> crop box and flip from the sample's random stream -> ROI
+// decode with DCT scaling. Decode errors are Corruption.
+[[nodiscard]] Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
+                                std::uint64_t epoch, std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop);
+// Resamples the crop's box to the output size into scratch.resized (uint8 HWC).
+[[nodiscard]] Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch);
+
 // Writes one transformed image (out: height * width * 3 elements of the
 // output dtype, in the output layout). Decode errors are Corruption. Adds
 // the time spent decoding and transforming to the counters when given.

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <thread>
 
@@ -15,6 +17,7 @@
 
 #include "core/host_buffer.h"
 #include "core/mutex.h"
+#include "device/preprocess_math.h"
 #include "order/sampler.h"
 #include "pipeline/image_pipeline.h"
 #include "transform/transform.h"
@@ -75,6 +78,14 @@ struct Loader::Impl {
   std::vector<std::size_t> image_fields;  // candidates present in the dataset, in preference order
   transform::OutputWriter writer{DType::kFloat32, Layout::kNCHW, true, {}, {}};
   std::size_t sample_bytes = 0;
+  // finish_on_device: each slot's buffer is [ImageDesc x batch][pixels]; the
+  // pixel area starts with one output-sized fallback image per sample, then
+  // room for decoded crops handed out by an atomic cursor per slot.
+  std::size_t desc_bytes = 0, fallback_bytes = 0, pixel_capacity = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> pixel_used;
+  std::size_t BatchBufferBytes() const {
+    return options.finish_on_device ? desc_bytes + pixel_capacity : sample_bytes * options.batch_size;
+  }
   std::uint32_t prefetch = 0;
   std::uint32_t threads = 0;
 
@@ -138,6 +149,7 @@ struct Loader::Impl {
       slot.pending = slot.size;
       slot.error = Status::Ok();
       slot.positions.assign(positions.begin(), positions.end());
+      if (options.finish_on_device) pixel_used[s].store(fallback_bytes, std::memory_order_relaxed);
       queue.push_back({ItemKind::kReadBatch, s, 0, 0, schedule_order});
       inflight.push_back(s);
       ++next_to_schedule;
@@ -256,10 +268,13 @@ struct Loader::Impl {
     Status first_error;
     for (int attempt = 0; attempt <= kMaxSubstitutes; ++attempt) {
       const std::uint64_t sample = epoch_order[(item.position + static_cast<std::uint64_t>(attempt)) % n];
-      auto* out = slot.images.data() + static_cast<std::size_t>(item.index) * sample_bytes;
+      // The finished image, or (finish_on_device) the sample's descriptor.
+      auto* out = slot.images.data() + static_cast<std::size_t>(item.index) *
+                                           (options.finish_on_device ? sizeof(device::ImageDesc) : sample_bytes);
       // The batch read fetched the first choice; substitutes are read here.
-      Status s = attempt == 0 ? ProducePreRead(slot, item.index, sample, item_epoch, out, scratch)
-                              : ProduceOne(sample, item_epoch, out, slot.labels[item.index], scratch);
+      Status s = attempt == 0
+                     ? ProducePreRead(item.slot, item.index, sample, item_epoch, out, scratch)
+                     : ProduceOne(sample, item_epoch, item.slot, item.index, out, slot.labels[item.index], scratch);
       if (s.ok()) {
         slot.indices[item.index] = sample;
         return Status::Ok();
@@ -271,15 +286,70 @@ struct Loader::Impl {
     return first_error.WithContext(fmt::format("{} samples in a row are corrupt", kMaxSubstitutes + 1));
   }
 
-  Status ProducePreRead(Slot& slot, std::uint32_t index, std::uint64_t sample, std::uint64_t item_epoch, std::byte* out,
-                        Scratch& scratch) {
+  Status ProducePreRead(std::uint32_t slot_index, std::uint32_t index, std::uint64_t sample, std::uint64_t item_epoch,
+                        std::byte* out, Scratch& scratch) {
+    Slot& slot = slots[slot_index];
     const Dataset::FieldRead& read = slot.reads[index];
     if (!read.status.ok()) return read.status;
     const SampleInfo& info = *read.sample;
     slot.labels[index] = info.label;
-    Status s = DecodeAndTransform(read.bytes, options.transform, writer, options.seed, item_epoch, sample, out,
-                                  scratch.image, nullptr, &decode_ns, &transform_ns);
+    Status s = Finish(read.bytes, item_epoch, sample, slot_index, index, out, scratch);
     if (!s.ok()) return s.WithContext(Where(info, read.field));
+    return Status::Ok();
+  }
+
+  // The per-sample work after reading: the finished image on the CPU, or
+  // (finish_on_device) the decoded crop and its descriptor for the GPU.
+  Status Finish(std::span<const std::byte> jpeg, std::uint64_t item_epoch, std::uint64_t sample,
+                std::uint32_t slot_index, std::uint32_t index, std::byte* out, Scratch& scratch) {
+    const TransformOptions& t = options.transform;
+    if (!options.finish_on_device)
+      return DecodeAndTransform(jpeg, t, writer, options.seed, item_epoch, sample, out, scratch.image, nullptr,
+                                &decode_ns, &transform_ns);
+    const auto t0 = Clock::now();
+    DecodedCrop crop;
+    STOKER_RETURN_IF_ERROR(DecodeCrop(jpeg, t, options.seed, item_epoch, sample, scratch.image, crop));
+    const auto t1 = Clock::now();
+    // `out` is this sample's descriptor; the batch's pixel area follows the table.
+    std::byte* pixels = slots[slot_index].images.data() + desc_bytes;
+    device::ImageDesc desc;
+    desc.flip = crop.flip ? 1 : 0;
+    // Only the box's pixels travel: the rectangle of whole pixels it touches.
+    const int rx0 = std::max(0, static_cast<int>(std::floor(crop.x0)));
+    const int ry0 = std::max(0, static_cast<int>(std::floor(crop.y0)));
+    const int rx1 = std::min(crop.view.width, static_cast<int>(std::ceil(crop.x1)));
+    const int ry1 = std::min(crop.view.height, static_cast<int>(std::ceil(crop.y1)));
+    const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(0, rx1 - rx0)) * std::max(0, ry1 - ry0) * 3;
+    const std::uint64_t at = pixel_used[slot_index].fetch_add(bytes, std::memory_order_relaxed);
+    if (bytes > 0 && at + bytes <= pixel_capacity) {
+      const std::size_t row = static_cast<std::size_t>(rx1 - rx0) * 3;
+      for (int y = ry0; y < ry1; ++y)
+        std::memcpy(pixels + at + static_cast<std::size_t>(y - ry0) * row,
+                    crop.view.data + static_cast<std::size_t>(y) * crop.view.stride + static_cast<std::size_t>(rx0) * 3,
+                    row);
+      desc.offset = at;
+      desc.width = rx1 - rx0;
+      desc.height = ry1 - ry0;
+      desc.x0 = static_cast<float>(crop.x0 - rx0);
+      desc.y0 = static_cast<float>(crop.y0 - ry0);
+      desc.x1 = static_cast<float>(crop.x1 - rx0);
+      desc.y1 = static_cast<float>(crop.y1 - ry0);
+    } else {
+      // No room left in this batch: resize here into the sample's own
+      // output-sized fallback image; the GPU still flips and normalises.
+      STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch.image));
+      const std::size_t image = static_cast<std::size_t>(t.width) * t.height * 3;
+      desc.offset = static_cast<std::uint64_t>(index) * image;
+      std::memcpy(pixels + desc.offset, scratch.image.resized.data(), image);
+      desc.width = t.width;
+      desc.height = t.height;
+      desc.x0 = desc.y0 = 0;
+      desc.x1 = static_cast<float>(t.width);
+      desc.y1 = static_cast<float>(t.height);
+    }
+    std::memcpy(out, &desc, sizeof(desc));
+    decode_ns.fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
+    transform_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - t1).count()), std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -288,9 +358,8 @@ struct Loader::Impl {
                        dataset->shards()[info.shard].path, info.fields[field]->offset);
   }
 
-  Status ProduceOne(std::uint64_t sample, std::uint64_t item_epoch, std::byte* out, std::int64_t& label,
-                    Scratch& scratch) {
-    const TransformOptions& t = options.transform;
+  Status ProduceOne(std::uint64_t sample, std::uint64_t item_epoch, std::uint32_t slot_index, std::uint32_t index,
+                    std::byte* out, std::int64_t& label, Scratch& scratch) {
     auto t0 = Clock::now();
     STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset->Sample(sample));
     // The first image field this sample has (datasets may mix .jpg and .jpeg).
@@ -303,8 +372,7 @@ struct Loader::Impl {
     auto t1 = Clock::now();
     read_ns.fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
 
-    Status s = DecodeAndTransform(scratch.encoded, t, writer, options.seed, item_epoch, sample, out, scratch.image,
-                                  nullptr, &decode_ns, &transform_ns);
+    Status s = Finish(scratch.encoded, item_epoch, sample, slot_index, index, out, scratch);
     if (!s.ok()) return s.WithContext(Where(info, image_field));
     return Status::Ok();
   }
@@ -346,7 +414,12 @@ std::uint64_t Batch::batch_index() const {
   return loader_->impl_->slots[slot_].batch_index;
 }
 std::size_t Batch::image_bytes() const {
-  return loader_->impl_->sample_bytes * size();
+  const auto& m = *loader_->impl_;
+  if (!m.options.finish_on_device) return m.sample_bytes * size();
+  return m.desc_bytes + std::min<std::uint64_t>(m.pixel_used[slot_].load(), m.pixel_capacity);
+}
+std::size_t Batch::device_pixels_offset() const {
+  return loader_->impl_->desc_bytes;
 }
 std::array<std::int64_t, 4> Batch::shape() const {
   const auto& t = loader_->impl_->options.transform;
@@ -420,14 +493,27 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
 
   impl->writer = transform::OutputWriter(t.dtype, t.layout, t.normalize, t.mean, t.std);
   impl->sample_bytes = static_cast<std::size_t>(t.width) * t.height * 3 * transform::DTypeSize(t.dtype);
+  if (options.finish_on_device) {
+    if (!(options.device_input_factor >= 0 && options.device_input_factor <= 64))
+      return Status::InvalidArgument(
+          fmt::format("device_input_factor {} must be between 0 and 64", options.device_input_factor));
+    const std::size_t image = static_cast<std::size_t>(t.width) * t.height * 3;
+    impl->desc_bytes = (options.batch_size * sizeof(device::ImageDesc) + 63) / 64 * 64;
+    impl->fallback_bytes = image * options.batch_size;
+    // pixel_capacity counts from the start of the pixel area, fallback included.
+    impl->pixel_capacity =
+        impl->fallback_bytes + static_cast<std::size_t>(static_cast<double>(image) * options.batch_size *
+                                                        static_cast<double>(options.device_input_factor));
+  }
   impl->threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   impl->prefetch = options.prefetch ? options.prefetch : std::max(2u, impl->threads / 2 + 1);
   // The consumer may hold two batches (e.g. one in use, one being copied).
   const std::uint32_t pool = impl->prefetch + 2;
   impl->slots.resize(pool);
+  impl->pixel_used = std::make_unique<std::atomic<std::uint64_t>[]>(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
-    auto images = HostBuffer::Allocate(impl->sample_bytes * options.batch_size);
+    auto images = HostBuffer::Allocate(impl->BatchBufferBytes());
     if (!images.ok())
       return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i, pool,
                                                    impl->sample_bytes * options.batch_size, images.error().message()));
@@ -562,6 +648,10 @@ LoaderStats Loader::stats() const {
     s.read_method = m.read_method;
   }
   return s;
+}
+
+std::size_t Loader::batch_buffer_bytes() const {
+  return impl_->BatchBufferBytes();
 }
 
 const LoaderOptions& Loader::options() const {

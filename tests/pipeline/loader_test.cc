@@ -441,3 +441,84 @@ TEST(DeviceLoader, CudaWithoutAGpuIsUnavailableWithAReason) {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// Runs an epoch through a DeviceLoader over the fake runtime (whose "GPU"
+// runs the CPU twin) and returns the float32 images.
+Epoch RunDeviceEpoch(std::shared_ptr<const Dataset> dataset, LoaderOptions options, testing::FakeDeviceRuntime& fake) {
+  Epoch e;
+  auto host = Loader::Create(std::move(dataset), options);
+  EXPECT_TRUE(host.ok());
+  auto loader = DeviceLoader::CreateWithRuntime(std::move(*host), fake, 0, 2);
+  EXPECT_TRUE(loader.ok()) << loader.error().ToString();
+  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
+  while (true) {
+    auto next = (*loader)->Next(consumer);
+    EXPECT_TRUE(next.ok()) << next.error().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const DeviceBatchView& b = **next;
+    const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
+    e.indices.insert(e.indices.end(), b.indices.begin(), b.indices.end());
+    auto* p = static_cast<const std::byte*>(b.images);
+    e.pixels.insert(e.pixels.end(), p, p + bytes);
+    EXPECT_TRUE((*loader)->Release(b, consumer).ok());
+  }
+  return e;
+}
+
+// Largest and mean difference in uint8 levels between two float32 epochs
+// normalised with the same mean/std.
+std::pair<double, double> LevelDifference(const Epoch& a, const Epoch& b, const TransformOptions& t, int pixels) {
+  const auto* x = reinterpret_cast<const float*>(a.pixels.data());
+  const auto* y = reinterpret_cast<const float*>(b.pixels.data());
+  const std::size_t n = a.pixels.size() / 4;
+  double worst = 0, sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>((i / static_cast<std::size_t>(pixels)) % 3);
+    const double d = std::abs(static_cast<double>(x[i]) - y[i]) * t.std[c] * 255;
+    worst = std::max(worst, d);
+    sum += d;
+  }
+  return {worst, sum / static_cast<double>(n)};
+}
+
+TEST(DeviceLoader, FinishingOnTheGpuMatchesTheCpuPath) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto options = SmallOptions();
+  options.transform.normalize = true;
+  options.transform.mean = {0.485f, 0.456f, 0.406f};
+  options.transform.std = {0.229f, 0.224f, 0.225f};
+  auto cpu = Loader::Create(dataset, options);
+  ASSERT_TRUE(cpu.ok());
+  Epoch on_cpu = RunEpoch(**cpu);
+
+  options.finish_on_device = true;
+  testing::FakeDeviceRuntime fake;
+  Epoch finished = RunDeviceEpoch(dataset, options, fake);
+  ASSERT_EQ(finished.indices, on_cpu.indices);
+  ASSERT_EQ(finished.pixels.size(), on_cpu.pixels.size());
+  // The GPU's resize is a float triangle filter, the CPU's Pillow's fixed-point one.
+  auto [worst, mean] = LevelDifference(finished, on_cpu, options.transform, 32 * 32);
+  std::printf("GPU-finished vs CPU path: max %.2f, mean %.3f levels\n", worst, mean);
+  EXPECT_LT(mean, 0.5) << "worst " << worst;
+  EXPECT_LE(worst, 2.0) << "mean " << mean;
+  int kernels = 0;
+  for (const auto& line : fake.log) kernels += line.starts_with("preprocess ");
+  EXPECT_EQ(kernels, 8);  // one per batch, on the copy stream
+
+  // With no room for decoded crops every image takes the fallback (resized on
+  // the CPU, finished on the GPU): the same result within the same bound.
+  options.device_input_factor = 0;
+  testing::FakeDeviceRuntime fake2;
+  Epoch fallback = RunDeviceEpoch(dataset, options, fake2);
+  auto [worst2, mean2] = LevelDifference(fallback, on_cpu, options.transform, 32 * 32);
+  std::printf("fallback vs CPU path: max %.3f, mean %.4f levels\n", worst2, mean2);
+  EXPECT_LT(mean2, 0.6) << "worst " << worst2;
+  EXPECT_LE(worst2, 1.0) << "the fallback resizes exactly as the CPU path; only float rounding differs";
+}
+
+}  // namespace
+}  // namespace stoker

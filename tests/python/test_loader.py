@@ -250,8 +250,9 @@ def test_cuda_request_falls_back_to_cpu_with_a_warning_where_there_is_no_gpu(pac
     with caplog.at_level("WARNING", logger="stoker"):
         loader = stoker.Loader(packed, batch_size=4, device="cuda", num_threads=1,
                                transform=T.Compose([T.RandomResizedCrop(32)]))
-    assert loader.device == "cpu"
+    assert loader.device == "cpu" and not loader.gpu_preprocess
     assert any("using the CPU" in r.getMessage() for r in caplog.records)
+    assert not stoker.Loader(packed, batch_size=4, device="cuda", gpu_preprocess=True).gpu_preprocess
     images, labels = next(iter(loader))
     assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32)
     with pytest.raises(ValueError, match="not 'cpu', 'cuda' or 'cuda:N'"):
