@@ -97,6 +97,27 @@ def train(name, batches, model, optimizer, steps, warmup, to_device):
     return result
 
 
+def check_parity(packed, transform, batches=4):
+    """The same batches (same seed and order) on the CPU, copied to the GPU,
+    and finished on the GPU: copies must be identical; GPU finishing within
+    about one uint8 level (after undoing the normalisation)."""
+    def take(**kw):
+        loader = stoker.Loader(packed, batch_size=64, seed=1, transform=transform, num_threads=4, log_epochs=False, **kw)
+        out = []
+        for i, (x, _) in enumerate(loader):
+            out.append(x.float().cpu())
+            if i + 1 == batches:
+                break
+        return torch.cat(out)
+    cpu = take()
+    copied = take(device="cuda")
+    finished = take(device="cuda", gpu_preprocess=True)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    levels = ((finished - cpu).abs() * std * 255)
+    return {"copied_identical": bool(torch.equal(cpu, copied)), "gpu_finished_max_levels": levels.max().item(),
+            "gpu_finished_mean_levels": levels.mean().item()}
+
+
 def forever(loader):
     while True:
         for batch in loader:
@@ -125,6 +146,10 @@ def main():
 
     results = []
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    parity = check_parity(args.packed, transform)
+    print("parity with the CPU path: copied batches identical: %s; GPU-finished: max %.2f, mean %.3f uint8 levels"
+          % (parity["copied_identical"], parity["gpu_finished_max_levels"], parity["gpu_finished_mean_levels"]),
+          flush=True)
     # NHWC output is torch's channels_last once permuted: no layout pass on the GPU.
     loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
                            device="cuda", layout="NHWC", log_epochs=False)
@@ -156,7 +181,7 @@ def main():
                                        y.to(device, non_blocking=True))))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump({"parity": parity, "runs": results}, f, indent=2)
 
 
 if __name__ == "__main__":
