@@ -98,7 +98,9 @@ struct LoaderStats {
   std::uint32_t prefetch = 0;
   bool pinned_memory = false;       // batch buffers are page-locked (CUDA present)
   std::uint64_t read_requests = 0;  // after merging neighbouring samples
-  std::string read_method;          // "io_uring" or "pread"
+  // finish_on_device: crops resized on the CPU because their batch ran out of room.
+  std::uint64_t device_fallbacks = 0;
+  std::string read_method;  // "io_uring" or "pread"
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.

@@ -213,6 +213,7 @@ PYBIND11_MODULE(_native, m) {
         d["pinned_memory"] = s.pinned_memory;
         d["read_requests"] = s.read_requests;
         d["read_method"] = s.read_method;
+        d["device_fallbacks"] = s.device_fallbacks;
         return d;
       });
 

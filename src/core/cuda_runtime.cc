@@ -1,6 +1,9 @@
 #include "core/cuda_runtime.h"
 
 #include <dlfcn.h>
+#if defined(STOKER_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 #include <cstdlib>
 
@@ -18,6 +21,22 @@ CudaRuntime::CudaRuntime() {
     reason_ = "disabled by STOKER_DISABLE_CUDA";
     return;
   }
+#if defined(STOKER_WITH_CUDA)
+  // Built with CUDA: use the statically linked runtime, the same one the
+  // device path copies with, so pinned buffers are pinned for it.
+  host_alloc_ = [](void** p, std::size_t bytes, unsigned flags) {
+    return static_cast<int>(cudaHostAlloc(p, bytes, flags));
+  };
+  free_host_ = [](void* p) { return static_cast<int>(cudaFreeHost(p)); };
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    reason_ =
+        err != cudaSuccess ? fmt::format("no usable CUDA device ({})", cudaGetErrorString(err)) : "no CUDA device";
+    return;
+  }
+  available_ = true;
+#else
   for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}) {
     library_ = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (library_ != nullptr) break;
@@ -42,6 +61,7 @@ CudaRuntime::CudaRuntime() {
     return;
   }
   available_ = true;
+#endif
 }
 
 void* CudaRuntime::HostAlloc(std::size_t bytes) const {

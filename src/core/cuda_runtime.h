@@ -1,6 +1,8 @@
-// The CUDA runtime, found at run time: stoker never links libcudart, so it
-// loads and works on machines without CUDA or without a GPU. When the runtime
-// is present and reports a device, host buffers can be page-locked.
+// The CUDA runtime for page-locked host buffers. Built with CUDA, it is the
+// statically linked runtime the device path also uses; built without, it is
+// libcudart found at run time (dlopen) if installed. Either way stoker loads
+// and works on machines without CUDA or without a GPU; when a device is
+// present, host buffers are page-locked.
 #pragma once
 
 #include <cstddef>

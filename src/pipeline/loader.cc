@@ -109,7 +109,7 @@ struct Loader::Impl {
   // Stats: relaxed atomics, summed across threads.
   std::atomic<std::uint64_t> stat_batches{0}, stat_samples{0}, stat_bytes{0}, stat_skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
-  std::atomic<std::uint64_t> ready_sum{0}, next_calls{0}, stat_requests{0};
+  std::atomic<std::uint64_t> ready_sum{0}, next_calls{0}, stat_requests{0}, stat_fallbacks{0};
   std::atomic<bool> read_method_known{false};
   mutable Mutex method_mu;
   std::string read_method GUARDED_BY(method_mu);
@@ -338,6 +338,7 @@ struct Loader::Impl {
       // No room left in this batch: resize here into the sample's own
       // output-sized fallback image; the GPU still flips and normalises.
       STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch.image));
+      stat_fallbacks.fetch_add(1, std::memory_order_relaxed);
       const std::size_t image = static_cast<std::size_t>(t.width) * t.height * 3;
       desc.offset = static_cast<std::uint64_t>(index) * image;
       std::memcpy(pixels + desc.offset, scratch.image.resized.data(), image);
@@ -643,6 +644,7 @@ LoaderStats Loader::stats() const {
   s.prefetch = m.prefetch;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   s.read_requests = m.stat_requests.load();
+  s.device_fallbacks = m.stat_fallbacks.load();
   {
     MutexLock lock(m.method_mu);
     s.read_method = m.read_method;
@@ -675,6 +677,7 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.decode_seconds -= earlier.decode_seconds;
   d.transform_seconds -= earlier.transform_seconds;
   d.read_requests -= earlier.read_requests;
+  d.device_fallbacks -= earlier.device_fallbacks;
   return d;
 }
 

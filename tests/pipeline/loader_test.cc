@@ -447,7 +447,8 @@ namespace {
 
 // Runs an epoch through a DeviceLoader over the fake runtime (whose "GPU"
 // runs the CPU twin) and returns the float32 images.
-Epoch RunDeviceEpoch(std::shared_ptr<const Dataset> dataset, LoaderOptions options, testing::FakeDeviceRuntime& fake) {
+Epoch RunDeviceEpoch(std::shared_ptr<const Dataset> dataset, LoaderOptions options, testing::FakeDeviceRuntime& fake,
+                     std::uint64_t* fallbacks = nullptr) {
   Epoch e;
   auto host = Loader::Create(std::move(dataset), options);
   EXPECT_TRUE(host.ok());
@@ -465,6 +466,7 @@ Epoch RunDeviceEpoch(std::shared_ptr<const Dataset> dataset, LoaderOptions optio
     e.pixels.insert(e.pixels.end(), p, p + bytes);
     EXPECT_TRUE((*loader)->Release(b, consumer).ok());
   }
+  if (fallbacks != nullptr) *fallbacks = (*loader)->loader().stats().device_fallbacks;
   return e;
 }
 
@@ -497,7 +499,9 @@ TEST(DeviceLoader, FinishingOnTheGpuMatchesTheCpuPath) {
 
   options.finish_on_device = true;
   testing::FakeDeviceRuntime fake;
-  Epoch finished = RunDeviceEpoch(dataset, options, fake);
+  std::uint64_t fallbacks = 99;
+  Epoch finished = RunDeviceEpoch(dataset, options, fake, &fallbacks);
+  EXPECT_EQ(fallbacks, 0u);  // three output-sized images of room per sample is plenty for these
   ASSERT_EQ(finished.indices, on_cpu.indices);
   ASSERT_EQ(finished.pixels.size(), on_cpu.pixels.size());
   // The GPU's resize is a float triangle filter, the CPU's Pillow's fixed-point one.
@@ -513,7 +517,8 @@ TEST(DeviceLoader, FinishingOnTheGpuMatchesTheCpuPath) {
   // the CPU, finished on the GPU): the same result within the same bound.
   options.device_input_factor = 0;
   testing::FakeDeviceRuntime fake2;
-  Epoch fallback = RunDeviceEpoch(dataset, options, fake2);
+  Epoch fallback = RunDeviceEpoch(dataset, options, fake2, &fallbacks);
+  EXPECT_GE(fallbacks, 30u);  // every sample of the epoch (and of batches prepared ahead)
   auto [worst2, mean2] = LevelDifference(fallback, on_cpu, options.transform, 32 * 32);
   std::printf("fallback vs CPU path: max %.3f, mean %.4f levels\n", worst2, mean2);
   EXPECT_LT(mean2, 0.6) << "worst " << worst2;
