@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -300,14 +301,21 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
 
   const auto copy_start = Clock::now();
   // Device tensors: asynchronous copies on one stream per device, enqueued
-  // first so that they run while the host tensors are copied.
+  // first so that they run while the host tensors are copied. The caller's
+  // current device is put back afterwards.
   std::set<int> devices_used;
+  std::optional<int> caller_device;
   for (std::size_t g = 0, arena_at = 0; g < groups.size(); ++g) {
     std::uint64_t in_file = 0;
     for (std::size_t i : groups[g]) {
       const TensorRef& t = tensors[i];
       if (t.device >= 0 && bytes[i] > 0) {
         device::DeviceRuntime& rt = *m.device_runtime;
+        if (!caller_device) {
+          auto current = rt.CurrentDevice();
+          if (!current.ok()) return fail(current.error());
+          caller_device = *current;
+        }
         if (Status s = rt.SetDevice(t.device); !s.ok()) return fail(s.WithContext(fmt::format("tensor '{}'", t.name)));
         auto stream = m.device_streams.find(t.device);
         if (stream == m.device_streams.end()) {
@@ -330,6 +338,9 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   for (int d : devices_used) {
     if (Status s = m.device_runtime->SynchronizeStream(m.device_streams.at(d).get()); !s.ok())
       return fail(s.WithContext(fmt::format("snapshot from cuda:{}", d)));
+  }
+  if (caller_device) {
+    if (Status s = m.device_runtime->SetDevice(*caller_device); !s.ok()) return fail(s);
   }
   job.snapshot_done = Clock::now();
   job.stall_seconds = Seconds(job.snapshot_done - start);

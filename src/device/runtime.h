@@ -27,6 +27,8 @@ class DeviceRuntime {
   virtual ~DeviceRuntime() = default;
   [[nodiscard]] virtual std::string name() const = 0;
   [[nodiscard]] virtual int device_count() const = 0;
+  // The calling thread's current device (what SetDevice changes).
+  [[nodiscard]] virtual Result<int> CurrentDevice() = 0;
   [[nodiscard]] virtual Status SetDevice(int device) = 0;
 
   [[nodiscard]] virtual Result<void*> DeviceAlloc(std::size_t bytes) = 0;

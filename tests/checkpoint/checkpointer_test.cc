@@ -444,9 +444,11 @@ TEST(Checkpointer, SnapshotsDeviceTensorsWithAsynchronousCopies) {
   ASSERT_TRUE(device_memory.ok());
   std::memcpy(*device_memory, host_values.data(), host_values.size() * 4);
   std::vector<std::int64_t> on_host = {1, 2, 3};
+  fake.current_device = 3;  // the caller's; Save must put it back
   std::vector<TensorRef> refs = {{"gpu.w", TensorDType::kFloat32, {10, 100}, *device_memory, 0},
                                  {"cpu.step", TensorDType::kInt64, {3}, on_host.data(), -1}};
   ASSERT_TRUE((*ck)->Save(9, refs, {}).ok());
+  EXPECT_EQ(fake.current_device, 3);
   std::memset(*device_memory, 0, host_values.size() * 4);  // the device tensor changes after Save returned
   ASSERT_TRUE((*ck)->Wait().ok());
   // One asynchronous device-to-host copy on a stream, then the host waited for that stream.

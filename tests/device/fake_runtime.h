@@ -25,7 +25,12 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
 
   std::string name() const override { return "fake"; }
   int device_count() const override { return 1; }
-  Status SetDevice(int) override { return Status::Ok(); }
+  int current_device = 0;
+  Result<int> CurrentDevice() override { return current_device; }
+  Status SetDevice(int device) override {
+    current_device = device;
+    return Status::Ok();
+  }
 
   Result<void*> DeviceAlloc(std::size_t bytes) override {
     if (fail_device_alloc_after >= 0 && device_allocs >= fail_device_alloc_after)

@@ -169,7 +169,8 @@ TEST(Gpu, CopiesOverlapComputeOnTheConsumerStream) {
   auto first = (*engine)->Submit(bytes);
   ASSERT_TRUE(first.ok());
   ASSERT_TRUE((*engine)->WaitOn(*first, consumer->get()).ok());
-  // The consumer computes on batch 0 (a 20 ms kernel) while batch 1 copies.
+  // The consumer computes on batch 0 (a kernel of 2e7 clock cycles, about
+  // 10 ms) while batch 1 copies.
   ASSERT_TRUE(gpu->RecordEvent(compute_start->get(), consumer->get()).ok());
   ASSERT_EQ(LaunchSpin(int64_t{2'000'000'000} / 100, static_cast<int*>(sink->get()), consumer->get()), 0);
   ASSERT_TRUE(gpu->RecordEvent(compute_end->get(), consumer->get()).ok());
@@ -218,7 +219,9 @@ TEST(Gpu, NoDeviceMemoryLeakedAfterManyEpochs) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   std::printf("device memory free before %zu, after 50 epochs x 40 batches %zu\n", free_before, free_after);
-  EXPECT_EQ(free_before, free_after);
+  // The driver may keep a few pages for its own bookkeeping; a leak of the
+  // pool (3 x 1 MiB per epoch) would show as 150 MiB.
+  EXPECT_GE(free_after + (std::size_t{8} << 20), free_before);
 }
 
 }  // namespace

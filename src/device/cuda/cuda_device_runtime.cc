@@ -22,6 +22,11 @@ class CudaRuntimeImpl final : public DeviceRuntime {
   explicit CudaRuntimeImpl(int count) : count_(count) {}
   std::string name() const override { return "cuda"; }
   int device_count() const override { return count_; }
+  Result<int> CurrentDevice() override {
+    int device = 0;
+    STOKER_RETURN_IF_ERROR(Check(cudaGetDevice(&device), "cudaGetDevice"));
+    return device;
+  }
   Status SetDevice(int device) override {
     return Check(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
   }
