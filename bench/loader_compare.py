@@ -209,60 +209,41 @@ def main():
     torch.set_num_threads(1)
 
     results = []
+
+    def measure(name, make_batches):
+        """One column: the loader alone, then (with --consumer-ms) a fresh one
+        feeding the simulated accelerator step."""
+        result = run(name, make_batches, args.batches, args.warmup)
+        if args.consumer_ms:
+            result["with_step"] = run("", make_batches, args.batches, args.warmup, args.consumer_ms)
+        results.append(result)
+
+    def peer_version(module, label):
+        try:
+            return getattr(__import__(module, fromlist=["__version__"]), "__version__", "?")
+        except Exception as error:  # ImportError, or a library it loads is missing
+            print("%s column skipped: %s" % (label, str(error).splitlines()[0][:160]))
+            return None
+
     train = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(), tv.Normalize(MEAN, STD)])
     dataset = torchvision.datasets.ImageFolder(args.images, transform=train)
-    results.append(run("torch DataLoader (ImageFolder, %d workers)" % args.workers, lambda: forever(
+    measure("torch DataLoader (ImageFolder, %d workers)" % args.workers, lambda: forever(
         torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                                    persistent_workers=True, drop_last=True)), args.batches, args.warmup))
-    if args.consumer_ms:
-        results[-1]["with_step"] = run("", lambda: forever(torch.utils.data.DataLoader(
-            dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, persistent_workers=True,
-            drop_last=True)), args.batches, args.warmup, args.consumer_ms)
+                                    persistent_workers=True, drop_last=True)))
 
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    results.append(run("stoker.Loader (packed shards, %d threads)" % args.workers, lambda: forever(
-        stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
-        args.batches, args.warmup))
-    if args.consumer_ms:
-        results[-1]["with_step"] = run("", lambda: forever(stoker.Loader(
-            args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
-            args.batches, args.warmup, args.consumer_ms)
+    for source, label in ((args.packed, "packed shards"), (args.images, "loose files")):
+        measure("stoker.Loader (%s, %d threads)" % (label, args.workers), lambda source=source: forever(
+            stoker.Loader(source, batch_size=args.batch_size, transform=transform, num_threads=args.workers)))
 
-    results.append(run("stoker.Loader (loose files, %d threads)" % args.workers, lambda: forever(
-        stoker.Loader(args.images, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
-        args.batches, args.warmup))
-    if args.consumer_ms:
-        results[-1]["with_step"] = run("", lambda: forever(stoker.Loader(
-            args.images, batch_size=args.batch_size, transform=transform, num_threads=args.workers)),
-            args.batches, args.warmup, args.consumer_ms)
-
-    try:
-        import spdl.io  # noqa: F401  (a further column where it installs and runs)
-        have_spdl = True
-    except Exception as error:  # ImportError, or its FFmpeg libraries missing
-        print("SPDL column skipped: %s" % str(error).splitlines()[0][:160])
-        have_spdl = False
-    if have_spdl:
-        results.append(run("SPDL 0.8 (FFmpeg decode + filter, %d threads)" % args.workers,
-                           lambda: spdl_batches(args.images, args.batch_size, args.workers), args.batches,
-                           args.warmup))
-        if args.consumer_ms:
-            results[-1]["with_step"] = run("", lambda: spdl_batches(args.images, args.batch_size, args.workers),
-                                           args.batches, args.warmup, args.consumer_ms)
-
-    try:
-        import nvidia.dali  # noqa: F401
-        have_dali = True
-    except Exception as error:
-        print("DALI column skipped: %s" % str(error).splitlines()[0][:160])
-        have_dali = False
-    if have_dali:
-        results.append(run("NVIDIA DALI %s CPU pipeline, %d threads" % (nvidia.dali.__version__, args.workers),
-                           lambda: dali_batches(args.images, args.batch_size, args.workers), args.batches,
-                           args.warmup))
-        if args.consumer_ms:
-            results[-1]["with_step"] = run("", lambda: dali_batches(args.images, args.batch_size, args.workers),
-                                           args.batches, args.warmup, args.consumer_ms)
+    # Further columns where the peers install and run here.
+    if peer_version("spdl.io", "SPDL") is not None:
+        measure("SPDL 0.8 (FFmpeg decode + filter, %d threads)" % args.workers,
+                lambda: spdl_batches(args.images, args.batch_size, args.workers))
+    dali = peer_version("nvidia.dali", "DALI")
+    if dali is not None:
+        measure("NVIDIA DALI %s CPU pipeline, %d threads" % (dali, args.workers),
+                lambda: dali_batches(args.images, args.batch_size, args.workers))
 
     base = results[0]
     print("%-46s %10s %12s %14s %14s" % ("loader", "images/s", "CPU ms/img", "peak RSS sum", "peak PSS sum"))

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common.h"
+#include "core/byte_size.h"
 #include "stoker/dataset.h"
 #include "stoker/device.h"
 #include "stoker/device_loader.h"
@@ -244,25 +245,10 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("rank", [](PyLoader& l) { return l.L().rank(); })
       .def_property_readonly("world_size", [](PyLoader& l) { return l.L().world_size(); })
       .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })
-      .def("state",
-           [](PyLoader& l) {
-             const auto s = l.L().state();
-             py::dict d;
-             d["seed"] = s.seed;
-             d["epoch"] = s.epoch;
-             d["global_batch_size"] = s.global_batch_size;
-             d["batches_consumed"] = s.batches_consumed;
-             d["num_samples"] = s.num_samples;
-             return d;
-           })
+      .def("state", [](PyLoader& l) { return stoker_python::LoaderStateToDict(l.L().state()); })
       .def("restore",
            [](PyLoader& l, const py::dict& d) {
-             stoker::LoaderState s;
-             s.seed = d["seed"].cast<std::uint64_t>();
-             s.epoch = d["epoch"].cast<std::uint64_t>();
-             s.global_batch_size = d["global_batch_size"].cast<std::uint64_t>();
-             s.batches_consumed = d["batches_consumed"].cast<std::uint64_t>();
-             s.num_samples = d["num_samples"].cast<std::uint64_t>();
+             const stoker::LoaderState s = stoker_python::LoaderStateFromDict(d);
              stoker::Status status;
              {
                py::gil_scoped_release release;
@@ -302,6 +288,7 @@ PYBIND11_MODULE(_native, m) {
     trace["source_size"] = py::make_tuple(result.trace.source_width, result.trace.source_height);
     return py::make_tuple(py::bytes(reinterpret_cast<const char*>(result.data.data()), result.data.size()), trace);
   });
+  m.def("parse_byte_size", [](const std::string& text) { return Unwrap(stoker::ParseByteSize(text)); });
   m.def("cuda_status", [] {
     const stoker::CudaAvailability a = stoker::QueryCuda();
     py::dict d;

@@ -11,25 +11,12 @@ namespace {
 
 std::optional<stoker::LoaderState> LoaderStateFrom(const py::object& o) {
   if (o.is_none()) return std::nullopt;
-  const auto d = o.cast<py::dict>();
-  stoker::LoaderState s;
-  s.seed = d["seed"].cast<std::uint64_t>();
-  s.epoch = d["epoch"].cast<std::uint64_t>();
-  s.global_batch_size = d["global_batch_size"].cast<std::uint64_t>();
-  s.batches_consumed = d["batches_consumed"].cast<std::uint64_t>();
-  s.num_samples = d["num_samples"].cast<std::uint64_t>();
-  return s;
+  return LoaderStateFromDict(o.cast<py::dict>());
 }
 
 py::object LoaderStateTo(const std::optional<stoker::LoaderState>& s) {
   if (!s) return py::none();
-  py::dict d;
-  d["seed"] = s->seed;
-  d["epoch"] = s->epoch;
-  d["global_batch_size"] = s->global_batch_size;
-  d["batches_consumed"] = s->batches_consumed;
-  d["num_samples"] = s->num_samples;
-  return d;
+  return LoaderStateToDict(*s);
 }
 
 stoker::TensorDType DTypeFrom(const std::string& name) {

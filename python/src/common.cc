@@ -61,6 +61,26 @@ void Raise(const stoker::Status& status) {
   throw py::error_already_set();
 }
 
+py::dict LoaderStateToDict(const stoker::LoaderState& s) {
+  py::dict d;
+  d["seed"] = s.seed;
+  d["epoch"] = s.epoch;
+  d["global_batch_size"] = s.global_batch_size;
+  d["batches_consumed"] = s.batches_consumed;
+  d["num_samples"] = s.num_samples;
+  return d;
+}
+
+stoker::LoaderState LoaderStateFromDict(const py::dict& d) {
+  stoker::LoaderState s;
+  s.seed = d["seed"].cast<std::uint64_t>();
+  s.epoch = d["epoch"].cast<std::uint64_t>();
+  s.global_batch_size = d["global_batch_size"].cast<std::uint64_t>();
+  s.batches_consumed = d["batches_consumed"].cast<std::uint64_t>();
+  s.num_samples = d["num_samples"].cast<std::uint64_t>();
+  return s;
+}
+
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
                         DLDataType dtype, DLDevice device) {
   auto ctx = std::make_unique<TensorContext>();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "stoker/loader.h"
 #include "stoker/status.h"
 
 namespace stoker_python {
@@ -36,6 +37,10 @@ inline void Check(const stoker::Status& status) {
 // `owner` alive until the consumer (torch) frees the tensor.
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
                         DLDataType dtype, DLDevice device = {kDLCPU, 0});
+
+// LoaderState <-> the dict stoker.Loader.state_dict() returns.
+py::dict LoaderStateToDict(const stoker::LoaderState& state);
+stoker::LoaderState LoaderStateFromDict(const py::dict& d);
 
 void BindCheckpoint(py::module_& m);
 

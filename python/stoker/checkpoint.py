@@ -42,21 +42,13 @@ def _torch():
 
 
 def parse_size(size):
-    """Bytes from an int or a string such as "4GiB", "500MB", "1.5G"."""
+    """Bytes from an int or a string such as "4GiB", "500MB", "1.5G" (the
+    command line's rules: K/KB/M/MB/... are powers of 1000, KiB/MiB/... of 1024)."""
     if isinstance(size, int):
+        if size < 0:
+            raise ValueError("size %d is negative" % size)
         return size
-    text = str(size).strip()
-    units = {"": 1, "B": 1, "K": 1000, "KB": 1000, "M": 1000**2, "MB": 1000**2, "G": 1000**3, "GB": 1000**3,
-             "T": 1000**4, "TB": 1000**4, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3, "TIB": 1024**4}
-    number = text.rstrip("KMGTBikmgtb ")
-    unit = text[len(number):].strip().upper()
-    try:
-        value = float(number)
-    except ValueError:
-        raise ValueError("size %r is not a number with an optional unit (e.g. 4GiB)" % (size,)) from None
-    if unit not in units or value < 0:
-        raise ValueError("size %r has an unknown unit %r (B, KB, MB, GB, KiB, MiB, GiB, ...)" % (size, unit))
-    return int(value * units[unit])
+    return _native.parse_byte_size(str(size))
 
 
 def _dtype_tables():

@@ -169,10 +169,6 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointOptions optio
 
   const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   impl->copy_threads = impl->options.copy_threads ? impl->options.copy_threads : std::min(4u, cores);
-  {
-    MutexLock l(impl->mu);
-    impl->stats.interval_seconds = impl->policy.interval_seconds();
-  }
   Impl* raw = impl.get();
   impl->worker = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<Checkpointer>(new Checkpointer(std::move(impl)));
@@ -278,7 +274,7 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   job.tensor_bytes = total;
   if (m.arena.size() < total) {
     m.arena = HostBuffer();  // free first: two large buffers may not fit
-    auto arena = HostBuffer::Allocate(total, /*prefault=*/false);
+    auto arena = HostBuffer::Allocate(total);
     if (!arena.ok())
       return fail(arena.error().WithContext(fmt::format("allocating the snapshot buffer for step {}", step)));
     m.arena = std::move(*arena);

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -12,7 +11,7 @@
 
 namespace stoker {
 
-Result<HostBuffer> HostBuffer::Allocate(std::size_t bytes, bool prefault) {
+Result<HostBuffer> HostBuffer::Allocate(std::size_t bytes) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   HostBuffer buffer;
   buffer.size_ = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
@@ -32,7 +31,6 @@ Result<HostBuffer> HostBuffer::Allocate(std::size_t bytes, bool prefault) {
   // Huge pages cut page faults and TLB misses for big copies; advice only.
   constexpr std::size_t kHugePageWorthwhile = std::size_t{8} << 20;
   if (buffer.size_ >= kHugePageWorthwhile) (void)::madvise(p, buffer.size_, MADV_HUGEPAGE);
-  if (prefault) std::memset(p, 0, buffer.size_);
   return buffer;
 }
 

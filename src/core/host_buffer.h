@@ -14,10 +14,9 @@ namespace stoker {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  // Allocates at least `bytes` (rounded up to whole pages). With `prefault`,
-  // every page is touched now, so that the first use does not pay page
-  // faults (large pageable buffers are advised to use transparent huge pages).
-  [[nodiscard]] static Result<HostBuffer> Allocate(std::size_t bytes, bool prefault = false);
+  // Allocates at least `bytes` (rounded up to whole pages); large pageable
+  // buffers are advised to use transparent huge pages.
+  [[nodiscard]] static Result<HostBuffer> Allocate(std::size_t bytes);
 
   HostBuffer(HostBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),

@@ -2,11 +2,6 @@
 
 namespace stoker::device {
 
-std::uint64_t OutputImageBytes(const OutputDesc& output) {
-  const std::uint64_t element = output.type == OutputType::kUint8 ? 1 : output.type == OutputType::kFloat32 ? 4 : 2;
-  return static_cast<std::uint64_t>(output.width) * static_cast<std::uint64_t>(output.height) * 3 * element;
-}
-
 void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
                      void* out) {
   const std::uint64_t image_bytes = OutputImageBytes(output);

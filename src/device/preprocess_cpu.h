@@ -10,9 +10,6 @@
 
 namespace stoker::device {
 
-// Bytes of one output image.
-[[nodiscard]] std::uint64_t OutputImageBytes(const OutputDesc& output);
-
 // Writes image k's output at out + k * OutputImageBytes(output).
 void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
                      void* out);

@@ -127,6 +127,12 @@ STOKER_HOST_DEVICE inline std::uint16_t FloatToHalfBits(float f) {
   return static_cast<std::uint16_t>(sign | h);
 }
 
+// Bytes of one output image.
+STOKER_HOST_DEVICE inline std::uint64_t OutputImageBytes(const OutputDesc& o) {
+  const std::uint64_t element = o.type == OutputType::kUint8 ? 1 : o.type == OutputType::kFloat32 ? 4 : 2;
+  return static_cast<std::uint64_t>(o.width) * static_cast<std::uint64_t>(o.height) * 3 * element;
+}
+
 // Computes output pixel (ox, oy) of one image and stores it into `out` (the
 // image's first element) in the output type and layout.
 STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const ImageDesc& image, const OutputDesc& o,

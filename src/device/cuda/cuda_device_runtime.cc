@@ -89,9 +89,8 @@ class CudaRuntimeImpl final : public DeviceRuntime {
   }
   Status LaunchPreprocess(const std::uint8_t* pixels, const ImageDesc* images, std::int32_t count,
                           const OutputDesc& output, void* out, StreamHandle s) override {
-    const std::uint64_t element = output.type == OutputType::kUint8 ? 1 : output.type == OutputType::kFloat32 ? 4 : 2;
-    const std::uint64_t image_bytes = static_cast<std::uint64_t>(output.width) * output.height * 3 * element;
-    return Check(static_cast<cudaError_t>(LaunchPreprocessKernel(pixels, images, count, output, out, image_bytes, s)),
+    return Check(static_cast<cudaError_t>(
+                     LaunchPreprocessKernel(pixels, images, count, output, out, OutputImageBytes(output), s)),
                  "preprocessing kernel launch");
   }
 
