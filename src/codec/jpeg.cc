@@ -35,18 +35,29 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
 }
 
 // A libjpeg decompressor with our error handling, destroyed on scope exit.
-// Functions using it call setjmp(err.jump) in their own frame, after it is
-// constructed, so a longjmp never skips its destructor.
+// Functions using it check created(), then call setjmp(err.jump) in their own
+// frame, so a longjmp never skips its destructor.
 struct Decompressor {
   jpeg_decompress_struct cinfo{};
   ErrorManager err{};
+  bool created = false;
   Decompressor() {
     cinfo.err = jpeg_std_error(&err.base);
     err.base.error_exit = ErrorExit;
     err.base.emit_message = EmitMessage;
+    // Creation fails when the headers we were compiled with do not match the
+    // library loaded at run time ("Wrong JPEG library version"): report it
+    // rather than jump through an unset jmp_buf.
+    if (setjmp(err.jump)) return;
     jpeg_create_decompress(&cinfo);
+    created = true;
   }
-  ~Decompressor() { jpeg_destroy_decompress(&cinfo); }
+  ~Decompressor() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+  [[nodiscard]] Status CreationError() const {
+    return Status::Internal(fmt::format("libjpeg could not be initialised: {}", err.message));
+  }
   Decompressor(const Decompressor&) = delete;
   Decompressor& operator=(const Decompressor&) = delete;
 };
@@ -115,6 +126,7 @@ bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<cons
 
 Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
   Decompressor d;
+  if (!d.created) return d.CreationError();
   if (setjmp(d.err.jump)) return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
   jpeg_mem_src(&d.cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
   jpeg_read_header(&d.cinfo, TRUE);
@@ -126,6 +138,7 @@ Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRe
     return Status::InvalidArgument(fmt::format("JPEG scale 1/{} is not supported (1, 2, 4 or 8)", scale));
   if (jpeg.empty()) return Status::Corruption("not a decodable JPEG: empty data");
   Decompressor d;
+  if (!d.created) return d.CreationError();
   std::vector<std::uint8_t> cmyk_row;
   if (!DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row))
     return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
