@@ -60,7 +60,7 @@ class NvmlSampler:
 
 
 def train(name, batches, model, optimizer, steps, warmup, to_device):
-    events = []
+    events, next_s = [], []
     it = iter(batches)
     sampler = NvmlSampler()
     wall_start = None
@@ -69,8 +69,11 @@ def train(name, batches, model, optimizer, steps, warmup, to_device):
             torch.cuda.synchronize()
             wall_start = time.perf_counter()
             sampler.__enter__()
+        t_next = time.perf_counter()
         x, y = next(it)
         x, y = to_device(x, y)
+        if i >= warmup:
+            next_s.append(time.perf_counter() - t_next)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -89,11 +92,13 @@ def train(name, batches, model, optimizer, steps, warmup, to_device):
     batch = x.shape[0]
     result = {"loader": name, "steps": steps, "batch": batch, "images_per_s": steps * batch / wall,
               "step_compute_ms": busy_ms / steps, "gpu_idle_percent": 100 * (1 - busy_ms / span_ms),
-              "nvml_utilization_percent": sampler.mean()}
-    print("%-44s %7.0f img/s  step compute %6.1f ms  GPU idle %5.1f%%  NVML util %s" % (
+              "nvml_utilization_percent": sampler.mean(), "host_next_ms": 1000 * sum(next_s) / steps,
+              "gaps_ms": [round(events[k][0].elapsed_time(events[k + 1][0]) - events[k][0].elapsed_time(events[k][1]), 2)
+                          for k in range(min(8, steps - 1))]}
+    print("%-44s %7.0f img/s  step compute %6.1f ms  GPU idle %5.1f%%  NVML util %s  host in next() %.1f ms" % (
         name, result["images_per_s"], result["step_compute_ms"], result["gpu_idle_percent"],
-        "n/a" if result["nvml_utilization_percent"] is None else "%.0f%%" % result["nvml_utilization_percent"]),
-        flush=True)
+        "n/a" if result["nvml_utilization_percent"] is None else "%.0f%%" % result["nvml_utilization_percent"],
+        result["host_next_ms"]), flush=True)
     return result
 
 
@@ -146,10 +151,6 @@ def main():
 
     results = []
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    parity = check_parity(args.packed, transform)
-    print("parity with the CPU path: copied batches identical: %s; GPU-finished: max %.2f, mean %.3f uint8 levels"
-          % (parity["copied_identical"], parity["gpu_finished_max_levels"], parity["gpu_finished_mean_levels"]),
-          flush=True)
     # NHWC output is torch's channels_last once permuted: no layout pass on the GPU.
     loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
                            device="cuda", layout="NHWC", log_epochs=False)
@@ -179,6 +180,11 @@ def main():
                          args.steps, args.warmup,
                          lambda x, y: (x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last),
                                        y.to(device, non_blocking=True))))
+    # Last, so that its loaders cannot colour the timed runs.
+    parity = check_parity(args.packed, transform)
+    print("parity with the CPU path: copied batches identical: %s; GPU-finished: max %.2f, mean %.3f uint8 levels"
+          % (parity["copied_identical"], parity["gpu_finished_max_levels"], parity["gpu_finished_mean_levels"]),
+          flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"parity": parity, "runs": results}, f, indent=2)
