@@ -4,10 +4,11 @@ stoker.Loader(device="cuda") (CPU preprocessing, and gpu_preprocess=True)
 and by torch DataLoader (ImageFolder,
 num_workers = cores, pin_memory) on the same JPEGs with the same transform.
 
-GPU idle % comes from CUDA events around each step's compute on the compute
-stream: idle = 1 - (sum of step compute times) / (first step start .. last
-step end). Where NVML is present, GPU utilisation is also sampled every
-50 ms. Prints one line per loader and writes JSON with --json.
+GPU idle % comes from CUDA events around each step on the compute stream:
+idle = 1 - (sum of step times) / (first step start .. last step end), the
+GPU's time between steps. A launch-bound step idles inside the step, which
+events cannot see: where NVML is present, GPU utilisation is also sampled
+every 50 ms, and that is the figure to trust. Prints one line per loader and writes JSON with --json.
 
     PYTHONPATH=build/gpu/python python3 bench/gpu_train_bench.py --images IMAGES --packed PACKED
 """
@@ -95,7 +96,7 @@ def train(name, batches, model, optimizer, steps, warmup, to_device):
               "nvml_utilization_percent": sampler.mean(), "host_next_ms": 1000 * sum(next_s) / steps,
               "gaps_ms": [round(events[k][0].elapsed_time(events[k + 1][0]) - events[k][0].elapsed_time(events[k][1]), 2)
                           for k in range(min(8, steps - 1))]}
-    print("%-44s %7.0f img/s  step compute %6.1f ms  GPU idle %5.1f%%  NVML util %s  host in next() %.1f ms" % (
+    print("%-44s %7.0f img/s  step %6.1f ms  GPU idle between steps %5.1f%%  NVML util %s  host in next() %.1f ms" % (
         name, result["images_per_s"], result["step_compute_ms"], result["gpu_idle_percent"],
         "n/a" if result["nvml_utilization_percent"] is None else "%.0f%%" % result["nvml_utilization_percent"],
         result["host_next_ms"]), flush=True)
@@ -136,7 +137,9 @@ def main():
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="DataLoader workers (default: cores)")
+    parser.add_argument("--stoker-threads", type=int, default=None,
+                        help="stoker threads (default: stoker's own, one fewer than the cores on a GPU)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -152,10 +155,10 @@ def main():
     results = []
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
     # NHWC output is torch's channels_last once permuted: no layout pass on the GPU.
-    loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
-                           device="cuda", layout="NHWC", log_epochs=False)
+    loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform,
+                           num_threads=args.stoker_threads, device="cuda", layout="NHWC", log_epochs=False)
     model, opt = make_model()
-    results.append(train("stoker.Loader(device='cuda'), %d threads" % args.workers, forever(loader), model, opt,
+    results.append(train("stoker.Loader(device='cuda'), %d threads" % loader.stats()["threads"], forever(loader), model, opt,
                          args.steps, args.warmup,
                          lambda x, y: (x.permute(0, 3, 1, 2), y)))
     stats = loader.stats()
@@ -164,8 +167,9 @@ def main():
     del loader
 
     # The GPU finishes preprocessing: the CPU only decodes the crops.
-    loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
-                           device="cuda", layout="NHWC", gpu_preprocess=True, log_epochs=False)
+    loader = stoker.Loader(args.packed, batch_size=args.batch_size, transform=transform,
+                           num_threads=args.stoker_threads, device="cuda", layout="NHWC", gpu_preprocess=True,
+                           log_epochs=False)
     model, opt = make_model()
     results.append(train("stoker.Loader(device='cuda', gpu_preprocess)", forever(loader), model, opt, args.steps,
                          args.warmup, lambda x, y: (x.permute(0, 3, 1, 2), y)))
