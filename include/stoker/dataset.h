@@ -53,6 +53,8 @@ struct SampleInfo {
   std::vector<std::optional<FieldLocation>> fields;
 };
 
+struct RemoteOptions;
+
 class Dataset {
  public:
   // `path` is a dataset folder or an index file.
@@ -120,6 +122,7 @@ class Dataset {
   struct Impl;
 
  private:
+  friend Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& location, const RemoteOptions& options);
   explicit Dataset(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -88,6 +88,20 @@ struct ReadRequest {
   Status status;             // set by ReadBatch; a file that ends early is Corruption
 };
 
+// Read-ahead hints from a reader that knows its future (the loader): the
+// order in which it will read shard files (dataset shard numbers, repeats
+// collapsed). Remote file systems fetch ahead in that order; see remote.h.
+class ShardReadPlanner {
+ public:
+  virtual ~ShardReadPlanner() = default;
+  // Appends visits to the plan; returns the position of the first.
+  virtual std::uint64_t AppendPlan(std::span<const std::uint32_t> shards) = 0;
+  // Reading has reached `position`.
+  virtual void AdvancePlan(std::uint64_t position) = 0;
+  // Forgets the plan (a new epoch started elsewhere, a restore).
+  virtual void ResetPlan() = 0;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -126,6 +140,8 @@ class FileSystem {
   // when the returned object is destroyed or the process dies, so a crash
   // never leaves a stale lock.
   [[nodiscard]] virtual Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) = 0;
+  // Where read-ahead hints go; nullptr when this file system has no use for them.
+  [[nodiscard]] virtual ShardReadPlanner* read_planner() { return nullptr; }
 };
 
 // Helpers over any FileSystem.

@@ -15,6 +15,7 @@
 #include "stoker/device_loader.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
+#include "stoker/remote.h"
 
 namespace py = pybind11;
 
@@ -61,14 +62,16 @@ struct HostVectors {
 
 class PyLoader {
  public:
-  PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess) {
-    auto opened = stoker::Dataset::Open(path);
-    if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
+  PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess,
+           const stoker::RemoteOptions& remote) {
+    auto opened = stoker::OpenDataset(path, remote);
+    if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound && !stoker::IsRemoteLocation(path)) {
       // A folder without an index: an ImageFolder of loose files.
       auto loose = stoker::Dataset::OpenImageFolder(path);
       if (loose.ok()) opened = std::move(loose);
     }
     std::shared_ptr<const stoker::Dataset> dataset = Unwrap(std::move(opened));
+    dataset_ = dataset;
     loose_files_ = dataset->loose_files();
     const stoker::ResolvedDevice resolved = Unwrap(stoker::ResolveDevice(device));
     device_note_ = resolved.note;
@@ -137,6 +140,7 @@ class PyLoader {
   stoker::Device device_;
   std::string device_note_;
   bool loose_files_ = false;
+  std::shared_ptr<const stoker::Dataset> dataset_;
 };
 
 }  // namespace
@@ -219,7 +223,23 @@ PYBIND11_MODULE(_native, m) {
       });
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool>())
+      .def(
+          py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, const stoker::RemoteOptions&>())
+      .def("remote_stats",
+           [](PyLoader& l) {
+             const stoker::RemoteStats r = stoker::GetRemoteStats(*l.dataset_);
+             py::dict d;
+             d["hits"] = r.hits;
+             d["misses"] = r.misses;
+             d["downloads"] = r.downloads;
+             d["bytes_downloaded"] = r.bytes_downloaded;
+             d["evictions"] = r.evictions;
+             d["retries"] = r.retries;
+             d["adopted"] = r.adopted;
+             d["over_capacity"] = r.over_capacity;
+             d["wait_s"] = r.wait_seconds;
+             return d;
+           })
       .def("next", &PyLoader::Next, py::arg("stream") = 0)
       .def_property_readonly("device", [](PyLoader& l) { return l.device_.ToString(); })
       .def_property_readonly("device_note", [](PyLoader& l) { return l.device_note_; })
@@ -298,4 +318,17 @@ PYBIND11_MODULE(_native, m) {
     return d;
   });
   m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::Dataset::Open(path))->num_samples(); });
+  py::class_<stoker::RemoteOptions>(m, "RemoteOptions")
+      .def(py::init<>())
+      .def_property(
+          "cache_dir", [](const stoker::RemoteOptions& o) { return o.cache.dir; },
+          [](stoker::RemoteOptions& o, const std::string& v) { o.cache.dir = v; })
+      .def_property(
+          "cache_size", [](const stoker::RemoteOptions& o) { return o.cache.capacity_bytes; },
+          [](stoker::RemoteOptions& o, std::uint64_t v) { o.cache.capacity_bytes = v; })
+      .def_property(
+          "cache_min_free", [](const stoker::RemoteOptions& o) { return o.cache.min_free_bytes; },
+          [](stoker::RemoteOptions& o, std::uint64_t v) { o.cache.min_free_bytes = v; })
+      .def_readwrite("connections", &stoker::RemoteOptions::connections)
+      .def_readwrite("max_attempts", &stoker::RemoteOptions::max_attempts);
 }

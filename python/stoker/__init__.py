@@ -93,12 +93,20 @@ class Loader:
     current stream, copied on stoker's own stream; ``gpu_preprocess=True``
     also moves the resize, flip, normalisation and dtype conversion to the
     GPU. Without a usable GPU the loader says why and stays on the CPU.
+
+    ``dataset`` may also be a URL (``http://``, ``https://``, ``s3://``):
+    shards are read through a local cache (``cache_dir``, default
+    ``$STOKER_CACHE_DIR`` or ``~/.cache/stoker``; ``cache_size`` bytes or a
+    string such as ``"20GiB"``) that downloads them ahead in the loader's own
+    order with ``connections`` parallel transfers and evicts what is needed
+    furthest ahead. Use ``order="shard_block"`` so that an epoch's working set
+    fits the cache.
     """
 
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True,
-                 device="cpu", gpu_preprocess=False):
+                 device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -135,7 +143,13 @@ class Loader:
         options.transform = t
         self._with_indices = with_indices
         self._log_epochs = log_epochs
-        self._native = _native.Loader(os.fspath(dataset), options, str(device), bool(gpu_preprocess))
+        remote = _native.RemoteOptions()
+        if cache_dir is not None:
+            remote.cache_dir = os.fspath(cache_dir)
+        remote.cache_size = cache_size if isinstance(cache_size, int) else _native.parse_byte_size(str(cache_size))
+        remote.connections = int(connections)
+        location = dataset if isinstance(dataset, str) and "://" in dataset else os.fspath(dataset)
+        self._native = _native.Loader(location, options, str(device), bool(gpu_preprocess), remote)
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
         if self._native.loose_files:
@@ -221,6 +235,12 @@ class Loader:
     def load_state_dict(self, state):
         self._native.restore(dict(state))
         self._mark_epoch_start()
+
+    def remote_stats(self):
+        """Remote datasets: the cache's figures (hits, misses, downloads,
+        bytes_downloaded, evictions, retries, adopted, over_capacity, wait_s);
+        all zero for a local dataset."""
+        return dict(self._native.remote_stats())
 
     def stats(self):
         """Counters since creation: batches, samples, bytes read, consumer wait

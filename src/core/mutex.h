@@ -39,6 +39,14 @@ class CondVar {
     cv_.wait(lock, ready);
     lock.release();  // still held; ownership stays with the caller's MutexLock
   }
+  // Waits until `ready()` holds or `timeout` passes; returns ready().
+  template <typename Duration, typename Predicate>
+  bool WaitFor(Mutex& mu, Duration timeout, Predicate ready) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    const bool result = cv_.wait_for(lock, timeout, ready);
+    lock.release();
+    return result;
+  }
   void NotifyAll() { cv_.notify_all(); }
   void NotifyOne() { cv_.notify_one(); }
 

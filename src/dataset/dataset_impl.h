@@ -11,6 +11,9 @@
 namespace stoker {
 
 struct Dataset::Impl {
+  // Remote datasets own their file system (declared first: destroyed last,
+  // after the shard files that read through it).
+  std::unique_ptr<FileSystem> owned_fs;
   FileSystem* fs = nullptr;
   std::string index_path;
   std::unique_ptr<MappedFile> mapped;

@@ -106,6 +106,56 @@ struct Loader::Impl {
   bool stop GUARDED_BY(mu) = false;
   std::vector<std::jthread> workers;
 
+  // Read-ahead hints for remote datasets: each planned epoch's shard visits
+  // were appended to the planner at `base`; batch b's visits start at
+  // base + batch_start[b]. At most the delivered and the scheduled epoch.
+  ShardReadPlanner* planner = nullptr;
+  struct PlannedEpoch {
+    std::uint64_t epoch = 0, base = 0;
+    std::vector<std::uint64_t> batch_start;  // per batch from `first`, plus the end
+    std::uint64_t first = 0;
+  };
+  std::deque<PlannedEpoch> planned GUARDED_BY(mu);
+
+  std::uint32_t ShardOf(std::uint64_t sample) const {
+    auto it = std::upper_bound(shard_spans.begin(), shard_spans.end(), sample,
+                               [](std::uint64_t v, const order::ShardSpan& s) { return v < s.first_sample; });
+    return static_cast<std::uint32_t>(it == shard_spans.begin() ? 0 : (it - shard_spans.begin()) - 1);
+  }
+
+  // Announces the shard visits of `e` from batch `first` on, in read order.
+  void PlanEpoch(std::uint64_t e, std::uint64_t first, const std::vector<std::uint64_t>& order) REQUIRES(mu) {
+    if (planner == nullptr) return;
+    for (const auto& p : planned)
+      if (p.epoch == e) return;
+    PlannedEpoch p;
+    p.epoch = e;
+    p.first = first;
+    std::vector<std::uint32_t> visits;
+    std::vector<std::uint64_t> positions;
+    for (std::uint64_t b = first; b < this->plan.NumBatches(); ++b) {
+      p.batch_start.push_back(visits.size());
+      this->plan.RankPositions(b, positions);
+      for (std::uint64_t pos : positions) {
+        const std::uint32_t shard = ShardOf(order[pos]);
+        if (visits.empty() || visits.back() != shard) visits.push_back(shard);
+      }
+    }
+    p.batch_start.push_back(visits.size());
+    p.base = planner->AppendPlan(visits);
+    planned.push_back(std::move(p));
+    while (planned.size() > 2) planned.pop_front();
+  }
+
+  // Reading has reached batch `b` of epoch `e` (delivery lags reading, so
+  // nothing still to be read is treated as past).
+  void AdvancePlan(std::uint64_t e, std::uint64_t b) REQUIRES(mu) {
+    if (planner == nullptr) return;
+    for (const auto& p : planned)
+      if (p.epoch == e && b >= p.first && b - p.first < p.batch_start.size())
+        planner->AdvancePlan(p.base + p.batch_start[b - p.first]);
+  }
+
   // Stats: relaxed atomics, summed across threads.
   std::atomic<std::uint64_t> stat_batches{0}, stat_samples{0}, stat_bytes{0}, stat_skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
@@ -126,6 +176,12 @@ struct Loader::Impl {
     epoch = schedule_epoch = e;
     next_to_schedule = next_to_deliver = consumed;
     schedule_order = std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, e, shard_spans));
+    if (planner != nullptr) {
+      planner->ResetPlan();
+      planned.clear();
+      PlanEpoch(e, consumed, *schedule_order);
+      AdvancePlan(e, consumed);
+    }
   }
 
   void Schedule() REQUIRES(mu) {
@@ -138,6 +194,7 @@ struct Loader::Impl {
         next_to_schedule = 0;
         schedule_order = std::make_shared<const std::vector<std::uint64_t>>(
             order::EpochOrder(order_spec, schedule_epoch, shard_spans));
+        PlanEpoch(schedule_epoch, 0, *schedule_order);
       }
       const std::uint32_t s = free_slots.back();
       free_slots.pop_back();
@@ -525,6 +582,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
   {
     MutexLock lock(impl->mu);
     for (std::uint32_t i = pool; i-- > 0;) impl->free_slots.push_back(i);
+    impl->planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
     impl->StartEpoch(0, 0);
   }
   Impl* raw = impl.get();
@@ -566,6 +624,7 @@ Result<std::optional<Batch>> Loader::Next() {
   m.wait_ns.fetch_add(static_cast<std::uint64_t>((Clock::now() - start).count()), std::memory_order_relaxed);
   m.inflight.pop_front();
   ++m.next_to_deliver;
+  m.AdvancePlan(m.epoch, m.next_to_deliver - 1);
   if (!m.slots[s].error.ok()) {
     Status error = m.slots[s].error;
     m.free_slots.push_back(s);

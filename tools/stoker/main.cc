@@ -22,6 +22,7 @@
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 #include "stoker/pack.h"
+#include "stoker/remote.h"
 
 namespace {
 
@@ -80,8 +81,46 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   return kExitOk;
 }
 
+// Where remote datasets are cached (--cache-dir, --cache-size, --connections).
+struct RemoteArgs {
+  std::string cache_dir;
+  std::string cache_size = "16GiB";
+  std::string min_free = "1GiB";
+  std::uint32_t connections = 8;
+};
+RemoteArgs g_remote;
+
+stoker::Result<stoker::RemoteOptions> RemoteOptionsFromArgs() {
+  stoker::RemoteOptions o;
+  o.cache.dir = g_remote.cache_dir;
+  auto size = stoker::ParseByteSize(g_remote.cache_size);
+  if (!size.ok()) return size.error().WithContext("--cache-size");
+  o.cache.capacity_bytes = *size;
+  auto floor = stoker::ParseByteSize(g_remote.min_free);
+  if (!floor.ok()) return floor.error().WithContext("--cache-min-free");
+  o.cache.min_free_bytes = *floor;
+  o.connections = g_remote.connections;
+  return o;
+}
+
+void AddRemoteOptions(CLI::App* command) {
+  command->add_option("--cache-dir", g_remote.cache_dir,
+                      "Cache folder for remote datasets (default: $STOKER_CACHE_DIR or ~/.cache/stoker)");
+  command->add_option("--cache-size", g_remote.cache_size, "Cache capacity, e.g. 2GiB")->capture_default_str();
+  command->add_option("--cache-min-free", g_remote.min_free, "Free space to leave on the cache's file system")
+      ->capture_default_str();
+  command->add_option("--connections", g_remote.connections, "Parallel downloads")->capture_default_str();
+}
+
+// A local dataset, or a remote one (http, https, s3) through the cache.
+stoker::Result<std::unique_ptr<stoker::Dataset>> OpenForCli(const std::string& path) {
+  if (!stoker::IsRemoteLocation(path)) return stoker::Dataset::Open(path);
+  STOKER_ASSIGN_OR_RETURN(auto options, RemoteOptionsFromArgs());
+  return stoker::OpenDataset(path, options);
+}
+
 int RunInspect(const std::string& path, bool json) {
-  auto dataset = stoker::Dataset::Open(path);
+  auto dataset = OpenForCli(path);
   if (!dataset.ok()) return Fail(dataset.error());
   auto summary = stoker::Summarize(**dataset);
   if (!summary.ok()) return Fail(summary.error());
@@ -136,7 +175,7 @@ int RunInspect(const std::string& path, bool json) {
 }
 
 int RunVerify(const std::string& path, bool json) {
-  auto dataset = stoker::Dataset::Open(path);
+  auto dataset = OpenForCli(path);
   if (!dataset.ok()) return Fail(dataset.error());
   std::optional<stoker::ProgressBar> bar;
   stoker::VerifyOptions options;
@@ -173,7 +212,7 @@ int RunVerify(const std::string& path, bool json) {
 
 // One line per sample: key, shard:offset, label, fields (or JSON Lines).
 int RunList(const std::string& path, bool json) {
-  auto dataset = stoker::Dataset::Open(path);
+  auto dataset = OpenForCli(path);
   if (!dataset.ok()) return Fail(dataset.error());
   const auto& d = **dataset;
   for (std::uint64_t i = 0; i < d.num_samples(); ++i) {
@@ -229,8 +268,8 @@ std::uint64_t PeakRssBytes() {
 // batch and the resulting accelerator utilisation (time computing / wall time,
 // as MLPerf Storage defines AU).
 int RunBench(const BenchArgs& a) {
-  auto opened = stoker::Dataset::Open(a.dataset);
-  if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound) {
+  auto opened = OpenForCli(a.dataset);
+  if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound && !stoker::IsRemoteLocation(a.dataset)) {
     // A folder without an index: read it as an ImageFolder of loose files.
     auto loose = stoker::Dataset::OpenImageFolder(a.dataset);
     if (loose.ok()) {
@@ -243,6 +282,9 @@ int RunBench(const BenchArgs& a) {
   }
   if (!opened.ok()) return Fail(opened.error());
   std::shared_ptr<const stoker::Dataset> dataset = std::move(opened).value();
+  const bool remote = stoker::IsRemoteLocation(a.dataset);
+  std::uint64_t dataset_bytes = 0;
+  for (const auto& shard : dataset->shards()) dataset_bytes += shard.size;
   stoker::LoaderOptions o;
   o.batch_size = a.batch_size;
   o.threads = a.threads;
@@ -286,6 +328,7 @@ int RunBench(const BenchArgs& a) {
   }
   for (std::uint64_t e = 0; e < a.epochs; ++e) {
     const auto before = l.stats();
+    const auto remote_before = stoker::GetRemoteStats(*dataset);
     const double cpu0 = CpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     std::uint64_t batches = 0, images = 0;
@@ -312,6 +355,12 @@ int RunBench(const BenchArgs& a) {
     const auto after = l.stats();
     const stoker::LoaderStats epoch_stats = after.Since(before);
     const double ips = images / wall;
+    const auto remote_after = stoker::GetRemoteStats(*dataset);
+    const std::uint64_t downloaded = remote_after.bytes_downloaded - remote_before.bytes_downloaded;
+    const std::uint64_t hits = remote_after.hits - remote_before.hits;
+    const std::uint64_t misses = remote_after.misses - remote_before.misses;
+    const double amplification = dataset_bytes ? static_cast<double>(downloaded) / dataset_bytes : 0.0;
+    const double hit_rate = hits + misses ? static_cast<double>(hits) / (hits + misses) : 0.0;
     if (a.json) {
       nlohmann::json j = {{"epoch", e},
                           {"batches", batches},
@@ -329,6 +378,14 @@ int RunBench(const BenchArgs& a) {
                           {"transform_s", epoch_stats.transform_seconds},
                           {"read_requests", epoch_stats.read_requests},
                           {"read_method", after.read_method}};
+      if (remote) {
+        j["bytes_downloaded"] = downloaded;
+        j["read_amplification"] = amplification;
+        j["cache_hit_rate"] = hit_rate;
+        j["cache_wait_s"] = remote_after.wait_seconds - remote_before.wait_seconds;
+        j["download_retries"] = remote_after.retries - remote_before.retries;
+        j["cache_evictions"] = remote_after.evictions - remote_before.evictions;
+      }
       if (a.consumer_ms > 0) {
         j["consumer_ms"] = a.consumer_ms;
         j["accelerator_utilization"] = compute_s / wall;
@@ -337,6 +394,12 @@ int RunBench(const BenchArgs& a) {
       fmt::print("{}\n", j.dump());
     } else {
       fmt::print("epoch {}: {}\n", e, epoch_stats.Summary(wall));
+      if (remote)
+        fmt::print(
+            "epoch {}: downloaded {} ({:.2f}x the dataset), cache hit rate {:.1f}%, waited {:.2f} s for "
+            "downloads, {} retries\n",
+            e, stoker::FormatBytes(downloaded), amplification, 100.0 * hit_rate,
+            remote_after.wait_seconds - remote_before.wait_seconds, remote_after.retries - remote_before.retries);
       fmt::print("epoch {}: {:.0f} images/s, {:.2f} ms CPU per image, peak RSS {}", e, ips,
                  images ? 1000.0 * cpu / images : 0.0, stoker::FormatBytes(PeakRssBytes()));
       if (a.consumer_ms > 0)
@@ -345,6 +408,49 @@ int RunBench(const BenchArgs& a) {
       fmt::print("\n");
     }
   }
+  return kExitOk;
+}
+
+void PrintCacheStat(const stoker::CacheStat& st, bool json) {
+  if (json) {
+    nlohmann::json j = {{"dir", st.dir},
+                        {"entries", st.entries},
+                        {"bytes", st.bytes},
+                        {"partial_files", st.partial_files},
+                        {"partial_bytes", st.partial_bytes},
+                        {"free_bytes", st.free_bytes}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("cache {}: {} shards, {}; {} partial downloads ({}); {} free on its file system\n", st.dir, st.entries,
+             stoker::FormatBytes(st.bytes), st.partial_files, stoker::FormatBytes(st.partial_bytes),
+             stoker::FormatBytes(st.free_bytes));
+}
+
+int RunCacheStatOrClear(bool clear, bool json) {
+  auto options = RemoteOptionsFromArgs();
+  if (!options.ok()) return Fail(options.error());
+  auto st = clear ? stoker::ClearCache(options->cache) : stoker::StatCache(options->cache);
+  if (!st.ok()) return Fail(st.error());
+  PrintCacheStat(*st, json);
+  return kExitOk;
+}
+
+int RunCacheWarm(const std::string& location, bool json) {
+  if (!stoker::IsRemoteLocation(location))
+    return Fail(
+        Status::InvalidArgument(fmt::format("{}: not a remote location (http://, https:// or s3://)", location)));
+  auto dataset = OpenForCli(location);
+  if (!dataset.ok()) return Fail(dataset.error());
+  stoker::ProgressBar progress("warm", "shards", (*dataset)->shards().size());
+  Status s = stoker::WarmCache(**dataset, [&](std::uint64_t done, std::uint64_t) { progress.Update(done, 0); });
+  progress.Finish();
+  if (!s.ok()) return Fail(s);
+  auto options = RemoteOptionsFromArgs();
+  if (!options.ok()) return Fail(options.error());
+  auto st = stoker::StatCache(options->cache);
+  if (!st.ok()) return Fail(st.error());
+  PrintCacheStat(*st, json);
   return kExitOk;
 }
 
@@ -411,6 +517,21 @@ int main(int argc, char** argv) {
                   "Evaluation transform: Resize + CenterCrop (default: RandomResizedCrop + flip)");
   bench->add_flag("--json", bench_args.json, "One JSON object per epoch");
 
+  AddRemoteOptions(inspect);
+  AddRemoteOptions(verify);
+  AddRemoteOptions(list);
+  AddRemoteOptions(bench);
+  auto* cache = app.add_subcommand("cache", "The local cache of remote datasets");
+  cache->require_subcommand(1);
+  auto* cache_stat = cache->add_subcommand("stat", "What the cache holds");
+  auto* cache_clear = cache->add_subcommand("clear", "Remove every cached shard no process is downloading");
+  auto* cache_warm = cache->add_subcommand("warm", "Download a remote dataset's shards (as many as fit)");
+  cache_warm->add_option("DATASET", dataset, "URL of a remote dataset (http, https, s3)")->required();
+  for (auto* c : {cache_stat, cache_clear, cache_warm}) {
+    AddRemoteOptions(c);
+    c->add_flag("--json", json, "Print JSON");
+  }
+
   std::string checkpoint_path;
   auto* checkpoint = app.add_subcommand("checkpoint", "Inspect checkpoints written by stoker.Checkpointer");
   checkpoint->require_subcommand(1);
@@ -426,6 +547,8 @@ int main(int argc, char** argv) {
   if (checkpoint_ls->parsed()) return stoker_cli::RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return stoker_cli::RunCheckpointVerify(checkpoint_path, json);
   if (bench->parsed()) return RunBench(bench_args);
+  if (cache_stat->parsed() || cache_clear->parsed()) return RunCacheStatOrClear(cache_clear->parsed(), json);
+  if (cache_warm->parsed()) return RunCacheWarm(dataset, json);
   if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, json);

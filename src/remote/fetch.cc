@@ -1,0 +1,170 @@
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "order/rng.h"
+#include "remote/http.h"
+
+namespace stoker::remote {
+namespace {
+
+bool Retryable(long status) {
+  return status == 408 || status == 429 || status >= 500;
+}
+
+std::string Describe(const HttpResponse& r) {
+  std::string text = fmt::format("HTTP {}", r.status);
+  if (!r.error_body.empty()) {
+    std::string body = r.error_body.substr(0, 200);
+    std::replace(body.begin(), body.end(), '\n', ' ');
+    text += fmt::format(" ({})", body);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<double> ParseRetryAfter(std::string_view value, double now_unix) {
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\r' || value.back() == '\n'))
+    value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (value.size() > 9) return std::nullopt;
+    return std::stod(std::string(value));
+  }
+  // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
+  std::tm tm{};
+  const std::string text(value);
+  const char* end = ::strptime(text.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  const double at = static_cast<double>(::timegm(&tm));
+  return std::max(0.0, at - now_unix);
+}
+
+Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::optional<std::uint64_t> expected_size,
+                   const std::function<Status(std::span<const std::byte>)>& sink,
+                   const std::function<Status()>& restart, const RetryPolicy& policy, FetchStats* stats) {
+  FetchStats local;
+  FetchStats& st = stats ? *stats : local;
+  order::Rng jitter(policy.jitter_seed, std::hash<std::string>{}(request.url));
+  std::uint64_t received = 0;  // bytes the sink has, in order from 0
+  std::string etag;            // of the object those bytes came from
+  std::string last_error;
+  int changes = 0;
+  const std::uint32_t attempts = std::max<std::uint32_t>(1, policy.max_attempts);
+
+  auto start_over = [&]() -> Status {
+    ++st.restarts;
+    received = 0;
+    etag.clear();
+    return restart();
+  };
+
+  for (std::uint32_t attempt = 0; attempt < attempts; ++attempt) {
+    ++st.attempts;
+    HttpRequest req = request;
+    if (received > 0) {
+      req.range_start = received;
+      req.if_match = etag;
+    }
+    // Bytes of this response to skip: a server that ignores our range sends
+    // the object from byte 0.
+    std::uint64_t skip = 0;
+    bool checked_head = false;
+    bool changed = false;  // resuming, but the object is not the one we started
+    const BodySink body = [&](const HttpResponse& head, std::span<const std::byte> data) -> Status {
+      if (!checked_head) {
+        checked_head = true;
+        if (head.status == 206) {
+          if (!req.range_start || head.range_start.value_or(UINT64_MAX) != *req.range_start) {
+            return Status::Unavailable(fmt::format("{}: 206 with an unexpected Content-Range", request.url));
+          }
+        } else if (head.status == 200 && received > 0) {
+          if (!etag.empty() && !head.etag.empty() && head.etag != etag) {
+            changed = true;
+            return Status::Unavailable(fmt::format("{}: object changed (ETag {} -> {})", request.url, etag, head.etag));
+          }
+          skip = received;  // range ignored: the whole object again
+        }
+        if (etag.empty()) etag = head.etag;
+      }
+      if (skip > 0) {
+        const std::uint64_t n = std::min<std::uint64_t>(skip, data.size());
+        skip -= n;
+        data = data.subspan(n);
+      }
+      if (data.empty()) return Status::Ok();
+      if (expected_size && received + data.size() > *expected_size)
+        return Status::Corruption(
+            fmt::format("{}: the object is larger than the {} bytes the index records", request.url, *expected_size));
+      STOKER_RETURN_IF_ERROR(sink(data));
+      received += data.size();
+      return Status::Ok();
+    };
+    auto response = transport.Get(req, body);
+    double retry_after = -1;
+    if (!response.ok()) {
+      const Status& e = response.error();
+      if (changed) {
+        // The object changed while we were resuming it: start over.
+        last_error = std::string(e.message());
+        if (++changes > 2) return Status::Unavailable(fmt::format("{}; it keeps changing", last_error));
+        STOKER_RETURN_IF_ERROR(start_over());
+      } else if (e.code() != StatusCode::kUnavailable) {
+        return e;  // the sink's own error (disk full, corrupt): not the network's
+      } else {
+        last_error = std::string(e.message());
+      }
+    } else {
+      const HttpResponse& r = *response;
+      if (r.status == 200 || r.status == 206) {
+        const std::uint64_t total =
+            r.status == 206 ? r.total_size.value_or(0) : r.content_length.value_or(expected_size.value_or(received));
+        const bool complete = r.status == 206 ? (r.total_size && received == *r.total_size)
+                                              : (!r.content_length || received == *r.content_length);
+        if (complete && (!expected_size || received == *expected_size)) return Status::Ok();
+        if (complete && expected_size)
+          return Status::Corruption(
+              fmt::format("{}: the object has {} bytes, the index records {}", request.url, received, *expected_size));
+        last_error = fmt::format("truncated body ({} of {} bytes)", received, total);
+      } else if (r.status == 412) {
+        last_error = fmt::format("object changed (If-Match {} failed)", etag);
+        if (++changes > 2)
+          return Status::Unavailable(fmt::format("{}: {}; it keeps changing", request.url, last_error));
+        STOKER_RETURN_IF_ERROR(start_over());
+      } else if (r.status == 416) {
+        last_error = "range not satisfiable";
+        STOKER_RETURN_IF_ERROR(start_over());
+      } else if (r.status == 404) {
+        return Status::NotFound(fmt::format("{}: {}", request.url, Describe(r)));
+      } else if (r.status == 401 || r.status == 403) {
+        return Status::Unavailable(
+            fmt::format("{}: access denied, {} (check the credentials)", request.url, Describe(r)));
+      } else if (!Retryable(r.status)) {
+        return Status::Unavailable(fmt::format("{}: {}", request.url, Describe(r)));
+      } else {
+        last_error = Describe(r);
+        if (r.retry_after_s) retry_after = std::min(*r.retry_after_s, policy.retry_after_max_s);
+      }
+    }
+    if (attempt + 1 == attempts) break;
+    ++st.retries;
+    const double cap =
+        std::min(policy.backoff_max_s, policy.backoff_initial_s * std::ldexp(1.0, static_cast<int>(attempt)));
+    double delay = cap * jitter.Uniform01();  // full jitter
+    if (retry_after >= 0) delay = std::max(delay, retry_after);
+    if (policy.sleep) {
+      policy.sleep(delay);
+    } else {
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    }
+  }
+  return Status::Unavailable(fmt::format("{}: gave up after {} attempts; last: {}", request.url, attempts, last_error));
+}
+
+}  // namespace stoker::remote
