@@ -64,11 +64,16 @@ class PyLoader {
  public:
   PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess,
            const stoker::RemoteOptions& remote) {
-    auto opened = stoker::OpenDataset(path, remote);
-    if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound && !stoker::IsRemoteLocation(path)) {
-      // A folder without an index: an ImageFolder of loose files.
-      auto loose = stoker::Dataset::OpenImageFolder(path);
-      if (loose.ok()) opened = std::move(loose);
+    stoker::Result<std::unique_ptr<stoker::Dataset>> opened = stoker::Status::Internal("unset");
+    {
+      // Opening a remote dataset fetches its index: never with the GIL held.
+      py::gil_scoped_release release;
+      opened = stoker::OpenDataset(path, remote);
+      if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound && !stoker::IsRemoteLocation(path)) {
+        // A folder without an index: an ImageFolder of loose files.
+        auto loose = stoker::Dataset::OpenImageFolder(path);
+        if (loose.ok()) opened = std::move(loose);
+      }
     }
     std::shared_ptr<const stoker::Dataset> dataset = Unwrap(std::move(opened));
     dataset_ = dataset;
@@ -330,5 +335,6 @@ PYBIND11_MODULE(_native, m) {
           "cache_min_free", [](const stoker::RemoteOptions& o) { return o.cache.min_free_bytes; },
           [](stoker::RemoteOptions& o, std::uint64_t v) { o.cache.min_free_bytes = v; })
       .def_readwrite("connections", &stoker::RemoteOptions::connections)
-      .def_readwrite("max_attempts", &stoker::RemoteOptions::max_attempts);
+      .def_readwrite("max_attempts", &stoker::RemoteOptions::max_attempts)
+      .def_readwrite("stall_timeout_s", &stoker::RemoteOptions::stall_timeout_s);
 }

@@ -106,7 +106,8 @@ class Loader:
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True,
-                 device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8):
+                 device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
+                 max_attempts=8, stall_timeout=30.0):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -148,6 +149,8 @@ class Loader:
             remote.cache_dir = os.fspath(cache_dir)
         remote.cache_size = cache_size if isinstance(cache_size, int) else _native.parse_byte_size(str(cache_size))
         remote.connections = int(connections)
+        remote.max_attempts = int(max_attempts)
+        remote.stall_timeout_s = float(stall_timeout)
         location = dataset if isinstance(dataset, str) and "://" in dataset else os.fspath(dataset)
         self._native = _native.Loader(location, options, str(device), bool(gpu_preprocess), remote)
         if self._native.device_note:

@@ -80,15 +80,17 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     const BodySink body = [&](const HttpResponse& head, std::span<const std::byte> data) -> Status {
       if (!checked_head) {
         checked_head = true;
+        if (received > 0 && !etag.empty() && !head.etag.empty() && head.etag != etag) {
+          // Not the object whose first bytes we have (a server that ignores
+          // If-Match, or one that changed it between checks).
+          changed = true;
+          return Status::Unavailable(fmt::format("{}: object changed (ETag {} -> {})", request.url, etag, head.etag));
+        }
         if (head.status == 206) {
           if (!req.range_start || head.range_start.value_or(UINT64_MAX) != *req.range_start) {
             return Status::Unavailable(fmt::format("{}: 206 with an unexpected Content-Range", request.url));
           }
         } else if (head.status == 200 && received > 0) {
-          if (!etag.empty() && !head.etag.empty() && head.etag != etag) {
-            changed = true;
-            return Status::Unavailable(fmt::format("{}: object changed (ETag {} -> {})", request.url, etag, head.etag));
-          }
           skip = received;  // range ignored: the whole object again
         }
         if (etag.empty()) etag = head.etag;

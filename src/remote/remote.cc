@@ -133,6 +133,14 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner {
     return std::unique_ptr<ReadableFile>(std::make_unique<CachedShardFile>(cache_.get(), it->second));
   }
   Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) override {
+    if (auto it = by_path_.find(path); it != by_path_.end() && cache_) {
+      // A shard: through the cache (the mapping outlives an eviction).
+      STOKER_RETURN_IF_ERROR(cache_->Ensure(it->second));
+      auto mapped = local_->Map(cache_->EntryPath(it->second), access);
+      if (mapped.ok() || mapped.error().code() != StatusCode::kNotFound) return mapped;
+      STOKER_RETURN_IF_ERROR(cache_->Ensure(it->second));  // evicted in between: once more
+      return local_->Map(cache_->EntryPath(it->second), access);
+    }
     STOKER_ASSIGN_OR_RETURN(auto request, RequestFor(path, options_));
     STOKER_RETURN_IF_ERROR(local_->CreateDirectories(options_.cache.dir));
     const std::string local = fmt::format("{}/index-{:016x}.stoker", options_.cache.dir,

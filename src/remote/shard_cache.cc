@@ -68,6 +68,7 @@ struct ShardCache::Impl {
     State state = State::kAbsent;
     std::unique_ptr<ReadableFile> file;  // opened at first read
     std::uint32_t pins = 0;
+    std::uint32_t waiters = 0;  // readers waiting for it: not to be evicted before they pin it
     std::uint64_t last_use = 0;
     bool demanded = false;           // queued for a reader
     bool read_ahead_failed = false;  // do not fetch ahead again; a reader will retry
@@ -134,7 +135,7 @@ struct ShardCache::Impl {
     std::optional<std::uint32_t> best;
     for (std::uint32_t s = 0; s < entries.size(); ++s) {
       const Entry& e = entries[s];
-      if (e.state != State::kPresent || e.pins > 0) continue;
+      if (e.state != State::kPresent || e.pins > 0 || e.waiters > 0) continue;
       if (h.next_use[s] <= after && h.next_use[s] != kBeyond) continue;
       if (!best) {
         best = s;
@@ -184,7 +185,10 @@ struct ShardCache::Impl {
       Entry& e = entries[s];
       if (e.state != State::kAbsent || e.read_ahead_failed) continue;
       if (in_flight > 0 && in_flight + shards[s].size > options.max_bytes_in_flight) return std::nullopt;
-      if (!MakeRoom(shards[s].size, h, h.next_use[s])) return std::nullopt;
+      // Fetching ahead only displaces entries not needed within the horizon:
+      // evicting one that is needed later (but sooner than the shards being
+      // read finish) would cost a second download of it.
+      if (!MakeRoom(shards[s].size, h, kBeyond - 1)) return std::nullopt;
       return s;
     }
     return std::nullopt;
@@ -358,9 +362,14 @@ struct ShardCache::Impl {
         Bump();
       }
       waited = true;
+      ++entries[s].waiters;
       changed.Wait(mu, [&]() REQUIRES(mu) {
-        return stop || entries[s].state == State::kPresent || entries[s].failures != failures;
+        const Entry& w = entries[s];
+        // Absent and no longer queued: evicted or never fetched; ask again.
+        return stop || w.state == State::kPresent || w.failures != failures ||
+               (w.state == State::kAbsent && !w.demanded);
       });
+      --entries[s].waiters;
       if (entries[s].state != State::kPresent && entries[s].failures != failures) return entries[s].failure;
     }
   }

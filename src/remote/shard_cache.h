@@ -9,11 +9,11 @@
 //
 // Read-ahead walks the announced plan (shard visits in order) from the
 // current position and downloads the shards needed soonest, with up to
-// `connections` transfers and `max_bytes_in_flight` bytes at once. Room is
-// made by evicting the entry needed furthest ahead (Belady), least recently
-// used first among those not needed within the plan's horizon; a shard is
-// only fetched ahead when that frees room for something needed sooner.
-// Entries being read are never evicted.
+// `connections` transfers and `max_bytes_in_flight` bytes at once; the
+// horizon is as many distinct shards as the cache holds. Read-ahead only
+// displaces entries not needed within the horizon (least recently used
+// first); a reader's miss evicts the entry needed furthest ahead (Belady).
+// Without a plan, eviction is LRU. Entries being read are never evicted.
 #pragma once
 
 #include <cstdint>

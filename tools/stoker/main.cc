@@ -87,6 +87,7 @@ struct RemoteArgs {
   std::string cache_size = "16GiB";
   std::string min_free = "1GiB";
   std::uint32_t connections = 8;
+  std::uint32_t max_attempts = 8;
 };
 RemoteArgs g_remote;
 
@@ -100,6 +101,7 @@ stoker::Result<stoker::RemoteOptions> RemoteOptionsFromArgs() {
   if (!floor.ok()) return floor.error().WithContext("--cache-min-free");
   o.cache.min_free_bytes = *floor;
   o.connections = g_remote.connections;
+  o.max_attempts = g_remote.max_attempts;
   return o;
 }
 
@@ -110,6 +112,10 @@ void AddRemoteOptions(CLI::App* command) {
   command->add_option("--cache-min-free", g_remote.min_free, "Free space to leave on the cache's file system")
       ->capture_default_str();
   command->add_option("--connections", g_remote.connections, "Parallel downloads")->capture_default_str();
+  command
+      ->add_option("--max-attempts", g_remote.max_attempts,
+                   "Attempts per request before giving up (timeouts, resets, 5xx, 429)")
+      ->capture_default_str();
 }
 
 // A local dataset, or a remote one (http, https, s3) through the cache.

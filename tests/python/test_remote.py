@@ -1,0 +1,244 @@
+"""Remote datasets against real servers on loopback: nginx (ranges, ETags),
+moto's S3 server (signed requests), and our fault-injecting proxy."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import remote_servers  # noqa: E402
+
+torch = pytest.importorskip("torch")
+stoker = pytest.importorskip("stoker")
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, demo_images, stoker_bin):
+    out = tmp_path_factory.mktemp("remote") / "packed"
+    subprocess.run([stoker_bin, "pack", str(demo_images), str(out), "--shard-size", "512KiB"], check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def nginx(packed):
+    server = remote_servers.Nginx(packed)
+    yield server
+    server.close()
+
+
+@pytest.fixture()
+def proxy(nginx):
+    p = remote_servers.FaultProxy(nginx.url)
+    yield p
+    p.close()
+
+
+def shard_names(folder):
+    return sorted(p.name for p in pathlib.Path(folder).glob("*.tar"))
+
+
+def shard_bytes(folder):
+    return sum(p.stat().st_size for p in pathlib.Path(folder).glob("*.tar"))
+
+
+def batches(location, epochs=1, **kw):
+    options = dict(batch_size=8, seed=3, dtype="uint8", order="shard_block", shard_window=2, num_threads=2,
+                   log_epochs=False)
+    options.update(kw)
+    loader = stoker.Loader(str(location), with_indices=True, **options)
+    out = []
+    for _ in range(epochs):
+        for images, labels, indices in loader:
+            out.append((images.clone(), labels.clone(), indices.clone()))
+    return out, loader
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for (x1, y1, i1), (x2, y2, i2) in zip(a, b):
+        assert torch.equal(i1, i2) and torch.equal(y1, y2) and torch.equal(x1, x2)
+
+
+def test_http_loader_yields_exactly_the_local_batches_through_a_small_cache(packed, nginx, tmp_path):
+    local, _ = batches(packed, epochs=2)
+    # Room for three of the dataset's shards: evictions are needed every epoch.
+    cap = 3 * max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    remote, loader = batches(nginx.url, epochs=2, cache_dir=tmp_path / "cache", cache_size=cap)
+    assert_same(local, remote)
+    st = loader.remote_stats()
+    assert st["downloads"] >= len(shard_names(packed)), st
+    assert st["evictions"] > 0 and st["retries"] == 0, st
+    assert st["hits"] > 0
+    cached = [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".shard")]
+    assert sum(p.stat().st_size for p in cached) <= cap
+
+
+def test_cli_inspect_verify_and_bench_accept_urls(stoker, packed, nginx, tmp_path):
+    cache = ["--cache-dir", tmp_path / "c", "--cache-size", "64MiB"]
+    out = stoker("inspect", nginx.url, "--json", *cache).stdout
+    assert json.loads(out)["samples"] == 48
+    stoker("verify", nginx.url, *cache)
+    lines = stoker("bench", nginx.url + "/", "--epochs", "2", "--json", "--batch-size", "8", "--order", "shard-block",
+                   *cache).stdout.strip().splitlines()
+    epochs = [json.loads(line) for line in lines]
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    # Verify already fetched everything into the (large enough) cache.
+    assert epochs[0]["bytes_downloaded"] == 0 and epochs[0]["cache_hit_rate"] == 1.0
+    st = json.loads(stoker("cache", "stat", "--json", *cache[:2]).stdout)
+    assert st["entries"] == len(shard_names(packed)) and st["bytes"] == shard_bytes(packed)
+    st = json.loads(stoker("cache", "clear", "--json", *cache[:2]).stdout)
+    assert st["entries"] == 0 and st["bytes"] == 0
+
+
+def test_missing_dataset_and_shard_are_named(stoker, packed, proxy, tmp_path):
+    r = stoker("inspect", proxy.url + "/nothing-here", "--cache-dir", tmp_path, check=False)
+    assert r.returncode != 0 and "nothing-here" in r.stderr and "no index.stoker" in r.stderr, r.stderr
+    first = shard_names(packed)[0]
+    proxy.add_fault(first, "status", code=404)
+    r = stoker("verify", proxy.url, "--cache-dir", tmp_path, check=False)
+    assert r.returncode != 0 and proxy.url + "/" + first in r.stderr and "HTTP 404" in r.stderr, r.stderr
+    assert proxy.requests["/" + first] == 1, "a 404 is final: no retries"
+
+
+FAULTS = [
+    ("status", dict(code=503, retry_after=0)),
+    ("status", dict(code=429, retry_after=0)),
+    ("status", dict(code=500)),
+    ("reset", dict(after=100000)),
+    ("truncate", dict(after=70000)),
+    ("stall", dict(seconds=4)),
+    ("corrupt", dict(offset=12345)),
+]
+
+
+@pytest.mark.parametrize("kind,args", FAULTS, ids=[f[0] + "-" + str(f[1].get("code", "")) for f in FAULTS])
+def test_faults_are_retried_and_never_reach_the_samples(packed, proxy, tmp_path, kind, args):
+    local, _ = batches(packed)
+    first = shard_names(packed)[0]
+    proxy.add_fault(first, kind, **args)
+    remote, loader = batches(proxy.url, cache_dir=tmp_path / "cache", cache_size="64MiB", stall_timeout=1)
+    assert_same(local, remote)
+    assert proxy.requests["/" + first] >= 2, proxy.requests
+    assert loader.remote_stats()["retries"] >= 1
+
+
+def test_resume_uses_range_and_if_match(packed, proxy, tmp_path):
+    first = shard_names(packed)[0]
+    proxy.add_fault(first, "truncate", after=50000)
+    batches(proxy.url, cache_dir=tmp_path / "cache")
+    headers = proxy.headers["/" + first]
+    assert headers.get("Range") == "bytes=50000-", headers
+    assert headers.get("If-Match", "").startswith('"'), headers
+
+
+def test_server_ignoring_ranges_is_handled(packed, proxy, tmp_path):
+    first = shard_names(packed)[0]
+    proxy.add_fault(first, "truncate", after=50000)
+    proxy.add_fault(first, "ignore_range")
+    local, _ = batches(packed)
+    remote, _ = batches(proxy.url, cache_dir=tmp_path / "cache")
+    assert_same(local, remote)
+
+
+def test_object_changed_while_resuming_starts_over(packed, proxy, tmp_path):
+    first = shard_names(packed)[0]
+    proxy.add_fault(first, "truncate", after=50000)
+    proxy.add_fault(first, "change_etag")  # nginx then answers 412 to If-Match... or the proxy reports a new ETag
+    local, _ = batches(packed)
+    remote, loader = batches(proxy.url, cache_dir=tmp_path / "cache")
+    assert_same(local, remote)
+    assert proxy.requests["/" + first] >= 3
+
+
+def test_persistent_errors_name_the_url(stoker, packed, proxy, tmp_path):
+    first = shard_names(packed)[0]
+    for _ in range(10):
+        proxy.add_fault(first, "status", code=500)
+    r = stoker("verify", proxy.url, "--cache-dir", tmp_path / "a", "--max-attempts", "3", check=False)
+    assert r.returncode != 0
+    assert first in r.stderr and "gave up after 3 attempts" in r.stderr and "HTTP 500" in r.stderr, r.stderr
+    # A body that never matches the index is refused, naming the checksum.
+    for _ in range(4):
+        proxy.add_fault(first, "corrupt", offset=999)
+    r = stoker("verify", proxy.url, "--cache-dir", tmp_path / "b", check=False)
+    assert r.returncode != 0 and "differs from the index" in r.stderr and first in r.stderr, r.stderr
+    assert not list((tmp_path / "b").glob("*-%s.shard" % first)), "nothing corrupt may enter the cache"
+    assert list((tmp_path / "b").glob("*.shard")), "the intact shards are cached"
+
+
+def test_crash_mid_download_leaves_a_usable_cache(stoker_bin, stoker, packed, nginx, tmp_path):
+    slow = remote_servers.FaultProxy(nginx.url, bandwidth=400_000)
+    cache = tmp_path / "cache"
+    try:
+        proc = subprocess.Popen([stoker_bin, "cache", "warm", slow.url, "--cache-dir", str(cache), "--connections",
+                                 "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(".part-" in p.name for p in cache.glob("*")):
+            time.sleep(0.02)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        st = json.loads(stoker("cache", "stat", "--json", "--cache-dir", cache).stdout)
+        assert st["partial_files"] >= 1, st
+        assert st["entries"] < len(shard_names(packed))
+        # The next user cleans up after the dead process and reads everything intact.
+        stoker("verify", nginx.url, "--cache-dir", cache)
+        st = json.loads(stoker("cache", "stat", "--json", "--cache-dir", cache).stdout)
+        assert st["partial_files"] == 0 and st["entries"] == len(shard_names(packed)), st
+    finally:
+        slow.close()
+
+
+def test_processes_sharing_a_cache_download_each_shard_once(stoker_bin, stoker, packed, nginx, tmp_path):
+    slow = remote_servers.FaultProxy(nginx.url, bandwidth=3_000_000)
+    cache = tmp_path / "cache"
+    try:
+        procs = [subprocess.Popen([stoker_bin, "cache", "warm", slow.url, "--cache-dir", str(cache)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        for name in shard_names(packed):
+            assert slow.requests["/" + name] == 1, slow.requests
+        st = json.loads(stoker("cache", "stat", "--json", "--cache-dir", cache).stdout)
+        assert st["entries"] == len(shard_names(packed)) and st["partial_files"] == 0
+    finally:
+        slow.close()
+
+
+@pytest.fixture(scope="module")
+def moto_s3(packed):
+    pytest.importorskip("moto")
+    server = remote_servers.MotoS3()
+    server.upload_folder("training-data", "imagenet/train", packed)
+    yield server
+    server.close()
+
+
+def test_s3_requests_are_signed_and_read(stoker, packed, moto_s3, tmp_path, monkeypatch):
+    recorder = remote_servers.FaultProxy(moto_s3.url)
+    try:
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1",
+                   AWS_ENDPOINT_URL=recorder.url)
+        out = stoker("inspect", "s3://training-data/imagenet/train", "--json", "--cache-dir", tmp_path, env=env).stdout
+        assert json.loads(out)["samples"] == 48
+        auth = recorder.headers["/training-data/imagenet/train/index.stoker"].get("Authorization", "")
+        assert auth.startswith("AWS4-HMAC-SHA256 Credential=test/") and "/us-east-1/s3/aws4_request" in auth, auth
+        stoker("verify", "s3://training-data/imagenet/train", "--cache-dir", tmp_path, env=env)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        local, _ = batches(packed)
+        remote, _ = batches("s3://training-data/imagenet/train", cache_dir=tmp_path / "py")
+        assert_same(local, remote)
+        # Without credentials: a clear error, no request.
+        bare = {k: v for k, v in env.items() if not k.startswith("AWS_ACCESS") and not k.startswith("AWS_SECRET")}
+        r = stoker("inspect", "s3://training-data/imagenet/train", "--cache-dir", tmp_path, env=bare, check=False)
+        assert r.returncode != 0 and "AWS_ACCESS_KEY_ID" in r.stderr, r.stderr
+    finally:
+        recorder.close()
