@@ -100,6 +100,9 @@ class ShardReadPlanner {
   virtual void AdvancePlan(std::uint64_t position) = 0;
   // Forgets the plan (a new epoch started elsewhere, a restore).
   virtual void ResetPlan() = 0;
+  // How many shard bytes the reader should keep in its working set at most.
+  [[nodiscard]] virtual std::uint64_t working_set_bytes() const = 0;
+  [[nodiscard]] virtual std::uint64_t largest_shard_bytes() const = 0;
 };
 
 class FileSystem {

@@ -51,8 +51,11 @@ struct TransformOptions {
 struct LoaderOptions {
   std::uint32_t batch_size = 64;  // per rank
   bool shuffle = true;
-  Order order = Order::kShuffle;   // used when shuffle is true
-  std::uint32_t shard_window = 8;  // Order::kShardBlockShuffle
+  Order order = Order::kShuffle;  // used when shuffle is true
+  // Order::kShardBlockShuffle: shards per window. 0: automatic, 8 for local
+  // data; for a remote dataset the most of which three windows fit in its
+  // cache (the one being read, the next, and the one downloading).
+  std::uint32_t shard_window = 0;
   std::uint64_t seed = 0;
   bool drop_last = false;
   // -1: from torchrun's RANK and WORLD_SIZE, else 0 and 1.
@@ -95,6 +98,7 @@ struct LoaderStats {
   double transform_seconds = 0;   // summed over threads
   double mean_ready_batches = 0;  // batches ready when Next() was called, averaged
   std::uint32_t threads = 0;
+  std::uint32_t shard_window = 0;  // in effect (Order::kShardBlockShuffle)
   std::uint32_t prefetch = 0;
   bool pinned_memory = false;       // batch buffers are page-locked (CUDA present)
   std::uint64_t read_requests = 0;  // after merging neighbouring samples

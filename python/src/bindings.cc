@@ -219,6 +219,7 @@ PYBIND11_MODULE(_native, m) {
         d["transform_s"] = s.transform_seconds;
         d["mean_ready_batches"] = s.mean_ready_batches;
         d["threads"] = s.threads;
+        d["shard_window"] = s.shard_window;
         d["prefetch"] = s.prefetch;
         d["pinned_memory"] = s.pinned_memory;
         d["read_requests"] = s.read_requests;

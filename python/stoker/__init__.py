@@ -105,7 +105,7 @@ class Loader:
 
     def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
-                 order="shuffle", shard_window=8, on_corrupt="error", image_field=None, log_epochs=True,
+                 order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout=30.0):
         if transform is None:
@@ -118,7 +118,7 @@ class Loader:
         if order not in ("shuffle", "shard_block", "sequential"):
             raise ValueError("order must be 'shuffle', 'shard_block' or 'sequential', not %r" % (order,))
         options.order = getattr(_native.Order, order)
-        options.shard_window = int(shard_window)
+        options.shard_window = int(shard_window or 0)
         options.seed = int(seed)
         options.drop_last = bool(drop_last)
         options.rank = int(rank) if rank is not None else _env_int("RANK", 0)

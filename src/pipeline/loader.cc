@@ -144,7 +144,13 @@ struct Loader::Impl {
     p.batch_start.push_back(visits.size());
     p.base = planner->AppendPlan(visits);
     planned.push_back(std::move(p));
-    while (planned.size() > 2) planned.pop_front();
+    while (planned.size() > 3) planned.pop_front();
+    // The following epoch too, so that its first shards arrive before it starts.
+    if (planned.size() < 3) {
+      bool next_planned = false;
+      for (const auto& q : planned) next_planned |= q.epoch == e + 1;
+      if (!next_planned) PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans));
+    }
   }
 
   // Reading has reached batch `b` of epoch `e` (delivery lags reading, so
@@ -543,6 +549,17 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
 
   impl->order_spec.seed = options.seed;
   impl->order_spec.shard_window = options.shard_window;
+  if (options.shard_window == 0) {
+    impl->order_spec.shard_window = 8;
+    ShardReadPlanner* planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
+    if (planner != nullptr && planner->largest_shard_bytes() > 0) {
+      // Near a window's end its shards are still being read while the next
+      // window's start, and the one after should be downloading meanwhile:
+      // three windows fit in the cache, or reads wait and shards are fetched twice.
+      const std::uint64_t fit = planner->working_set_bytes() / (3 * planner->largest_shard_bytes());
+      impl->order_spec.shard_window = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(fit, 1, 64));
+    }
+  }
   impl->order_spec.mode = !options.shuffle                             ? order::OrderMode::kSequential
                           : options.order == Order::kShardBlockShuffle ? order::OrderMode::kShardBlockShuffle
                           : options.order == Order::kSequential        ? order::OrderMode::kSequential
@@ -701,6 +718,7 @@ LoaderStats Loader::stats() const {
   s.mean_ready_batches = calls ? static_cast<double>(m.ready_sum.load()) / static_cast<double>(calls) : 0;
   s.threads = m.threads;
   s.prefetch = m.prefetch;
+  s.shard_window = m.order_spec.shard_window;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   s.read_requests = m.stat_requests.load();
   s.device_fallbacks = m.stat_fallbacks.load();

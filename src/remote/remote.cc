@@ -193,6 +193,8 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner {
   void ResetPlan() override {
     if (cache_) cache_->ResetPlan();
   }
+  std::uint64_t working_set_bytes() const override { return cache_ ? cache_->capacity_bytes() : 0; }
+  std::uint64_t largest_shard_bytes() const override { return cache_ ? cache_->largest_shard_bytes() : 0; }
 
  private:
   static Status ReadOnly(const std::string& path) {

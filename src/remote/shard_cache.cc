@@ -76,8 +76,11 @@ struct ShardCache::Impl {
     Status failure;
   };
   struct Horizon {
-    std::vector<std::uint64_t> next_use;  // per shard; kBeyond when not within the horizon
+    std::vector<std::uint64_t> next_use;  // per shard; kBeyond when not within the lookahead
     std::vector<std::uint32_t> order;     // shards by next use
+    // The first `wanted` of `order` fill the cache: what it should hold.
+    std::size_t wanted = 0;
+    std::uint64_t last_wanted_use = 0;
   };
 
   ShardCacheOptions options;
@@ -99,6 +102,8 @@ struct ShardCache::Impl {
   std::uint64_t ticks GUARDED_BY(mu) = 0;
   std::uint64_t generation GUARDED_BY(mu) = 0;  // bumps whenever new work may exist
   bool stop GUARDED_BY(mu) = false;
+  // Read-ahead stopped for want of an evictable entry: an unpin may help.
+  bool waiting_for_room GUARDED_BY(mu) = false;
   RemoteStats st GUARDED_BY(mu);
   std::vector<std::jthread> workers;
 
@@ -114,17 +119,23 @@ struct ShardCache::Impl {
     changed.NotifyAll();
   }
 
+  // Next uses over a lookahead of twice the cache, and the wanted set.
   Horizon ComputeHorizon() const REQUIRES(mu) {
     Horizon h;
     h.next_use.assign(shards.size(), kBeyond);
     std::uint64_t bytes = 0;
+    const std::uint64_t capacity = options.cache.capacity_bytes;
     for (std::uint64_t i = position > plan_base ? position - plan_base : 0; i < plan.size(); ++i) {
       const std::uint32_t s = plan[i];
       if (h.next_use[s] != kBeyond) continue;
       bytes += shards[s].size;
-      if (bytes > options.cache.capacity_bytes && !h.order.empty()) break;
+      if (bytes > 2 * capacity && !h.order.empty()) break;
       h.next_use[s] = plan_base + i;
       h.order.push_back(s);
+      if (bytes <= capacity || h.wanted == 0) {
+        h.wanted = h.order.size();
+        h.last_wanted_use = plan_base + i;
+      }
     }
     return h;
   }
@@ -181,14 +192,18 @@ struct ShardCache::Impl {
     }
     if (in_flight >= options.max_bytes_in_flight || plan.empty()) return std::nullopt;
     const Horizon h = ComputeHorizon();
-    for (std::uint32_t s : h.order) {
+    for (std::size_t k = 0; k < h.wanted; ++k) {
+      const std::uint32_t s = h.order[k];
       Entry& e = entries[s];
       if (e.state != State::kAbsent || e.read_ahead_failed) continue;
       if (in_flight > 0 && in_flight + shards[s].size > options.max_bytes_in_flight) return std::nullopt;
-      // Fetching ahead only displaces entries not needed within the horizon:
-      // evicting one that is needed later (but sooner than the shards being
-      // read finish) would cost a second download of it.
-      if (!MakeRoom(shards[s].size, h, kBeyond - 1)) return std::nullopt;
+      // Fetching ahead only displaces entries outside the wanted set (needed
+      // after all of it, or not at all): evicting one inside would cost a
+      // second download of it.
+      if (!MakeRoom(shards[s].size, h, h.last_wanted_use)) {
+        waiting_for_room = true;
+        return std::nullopt;
+      }
       return s;
     }
     return std::nullopt;
@@ -374,8 +389,13 @@ struct ShardCache::Impl {
     }
   }
 
+  // Unpins wake the workers only when read-ahead waits for room: reads are
+  // frequent, and each wake-up recomputes the horizon.
   void Unpin(std::uint32_t s) REQUIRES(mu) {
-    if (--entries[s].pins == 0) Bump();
+    if (--entries[s].pins == 0 && waiting_for_room) {
+      waiting_for_room = false;
+      Bump();
+    }
   }
 };
 
@@ -487,6 +507,11 @@ RemoteStats ShardCache::stats() const {
 
 std::uint64_t ShardCache::capacity_bytes() const {
   return impl_->options.cache.capacity_bytes;
+}
+std::uint64_t ShardCache::largest_shard_bytes() const {
+  std::uint64_t largest = 0;
+  for (const auto& d : impl_->shards) largest = std::max(largest, d.size);
+  return largest;
 }
 
 const std::vector<ShardDesc>& ShardCache::shards() const {

@@ -9,10 +9,11 @@
 //
 // Read-ahead walks the announced plan (shard visits in order) from the
 // current position and downloads the shards needed soonest, with up to
-// `connections` transfers and `max_bytes_in_flight` bytes at once; the
-// horizon is as many distinct shards as the cache holds. Read-ahead only
-// displaces entries not needed within the horizon (least recently used
-// first); a reader's miss evicts the entry needed furthest ahead (Belady).
+// `connections` transfers and `max_bytes_in_flight` bytes at once. The
+// wanted set is the shards needed soonest that fill the cache; read-ahead
+// fetches those and only displaces entries outside it (not needed at all
+// first, least recently used first, then the one needed furthest ahead); a
+// reader's miss evicts the entry needed furthest ahead (Belady).
 // Without a plan, eviction is LRU. Entries being read are never evicted.
 #pragma once
 
@@ -75,6 +76,7 @@ class ShardCache {
   [[nodiscard]] std::string EntryPath(std::uint32_t shard) const;
   [[nodiscard]] bool IsLocal(std::uint32_t shard) const;
   [[nodiscard]] std::uint64_t capacity_bytes() const;
+  [[nodiscard]] std::uint64_t largest_shard_bytes() const;
 
   struct Impl;
 

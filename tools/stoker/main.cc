@@ -248,7 +248,7 @@ int RunList(const std::string& path, bool json) {
 
 struct BenchArgs {
   std::string dataset;
-  std::uint32_t batch_size = 64, threads = 0, prefetch = 0;
+  std::uint32_t batch_size = 64, threads = 0, prefetch = 0, shard_window = 0;
   std::uint64_t epochs = 1, max_batches = 0, seed = 0;
   double consumer_ms = 0;
   std::string dtype = "float32", order = "shuffle", on_corrupt = "error";
@@ -298,6 +298,7 @@ int RunBench(const BenchArgs& a) {
   o.seed = a.seed;
   o.shuffle = a.order != "sequential";
   o.order = a.order == "shard-block" ? stoker::Order::kShardBlockShuffle : stoker::Order::kShuffle;
+  o.shard_window = a.shard_window;
   o.on_corrupt = a.on_corrupt == "skip" ? stoker::CorruptPolicy::kSkip : stoker::CorruptPolicy::kError;
   auto& t = o.transform;
   t.width = t.height = a.size;
@@ -324,9 +325,10 @@ int RunBench(const BenchArgs& a) {
   if (!loader.ok()) return Fail(loader.error());
   auto& l = **loader;
   if (!a.json)
-    fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {} {}x{}{}\n", dataset->index_path(),
-               dataset->num_samples(), a.batch_size, l.stats().threads, l.stats().prefetch, a.dtype, a.size, a.size,
-               a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+    fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {}{}, {} {}x{}{}\n", dataset->index_path(),
+               dataset->num_samples(), a.batch_size, l.stats().threads, l.stats().prefetch, a.order,
+               a.order == "shard-block" ? fmt::format(" (window {} shards)", l.stats().shard_window) : "", a.dtype,
+               a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
   if (!a.json) {
     fmt::print("batch buffers: {}\n", l.stats().pinned_memory ? "page-locked (CUDA)"
                                                               : fmt::format("page-aligned, not page-locked: {}",
@@ -378,6 +380,7 @@ int RunBench(const BenchArgs& a) {
                           {"cpu_s_per_image", images ? cpu / images : 0.0},
                           {"peak_rss_bytes", PeakRssBytes()},
                           {"threads", after.threads},
+                          {"shard_window", after.shard_window},
                           {"corrupt_skipped", epoch_stats.corrupt_skipped},
                           {"read_s", epoch_stats.read_seconds},
                           {"decode_s", epoch_stats.decode_seconds},
@@ -515,6 +518,9 @@ int main(int argc, char** argv) {
   bench->add_option("--order", bench_args.order, "shuffle, shard-block or sequential")
       ->capture_default_str()
       ->check(CLI::IsMember({"shuffle", "shard-block", "sequential"}));
+  bench->add_option("--shard-window", bench_args.shard_window,
+                    "Shards per window for --order shard-block (default: 8, or for a remote dataset as many as the "
+                    "cache holds twice over)");
   bench->add_option("--seed", bench_args.seed, "Shuffle and augmentation seed")->capture_default_str();
   bench->add_option("--on-corrupt", bench_args.on_corrupt, "error or skip")
       ->capture_default_str()
