@@ -21,6 +21,19 @@ struct Fault {
   std::uint64_t at = 0;  // bytes before a reset or truncation; offset for corruption
 };
 
+inline Fault MakeFault(Fault::Kind kind, std::uint64_t at = 0) {
+  Fault f;
+  f.kind = kind;
+  f.at = at;
+  return f;
+}
+inline Fault StatusFault(long status, std::optional<double> retry_after = std::nullopt) {
+  Fault f;
+  f.status = status;
+  f.retry_after = retry_after;
+  return f;
+}
+
 class FakeTransport final : public HttpTransport {
  public:
   void Put(const std::string& url, std::vector<std::byte> data) {

@@ -1,0 +1,142 @@
+#include "remote/http.h"
+
+#include <gtest/gtest.h>
+
+#include "remote/fake_transport.h"
+
+namespace stoker::remote {
+namespace {
+
+using testing::FakeTransport;
+using testing::Fault;
+using testing::MakeFault;
+using testing::Pattern;
+using testing::StatusFault;
+
+constexpr const char* kUrl = "http://store/data/shard-000000.tar";
+
+struct Download {
+  std::vector<std::byte> bytes;
+  int restarts = 0;
+  std::vector<double> sleeps;
+  FetchStats stats;
+  Status status;
+};
+
+Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uint32_t attempts = 8) {
+  Download d;
+  RetryPolicy policy;
+  policy.max_attempts = attempts;
+  policy.sleep = [&](double s) { d.sleeps.push_back(s); };
+  HttpRequest request;
+  request.url = kUrl;
+  d.status = FetchObject(
+      t, request, expected,
+      [&](std::span<const std::byte> data) {
+        d.bytes.insert(d.bytes.end(), data.begin(), data.end());
+        return Status::Ok();
+      },
+      [&] {
+        d.bytes.clear();
+        ++d.restarts;
+        return Status::Ok();
+      },
+      policy, &d.stats);
+  return d;
+}
+
+TEST(Fetch, TruncatedBodiesResumeByRangeUnderIfMatch) {
+  FakeTransport t;
+  const auto data = Pattern(100000, 1);
+  t.Put(kUrl, data);
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kTruncate, 30000));
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kReset, 20000));
+  Download d = Fetch(t, data.size());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.bytes, data);
+  EXPECT_EQ(d.restarts, 0);
+  const auto requests = t.requests(kUrl);
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_FALSE(requests[0].range_start.has_value());
+  EXPECT_EQ(requests[1].range_start.value_or(0), 30000u);
+  EXPECT_EQ(requests[2].range_start.value_or(0), 50000u);
+  EXPECT_EQ(requests[1].if_match, "\"v1\"");
+  EXPECT_EQ(d.stats.retries, 2u);
+}
+
+TEST(Fetch, AServerIgnoringTheRangeIsSkippedThrough) {
+  FakeTransport t;
+  const auto data = Pattern(50000, 2);
+  t.Put(kUrl, data);
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kTruncate, 12345));
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kIgnoreRange));
+  Download d = Fetch(t, data.size());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.bytes, data);
+  EXPECT_EQ(d.restarts, 0);
+}
+
+TEST(Fetch, AnObjectChangedWhileResumingStartsOver) {
+  FakeTransport t;
+  auto data = Pattern(40000, 3);
+  t.Put(kUrl, data);
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kTruncate, 10000));
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kChangeEtag));  // If-Match fails: 412
+  Download d = Fetch(t, data.size());
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.bytes, data);
+  EXPECT_EQ(d.restarts, 1);
+}
+
+TEST(Fetch, RetryAfterIsHonouredAndBackoffIsCappedWithJitter) {
+  FakeTransport t;
+  t.Put(kUrl, Pattern(1000, 4));
+  t.AddFault(kUrl, StatusFault(429, 7.0));
+  for (int i = 0; i < 4; ++i) t.AddFault(kUrl, StatusFault(503));
+  Download d = Fetch(t, 1000);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  ASSERT_EQ(d.sleeps.size(), 5u);
+  EXPECT_GE(d.sleeps[0], 7.0);
+  for (std::size_t k = 1; k < d.sleeps.size(); ++k) {
+    EXPECT_GE(d.sleeps[k], 0.0);
+    EXPECT_LE(d.sleeps[k], 0.1 * (1 << k));  // full jitter under the exponential cap
+  }
+}
+
+TEST(Fetch, NotFoundIsFinalAndGivingUpNamesTheUrl) {
+  FakeTransport t;
+  Download missing = Fetch(t, std::nullopt);
+  EXPECT_EQ(missing.status.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status.message().find(kUrl), std::string::npos);
+  EXPECT_EQ(t.requests(kUrl).size(), 1u);
+
+  t.Put(kUrl, Pattern(1000, 5));
+  for (int i = 0; i < 5; ++i) t.AddFault(kUrl, StatusFault(500));
+  Download failed = Fetch(t, 1000, 3);
+  EXPECT_EQ(failed.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(failed.status.message().find("gave up after 3 attempts"), std::string::npos) << failed.status.message();
+  EXPECT_NE(failed.status.message().find("HTTP 500"), std::string::npos);
+  EXPECT_NE(failed.status.message().find(kUrl), std::string::npos);
+}
+
+TEST(Fetch, AnObjectOfAnotherSizeThanTheIndexSaysIsRefused) {
+  FakeTransport t;
+  t.Put(kUrl, Pattern(1000, 6));
+  Download shorter = Fetch(t, 2000);
+  EXPECT_EQ(shorter.status.code(), StatusCode::kCorruption) << shorter.status.ToString();
+  Download longer = Fetch(t, 500);
+  EXPECT_EQ(longer.status.code(), StatusCode::kCorruption) << longer.status.ToString();
+}
+
+TEST(Fetch, RetryAfterParsesSecondsAndDates) {
+  EXPECT_EQ(ParseRetryAfter("120", 0).value_or(-1), 120);
+  EXPECT_EQ(ParseRetryAfter(" 3 ", 0).value_or(-1), 3);
+  // Sun, 06 Nov 1994 08:49:37 GMT = 784111777.
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", 784111770).value_or(-1), 7);
+  EXPECT_EQ(ParseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", 784111790).value_or(-1), 0);
+  EXPECT_FALSE(ParseRetryAfter("soon", 0).has_value());
+  EXPECT_FALSE(ParseRetryAfter("", 0).has_value());
+}
+
+}  // namespace
+}  // namespace stoker::remote

@@ -1,0 +1,174 @@
+#include "remote/shard_cache.h"
+
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/hash.h"
+#include "remote/fake_transport.h"
+#include "test_util.h"
+
+namespace stoker::remote {
+namespace {
+
+using testing::FakeTransport;
+using testing::Fault;
+using testing::MakeFault;
+using testing::Pattern;
+using testing::StatusFault;
+
+constexpr std::uint64_t kShard = 64 << 10;
+
+struct Fixture {
+  ::stoker::testing::TempDir dir;
+  FakeTransport transport;
+  std::vector<ShardDesc> shards;
+  std::vector<std::vector<std::byte>> data;
+
+  explicit Fixture(int n) {
+    for (int i = 0; i < n; ++i) {
+      data.push_back(Pattern(kShard, static_cast<unsigned>(i + 10)));
+      const std::string url = "http://store/d/shard-" + std::to_string(i) + ".tar";
+      transport.Put(url, data.back());
+      shards.push_back({url, "shard-" + std::to_string(i) + ".tar", kShard, Xxh3(data.back())});
+    }
+  }
+  std::unique_ptr<ShardCache> Open(std::uint64_t capacity_shards, std::uint32_t connections = 4) {
+    ShardCacheOptions o;
+    o.cache.dir = dir.path();
+    o.cache.capacity_bytes = capacity_shards * kShard;
+    o.cache.min_free_bytes = 0;
+    o.connections = connections;
+    o.retry.sleep = [](double) {};
+    auto cache = ShardCache::Create(o, shards, &transport, FileSystem::Default());
+    EXPECT_TRUE(cache.ok()) << cache.error().ToString();
+    return std::move(cache).value();
+  }
+  std::uint64_t CachedBytes() const {
+    std::uint64_t bytes = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      if (IsCacheEntryName(e.path().filename().string())) bytes += e.file_size();
+    return bytes;
+  }
+  std::size_t Downloads(int shard) { return transport.requests(shards[shard].url).size(); }
+};
+
+Status ReadWhole(ShardCache& cache, std::uint32_t shard, std::vector<std::byte>& out) {
+  out.resize(kShard);
+  return cache.ReadAt(shard, 0, out);
+}
+
+TEST(ShardCache, ReadAheadFollowsThePlanWithinTheCapacityAndFetchesEachShardOnce) {
+  Fixture f(12);
+  auto cache = f.Open(/*capacity_shards=*/3);
+  std::vector<std::uint32_t> plan(12);
+  for (std::uint32_t i = 0; i < 12; ++i) plan[i] = i;
+  const std::uint64_t base = cache->AppendPlan(plan);
+  std::vector<std::byte> bytes;
+  for (std::uint32_t i = 0; i < 12; ++i) {
+    cache->AdvancePlan(base + i);
+    ASSERT_TRUE(ReadWhole(*cache, i, bytes).ok());
+    EXPECT_EQ(bytes, f.data[i]);
+    EXPECT_LE(f.CachedBytes(), 3 * kShard);
+  }
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(f.Downloads(i), 1u) << "shard " << i;
+  const RemoteStats st = cache->stats();
+  EXPECT_EQ(st.downloads, 12u);
+  EXPECT_EQ(st.bytes_downloaded, 12 * kShard);
+  EXPECT_EQ(st.over_capacity, 0u);
+}
+
+TEST(ShardCache, WithoutAPlanEvictionIsLeastRecentlyUsed) {
+  Fixture f(3);
+  auto cache = f.Open(/*capacity_shards=*/2, /*connections=*/1);
+  std::vector<std::byte> bytes;
+  for (std::uint32_t s : {0u, 1u, 0u, 2u, 0u}) ASSERT_TRUE(ReadWhole(*cache, s, bytes).ok());
+  EXPECT_EQ(f.Downloads(0), 1u);  // kept: used more recently than shard 1
+  EXPECT_EQ(f.Downloads(1), 1u);
+  EXPECT_EQ(f.Downloads(2), 1u);
+  EXPECT_FALSE(cache->IsLocal(1));
+  EXPECT_TRUE(cache->IsLocal(0) && cache->IsLocal(2));
+}
+
+TEST(ShardCache, AMissEvictsTheShardNeededFurthestAhead) {
+  Fixture f(3);
+  auto cache = f.Open(/*capacity_shards=*/2, /*connections=*/1);
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(ReadWhole(*cache, 0, bytes).ok());
+  ASSERT_TRUE(ReadWhole(*cache, 1, bytes).ok());
+  // Then 2, after which 1 is needed before 0: 0 must go, although 1 is
+  // the least recently used.
+  const std::uint32_t plan[] = {2, 1, 0};
+  const std::uint64_t base = cache->AppendPlan(plan);
+  cache->AdvancePlan(base);
+  ASSERT_TRUE(ReadWhole(*cache, 2, bytes).ok());
+  EXPECT_TRUE(cache->IsLocal(1));
+  EXPECT_FALSE(cache->IsLocal(0));
+}
+
+TEST(ShardCache, ABodyThatFailsTheChecksumNeverBecomesAnEntry) {
+  Fixture f(2);
+  f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kCorrupt, 100));
+  f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kCorrupt, 200));
+  f.transport.AddFault(f.shards[1].url, MakeFault(Fault::Kind::kCorrupt, 300));  // once: retried
+  auto cache = f.Open(4, 1);
+  std::vector<std::byte> bytes;
+  Status s = ReadWhole(*cache, 0, bytes);
+  EXPECT_EQ(s.code(), StatusCode::kCorruption);
+  EXPECT_NE(s.message().find(f.shards[0].url), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("differs from the index"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(cache->EntryPath(0)));
+  ASSERT_TRUE(ReadWhole(*cache, 1, bytes).ok());
+  EXPECT_EQ(bytes, f.data[1]);
+  for (const auto& e : std::filesystem::directory_iterator(f.dir.path()))
+    EXPECT_FALSE(IsCachePartialName(e.path().filename().string())) << e.path();
+}
+
+TEST(ShardCache, EntriesSurviveTheProcessAndAreAdopted) {
+  Fixture f(2);
+  std::vector<std::byte> bytes;
+  {
+    auto cache = f.Open(4);
+    ASSERT_TRUE(ReadWhole(*cache, 0, bytes).ok());
+  }
+  auto again = f.Open(4);
+  ASSERT_TRUE(ReadWhole(*again, 0, bytes).ok());
+  EXPECT_EQ(bytes, f.data[0]);
+  EXPECT_EQ(f.Downloads(0), 1u);
+}
+
+TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
+  Fixture f(1);
+  ShardCacheOptions o;
+  o.cache.dir = f.dir.path();
+  o.cache.capacity_bytes = 4 * kShard;
+  o.cache.min_free_bytes = 1 << 20;
+  o.connections = 1;
+  o.free_bytes = [](const std::string&) -> Result<std::uint64_t> { return std::uint64_t{100} << 10; };
+  auto cache = ShardCache::Create(o, f.shards, &f.transport, FileSystem::Default());
+  ASSERT_TRUE(cache.ok());
+  std::vector<std::byte> bytes;
+  Status s = ReadWhole(**cache, 0, bytes);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find(f.dir.path()), std::string::npos) << s.message();
+  EXPECT_EQ(f.Downloads(0), 0u);
+}
+
+TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {
+  Fixture f(1);
+  auto cache = f.Open(2, 4);
+  std::vector<std::jthread> readers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i)
+    readers.emplace_back([&] {
+      std::vector<std::byte> bytes(1000);
+      if (cache->ReadAt(0, 5000, bytes).ok() && std::equal(bytes.begin(), bytes.end(), f.data[0].begin() + 5000)) ++ok;
+    });
+  readers.clear();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(f.Downloads(0), 1u);
+}
+
+}  // namespace
+}  // namespace stoker::remote
