@@ -124,10 +124,18 @@ struct Loader::Impl {
   }
 
   // Announces the shard visits of `e` from batch `first` on, in read order.
-  void PlanEpoch(std::uint64_t e, std::uint64_t first, const std::vector<std::uint64_t>& order) REQUIRES(mu) {
+  void PlanEpoch(std::uint64_t e, std::uint64_t first, const std::vector<std::uint64_t>& order, bool plan_next = true)
+      REQUIRES(mu) {
     if (planner == nullptr) return;
-    for (const auto& p : planned)
-      if (p.epoch == e) return;
+    bool known = false;
+    for (const auto& p : planned) known |= p.epoch == e;
+    if (known) {
+      bool next_known = false;
+      for (const auto& p : planned) next_known |= p.epoch == e + 1;
+      if (plan_next && !next_known)
+        PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans), /*plan_next=*/false);
+      return;
+    }
     PlannedEpoch p;
     p.epoch = e;
     p.first = first;
@@ -146,11 +154,7 @@ struct Loader::Impl {
     planned.push_back(std::move(p));
     while (planned.size() > 3) planned.pop_front();
     // The following epoch too, so that its first shards arrive before it starts.
-    if (planned.size() < 3) {
-      bool next_planned = false;
-      for (const auto& q : planned) next_planned |= q.epoch == e + 1;
-      if (!next_planned) PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans));
-    }
+    if (plan_next) PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans), /*plan_next=*/false);
   }
 
   // Reading has reached batch `b` of epoch `e` (delivery lags reading, so
