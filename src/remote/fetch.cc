@@ -121,6 +121,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
         return e;  // the sink's own error (disk full, corrupt): not the network's
       } else {
         last_error = std::string(e.message());
+        if (last_error.starts_with(request.url + ": ")) last_error.erase(0, request.url.size() + 2);
       }
     } else {
       const HttpResponse& r = *response;
