@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
@@ -73,21 +74,44 @@ def main():
             remote = bench(args.stoker, proxy.url, args,
                            ["--cache-dir", str(work / "cache"), "--cache-size", str(cache_bytes),
                             "--connections", str(args.connections)])
+            # The local run again while curl pulls the shards through the same
+            # servers at the same cap: what the servers' CPU costs the loader here.
+            loaded = None
+            if shutil.which("curl"):
+                urls = ["%s/%s" % (proxy.url, s.name) for s in shards]
+                stop = threading.Event()
+
+                def pull():
+                    while not stop.is_set():
+                        subprocess.run(["curl", "-s", "--parallel", "--parallel-max", str(args.connections),
+                                        *[x for u in urls for x in ("-o", "/dev/null", u)]], check=False)
+
+                puller = threading.Thread(target=pull, daemon=True)
+                puller.start()
+                try:
+                    loaded = bench(args.stoker, str(packed), args, [])
+                finally:
+                    stop.set()
+                    puller.join()
         finally:
             proxy.close()
             nginx.close()
         rows = []
-        print("%5s %12s %12s %8s %14s %10s" % ("epoch", "local img/s", "remote img/s", "ratio", "amplification",
-                                             "hit rate"))
-        for l, r in zip(local, remote):
+        print("%5s %12s %12s %8s %14s %10s %22s" % ("epoch", "local img/s", "remote img/s", "ratio", "amplification",
+                                                  "hit rate", "local, servers busy"))
+        for k, (l, r) in enumerate(zip(local, remote)):
             row = {"epoch": l["epoch"], "local_images_per_s": l["images_per_s"],
                    "remote_images_per_s": r["images_per_s"], "ratio": r["images_per_s"] / l["images_per_s"],
                    "read_amplification": r["read_amplification"], "cache_hit_rate": r["cache_hit_rate"],
-                   "cache_wait_s": r["cache_wait_s"], "bytes_downloaded": r["bytes_downloaded"]}
+                   "cache_wait_s": r["cache_wait_s"], "bytes_downloaded": r["bytes_downloaded"],
+                   "local_servers_busy_images_per_s": loaded[k]["images_per_s"] if loaded else None}
             rows.append(row)
-            print("%5d %12.0f %12.0f %7.0f%% %13.2fx %9.1f%%" % (
+            print("%5d %12.0f %12.0f %7.0f%% %13.2fx %9.1f%% %22s" % (
                 row["epoch"], row["local_images_per_s"], row["remote_images_per_s"], 100 * row["ratio"],
-                row["read_amplification"], 100 * row["cache_hit_rate"]), flush=True)
+                row["read_amplification"], 100 * row["cache_hit_rate"],
+                "%.0f" % row["local_servers_busy_images_per_s"] if loaded else "n/a"), flush=True)
+        total = sum(r["bytes_downloaded"] for r in rows) / (dataset_bytes * len(rows))
+        print("downloaded over %d epochs: %.2fx the dataset per epoch" % (len(rows), total))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"dataset_bytes": dataset_bytes, "cache_bytes": cache_bytes, "shards": len(shards),

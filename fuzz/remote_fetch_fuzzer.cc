@@ -23,11 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const int kind = data[i] % 7;
     const std::uint64_t param = static_cast<std::uint64_t>(data[i + 1]) << 8 | data[i + 2];
     if (kind == 0) {
-      transport.AddFault(url, stoker::remote::testing::StatusFault(
-                                  400 + static_cast<long>(param % 200),
-                                  param % 3 == 0 ? std::optional<double>(param % 5) : std::nullopt));
+      transport.AddFault(
+          url, stoker::remote::testing::StatusFault(400 + static_cast<long>(param % 200),
+                                                    param % 3 == 0 ? std::optional<double>(param % 5) : std::nullopt));
     } else {
-      static constexpr Fault::Kind kKinds[] = {Fault::Kind::kReset,      Fault::Kind::kTruncate,
+      static constexpr Fault::Kind kKinds[] = {Fault::Kind::kReset,       Fault::Kind::kTruncate,
                                                Fault::Kind::kIgnoreRange, Fault::Kind::kChangeEtag,
                                                Fault::Kind::kCorrupt,     Fault::Kind::kTruncate};
       transport.AddFault(url, stoker::remote::testing::MakeFault(kKinds[kind - 1], param % (object_size + 1)));

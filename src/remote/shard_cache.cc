@@ -478,8 +478,8 @@ std::uint64_t ShardCache::AppendPlan(std::span<const std::uint32_t> shards) {
 }
 
 void ShardCache::AdvancePlan(std::uint64_t position) {
-  MutexLock lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(m.mu);
   if (position <= m.position) return;
   m.position = position;
   // Forget the visited part once it dominates.
@@ -492,8 +492,8 @@ void ShardCache::AdvancePlan(std::uint64_t position) {
 }
 
 void ShardCache::ResetPlan() {
-  MutexLock lock(impl_->mu);
   Impl& m = *impl_;
+  MutexLock lock(m.mu);
   m.plan_base += m.plan.size();
   m.plan.clear();
   m.position = m.plan_base;
