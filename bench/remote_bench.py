@@ -70,10 +70,15 @@ def main():
                                           bandwidth=args.bandwidth_mb * 1e6)
         try:
             subprocess.run(["sync"], check=False)
-            local = bench(args.stoker, str(packed), args, [])
+            # Local before and after the remote run: this machine's speed drifts,
+            # so the reference is their mean.
+            before = bench(args.stoker, str(packed), args, [])
             remote = bench(args.stoker, proxy.url, args,
                            ["--cache-dir", str(work / "cache"), "--cache-size", str(cache_bytes),
                             "--connections", str(args.connections)])
+            after = bench(args.stoker, str(packed), args, [])
+            local = [dict(b, images_per_s=(b["images_per_s"] + a["images_per_s"]) / 2, before=b["images_per_s"],
+                          after=a["images_per_s"]) for b, a in zip(before, after)]
             # The local run again while curl pulls the shards through the same
             # servers at the same cap: what the servers' CPU costs the loader here.
             loaded = None
@@ -84,7 +89,8 @@ def main():
                 def pull():
                     while not stop.is_set():
                         subprocess.run(["curl", "-s", "--parallel", "--parallel-max", str(args.connections),
-                                        *[x for u in urls for x in ("-o", "/dev/null", u)]], check=False)
+                                        *[x for u in urls for x in ("-o", "/dev/null", u)]], check=False,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
                 puller = threading.Thread(target=pull, daemon=True)
                 puller.start()
@@ -101,6 +107,7 @@ def main():
                                                   "hit rate", "local, servers busy"))
         for k, (l, r) in enumerate(zip(local, remote)):
             row = {"epoch": l["epoch"], "local_images_per_s": l["images_per_s"],
+                   "local_before_after": [l["before"], l["after"]],
                    "remote_images_per_s": r["images_per_s"], "ratio": r["images_per_s"] / l["images_per_s"],
                    "read_amplification": r["read_amplification"], "cache_hit_rate": r["cache_hit_rate"],
                    "cache_wait_s": r["cache_wait_s"], "bytes_downloaded": r["bytes_downloaded"],
