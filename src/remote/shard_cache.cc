@@ -101,6 +101,7 @@ struct ShardCache::Impl {
   std::uint64_t in_flight GUARDED_BY(mu) = 0;
   std::uint64_t ticks GUARDED_BY(mu) = 0;
   std::uint64_t generation GUARDED_BY(mu) = 0;  // bumps whenever new work may exist
+  Clock::time_point last_refresh GUARDED_BY(mu){};
   bool stop GUARDED_BY(mu) = false;
   // Read-ahead stopped for want of an evictable entry: an unpin may help.
   bool waiting_for_room GUARDED_BY(mu) = false;
@@ -170,7 +171,32 @@ struct ShardCache::Impl {
 
   // Evicts until `bytes` more fit under the cap; false when only entries
   // needed no later than `after` (or pinned ones) are left.
+  // Processes sharing the folder add and remove entries of the same shards:
+  // before evicting, look at what the folder really holds, so that the cap
+  // holds for all of them together (their downloads in flight aside).
+  void RefreshFromDisk() REQUIRES(mu) {
+    const auto now = Clock::now();
+    if (now - last_refresh < std::chrono::milliseconds(200)) return;
+    last_refresh = now;
+    for (std::uint32_t s = 0; s < entries.size(); ++s) {
+      Entry& e = entries[s];
+      if (e.state == State::kDownloading || e.pins > 0) continue;
+      auto info = fs->Stat(EntryPath(s));
+      const bool on_disk = info.ok() && info->size == shards[s].size;
+      if (e.state == State::kPresent && !on_disk) {
+        e.file.reset();  // another process evicted it
+        e.state = State::kAbsent;
+        used -= shards[s].size;
+      } else if (e.state == State::kAbsent && on_disk) {
+        e.state = State::kPresent;  // another process fetched it; opened at first read
+        e.last_use = 0;
+        used += shards[s].size;
+      }
+    }
+  }
+
   bool MakeRoom(std::uint64_t bytes, const Horizon& h, std::uint64_t after) REQUIRES(mu) {
+    RefreshFromDisk();
     while (used + in_flight + bytes > options.cache.capacity_bytes) {
       auto victim = Victim(h, after);
       if (!victim) return false;

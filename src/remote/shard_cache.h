@@ -5,7 +5,9 @@
 // temporary name, checked against the index (size and xxh3), fsynced and
 // renamed: a crash never leaves a corrupt entry. A per-entry flock makes the
 // processes sharing the folder download each shard once; the kernel drops
-// the lock when a process dies, so no lock is ever stale.
+// the lock when a process dies, so no lock is ever stale. Before evicting, a
+// cache looks at which entries the folder really holds, so that the byte cap
+// holds for the processes together (their downloads in flight aside).
 //
 // Read-ahead walks the announced plan (shard visits in order) from the
 // current position and downloads the shards needed soonest, with up to

@@ -155,6 +155,26 @@ TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
   EXPECT_EQ(f.Downloads(0), 0u);
 }
 
+TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
+  Fixture f(8);
+  auto a = f.Open(/*capacity_shards=*/3, 1);
+  auto b = f.Open(/*capacity_shards=*/3, 1);
+  std::vector<std::byte> bytes;
+  // Two "ranks" reading different shards through one folder.
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ReadWhole(*a, i, bytes).ok());
+    EXPECT_EQ(bytes, f.data[i]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(220));  // past the refresh interval
+    ASSERT_TRUE(ReadWhole(*b, 4 + i, bytes).ok());
+    EXPECT_EQ(bytes, f.data[4 + i]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(220));
+    EXPECT_LE(f.CachedBytes(), 3 * kShard) << "after round " << i;
+  }
+  // Each still reads what the other evicted, fetching it again.
+  ASSERT_TRUE(ReadWhole(*b, 0, bytes).ok());
+  EXPECT_EQ(bytes, f.data[0]);
+}
+
 TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {
   Fixture f(1);
   auto cache = f.Open(2, 4);
