@@ -36,7 +36,7 @@ class CorruptionError(StokerError, ValueError):
 _native._set_exceptions(StokerError, CorruptionError)
 
 from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkpoint, load_latest,  # noqa: E402
-                         load_safetensors, restore_rng)
+                         load_safetensors, parse_size, restore_rng)
 
 
 def cuda_status():
@@ -147,12 +147,11 @@ class Loader:
         remote = _native.RemoteOptions()
         if cache_dir is not None:
             remote.cache_dir = os.fspath(cache_dir)
-        remote.cache_size = cache_size if isinstance(cache_size, int) else _native.parse_byte_size(str(cache_size))
+        remote.cache_size = parse_size(cache_size)
         remote.connections = int(connections)
         remote.max_attempts = int(max_attempts)
         remote.stall_timeout_s = float(stall_timeout)
-        location = dataset if isinstance(dataset, str) and "://" in dataset else os.fspath(dataset)
-        self._native = _native.Loader(location, options, str(device), bool(gpu_preprocess), remote)
+        self._native = _native.Loader(os.fspath(dataset), options, str(device), bool(gpu_preprocess), remote)
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
         if self._native.loose_files:

@@ -108,7 +108,8 @@ struct Loader::Impl {
 
   // Read-ahead hints for remote datasets: each planned epoch's shard visits
   // were appended to the planner at `base`; batch b's visits start at
-  // base + batch_start[b]. At most the delivered and the scheduled epoch.
+  // base + batch_start[b - first]. The last three epochs planned (the
+  // delivered one, the scheduled one and the one after).
   ShardReadPlanner* planner = nullptr;
   struct PlannedEpoch {
     std::uint64_t epoch = 0, base = 0;
@@ -123,38 +124,37 @@ struct Loader::Impl {
     return static_cast<std::uint32_t>(it == shard_spans.begin() ? 0 : (it - shard_spans.begin()) - 1);
   }
 
-  // Announces the shard visits of `e` from batch `first` on, in read order.
+  bool IsPlanned(std::uint64_t e) const REQUIRES(mu) {
+    return std::any_of(planned.begin(), planned.end(), [&](const PlannedEpoch& p) { return p.epoch == e; });
+  }
+
+  // Announces the shard visits of `e` from batch `first` on, in read order,
+  // and (plan_next) those of the following epoch, so that its first shards
+  // arrive before it starts.
   void PlanEpoch(std::uint64_t e, std::uint64_t first, const std::vector<std::uint64_t>& order, bool plan_next = true)
       REQUIRES(mu) {
     if (planner == nullptr) return;
-    bool known = false;
-    for (const auto& p : planned) known |= p.epoch == e;
-    if (known) {
-      bool next_known = false;
-      for (const auto& p : planned) next_known |= p.epoch == e + 1;
-      if (plan_next && !next_known)
-        PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans), /*plan_next=*/false);
-      return;
-    }
-    PlannedEpoch p;
-    p.epoch = e;
-    p.first = first;
-    std::vector<std::uint32_t> visits;
-    std::vector<std::uint64_t> positions;
-    for (std::uint64_t b = first; b < this->plan.NumBatches(); ++b) {
-      p.batch_start.push_back(visits.size());
-      this->plan.RankPositions(b, positions);
-      for (std::uint64_t pos : positions) {
-        const std::uint32_t shard = ShardOf(order[pos]);
-        if (visits.empty() || visits.back() != shard) visits.push_back(shard);
+    if (!IsPlanned(e)) {
+      PlannedEpoch p;
+      p.epoch = e;
+      p.first = first;
+      std::vector<std::uint32_t> visits;
+      std::vector<std::uint64_t> positions;
+      for (std::uint64_t b = first; b < this->plan.NumBatches(); ++b) {
+        p.batch_start.push_back(visits.size());
+        this->plan.RankPositions(b, positions);
+        for (std::uint64_t pos : positions) {
+          const std::uint32_t shard = ShardOf(order[pos]);
+          if (visits.empty() || visits.back() != shard) visits.push_back(shard);
+        }
       }
+      p.batch_start.push_back(visits.size());
+      p.base = planner->AppendPlan(visits);
+      planned.push_back(std::move(p));
+      while (planned.size() > 3) planned.pop_front();
     }
-    p.batch_start.push_back(visits.size());
-    p.base = planner->AppendPlan(visits);
-    planned.push_back(std::move(p));
-    while (planned.size() > 3) planned.pop_front();
-    // The following epoch too, so that its first shards arrive before it starts.
-    if (plan_next) PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans), /*plan_next=*/false);
+    if (plan_next && !IsPlanned(e + 1))
+      PlanEpoch(e + 1, 0, order::EpochOrder(order_spec, e + 1, shard_spans), /*plan_next=*/false);
   }
 
   // Reading has reached batch `b` of epoch `e` (delivery lags reading, so

@@ -64,6 +64,12 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     etag.clear();
     return restart();
   };
+  // The object is not the one whose first bytes we have: start over, unless
+  // that keeps happening.
+  auto object_changed = [&]() -> Status {
+    if (++changes > 2) return Status::Unavailable(fmt::format("{}: {}; it keeps changing", request.url, last_error));
+    return start_over();
+  };
 
   for (std::uint32_t attempt = 0; attempt < attempts; ++attempt) {
     ++st.attempts;
@@ -112,17 +118,11 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     double retry_after = -1;
     if (!response.ok()) {
       const Status& e = response.error();
-      if (changed) {
-        // The object changed while we were resuming it: start over.
-        last_error = std::string(e.message());
-        if (++changes > 2) return Status::Unavailable(fmt::format("{}; it keeps changing", last_error));
-        STOKER_RETURN_IF_ERROR(start_over());
-      } else if (e.code() != StatusCode::kUnavailable) {
-        return e;  // the sink's own error (disk full, corrupt): not the network's
-      } else {
-        last_error = std::string(e.message());
-        if (last_error.starts_with(request.url + ": ")) last_error.erase(0, request.url.size() + 2);
-      }
+      // Not the network's: the sink's own error (disk full, corrupt).
+      if (!changed && e.code() != StatusCode::kUnavailable) return e;
+      last_error = std::string(e.message());
+      if (last_error.starts_with(request.url + ": ")) last_error.erase(0, request.url.size() + 2);
+      if (changed) STOKER_RETURN_IF_ERROR(object_changed());
     } else {
       const HttpResponse& r = *response;
       if (r.status == 200 || r.status == 206) {
@@ -137,9 +137,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
         last_error = fmt::format("truncated body ({} of {} bytes)", received, total);
       } else if (r.status == 412) {
         last_error = fmt::format("object changed (If-Match {} failed)", etag);
-        if (++changes > 2)
-          return Status::Unavailable(fmt::format("{}: {}; it keeps changing", request.url, last_error));
-        STOKER_RETURN_IF_ERROR(start_over());
+        STOKER_RETURN_IF_ERROR(object_changed());
       } else if (r.status == 416) {
         last_error = "range not satisfiable";
         STOKER_RETURN_IF_ERROR(start_over());

@@ -107,19 +107,19 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner {
   }
 
   Status Attach(const std::vector<ShardInfo>& shards) {
+    remote::ShardCacheOptions o;
     std::vector<remote::ShardDesc> descs;
     for (std::uint32_t i = 0; i < shards.size(); ++i) {
-      STOKER_ASSIGN_OR_RETURN(auto request, RequestFor(shards[i].full_path, options_));
-      descs.push_back({request.url, shards[i].path, shards[i].size, shards[i].checksum});
+      // Every shard of a dataset shares the scheme, so the signing and
+      // timeouts of any one are the cache's request template.
+      STOKER_ASSIGN_OR_RETURN(o.request, RequestFor(shards[i].full_path, options_));
+      descs.push_back({o.request.url, shards[i].path, shards[i].size, shards[i].checksum});
       by_path_[shards[i].full_path] = i;
     }
-    remote::ShardCacheOptions o;
+    o.request.url.clear();
     o.cache = options_.cache;
     o.connections = options_.connections;
     o.max_bytes_in_flight = options_.max_bytes_in_flight;
-    STOKER_ASSIGN_OR_RETURN(o.request,
-                            RequestFor(shards.empty() ? std::string("http://unused") : shards[0].full_path, options_));
-    o.request.url.clear();
     o.retry = RetryFor(options_);
     STOKER_ASSIGN_OR_RETURN(cache_,
                             remote::ShardCache::Create(std::move(o), std::move(descs), transport_.get(), local_));
@@ -238,8 +238,8 @@ Status WarmCache(const Dataset& dataset, const std::function<void(std::uint64_t,
   if (!fs || !fs->cache())
     return Status::InvalidArgument(fmt::format("{} is not a remote dataset", dataset.index_path()));
   remote::ShardCache& cache = *fs->cache();
-  // Announce them all, in order: the read-ahead downloads them in parallel.
-  // Those that fit, in dataset order.
+  // Announce the shards that fit, in dataset order: the read-ahead downloads
+  // them in parallel.
   std::vector<std::uint32_t> all;
   std::uint64_t bytes = 0;
   for (std::uint32_t i = 0; i < cache.shards().size(); ++i) {

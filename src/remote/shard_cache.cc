@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -101,19 +102,16 @@ struct ShardCache::Impl {
   std::uint64_t in_flight GUARDED_BY(mu) = 0;
   std::uint64_t ticks GUARDED_BY(mu) = 0;
   std::uint64_t generation GUARDED_BY(mu) = 0;  // bumps whenever new work may exist
-  Clock::time_point last_refresh GUARDED_BY(mu){};
+  std::optional<Clock::time_point> last_refresh GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
   // Read-ahead stopped for want of an evictable entry: an unpin may help.
   bool waiting_for_room GUARDED_BY(mu) = false;
   RemoteStats st GUARDED_BY(mu);
   std::vector<std::jthread> workers;
 
-  std::string EntryPath(std::uint32_t s) const {
-    const ShardDesc& d = shards[s];
-    return fmt::format("{}/{:016x}-{:016x}-{}{}", options.cache.dir,
-                       Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))), d.checksum, SafeName(d.name),
-                       kEntrySuffix);
-  }
+  std::vector<std::string> entry_paths;  // per shard, fixed at Create
+
+  const std::string& EntryPath(std::uint32_t s) const { return entry_paths[s]; }
 
   void Bump() REQUIRES(mu) {
     ++generation;
@@ -142,7 +140,7 @@ struct ShardCache::Impl {
   }
 
   // The unpinned local entry needed furthest ahead (least recently used
-  // among those beyond the horizon), if it is needed later than `after`.
+  // among those beyond the horizon) of those needed later than `after`.
   std::optional<std::uint32_t> Victim(const Horizon& h, std::uint64_t after) const REQUIRES(mu) {
     std::optional<std::uint32_t> best;
     for (std::uint32_t s = 0; s < entries.size(); ++s) {
@@ -156,7 +154,6 @@ struct ShardCache::Impl {
       const std::uint64_t a = h.next_use[s], b = h.next_use[*best];
       if (a > b || (a == b && e.last_use < entries[*best].last_use)) best = s;
     }
-    if (best && h.next_use[*best] <= after) return std::nullopt;
     return best;
   }
 
@@ -169,14 +166,12 @@ struct ShardCache::Impl {
     ++st.evictions;
   }
 
-  // Evicts until `bytes` more fit under the cap; false when only entries
-  // needed no later than `after` (or pinned ones) are left.
   // Processes sharing the folder add and remove entries of the same shards:
   // before evicting, look at what the folder really holds, so that the cap
   // holds for all of them together (their downloads in flight aside).
   void RefreshFromDisk() REQUIRES(mu) {
     const auto now = Clock::now();
-    if (now - last_refresh < std::chrono::milliseconds(200)) return;
+    if (last_refresh && now - *last_refresh < std::chrono::milliseconds(200)) return;
     last_refresh = now;
     for (std::uint32_t s = 0; s < entries.size(); ++s) {
       Entry& e = entries[s];
@@ -195,6 +190,8 @@ struct ShardCache::Impl {
     }
   }
 
+  // Evicts until `bytes` more fit under the cap; false when only entries
+  // needed no later than `after` (or pinned ones) are left.
   bool MakeRoom(std::uint64_t bytes, const Horizon& h, std::uint64_t after) REQUIRES(mu) {
     RefreshFromDisk();
     while (used + in_flight + bytes > options.cache.capacity_bytes) {
@@ -366,7 +363,7 @@ struct ShardCache::Impl {
     return fs->OpenForRead(path);
   }
 
-  // Waits until `s` is local and pins it; false with the download's error.
+  // Waits until `s` is local and pins it, or returns the download's error.
   Status AcquirePinned(std::uint32_t s, ReadableFile** file) REQUIRES(mu) {
     const auto t0 = Clock::now();
     bool waited = false;
@@ -447,6 +444,10 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Create(ShardCacheOptions options
   impl->shards = std::move(shards);
   impl->transport = transport;
   impl->fs = fs;
+  for (const ShardDesc& d : impl->shards)
+    impl->entry_paths.push_back(fmt::format("{}/{:016x}-{:016x}-{}{}", impl->options.cache.dir,
+                                            Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))), d.checksum,
+                                            SafeName(d.name), kEntrySuffix));
   // Leftovers of dead processes' downloads go; live ones' stay.
   STOKER_ASSIGN_OR_RETURN(auto listing, fs->ListDirectory(impl->options.cache.dir));
   for (const auto& entry : listing) {
@@ -459,13 +460,7 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Create(ShardCacheOptions options
     MutexLock lock(impl->mu);
     impl->entries.resize(impl->shards.size());
     // Complete entries from earlier runs (or other processes) are used as they are.
-    for (std::uint32_t s = 0; s < impl->shards.size(); ++s) {
-      auto info = fs->Stat(impl->EntryPath(s));
-      if (info.ok() && info->size == impl->shards[s].size) {
-        impl->entries[s].state = Impl::State::kPresent;
-        impl->used += impl->shards[s].size;
-      }
-    }
+    impl->RefreshFromDisk();
   }
   Impl* raw = impl.get();
   for (std::uint32_t i = 0; i < raw->options.connections; ++i) raw->workers.emplace_back([raw] { raw->WorkerLoop(); });

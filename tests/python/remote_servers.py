@@ -36,6 +36,14 @@ def wait_for_port(port, proc=None, timeout=20.0):
     raise RuntimeError("nothing listens on port %d" % port)
 
 
+def stop_process(proc):
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
@@ -72,11 +80,7 @@ http {
         self.url = "http://127.0.0.1:%d" % self.port
 
     def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -99,11 +103,7 @@ class MotoS3:
             s3.upload_file(os.path.join(folder, name), bucket, "%s/%s" % (prefix, name))
 
     def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
 
 
 class TokenBucket:
