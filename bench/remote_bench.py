@@ -27,7 +27,7 @@ import remote_servers  # noqa: E402
 
 def bench(stoker, location, args, extra):
     cmd = [stoker, "bench", location, "--epochs", str(args.epochs), "--json", "--order", "shard-block",
-           "--batch-size", str(args.batch_size), *extra]
+           "--batch-size", str(args.batch_size), *(["--threads", str(args.threads)] if args.threads else []), *extra]
     # The loader runs at normal priority; the servers (this process and nginx) above it.
     out = subprocess.run(cmd, check=True, capture_output=True, text=True,
                          preexec_fn=lambda: os.nice(-os.nice(0))).stdout
@@ -45,6 +45,7 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--connections", type=int, default=8)
+    p.add_argument("--threads", type=int, help="the loader's threads (default: one per core)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
 

@@ -87,6 +87,7 @@ struct RemoteStats {
   std::uint64_t bytes_downloaded = 0;
   std::uint64_t evictions = 0;
   std::uint64_t retries = 0;        // requests repeated after a fault
+  std::uint64_t connections = 0;    // connections opened (HTTP/2 multiplexes many downloads on one)
   std::uint64_t adopted = 0;        // shards another process had downloaded
   std::uint64_t over_capacity = 0;  // downloads that had to exceed the cap
   double wait_seconds = 0;          // readers blocked on downloads

@@ -241,6 +241,7 @@ PYBIND11_MODULE(_native, m) {
              d["bytes_downloaded"] = r.bytes_downloaded;
              d["evictions"] = r.evictions;
              d["retries"] = r.retries;
+             d["connections"] = r.connections;
              d["adopted"] = r.adopted;
              d["over_capacity"] = r.over_capacity;
              d["wait_s"] = r.wait_seconds;

@@ -1,15 +1,19 @@
-// The libcurl transport: one easy handle per thread, reused so that
-// connections (and TLS sessions) are kept alive between requests.
+// The libcurl transport: the multi interface, one event loop for every
+// request, connections kept alive and shared (HTTP/2 streams where offered).
 #include <curl/curl.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "remote/http.h"
 
 namespace stoker::remote {
@@ -50,6 +54,9 @@ struct Transfer {
   const BodySink* sink = nullptr;
   HttpResponse response;
   Status sink_status;
+  // Set by the event loop under the transport's mutex.
+  bool done = false;
+  CURLcode result = CURLE_OK;
 };
 
 std::size_t OnHeader(char* data, std::size_t size, std::size_t n, void* user) {
@@ -100,9 +107,35 @@ std::size_t OnBody(char* data, std::size_t size, std::size_t n, void* user) {
   return bytes;
 }
 
+// One libcurl multi handle serves every request, driven by one event-loop
+// thread: callers (the cache's download threads) hand it an easy handle and
+// wait. The multi handle keeps one connection pool, so connections are reused
+// across callers, and with HTTP/2 (negotiated over TLS) concurrent requests to
+// one host are multiplexed as streams of a single connection (CURLOPT_PIPEWAIT
+// makes a new request wait for that connection rather than open another).
+// Body callbacks run on the loop thread; the cache's sink only appends to a
+// file and hashes, so it never blocks another transfer.
 class CurlTransport final : public HttpTransport {
  public:
+  CurlTransport() : multi_(curl_multi_init()) {
+    if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle && *bundle) ca_bundle_ = bundle;
+    if (!multi_) return;
+    curl_multi_setopt(multi_.get(), CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    loop_ = std::thread([this] { Loop(); });
+  }
+
+  ~CurlTransport() override {
+    {
+      MutexLock lock(mu_);
+      stopping_ = true;
+    }
+    if (multi_) curl_multi_wakeup(multi_.get());
+    if (loop_.joinable()) loop_.join();
+  }
+
   Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
+    if (!multi_) return Status::Internal("curl_multi_init failed");
+    // Reused by this thread's requests (its buffers; connections live in the multi handle).
     thread_local std::unique_ptr<CURL, CurlDeleter> handle;
     if (!handle) handle.reset(curl_easy_init());
     if (!handle) return Status::Internal("curl_easy_init failed");
@@ -116,6 +149,7 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, &t);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
@@ -124,7 +158,9 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(request.stall_timeout_s)));
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));  // h2 where offered
+    curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "identity");
+    if (!ca_bundle_.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_bundle_.c_str());
     std::string range;
     if (request.range_start) {
       range = fmt::format("{}-", *request.range_start);
@@ -138,17 +174,97 @@ class CurlTransport final : public HttpTransport {
       if (!request.aws_session_token.empty()) add_header("x-amz-security-token: " + request.aws_session_token);
     }
     if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-    const CURLcode code = curl_easy_perform(c);
+
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return Status::Cancelled(fmt::format("{}: the transport is closing", request.url));
+      to_add_.push_back(c);
+    }
+    curl_multi_wakeup(multi_.get());
+    {
+      MutexLock lock(mu_);
+      done_cv_.Wait(mu_, [&] { return t.done; });
+    }
+    const CURLcode code = t.result;
     if (code == CURLE_WRITE_ERROR && !t.sink_status.ok()) return t.sink_status;
     if (code != CURLE_OK) {
-      return Status::Unavailable(fmt::format("{}: {} ({})", request.url, error[0] ? error : curl_easy_strerror(code),
-                                             curl_easy_strerror(code)));
+      std::string what = fmt::format("{}: {} ({})", request.url, error[0] ? error : curl_easy_strerror(code),
+                                     curl_easy_strerror(code));
+      switch (code) {
+        // Repeating these cannot help: final, not retried.
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_URL_MALFORMAT:
+          return Status::InvalidArgument(std::move(what));
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_ISSUER_ERROR:
+          return Status::IOError(what + "; to trust a private CA, name its certificate file in CURL_CA_BUNDLE");
+        default:
+          return Status::Unavailable(std::move(what));  // retried: timeouts, resets, refused connections
+      }
     }
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     t.response.status = status;
+    long connects = 0;
+    curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+    t.response.new_connections = static_cast<std::uint32_t>(std::max(0L, connects));
     return t.response;
   }
+
+ private:
+  struct MultiDeleter {
+    void operator()(CURLM* m) const { curl_multi_cleanup(m); }
+  };
+
+  void Loop() {
+    std::size_t active = 0;
+    for (;;) {
+      std::vector<CURL*> added;
+      {
+        MutexLock lock(mu_);
+        // Requests in flight finish first; Get refuses new ones once stopping.
+        if (stopping_ && active == 0 && to_add_.empty()) break;
+        added.swap(to_add_);
+      }
+      for (CURL* c : added) {
+        if (const CURLMcode code = curl_multi_add_handle(multi_.get(), c); code != CURLM_OK) {
+          Finish(c, CURLE_FAILED_INIT);
+          continue;
+        }
+        ++active;
+      }
+      int running = 0;
+      curl_multi_perform(multi_.get(), &running);
+      int left = 0;
+      while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &left)) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        CURL* c = msg->easy_handle;
+        const CURLcode result = msg->data.result;  // msg dies with the removal
+        curl_multi_remove_handle(multi_.get(), c);
+        --active;
+        Finish(c, result);
+      }
+      curl_multi_poll(multi_.get(), nullptr, 0, 1000, nullptr);
+    }
+  }
+
+  void Finish(CURL* c, CURLcode result) {
+    Transfer* t = nullptr;
+    curl_easy_getinfo(c, CURLINFO_PRIVATE, &t);
+    MutexLock lock(mu_);
+    t->result = result;
+    t->done = true;
+    done_cv_.NotifyAll();
+  }
+
+  std::unique_ptr<CURLM, MultiDeleter> multi_;
+  std::string ca_bundle_;
+  Mutex mu_;
+  CondVar done_cv_;
+  std::vector<CURL*> to_add_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread loop_;
 };
 
 }  // namespace

@@ -115,6 +115,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
       return Status::Ok();
     };
     auto response = transport.Get(req, body);
+    if (response.ok()) st.connections += response->new_connections;
     double retry_after = -1;
     if (!response.ok()) {
       const Status& e = response.error();

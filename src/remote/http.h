@@ -39,8 +39,9 @@ struct HttpResponse {
   std::optional<std::uint64_t> range_start;
   std::optional<std::uint64_t> total_size;
   std::optional<double> retry_after_s;
-  std::uint64_t body_bytes = 0;  // what arrived (2xx only)
-  std::string error_body;        // the start of a non-2xx body, for messages
+  std::uint64_t body_bytes = 0;       // what arrived (2xx only)
+  std::string error_body;             // the start of a non-2xx body, for messages
+  std::uint32_t new_connections = 0;  // connections this request opened (0: reused one)
 };
 
 // Receives a 2xx response's body as it arrives; `head` holds its headers.
@@ -71,7 +72,8 @@ struct RetryPolicy {
 struct FetchStats {
   std::uint32_t attempts = 0;
   std::uint32_t retries = 0;
-  std::uint32_t restarts = 0;  // started over from byte 0 (object changed, bad range)
+  std::uint32_t restarts = 0;     // started over from byte 0 (object changed, bad range)
+  std::uint32_t connections = 0;  // new connections the attempts opened
 };
 
 // Downloads the whole object at request.url. `sink` gets its bytes in order

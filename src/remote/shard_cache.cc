@@ -246,13 +246,14 @@ struct ShardCache::Impl {
       entries[s].state = State::kDownloading;
       in_flight += shards[s].size;
       mu.Unlock();
-      std::uint32_t retries = 0;
-      bool adopted = false;
-      auto file = Download(s, &retries, &adopted);
+      DownloadCounts counts;
+      auto file = Download(s, &counts);
       mu.Lock();
       in_flight -= shards[s].size;
       Entry& e = entries[s];
-      st.retries += retries;
+      st.retries += counts.retries;
+      st.connections += counts.connections;
+      const bool adopted = counts.adopted;
       if (file.ok()) {
         e.state = State::kPresent;
         e.file = std::move(file).value();
@@ -294,7 +295,13 @@ struct ShardCache::Impl {
     }
   }
 
-  Result<std::unique_ptr<ReadableFile>> Download(std::uint32_t s, std::uint32_t* retries, bool* adopted) {
+  struct DownloadCounts {
+    std::uint32_t retries = 0;
+    std::uint32_t connections = 0;
+    bool adopted = false;  // another process had downloaded it
+  };
+
+  Result<std::unique_ptr<ReadableFile>> Download(std::uint32_t s, DownloadCounts* counts) {
     const ShardDesc& d = shards[s];
     const std::string path = EntryPath(s);
     // One download per shard across processes: wait for the entry's lock.
@@ -312,7 +319,7 @@ struct ShardCache::Impl {
     if (auto info = fs->Stat(path); info.ok() && info->size == d.size) {
       auto file = fs->OpenForRead(path);
       if (file.ok()) {
-        *adopted = true;
+        counts->adopted = true;
         return file;
       }
     }
@@ -340,7 +347,8 @@ struct ShardCache::Impl {
       request.url = d.url;
       FetchStats fetch;
       status = FetchObject(*transport, request, d.size, sink, open, options.retry, &fetch);
-      *retries += fetch.retries;
+      counts->retries += fetch.retries;
+      counts->connections += fetch.connections;
       if (status.ok() && hash.Digest() != d.checksum) {
         // A body of the right size but other bytes: corrupted on the way, or
         // the object was replaced since packing. Once more, then give up.
@@ -348,7 +356,7 @@ struct ShardCache::Impl {
             "{}: downloaded {} bytes whose xxh3 {:016x} differs from the index's {:016x} (the object changed since "
             "it was packed, or was corrupted on the way)",
             d.url, d.size, hash.Digest(), d.checksum));
-        ++*retries;
+        ++counts->retries;
         continue;
       }
       if (status.ok()) status = out->Sync();

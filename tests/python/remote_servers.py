@@ -48,9 +48,12 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 
 class Nginx:
-    """nginx serving `root` on 127.0.0.1 (static files: ETag, Range -> 206)."""
+    """nginx serving `root` on 127.0.0.1 (static files: ETag, Range -> 206).
+    With tls=True: HTTPS and HTTP/2 with a self-signed certificate for
+    127.0.0.1 (`self.cert`, to trust through CURL_CA_BUNDLE); `requests()`
+    reads the access log as (protocol, connection number, path, status)."""
 
-    def __init__(self, root):
+    def __init__(self, root, tls=False):
         self.root = os.path.abspath(root)
         self.dir = tempfile.mkdtemp(prefix="stoker-nginx-")
         self.port = free_port()
@@ -58,6 +61,15 @@ class Nginx:
         temp = os.path.join(self.dir, "tmp")
         os.makedirs(temp)
         user = "user root;\n" if os.geteuid() == 0 else ""
+        listen = "127.0.0.1:%d" % self.port
+        self.cert = None
+        if tls:
+            self.cert = os.path.join(self.dir, "cert.pem")
+            key = os.path.join(self.dir, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                            "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out",
+                            self.cert], check=True, capture_output=True)
+            listen += " ssl http2; ssl_certificate %s; ssl_certificate_key %s" % (self.cert, key)
         with open(conf, "w") as f:
             f.write("""%sdaemon off;
 master_process off;
@@ -66,18 +78,23 @@ pid %s/nginx.pid;
 error_log %s/error.log warn;
 events { worker_connections 512; }
 http {
-  access_log off;
+  log_format stoker "$server_protocol $connection $uri $status";
+  access_log %s/access.log stoker;
   sendfile on;
   client_body_temp_path %s/body; proxy_temp_path %s/proxy; fastcgi_temp_path %s/fcgi;
   uwsgi_temp_path %s/uwsgi; scgi_temp_path %s/scgi;
   types { application/x-tar tar; application/octet-stream stoker; }
-  server { listen 127.0.0.1:%d; root %s; location / { } }
+  server { listen %s; root %s; location / { } }
 }
-""" % (user, self.dir, self.dir, temp, temp, temp, temp, temp, self.port, self.root))
+""" % (user, self.dir, self.dir, self.dir, temp, temp, temp, temp, temp, listen, self.root))
         self.proc = subprocess.Popen([NGINX, "-c", conf, "-p", self.dir], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE)
         wait_for_port(self.port, self.proc)
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
+
+    def requests(self):
+        with open(os.path.join(self.dir, "access.log")) as f:
+            return [tuple(line.split()) for line in f if line.strip()]
 
     def close(self):
         stop_process(self.proc)

@@ -212,6 +212,30 @@ def test_processes_sharing_a_cache_download_each_shard_once(stoker_bin, stoker, 
         slow.close()
 
 
+def test_https_downloads_are_multiplexed_over_one_http2_connection(stoker_bin, stoker, packed, tmp_path):
+    server = remote_servers.Nginx(packed, tls=True)
+    try:
+        cache = ["--cache-dir", str(tmp_path / "cache")]
+        # A self-signed certificate is refused, at once and by name.
+        r = subprocess.run([stoker_bin, "inspect", server.url, *cache], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "CURL_CA_BUNDLE" in r.stderr and server.url in r.stderr, r.stderr
+        assert "gave up" not in r.stderr
+        env = dict(os.environ, CURL_CA_BUNDLE=server.cert)
+        out = subprocess.run([stoker_bin, "bench", server.url, "--epochs", "1", "--json", "--batch-size", "8",
+                              "--connections", "8", *cache], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        epoch = json.loads(out.stdout.strip().splitlines()[-1])
+        assert epoch["images"] == 48
+        shards = [req for req in server.requests() if req[2].endswith(".tar")]
+        # Every shard once, all over HTTP/2, all on one connection (the index's).
+        assert sorted(req[2] for req in shards) == ["/" + name for name in shard_names(packed)], shards
+        assert {req[0] for req in shards} == {"HTTP/2.0"} and {req[3] for req in shards} == {"200"}
+        assert len({req[1] for req in server.requests()}) == 1, server.requests()
+        assert epoch["connections_opened"] == 0, epoch
+    finally:
+        server.close()
+
+
 @pytest.fixture(scope="module")
 def moto_s3(packed):
     pytest.importorskip("moto")

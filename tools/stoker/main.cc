@@ -380,6 +380,7 @@ int RunBench(const BenchArgs& a) {
                           {"cpu_s_per_image", images ? cpu / images : 0.0},
                           {"peak_rss_bytes", PeakRssBytes()},
                           {"threads", after.threads},
+                          {"prefetch", after.prefetch},
                           {"shard_window", after.shard_window},
                           {"corrupt_skipped", epoch_stats.corrupt_skipped},
                           {"read_s", epoch_stats.read_seconds},
@@ -394,6 +395,7 @@ int RunBench(const BenchArgs& a) {
         j["cache_wait_s"] = remote_after.wait_seconds - remote_before.wait_seconds;
         j["download_retries"] = remote_after.retries - remote_before.retries;
         j["cache_evictions"] = remote_after.evictions - remote_before.evictions;
+        j["connections_opened"] = remote_after.connections - remote_before.connections;
       }
       if (a.consumer_ms > 0) {
         j["consumer_ms"] = a.consumer_ms;
@@ -406,9 +408,10 @@ int RunBench(const BenchArgs& a) {
       if (remote)
         fmt::print(
             "epoch {}: downloaded {} ({:.2f}x the dataset), cache hit rate {:.1f}%, waited {:.2f} s for "
-            "downloads, {} retries\n",
+            "downloads, {} retries, {} connections opened\n",
             e, stoker::FormatBytes(downloaded), amplification, 100.0 * hit_rate,
-            remote_after.wait_seconds - remote_before.wait_seconds, remote_after.retries - remote_before.retries);
+            remote_after.wait_seconds - remote_before.wait_seconds, remote_after.retries - remote_before.retries,
+            remote_after.connections - remote_before.connections);
       fmt::print("epoch {}: {:.0f} images/s, {:.2f} ms CPU per image, peak RSS {}", e, ips,
                  images ? 1000.0 * cpu / images : 0.0, stoker::FormatBytes(PeakRssBytes()));
       if (a.consumer_ms > 0)
