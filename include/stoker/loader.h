@@ -61,8 +61,10 @@ struct LoaderOptions {
   // -1: from torchrun's RANK and WORLD_SIZE, else 0 and 1.
   int rank = -1;
   int world_size = -1;
-  std::uint32_t threads = 0;   // 0: one per core
-  std::uint32_t prefetch = 0;  // batches prepared ahead; 0: max(2, threads / 2 + 1)
+  std::uint32_t threads = 0;  // 0: one per core
+  // Batches prepared ahead (the pool holds prefetch + 2 buffers); 0: automatic,
+  // threads / 4 + 1 within [2, 4], so memory stays flat beyond 12 threads.
+  std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
   // Field holding the image; empty picks the first of jpg, jpeg.

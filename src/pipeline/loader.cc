@@ -217,7 +217,14 @@ struct Loader::Impl {
       slot.error = Status::Ok();
       slot.positions.assign(positions.begin(), positions.end());
       if (options.finish_on_device) pixel_used[s].store(fallback_bytes, std::memory_order_relaxed);
-      queue.push_back({ItemKind::kReadBatch, s, 0, 0, schedule_order});
+      // Reads go ahead of the samples waiting to be decoded (after earlier
+      // reads): a batch's samples can only start once it is read, and a read
+      // queued behind the last batch's samples would leave the other threads
+      // idle while it runs. This keeps the threads busy with few batches in
+      // flight, so the pool (memory) need not grow with the thread count.
+      const auto first_sample =
+          std::find_if(queue.begin(), queue.end(), [](const WorkItem& w) { return w.kind != ItemKind::kReadBatch; });
+      queue.insert(first_sample, {ItemKind::kReadBatch, s, 0, 0, schedule_order});
       inflight.push_back(s);
       ++next_to_schedule;
     }
@@ -585,7 +592,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> da
                                                         static_cast<double>(options.device_input_factor));
   }
   impl->threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  impl->prefetch = options.prefetch ? options.prefetch : std::max(2u, impl->threads / 2 + 1);
+  impl->prefetch = options.prefetch ? options.prefetch : std::clamp(impl->threads / 4 + 1, 2u, 4u);
   // The consumer may hold two batches (e.g. one in use, one being copied).
   const std::uint32_t pool = impl->prefetch + 2;
   impl->slots.resize(pool);
