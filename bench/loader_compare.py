@@ -4,6 +4,8 @@ DataLoader over torchvision ImageFolder, with the ImageNet training transform
 (RandomResizedCrop(224) + RandomHorizontalFlip + Normalize -> float32 NCHW),
 batch 64. Reports images/s, CPU seconds per image and the peak memory of the
 whole process tree (RSS summed, and PSS, which counts shared pages once).
+Each column runs in a fresh process (torch, torchvision and stoker imported
+in each), so none inherits the memory another left behind.
 
     PYTHONPATH=build/release/python .venv/bin/python bench/loader_compare.py \\
         --images demo/images-40x125 --packed demo/packed-40x125 [--batches 60] [--json out.json]
@@ -11,6 +13,8 @@ whole process tree (RSS summed, and PSS, which counts shared pages once).
 import argparse
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -205,18 +209,32 @@ def main():
     parser.add_argument("--consumer-ms", type=float, default=0.0,
                         help="also simulate an accelerator step of this many ms per batch and report utilisation")
     parser.add_argument("--json")
+    parser.add_argument("--column", type=int, help=argparse.SUPPRESS)  # internal: run this column only
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     results = []
+    column = [0]
 
     def measure(name, make_batches):
-        """One column: the loader alone, then (with --consumer-ms) a fresh one
-        feeding the simulated accelerator step."""
-        result = run(name, make_batches, args.batches, args.warmup)
-        if args.consumer_ms:
-            result["with_step"] = run("", make_batches, args.batches, args.warmup, args.consumer_ms)
-        results.append(result)
+        """One column, in a process of its own: the loader alone, then (with
+        --consumer-ms) a fresh one feeding the simulated accelerator step."""
+        k = column[0]
+        column[0] += 1
+        if args.column is not None:
+            if k == args.column:
+                result = run(name, make_batches, args.batches, args.warmup)
+                if args.consumer_ms:
+                    result["with_step"] = run("", make_batches, args.batches, args.warmup, args.consumer_ms)
+                print("RESULT " + json.dumps(result), flush=True)
+                sys.exit(0)
+            return
+        argv = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--column", str(k)]
+        out = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+        if out.returncode != 0 or not lines:
+            raise SystemExit("column %r failed (exit %d)" % (name, out.returncode))
+        results.append(json.loads(lines[-1][len("RESULT "):]))
 
     def peer_version(module, label):
         try:
