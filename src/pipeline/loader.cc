@@ -227,8 +227,10 @@ struct Loader::Impl {
       queue.insert(first_sample, {ItemKind::kReadBatch, s, 0, 0, schedule_order});
       inflight.push_back(s);
       ++next_to_schedule;
+      // One read each: waking every worker per read only has them fight for
+      // the lock the consumer needs.
+      work_cv.NotifyOne();
     }
-    work_cv.NotifyAll();
   }
 
   // Throws away scheduled work that no worker has started (for SetEpoch and
