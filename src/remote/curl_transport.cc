@@ -121,6 +121,10 @@ class CurlTransport final : public HttpTransport {
     if (const char* bundle = std::getenv("CURL_CA_BUNDLE"); bundle && *bundle) ca_bundle_ = bundle;
     if (!multi_) return;
     curl_multi_setopt(multi_.get(), CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    // Idle connections kept for reuse. libcurl's default follows the handles
+    // added at the moment (4 per handle), which closes connections whenever
+    // few downloads are running, and each new one costs a round trip or three.
+    curl_multi_setopt(multi_.get(), CURLMOPT_MAXCONNECTS, 64L);
     loop_ = std::thread([this] { Loop(); });
   }
 
