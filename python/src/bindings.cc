@@ -25,12 +25,29 @@ using stoker_python::MakeCapsule;
 using stoker_python::Raise;
 using stoker_python::Unwrap;
 
+// Drops `owner` without holding the GIL where this thread holds it: the last
+// owner of a loader stops its threads and, for remote data, waits for its
+// downloads, which may need other Python threads (a server in the same
+// process, say). Deleters may also run on threads that never held the GIL.
+template <typename T>
+void ResetWithoutGil(std::shared_ptr<T>& owner) {
+  if (owner.use_count() == 1 && PyGILState_Check()) {
+    py::gil_scoped_release release;
+    owner.reset();
+  } else {
+    owner.reset();
+  }
+}
+
 // Owns one batch for as long as any tensor made from it is alive, and the
 // loader for as long as any batch is.
 struct BatchHolder {
   std::shared_ptr<stoker::Loader> loader;
   std::optional<stoker::Batch> batch;
-  ~BatchHolder() { batch.reset(); }  // release before the loader may go
+  ~BatchHolder() {
+    batch.reset();  // release before the loader may go
+    ResetWithoutGil(loader);
+  }
 };
 
 DLDataType ToDL(stoker::DType dtype) {
@@ -53,7 +70,10 @@ struct DeviceBatchHolder {
   std::shared_ptr<stoker::DeviceLoader> loader;
   stoker::DeviceBatchView view;
   void* stream = nullptr;
-  ~DeviceBatchHolder() { (void)loader->Release(view, stream); }
+  ~DeviceBatchHolder() {
+    (void)loader->Release(view, stream);
+    ResetWithoutGil(loader);
+  }
 };
 struct HostVectors {
   std::vector<std::int64_t> labels;
@@ -90,6 +110,12 @@ class PyLoader {
     } else {
       loader_ = std::shared_ptr<stoker::Loader>(loader.release());
     }
+  }
+
+  ~PyLoader() {
+    ResetWithoutGil(device_loader_);
+    ResetWithoutGil(loader_);
+    ResetWithoutGil(dataset_);
   }
 
   stoker::Loader& L() { return device_loader_ ? device_loader_->loader() : *loader_; }

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/cancel.h"
 #include "core/host_buffer.h"
 #include "core/mutex.h"
 #include "device/preprocess_math.h"
@@ -104,6 +105,9 @@ struct Loader::Impl {
   std::uint64_t next_to_schedule GUARDED_BY(mu) = 0;
   std::shared_ptr<const std::vector<std::uint64_t>> schedule_order GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
+  // Set with `stop`, read without the lock by what the workers wait on below
+  // (a remote read waiting for its shard gives up instead of finishing).
+  std::atomic<bool> cancelled{false};
   std::vector<std::jthread> workers;
 
   // Read-ahead hints for remote datasets: each planned epoch's shard visits
@@ -247,6 +251,7 @@ struct Loader::Impl {
   }
 
   void WorkerLoop() EXCLUDES(mu) {
+    const CancelScope cancel_scope(&cancelled);
     Scratch scratch;
     mu.Lock();
     while (true) {
@@ -513,6 +518,7 @@ Loader::~Loader() {
     MutexLock lock(impl_->mu);
     impl_->stop = true;
   }
+  impl_->cancelled.store(true, std::memory_order_release);
   impl_->work_cv.NotifyAll();
   impl_->workers.clear();  // joins
 }

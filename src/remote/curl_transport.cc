@@ -93,6 +93,11 @@ std::size_t OnHeader(char* data, std::size_t size, std::size_t n, void* user) {
   return size * n;
 }
 
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* cancel = static_cast<const std::atomic<bool>*>(user);
+  return cancel->load(std::memory_order_acquire) ? 1 : 0;  // nonzero aborts (CURLE_ABORTED_BY_CALLBACK)
+}
+
 std::size_t OnBody(char* data, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t bytes = size * n;
@@ -165,6 +170,12 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "identity");
     if (!ca_bundle_.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_bundle_.c_str());
+    if (request.cancel != nullptr) {
+      // Called about once a second even while nothing arrives.
+      curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+      curl_easy_setopt(c, CURLOPT_XFERINFODATA, request.cancel);
+    }
     std::string range;
     if (request.range_start) {
       range = fmt::format("{}-", *request.range_start);
@@ -196,6 +207,8 @@ class CurlTransport final : public HttpTransport {
                                      curl_easy_strerror(code));
       switch (code) {
         // Repeating these cannot help: final, not retried.
+        case CURLE_ABORTED_BY_CALLBACK:
+          return Status::Cancelled(fmt::format("{}: download abandoned (closing)", request.url));
         case CURLE_UNSUPPORTED_PROTOCOL:
         case CURLE_URL_MALFORMAT:
           return Status::InvalidArgument(std::move(what));

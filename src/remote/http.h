@@ -6,6 +6,7 @@
 // and gives up with an error naming the URL and what happened.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,6 +30,9 @@ struct HttpRequest {
   std::string aws_session_token;
   double connect_timeout_s = 10;
   double stall_timeout_s = 30;  // below 1 KiB/s for this long: a stalled transfer
+  // When set and true, the transfer is abandoned within about a second
+  // (Cancelled, not retried): the cache is closing.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct HttpResponse {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/byte_size.h"
+#include "core/cancel.h"
 #include "core/hash.h"
 #include "core/mutex.h"
 
@@ -345,6 +346,7 @@ struct ShardCache::Impl {
       };
       HttpRequest request = options.request;
       request.url = d.url;
+      request.cancel = &stopping;
       FetchStats fetch;
       status = FetchObject(*transport, request, d.size, sink, open, options.retry, &fetch);
       counts->retries += fetch.retries;
@@ -409,12 +411,18 @@ struct ShardCache::Impl {
       }
       waited = true;
       ++entries[s].waiters;
-      changed.Wait(mu, [&]() REQUIRES(mu) {
+      // Wakes now and then to see whether the reader's loader is stopping.
+      while (!changed.WaitFor(mu, std::chrono::milliseconds(100), [&]() REQUIRES(mu) {
         const Entry& w = entries[s];
         // Absent and no longer queued: evicted or never fetched; ask again.
         return stop || w.state == State::kPresent || w.failures != failures ||
                (w.state == State::kAbsent && !w.demanded);
-      });
+      })) {
+        if (CancelScope::Requested()) {
+          --entries[s].waiters;
+          return Status::Cancelled(fmt::format("{}: the reader stopped waiting for the download", shards[s].url));
+        }
+      }
       --entries[s].waiters;
       if (entries[s].state != State::kPresent && entries[s].failures != failures) return entries[s].failure;
     }

@@ -212,6 +212,26 @@ def test_processes_sharing_a_cache_download_each_shard_once(stoker_bin, stoker, 
         slow.close()
 
 
+def test_closing_a_loader_abandons_stalled_downloads_promptly(stoker_bin, packed, proxy, tmp_path):
+    # Every shard stalls far longer than the test may wait; the proxy runs in
+    # this process, so closing must not hold the GIL while the cache stops.
+    for name in shard_names(packed):
+        proxy.add_fault(name, "stall", seconds=60)
+    loader = stoker.Loader(proxy.url, batch_size=8, cache_dir=tmp_path / "cache", stall_timeout=120.0,
+                           log_epochs=False)
+    deadline = time.time() + 10
+    while not any(proxy.requests.get("/" + name) for name in shard_names(packed)) and time.time() < deadline:
+        time.sleep(0.05)  # until downloads (and the loader's reads) are waiting
+    time.sleep(0.3)
+    start = time.perf_counter()
+    del loader
+    assert time.perf_counter() - start < 10
+    stat = subprocess.run([stoker_bin, "cache", "stat", "--json", "--cache-dir", str(tmp_path / "cache")],
+                          capture_output=True, text=True, check=True)
+    st = json.loads(stat.stdout)
+    assert st["entries"] == 0 and st["partial_files"] == 0, st
+
+
 def test_https_downloads_are_multiplexed_over_one_http2_connection(stoker_bin, stoker, packed, tmp_path):
     server = remote_servers.Nginx(packed, tls=True)
     try:

@@ -209,9 +209,8 @@ TEST(CurlTransport, RangesErrorsAndSinkFailures) {
   // The sink's own error stops the transfer and comes back as is.
   HttpRequest request;
   request.url = server.Url("/a.tar");
-  auto refused = transport->Get(request, [](const HttpResponse&, std::span<const std::byte>) {
-    return Status::Corruption("the sink refused");
-  });
+  auto refused = transport->Get(
+      request, [](const HttpResponse&, std::span<const std::byte>) { return Status::Corruption("the sink refused"); });
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code(), StatusCode::kCorruption);
   EXPECT_EQ(refused.error().message(), "the sink refused");

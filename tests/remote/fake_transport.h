@@ -2,10 +2,12 @@
 // memory with ranges and ETags, applies queued faults, records requests.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,7 +17,9 @@
 namespace stoker::remote::testing {
 
 struct Fault {
-  enum class Kind { kStatus, kReset, kTruncate, kIgnoreRange, kChangeEtag, kCorrupt } kind = Kind::kStatus;
+  // kStall: nothing arrives until the request's cancel flag is set (then
+  // Cancelled, as the libcurl transport answers) or 30 s pass.
+  enum class Kind { kStatus, kReset, kTruncate, kIgnoreRange, kChangeEtag, kCorrupt, kStall } kind = Kind::kStatus;
   long status = 503;
   std::optional<double> retry_after;
   std::uint64_t at = 0;  // bytes before a reset or truncation; offset for corruption
@@ -76,6 +80,12 @@ class FakeTransport final : public HttpTransport {
         fault = queue.front();
         queue.pop_front();
       }
+    }
+    if (fault && fault->kind == Fault::Kind::kStall) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!(request.cancel && request.cancel->load()) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return Status::Cancelled(fmt::format("{}: download abandoned (closing)", request.url));
     }
     HttpResponse r;
     r.etag = etag;

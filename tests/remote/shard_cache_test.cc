@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cancel.h"
 #include "core/hash.h"
 #include "remote/fake_transport.h"
 #include "test_util.h"
@@ -173,6 +174,36 @@ TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
   // Each still reads what the other evicted, fetching it again.
   ASSERT_TRUE(ReadWhole(*b, 0, bytes).ok());
   EXPECT_EQ(bytes, f.data[0]);
+}
+
+TEST(ShardCache, AStoppingReaderAndAClosingCacheDoNotWaitForAStalledDownload) {
+  Fixture f(2);
+  f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kStall));
+  auto cache = f.Open(2, 2);
+  std::atomic<bool> reader_stopping{false};
+  Status read_status;
+  std::jthread reader([&] {
+    const CancelScope scope(&reader_stopping);  // as the loader's workers do
+    std::vector<std::byte> bytes(100);
+    read_status = cache->ReadAt(0, 0, bytes);
+  });
+  while (f.Downloads(0) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto t0 = std::chrono::steady_clock::now();
+  reader_stopping = true;
+  reader.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(read_status.code(), StatusCode::kCancelled) << read_status.ToString();
+  EXPECT_NE(read_status.message().find(f.shards[0].url), std::string::npos);
+  // Shard 1 is unaffected; closing abandons the stalled download of shard 0.
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(ReadWhole(*cache, 1, bytes).ok());
+  EXPECT_EQ(bytes, f.data[1]);
+  const auto t1 = std::chrono::steady_clock::now();
+  cache.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(5));
+  EXPECT_EQ(f.CachedBytes(), kShard);  // shard 1 only, and no partial file left
+  for (const auto& e : std::filesystem::directory_iterator(f.dir.path()))
+    EXPECT_EQ(e.path().filename().string().find(".part-"), std::string::npos) << e.path();
 }
 
 TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {
