@@ -28,10 +28,22 @@ import remote_servers  # noqa: E402
 def bench(stoker, location, args, extra):
     cmd = [stoker, "bench", location, "--epochs", str(args.epochs), "--json", "--order", "shard-block",
            "--batch-size", str(args.batch_size), *(["--threads", str(args.threads)] if args.threads else []), *extra]
-    # The loader runs at normal priority; the servers (this process and nginx) above it.
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                         preexec_fn=lambda: os.nice(-os.nice(0))).stdout
+    def start():
+        # The loader runs at normal priority; the servers (this process and nginx) above it.
+        os.nice(-os.nice(0))
+        if args.loader_cpus:
+            os.sched_setaffinity(0, args.loader_cpus)
+
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, preexec_fn=start).stdout
     return [json.loads(line) for line in out.strip().splitlines()]
+
+
+def cpu_list(text):
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def main():
@@ -46,6 +58,9 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--connections", type=int, default=8)
     p.add_argument("--threads", type=int, help="the loader's threads (default: one per core)")
+    p.add_argument("--loader-cpus", type=cpu_list, help="CPUs for the loader, e.g. 0 or 0-3 (default: all)")
+    p.add_argument("--server-cpus", type=cpu_list,
+                   help="CPUs for the servers (this process, nginx), so that they do not share the loader's")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
 
@@ -66,6 +81,8 @@ def main():
             os.nice(-10)
         except PermissionError:
             print("note: not root, the servers share the CPU at the loader's priority", flush=True)
+        if args.server_cpus:
+            os.sched_setaffinity(0, args.server_cpus)  # the proxy's threads, and nginx started below
         nginx = remote_servers.Nginx(packed)
         proxy = remote_servers.FaultProxy(nginx.url, latency_s=args.latency_ms / 1000,
                                           bandwidth=args.bandwidth_mb * 1e6)
