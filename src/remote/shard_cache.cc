@@ -12,6 +12,7 @@
 #include <deque>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -101,6 +102,9 @@ struct ShardCache::Impl {
   std::uint64_t position GUARDED_BY(mu) = 0;
   std::uint64_t used GUARDED_BY(mu) = 0;
   std::uint64_t in_flight GUARDED_BY(mu) = 0;
+  // What other live processes are downloading into the folder: counted
+  // against the shared cap like our own downloads.
+  std::uint64_t others_in_flight GUARDED_BY(mu) = 0;
   std::uint64_t ticks GUARDED_BY(mu) = 0;
   std::uint64_t generation GUARDED_BY(mu) = 0;  // bumps whenever new work may exist
   std::optional<Clock::time_point> last_refresh GUARDED_BY(mu);
@@ -110,7 +114,8 @@ struct ShardCache::Impl {
   RemoteStats st GUARDED_BY(mu);
   std::vector<std::jthread> workers;
 
-  std::vector<std::string> entry_paths;  // per shard, fixed at Create
+  std::vector<std::string> entry_paths;                           // per shard, fixed at Create
+  std::unordered_map<std::string, std::uint32_t> shard_of_entry;  // entry file name -> shard
 
   const std::string& EntryPath(std::uint32_t s) const { return entry_paths[s]; }
 
@@ -170,21 +175,43 @@ struct ShardCache::Impl {
   // Processes sharing the folder add and remove entries of the same shards:
   // before evicting, look at what the folder really holds, so that the cap
   // holds for all of them together (their downloads in flight aside).
+  // Brings this process's view of the folder up to date (at most every 200
+  // ms): entries other processes added or evicted, and the downloads they
+  // have in flight. One listing of the folder, whose size is the cache's,
+  // not the dataset's.
   void RefreshFromDisk() REQUIRES(mu) {
     const auto now = Clock::now();
     if (last_refresh && now - *last_refresh < std::chrono::milliseconds(200)) return;
     last_refresh = now;
+    auto listing = fs->ListDirectory(options.cache.dir);
+    if (!listing.ok()) return;  // keep the last view; the next refresh tries again
+    std::vector<bool> on_disk(entries.size(), false);
+    std::uint64_t others = 0;
+    const long self = ::getpid();
+    for (const DirEntry& d : *listing) {
+      const auto at = d.name.find(kPartialMarker);
+      const auto it = shard_of_entry.find(at == std::string::npos ? d.name : d.name.substr(0, at));
+      if (it == shard_of_entry.end()) continue;
+      if (at == std::string::npos) {
+        on_disk[it->second] = true;
+        continue;
+      }
+      const long pid = std::strtol(d.name.c_str() + at + kPartialMarker.size(), nullptr, 10);
+      if (pid != self && ProcessAlive(pid)) others += shards[it->second].size;
+    }
+    others_in_flight = others;
     for (std::uint32_t s = 0; s < entries.size(); ++s) {
       Entry& e = entries[s];
       if (e.state == State::kDownloading || e.pins > 0) continue;
-      auto info = fs->Stat(EntryPath(s));
-      const bool on_disk = info.ok() && info->size == shards[s].size;
-      if (e.state == State::kPresent && !on_disk) {
+      if (e.state == State::kPresent && !on_disk[s]) {
         e.file.reset();  // another process evicted it
         e.state = State::kAbsent;
         used -= shards[s].size;
-      } else if (e.state == State::kAbsent && on_disk) {
-        e.state = State::kPresent;  // another process fetched it; opened at first read
+      } else if (e.state == State::kAbsent && on_disk[s]) {
+        // Another process fetched it (entries appear whole, by rename); opened at first read.
+        auto info = fs->Stat(EntryPath(s));
+        if (!info.ok() || info->size != shards[s].size) continue;
+        e.state = State::kPresent;
         e.last_use = 0;
         used += shards[s].size;
       }
@@ -195,7 +222,7 @@ struct ShardCache::Impl {
   // needed no later than `after` (or pinned ones) are left.
   bool MakeRoom(std::uint64_t bytes, const Horizon& h, std::uint64_t after) REQUIRES(mu) {
     RefreshFromDisk();
-    while (used + in_flight + bytes > options.cache.capacity_bytes) {
+    while (used + in_flight + others_in_flight + bytes > options.cache.capacity_bytes) {
       auto victim = Victim(h, after);
       if (!victim) return false;
       Evict(*victim);
@@ -239,7 +266,9 @@ struct ShardCache::Impl {
     while (!stop) {
       auto job = NextJob();
       if (!job) {
-        changed.Wait(mu, [&]() REQUIRES(mu) { return stop || generation != seen; });
+        // Timed: other processes' downloads finishing or entries going are
+        // only seen by looking at the folder again.
+        (void)changed.WaitFor(mu, std::chrono::seconds(1), [&]() REQUIRES(mu) { return stop || generation != seen; });
         seen = generation;
         continue;
       }
@@ -460,10 +489,12 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Create(ShardCacheOptions options
   impl->shards = std::move(shards);
   impl->transport = transport;
   impl->fs = fs;
-  for (const ShardDesc& d : impl->shards)
-    impl->entry_paths.push_back(fmt::format("{}/{:016x}-{:016x}-{}{}", impl->options.cache.dir,
-                                            Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))), d.checksum,
-                                            SafeName(d.name), kEntrySuffix));
+  for (const ShardDesc& d : impl->shards) {
+    std::string name = fmt::format("{:016x}-{:016x}-{}{}", Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))),
+                                   d.checksum, SafeName(d.name), kEntrySuffix);
+    impl->entry_paths.push_back(impl->options.cache.dir + "/" + name);
+    impl->shard_of_entry.emplace(std::move(name), static_cast<std::uint32_t>(impl->entry_paths.size() - 1));
+  }
   // Leftovers of dead processes' downloads go; live ones' stay.
   STOKER_ASSIGN_OR_RETURN(auto listing, fs->ListDirectory(impl->options.cache.dir));
   for (const auto& entry : listing) {

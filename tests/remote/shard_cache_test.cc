@@ -1,6 +1,7 @@
 #include "remote/shard_cache.h"
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -204,6 +205,32 @@ TEST(ShardCache, AStoppingReaderAndAClosingCacheDoNotWaitForAStalledDownload) {
   EXPECT_EQ(f.CachedBytes(), kShard);  // shard 1 only, and no partial file left
   for (const auto& e : std::filesystem::directory_iterator(f.dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".part-"), std::string::npos) << e.path();
+}
+
+TEST(ShardCache, AnotherLiveProcesssDownloadCountsAgainstTheCap) {
+  Fixture f(4);
+  // A partial file of a live process (pid 1 always is) for shard 3: its
+  // download will need room too.
+  const std::string other =
+      f.dir.path() + "/" + std::filesystem::path(f.Open(4)->EntryPath(3)).filename().string() + ".part-1-0";
+  { std::ofstream(other) << "partial"; }
+  auto cache = f.Open(/*capacity_shards=*/3, 2);
+  const std::uint32_t plan[] = {0, 1, 2};
+  cache->AdvancePlan(cache->AppendPlan(plan));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(f.CachedBytes(), 2 * kShard);  // read-ahead left room for the other download
+  EXPECT_EQ(f.Downloads(2), 0u);
+  // The other process finished elsewhere (its partial is gone): the folder
+  // is looked at again within about a second, and read-ahead completes.
+  std::filesystem::remove(other);
+  for (int i = 0; i < 300 && f.Downloads(2) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(f.Downloads(2), 1u);
+  std::vector<std::byte> bytes;
+  for (std::uint32_t s : {0u, 1u, 2u}) {
+    ASSERT_TRUE(ReadWhole(*cache, s, bytes).ok());
+    EXPECT_EQ(bytes, f.data[s]);
+  }
+  EXPECT_EQ(cache->stats().over_capacity, 0u);
 }
 
 TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {
