@@ -206,11 +206,16 @@ class Loader:
                     logging.getLogger("stoker").info(self._last_epoch_summary)
                 self._mark_epoch_start()
                 return
-            images, labels, indices = from_dlpack(item[0]), from_dlpack(item[1]), from_dlpack(item[2])
+            images, labels = from_dlpack(item[0]), from_dlpack(item[1])
             if on_device:
                 labels = labels.to(images.device, non_blocking=True)
+            if not self._with_indices:
+                yield images, labels
+                continue
+            indices = from_dlpack(item[2])
+            if on_device:
                 indices = indices.to(images.device, non_blocking=True)
-            yield (images, labels, indices) if self._with_indices else (images, labels)
+            yield images, labels, indices
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
