@@ -1,10 +1,13 @@
 // FetchObject against a scripted server whose faults come from the input
 // (statuses, resets, truncation, ignored ranges, changed ETags, corruption),
-// and ParseRetryAfter on the input's tail. Invariants: a download that
-// succeeds delivered exactly the object; every failure names the URL.
+// and ParseRetryAfter and ParseHeaderLine on the input's tail. Invariants: a
+// download that succeeds delivered exactly the object; every failure names
+// the URL; parsed headers are consistent.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "remote/fake_transport.h"
 #include "remote/http.h"
@@ -61,6 +64,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string tail(reinterpret_cast<const char*>(data + i), size - i);
     auto delay = stoker::remote::ParseRetryAfter(tail, 1e9);
     if (delay && !(*delay >= 0)) __builtin_trap();
+    // The same bytes as response header lines: whatever is read is consistent.
+    stoker::remote::HttpResponse head;
+    std::size_t from = 0;
+    while (from <= tail.size()) {
+      const std::size_t nl = std::min(tail.find('\n', from), tail.size());
+      stoker::remote::ParseHeaderLine(std::string_view(tail).substr(from, nl - from + (nl < tail.size())), 1e9, &head);
+      if (head.range_start.has_value() != head.total_size.has_value()) __builtin_trap();
+      if (head.range_start && *head.range_start >= *head.total_size) __builtin_trap();
+      if (head.status < 0 || head.status > 999) __builtin_trap();
+      if (head.retry_after_s && !(*head.retry_after_s >= 0)) __builtin_trap();
+      from = nl + 1;
+    }
   }
   return 0;
 }

@@ -26,30 +26,6 @@ struct SlistDeleter {
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
 };
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\r' || s.back() == '\n' || s.back() == '\t'))
-    s.remove_suffix(1);
-  return s;
-}
-
-std::optional<std::uint64_t> ParseU64(std::string_view s) {
-  if (s.empty() || s.size() > 19) return std::nullopt;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return v;
-}
-
 struct Transfer {
   const BodySink* sink = nullptr;
   HttpResponse response;
@@ -62,34 +38,7 @@ struct Transfer {
 std::size_t OnHeader(char* data, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::string_view line(data, size * n);
-  if (line.starts_with("HTTP/")) {
-    // A new response (after 100 Continue, say): start afresh.
-    t->response = HttpResponse{};
-    const auto space = line.find(' ');
-    if (space != std::string_view::npos) t->response.status = std::atol(std::string(line.substr(space + 1, 3)).c_str());
-    return size * n;
-  }
-  const auto colon = line.find(':');
-  if (colon == std::string_view::npos) return size * n;
-  const std::string name = Lower(Trim(line.substr(0, colon)));
-  const std::string_view value = Trim(line.substr(colon + 1));
-  if (name == "etag") {
-    t->response.etag = std::string(value);
-  } else if (name == "content-length") {
-    t->response.content_length = ParseU64(value);
-  } else if (name == "content-range") {
-    // bytes START-END/TOTAL
-    if (value.starts_with("bytes ")) {
-      const std::string_view spec = value.substr(6);
-      const auto dash = spec.find('-'), slash = spec.find('/');
-      if (dash != std::string_view::npos && slash != std::string_view::npos && dash < slash) {
-        t->response.range_start = ParseU64(spec.substr(0, dash));
-        t->response.total_size = ParseU64(spec.substr(slash + 1));
-      }
-    }
-  } else if (name == "retry-after") {
-    t->response.retry_after_s = ParseRetryAfter(value, static_cast<double>(std::time(nullptr)));
-  }
+  ParseHeaderLine(line, static_cast<double>(std::time(nullptr)), &t->response);
   return size * n;
 }
 

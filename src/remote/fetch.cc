@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -26,7 +27,69 @@ std::string Describe(const HttpResponse& r) {
   return text;
 }
 
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\r' || s.back() == '\n' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view lower) {
+  return a.size() == lower.size() && std::equal(a.begin(), a.end(), lower.begin(), [](char x, char y) {
+           return static_cast<char>(std::tolower(static_cast<unsigned char>(x))) == y;
+         });
+}
+
+std::optional<std::uint64_t> ParseU64(std::string_view s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;  // 19 digits cannot overflow
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return v;
+}
+
 }  // namespace
+
+void ParseHeaderLine(std::string_view line, double now_unix, HttpResponse* response) {
+  if (line.starts_with("HTTP/")) {
+    // A new response (after 100 Continue, say): start afresh.
+    *response = HttpResponse{};
+    const auto space = line.find(' ');
+    if (space != std::string_view::npos) {
+      const std::string_view code = line.substr(space + 1, 3);
+      if (code.size() == 3 && std::all_of(code.begin(), code.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        response->status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
+    }
+    return;
+  }
+  const auto colon = line.find(':');
+  if (colon == std::string_view::npos) return;
+  const std::string_view name = Trim(line.substr(0, colon));
+  const std::string_view value = Trim(line.substr(colon + 1));
+  if (EqualsIgnoringCase(name, "etag")) {
+    response->etag = std::string(value);
+  } else if (EqualsIgnoringCase(name, "content-length")) {
+    response->content_length = ParseU64(value);
+  } else if (EqualsIgnoringCase(name, "content-range")) {
+    // bytes START-END/TOTAL; anything else leaves both unset
+    response->range_start.reset();
+    response->total_size.reset();
+    if (!value.starts_with("bytes ")) return;
+    const std::string_view spec = Trim(value.substr(6));
+    const auto dash = spec.find('-'), slash = spec.find('/');
+    if (dash == std::string_view::npos || slash == std::string_view::npos || dash > slash) return;
+    const auto start = ParseU64(spec.substr(0, dash));
+    const auto end = ParseU64(spec.substr(dash + 1, slash - dash - 1));
+    const auto total = ParseU64(spec.substr(slash + 1));
+    if (!start || !end || !total || *start > *end || *end >= *total) return;
+    response->range_start = start;
+    response->total_size = total;
+  } else if (EqualsIgnoringCase(name, "retry-after")) {
+    response->retry_after_s = ParseRetryAfter(value, now_unix);
+  }
+}
 
 std::optional<double> ParseRetryAfter(std::string_view value, double now_unix) {
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);

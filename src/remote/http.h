@@ -90,6 +90,12 @@ struct FetchStats {
                                  const std::function<Status()>& restart, const RetryPolicy& policy,
                                  FetchStats* stats = nullptr);
 
+// Applies one response header line to `response`: a status line ("HTTP/1.1
+// 206 ...") starts a new response; ETag, Content-Length, Content-Range
+// ("bytes START-END/TOTAL", consistent, else unset) and Retry-After are read;
+// other lines and malformed values are ignored.
+void ParseHeaderLine(std::string_view line, double now_unix, HttpResponse* response);
+
 // Parses an HTTP Retry-After value: delay-seconds or an HTTP-date (relative
 // to `now_unix`); nullopt when unparseable.
 [[nodiscard]] std::optional<double> ParseRetryAfter(std::string_view value, double now_unix);

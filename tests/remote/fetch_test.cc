@@ -138,5 +138,35 @@ TEST(Fetch, RetryAfterParsesSecondsAndDates) {
   EXPECT_FALSE(ParseRetryAfter("", 0).has_value());
 }
 
+TEST(Fetch, HeaderLinesAreParsedStrictly) {
+  HttpResponse r;
+  ParseHeaderLine("HTTP/1.1 206 Partial Content\r\n", 0, &r);
+  EXPECT_EQ(r.status, 206);
+  ParseHeaderLine("content-RANGE:  bytes 100-199/1000 \r\n", 0, &r);
+  EXPECT_EQ(r.range_start, 100u);
+  EXPECT_EQ(r.total_size, 1000u);
+  ParseHeaderLine("ETag: \"abc\"\r\n", 0, &r);
+  EXPECT_EQ(r.etag, "\"abc\"");
+  ParseHeaderLine("Content-Length: 100\r\n", 0, &r);
+  EXPECT_EQ(r.content_length, 100u);
+  ParseHeaderLine("Retry-After: 7\r\n", 0, &r);
+  EXPECT_EQ(r.retry_after_s.value_or(-1), 7);
+  // Inconsistent or malformed values are not half-read.
+  for (const char* bad :
+       {"Content-Range: bytes 200-100/1000", "Content-Range: bytes 100-1000/1000", "Content-Range: bytes */1000",
+        "Content-Range: items 1-2/3", "Content-Range: bytes 1-2/99999999999999999999", "Content-Range: bytes -1-2/3"}) {
+    ParseHeaderLine(bad, 0, &r);
+    EXPECT_FALSE(r.range_start.has_value() || r.total_size.has_value()) << bad;
+  }
+  ParseHeaderLine("Content-Length: 12x", 0, &r);
+  EXPECT_FALSE(r.content_length.has_value());
+  // A new status line (after 100 Continue, say) starts afresh.
+  ParseHeaderLine("HTTP/2 200\r\n", 0, &r);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.etag.empty() && !r.retry_after_s && !r.content_length);
+  ParseHeaderLine("HTTP/1.1 2x0 Odd", 0, &r);
+  EXPECT_EQ(r.status, 0);
+}
+
 }  // namespace
 }  // namespace stoker::remote
