@@ -49,6 +49,12 @@ bool ProcessAlive(long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
+// The process writing a partial file `<entry>.part-<pid>-<n>`; 0 for other names.
+long PartialFileWriter(const std::string& name) {
+  const auto at = name.find(kPartialMarker);
+  return at == std::string::npos ? 0 : std::strtol(name.c_str() + at + kPartialMarker.size(), nullptr, 10);
+}
+
 }  // namespace
 
 bool IsCacheEntryName(std::string_view name) {
@@ -172,9 +178,6 @@ struct ShardCache::Impl {
     ++st.evictions;
   }
 
-  // Processes sharing the folder add and remove entries of the same shards:
-  // before evicting, look at what the folder really holds, so that the cap
-  // holds for all of them together (their downloads in flight aside).
   // Brings this process's view of the folder up to date (at most every 200
   // ms): entries other processes added or evicted, and the downloads they
   // have in flight. One listing of the folder, whose size is the cache's,
@@ -196,7 +199,7 @@ struct ShardCache::Impl {
         on_disk[it->second] = true;
         continue;
       }
-      const long pid = std::strtol(d.name.c_str() + at + kPartialMarker.size(), nullptr, 10);
+      const long pid = PartialFileWriter(d.name);
       if (pid != self && ProcessAlive(pid)) others += shards[it->second].size;
     }
     others_in_flight = others;
@@ -283,13 +286,12 @@ struct ShardCache::Impl {
       Entry& e = entries[s];
       st.retries += counts.retries;
       st.connections += counts.connections;
-      const bool adopted = counts.adopted;
       if (file.ok()) {
         e.state = State::kPresent;
         e.file = std::move(file).value();
         e.last_use = ++ticks;
         used += shards[s].size;
-        if (adopted) {
+        if (counts.adopted) {
           ++st.adopted;
         } else {
           ++st.downloads;
@@ -497,12 +499,9 @@ Result<std::unique_ptr<ShardCache>> ShardCache::Create(ShardCacheOptions options
   }
   // Leftovers of dead processes' downloads go; live ones' stay.
   STOKER_ASSIGN_OR_RETURN(auto listing, fs->ListDirectory(impl->options.cache.dir));
-  for (const auto& entry : listing) {
-    const auto at = entry.name.find(kPartialMarker);
-    if (at == std::string::npos) continue;
-    const long pid = std::strtol(entry.name.c_str() + at + kPartialMarker.size(), nullptr, 10);
-    if (!ProcessAlive(pid)) (void)fs->Remove(impl->options.cache.dir + "/" + entry.name);
-  }
+  for (const auto& entry : listing)
+    if (IsCachePartialName(entry.name) && !ProcessAlive(PartialFileWriter(entry.name)))
+      (void)fs->Remove(impl->options.cache.dir + "/" + entry.name);
   {
     MutexLock lock(impl->mu);
     impl->entries.resize(impl->shards.size());

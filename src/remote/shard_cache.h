@@ -6,8 +6,9 @@
 // renamed: a crash never leaves a corrupt entry. A per-entry flock makes the
 // processes sharing the folder download each shard once; the kernel drops
 // the lock when a process dies, so no lock is ever stale. Before evicting, a
-// cache looks at which entries the folder really holds, so that the byte cap
-// holds for the processes together (their downloads in flight aside).
+// cache looks at which entries the folder really holds and which downloads
+// other live processes have in flight, so that the byte cap holds for the
+// processes together.
 //
 // Read-ahead walks the announced plan (shard visits in order) from the
 // current position and downloads the shards needed soonest, with up to
