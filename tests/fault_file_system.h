@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -15,12 +16,14 @@ class FaultFileSystem : public FileSystem {
  public:
   // Writes fail with ENOSPC once this many bytes have been written in total.
   std::atomic<std::uint64_t> disk_full_after{UINT64_MAX};
-  // Writes to files whose path ends with this fail with ENOSPC (empty: none).
-  std::string disk_full_for_suffix;
+  // Writes to files whose path contains this fail with ENOSPC (empty: none).
+  std::string disk_full_for_path_part;
   // Opening these paths fails with ENOENT, as if deleted after listing.
   std::set<std::string> vanished;
   // Reads of paths ending with this return half the bytes asked for.
   std::string short_reads_for_suffix;
+  // What FreeBytes reports (unset: the real file system's answer).
+  std::optional<std::uint64_t> free_bytes;
 
   Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) override {
     if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
@@ -34,8 +37,9 @@ class FaultFileSystem : public FileSystem {
     if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
     return base_->Map(path, access);
   }
-  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
-    STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateForWrite(path));
+  using FileSystem::CreateForWrite;
+  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path, CreateMode mode) override {
+    STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateForWrite(path, mode));
     return std::unique_ptr<WritableFile>(std::make_unique<FaultyWriter>(std::move(file), *this));
   }
   Status Rename(const std::string& from, const std::string& to) override { return base_->Rename(from, to); }
@@ -46,6 +50,11 @@ class FaultFileSystem : public FileSystem {
   Status SyncDirectory(const std::string& path) override { return base_->SyncDirectory(path); }
   Result<std::vector<DirEntry>> ListDirectory(const std::string& path) override { return base_->ListDirectory(path); }
   Result<FileInfo> Stat(const std::string& path) override { return base_->Stat(path); }
+  Result<FileInfo> LinkStat(const std::string& path) override { return base_->LinkStat(path); }
+  Result<std::uint64_t> FreeBytes(const std::string& path) override {
+    if (free_bytes) return *free_bytes;
+    return base_->FreeBytes(path);
+  }
   // ReadBatch: the default, one ReadExactAt per request through the faulty files.
 
  private:
@@ -53,7 +62,8 @@ class FaultFileSystem : public FileSystem {
    public:
     FaultyWriter(std::unique_ptr<WritableFile> inner, FaultFileSystem& fs) : inner_(std::move(inner)), fs_(fs) {}
     Status Append(std::span<const std::byte> data) override {
-      bool suffix_full = !fs_.disk_full_for_suffix.empty() && path().ends_with(fs_.disk_full_for_suffix);
+      bool suffix_full =
+          !fs_.disk_full_for_path_part.empty() && path().find(fs_.disk_full_for_path_part) != std::string::npos;
       if (suffix_full || fs_.written_.fetch_add(data.size()) + data.size() > fs_.disk_full_after)
         return Status::FromErrno(ENOSPC, "write '" + path() + "'");
       return inner_->Append(data);

@@ -25,14 +25,10 @@
 #include <vector>
 
 #include "stoker/file_system.h"
-#include "stoker/loader.h"
+#include "stoker/loader_state.h"
 #include "stoker/status.h"
 
 namespace stoker {
-
-namespace device {
-class DeviceRuntime;
-}
 
 // Element types of safetensors, by their names in the format ("BF16", ...).
 enum class TensorDType : std::uint8_t {
@@ -121,12 +117,14 @@ struct CheckpointOptions {
   double every_seconds = 1800;
   // kAuto: the mean time between failures of the job.
   double mtbf_seconds = 24 * 3600;
-  // Threads that copy the snapshot (0: up to 4, one per core).
+  // Threads that copy the snapshot (0: up to 4, one per core; at most 64).
   std::uint32_t copy_threads = 0;
+  // Saving a step whose step-N folder exists already (say, after resuming
+  // from an older checkpoint) replaces it only when set; otherwise Save()
+  // refuses with AlreadyExists and the old folder stays.
+  bool replace_existing = false;
   // nullptr: FileSystem::Default().
   FileSystem* file_system = nullptr;
-  // For tensors on a GPU; nullptr: the CUDA runtime when one is usable.
-  device::DeviceRuntime* device_runtime = nullptr;
 };
 
 enum class SaveOutcome : std::uint8_t { kStarted, kSkippedBusy };
@@ -175,8 +173,10 @@ class Checkpointer {
 
   struct Impl;
 
- private:
+  // Made by the library's factories (Impl is opaque outside it).
   explicit Checkpointer(std::unique_ptr<Impl> impl);
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

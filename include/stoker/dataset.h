@@ -53,13 +53,15 @@ struct SampleInfo {
   std::vector<std::optional<FieldLocation>> fields;
 };
 
-struct RemoteOptions;
-
 class Dataset {
  public:
-  // `path` is a dataset folder or an index file.
+  // `path` is a dataset folder or an index file on `fs`, which must outlive
+  // the dataset. Most callers want OpenDataset (open.h), which also takes
+  // URLs and ImageFolder trees.
   [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path,
                                                              FileSystem* fs = FileSystem::Default());
+  // The same on a file system the dataset keeps alive (a remote one).
+  [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path, std::shared_ptr<FileSystem> fs);
   // An ImageFolder tree of loose image files (ROOT/<class>/**/<file>.<ext>,
   // labels from the sorted class names, as torchvision does), indexed in
   // memory without packing: each file is a one-sample "shard", opened for
@@ -78,15 +80,22 @@ class Dataset {
   // The position of `name` in field_names(), or nullopt.
   [[nodiscard]] std::optional<std::size_t> FieldIndex(std::string_view name) const;
   [[nodiscard]] const std::vector<ShardInfo>& shards() const;
+  // Tar members the index leaves out as WebDataset does (no extension,
+  // links, folders, __*__ names), as `stoker index` counted them.
+  [[nodiscard]] std::uint64_t skipped_members() const;
+  // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 
   // Reads the record of sample `i` from the index, validated.
   [[nodiscard]] Result<SampleInfo> Sample(std::uint64_t i) const;
-  // Reads one field's bytes from its shard. Thread-safe. Does not verify the
-  // checksum (Verify() does). Errors name the shard, offset and sample key.
-  [[nodiscard]] Result<std::vector<std::byte>> ReadField(std::uint64_t sample, std::size_t field) const;
+  // Reads one field's bytes from its shard. Thread-safe. With `verify`, the
+  // sample's other fields are read too and the sample is checked as
+  // ReadFieldsOptions::verify says. Errors name the shard, offset and key.
+  [[nodiscard]] Result<std::vector<std::byte>> ReadField(std::uint64_t sample, std::size_t field,
+                                                         bool verify = true) const;
   // Same, into `out` (resized; its capacity is reused across calls).
-  [[nodiscard]] Status ReadFieldInto(const SampleInfo& sample, std::size_t field, std::vector<std::byte>& out) const;
+  [[nodiscard]] Status ReadFieldInto(const SampleInfo& sample, std::size_t field, std::vector<std::byte>& out,
+                                     bool verify = true) const;
 
   // One field to read with ReadFields.
   struct FieldRead {
@@ -102,6 +111,11 @@ class Dataset {
     std::uint64_t max_gap = 64 << 10;
     // ... as long as the merged request stays below this.
     std::uint64_t max_request = 8 << 20;
+    // Check each sample against its index record: every field of the sample
+    // is read, their xxh3 must equal the record's checksum, and a `.cls`
+    // field must hold the record's label. A mismatch is Corruption naming
+    // the sample. Datasets of loose files (no checksums) are not checked.
+    bool verify = true;
   };
   // Reads several fields at once into `arena` (resized; its capacity is
   // reused): neighbouring fields are merged into one request, and every
@@ -122,7 +136,6 @@ class Dataset {
   struct Impl;
 
  private:
-  friend Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& location, const RemoteOptions& options);
   explicit Dataset(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -130,6 +143,9 @@ class Dataset {
 // What `stoker inspect` shows.
 struct DatasetSummary {
   std::uint64_t num_samples = 0;
+  // Tar members the index leaves out as WebDataset does (no extension,
+  // links, directories, __*__ names), as `stoker index` counted them.
+  std::uint64_t skipped_members = 0;
   std::uint64_t num_shards = 0;
   std::uint64_t shard_bytes = 0;  // sum of shard file sizes
   struct Field {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,10 +20,6 @@
 #include "stoker/status.h"
 
 namespace stoker {
-
-namespace device {
-class DeviceRuntime;
-}
 
 // A batch on the device. Labels and indices are host copies.
 struct DeviceBatchView {
@@ -39,25 +36,37 @@ struct DeviceBatchView {
   std::uint64_t sequence = 0;
 };
 
+struct DeviceLoaderOptions {
+  // The GPU finishes each batch: the CPU decodes only each image's crop
+  // (uint8), and one fused kernel resizes, flips, normalises and converts
+  // on the device. Otherwise batches are finished on the CPU and copied.
+  bool finish_on_device = false;
+  // With finish_on_device: room for decoded crops in each batch buffer, in
+  // output-sized uint8 images per sample (beyond one output-sized image
+  // each, always reserved). A crop that does not fit is resized on the CPU
+  // and only finished (flip, normalise, dtype) on the GPU.
+  float device_input_factor = 3.0f;
+  // Device buffers in the pool (at least 2).
+  std::uint32_t device_buffers = 3;
+};
+
 struct DeviceLoaderStats {
   std::uint64_t batches = 0;
   double copy_seconds = 0;  // host-to-device copy time, measured with events
   std::uint64_t copied_bytes = 0;
   double submit_seconds = 0;  // host time in Next() beyond the host loader's own wait
+  // finish_on_device: crops resized on the CPU because their batch ran out of room.
+  std::uint64_t device_fallbacks = 0;
 };
 
 class DeviceLoader {
  public:
-  // Copies `loader`'s batches to `device` (a CUDA device). Unavailable when
-  // CUDA is not usable here (QueryCuda() says why); callers then use the
-  // host loader directly.
-  [[nodiscard]] static Result<std::unique_ptr<DeviceLoader>> Create(std::unique_ptr<Loader> loader, Device device,
-                                                                    std::uint32_t device_buffers = 3);
-  // The same over any runtime (tests pass a fake one).
-  [[nodiscard]] static Result<std::unique_ptr<DeviceLoader>> CreateWithRuntime(std::unique_ptr<Loader> loader,
-                                                                               device::DeviceRuntime& runtime,
-                                                                               int device_index,
-                                                                               std::uint32_t device_buffers = 3);
+  // A Loader over `dataset` with `options` whose batches arrive on `device`
+  // (a CUDA device). Unavailable when CUDA is not usable here (QueryCuda()
+  // says why); callers then use a Loader directly.
+  [[nodiscard]] static Result<std::unique_ptr<DeviceLoader>> Create(std::shared_ptr<const Dataset> dataset,
+                                                                    const LoaderOptions& options, Device device,
+                                                                    const DeviceLoaderOptions& device_options = {});
   ~DeviceLoader();
   DeviceLoader(const DeviceLoader&) = delete;
   DeviceLoader& operator=(const DeviceLoader&) = delete;
@@ -66,6 +75,9 @@ class DeviceLoader {
   // cudaStream_t) from now on; nullopt at the end of an epoch.
   // ResourceExhausted when the consumer holds every device buffer.
   [[nodiscard]] Result<std::optional<DeviceBatchView>> Next(void* consumer_stream);
+  // The same, waiting at most `timeout` for the host batch
+  // (DeadlineExceeded: call again; nothing is lost).
+  [[nodiscard]] Result<std::optional<DeviceBatchView>> Next(void* consumer_stream, std::chrono::nanoseconds timeout);
   // Gives the batch's device buffer back once `consumer_stream`'s work
   // enqueued so far completes. Thread-safe (tensor deleters may run anywhere).
   [[nodiscard]] Status Release(const DeviceBatchView& batch, void* consumer_stream);
@@ -75,8 +87,10 @@ class DeviceLoader {
 
   struct Impl;
 
- private:
+  // Made by the library's factories (Impl is opaque outside it).
   explicit DeviceLoader(std::unique_ptr<Impl> impl);
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stoker/status.h"
@@ -71,8 +73,11 @@ class FileLock {
 enum class FileType : std::uint8_t { kRegular, kDirectory, kSymlink, kOther };
 
 struct DirEntry {
-  std::string name;                  // the entry's name inside the directory, not a path
-  FileType type = FileType::kOther;  // symlinks are followed
+  std::string name;  // the entry's name inside the directory, not a path
+  // What the entry is, links followed: a link to a folder is kDirectory; a
+  // link that leads nowhere (dangling, or a loop) is kSymlink.
+  FileType type = FileType::kOther;
+  bool is_link = false;  // the entry itself is a symbolic link
 };
 
 struct FileInfo {
@@ -86,6 +91,35 @@ struct ReadRequest {
   std::uint64_t offset = 0;
   std::span<std::byte> out;  // filled exactly, or `status` says why not
   Status status;             // set by ReadBatch; a file that ends early is Corruption
+};
+
+// One shard file a dataset will read, as its index describes it
+// (FileSystem::AttachShards).
+struct ShardFile {
+  std::string path;  // where to open it (resolved against the index)
+  std::string name;  // as the index names it, for messages and cache entry names
+  std::uint64_t size = 0;
+  std::uint64_t checksum = 0;  // xxh3-64 of the whole file
+};
+
+// How CreateForWrite treats an existing file. Neither ever writes through a
+// symbolic link at `path`: that is an error.
+enum class CreateMode : std::uint8_t {
+  kTruncate,   // create, or empty an existing regular file
+  kExclusive,  // create a new file; AlreadyExists if anything is at `path`
+};
+
+struct RemoteStats;
+struct WarmReport;
+
+// A file system that keeps local copies of remote shards (see remote.h).
+class ShardCacheControl {
+ public:
+  virtual ~ShardCacheControl() = default;
+  [[nodiscard]] virtual RemoteStats stats() const = 0;
+  // Downloads as many shards as fit, in dataset order; progress(done, total)
+  // may be empty.
+  [[nodiscard]] virtual Result<WarmReport> Warm(const std::function<void(std::uint64_t, std::uint64_t)>& progress) = 0;
 };
 
 // Read-ahead hints from a reader that knows its future (the loader): the
@@ -116,10 +150,16 @@ class FileSystem {
     return Map(path, MapAccess::kReadOnly);
   }
   [[nodiscard]] virtual Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) = 0;
-  // Creates or truncates `path`.
-  [[nodiscard]] virtual Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) = 0;
+  // Opens `path` for writing (CreateMode says how an existing file is
+  // treated); never through a symbolic link.
+  [[nodiscard]] virtual Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path,
+                                                                             CreateMode mode) = 0;
+  [[nodiscard]] Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) {
+    return CreateForWrite(path, CreateMode::kTruncate);
+  }
   [[nodiscard]] virtual Status Rename(const std::string& from, const std::string& to) = 0;
-  // Removes a file (not a directory).
+  // Removes a file or a symbolic link (never what a link points to; not a
+  // directory).
   [[nodiscard]] virtual Status Remove(const std::string& path) = 0;
   // Removes an empty directory.
   [[nodiscard]] virtual Status RemoveDirectory(const std::string& path) = 0;
@@ -131,6 +171,16 @@ class FileSystem {
   [[nodiscard]] virtual Result<std::vector<DirEntry>> ListDirectory(const std::string& path) = 0;
   // Follows symlinks.
   [[nodiscard]] virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  // Does not follow a symlink at `path`: a link is reported as kSymlink.
+  [[nodiscard]] virtual Result<FileInfo> LinkStat(const std::string& path) { return Stat(path); }
+  // Bytes free for unprivileged writers on the file system holding `path`.
+  [[nodiscard]] virtual Result<std::uint64_t> FreeBytes(const std::string& path);
+  // Where the file `name` lies beside the file `path` (a shard beside its
+  // index): `name` itself when absolute, else `name` in `path`'s folder.
+  // URL file systems keep a query string on the result.
+  [[nodiscard]] virtual std::string Sibling(const std::string& path, std::string_view name) const;
+  // `path` as it may be printed (URL file systems hide credentials).
+  [[nodiscard]] virtual std::string DisplayName(const std::string& path) const { return path; }
   // Performs every request, possibly concurrently and in any order; outcomes
   // go to each request's status. The default reads them one after another
   // with ReadExactAt; the POSIX file system submits them together through
@@ -145,13 +195,57 @@ class FileSystem {
   [[nodiscard]] virtual Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) = 0;
   // Where read-ahead hints go; nullptr when this file system has no use for them.
   [[nodiscard]] virtual ShardReadPlanner* read_planner() { return nullptr; }
+  // A dataset opened on this file system names the shard files it will
+  // read (remote file systems set up their shard cache here). The default
+  // has nothing to do.
+  [[nodiscard]] virtual Status AttachShards(std::span<const ShardFile> shards) {
+    (void)shards;
+    return Status::Ok();
+  }
+  // The shard cache of a remote file system; nullptr for local ones.
+  [[nodiscard]] virtual ShardCacheControl* shard_cache() { return nullptr; }
 };
 
 // Helpers over any FileSystem.
 [[nodiscard]] Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path);
+// Writes `data` to `path` through AtomicFile: readers see the old file or
+// the new one, never a mix, and the new one is durable on return.
 [[nodiscard]] Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::span<const std::byte> data);
 // Removes `path` and, when it is a directory, everything below it. OK when
-// `path` does not exist.
+// `path` does not exist. Never follows a symbolic link: a link (at `path`
+// or anywhere below) is removed itself, what it points to is left alone.
 [[nodiscard]] Status RemoveTree(FileSystem& fs, const std::string& path);
+
+// A file that appears at its final path complete or not at all: written
+// under a temporary name beside it (created exclusively, never through a
+// link), then Commit() syncs it, renames it into place and syncs the
+// folder. Destroyed uncommitted, it removes the temporary.
+class AtomicFile {
+ public:
+  // `temp_path` empty: "<path>.tmp-<pid>-<n>". A stale temporary of that
+  // name (a crashed writer's) is removed first.
+  [[nodiscard]] static Result<AtomicFile> Create(FileSystem& fs, std::string path, std::string temp_path = "");
+  AtomicFile(AtomicFile&& other) noexcept;
+  AtomicFile& operator=(AtomicFile&& other) noexcept;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  [[nodiscard]] Status Append(std::span<const std::byte> data) { return file_->Append(data); }
+  [[nodiscard]] WritableFile& file() { return *file_; }
+  [[nodiscard]] const std::string& temp_path() const { return temp_path_; }
+  // Starts over: the temporary is emptied (a download restarting).
+  [[nodiscard]] Status Restart();
+  // fsync, close, rename over the final path, fsync its folder (unless
+  // `sync_folder` is false: the caller syncs it after several commits).
+  [[nodiscard]] Status Commit(bool sync_folder = true);
+
+ private:
+  AtomicFile(FileSystem* fs, std::string path, std::string temp_path, std::unique_ptr<WritableFile> file);
+  FileSystem* fs_ = nullptr;
+  std::string path_, temp_path_;
+  std::unique_ptr<WritableFile> file_;
+  bool committed_ = false;
+};
 
 }  // namespace stoker

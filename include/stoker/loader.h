@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/loader_state.h"
 #include "stoker/status.h"
 #include "stoker/types.h"
 
@@ -46,6 +48,11 @@ struct TransformOptions {
   // Decode at 1/2, 1/4 or 1/8 resolution (DCT scaling) when the crop is at
   // least that many times the output size.
   bool dct_scaling = true;
+  // Images with more pixels than this are refused as a bad sample
+  // (Corruption, so CorruptPolicy::kSkip skips them) before any decoding:
+  // a small file can claim a huge image. The default is PIL's limit
+  // (2 x Image.MAX_IMAGE_PIXELS, about 179 megapixels); 0 means no limit.
+  std::uint64_t max_pixels = 178'956'970;
 };
 
 struct LoaderOptions {
@@ -61,38 +68,33 @@ struct LoaderOptions {
   // -1: from torchrun's RANK and WORLD_SIZE, else 0 and 1.
   int rank = -1;
   int world_size = -1;
-  std::uint32_t threads = 0;  // 0: one per core
+  std::uint32_t threads = 0;  // 0: one per core; at most kMaxLoaderThreads
   // Batches prepared ahead (the pool holds prefetch + 2 buffers); 0: automatic,
   // threads / 4 + 1 within [2, 4], so memory stays flat beyond 12 threads.
+  // At most kMaxPrefetch.
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
   // Field holding the image; empty picks the first of jpg, jpeg.
   std::string image_field;
-  // The GPU finishes (DeviceLoader): batches hold the decoded uint8 crops and
-  // per-image boxes and flips (device::ImageDesc records, then pixels) for
-  // the preprocessing kernel, instead of finished images. A crop that does
-  // not fit the batch's room is resized on the CPU and finished (flip,
-  // normalise, dtype) on the GPU.
-  bool finish_on_device = false;
-  // With finish_on_device: room for decoded crops, in output-sized uint8
-  // images per sample (beyond one output-sized image each, always reserved).
-  float device_input_factor = 3.0f;
+  // Check every sample read against its index record (the xxh3 of its
+  // fields, and its label against its .cls): a flipped byte in a shard or a
+  // flipped label in the index is a Corruption error naming the sample, not
+  // silently wrong data. Costs about 1% of the CPU time per image
+  // (README: "Checks on read").
+  bool verify_samples = true;
 };
 
-// Where the loader is in its epochs: enough to resume exactly.
-struct LoaderState {
-  std::uint64_t seed = 0;
-  std::uint64_t epoch = 0;
-  std::uint64_t global_batch_size = 0;  // batch_size x world_size
-  std::uint64_t batches_consumed = 0;   // global batches of this epoch already handed out
-  std::uint64_t num_samples = 0;        // of the dataset, to catch a mismatched restore
-};
+inline constexpr std::uint32_t kMaxLoaderThreads = 1024;
+inline constexpr std::uint32_t kMaxPrefetch = 64;
+inline constexpr std::uint32_t kMaxBatchSize = 1u << 20;
 
 struct LoaderStats {
   std::uint64_t batches = 0;
   std::uint64_t samples = 0;
   std::uint64_t bytes_read = 0;
+  // Samples of delivered batches that were corrupt and replaced by the next
+  // good one (CorruptPolicy::kSkip); each place in a batch counts once.
   std::uint64_t corrupt_skipped = 0;
   double wait_seconds = 0;        // consumer time blocked in Next()
   double read_seconds = 0;        // summed over threads
@@ -104,9 +106,7 @@ struct LoaderStats {
   std::uint32_t prefetch = 0;
   bool pinned_memory = false;       // batch buffers are page-locked (CUDA present)
   std::uint64_t read_requests = 0;  // after merging neighbouring samples
-  // finish_on_device: crops resized on the CPU because their batch ran out of room.
-  std::uint64_t device_fallbacks = 0;
-  std::string read_method;  // "io_uring" or "pread"
+  std::string read_method;          // "io_uring" or "pread"
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.
@@ -154,11 +154,9 @@ class Batch {
   [[nodiscard]] std::uint32_t size() const;            // N: may be smaller at the epoch's end
   [[nodiscard]] std::array<std::int64_t, 4> shape() const;
   [[nodiscard]] DType dtype() const;
-  // Bytes of images(): the finished batch, or (finish_on_device) the
-  // descriptor table plus the pixels used.
+  // Bytes of images() in use: the finished batch (a DeviceLoader that
+  // finishes on the GPU lays its own data out here).
   [[nodiscard]] std::size_t image_bytes() const;
-  // finish_on_device: where the pixels start in images() (after the table).
-  [[nodiscard]] std::size_t device_pixels_offset() const;
   [[nodiscard]] std::uint64_t epoch() const;
   [[nodiscard]] std::uint64_t batch_index() const;  // within the epoch
 
@@ -180,8 +178,15 @@ class Loader {
 
   // The next batch of the current epoch, or nullopt at its end (call
   // SetEpoch or keep calling Next for the following epoch). Errors name the
-  // sample key and shard:offset.
+  // sample key and shard:offset. Safe to call from several threads: calls
+  // take turns, and each batch goes to exactly one caller. A forked child
+  // cannot use its parent's loader (its threads did not survive the fork):
+  // Next() says so instead of waiting forever.
   [[nodiscard]] Result<std::optional<Batch>> Next();
+  // The same, waiting at most `timeout` for the batch: DeadlineExceeded
+  // when it is not ready by then (call again; nothing is lost). For callers
+  // that must stay responsive, such as Python checking for Ctrl-C.
+  [[nodiscard]] Result<std::optional<Batch>> Next(std::chrono::nanoseconds timeout);
   // Starts epoch `epoch` from its beginning (drops prefetched work).
   void SetEpoch(std::uint64_t epoch);
   [[nodiscard]] std::uint64_t epoch() const;
@@ -201,9 +206,11 @@ class Loader {
 
   struct Impl;
 
+  // Made by the library's factories (Impl is opaque outside it).
+  explicit Loader(std::unique_ptr<Impl> impl);
+
  private:
   friend class Batch;
-  explicit Loader(std::unique_ptr<Impl> impl);
   void Release(std::uint32_t slot);
   std::unique_ptr<Impl> impl_;
 };

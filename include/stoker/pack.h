@@ -24,9 +24,12 @@ struct PackOptions {
   std::uint64_t target_shard_bytes = std::uint64_t{64} << 20;
   // Reader threads; 0 picks a default suited to small-file I/O.
   unsigned threads = 0;
-  // Replace a dataset already in the output folder.
+  // Replace a dataset already in the output folder (and remove what is in
+  // the way: shards of an earlier pack, a stale index). Without it, Pack
+  // refuses a folder holding files it would overwrite or leave mixed with
+  // its own, and names them.
   bool overwrite = false;
-  FileSystem* fs = FileSystem::Default();
+  FileSystem* file_system = FileSystem::Default();
   // Called from the writing thread after each sample; may be empty.
   std::function<void(const PackProgress&)> on_progress;
 };
@@ -59,7 +62,7 @@ struct IndexOptions {
   // Where to write the index; default: index.stoker beside the first shard.
   std::string output;
   bool overwrite = false;
-  FileSystem* fs = FileSystem::Default();
+  FileSystem* file_system = FileSystem::Default();
   // Called after each shard with (shards done, shards total); may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> on_progress;
 };
@@ -68,15 +71,20 @@ struct IndexSummary {
   std::uint64_t samples = 0;
   std::uint64_t shards = 0;
   std::uint64_t shard_bytes = 0;
-  std::uint64_t skipped_members = 0;  // non-regular members and __*__ names, as WebDataset skips them
+  // Members left out as WebDataset leaves them out: no extension, links,
+  // folders and other non-files, `__*__` names. Each is named in `warnings`.
+  std::uint64_t skipped_members = 0;
+  std::vector<std::string> warnings;
   std::string index_path;
 };
 
 // Builds the index for existing WebDataset shards. Each pattern may hold
 // brace expressions (`data-{000000..000099}.tar`). Members group into samples
-// by WebDataset's rule; a member without an extension, a field repeated in
-// one sample, or a `.cls` that is not a decimal integer is an error naming
-// the shard, offset and key.
+// by WebDataset's rule, and the index holds exactly what the `webdataset`
+// library yields: members it skips (no extension, links, folders, `__*__`)
+// are left out, each named in a warning and counted (`inspect` shows the
+// count). A field repeated in one sample, or a `.cls` that is not a decimal
+// integer, is an error naming the shard, offset and key.
 [[nodiscard]] Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
                                                const IndexOptions& options = {});
 

@@ -5,7 +5,9 @@
 //   RemoteOptions options;
 //   options.cache.dir = "/local/nvme/stoker-cache";
 //   options.cache.capacity_bytes = 200ull << 30;
-//   auto dataset = OpenDataset("s3://bucket/imagenet/train", options);
+//   OpenOptions open;  // open.h
+//   open.remote.cache.dir = ...;
+//   auto dataset = OpenDataset("s3://bucket/imagenet/train", open);
 //
 // s3:// URLs are signed with AWS Signature V4 (libcurl's CURLOPT_AWS_SIGV4)
 // from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN; the
@@ -49,22 +51,22 @@ struct RemoteOptions {
   std::uint64_t max_bytes_in_flight = std::uint64_t{512} << 20;
   // Per request: seconds to connect, and seconds below 1 KiB/s before a
   // transfer counts as stalled.
-  double connect_timeout_s = 10;
-  double stall_timeout_s = 30;
-  // Attempts per request (timeouts, resets, truncation, 5xx, 429) with
+  double connect_timeout_seconds = 10;
+  double stall_timeout_seconds = 30;
+  // Attempts per object (timeouts, resets, truncation, 5xx, 429) with
   // exponential backoff and full jitter between them, honouring Retry-After.
   std::uint32_t max_attempts = 8;
-  double backoff_initial_s = 0.1;
-  double backoff_max_s = 10;
+  double backoff_initial_seconds = 0.1;
+  double backoff_max_seconds = 10;
+  // One object's download, every attempt and wait included, at most this
+  // long; then it fails, and a shard that failed fails its readers at once
+  // for the rest of the epoch (no new fetch cycle per read).
+  double fetch_deadline_seconds = 600;
 };
 
-// True for http://, https:// and s3:// locations.
+// True for http://, https:// and s3:// locations, and for any scheme
+// registered with RegisterFileSystem (open.h).
 [[nodiscard]] bool IsRemoteLocation(std::string_view location);
-
-// A local dataset (folder or index file, as Dataset::Open) or a remote one
-// (URL of the folder or of its index.stoker) read through the cache.
-[[nodiscard]] Result<std::unique_ptr<Dataset>> OpenDataset(const std::string& location,
-                                                           const RemoteOptions& options = {});
 
 // What a cache folder holds.
 struct CacheStat {
@@ -94,9 +96,17 @@ struct RemoteStats {
 };
 [[nodiscard]] RemoteStats GetRemoteStats(const Dataset& dataset);
 
+// What WarmCache did.
+struct WarmReport {
+  std::uint64_t shards = 0;       // of the dataset
+  std::uint64_t cached = 0;       // local now
+  std::uint64_t bytes = 0;        // of those
+  std::uint64_t not_fitting = 0;  // shards left out: the cache is too small for them
+};
 // Downloads every shard of `dataset` that fits (in dataset order), for
 // `stoker cache warm`; progress(done, total shards) may be empty.
-[[nodiscard]] Status WarmCache(const Dataset& dataset,
-                               const std::function<void(std::uint64_t, std::uint64_t)>& progress);
+// InvalidArgument when the dataset is not remote.
+[[nodiscard]] Result<WarmReport> WarmCache(const Dataset& dataset,
+                                           const std::function<void(std::uint64_t, std::uint64_t)>& progress);
 
 }  // namespace stoker

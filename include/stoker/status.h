@@ -6,7 +6,6 @@
 // shard:offset, a sample key.
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -30,6 +29,8 @@ enum class StatusCode : std::uint8_t {
   kUnimplemented,
   kInternal,  // a bug in stoker
   kCancelled,
+  kDeadlineExceeded,    // a wait ran out of time; nothing was lost
+  kFailedPrecondition,  // the object is not in a state to do this (e.g. used after fork)
 };
 
 // Returns a stable lower-case name for a code, e.g. "corruption".
@@ -51,6 +52,8 @@ class [[nodiscard]] Status {
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+  static Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 
   // Builds a Status from an errno value: ENOENT -> NotFound, ENOSPC/EDQUOT ->
   // ResourceExhausted, anything else -> IOError. `context` says what was being
@@ -74,6 +77,13 @@ class [[nodiscard]] Status {
 };
 
 namespace internal {
+
+// A Result holds a value or an error: built from an OK status it would hold
+// neither, so it holds an internal error instead, in every build type.
+inline Status NotOk(Status status) {
+  if (status.ok()) return Status::Internal("a Result was built from an OK status (a bug in stoker)");
+  return status;
+}
 
 // A minimal stand-in for std::expected<T, Status>, used only by compilers
 // whose standard library lacks <expected> (clang 14 with libstdc++ 12, which
@@ -143,9 +153,7 @@ class [[nodiscard]] Result : public std::expected<T, Status> {
  public:
   using Base::Base;
   Result(Status status)  // NOLINT(google-explicit-constructor)
-      : Base(std::unexpect, std::move(status)) {
-    assert(!this->error().ok() && "a Result must not hold an OK status");
-  }
+      : Base(std::unexpect, internal::NotOk(std::move(status))) {}
   [[nodiscard]] bool ok() const { return this->has_value(); }
   // The error, or OK when a value is held.
   [[nodiscard]] Status status() const { return this->has_value() ? Status() : this->error(); }
@@ -158,9 +166,7 @@ class [[nodiscard]] Result : public internal::FallbackExpected<T> {
  public:
   using Base::Base;
   Result(Status status)  // NOLINT(google-explicit-constructor)
-      : Base(typename Base::ErrorTag{}, std::move(status)) {
-    assert(!this->error().ok() && "a Result must not hold an OK status");
-  }
+      : Base(typename Base::ErrorTag{}, internal::NotOk(std::move(status))) {}
   [[nodiscard]] bool ok() const { return this->has_value(); }
   [[nodiscard]] Status status() const { return this->has_value() ? Status() : this->error(); }
 };

@@ -5,15 +5,17 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "common.h"
-#include "core/byte_size.h"
+#include "stoker/byte_size.h"
 #include "stoker/dataset.h"
 #include "stoker/device.h"
 #include "stoker/device_loader.h"
 #include "stoker/loader.h"
+#include "stoker/open.h"
 #include "stoker/pack.h"
 #include "stoker/remote.h"
 
@@ -85,15 +87,12 @@ class PyLoader {
   PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess,
            const stoker::RemoteOptions& remote) {
     stoker::Result<std::unique_ptr<stoker::Dataset>> opened = stoker::Status::Internal("unset");
+    stoker::OpenOptions open;
+    open.remote = remote;
     {
       // Opening a remote dataset fetches its index: never with the GIL held.
       py::gil_scoped_release release;
-      opened = stoker::OpenDataset(path, remote);
-      if (!opened.ok() && opened.error().code() == stoker::StatusCode::kNotFound && !stoker::IsRemoteLocation(path)) {
-        // A folder without an index: an ImageFolder of loose files.
-        auto loose = stoker::Dataset::OpenImageFolder(path);
-        if (loose.ok()) opened = std::move(loose);
-      }
+      opened = stoker::OpenDataset(path, open);
     }
     std::shared_ptr<const stoker::Dataset> dataset = Unwrap(std::move(opened));
     dataset_ = dataset;
@@ -101,14 +100,19 @@ class PyLoader {
     const stoker::ResolvedDevice resolved = Unwrap(stoker::ResolveDevice(device));
     device_note_ = resolved.note;
     device_ = resolved.device;
-    // The GPU finishes preprocessing only where batches go to a GPU.
-    options.finish_on_device = gpu_preprocess && device_.kind == stoker::DeviceKind::kCuda;
-    auto loader = Unwrap(stoker::Loader::Create(dataset, options));
     if (device_.kind == stoker::DeviceKind::kCuda) {
-      device_loader_ = std::shared_ptr<stoker::DeviceLoader>(
-          Unwrap(stoker::DeviceLoader::Create(std::move(loader), device_)).release());
+      // The GPU finishes preprocessing only where batches go to a GPU.
+      stoker::DeviceLoaderOptions device_options;
+      device_options.finish_on_device = gpu_preprocess;
+      gpu_preprocess_ = gpu_preprocess;
+      stoker::Result<std::unique_ptr<stoker::DeviceLoader>> made = stoker::Status::Internal("unset");
+      {
+        py::gil_scoped_release release;
+        made = stoker::DeviceLoader::Create(dataset, options, device_, device_options);
+      }
+      device_loader_ = std::shared_ptr<stoker::DeviceLoader>(Unwrap(std::move(made)).release());
     } else {
-      loader_ = std::shared_ptr<stoker::Loader>(loader.release());
+      loader_ = std::shared_ptr<stoker::Loader>(Unwrap(stoker::Loader::Create(dataset, options)).release());
     }
   }
 
@@ -120,14 +124,27 @@ class PyLoader {
 
   stoker::Loader& L() { return device_loader_ ? device_loader_->loader() : *loader_; }
 
+  // Waits for `next()` (a call of the native loader with a timeout) in
+  // short slices without the GIL, looking for signals between them, so that
+  // Ctrl-C interrupts a training loop waiting for data.
+  template <typename NextFn>
+  static auto WaitInterruptibly(NextFn next) {
+    constexpr auto kSlice = std::chrono::milliseconds(100);
+    for (;;) {
+      decltype(next(kSlice)) result = stoker::Status::Internal("unset");
+      {
+        py::gil_scoped_release release;
+        result = next(kSlice);
+      }
+      if (result.ok() || result.error().code() != stoker::StatusCode::kDeadlineExceeded) return result;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+  }
+
   // (images, labels, indices) capsules, or None at the end of the epoch.
   py::object Next(std::uintptr_t stream) {
     if (device_loader_) return NextOnDevice(reinterpret_cast<void*>(stream));
-    stoker::Result<std::optional<stoker::Batch>> next = stoker::Status::Internal("unset");
-    {
-      py::gil_scoped_release release;  // wait without holding the GIL
-      next = loader_->Next();
-    }
+    auto next = WaitInterruptibly([&](std::chrono::nanoseconds slice) { return loader_->Next(slice); });
     if (!next.ok()) Raise(next.error());
     if (!next->has_value()) return py::none();
     auto holder = std::make_shared<BatchHolder>();
@@ -143,11 +160,7 @@ class PyLoader {
   }
 
   py::object NextOnDevice(void* stream) {
-    stoker::Result<std::optional<stoker::DeviceBatchView>> next = stoker::Status::Internal("unset");
-    {
-      py::gil_scoped_release release;
-      next = device_loader_->Next(stream);
-    }
+    auto next = WaitInterruptibly([&](std::chrono::nanoseconds slice) { return device_loader_->Next(stream, slice); });
     if (!next.ok()) Raise(next.error());
     if (!next->has_value()) return py::none();
     auto holder = std::make_shared<DeviceBatchHolder>();
@@ -171,6 +184,7 @@ class PyLoader {
   stoker::Device device_;
   std::string device_note_;
   bool loose_files_ = false;
+  bool gpu_preprocess_ = false;
   std::shared_ptr<const stoker::Dataset> dataset_;
 };
 
@@ -212,7 +226,8 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("std", &stoker::TransformOptions::std)
       .def_readwrite("dtype", &stoker::TransformOptions::dtype)
       .def_readwrite("layout", &stoker::TransformOptions::layout)
-      .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling);
+      .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling)
+      .def_readwrite("max_pixels", &stoker::TransformOptions::max_pixels);
 
   py::class_<stoker::LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
@@ -228,7 +243,8 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("prefetch", &stoker::LoaderOptions::prefetch)
       .def_readwrite("transform", &stoker::LoaderOptions::transform)
       .def_readwrite("on_corrupt", &stoker::LoaderOptions::on_corrupt)
-      .def_readwrite("image_field", &stoker::LoaderOptions::image_field);
+      .def_readwrite("image_field", &stoker::LoaderOptions::image_field)
+      .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples);
 
   py::class_<stoker::LoaderStats>(m, "LoaderStats")
       .def("since", &stoker::LoaderStats::Since)
@@ -250,7 +266,6 @@ PYBIND11_MODULE(_native, m) {
         d["pinned_memory"] = s.pinned_memory;
         d["read_requests"] = s.read_requests;
         d["read_method"] = s.read_method;
-        d["device_fallbacks"] = s.device_fallbacks;
         return d;
       });
 
@@ -276,7 +291,7 @@ PYBIND11_MODULE(_native, m) {
       .def("next", &PyLoader::Next, py::arg("stream") = 0)
       .def_property_readonly("device", [](PyLoader& l) { return l.device_.ToString(); })
       .def_property_readonly("device_note", [](PyLoader& l) { return l.device_note_; })
-      .def_property_readonly("gpu_preprocess", [](PyLoader& l) { return l.L().options().finish_on_device; })
+      .def_property_readonly("gpu_preprocess", [](PyLoader& l) { return l.gpu_preprocess_; })
       .def("device_stats",
            [](PyLoader& l) {
              py::dict d;
@@ -286,6 +301,7 @@ PYBIND11_MODULE(_native, m) {
              d["copy_s"] = s.copy_seconds;
              d["copied_bytes"] = s.copied_bytes;
              d["submit_s"] = s.submit_seconds;
+             d["device_fallbacks"] = s.device_fallbacks;
              return d;
            })
       .def("set_epoch",
@@ -350,7 +366,7 @@ PYBIND11_MODULE(_native, m) {
     d["reason"] = a.reason;
     return d;
   });
-  m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::Dataset::Open(path))->num_samples(); });
+  m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::OpenDataset(path))->num_samples(); });
   py::class_<stoker::RemoteOptions>(m, "RemoteOptions")
       .def(py::init<>())
       .def_property(
@@ -364,5 +380,6 @@ PYBIND11_MODULE(_native, m) {
           [](stoker::RemoteOptions& o, std::uint64_t v) { o.cache.min_free_bytes = v; })
       .def_readwrite("connections", &stoker::RemoteOptions::connections)
       .def_readwrite("max_attempts", &stoker::RemoteOptions::max_attempts)
-      .def_readwrite("stall_timeout_s", &stoker::RemoteOptions::stall_timeout_s);
+      .def_readwrite("stall_timeout_seconds", &stoker::RemoteOptions::stall_timeout_seconds)
+      .def_readwrite("fetch_deadline_seconds", &stoker::RemoteOptions::fetch_deadline_seconds);
 }

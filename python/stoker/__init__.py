@@ -19,6 +19,7 @@ import os
 import time
 
 from . import _native
+from . import _params
 from . import transforms
 
 __all__ = ["Loader", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
@@ -72,7 +73,12 @@ def _dtype_name(dtype):
 
 def _env_int(name, default):
     value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("$%s=%r is not an integer" % (name, value)) from None
 
 
 class Loader:
@@ -107,50 +113,68 @@ class Loader:
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
-                 max_attempts=8, stall_timeout=30.0):
+                 max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=600.0, verify_samples=True,
+                 max_image_pixels=None):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
+        if not isinstance(transform, transforms.Compose):
+            raise TypeError("transform must be a stoker.transforms.Compose (RandomResizedCrop, RandomHorizontalFlip, "
+                            "Resize, CenterCrop, Normalize, as in torchvision), not %s.%s: stoker compiles the "
+                            "transform into its native pipeline" % (type(transform).__module__,
+                                                                    type(transform).__name__))
         name = _dtype_name(dtype)
         options = _native.LoaderOptions()
-        options.batch_size = int(batch_size)
-        options.shuffle = bool(shuffle)
-        if order not in ("shuffle", "shard_block", "sequential"):
-            raise ValueError("order must be 'shuffle', 'shard_block' or 'sequential', not %r" % (order,))
-        options.order = getattr(_native.Order, order)
-        options.shard_window = int(shard_window or 0)
-        options.seed = int(seed)
-        options.drop_last = bool(drop_last)
-        options.rank = int(rank) if rank is not None else _env_int("RANK", 0)
-        options.world_size = int(world_size) if world_size is not None else _env_int("WORLD_SIZE", 1)
-        threads = int(num_threads or 0)
+        options.batch_size = _params.integer("batch_size", batch_size, 1, 1 << 20)
+        options.shuffle = _params.boolean("shuffle", shuffle)
+        options.order = getattr(_native.Order, _params.choice("order", order, ("shuffle", "shard_block", "sequential")))
+        options.shard_window = _params.optional_integer("shard_window", shard_window, 0, 1 << 20)
+        options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
+        options.drop_last = _params.boolean("drop_last", drop_last)
+        world = _params.integer("world_size", world_size, 1, 1 << 20) if world_size is not None else None
+        if world is None:
+            world = _params.integer("$WORLD_SIZE", _env_int("WORLD_SIZE", 1), 1, 1 << 20)
+        rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None
+        if rank is None:
+            rank = _params.integer("$RANK", _env_int("RANK", 0), 0, 1 << 20)
+        if rank >= world:
+            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+        options.rank, options.world_size = rank, world
+        threads = _params.optional_integer("num_threads", num_threads, 0, 1024)
         if threads == 0 and str(device) != "cpu" and cuda_status().get("device_count", 0) > 0:
             # Leave a core to the training thread that launches the GPU's work: on a 16-core H200 machine,
             # 16 decode threads cut ResNet-50's GPU utilisation to 92% where 14 or fewer kept it at 100%.
             threads = max(1, (os.cpu_count() or 2) - 1)
         options.threads = threads
-        options.prefetch = int(prefetch or 0)
-        if on_corrupt not in ("error", "skip"):
-            raise ValueError("on_corrupt must be 'error' or 'skip', not %r" % (on_corrupt,))
-        options.on_corrupt = getattr(_native.CorruptPolicy, on_corrupt)
+        options.prefetch = _params.optional_integer("prefetch", prefetch, 0, 64)
+        options.on_corrupt = getattr(_native.CorruptPolicy, _params.choice("on_corrupt", on_corrupt, ("error", "skip")))
+        if image_field is not None and not isinstance(image_field, str):
+            raise TypeError("image_field must be a string such as 'jpg', not %r" % (image_field,))
         options.image_field = image_field or ""
+        options.verify_samples = _params.boolean("verify_samples", verify_samples)
         t = transform._options()
         t.dtype = _DTYPES[name]
         if layout is None:
             layout = "NHWC" if name == "uint8" else "NCHW"
-        if layout not in ("NCHW", "NHWC"):
-            raise ValueError("layout must be 'NCHW' or 'NHWC', not %r" % (layout,))
-        t.layout = getattr(_native.Layout, layout)
+        t.layout = getattr(_native.Layout, _params.choice("layout", layout, ("NCHW", "NHWC")))
+        if max_image_pixels is not None:
+            t.max_pixels = _params.integer("max_image_pixels", max_image_pixels, 0, _params.U64_MAX)
         options.transform = t
-        self._with_indices = with_indices
+        self._with_indices = _params.boolean("with_indices", with_indices)
         self._log_epochs = log_epochs
         remote = _native.RemoteOptions()
         if cache_dir is not None:
             remote.cache_dir = os.fspath(cache_dir)
         remote.cache_size = parse_size(cache_size)
-        remote.connections = int(connections)
-        remote.max_attempts = int(max_attempts)
-        remote.stall_timeout_s = float(stall_timeout)
+        if remote.cache_size == 0:
+            raise ValueError("cache_size must be above zero")
+        remote.connections = _params.integer("connections", connections, 1, 256)
+        remote.max_attempts = _params.integer("max_attempts", max_attempts, 1, 1000)
+        remote.stall_timeout_seconds = _params.number("stall_timeout_seconds", stall_timeout_seconds, 0, 1e7,
+                                                      lo_open=True)
+        remote.fetch_deadline_seconds = _params.number("fetch_deadline_seconds", fetch_deadline_seconds, 0, 1e7,
+                                                       lo_open=True)
+        self._pid = os.getpid()
         self._native = _native.Loader(os.fspath(dataset), options, str(device), bool(gpu_preprocess), remote)
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
@@ -185,7 +209,15 @@ class Loader:
         to "cpu", with a logged warning, where CUDA is unavailable)."""
         return self._native.device
 
+    def _check_process(self):
+        if os.getpid() != self._pid:
+            raise RuntimeError("this stoker.Loader was created in process %d; a forked child (process %d) cannot use "
+                               "it, since its native threads did not survive the fork: create a new Loader in the "
+                               "child (DataLoader workers and multiprocessing with 'fork' copy it)"
+                               % (self._pid, os.getpid()))
+
     def __iter__(self):
+        self._check_process()
         from torch.utils.dlpack import from_dlpack
         on_device = self._native.device != "cpu"
         while True:
@@ -219,9 +251,11 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
-        if int(epoch) != self._native.epoch:
+        self._check_process()
+        epoch = _params.integer("epoch", epoch, 0, _params.U64_MAX)
+        if epoch != self._native.epoch:
             self._mark_epoch_start()
-        self._native.set_epoch(int(epoch))
+        self._native.set_epoch(epoch)
 
     @property
     def epoch(self):
@@ -240,7 +274,9 @@ class Loader:
         return dict(self._native.state())
 
     def load_state_dict(self, state):
-        self._native.restore(dict(state))
+        """Resumes at ``state`` (from ``state_dict()``); the global batch
+        (batch_size * world_size), seed and dataset must be the same."""
+        self._native.restore(_params.loader_state(dict(state) if hasattr(state, "keys") else state))
         self._mark_epoch_start()
 
     def remote_stats(self):
@@ -270,5 +306,7 @@ class Loader:
 
 def pack(source, out, shard_size=64 << 20, overwrite=False):
     """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
-    indexed shards (see `stoker pack --help`). Returns a summary dict."""
-    return _native.pack(os.fspath(source), os.fspath(out), int(shard_size), bool(overwrite))
+    indexed shards (see `stoker pack --help`). Returns a summary dict.
+    ``shard_size`` is bytes or a string such as "64MiB"."""
+    size = parse_size(shard_size)
+    return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite))

@@ -8,6 +8,8 @@ dtype conversion in one pass). Supported shapes:
 ``ToTensor()`` may appear anywhere and does nothing (outputs are tensors).
 Without ``Normalize``, float outputs are ``v / 255`` as after ToTensor.
 """
+import math
+
 from . import _native
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -55,10 +57,13 @@ class Normalize:
     def __init__(self, mean, std):
         if len(mean) != 3 or len(std) != 3:
             raise ValueError("mean and std need three values (RGB)")
-        if any(s <= 0 for s in std):
-            raise ValueError("std values must be positive")
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
+        mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        if not all(math.isfinite(m) for m in mean):
+            raise ValueError("mean values must be finite numbers, not %r" % (mean,))
+        if not all(math.isfinite(s) and s > 0 for s in std):
+            raise ValueError("std values must be positive finite numbers, not %r" % (std,))
+        self.mean = mean
+        self.std = std
 
 
 class ToTensor:

@@ -59,6 +59,13 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
   FileSystem& fs = options.file_system ? *options.file_system : *FileSystem::Default();
   const std::string step_directory = Trimmed(step_directory_in);
   STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory));
+  const auto slash = step_directory.rfind('/');
+  const std::string folder = slash == std::string::npos ? step_directory : step_directory.substr(slash + 1);
+  if (auto named = checkpoint::ParseStepDirectoryName(folder); named && *named != manifest.step)
+    return Status::Corruption(
+        fmt::format("'{}' is named step {} but its manifest says step {} (a folder renamed or "
+                    "copied over another?)",
+                    step_directory, *named, manifest.step));
   LoadedCheckpoint out;
   out.step = manifest.step;
   out.path = step_directory;

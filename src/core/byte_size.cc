@@ -1,4 +1,4 @@
-#include "core/byte_size.h"
+#include "stoker/byte_size.h"
 
 #include <algorithm>
 #include <array>

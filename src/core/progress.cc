@@ -1,4 +1,4 @@
-#include "core/progress.h"
+#include "stoker/progress.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "core/byte_size.h"
+#include "stoker/byte_size.h"
 
 namespace stoker {
 

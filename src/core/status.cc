@@ -31,6 +31,10 @@ std::string_view StatusCodeName(StatusCode code) {
       return "internal error";
     case StatusCode::kCancelled:
       return "cancelled";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline exceeded";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
   }
   return "unknown";
 }

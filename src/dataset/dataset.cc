@@ -7,41 +7,56 @@
 
 #include "core/hash.h"
 #include "dataset/dataset_impl.h"
+#include "dataset/sample_check.h"
 #include "dataset/source.h"
+#include "stoker/text.h"
 
 namespace stoker {
 
 Dataset::Dataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Dataset::~Dataset() = default;
 
+Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, std::shared_ptr<FileSystem> fs) {
+  if (!fs) return Status::InvalidArgument("Dataset::Open needs a file system");
+  FileSystem* raw = fs.get();
+  STOKER_ASSIGN_OR_RETURN(auto dataset, Open(path, raw));
+  dataset->impl_->owned_fs = std::move(fs);
+  return dataset;
+}
+
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSystem* fs) {
   auto impl = std::make_unique<Impl>();
   impl->fs = fs;
   STOKER_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(path));
-  impl->index_path = info.type == FileType::kDirectory ? (std::filesystem::path(path) / kIndexFileName).string() : path;
-  auto mapped = fs->Map(impl->index_path);
+  const std::string index_path =
+      info.type == FileType::kDirectory ? (std::filesystem::path(path) / kIndexFileName).string() : path;
+  impl->index_path = fs->DisplayName(index_path);
+  auto mapped = fs->Map(index_path);
   if (!mapped.ok()) {
     if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory) {
-      return Status::NotFound(
-          fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)", path, kIndexFileName));
+      return Status::NotFound(fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)",
+                                          fs->DisplayName(path), kIndexFileName));
     }
     return mapped.error();
   }
   impl->mapped = std::move(mapped).value();
   STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->mapped->data(), impl->index_path));
-  const std::string dir = std::filesystem::path(impl->index_path).parent_path().string();
   impl->shards.reserve(impl->view.shards().size());
+  std::vector<ShardFile> files;
+  files.reserve(impl->view.shards().size());
   for (const auto& entry : impl->view.shards()) {
     ShardInfo shard;
     shard.path = entry.path;
-    // Plain concatenation: std::filesystem joins cost more than the rest of Open.
-    shard.full_path = entry.path.starts_with('/') || dir.empty() ? entry.path : dir + "/" + entry.path;
+    shard.full_path = fs->Sibling(index_path, entry.path);
     shard.size = entry.size;
     shard.checksum = entry.checksum;
     shard.first_sample = entry.first_sample;
     shard.num_samples = entry.num_samples;
+    files.push_back({shard.full_path, shard.path, shard.size, shard.checksum});
     impl->shards.push_back(std::move(shard));
   }
+  impl->cls_field = impl->FieldIndex("cls");
+  STOKER_RETURN_IF_ERROR(fs->AttachShards(files));
   {
     MutexLock lock(impl->mu);
     impl->open_shards.resize(impl->shards.size());
@@ -92,15 +107,15 @@ const std::vector<std::string>& Dataset::field_names() const {
 const std::vector<ShardInfo>& Dataset::shards() const {
   return impl_->shards;
 }
+std::uint64_t Dataset::skipped_members() const {
+  return impl_->view.skipped_members();
+}
 const std::string& Dataset::index_path() const {
   return impl_->index_path;
 }
 
 std::optional<std::size_t> Dataset::FieldIndex(std::string_view name) const {
-  const auto& names = field_names();
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return i;
-  return std::nullopt;
+  return impl_->FieldIndex(name);
 }
 
 Result<SampleInfo> Dataset::Sample(std::uint64_t i) const {
@@ -134,42 +149,54 @@ Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
   return slot.get();
 }
 
-Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::vector<std::byte>& out) const {
+Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::vector<std::byte>& out,
+                              bool verify) const {
   if (field >= info.fields.size())
     return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
-  const auto& loc = info.fields[field];
-  if (!loc) return Status::NotFound(fmt::format("sample '{}' has no field '{}'", info.key, field_names()[field]));
-  std::unique_ptr<ReadableFile> owner;
-  STOKER_ASSIGN_OR_RETURN(ReadableFile * file, impl_->ShardForRead(info.shard, owner));
-  out.resize(loc->size);
-  Status s = file->ReadExactAt(loc->offset, out);
-  if (!s.ok()) {
-    return s.WithContext(fmt::format("reading field '{}' of sample '{}' at {}:{}", field_names()[field], info.key,
-                                     impl_->shards[info.shard].path, loc->offset));
-  }
+  FieldRead read{&info, field, {}, Status::Ok()};
+  ReadFieldsOptions options;
+  options.verify = verify;
+  std::vector<std::byte> arena;
+  (void)ReadFields(std::span(&read, 1), arena, options);
+  STOKER_RETURN_IF_ERROR(read.status);
+  out.assign(read.bytes.begin(), read.bytes.end());
   return Status::Ok();
+}
+
+std::string Dataset::Impl::Where(const SampleInfo& info, std::size_t field) const {
+  return fmt::format("field '{}' of sample '{}' at {}:{}", view.field_names()[field], Printable(info.key),
+                     shards[info.shard].path, info.fields[field] ? info.fields[field]->offset : 0);
 }
 
 std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byte>& arena,
                                 const ReadFieldsOptions& options) const {
+  // Loose files carry no checksums to check against.
+  const bool verify = options.verify && !impl_->loose;
+  const std::size_t num_fields = field_names().size();
   struct Wanted {
     std::size_t read;  // index into `reads`
+    std::size_t field;
     std::uint32_t shard;
     FieldLocation loc;
   };
   std::vector<Wanted> wanted;
-  wanted.reserve(reads.size());
+  wanted.reserve(reads.size() * (verify ? num_fields : 1));
   for (std::size_t i = 0; i < reads.size(); ++i) {
     FieldRead& r = reads[i];
     r.bytes = {};
     r.status = Status::Ok();
     const SampleInfo& info = *r.sample;
     if (r.field >= info.fields.size() || !info.fields[r.field]) {
-      r.status = Status::NotFound(fmt::format("sample '{}' has no field {}", info.key,
-                                              r.field < field_names().size() ? field_names()[r.field] : "?"));
+      r.status = Status::NotFound(fmt::format("sample '{}' has no field {}", Printable(info.key),
+                                              r.field < num_fields ? field_names()[r.field] : "?"));
       continue;
     }
-    wanted.push_back({i, info.shard, *info.fields[r.field]});
+    if (!verify) {
+      wanted.push_back({i, r.field, info.shard, *info.fields[r.field]});
+      continue;
+    }
+    for (std::size_t f = 0; f < info.fields.size(); ++f)
+      if (info.fields[f]) wanted.push_back({i, f, info.shard, *info.fields[f]});
   }
   std::sort(wanted.begin(), wanted.end(), [](const Wanted& a, const Wanted& b) {
     return a.shard != b.shard ? a.shard < b.shard : a.loc.offset < b.loc.offset;
@@ -220,36 +247,50 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
   impl_->fs->ReadBatch(batch);
   for (std::size_t b = 0; b < batch.size(); ++b) request_status[batch_request[b]] = batch[b].status;
 
+  // Each field's bytes (or failure), per read and field.
+  std::vector<std::span<const std::byte>> field_bytes(verify ? reads.size() * num_fields : 0);
   for (std::size_t q = 0; q < requests.size(); ++q) {
     const Request& r = requests[q];
     for (std::size_t w = r.first; w <= r.last; ++w) {
-      FieldRead& out = reads[wanted[w].read];
-      const FieldLocation& loc = wanted[w].loc;
-      const auto place = std::span(arena).subspan(r.arena_offset + (loc.offset - r.offset), loc.size);
+      const Wanted& x = wanted[w];
+      FieldRead& out = reads[x.read];
+      const auto place = std::span(arena).subspan(r.arena_offset + (x.loc.offset - r.offset), x.loc.size);
       Status status = request_status[q];
       if (!status.ok() && r.first != r.last) {
         // A merged request failed (say, the shard ends early): read this
         // field alone, so that only the fields really affected fail.
         std::unique_ptr<ReadableFile> owner;
         auto file = impl_->ShardForRead(r.shard, owner);
-        status = file.ok() ? (*file)->ReadExactAt(loc.offset, place) : file.error();
+        status = file.ok() ? (*file)->ReadExactAt(x.loc.offset, place) : file.error();
       }
       if (!status.ok()) {
-        out.status =
-            status.WithContext(fmt::format("reading field '{}' of sample '{}' at {}:{}", field_names()[out.field],
-                                           out.sample->key, impl_->shards[r.shard].path, loc.offset));
+        if (out.status.ok()) out.status = status.WithContext("reading " + impl_->Where(*out.sample, x.field));
         continue;
       }
-      out.bytes = place;
+      if (x.field == out.field) out.bytes = place;
+      if (verify) field_bytes[x.read * num_fields + x.field] = place;
+    }
+  }
+  if (verify) {
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      FieldRead& r = reads[i];
+      if (!r.status.ok()) continue;
+      Status s = dataset_internal::CheckSample(*r.sample, std::span(field_bytes).subspan(i * num_fields, num_fields),
+                                               impl_->cls_field);
+      if (!s.ok()) {
+        r.status = s.WithContext(fmt::format("sample '{}' at {}:{}", Printable(r.sample->key),
+                                             impl_->shards[r.sample->shard].path, r.sample->fields[r.field]->offset));
+        r.bytes = {};
+      }
     }
   }
   return batch.size();
 }
 
-Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field) const {
+Result<std::vector<std::byte>> Dataset::ReadField(std::uint64_t sample, std::size_t field, bool verify) const {
   STOKER_ASSIGN_OR_RETURN(SampleInfo info, Sample(sample));
   std::vector<std::byte> out;
-  STOKER_RETURN_IF_ERROR(ReadFieldInto(info, field, out));
+  STOKER_RETURN_IF_ERROR(ReadFieldInto(info, field, out, verify));
   return out;
 }
 

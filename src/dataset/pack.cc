@@ -1,13 +1,17 @@
 // stoker pack and stoker index.
 #include "stoker/pack.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/hash.h"
 #include "core/mutex.h"
@@ -16,6 +20,7 @@
 #include "format/tar.h"
 #include "format/webdataset.h"
 #include "stoker/dataset.h"
+#include "stoker/text.h"
 
 namespace stoker {
 namespace {
@@ -134,24 +139,18 @@ class OrderedParallelReader {
   std::vector<std::jthread> workers_;
 };
 
-// Writes shard files under temporary names and publishes each by rename.
+// Writes shard files under temporary names (created exclusively, never
+// through a link) and publishes each by rename.
 class ShardWriter {
  public:
   ShardWriter(FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
-  ~ShardWriter() {
-    if (file_) {  // abandoned on error: never leave a partial shard behind
-      (void)file_->Close();
-      (void)fs_.Remove(temp_path_);
-    }
-  }
 
-  [[nodiscard]] bool open() const { return file_ != nullptr; }
+  [[nodiscard]] bool open() const { return file_.has_value(); }
   [[nodiscard]] std::uint64_t offset() const { return offset_; }
 
   Status Open(std::uint64_t shard) {
-    final_path_ = dir_ + "/" + ShardName(shard);
-    temp_path_ = final_path_ + ".tmp";
-    STOKER_ASSIGN_OR_RETURN(file_, fs_.CreateForWrite(temp_path_));
+    STOKER_ASSIGN_OR_RETURN(auto file, AtomicFile::Create(fs_, dir_ + "/" + ShardName(shard)));
+    file_.emplace(std::move(file));
     offset_ = 0;
     hash_ = Xxh3Stream();
     return Status::Ok();
@@ -164,25 +163,79 @@ class ShardWriter {
     return Status::Ok();
   }
 
-  // Ends the archive, syncs and renames. Returns (size, checksum).
+  // Ends the archive, syncs and renames (the folder is synced once at the
+  // end). Returns (size, checksum). Abandoned on error, the temporary goes.
   Result<std::pair<std::uint64_t, std::uint64_t>> Finish() {
     static constexpr std::byte kZeros[tar::kEndOfArchiveSize] = {};
     STOKER_RETURN_IF_ERROR(Append(kZeros));
-    STOKER_RETURN_IF_ERROR(file_->Sync());
-    STOKER_RETURN_IF_ERROR(file_->Close());
+    Status s = file_->Commit(/*sync_folder=*/false);
     file_.reset();
-    STOKER_RETURN_IF_ERROR(fs_.Rename(temp_path_, final_path_));
+    STOKER_RETURN_IF_ERROR(s);
     return std::pair{offset_, hash_.Digest()};
   }
 
  private:
   FileSystem& fs_;
   std::string dir_;
-  std::string final_path_, temp_path_;
-  std::unique_ptr<WritableFile> file_;
+  std::optional<AtomicFile> file_;
   std::uint64_t offset_ = 0;
   Xxh3Stream hash_;
 };
+
+// A shard name this pack writes: shard-NNNNNN.tar; its number.
+std::optional<std::uint64_t> ShardNumber(std::string_view name) {
+  if (name.size() != ShardName(0).size() || !name.starts_with("shard-") || !name.ends_with(".tar")) return std::nullopt;
+  const std::string_view digits = name.substr(6, 6);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
+  return std::stoull(std::string(digits));
+}
+
+// A temporary an earlier stoker run left: "<shard or index>.tmp-<pid>-<n>"
+// whose process is gone.
+bool IsDeadTemporary(std::string_view name) {
+  const auto at = name.find(".tmp-");
+  if (at == std::string_view::npos) return false;
+  const std::string_view base = name.substr(0, at);
+  if (!ShardNumber(base) && base != kIndexFileName) return false;
+  const std::string_view rest = name.substr(at + 5);
+  const auto dash = rest.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == rest.size()) return false;
+  const std::string_view pid = rest.substr(0, dash), counter = rest.substr(dash + 1);
+  auto digits = [](std::string_view t) {
+    return std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(pid) || !digits(counter) || pid.size() > 9) return false;
+  const long p = std::stol(std::string(pid));
+  return p > 0 && ::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH;
+}
+
+// A key goes into tar member names, so it must be a relative path that
+// stays inside the archive's folder and prints on one line.
+Status ValidateKey(const SourceSample& sample) {
+  const std::string_view key = sample.key;
+  auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument(
+        fmt::format("{}: sample key '{}' {}; tar members named after it could be written outside the folder they "
+                    "are unpacked into (rename the file, or give a clean key in the manifest)",
+                    Printable(sample.origin), Printable(key), why));
+  };
+  if (key.empty()) return bad("is empty");
+  if (key.starts_with('/')) return bad("is an absolute path");
+  if (std::any_of(key.begin(), key.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+    return bad("holds control characters (a newline, tab or NUL)");
+  if (key.find('\\') != std::string_view::npos) return bad("holds a backslash");
+  std::size_t start = 0;
+  while (start <= key.size()) {
+    const auto slash = key.find('/', start);
+    const std::string_view part =
+        key.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (part == "..") return bad("has a '..' component");
+    if (part == "." || part.empty()) return bad("has an empty or '.' path component");
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return Status::Ok();
+}
 
 Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir) {
   auto info = fs.Stat(source);
@@ -208,36 +261,53 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
       source));
 }
 
-// Removes what an interrupted earlier run left: our temporary files and, when
-// replacing a dataset, its index (first, so the folder stops looking complete).
+// Makes `out_dir` ready: with `overwrite`, removes an old index first (so
+// the folder stops looking complete). Without it, refuses a folder holding
+// an index or shard files of our naming, which this pack would overwrite or
+// leave mixed with its own; nothing is deleted that this run did not create,
+// except the temporaries of stoker runs that died (their exact names, dead
+// writer pid).
 Status PrepareOutput(FileSystem& fs, const std::string& out_dir, bool overwrite) {
   STOKER_RETURN_IF_ERROR(fs.CreateDirectories(out_dir));
-  const std::string index_path = out_dir + "/" + std::string(kIndexFileName);
-  if (fs.Stat(index_path).ok()) {
-    if (!overwrite) {
+  STOKER_ASSIGN_OR_RETURN(FileInfo info, fs.Stat(out_dir));
+  if (info.type != FileType::kDirectory)
+    return Status::InvalidArgument(fmt::format("output '{}' is not a folder", out_dir));
+  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
+  std::vector<std::string> in_the_way;
+  bool has_index = false;
+  for (const auto& e : entries) {
+    if (e.name == kIndexFileName) has_index = true;
+    if (ShardNumber(e.name)) in_the_way.push_back(e.name);
+  }
+  std::sort(in_the_way.begin(), in_the_way.end());
+  if (!overwrite) {
+    if (has_index)
       return Status::AlreadyExists(
           fmt::format("'{}' already holds a dataset ({} exists); pass --force to replace it", out_dir, kIndexFileName));
-    }
-    STOKER_RETURN_IF_ERROR(fs.Remove(index_path));
+    if (!in_the_way.empty())
+      return Status::AlreadyExists(fmt::format(
+          "'{}' holds {} shard file(s) this pack would overwrite or leave mixed with its own ({}{}); pass --force "
+          "to replace them, or pack into an empty folder",
+          out_dir, in_the_way.size(),
+          fmt::join(in_the_way.begin(), in_the_way.begin() + std::min<std::size_t>(3, in_the_way.size()), ", "),
+          in_the_way.size() > 3 ? ", ..." : ""));
+  }
+  if (has_index) {
+    STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + std::string(kIndexFileName)));
     STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
   }
-  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
-  for (const auto& e : entries) {
-    if (e.type == FileType::kRegular && e.name.starts_with("shard-") && e.name.ends_with(".tar.tmp"))
+  for (const auto& e : entries)
+    if (!e.is_link && e.type == FileType::kRegular && IsDeadTemporary(e.name))
       STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
-    if (e.name == std::string(kIndexFileName) + ".tmp") STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
-  }
   return Status::Ok();
 }
 
-// After a replace: removes shard files numbered past the new last shard.
+// After a replace (--force): removes shard files numbered past the new last shard.
 Status RemoveStaleShards(FileSystem& fs, const std::string& out_dir, std::uint64_t shard_count) {
   STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
   for (const auto& e : entries) {
-    if (e.name.size() != ShardName(0).size() || !e.name.starts_with("shard-") || !e.name.ends_with(".tar")) continue;
-    std::string_view digits = std::string_view(e.name).substr(6, 6);
-    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    if (std::stoull(std::string(digits)) >= shard_count) STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
+    const auto number = ShardNumber(e.name);
+    if (number && *number >= shard_count) STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
   }
   return Status::Ok();
 }
@@ -249,12 +319,13 @@ unsigned DefaultThreads() {
 }  // namespace
 
 Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, const PackOptions& options) {
-  FileSystem& fs = *options.fs;
+  FileSystem& fs = *options.file_system;
   if (options.target_shard_bytes < 4096)
     return Status::InvalidArgument(
         fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
   STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir));
   if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
+  for (const auto& sample : listing.samples) STOKER_RETURN_IF_ERROR(ValidateKey(sample));
   {
     std::unordered_map<std::string_view, std::string_view> seen;
     for (const auto& s : listing.samples) {
@@ -328,74 +399,8 @@ Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, 
   STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
   summary.index_path = out_dir + "/" + std::string(kIndexFileName);
   STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
-  STOKER_RETURN_IF_ERROR(RemoveStaleShards(fs, out_dir, summary.shards));
+  if (options.overwrite) STOKER_RETURN_IF_ERROR(RemoveStaleShards(fs, out_dir, summary.shards));
   summary.samples = listing.samples.size();
-  return summary;
-}
-
-Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns, const IndexOptions& options) {
-  FileSystem& fs = *options.fs;
-  std::vector<std::string> paths;
-  for (const auto& pattern : shard_patterns) {
-    STOKER_ASSIGN_OR_RETURN(auto expanded, wds::ExpandBraces(pattern));
-    paths.insert(paths.end(), expanded.begin(), expanded.end());
-  }
-  if (paths.empty()) return Status::InvalidArgument("no shards given");
-  {
-    std::vector<std::string> sorted = paths;
-    std::sort(sorted.begin(), sorted.end());
-    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    if (dup != sorted.end()) return Status::InvalidArgument(fmt::format("shard '{}' is listed twice", *dup));
-  }
-  IndexSummary summary;
-  summary.index_path = options.output.empty()
-                           ? (fs_std::path(paths[0]).parent_path() / std::string(kIndexFileName)).string()
-                           : options.output;
-  if (fs.Stat(summary.index_path).ok() && !options.overwrite)
-    return Status::AlreadyExists(fmt::format("'{}' exists; pass --force to replace it", summary.index_path));
-  const fs_std::path index_dir = fs_std::absolute(fs_std::path(summary.index_path)).parent_path();
-
-  index_format::IndexBuilder builder;
-  std::vector<index_format::IndexBuilder::Field> fields;
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    const std::string& path = paths[i];
-    STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
-    auto bytes = mapped->data();
-    const std::uint32_t shard = builder.AddShard(fs_std::absolute(path).lexically_proximate(index_dir).string());
-    Status s = wds::ForEachSample(
-        bytes, path,
-        [&](const wds::TarSample& ts) -> Status {
-          std::vector<const wds::TarSample::Field*> sorted;
-          for (const auto& f : ts.fields) sorted.push_back(&f);
-          std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
-          Xxh3Stream checksum;
-          std::int64_t label = kNoLabel;
-          fields.clear();
-          for (const auto* f : sorted) {
-            auto data = bytes.subspan(f->data_offset, f->size);
-            checksum.Update(data);
-            fields.push_back({f->name, f->data_offset, f->size});
-            if (f->name == "cls") {
-              auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
-              if (!parsed) {
-                return Status::Corruption(
-                    fmt::format("{}:{}: sample '{}': .cls is not a decimal integer", path, f->header_offset, ts.key));
-              }
-              label = *parsed;
-            }
-          }
-          return builder.AddSample(shard, ts.key, label, checksum.Digest(), fields);
-        },
-        &summary.skipped_members);
-    STOKER_RETURN_IF_ERROR(s);
-    builder.SetShardContents(shard, bytes.size(), Xxh3(bytes));
-    summary.shard_bytes += bytes.size();
-    summary.shards++;
-    if (options.on_progress) options.on_progress(i + 1, paths.size());
-  }
-  summary.samples = builder.num_samples();
-  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
-  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
   return summary;
 }
 

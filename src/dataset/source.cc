@@ -12,6 +12,7 @@
 #include "format/manifest.h"
 #include "format/webdataset.h"
 #include "stoker/dataset.h"
+#include "stoker/text.h"
 
 namespace stoker::pack_internal {
 namespace {
@@ -230,6 +231,7 @@ Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern) 
   STOKER_ASSIGN_OR_RETURN(auto paths, wds::ExpandBraces(pattern));
   SourceListing listing;
   std::uint64_t skipped = 0;
+  std::string first_skipped;
   for (const auto& path : paths) {
     STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
     Status s = wds::ForEachSample(
@@ -262,13 +264,16 @@ Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern) 
           listing.samples.push_back(std::move(sample));
           return Status::Ok();
         },
-        &skipped);
+        [&](const wds::SkippedMember& m) {
+          if (skipped++ < 20)
+            listing.warnings.push_back(fmt::format("{}:{}: member '{}' left out as WebDataset leaves it out ({})", path,
+                                                   m.header_offset, Printable(m.name), m.why));
+        });
     STOKER_RETURN_IF_ERROR(s);
   }
-  if (skipped > 0) {
-    listing.warnings.push_back(fmt::format(
-        "skipped {} tar members that are not regular files or are named __*__, as WebDataset does", skipped));
-  }
+  if (skipped > 20)
+    listing.warnings.push_back(
+        fmt::format("... and {} more members left out as WebDataset leaves them out", skipped - 20));
   return listing;
 }
 

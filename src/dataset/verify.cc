@@ -5,26 +5,13 @@
 #include <fmt/format.h>
 
 #include "core/hash.h"
+#include "dataset/sample_check.h"
 #include "format/tar.h"
 #include "format/webdataset.h"
 #include "stoker/dataset.h"
 
 namespace stoker {
 namespace {
-
-// Sample checksum: xxh3-64 of the present fields' bytes in field-name order
-// (the index's field table is sorted by name). False when a field lies
-// outside `shard`.
-bool SampleChecksum(std::span<const std::byte> shard, const SampleInfo& info, std::uint64_t* sum) {
-  Xxh3Stream h;
-  for (const auto& f : info.fields) {
-    if (!f) continue;
-    if (f->offset > shard.size() || f->size > shard.size() - f->offset) return false;
-    h.Update(shard.subspan(f->offset, f->size));
-  }
-  *sum = h.Digest();
-  return true;
-}
 
 std::uint64_t FirstOffset(const SampleInfo& info) {
   std::uint64_t first = UINT64_MAX;
@@ -36,7 +23,11 @@ std::uint64_t FirstOffset(const SampleInfo& info) {
 class ShardVerifier {
  public:
   ShardVerifier(const Dataset& dataset, std::uint32_t shard_id, std::span<const std::byte> bytes, VerifyReport& report)
-      : dataset_(dataset), shard_(dataset.shards()[shard_id]), bytes_(bytes), report_(report) {}
+      : dataset_(dataset),
+        shard_(dataset.shards()[shard_id]),
+        bytes_(bytes),
+        report_(report),
+        cls_field_(dataset.FieldIndex("cls")) {}
 
   void Run() {
     if (Xxh3(bytes_) != shard_.checksum)
@@ -60,11 +51,21 @@ class ShardVerifier {
         Problem(dataset_.index_path(), "", info.error().message());
         continue;
       }
-      std::uint64_t sum = 0;
-      if (!SampleChecksum(bytes_, *info, &sum)) {
+      std::vector<std::span<const std::byte>> fields(info->fields.size());
+      bool inside = true;
+      for (std::size_t f = 0; f < info->fields.size(); ++f) {
+        const auto& loc = info->fields[f];
+        if (!loc) continue;
+        if (loc->offset > bytes_.size() || loc->size > bytes_.size() - loc->offset) {
+          inside = false;
+          break;
+        }
+        fields[f] = bytes_.subspan(loc->offset, loc->size);
+      }
+      if (!inside) {
         Problem(At(FirstOffset(*info)), info->key, "sample lies past the end of the shard (truncated shard?)");
-      } else if (sum != info->checksum) {
-        Problem(At(FirstOffset(*info)), info->key, "sample checksum mismatch: its bytes are corrupt");
+      } else if (Status s = dataset_internal::CheckSample(*info, fields, cls_field_); !s.ok()) {
+        Problem(At(FirstOffset(*info)), info->key, s.message());
       }
       for (std::size_t f = 0; f < info->fields.size(); ++f)
         if (info->fields[f]) by_offset_[info->fields[f]->offset] = {k, f, info->fields[f]->size};
@@ -98,6 +99,7 @@ class ShardVerifier {
       const tar::Member& m = **next;
       if (m.type != tar::MemberType::kRegular || wds::IsMetaMember(m.name)) continue;
       auto split = wds::SplitMemberName(m.name);
+      if (!split) continue;  // no key: left out of the index as WebDataset leaves it out
       auto it = by_offset_.find(m.data_offset);
       if (it == by_offset_.end()) {
         Problem(At(m.header_offset), split ? split->key : "",
@@ -129,6 +131,7 @@ class ShardVerifier {
   VerifyReport& report_;
   std::vector<std::optional<SampleInfo>> samples_;
   std::unordered_map<std::uint64_t, Expected> by_offset_;
+  std::optional<std::size_t> cls_field_;
 };
 
 }  // namespace
@@ -168,6 +171,7 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   DatasetSummary summary;
   summary.num_samples = dataset.num_samples();
   summary.num_shards = dataset.shards().size();
+  summary.skipped_members = dataset.skipped_members();
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;
   for (const auto& name : dataset.field_names()) summary.fields.push_back({name, 0, 0});
   for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {

@@ -6,9 +6,12 @@
 #include <fmt/format.h>
 
 #include "core/mutex.h"
-#include "device/preprocess_cpu.h"
+#include "device/device_finisher.h"
+#include "device/device_loader_internal.h"
 #include "device/runtime.h"
 #include "device/transfer_engine.h"
+#include "pipeline/cpu_finisher.h"
+#include "pipeline/loader_internal.h"
 
 namespace stoker {
 
@@ -23,7 +26,8 @@ struct DeviceLoader::Impl {
   // long has).
   std::deque<std::pair<Batch, device::DeviceBatch>> copying GUARDED_BY(mu);
   DeviceLoaderStats stats GUARDED_BY(mu);
-  bool finish = false;  // the loader's batches are decoded crops for the kernel
+  // Set when the GPU finishes: the loader's batches are decoded crops for the kernel.
+  std::shared_ptr<device::DeviceFinisher> finisher;
   device::OutputDesc output;
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
@@ -38,8 +42,9 @@ struct DeviceLoader::Impl {
   }
 };
 
-Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(std::unique_ptr<Loader> loader, Device device,
-                                                           std::uint32_t device_buffers) {
+Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(std::shared_ptr<const Dataset> dataset,
+                                                           const LoaderOptions& options, Device device,
+                                                           const DeviceLoaderOptions& device_options) {
   if (device.kind != DeviceKind::kCuda)
     return Status::InvalidArgument(fmt::format("DeviceLoader needs a CUDA device, not {}", device.ToString()));
   std::string why;
@@ -48,39 +53,38 @@ Result<std::unique_ptr<DeviceLoader>> DeviceLoader::Create(std::unique_ptr<Loade
   if (device.index >= runtime->device_count())
     return Status::InvalidArgument(
         fmt::format("{} requested but only {} CUDA device(s) present", device.ToString(), runtime->device_count()));
-  return CreateWithRuntime(std::move(loader), *runtime, device.index, device_buffers);
+  return device::CreateDeviceLoader(std::move(dataset), options, *runtime, device.index, device_options);
 }
 
-Result<std::unique_ptr<DeviceLoader>> DeviceLoader::CreateWithRuntime(std::unique_ptr<Loader> loader,
-                                                                      device::DeviceRuntime& runtime, int device_index,
-                                                                      std::uint32_t device_buffers) {
-  if (!loader) return Status::InvalidArgument("DeviceLoader needs a loader");
+Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr<const Dataset> dataset,
+                                                                 const LoaderOptions& loader_options,
+                                                                 DeviceRuntime& runtime, int device_index,
+                                                                 const DeviceLoaderOptions& device_options) {
+  if (device_options.device_buffers > 64)
+    return Status::InvalidArgument(
+        fmt::format("device_buffers {} is more than the limit 64", device_options.device_buffers));
   STOKER_RETURN_IF_ERROR(runtime.SetDevice(device_index));
-  const auto& t = loader->options().transform;
-  device::TransferOptions options;
-  options.input_bytes = loader->batch_buffer_bytes();
-  options.buffers = std::max<std::uint32_t>(device_buffers, 2);
-  options.timing = true;
-  auto impl = std::make_unique<Impl>();
-  if (loader->options().finish_on_device) {
-    // The GPU finishes: the kernel writes the output images.
-    device::OutputDesc& o = impl->output;
-    o.width = t.width;
-    o.height = t.height;
-    o.type = static_cast<device::OutputType>(t.dtype);
-    o.channels_last = t.layout == Layout::kNHWC ? 1 : 0;
-    o.normalize = t.normalize ? 1 : 0;
-    for (int c = 0; c < 3; ++c) {
-      o.mean[c] = t.mean[c];
-      o.inv_std[c] = 1.0f / t.std[c];
-    }
-    options.output_bytes = static_cast<std::size_t>(loader->options().batch_size) * device::OutputImageBytes(o);
-    impl->finish = true;
+  auto impl = std::make_unique<DeviceLoader::Impl>();
+  std::shared_ptr<pipeline::SampleFinisher> finisher;
+  if (device_options.finish_on_device) {
+    impl->finisher = std::make_shared<DeviceFinisher>(loader_options.transform, device_options.device_input_factor);
+    finisher = impl->finisher;
+  } else {
+    finisher = std::make_shared<pipeline::CpuFinisher>(loader_options.transform);
   }
-  impl->loader = std::move(loader);
+  STOKER_ASSIGN_OR_RETURN(impl->loader, pipeline::CreateLoader(std::move(dataset), loader_options, finisher));
+  TransferOptions options;
+  options.input_bytes = impl->loader->batch_buffer_bytes();
+  options.buffers = std::max<std::uint32_t>(device_options.device_buffers, 2);
+  options.timing = true;
+  if (impl->finisher) {
+    // The GPU finishes: the kernel writes the output images.
+    impl->output = impl->finisher->output();
+    options.output_bytes = static_cast<std::size_t>(loader_options.batch_size) * OutputImageBytes(impl->output);
+  }
   impl->runtime = &runtime;
   impl->device_index = device_index;
-  STOKER_ASSIGN_OR_RETURN(auto engine, device::TransferEngine::Create(runtime, options));
+  STOKER_ASSIGN_OR_RETURN(auto engine, TransferEngine::Create(runtime, options));
   {
     MutexLock lock(impl->mu);
     impl->engine = std::move(engine);
@@ -101,8 +105,12 @@ Loader& DeviceLoader::loader() {
 }
 
 Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream) {
+  return Next(consumer_stream, std::chrono::nanoseconds::max());
+}
+
+Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream, std::chrono::nanoseconds timeout) {
   Impl& m = *impl_;
-  STOKER_ASSIGN_OR_RETURN(std::optional<Batch> host, m.loader->Next());
+  STOKER_ASSIGN_OR_RETURN(std::optional<Batch> host, m.loader->Next(timeout));
   if (!host) return std::optional<DeviceBatchView>();
   const auto start = std::chrono::steady_clock::now();
   MutexLock lock(m.mu);
@@ -110,13 +118,13 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream)
   STOKER_RETURN_IF_ERROR(m.RecycleCopied(0));
   const auto* bytes = static_cast<const std::byte*>(host->images());
   device::PreprocessJob job;
-  if (m.finish) {
+  if (m.finisher) {
     job.count = static_cast<std::int32_t>(host->size());
     job.output = m.output;
-    job.pixels_offset = host->device_pixels_offset();
+    job.pixels_offset = m.finisher->pixels_offset();
   }
   STOKER_ASSIGN_OR_RETURN(device::DeviceBatch on_device,
-                          m.engine->Submit({bytes, host->image_bytes()}, m.finish ? &job : nullptr));
+                          m.engine->Submit({bytes, host->image_bytes()}, m.finisher ? &job : nullptr));
   STOKER_RETURN_IF_ERROR(m.engine->WaitOn(on_device, consumer_stream));
   DeviceBatchView view;
   view.images = on_device.data;
@@ -146,7 +154,9 @@ Status DeviceLoader::Release(const DeviceBatchView& batch, void* consumer_stream
 
 DeviceLoaderStats DeviceLoader::stats() const {
   MutexLock lock(impl_->mu);
-  return impl_->stats;
+  DeviceLoaderStats s = impl_->stats;
+  s.device_fallbacks = impl_->finisher ? impl_->finisher->fallbacks() : 0;
+  return s;
 }
 
 }  // namespace stoker

@@ -2,17 +2,13 @@
 // CPU twin: crop box -> bilinear (triangle-filter, antialiased when
 // shrinking) resize -> horizontal flip -> normalise -> dtype, from uint8 RGB
 // (HWC) to NCHW or NHWC. Compiled by nvcc for the kernel and by the C++
-// compiler for the twin; plain C++17 on purpose (no stoker headers), so the
+// compiler for the twin; plain C++17 on purpose (no stoker headers but core/half.h), so the
 // two evaluate the same arithmetic in the same order.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define STOKER_HOST_DEVICE __host__ __device__
-#else
-#define STOKER_HOST_DEVICE
-#endif
+#include "core/half.h"  // also plain C++17: the float -> half / bfloat16 conversions
 
 namespace stoker::device {
 
@@ -83,48 +79,6 @@ STOKER_HOST_DEVICE inline Taps AxisTaps(std::int32_t o, std::int32_t n, float b0
 STOKER_HOST_DEVICE inline float TapWeight(const Taps& t, std::int32_t i) {
   const float w = 1.0f - AbsF((static_cast<float>(i) + 0.5f - t.center) / t.support);
   return w > 0 ? w : 0;
-}
-
-STOKER_HOST_DEVICE inline std::uint32_t FloatBits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-// Round-to-nearest-even float -> IEEE half / bfloat16 bits, identical on
-// both sides (no reliance on compiler intrinsics).
-STOKER_HOST_DEVICE inline std::uint16_t FloatToBFloat16Bits(float f) {
-  std::uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-STOKER_HOST_DEVICE inline std::uint16_t FloatToHalfBits(float f) {
-  const std::uint32_t u = FloatBits(f);
-  const std::uint32_t sign = (u >> 16) & 0x8000u;
-  std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {                                                    // half subnormal or zero
-    if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
-    const std::uint32_t exp = abs >> 23;
-    const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126 - exp;  // 14..24
-    std::uint32_t h = mant >> shift;
-    const std::uint32_t rem = mant & ((1u << shift) - 1);
-    const std::uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
-  }
-  std::uint32_t h = ((abs >> 13) - (112u << 10));
-  const std::uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
 }
 
 // Bytes of one output image.

@@ -45,9 +45,10 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     return corrupt("bad magic (is this a stoker index file?)");
   const std::byte* h = bytes.data();
   const auto version = Load<std::uint32_t>(h + header::kVersionOff);
-  if (version != kVersion)
-    return Status::Unimplemented(fmt::format(
-        "{}: index format version {} is not supported (this stoker reads version {})", where, version, kVersion));
+  if (version < kOldestVersion || version > kVersion)
+    return Status::Unimplemented(
+        fmt::format("{}: index format version {} is not supported (this stoker reads versions {} to {})", where,
+                    version, kOldestVersion, kVersion));
   if (Load<std::uint32_t>(h + header::kHeaderSizeOff) != kHeaderSize) return corrupt("bad header size");
   const auto file_size = Load<std::uint64_t>(h + header::kFileSizeOff);
   if (file_size != bytes.size())
@@ -56,7 +57,7 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
 
   IndexView view;
   view.bytes_ = bytes;
-  view.where_ = std::move(where);
+  view.where_ = where;  // a copy: `corrupt` above still names the index
   view.num_samples_ = Load<std::uint64_t>(h + header::kNumSamplesOff);
   const auto num_fields = Load<std::uint32_t>(h + header::kNumFieldsOff);
   const auto num_shards = Load<std::uint32_t>(h + header::kNumShardsOff);
@@ -69,6 +70,7 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   view.keys_offset_ = Load<std::uint64_t>(h + header::kKeysOff);
   view.keys_size_ = Load<std::uint64_t>(h + header::kKeysSizeOff);
   view.data_checksum_ = Load<std::uint64_t>(h + header::kDataChecksumOff);
+  view.skipped_members_ = Load<std::uint64_t>(h + header::kSkippedMembersOff);
 
   if (num_fields > kMaxFields)
     return corrupt(fmt::format("{} fields is more than the limit {}", num_fields, kMaxFields));
@@ -106,6 +108,7 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     auto name = string_at(bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize);
     if (!name) return corrupt(fmt::format("field {} name lies outside the string table", i));
     if (name->empty()) return corrupt(fmt::format("field {} has an empty name", i));
+    if (name->find('\0') != std::string::npos) return corrupt(fmt::format("field {} name contains a NUL byte", i));
     if (i > 0 && !(view.field_names_.back() < *name)) return corrupt("field names are not sorted and unique");
     view.field_names_.push_back(std::move(*name));
   }
@@ -117,6 +120,7 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     auto path = string_at(e);
     if (!path) return corrupt(fmt::format("shard {} path lies outside the string table", i));
     if (path->empty()) return corrupt(fmt::format("shard {} has an empty path", i));
+    if (path->find('\0') != std::string::npos) return corrupt(fmt::format("shard {} path contains a NUL byte", i));
     shard.path = std::move(*path);
     shard.size = Load<std::uint64_t>(e + 16);
     shard.checksum = Load<std::uint64_t>(e + 24);
@@ -152,6 +156,8 @@ Result<IndexView::Record> IndexView::record(std::uint64_t i) const {
   std::uint64_t end = 0;
   if (!AddOk(key_off, key_len, &end) || end > keys_size_) return corrupt("key lies outside the key section");
   rec.key = {reinterpret_cast<const char*>(bytes_.data() + keys_offset_ + key_off), key_len};
+  if (rec.key.empty()) return corrupt("empty key");
+  if (rec.key.find('\0') != std::string_view::npos) return corrupt("key contains a NUL byte");
   for (std::size_t f = 0; f < field_names_.size(); ++f) {
     FieldRange range = rec.field(f);
     if (!range.present()) continue;
@@ -248,6 +254,7 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   Store<std::uint64_t>(h + header::kRecordsOff, records_off);
   Store<std::uint64_t>(h + header::kKeysOff, keys_off);
   Store<std::uint64_t>(h + header::kKeysSizeOff, keys_.size());
+  Store<std::uint64_t>(h + header::kSkippedMembersOff, skipped_members_);
   for (std::uint32_t i = 0; i < num_fields; ++i) {
     std::byte* e = out.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
     Store<std::uint64_t>(e, field_strings[i].first);

@@ -15,7 +15,10 @@
 namespace stoker::index_format {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
-inline constexpr std::uint32_t kVersion = 1;
+// Version 2 adds the count of tar members left out (header offset 120, which
+// version 1 kept zero); readers take both.
+inline constexpr std::uint32_t kVersion = 2;
+inline constexpr std::uint32_t kOldestVersion = 1;
 inline constexpr std::uint32_t kHeaderSize = 128;
 inline constexpr std::uint32_t kFieldEntrySize = 16;
 inline constexpr std::uint32_t kShardEntrySize = 48;
@@ -35,7 +38,7 @@ inline constexpr std::size_t kMagicOff = 0, kVersionOff = 8, kHeaderSizeOff = 12
                              kNumSamplesOff = 24, kNumFieldsOff = 32, kNumShardsOff = 36, kRecordSizeOff = 40,
                              kFlagsOff = 44, kFieldsOff = 48, kShardsOff = 56, kStringsOff = 64, kStringsSizeOff = 72,
                              kRecordsOff = 80, kKeysOff = 88, kKeysSizeOff = 96, kMetaChecksumOff = 104,
-                             kDataChecksumOff = 112;
+                             kDataChecksumOff = 112, kSkippedMembersOff = 120;
 }
 
 template <typename T>
@@ -75,6 +78,8 @@ class IndexView {
   [[nodiscard]] const std::vector<std::string>& field_names() const { return field_names_; }
   [[nodiscard]] const std::vector<ShardEntry>& shards() const { return shards_; }
   [[nodiscard]] std::uint64_t data_checksum() const { return data_checksum_; }
+  // Tar members the indexer left out as WebDataset does (version 2).
+  [[nodiscard]] std::uint64_t skipped_members() const { return skipped_members_; }
   [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
   [[nodiscard]] const std::string& where() const { return where_; }
 
@@ -88,8 +93,8 @@ class IndexView {
       return {Load<std::uint64_t>(fields + i * kFieldSlotSize), Load<std::uint64_t>(fields + i * kFieldSlotSize + 8)};
     }
   };
-  // Reads and validates record `i` (shard id, key bounds, field ranges
-  // inside the shard, sample inside its shard's range).
+  // Reads and validates record `i` (shard id, key bounds and no NUL in the
+  // key, field ranges inside the shard, sample inside its shard's range).
   [[nodiscard]] Result<Record> record(std::uint64_t i) const;
 
  private:
@@ -101,6 +106,7 @@ class IndexView {
   std::uint64_t keys_offset_ = 0;
   std::uint64_t keys_size_ = 0;
   std::uint64_t data_checksum_ = 0;
+  std::uint64_t skipped_members_ = 0;
   std::vector<std::string> field_names_;
   std::vector<ShardEntry> shards_;
 };
@@ -122,6 +128,8 @@ class IndexBuilder {
   [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                  std::span<const Field> fields);
   [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
+  // Tar members left out of the shards' samples (recorded in the header).
+  void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
   // Serialises the whole index.
   [[nodiscard]] Result<std::vector<std::byte>> Finish() const;
 
@@ -145,6 +153,7 @@ class IndexBuilder {
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;
   std::string keys_;
+  std::uint64_t skipped_members_ = 0;
 };
 
 }  // namespace stoker::index_format

@@ -119,22 +119,28 @@ Result<std::vector<std::string>> ExpandBraces(std::string_view pattern) {
 namespace stoker::wds {
 
 Status ForEachSample(std::span<const std::byte> archive, const std::string& where,
-                     const std::function<Status(const TarSample&)>& on_sample, std::uint64_t* skipped) {
+                     const std::function<Status(const TarSample&)>& on_sample,
+                     const std::function<void(const SkippedMember&)>& on_skip) {
   tar::Reader reader(archive, where);
   std::optional<TarSample> current;
+  auto skip = [&](const tar::Member& m, std::string_view why) {
+    if (on_skip) on_skip({m.name, m.header_offset, why});
+  };
   while (true) {
     STOKER_ASSIGN_OR_RETURN(auto member, reader.Next());
     if (!member) break;
-    if (member->type != tar::MemberType::kRegular || IsMetaMember(member->name)) {
-      if (skipped) ++*skipped;
+    if (member->type != tar::MemberType::kRegular) {
+      skip(*member, "not a regular file");
+      continue;
+    }
+    if (IsMetaMember(member->name)) {
+      skip(*member, "a __*__ name");
       continue;
     }
     auto split = SplitMemberName(member->name);
     if (!split) {
-      return Status::Corruption(
-          fmt::format("{}:{}: member '{}' has no extension, so it belongs to no sample "
-                      "(WebDataset names members KEY.FIELD)",
-                      where, member->header_offset, member->name));
+      skip(*member, "no extension, so no sample key");
+      continue;
     }
     if (current && current->key != split->key) {
       STOKER_RETURN_IF_ERROR(on_sample(*current));

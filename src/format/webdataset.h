@@ -54,11 +54,20 @@ struct TarSample {
   std::vector<Field> fields;  // in archive order
 };
 
-// Walks `archive` and calls `on_sample` for each sample, in order. Skips
-// non-regular members and `__*__` names (counted in *skipped). Errors name
-// `where`, the offset and the key: a member without an extension, a field
-// repeated inside one sample, a broken tar header.
+// A member left out as the `webdataset` library leaves it out.
+struct SkippedMember {
+  std::string name;
+  std::uint64_t header_offset = 0;
+  std::string_view why;  // "not a regular file", "a __*__ name", "no extension"
+};
+
+// Walks `archive` and calls `on_sample` for each sample, in order, yielding
+// exactly what webdataset's tar iterator does: non-regular members (links,
+// folders, ...), `__*__` names and members without an extension (no key)
+// are skipped and reported to `on_skip` (may be empty). Errors name `where`,
+// the offset and the key: a field repeated inside one sample, a broken tar.
 [[nodiscard]] Status ForEachSample(std::span<const std::byte> archive, const std::string& where,
-                                   const std::function<Status(const TarSample&)>& on_sample, std::uint64_t* skipped);
+                                   const std::function<Status(const TarSample&)>& on_sample,
+                                   const std::function<void(const SkippedMember&)>& on_skip);
 
 }  // namespace stoker::wds

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -219,9 +221,17 @@ class PosixFileSystem final : public FileSystem {
     return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(path, base, size, writable));
   }
 
-  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path) override {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return Status::FromErrno(errno, fmt::format("create '{}'", path));
+  Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path, CreateMode mode) override {
+    // O_NOFOLLOW: a link planted at a predictable name must not redirect
+    // the write; O_EXCL (which never follows a link either) for temporaries.
+    const int how = mode == CreateMode::kExclusive ? O_EXCL : O_TRUNC;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | how, 0644);
+    if (fd < 0) {
+      if (errno == ELOOP)
+        return Status::InvalidArgument(
+            fmt::format("'{}' is a symbolic link; refusing to write through it (remove it first)", path));
+      return Status::FromErrno(errno, fmt::format("create '{}'", path));
+    }
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, UniqueFd(fd)));
   }
 
@@ -276,12 +286,14 @@ class PosixFileSystem final : public FileSystem {
       struct stat st {};
       std::string full = path + "/" + name;
       FileType type = FileType::kOther;
-      if (::stat(full.c_str(), &st) == 0) {
+      bool is_link = false;
+      if (::lstat(full.c_str(), &st) == 0) {
+        is_link = S_ISLNK(st.st_mode);
         type = TypeFromMode(st.st_mode);
-      } else if (::lstat(full.c_str(), &st) == 0) {
-        type = FileType::kSymlink;  // a dangling link
+        // A link is what it leads to; one that leads nowhere stays kSymlink.
+        if (is_link && ::stat(full.c_str(), &st) == 0) type = TypeFromMode(st.st_mode);
       }
-      entries.push_back({std::move(name), type});
+      entries.push_back({std::move(name), type, is_link});
       errno = 0;
     }
     int saved = errno;
@@ -326,17 +338,59 @@ class PosixFileSystem final : public FileSystem {
 
   Result<FileInfo> Stat(const std::string& path) override {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
+    if (::stat(path.c_str(), &st) != 0) return StatError(path);
     return FileInfo{TypeFromMode(st.st_mode), static_cast<std::uint64_t>(st.st_size)};
   }
 
+  Result<FileInfo> LinkStat(const std::string& path) override {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
+    return FileInfo{TypeFromMode(st.st_mode), static_cast<std::uint64_t>(st.st_size)};
+  }
+
+  Result<std::uint64_t> FreeBytes(const std::string& path) override {
+    struct statvfs v {};
+    if (::statvfs(path.c_str(), &v) != 0) return Status::FromErrno(errno, fmt::format("statvfs '{}'", path));
+    return static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  }
+
  private:
+  // Says why `path` cannot be stat'ed, telling a dangling link and a loop
+  // of links apart from a missing file.
+  static Status StatError(const std::string& path) {
+    const int error = errno;
+    struct stat st {};
+    if (error == ELOOP) return Status::InvalidArgument(fmt::format("'{}' is a loop of symbolic links", path));
+    if (error == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      std::string target(4096, '\0');
+      const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+      target.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+      return Status::NotFound(
+          fmt::format("'{}' is a dangling symbolic link (to '{}', which does not exist)", path, target));
+    }
+    return Status::FromErrno(error, fmt::format("stat '{}'", path));
+  }
+
+  // Opens a regular file for reading. Without O_NONBLOCK, opening a FIFO
+  // would wait for a writer forever; the type is checked before any read.
   static Result<UniqueFd> OpenRegular(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return Status::FromErrno(errno, fmt::format("open '{}' for reading", path));
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) {
+      if (errno == ENOENT || errno == ELOOP) return StatError(path).WithContext("open for reading");
+      return Status::FromErrno(errno, fmt::format("open '{}' for reading", path));
+    }
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, fmt::format("stat '{}'", path));
-    if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(fmt::format("'{}' is not a regular file", path));
+    if (!S_ISREG(st.st_mode)) {
+      const char* what = S_ISDIR(st.st_mode)                          ? "a directory"
+                         : S_ISFIFO(st.st_mode)                       ? "a FIFO (named pipe)"
+                         : S_ISSOCK(st.st_mode)                       ? "a socket"
+                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                      : "not a regular file";
+      return Status::InvalidArgument(fmt::format("'{}' is {}, not a regular file", path, what));
+    }
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    if (flags >= 0) (void)::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
     return fd;
   }
 };
@@ -346,64 +400,6 @@ class PosixFileSystem final : public FileSystem {
 FileSystem* FileSystem::Default() {
   static PosixFileSystem* fs = new PosixFileSystem();  // never destroyed: used until exit
   return fs;
-}
-
-void FileSystem::ReadBatch(std::span<ReadRequest> requests) {
-  for (auto& r : requests) r.status = r.file->ReadExactAt(r.offset, r.out);
-}
-
-Status ReadableFile::ReadExactAt(std::uint64_t offset, std::span<std::byte> out) {
-  STOKER_ASSIGN_OR_RETURN(std::size_t n, ReadAt(offset, out));
-  if (n != out.size()) {
-    return Status::Corruption(fmt::format("'{}' is shorter than expected: wanted {} bytes at offset {}, got {}", path(),
-                                          out.size(), offset, n));
-  }
-  return Status::Ok();
-}
-
-Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& path) {
-  STOKER_ASSIGN_OR_RETURN(auto file, fs.OpenForRead(path));
-  STOKER_ASSIGN_OR_RETURN(std::uint64_t size, file->Size());
-  std::vector<std::byte> data(size);
-  STOKER_ASSIGN_OR_RETURN(std::size_t n, file->ReadAt(0, data));
-  if (n != size) return Status::Corruption(fmt::format("'{}' changed size while being read", path));
-  return data;
-}
-
-Status WriteWholeFileAtomically(FileSystem& fs, const std::string& path, std::span<const std::byte> data) {
-  const std::string temp = path + ".tmp";
-  {
-    STOKER_ASSIGN_OR_RETURN(auto file, fs.CreateForWrite(temp));
-    Status s = file->Append(data);
-    if (s.ok()) s = file->Sync();
-    if (s.ok()) s = file->Close();
-    if (!s.ok()) {
-      (void)fs.Remove(temp);
-      return s;
-    }
-  }
-  STOKER_RETURN_IF_ERROR(fs.Rename(temp, path));
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  return fs.SyncDirectory(dir.empty() ? "." : dir);
-}
-
-Status RemoveTree(FileSystem& fs, const std::string& path) {
-  auto info = fs.Stat(path);
-  if (!info.ok()) {
-    if (info.error().code() == StatusCode::kNotFound) return Status::Ok();
-    return info.error();
-  }
-  if (info->type != FileType::kDirectory) return fs.Remove(path);
-  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(path));
-  for (const auto& entry : entries) {
-    const std::string child = path + "/" + entry.name;
-    if (entry.type == FileType::kDirectory) {
-      STOKER_RETURN_IF_ERROR(RemoveTree(fs, child));
-    } else {
-      STOKER_RETURN_IF_ERROR(fs.Remove(child));
-    }
-  }
-  return fs.RemoveDirectory(path);
 }
 
 }  // namespace stoker

@@ -14,6 +14,7 @@
 
 #include "core/mutex.h"
 #include "remote/http.h"
+#include "stoker/text.h"
 
 namespace stoker::remote {
 namespace {
@@ -111,9 +112,11 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_s * 1000));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_seconds * 1000));
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(request.stall_timeout_s)));
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(request.stall_timeout_seconds)));
+    if (request.timeout_seconds > 0)
+      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(request.timeout_seconds * 1000)));
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));  // h2 where offered
     curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "identity");
@@ -140,7 +143,7 @@ class CurlTransport final : public HttpTransport {
 
     {
       MutexLock lock(mu_);
-      if (stopping_) return Status::Cancelled(fmt::format("{}: the transport is closing", request.url));
+      if (stopping_) return Status::Cancelled(fmt::format("{}: the transport is closing", RedactUrl(request.url)));
       to_add_.push_back(c);
     }
     curl_multi_wakeup(multi_.get());
@@ -151,12 +154,13 @@ class CurlTransport final : public HttpTransport {
     const CURLcode code = t.result;
     if (code == CURLE_WRITE_ERROR && !t.sink_status.ok()) return t.sink_status;
     if (code != CURLE_OK) {
-      std::string what = fmt::format("{}: {} ({})", request.url, error[0] ? error : curl_easy_strerror(code),
+      const std::string url = RedactUrl(request.url);
+      std::string what = fmt::format("{}: {} ({})", url, RedactUrlsIn(error[0] ? error : curl_easy_strerror(code)),
                                      curl_easy_strerror(code));
       switch (code) {
         // Repeating these cannot help: final, not retried.
         case CURLE_ABORTED_BY_CALLBACK:
-          return Status::Cancelled(fmt::format("{}: download abandoned (closing)", request.url));
+          return Status::Cancelled(fmt::format("{}: download abandoned (closing)", url));
         case CURLE_UNSUPPORTED_PROTOCOL:
         case CURLE_URL_MALFORMAT:
           return Status::InvalidArgument(std::move(what));

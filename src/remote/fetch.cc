@@ -3,12 +3,12 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "order/rng.h"
 #include "remote/http.h"
+#include "stoker/text.h"
 
 namespace stoker::remote {
 namespace {
@@ -19,6 +19,14 @@ bool Retryable(long status) {
 
 std::string Describe(const HttpResponse& r) {
   std::string text = fmt::format("HTTP {}", r.status);
+  if (r.status >= 300 && r.status < 400) {
+    text += r.location.empty() ? " (a redirect without a Location)"
+                               : fmt::format(
+                                     " (a redirect to {}; stoker does not follow redirects: use that URL, or "
+                                     "serve the dataset where it is named)",
+                                     RedactUrl(r.location));
+    return text;
+  }
   if (!r.error_body.empty()) {
     std::string body = r.error_body.substr(0, 200);
     std::replace(body.begin(), body.end(), '\n', ' ');
@@ -87,7 +95,9 @@ void ParseHeaderLine(std::string_view line, double now_unix, HttpResponse* respo
     response->range_start = start;
     response->total_size = total;
   } else if (EqualsIgnoringCase(name, "retry-after")) {
-    response->retry_after_s = ParseRetryAfter(value, now_unix);
+    response->retry_after_seconds = ParseRetryAfter(value, now_unix);
+  } else if (EqualsIgnoringCase(name, "location")) {
+    response->location = std::string(value.substr(0, 2048));
   }
 }
 
@@ -114,6 +124,9 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
                    const std::function<Status()>& restart, const RetryPolicy& policy, FetchStats* stats) {
   FetchStats local;
   FetchStats& st = stats ? *stats : local;
+  Clock& clock = policy.clock ? *policy.clock : *Clock::Real();
+  const Clock::TimePoint started = clock.Now();
+  const std::string url = RedactUrl(request.url);  // what messages show
   order::Rng jitter(policy.jitter_seed, std::hash<std::string>{}(request.url));
   std::uint64_t received = 0;  // bytes the sink has, in order from 0
   std::string etag;            // of the object those bytes came from
@@ -130,13 +143,18 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
   // The object is not the one whose first bytes we have: start over, unless
   // that keeps happening.
   auto object_changed = [&]() -> Status {
-    if (++changes > 2) return Status::Unavailable(fmt::format("{}: {}; it keeps changing", request.url, last_error));
+    if (++changes > 2) return Status::Unavailable(fmt::format("{}: {}; it keeps changing", url, last_error));
     return start_over();
   };
 
   for (std::uint32_t attempt = 0; attempt < attempts; ++attempt) {
     ++st.attempts;
     HttpRequest req = request;
+    if (policy.deadline_seconds > 0) {
+      const double left = policy.deadline_seconds - SecondsBetween(started, clock.Now());
+      if (left <= 0) break;
+      req.timeout_seconds = req.timeout_seconds > 0 ? std::min(req.timeout_seconds, left) : left;
+    }
     if (received > 0) {
       req.range_start = received;
       req.if_match = etag;
@@ -153,11 +171,11 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
           // Not the object whose first bytes we have (a server that ignores
           // If-Match, or one that changed it between checks).
           changed = true;
-          return Status::Unavailable(fmt::format("{}: object changed (ETag {} -> {})", request.url, etag, head.etag));
+          return Status::Unavailable(fmt::format("{}: object changed (ETag {} -> {})", url, etag, head.etag));
         }
         if (head.status == 206) {
           if (!req.range_start || head.range_start.value_or(UINT64_MAX) != *req.range_start) {
-            return Status::Unavailable(fmt::format("{}: 206 with an unexpected Content-Range", request.url));
+            return Status::Unavailable(fmt::format("{}: 206 with an unexpected Content-Range", url));
           }
         } else if (head.status == 200 && received > 0) {
           skip = received;  // range ignored: the whole object again
@@ -172,7 +190,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
       if (data.empty()) return Status::Ok();
       if (expected_size && received + data.size() > *expected_size)
         return Status::Corruption(
-            fmt::format("{}: the object is larger than the {} bytes the index records", request.url, *expected_size));
+            fmt::format("{}: the object is larger than the {} bytes the index records", url, *expected_size));
       STOKER_RETURN_IF_ERROR(sink(data));
       received += data.size();
       return Status::Ok();
@@ -185,7 +203,10 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
       // Not the network's: the sink's own error (disk full, corrupt).
       if (!changed && e.code() != StatusCode::kUnavailable) return e;
       last_error = std::string(e.message());
-      if (last_error.starts_with(request.url + ": ")) last_error.erase(0, request.url.size() + 2);
+      if (last_error.starts_with(url + ": ")) last_error.erase(0, url.size() + 2);
+      if (e.code() == StatusCode::kUnavailable && policy.deadline_seconds > 0 &&
+          SecondsBetween(started, clock.Now()) >= policy.deadline_seconds)
+        break;
       if (changed) STOKER_RETURN_IF_ERROR(object_changed());
     } else {
       const HttpResponse& r = *response;
@@ -197,7 +218,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
         if (complete && (!expected_size || received == *expected_size)) return Status::Ok();
         if (complete && expected_size)
           return Status::Corruption(
-              fmt::format("{}: the object has {} bytes, the index records {}", request.url, received, *expected_size));
+              fmt::format("{}: the object has {} bytes, the index records {}", url, received, *expected_size));
         last_error = fmt::format("truncated body ({} of {} bytes)", received, total);
       } else if (r.status == 412) {
         last_error = fmt::format("object changed (If-Match {} failed)", etag);
@@ -206,30 +227,44 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
         last_error = "range not satisfiable";
         STOKER_RETURN_IF_ERROR(start_over());
       } else if (r.status == 404) {
-        return Status::NotFound(fmt::format("{}: {}", request.url, Describe(r)));
+        return Status::NotFound(fmt::format("{}: {}", url, Describe(r)));
       } else if (r.status == 401 || r.status == 403) {
-        return Status::Unavailable(
-            fmt::format("{}: access denied, {} (check the credentials)", request.url, Describe(r)));
+        return Status::Unavailable(fmt::format("{}: access denied, {} (check the credentials)", url, Describe(r)));
       } else if (!Retryable(r.status)) {
-        return Status::Unavailable(fmt::format("{}: {}", request.url, Describe(r)));
+        return Status::Unavailable(fmt::format("{}: {}", url, Describe(r)));
       } else {
         last_error = Describe(r);
-        if (r.retry_after_s) retry_after = std::min(*r.retry_after_s, policy.retry_after_max_s);
+        if (r.retry_after_seconds) retry_after = std::min(*r.retry_after_seconds, policy.retry_after_max_seconds);
       }
     }
     if (attempt + 1 == attempts) break;
     ++st.retries;
-    const double cap =
-        std::min(policy.backoff_max_s, policy.backoff_initial_s * std::ldexp(1.0, static_cast<int>(attempt)));
+    const double cap = std::min(policy.backoff_max_seconds,
+                                policy.backoff_initial_seconds * std::ldexp(1.0, static_cast<int>(attempt)));
     double delay = cap * jitter.Uniform01();  // full jitter
     if (retry_after >= 0) delay = std::max(delay, retry_after);
-    if (policy.sleep) {
-      policy.sleep(delay);
-    } else {
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (policy.deadline_seconds > 0) {
+      const double left = policy.deadline_seconds - SecondsBetween(started, clock.Now());
+      if (delay >= left) break;  // the next attempt could not start in time
+    }
+    if (request.cancel == nullptr) {
+      clock.SleepFor(Clock::Seconds(delay));
+      continue;
+    }
+    // In slices, so that a closing cache does not wait out a long backoff.
+    for (double left = delay; left > 0; left -= 0.1) {
+      if (request.cancel != nullptr && request.cancel->load(std::memory_order_acquire))
+        return Status::Cancelled(fmt::format("{}: download abandoned (closing)", url));
+      clock.SleepFor(Clock::Seconds(std::min(left, 0.1)));
     }
   }
-  return Status::Unavailable(fmt::format("{}: gave up after {} attempts; last: {}", request.url, attempts, last_error));
+  const double spent = SecondsBetween(started, clock.Now());
+  if (policy.deadline_seconds > 0 && st.attempts < attempts)
+    return Status::Unavailable(
+        fmt::format("{}: gave up after {} attempts in {:.1f} s (the deadline is {:.0f} s); last: {}", url, st.attempts,
+                    spent, policy.deadline_seconds, last_error));
+  return Status::Unavailable(
+      fmt::format("{}: gave up after {} attempts in {:.1f} s; last: {}", url, st.attempts, spent, last_error));
 }
 
 }  // namespace stoker::remote

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "core/clock.h"
 #include "stoker/status.h"
 
 namespace stoker::remote {
@@ -28,8 +29,9 @@ struct HttpRequest {
   std::string aws_sigv4;
   std::string aws_credentials;
   std::string aws_session_token;
-  double connect_timeout_s = 10;
-  double stall_timeout_s = 30;  // below 1 KiB/s for this long: a stalled transfer
+  double connect_timeout_seconds = 10;
+  double stall_timeout_seconds = 30;  // below 1 KiB/s for this long: a stalled transfer
+  double timeout_seconds = 0;         // the whole attempt at most this long (0: no limit)
   // When set and true, the transfer is abandoned within about a second
   // (Cancelled, not retried): the cache is closing.
   const std::atomic<bool>* cancel = nullptr;
@@ -42,7 +44,8 @@ struct HttpResponse {
   // From Content-Range: "bytes START-END/TOTAL".
   std::optional<std::uint64_t> range_start;
   std::optional<std::uint64_t> total_size;
-  std::optional<double> retry_after_s;
+  std::optional<double> retry_after_seconds;
+  std::string location;               // of a redirect (3xx)
   std::uint64_t body_bytes = 0;       // what arrived (2xx only)
   std::string error_body;             // the start of a non-2xx body, for messages
   std::uint32_t new_connections = 0;  // connections this request opened (0: reused one)
@@ -65,11 +68,14 @@ class HttpTransport {
 
 struct RetryPolicy {
   std::uint32_t max_attempts = 8;
-  double backoff_initial_s = 0.1;
-  double backoff_max_s = 10;
-  double retry_after_max_s = 120;
-  // Sleeps between attempts (tests pass one that records and returns).
-  std::function<void(double seconds)> sleep;
+  double backoff_initial_seconds = 0.1;
+  double backoff_max_seconds = 10;
+  double retry_after_max_seconds = 120;
+  // The whole download, every attempt and wait included, at most this long
+  // (0: no limit beyond max_attempts).
+  double deadline_seconds = 0;
+  // Time and sleeps between attempts (tests pass a fake clock); nullptr: real.
+  Clock* clock = nullptr;
   std::uint64_t jitter_seed = 0;
 };
 
@@ -92,8 +98,8 @@ struct FetchStats {
 
 // Applies one response header line to `response`: a status line ("HTTP/1.1
 // 206 ...") starts a new response; ETag, Content-Length, Content-Range
-// ("bytes START-END/TOTAL", consistent, else unset) and Retry-After are read;
-// other lines and malformed values are ignored.
+// ("bytes START-END/TOTAL", consistent, else unset), Retry-After and
+// Location are read; other lines and malformed values are ignored.
 void ParseHeaderLine(std::string_view line, double now_unix, HttpResponse* response);
 
 // Parses an HTTP Retry-After value: delay-seconds or an HTTP-date (relative

@@ -1,32 +1,29 @@
 // ShardCache: whole shards of a remote dataset in a local folder, fetched
 // ahead in the order the loader will read them.
 //
-// Entries are named after the shard's URL and checksum, written to a
-// temporary name, checked against the index (size and xxh3), fsynced and
-// renamed: a crash never leaves a corrupt entry. A per-entry flock makes the
-// processes sharing the folder download each shard once; the kernel drops
-// the lock when a process dies, so no lock is ever stale. Before evicting, a
-// cache looks at which entries the folder really holds and which downloads
-// other live processes have in flight, so that the byte cap holds for the
-// processes together.
+// It delegates to small parts, each with its own header and tests:
+// CacheFolder (names, the folder's listing, the shared cap's view of other
+// processes), DownloadShard (one shard: lock, fetch, check, rename) and the
+// eviction policy (eviction.h: the wanted set, Belady with a plan, LRU
+// without). This class keeps the entries' states, the plan, the download
+// workers and the readers' waits.
 //
-// Read-ahead walks the announced plan (shard visits in order) from the
-// current position and downloads the shards needed soonest, with up to
-// `connections` transfers and `max_bytes_in_flight` bytes at once. The
-// wanted set is the shards needed soonest that fill the cache; read-ahead
-// fetches those and only displaces entries outside it (not needed at all
-// first, least recently used first, then the one needed furthest ahead); a
-// reader's miss evicts the entry needed furthest ahead (Belady).
-// Without a plan, eviction is LRU. Entries being read are never evicted.
+// Guarantees: a crash never leaves a corrupt entry (entries appear by rename
+// once checked); processes sharing the folder download each shard once and
+// hold the byte cap together; entries being read are never evicted; a shard
+// whose download failed fails its readers at once (no new fetch cycle per
+// read) until the plan is reset (a new epoch) or `failure_memory_seconds`
+// pass.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
+#include "remote/cache_folder.h"
 #include "remote/http.h"
 #include "stoker/file_system.h"
 #include "stoker/remote.h"
@@ -34,21 +31,14 @@
 
 namespace stoker::remote {
 
-struct ShardDesc {
-  std::string url;
-  std::string name;  // for entry names and messages (the index's path)
-  std::uint64_t size = 0;
-  std::uint64_t checksum = 0;  // xxh3-64 of the whole shard
-};
-
 struct ShardCacheOptions {
   CacheOptions cache;
   std::uint32_t connections = 8;
   std::uint64_t max_bytes_in_flight = std::uint64_t{512} << 20;
   HttpRequest request;  // template: timeouts and signing; url set per shard
   RetryPolicy retry;
-  // Free bytes on the cache's file system (tests substitute); default statvfs.
-  std::function<Result<std::uint64_t>(const std::string& dir)> free_bytes;
+  double failure_memory_seconds = 60;
+  Clock* clock = nullptr;  // nullptr: the real clock
 };
 
 class ShardCache {
@@ -87,10 +77,5 @@ class ShardCache {
   explicit ShardCache(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// Entry and temporary-file naming, shared with `stoker cache stat|clear`.
-[[nodiscard]] bool IsCacheEntryName(std::string_view name);
-[[nodiscard]] bool IsCachePartialName(std::string_view name);
-[[nodiscard]] std::string DefaultCacheDir();
 
 }  // namespace stoker::remote

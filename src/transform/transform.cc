@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/half.h"
+
 namespace stoker::transform {
 namespace {
 
@@ -66,52 +68,6 @@ FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int 
   return {left * sx, top * sy, (left + crop_w) * sx, (top + crop_h) * sy};
 }
 
-std::uint16_t FloatToHalf(float f) {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  std::uint32_t mag = x & 0x7fffffffu;
-  if (mag >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (mag >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (mag < 0x38800000u) {                                                    // subnormal half (or zero)
-    if (mag < 0x33000000u) return static_cast<std::uint16_t>(sign);
-    // value = mant * 2^(e - 150); a half subnormal counts units of 2^-24.
-    const std::uint32_t shift = 126 - (mag >> 23);  // 14..24
-    const std::uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
-    std::uint32_t half = mant >> shift;
-    const std::uint32_t rem = mant & ((1u << shift) - 1);
-    const std::uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
-    return static_cast<std::uint16_t>(sign | half);
-  }
-  mag -= 0x38000000u;  // rebias exponent 127 -> 15
-  std::uint32_t half = mag >> 13;
-  const std::uint32_t rem = mag & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
-  return static_cast<std::uint16_t>(sign | half);
-}
-
-std::uint16_t FloatToBFloat16(float f) {
-  std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>(x >> 16);
-}
-
-float HalfToFloat(std::uint16_t h) {
-  const std::uint32_t sign = (h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-float BFloat16ToFloat(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
-
 OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::array<float, 3> mean,
                            std::array<float, 3> std)
     : dtype_(dtype), layout_(layout) {
@@ -121,7 +77,7 @@ OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::arra
       float x = static_cast<float>(v) / 255.0f;
       if (normalize) x = (x - mean[c]) / std[c];
       f32_[c][v] = x;
-      u16_[c][v] = dtype == DType::kBFloat16 ? FloatToBFloat16(x) : FloatToHalf(x);
+      u16_[c][v] = dtype == DType::kBFloat16 ? FloatToBFloat16Bits(x) : FloatToHalfBits(x);
     }
   }
 }

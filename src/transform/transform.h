@@ -56,10 +56,4 @@ class OutputWriter {
   std::array<std::array<std::uint16_t, 256>, 3> u16_{};
 };
 
-// IEEE binary16 and bfloat16 from float, rounding to nearest even.
-[[nodiscard]] std::uint16_t FloatToHalf(float f);
-[[nodiscard]] std::uint16_t FloatToBFloat16(float f);
-[[nodiscard]] float HalfToFloat(std::uint16_t h);
-[[nodiscard]] float BFloat16ToFloat(std::uint16_t b);
-
 }  // namespace stoker::transform

@@ -240,7 +240,7 @@ TEST(Checkpointer, DiskFullFailsThatSaveKeepsThePreviousAndReportsOnce) {
   State one(1);
   ASSERT_TRUE((*ck)->Save(1, one.Refs(), {}).ok());
   ASSERT_TRUE((*ck)->Wait().ok());
-  fs.disk_full_for_suffix = ".safetensors";
+  fs.disk_full_for_path_part = ".safetensors";
   State two(2);
   ASSERT_TRUE((*ck)->Save(2, two.Refs(), {}).ok());  // the snapshot succeeds; the persist fails later
   Status failed = (*ck)->Wait();
@@ -260,7 +260,7 @@ TEST(Checkpointer, DiskFullFailsThatSaveKeepsThePreviousAndReportsOnce) {
   auto next = (*ck)->Save(4, two.Refs(), {});
   ASSERT_FALSE(next.ok());
   EXPECT_NE(next.error().message().find("step 3"), std::string::npos);
-  fs.disk_full_for_suffix.clear();
+  fs.disk_full_for_path_part.clear();
   ASSERT_TRUE((*ck)->Save(4, two.Refs(), {}).ok());
   ASSERT_TRUE((*ck)->Wait().ok());
   EXPECT_EQ(LoadLatestCheckpoint(dir.path())->step, 4);
@@ -428,6 +428,7 @@ TEST(Checkpointer, SurvivesSigkillAtRandomMomentsDuringPersist) {
 }  // namespace stoker
 
 #include "../device/fake_runtime.h"
+#include "checkpoint/checkpointer_internal.h"
 
 namespace stoker {
 namespace {
@@ -436,8 +437,7 @@ TEST(Checkpointer, SnapshotsDeviceTensorsWithAsynchronousCopies) {
   TempDir dir;
   testing::FakeDeviceRuntime fake;
   auto options = Options(dir.path());
-  options.device_runtime = &fake;
-  auto ck = Checkpointer::Open(options);
+  auto ck = checkpoint::OpenCheckpointer(options, {&fake, nullptr});
   ASSERT_TRUE(ck.ok());
   std::vector<float> host_values(1000, 3.5f);
   auto device_memory = fake.DeviceAlloc(host_values.size() * 4);

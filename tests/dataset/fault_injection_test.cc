@@ -27,7 +27,7 @@ std::vector<std::string> Leftovers(const std::string& dir) {
   std::vector<std::string> out;
   if (!std::filesystem::exists(dir)) return out;
   for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().string().ends_with(".tmp")) out.push_back(e.path().filename().string());
+    if (e.path().filename().string().find(".tmp") != std::string::npos) out.push_back(e.path().filename().string());
   return out;
 }
 
@@ -37,7 +37,7 @@ TEST(FaultInjection, DiskFullWhilePackingShards) {
   FaultFileSystem fs;
   fs.disk_full_after = 50'000;
   PackOptions options;
-  options.fs = &fs;
+  options.file_system = &fs;
   options.target_shard_bytes = 16384;
   auto r = Pack(dir / "src", dir / "out", options);
   ASSERT_FALSE(r.ok());
@@ -48,8 +48,16 @@ TEST(FaultInjection, DiskFullWhilePackingShards) {
   EXPECT_TRUE(Leftovers(dir / "out").empty());
   EXPECT_FALSE(Dataset::Open(dir / "out").ok());
 
-  // After space is freed, the same command succeeds over the leftovers.
-  options.fs = FileSystem::Default();
+  // The shards finished before the disk filled stay (the folder has no
+  // index, so it does not open as a dataset). Packing again says they are in
+  // the way, deleting nothing; with --force (overwrite) it replaces them.
+  options.file_system = FileSystem::Default();
+  auto again = Pack(dir / "src", dir / "out", options);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(again.error().message().find("shard-000000.tar"), std::string::npos) << again.error().message();
+  EXPECT_NE(again.error().message().find("--force"), std::string::npos) << again.error().message();
+  options.overwrite = true;
   ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", dir / "out", options));
   ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
   EXPECT_EQ(dataset->num_samples(), 60u);
@@ -60,9 +68,9 @@ TEST(FaultInjection, DiskFullWhileWritingTheIndex) {
   TempDir dir;
   MakeSource(dir / "src");
   FaultFileSystem fs;
-  fs.disk_full_for_suffix = "index.stoker.tmp";
+  fs.disk_full_for_path_part = "index.stoker.tmp";
   PackOptions options;
-  options.fs = &fs;
+  options.file_system = &fs;
   auto r = Pack(dir / "src", dir / "out", options);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), StatusCode::kResourceExhausted);
@@ -77,7 +85,7 @@ TEST(FaultInjection, FileVanishesAfterListing) {
   FaultFileSystem fs;
   fs.vanished.insert(dir / "src/class1/13.jpg");
   PackOptions options;
-  options.fs = &fs;
+  options.file_system = &fs;
   auto r = Pack(dir / "src", dir / "out", options);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), StatusCode::kNotFound);

@@ -121,19 +121,10 @@ TEST(CpuTwin, NormaliseLayoutsAndDtypes) {
     std::vector<std::uint16_t> half(w * h * 3);
     device::PreprocessOnCpu(px.data(), std::span(&desc, 1), o, half.data());
     for (std::size_t i = 0; i < half.size(); ++i) {
-      const auto bits =
-          type == OutputType::kFloat16 ? device::FloatToHalfBits(nchw[i]) : device::FloatToBFloat16Bits(nchw[i]);
+      const auto bits = type == OutputType::kFloat16 ? FloatToHalfBits(nchw[i]) : FloatToBFloat16Bits(nchw[i]);
       ASSERT_EQ(half[i], bits);
     }
   }
-  EXPECT_EQ(device::FloatToHalfBits(1.0f), 0x3c00);
-  EXPECT_EQ(device::FloatToHalfBits(-2.0f), 0xc000);
-  EXPECT_EQ(device::FloatToHalfBits(65504.0f), 0x7bff);
-  EXPECT_EQ(device::FloatToHalfBits(1e6f), 0x7c00);
-  EXPECT_EQ(device::FloatToHalfBits(5.9604645e-8f), 0x0001);       // the smallest subnormal
-  EXPECT_EQ(device::FloatToHalfBits(1.0f + 1.0f / 2048), 0x3c00);  // a tie: to even
-  EXPECT_EQ(device::FloatToBFloat16Bits(1.0f), 0x3f80);
-  EXPECT_EQ(device::FloatToBFloat16Bits(1.00390625f), 0x3f80);  // a tie: to even
 }
 
 device::TransferOptions SmallEngine() {

@@ -84,15 +84,17 @@ TEST(WebDataset, GroupsAdjacentMembersIntoSamples) {
                                  {"x/b.jpg", "B"},
                                  {"x/a.txt", "again"}});
   std::vector<TarSample> samples;
-  std::uint64_t skipped = 0;
+  std::vector<SkippedMember> skipped;
   ASSERT_OK(ForEachSample(
       stoker::testing::Bytes(archive), "t.tar",
       [&](const TarSample& s) {
         samples.push_back(s);
         return Status::Ok();
       },
-      &skipped));
-  EXPECT_EQ(skipped, 1u);
+      [&](const SkippedMember& m) { skipped.push_back(m); }));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].name, "__meta__");
+  EXPECT_EQ(skipped[0].header_offset, 0u);
   ASSERT_EQ(samples.size(), 3u);  // x/a appears again after x/b: a new sample, as in WebDataset
   EXPECT_EQ(samples[0].key, "x/a");
   ASSERT_EQ(samples[0].fields.size(), 2u);
@@ -101,17 +103,31 @@ TEST(WebDataset, GroupsAdjacentMembersIntoSamples) {
   EXPECT_EQ(samples[2].key, "x/a");
 }
 
-TEST(WebDataset, RejectsDuplicateFieldAndMissingExtension) {
-  auto run = [](const std::string& archive) {
+TEST(WebDataset, RejectsDuplicateFieldAndSkipsMembersWithoutExtension) {
+  std::vector<SkippedMember> skipped;
+  std::vector<std::string> keys;
+  auto run = [&](const std::string& archive) {
+    skipped.clear();
+    keys.clear();
     return ForEachSample(
-        stoker::testing::Bytes(archive), "t.tar", [](const TarSample&) { return Status::Ok(); }, nullptr);
+        stoker::testing::Bytes(archive), "t.tar",
+        [&](const TarSample& s) {
+          keys.push_back(s.key);
+          return Status::Ok();
+        },
+        [&](const SkippedMember& m) { skipped.push_back(m); });
   };
   Status dup = run(Archive({{"k.jpg", "1"}, {"k.JPG", "2"}}));
   EXPECT_EQ(dup.code(), StatusCode::kCorruption);
   EXPECT_NE(dup.message().find("t.tar:1024: sample 'k' has field 'jpg' twice"), std::string::npos) << dup.message();
-  Status noext = run(Archive({{"k.jpg", "1"}, {"dir/README", "2"}}));
-  EXPECT_NE(noext.message().find("t.tar:1024: member 'dir/README' has no extension"), std::string::npos)
-      << noext.message();
+  // As the webdataset library does: a member without an extension has no
+  // key; it is left out (and reported), the samples around it are kept.
+  ASSERT_OK(run(Archive({{"k.jpg", "1"}, {"dir/README", "2"}, {"m.jpg", "3"}})));
+  EXPECT_EQ(keys, (std::vector<std::string>{"k", "m"}));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].name, "dir/README");
+  EXPECT_EQ(skipped[0].header_offset, 1024u);
+  EXPECT_EQ(skipped[0].why, "no extension, so no sample key");
 }
 
 }  // namespace

@@ -120,10 +120,16 @@ def test_interrupted_pack_never_looks_complete(stoker, demo_images, tmp_path):
     assert not (out / "index.stoker").exists()
     r = stoker("inspect", out, check=False)
     assert r.returncode != 0 and "has no index.stoker" in r.stderr
-    # A rerun (without the stuck file) cleans up and completes.
+    # A rerun (without the stuck file) says the finished shards are in the way
+    # and deletes nothing; with --force it replaces them and the dead run's
+    # temporaries go.
+    shards_before = sorted(p.name for p in out.glob("shard-*.tar"))
     manifest.write_text("path,label\n" + "".join("%s,1\n" % f for f in files))
-    stoker("pack", manifest, out, "--shard-size", "256KiB")
-    assert not list(out.glob("*.tmp"))
+    r = stoker("pack", manifest, out, "--shard-size", "256KiB", check=False)
+    assert r.returncode == 1 and "shard-000000.tar" in r.stderr and "--force" in r.stderr, r.stderr
+    assert sorted(p.name for p in out.glob("shard-*.tar")) == shards_before
+    stoker("pack", manifest, out, "--shard-size", "256KiB", "--force")
+    assert not list(out.glob("*.tmp*"))
     stoker("verify", out)
 
 

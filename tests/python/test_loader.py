@@ -179,7 +179,7 @@ def test_tensors_outlive_the_loader(packed):
 def test_errors_become_python_exceptions(packed, tmp_path):
     with pytest.raises(FileNotFoundError):
         stoker.Loader(tmp_path / "nothing-here")
-    with pytest.raises(ValueError, match="world size"):
+    with pytest.raises(ValueError, match="world_size"):
         stoker.Loader(packed, batch_size=4, rank=3, world_size=3)
     with pytest.raises(ValueError, match="dtype"):
         stoker.Loader(packed, dtype="int32")

@@ -122,7 +122,7 @@ def test_faults_are_retried_and_never_reach_the_samples(packed, proxy, tmp_path,
     local, _ = batches(packed)
     first = shard_names(packed)[0]
     proxy.add_fault(first, kind, **args)
-    remote, loader = batches(proxy.url, cache_dir=tmp_path / "cache", cache_size="64MiB", stall_timeout=1)
+    remote, loader = batches(proxy.url, cache_dir=tmp_path / "cache", cache_size="64MiB", stall_timeout_seconds=1)
     assert_same(local, remote)
     assert proxy.requests["/" + first] >= 2, proxy.requests
     assert loader.remote_stats()["retries"] >= 1
@@ -217,7 +217,7 @@ def test_closing_a_loader_abandons_stalled_downloads_promptly(stoker_bin, packed
     # this process, so closing must not hold the GIL while the cache stops.
     for name in shard_names(packed):
         proxy.add_fault(name, "stall", seconds=60)
-    loader = stoker.Loader(proxy.url, batch_size=8, cache_dir=tmp_path / "cache", stall_timeout=120.0,
+    loader = stoker.Loader(proxy.url, batch_size=8, cache_dir=tmp_path / "cache", stall_timeout_seconds=120.0,
                            log_epochs=False)
     deadline = time.time() + 10
     while not any(proxy.requests.get("/" + name) for name in shard_names(packed)) and time.time() < deadline:

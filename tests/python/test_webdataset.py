@@ -70,7 +70,8 @@ def test_index_of_gnu_tar_shards_matches_webdataset(stoker, tmp_path, tar_format
     subprocess.run(["tar", "--format=" + tar_format, "--sort=name", "-cf", shard2, "-C", root, "x" * 120, "y"],
                    check=True)
     r = stoker("index", str(tmp_path / "data-{000000..000001}.tar"))
-    assert "skipped" in r.stdout  # directories and __meta__
+    assert "left out 7 members" in r.stdout  # directories and __meta__, each named on stderr
+    assert "member '__meta__' left out as WebDataset leaves it out (a __*__ name)" in r.stderr, r.stderr
 
     listed = [json.loads(line) for line in stoker("ls", tmp_path / "index.stoker", "--json").stdout.splitlines()]
     expected = webdataset_samples([shard1, shard2])
@@ -101,13 +102,23 @@ def test_index_rejects_truncated_tar(stoker, tmp_path):
     assert not (tmp_path / "index.stoker").exists()
 
 
-def test_index_rejects_member_without_extension(stoker, tmp_path):
+def test_index_leaves_out_members_without_extension_as_webdataset_does(stoker, tmp_path):
+    # A GNU tar with a README among the samples: the webdataset library reads
+    # it (leaving the README out); so does stoker, naming what it left out.
     root = tmp_path / "tree"
     (root / "k").mkdir(parents=True)
     (root / "k" / "a.jpg").write_bytes(b"x")
+    (root / "k" / "a.cls").write_bytes(b"4")
     (root / "k" / "README").write_bytes(b"y")
+    (root / "k" / "b.jpg").write_bytes(b"z")
     shard = tmp_path / "s.tar"
     subprocess.run(["tar", "--sort=name", "-cf", shard, "-C", root, "k"], check=True)
-    r = stoker("index", shard, check=False)
-    assert r.returncode != 0
-    assert "member 'k/README' has no extension" in r.stderr, r.stderr
+    r = stoker("index", shard)
+    assert "member 'k/README' left out as WebDataset leaves it out (no extension" in r.stderr, r.stderr
+    listed = [json.loads(line) for line in stoker("ls", tmp_path / "index.stoker", "--json").stdout.splitlines()]
+    want = [(s["__key__"], sorted(k for k in s if not k.startswith("__"))) for s in webdataset_samples([shard])]
+    assert [(e["key"], sorted(e["fields"])) for e in listed] == want == [("k/a", ["cls", "jpg"]), ("k/b", ["jpg"])]
+    summary = json.loads(stoker("inspect", tmp_path / "index.stoker", "--json").stdout)
+    assert summary["skipped_members"] == 2  # the folder member k/ and k/README
+    assert "skipped  2 tar members" in stoker("inspect", tmp_path / "index.stoker").stdout
+    stoker("verify", tmp_path / "index.stoker")

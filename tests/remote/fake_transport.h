@@ -23,6 +23,7 @@ struct Fault {
   long status = 503;
   std::optional<double> retry_after;
   std::uint64_t at = 0;  // bytes before a reset or truncation; offset for corruption
+  std::string location;  // kStatus: the Location header (redirects)
 };
 
 inline Fault MakeFault(Fault::Kind kind, std::uint64_t at = 0) {
@@ -91,7 +92,8 @@ class FakeTransport final : public HttpTransport {
     r.etag = etag;
     if (fault && fault->kind == Fault::Kind::kStatus) {
       r.status = fault->status;
-      r.retry_after_s = fault->retry_after;
+      r.retry_after_seconds = fault->retry_after;
+      r.location = fault->location;
       return r;
     }
     if (fault && fault->kind == Fault::Kind::kChangeEtag) r.etag = "\"changed\"";

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_clock.h"
 #include "remote/fake_transport.h"
 
 namespace stoker::remote {
@@ -23,11 +24,14 @@ struct Download {
   Status status;
 };
 
-Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uint32_t attempts = 8) {
+Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uint32_t attempts = 8,
+               double deadline_seconds = 0) {
   Download d;
+  stoker::testing::FakeClock clock;
   RetryPolicy policy;
   policy.max_attempts = attempts;
-  policy.sleep = [&](double s) { d.sleeps.push_back(s); };
+  policy.clock = &clock;
+  policy.deadline_seconds = deadline_seconds;
   HttpRequest request;
   request.url = kUrl;
   d.status = FetchObject(
@@ -42,6 +46,7 @@ Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uin
         return Status::Ok();
       },
       policy, &d.stats);
+  d.sleeps = clock.sleeps();
   return d;
 }
 
@@ -150,7 +155,7 @@ TEST(Fetch, HeaderLinesAreParsedStrictly) {
   ParseHeaderLine("Content-Length: 100\r\n", 0, &r);
   EXPECT_EQ(r.content_length, 100u);
   ParseHeaderLine("Retry-After: 7\r\n", 0, &r);
-  EXPECT_EQ(r.retry_after_s.value_or(-1), 7);
+  EXPECT_EQ(r.retry_after_seconds.value_or(-1), 7);
   // Inconsistent or malformed values are not half-read.
   for (const char* bad :
        {"Content-Range: bytes 200-100/1000", "Content-Range: bytes 100-1000/1000", "Content-Range: bytes */1000",
@@ -163,9 +168,62 @@ TEST(Fetch, HeaderLinesAreParsedStrictly) {
   // A new status line (after 100 Continue, say) starts afresh.
   ParseHeaderLine("HTTP/2 200\r\n", 0, &r);
   EXPECT_EQ(r.status, 200);
-  EXPECT_TRUE(r.etag.empty() && !r.retry_after_s && !r.content_length);
+  EXPECT_TRUE(r.etag.empty() && !r.retry_after_seconds && !r.content_length);
   ParseHeaderLine("HTTP/1.1 2x0 Odd", 0, &r);
   EXPECT_EQ(r.status, 0);
+  ParseHeaderLine("Location: https://elsewhere/x.tar\r\n", 0, &r);
+  EXPECT_EQ(r.location, "https://elsewhere/x.tar");
+}
+
+// A deadline bounds the whole download, waits included: a server that keeps
+// answering 503 with long Retry-After values is given up on in time, and
+// the error says so.
+TEST(Fetch, TheDeadlineBoundsEveryAttemptAndWait) {
+  FakeTransport t;
+  t.Put(kUrl, Pattern(1000, 3));
+  for (int i = 0; i < 20; ++i) t.AddFault(kUrl, StatusFault(503, 30));
+  Download d = Fetch(t, 1000, /*attempts=*/20, /*deadline_seconds=*/100);
+  EXPECT_EQ(d.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(d.status.message().find("the deadline is 100 s"), std::string::npos) << d.status.message();
+  double slept = 0;
+  for (double s : d.sleeps) slept += s;
+  EXPECT_LE(slept, 100.0);
+  EXPECT_EQ(d.stats.attempts, 4u);  // at 0, 30, 60 and 90 s; the next could not start before 100 s
+}
+
+// A redirect is not followed, and the error says where it points (secrets
+// in that URL hidden).
+TEST(Fetch, RedirectsAreNamedWithTheirTarget) {
+  FakeTransport t;
+  t.Put(kUrl, Pattern(10, 1));
+  Fault redirect = StatusFault(302);
+  redirect.location = "https://cdn.example/x.tar?X-Amz-Signature=secret";
+  t.AddFault(kUrl, redirect);
+  Download d = Fetch(t, 10);
+  EXPECT_EQ(d.status.code(), StatusCode::kUnavailable);
+  EXPECT_NE(d.status.message().find("HTTP 302 (a redirect to https://cdn.example/x.tar?X-Amz-Signature=***"),
+            std::string::npos)
+      << d.status.message();
+  EXPECT_EQ(d.status.message().find("secret"), std::string::npos);
+}
+
+// URLs in messages never carry passwords or signatures.
+TEST(Fetch, MessagesHideSecretsInTheUrl) {
+  FakeTransport t;
+  const std::string url = "https://user:hunter2@store/data/a.tar?token=abc&part=1";
+  t.Put(url, Pattern(10, 1));
+  t.AddFault(url, StatusFault(404));
+  stoker::testing::FakeClock clock;
+  RetryPolicy policy;
+  policy.clock = &clock;
+  HttpRequest request;
+  request.url = url;
+  Status s = FetchObject(
+      t, request, 10, [](std::span<const std::byte>) { return Status::Ok(); }, [] { return Status::Ok(); }, policy);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("https://user:***@store/data/a.tar?token=***&part=1"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("hunter2"), std::string::npos);
+  EXPECT_EQ(s.message().find("abc"), std::string::npos);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include "core/cancel.h"
 #include "core/hash.h"
+#include "fake_clock.h"
+#include "fault_file_system.h"
 #include "remote/fake_transport.h"
 #include "test_util.h"
 
@@ -22,8 +24,12 @@ using testing::StatusFault;
 
 constexpr std::uint64_t kShard = 64 << 10;
 
+// Free space as a test says (the real folder's otherwise).
+class FreeSpaceFileSystem final : public ::stoker::testing::FaultFileSystem {};
+
 struct Fixture {
   ::stoker::testing::TempDir dir;
+  ::stoker::testing::FakeClock clock;  // backoff, refresh intervals and failure memory run on it
   FakeTransport transport;
   std::vector<ShardDesc> shards;
   std::vector<std::vector<std::byte>> data;
@@ -36,13 +42,16 @@ struct Fixture {
       shards.push_back({url, "shard-" + std::to_string(i) + ".tar", kShard, Xxh3(data.back())});
     }
   }
-  std::unique_ptr<ShardCache> Open(std::uint64_t capacity_shards, std::uint32_t connections = 4) {
+  // `real_clock`: for tests of waits that must end in real time.
+  std::unique_ptr<ShardCache> Open(std::uint64_t capacity_shards, std::uint32_t connections = 4,
+                                   bool real_clock = false) {
     ShardCacheOptions o;
     o.cache.dir = dir.path();
     o.cache.capacity_bytes = capacity_shards * kShard;
     o.cache.min_free_bytes = 0;
     o.connections = connections;
-    o.retry.sleep = [](double) {};
+    o.clock = real_clock ? nullptr : &clock;
+    o.retry.clock = &clock;  // retries never wait really
     auto cache = ShardCache::Create(o, shards, &transport, FileSystem::Default());
     EXPECT_TRUE(cache.ok()) << cache.error().ToString();
     return std::move(cache).value();
@@ -153,8 +162,10 @@ TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
   o.cache.capacity_bytes = 4 * kShard;
   o.cache.min_free_bytes = 1 << 20;
   o.connections = 1;
-  o.free_bytes = [](const std::string&) -> Result<std::uint64_t> { return std::uint64_t{100} << 10; };
-  auto cache = ShardCache::Create(o, f.shards, &f.transport, FileSystem::Default());
+  o.clock = &f.clock;
+  FreeSpaceFileSystem fs;
+  fs.free_bytes = std::uint64_t{100} << 10;
+  auto cache = ShardCache::Create(o, f.shards, &f.transport, &fs);
   ASSERT_TRUE(cache.ok());
   std::vector<std::byte> bytes;
   Status s = ReadWhole(**cache, 0, bytes);
@@ -172,10 +183,10 @@ TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
   for (std::uint32_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(ReadWhole(*a, i, bytes).ok());
     EXPECT_EQ(bytes, f.data[i]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(220));  // past the refresh interval
+    f.clock.AdvanceSeconds(0.25);  // past the refresh interval
     ASSERT_TRUE(ReadWhole(*b, 4 + i, bytes).ok());
     EXPECT_EQ(bytes, f.data[4 + i]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(220));
+    f.clock.AdvanceSeconds(0.25);
     EXPECT_LE(f.CachedBytes(), 3 * kShard) << "after round " << i;
   }
   // Each still reads what the other evicted, fetching it again.
@@ -186,7 +197,7 @@ TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
 TEST(ShardCache, AStoppingReaderAndAClosingCacheDoNotWaitForAStalledDownload) {
   Fixture f(2);
   f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kStall));
-  auto cache = f.Open(2, 2);
+  auto cache = f.Open(2, 2, /*real_clock=*/true);
   std::atomic<bool> reader_stopping{false};
   Status read_status;
   std::jthread reader([&] {
@@ -223,13 +234,18 @@ TEST(ShardCache, AnotherLiveProcesssDownloadCountsAgainstTheCap) {
   auto cache = f.Open(/*capacity_shards=*/3, 2);
   const std::uint32_t plan[] = {0, 1, 2};
   cache->AdvancePlan(cache->AppendPlan(plan));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (int i = 0; i < 500 && f.CachedBytes() < 2 * kShard; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  f.clock.AdvanceSeconds(2);  // read-ahead looks again now and then; still no room
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(f.CachedBytes(), 2 * kShard);  // read-ahead left room for the other download
   EXPECT_EQ(f.Downloads(2), 0u);
   // The other process finished elsewhere (its partial is gone): the folder
-  // is looked at again within about a second, and read-ahead completes.
+  // is looked at again within a second of the cache's time, and read-ahead
+  // completes.
   std::filesystem::remove(other);
-  for (int i = 0; i < 300 && f.Downloads(2) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  f.clock.AdvanceSeconds(1.1);
+  for (int i = 0; i < 500 && f.Downloads(2) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(f.Downloads(2), 1u);
   std::vector<std::byte> bytes;
   for (std::uint32_t s : {0u, 1u, 2u}) {
@@ -237,6 +253,40 @@ TEST(ShardCache, AnotherLiveProcesssDownloadCountsAgainstTheCap) {
     EXPECT_EQ(bytes, f.data[s]);
   }
   EXPECT_EQ(cache->stats().over_capacity, 0u);
+}
+
+// A shard whose download failed (a whole fetch cycle: every attempt) fails
+// its readers at once for the rest of the epoch, instead of each read
+// starting a new cycle; a new epoch (ResetPlan) or the failure memory's end
+// tries again.
+TEST(ShardCache, AFailedShardFailsItsReadersAtOnceUntilTheNextEpoch) {
+  Fixture f(2);
+  for (int i = 0; i < 100; ++i) f.transport.AddFault(f.shards[0].url, StatusFault(500));
+  ShardCacheOptions o;
+  o.cache.dir = f.dir.path();
+  o.cache.capacity_bytes = 4 * kShard;
+  o.cache.min_free_bytes = 0;
+  o.connections = 2;
+  o.clock = &f.clock;
+  o.retry.clock = &f.clock;
+  o.retry.max_attempts = 3;
+  auto made = ShardCache::Create(o, f.shards, &f.transport, FileSystem::Default());
+  ASSERT_TRUE(made.ok());
+  auto& cache = **made;
+  std::vector<std::byte> bytes;
+  Status first = ReadWhole(cache, 0, bytes);
+  EXPECT_EQ(first.code(), StatusCode::kUnavailable);
+  EXPECT_NE(first.message().find("gave up after 3 attempts"), std::string::npos) << first.message();
+  EXPECT_EQ(f.Downloads(0), 3u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(ReadWhole(cache, 0, bytes).message(), first.message());
+  EXPECT_EQ(f.Downloads(0), 3u);                 // no new requests
+  ASSERT_TRUE(ReadWhole(cache, 1, bytes).ok());  // other shards are unaffected
+  cache.ResetPlan();                             // a new epoch: one more cycle
+  EXPECT_FALSE(ReadWhole(cache, 0, bytes).ok());
+  EXPECT_EQ(f.Downloads(0), 6u);
+  f.clock.AdvanceSeconds(61);  // the failure memory ends
+  EXPECT_FALSE(ReadWhole(cache, 0, bytes).ok());
+  EXPECT_EQ(f.Downloads(0), 9u);
 }
 
 TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {

@@ -1,23 +1,21 @@
 // `stoker checkpoint ls|verify`: what a checkpoint directory holds, and
 // whether every file still matches its checksum and the safetensors rules.
-#include "checkpoint_commands.h"
+#include "commands.h"
 
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/byte_size.h"
+#include "stoker/byte_size.h"
 #include "stoker/checkpoint.h"
+#include "stoker/text.h"
 
 namespace stoker_cli {
 
 int RunCheckpointList(const std::string& directory, bool json) {
   auto list = stoker::ListCheckpoints(directory);
-  if (!list.ok()) {
-    fmt::print(stderr, "stoker: error: {}\n", list.error().ToString());
-    return 1;
-  }
+  if (!list.ok()) return Fail(list.error());
   if (json) {
     for (const auto& c : *list) {
       nlohmann::json j = {{"step", c.step}, {"path", c.path}, {"bytes", c.bytes}};
@@ -26,9 +24,9 @@ int RunCheckpointList(const std::string& directory, bool json) {
     }
     return 0;
   }
-  if (list->empty()) fmt::print("no checkpoints in {}\n", directory);
+  if (list->empty()) fmt::print("no checkpoints in {}\n", stoker::Printable(directory));
   for (const auto& c : *list)
-    fmt::print("step {:>10}  {:>10}  {}{}\n", c.step, stoker::FormatBytes(c.bytes), c.path,
+    fmt::print("step {:>10}  {:>10}  {}{}\n", c.step, stoker::FormatBytes(c.bytes), stoker::Printable(c.path),
                c.metric ? fmt::format("  metric {}", *c.metric) : "");
   return 0;
 }

@@ -1,4 +1,4 @@
-// A one-line progress bar with rate and ETA, drawn on stderr only when it is
+// stoker/progress.h: a one-line progress bar with rate and ETA, drawn on stderr only when it is
 // a terminal (quiet in logs and pipes).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Human byte sizes: parsing "64MiB" / "2GB" / "4096" and printing "1.5 GiB".
+// stoker/byte_size.h: human byte sizes: parsing "64MiB" / "2GB" / "4096" and printing "1.5 GiB".
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,159 @@
+#include "checkpoint/snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace stoker::checkpoint {
+namespace {
+
+struct CopySegment {
+  std::byte* dst;
+  const std::byte* src;
+  std::uint64_t bytes;
+};
+
+// Copies the segments with several threads: one core cannot saturate memory
+// bandwidth.
+void ParallelCopy(const std::vector<CopySegment>& segments, std::uint64_t total, std::uint32_t threads) {
+  constexpr std::uint64_t kMinPerThread = std::uint64_t{32} << 20;
+  threads = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(total / kMinPerThread, 1, threads));
+  auto copy_range = [&](std::uint64_t from, std::uint64_t to) {
+    std::uint64_t pos = 0;
+    for (const auto& s : segments) {
+      const std::uint64_t begin = std::max(from, pos), end = std::min(to, pos + s.bytes);
+      if (begin < end) std::memcpy(s.dst + (begin - pos), s.src + (begin - pos), end - begin);
+      pos += s.bytes;
+      if (pos >= to) break;
+    }
+  };
+  if (threads == 1) {
+    copy_range(0, total);
+    return;
+  }
+  std::vector<std::thread> workers;
+  const std::uint64_t share = (total + threads - 1) / threads;
+  for (std::uint32_t i = 1; i < threads; ++i)
+    workers.emplace_back(copy_range, i * share, std::min(total, (i + 1) * share));
+  copy_range(0, std::min(total, share));
+  for (auto& w : workers) w.join();
+}
+
+std::string FileName(std::size_t index, std::size_t count) {
+  if (count == 1) return "model.safetensors";
+  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
+}
+
+}  // namespace
+
+Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes) {
+  std::vector<std::uint64_t> bytes(tensors.size());
+  std::vector<std::size_t> order(tensors.size());
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorRef& t = tensors[i];
+    if (t.name.empty()) return Status::InvalidArgument(fmt::format("tensor {} has an empty name", i));
+    if (t.name == "__metadata__") return Status::InvalidArgument("a tensor may not be named '__metadata__'");
+    if (!names.insert(t.name).second) return Status::InvalidArgument(fmt::format("duplicate tensor name '{}'", t.name));
+    auto b = safetensors::TensorBytes(t.dtype, t.shape);
+    if (!b.ok()) return b.error().WithContext(fmt::format("tensor '{}'", t.name));
+    if (*b > 0 && t.data == nullptr) return Status::InvalidArgument(fmt::format("tensor '{}' has no data", t.name));
+    bytes[i] = *b;
+    order[i] = i;
+  }
+  // By element size (largest first) then name: every tensor aligned to its
+  // element size in the file.
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto sa = TensorDTypeSize(tensors[a].dtype), sb = TensorDTypeSize(tensors[b].dtype);
+    return sa != sb ? sa > sb : tensors[a].name < tensors[b].name;
+  });
+  // Fill each file up to max_file_bytes in that order.
+  std::vector<std::vector<std::size_t>> groups;
+  std::uint64_t in_group = 0;
+  for (std::size_t i : order) {
+    if (groups.empty() || (in_group > 0 && in_group + bytes[i] > max_file_bytes)) {
+      groups.emplace_back();
+      in_group = 0;
+    }
+    groups.back().push_back(i);
+    in_group += bytes[i];
+  }
+  if (groups.empty()) groups.emplace_back();  // an empty state still makes one (empty) file
+  SnapshotPlan plan;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    FilePlan file;
+    file.name = FileName(g, groups.size());
+    file.arena_offset = plan.tensor_bytes;
+    for (std::size_t i : groups[g]) {
+      const TensorRef& t = tensors[i];
+      file.tensors.push_back({t.name, t.dtype, t.shape, file.bytes, file.bytes + bytes[i]});
+      file.sources.push_back(i);
+      file.bytes += bytes[i];
+    }
+    plan.tensor_bytes += file.bytes;
+    plan.files.push_back(std::move(file));
+  }
+  return plan;
+}
+
+Status SnapshotCopier::CheckDevices(std::span<const TensorRef> tensors) {
+  for (const TensorRef& t : tensors) {
+    if (t.device < 0) continue;
+    if (runtime_ == nullptr) runtime_ = device::CudaDeviceRuntime(&unavailable_);
+    if (runtime_ == nullptr)
+      return Status::Unavailable(
+          fmt::format("tensor '{}' is on cuda:{} but CUDA is not usable here: {}", t.name, t.device, unavailable_));
+  }
+  return Status::Ok();
+}
+
+Status SnapshotCopier::Copy(const SnapshotPlan& plan, std::span<const TensorRef> tensors, HostBuffer& arena) {
+  std::vector<CopySegment> segments;
+  std::uint64_t host_total = 0;
+  std::set<int> devices_used;
+  std::optional<int> caller_device;
+  auto restore_device = [&]() -> Status { return caller_device ? runtime_->SetDevice(*caller_device) : Status::Ok(); };
+  for (const FilePlan& file : plan.files) {
+    for (std::size_t k = 0; k < file.tensors.size(); ++k) {
+      const TensorRef& t = tensors[file.sources[k]];
+      const std::uint64_t bytes = file.tensors[k].end - file.tensors[k].begin;
+      std::byte* dst = arena.data() + file.arena_offset + file.tensors[k].begin;
+      if (bytes == 0) continue;
+      if (t.device < 0) {
+        segments.push_back({dst, static_cast<const std::byte*>(t.data), bytes});
+        host_total += bytes;
+        continue;
+      }
+      // Device tensors: enqueued first, so they run while the host copies do.
+      device::DeviceRuntime& rt = *runtime_;
+      if (!caller_device) {
+        STOKER_ASSIGN_OR_RETURN(caller_device, rt.CurrentDevice());
+      }
+      if (Status s = rt.SetDevice(t.device); !s.ok()) return s.WithContext(fmt::format("tensor '{}'", t.name));
+      auto stream = streams_.find(t.device);
+      if (stream == streams_.end()) {
+        STOKER_ASSIGN_OR_RETURN(auto made, device::MakeStream(rt));
+        stream = streams_.emplace(t.device, std::move(made)).first;
+      }
+      if (Status s = rt.CopyToHostAsync(dst, t.data, bytes, stream->second.get()); !s.ok()) {
+        (void)restore_device();
+        return s.WithContext(fmt::format("snapshot of tensor '{}' on cuda:{}", t.name, t.device));
+      }
+      devices_used.insert(t.device);
+    }
+  }
+  ParallelCopy(segments, host_total, copy_threads_);
+  for (int d : devices_used) {
+    if (Status s = runtime_->SynchronizeStream(streams_.at(d).get()); !s.ok()) {
+      (void)restore_device();
+      return s.WithContext(fmt::format("snapshot from cuda:{}", d));
+    }
+  }
+  return restore_device();
+}
+
+}  // namespace stoker::checkpoint

@@ -1,0 +1,102 @@
+#include "device/device_finisher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace stoker::device {
+
+DeviceFinisher::DeviceFinisher(const TransformOptions& transform, float input_factor)
+    : transform_(transform),
+      input_factor_(input_factor),
+      image_bytes_(static_cast<std::size_t>(transform.width) * static_cast<std::size_t>(transform.height) * 3) {}
+
+Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
+  if (!(input_factor_ >= 0 && input_factor_ <= 64))
+    return Status::InvalidArgument(fmt::format("device_input_factor {} must be between 0 and 64", input_factor_));
+  desc_bytes_ = (batch_size * sizeof(ImageDesc) + 63) / 64 * 64;
+  fallback_bytes_ = image_bytes_ * batch_size;
+  // The capacity counts from the start of the pixel area, fallback slots included.
+  pixel_capacity_ = fallback_bytes_ + static_cast<std::size_t>(static_cast<double>(image_bytes_) * batch_size *
+                                                               static_cast<double>(input_factor_));
+  pixel_used_ = std::make_unique<std::atomic<std::uint64_t>[]>(slots);
+  return Status::Ok();
+}
+
+void DeviceFinisher::BeginBatch(std::uint32_t slot) {
+  pixel_used_[slot].store(fallback_bytes_, std::memory_order_relaxed);
+}
+
+std::size_t DeviceFinisher::UsedBytes(std::uint32_t slot, std::uint32_t) const {
+  return desc_bytes_ + std::min<std::uint64_t>(pixel_used_[slot].load(), pixel_capacity_);
+}
+
+OutputDesc DeviceFinisher::output() const {
+  const auto& t = transform_;
+  OutputDesc o;
+  o.width = t.width;
+  o.height = t.height;
+  o.type = static_cast<OutputType>(t.dtype);
+  o.channels_last = t.layout == Layout::kNHWC ? 1 : 0;
+  o.normalize = t.normalize ? 1 : 0;
+  for (int c = 0; c < 3; ++c) {
+    o.mean[c] = t.mean[c];
+    o.inv_std[c] = 1.0f / t.std[c];
+  }
+  return o;
+}
+
+Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
+                              std::byte* buffer, ImageScratch& scratch, pipeline::LoaderCounters& counters) {
+  using Clock = std::chrono::steady_clock;
+  const TransformOptions& t = transform_;
+  const auto t0 = Clock::now();
+  DecodedCrop crop;
+  STOKER_RETURN_IF_ERROR(DecodeCrop(encoded, t, context.seed, context.epoch, context.sample, scratch, crop));
+  const auto t1 = Clock::now();
+  std::byte* pixels = buffer + desc_bytes_;
+  ImageDesc desc;
+  desc.flip = crop.flip ? 1 : 0;
+  // Only the box's pixels travel: the rectangle of whole pixels it touches.
+  const int rx0 = std::max(0, static_cast<int>(std::floor(crop.x0)));
+  const int ry0 = std::max(0, static_cast<int>(std::floor(crop.y0)));
+  const int rx1 = std::min(crop.view.width, static_cast<int>(std::ceil(crop.x1)));
+  const int ry1 = std::min(crop.view.height, static_cast<int>(std::ceil(crop.y1)));
+  const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(0, rx1 - rx0)) * std::max(0, ry1 - ry0) * 3;
+  const std::uint64_t at = pixel_used_[context.slot].fetch_add(bytes, std::memory_order_relaxed);
+  if (bytes > 0 && at + bytes <= pixel_capacity_) {
+    const std::size_t row = static_cast<std::size_t>(rx1 - rx0) * 3;
+    for (int y = ry0; y < ry1; ++y)
+      std::memcpy(pixels + at + static_cast<std::size_t>(y - ry0) * row,
+                  crop.view.data + static_cast<std::size_t>(y) * crop.view.stride + static_cast<std::size_t>(rx0) * 3,
+                  row);
+    desc.offset = at;
+    desc.width = rx1 - rx0;
+    desc.height = ry1 - ry0;
+    desc.x0 = static_cast<float>(crop.x0 - rx0);
+    desc.y0 = static_cast<float>(crop.y0 - ry0);
+    desc.x1 = static_cast<float>(crop.x1 - rx0);
+    desc.y1 = static_cast<float>(crop.y1 - ry0);
+  } else {
+    // No room left in this batch: resize here into the sample's own
+    // output-sized fallback image; the GPU still flips and normalises.
+    STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+    fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    desc.offset = static_cast<std::uint64_t>(context.index) * image_bytes_;
+    std::memcpy(pixels + desc.offset, scratch.resized.data(), image_bytes_);
+    desc.width = t.width;
+    desc.height = t.height;
+    desc.x0 = desc.y0 = 0;
+    desc.x1 = static_cast<float>(t.width);
+    desc.y1 = static_cast<float>(t.height);
+  }
+  std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
+  pipeline::LoaderCounters::Add(counters.decode_ns, t1 - t0);
+  pipeline::LoaderCounters::Add(counters.transform_ns, Clock::now() - t1);
+  return Status::Ok();
+}
+
+}  // namespace stoker::device

@@ -1,0 +1,65 @@
+#include "order/read_plan.h"
+
+#include <algorithm>
+
+namespace stoker::order {
+
+ReadAheadAnnouncer::ReadAheadAnnouncer(ShardReadPlanner* planner, OrderSpec spec, BatchPlan plan,
+                                       std::vector<ShardSpan> shards)
+    : planner_(planner), spec_(spec), plan_(plan), shards_(std::move(shards)) {}
+
+std::uint32_t ReadAheadAnnouncer::ShardOf(std::uint64_t sample) const {
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), sample,
+                             [](std::uint64_t v, const ShardSpan& s) { return v < s.first_sample; });
+  return static_cast<std::uint32_t>(it == shards_.begin() ? 0 : (it - shards_.begin()) - 1);
+}
+
+bool ReadAheadAnnouncer::IsAnnounced(std::uint64_t epoch) const {
+  return std::any_of(announced_.begin(), announced_.end(), [&](const Announced& a) { return a.epoch == epoch; });
+}
+
+void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order,
+                                  bool and_next) {
+  if (!IsAnnounced(epoch)) {
+    Announced a;
+    a.epoch = epoch;
+    a.first = first;
+    std::vector<std::uint32_t> visits;
+    std::vector<std::uint64_t> positions;
+    for (std::uint64_t b = first; b < plan_.NumBatches(); ++b) {
+      a.batch_start.push_back(visits.size());
+      plan_.RankPositions(b, positions);
+      for (std::uint64_t pos : positions) {
+        const std::uint32_t shard = ShardOf(order[pos]);
+        if (visits.empty() || visits.back() != shard) visits.push_back(shard);
+      }
+    }
+    a.batch_start.push_back(visits.size());
+    a.base = planner_->AppendPlan(visits);
+    announced_.push_back(std::move(a));
+    while (announced_.size() > 3) announced_.pop_front();
+  }
+  if (and_next && !IsAnnounced(epoch + 1)) Announce(epoch + 1, 0, EpochOrder(spec_, epoch + 1, shards_), false);
+}
+
+void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order) {
+  if (planner_ == nullptr) return;
+  planner_->ResetPlan();
+  announced_.clear();
+  Announce(epoch, first, order, true);
+  Advance(epoch, first);
+}
+
+void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const std::vector<std::uint64_t>& order) {
+  if (planner_ == nullptr) return;
+  Announce(epoch, 0, order, true);
+}
+
+void ReadAheadAnnouncer::Advance(std::uint64_t epoch, std::uint64_t batch) {
+  if (planner_ == nullptr) return;
+  for (const auto& a : announced_)
+    if (a.epoch == epoch && batch >= a.first && batch - a.first < a.batch_start.size())
+      planner_->AdvancePlan(a.base + a.batch_start[batch - a.first]);
+}
+
+}  // namespace stoker::order

@@ -1,0 +1,133 @@
+#include "pipeline/loader_setup.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace stoker::pipeline {
+namespace {
+
+// torchrun's RANK / WORLD_SIZE; nullopt when unset, an error when malformed.
+Result<std::optional<int>> EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::optional<int>();
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (end == nullptr || *end != '\0' || errno != 0 || x < 0 || x > 1'000'000)
+    return Status::InvalidArgument(fmt::format("${}='{}' is not a non-negative integer", name, v));
+  return std::optional<int>(static_cast<int>(x));
+}
+
+}  // namespace
+
+Status ValidateTransform(const TransformOptions& t) {
+  if (t.width <= 0 || t.height <= 0 || t.width > 16384 || t.height > 16384)
+    return Status::InvalidArgument(fmt::format("output size {}x{} is out of range (1..16384)", t.width, t.height));
+  if (!(t.scale[0] > 0 && t.scale[0] <= t.scale[1] && t.scale[1] <= 1))
+    return Status::InvalidArgument(
+        fmt::format("scale ({}, {}) must satisfy 0 < lo <= hi <= 1", t.scale[0], t.scale[1]));
+  if (!(t.ratio[0] > 0 && t.ratio[0] <= t.ratio[1] && std::isfinite(t.ratio[1])))
+    return Status::InvalidArgument(
+        fmt::format("ratio ({}, {}) must satisfy 0 < lo <= hi (finite)", t.ratio[0], t.ratio[1]));
+  if (!(t.flip_probability >= 0 && t.flip_probability <= 1))
+    return Status::InvalidArgument(fmt::format("flip probability {} is not in [0, 1]", t.flip_probability));
+  if (t.kind == TransformOptions::Kind::kResizeCenterCrop &&
+      (t.resize < std::max(t.width, t.height) || t.resize > 65536))
+    return Status::InvalidArgument(
+        fmt::format("resize {} must be at least the crop {}x{} (and at most 65536)", t.resize, t.width, t.height));
+  if (t.normalize) {
+    for (int c = 0; c < 3; ++c) {
+      if (!std::isfinite(t.mean[c]))
+        return Status::InvalidArgument(fmt::format("normalize mean[{}] = {} is not a finite number", c, t.mean[c]));
+      if (!(t.std[c] > 0) || !std::isfinite(t.std[c]))
+        return Status::InvalidArgument(
+            fmt::format("normalize std[{}] = {} must be a positive finite number", c, t.std[c]));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptions& options) {
+  if (options.batch_size == 0 || options.batch_size > kMaxBatchSize)
+    return Status::InvalidArgument(
+        fmt::format("batch_size {} must be between 1 and {}", options.batch_size, kMaxBatchSize));
+  if (options.threads > kMaxLoaderThreads)
+    return Status::InvalidArgument(
+        fmt::format("threads {} is more than the limit {} (0 picks one per core)", options.threads, kMaxLoaderThreads));
+  if (options.prefetch > kMaxPrefetch)
+    return Status::InvalidArgument(fmt::format("prefetch {} is more than the limit {} (0 picks it automatically)",
+                                               options.prefetch, kMaxPrefetch));
+  STOKER_RETURN_IF_ERROR(ValidateTransform(options.transform));
+
+  // Ranks: explicit, else torchrun's RANK and WORLD_SIZE, else 0 of 1.
+  STOKER_ASSIGN_OR_RETURN(auto env_world, EnvInt("WORLD_SIZE"));
+  STOKER_ASSIGN_OR_RETURN(auto env_rank, EnvInt("RANK"));
+  if (options.world_size < -1 || options.world_size == 0)
+    return Status::InvalidArgument(
+        fmt::format("world_size {} must be positive (or -1: from $WORLD_SIZE)", options.world_size));
+  if (options.rank < -1)
+    return Status::InvalidArgument(fmt::format("rank {} must be non-negative (or -1: from $RANK)", options.rank));
+  const int world = options.world_size > 0 ? options.world_size : env_world.value_or(1);
+  const int rank = options.rank >= 0 ? options.rank : env_rank.value_or(0);
+  if (world <= 0) return Status::InvalidArgument(fmt::format("world size {} must be positive ($WORLD_SIZE)", world));
+  if (rank >= world)
+    return Status::InvalidArgument(fmt::format("rank {} is out of range for world size {}", rank, world));
+  if (dataset.num_samples() == 0)
+    return Status::InvalidArgument(fmt::format("dataset '{}' is empty", dataset.index_path()));
+
+  order::BatchPlan plan;
+  plan.num_samples = dataset.num_samples();
+  plan.world_size = static_cast<std::uint32_t>(world);
+  plan.rank = static_cast<std::uint32_t>(rank);
+  plan.global_batch = std::uint64_t{options.batch_size} * plan.world_size;
+  plan.drop_last = options.drop_last;
+  STOKER_RETURN_IF_ERROR(plan.Validate());
+
+  const std::uint32_t threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  const std::uint32_t prefetch = options.prefetch ? options.prefetch : std::clamp(threads / 4 + 1, 2u, 4u);
+  LoaderSetup setup;
+  setup.plan = plan;
+  setup.threads = threads;
+  setup.prefetch = prefetch;
+  setup.order_spec.seed = options.seed;
+  setup.order_spec.shard_window = options.shard_window;
+  ShardReadPlanner* planner = dataset.file_system() ? dataset.file_system()->read_planner() : nullptr;
+  if (options.shard_window == 0) {
+    setup.order_spec.shard_window = 8;
+    if (planner != nullptr && planner->largest_shard_bytes() > 0) {
+      // Near a window's end its shards are still being read while the next
+      // window's start, and the one after should be downloading meanwhile:
+      // three windows fit in the cache, or reads wait and shards are fetched twice.
+      const std::uint64_t fit = planner->working_set_bytes() / (3 * planner->largest_shard_bytes());
+      setup.order_spec.shard_window = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(fit, 1, 64));
+    }
+  }
+  setup.order_spec.mode = !options.shuffle                             ? order::OrderMode::kSequential
+                          : options.order == Order::kShardBlockShuffle ? order::OrderMode::kShardBlockShuffle
+                          : options.order == Order::kSequential        ? order::OrderMode::kSequential
+                                                                       : order::OrderMode::kShuffle;
+  return setup;
+}
+
+LoaderStats StatsFromCounters(const LoaderCounters& c) {
+  LoaderStats s;
+  s.batches = c.batches.load();
+  s.samples = c.samples.load();
+  s.bytes_read = c.bytes.load();
+  s.corrupt_skipped = c.corrupt_skipped.load();
+  s.wait_seconds = static_cast<double>(c.wait_ns.load()) * 1e-9;
+  s.read_seconds = static_cast<double>(c.read_ns.load()) * 1e-9;
+  s.decode_seconds = static_cast<double>(c.decode_ns.load()) * 1e-9;
+  s.transform_seconds = static_cast<double>(c.transform_ns.load()) * 1e-9;
+  const auto calls = c.next_calls.load();
+  s.mean_ready_batches = calls ? static_cast<double>(c.ready_sum.load()) / static_cast<double>(calls) : 0;
+  s.read_requests = c.read_requests.load();
+  return s;
+}
+
+}  // namespace stoker::pipeline

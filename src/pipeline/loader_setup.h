@@ -1,0 +1,32 @@
+// What a Loader's options resolve to, validated before anything is
+// allocated: the rank's batch plan (ranks from the options or torchrun's
+// RANK / WORLD_SIZE), thread and prefetch counts, and the epoch order's
+// specification (the shard window sized for a remote cache).
+#pragma once
+
+#include <cstdint>
+
+#include "order/sampler.h"
+#include "pipeline/loader_counters.h"
+#include "stoker/dataset.h"
+#include "stoker/loader.h"
+
+namespace stoker::pipeline {
+
+struct LoaderSetup {
+  order::BatchPlan plan;
+  order::OrderSpec order_spec;
+  std::uint32_t threads = 0;
+  std::uint32_t prefetch = 0;
+};
+
+// InvalidArgument naming the option for anything out of range: batch size,
+// threads, prefetch, ranks, the transform's sizes, scale, ratio, flip
+// probability and normalisation (finite means, positive finite stds).
+[[nodiscard]] Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptions& options);
+[[nodiscard]] Status ValidateTransform(const TransformOptions& transform);
+
+// The counters as LoaderStats (the configuration fields are the caller's).
+[[nodiscard]] LoaderStats StatsFromCounters(const LoaderCounters& counters);
+
+}  // namespace stoker::pipeline

@@ -1,0 +1,74 @@
+// SampleProducer: a batch's samples from storage to its buffer. ReadBatch
+// reads the image bytes of all of a batch's samples at once (neighbours
+// merged, submitted together; each sample checked against its index record
+// unless turned off); Produce finishes one sample from those bytes through
+// the SampleFinisher, and under CorruptPolicy::kSkip replaces a corrupt one
+// by the next samples of the epoch's order (read one by one).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "pipeline/loader_counters.h"
+#include "pipeline/sample_finisher.h"
+#include "stoker/dataset.h"
+#include "stoker/loader.h"
+
+namespace stoker::pipeline {
+
+// One batch's samples as read.
+struct BatchInput {
+  std::vector<std::uint64_t> samples;  // dataset positions (first choices), one per place in the batch
+  std::vector<Result<SampleInfo>> infos;
+  std::vector<Dataset::FieldRead> reads;
+  std::vector<std::byte> encoded;  // the compressed bytes the reads point into
+};
+
+// Per-thread buffers, reused for every sample.
+struct ProducerScratch {
+  std::vector<std::byte> encoded;
+  ImageScratch image;
+};
+
+class SampleProducer {
+ public:
+  // `finisher` and `counters` must outlive the producer.
+  [[nodiscard]] static Result<std::unique_ptr<SampleProducer>> Create(std::shared_ptr<const Dataset> dataset,
+                                                                      const LoaderOptions& options,
+                                                                      SampleFinisher* finisher,
+                                                                      LoaderCounters* counters);
+
+  // Fills input.infos, input.reads and input.encoded for input.samples.
+  void ReadBatch(BatchInput& input);
+  // How ReadBatch reads ("io_uring", "pread", ...), once it has read.
+  [[nodiscard]] std::string ReadMethod() const;
+
+  struct Produced {
+    std::uint64_t sample = 0;  // the dataset position actually used
+    std::int64_t label = kNoLabel;
+    bool substituted = false;  // a corrupt sample was replaced (kSkip)
+  };
+  // Finishes the sample at `index` of `input` into `buffer`; `position` is
+  // its place in `epoch_order`, whose following samples substitute for a
+  // corrupt one under kSkip. Errors name the sample and shard:offset.
+  [[nodiscard]] Result<Produced> Produce(const BatchInput& input, std::uint32_t index,
+                                         std::span<const std::uint64_t> epoch_order, std::uint64_t position,
+                                         SampleContext context, std::byte* buffer, ProducerScratch& scratch);
+
+ private:
+  SampleProducer() = default;
+  [[nodiscard]] std::optional<std::size_t> ImageFieldOf(const SampleInfo& info) const;
+  [[nodiscard]] Status NoImageField(const SampleInfo& info) const;
+  [[nodiscard]] Result<std::int64_t> ProduceOne(std::uint64_t sample, SampleContext context, std::byte* buffer,
+                                                ProducerScratch& scratch);
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions options_;
+  std::vector<std::size_t> image_fields_;  // candidates present in the dataset, in preference order
+  SampleFinisher* finisher_ = nullptr;
+  LoaderCounters* counters_ = nullptr;
+};
+
+}  // namespace stoker::pipeline

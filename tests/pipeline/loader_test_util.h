@@ -1,0 +1,87 @@
+// Shared by the loader's tests and the device loader's: a small packed
+// dataset of real JPEGs, small loader options, and one epoch's output.
+#pragma once
+
+#include <turbojpeg.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "stoker/dataset.h"
+#include "stoker/loader.h"
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+
+using testing::TempDir;
+using testing::WriteFile;
+
+inline std::string MakeJpeg(int w, int h, unsigned seed) {
+  std::vector<unsigned char> rgb(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        rgb[(static_cast<std::size_t>(y) * w + x) * 3 + c] =
+            static_cast<unsigned char>((x * (c + 1) + y * (3 - c) + seed * 40) & 0xff);
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0), 0);
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(tj);
+  return jpeg;
+}
+
+// 3 classes x 10 images of varied sizes, packed into several shards.
+inline std::shared_ptr<const Dataset> MakeDataset(const TempDir& dir, bool with_corrupt = false) {
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 10; ++i)
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
+                MakeJpeg(60 + 7 * i, 50 + 5 * c, static_cast<unsigned>(c * 10 + i)));
+  if (with_corrupt) WriteFile(dir / "src/c1/5.jpg", "this is not a JPEG at all, only text pretending to be one");
+  PackOptions p;
+  p.target_shard_bytes = 40000;
+  auto packed = Pack(dir / "src", dir / "out", p);
+  EXPECT_TRUE(packed.ok()) << packed.error().ToString();
+  auto dataset = Dataset::Open(dir / "out");
+  EXPECT_TRUE(dataset.ok());
+  return std::shared_ptr<const Dataset>(std::move(dataset).value());
+}
+
+inline LoaderOptions SmallOptions() {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 5;
+  o.rank = 0;
+  o.world_size = 1;
+  o.transform.width = o.transform.height = 32;
+  return o;
+}
+
+struct Epoch {
+  std::vector<std::uint64_t> indices;
+  std::vector<std::int64_t> labels;
+  std::vector<std::byte> pixels;
+};
+
+inline Epoch RunEpoch(Loader& loader) {
+  Epoch e;
+  while (true) {
+    auto next = loader.Next();
+    EXPECT_TRUE(next.ok()) << next.error().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const Batch& b = **next;
+    e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
+    e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
+    auto* p = static_cast<const std::byte*>(b.images());
+    e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+  }
+  return e;
+}
+
+}  // namespace stoker

@@ -1,0 +1,202 @@
+// `stoker bench`: the loader over a dataset, measured per epoch: images/s,
+// consumer wait, CPU per image, memory; with --consumer-ms a simulated
+// accelerator step and its utilisation.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "stoker/byte_size.h"
+#include "stoker/device.h"
+#include "stoker/loader.h"
+#include "stoker/remote.h"
+#include "stoker/text.h"
+
+namespace stoker_cli {
+namespace {
+
+using stoker::Status;
+
+// A seed: a decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1").
+stoker::Result<std::uint64_t> ParseSeed(const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    return Status::InvalidArgument(
+        fmt::format("--seed '{}' is not an integer from 0 to 2^64-1", stoker::Printable(text)));
+  return value;
+}
+
+double CpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+  return sec(usage.ru_utime) + sec(usage.ru_stime);
+}
+
+std::uint64_t PeakRssBytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+// Runs the loader over the dataset and reports throughput, consumer wait,
+// CPU cost and memory; with --consumer-ms, a simulated accelerator step per
+// batch and the resulting accelerator utilisation (time computing / wall time,
+// as MLPerf Storage defines AU).
+}  // namespace
+
+int RunBench(const BenchArgs& a) {
+  auto seed = ParseSeed(a.seed);
+  if (!seed.ok()) return Fail(seed.error());
+  if (!std::isfinite(a.consumer_ms) || a.consumer_ms < 0 || a.consumer_ms > 3.6e6)
+    return Fail(stoker::Status::InvalidArgument(
+        fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
+  auto opened = Open(a.dataset, a.remote);
+  if (!opened.ok()) return Fail(opened.error());
+  std::shared_ptr<const stoker::Dataset> dataset = std::move(opened).value();
+  const bool remote = stoker::IsRemoteLocation(a.dataset);
+  std::uint64_t dataset_bytes = 0;
+  for (const auto& shard : dataset->shards()) dataset_bytes += shard.size;
+  stoker::LoaderOptions o;
+  o.batch_size = a.batch_size;
+  o.threads = a.threads;
+  o.prefetch = a.prefetch;
+  o.seed = *seed;
+  o.verify_samples = !a.no_verify;
+  o.shuffle = a.order != "sequential";
+  o.order = a.order == "shard-block" ? stoker::Order::kShardBlockShuffle : stoker::Order::kShuffle;
+  o.shard_window = a.shard_window;
+  o.on_corrupt = a.on_corrupt == "skip" ? stoker::CorruptPolicy::kSkip : stoker::CorruptPolicy::kError;
+  auto& t = o.transform;
+  t.width = t.height = a.size;
+  if (a.eval) {
+    t.kind = stoker::TransformOptions::Kind::kResizeCenterCrop;
+    t.resize = a.size * 256 / 224;
+    t.flip_probability = 0;
+  }
+  if (a.dtype == "float32")
+    t.dtype = stoker::DType::kFloat32;
+  else if (a.dtype == "float16")
+    t.dtype = stoker::DType::kFloat16;
+  else if (a.dtype == "bfloat16")
+    t.dtype = stoker::DType::kBFloat16;
+  else if (a.dtype == "uint8") {
+    t.dtype = stoker::DType::kUint8;
+    t.layout = stoker::Layout::kNHWC;
+    t.normalize = false;
+  } else {
+    return Fail(
+        Status::InvalidArgument(fmt::format("--dtype '{}': expected float32, float16, bfloat16 or uint8", a.dtype)));
+  }
+  auto loader = stoker::Loader::Create(dataset, o);
+  if (!loader.ok()) return Fail(loader.error());
+  auto& l = **loader;
+  if (!a.json)
+    fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {}{}, {} {}x{}{}\n",
+               stoker::Printable(dataset->index_path()), dataset->num_samples(), a.batch_size, l.stats().threads,
+               l.stats().prefetch, a.order,
+               a.order == "shard-block" ? fmt::format(" (window {} shards)", l.stats().shard_window) : "", a.dtype,
+               a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+  if (!a.json) {
+    fmt::print("batch buffers: {}\n",
+               l.stats().pinned_memory ? "page-locked (CUDA)"
+                                       : fmt::format("page-aligned, not page-locked: {}", stoker::QueryCuda().reason));
+  }
+  for (std::uint64_t e = 0; e < a.epochs; ++e) {
+    const auto before = l.stats();
+    const auto remote_before = stoker::GetRemoteStats(*dataset);
+    const double cpu0 = CpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    std::uint64_t batches = 0, images = 0;
+    double compute_s = 0;
+    while (true) {
+      auto next = l.Next();
+      if (!next.ok()) return Fail(next.error());
+      if (!next->has_value()) break;
+      images += (*next)->size();
+      ++batches;
+      if (a.consumer_ms > 0) {
+        const auto step_start = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.consumer_ms));
+        compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      }
+      if (a.max_batches && batches >= a.max_batches) {
+        next->reset();
+        l.SetEpoch(e + 1);
+        break;
+      }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = CpuSeconds() - cpu0;
+    const auto after = l.stats();
+    const stoker::LoaderStats epoch_stats = after.Since(before);
+    const double ips = images / wall;
+    const auto remote_after = stoker::GetRemoteStats(*dataset);
+    const std::uint64_t downloaded = remote_after.bytes_downloaded - remote_before.bytes_downloaded;
+    const std::uint64_t hits = remote_after.hits - remote_before.hits;
+    const std::uint64_t misses = remote_after.misses - remote_before.misses;
+    const double amplification = dataset_bytes ? static_cast<double>(downloaded) / dataset_bytes : 0.0;
+    const double hit_rate = hits + misses ? static_cast<double>(hits) / (hits + misses) : 0.0;
+    if (a.json) {
+      nlohmann::json j = {{"epoch", e},
+                          {"batches", batches},
+                          {"images", images},
+                          {"wall_s", wall},
+                          {"images_per_s", ips},
+                          {"mb_per_s", static_cast<double>(epoch_stats.bytes_read) / wall / 1e6},
+                          {"consumer_wait_s", epoch_stats.wait_seconds},
+                          {"cpu_s_per_image", images ? cpu / images : 0.0},
+                          {"peak_rss_bytes", PeakRssBytes()},
+                          {"threads", after.threads},
+                          {"prefetch", after.prefetch},
+                          {"shard_window", after.shard_window},
+                          {"corrupt_skipped", epoch_stats.corrupt_skipped},
+                          {"read_s", epoch_stats.read_seconds},
+                          {"decode_s", epoch_stats.decode_seconds},
+                          {"transform_s", epoch_stats.transform_seconds},
+                          {"read_requests", epoch_stats.read_requests},
+                          {"read_method", after.read_method}};
+      if (remote) {
+        j["bytes_downloaded"] = downloaded;
+        j["read_amplification"] = amplification;
+        j["cache_hit_rate"] = hit_rate;
+        j["cache_wait_s"] = remote_after.wait_seconds - remote_before.wait_seconds;
+        j["download_retries"] = remote_after.retries - remote_before.retries;
+        j["cache_evictions"] = remote_after.evictions - remote_before.evictions;
+        j["connections_opened"] = remote_after.connections - remote_before.connections;
+      }
+      if (a.consumer_ms > 0) {
+        j["consumer_ms"] = a.consumer_ms;
+        j["accelerator_utilization"] = compute_s / wall;
+        j["idle_percent"] = 100.0 * (1.0 - compute_s / wall);
+      }
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print("epoch {}: {}\n", e, epoch_stats.Summary(wall));
+      if (remote)
+        fmt::print(
+            "epoch {}: downloaded {} ({:.2f}x the dataset), cache hit rate {:.1f}%, waited {:.2f} s for "
+            "downloads, {} retries, {} connections opened\n",
+            e, stoker::FormatBytes(downloaded), amplification, 100.0 * hit_rate,
+            remote_after.wait_seconds - remote_before.wait_seconds, remote_after.retries - remote_before.retries,
+            remote_after.connections - remote_before.connections);
+      fmt::print("epoch {}: {:.0f} images/s, {:.2f} ms CPU per image, peak RSS {}", e, ips,
+                 images ? 1000.0 * cpu / images : 0.0, stoker::FormatBytes(PeakRssBytes()));
+      if (a.consumer_ms > 0)
+        fmt::print(", accelerator utilization {:.1f}% (idle {:.1f}%)", 100.0 * compute_s / wall,
+                   100.0 * (1.0 - compute_s / wall));
+      fmt::print("\n");
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace stoker_cli

@@ -1,0 +1,67 @@
+#include "cli.h"
+
+#include <fmt/format.h>
+
+#include "stoker/byte_size.h"
+#include "stoker/text.h"
+
+namespace stoker_cli {
+
+int Fail(const stoker::Status& status) {
+  fmt::print(stderr, "stoker: error: {}\n", stoker::RedactUrlsIn(status.ToString()));
+  return kExitError;
+}
+
+void Warn(const std::string& message) {
+  fmt::print(stderr, "stoker: warning: {}\n", message);
+}
+
+void AddRemoteOptions(CLI::App* command, RemoteArgs& args) {
+  command->add_option("--cache-dir", args.cache_dir,
+                      "Cache folder for remote datasets (default: $STOKER_CACHE_DIR or ~/.cache/stoker)");
+  command->add_option("--cache-size", args.cache_size, "Cache capacity, e.g. 2GiB")->capture_default_str();
+  command->add_option("--cache-min-free", args.min_free, "Free space to leave on the cache's file system")
+      ->capture_default_str();
+  command->add_option("--connections", args.connections, "Parallel downloads (1-256)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  command
+      ->add_option("--max-attempts", args.max_attempts,
+                   "Attempts per object before giving up (timeouts, resets, 5xx, 429); at least 1")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  command
+      ->add_option("--fetch-deadline", args.fetch_deadline,
+                   "Seconds one object's download may take, every attempt included")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1e7));
+}
+
+stoker::Result<stoker::OpenOptions> OpenOptionsFrom(const RemoteArgs& args) {
+  stoker::OpenOptions o;
+  o.remote.cache.dir = args.cache_dir;
+  auto size = stoker::ParseByteSize(args.cache_size);
+  if (!size.ok()) return size.error().WithContext("--cache-size");
+  if (*size == 0) return stoker::Status::InvalidArgument("--cache-size must be above zero");
+  o.remote.cache.capacity_bytes = *size;
+  auto floor = stoker::ParseByteSize(args.min_free);
+  if (!floor.ok()) return floor.error().WithContext("--cache-min-free");
+  o.remote.cache.min_free_bytes = *floor;
+  o.remote.connections = args.connections;
+  o.remote.max_attempts = args.max_attempts;
+  o.remote.fetch_deadline_seconds = args.fetch_deadline;
+  return o;
+}
+
+stoker::Result<std::unique_ptr<stoker::Dataset>> Open(const std::string& location, const RemoteArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto options, OpenOptionsFrom(args));
+  STOKER_ASSIGN_OR_RETURN(auto dataset, stoker::OpenDataset(location, options));
+  if (dataset->loose_files())
+    fmt::print(stderr,
+               "stoker: note: '{}' has no {}; reading it as an ImageFolder of loose files ({} samples; "
+               "`stoker pack` makes it faster)\n",
+               location, stoker::kIndexFileName, dataset->num_samples());
+  return dataset;
+}
+
+}  // namespace stoker_cli

@@ -1,0 +1,38 @@
+// The `stoker` subcommands. Each returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace stoker_cli {
+
+int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
+            bool force);
+int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
+int RunInspect(const std::string& location, const RemoteArgs& remote, bool json);
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json);
+int RunList(const std::string& location, const RemoteArgs& remote, bool json);
+
+struct BenchArgs {
+  std::string dataset;
+  std::uint32_t batch_size = 64, threads = 0, prefetch = 0, shard_window = 0;
+  std::uint64_t epochs = 1, max_batches = 0;
+  std::string seed = "0";
+  double consumer_ms = 0;
+  std::string dtype = "float32", order = "shuffle", on_corrupt = "error";
+  int size = 224;
+  bool eval = false, json = false, no_verify = false;
+  RemoteArgs remote;
+};
+int RunBench(const BenchArgs& args);
+
+int RunCacheStatOrClear(bool clear, const RemoteArgs& remote, bool json);
+int RunCacheWarm(const std::string& location, const RemoteArgs& remote, bool json);
+
+int RunCheckpointList(const std::string& directory, bool json);
+int RunCheckpointVerify(const std::string& path, bool json);
+
+}  // namespace stoker_cli

@@ -1,0 +1,193 @@
+// `stoker pack|index|inspect|verify|ls`: making datasets and looking at them.
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "stoker/byte_size.h"
+#include "stoker/pack.h"
+#include "stoker/progress.h"
+#include "stoker/text.h"
+
+namespace stoker_cli {
+
+using stoker::Printable;
+
+int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
+            bool force) {
+  auto target = stoker::ParseByteSize(shard_size);
+  if (!target.ok()) return Fail(target.error().WithContext("--shard-size"));
+  stoker::PackOptions options;
+  options.target_shard_bytes = *target;
+  options.threads = threads;
+  options.overwrite = force;
+  std::optional<stoker::ProgressBar> bar;
+  options.on_progress = [&](const stoker::PackProgress& p) {
+    if (!bar) bar.emplace("pack", "samples", p.samples_total);
+    bar->Update(p.samples_done, p.bytes_done);
+  };
+  auto summary = stoker::Pack(source, out, options);
+  if (bar) bar->Finish();
+  if (!summary.ok()) return Fail(summary.error());
+  for (const auto& w : summary->warnings) Warn(w);
+  fmt::print("packed {} samples into {} shards ({}; payload {}) in {}\n", summary->samples, summary->shards,
+             stoker::FormatBytes(summary->shard_bytes), stoker::FormatBytes(summary->payload_bytes), Printable(out));
+  if (!summary->class_names.empty())
+    fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
+  fmt::print("index: {}\n", Printable(summary->index_path));
+  return kExitOk;
+}
+
+int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force) {
+  stoker::IndexOptions options;
+  options.output = output;
+  options.overwrite = force;
+  std::optional<stoker::ProgressBar> bar;
+  options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
+    if (!bar) bar.emplace("index", "shards", total);
+    bar->Update(done, 0);
+  };
+  auto summary = stoker::IndexShards(shards, options);
+  if (bar) bar->Finish();
+  if (!summary.ok()) return Fail(summary.error());
+  for (const auto& w : summary->warnings) Warn(w);
+  fmt::print("indexed {} samples in {} shards ({})", summary->samples, summary->shards,
+             stoker::FormatBytes(summary->shard_bytes));
+  if (summary->skipped_members)
+    fmt::print("; left out {} members as WebDataset does (no extension, links, folders, __*__)",
+               summary->skipped_members);
+  fmt::print("\nindex: {}\n", Printable(summary->index_path));
+  return kExitOk;
+}
+
+int RunInspect(const std::string& location, const RemoteArgs& remote, bool json) {
+  auto dataset = Open(location, remote);
+  if (!dataset.ok()) return Fail(dataset.error());
+  auto summary = stoker::Summarize(**dataset);
+  if (!summary.ok()) return Fail(summary.error());
+  const auto& s = *summary;
+  if (json) {
+    nlohmann::json out;
+    out["index"] = (*dataset)->index_path();
+    out["samples"] = s.num_samples;
+    out["shards"] = s.num_shards;
+    out["shard_bytes"] = s.shard_bytes;
+    out["skipped_members"] = s.skipped_members;
+    out["field_names"] = (*dataset)->field_names();
+    out["fields"] = nlohmann::json::array();
+    for (const auto& f : s.fields)
+      out["fields"].push_back({{"name", f.name}, {"samples", f.samples}, {"bytes", f.bytes}});
+    nlohmann::json labels = nlohmann::json::object();
+    for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
+    out["labels"] = labels;
+    out["num_classes"] = s.label_counts.size();
+    out["unlabelled"] = s.unlabelled;
+    out["shard_list"] = nlohmann::json::array();
+    for (const auto& shard : (*dataset)->shards())
+      out["shard_list"].push_back({{"path", shard.path}, {"bytes", shard.size}, {"samples", shard.num_samples}});
+    // Invalid UTF-8 in a key or path is replaced, not an exception.
+    fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    return kExitOk;
+  }
+  fmt::print("dataset  {}\n", Printable((*dataset)->index_path()));
+  fmt::print("samples  {}\n", s.num_samples);
+  fmt::print("shards   {} ({})\n", s.num_shards, stoker::FormatBytes(s.shard_bytes));
+  if (s.skipped_members)
+    fmt::print("skipped  {} tar members left out as WebDataset does (no extension, links, folders, __*__)\n",
+               s.skipped_members);
+  fmt::print("fields\n");
+  for (const auto& f : s.fields)
+    fmt::print("  {:<16} {:>10} samples  {:>10}\n", Printable(f.name), f.samples, stoker::FormatBytes(f.bytes));
+  if (s.label_counts.empty()) {
+    fmt::print("labels   none\n");
+    return kExitOk;
+  }
+  std::uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& [label, count] : s.label_counts) {
+    lo = std::min(lo, count);
+    hi = std::max(hi, count);
+  }
+  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi,
+             s.unlabelled);
+  std::size_t shown = 0;
+  for (const auto& [label, count] : s.label_counts) {
+    if (shown++ == 20) {
+      fmt::print("  ... ({} more; --json lists all)\n", s.label_counts.size() - 20);
+      break;
+    }
+    fmt::print("  {:>6}: {:>8} {}\n", label, count, std::string(std::max<std::uint64_t>(1, count * 40 / hi), '#'));
+  }
+  return kExitOk;
+}
+
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json) {
+  auto dataset = Open(location, remote);
+  if (!dataset.ok()) return Fail(dataset.error());
+  std::optional<stoker::ProgressBar> bar;
+  stoker::VerifyOptions options;
+  options.on_progress = [&](std::uint64_t shards, std::uint64_t bytes) {
+    if (!bar) bar.emplace("verify", "shards", (*dataset)->shards().size());
+    bar->Update(shards, bytes);
+  };
+  auto report = stoker::Verify(**dataset, options);
+  if (bar) bar->Finish();
+  if (!report.ok()) return Fail(report.error());
+  if (json) {
+    nlohmann::json out;
+    out["ok"] = report->ok();
+    out["samples_checked"] = report->samples_checked;
+    out["shards_checked"] = report->shards_checked;
+    out["bytes_checked"] = report->bytes_checked;
+    out["problems"] = nlohmann::json::array();
+    for (const auto& p : report->problems)
+      out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
+    fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    for (const auto& p : report->problems) {
+      if (p.key.empty())
+        fmt::print(stderr, "CORRUPT {}: {}\n", Printable(p.where), Printable(p.message));
+      else
+        fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", Printable(p.where), Printable(p.key), Printable(p.message));
+    }
+    fmt::print("{}: checked {} samples in {} shards ({}): {}\n", Printable((*dataset)->index_path()),
+               report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked),
+               report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
+  }
+  return report->ok() ? kExitOk : kExitError;
+}
+
+// One line per sample: key, shard:offset, label, fields (or JSON Lines).
+// Keys and paths print escaped (\n, \t, ...), so each sample is one line.
+int RunList(const std::string& location, const RemoteArgs& remote, bool json) {
+  auto dataset = Open(location, remote);
+  if (!dataset.ok()) return Fail(dataset.error());
+  const auto& d = **dataset;
+  for (std::uint64_t i = 0; i < d.num_samples(); ++i) {
+    auto info = d.Sample(i);
+    if (!info.ok()) return Fail(info.error());
+    std::vector<std::string> fields;
+    std::uint64_t first = UINT64_MAX;
+    nlohmann::json field_json = nlohmann::json::object();
+    for (std::size_t f = 0; f < info->fields.size(); ++f) {
+      if (!info->fields[f]) continue;
+      fields.push_back(Printable(d.field_names()[f]));
+      first = std::min(first, info->fields[f]->offset);
+      field_json[d.field_names()[f]] = {{"offset", info->fields[f]->offset}, {"size", info->fields[f]->size}};
+    }
+    const std::string& shard = d.shards()[info->shard].path;
+    if (json) {
+      nlohmann::json line = {{"index", i}, {"key", info->key}, {"shard", shard}, {"fields", field_json}};
+      line["label"] = info->label == stoker::kNoLabel ? nlohmann::json() : nlohmann::json(info->label);
+      fmt::print("{}\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else {
+      std::string label = info->label == stoker::kNoLabel ? "-" : std::to_string(info->label);
+      fmt::print("{}\t{}:{}\t{}\t{}\n", Printable(info->key), Printable(shard), first, label, fmt::join(fields, ","));
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace stoker_cli
