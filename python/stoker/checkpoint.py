@@ -116,6 +116,10 @@ def _stoker_cuda_usable():
 
 def _unflatten(node, tensors):
     if "t" in node:
+        if node["t"] not in tensors:
+            from . import CorruptionError
+            raise CorruptionError("the checkpoint's state structure names tensor %r, which none of its files holds"
+                                  % (node["t"],))
         return tensors[node["t"]]
     if "d" in node:
         pairs = [(key, _unflatten(value, tensors)) for key, value in node["d"]]

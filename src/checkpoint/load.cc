@@ -30,6 +30,32 @@ Result<std::vector<StepEntry>> StepDirectories(FileSystem& fs, const std::string
   return steps;
 }
 
+// The Python package keeps the saved state's nested structure in the
+// manifest's user JSON as {"structure": NODE}, where a NODE {"t": NAME}
+// stands for the tensor NAME (docs/checkpoint.md). Every such name must be a
+// tensor of the checkpoint, or loading would fail later without saying where.
+Status CheckStructure(const std::string& user_json, const std::map<std::string, std::string>& tensors,
+                      const std::string& where) {
+  if (user_json.empty()) return Status::Ok();
+  const auto user = nlohmann::json::parse(user_json, nullptr, false);
+  if (user.is_discarded() || !user.is_object() || !user.contains("structure")) return Status::Ok();
+  std::vector<const nlohmann::json*> stack = {&user["structure"]};
+  while (!stack.empty()) {
+    const nlohmann::json* node = stack.back();
+    stack.pop_back();
+    if (node->is_object()) {
+      if (auto t = node->find("t"); t != node->end() && t->is_string() && !tensors.contains(t->get<std::string>()))
+        return Status::Corruption(fmt::format(
+            "checkpoint '{}': its manifest's state structure names tensor '{}', which none of its files holds", where,
+            t->get<std::string>()));
+      for (const auto& [key, value] : node->items()) stack.push_back(&value);
+    } else if (node->is_array()) {
+      for (const auto& value : *node) stack.push_back(&value);
+    }
+  }
+  return Status::Ok();
+}
+
 std::string Trimmed(std::string directory) {
   while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
   return directory;
@@ -61,7 +87,12 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
   STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory));
   const auto slash = step_directory.rfind('/');
   const std::string folder = slash == std::string::npos ? step_directory : step_directory.substr(slash + 1);
-  if (auto named = checkpoint::ParseStepDirectoryName(folder); named && *named != manifest.step)
+  const auto named = checkpoint::ParseStepDirectoryName(folder);
+  if (folder.starts_with("step-") && !named)
+    return Status::Corruption(fmt::format("'{}' is not a checkpoint folder name: step-N, N a non-negative integer "
+                                          "without leading zeros (its manifest says step {})",
+                                          step_directory, manifest.step));
+  if (named && *named != manifest.step)
     return Status::Corruption(
         fmt::format("'{}' is named step {} but its manifest says step {} (a folder renamed or "
                     "copied over another?)",
@@ -102,6 +133,7 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
     }
     out.mappings.push_back(std::move(file));
   }
+  STOKER_RETURN_IF_ERROR(CheckStructure(out.extras.user_json, tensor_file, step_directory));
   if (out.tensors.size() != manifest.tensor_count)
     return Status::Corruption(fmt::format("checkpoint '{}' holds {} tensors; its manifest says {}", step_directory,
                                           out.tensors.size(), manifest.tensor_count));

@@ -4,6 +4,8 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 // jpeglib.h needs size_t and FILE first.
@@ -124,7 +126,24 @@ bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<cons
 
 }  // namespace
 
+std::optional<std::string_view> OtherImageFormat(std::span<const std::byte> data) {
+  auto starts = [&](std::string_view magic, std::size_t at = 0) {
+    return data.size() >= at + magic.size() && std::memcmp(data.data() + at, magic.data(), magic.size()) == 0;
+  };
+  if (starts("\x89PNG\r\n\x1a\n")) return "PNG";
+  if (starts("RIFF") && starts("WEBP", 8)) return "WebP";
+  if (starts("GIF87a") || starts("GIF89a")) return "GIF";
+  if (starts("BM")) return "BMP";
+  if (starts(std::string_view("II*\0", 4)) || starts(std::string_view("MM\0*", 4))) return "TIFF";
+  if (starts("P5") || starts("P6")) return "PGM/PPM";
+  return std::nullopt;
+}
+
 Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
+  if (auto format = OtherImageFormat(jpeg))
+    return Status::Unimplemented(fmt::format(
+        "a {} image, not a JPEG: stoker's loader decodes JPEG only (convert the images to JPEG before packing)",
+        *format));
   Decompressor d;
   if (!d.created) return d.CreationError();
   if (setjmp(d.err.jump)) return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <span>
 #include <vector>
 
@@ -16,8 +18,12 @@ struct ImageSize {
   int height = 0;
 };
 
-// Reads the JPEG header only.
+// Reads the JPEG header only. Another image format (PNG, WebP, GIF, BMP,
+// TIFF, PGM/PPM), recognised by its magic bytes, is Unimplemented naming it;
+// anything else that is not a JPEG is Corruption.
 [[nodiscard]] Result<ImageSize> JpegSize(std::span<const std::byte> jpeg);
+// "PNG", "WebP", ... when `data` starts like an image of another format.
+[[nodiscard]] std::optional<std::string_view> OtherImageFormat(std::span<const std::byte> data);
 
 // A decoded RGB region: `pixels` holds height rows of width * 3 bytes. It
 // covers, in full-resolution coordinates, the box starting at (origin_x,

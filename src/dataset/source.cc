@@ -63,7 +63,12 @@ Status Walk(FileSystem& fs, const std::string& root, const std::string& rel,
     } else if (e.type == FileType::kRegular) {
       out.emplace_back(rel, e.name);
     } else if (e.type == FileType::kSymlink) {
-      return Status::NotFound(fmt::format("'{}' is a dangling symbolic link", Join(Join(root, rel), e.name)));
+      // A link that leads nowhere: the file system says whether it dangles
+      // or is part of a loop of links.
+      const std::string path = Join(Join(root, rel), e.name);
+      auto info = fs.Stat(path);
+      if (!info.ok()) return info.error();
+      return Status::NotFound(fmt::format("'{}' is a symbolic link that leads nowhere", path));
     }
   }
   return Status::Ok();
@@ -145,6 +150,27 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
     listing.warnings.push_back(
         fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
                     not_images, example));
+  }
+  // torchvision reads these formats; stoker's loader decodes JPEG only.
+  std::map<std::string, std::size_t> other_formats;
+  std::string other_example;
+  for (const auto& sample : listing.samples)
+    for (const auto& f : sample.fields)
+      if (f.kind == FieldSource::Kind::kFile && f.name != "jpg" && f.name != "jpeg") {
+        ++other_formats[f.name];
+        if (other_example.empty()) other_example = f.path;
+      }
+  if (!other_formats.empty()) {
+    std::vector<std::string> counts;
+    std::size_t total = 0;
+    for (const auto& [ext, n] : other_formats) {
+      counts.push_back(fmt::format("{} {}", n, ext));
+      total += n;
+    }
+    listing.warnings.push_back(fmt::format(
+        "{} images are not JPEG ({}; e.g. '{}'): they are packed, but stoker's loader decodes JPEG only and will "
+        "refuse them (convert them to JPEG before packing to train on them)",
+        total, fmt::join(counts, ", "), other_example));
   }
   return listing;
 }

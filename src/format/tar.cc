@@ -137,8 +137,13 @@ Result<std::optional<Member>> Reader::Next() {
     const char type = static_cast<char>(block[kTypeOff]);
     auto data = archive_.subspan(data_offset, *size);
     std::string_view data_text(reinterpret_cast<const char*>(data.data()), data.size());
-    // Padding may be cut at the very end of a truncated file; clamp.
-    offset_ = std::min<std::uint64_t>(next, total);
+    // A member's data is padded to a whole block; an archive that ends inside
+    // that padding was cut short (its end-of-archive blocks are missing too).
+    if (next > total)
+      return Status::Corruption(fmt::format(
+          "{}:{}: truncated tar archive: it ends {} bytes into the padding after member data of {} bytes", where_,
+          header_offset, total - data_offset - *size, *size));
+    offset_ = next;
 
     switch (type) {
       case 'L': {  // GNU long name: the data is the NUL-terminated name

@@ -13,6 +13,12 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
                   std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
   STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
   const int W = size.width, H = size.height;
+  const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
+  if (t.max_pixels > 0 && pixels > t.max_pixels)
+    return Status::Corruption(fmt::format(
+        "image is {}x{} = {:.1f} megapixels, more than the limit of {:.1f} (max_pixels / max_image_pixels; a small "
+        "file claiming a huge image is a decompression bomb; raise the limit if the image is genuine)",
+        W, H, static_cast<double>(pixels) / 1e6, static_cast<double>(t.max_pixels) / 1e6));
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
   // does not depend on which thread runs the sample, or when.
   order::Rng rng(seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(epoch) ^ sample);
@@ -36,11 +42,6 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   int scale = 1;
   if (t.dct_scaling) {
     while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
-  }
-  // Resampling shrinks by at most kMaxDownscale; decode smaller if needed.
-  while (scale < 8 && (crop_w / scale > transform::kMaxDownscale * t.width ||
-                       crop_h / scale > transform::kMaxDownscale * t.height)) {
-    scale *= 2;
   }
   if (roi.width > 0) {
     // Decode one iMCU (16 px) beyond the box on each side: chroma upsampling

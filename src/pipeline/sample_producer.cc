@@ -1,5 +1,8 @@
 #include "pipeline/sample_producer.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -40,6 +43,15 @@ std::optional<std::size_t> SampleProducer::ImageFieldOf(const SampleInfo& info) 
 }
 
 Status SampleProducer::NoImageField(const SampleInfo& info) const {
+  static constexpr std::string_view kOtherFormats[] = {"png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm"};
+  for (std::size_t f = 0; f < info.fields.size(); ++f) {
+    const std::string& name = dataset_->field_names()[f];
+    if (info.fields[f] && std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
+      return Status::Unimplemented(fmt::format(
+          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG only (convert the images "
+          "to JPEG before packing)",
+          Printable(info.key), dataset_->shards()[info.shard].path, name, name));
+  }
   std::vector<std::string> names;
   for (std::size_t f : image_fields_) names.push_back(dataset_->field_names()[f]);
   return Status::Corruption(fmt::format("sample '{}' in {} has no image field ({})", Printable(info.key),

@@ -28,8 +28,11 @@ int PrecomputeCoeffs(int in_size, double in0, double in1, int out_size, std::vec
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   bounds.resize(static_cast<std::size_t>(out_size) * 2);
   coeffs.assign(static_cast<std::size_t>(out_size) * ksize, 0);
-  double k[64];  // ksize <= 2 * ceil(support) + 1; callers keep the downscale factor under 31
-  if (ksize > 64) return -1;
+  // The filter's weights for one output pixel (at most ksize of them); any
+  // downscale factor works, as in Pillow.
+  thread_local std::vector<double> weights;
+  weights.resize(static_cast<std::size_t>(ksize));
+  double* k = weights.data();
   for (int xx = 0; xx < out_size; ++xx) {
     const double center = in0 + (xx + 0.5) * scale;
     const double ss = 1.0 / filterscale;
@@ -178,7 +181,6 @@ STOKER_SIMD_CLONES bool ResampleBilinear(const ImageView& src, double x0, double
                                          int out_h, std::uint8_t* out, ResampleScratch& scratch) {
   if (out_w <= 0 || out_h <= 0 || !(x1 > x0) || !(y1 > y0) || x0 < 0 || y0 < 0 || x1 > src.width || y1 > src.height)
     return false;
-  if ((x1 - x0) / out_w > kMaxDownscale || (y1 - y0) / out_h > kMaxDownscale) return false;
   // Horizontal pass over the rows the vertical pass will need.
   std::vector<int>& vbounds = scratch.vbounds;
   std::vector<std::int32_t>& vcoeffs = scratch.vcoeffs;

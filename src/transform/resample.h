@@ -34,16 +34,11 @@ struct ResampleScratch {
   std::vector<std::int32_t> accumulator;
 };
 
-// The largest downscale factor ResampleBilinear supports (its filter then
-// spans 2 * 31 + 1 taps); larger reductions must decode at a smaller DCT
-// scale first.
-inline constexpr double kMaxDownscale = 31.0;
-
 // Resamples the box [x0, x1) x [y0, y1) of `src` (float coordinates, as
 // Pillow's `box` argument) to out_w x out_h RGB pixels, written to `out`
 // with rows of out_w * 3 bytes. Filter taps are clipped to `src`'s bounds.
-// Returns false (writing nothing) when the box is empty, lies outside `src`,
-// or shrinks by more than kMaxDownscale.
+// Any reduction works (the filter widens with it, as Pillow's). Returns false
+// (writing nothing) when the box is empty or lies outside `src`.
 [[nodiscard]] bool ResampleBilinear(const ImageView& src, double x0, double y0, double x1, double y1, int out_w,
                                     int out_h, std::uint8_t* out, ResampleScratch& scratch);
 
