@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "fake_clock.h"
 #include "remote/fake_transport.h"
 #include "remote/http.h"
 
@@ -36,9 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       transport.AddFault(url, stoker::remote::testing::MakeFault(kKinds[kind - 1], param % (object_size + 1)));
     }
   }
+  stoker::testing::FakeClock clock;  // backoff never sleeps for real
   stoker::remote::RetryPolicy policy;
   policy.max_attempts = 6;
-  policy.sleep = [](double) {};
+  policy.clock = &clock;
+  policy.deadline_seconds = data[0] % 2 == 0 ? 0 : 1 + data[1] % 60;
   std::vector<std::byte> got;
   stoker::remote::HttpRequest request;
   request.url = url;

@@ -89,9 +89,10 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
   const std::string folder = slash == std::string::npos ? step_directory : step_directory.substr(slash + 1);
   const auto named = checkpoint::ParseStepDirectoryName(folder);
   if (folder.starts_with("step-") && !named)
-    return Status::Corruption(fmt::format("'{}' is not a checkpoint folder name: step-N, N a non-negative integer "
-                                          "without leading zeros (its manifest says step {})",
-                                          step_directory, manifest.step));
+    return Status::Corruption(
+        fmt::format("'{}' is not a checkpoint folder name: step-N, N a non-negative integer "
+                    "without leading zeros (its manifest says step {})",
+                    step_directory, manifest.step));
   if (named && *named != manifest.step)
     return Status::Corruption(
         fmt::format("'{}' is named step {} but its manifest says step {} (a folder renamed or "

@@ -52,7 +52,7 @@ Result<std::uint64_t> ParseByteSize(std::string_view text) {
 }
 
 std::string FormatBytes(std::uint64_t bytes) {
-  static constexpr std::array<std::string_view, 5> kNames = {"B", "KiB", "MiB", "GiB", "TiB"};
+  static constexpr std::array<std::string_view, 7> kNames = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(bytes);
   std::size_t unit = 0;
   while (value >= 1024 && unit + 1 < kNames.size()) {

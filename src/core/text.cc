@@ -122,6 +122,8 @@ std::string RedactUrlsIn(std::string_view text) {
     out += text.substr(pos, found - pos);
     std::size_t end = found;
     while (end < text.size() && !EndsUrl(text[end])) ++end;
+    // Punctuation after a URL belongs to the sentence ("URL: what happened").
+    while (end > found && std::string_view(":,;.)").find(text[end - 1]) != std::string_view::npos) --end;
     out += RedactUrl(text.substr(found, end - found));
     pos = end;
   }

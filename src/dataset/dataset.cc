@@ -33,7 +33,10 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   impl->index_path = fs->DisplayName(index_path);
   auto mapped = fs->Map(index_path);
   if (!mapped.ok()) {
-    if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory) {
+    // Nothing at all named index.stoker: not a packed dataset. (A link that
+    // dangles or loops keeps its own message.)
+    if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory &&
+        !fs->LinkStat(index_path).ok()) {
       return Status::NotFound(fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)",
                                           fs->DisplayName(path), kIndexFileName));
     }

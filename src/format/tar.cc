@@ -140,9 +140,9 @@ Result<std::optional<Member>> Reader::Next() {
     // A member's data is padded to a whole block; an archive that ends inside
     // that padding was cut short (its end-of-archive blocks are missing too).
     if (next > total)
-      return Status::Corruption(fmt::format(
-          "{}:{}: truncated tar archive: it ends {} bytes into the padding after member data of {} bytes", where_,
-          header_offset, total - data_offset - *size, *size));
+      return Status::Corruption(
+          fmt::format("{}:{}: truncated tar archive: it ends {} bytes into the padding after member data of {} bytes",
+                      where_, header_offset, total - data_offset - *size, *size));
     offset_ = next;
 
     switch (type) {

