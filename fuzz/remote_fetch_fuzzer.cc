@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (head.range_start.has_value() != head.total_size.has_value()) __builtin_trap();
       if (head.range_start && *head.range_start >= *head.total_size) __builtin_trap();
       if (head.status < 0 || head.status > 999) __builtin_trap();
-      if (head.retry_after_s && !(*head.retry_after_s >= 0)) __builtin_trap();
+      if (head.retry_after_seconds && !(*head.retry_after_seconds >= 0)) __builtin_trap();
       from = nl + 1;
     }
   }
