@@ -137,7 +137,7 @@ void BindCheckpoint(py::module_& m) {
       .def(py::init([](const std::string& directory, std::uint32_t keep_last, std::uint32_t keep_best,
                        bool higher_is_better, const std::string& when_busy, std::uint64_t max_file_bytes,
                        const std::string& interval, std::uint64_t every_steps, double every_seconds,
-                       double mtbf_seconds, std::uint32_t copy_threads) {
+                       double mtbf_seconds, std::uint32_t copy_threads, bool replace_existing) {
              stoker::CheckpointOptions o;
              o.directory = directory;
              o.keep_last = keep_last;
@@ -164,11 +164,12 @@ void BindCheckpoint(py::module_& m) {
              o.every_seconds = every_seconds;
              o.mtbf_seconds = mtbf_seconds;
              o.copy_threads = copy_threads;
+             o.replace_existing = replace_existing;
              return std::make_unique<PyCheckpointer>(std::move(o));
            }),
            py::arg("directory"), py::arg("keep_last"), py::arg("keep_best"), py::arg("higher_is_better"),
            py::arg("when_busy"), py::arg("max_file_bytes"), py::arg("interval"), py::arg("every_steps"),
-           py::arg("every_seconds"), py::arg("mtbf_seconds"), py::arg("copy_threads"))
+           py::arg("every_seconds"), py::arg("mtbf_seconds"), py::arg("copy_threads"), py::arg("replace_existing"))
       .def("save", &PyCheckpointer::Save)
       .def("wait", &PyCheckpointer::Wait)
       .def("due", &PyCheckpointer::Due)

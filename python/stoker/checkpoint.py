@@ -31,6 +31,7 @@ import random
 import sys
 
 from . import _native
+from . import _params
 
 __all__ = ["Checkpointer", "Checkpoint", "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints",
            "restore_rng", "parse_size"]
@@ -44,11 +45,9 @@ def _torch():
 def parse_size(size):
     """Bytes from an int or a string such as "4GiB", "500MB", "1.5G" (the
     command line's rules: K/KB/M/MB/... are powers of 1000, KiB/MiB/... of 1024)."""
-    if isinstance(size, int):
-        if size < 0:
-            raise ValueError("size %d is negative" % size)
-        return size
-    return _native.parse_byte_size(str(size))
+    if isinstance(size, str):
+        return _native.parse_byte_size(size)
+    return _params.integer("size", size, 0, _params.U64_MAX)
 
 
 def _dtype_tables():
@@ -251,15 +250,18 @@ class Checkpointer:
     every_seconds, or mtbf_hours for Young/Daly's optimum from the measured
     checkpoint cost (starting at every_seconds, 30 minutes by default, until a
     checkpoint has been measured). max_file_size splits large states across
-    files with a model.safetensors.index.json, as Hugging Face does.
+    files with a model.safetensors.index.json, as Hugging Face does. Saving a
+    step whose step-N folder exists already (say, after resuming from an
+    older checkpoint) raises FileExistsError unless replace_existing=True.
     """
 
     def __init__(self, directory, keep_last=3, keep_best=0, metric_mode="min", when_busy="wait",
-                 every_steps=None, every_seconds=None, mtbf_hours=None, max_file_size="4GiB", copy_threads=0):
-        if metric_mode not in ("min", "max"):
-            raise ValueError("metric_mode must be 'min' or 'max', not %r" % (metric_mode,))
+                 every_steps=None, every_seconds=None, mtbf_hours=None, max_file_size="4GiB", copy_threads=0,
+                 replace_existing=False):
+        _params.choice("metric_mode", metric_mode, ("min", "max"))
+        _params.choice("when_busy", when_busy, ("wait", "skip"))
         if mtbf_hours is not None:
-            interval, mtbf = "auto", float(mtbf_hours) * 3600
+            interval, mtbf = "auto", _params.number("mtbf_hours", mtbf_hours, 0, 1e7, lo_open=True) * 3600
         elif every_seconds is not None:
             interval, mtbf = "seconds", 24 * 3600.0
         else:
@@ -268,13 +270,18 @@ class Checkpointer:
             raise ValueError("give one of every_steps, every_seconds or mtbf_hours")
         self.directory = str(directory)
         self._native = _native.Checkpointer(
-            self.directory, int(keep_last or 0), int(keep_best), metric_mode == "max", when_busy,
-            parse_size(max_file_size), interval, int(every_steps or 1000),
-            float(every_seconds if every_seconds is not None else 1800), mtbf, int(copy_threads))
+            self.directory, _params.optional_integer("keep_last", keep_last, 0, 1 << 31),
+            _params.integer("keep_best", keep_best, 0, 1 << 31), metric_mode == "max", when_busy,
+            parse_size(max_file_size), interval, _params.optional_integer("every_steps", every_steps, 1, 1 << 62,
+                                                                          default=1000),
+            _params.number("every_seconds", every_seconds if every_seconds is not None else 1800, 0, 1e9,
+                           lo_open=True),
+            mtbf, _params.integer("copy_threads", copy_threads, 0, 64),
+            _params.boolean("replace_existing", replace_existing))
 
     def due(self, step):
         """Whether the interval says to checkpoint at `step`."""
-        return self._native.due(int(step))
+        return self._native.due(_params.integer("step", step, 0))
 
     def save(self, step, state, loader=None, metric=None, extra=None, rng=True):
         """Snapshots `state` (nested dicts/lists/tuples of tensors and plain
