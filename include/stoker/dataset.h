@@ -55,20 +55,21 @@ struct SampleInfo {
 
 class Dataset {
  public:
-  // `path` is a dataset folder or an index file on `fs`, which must outlive
-  // the dataset. Most callers want OpenDataset (open.h), which also takes
+  // `path` is a dataset folder or an index file on `file_system`, which
+  // must outlive the dataset. Most callers want OpenDataset (open.h), which also takes
   // URLs and ImageFolder trees.
   [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path,
-                                                             FileSystem* fs = FileSystem::Default());
+                                                             FileSystem* file_system = FileSystem::Default());
   // The same on a file system the dataset keeps alive (a remote one).
-  [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path, std::shared_ptr<FileSystem> fs);
+  [[nodiscard]] static Result<std::unique_ptr<Dataset>> Open(const std::string& path,
+                                                             std::shared_ptr<FileSystem> file_system);
   // An ImageFolder tree of loose image files (ROOT/<class>/**/<file>.<ext>,
   // labels from the sorted class names, as torchvision does), indexed in
   // memory without packing: each file is a one-sample "shard", opened for
   // each read. For trying stoker before packing and for comparison; packed
   // shards read faster.
-  [[nodiscard]] static Result<std::unique_ptr<Dataset>> OpenImageFolder(const std::string& root,
-                                                                        FileSystem* fs = FileSystem::Default());
+  [[nodiscard]] static Result<std::unique_ptr<Dataset>> OpenImageFolder(
+      const std::string& root, FileSystem* file_system = FileSystem::Default());
   // True for a dataset opened with OpenImageFolder.
   [[nodiscard]] bool loose_files() const;
   ~Dataset();

@@ -61,7 +61,7 @@ struct RemoteOptions {
   // One object's download, every attempt and wait included, at most this
   // long; then it fails, and a shard that failed fails its readers at once
   // for the rest of the epoch (no new fetch cycle per read).
-  double fetch_deadline_seconds = 600;
+  double fetch_deadline_seconds = 300;
 };
 
 // True for http://, https:// and s3:// locations, and for any scheme

@@ -113,7 +113,7 @@ class Loader:
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
-                 max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=600.0, verify_samples=True,
+                 max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),

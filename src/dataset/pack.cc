@@ -320,6 +320,9 @@ unsigned DefaultThreads() {
 
 Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, const PackOptions& options) {
   FileSystem& fs = *options.file_system;
+  if (options.threads > 1024)
+    return Status::InvalidArgument(
+        fmt::format("{} reader threads is more than the limit 1024 (0 picks a default)", options.threads));
   if (options.target_shard_bytes < 4096)
     return Status::InvalidArgument(
         fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));

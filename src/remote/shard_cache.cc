@@ -182,7 +182,6 @@ struct ShardCache::Impl {
       }
       const std::uint32_t s = *job;
       entries[s].state = State::kDownloading;
-      const bool for_reader = entries[s].waiters > 0;
       in_flight += shards[s].size;
       mu.Unlock();
       DownloadCounts counts;
@@ -208,12 +207,12 @@ struct ShardCache::Impl {
         e.state = State::kAbsent;
         e.failure = file.error();
         ++e.failures;
-        if (for_reader || e.demanded || e.waiters > 0) {
-          e.failed_until = clock->Now() + Clock::Seconds(options.failure_memory_seconds);
-          e.failed_in_plan = plan_resets;
-        } else {
-          e.read_ahead_failed = true;
-        }
+        // A whole fetch cycle failed (every attempt, or the deadline):
+        // readers of this epoch get this failure at once rather than start
+        // another cycle each; read-ahead does not try it again either.
+        e.read_ahead_failed = true;
+        e.failed_until = clock->Now() + Clock::Seconds(options.failure_memory_seconds);
+        e.failed_in_plan = plan_resets;
       }
       Bump();
     }

@@ -11,9 +11,9 @@
 // Guarantees: a crash never leaves a corrupt entry (entries appear by rename
 // once checked); processes sharing the folder download each shard once and
 // hold the byte cap together; entries being read are never evicted; a shard
-// whose download failed fails its readers at once (no new fetch cycle per
-// read) until the plan is reset (a new epoch) or `failure_memory_seconds`
-// pass.
+// whose download failed (a whole cycle of attempts, for a reader or for
+// read-ahead) fails its readers at once (no new fetch cycle per read) until
+// the plan is reset (a new epoch) or `failure_memory_seconds` pass.
 #pragma once
 
 #include <cstdint>

@@ -118,7 +118,8 @@ def test_every_dtype_both_ways_with_safetensors_raw_api(tmp_path):
     # stoker writes (through the native API, since torch 1.13 has no float8) ...
     buffers = {name: ctypes.create_string_buffer(data, len(data)) for name, (_, _, data) in raw.items()}
     flat = [(name, dtype, shape, ctypes.addressof(buffers[name]), -1) for name, (dtype, shape, _) in raw.items()]
-    ckpt = _native.Checkpointer(str(tmp_path / "ours"), 3, 0, False, "wait", 1 << 30, "steps", 1000, 60.0, 3600.0, 0)
+    ckpt = _native.Checkpointer(str(tmp_path / "ours"), 3, 0, False, "wait", 1 << 30, "steps", 1000, 60.0, 3600.0, 0,
+                                False)
     assert ckpt.save(0, flat, None, {}, {"k": "v"}, None, "")
     ckpt.wait()
     ckpt.close()

@@ -35,6 +35,11 @@ void AddRemoteOptions(CLI::App* command, RemoteArgs& args) {
                    "Seconds one object's download may take, every attempt included")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 1e7));
+  command
+      ->add_option("--stall-timeout", args.stall_timeout,
+                   "Seconds a transfer may stay below 1 KiB/s before the attempt counts as stalled")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e7));
 }
 
 stoker::Result<stoker::OpenOptions> OpenOptionsFrom(const RemoteArgs& args) {
@@ -50,6 +55,7 @@ stoker::Result<stoker::OpenOptions> OpenOptionsFrom(const RemoteArgs& args) {
   o.remote.connections = args.connections;
   o.remote.max_attempts = args.max_attempts;
   o.remote.fetch_deadline_seconds = args.fetch_deadline;
+  o.remote.stall_timeout_seconds = args.stall_timeout;
   return o;
 }
 

@@ -30,7 +30,8 @@ struct RemoteArgs {
   std::string min_free = "1GiB";
   std::uint32_t connections = 8;
   std::uint32_t max_attempts = 8;
-  double fetch_deadline = 600;
+  double fetch_deadline = 300;
+  double stall_timeout = 30;
 };
 void AddRemoteOptions(CLI::App* command, RemoteArgs& args);
 [[nodiscard]] stoker::Result<stoker::OpenOptions> OpenOptionsFrom(const RemoteArgs& args);
