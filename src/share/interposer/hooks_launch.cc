@@ -1,0 +1,67 @@
+// Launches: every path that puts work on a device (kernels, cooperative
+// kernels, graphs, the legacy grid launches) passes the compute gate.
+#include "share/interposer/compute_gate.h"
+#include "share/interposer/hook_prologue.h"
+
+using stoker::share::ComputeGate;
+
+#define STOKER_LAUNCH(variant, pfn, params, args) \
+  STOKER_HOOK CUresult CUDAAPI variant params {   \
+    STOKER_PROLOGUE(variant, pfn)                 \
+    ComputeGate::Get().Enter(ip);                 \
+    return real args;                             \
+  }
+
+#define KERNEL_PARAMS                                                                                           \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,          \
+   unsigned int bz, unsigned int shared, CUstream stream, void** params, void** extra)
+#define KERNEL_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+#define COOPERATIVE_PARAMS                                                                                      \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,          \
+   unsigned int bz, unsigned int shared, CUstream stream, void** params)
+#define COOPERATIVE_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params)
+
+STOKER_LAUNCH(cuLaunchKernel, PFN_cuLaunchKernel_v4000, KERNEL_PARAMS, KERNEL_ARGS)
+STOKER_LAUNCH(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz, KERNEL_PARAMS, KERNEL_ARGS)
+STOKER_LAUNCH(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060,
+              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra))
+STOKER_LAUNCH(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz,
+              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra))
+STOKER_LAUNCH(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000, COOPERATIVE_PARAMS, COOPERATIVE_ARGS)
+STOKER_LAUNCH(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz, COOPERATIVE_PARAMS,
+              COOPERATIVE_ARGS)
+STOKER_LAUNCH(cuLaunchCooperativeKernelMultiDevice, PFN_cuLaunchCooperativeKernelMultiDevice_v9000,
+              (CUDA_LAUNCH_PARAMS * params, unsigned int count, unsigned int flags), (params, count, flags))
+STOKER_LAUNCH(cuLaunch, PFN_cuLaunch_v2000, (CUfunction f), (f))
+STOKER_LAUNCH(cuLaunchGrid, PFN_cuLaunchGrid_v2000, (CUfunction f, int w, int h), (f, w, h))
+STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int w, int h, CUstream s), (f, w, h, s))
+
+namespace {
+
+// Graph launches pass the gate, and the device's graph memory is read
+// again afterwards (at most every few milliseconds: most graphs hold none).
+template <typename Launch>
+CUresult LaunchGraph(stoker::share::Interposer& ip, Launch launch) {
+  ComputeGate::Get().Enter(ip);
+  const CUresult r = launch();
+  static std::uint64_t last_refresh_ns = 0;
+  const std::uint64_t now = stoker::share::MonotonicNs();
+  std::uint64_t last = __atomic_load_n(&last_refresh_ns, __ATOMIC_RELAXED);
+  if (now - last > 5'000'000 &&
+      __atomic_compare_exchange_n(&last_refresh_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    stoker::share::Dev dev;
+    if (ip.CurrentDevice(&dev)) ip.RefreshGraphMemory(dev.ordinal);
+  }
+  return r;
+}
+
+}  // namespace
+
+STOKER_HOOK CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  STOKER_PROLOGUE(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
+  return LaunchGraph(ip, [&] { return real(exec, stream); });
+}
+STOKER_HOOK CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  STOKER_PROLOGUE(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)
+  return LaunchGraph(ip, [&] { return real(exec, stream); });
+}

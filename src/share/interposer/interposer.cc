@@ -1,0 +1,388 @@
+#include "share/interposer/interposer.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "share/interposer/nvml_api.h"
+#include "share/interposer/real_driver.h"
+
+namespace stoker::share {
+namespace {
+
+Interposer* g_instance = nullptr;
+bool g_forked = false;  // set in a forked child; the next Get() starts over there
+
+template <typename Fn>
+void Load(Fn* fn, const char* name) {
+  *fn = reinterpret_cast<Fn>(DriverSymbol(name));
+}
+
+struct Nvml {
+  NvmlGetHandleByUuidFn handle_by_uuid = nullptr;
+  NvmlGetMemoryInfoFn memory_info = nullptr;
+  NvmlGetProcessesFn processes = nullptr;
+  bool ok = false;
+};
+
+const Nvml& NvmlCalls() {
+  static const Nvml nvml = [] {
+    Nvml n;
+    auto init = reinterpret_cast<NvmlInitFn>(NvmlSymbol("nvmlInit_v2"));
+    if (init == nullptr || init() != kNvmlSuccess) return n;
+    n.handle_by_uuid = reinterpret_cast<NvmlGetHandleByUuidFn>(NvmlSymbol("nvmlDeviceGetHandleByUUID"));
+    n.memory_info = reinterpret_cast<NvmlGetMemoryInfoFn>(NvmlSymbol("nvmlDeviceGetMemoryInfo"));
+    n.processes = reinterpret_cast<NvmlGetProcessesFn>(NvmlSymbol("nvmlDeviceGetComputeRunningProcesses_v3"));
+    n.ok = n.handle_by_uuid != nullptr && n.memory_info != nullptr;
+    return n;
+  }();
+  return nvml;
+}
+
+bool NvmlDevice(const std::uint8_t uuid[16], nvmlDevice_t* device) {
+  const Nvml& n = NvmlCalls();
+  return n.ok && n.handle_by_uuid(FormatUuid(uuid).c_str(), device) == kNvmlSuccess;
+}
+
+}  // namespace
+
+std::uint64_t MonotonicNs() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+Interposer& Interposer::Get() {
+  static Interposer* first = [] {
+    auto* ip = new Interposer();
+    pthread_atfork(nullptr, nullptr, [] { g_forked = true; });
+    std::atexit([] {
+      if (g_instance && g_instance->ok_) g_instance->ledger_->Unregister();
+    });
+    return ip;
+  }();
+  (void)first;
+  if (__builtin_expect(g_forked, 0)) {
+    // A forked child: it holds no device memory, and its copy of the
+    // parent's ledger descriptor must not keep the parent's slot alive.
+    g_forked = false;
+    g_instance->AfterForkInChild();
+  }
+  return *g_instance;
+}
+
+Interposer::Interposer() {
+  g_instance = this;
+  Initialise();
+}
+
+void Interposer::Initialise() {
+  std::string error;
+  if (!ParseShareConfig([](const char* name) { return std::getenv(name); }, &config_, &error)) {
+    error_ = error;
+    return;
+  }
+  if (DriverHandle() == nullptr) {
+    error_ = "cannot open the CUDA driver (libcuda.so.1)";
+    return;
+  }
+  Load(&calls_.ctx_get_current, "cuCtxGetCurrent");
+  Load(&calls_.ctx_get_device, "cuCtxGetDevice");
+  Load(&calls_.ctx_push, "cuCtxPushCurrent_v2");
+  Load(&calls_.ctx_pop, "cuCtxPopCurrent_v2");
+  Load(&calls_.ctx_synchronize, "cuCtxSynchronize");
+  Load(&calls_.device_get, "cuDeviceGet");
+  Load(&calls_.device_get_count, "cuDeviceGetCount");
+  Load(&calls_.device_get_uuid, "cuDeviceGetUuid");
+  Load(&calls_.device_total_mem, "cuDeviceTotalMem_v2");
+  Load(&calls_.mem_get_info, "cuMemGetInfo_v2");
+  Load(&calls_.init, "cuInit");
+  Load(&calls_.device_get_mem_pool, "cuDeviceGetMemPool");
+  Load(&calls_.device_get_default_mem_pool, "cuDeviceGetDefaultMemPool");
+  Load(&calls_.pool_get_attribute, "cuMemPoolGetAttribute");
+  Load(&calls_.array_requirements, "cuArrayGetMemoryRequirements");
+  Load(&calls_.mipmapped_requirements, "cuMipmappedArrayGetMemoryRequirements");
+  Load(&calls_.graph_mem_attribute, "cuDeviceGetGraphMemAttribute");
+  Load(&calls_.array_destroy, "cuArrayDestroy");
+  Load(&calls_.mipmapped_destroy, "cuMipmappedArrayDestroy");
+  if (!calls_.ctx_get_current || !calls_.ctx_get_device || !calls_.device_get || !calls_.device_get_uuid ||
+      !calls_.device_total_mem || !calls_.mem_get_info) {
+    error_ = "the CUDA driver lacks the context and device queries the interposer needs";
+    return;
+  }
+  ledger_ = Ledger::Open(config_.ledger_path, &error);
+  if (ledger_ == nullptr || !ledger_->Register(config_.tenant, config_.compute_share, &error)) {
+    error_ = error;
+    return;
+  }
+  ok_ = true;
+}
+
+void Interposer::AfterForkInChild() {
+  std::lock_guard<std::mutex> lock(mu);
+  allocations.clear();
+  arrays.clear();
+  modules.clear();
+  handles.clear();
+  mappings.clear();
+  pools.clear();
+  pooled.clear();
+  contexts.clear();
+  std::memset(primary_refs, 0, sizeof(primary_refs));
+  std::memset(primary, 0, sizeof(primary));
+  std::memset(graph_charged, 0, sizeof(graph_charged));
+  std::memset(tracked, 0, sizeof(tracked));
+  std::memset(overhead, 0, sizeof(overhead));
+  if (ok_) {
+    std::string error;
+    if (!ledger_->ReopenAfterFork(&error)) {
+      ok_ = false;
+      error_ = error;
+    }
+  }
+}
+
+CUresult Interposer::Refuse() {
+  static std::once_flag printed;
+  std::call_once(printed, [this] {
+    std::fprintf(stderr, "stoker-share: error: %s; GPU calls in this process (pid %d) fail\n",
+                 error_.empty() ? "not initialised" : error_.c_str(), static_cast<int>(::getpid()));
+  });
+  return CUDA_ERROR_NOT_PERMITTED;
+}
+
+bool Interposer::DeviceOf(int ordinal, Dev* dev) {
+  if (ordinal < 0 || ordinal >= static_cast<int>(kMaxOrdinals)) return false;
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  DeviceEntry& e = devices_[ordinal];
+  if (!e.known) {
+    CUdevice device = 0;
+    CUuuid uuid{};
+    size_t physical = 0;
+    if (calls_.device_get(&device, ordinal) != CUDA_SUCCESS || calls_.device_get_uuid(&uuid, device) != CUDA_SUCCESS ||
+        calls_.device_total_mem(&physical, device) != CUDA_SUCCESS)
+      return false;
+    std::memcpy(e.uuid, uuid.bytes, 16);
+    e.physical = physical;
+    e.quota = config_.LimitFor(static_cast<std::uint32_t>(ordinal));
+    e.ledger = ledger_->Device(e.uuid, e.physical);
+    if (e.ledger < 0) return false;
+    std::string error;
+    if (e.quota != kNoQuota && !ledger_->SetQuota(e.ledger, e.quota, &error)) {
+      error_ = error;
+      ok_ = false;
+      return false;
+    }
+    e.known = true;
+  }
+  dev->ordinal = ordinal;
+  dev->ledger = e.ledger;
+  return true;
+}
+
+bool Interposer::CurrentDevice(Dev* dev, CUcontext* ctx) {
+  CUcontext current = nullptr;
+  if (calls_.ctx_get_current(&current) != CUDA_SUCCESS || current == nullptr) return false;
+  if (ctx != nullptr) *ctx = current;
+  CUdevice ordinal = 0;
+  if (calls_.ctx_get_device(&ordinal) != CUDA_SUCCESS) return false;
+  return DeviceOf(ordinal, dev);
+}
+
+std::uint64_t Interposer::QuotaOf(int ordinal) {
+  Dev dev;
+  if (!DeviceOf(ordinal, &dev)) return kNoQuota;
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  return devices_[ordinal].quota;
+}
+
+std::uint64_t Interposer::PhysicalOf(int ordinal) {
+  Dev dev;
+  if (!DeviceOf(ordinal, &dev)) return 0;
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  return devices_[ordinal].physical;
+}
+
+int Interposer::OrdinalOfUuid(const std::uint8_t uuid[16]) {
+  int count = 0;
+  if (calls_.device_get_count == nullptr || calls_.device_get_count(&count) != CUDA_SUCCESS) {
+    // NVML first: the driver may not be initialised yet.
+    if (calls_.init == nullptr || calls_.init(0) != CUDA_SUCCESS || calls_.device_get_count(&count) != CUDA_SUCCESS)
+      return -1;
+  }
+  for (int o = 0; o < count && o < static_cast<int>(kMaxOrdinals); ++o) {
+    Dev dev;
+    if (!DeviceOf(o, &dev)) continue;
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    if (std::memcmp(devices_[o].uuid, uuid, 16) == 0) return o;
+  }
+  return -1;
+}
+
+bool Interposer::Admit(const Dev& dev, std::uint64_t bytes) {
+  if (ledger_->Charge(dev.ledger, bytes, /*count_refusal=*/false)) return true;
+  // Before refusing: what pools and graphs gave back since they were last
+  // read, and the driver's own view of this process.
+  RefreshPools(dev.ordinal);
+  RefreshGraphMemory(dev.ordinal);
+  Reconcile(dev.ordinal);
+  return ledger_->Charge(dev.ledger, bytes, /*count_refusal=*/true);
+}
+
+void Interposer::Track(const Dev& dev, std::uint64_t bytes) {
+  tracked[dev.ordinal] += bytes;
+}
+
+void Interposer::Untrack(const Dev& dev, std::uint64_t bytes) {
+  tracked[dev.ordinal] -= std::min(bytes, tracked[dev.ordinal]);
+  ledger_->Uncharge(dev.ledger, bytes);
+}
+
+void Interposer::AddOverhead(const Dev& dev, std::uint64_t bytes) {
+  overhead[dev.ordinal] += bytes;
+  ledger_->ForceCharge(dev.ledger, bytes);
+}
+
+void Interposer::ForgetOverhead(const Dev& dev, std::uint64_t bytes) {
+  const std::uint64_t b = std::min(bytes, overhead[dev.ordinal]);
+  overhead[dev.ordinal] -= b;
+  ledger_->Uncharge(dev.ledger, b);
+}
+
+bool Interposer::DeviceUsed(int ordinal, std::uint64_t* used) {
+  std::uint8_t uuid[16];
+  {
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    if (ordinal < 0 || ordinal >= static_cast<int>(kMaxOrdinals) || !devices_[ordinal].known) return false;
+    std::memcpy(uuid, devices_[ordinal].uuid, 16);
+  }
+  nvmlDevice_t device = nullptr;
+  nvmlMemory_t memory{};
+  if (NvmlDevice(uuid, &device) && NvmlCalls().memory_info(device, &memory) == kNvmlSuccess) {
+    *used = memory.used;
+    return true;
+  }
+  // Without NVML: the driver's view, from a context on that device.
+  CUcontext ctx = nullptr;
+  CUdevice current = -1;
+  if (calls_.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr ||
+      calls_.ctx_get_device(&current) != CUDA_SUCCESS || current != ordinal)
+    return false;
+  size_t free_bytes = 0, total = 0;
+  if (calls_.mem_get_info(&free_bytes, &total) != CUDA_SUCCESS) return false;
+  *used = total - free_bytes;
+  return true;
+}
+
+void Interposer::Reconcile(int ordinal) {
+  const Nvml& n = NvmlCalls();
+  if (!n.ok || n.processes == nullptr || !nvml_per_process_) return;
+  std::uint8_t uuid[16];
+  int d = -1;
+  {
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    if (ordinal < 0 || ordinal >= static_cast<int>(kMaxOrdinals) || !devices_[ordinal].known) return;
+    std::memcpy(uuid, devices_[ordinal].uuid, 16);
+    d = devices_[ordinal].ledger;
+  }
+  nvmlDevice_t device = nullptr;
+  if (!NvmlDevice(uuid, &device)) return;
+  nvmlProcessInfo_t infos[256];
+  unsigned int count = 256;
+  if (n.processes(device, &count, infos) != kNvmlSuccess) return;
+  const unsigned int pid = static_cast<unsigned int>(::getpid());
+  const nvmlProcessInfo_t* mine = nullptr;
+  for (unsigned int i = 0; i < count; ++i)
+    if (infos[i].pid == pid) mine = &infos[i];
+  std::lock_guard<std::mutex> lock(mu);
+  if (mine == nullptr) {
+    // Holding a context there but not listed: NVML sees another PID
+    // namespace; the measured figures stand.
+    for (const auto& [ctx, c] : contexts)
+      if (c.dev.ordinal == ordinal) nvml_per_process_ = false;
+    return;
+  }
+  const std::uint64_t target = mine->usedGpuMemory > tracked[ordinal] ? mine->usedGpuMemory - tracked[ordinal] : 0;
+  ledger_->Settle(d, overhead[ordinal], target);
+  overhead[ordinal] = target;
+  last_reconcile_ns_[ordinal] = MonotonicNs();
+}
+
+void Interposer::RefreshPools(int ordinal) {
+  if (calls_.pool_get_attribute == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& [pool, p] : pools) {
+    if (!p.device || (ordinal >= 0 && p.dev.ordinal != ordinal)) continue;
+    cuuint64_t reserved = 0;
+    if (calls_.pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) continue;
+    ledger_->Settle(p.dev.ledger, p.charged, reserved);
+    tracked[p.dev.ordinal] = tracked[p.dev.ordinal] - std::min(p.charged, tracked[p.dev.ordinal]) + reserved;
+    p.charged = reserved;
+  }
+}
+
+void Interposer::RefreshGraphMemory(int ordinal) {
+  if (calls_.graph_mem_attribute == nullptr) return;
+  for (int o = 0; o < static_cast<int>(kMaxOrdinals); ++o) {
+    if (ordinal >= 0 && o != ordinal) continue;
+    Dev dev;
+    {
+      std::lock_guard<std::mutex> lock(devices_mu_);
+      if (!devices_[o].known) continue;
+      dev = {o, devices_[o].ledger};
+    }
+    CUdevice device = 0;
+    cuuint64_t reserved = 0;
+    if (calls_.device_get(&device, o) != CUDA_SUCCESS ||
+        calls_.graph_mem_attribute(device, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS)
+      continue;
+    std::lock_guard<std::mutex> lock(mu);
+    ledger_->Settle(dev.ledger, graph_charged[o], reserved);
+    tracked[o] = tracked[o] - std::min(graph_charged[o], tracked[o]) + reserved;
+    graph_charged[o] = reserved;
+  }
+}
+
+void Interposer::ForgetContext(CUcontext ctx) {
+  int ordinal = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = arrays.begin(); it != arrays.end();) {
+      if (it->second.ctx == ctx) {
+        Untrack(it->second.dev, it->second.bytes);
+        it = arrays.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = modules.begin(); it != modules.end();) {  // measured: part of the overhead
+      if (it->second.ctx == ctx) {
+        ForgetOverhead(it->second.dev, it->second.bytes);
+        it = modules.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = allocations.begin(); it != allocations.end();) {
+      if (it->second.ctx == ctx) {
+        Untrack(it->second.dev, it->second.bytes);
+        it = allocations.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto c = contexts.find(ctx);
+    if (c != contexts.end()) {
+      ordinal = c->second.dev.ordinal;
+      ForgetOverhead(c->second.dev, c->second.measured);
+      contexts.erase(c);
+    }
+  }
+  if (ordinal >= 0) Reconcile(ordinal);
+}
+
+}  // namespace stoker::share

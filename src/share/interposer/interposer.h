@@ -1,0 +1,184 @@
+// The interposer's state in one process: its configuration, its slot in
+// the ledger, what it knows of each visible device, and the accounting of
+// every allocation it has seen (by API, so that a free, a context's end or
+// a pool's trim gives back exactly what was charged).
+//
+// Initialised on the first hooked call. When the configuration is bad or
+// the ledger cannot be used, every hooked call fails (the reason printed
+// once on stderr): a process is never silently unlimited.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "share/interposer/cuda_api.h"
+#include "share/ledger.h"
+#include "share/share_config.h"
+
+namespace stoker::share {
+
+// A device as the interposer knows it: its CUDA ordinal in this process
+// and its entry in the ledger.
+struct Dev {
+  int ordinal = -1;
+  int ledger = -1;
+};
+
+// Driver functions the interposer calls but does not hook (looked up once).
+struct DriverCalls {
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current = nullptr;
+  PFN_cuCtxGetDevice_v2000 ctx_get_device = nullptr;
+  PFN_cuCtxPushCurrent_v4000 ctx_push = nullptr;
+  PFN_cuCtxPopCurrent_v4000 ctx_pop = nullptr;
+  PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+  PFN_cuDeviceGet_v2000 device_get = nullptr;
+  PFN_cuDeviceGetCount_v2000 device_get_count = nullptr;
+  PFN_cuDeviceGetUuid_v9020 device_get_uuid = nullptr;
+  PFN_cuDeviceTotalMem_v3020 device_total_mem = nullptr;
+  PFN_cuMemGetInfo_v3020 mem_get_info = nullptr;
+  PFN_cuInit_v2000 init = nullptr;
+  PFN_cuDeviceGetMemPool_v11020 device_get_mem_pool = nullptr;
+  PFN_cuDeviceGetDefaultMemPool_v11020 device_get_default_mem_pool = nullptr;
+  PFN_cuMemPoolGetAttribute_v11020 pool_get_attribute = nullptr;
+  PFN_cuArrayGetMemoryRequirements_v11060 array_requirements = nullptr;
+  PFN_cuMipmappedArrayGetMemoryRequirements_v11060 mipmapped_requirements = nullptr;
+  PFN_cuDeviceGetGraphMemAttribute_v11040 graph_mem_attribute = nullptr;
+  PFN_cuArrayDestroy_v2000 array_destroy = nullptr;
+  PFN_cuMipmappedArrayDestroy_v5000 mipmapped_destroy = nullptr;
+};
+
+class Interposer {
+ public:
+  // The process's interposer, initialised on first use.
+  static Interposer& Get();
+
+  [[nodiscard]] bool ok() const { return ok_; }
+  // What a hooked call answers when the interposer is not usable (and the
+  // reason, printed once).
+  CUresult Refuse();
+  const DriverCalls& driver() const { return calls_; }
+  Ledger& ledger() { return *ledger_; }
+  const ShareConfig& config() const { return config_; }
+
+  // The device of the calling thread's current context; false when there
+  // is none (the hook then lets the driver answer).
+  bool CurrentDevice(Dev* dev, CUcontext* ctx = nullptr);
+  // Device `ordinal`, registered in the ledger with its quota.
+  bool DeviceOf(int ordinal, Dev* dev);
+  // The quota and physical size of device `ordinal` (kNoQuota: none).
+  std::uint64_t QuotaOf(int ordinal);
+  std::uint64_t PhysicalOf(int ordinal);
+  // The CUDA ordinal with this UUID, or -1.
+  int OrdinalOfUuid(const std::uint8_t uuid[16]);
+
+  // Admission: charge `bytes` on `dev` or refuse (after taking back what
+  // pools, graphs and the driver's own view say was given back).
+  bool Admit(const Dev& dev, std::uint64_t bytes);
+
+  // --- accounting (what each API took; see the hooks) ---
+  struct Block {  // a plain allocation, an array, a module
+    CUcontext ctx = nullptr;
+    Dev dev;
+    std::uint64_t bytes = 0;
+  };
+  struct Handle {  // a VMM allocation on a device
+    Dev dev;
+    std::uint64_t bytes = 0;
+    int refs = 0;
+  };
+  struct Pool {
+    Dev dev;
+    bool device = true;  // false: host memory, never charged
+    std::uint64_t charged = 0;
+  };
+  struct Context {
+    Dev dev;
+    std::uint64_t measured = 0;
+  };
+
+  std::mutex mu;  // guards everything below
+  std::unordered_map<CUdeviceptr, Block> allocations;
+  std::unordered_map<void*, Block> arrays;   // CUarray and CUmipmappedArray
+  std::unordered_map<void*, Block> modules;  // CUmodule and CUlibrary
+  std::unordered_map<CUmemGenericAllocationHandle, Handle> handles;
+  std::map<CUdeviceptr, std::pair<CUmemGenericAllocationHandle, std::uint64_t>> mappings;
+  std::unordered_map<CUmemoryPool, Pool> pools;
+  std::unordered_map<CUdeviceptr, CUmemoryPool> pooled;
+  std::unordered_map<CUcontext, Context> contexts;
+  int primary_refs[kMaxOrdinals] = {};
+  CUcontext primary[kMaxOrdinals] = {};
+  std::uint64_t graph_charged[kMaxOrdinals] = {};
+  // Bytes charged through the APIs above, and the rest of what the driver
+  // holds for this process (contexts, modules, lazily loaded code).
+  std::uint64_t tracked[kMaxOrdinals] = {};
+  std::uint64_t overhead[kMaxOrdinals] = {};
+
+  // Adds/removes tracked bytes and the ledger's charge together (mu held
+  // for the tracked part by the caller).
+  void Track(const Dev& dev, std::uint64_t bytes);
+  void Untrack(const Dev& dev, std::uint64_t bytes);
+  // Measured memory (contexts, modules): charged without admission.
+  void AddOverhead(const Dev& dev, std::uint64_t bytes);
+  void ForgetOverhead(const Dev& dev, std::uint64_t bytes);
+  // Measures what `create` adds to device `dev` (contexts, modules): the
+  // driver's or NVML's device-wide view before and after.
+  template <typename Create>
+  CUresult Measure(const Dev& dev, std::uint64_t* measured, Create create);
+
+  // The device memory in use on `ordinal` as the driver or NVML sees it
+  // (device-wide), or false.
+  bool DeviceUsed(int ordinal, std::uint64_t* used);
+  // Charges what the driver holds for this process beyond the tracked
+  // allocations (NVML's per-process view), where NVML can tell.
+  void Reconcile(int ordinal);
+  // Re-reads pool reservations and graph memory on `ordinal` (all: -1).
+  void RefreshPools(int ordinal);
+  void RefreshGraphMemory(int ordinal);
+  // Everything charged to context `ctx` goes (the context is gone).
+  void ForgetContext(CUcontext ctx);
+
+ private:
+  Interposer();
+  void Initialise();
+  void AfterForkInChild();
+
+  bool ok_ = false;
+  std::string error_;
+  bool error_printed_ = false;
+  ShareConfig config_;
+  Ledger* ledger_ = nullptr;
+  DriverCalls calls_;
+  struct DeviceEntry {
+    bool known = false;
+    std::uint8_t uuid[16] = {};
+    std::uint64_t physical = 0, quota = kNoQuota;
+    int ledger = -1;
+  };
+  std::mutex devices_mu_;
+  DeviceEntry devices_[kMaxOrdinals];
+  std::uint64_t last_reconcile_ns_[kMaxOrdinals] = {};
+  bool nvml_per_process_ = true;  // false once NVML could not find this process
+};
+
+std::uint64_t MonotonicNs();
+
+template <typename Create>
+CUresult Interposer::Measure(const Dev& dev, std::uint64_t* measured, Create create) {
+  std::uint64_t before = 0, after = 0;
+  const bool had_before = DeviceUsed(dev.ordinal, &before);
+  // Without a before (no NVML, no context there yet): what the ledger
+  // knows is on the device stands in for it.
+  const std::uint64_t known = had_before ? 0 : ledger_->DeviceCharged(dev.ledger);
+  const CUresult r = create();
+  *measured = 0;
+  if (r == CUDA_SUCCESS && DeviceUsed(dev.ordinal, &after)) {
+    const std::uint64_t base = had_before ? before : known;
+    *measured = after > base ? after - base : 0;
+  }
+  return r;
+}
+
+}  // namespace stoker::share

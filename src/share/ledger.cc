@@ -1,0 +1,457 @@
+#include "share/ledger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+namespace stoker::share {
+namespace {
+
+std::string Errno(const char* what, const std::string& path) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof(buffer), "%s '%s': %s", what, path.c_str(), std::strerror(errno));
+  return buffer;
+}
+
+off_t SlotByte(std::uint32_t s) {
+  return static_cast<off_t>(offsetof(LedgerLayout, slots) + s * sizeof(LedgerSlot));
+}
+
+// An open-file-description lock on one byte: held until the description
+// closes, which the kernel does when the process dies.
+bool LockByte(int fd, off_t at) {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = at;
+  lock.l_len = 1;
+  return ::fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+void UnlockByte(int fd, off_t at) {
+  struct flock lock {};
+  lock.l_type = F_UNLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = at;
+  lock.l_len = 1;
+  (void)::fcntl(fd, F_OFD_SETLK, &lock);
+}
+
+bool InitMutex(pthread_mutex_t* mu) {
+  pthread_mutexattr_t attr;
+  if (pthread_mutexattr_init(&attr) != 0) return false;
+  bool ok = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED) == 0 &&
+            pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST) == 0 && pthread_mutex_init(mu, &attr) == 0;
+  pthread_mutexattr_destroy(&attr);
+  return ok;
+}
+
+std::uint64_t NowUnix() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec);
+}
+
+// Maps an existing ledger file and checks what it holds.
+LedgerLayout* MapExisting(int fd, const std::string& path, std::string* error) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    *error = Errno("stat", path);
+    return nullptr;
+  }
+  if (static_cast<std::uint64_t>(st.st_size) < sizeof(LedgerHeader)) {
+    *error = "'" + path + "' is not a stoker GPU ledger (too short)";
+    return nullptr;
+  }
+  void* base = ::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    *error = Errno("map", path);
+    return nullptr;
+  }
+  auto* layout = static_cast<LedgerLayout*>(base);
+  const LedgerHeader& h = layout->header;
+  char detail[256] = {};
+  if (std::memcmp(h.magic, kLedgerMagic, sizeof(kLedgerMagic)) != 0) {
+    std::snprintf(detail, sizeof(detail), "not a stoker GPU ledger (bad magic)");
+  } else if (h.version != kLedgerVersion) {
+    std::snprintf(detail, sizeof(detail),
+                  "ledger format version %u; this stoker uses version %u (remove the file when no GPU process uses it)",
+                  h.version, kLedgerVersion);
+  } else if (h.layout_bytes != sizeof(LedgerLayout) || static_cast<std::uint64_t>(st.st_size) < sizeof(LedgerLayout) ||
+             h.max_devices != kMaxDevices || h.max_tenants != kMaxTenants || h.max_slots != kMaxSlots) {
+    std::snprintf(detail, sizeof(detail), "ledger layout (%llu bytes) differs from this stoker's (%zu bytes)",
+                  static_cast<unsigned long long>(h.layout_bytes), sizeof(LedgerLayout));
+  }
+  if (detail[0] != '\0') {
+    *error = "'" + path + "': " + detail;
+    ::munmap(base, sizeof(LedgerLayout));
+    return nullptr;
+  }
+  return layout;
+}
+
+// Creates the ledger under a temporary name, initialised, and links it
+// into place: a reader never sees a half-initialised ledger. Losing the
+// race to another creator is fine (theirs is used).
+bool CreateLedger(const std::string& path, std::string* error) {
+  char temp[4096];
+  std::snprintf(temp, sizeof(temp), "%s.tmp-%d", path.c_str(), static_cast<int>(::getpid()));
+  const int fd = ::open(temp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    *error = Errno("create", temp);
+    return false;
+  }
+  bool ok = ::ftruncate(fd, sizeof(LedgerLayout)) == 0;
+  void* base = ok ? ::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (base != MAP_FAILED) {
+    auto* layout = static_cast<LedgerLayout*>(base);  // zero-filled by ftruncate
+    LedgerHeader& h = layout->header;
+    h.version = kLedgerVersion;
+    h.max_devices = kMaxDevices;
+    h.max_tenants = kMaxTenants;
+    h.max_slots = kMaxSlots;
+    h.layout_bytes = sizeof(LedgerLayout);
+    ok = InitMutex(&h.lock);
+    std::memcpy(h.magic, kLedgerMagic, sizeof(kLedgerMagic));  // last: what readers check
+    ::msync(base, sizeof(LedgerHeader), MS_SYNC);
+    ::munmap(base, sizeof(LedgerLayout));
+  } else {
+    ok = false;
+  }
+  if (!ok) *error = Errno("initialise", temp);
+  ::close(fd);
+  if (ok && ::link(temp, path.c_str()) != 0 && errno != EEXIST) {
+    *error = Errno("create", path);
+    ok = false;
+  }
+  ::unlink(temp);
+  return ok || errno == EEXIST;
+}
+
+}  // namespace
+
+Ledger::Ledger(int fd, LedgerLayout* layout, std::string path) : fd_(fd), layout_(layout), path_(std::move(path)) {}
+
+Ledger::~Ledger() {
+  if (layout_ != nullptr) ::munmap(layout_, sizeof(LedgerLayout));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Ledger* Ledger::Open(const std::string& path, std::string* error) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      LedgerLayout* layout = MapExisting(fd, path, error);
+      if (layout == nullptr) {
+        ::close(fd);
+        return nullptr;
+      }
+      return new (std::nothrow) Ledger(fd, layout, path);
+    }
+    if (errno != ENOENT) {
+      *error = Errno(errno == ELOOP ? "refusing a symbolic link at" : "open", path);
+      return nullptr;
+    }
+    if (!CreateLedger(path, error)) return nullptr;
+  }
+  *error = "'" + path + "' keeps disappearing";
+  return nullptr;
+}
+
+bool Ledger::Lock() {
+  const int rc = pthread_mutex_lock(&layout_->header.lock);
+  if (rc == 0) return true;
+  if (rc != EOWNERDEAD) return false;
+  // The holder died inside its critical section: it may have charged its
+  // slot and not its tenant. Its slot is dead; the live slots are the truth.
+  (void)ReclaimDeadSlots();
+  RecomputeTenants();
+  ++layout_->header.repairs;
+  return pthread_mutex_consistent(&layout_->header.lock) == 0;
+}
+
+void Ledger::Unlock() {
+  pthread_mutex_unlock(&layout_->header.lock);
+}
+
+bool Ledger::SlotAlive(std::uint32_t s) const {
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = SlotByte(s);
+  probe.l_len = 1;
+  if (::fcntl(fd_, F_OFD_GETLK, &probe) != 0) return true;  // cannot tell: keep it
+  return probe.l_type != F_UNLCK;
+}
+
+bool Ledger::ReclaimDeadSlots() {
+  bool any = false;
+  for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+    LedgerSlot& slot = layout_->slots[s];
+    if (!slot.in_use || static_cast<int>(s) == slot_ || SlotAlive(s)) continue;
+    for (auto& device : layout_->devices)
+      if (device.holder == s + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
+    if (slot.tenant < kMaxTenants) {
+      LedgerTenant& t = layout_->tenants[slot.tenant];
+      for (std::uint32_t d = 0; d < kMaxDevices; ++d)
+        t.charged[d] = t.charged[d] >= slot.charged[d] ? t.charged[d] - slot.charged[d] : 0;
+    }
+    std::memset(&slot, 0, sizeof(slot));
+    any = true;
+  }
+  // Tenants without a live process go too.
+  bool used[kMaxTenants] = {};
+  for (const auto& slot : layout_->slots)
+    if (slot.in_use && slot.tenant < kMaxTenants) used[slot.tenant] = true;
+  for (std::uint32_t t = 0; t < kMaxTenants; ++t)
+    if (layout_->tenants[t].in_use && !used[t] && !(slot_ >= 0 && tenant_ == t))
+      std::memset(&layout_->tenants[t], 0, sizeof(LedgerTenant));
+  return any;
+}
+
+void Ledger::RecomputeTenants() {
+  for (auto& t : layout_->tenants) std::memset(t.charged, 0, sizeof(t.charged));
+  for (const auto& slot : layout_->slots) {
+    if (!slot.in_use || slot.tenant >= kMaxTenants) continue;
+    for (std::uint32_t d = 0; d < kMaxDevices; ++d) layout_->tenants[slot.tenant].charged[d] += slot.charged[d];
+  }
+}
+
+bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std::string* error) {
+  if (tenant.empty() || tenant.size() >= kTenantNameBytes) {
+    *error = "the tenant name must have 1 to 63 characters";
+    return false;
+  }
+  if (!Lock()) {
+    *error = "the ledger's lock at '" + path_ + "' cannot be recovered";
+    return false;
+  }
+  (void)ReclaimDeadSlots();
+  int t = -1, free_t = -1;
+  for (std::uint32_t i = 0; i < kMaxTenants; ++i) {
+    LedgerTenant& e = layout_->tenants[i];
+    if (e.in_use && std::string_view(e.name) == tenant) t = static_cast<int>(i);
+    if (!e.in_use && free_t < 0) free_t = static_cast<int>(i);
+  }
+  if (t >= 0 && layout_->tenants[t].compute_share != compute_share) {
+    char detail[256];
+    std::snprintf(detail, sizeof(detail),
+                  "tenant '%.*s' has a compute share of %u%% (set by another of its processes); this process asks "
+                  "for %u%%: all processes of a tenant must agree",
+                  static_cast<int>(tenant.size()), tenant.data(), layout_->tenants[t].compute_share, compute_share);
+    *error = detail;
+    Unlock();
+    return false;
+  }
+  if (t < 0) {
+    if (free_t < 0) {
+      *error = "the ledger at '" + path_ + "' has no room for another tenant (64 at most)";
+      Unlock();
+      return false;
+    }
+    t = free_t;
+    LedgerTenant& e = layout_->tenants[t];
+    std::memset(&e, 0, sizeof(e));
+    std::memcpy(e.name, tenant.data(), tenant.size());
+    for (auto& q : e.quota) q = kNoQuota;
+    e.compute_share = compute_share;
+    e.in_use = 1;
+  }
+  int s = -1;
+  for (std::uint32_t i = 0; i < kMaxSlots && s < 0; ++i) {
+    if (layout_->slots[i].in_use) continue;
+    if (!LockByte(fd_, SlotByte(i))) continue;  // a process between death and reclaim, or racing us
+    s = static_cast<int>(i);
+  }
+  if (s < 0) {
+    *error = "the ledger at '" + path_ + "' has no free process slot (512 at most)";
+    Unlock();
+    return false;
+  }
+  LedgerSlot& slot = layout_->slots[s];
+  std::memset(&slot, 0, sizeof(slot));
+  slot.pid = static_cast<std::int32_t>(::getpid());
+  slot.tenant = static_cast<std::uint32_t>(t);
+  slot.started_unix = NowUnix();
+  slot.in_use = 1;
+  slot_ = s;
+  tenant_ = static_cast<std::uint32_t>(t);
+  Unlock();
+  return true;
+}
+
+void Ledger::Unregister() {
+  if (slot_ < 0 || !Lock()) return;
+  for (auto& device : layout_->devices)
+    if (device.holder == static_cast<std::uint32_t>(slot_) + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
+  LedgerSlot& slot = layout_->slots[slot_];
+  LedgerTenant& t = layout_->tenants[tenant_];
+  for (std::uint32_t d = 0; d < kMaxDevices; ++d)
+    t.charged[d] = t.charged[d] >= slot.charged[d] ? t.charged[d] - slot.charged[d] : 0;
+  std::memset(&slot, 0, sizeof(slot));
+  UnlockByte(fd_, SlotByte(static_cast<std::uint32_t>(slot_)));
+  slot_ = -1;
+  (void)ReclaimDeadSlots();  // the tenant goes with its last process
+  Unlock();
+}
+
+bool Ledger::ReopenAfterFork(std::string* error) {
+  // The inherited description (and the parent's slot lock on it) stays
+  // open in the parent; the child closes its copy and opens its own.
+  const std::string tenant = slot_ >= 0 ? std::string(layout_->tenants[tenant_].name) : std::string();
+  const std::uint32_t share = slot_ >= 0 ? layout_->tenants[tenant_].compute_share : 0;
+  ::munmap(layout_, sizeof(LedgerLayout));
+  ::close(fd_);
+  layout_ = nullptr;
+  fd_ = -1;
+  slot_ = -1;
+  const int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    *error = Errno("open", path_);
+    return false;
+  }
+  layout_ = MapExisting(fd, path_, error);
+  if (layout_ == nullptr) {
+    ::close(fd);
+    return false;
+  }
+  fd_ = fd;
+  return tenant.empty() || Register(tenant, share, error);
+}
+
+int Ledger::Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes) {
+  if (!Lock()) return -1;
+  int found = -1, free_d = -1;
+  for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+    LedgerDevice& e = layout_->devices[d];
+    if (e.in_use && std::memcmp(e.uuid, uuid, 16) == 0) found = static_cast<int>(d);
+    if (!e.in_use && free_d < 0) free_d = static_cast<int>(d);
+  }
+  if (found < 0 && free_d >= 0) {
+    LedgerDevice& e = layout_->devices[free_d];
+    std::memcpy(e.uuid, uuid, 16);
+    e.physical_bytes = physical_bytes;
+    e.in_use = 1;
+    found = free_d;
+  }
+  Unlock();
+  return found;
+}
+
+bool Ledger::SetQuota(int d, std::uint64_t quota, std::string* error) {
+  if (slot_ < 0 || d < 0 || !Lock()) return false;
+  LedgerTenant& t = layout_->tenants[tenant_];
+  bool ok = true;
+  if (t.quota[d] == kNoQuota) {
+    t.quota[d] = quota;
+  } else if (t.quota[d] != quota) {
+    char detail[256];
+    std::snprintf(detail, sizeof(detail),
+                  "tenant '%s' has a quota of %llu bytes on %s (set by another of its processes); this process asks "
+                  "for %llu: all processes of a tenant must agree",
+                  t.name, static_cast<unsigned long long>(t.quota[d]), FormatUuid(layout_->devices[d].uuid).c_str(),
+                  static_cast<unsigned long long>(quota));
+    *error = detail;
+    ok = false;
+  }
+  Unlock();
+  return ok;
+}
+
+bool Ledger::Charge(int d, std::uint64_t bytes, bool count_refusal) {
+  if (slot_ < 0 || d < 0 || !Lock()) return false;
+  LedgerTenant& t = layout_->tenants[tenant_];
+  LedgerSlot& slot = layout_->slots[slot_];
+  auto fits = [&] { return t.quota[d] == kNoQuota || (bytes <= t.quota[d] && t.charged[d] <= t.quota[d] - bytes); };
+  bool ok = fits();
+  if (!ok && ReclaimDeadSlots()) ok = fits();  // a dead process's memory is the driver's again
+  if (ok) {
+    slot.charged[d] += bytes;
+    t.charged[d] += bytes;
+  } else if (count_refusal) {
+    ++slot.oom_refusals;
+  }
+  Unlock();
+  return ok;
+}
+
+void Ledger::ForceCharge(int d, std::uint64_t bytes) {
+  if (slot_ < 0 || d < 0 || !Lock()) return;
+  layout_->slots[slot_].charged[d] += bytes;
+  layout_->tenants[tenant_].charged[d] += bytes;
+  Unlock();
+}
+
+void Ledger::Uncharge(int d, std::uint64_t bytes) {
+  if (slot_ < 0 || d < 0 || !Lock()) return;
+  LedgerSlot& slot = layout_->slots[slot_];
+  LedgerTenant& t = layout_->tenants[tenant_];
+  const std::uint64_t b = bytes <= slot.charged[d] ? bytes : slot.charged[d];
+  slot.charged[d] -= b;
+  t.charged[d] = t.charged[d] >= b ? t.charged[d] - b : 0;
+  Unlock();
+}
+
+void Ledger::Settle(int d, std::uint64_t reserved, std::uint64_t actual) {
+  if (slot_ < 0 || d < 0 || !Lock()) return;
+  LedgerSlot& slot = layout_->slots[slot_];
+  LedgerTenant& t = layout_->tenants[tenant_];
+  if (actual >= reserved) {
+    slot.charged[d] += actual - reserved;
+    t.charged[d] += actual - reserved;
+  } else {
+    const std::uint64_t b = std::min(reserved - actual, slot.charged[d]);
+    slot.charged[d] -= b;
+    t.charged[d] = t.charged[d] >= b ? t.charged[d] - b : 0;
+  }
+  Unlock();
+}
+
+std::uint64_t Ledger::TenantCharged(int d) {
+  if (slot_ < 0 || d < 0 || !Lock()) return 0;
+  const std::uint64_t v = layout_->tenants[tenant_].charged[d];
+  Unlock();
+  return v;
+}
+
+std::uint64_t Ledger::DeviceCharged(int d) {
+  if (d < 0 || !Lock()) return 0;
+  std::uint64_t v = 0;
+  for (const auto& t : layout_->tenants)
+    if (t.in_use) v += t.charged[d];
+  Unlock();
+  return v;
+}
+
+std::uint64_t Ledger::Quota(int d) {
+  if (slot_ < 0 || d < 0 || !Lock()) return kNoQuota;
+  const std::uint64_t v = layout_->tenants[tenant_].quota[d];
+  Unlock();
+  return v;
+}
+
+std::uint64_t Ledger::SlotCharged(int d) {
+  if (slot_ < 0 || d < 0 || !Lock()) return 0;
+  const std::uint64_t v = layout_->slots[slot_].charged[d];
+  Unlock();
+  return v;
+}
+
+void Ledger::AddThrottled(std::uint64_t ns) {
+  if (slot_ >= 0) __atomic_fetch_add(&layout_->slots[slot_].throttled_ns, ns, __ATOMIC_RELAXED);
+}
+void Ledger::AddLaunches(std::uint64_t n) {
+  if (slot_ >= 0) __atomic_fetch_add(&layout_->slots[slot_].launches, n, __ATOMIC_RELAXED);
+}
+std::uint32_t Ledger::compute_share() {
+  return slot_ >= 0 ? layout_->tenants[tenant_].compute_share : 0;
+}
+
+}  // namespace stoker::share

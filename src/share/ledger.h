@@ -1,0 +1,206 @@
+// The GPU ledger: what every tenant may use of every GPU, and what each of
+// its processes holds, in one shared-memory file that every process of every
+// tenant maps (STOKER_GPU_LEDGER, default /dev/shm/stoker-gpu-ledger).
+// docs/gpu-sharing.md specifies the layout; it is versioned like the index.
+//
+// Admission is one critical section under a robust, process-shared mutex:
+// the tenant's charge on the device plus the request must fit its quota,
+// and then the process's slot and the tenant are charged together. If the
+// allocation then fails, the charge is taken back. A process that dies,
+// even SIGKILLed while holding the mutex, leaves a consistent ledger:
+//  - each process owns an open-file-description lock on its slot's byte of
+//    the file for as long as it lives; the kernel drops it when the process
+//    dies (at any instruction), so a slot whose byte nobody locks is a dead
+//    process's, and pid reuse cannot fool it;
+//  - a dead slot's charge is taken off its tenant when anyone next needs
+//    room (or lists the ledger), and its slot is freed;
+//  - a process that died holding the mutex (EOWNERDEAD) may have charged
+//    its slot and not yet its tenant: the next holder recomputes every
+//    tenant's charge from the live slots.
+//
+// C++ without exceptions and without stoker's formatting library: this
+// code also runs inside the interposer, loaded into users' processes.
+#pragma once
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stoker::share {
+
+inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
+inline constexpr std::uint32_t kLedgerVersion = 1;
+inline constexpr std::uint32_t kMaxDevices = 16;
+inline constexpr std::uint32_t kMaxTenants = 64;
+inline constexpr std::uint32_t kMaxSlots = 512;
+inline constexpr std::size_t kTenantNameBytes = 64;  // NUL-terminated
+inline constexpr std::uint64_t kNoQuota = ~std::uint64_t{0};
+
+// The layout, byte for byte (little-endian, no pointers; docs/gpu-sharing.md).
+struct LedgerHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t max_devices, max_tenants, max_slots;
+  std::uint64_t layout_bytes;
+  std::uint64_t repairs;  // recomputations after a holder died
+  alignas(64) pthread_mutex_t lock;  // robust, process-shared
+};
+struct LedgerDevice {
+  std::uint8_t uuid[16];
+  std::uint64_t physical_bytes;
+  std::uint32_t in_use;
+  // The compute schedule: the slot (plus one) that may launch work now, or
+  // 0; read without the lock by the holder's launches.
+  std::uint32_t holder;
+  std::uint64_t hold_started_ns;  // CLOCK_MONOTONIC
+  std::uint64_t hold_until_ns;
+};
+struct LedgerTenant {
+  char name[kTenantNameBytes];
+  std::uint64_t quota[kMaxDevices];    // kNoQuota: unlimited on that device
+  std::uint64_t charged[kMaxDevices];  // the sum of its live slots' charges
+  std::uint32_t compute_share;         // percent of the GPU's time; 0: none set
+  std::uint32_t in_use;
+  // Device time it may still use (ns; negative after an overrun), and when
+  // it was last topped up at compute_share percent of the time passed.
+  std::int64_t budget_ns[kMaxDevices];
+  std::uint64_t budget_at_ns[kMaxDevices];
+};
+struct LedgerSlot {
+  std::int32_t pid;
+  std::uint32_t tenant;
+  std::uint32_t in_use;
+  std::uint32_t waiting;  // devices (bit d) it waits to launch on
+  std::uint64_t charged[kMaxDevices];
+  std::uint64_t oom_refusals;  // allocations refused over the quota
+  std::uint64_t throttled_ns;  // launches held back for the compute share
+  std::uint64_t launches;
+  std::uint64_t started_unix;
+};
+struct LedgerLayout {
+  LedgerHeader header;
+  LedgerDevice devices[kMaxDevices];
+  LedgerTenant tenants[kMaxTenants];
+  LedgerSlot slots[kMaxSlots];
+};
+
+// What `stoker gpu ls` shows.
+struct LedgerReport {
+  struct Device {
+    std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    std::uint64_t physical_bytes = 0;
+  };
+  struct Process {
+    int pid = 0;
+    std::vector<std::uint64_t> charged;  // per device
+    std::uint64_t oom_refusals = 0, throttled_ns = 0, launches = 0, started_unix = 0;
+  };
+  struct Tenant {
+    std::string name;
+    std::vector<std::uint64_t> quota, charged;  // per device; kNoQuota: none
+    std::uint32_t compute_share = 0;
+    std::vector<Process> processes;
+  };
+  std::vector<Device> devices;
+  std::vector<Tenant> tenants;
+  std::uint64_t reclaimed_slots = 0;  // dead processes' slots freed while reading
+};
+
+std::string FormatUuid(const std::uint8_t uuid[16]);
+
+class Ledger {
+ public:
+  // Opens the ledger at `path`, creating it (mode 0600) if missing. Empty
+  // on failure, with `*error` saying why (another version, not a ledger,
+  // permissions).
+  static Ledger* Open(const std::string& path, std::string* error);
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Takes a slot for this process under `tenant` (created if new, with
+  // `compute_share`). False with `*error` when the ledger is full or the
+  // tenant's share disagrees with another of its processes.
+  bool Register(std::string_view tenant, std::uint32_t compute_share, std::string* error);
+  // Gives the slot back (normal exit); its charges leave the tenant.
+  void Unregister();
+  // After fork, in the child: the parent's slot lock is shared through the
+  // inherited file description; open the file anew and take a new slot.
+  bool ReopenAfterFork(std::string* error);
+
+  // The device entry for `uuid` (added if new). -1 when the table is full.
+  int Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes);
+  // Sets this tenant's quota on device `d`, or checks it equals one set by
+  // another of its processes. kNoQuota: none.
+  bool SetQuota(int d, std::uint64_t quota, std::string* error);
+
+  // Admission: charges `bytes` on device `d` to this process and tenant,
+  // or returns false (and counts a refusal) when that would pass the
+  // quota, after taking dead processes' charges back.
+  bool Charge(int d, std::uint64_t bytes, bool count_refusal = true);
+  // Charges without admission (memory the driver already gave, such as a
+  // measured context, or a pool that grew): the tenant may end up over.
+  void ForceCharge(int d, std::uint64_t bytes);
+  void Uncharge(int d, std::uint64_t bytes);
+  // Turns a reservation of `reserved` bytes into `actual` (what the driver
+  // took), without admission: pools and arrays learn their size after the
+  // call.
+  void Settle(int d, std::uint64_t reserved, std::uint64_t actual);
+
+  // The compute schedule (tenants with a compute share): one process at a
+  // time launches on a device, for at most its tenant's share of each
+  // `period_ns`; a tenant's time on the device is charged against a budget
+  // that grows at its share of wall time, so overruns are paid back.
+  // Acquire: true (and `*until`) when this process holds device `d` now,
+  // taking it if free and the budget allows; false: it waits (marked).
+  bool AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns);
+  // Whether this process holds `d` (no lock: the holder's fast path).
+  [[nodiscard]] bool HoldsDevice(int d) const;
+  [[nodiscard]] std::uint64_t HoldUntil(int d) const;
+  // Gives `d` up at `now_ns`, charging the time held, and hands it to the
+  // waiting process whose tenant has the most budget left.
+  void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns);
+  // Nanoseconds until this process's tenant has budget on `d` again (0: now).
+  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns);
+  [[nodiscard]] std::uint64_t TenantCharged(int d);
+  // Every tenant's charge on device `d` together.
+  [[nodiscard]] std::uint64_t DeviceCharged(int d);
+  [[nodiscard]] std::uint64_t Quota(int d);
+  [[nodiscard]] std::uint64_t SlotCharged(int d);
+  void AddThrottled(std::uint64_t ns);
+  void AddLaunches(std::uint64_t n);
+  [[nodiscard]] std::uint32_t compute_share();
+
+  // Reads the ledger at `path` (freeing dead processes' slots). False with
+  // `*error` when it cannot be read; an absent ledger is an empty report.
+  static bool Report(const std::string& path, LedgerReport* report, std::string* error);
+
+  // For tests: the slot this process holds.
+  [[nodiscard]] int slot() const { return slot_; }
+
+ private:
+  Ledger(int fd, LedgerLayout* layout, std::string path);
+  // Locks the mutex, repairing after a holder died. Returns false if the
+  // mutex is unrecoverable (then nothing is changed).
+  bool Lock();
+  void Unlock();
+  // Frees slots whose process is gone; true when any was freed. Lock held.
+  bool ReclaimDeadSlots();
+  void RecomputeTenants();  // lock held
+  void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
+  void HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns);                     // lock held
+  [[nodiscard]] bool SlotAlive(std::uint32_t s) const;
+
+  int fd_ = -1;
+  LedgerLayout* layout_ = nullptr;
+  std::string path_;
+  int slot_ = -1;
+  std::uint32_t tenant_ = 0;
+};
+
+}  // namespace stoker::share

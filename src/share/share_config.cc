@@ -1,0 +1,91 @@
+#include "share/share_config.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "core/byte_size_parse.h"
+
+namespace stoker::share {
+namespace {
+
+bool ParseUnsigned(std::string_view text, std::uint32_t* out) {
+  if (text.empty()) return false;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+bool ParseLimit(const char* name, const char* value, std::uint64_t* out, std::string* error) {
+  const auto bytes = ParseByteSizeValue(value);
+  if (!bytes || *bytes == 0) {
+    *error = std::string(name) + "='" + value + "' is not a memory size (for example 20GiB, 512MiB, 8000000000)";
+    return false;
+  }
+  *out = *bytes;
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t ShareConfig::LimitFor(std::uint32_t ordinal) const {
+  for (const auto& [o, limit] : ordinal_limits)
+    if (o == ordinal) return limit;
+  return default_limit;
+}
+
+bool ValidTenantName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+          c == '-'))
+      return false;
+  return true;
+}
+
+bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareConfig* config, std::string* error) {
+  *config = ShareConfig{};
+  if (const char* v = get("STOKER_GPU_TENANT"); v && *v) {
+    config->tenant = v;
+    if (!ValidTenantName(config->tenant)) {
+      *error = std::string("STOKER_GPU_TENANT='") + v + "' must be 1-63 characters of letters, digits, '.', '_', '-'";
+      return false;
+    }
+  } else {
+    config->tenant = "uid-" + std::to_string(::getuid());
+  }
+  const char* ledger = get("STOKER_GPU_LEDGER");
+  config->ledger_path = ledger && *ledger ? ledger : kDefaultLedgerPath;
+  if (config->ledger_path[0] != '/') {
+    *error = "STOKER_GPU_LEDGER='" + config->ledger_path + "' must be an absolute path";
+    return false;
+  }
+  if (const char* v = get("STOKER_GPU_MEMORY_LIMIT"); v && *v) {
+    if (!ParseLimit("STOKER_GPU_MEMORY_LIMIT", v, &config->default_limit, error)) return false;
+  }
+  for (std::uint32_t ordinal = 0; ordinal < kMaxOrdinals; ++ordinal) {
+    const std::string name = "STOKER_GPU_MEMORY_LIMIT_" + std::to_string(ordinal);
+    const char* v = get(name.c_str());
+    if (!v || !*v) continue;
+    std::uint64_t limit = 0;
+    if (!ParseLimit(name.c_str(), v, &limit, error)) return false;
+    config->ordinal_limits.emplace_back(ordinal, limit);
+  }
+  if (const char* v = get("STOKER_GPU_COMPUTE_SHARE"); v && *v) {
+    if (!ParseUnsigned(v, &config->compute_share) || config->compute_share < 1 || config->compute_share > 100) {
+      *error = std::string("STOKER_GPU_COMPUTE_SHARE='") + v + "' must be a whole percentage from 1 to 100";
+      return false;
+    }
+  }
+  if (const char* v = get("STOKER_GPU_COMPUTE_PERIOD_MS"); v && *v) {
+    if (!ParseUnsigned(v, &config->compute_period_ms) || config->compute_period_ms < 10 ||
+        config->compute_period_ms > 10000) {
+      *error = std::string("STOKER_GPU_COMPUTE_PERIOD_MS='") + v + "' must be from 10 to 10000 milliseconds";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace stoker::share

@@ -1,0 +1,45 @@
+// What a process under the GPU interposer is held to, read from its
+// environment (set by `stoker gpu run`, or by hand):
+//
+//   STOKER_GPU_MEMORY_LIMIT=20GiB     every visible device
+//   STOKER_GPU_MEMORY_LIMIT_<i>=8GiB  the i-th visible device (CUDA ordinal,
+//                                     after CUDA_VISIBLE_DEVICES); overrides
+//   STOKER_GPU_COMPUTE_SHARE=30       percent of each device's time, 1-100
+//   STOKER_GPU_TENANT=name            processes that share one quota
+//   STOKER_GPU_LEDGER=/dev/shm/...    the shared ledger (one per node)
+//
+// Plain C++ and the C library only: this code also runs inside the
+// interposer, loaded into users' processes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace stoker::share {
+
+inline constexpr char kDefaultLedgerPath[] = "/dev/shm/stoker-gpu-ledger";
+inline constexpr std::uint32_t kMaxOrdinals = 64;
+
+struct ShareConfig {
+  std::string tenant;       // empty: "uid-<uid>"
+  std::string ledger_path;  // kDefaultLedgerPath unless set
+  // Bytes per CUDA ordinal; kNoLimit where none applies.
+  static constexpr std::uint64_t kNoLimit = ~std::uint64_t{0};
+  std::uint64_t default_limit = kNoLimit;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> ordinal_limits;
+  std::uint32_t compute_share = 0;  // 0: none
+  std::uint32_t compute_period_ms = 100;
+
+  [[nodiscard]] std::uint64_t LimitFor(std::uint32_t ordinal) const;
+};
+
+// Reads the configuration through `get` (getenv in the interposer). False
+// with `*error` naming the variable and what is wrong with its value.
+bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareConfig* config, std::string* error);
+
+// The tenant name rule: 1-63 characters of [A-Za-z0-9._-].
+bool ValidTenantName(const std::string& name);
+
+}  // namespace stoker::share

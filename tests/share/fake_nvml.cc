@@ -1,0 +1,107 @@
+// A test double of NVML (libnvidia-ml.so.1) over the same fake devices as
+// fake_cuda.cc (fake_gpu_state.h): device handles, UUIDs, memory info
+// (physical), and each live process's memory, as NVML reports them.
+#include <cstdio>
+#include <cstring>
+
+#include "fake_gpu_state.h"
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+struct nvmlMemory_t {
+  unsigned long long total, free, used;
+};
+struct nvmlMemory_v2_t {
+  unsigned int version;
+  unsigned long long total, reserved, free, used;
+};
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId, computeInstanceId;
+};
+
+// A device handle is its index plus one, as a pointer.
+int Index(void* device) {
+  const auto i = static_cast<int>(reinterpret_cast<std::uintptr_t>(device)) - 1;
+  return i >= 0 && i < static_cast<int>(fake_gpu::Shared()->devices) ? i : -1;
+}
+void* HandleOf(int index) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(index + 1));
+}
+
+void Uuid(int d, char* out, unsigned int len) {
+  const std::uint8_t* u = fake_gpu::Shared()->uuid[d];
+  std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+                u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSize = 7;
+
+}  // namespace
+
+FAKE_EXPORT int nvmlInit_v2() { return fake_gpu::Shared() ? kSuccess : 1; }
+FAKE_EXPORT int nvmlShutdown() { return kSuccess; }
+FAKE_EXPORT const char* nvmlErrorString(int) { return "fake NVML error"; }
+FAKE_EXPORT int nvmlDeviceGetCount_v2(unsigned int* count) {
+  *count = fake_gpu::Shared()->devices;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
+  if (index >= fake_gpu::Shared()->devices) return kInvalidArgument;
+  *device = HandleOf(static_cast<int>(index));
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
+  for (std::uint32_t d = 0; d < fake_gpu::Shared()->devices; ++d) {
+    char text[96];
+    Uuid(static_cast<int>(d), text, sizeof(text));
+    if (std::strcmp(text, uuid) == 0) {
+      *device = HandleOf(static_cast<int>(d));
+      return kSuccess;
+    }
+  }
+  return kNotFound;
+}
+FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
+  const int d = Index(device);
+  if (d < 0 || uuid == nullptr) return kInvalidArgument;
+  Uuid(d, uuid, len);
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
+  const int d = Index(device);
+  if (d < 0 || memory == nullptr) return kInvalidArgument;
+  fake_gpu::Lock lock;
+  memory->total = fake_gpu::Shared()->capacity[d];
+  memory->used = fake_gpu::UsedOn(d);
+  memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetMemoryInfo_v2(void* device, nvmlMemory_v2_t* memory) {
+  if (memory == nullptr) return kInvalidArgument;
+  nvmlMemory_t m{};
+  const int r = nvmlDeviceGetMemoryInfo(device, &m);
+  if (r != kSuccess) return r;
+  memory->total = m.total;
+  memory->reserved = 0;
+  memory->free = m.free;
+  memory->used = m.used;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, nvmlProcessInfo_t* infos) {
+  const int d = Index(device);
+  if (d < 0 || count == nullptr) return kInvalidArgument;
+  fake_gpu::Lock lock;
+  unsigned int n = 0;
+  for (const auto& p : fake_gpu::Shared()->processes) {
+    if (!p.in_use || !fake_gpu::Alive(p.pid) || p.used[d] == 0) continue;
+    if (infos != nullptr && n < *count) infos[n] = {static_cast<unsigned int>(p.pid), p.used[d], 0, 0};
+    ++n;
+  }
+  const bool fits = infos != nullptr && n <= *count;
+  *count = n;
+  return fits ? kSuccess : kInsufficientSize;
+}

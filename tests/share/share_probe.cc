@@ -1,0 +1,337 @@
+// The share probe: a program that uses the CUDA driver (the fake one in
+// CI, the real one on a GPU machine) the way applications do, run under
+// the interposer by the tests (interposer_test.cc, scripts/gpu-check).
+//
+//   share_probe MODE [--path direct|dlsym|proc] [options]
+//
+// Modes: property, resolve, race, churn, killer, report, fork, visible,
+// bench, compute, alloc. Each prints one line of results (JSON where the
+// tests read figures) and exits 1 with "probe: FAIL: ..." on a violation.
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "probe_util.h"
+
+extern char** environ;
+
+namespace probe {
+namespace {
+
+std::map<std::string, std::string> g_args;
+
+std::uint64_t Arg(const char* name, std::uint64_t fallback) {
+  auto it = g_args.find(name);
+  return it == g_args.end() ? fallback : std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+CUcontext NewContext(const Driver& d, int ordinal) {
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  Check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
+  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  return ctx;
+}
+
+// --- race: 8 processes allocate at once, round after round ---------------
+
+struct RaceShared {
+  pthread_barrier_t barrier;
+  std::atomic<int> successes;
+  std::atomic<int> over_quota_rounds;
+  std::atomic<std::uint64_t> max_device_used;
+};
+
+int Race(const Driver& d) {
+  const int procs = static_cast<int>(Arg("procs", 8));
+  const std::uint64_t rounds = Arg("rounds", 1000), size = Arg("size", 300ull << 20);
+  const std::uint64_t quota = Arg("quota", 1000ull << 20);
+  auto* shared = static_cast<RaceShared*>(
+      mmap(nullptr, sizeof(RaceShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  pthread_barrierattr_t attr;
+  pthread_barrierattr_init(&attr);
+  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&shared->barrier, &attr, static_cast<unsigned>(procs));
+  std::vector<pid_t> children;
+  for (int id = 0; id < procs; ++id) {
+    const pid_t pid = fork();
+    if (pid == 0) {  // each child starts CUDA itself
+      Check(d.Init(0), "cuInit");
+      (void)NewContext(d, 0);
+      const int physical = PhysicalOf(d, 0);
+      for (std::uint64_t r = 0; r < rounds; ++r) {
+        pthread_barrier_wait(&shared->barrier);
+        CUdeviceptr p = 0;
+        const CUresult result = d.MemAlloc(&p, size);
+        if (result == CUDA_SUCCESS) shared->successes.fetch_add(1);
+        else if (result != CUDA_ERROR_OUT_OF_MEMORY) Fail("cuMemAlloc in the race: " + std::to_string(result));
+        pthread_barrier_wait(&shared->barrier);
+        if (id == 0) {
+          const std::uint64_t used = FakeDeviceUsed(physical);
+          std::uint64_t seen = shared->max_device_used.load();
+          while (used > seen && !shared->max_device_used.compare_exchange_weak(seen, used)) {
+          }
+          if (static_cast<std::uint64_t>(shared->successes.load()) * size > quota || used > quota)
+            shared->over_quota_rounds.fetch_add(1);
+          shared->successes.store(0);
+        }
+        pthread_barrier_wait(&shared->barrier);
+        if (result == CUDA_SUCCESS) Check(d.MemFree(p), "cuMemFree");
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  std::printf("{\"rounds\": %llu, \"processes\": %d, \"over_quota_rounds\": %d, \"max_device_used\": %llu, "
+              "\"quota\": %llu, \"failed_processes\": %d}\n",
+              static_cast<unsigned long long>(rounds), procs, shared->over_quota_rounds.load(),
+              static_cast<unsigned long long>(shared->max_device_used.load()),
+              static_cast<unsigned long long>(quota), failed);
+  return shared->over_quota_rounds.load() == 0 && failed == 0 ? 0 : 1;
+}
+
+// --- churn / killer: SIGKILL at any instruction ---------------------------
+
+int Churn(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const std::uint64_t budget = Arg("bytes", 900ull << 20);
+  Random rng{static_cast<std::uint64_t>(getpid())};
+  std::vector<std::pair<CUdeviceptr, std::uint64_t>> held;
+  std::uint64_t total = 0;
+  for (;;) {
+    const std::uint64_t size = (1 + rng.Below(64)) << 20;
+    CUdeviceptr p = 0;
+    if (total + size <= budget && d.MemAlloc(&p, size) == CUDA_SUCCESS) {
+      held.push_back({p, size});
+      total += size;
+    } else if (!held.empty()) {
+      const std::size_t i = rng.Below(held.size());
+      Check(d.MemFree(held[i].first), "cuMemFree");
+      total -= held[i].second;
+      held.erase(held.begin() + static_cast<long>(i));
+    }
+  }
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) Fail("posix_spawn");
+  return pid;
+}
+
+// Kills a churning process at random moments; after each, how long until
+// the memory it held can be allocated here (its reservation reclaimed).
+int Killer(const Driver& d) {
+  const std::uint64_t rounds = Arg("rounds", 100), quota = Arg("quota", 1000ull << 20);
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  Random rng{42};
+  double worst = 0, sum = 0;
+  for (std::uint64_t r = 0; r < rounds; ++r) {
+    const pid_t child = Spawn({"share_probe", "churn", "--path", g_args["path"], "--bytes", std::to_string(quota)});
+    std::this_thread::sleep_for(std::chrono::microseconds(20'000 + rng.Below(40'000)));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    // The whole quota, less what this process holds (its context).
+    const std::uint64_t want = quota - LedgerCharges(d, 0).process - (1 << 20);
+    const double start = NowSeconds();
+    CUdeviceptr p = 0;
+    CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+    while ((result = d.MemAlloc(&p, want)) == CUDA_ERROR_OUT_OF_MEMORY && NowSeconds() - start < 5) {
+    }
+    const double waited = NowSeconds() - start;
+    if (result != CUDA_SUCCESS) Fail("the killed process's memory was not reclaimed within 5 s");
+    Check(d.MemFree(p), "cuMemFree");
+    const Charges c = LedgerCharges(d, 0);
+    if (c.tenant != c.process) Fail("after a kill the tenant is charged " + std::to_string(c.tenant) +
+                                    " but its only live process " + std::to_string(c.process));
+    worst = std::max(worst, waited);
+    sum += waited;
+  }
+  std::printf("{\"kills\": %llu, \"reclaim_worst_ms\": %.3f, \"reclaim_mean_ms\": %.3f}\n",
+              static_cast<unsigned long long>(rounds), worst * 1e3, sum / static_cast<double>(rounds) * 1e3);
+  return 0;
+}
+
+// --- report: what the process is told -------------------------------------
+
+int Report(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const Charges before = LedgerCharges(d, 0);
+  CUdeviceptr p = 0;
+  Check(d.MemAlloc(&p, 256ull << 20), "cuMemAlloc");
+  size_t free_bytes = 0, total = 0, physical = 0;
+  Check(d.MemGetInfo(&free_bytes, &total), "cuMemGetInfo");
+  CUdevice dev = 0;
+  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
+  Check(d.DeviceTotalMem(&physical, dev), "cuDeviceTotalMem");
+  const Charges c = LedgerCharges(d, 0);
+  // NULL-safe: either pointer may be missing.
+  size_t only_total = 0, only_free = 0;
+  Check(d.MemGetInfo(nullptr, &only_total), "cuMemGetInfo(NULL, &total)");
+  Check(d.MemGetInfo(&only_free, nullptr), "cuMemGetInfo(&free, NULL)");
+  Check(d.MemGetInfo(nullptr, nullptr), "cuMemGetInfo(NULL, NULL)");
+  // NVML, as nvidia-smi's library answers a program that asks it.
+  unsigned long long nvml_total = 0, nvml_free = 0, nvml_used = 0;
+  int nvml = 0;
+  if (void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW)) {
+    using InitFn = int (*)();
+    using ByIndexFn = int (*)(unsigned, void**);
+    struct Memory {
+      unsigned long long total, free, used;
+    };
+    using InfoFn = int (*)(void*, Memory*);
+    auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
+    auto by_index = reinterpret_cast<ByIndexFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    auto info = reinterpret_cast<InfoFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    void* device = nullptr;
+    Memory m{};
+    if (init && by_index && info && init() == 0 && by_index(static_cast<unsigned>(PhysicalOf(d, 0)), &device) == 0 &&
+        info(device, &m) == 0) {
+      nvml = 1;
+      nvml_total = m.total, nvml_free = m.free, nvml_used = m.used;
+    }
+  }
+  std::printf("{\"free\": %zu, \"total\": %zu, \"device_total\": %zu, \"quota\": %llu, \"tenant\": %llu, "
+              "\"before_alloc\": %llu, \"only_total\": %zu, \"only_free\": %zu, \"nvml\": %d, \"nvml_total\": %llu, "
+              "\"nvml_free\": %llu, \"nvml_used\": %llu, \"physical_free\": %llu}\n",
+              free_bytes, total, physical, static_cast<unsigned long long>(c.quota),
+              static_cast<unsigned long long>(c.tenant), static_cast<unsigned long long>(before.tenant), only_total,
+              only_free, nvml, nvml_total, nvml_free, nvml_used,
+              static_cast<unsigned long long>(16ull * (1ull << 30) - FakeDeviceUsed(PhysicalOf(d, 0))));
+  return 0;
+}
+
+// --- fork: a child is its own process in the ledger -----------------------
+
+int Fork(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  CUdeviceptr p = 0;
+  Check(d.MemAlloc(&p, 100ull << 20), "cuMemAlloc");
+  const Charges parent = LedgerCharges(d, 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const Charges inherited = LedgerCharges(d, 0);
+    (void)NewContext(d, 0);
+    CUdeviceptr q = 0;
+    Check(d.MemAlloc(&q, 50ull << 20), "cuMemAlloc in the child");
+    const Charges child = LedgerCharges(d, 0);
+    const std::uint64_t fake = FakeProcessUsed(PhysicalOf(d, 0));
+    if (inherited.process != 0) Fail("a forked child started with the parent's charge");
+    if (child.process != fake) Fail("the child is charged " + std::to_string(child.process) + ", holds " +
+                                    std::to_string(fake));
+    if (child.tenant != parent.process + child.process) Fail("the tenant does not add the parent and the child");
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail("the forked child failed");
+  const Charges after = LedgerCharges(d, 0);
+  if (after.process != parent.process || after.tenant != parent.process)
+    Fail("after the child: parent " + std::to_string(after.process) + ", tenant " + std::to_string(after.tenant) +
+         " (was " + std::to_string(parent.process) + ")");
+  // fork + exec: a new program, a new process in the ledger.
+  const pid_t exec_child = Spawn({"share_probe", "alloc", "--path", g_args["path"], "--bytes", "1048576"});
+  waitpid(exec_child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Fail("the exec'd child failed");
+  std::printf("{\"fork\": \"ok\", \"parent\": %llu}\n", static_cast<unsigned long long>(parent.process));
+  return 0;
+}
+
+int Alloc(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  CUdeviceptr p = 0;
+  const CUresult r = d.MemAlloc(&p, Arg("bytes", 1 << 20));
+  const Charges c = LedgerCharges(d, 0);
+  std::printf("{\"result\": %d, \"process\": %llu, \"quota\": %llu}\n", static_cast<int>(r),
+              static_cast<unsigned long long>(c.process), static_cast<unsigned long long>(c.quota));
+  return r == CUDA_SUCCESS ? 0 : 2;
+}
+
+// --- visible: CUDA_VISIBLE_DEVICES maps ordinals to devices ----------------
+
+int Visible(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  int count = 0;
+  Check(d.DeviceGetCount(&count), "cuDeviceGetCount");
+  (void)NewContext(d, 0);
+  CUdeviceptr p = 0;
+  const CUresult big = d.MemAlloc(&p, Arg("big", 1536ull << 20));
+  if (big == CUDA_SUCCESS) Check(d.MemFree(p), "cuMemFree");
+  const CUresult small = d.MemAlloc(&p, 512ull << 20);
+  const Charges c = LedgerCharges(d, 0);
+  std::printf("{\"devices\": %d, \"ordinal0_physical\": %d, \"big\": %d, \"small\": %d, \"quota\": %llu, "
+              "\"process\": %llu, \"fake_used\": %llu}\n",
+              count, PhysicalOf(d, 0), static_cast<int>(big), static_cast<int>(small),
+              static_cast<unsigned long long>(c.quota), static_cast<unsigned long long>(c.process),
+              static_cast<unsigned long long>(FakeProcessUsed(PhysicalOf(d, 0))));
+  return 0;
+}
+
+}  // namespace
+
+int Bench(const Driver& d);
+int Compute(const Driver& d);
+int Resolve();
+
+}  // namespace probe
+
+int main(int argc, char** argv) {
+  using namespace probe;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: share_probe MODE [--path direct|dlsym|proc] [--name value]...\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) g_args[std::string(argv[i]).substr(2)] = argv[i + 1];
+  if (!g_args.count("path")) g_args["path"] = "direct";
+  if (mode == "resolve") return Resolve();
+  Path path;
+  if (!ParsePath(g_args["path"], &path)) Fail("unknown --path " + g_args["path"]);
+  Driver d;
+  std::string error;
+  if (!LoadDriver(path, static_cast<int>(Arg("version", 0)), &d, &error)) Fail(error);
+  if (mode == "property") return RunProperty(d, Arg("ops", 10000), Arg("seed", 1));
+  if (mode == "race") return Race(d);
+  if (mode == "churn") return Churn(d);
+  if (mode == "killer") return Killer(d);
+  if (mode == "report") return Report(d);
+  if (mode == "fork") return Fork(d);
+  if (mode == "alloc") return Alloc(d);
+  if (mode == "visible") return Visible(d);
+  if (mode == "bench") return Bench(d);
+  if (mode == "compute") return Compute(d);
+  Fail("unknown mode " + mode);
+}
