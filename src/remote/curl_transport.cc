@@ -65,8 +65,9 @@ std::size_t OnBody(char* data, std::size_t size, std::size_t n, void* user) {
 // thread: callers (the cache's download threads) hand it an easy handle and
 // wait. The multi handle keeps one connection pool, so connections are reused
 // across callers, and with HTTP/2 (negotiated over TLS) concurrent requests to
-// one host are multiplexed as streams of a single connection (CURLOPT_PIPEWAIT
-// makes a new request wait for that connection rather than open another).
+// one host are multiplexed as streams of a single connection (CURLOPT_PIPEWAIT,
+// set for https only, makes a new request wait for that connection rather than
+// open another).
 // Body callbacks run on the loop thread; the cache's sink only appends to a
 // file and hashes, so it never blocks another transfer.
 class CurlTransport final : public HttpTransport {
@@ -118,7 +119,10 @@ class CurlTransport final : public HttpTransport {
     if (request.timeout_seconds > 0)
       curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(request.timeout_seconds * 1000)));
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));  // h2 where offered
-    curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
+    // Only where HTTP/2 can be negotiated: over plain HTTP a new request would
+    // wait for the first connection's response to learn it cannot multiplex,
+    // so one silent server would serialise every download to its host.
+    if (request.url.starts_with("https://")) curl_easy_setopt(c, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "identity");
     if (!ca_bundle_.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_bundle_.c_str());
     if (request.cancel != nullptr) {

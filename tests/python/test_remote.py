@@ -380,3 +380,67 @@ def test_ctrl_c_interrupts_a_loader_waiting_for_data(packed, proxy, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+class _SlowServer:
+    """Answers index.stoker from `packed` at once and shards badly: "silent"
+    accepts and never sends a byte; "trickle" sends headers, then 4 KiB/s
+    (above the stall threshold, so only the total deadline can end it)."""
+
+    def __init__(self, packed, mode):
+        import http.server
+        import threading
+        root = pathlib.Path(packed)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                body = (root / self.path.lstrip("/")).read_bytes()
+                if self.path.endswith("index.stoker"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if mode == "silent":
+                    time.sleep(120)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(0, len(body), 512):
+                        self.wfile.write(body[i:i + 512])
+                        self.wfile.flush()
+                        time.sleep(0.125)
+                except OSError:
+                    pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode,args,says", [
+    ("silent", ["--stall-timeout", "2"], "too slow"),
+    ("trickle", ["--stall-timeout", "30", "--fetch-deadline", "3"], "deadline"),
+])
+def test_silent_and_trickling_servers_end_within_the_deadlines(stoker_bin, packed, tmp_path, mode, args, says):
+    server = _SlowServer(packed, mode)
+    try:
+        start = time.time()
+        r = subprocess.run([stoker_bin, "bench", server.url, "--cache-dir", str(tmp_path / "cache"), "--max-attempts",
+                            "2", "--threads", "1", "--batch-size", "4", "--epochs", "1", *args],
+                           capture_output=True, text=True, timeout=120)
+        elapsed = time.time() - start
+        assert r.returncode == 1 and says in r.stderr and server.url in r.stderr, r.stderr
+        assert elapsed < 20, elapsed  # not one download after another
+    finally:
+        server.close()
