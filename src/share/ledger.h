@@ -109,6 +109,7 @@ struct LedgerReport {
   std::vector<Device> devices;
   std::vector<Tenant> tenants;
   std::uint64_t reclaimed_slots = 0;  // dead processes' slots freed while reading
+  std::uint64_t repairs = 0;          // times a process died holding the lock
 };
 
 std::string FormatUuid(const std::uint8_t uuid[16]);
@@ -180,8 +181,10 @@ class Ledger {
   // `*error` when it cannot be read; an absent ledger is an empty report.
   static bool Report(const std::string& path, LedgerReport* report, std::string* error);
 
-  // For tests: the slot this process holds.
+  // For tests: the slot this process holds; and taking the lock without
+  // ever giving it back (a process then killed inside its critical section).
   [[nodiscard]] int slot() const { return slot_; }
+  void LockAndAbandonForTest() { (void)Lock(); }
 
  private:
   Ledger(int fd, LedgerLayout* layout, std::string path);

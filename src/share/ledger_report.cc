@@ -30,6 +30,7 @@ bool Ledger::Report(const std::string& path, LedgerReport* report, std::string* 
   (void)ledger->ReclaimDeadSlots();
   for (const auto& s : ledger->layout_->slots) after += s.in_use;
   report->reclaimed_slots = before - after;
+  report->repairs = ledger->layout_->header.repairs;
   const LedgerLayout& l = *ledger->layout_;
   std::uint32_t devices = 0;
   for (std::uint32_t d = 0; d < kMaxDevices; ++d)

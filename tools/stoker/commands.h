@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,15 @@ int RunCacheWarm(const std::string& location, const RemoteArgs& remote, bool jso
 
 int RunCheckpointList(const std::string& directory, bool json);
 int RunCheckpointVerify(const std::string& path, bool json);
+
+struct GpuRunArgs {
+  std::string memory, tenant, ledger;
+  std::vector<std::string> device_memory;  // ORDINAL=SIZE
+  std::optional<unsigned> compute;
+  bool quiet = false;
+  std::vector<std::string> command;
+};
+int RunGpuRun(const GpuRunArgs& args);
+int RunGpuList(const std::string& ledger, bool json);
 
 }  // namespace stoker_cli

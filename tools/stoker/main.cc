@@ -1,5 +1,5 @@
 // The `stoker` command line: pack, index, inspect, verify, ls, bench, cache,
-// checkpoint. Parsing here; each subcommand in its own file.
+// checkpoint, gpu. Parsing here; each subcommand in its own file.
 #include <fmt/format.h>
 
 #include "commands.h"
@@ -107,6 +107,27 @@ int main(int argc, char** argv) {
   checkpoint_verify->add_option("PATH", checkpoint_path, "A step-N folder, or a directory of them")->required();
   checkpoint_verify->add_flag("--json", json, "One JSON object per checkpoint");
 
+  GpuRunArgs gpu_args;
+  std::string gpu_ledger;
+  auto* gpu = app.add_subcommand("gpu", "Share GPUs: hold commands to a memory quota and a compute share");
+  gpu->require_subcommand(1);
+  auto* gpu_run = gpu->add_subcommand(
+      "run", "Run COMMAND with the GPU interposer preloaded, held to a memory quota and a compute share");
+  gpu_run->add_option("--memory", gpu_args.memory, "Device memory the command may use on each GPU, e.g. 20GiB");
+  gpu_run->add_option("--device-memory", gpu_args.device_memory,
+                      "Per GPU (CUDA ordinal) instead: ORDINAL=SIZE, repeatable, e.g. --device-memory 1=8GiB");
+  gpu_run->add_option("--compute", gpu_args.compute, "Percent of each GPU's time the command may use (1-100)")
+      ->check(CLI::Range(1u, 100u));
+  gpu_run->add_option("--tenant", gpu_args.tenant,
+                      "Name shared by processes that share one quota (default: run-<pid>)");
+  gpu_run->add_option("--ledger", gpu_args.ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
+  gpu_run->add_flag("--quiet", gpu_args.quiet, "Do not print the limits applied");
+  gpu_run->add_option("COMMAND", gpu_args.command, "The command and its arguments (after --)")->required();
+  gpu_run->positionals_at_end();
+  auto* gpu_ls = gpu->add_subcommand("ls", "Each GPU's tenants: quotas, use, compute shares, processes");
+  gpu_ls->add_option("--ledger", gpu_ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
+  gpu_ls->add_flag("--json", json, "Print JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -122,6 +143,8 @@ int main(int argc, char** argv) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     return Fail(stoker::Status::InvalidArgument(fmt::format("{} (see 'stoker --help')", what)));
   }
+  if (gpu_run->parsed()) return RunGpuRun(gpu_args);
+  if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, json);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);
   if (bench->parsed()) return RunBench(bench_args);

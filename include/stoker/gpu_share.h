@@ -1,0 +1,73 @@
+// GPU sharing: holding processes to a memory quota and a compute share on
+// shared GPUs (docs/gpu-sharing.md). The interposer, libstoker-share.so, is
+// preloaded into a command's processes and enforces what the environment
+// below says; these functions prepare that environment, check a program
+// can be held, and read the node's ledger. `stoker gpu run` and
+// `stoker gpu ls` are built on them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/status.h"
+
+namespace stoker {
+
+struct GpuShareSettings {
+  std::optional<std::uint64_t> memory_limit;             // bytes, on every visible device
+  std::map<std::uint32_t, std::uint64_t> device_memory;  // bytes by CUDA ordinal (overrides)
+  std::optional<std::uint32_t> compute_share;            // percent of each device's time, 1-100
+  std::string tenant;  // processes sharing one quota; empty: "run-<pid>" of the caller
+  std::string ledger;  // the node's ledger; empty: /dev/shm/stoker-gpu-ledger
+};
+
+// The variables to set (LD_PRELOAD first, then STOKER_GPU_*) for a command
+// held to `settings` by the interposer at `interposer`; an existing
+// LD_PRELOAD (`current_preload`, may be null) is kept after it. Bad values
+// are an InvalidArgument naming the setting.
+[[nodiscard]] Result<std::vector<std::pair<std::string, std::string>>> GpuShareEnvironment(
+    const GpuShareSettings& settings, const std::string& interposer, const char* current_preload);
+
+// The interposer library: $STOKER_GPU_INTERPOSER, else libstoker-share.so
+// in lib/ beside (or above) the running program, else in the Python
+// package's folder. NotFound names every place looked at.
+[[nodiscard]] Result<std::string> FindGpuInterposer();
+
+// The program `command` (a path, or a name looked up on PATH) as it will
+// run, checked to load a preloaded library: a statically linked program,
+// a set-user-ID or set-group-ID one, or one with file capabilities would
+// run unlimited, and is refused (FailedPrecondition, saying why); a script
+// is checked by its interpreter. Returns the resolved path.
+[[nodiscard]] Result<std::string> CheckPreloadable(const std::string& command);
+
+// The node's ledger as `stoker gpu ls` shows it (dead processes' slots are
+// freed while reading). An absent ledger is an empty report.
+struct GpuLedgerView {
+  struct Device {
+    std::string uuid;
+    std::uint64_t physical_bytes = 0;
+  };
+  struct Process {
+    int pid = 0;
+    std::vector<std::uint64_t> charged;  // per device
+    std::uint64_t oom_refusals = 0, throttled_ns = 0, launches = 0, started_unix = 0;
+  };
+  struct Tenant {
+    std::string name;
+    std::vector<std::optional<std::uint64_t>> quota;  // per device; nullopt: none
+    std::vector<std::uint64_t> charged;               // per device
+    std::uint32_t compute_share = 0;                  // 0: none
+    std::vector<Process> processes;
+  };
+  std::string path;
+  std::vector<Device> devices;
+  std::vector<Tenant> tenants;
+  std::uint64_t repairs = 0;  // times a process died holding the ledger's lock
+};
+[[nodiscard]] Result<GpuLedgerView> ReadGpuLedger(const std::string& path = "");
+
+}  // namespace stoker

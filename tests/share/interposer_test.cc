@@ -1,0 +1,201 @@
+// The interposer in real processes, on the fake driver: the share probe
+// (share_probe.cc) runs each scenario under LD_PRELOAD with a fresh fake
+// device and ledger, by each way of reaching the driver where it matters.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct ProbeRun {
+  int status = -1;
+  std::string out;
+  nlohmann::json json() const {
+    const auto at = out.rfind('{');
+    return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(out.substr(at), nullptr, false);
+  }
+};
+
+class Interposer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name)
+      if (c == '/') c = '_';  // parameterised tests' names
+    tag_ = std::to_string(::getpid()) + "-" + name;
+    env_ = {{"FAKE_GPU_STATE", "/dev/shm/stoker-fake-gpu-" + tag_},
+            {"STOKER_GPU_LEDGER", "/dev/shm/stoker-ledger-" + tag_},
+            {"LD_PRELOAD", STOKER_INTERPOSER},
+            {"LD_LIBRARY_PATH", Driver("cuda-current")}};
+    Clean();
+  }
+  void TearDown() override { Clean(); }
+  void Clean() {
+    ::unlink(env_["FAKE_GPU_STATE"].c_str());
+    ::unlink(env_["STOKER_GPU_LEDGER"].c_str());
+  }
+  static std::string Driver(const std::string& which, bool nvml = false) {
+    return std::string(STOKER_FAKE_GPU) + "/" + which + (nvml ? std::string(":") + STOKER_FAKE_GPU + "/nvml" : "") +
+           ":" + STOKER_FAKE_GPU + "/probe";
+  }
+
+  // Runs the probe with the test's environment plus `extra`.
+  ProbeRun Probe(const std::string& args, std::map<std::string, std::string> extra = {}, int timeout_s = 300) {
+    std::string command = "env -i PATH=/usr/bin:/bin";
+    auto env = env_;
+    for (auto& [k, v] : extra) env[k] = v;
+    for (auto& [k, v] : env) command += " " + k + "='" + v + "'";
+    command += " timeout " + std::to_string(timeout_s) + " " + STOKER_FAKE_GPU + "/probe/share_probe " + args + " 2>&1";
+    ProbeRun run;
+    FILE* pipe = ::popen(command.c_str(), "r");
+    std::array<char, 4096> buffer;
+    while (pipe && std::fgets(buffer.data(), buffer.size(), pipe)) run.out += buffer.data();
+    const int status = pipe ? ::pclose(pipe) : -1;
+    run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::printf("%s", run.out.c_str());
+    return run;
+  }
+
+  std::string tag_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(Interposer, EveryHookIsReachedByNameByDlsymAndByGetProcAddressAtEachVersion) {
+  EXPECT_EQ(Probe("resolve").status, 0);
+  // A driver that knows a newer cuMemAlloc than this build: refused, not confused.
+  EXPECT_EQ(Probe("resolve", {{"FAKE_CUDA_NEWER", "cuMemAlloc"}}).status, 0);
+  // An old driver (CUDA 10.1: no pools, no VMM, no graphs' memory): what
+  // it lacks is an error, never a call through NULL.
+  const ProbeRun old = Probe("resolve", {{"LD_LIBRARY_PATH", Driver("cuda-old")}});
+  EXPECT_EQ(old.status, 0);
+  EXPECT_NE(old.out.find("it lacks"), std::string::npos);
+}
+
+class Accounting : public Interposer, public ::testing::WithParamInterface<std::tuple<std::string, bool>> {};
+
+TEST_P(Accounting, TheLedgerEqualsTheDevicesViewAfterEveryOperation) {
+  const auto& [path, nvml] = GetParam();
+  const ProbeRun run = Probe("property --ops 100000 --seed 20261130 --path " + path,
+                        {{"STOKER_GPU_MEMORY_LIMIT", "8GiB"}, {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
+  EXPECT_EQ(run.status, 0);
+  EXPECT_NE(run.out.find("200000 checks equal"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(ByEachPath, Accounting,
+                         ::testing::Values(std::tuple{"direct", false}, std::tuple{"dlsym", false},
+                                           std::tuple{"proc", false}, std::tuple{"direct", true},
+                                           std::tuple{"proc", true}),
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + (std::get<1>(param_info.param) ? "_nvml" : "_measured");
+                         });
+
+TEST_F(Interposer, EightProcessesRacingNeverPassTheQuota) {
+  const ProbeRun run = Probe("race --procs 8 --rounds 10000 --size 314572800 --quota 1048576000",
+                        {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"STOKER_GPU_TENANT", "race"},
+                         {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  const auto j = run.json();
+  EXPECT_EQ(j["over_quota_rounds"], 0);
+  EXPECT_EQ(j["rounds"], 10000);
+  EXPECT_LE(j["max_device_used"].get<std::uint64_t>(), 1048576000u);
+  EXPECT_EQ(j["max_device_used"].get<std::uint64_t>(), 3u * 314572800u);  // three fit, and three got in
+}
+
+TEST_F(Interposer, AKilledProcesssMemoryIsAdmittedAgainAtOnce) {
+  const ProbeRun run = Probe("killer --rounds 50 --quota 1048576000",
+                        {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  EXPECT_EQ(run.json()["kills"], 50);
+}
+
+TEST_F(Interposer, ProcessesAreToldTheirQuotaNeverMoreThanTheDevice) {
+  for (bool nvml : {false, true}) {
+    const ProbeRun run = Probe("report", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"},
+                                     {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
+    ASSERT_EQ(run.status, 0);
+    const auto j = run.json();
+    const std::uint64_t quota = 4ull << 30;
+    EXPECT_EQ(j["total"], quota);
+    EXPECT_EQ(j["device_total"], quota);
+    EXPECT_EQ(j["only_total"], quota);  // NULL for free: total still right
+    EXPECT_EQ(j["free"].get<std::uint64_t>(), quota - j["tenant"].get<std::uint64_t>());
+    EXPECT_EQ(j["only_free"], j["free"]);
+    if (nvml) {
+      EXPECT_EQ(j["nvml"], 1);
+      EXPECT_EQ(j["nvml_total"], quota);
+      EXPECT_EQ(j["nvml_used"], j["tenant"]);
+      EXPECT_EQ(j["nvml_free"], j["free"]);
+    }
+    Clean();
+  }
+  // A quota above the device: the device's size.
+  const ProbeRun big = Probe("report", {{"STOKER_GPU_MEMORY_LIMIT", "64GiB"}});
+  ASSERT_EQ(big.status, 0);
+  EXPECT_EQ(big.json()["total"], 16ull << 30);
+}
+
+TEST_F(Interposer, ForkedAndExecedChildrenAreProcessesOfTheirOwn) {
+  EXPECT_EQ(Probe("fork", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}}).status, 0);
+}
+
+TEST_F(Interposer, VisibleDevicesByIndexOrUuidCarryTheirOwnQuota) {
+  for (const char* visible : {"1", "GPU-2021"}) {
+    const ProbeRun run = Probe("visible", {{"CUDA_VISIBLE_DEVICES", visible}, {"STOKER_GPU_MEMORY_LIMIT_0", "1GiB"}});
+    ASSERT_EQ(run.status, 0);
+    const auto j = run.json();
+    EXPECT_EQ(j["devices"], 1);
+    EXPECT_EQ(j["ordinal0_physical"], 1);
+    EXPECT_EQ(j["big"], 2) << "1.5 GiB on a 1 GiB quota: CUDA_ERROR_OUT_OF_MEMORY";
+    EXPECT_EQ(j["small"], 0);
+    EXPECT_EQ(j["quota"], 1ull << 30);
+    EXPECT_EQ(j["process"], j["fake_used"]);
+    Clean();
+  }
+}
+
+TEST_F(Interposer, BadSettingsFailTheProcessLoudlyInsteadOfRunningUnlimited) {
+  const ProbeRun run = Probe("alloc", {{"STOKER_GPU_MEMORY_LIMIT", "twenty"}});
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.out.find("stoker-share: error: STOKER_GPU_MEMORY_LIMIT='twenty' is not a memory size"),
+            std::string::npos);
+  // (Processes of one tenant that disagree on its quota: tests/python/test_gpu.py.)
+}
+
+TEST_F(Interposer, TenantsGetTheirComputeSharesOfTheDevice) {
+  // Two tenants at 30% and 70%, each launching 1 ms kernels for 4 s.
+  const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
+  auto start = [&](const std::string& tenant, const std::string& share, const std::string& out) {
+    std::string command = "env";
+    for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
+    command += " STOKER_GPU_TENANT=" + tenant + " STOKER_GPU_COMPUTE_SHARE=" + share +
+               " PROBE_SECONDS=4000 PROBE_KERNEL_US=1000 " + probe + " compute > " + out + " 2>&1 &";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+  };
+  const std::string a = "/tmp/stoker-compute-a-" + tag_, b = "/tmp/stoker-compute-b-" + tag_;
+  start("a", "30", a);
+  start("b", "70", b);
+  ::sleep(6);
+  auto read = [](const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    std::string text;
+    std::array<char, 512> buffer;
+    while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
+    if (f) std::fclose(f);
+    ::unlink(path.c_str());
+    return nlohmann::json::parse(text.substr(text.rfind('{')), nullptr, false);
+  };
+  const auto ja = read(a), jb = read(b);
+  const double da = ja["device_seconds"], db = jb["device_seconds"];
+  std::printf("[ compute ] 30%% tenant: %.3f s of device time, 70%% tenant: %.3f s; split %.1f/%.1f\n", da, db,
+              100 * da / (da + db), 100 * db / (da + db));
+  EXPECT_NEAR(da / (da + db), 0.30, 0.05);
+}
+
+}  // namespace
