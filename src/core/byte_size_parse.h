@@ -35,9 +35,20 @@ namespace stoker {
     double scale;
   };
   static constexpr Unit kUnits[] = {
-      {"", 1},      {"b", 1},           {"k", 1e3},  {"kb", 1e3},  {"kib", 1024.0},         {"m", 1e6},
-      {"mb", 1e6},  {"mib", 1048576.0}, {"g", 1e9},  {"gb", 1e9},  {"gib", 1073741824.0},   {"t", 1e12},
-      {"tb", 1e12}, {"tib", 1099511627776.0},
+      {"", 1},
+      {"b", 1},
+      {"k", 1e3},
+      {"kb", 1e3},
+      {"kib", 1024.0},
+      {"m", 1e6},
+      {"mb", 1e6},
+      {"mib", 1048576.0},
+      {"g", 1e9},
+      {"gb", 1e9},
+      {"gib", 1073741824.0},
+      {"t", 1e12},
+      {"tb", 1e12},
+      {"tib", 1099511627776.0},
   };
   for (const auto& [name, scale] : kUnits) {
     if (u != name) continue;

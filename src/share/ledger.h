@@ -47,7 +47,7 @@ struct LedgerHeader {
   std::uint32_t version;
   std::uint32_t max_devices, max_tenants, max_slots;
   std::uint64_t layout_bytes;
-  std::uint64_t repairs;  // recomputations after a holder died
+  std::uint64_t repairs;             // recomputations after a holder died
   alignas(64) pthread_mutex_t lock;  // robust, process-shared
 };
 struct LedgerDevice {
@@ -180,6 +180,8 @@ class Ledger {
   // Reads the ledger at `path` (freeing dead processes' slots). False with
   // `*error` when it cannot be read; an absent ledger is an empty report.
   static bool Report(const std::string& path, LedgerReport* report, std::string* error);
+  // The same through a ledger already open (frees dead processes' slots).
+  bool Snapshot(LedgerReport* report, std::string* error);
 
   // For tests: the slot this process holds; and taking the lock without
   // ever giving it back (a process then killed inside its critical section).
@@ -194,7 +196,7 @@ class Ledger {
   void Unlock();
   // Frees slots whose process is gone; true when any was freed. Lock held.
   bool ReclaimDeadSlots();
-  void RecomputeTenants();  // lock held
+  void RecomputeTenants();                                                                 // lock held
   void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
   void HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns);                     // lock held
   [[nodiscard]] bool SlotAlive(std::uint32_t s) const;

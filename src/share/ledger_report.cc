@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 
 #include "share/ledger.h"
 
@@ -10,19 +11,24 @@ namespace stoker::share {
 
 std::string FormatUuid(const std::uint8_t u[16]) {
   char out[48];
-  std::snprintf(out, sizeof(out), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  std::snprintf(out, sizeof(out), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   return out;
 }
 
 bool Ledger::Report(const std::string& path, LedgerReport* report, std::string* error) {
   *report = LedgerReport{};
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return true;  // nothing shared yet
-  Ledger* ledger = Open(path, error);
-  if (ledger == nullptr) return false;
+  std::unique_ptr<Ledger> ledger(Open(path, error));
+  return ledger != nullptr && ledger->Snapshot(report, error);
+}
+
+bool Ledger::Snapshot(LedgerReport* report, std::string* error) {
+  *report = LedgerReport{};
+  Ledger* ledger = this;
+  const std::string& path = path_;
   if (!ledger->Lock()) {
     *error = "the ledger's lock at '" + path + "' cannot be recovered";
-    delete ledger;
     return false;
   }
   std::uint32_t before = 0, after = 0;
@@ -59,7 +65,6 @@ bool Ledger::Report(const std::string& path, LedgerReport* report, std::string* 
     report->tenants.push_back(std::move(tenant));
   }
   ledger->Unlock();
-  delete ledger;
   return true;
 }
 

@@ -52,9 +52,8 @@ void Ledger::HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
   LedgerSlot& next = layout_->slots[best];
   next.waiting &= ~(1u << d);
   device.hold_started_ns = now_ns;
-  device.hold_until_ns =
-      now_ns + static_cast<std::uint64_t>(
-                   std::min(best_budget, Window(layout_->tenants[next.tenant].compute_share, period_ns)));
+  device.hold_until_ns = now_ns + static_cast<std::uint64_t>(std::min(
+                                      best_budget, Window(layout_->tenants[next.tenant].compute_share, period_ns)));
   __atomic_store_n(&device.holder, static_cast<std::uint32_t>(best) + 1, __ATOMIC_RELEASE);
 }
 
@@ -98,8 +97,7 @@ void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns)
   if (device.holder == static_cast<std::uint32_t>(slot_) + 1) {
     LedgerTenant& t = layout_->tenants[tenant_];
     TopUp(tenant_, d, now_ns, period_ns);
-    if (now_ns > device.hold_started_ns)
-      t.budget_ns[d] -= static_cast<std::int64_t>(now_ns - device.hold_started_ns);
+    if (now_ns > device.hold_started_ns) t.budget_ns[d] -= static_cast<std::int64_t>(now_ns - device.hold_started_ns);
     HandOver(d, now_ns, period_ns);
   }
   Unlock();

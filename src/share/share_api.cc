@@ -29,9 +29,10 @@ Result<std::vector<std::pair<std::string, std::string>>> GpuShareEnvironment(con
   }
   for (const auto& [ordinal, bytes] : settings.device_memory) {
     if (ordinal >= share::kMaxOrdinals)
-      return Status::InvalidArgument(fmt::format("device {} is beyond the {} devices a process may see", ordinal,
-                                                 share::kMaxOrdinals));
-    if (bytes == 0) return Status::InvalidArgument(fmt::format("the memory limit of device {} must be above zero", ordinal));
+      return Status::InvalidArgument(
+          fmt::format("device {} is beyond the {} devices a process may see", ordinal, share::kMaxOrdinals));
+    if (bytes == 0)
+      return Status::InvalidArgument(fmt::format("the memory limit of device {} must be above zero", ordinal));
     env.emplace_back(fmt::format("STOKER_GPU_MEMORY_LIMIT_{}", ordinal), std::to_string(bytes));
   }
   if (settings.compute_share) {

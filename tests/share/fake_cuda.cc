@@ -39,10 +39,14 @@ namespace {
 using fake_gpu::Lock;
 using fake_gpu::Shared;
 
-constexpr std::uint64_t kChunk = 32ull << 20;          // pools grow by this much
-constexpr std::uint64_t kGranularity = 2ull << 20;     // VMM granularity
-std::uint64_t ContextBytes() { return fake_gpu::EnvU64("FAKE_CUDA_CONTEXT_BYTES", 300ull << 20); }
-std::uint64_t ModuleBytes() { return fake_gpu::EnvU64("FAKE_CUDA_MODULE_BYTES", 2ull << 20); }
+constexpr std::uint64_t kChunk = 32ull << 20;       // pools grow by this much
+constexpr std::uint64_t kGranularity = 2ull << 20;  // VMM granularity
+std::uint64_t ContextBytes() {
+  return fake_gpu::EnvU64("FAKE_CUDA_CONTEXT_BYTES", 300ull << 20);
+}
+std::uint64_t ModuleBytes() {
+  return fake_gpu::EnvU64("FAKE_CUDA_MODULE_BYTES", 2ull << 20);
+}
 
 std::uint64_t NowNs() {
   struct timespec ts {};
@@ -65,8 +69,8 @@ struct Allocation {
 struct Handle {  // a VMM physical allocation
   int physical;
   std::uint64_t size;
-  int refs;        // create/import/retain references plus mappings
-  bool charged;    // imported handles are charged to their exporter
+  int refs;      // create/import/retain references plus mappings
+  bool charged;  // imported handles are charged to their exporter
   std::uint64_t id;
 };
 struct Pool {
@@ -209,8 +213,8 @@ CUresult Init() {
   return CUDA_SUCCESS;
 }
 
-#define REQUIRE_INIT()                                        \
-  do {                                                        \
+#define REQUIRE_INIT()                                       \
+  do {                                                       \
     if (!M().initialised) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
@@ -283,7 +287,8 @@ std::uint64_t ElementBytes(CUarray_format f) {
 
 // What an array takes: its elements, rounded up to 64 KiB (arrays are tiled).
 std::uint64_t ArrayBytes(std::uint64_t w, std::uint64_t h, std::uint64_t d, CUarray_format f, unsigned channels) {
-  const std::uint64_t raw = w * std::max<std::uint64_t>(h, 1) * std::max<std::uint64_t>(d, 1) * channels * ElementBytes(f);
+  const std::uint64_t raw =
+      w * std::max<std::uint64_t>(h, 1) * std::max<std::uint64_t>(d, 1) * channels * ElementBytes(f);
   return (raw + 0xFFFF) & ~0xFFFFull;
 }
 
@@ -710,13 +715,13 @@ FAKE_EXPORT CUresult cuModuleUnload(CUmodule m) {
 }
 // Libraries (CUDA 12): loaded into the current context here.
 FAKE_EXPORT
-CUresult cuLibraryLoadData(CUlibrary* l, const void*, CUjit_option*, void**, unsigned int, CUlibraryOption*,
-                                void**, unsigned int) {
+CUresult cuLibraryLoadData(CUlibrary* l, const void*, CUjit_option*, void**, unsigned int, CUlibraryOption*, void**,
+                           unsigned int) {
   return LoadModule(reinterpret_cast<CUmodule*>(l));
 }
 FAKE_EXPORT
-CUresult cuLibraryLoadFromFile(CUlibrary* l, const char*, CUjit_option*, void**, unsigned int, CUlibraryOption*,
-                                    void**, unsigned int) {
+CUresult cuLibraryLoadFromFile(CUlibrary* l, const char*, CUjit_option*, void**, unsigned int, CUlibraryOption*, void**,
+                               unsigned int) {
   return LoadModule(reinterpret_cast<CUmodule*>(l));
 }
 FAKE_EXPORT CUresult cuLibraryUnload(CUlibrary l) {
@@ -731,21 +736,21 @@ FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* na
   M().functions[*f];
   return CUDA_SUCCESS;
 }
-#define FAKE_LAUNCH(fn)                                                                               \
-  FAKE_EXPORT                                                                                         \
-  CUresult fn(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream s, \
-              void**, void**) {                                                                               \
-    LOCKED;                                                                                                   \
-    return Launch(f, s);                                                                                      \
+#define FAKE_LAUNCH(fn)                                                                                               \
+  FAKE_EXPORT                                                                                                         \
+  CUresult fn(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream s, void**, \
+              void**) {                                                                                               \
+    LOCKED;                                                                                                           \
+    return Launch(f, s);                                                                                              \
   }
 FAKE_LAUNCH(cuLaunchKernel)
 FAKE_LAUNCH(cuLaunchKernel_ptsz)
-#define FAKE_COOPERATIVE(fn)                                                                                    \
-  FAKE_EXPORT                                                                                                   \
-  CUresult fn(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream s,   \
-              void**) {                                                                                         \
-    LOCKED;                                                                                                     \
-    return Launch(f, s);                                                                                        \
+#define FAKE_COOPERATIVE(fn)                                                                                  \
+  FAKE_EXPORT                                                                                                 \
+  CUresult fn(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream s, \
+              void**) {                                                                                       \
+    LOCKED;                                                                                                   \
+    return Launch(f, s);                                                                                      \
   }
 FAKE_COOPERATIVE(cuLaunchCooperativeKernel)
 FAKE_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
@@ -834,7 +839,7 @@ CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp*, CU
 }
 FAKE_EXPORT
 CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop,
-                          unsigned long long) {
+                     unsigned long long) {
   LOCKED;
   REQUIRE_INIT();
   if (prop == nullptr || size % kGranularity != 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -921,7 +926,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
 }
 FAKE_EXPORT
 CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType,
-                                           unsigned long long) {
+                                      unsigned long long) {
   LOCKED;
   if (!M().handles.count(h)) return CUDA_ERROR_INVALID_VALUE;
   *static_cast<int*>(out) = static_cast<int>(h);
@@ -1015,41 +1020,41 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   PoolRelease(it->second, keep);
   return CUDA_SUCCESS;
 }
-#define FAKE_ASYNC_ALLOC(fn)                                    \
+#define FAKE_ASYNC_ALLOC(fn)                                         \
   FAKE_EXPORT CUresult fn(CUdeviceptr* p, size_t size, CUstream s) { \
-    LOCKED;                                                             \
-    REQUIRE_INIT();                                                     \
-    const int dev = CurrentPhysical();                                  \
-    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;                     \
-    return PoolAlloc(p, size, DefaultPool(dev), s);                     \
+    LOCKED;                                                          \
+    REQUIRE_INIT();                                                  \
+    const int dev = CurrentPhysical();                               \
+    if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;                  \
+    return PoolAlloc(p, size, DefaultPool(dev), s);                  \
   }
 FAKE_ASYNC_ALLOC(cuMemAllocAsync)
 FAKE_ASYNC_ALLOC(cuMemAllocAsync_ptsz)
-#define FAKE_POOL_ALLOC(fn)                                                        \
+#define FAKE_POOL_ALLOC(fn)                                                             \
   FAKE_EXPORT CUresult fn(CUdeviceptr* p, size_t size, CUmemoryPool pool, CUstream s) { \
-    LOCKED;                                                                                \
-    return PoolAlloc(p, size, pool, s);                                                    \
+    LOCKED;                                                                             \
+    return PoolAlloc(p, size, pool, s);                                                 \
   }
 FAKE_POOL_ALLOC(cuMemAllocFromPoolAsync)
 FAKE_POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz)
-#define FAKE_ASYNC_FREE(fn)                                   \
-  FAKE_EXPORT CUresult fn(CUdeviceptr p, CUstream) {          \
-    LOCKED;                                                           \
-    auto it = M().pooled.find(p);                                     \
-    if (it == M().pooled.end()) {                                     \
-      /* a plain allocation freed asynchronously */                   \
-      auto a = M().allocations.find(p);                               \
+#define FAKE_ASYNC_FREE(fn)                                            \
+  FAKE_EXPORT CUresult fn(CUdeviceptr p, CUstream) {                   \
+    LOCKED;                                                            \
+    auto it = M().pooled.find(p);                                      \
+    if (it == M().pooled.end()) {                                      \
+      /* a plain allocation freed asynchronously */                    \
+      auto a = M().allocations.find(p);                                \
       if (a == M().allocations.end()) return CUDA_ERROR_INVALID_VALUE; \
-      UnchargePhysical(a->second.physical, a->second.size);           \
-      M().allocations.erase(a);                                       \
-      return CUDA_SUCCESS;                                            \
-    }                                                                 \
-    Pool& pl = M().pools[it->second];                                 \
-    pl.used -= M().allocations[p].size;                               \
-    M().allocations.erase(p);                                         \
-    M().pooled.erase(it);                                             \
-    PoolRelease(pl, pl.threshold);                                    \
-    return CUDA_SUCCESS;                                              \
+      UnchargePhysical(a->second.physical, a->second.size);            \
+      M().allocations.erase(a);                                        \
+      return CUDA_SUCCESS;                                             \
+    }                                                                  \
+    Pool& pl = M().pools[it->second];                                  \
+    pl.used -= M().allocations[p].size;                                \
+    M().allocations.erase(p);                                          \
+    M().pooled.erase(it);                                              \
+    PoolRelease(pl, pl.threshold);                                     \
+    return CUDA_SUCCESS;                                               \
   }
 FAKE_ASYNC_FREE(cuMemFreeAsync)
 FAKE_ASYNC_FREE(cuMemFreeAsync_ptsz)
@@ -1069,7 +1074,7 @@ FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g) {
 }
 FAKE_EXPORT
 CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t,
-                                     CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+                                CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   LOCKED;
   M().graphs[g].mem_bytes += params->bytesize;
   params->dptr = M().next_address;
@@ -1161,7 +1166,8 @@ struct Entry {
   void* fn;
 };
 
-#define E(api, version, pt, fn) {api, version, pt, reinterpret_cast<void*>(&fn)}
+#define E(api, version, pt, fn) \
+  { api, version, pt, reinterpret_cast<void*>(&fn) }
 const Entry kEntries[] = {
     E("cuInit", 2000, false, cuInit),
     E("cuDriverGetVersion", 2020, false, cuDriverGetVersion),
@@ -1280,7 +1286,8 @@ const Entry kEntries[] = {
 
 }  // namespace
 
-CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                  CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
@@ -1292,8 +1299,7 @@ CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags,
     if (e.version > version) continue;
     // The per-thread variant where asked for and there is one; else the plain.
     if (e.per_thread && !per_thread) continue;
-    if (best == nullptr || e.version > best->version || (e.version == best->version && e.per_thread))
-      best = &e;
+    if (best == nullptr || e.version > best->version || (e.version == best->version && e.per_thread)) best = &e;
   }
   // FAKE_CUDA_NEWER=name: a driver that knows a newer variant of `name`
   // (CUDA 13.5) than any toolkit the interposer was built with.
@@ -1308,8 +1314,9 @@ CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags,
     static Entry self = {"cuGetProcAddress", 12000, false, reinterpret_cast<void*>(&cuGetProcAddress_v2)};
     if (version >= 11030) best = &self;
   }
-  if (status) *status = best ? CU_GET_PROC_ADDRESS_SUCCESS
-                             : (known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  if (status)
+    *status = best ? CU_GET_PROC_ADDRESS_SUCCESS
+                   : (known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   if (best == nullptr) return CUDA_ERROR_NOT_FOUND;
   *pfn = best->fn;
   return CUDA_SUCCESS;
@@ -1317,7 +1324,7 @@ CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags,
 
 FAKE_EXPORT
 CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                                  CUdriverProcAddressQueryResult* status) {
+                             CUdriverProcAddressQueryResult* status) {
   return FindProc(symbol, pfn, version, flags, status);
 }
 FAKE_EXPORT

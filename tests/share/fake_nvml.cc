@@ -42,9 +42,15 @@ constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSi
 
 }  // namespace
 
-FAKE_EXPORT int nvmlInit_v2() { return fake_gpu::Shared() ? kSuccess : 1; }
-FAKE_EXPORT int nvmlShutdown() { return kSuccess; }
-FAKE_EXPORT const char* nvmlErrorString(int) { return "fake NVML error"; }
+FAKE_EXPORT int nvmlInit_v2() {
+  return fake_gpu::Shared() ? kSuccess : 1;
+}
+FAKE_EXPORT int nvmlShutdown() {
+  return kSuccess;
+}
+FAKE_EXPORT const char* nvmlErrorString(int) {
+  return "fake NVML error";
+}
 FAKE_EXPORT int nvmlDeviceGetCount_v2(unsigned int* count) {
   *count = fake_gpu::Shared()->devices;
   return kSuccess;

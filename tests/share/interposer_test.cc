@@ -32,7 +32,7 @@ class Interposer : public ::testing::Test {
     tag_ = std::to_string(::getpid()) + "-" + name;
     env_ = {{"FAKE_GPU_STATE", "/dev/shm/stoker-fake-gpu-" + tag_},
             {"STOKER_GPU_LEDGER", "/dev/shm/stoker-ledger-" + tag_},
-            {"LD_PRELOAD", STOKER_INTERPOSER},
+            {"LD_PRELOAD", Preload()},
             {"LD_LIBRARY_PATH", Driver("cuda-current")}};
     Clean();
   }
@@ -40,6 +40,11 @@ class Interposer : public ::testing::Test {
   void Clean() {
     ::unlink(env_["FAKE_GPU_STATE"].c_str());
     ::unlink(env_["STOKER_GPU_LEDGER"].c_str());
+  }
+  // Under a sanitizer, its runtime must be loaded before anything else.
+  static std::string Preload() {
+    const std::string runtime = STOKER_SANITIZER_RUNTIME;
+    return runtime.empty() ? std::string(STOKER_INTERPOSER) : runtime + ":" + STOKER_INTERPOSER;
   }
   static std::string Driver(const std::string& which, bool nvml = false) {
     return std::string(STOKER_FAKE_GPU) + "/" + which + (nvml ? std::string(":") + STOKER_FAKE_GPU + "/nvml" : "") +
@@ -83,7 +88,7 @@ class Accounting : public Interposer, public ::testing::WithParamInterface<std::
 TEST_P(Accounting, TheLedgerEqualsTheDevicesViewAfterEveryOperation) {
   const auto& [path, nvml] = GetParam();
   const ProbeRun run = Probe("property --ops 100000 --seed 20261130 --path " + path,
-                        {{"STOKER_GPU_MEMORY_LIMIT", "8GiB"}, {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
+                             {{"STOKER_GPU_MEMORY_LIMIT", "8GiB"}, {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
   EXPECT_EQ(run.status, 0);
   EXPECT_NE(run.out.find("200000 checks equal"), std::string::npos);
 }
@@ -93,13 +98,14 @@ INSTANTIATE_TEST_SUITE_P(ByEachPath, Accounting,
                                            std::tuple{"proc", false}, std::tuple{"direct", true},
                                            std::tuple{"proc", true}),
                          [](const auto& param_info) {
-                           return std::get<0>(param_info.param) + (std::get<1>(param_info.param) ? "_nvml" : "_measured");
+                           return std::get<0>(param_info.param) +
+                                  (std::get<1>(param_info.param) ? "_nvml" : "_measured");
                          });
 
 TEST_F(Interposer, EightProcessesRacingNeverPassTheQuota) {
-  const ProbeRun run = Probe("race --procs 8 --rounds 10000 --size 314572800 --quota 1048576000",
-                        {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"STOKER_GPU_TENANT", "race"},
-                         {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  const ProbeRun run =
+      Probe("race --procs 8 --rounds 10000 --size 314572800 --quota 1048576000",
+            {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"STOKER_GPU_TENANT", "race"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
   ASSERT_EQ(run.status, 0);
   const auto j = run.json();
   EXPECT_EQ(j["over_quota_rounds"], 0);
@@ -110,15 +116,15 @@ TEST_F(Interposer, EightProcessesRacingNeverPassTheQuota) {
 
 TEST_F(Interposer, AKilledProcesssMemoryIsAdmittedAgainAtOnce) {
   const ProbeRun run = Probe("killer --rounds 50 --quota 1048576000",
-                        {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+                             {{"STOKER_GPU_MEMORY_LIMIT", "1000MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
   ASSERT_EQ(run.status, 0);
   EXPECT_EQ(run.json()["kills"], 50);
 }
 
 TEST_F(Interposer, ProcessesAreToldTheirQuotaNeverMoreThanTheDevice) {
   for (bool nvml : {false, true}) {
-    const ProbeRun run = Probe("report", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"},
-                                     {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
+    const ProbeRun run =
+        Probe("report", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}, {"LD_LIBRARY_PATH", Driver("cuda-current", nvml)}});
     ASSERT_EQ(run.status, 0);
     const auto j = run.json();
     const std::uint64_t quota = 4ull << 30;

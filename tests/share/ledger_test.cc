@@ -157,8 +157,8 @@ TEST_F(LedgerTest, LivenessIsTheSlotsLockNotItsPid) {
   // as after pid reuse: it is a dead process's.
   {
     const int fd = ::open(path_.c_str(), O_RDWR);
-    auto* layout = static_cast<LedgerLayout*>(
-        ::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    auto* layout =
+        static_cast<LedgerLayout*>(::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     LedgerSlot& ghost = layout->slots[kMaxSlots - 1];
     ghost.pid = static_cast<std::int32_t>(::getppid());
     ghost.tenant = layout->slots[me->slot()].tenant;
@@ -175,8 +175,9 @@ TEST_F(LedgerTest, LivenessIsTheSlotsLockNotItsPid) {
 TEST_F(LedgerTest, ABadFileIsNamedAndRefused) {
   {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT, 0600);
-    ASSERT_EQ(::write(fd, "not a ledger, but long enough to be read as one: 0123456789012345678901234567890123456789"
-                          "0123456789012345678901234567890123456789",
+    ASSERT_EQ(::write(fd,
+                      "not a ledger, but long enough to be read as one: 0123456789012345678901234567890123456789"
+                      "0123456789012345678901234567890123456789",
                       128),
               128);
     ::close(fd);
@@ -215,8 +216,10 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
   for (int step = 0; step < 50'000; ++step, now += ms / 10) {
     std::uint64_t until = 0;
     if (a->HoldsDevice(0) || a->AcquireDevice(0, now, period, &until)) {
-      if (now >= a->HoldUntil(0)) a->ReleaseDevice(0, now, period);
-      else alone += ms / 10;
+      if (now >= a->HoldUntil(0))
+        a->ReleaseDevice(0, now, period);
+      else
+        alone += ms / 10;
     }
   }
   EXPECT_NEAR(static_cast<double>(alone) / static_cast<double>(now - start), 0.30, 0.02);
@@ -235,8 +238,10 @@ TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
     return ok ? std::optional<ShareConfig>(c) : std::nullopt;
   };
   std::string error;
-  auto c = parse({{"STOKER_GPU_MEMORY_LIMIT", "20GiB"}, {"STOKER_GPU_MEMORY_LIMIT_1", "8GiB"},
-                  {"STOKER_GPU_COMPUTE_SHARE", "30"}, {"STOKER_GPU_TENANT", "team-a"}},
+  auto c = parse({{"STOKER_GPU_MEMORY_LIMIT", "20GiB"},
+                  {"STOKER_GPU_MEMORY_LIMIT_1", "8GiB"},
+                  {"STOKER_GPU_COMPUTE_SHARE", "30"},
+                  {"STOKER_GPU_TENANT", "team-a"}},
                  &error);
   ASSERT_TRUE(c) << error;
   EXPECT_EQ(c->LimitFor(0), 20ull << 30);

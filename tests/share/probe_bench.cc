@@ -48,7 +48,8 @@ int Bench(const Driver& d) {
     }
     alloc_best = std::min(alloc_best, (Seconds() - t) / static_cast<double>(n));
     t = Seconds();
-    for (std::uint64_t i = 0; i < n; ++i) Check(d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "launch");
+    for (std::uint64_t i = 0; i < n; ++i)
+      Check(d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "launch");
     launch_best = std::min(launch_best, (Seconds() - t) / static_cast<double>(n));
   }
   std::printf("{\"alloc_free_ns\": %.1f, \"launch_ns\": %.1f, \"iterations\": %llu}\n", alloc_best * 1e9,
@@ -75,8 +76,8 @@ int Compute(const Driver& d) {
   const double wall = Seconds() - start;
   const Charges c = LedgerCharges(d, 0);
   std::printf("{\"launches\": %llu, \"device_seconds\": %.3f, \"wall_seconds\": %.3f, \"throttled_ms\": %.1f}\n",
-              static_cast<unsigned long long>(launches),
-              static_cast<double>(launches * micros) / 1e6, wall, static_cast<double>(c.throttled_ns) / 1e6);
+              static_cast<unsigned long long>(launches), static_cast<double>(launches * micros) / 1e6, wall,
+              static_cast<double>(c.throttled_ns) / 1e6);
   return 0;
 }
 

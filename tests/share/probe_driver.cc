@@ -12,10 +12,14 @@ PROBE_DRIVER_FUNCTIONS(PROBE_WEAK)
 namespace probe {
 
 bool ParsePath(const std::string& text, Path* path) {
-  if (text == "direct") *path = Path::kDirect;
-  else if (text == "dlsym") *path = Path::kDlsym;
-  else if (text == "proc") *path = Path::kProcAddress;
-  else return false;
+  if (text == "direct")
+    *path = Path::kDirect;
+  else if (text == "dlsym")
+    *path = Path::kDlsym;
+  else if (text == "proc")
+    *path = Path::kProcAddress;
+  else
+    return false;
   return true;
 }
 
@@ -47,15 +51,14 @@ bool LoadDriver(Path path, int version, Driver* d, std::string* error) {
     *error = "the driver has no cuGetProcAddress_v2";
     return false;
   }
-#define PROBE_PROC(field, symbol, api, v, pt)                                                                    \
-  {                                                                                                              \
-    void* fn = nullptr;                                                                                          \
-    CUdriverProcAddressQueryResult found{};                                                                      \
-    if ((version == 0 || version >= v) &&                                                                        \
-        get(#api, &fn, v,                                                                                        \
-            pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,              \
-            &found) == CUDA_SUCCESS)                                                                             \
-      d->field = reinterpret_cast<decltype(d->field)>(fn);                                                       \
+#define PROBE_PROC(field, symbol, api, v, pt)                                                                     \
+  {                                                                                                               \
+    void* fn = nullptr;                                                                                           \
+    CUdriverProcAddressQueryResult found{};                                                                       \
+    if ((version == 0 || version >= v) &&                                                                         \
+        get(#api, &fn, v, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM, \
+            &found) == CUDA_SUCCESS)                                                                              \
+      d->field = reinterpret_cast<decltype(d->field)>(fn);                                                        \
   }
   PROBE_DRIVER_FUNCTIONS(PROBE_PROC)
 #undef PROBE_PROC

@@ -69,10 +69,18 @@ class Property {
 
   std::uint64_t Size() {
     switch (rng_.Below(8)) {
-      case 0: case 1: return 1 + rng_.Below(64 * 1024);
-      case 2: case 3: return kMiB + rng_.Below(16 * kMiB);
-      case 4: case 5: case 6: return 64 * kMiB + rng_.Below(192 * kMiB);
-      default: return 512 * kMiB + rng_.Below(1024 * kMiB);
+      case 0:
+      case 1:
+        return 1 + rng_.Below(64 * 1024);
+      case 2:
+      case 3:
+        return kMiB + rng_.Below(16 * kMiB);
+      case 4:
+      case 5:
+      case 6:
+        return 64 * kMiB + rng_.Below(192 * kMiB);
+      default:
+        return 512 * kMiB + rng_.Below(1024 * kMiB);
     }
   }
 
@@ -88,8 +96,9 @@ class Property {
     ++admitted_;
     const Charges c = LedgerCharges(d_, ordinal);
     if (c.tenant > c.quota)
-      Fail("operation " + std::to_string(op_) + " (kind " + std::to_string(kind_) + "): admitted, and the tenant is now at " + std::to_string(c.tenant) +
-           " bytes, over its quota of " + std::to_string(c.quota));
+      Fail("operation " + std::to_string(op_) + " (kind " + std::to_string(kind_) +
+           "): admitted, and the tenant is now at " + std::to_string(c.tenant) + " bytes, over its quota of " +
+           std::to_string(c.quota));
   }
 
   // What a caching allocator does on an out-of-memory error: frees some of
@@ -139,7 +148,9 @@ class Property {
         if (!contexts_.empty()) Check(d_.CtxSetCurrent(contexts_[0].ctx), "cuCtxSetCurrent");
         return;
       }
-      case 2: case 3: case 4: {
+      case 2:
+      case 3:
+      case 4: {
         CUdeviceptr p = 0;
         const CUresult r = d_.MemAlloc(&p, Size());
         Admitted(r, ordinal);
@@ -161,7 +172,9 @@ class Property {
         if (r == CUDA_SUCCESS) plain_.push_back({p, current_, false});
         return;
       }
-      case 7: case 8: case 9: {
+      case 7:
+      case 8:
+      case 9: {
         if (plain_.empty()) return;
         const std::size_t i = rng_.Below(plain_.size());
         Check(plain_[i].async ? d_.MemFreeAsync(plain_[i].ptr, nullptr) : d_.MemFree(plain_[i].ptr), "free");
@@ -177,7 +190,8 @@ class Property {
         pooled_.push_back(p);
         return;
       }
-      case 11: case 12: {
+      case 11:
+      case 12: {
         if (pooled_.empty()) return;
         const std::size_t i = rng_.Below(pooled_.size());
         Check(d_.MemFreeAsync(pooled_[i], nullptr), "cuMemFreeAsync");
@@ -237,8 +251,10 @@ class Property {
         CUmemGenericAllocationHandle h = 0;
         const std::uint64_t bytes = (1 + rng_.Below(256)) * 2 * kMiB;
         const CUresult r = d_.MemCreate(&h, bytes, &prop, 0);
-        if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) Admitted(r, ordinal);
-        else Check(r, "cuMemCreate on the host");
+        if (prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+          Admitted(r, ordinal);
+        else
+          Check(r, "cuMemCreate on the host");
         if (r == CUDA_SUCCESS) handles_.push_back({h, bytes});
         return;
       }
@@ -399,7 +415,7 @@ class Property {
       }
       case 28: {  // host memory never counts
         void* h = nullptr;
-        Check(d_.MemAllocHost(&h, Size()), "cuMemAllocHost");
+        Check(d_.MemAllocHost(&h, 1 + rng_.Below(kMiB)), "cuMemAllocHost");  // real host memory: kept small
         Check(d_.MemFreeHost(h), "cuMemFreeHost");
         return;
       }
@@ -424,8 +440,9 @@ class Property {
       const Charges c = LedgerCharges(d_, o);
       const std::uint64_t fake = FakeProcessUsed(PhysicalOf(d_, o));
       if (c.process != fake)
-        Fail("after operation " + std::to_string(op_) + " (kind " + std::to_string(kind_) + "): the ledger charges " + std::to_string(c.process) +
-             " bytes on device " + std::to_string(o) + ", the device holds " + std::to_string(fake));
+        Fail("after operation " + std::to_string(op_) + " (kind " + std::to_string(kind_) + "): the ledger charges " +
+             std::to_string(c.process) + " bytes on device " + std::to_string(o) + ", the device holds " +
+             std::to_string(fake));
       ++checks_;
     }
   }

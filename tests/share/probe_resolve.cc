@@ -68,25 +68,24 @@ int Resolve() {
 
   // Every hooked variant, by name and through cuGetProcAddress at its version.
   int present = 0, absent = 0;
-#define STOKER_VARIANT(api, name, version, pt, symbol, pfn)                                                        \
-  {                                                                                                                \
-    void* ours = dlsym(RTLD_DEFAULT, name);                                                                        \
-    Expect(ours != nullptr, std::string("the interposer does not export ") + name);                               \
-    void* by_name = dlsym(lib, name);                                                                              \
-    void* by_proc = nullptr;                                                                                       \
-    CUdriverProcAddressQueryResult found{};                                                                        \
-    const CUresult r = get(#api, &by_proc, version, pt ? kPt : kLegacy, &found);                                   \
-    if (by_name != nullptr) {                                                                                      \
-      ++present;                                                                                                   \
-      Expect(by_name == ours, std::string("dlsym(libcuda, ") + name + ") is not the interposer's");               \
-      Expect(r == CUDA_SUCCESS && by_proc == ours,                                                                 \
-             std::string("cuGetProcAddress(" #api ", ") + std::to_string(version) + ") is not the interposer's " + \
-                 name);                                                                                            \
-    } else {                                                                                                       \
-      ++absent; /* the driver lacks it: an error, never NULL with success */                                       \
-      Expect(r != CUDA_SUCCESS && by_proc == nullptr,                                                              \
-             std::string("cuGetProcAddress(" #api ") succeeded for a symbol the driver lacks"));                   \
-    }                                                                                                              \
+#define STOKER_VARIANT(api, name, version, pt, symbol, pfn)                                                            \
+  {                                                                                                                    \
+    void* ours = dlsym(RTLD_DEFAULT, name);                                                                            \
+    Expect(ours != nullptr, std::string("the interposer does not export ") + name);                                    \
+    void* by_name = dlsym(lib, name);                                                                                  \
+    void* by_proc = nullptr;                                                                                           \
+    CUdriverProcAddressQueryResult found{};                                                                            \
+    const CUresult r = get(#api, &by_proc, version, pt ? kPt : kLegacy, &found);                                       \
+    if (by_name != nullptr) {                                                                                          \
+      ++present;                                                                                                       \
+      Expect(by_name == ours, std::string("dlsym(libcuda, ") + name + ") is not the interposer's");                    \
+      Expect(r == CUDA_SUCCESS && by_proc == ours, std::string("cuGetProcAddress(" #api ", ") +                        \
+                                                       std::to_string(version) + ") is not the interposer's " + name); \
+    } else {                                                                                                           \
+      ++absent; /* the driver lacks it: an error, never NULL with success */                                           \
+      Expect(r != CUDA_SUCCESS && by_proc == nullptr,                                                                  \
+             std::string("cuGetProcAddress(" #api ") succeeded for a symbol the driver lacks"));                       \
+    }                                                                                                                  \
   }
 #include "entry_points.inc"
 #undef STOKER_VARIANT
@@ -97,8 +96,8 @@ int Resolve() {
     const CUresult r = get(q.api, &got, q.version, q.flags, nullptr);
     if (dlsym(lib, q.expect) == nullptr) continue;  // this driver lacks it
     Expect(r == CUDA_SUCCESS && got == expect, std::string("cuGetProcAddress_v2(") + q.api + ", " +
-                                                   std::to_string(q.version) + ", flags " +
-                                                   std::to_string(q.flags) + ") is not " + q.expect);
+                                                   std::to_string(q.version) + ", flags " + std::to_string(q.flags) +
+                                                   ") is not " + q.expect);
     got = nullptr;
     Expect(get1(q.api, &got, q.version, q.flags) == CUDA_SUCCESS && got == expect,
            std::string("cuGetProcAddress(") + q.api + ") is not " + q.expect);
@@ -136,7 +135,8 @@ int Resolve() {
   auto launch = reinterpret_cast<PFN_cuLaunch_v2000>(dlsym(RTLD_DEFAULT, "cuLaunch"));
   if (dlsym(lib, "cuLaunch") == nullptr)
     Expect(launch(nullptr) == CUDA_ERROR_NOT_FOUND, "cuLaunch without a driver's did not fail");
-  Expect(stoker_probe_b_loaded() == 1 && stoker_probe_next() == 'B', "dlsym(RTLD_NEXT) from a library did not find the next library's symbol");
+  Expect(stoker_probe_b_loaded() == 1 && stoker_probe_next() == 'B',
+         "dlsym(RTLD_NEXT) from a library did not find the next library's symbol");
   std::printf("resolve: %d checks; %d hooked variants the driver has, %d it lacks\n", checked, present, absent);
   return 0;
 }

@@ -47,7 +47,16 @@ Charges LedgerCharges(const Driver& d, int ordinal) {
   const std::string want = stoker::share::FormatUuid(reinterpret_cast<const std::uint8_t*>(uuid.bytes));
   stoker::share::LedgerReport report;
   std::string error;
-  if (!stoker::share::Ledger::Report(LedgerPath(), &report, &error)) Fail("reading the ledger: " + error);
+  // One descriptor for every check (the property test reads it after each
+  // operation); reopened in a forked child, whose copy is the parent's.
+  static stoker::share::Ledger* ledger = nullptr;
+  static pid_t opened_by = 0;
+  if (ledger == nullptr || opened_by != ::getpid()) {
+    ledger = stoker::share::Ledger::Open(LedgerPath(), &error);
+    opened_by = ::getpid();
+    if (ledger == nullptr) Fail("opening the ledger: " + error);
+  }
+  if (!ledger->Snapshot(&report, &error)) Fail("reading the ledger: " + error);
   int index = -1;
   for (std::size_t i = 0; i < report.devices.size(); ++i)
     if (report.devices[i].uuid == want) index = static_cast<int>(i);

@@ -81,8 +81,10 @@ int Race(const Driver& d) {
         pthread_barrier_wait(&shared->barrier);
         CUdeviceptr p = 0;
         const CUresult result = d.MemAlloc(&p, size);
-        if (result == CUDA_SUCCESS) shared->successes.fetch_add(1);
-        else if (result != CUDA_ERROR_OUT_OF_MEMORY) Fail("cuMemAlloc in the race: " + std::to_string(result));
+        if (result == CUDA_SUCCESS)
+          shared->successes.fetch_add(1);
+        else if (result != CUDA_ERROR_OUT_OF_MEMORY)
+          Fail("cuMemAlloc in the race: " + std::to_string(result));
         pthread_barrier_wait(&shared->barrier);
         if (id == 0) {
           const std::uint64_t used = FakeDeviceUsed(physical);
@@ -106,11 +108,11 @@ int Race(const Driver& d) {
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
   }
-  std::printf("{\"rounds\": %llu, \"processes\": %d, \"over_quota_rounds\": %d, \"max_device_used\": %llu, "
-              "\"quota\": %llu, \"failed_processes\": %d}\n",
-              static_cast<unsigned long long>(rounds), procs, shared->over_quota_rounds.load(),
-              static_cast<unsigned long long>(shared->max_device_used.load()),
-              static_cast<unsigned long long>(quota), failed);
+  std::printf(
+      "{\"rounds\": %llu, \"processes\": %d, \"over_quota_rounds\": %d, \"max_device_used\": %llu, "
+      "\"quota\": %llu, \"failed_processes\": %d}\n",
+      static_cast<unsigned long long>(rounds), procs, shared->over_quota_rounds.load(),
+      static_cast<unsigned long long>(shared->max_device_used.load()), static_cast<unsigned long long>(quota), failed);
   return shared->over_quota_rounds.load() == 0 && failed == 0 ? 0 : 1;
 }
 
@@ -172,8 +174,9 @@ int Killer(const Driver& d) {
     if (result != CUDA_SUCCESS) Fail("the killed process's memory was not reclaimed within 5 s");
     Check(d.MemFree(p), "cuMemFree");
     const Charges c = LedgerCharges(d, 0);
-    if (c.tenant != c.process) Fail("after a kill the tenant is charged " + std::to_string(c.tenant) +
-                                    " but its only live process " + std::to_string(c.process));
+    if (c.tenant != c.process)
+      Fail("after a kill the tenant is charged " + std::to_string(c.tenant) + " but its only live process " +
+           std::to_string(c.process));
     worst = std::max(worst, waited);
     sum += waited;
   }
@@ -222,13 +225,13 @@ int Report(const Driver& d) {
       nvml_total = m.total, nvml_free = m.free, nvml_used = m.used;
     }
   }
-  std::printf("{\"free\": %zu, \"total\": %zu, \"device_total\": %zu, \"quota\": %llu, \"tenant\": %llu, "
-              "\"before_alloc\": %llu, \"only_total\": %zu, \"only_free\": %zu, \"nvml\": %d, \"nvml_total\": %llu, "
-              "\"nvml_free\": %llu, \"nvml_used\": %llu, \"physical_free\": %llu}\n",
-              free_bytes, total, physical, static_cast<unsigned long long>(c.quota),
-              static_cast<unsigned long long>(c.tenant), static_cast<unsigned long long>(before.tenant), only_total,
-              only_free, nvml, nvml_total, nvml_free, nvml_used,
-              static_cast<unsigned long long>(16ull * (1ull << 30) - FakeDeviceUsed(PhysicalOf(d, 0))));
+  std::printf(
+      "{\"free\": %zu, \"total\": %zu, \"device_total\": %zu, \"quota\": %llu, \"tenant\": %llu, "
+      "\"before_alloc\": %llu, \"only_total\": %zu, \"only_free\": %zu, \"nvml\": %d, \"nvml_total\": %llu, "
+      "\"nvml_free\": %llu, \"nvml_used\": %llu, \"physical_free\": %llu}\n",
+      free_bytes, total, physical, static_cast<unsigned long long>(c.quota), static_cast<unsigned long long>(c.tenant),
+      static_cast<unsigned long long>(before.tenant), only_total, only_free, nvml, nvml_total, nvml_free, nvml_used,
+      static_cast<unsigned long long>(16ull * (1ull << 30) - FakeDeviceUsed(PhysicalOf(d, 0))));
   return 0;
 }
 
@@ -249,8 +252,8 @@ int Fork(const Driver& d) {
     const Charges child = LedgerCharges(d, 0);
     const std::uint64_t fake = FakeProcessUsed(PhysicalOf(d, 0));
     if (inherited.process != 0) Fail("a forked child started with the parent's charge");
-    if (child.process != fake) Fail("the child is charged " + std::to_string(child.process) + ", holds " +
-                                    std::to_string(fake));
+    if (child.process != fake)
+      Fail("the child is charged " + std::to_string(child.process) + ", holds " + std::to_string(fake));
     if (child.tenant != parent.process + child.process) Fail("the tenant does not add the parent and the child");
     _exit(0);
   }
@@ -292,11 +295,11 @@ int Visible(const Driver& d) {
   if (big == CUDA_SUCCESS) Check(d.MemFree(p), "cuMemFree");
   const CUresult small = d.MemAlloc(&p, 512ull << 20);
   const Charges c = LedgerCharges(d, 0);
-  std::printf("{\"devices\": %d, \"ordinal0_physical\": %d, \"big\": %d, \"small\": %d, \"quota\": %llu, "
-              "\"process\": %llu, \"fake_used\": %llu}\n",
-              count, PhysicalOf(d, 0), static_cast<int>(big), static_cast<int>(small),
-              static_cast<unsigned long long>(c.quota), static_cast<unsigned long long>(c.process),
-              static_cast<unsigned long long>(FakeProcessUsed(PhysicalOf(d, 0))));
+  std::printf(
+      "{\"devices\": %d, \"ordinal0_physical\": %d, \"big\": %d, \"small\": %d, \"quota\": %llu, "
+      "\"process\": %llu, \"fake_used\": %llu}\n",
+      count, PhysicalOf(d, 0), static_cast<int>(big), static_cast<int>(small), static_cast<unsigned long long>(c.quota),
+      static_cast<unsigned long long>(c.process), static_cast<unsigned long long>(FakeProcessUsed(PhysicalOf(d, 0))));
   return 0;
 }
 

@@ -27,8 +27,7 @@ stoker::Result<stoker::GpuShareSettings> SettingsFrom(const GpuRunArgs& args) {
   for (const std::string& item : args.device_memory) {
     const auto eq = item.find('=');
     unsigned ordinal = 0;
-    if (eq == std::string::npos || eq == 0 ||
-        std::sscanf(item.substr(0, eq).c_str(), "%u", &ordinal) != 1 ||
+    if (eq == std::string::npos || eq == 0 || std::sscanf(item.substr(0, eq).c_str(), "%u", &ordinal) != 1 ||
         item.substr(0, eq).find_first_not_of("0123456789") != std::string::npos)
       return stoker::Status::InvalidArgument(
           fmt::format("--device-memory '{}' must be ORDINAL=SIZE, for example 1=8GiB", item));
@@ -66,8 +65,7 @@ int RunGpuRun(const GpuRunArgs& args) {
     for (const auto& [ordinal, bytes] : settings->device_memory)
       limits.push_back(fmt::format("{} on GPU {}", stoker::FormatBytes(bytes), ordinal));
     if (settings->compute_share) limits.push_back(fmt::format("{}% of each GPU's time", *settings->compute_share));
-    fmt::print(stderr, "stoker gpu run: tenant {}{}{}\n", tenant, limits.empty() ? "" : ": ",
-               fmt::join(limits, ", "));
+    fmt::print(stderr, "stoker gpu run: tenant {}{}{}\n", tenant, limits.empty() ? "" : ": ", fmt::join(limits, ", "));
   }
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -82,7 +80,8 @@ int RunGpuList(const std::string& ledger, bool json) {
   if (json) {
     nlohmann::json j = {{"ledger", view->path}, {"repairs", view->repairs}};
     j["devices"] = nlohmann::json::array();
-    for (const auto& d : view->devices) j["devices"].push_back({{"uuid", d.uuid}, {"physical_bytes", d.physical_bytes}});
+    for (const auto& d : view->devices)
+      j["devices"].push_back({{"uuid", d.uuid}, {"physical_bytes", d.physical_bytes}});
     j["tenants"] = nlohmann::json::array();
     for (const auto& t : view->tenants) {
       nlohmann::json tenant = {{"name", t.name}, {"compute_share", t.compute_share}};
@@ -118,8 +117,8 @@ int RunGpuList(const std::string& ledger, bool json) {
                  t.compute_share ? fmt::format("{}%", t.compute_share) : "-", t.processes.size());
     }
   }
-  fmt::print("processes\n  {:>8} {:<24} {:>12} {:>12} {:>12} {:>12}\n", "pid", "tenant", "used", "refused",
-             "throttled", "launches");
+  fmt::print("processes\n  {:>8} {:<24} {:>12} {:>12} {:>12} {:>12}\n", "pid", "tenant", "used", "refused", "throttled",
+             "launches");
   for (const auto& t : view->tenants)
     for (const auto& p : t.processes) {
       std::uint64_t used = 0;

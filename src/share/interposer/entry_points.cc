@@ -53,7 +53,9 @@ struct RealTable {
 
 }  // namespace
 
-const VariantInfo& Info(Variant v) { return kVariants[v]; }
+const VariantInfo& Info(Variant v) {
+  return kVariants[v];
+}
 
 int SelectVariant(std::string_view api, int version, bool per_thread) {
   int best = -1;

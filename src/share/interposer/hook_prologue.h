@@ -6,8 +6,8 @@
 #include "share/interposer/entry_points.h"
 #include "share/interposer/interposer.h"
 
-#define STOKER_PROLOGUE(variant, pfn)                                       \
-  auto real = ::stoker::share::Real<pfn>(::stoker::share::kV_##variant);    \
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                         \
-  ::stoker::share::Interposer& ip = ::stoker::share::Interposer::Get();     \
+#define STOKER_PROLOGUE(variant, pfn)                                    \
+  auto real = ::stoker::share::Real<pfn>(::stoker::share::kV_##variant); \
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                      \
+  ::stoker::share::Interposer& ip = ::stoker::share::Interposer::Get();  \
   if (!ip.ok()) return ip.Refuse();

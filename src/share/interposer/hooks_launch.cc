@@ -12,13 +12,13 @@ using stoker::share::ComputeGate;
     return real args;                             \
   }
 
-#define KERNEL_PARAMS                                                                                           \
-  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,          \
-   unsigned int bz, unsigned int shared, CUstream stream, void** params, void** extra)
+#define KERNEL_PARAMS                                                                                                  \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, \
+   unsigned int shared, CUstream stream, void** params, void** extra)
 #define KERNEL_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-#define COOPERATIVE_PARAMS                                                                                      \
-  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,          \
-   unsigned int bz, unsigned int shared, CUstream stream, void** params)
+#define COOPERATIVE_PARAMS                                                                                             \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, \
+   unsigned int shared, CUstream stream, void** params)
 #define COOPERATIVE_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params)
 
 STOKER_LAUNCH(cuLaunchKernel, PFN_cuLaunchKernel_v4000, KERNEL_PARAMS, KERNEL_ARGS)

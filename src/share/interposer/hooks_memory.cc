@@ -102,7 +102,8 @@ STOKER_HOOK CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch
   CUcontext ctx = nullptr;
   // Admission on the unpadded size; the driver's pitch is settled after.
   const std::uint64_t estimate = static_cast<std::uint64_t>(width) * height;
-  if (estimate == 0 || free == nullptr || !ip.CurrentDevice(&dev, &ctx)) return real(dptr, pitch, width, height, element);
+  if (estimate == 0 || free == nullptr || !ip.CurrentDevice(&dev, &ctx))
+    return real(dptr, pitch, width, height, element);
   if (!ip.Admit(dev, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr ptr = 0;
   size_t p = 0;
@@ -131,7 +132,8 @@ STOKER_HOOK CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int*
   Dev dev;
   CUcontext ctx = nullptr;
   const std::uint64_t estimate = static_cast<std::uint64_t>(width) * height;
-  if (estimate == 0 || free == nullptr || !ip.CurrentDevice(&dev, &ctx)) return real(dptr, pitch, width, height, element);
+  if (estimate == 0 || free == nullptr || !ip.CurrentDevice(&dev, &ctx))
+    return real(dptr, pitch, width, height, element);
   if (!ip.Admit(dev, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr_v1 ptr = 0;
   unsigned int p = 0;
@@ -206,8 +208,9 @@ CUresult AllocateFromPool(Interposer& ip, CUmemoryPool pool, const Dev& current,
   CUdeviceptr ptr = 0;
   const CUresult r = allocate(&ptr);
   cuuint64_t reserved = 0;
-  const bool read = ip.driver().pool_get_attribute &&
-                    ip.driver().pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
+  const bool read =
+      ip.driver().pool_get_attribute &&
+      ip.driver().pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(ip.mu);
   Interposer::Pool& p = PoolRecord(ip, pool, dev);
   if (read) {
@@ -241,8 +244,7 @@ CUresult AllocAsync(Interposer& ip, Pfn real, CUdeviceptr* dptr, size_t bytes, C
 }
 
 template <typename Pfn>
-CUresult AllocFromPool(Interposer& ip, Pfn real, CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
-                       CUstream stream) {
+CUresult AllocFromPool(Interposer& ip, Pfn real, CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) {
   Dev dev;
   if (bytes == 0 || pool == nullptr || !ip.CurrentDevice(&dev)) return real(dptr, bytes, pool, stream);
   // A pool created before it was seen (a device's default pool): find its device.

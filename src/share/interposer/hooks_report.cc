@@ -94,10 +94,15 @@ int OrdinalOf(Interposer& ip, nvmlDevice_t device) {
   for (const char* p = text + (std::strncmp(text, "GPU-", 4) == 0 ? 4 : 0); *p && n < 32; ++p) {
     if (*p == '-') continue;
     const char c = *p;
-    const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    const int v = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
     if (v < 0) return -1;
-    if (n % 2 == 0) uuid[n / 2] = static_cast<std::uint8_t>(v << 4);
-    else uuid[n / 2] |= static_cast<std::uint8_t>(v);
+    if (n % 2 == 0)
+      uuid[n / 2] = static_cast<std::uint8_t>(v << 4);
+    else
+      uuid[n / 2] |= static_cast<std::uint8_t>(v);
     ++n;
   }
   return n == 32 ? ip.OrdinalOfUuid(uuid) : -1;
@@ -122,7 +127,8 @@ bool NvmlView(nvmlDevice_t device, std::uint64_t* total, std::uint64_t* free, st
 }  // namespace
 
 STOKER_HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  auto real = reinterpret_cast<stoker::share::NvmlGetMemoryInfoFn>(stoker::share::NvmlSymbol("nvmlDeviceGetMemoryInfo"));
+  auto real =
+      reinterpret_cast<stoker::share::NvmlGetMemoryInfoFn>(stoker::share::NvmlSymbol("nvmlDeviceGetMemoryInfo"));
   if (real == nullptr) return 3;  // NVML_ERROR_NOT_SUPPORTED: no NVML here
   const nvmlReturn_t r = real(device, memory);
   if (r != kNvmlSuccess || memory == nullptr) return r;

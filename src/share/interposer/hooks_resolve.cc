@@ -102,13 +102,27 @@ void* HookFor(void* handle, const char* name) {
 }
 
 using DlsymFn = void* (*)(void*, const char*) noexcept;  // noexcept: else no tail call
-DlsymFn Next() {
-  static DlsymFn fn = [] {
-    void* f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (f == nullptr) f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    return reinterpret_cast<DlsymFn>(f);
-  }();
-  return fn;
+
+// dlsym runs inside sanitizer runtimes' own start-up (they look up the
+// functions they wrap), before their instrumentation works: the path that
+// is not ours stays uninstrumented.
+#define STOKER_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined", "thread")))
+
+STOKER_UNINSTRUMENTED DlsymFn Next() {
+  static DlsymFn fn = nullptr;
+  DlsymFn f = __atomic_load_n(&fn, __ATOMIC_ACQUIRE);
+  if (f == nullptr) {
+    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    f = reinterpret_cast<DlsymFn>(p);
+    __atomic_store_n(&fn, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+
+// Only names of the driver's and NVML's entry points can be ours.
+STOKER_UNINSTRUMENTED bool MaybeOurs(const char* name) {
+  return (name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l');
 }
 
 }  // namespace
@@ -117,10 +131,11 @@ DlsymFn Next() {
 // caller's return address: RTLD_NEXT keeps meaning "after the caller".
 extern "C" __attribute__((visibility("default")))
 #if !defined(__clang__)
-__attribute__((optimize("optimize-sibling-calls")))
+__attribute__((optimize("O2")))  // also in unoptimised (sanitizer) builds
 #endif
-void* dlsym(void* __restrict handle, const char* __restrict name) noexcept {
-  if (name[0] == 'c' || name[0] == 'n') {  // glibc declares name nonnull
+STOKER_UNINSTRUMENTED void*
+dlsym(void* __restrict handle, const char* __restrict name) noexcept {
+  if (MaybeOurs(name)) {  // glibc declares name nonnull
     if (void* hook = HookFor(handle, name)) return hook;
   }
 #if defined(__clang__)

@@ -144,7 +144,8 @@ CUresult CreateArray(Interposer& ip, std::uint64_t estimate, Handle* out, Create
   std::uint64_t bytes = estimate;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   CUdevice device = 0;
-  if (ip.driver().device_get(&device, dev.ordinal) == CUDA_SUCCESS && requirements(&req, array, device)) bytes = req.size;
+  if (ip.driver().device_get(&device, dev.ordinal) == CUDA_SUCCESS && requirements(&req, array, device))
+    bytes = req.size;
   if (bytes > estimate && !ip.Admit(dev, bytes - estimate)) {
     (void)destroy(array);
     ip.ledger().Uncharge(dev.ledger, estimate);

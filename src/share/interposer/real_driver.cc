@@ -57,12 +57,24 @@ void* RealDlsym(void* handle, const char* name) {
   return fn ? fn(handle, name) : nullptr;
 }
 
-void* DriverHandle() { return Driver().handle; }
-void* DriverSymbol(const char* name) { return Driver().handle ? RealDlsym(Driver().handle, name) : nullptr; }
-bool InDriver(const void* address) { return In(Driver(), address); }
+void* DriverHandle() {
+  return Driver().handle;
+}
+void* DriverSymbol(const char* name) {
+  return Driver().handle ? RealDlsym(Driver().handle, name) : nullptr;
+}
+bool InDriver(const void* address) {
+  return In(Driver(), address);
+}
 
-void* NvmlHandle() { return Nvml().handle; }
-void* NvmlSymbol(const char* name) { return Nvml().handle ? RealDlsym(Nvml().handle, name) : nullptr; }
-bool InNvml(const void* address) { return In(Nvml(), address); }
+void* NvmlHandle() {
+  return Nvml().handle;
+}
+void* NvmlSymbol(const char* name) {
+  return Nvml().handle ? RealDlsym(Nvml().handle, name) : nullptr;
+}
+bool InNvml(const void* address) {
+  return In(Nvml(), address);
+}
 
 }  // namespace stoker::share
