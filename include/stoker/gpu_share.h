@@ -28,9 +28,15 @@ struct GpuShareSettings {
 // The variables to set (LD_PRELOAD first, then STOKER_GPU_*) for a command
 // held to `settings` by the interposer at `interposer`; an existing
 // LD_PRELOAD (`current_preload`, may be null) is kept after it. Bad values
-// are an InvalidArgument naming the setting.
+// are an InvalidArgument naming the setting. Where an MPS server runs
+// (MpsRunning()), a compute share is applied by MPS
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) instead of the interposer's turns.
 [[nodiscard]] Result<std::vector<std::pair<std::string, std::string>>> GpuShareEnvironment(
     const GpuShareSettings& settings, const std::string& interposer, const char* current_preload);
+
+// Whether an NVIDIA MPS control daemon is reachable ($CUDA_MPS_PIPE_DIRECTORY,
+// else /tmp/nvidia-mps, holds its control pipe).
+[[nodiscard]] bool MpsRunning();
 
 // The interposer library: $STOKER_GPU_INTERPOSER, else libstoker-share.so
 // in lib/ beside (or above) the running program, else in the Python

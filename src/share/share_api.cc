@@ -40,6 +40,12 @@ Result<std::vector<std::pair<std::string, std::string>>> GpuShareEnvironment(con
       return Status::InvalidArgument(
           fmt::format("the compute share must be a percentage from 1 to 100, not {}", *settings.compute_share));
     env.emplace_back("STOKER_GPU_COMPUTE_SHARE", std::to_string(*settings.compute_share));
+    // MPS splits the SMs itself, without taking turns: where it runs, it
+    // holds the command to its share.
+    if (MpsRunning()) {
+      env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(*settings.compute_share));
+      env.emplace_back("STOKER_GPU_COMPUTE_MODE", "mps");
+    }
   }
   if (!settings.ledger.empty()) {
     if (settings.ledger[0] != '/')
@@ -56,6 +62,13 @@ Result<std::vector<std::pair<std::string, std::string>>> GpuShareEnvironment(con
   };
   if (!share::ParseShareConfig(get, &config, &error)) return Status::InvalidArgument(error);
   return env;
+}
+
+bool MpsRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  std::error_code ec;
+  return std::filesystem::exists(control, ec);
 }
 
 Result<std::string> FindGpuInterposer() {

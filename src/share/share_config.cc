@@ -78,6 +78,14 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
       return false;
     }
   }
+  if (const char* v = get("STOKER_GPU_COMPUTE_MODE"); v && *v) {
+    const std::string mode = v;
+    if (mode != "turns" && mode != "mps") {
+      *error = "STOKER_GPU_COMPUTE_MODE='" + mode + "' must be turns or mps";
+      return false;
+    }
+    config->compute_by_mps = mode == "mps";
+  }
   if (const char* v = get("STOKER_GPU_COMPUTE_PERIOD_MS"); v && *v) {
     if (!ParseUnsigned(v, &config->compute_period_ms) || config->compute_period_ms < 10 ||
         config->compute_period_ms > 10000) {

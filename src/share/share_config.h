@@ -7,6 +7,7 @@
 //   STOKER_GPU_COMPUTE_SHARE=30       percent of each device's time, 1-100
 //   STOKER_GPU_TENANT=name            processes that share one quota
 //   STOKER_GPU_LEDGER=/dev/shm/...    the shared ledger (one per node)
+//   STOKER_GPU_COMPUTE_MODE=turns|mps how the share is applied
 //
 // Plain C++ and the C library only: this code also runs inside the
 // interposer, loaded into users' processes.
@@ -31,6 +32,10 @@ struct ShareConfig {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> ordinal_limits;
   std::uint32_t compute_share = 0;  // 0: none
   std::uint32_t compute_period_ms = 100;
+  // STOKER_GPU_COMPUTE_MODE=mps: the MPS server holds the process to its
+  // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set by `stoker gpu run`), and
+  // the interposer's turns stay off; "turns" (the default) otherwise.
+  bool compute_by_mps = false;
 
   [[nodiscard]] std::uint64_t LimitFor(std::uint32_t ordinal) const;
 };

@@ -128,3 +128,18 @@ def test_a_process_that_cannot_be_held_fails_instead_of_running_unlimited(gpu):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_where_mps_runs_it_applies_the_compute_share(gpu, tmp_path):
+    pipe = tmp_path / "mps"
+    pipe.mkdir()
+    (pipe / "control").write_text("")
+    env = dict(gpu["env"], CUDA_MPS_PIPE_DIRECTORY=str(pipe))
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--compute", "30", "--", "env"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30" in r.stdout and "STOKER_GPU_COMPUTE_MODE=mps" in r.stdout
+    assert "30% of each GPU's SMs (by MPS)" in r.stderr
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--compute", "30", "--", "env"],
+                       capture_output=True, text=True, env=gpu["env"], timeout=60)
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in r.stdout and "30% of each GPU's time" in r.stderr

@@ -9,6 +9,11 @@
 namespace probe {
 
 int PhysicalOf(const Driver& d, int ordinal) {
+  if (!OnFakeDriver()) {
+    // A real device: its NVML index, found by PCI order is not needed here,
+    // only for the per-process view; CUDA_VISIBLE_DEVICES is unset in the check.
+    return ordinal;
+  }
   CUdevice dev = 0;
   CUuuid uuid{};
   Check(d.DeviceGet(&dev, ordinal), "cuDeviceGet");
@@ -25,7 +30,39 @@ UsedFn Control(const char* name) {
 }
 }  // namespace
 
+// On a real driver (the GPU check): NVML's view of this process, by the
+// device's index, which is its physical index.
+std::uint64_t NvmlProcessUsed(int physical) {
+  using InitFn = int (*)();
+  using ByIndexFn = int (*)(unsigned, void**);
+  struct Info {
+    unsigned pid;
+    unsigned long long used;
+    unsigned gi, ci;
+  };
+  using ProcessesFn = int (*)(void*, unsigned*, Info*);
+  static void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (lib == nullptr) Fail("neither the fake driver's controls nor NVML are here");
+  static auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
+  static auto by_index = reinterpret_cast<ByIndexFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  static auto processes = reinterpret_cast<ProcessesFn>(dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  static const bool ready = init && by_index && processes && init() == 0;
+  void* device = nullptr;
+  Info infos[256];
+  unsigned count = 256;
+  if (!ready || by_index(static_cast<unsigned>(physical), &device) != 0 || processes(device, &count, infos) != 0)
+    Fail("NVML cannot list the device's processes");
+  for (unsigned i = 0; i < count; ++i)
+    if (infos[i].pid == static_cast<unsigned>(::getpid())) return infos[i].used;
+  return 0;
+}
+
+bool OnFakeDriver() {
+  return dlsym(RTLD_DEFAULT, "fakeCudaProcessUsed") != nullptr;
+}
+
 std::uint64_t FakeProcessUsed(int physical) {
+  if (!OnFakeDriver()) return NvmlProcessUsed(physical);
   static UsedFn fn = Control("fakeCudaProcessUsed");
   return fn(physical);
 }

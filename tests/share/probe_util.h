@@ -10,6 +10,8 @@
 
 namespace probe {
 
+// Whether libcuda.so.1 is the fake (else a real driver: the GPU check).
+bool OnFakeDriver();
 // The fake device a CUDA ordinal is (the fake's UUIDs start with 0x10 * (d + 1)).
 int PhysicalOf(const Driver& d, int ordinal);
 // Bytes the fake device holds for this process / for every live process.

@@ -64,7 +64,9 @@ int RunGpuRun(const GpuRunArgs& args) {
     if (settings->memory_limit) limits.push_back(stoker::FormatBytes(*settings->memory_limit) + " per GPU");
     for (const auto& [ordinal, bytes] : settings->device_memory)
       limits.push_back(fmt::format("{} on GPU {}", stoker::FormatBytes(bytes), ordinal));
-    if (settings->compute_share) limits.push_back(fmt::format("{}% of each GPU's time", *settings->compute_share));
+    if (settings->compute_share)
+      limits.push_back(fmt::format("{}% of each GPU{}", *settings->compute_share,
+                                   stoker::MpsRunning() ? "'s SMs (by MPS)" : "'s time"));
     fmt::print(stderr, "stoker gpu run: tenant {}{}{}\n", tenant, limits.empty() ? "" : ": ", fmt::join(limits, ", "));
   }
   std::vector<char*> argv;

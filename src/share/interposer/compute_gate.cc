@@ -33,7 +33,7 @@ ComputeGate& ComputeGate::Get() {
 void ComputeGate::Enter(Interposer& ip) {
   CountLaunch(ip);
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  if (ip.config().compute_share == 0 || period == 0) return;
+  if (ip.config().compute_share == 0 || ip.config().compute_by_mps || period == 0) return;
   // The thread's device, cached by context.
   CUcontext ctx = nullptr;
   if (ip.driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;

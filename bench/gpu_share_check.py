@@ -1,0 +1,357 @@
+"""GPU sharing on a real GPU (scripts/gpu-check's "share" part).
+
+Runs, each in processes of its own under `stoker gpu run`:
+  resolve    every hook reached by name, dlsym and cuGetProcAddress (share_probe)
+  property   random operations over the driver API, the ledger against NVML's
+             per-process view after each (share_probe)
+  fill       PyTorch filling a 20 GiB quota (default allocator,
+             expandable_segments, cudaMallocAsync): where the OOM comes, what
+             torch.cuda.mem_get_info() says, ledger vs driver while filling
+  graph      CUDA graph capture and replay under the quota
+  pair       two processes at 40 and 60 GiB filling at once: the device's use
+             sampled by NVML never passes 100 GiB
+  nccl       NCCL, world size 1, an all-reduce under the quota
+  overhead   ResNet-50 bf16 training steps with and without the interposer
+  compute    two tenants at 30% and 70%: the throughput each gets
+
+    gpu_share_check.py --stoker build/gpu/stoker --probe build/gpu/fake-gpu/probe/share_probe \
+        --json OUT/share.json [--parts fill,compute] [--fake build/fake-gpu]
+
+--fake runs the probe parts on the fake driver (a dry run without a GPU);
+the PyTorch parts then report "skipped: no CUDA device"."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+GiB = 1 << 30
+MiB = 1 << 20
+PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute"]
+
+
+def run(cmd, env=None, timeout=300):
+    started = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return r, time.time() - started
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        at = line.find("{")
+        if at >= 0:
+            try:
+                return json.loads(line[at:])
+            except ValueError:
+                continue
+    return None
+
+
+class Check:
+    def __init__(self, args):
+        self.args = args
+        self.results = {}
+        self.env = dict(os.environ)
+        self.ledger = "/dev/shm/stoker-gpu-check-ledger-%d" % os.getpid()
+        self.env["STOKER_GPU_LEDGER"] = self.ledger
+        if args.fake:
+            self.env["LD_LIBRARY_PATH"] = "%s/cuda-current:%s/nvml:%s/probe" % (args.fake, args.fake, args.fake)
+            self.env["FAKE_GPU_STATE"] = "/dev/shm/stoker-gpu-check-fake-%d" % os.getpid()
+        else:  # the probe's two small libraries (the RTLD_NEXT check); the driver is the machine's
+            probe_dir = os.path.dirname(os.path.abspath(args.probe))
+            self.env["LD_LIBRARY_PATH"] = probe_dir + (":" + os.environ["LD_LIBRARY_PATH"]
+                                                       if os.environ.get("LD_LIBRARY_PATH") else "")
+        try:
+            import torch
+            self.cuda = torch.cuda.is_available() and not args.fake
+        except ImportError:
+            self.cuda = False
+
+    def gpu_run(self, limits, command, extra_env=None, timeout=300):
+        env = dict(self.env, **(extra_env or {}))
+        return run([self.args.stoker, "gpu", "run", "--quiet", *limits, "--", *command], env=env, timeout=timeout)
+
+    def python(self, limits, code, extra_env=None, timeout=300):
+        r, seconds = self.gpu_run(limits, [sys.executable, "-c", textwrap.dedent(code)], extra_env, timeout)
+        return r, seconds, last_json(r.stdout)
+
+    # --- the probe's parts ---------------------------------------------------
+
+    def resolve(self):
+        r, s = self.gpu_run(["--memory", "100GiB"], [self.args.probe, "resolve"])
+        return {"ok": r.returncode == 0, "output": (r.stdout + r.stderr).strip()[-400:], "seconds": round(s, 1)}
+
+    def property(self):
+        env = {"PROBE_TOLERANCE_BYTES": str(64 * MiB)}
+        r, s = self.gpu_run(["--memory", "40GiB"], [self.args.probe, "property", "--ops", "3000", "--seed", "7"], env,
+                            timeout=400)
+        out = last_json(r.stdout) or {}
+        return dict(out, ok=r.returncode == 0, seconds=round(s, 1), output=(r.stdout + r.stderr).strip()[-300:])
+
+    # --- PyTorch's parts ----------------------------------------------------
+
+    FILL = """
+        import json, os, subprocess, sys, torch
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        def driver_used():
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if p.pid == os.getpid():
+                    return p.usedGpuMemory or 0
+            return 0
+        def ledger_used():
+            view = json.loads(subprocess.run([sys.argv[1], "gpu", "ls", "--json"], capture_output=True,
+                                             text=True).stdout)
+            return sum(p["charged"][0] for t in view["tenants"] for p in t["processes"] if p["pid"] == os.getpid())
+        free, total = torch.cuda.mem_get_info()
+        held, worst, samples, step = [], 0, 0, 0
+        oom_message = ""
+        for chunk in (256 << 20, 16 << 20, 1 << 20):
+            while True:
+                try:
+                    held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+                except torch.OutOfMemoryError as e:
+                    oom_message = str(e).splitlines()[0]
+                    break
+                step += chunk
+                if step >= (1 << 30):
+                    step = 0
+                    torch.cuda.synchronize()
+                    d, l = driver_used(), ledger_used()
+                    worst = max(worst, abs(d - l))
+                    samples += 1
+        torch.cuda.synchronize()
+        d, l = driver_used(), ledger_used()
+        print(json.dumps({"mem_get_info_total": total, "mem_get_info_free_at_start": free,
+                          "allocated": sum(t.numel() for t in held), "driver_used_at_oom": d,
+                          "ledger_at_oom": l, "worst_difference_while_filling": max(worst, abs(d - l)),
+                          "samples": samples + 1, "oom": oom_message[:160]}))
+    """
+
+    def fill(self):
+        quota = 20 * GiB
+        out = {}
+        for mode, conf in (("default", None), ("expandable_segments", "expandable_segments:True"),
+                           ("cudaMallocAsync", "backend:cudaMallocAsync")):
+            env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
+            r, s, j = self.python(["--memory", "20GiB"], self.FILL.replace("sys.argv[1]", repr(self.args.stoker)), env)
+            if j is None:
+                out[mode] = {"ok": False, "error": (r.stdout + r.stderr).strip()[-400:]}
+                continue
+            j["quota"] = quota
+            j["oom_below_quota_by"] = quota - j["driver_used_at_oom"]
+            tolerance = max(64 * MiB, j["driver_used_at_oom"] // 100)
+            j["ok"] = (j["mem_get_info_total"] == quota and 0 <= j["oom_below_quota_by"] <= 64 * MiB
+                       and j["worst_difference_while_filling"] <= tolerance and "out of memory" in j["oom"].lower())
+            j["seconds"] = round(s, 1)
+            out[mode] = j
+        return out
+
+    GRAPH = """
+        import json, torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)).cuda()
+        x = torch.randn(512, 4096, device="cuda")
+        eager = model(x).detach().clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = model(x)
+        for _ in range(200):
+            graph.replay()
+        torch.cuda.synchronize()
+        print(json.dumps({"replays": 200, "max_difference": float((y - eager).abs().max()),
+                          "mem_get_info_total": torch.cuda.mem_get_info()[1]}))
+    """
+
+    def graph(self):
+        r, s, j = self.python(["--memory", "20GiB"], self.GRAPH)
+        if j is None:
+            return {"ok": False, "error": (r.stdout + r.stderr).strip()[-400:]}
+        return dict(j, ok=j["max_difference"] < 1e-3 and j["mem_get_info_total"] == 20 * GiB, seconds=round(s, 1))
+
+    HOLD = """
+        import json, time, torch
+        held = []
+        for chunk in (256 << 20, 16 << 20):
+            while True:
+                try:
+                    held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+                except torch.OutOfMemoryError:
+                    break
+        torch.cuda.synchronize()
+        time.sleep(3)
+        print(json.dumps({"allocated": sum(t.numel() for t in held)}))
+    """
+
+    def pair(self):
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        base = pynvml.nvmlDeviceGetMemoryInfo(handle).used
+        peak = [0]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], pynvml.nvmlDeviceGetMemoryInfo(handle).used - base)
+                time.sleep(0.005)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        results = {}
+
+        def one(name, quota):
+            results[name] = self.python(["--memory", quota, "--tenant", name], self.HOLD)
+        threads = [threading.Thread(target=one, args=("a40", "40GiB")), threading.Thread(target=one, args=("b60", "60GiB"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        sampler.join()
+        allocated = {k: (v[2] or {}).get("allocated") for k, v in results.items()}
+        return {"peak_device_use_above_idle": peak[0], "sum_of_quotas": 100 * GiB, "allocated": allocated,
+                "ok": peak[0] <= 100 * GiB and all(allocated.values())}
+
+    NCCL = """
+        import json, os, socket, torch, torch.distributed as dist
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1)
+        t = torch.full((64 << 20,), 2.0, device="cuda")
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        ok = bool((t == 2.0).all())
+        dist.destroy_process_group()
+        print(json.dumps({"all_reduce_ok": ok}))
+    """
+
+    def nccl(self):
+        r, s, j = self.python(["--memory", "20GiB"], self.NCCL)
+        if j is None:
+            return {"ok": False, "error": (r.stdout + r.stderr).strip()[-400:]}
+        return dict(j, ok=j["all_reduce_ok"], seconds=round(s, 1))
+
+    TRAIN = """
+        import json, time, torch
+        try:
+            import torchvision
+            model = torchvision.models.resnet50(num_classes=1000)
+        except ImportError:
+            raise SystemExit("torchvision is needed for the overhead part")
+        model = model.cuda().to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(128, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (128,), device="cuda")
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        for _ in range(15):
+            step()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(60):
+            step()
+        torch.cuda.synchronize()
+        print(json.dumps({"step_ms": (time.perf_counter() - start) / 60 * 1e3}))
+    """
+
+    def overhead(self):
+        plain, held = [], []
+        for _ in range(2):  # alternating, to spread drift over both
+            r = subprocess.run([sys.executable, "-c", textwrap.dedent(self.TRAIN)], capture_output=True, text=True,
+                               env=self.env, timeout=300)
+            j = last_json(r.stdout)
+            if j is None:
+                return {"ok": False, "error": (r.stdout + r.stderr).strip()[-400:]}
+            plain.append(j["step_ms"])
+            r2, _, j2 = self.python(["--memory", "120GiB"], self.TRAIN)
+            if j2 is None:
+                return {"ok": False, "error": (r2.stdout + r2.stderr).strip()[-400:]}
+            held.append(j2["step_ms"])
+        a, b = min(plain), min(held)
+        return {"step_ms_without": plain, "step_ms_with": held, "overhead_percent": round((b - a) / a * 100, 2),
+                "ok": (b - a) / a < 0.02}
+
+    COMPUTE = """
+        import json, time, torch
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(5):
+            a @ b
+        torch.cuda.synchronize()
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 15:
+            for _ in range(10):
+                c = a @ b
+            torch.cuda.synchronize()
+            n += 10
+        print(json.dumps({"matmuls": n, "seconds": time.perf_counter() - start}))
+    """
+
+    def compute(self):
+        results = {}
+
+        def one(name, share):
+            results[name] = self.python(["--compute", share, "--tenant", name], self.COMPUTE)
+        threads = [threading.Thread(target=one, args=("c30", "30")), threading.Thread(target=one, args=("c70", "70"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        counts = {k: (v[2] or {}).get("matmuls") for k, v in results.items()}
+        if not all(counts.values()):
+            return {"ok": False, "errors": {k: (v[0].stdout + v[0].stderr)[-300:] for k, v in results.items()}}
+        split = counts["c30"] / (counts["c30"] + counts["c70"])
+        return {"matmuls": counts, "share_of_30_percent_tenant": round(split * 100, 1),
+                "ok": abs(split - 0.30) <= 0.05}
+
+    def main(self, parts):
+        for part in parts:
+            needs_gpu = part not in ("resolve", "property")
+            if needs_gpu and not self.cuda:
+                self.results[part] = {"ok": None, "skipped": "no CUDA device"}
+                continue
+            print("[share] %s ..." % part, flush=True)
+            try:
+                self.results[part] = getattr(self, part)()
+            except Exception as e:  # one part's failure does not hide the others'
+                self.results[part] = {"ok": False, "error": repr(e)[-400:]}
+            print("[share] %s: %s" % (part, json.dumps(self.results[part])[:600]), flush=True)
+        for path in (self.ledger, self.env.get("FAKE_GPU_STATE")):
+            if path and os.path.exists(path):
+                os.unlink(path)
+        return self.results
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stoker", required=True)
+    p.add_argument("--probe", required=True)
+    p.add_argument("--json", required=True)
+    p.add_argument("--parts", default=",".join(PARTS))
+    p.add_argument("--fake", help="the fake driver's folder (a dry run without a GPU)")
+    args = p.parse_args()
+    parts = [x for x in args.parts.split(",") if x]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        p.error("unknown parts: %s (known: %s)" % (", ".join(sorted(unknown)), ", ".join(PARTS)))
+    results = Check(args).main(parts)
+    with open(args.json, "w") as f:
+        json.dump(results, f, indent=2)
+    return 0 if all(r.get("ok") is not False for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
