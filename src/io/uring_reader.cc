@@ -7,18 +7,56 @@
 
 #include <fmt/format.h>
 
+// liburing maps and unmaps its rings with raw system calls, which
+// ThreadSanitizer does not see: a ring mapped where another thread's ring
+// was unmapped would look like that thread's memory. The annotations give
+// TSan the order the kernel provides (a ring is gone before its address is
+// handed out again).
+#if defined(__SANITIZE_THREAD__)
+#define STOKER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STOKER_TSAN 1
+#endif
+#endif
+#if defined(STOKER_TSAN)
+extern "C" void __tsan_acquire(void* address);
+extern "C" void __tsan_release(void* address);
+#endif
+
 namespace stoker {
+namespace {
+
+void RingAcquired([[maybe_unused]] io_uring* ring) {
+#if defined(STOKER_TSAN)
+  for (void* a :
+       {static_cast<void*>(ring->sq.sqes), static_cast<void*>(ring->sq.khead), static_cast<void*>(ring->cq.khead)})
+    __tsan_acquire(a);
+#endif
+}
+
+void RingReleased([[maybe_unused]] io_uring* ring) {
+#if defined(STOKER_TSAN)
+  for (void* a :
+       {static_cast<void*>(ring->sq.sqes), static_cast<void*>(ring->sq.khead), static_cast<void*>(ring->cq.khead)})
+    __tsan_release(a);
+#endif
+}
+
+}  // namespace
 
 Result<std::unique_ptr<UringReader>> UringReader::Create(unsigned depth) {
   auto ring = std::make_unique<io_uring>();
   const int rc = io_uring_queue_init(depth, ring.get(), 0);
   if (rc < 0) return Status::FromErrno(-rc, "io_uring_queue_init").WithContext("io_uring unavailable");
+  RingAcquired(ring.get());
   return std::unique_ptr<UringReader>(new UringReader(std::move(ring), depth));
 }
 
 UringReader::UringReader(std::unique_ptr<io_uring> ring, unsigned depth) : ring_(std::move(ring)), depth_(depth) {}
 
 UringReader::~UringReader() {
+  RingReleased(ring_.get());
   io_uring_queue_exit(ring_.get());
 }
 

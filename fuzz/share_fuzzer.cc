@@ -1,0 +1,82 @@
+// The GPU-sharing parsers: the interposer's settings (every variable from
+// one input), the ledger file (opened as a ledger, any bytes), and program
+// headers (CheckPreloadable reads ELF and #! lines).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "share/ledger.h"
+#include "share/share_config.h"
+#include "stoker/gpu_share.h"
+
+namespace {
+
+std::string TempPath(const char* what) {
+  return "/tmp/stoker-share-fuzz-" + std::to_string(::getpid()) + "-" + what;
+}
+
+void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t size, mode_t mode) {
+  ::unlink(path.c_str());
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return;
+  if (size) std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  ::chmod(path.c_str(), mode);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t what = data[0] % 3;
+  ++data;
+  --size;
+  if (what == 0) {
+    // Settings: NUL-separated values for the variables, in order.
+    static const char* kNames[] = {"STOKER_GPU_MEMORY_LIMIT",   "STOKER_GPU_MEMORY_LIMIT_0",
+                                   "STOKER_GPU_MEMORY_LIMIT_7", "STOKER_GPU_COMPUTE_SHARE",
+                                   "STOKER_GPU_TENANT",         "STOKER_GPU_LEDGER",
+                                   "STOKER_GPU_COMPUTE_MODE",   "STOKER_GPU_COMPUTE_PERIOD_MS"};
+    std::map<std::string, std::string> env;
+    std::string text(reinterpret_cast<const char*>(data), size);
+    std::size_t at = 0;
+    for (const char* name : kNames) {
+      if (at > text.size()) break;
+      const std::size_t end = text.find('\0', at);
+      env[name] = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      at = end == std::string::npos ? text.size() + 1 : end + 1;
+    }
+    stoker::share::ShareConfig config;
+    std::string error;
+    const bool ok = stoker::share::ParseShareConfig(
+        [&](const char* name) -> const char* {
+          auto it = env.find(name);
+          return it == env.end() ? nullptr : it->second.c_str();
+        },
+        &config, &error);
+    if (!ok && error.empty()) __builtin_trap();  // a refusal always says why
+    if (ok && config.compute_share > 100) __builtin_trap();
+  } else if (what == 1) {
+    const std::string path = TempPath("ledger");
+    WriteFile(path, data, size, 0600);
+    std::string error;
+    std::unique_ptr<stoker::share::Ledger> ledger(stoker::share::Ledger::Open(path, &error));
+    if (!ledger && error.empty()) __builtin_trap();
+    stoker::share::LedgerReport report;
+    if (ledger) (void)ledger->Snapshot(&report, &error);
+    ::unlink(path.c_str());
+  } else {
+    const std::string path = TempPath("program");
+    WriteFile(path, data, size, 0755);
+    auto checked = stoker::CheckPreloadable(path);
+    if (!checked.ok() && checked.error().message().empty()) __builtin_trap();
+    ::unlink(path.c_str());
+  }
+  return 0;
+}
