@@ -59,7 +59,22 @@ std::uint64_t MonotonicNs() {
 Interposer& Interposer::Get() {
   static Interposer* first = [] {
     auto* ip = new Interposer();
-    pthread_atfork(nullptr, nullptr, [] { g_forked = true; });
+    // The tables' locks are taken across fork, so that a child never starts
+    // with one held by a thread it does not have.
+    pthread_atfork(
+        [] {
+          g_instance->mu.lock();
+          g_instance->devices_mu_.lock();
+        },
+        [] {
+          g_instance->devices_mu_.unlock();
+          g_instance->mu.unlock();
+        },
+        [] {
+          g_instance->devices_mu_.unlock();
+          g_instance->mu.unlock();
+          g_forked = true;
+        });
     std::atexit([] {
       if (g_instance && g_instance->ok_) g_instance->ledger_->Unregister();
     });
