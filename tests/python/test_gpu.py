@@ -20,9 +20,11 @@ def gpu(stoker_bin, tmp_path):
     tag = "%d-%d" % (os.getpid(), time.monotonic_ns())
     env = dict(os.environ,
                FAKE_GPU_STATE="/dev/shm/stoker-fake-gpu-py-" + tag,
+               STOKER_GPU_LEASES=str(tmp_path / "leases.json"),
                LD_LIBRARY_PATH="%s:%s:%s" % (fake / "cuda-current", fake / "nvml", fake / "probe"))
     ledger = "/dev/shm/stoker-ledger-py-" + tag
-    yield {"env": env, "ledger": ledger, "probe": str(fake / "probe" / "share_probe"), "bin": stoker_bin}
+    yield {"env": env, "ledger": ledger, "probe": str(fake / "probe" / "share_probe"), "bin": stoker_bin,
+           "fake": fake, "leases": env["STOKER_GPU_LEASES"]}
     for path in (env["FAKE_GPU_STATE"], ledger):
         if os.path.exists(path):
             os.unlink(path)
@@ -37,7 +39,7 @@ def gpu_run(gpu, *args, command):
 def test_a_command_is_held_to_its_quota_and_says_so(gpu):
     r = gpu_run(gpu, "--memory", "1GiB", "--tenant", "team-a", command=[gpu["probe"], "visible", "--big", "2147483648"])
     assert r.returncode == 0, r.stderr
-    assert "stoker gpu run: tenant team-a: 1.0 GiB per GPU" in r.stderr
+    assert "stoker gpu run: tenant team-a on GPU-10111213-1415-1617-1819-1a1b1c1d1e1f: 1.0 GiB per GPU" in r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["quota"] == 1 << 30
     assert out["big"] == 2, "2 GiB on a 1 GiB quota is CUDA_ERROR_OUT_OF_MEMORY"
@@ -143,3 +145,181 @@ def test_where_mps_runs_it_applies_the_compute_share(gpu, tmp_path):
     r = subprocess.run([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--compute", "30", "--", "env"],
                        capture_output=True, text=True, env=gpu["env"], timeout=60)
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in r.stdout and "30% of each GPU's time" in r.stderr
+
+
+# --- placement: choosing the card, the lease file -------------------------------------------------------------------
+
+def fake_node(gpu, **settings):
+    """The fixture's environment for a fake node of its own: FAKE_GPU_DEVICES, FAKE_GPU_MEMORY, FAKE_GPU_NUMA."""
+    env = dict(gpu["env"], FAKE_GPU_STATE=gpu["env"]["FAKE_GPU_STATE"] + "-" + str(time.monotonic_ns()))
+    env.update({"FAKE_GPU_" + k.upper(): str(v) for k, v in settings.items()})
+    return env
+
+
+def gpu_ls(gpu, env=None):
+    r = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"], "--json"], capture_output=True, text=True,
+                       env=env or gpu["env"], timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def show_env(*names):
+    return ["sh", "-c", "; ".join('echo %s=${%s-unset}' % (n, n) for n in names)]
+
+
+def parse_env(stdout):
+    return dict(line.split("=", 1) for line in stdout.strip().splitlines() if "=" in line)
+
+
+def test_the_inventory_comes_from_nvml_and_else_from_the_driver(gpu):
+    env = fake_node(gpu, devices=3, memory="8589934592,17179869184,17179869184", numa="0,1,1")
+    view = gpu_ls(gpu, env)
+    assert view["inventory"] == "NVML"
+    assert [c["total_bytes"] for c in view["cards"]] == [8 << 30, 16 << 30, 16 << 30]
+    assert [c["numa_node"] for c in view["cards"]] == [0, 1, 1]
+    assert all(c["uuid"].startswith("GPU-") and c["healthy"] for c in view["cards"])
+    without_nvml = dict(env, LD_LIBRARY_PATH=str(gpu["fake"] / "cuda-current"))
+    view = gpu_ls(gpu, without_nvml)
+    assert view["inventory"] == "CUDA driver"
+    assert [c["total_bytes"] for c in view["cards"]] == [8 << 30, 16 << 30, 16 << 30]
+    assert all(c["used_bytes"] is None for c in view["cards"]), "the driver is not asked for use (no context)"
+    nothing = dict(env, LD_LIBRARY_PATH="/nonexistent")
+    view = gpu_ls(gpu, nothing)
+    assert "no GPU found" in view["inventory_error"] and view["cards"] == []
+
+
+def test_a_command_is_placed_on_a_card_and_held_to_its_quota_there(gpu):
+    env = fake_node(gpu, devices=2)
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--memory", "1GiB", "--", gpu["probe"],
+                        "visible", "--big", "2147483648"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert " on GPU-10111213-1415-1617-1819-1a1b1c1d1e1f: 1.0 GiB per GPU" in r.stderr, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["quota"] == 1 << 30 and out["big"] == 2
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--quiet", "--",
+                        *show_env("CUDA_VISIBLE_DEVICES", "STOKER_GPU_TENANT", "STOKER_GPU_LEASE")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    seen = parse_env(r.stdout)
+    assert seen["CUDA_VISIBLE_DEVICES"] == "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f"
+    assert seen["STOKER_GPU_TENANT"] == "lease-" + seen["STOKER_GPU_LEASE"]
+
+
+def test_binpack_stacks_and_spread_spreads(gpu):
+    env = fake_node(gpu, devices=3)
+    holders = []
+    try:
+        placed = []
+        for policy in ["binpack", "binpack", "spread", "spread"]:
+            p = subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "3GiB", "--policy", policy, "--quiet", "--",
+                                  "sh", "-c", "echo $CUDA_VISIBLE_DEVICES; exec sleep 30"], env=env,
+                                 stdout=subprocess.PIPE, text=True)
+            holders.append(p)
+            placed.append(p.stdout.readline().strip())
+        cards = [c["uuid"] for c in gpu_ls(gpu, env)["cards"]]
+        # binpack: both on card 0; spread: the emptiest cards, 1 then 2.
+        assert placed == [cards[0], cards[0], cards[1], cards[2]]
+        view = gpu_ls(gpu, env)
+        assert [c["leases"] for c in view["cards"]] == [2, 1, 1]
+        assert [c["leased_bytes"] for c in view["cards"]] == [6 << 30, 3 << 30, 3 << 30]
+        assert len(view["leases"]) == 4 and {l["pid"] for l in view["leases"]} == {p.pid for p in holders}
+        text = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"]], capture_output=True, text=True,
+                              env=env).stdout
+        assert "cards (NVML)" in text and "leases" in text and "sleep 30" in text
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+    assert gpu_ls(gpu, env)["leases"] == [], "the killed commands' leases are reclaimed"
+
+
+def test_eight_concurrent_runs_never_double_book(gpu):
+    env = fake_node(gpu, devices=2)  # 16 GiB each: two 6 GiB commands per card
+    procs = [subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "6GiB", "--quiet", "--", "sh", "-c",
+                               "echo $CUDA_VISIBLE_DEVICES; exec sleep 30"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    try:
+        placed, refused = [], []
+        for p in procs:
+            line = p.stdout.readline().strip()
+            if line:
+                placed.append(line)
+            else:
+                p.wait(timeout=30)
+                refused.append(p.stderr.read())
+        assert len(placed) == 4 and len(refused) == 4, (placed, refused)
+        assert sorted(placed.count(u) for u in set(placed)) == [2, 2]
+        assert all("does not fit now" in e and "4.0 GiB of 16.0 GiB free" in e for e in refused), refused
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_whole_cards_and_waiting_for_room(gpu):
+    env = fake_node(gpu, devices=2)
+    holder = subprocess.Popen([gpu["bin"], "gpu", "run", "--gpus", "2", "--", "sh", "-c",
+                               "echo $CUDA_VISIBLE_DEVICES; exec sleep 30"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert len(holder.stdout.readline().strip().split(",")) == 2
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--", "true"], capture_output=True,
+                           text=True, env=env, timeout=60)
+        assert r.returncode == 1 and "leased whole" in r.stderr, r.stderr
+        start = time.monotonic()
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--wait", "1", "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 1 and "deadline exceeded: waited 1 s" in r.stderr, r.stderr
+        assert time.monotonic() - start < 10
+        waiter = subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--wait", "--quiet", "--",
+                                   "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert waiter.poll() is None, "it waits while both cards are leased whole"
+        holder.kill()
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 0 and out.strip().startswith("GPU-"), err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--gpus", "0"], "--gpus must be at least 1"),
+    (["--gpus", "-1"], "--gpus"),
+    (["--memory", "-5GiB"], "--memory"),
+    (["--memory", "1TiB"], "can never fit: the largest card here has 16.0 GiB"),
+    (["--gpus", "3"], "asks for more cards than the 2 this node offers"),
+    (["--memory", "1GiB", "--policy", "fullest"], "--policy: unknown placement policy 'fullest'"),
+    (["--memory", "1GiB", "--wait", "soon"], "--wait 'soon' is not a duration"),
+    (["--memory", "1GiB", "--gpus", "2", "--no-place"], "not with --no-place"),
+])
+def test_bad_requests_are_named_and_nothing_is_leased(gpu, tmp_path, args, says):
+    marker = tmp_path / "ran"
+    r = subprocess.run([gpu["bin"], "gpu", "run", *args, "--", "touch", str(marker)], capture_output=True, text=True,
+                       env=gpu["env"], timeout=60)
+    assert r.returncode == 1 and says in r.stderr and r.stderr.startswith("stoker: error:"), r.stderr
+    assert not marker.exists()
+    assert gpu_ls(gpu)["leases"] == []
+
+
+def test_a_corrupt_or_newer_lease_file_is_named_and_left_alone(gpu):
+    for text, says in [("{not json", "is not a JSON object"),
+                       ('{"format": "stoker-gpu-leases", "version": 9, "leases": []}', "lease file version 9")]:
+        pathlib.Path(gpu["leases"]).write_text(text)
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--", "true"], capture_output=True,
+                           text=True, env=gpu["env"], timeout=60)
+        assert r.returncode == 1 and gpu["leases"] in r.stderr and says in r.stderr, r.stderr
+        assert pathlib.Path(gpu["leases"]).read_text() == text
+
+
+def test_the_callers_visible_devices_limit_the_choice(gpu):
+    env = fake_node(gpu, devices=3)
+    cards = [c["uuid"] for c in gpu_ls(gpu, env)["cards"]]
+    for visible, expect in [(cards[2], cards[2]), ("1", cards[1])]:
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--quiet", "--",
+                            *show_env("CUDA_VISIBLE_DEVICES")], capture_output=True, text=True,
+                           env=dict(env, CUDA_VISIBLE_DEVICES=visible), timeout=60)
+        assert parse_env(r.stdout)["CUDA_VISIBLE_DEVICES"] == expect, r.stderr
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--", "true"], capture_output=True, text=True,
+                       env=dict(env, CUDA_VISIBLE_DEVICES="GPU-nope"), timeout=60)
+    assert r.returncode == 1 and "CUDA_VISIBLE_DEVICES names 'GPU-nope'" in r.stderr

@@ -395,6 +395,12 @@ FAKE_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
   std::snprintf(name, static_cast<std::size_t>(len), "Fake GPU %d", Physical(d));
   return CUDA_SUCCESS;
 }
+FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice d) {
+  LOCKED;
+  if (Physical(d) < 0 || bus_id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(bus_id, static_cast<std::size_t>(len), "0000:%02X:00.0", 0x17 + Physical(d));
+  return CUDA_SUCCESS;
+}
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice d) {
   LOCKED;
   const int p = Physical(d);

@@ -37,6 +37,8 @@ struct State {
   std::uint64_t busy_until_ns[kMaxDevices];  // the device's timeline (time-sliced kernels)
   pthread_mutex_t mu;
   Process processes[kMaxProcesses];
+  std::int32_t numa[kMaxDevices];   // NUMA node of each device (FAKE_GPU_NUMA)
+  std::uint32_t lost[kMaxDevices];  // set by a test: NVML reports the device lost
 };
 
 inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
@@ -44,8 +46,24 @@ inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
   return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
 }
 
-// Maps the shared state, creating it from FAKE_GPU_DEVICES (default 2) and
-// FAKE_GPU_MEMORY (bytes per device, default 16 GiB) when missing.
+// The i-th item of a comma-separated list ("a,b,c"; the last repeats).
+inline std::uint64_t EnvListU64(const char* name, std::uint32_t i, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return fallback;
+  std::uint64_t value = fallback;
+  for (std::uint32_t k = 0; k <= i; ++k) {
+    char* end = nullptr;
+    value = std::strtoull(v, &end, 10);
+    if (*end != ',') break;
+    v = end + 1;
+  }
+  return value;
+}
+
+// Maps the shared state, creating it from FAKE_GPU_DEVICES (default 2),
+// FAKE_GPU_MEMORY (bytes per device, default 16 GiB; a comma-separated
+// list gives each device its own) and FAKE_GPU_NUMA (NUMA node per device,
+// a list, default 0) when missing.
 inline State* Shared() {
   static State* state = [] {
     char path[512];
@@ -74,7 +92,9 @@ inline State* Shared() {
       s->devices = static_cast<std::uint32_t>(EnvU64("FAKE_GPU_DEVICES", 2));
       if (s->devices > kMaxDevices) s->devices = kMaxDevices;
       for (std::uint32_t d = 0; d < s->devices; ++d) {
-        s->capacity[d] = EnvU64("FAKE_GPU_MEMORY", std::uint64_t{16} << 30);
+        s->capacity[d] = EnvListU64("FAKE_GPU_MEMORY", d, std::uint64_t{16} << 30);
+        s->numa[d] = static_cast<std::int32_t>(EnvListU64("FAKE_GPU_NUMA", d, 0));
+        s->lost[d] = 0;
         for (int i = 0; i < 16; ++i) s->uuid[d][i] = static_cast<std::uint8_t>(0x10 * (d + 1) + i);
       }
       pthread_mutexattr_t attr;

@@ -38,7 +38,18 @@ void Uuid(int d, char* out, unsigned int len) {
                 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
-constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSize = 7;
+struct nvmlPciInfo_t {
+  char busIdLegacy[16];
+  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+};
+
+constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSize = 7, kGpuIsLost = 15;
+
+// A device a test marked lost answers every query as a fallen-off card does.
+bool Lost(int d) {
+  return d >= 0 && fake_gpu::Shared()->lost[d] != 0;
+}
 
 }  // namespace
 
@@ -74,12 +85,14 @@ FAKE_EXPORT int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
 FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
   const int d = Index(device);
   if (d < 0 || uuid == nullptr) return kInvalidArgument;
+  if (Lost(d)) return kGpuIsLost;
   Uuid(d, uuid, len);
   return kSuccess;
 }
 FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
   const int d = Index(device);
   if (d < 0 || memory == nullptr) return kInvalidArgument;
+  if (Lost(d)) return kGpuIsLost;
   fake_gpu::Lock lock;
   memory->total = fake_gpu::Shared()->capacity[d];
   memory->used = fake_gpu::UsedOn(d);
@@ -95,6 +108,27 @@ FAKE_EXPORT int nvmlDeviceGetMemoryInfo_v2(void* device, nvmlMemory_v2_t* memory
   memory->reserved = 0;
   memory->free = m.free;
   memory->used = m.used;
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetName(void* device, char* name, unsigned int len) {
+  const int d = Index(device);
+  if (d < 0 || name == nullptr) return kInvalidArgument;
+  std::snprintf(name, len, "Fake GPU %d", d);
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetPciInfo_v3(void* device, nvmlPciInfo_t* pci) {
+  const int d = Index(device);
+  if (d < 0 || pci == nullptr) return kInvalidArgument;
+  std::memset(pci, 0, sizeof(*pci));
+  pci->bus = static_cast<unsigned int>(0x17 + d);
+  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+  return kSuccess;
+}
+FAKE_EXPORT int nvmlDeviceGetNumaNodeId(void* device, unsigned int* node) {
+  const int d = Index(device);
+  if (d < 0 || node == nullptr) return kInvalidArgument;
+  *node = static_cast<unsigned int>(fake_gpu::Shared()->numa[d]);
   return kSuccess;
 }
 FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, nvmlProcessInfo_t* infos) {

@@ -37,13 +37,15 @@ int RunCheckpointList(const std::string& directory, bool json);
 int RunCheckpointVerify(const std::string& path, bool json);
 
 struct GpuRunArgs {
-  std::string memory, tenant, ledger;
+  std::string memory, tenant, ledger, leases, policy = "binpack";
   std::vector<std::string> device_memory;  // ORDINAL=SIZE
-  std::optional<unsigned> compute;
+  std::optional<unsigned> compute, gpus;
+  std::optional<std::string> wait;  // "": no limit
+  bool no_place = false;
   bool quiet = false;
   std::vector<std::string> command;
 };
 int RunGpuRun(const GpuRunArgs& args);
-int RunGpuList(const std::string& ledger, bool json);
+int RunGpuList(const std::string& ledger, const std::string& leases, bool json);
 
 }  // namespace stoker_cli

@@ -108,16 +108,32 @@ int main(int argc, char** argv) {
   checkpoint_verify->add_flag("--json", json, "One JSON object per checkpoint");
 
   GpuRunArgs gpu_args;
-  std::string gpu_ledger;
+  std::string gpu_ledger, gpu_leases;
+  std::string gpu_wait;
   auto* gpu = app.add_subcommand("gpu", "Share GPUs: hold commands to a memory quota and a compute share");
   gpu->require_subcommand(1);
   auto* gpu_run = gpu->add_subcommand(
-      "run", "Run COMMAND with the GPU interposer preloaded, held to a memory quota and a compute share");
+      "run",
+      "Place COMMAND on the GPU(s) that fit it and run it with the GPU interposer preloaded, held to a memory quota "
+      "and a compute share");
   gpu_run->add_option("--memory", gpu_args.memory, "Device memory the command may use on each GPU, e.g. 20GiB");
-  gpu_run->add_option("--device-memory", gpu_args.device_memory,
-                      "Per GPU (CUDA ordinal) instead: ORDINAL=SIZE, repeatable, e.g. --device-memory 1=8GiB");
   gpu_run->add_option("--compute", gpu_args.compute, "Percent of each GPU's time the command may use (1-100)")
       ->check(CLI::Range(1u, 100u));
+  gpu_run->add_option("--gpus", gpu_args.gpus,
+                      "Number of cards: whole cards alone, or with --memory/--compute that much on each");
+  gpu_run->add_option("--policy", gpu_args.policy,
+                      "binpack (fill the fullest card that fits; default) or spread (the emptiest)");
+  auto* gpu_wait_opt =
+      gpu_run
+          ->add_option("--wait", gpu_wait,
+                       "Wait until the request fits instead of failing at once; optional limit, e.g. 10m")
+          ->expected(0, 1);
+  gpu_run->add_flag("--no-place", gpu_args.no_place,
+                    "Do not choose cards: limit the command on the GPUs it already sees (no lease)");
+  gpu_run->add_option("--leases", gpu_args.leases,
+                      "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
+  gpu_run->add_option("--device-memory", gpu_args.device_memory,
+                      "Per GPU (CUDA ordinal) instead, without placing: ORDINAL=SIZE, repeatable, e.g. 1=8GiB");
   gpu_run->add_option("--tenant", gpu_args.tenant,
                       "Name shared by processes that share one quota (default: run-<pid>)");
   gpu_run->add_option("--ledger", gpu_args.ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
@@ -126,6 +142,8 @@ int main(int argc, char** argv) {
   gpu_run->positionals_at_end();
   auto* gpu_ls = gpu->add_subcommand("ls", "Each GPU's tenants: quotas, use, compute shares, processes");
   gpu_ls->add_option("--ledger", gpu_ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
+  gpu_ls->add_option("--leases", gpu_leases,
+                     "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
   gpu_ls->add_flag("--json", json, "Print JSON");
 
   try {
@@ -143,8 +161,11 @@ int main(int argc, char** argv) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     return Fail(stoker::Status::InvalidArgument(fmt::format("{} (see 'stoker --help')", what)));
   }
-  if (gpu_run->parsed()) return RunGpuRun(gpu_args);
-  if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, json);
+  if (gpu_run->parsed()) {
+    if (gpu_wait_opt->count() > 0) gpu_args.wait = gpu_wait;
+    return RunGpuRun(gpu_args);
+  }
+  if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, gpu_leases, json);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);
   if (bench->parsed()) return RunBench(bench_args);

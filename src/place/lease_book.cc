@@ -1,0 +1,181 @@
+#include "place/lease_book.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+
+#include <cerrno>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "stoker/file_system.h"
+#include "stoker/gpu_share.h"
+
+namespace stoker::place {
+namespace {
+
+using nlohmann::json;
+
+Status Bad(const std::string& path, const std::string& where, const std::string& what) {
+  return Status::Corruption(fmt::format("{}: {}: {}", path, where, what));
+}
+
+}  // namespace
+
+Result<std::vector<GpuLease>> ParseLeases(std::string_view text, const std::string& path) {
+  std::vector<GpuLease> leases;
+  if (text.empty()) return leases;
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Bad(path, "the file", "is not a JSON object (not a lease file?)");
+  if (j.value("format", std::string()) != kLeaseFormat)
+    return Bad(path, "\"format\"", fmt::format("is not \"{}\"", kLeaseFormat));
+  if (!j.contains("version") || !j["version"].is_number_integer()) return Bad(path, "\"version\"", "is missing");
+  if (j["version"].get<std::int64_t>() != kLeaseVersion)
+    return Status::FailedPrecondition(fmt::format(
+        "{}: lease file version {} is not the version {} this stoker reads; let the commands holding its leases end, "
+        "or upgrade stoker",
+        path, j["version"].dump(), kLeaseVersion));
+  if (!j.contains("leases") || !j["leases"].is_array()) return Bad(path, "\"leases\"", "is not a list");
+  std::set<std::string> ids;
+  for (std::size_t n = 0; n < j["leases"].size(); ++n) {
+    const json& l = j["leases"][n];
+    const std::string where = fmt::format("lease {}", n);
+    if (!l.is_object()) return Bad(path, where, "is not an object");
+    auto str = [&](const char* key, std::string* out) -> Status {
+      if (!l.contains(key) || !l[key].is_string()) return Bad(path, where, fmt::format("\"{}\" is not a string", key));
+      *out = l[key].get<std::string>();
+      return Status::Ok();
+    };
+    auto uint = [&](const json& o, const char* key, std::uint64_t* out, const std::string& at) -> Status {
+      if (!o.contains(key) || !o[key].is_number_unsigned())
+        return Bad(path, at, fmt::format("\"{}\" is not a non-negative integer", key));
+      *out = o[key].get<std::uint64_t>();
+      return Status::Ok();
+    };
+    GpuLease lease;
+    std::uint64_t pid = 0;
+    for (Status s :
+         {str("id", &lease.id), str("tenant", &lease.tenant), str("command", &lease.command),
+          str("ledger", &lease.ledger), uint(l, "pid", &pid, where), uint(l, "pid_start", &lease.pid_start, where),
+          uint(l, "created_unix", &lease.created_unix, where)})
+      if (!s.ok()) return s;
+    if (lease.id.empty() || !ids.insert(lease.id).second) return Bad(path, where, "its \"id\" is empty or repeated");
+    if (pid == 0 || pid > 0x7fffffff) return Bad(path, where, "\"pid\" is not a process id");
+    lease.pid = static_cast<int>(pid);
+    if (!l.contains("whole_cards") || !l["whole_cards"].is_boolean())
+      return Bad(path, where, "\"whole_cards\" is not true or false");
+    lease.whole_cards = l["whole_cards"].get<bool>();
+    if (!l.contains("cards") || !l["cards"].is_array() || l["cards"].empty())
+      return Bad(path, where, "\"cards\" is not a non-empty list");
+    for (std::size_t c = 0; c < l["cards"].size(); ++c) {
+      const json& card = l["cards"][c];
+      const std::string at = fmt::format("lease {} card {}", n, c);
+      if (!card.is_object() || !card.contains("uuid") || !card["uuid"].is_string())
+        return Bad(path, at, "\"uuid\" is not a string");
+      GpuLeaseCard out;
+      out.uuid = card["uuid"].get<std::string>();
+      std::uint64_t compute = 0;
+      for (Status s : {uint(card, "memory_bytes", &out.memory_bytes, at), uint(card, "compute_percent", &compute, at)})
+        if (!s.ok()) return s;
+      if (compute > 100) return Bad(path, at, "\"compute_percent\" is above 100");
+      out.compute_percent = static_cast<std::uint32_t>(compute);
+      lease.cards.push_back(std::move(out));
+    }
+    leases.push_back(std::move(lease));
+  }
+  return leases;
+}
+
+std::string SerializeLeases(const std::vector<GpuLease>& leases) {
+  json j = {{"format", kLeaseFormat}, {"version", kLeaseVersion}, {"leases", json::array()}};
+  for (const GpuLease& l : leases) {
+    json cards = json::array();
+    for (const GpuLeaseCard& c : l.cards)
+      cards.push_back({{"uuid", c.uuid}, {"memory_bytes", c.memory_bytes}, {"compute_percent", c.compute_percent}});
+    j["leases"].push_back({{"id", l.id},
+                           {"tenant", l.tenant},
+                           {"pid", l.pid},
+                           {"pid_start", l.pid_start},
+                           {"created_unix", l.created_unix},
+                           {"whole_cards", l.whole_cards},
+                           {"command", l.command},
+                           {"ledger", l.ledger},
+                           {"cards", std::move(cards)}});
+  }
+  return j.dump(1) + "\n";
+}
+
+std::uint64_t ProcessStartTime(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  // After "pid (comm)": state is field 3; starttime is field 22.
+  std::size_t pos = close + 1;
+  for (int field = 3; field <= 22; ++field) {
+    pos = stat.find_first_not_of(' ', pos);
+    if (pos == std::string::npos) return 0;
+    if (field == 3 && stat[pos] == 'Z') return 0;  // a zombie has ended
+    const std::size_t end = stat.find(' ', pos);
+    if (field == 22) return std::strtoull(stat.substr(pos, end - pos).c_str(), nullptr, 10);
+    pos = end;
+  }
+  return 0;
+}
+
+Result<LeaseBook> LeaseBook::Open(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!lock.valid()) return Status::FromErrno(errno, fmt::format("opening the lease lock {}", lock_path));
+  while (::flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return Status::FromErrno(errno, fmt::format("locking {}", lock_path));
+  }
+  LeaseBook book(path, std::move(lock));
+  FileSystem& fs = *FileSystem::Default();
+  auto bytes = ReadWholeFile(fs, path);
+  if (!bytes.ok()) {
+    if (bytes.error().code() != StatusCode::kNotFound) return bytes.error();
+    return book;
+  }
+  auto leases = ParseLeases(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), path);
+  if (!leases.ok()) return leases.error();
+  book.leases_ = std::move(*leases);
+  return book;
+}
+
+int LeaseBook::ReclaimDead() {
+  // Tenants with live processes, per ledger (reading a ledger frees its
+  // dead processes' slots).
+  std::map<std::string, std::set<std::string>> live_tenants;
+  auto live_in = [&](const std::string& ledger) -> const std::set<std::string>& {
+    auto it = live_tenants.find(ledger);
+    if (it != live_tenants.end()) return it->second;
+    std::set<std::string>& names = live_tenants[ledger];
+    auto view = ReadGpuLedger(ledger);
+    if (view.ok())
+      for (const auto& t : view->tenants)
+        if (!t.processes.empty()) names.insert(t.name);
+    return names;
+  };
+  int reclaimed = 0;
+  std::erase_if(leases_, [&](const GpuLease& l) {
+    const bool alive =
+        (l.pid_start != 0 && ProcessStartTime(l.pid) == l.pid_start) || live_in(l.ledger).count(l.tenant);
+    if (!alive) ++reclaimed;
+    return !alive;
+  });
+  return reclaimed;
+}
+
+Status LeaseBook::Save() {
+  const std::string text = SerializeLeases(leases_);
+  return WriteWholeFileAtomically(*FileSystem::Default(), path_,
+                                  std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()));
+}
+
+}  // namespace stoker::place

@@ -1,0 +1,52 @@
+// The node's lease file: which cards each running command was given. One
+// JSON file (docs/gpu-sharing.md, "The lease file"), read and rewritten
+// whole under an exclusive flock on "<file>.lock"; the kernel drops that
+// lock when its holder dies, and the file is replaced by rename, so a
+// crash at any instruction leaves the old leases or the new ones. A lease
+// whose process (checked with its start time, against pid reuse) and
+// tenant's processes in the ledger have all ended is reclaimed by the next
+// reader.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/unique_fd.h"
+#include "stoker/gpu_place.h"
+
+namespace stoker::place {
+
+inline constexpr char kLeaseFormat[] = "stoker-gpu-leases";
+inline constexpr int kLeaseVersion = 1;
+
+// The text <-> leases. Parse errors are Corruption naming `path`, the
+// lease and the field.
+[[nodiscard]] Result<std::vector<GpuLease>> ParseLeases(std::string_view text, const std::string& path);
+[[nodiscard]] std::string SerializeLeases(const std::vector<GpuLease>& leases);
+
+// The start time of `pid` (clock ticks since boot, /proc/<pid>/stat), 0 if
+// it is not running.
+[[nodiscard]] std::uint64_t ProcessStartTime(int pid);
+
+class LeaseBook {
+ public:
+  // Takes the lock (waiting for another holder) and reads the leases; a
+  // missing file is no leases.
+  [[nodiscard]] static Result<LeaseBook> Open(const std::string& path);
+
+  [[nodiscard]] std::vector<GpuLease>& leases() { return leases_; }
+  // Drops the leases nobody uses any more; returns how many.
+  int ReclaimDead();
+  // Writes the leases back (atomically). The lock stays held.
+  [[nodiscard]] Status Save();
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  LeaseBook(std::string path, UniqueFd lock) : path_(std::move(path)), lock_(std::move(lock)) {}
+  std::string path_;
+  UniqueFd lock_;
+  std::vector<GpuLease> leases_;
+};
+
+}  // namespace stoker::place
