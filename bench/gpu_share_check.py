@@ -13,6 +13,9 @@ Runs, each in processes of its own under `stoker gpu run`:
   nccl       NCCL, world size 1, an all-reduce under the quota
   overhead   ResNet-50 bf16 training steps with and without the interposer
   compute    two tenants at 30% and 70%: the throughput each gets
+  place      two jobs placed by memory (30 and 50 GiB) on the card, each held to
+             its quota; a third that does not fit beside them refused; the
+             time `stoker gpu run` adds before the command starts
 
     gpu_share_check.py --stoker build/gpu/stoker --probe build/gpu/fake-gpu/probe/share_probe \
         --json OUT/share.json [--parts fill,compute] [--fake build/fake-gpu]
@@ -30,7 +33,7 @@ import time
 
 GiB = 1 << 30
 MiB = 1 << 20
-PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute"]
+PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute", "place"]
 
 
 def run(cmd, env=None, timeout=300):
@@ -57,6 +60,8 @@ class Check:
         self.env = dict(os.environ)
         self.ledger = "/dev/shm/stoker-gpu-check-ledger-%d" % os.getpid()
         self.env["STOKER_GPU_LEDGER"] = self.ledger
+        self.leases = "/dev/shm/stoker-gpu-check-leases-%d.json" % os.getpid()
+        self.env["STOKER_GPU_LEASES"] = self.leases
         if args.fake:
             self.env["LD_LIBRARY_PATH"] = "%s/cuda-current:%s/nvml:%s/probe" % (args.fake, args.fake, args.fake)
             self.env["FAKE_GPU_STATE"] = "/dev/shm/stoker-gpu-check-fake-%d" % os.getpid()
@@ -70,12 +75,14 @@ class Check:
         except ImportError:
             self.cuda = False
 
-    def gpu_run(self, limits, command, extra_env=None, timeout=300):
+    def gpu_run(self, limits, command, extra_env=None, timeout=300, place=False):
+        # The interposer's parts run where the GPU is (--no-place); the place part lets stoker choose.
         env = dict(self.env, **(extra_env or {}))
-        return run([self.args.stoker, "gpu", "run", "--quiet", *limits, "--", *command], env=env, timeout=timeout)
+        return run([self.args.stoker, "gpu", "run", "--quiet", *([] if place else ["--no-place"]), *limits, "--",
+                    *command], env=env, timeout=timeout)
 
-    def python(self, limits, code, extra_env=None, timeout=300):
-        r, seconds = self.gpu_run(limits, [sys.executable, "-c", textwrap.dedent(code)], extra_env, timeout)
+    def python(self, limits, code, extra_env=None, timeout=300, place=False):
+        r, seconds = self.gpu_run(limits, [sys.executable, "-c", textwrap.dedent(code)], extra_env, timeout, place)
         return r, seconds, last_json(r.stdout)
 
     # --- the probe's parts ---------------------------------------------------
@@ -317,6 +324,57 @@ class Check:
         return {"matmuls": counts, "share_of_30_percent_tenant": round(split * 100, 1),
                 "ok": abs(split - 0.30) <= 0.05}
 
+    PLACED = """
+        import json, os, time, torch
+        free, total = torch.cuda.mem_get_info()
+        held = []
+        for chunk in (256 << 20, 16 << 20):
+            while True:
+                try:
+                    held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+                except torch.OutOfMemoryError:
+                    break
+        torch.cuda.synchronize()
+        time.sleep(4)
+        print(json.dumps({"allocated": sum(t.numel() for t in held), "reported_total": total,
+                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "lease": os.environ.get("STOKER_GPU_LEASE")}))
+    """
+
+    def place(self):
+        """Two jobs placed on the card by memory (30 and 50 GiB), each held to its quota; a third that does not
+        fit beside them is refused with what is free; the lease file shows both; startup cost of placing."""
+        results = {}
+
+        def one(name, quota):
+            results[name] = self.python(["--memory", quota], self.PLACED, place=True)
+        threads = [threading.Thread(target=one, args=(n, q)) for n, q in (("p30", "30GiB"), ("p50", "50GiB"))]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        view = json.loads(subprocess.run([self.args.stoker, "gpu", "ls", "--json"], capture_output=True, text=True,
+                                         env=self.env).stdout or "{}")
+        card = (view.get("cards") or [{}])[0]
+        too_big = "%dGiB" % max(1, (card.get("free_bytes", 0) >> 30) + 1)
+        refused, _ = self.gpu_run(["--memory", too_big], ["true"], place=True)
+        for t in threads:
+            t.join()
+        out = {k: v[2] or {} for k, v in results.items()}
+        held_ok = all(abs(out[k].get("allocated", 0) - q * GiB) <= 64 * MiB and out[k].get("reported_total") == q * GiB
+                      for k, q in (("p30", 30), ("p50", 50)))
+        started = time.perf_counter()
+        for _ in range(20):
+            subprocess.run(["true"], check=True)
+        plain = (time.perf_counter() - started) / 20
+        started = time.perf_counter()
+        for _ in range(20):
+            self.gpu_run(["--memory", "1GiB"], ["true"], place=True)
+        placed = (time.perf_counter() - started) / 20
+        return {"jobs": out, "inventory": view.get("inventory"), "leases_while_running": len(view.get("leases", [])),
+                "card_leased_bytes": card.get("leased_bytes"), "third_request": too_big,
+                "third_refused": refused.returncode == 1 and "does not fit now" in refused.stderr,
+                "refusal": refused.stderr.strip()[:300], "gpu_run_startup_ms": round((placed - plain) * 1e3, 2),
+                "ok": held_ok and refused.returncode == 1 and len(view.get("leases", [])) == 2}
+
     def main(self, parts):
         for part in parts:
             needs_gpu = part not in ("resolve", "property")
@@ -329,7 +387,7 @@ class Check:
             except Exception as e:  # one part's failure does not hide the others'
                 self.results[part] = {"ok": False, "error": repr(e)[-400:]}
             print("[share] %s: %s" % (part, json.dumps(self.results[part])[:600]), flush=True)
-        for path in (self.ledger, self.env.get("FAKE_GPU_STATE")):
+        for path in (self.ledger, self.leases, self.leases + ".lock", self.env.get("FAKE_GPU_STATE")):
             if path and os.path.exists(path):
                 os.unlink(path)
         return self.results

@@ -323,3 +323,110 @@ def test_the_callers_visible_devices_limit_the_choice(gpu):
     r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--", "true"], capture_output=True, text=True,
                        env=dict(env, CUDA_VISIBLE_DEVICES="GPU-nope"), timeout=60)
     assert r.returncode == 1 and "CUDA_VISIBLE_DEVICES names 'GPU-nope'" in r.stderr
+
+
+# --- Kubernetes: the scheduler extender over HTTP -------------------------------------------------------------------
+
+def test_the_scheduler_extender_answers_kube_scheduler_over_http(stoker_bin, tmp_path):
+    import http.server
+    import socket
+    import threading
+    import urllib.request
+
+    def card(uuid, used, compute):
+        return {"uuid": uuid, "index": 0, "numa_node": 0, "healthy": True, "total_bytes": 140 << 30,
+                "memory_units": 140, "memory_units_used": used, "compute_used": compute, "whole_used": False}
+    states = {"gpu-a": [card("GPU-a0", 130, 0)], "gpu-b": [card("GPU-b0", 100, 50), card("GPU-b1", 0, 0)]}
+    asked = []
+
+    class NodeState(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            node = self.path.split("/")[1]
+            if node not in states:
+                self.send_error(404)
+                return
+            body = json.dumps({"format": "stoker-node-cards", "version": 1, "node": node, "mode": "shared",
+                               "memory_unit_bytes": 1 << 30, "cards": states[node]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    state_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NodeState)
+    threading.Thread(target=state_server.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    extender = subprocess.Popen([stoker_bin, "gpu", "scheduler-extender", "--listen", "127.0.0.1:%d" % port,
+                                 "--node-url", "http://127.0.0.1:%d/{node}/cards" % state_server.server_port],
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        data = pathlib.Path(os.environ["STOKER_SOURCE_DIR"]) / "tests" / "kube" / "data"
+        body = json.loads((data / "filter_nodenames.json").read_text())
+        body["nodenames"] = ["gpu-a", "gpu-b", "gpu-gone"]
+        deadline = time.time() + 20
+        while True:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=2) as r:
+                    assert r.read() == b"ok\n"
+                break
+            except OSError:
+                assert time.time() < deadline and extender.poll() is None, extender.stderr.read()
+                time.sleep(0.1)
+
+        def post(verb):
+            request = urllib.request.Request("http://127.0.0.1:%d/%s" % (port, verb), data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return json.loads(r.read())
+        result = post("filter")
+        assert result["nodenames"] == ["gpu-b"], result
+        assert "10.0 GiB of 140.0 GiB free" in result["failedNodes"]["gpu-a"]
+        assert "no card state" in result["failedNodes"]["gpu-gone"] and "HTTP 404" in result["failedNodes"]["gpu-gone"]
+        scores = {h["host"]: h["score"] for h in post("prioritize")}
+        assert scores == {"gpu-a": 0, "gpu-b": 9, "gpu-gone": 0}
+        assert asked.count("/gpu-b/cards") == 1, "filter and prioritize of one pod share a fetch"
+    finally:
+        extender.terminate()
+        _, err = extender.communicate(timeout=10)
+        state_server.shutdown()
+    assert extender.returncode == 0 and "listening on 127.0.0.1" in err and "stopping" in err, err
+    r = subprocess.run([stoker_bin, "gpu", "scheduler-extender", "--node-url", "http://example/cards"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "names no node" in r.stderr
+    r = subprocess.run([stoker_bin, "gpu", "device-plugin", "--mode", "half"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 1 and "--mode 'half': use shared or whole" in r.stderr
+
+
+def test_the_kubernetes_manifests_match_the_cli(stoker_bin):
+    """deploy/kubernetes: every flag the manifests pass is one the commands accept, and the names and ports agree
+    (no cluster runs here; this keeps the manifests in step with the code)."""
+    import yaml
+    root = pathlib.Path(os.environ["STOKER_SOURCE_DIR"]) / "deploy" / "kubernetes"
+    docs = {p.name: list(yaml.safe_load_all(p.read_text())) for p in root.glob("*.yaml")}
+    plugin = docs["device-plugin.yaml"][0]["spec"]["template"]["spec"]
+    extender = docs["scheduler-extender.yaml"][0]["spec"]["template"]["spec"]
+    for spec, command in ((plugin, "device-plugin"), (extender, "scheduler-extender")):
+        (container,) = spec["containers"]
+        assert container["command"] == ["stoker", "gpu", command]
+        help_text = subprocess.run([stoker_bin, "gpu", command, "--help"], capture_output=True, text=True).stdout
+        for arg in container["args"]:
+            flag = arg.split("=", 1)[0]
+            assert flag in help_text, "%s: %s is not an option of stoker gpu %s" % (command, flag, command)
+    service = docs["scheduler-extender.yaml"][1]
+    config = docs["scheduler-config.yaml"][0]["extenders"][0]
+    assert config["urlPrefix"].endswith(":%d" % service["spec"]["ports"][0]["port"])
+    assert (config["filterVerb"], config["prioritizeVerb"]) == ("filter", "prioritize")
+    managed = {r["name"] for r in config["managedResources"]}
+    assert managed == {"stoker.io/gpu-memory", "stoker.io/gpu-compute", "stoker.io/gpu"}
+    pod = docs["example-pod.yaml"][0]
+    assert set(pod["spec"]["containers"][0]["resources"]["limits"]) <= managed
+    mounts = {v["name"]: v["hostPath"]["path"] for v in plugin["volumes"]}
+    args = dict(a.split("=", 1) for a in plugin["containers"][0]["args"])
+    assert mounts["interposer"] == args["--interposer-host-dir"] and mounts["ledger"] == args["--ledger-host-dir"]
+    assert args["--status-address"].endswith(":9453") and "9453" in extender["containers"][0]["args"][2]

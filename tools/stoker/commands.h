@@ -46,6 +46,23 @@ struct GpuRunArgs {
   std::vector<std::string> command;
 };
 int RunGpuRun(const GpuRunArgs& args);
+
+struct GpuDevicePluginArgs {
+  std::string mode = "shared", memory_unit = "1GiB", policy = "binpack";
+  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string status_address = "0.0.0.0:9453", node_name;
+  std::string interposer_host_dir = "/opt/stoker/lib", interposer_container_dir = "/usr/local/stoker";
+  std::string ledger_host_dir = "/run/stoker", ledger_container_dir = "/run/stoker";
+  double health_interval = 5;
+};
+int RunGpuDevicePluginCommand(const GpuDevicePluginArgs& args);
+
+struct GpuExtenderArgs {
+  std::string listen = "0.0.0.0:8888", policy = "binpack", node_url = "http://{address}:9453/cards";
+  double fetch_timeout = 2, cache_seconds = 1;
+};
+int RunGpuExtenderCommand(const GpuExtenderArgs& args);
 int RunGpuList(const std::string& ledger, const std::string& leases, bool json);
 
 }  // namespace stoker_cli

@@ -1,0 +1,46 @@
+// GPU sharing in Kubernetes (docs/gpu-sharing.md, "Kubernetes"): the device
+// plugin each GPU node runs (a DaemonSet), and the kube-scheduler extender
+// that places pods by memory and by card across nodes. `stoker gpu
+// device-plugin` and `stoker gpu scheduler-extender` run them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "stoker/gpu_place.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+struct GpuDevicePluginSettings {
+  // "shared": stoker.io/gpu-memory (in units of memory_unit) and
+  // stoker.io/gpu-compute (percent); "whole": stoker.io/gpu (cards).
+  bool whole_cards = false;
+  std::uint64_t memory_unit = std::uint64_t{1} << 30;
+  GpuPolicy policy = GpuPolicy::kBinpack;
+  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string status_address = "0.0.0.0:9453";  // GET /cards for the extender; empty: off
+  std::string node_name;                        // default: $NODE_NAME, else the host name
+  std::string interposer_host_dir = "/opt/stoker/lib";
+  std::string interposer_container_dir = "/usr/local/stoker";
+  std::string ledger_host_dir = "/run/stoker";
+  std::string ledger_container_dir = "/run/stoker";
+  double health_interval_seconds = 5;
+};
+// Serves until `stop()` is true (polled every 200 ms); logs to stderr.
+[[nodiscard]] Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::function<bool()>& stop);
+
+struct GpuExtenderSettings {
+  std::string listen = "0.0.0.0:8888";  // POST /filter, POST /prioritize, GET /healthz
+  GpuPolicy policy = GpuPolicy::kBinpack;
+  // Where each node's card state is: {node} and {address} (its InternalIP,
+  // or the node name when the scheduler sends names only) are replaced.
+  std::string node_url = "http://{address}:9453/cards";
+  double fetch_timeout_seconds = 2;
+  double cache_seconds = 1;  // filter and prioritize of one pod share a fetch
+};
+[[nodiscard]] Status RunGpuSchedulerExtender(const GpuExtenderSettings& settings, const std::function<bool()>& stop);
+
+}  // namespace stoker

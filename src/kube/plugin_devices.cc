@@ -1,0 +1,241 @@
+#include "kube/plugin_devices.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/hash.h"
+#include "place/placement.h"
+
+namespace stoker::kube {
+
+const char* ResourceName(Resource r) {
+  switch (r) {
+    case Resource::kWholeCards:
+      return kGpuResource;
+    case Resource::kMemory:
+      return kMemoryResource;
+    case Resource::kCompute:
+      return kComputeResource;
+  }
+  return "";
+}
+
+std::optional<Resource> ResourceFromName(const std::string& name) {
+  for (Resource r : {Resource::kWholeCards, Resource::kMemory, Resource::kCompute})
+    if (name == ResourceName(r)) return r;
+  return std::nullopt;
+}
+
+Status CheckPluginSettings(const PluginSettings& s) {
+  if (s.memory_unit < (std::uint64_t{1} << 20))
+    return Status::InvalidArgument("the memory unit must be at least 1 MiB (one device is advertised per unit)");
+  for (const std::string* dir :
+       {&s.interposer_host_dir, &s.interposer_container_dir, &s.ledger_host_dir, &s.ledger_container_dir})
+    if (dir->empty() || (*dir)[0] != '/')
+      return Status::InvalidArgument(fmt::format("'{}' must be an absolute path", *dir));
+  return Status::Ok();
+}
+
+std::vector<Resource> Advertised(const PluginSettings& settings) {
+  if (settings.whole_cards) return {Resource::kWholeCards};
+  return {Resource::kMemory, Resource::kCompute};
+}
+
+namespace {
+
+std::uint32_t UnitsOf(Resource resource, const GpuCard& card, const PluginSettings& settings) {
+  switch (resource) {
+    case Resource::kWholeCards:
+      return 1;
+    case Resource::kMemory:
+      return static_cast<std::uint32_t>(card.total_bytes / settings.memory_unit);
+    case Resource::kCompute:
+      return 100;
+  }
+  return 0;
+}
+
+std::string IdOf(Resource resource, const std::string& uuid, std::uint32_t unit) {
+  switch (resource) {
+    case Resource::kWholeCards:
+      return uuid;
+    case Resource::kMemory:
+      return fmt::format("{}_m{}", uuid, unit);
+    case Resource::kCompute:
+      return fmt::format("{}_c{}", uuid, unit);
+  }
+  return uuid;
+}
+
+const GpuCard* CardOf(const std::vector<GpuCard>& cards, const std::string& uuid) {
+  for (const GpuCard& c : cards)
+    if (c.uuid == uuid) return &c;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<AdvertisedDevice> DevicesOf(Resource resource, const std::vector<GpuCard>& cards,
+                                        const PluginSettings& settings) {
+  std::vector<AdvertisedDevice> out;
+  for (const GpuCard& card : cards) {
+    const std::uint32_t units = UnitsOf(resource, card, settings);
+    for (std::uint32_t k = 0; k < units; ++k)
+      out.push_back({IdOf(resource, card.uuid, k), card.healthy, card.numa_node});
+  }
+  return out;
+}
+
+std::optional<DeviceId> ParseDeviceId(const std::string& id) {
+  if (id.rfind("GPU-", 0) != 0 && id.rfind("MIG-", 0) != 0) return std::nullopt;
+  const auto sep = id.rfind('_');
+  if (sep == std::string::npos) return DeviceId{id, Resource::kWholeCards, 0};
+  if (sep + 2 > id.size() || (id[sep + 1] != 'm' && id[sep + 1] != 'c')) return std::nullopt;
+  const std::string digits = id.substr(sep + 2);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return DeviceId{id.substr(0, sep), id[sep + 1] == 'm' ? Resource::kMemory : Resource::kCompute,
+                  static_cast<std::uint32_t>(std::stoul(digits))};
+}
+
+Result<std::vector<std::string>> PreferredDevices(Resource resource, const std::vector<std::string>& available,
+                                                  const std::vector<std::string>& must_include, std::int32_t size,
+                                                  const std::vector<GpuCard>& cards, const PluginSettings& settings,
+                                                  const std::string& paired_card) {
+  if (size <= 0) return Status::InvalidArgument(fmt::format("an allocation of {} devices", size));
+  if (static_cast<std::size_t>(size) > available.size())
+    return Status::InvalidArgument(fmt::format("{} devices asked for, {} available", size, available.size()));
+  // Free units per card, lowest unit first (stable IDs are easier to read).
+  std::map<std::string, std::vector<std::pair<std::uint32_t, std::string>>> free;
+  for (const std::string& id : available) {
+    auto parsed = ParseDeviceId(id);
+    if (!parsed || parsed->resource != resource)
+      return Status::InvalidArgument(fmt::format("'{}' is not a {} device", id, ResourceName(resource)));
+    free[parsed->uuid].emplace_back(parsed->unit, id);
+  }
+  for (auto& [uuid, units] : free) std::sort(units.begin(), units.end());
+  std::vector<std::string> chosen;
+  std::set<std::string> taken;
+  for (const std::string& id : must_include) {
+    if (std::find(available.begin(), available.end(), id) == available.end())
+      return Status::InvalidArgument(fmt::format("'{}' must be included but is not available", id));
+    chosen.push_back(id);
+    taken.insert(id);
+  }
+  auto take_from = [&](const std::string& uuid) {
+    for (const auto& [unit, id] : free[uuid]) {
+      if (chosen.size() >= static_cast<std::size_t>(size)) break;
+      if (taken.insert(id).second) chosen.push_back(id);
+    }
+  };
+  const std::size_t need = static_cast<std::size_t>(size) - chosen.size();
+  auto room = [&](const std::string& uuid) {
+    std::size_t n = 0;
+    for (const auto& [unit, id] : free[uuid]) n += taken.count(id) ? 0 : 1;
+    return n;
+  };
+  // One card: the pairing first, then the policy's choice among cards with room.
+  std::string card;
+  if (!paired_card.empty() && free.count(paired_card) && room(paired_card) >= need) card = paired_card;
+  if (card.empty() && resource != Resource::kWholeCards) {
+    std::vector<place::CardState> states;
+    for (const auto& [uuid, units] : free) {
+      const GpuCard* info = CardOf(cards, uuid);
+      place::CardState s;
+      s.uuid = uuid;
+      s.index = info ? info->index : 0;
+      s.numa_node = info ? info->numa_node : -1;
+      const std::uint64_t total = info ? UnitsOf(resource, *info, settings) : units.size();
+      const std::uint64_t left = room(uuid);
+      // Placement works in bytes and percent: express units as both.
+      s.total_bytes = total;
+      s.leased_bytes = total - std::min<std::uint64_t>(total, left);
+      states.push_back(s);
+    }
+    GpuRequest request;
+    request.memory_bytes = need;
+    request.policy = settings.policy;
+    auto pick = place::ChooseCards(request, states);
+    if (pick.ok()) card = states[pick->front()].uuid;
+  }
+  if (!card.empty()) {
+    take_from(card);
+  } else {
+    // No single card has room (or whole cards): the fullest cards first for
+    // binpack, the emptiest for spread, NUMA node by NUMA node.
+    std::vector<std::string> order;
+    for (const auto& [uuid, units] : free) order.push_back(uuid);
+    std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+      const GpuCard* ca = CardOf(cards, a);
+      const GpuCard* cb = CardOf(cards, b);
+      const int na = ca ? ca->numa_node : -1, nb = cb ? cb->numa_node : -1;
+      if (resource == Resource::kWholeCards && na != nb) return na < nb;
+      if (room(a) != room(b)) return settings.policy == GpuPolicy::kBinpack ? room(a) < room(b) : room(a) > room(b);
+      return (ca ? ca->index : 0) < (cb ? cb->index : 0);
+    });
+    for (const std::string& uuid : order) take_from(uuid);
+  }
+  return chosen;
+}
+
+Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string>& device_ids,
+                                const std::vector<GpuCard>& cards, const PluginSettings& settings) {
+  if (device_ids.empty()) return Status::InvalidArgument("an allocation without devices");
+  std::map<std::string, std::uint32_t> units_by_card;
+  for (const std::string& id : device_ids) {
+    auto parsed = ParseDeviceId(id);
+    if (!parsed || parsed->resource != resource)
+      return Status::InvalidArgument(fmt::format("'{}' is not a {} device", id, ResourceName(resource)));
+    if (!CardOf(cards, parsed->uuid))
+      return Status::NotFound(
+          fmt::format("device '{}' names card {}, which this node no longer has", id, parsed->uuid));
+    ++units_by_card[parsed->uuid];
+  }
+  ContainerGrant grant;
+  for (const GpuCard& c : cards)
+    if (units_by_card.count(c.uuid)) grant.cards.push_back(c.uuid);
+  const std::string visible = fmt::format("{}", fmt::join(grant.cards, ","));
+  grant.envs["LD_PRELOAD"] = settings.interposer_container_dir + "/libstoker-share.so";
+  grant.envs["STOKER_GPU_LEDGER"] = settings.ledger_container_dir + "/gpu-ledger";
+  grant.mounts.push_back({settings.interposer_container_dir, settings.interposer_host_dir, true});
+  grant.mounts.push_back({settings.ledger_container_dir, settings.ledger_host_dir, false});
+  // The devices given are this container's alone while it lives: their
+  // digest names its tenant, unique on the node.
+  std::vector<std::string> sorted = device_ids;
+  std::sort(sorted.begin(), sorted.end());
+  std::string joined;
+  for (const auto& id : sorted) joined += id + "\n";
+  const std::string tenant = fmt::format("k8s-{:016x}", Xxh3(std::as_bytes(std::span(joined.data(), joined.size()))));
+  switch (resource) {
+    case Resource::kWholeCards:
+    case Resource::kMemory:
+      grant.envs["CUDA_VISIBLE_DEVICES"] = visible;
+      grant.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
+      grant.envs["STOKER_GPU_TENANT"] = tenant;
+      if (resource == Resource::kMemory) {
+        if (grant.cards.size() == 1) {
+          grant.envs["STOKER_GPU_MEMORY_LIMIT"] = std::to_string(units_by_card.begin()->second * settings.memory_unit);
+        } else {
+          for (std::size_t i = 0; i < grant.cards.size(); ++i)
+            grant.envs[fmt::format("STOKER_GPU_MEMORY_LIMIT_{}", i)] =
+                std::to_string(units_by_card[grant.cards[i]] * settings.memory_unit);
+        }
+      }
+      break;
+    case Resource::kCompute: {
+      // The share applies to the cards the container's memory went to (the
+      // plugin pairs them); spread over cards, each gets its largest part.
+      std::uint32_t most = 0;
+      for (const auto& [uuid, units] : units_by_card) most = std::max(most, units);
+      grant.envs["STOKER_GPU_COMPUTE_SHARE"] = std::to_string(std::min<std::uint32_t>(most, 100));
+      grant.envs["STOKER_GPU_COMPUTE_CARDS"] = visible;
+      break;
+    }
+  }
+  grant.annotations[fmt::format("{}-cards", ResourceName(resource))] = visible;
+  return grant;
+}
+
+}  // namespace stoker::kube

@@ -1,0 +1,94 @@
+// What the device plugin tells the kubelet, as pure functions of the
+// node's cards (so they are tested without gRPC): the devices of each
+// extended resource, the preferred choice among free ones, and what a
+// container gets for the devices allocated to it.
+//
+// Resources and their device IDs (docs/gpu-sharing.md, "Kubernetes"):
+//   stoker.io/gpu          whole cards            "<uuid>"
+//   stoker.io/gpu-memory   units of memory_unit   "<uuid>_m<k>"
+//   stoker.io/gpu-compute  percent of a card      "<uuid>_c<k>"
+// A node runs in one mode: whole cards, or shared (memory and compute), so
+// the kubelet never gives one card away twice.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/gpu_place.h"
+#include "stoker/status.h"
+
+namespace stoker::kube {
+
+inline constexpr char kGpuResource[] = "stoker.io/gpu";
+inline constexpr char kMemoryResource[] = "stoker.io/gpu-memory";
+inline constexpr char kComputeResource[] = "stoker.io/gpu-compute";
+
+enum class Resource { kWholeCards, kMemory, kCompute };
+[[nodiscard]] const char* ResourceName(Resource r);
+[[nodiscard]] std::optional<Resource> ResourceFromName(const std::string& name);
+
+struct PluginSettings {
+  bool whole_cards = false;                            // the node's mode
+  std::uint64_t memory_unit = std::uint64_t{1} << 30;  // bytes per stoker.io/gpu-memory
+  GpuPolicy policy = GpuPolicy::kBinpack;
+  // Where the interposer is on the host, and where containers see it.
+  std::string interposer_host_dir = "/opt/stoker/lib";
+  std::string interposer_container_dir = "/usr/local/stoker";
+  // The node's ledger: a host folder every container mounts, so that all
+  // share one ledger (its liveness is by file locks: PID namespaces do not
+  // matter).
+  std::string ledger_host_dir = "/run/stoker";
+  std::string ledger_container_dir = "/run/stoker";
+};
+[[nodiscard]] Status CheckPluginSettings(const PluginSettings& settings);
+
+// The resources a node in this mode advertises.
+[[nodiscard]] std::vector<Resource> Advertised(const PluginSettings& settings);
+
+struct AdvertisedDevice {
+  std::string id;
+  bool healthy = true;
+  int numa_node = -1;
+};
+// Every device of `resource` on `cards`, in card order.
+[[nodiscard]] std::vector<AdvertisedDevice> DevicesOf(Resource resource, const std::vector<GpuCard>& cards,
+                                                      const PluginSettings& settings);
+
+// A device ID's card UUID and unit; nullopt when it is not one of ours.
+struct DeviceId {
+  std::string uuid;
+  Resource resource = Resource::kWholeCards;
+  std::uint32_t unit = 0;
+};
+[[nodiscard]] std::optional<DeviceId> ParseDeviceId(const std::string& id);
+
+// The devices to prefer for a container asking for `size` of `resource`
+// among `available`, keeping `must_include`: all on one card when one card
+// has room (chosen by the policy, or `paired_card` when it has room: the
+// card the same container's other resource just went to), else the fewest
+// cards. InvalidArgument for IDs that are not ours or sizes that do not fit.
+[[nodiscard]] Result<std::vector<std::string>> PreferredDevices(Resource resource,
+                                                                const std::vector<std::string>& available,
+                                                                const std::vector<std::string>& must_include,
+                                                                std::int32_t size, const std::vector<GpuCard>& cards,
+                                                                const PluginSettings& settings,
+                                                                const std::string& paired_card = "");
+
+// What a container gets for `device_ids` of `resource`.
+struct ContainerGrant {
+  std::map<std::string, std::string> envs;
+  struct Mount {
+    std::string container_path, host_path;
+    bool read_only = true;
+  };
+  std::vector<Mount> mounts;
+  std::map<std::string, std::string> annotations;
+  std::vector<std::string> cards;  // UUIDs, in the order the container sees them
+};
+[[nodiscard]] Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string>& device_ids,
+                                              const std::vector<GpuCard>& cards, const PluginSettings& settings);
+
+}  // namespace stoker::kube

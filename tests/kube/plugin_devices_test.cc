@@ -1,0 +1,137 @@
+// The device plugin's pure parts: device IDs, preferred devices, grants.
+#include "kube/plugin_devices.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace stoker::kube {
+namespace {
+
+constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+std::vector<GpuCard> Cards(int n, std::vector<int> numa = {}) {
+  std::vector<GpuCard> cards;
+  for (int i = 0; i < n; ++i) {
+    GpuCard c;
+    c.index = i;
+    c.uuid = "GPU-" + std::to_string(i) + "aaaaaaa-0000-0000-0000-000000000000";
+    c.total_bytes = 8 * kGiB;
+    c.numa_node = numa.empty() ? 0 : numa[static_cast<std::size_t>(i)];
+    cards.push_back(c);
+  }
+  return cards;
+}
+
+std::vector<std::string> Ids(const std::vector<AdvertisedDevice>& devices) {
+  std::vector<std::string> ids;
+  for (const auto& d : devices) ids.push_back(d.id);
+  return ids;
+}
+
+std::set<std::string> CardsOf(const std::vector<std::string>& ids) {
+  std::set<std::string> cards;
+  for (const auto& id : ids) cards.insert(ParseDeviceId(id)->uuid);
+  return cards;
+}
+
+TEST(PluginDevices, IdsNameTheirCardAndUnit) {
+  const auto cards = Cards(2);
+  PluginSettings s;
+  const auto memory = DevicesOf(Resource::kMemory, cards, s);
+  ASSERT_EQ(memory.size(), 16u);
+  auto id = ParseDeviceId(memory[9].id);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(id->uuid, cards[1].uuid);
+  EXPECT_EQ(id->resource, Resource::kMemory);
+  EXPECT_EQ(id->unit, 1u);
+  EXPECT_EQ(DevicesOf(Resource::kCompute, cards, s).size(), 200u);
+  EXPECT_EQ(ParseDeviceId(cards[0].uuid)->resource, Resource::kWholeCards);
+  for (const char* bad : {"nvidia0", "GPU-1_x3", "GPU-1_m", "GPU-1_m1a", "GPU-1_m12345678901"})
+    EXPECT_FALSE(ParseDeviceId(bad)) << bad;
+  s.memory_unit = 512u << 20;
+  EXPECT_EQ(DevicesOf(Resource::kMemory, cards, s).size(), 32u);
+}
+
+TEST(PluginDevices, PreferredDevicesStayOnOneCardWhenOneHasRoom) {
+  const auto cards = Cards(3);
+  PluginSettings s;
+  auto all = Ids(DevicesOf(Resource::kMemory, cards, s));
+  // Card 0 has 2 units left, card 1 has 5, card 2 all 8.
+  std::vector<std::string> available;
+  for (const auto& id : all) {
+    auto p = ParseDeviceId(id);
+    const std::uint32_t from = p->uuid == cards[0].uuid ? 6 : p->uuid == cards[1].uuid ? 3 : 0;
+    if (p->unit >= from) available.push_back(id);
+  }
+  auto four = PreferredDevices(Resource::kMemory, available, {}, 4, cards, s);
+  ASSERT_TRUE(four.ok());
+  EXPECT_EQ(CardsOf(*four), std::set<std::string>{cards[1].uuid}) << "binpack: the fullest card with room";
+  s.policy = GpuPolicy::kSpread;
+  EXPECT_EQ(CardsOf(*PreferredDevices(Resource::kMemory, available, {}, 4, cards, s)),
+            std::set<std::string>{cards[2].uuid});
+  // Nine units fit no card: the fewest cards, fullest first under binpack.
+  s.policy = GpuPolicy::kBinpack;
+  auto nine = PreferredDevices(Resource::kMemory, available, {}, 9, cards, s);
+  ASSERT_TRUE(nine.ok());
+  EXPECT_EQ(nine->size(), 9u);
+  EXPECT_EQ(CardsOf(*nine), (std::set<std::string>{cards[0].uuid, cards[1].uuid, cards[2].uuid}));
+  // What must be included is, and the rest joins it.
+  auto kept = PreferredDevices(Resource::kMemory, available, {available.back()}, 3, cards, s);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->front(), available.back());
+  // A pairing wins when its card has room.
+  EXPECT_EQ(CardsOf(*PreferredDevices(Resource::kMemory, available, {}, 2, cards, s, cards[2].uuid)),
+            std::set<std::string>{cards[2].uuid});
+  EXPECT_EQ(PreferredDevices(Resource::kMemory, available, {}, 100, cards, s).error().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PreferredDevices(Resource::kCompute, available, {}, 1, cards, s).error().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(PluginDevices, WholeCardsPreferOneNumaNode) {
+  const auto cards = Cards(4, {1, 0, 1, 0});
+  PluginSettings s;
+  s.whole_cards = true;
+  auto chosen =
+      PreferredDevices(Resource::kWholeCards, Ids(DevicesOf(Resource::kWholeCards, cards, s)), {}, 2, cards, s);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(CardsOf(*chosen), (std::set<std::string>{cards[1].uuid, cards[3].uuid}));
+}
+
+TEST(PluginDevices, GrantsHoldTheContainerToWhatItWasGiven) {
+  const auto cards = Cards(2);
+  PluginSettings s;
+  auto one = GrantFor(Resource::kMemory, {cards[1].uuid + "_m0", cards[1].uuid + "_m5"}, cards, s);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->envs.at("CUDA_VISIBLE_DEVICES"), cards[1].uuid);
+  EXPECT_EQ(one->envs.at("STOKER_GPU_MEMORY_LIMIT"), std::to_string(2 * kGiB));
+  EXPECT_EQ(one->annotations.at("stoker.io/gpu-memory-cards"), cards[1].uuid);
+  auto two =
+      GrantFor(Resource::kMemory, {cards[1].uuid + "_m0", cards[0].uuid + "_m0", cards[0].uuid + "_m1"}, cards, s);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->envs.at("CUDA_VISIBLE_DEVICES"), cards[0].uuid + "," + cards[1].uuid);
+  EXPECT_EQ(two->envs.at("STOKER_GPU_MEMORY_LIMIT_0"), std::to_string(2 * kGiB));
+  EXPECT_EQ(two->envs.at("STOKER_GPU_MEMORY_LIMIT_1"), std::to_string(1 * kGiB));
+  EXPECT_EQ(two->envs.count("STOKER_GPU_MEMORY_LIMIT"), 0u);
+  EXPECT_NE(one->envs.at("STOKER_GPU_TENANT"), two->envs.at("STOKER_GPU_TENANT")) << "a tenant per container";
+  EXPECT_EQ(GrantFor(Resource::kMemory, {cards[0].uuid + "_m1", cards[0].uuid + "_m0"}, cards, s)
+                ->envs.at("STOKER_GPU_TENANT"),
+            GrantFor(Resource::kMemory, {cards[0].uuid + "_m0", cards[0].uuid + "_m1"}, cards, s)
+                ->envs.at("STOKER_GPU_TENANT"));
+  auto compute = GrantFor(Resource::kCompute, {cards[0].uuid + "_c0", cards[0].uuid + "_c7"}, cards, s);
+  EXPECT_EQ(compute->envs.at("STOKER_GPU_COMPUTE_SHARE"), "2");
+  EXPECT_EQ(compute->envs.count("CUDA_VISIBLE_DEVICES"), 0u) << "the memory grant decides what the container sees";
+  auto gone = GrantFor(Resource::kMemory, {"GPU-9_m0"}, cards, s);
+  EXPECT_EQ(gone.error().code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.error().message().find("no longer has"), std::string::npos);
+  PluginSettings bad = s;
+  bad.memory_unit = 1000;
+  EXPECT_EQ(CheckPluginSettings(bad).code(), StatusCode::kInvalidArgument);
+  bad = s;
+  bad.ledger_host_dir = "run/stoker";
+  EXPECT_NE(CheckPluginSettings(bad).message().find("'run/stoker' must be an absolute path"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker::kube
