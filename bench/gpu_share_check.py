@@ -187,7 +187,8 @@ class Check:
         return dict(j, ok=j["max_difference"] < 1e-3 and j["mem_get_info_total"] == 20 * GiB, seconds=round(s, 1))
 
     HOLD = """
-        import json, time, torch
+        import json, os, time, torch
+        free, total = torch.cuda.mem_get_info()
         held = []
         for chunk in (256 << 20, 16 << 20):
             while True:
@@ -196,8 +197,9 @@ class Check:
                 except torch.OutOfMemoryError:
                     break
         torch.cuda.synchronize()
-        time.sleep(3)
-        print(json.dumps({"allocated": sum(t.numel() for t in held)}))
+        time.sleep(4)
+        print(json.dumps({"allocated": sum(t.numel() for t in held), "reported_total": total,
+                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "lease": os.environ.get("STOKER_GPU_LEASE")}))
     """
 
     def pair(self):
@@ -324,29 +326,13 @@ class Check:
         return {"matmuls": counts, "share_of_30_percent_tenant": round(split * 100, 1),
                 "ok": abs(split - 0.30) <= 0.05}
 
-    PLACED = """
-        import json, os, time, torch
-        free, total = torch.cuda.mem_get_info()
-        held = []
-        for chunk in (256 << 20, 16 << 20):
-            while True:
-                try:
-                    held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
-                except torch.OutOfMemoryError:
-                    break
-        torch.cuda.synchronize()
-        time.sleep(4)
-        print(json.dumps({"allocated": sum(t.numel() for t in held), "reported_total": total,
-                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "lease": os.environ.get("STOKER_GPU_LEASE")}))
-    """
-
     def place(self):
         """Two jobs placed on the card by memory (30 and 50 GiB), each held to its quota; a third that does not
         fit beside them is refused with what is free; the lease file shows both; startup cost of placing."""
         results = {}
 
         def one(name, quota):
-            results[name] = self.python(["--memory", quota], self.PLACED, place=True)
+            results[name] = self.python(["--memory", quota], self.HOLD, place=True)
         threads = [threading.Thread(target=one, args=(n, q)) for n, q in (("p30", "30GiB"), ("p50", "50GiB"))]
         for t in threads:
             t.start()

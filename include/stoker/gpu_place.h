@@ -10,7 +10,9 @@
 //   binpack  the card that is fullest after placing (fewest cards in use)
 //   spread   the card that is emptiest after placing (least interference)
 // A card's fullness is max(memory leased / physical, compute leased / 100).
-// Over several cards, sets within one NUMA node come first.
+// Over several cards, sets within one NUMA node come first, and among
+// those the set whose farthest pair is closest on PCIe (one switch before
+// one host bridge before one node).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,11 @@ struct GpuCard {
   bool used_known = false;       // false from the driver API: no context is created to ask
   int numa_node = -1;            // -1: unknown
   bool healthy = true;           // false: NVML reports the card lost or failing
+  // How each card (by position in the inventory) is reached from this one,
+  // as NVML's topology levels: 10 one PCIe switch, 20 several switches, 30
+  // one host bridge, 40 one NUMA node, 50 across nodes (0 itself). Empty
+  // when unknown (no NVML).
+  std::vector<int> link_levels;
 };
 
 struct GpuInventory {

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "share/nvml_types.h"
 #include "stoker/gpu_place.h"
 
 namespace stoker {
@@ -51,19 +52,6 @@ int NumaFromSysfs(std::string bus_id) {
 }
 
 constexpr int kNvmlSuccess = 0, kNvmlGpuIsLost = 15;
-struct NvmlMemoryV1 {
-  unsigned long long total, free, used;
-};
-struct NvmlMemoryV2 {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-};
-struct NvmlPciInfo {
-  char bus_id_legacy[16];
-  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
-  char bus_id[32];
-};
-
 Result<GpuInventory> FromNvml() {
   Library nvml("libnvidia-ml.so.1");
   if (!nvml.ok()) return Status::NotFound(nvml.error());
@@ -71,11 +59,12 @@ Result<GpuInventory> FromNvml() {
   using CountFn = int (*)(unsigned int*);
   using HandleFn = int (*)(unsigned int, void**);
   using TextFn = int (*)(void*, char*, unsigned int);
-  using MemV1Fn = int (*)(void*, NvmlMemoryV1*);
-  using MemV2Fn = int (*)(void*, NvmlMemoryV2*);
-  using PciFn = int (*)(void*, NvmlPciInfo*);
+  using MemV1Fn = int (*)(void*, nvmlMemory_t*);
+  using MemV2Fn = int (*)(void*, nvmlMemory_v2_t*);
+  using PciFn = int (*)(void*, nvmlPciInfo_t*);
   using NumaFn = int (*)(void*, unsigned int*);
   using ErrorFn = const char* (*)(int);
+  using TopologyFn = int (*)(void*, void*, int*);
   auto init = nvml.Get<InitFn>("nvmlInit_v2");
   auto shutdown = nvml.Get<InitFn>("nvmlShutdown");
   auto count_fn = nvml.Get<CountFn>("nvmlDeviceGetCount_v2");
@@ -87,6 +76,8 @@ Result<GpuInventory> FromNvml() {
   auto pci_fn = nvml.Get<PciFn>("nvmlDeviceGetPciInfo_v3");
   auto numa_fn = nvml.Get<NumaFn>("nvmlDeviceGetNumaNodeId");
   auto error_fn = nvml.Get<ErrorFn>("nvmlErrorString");
+  auto topology_fn = nvml.Get<TopologyFn>("nvmlDeviceGetTopologyCommonAncestor");
+  std::vector<void*> handles;
   if (!init || !count_fn || !handle_fn || !uuid_fn || !(mem_v1 || mem_v2))
     return Status::NotFound("libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetCount_v2 or the memory queries");
   auto why = [&](int r) { return error_fn ? std::string(error_fn(r)) : fmt::format("NVML error {}", r); };
@@ -100,7 +91,9 @@ Result<GpuInventory> FromNvml() {
     void* device = nullptr;
     GpuCard card;
     card.index = static_cast<int>(i);
-    if (handle_fn(i, &device) != kNvmlSuccess) {
+    const bool have_handle = handle_fn(i, &device) == kNvmlSuccess;
+    handles.push_back(have_handle ? device : nullptr);
+    if (!have_handle) {
       card.uuid = fmt::format("unknown-{}", i);
       card.healthy = false;
       inventory.cards.push_back(card);
@@ -112,8 +105,8 @@ Result<GpuInventory> FromNvml() {
     if (name_fn && name_fn(device, text, sizeof(text)) == kNvmlSuccess) card.name = text;
     int mem_result = -1;
     if (mem_v2) {
-      NvmlMemoryV2 m{};
-      m.version = static_cast<unsigned int>(sizeof(NvmlMemoryV2)) | (2u << 24);
+      nvmlMemory_v2_t m{};
+      m.version = static_cast<unsigned int>(sizeof(nvmlMemory_v2_t)) | (2u << 24);
       mem_result = mem_v2(device, &m);
       if (mem_result == kNvmlSuccess) {
         card.total_bytes = m.total;
@@ -121,7 +114,7 @@ Result<GpuInventory> FromNvml() {
       }
     }
     if (mem_result != kNvmlSuccess && mem_result != kNvmlGpuIsLost && mem_v1) {
-      NvmlMemoryV1 m{};
+      nvmlMemory_t m{};
       mem_result = mem_v1(device, &m);
       if (mem_result == kNvmlSuccess) {
         card.total_bytes = m.total;
@@ -131,9 +124,9 @@ Result<GpuInventory> FromNvml() {
     card.used_known = mem_result == kNvmlSuccess;
     card.healthy = uuid_result == kNvmlSuccess && mem_result == kNvmlSuccess;
     if (pci_fn) {
-      NvmlPciInfo pci{};
+      nvmlPciInfo_t pci{};
       if (pci_fn(device, &pci) == kNvmlSuccess)
-        card.pci_bus_id.assign(pci.bus_id, strnlen(pci.bus_id, sizeof(pci.bus_id)));
+        card.pci_bus_id.assign(pci.busId, strnlen(pci.busId, sizeof(pci.busId)));
     }
     unsigned int node = 0;
     if (numa_fn && numa_fn(device, &node) == kNvmlSuccess) {
@@ -142,6 +135,21 @@ Result<GpuInventory> FromNvml() {
       card.numa_node = NumaFromSysfs(card.pci_bus_id);
     }
     inventory.cards.push_back(std::move(card));
+  }
+  // PCIe distances between cards, for sets of several cards.
+  if (topology_fn && status.ok()) {
+    const std::size_t n = handles.size();
+    for (std::size_t a = 0; a < n; ++a) {
+      std::vector<int> levels(n, 0);
+      bool known = handles[a] != nullptr;
+      for (std::size_t b = 0; known && b < n; ++b) {
+        int level = 0;
+        if (a != b && (handles[b] == nullptr || topology_fn(handles[a], handles[b], &level) != kNvmlSuccess))
+          known = false;
+        levels[b] = a == b ? 0 : level;
+      }
+      if (known) inventory.cards[a].link_levels = std::move(levels);
+    }
   }
   if (shutdown) shutdown();
   if (!status.ok()) return status;

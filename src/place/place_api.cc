@@ -67,6 +67,7 @@ std::vector<place::CardState> CardStates(const GpuInventory& inventory, const st
     s.healthy = c.healthy;
     s.total_bytes = c.total_bytes;
     s.other_bytes = c.used_known ? c.used_bytes : 0;
+    s.link_levels = c.link_levels;
     cards.push_back(std::move(s));
   }
   std::map<std::string, std::map<std::string, std::uint64_t>> charged;  // ledger -> "tenant\nuuid" -> bytes

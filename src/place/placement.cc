@@ -48,6 +48,14 @@ std::vector<std::size_t> Ranked(const GpuRequest& request, std::span<const CardS
   return out;
 }
 
+// NVML's level between two cards (positions); 40 (one NUMA node) when
+// unknown, which the callers only ask within a node.
+int LinkLevel(std::span<const CardState> cards, std::size_t a, std::size_t b) {
+  const auto& levels = cards[a].link_levels;
+  if (b < levels.size() && levels[b] > 0) return levels[b];
+  return 40;
+}
+
 double SetScore(const GpuRequest& request, std::span<const CardState> cards, std::span<const std::size_t> set) {
   double sum = 0;
   for (std::size_t i : set) sum += FullnessAfter(request, cards[i]);
@@ -86,20 +94,47 @@ Result<std::vector<std::size_t>> ChooseCards(const GpuRequest& request, std::spa
   const std::vector<std::size_t> ranked = Ranked(request, cards, fitting);
   if (request.count == 1) return std::vector<std::size_t>{ranked.front()};
 
-  // Several cards: the best set inside one NUMA node, else the best overall.
+  // Several cards: inside one NUMA node if any node has enough, and the
+  // set whose farthest pair is closest on PCIe; then the policy's score.
   std::map<int, std::vector<std::size_t>> by_node;
   for (std::size_t i : ranked) by_node[cards[i].numa_node].push_back(i);
   std::vector<std::size_t> best;
+  int best_span = 0;
   double best_score = 0;
-  for (auto& [node, members] : by_node) {
-    if (node < 0 || members.size() < request.count) continue;
-    std::span<const std::size_t> set(members.data(), request.count);
+  auto consider = [&](std::vector<std::size_t> set, int span) {
     const double score = SetScore(request, cards, set);
     const bool better =
-        best.empty() || (request.policy == GpuPolicy::kBinpack ? score > best_score : score < best_score);
+        best.empty() || span < best_span ||
+        (span == best_span && (request.policy == GpuPolicy::kBinpack ? score > best_score : score < best_score));
     if (better) {
-      best.assign(set.begin(), set.end());
+      best = std::move(set);
+      best_span = span;
       best_score = score;
+    }
+  };
+  for (auto& [node, members] : by_node) {
+    if (node < 0 || members.size() < request.count) continue;
+    // Grown from each member in turn: the next card is the closest to those
+    // taken (ties: the policy's order).
+    for (std::size_t seed = 0; seed < members.size(); ++seed) {
+      std::vector<std::size_t> set = {members[seed]};
+      int span = 0;
+      while (set.size() < request.count) {
+        std::size_t pick = members.size();
+        int pick_level = 0;
+        for (std::size_t m = 0; m < members.size(); ++m) {
+          if (std::find(set.begin(), set.end(), members[m]) != set.end()) continue;
+          int level = 0;
+          for (std::size_t taken : set) level = std::max(level, LinkLevel(cards, members[m], taken));
+          if (pick == members.size() || level < pick_level) {
+            pick = m;
+            pick_level = level;
+          }
+        }
+        set.push_back(members[pick]);
+        span = std::max(span, pick_level);
+      }
+      consider(std::move(set), span);
     }
   }
   if (best.empty()) best.assign(ranked.begin(), ranked.begin() + request.count);

@@ -25,7 +25,8 @@ struct CardState {
   std::uint64_t leased_bytes = 0;  // promised to leases
   std::uint32_t leased_compute = 0;
   std::uint32_t leases = 0;
-  bool exclusive = false;  // a whole-card lease holds it
+  bool exclusive = false;        // a whole-card lease holds it
+  std::vector<int> link_levels;  // NVML topology level to each card (by position); empty: unknown
 
   [[nodiscard]] std::uint64_t FreeBytes() const;
   [[nodiscard]] std::uint32_t FreeCompute() const { return leased_compute >= 100 ? 0 : 100 - leased_compute; }

@@ -219,7 +219,7 @@ TEST_F(DevicePluginTest, RegistersEachResourceAndListsTheCardsAsDevices) {
   EXPECT_EQ(compute_watcher.WaitFor([](const auto& r) { return r.devices_size() > 0; }).devices_size(), 200);
 }
 
-TEST_F(DevicePluginTest, ALostCardTurnsUnhealthyInTheList) {
+TEST_F(DevicePluginTest, ALostOrVanishedCardTurnsUnhealthyInTheList) {
   StartPlugin();
   const auto registrations = kubelet_->WaitForRegistrations(2);
   auto memory = kubelet_->Connect(registrations[0].endpoint());
@@ -234,6 +234,13 @@ TEST_F(DevicePluginTest, ALostCardTurnsUnhealthyInTheList) {
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   fake_gpu::Shared()->lost[1] = 0;
   EXPECT_EQ(Unhealthy(watcher.WaitFor([](const auto& r) { return Unhealthy(r) == 0; })), 0) << "and it comes back";
+  // A card that disappears from the node altogether: kept in the list, unhealthy.
+  fake_gpu::Shared()->lost[1] = 2;
+  const auto gone = watcher.WaitFor([](const auto& r) { return Unhealthy(r) > 0; });
+  EXPECT_EQ(Unhealthy(gone), 16);
+  EXPECT_EQ(gone.devices_size(), 32);
+  fake_gpu::Shared()->lost[1] = 0;
+  EXPECT_EQ(Unhealthy(watcher.WaitFor([](const auto& r) { return Unhealthy(r) == 0; })), 0);
 }
 
 TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsResources) {

@@ -208,6 +208,25 @@ TEST(Placement, SeveralCardsStayInsideOneNumaNodeWhenTheyCan) {
   EXPECT_EQ(*chosen, (std::vector<std::size_t>{1, 2}));
 }
 
+TEST(Placement, SeveralCardsPreferOnePcieSwitchInsideTheNode) {
+  // One NUMA node; cards 0+1 share a switch, 2+3 share another.
+  auto cards = Cards(4, 80 * kGiB);
+  const std::vector<std::vector<int>> levels = {{0, 10, 40, 40}, {10, 0, 40, 40}, {40, 40, 0, 10}, {40, 40, 10, 0}};
+  for (std::size_t i = 0; i < 4; ++i) cards[i].link_levels = levels[i];
+  // Binpack alone would take the two fullest, 0 and 2, across switches.
+  cards[0].leased_bytes = 30 * kGiB;
+  cards[0].leases = 1;
+  cards[2].leased_bytes = 20 * kGiB;
+  cards[2].leases = 1;
+  EXPECT_EQ(*ChooseCards(Memory(10 * kGiB, 0, GpuPolicy::kBinpack, 2), cards), (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(*ChooseCards(Memory(10 * kGiB, 0, GpuPolicy::kSpread, 2), cards), (std::vector<std::size_t>{2, 3}));
+  // A switch with one card free: the set spans switches rather than fail.
+  cards[1].exclusive = true;
+  EXPECT_EQ(*ChooseCards(Memory(10 * kGiB, 0, GpuPolicy::kBinpack, 2), cards), (std::vector<std::size_t>{2, 3}));
+  cards[3].exclusive = true;
+  EXPECT_EQ(*ChooseCards(Memory(10 * kGiB, 0, GpuPolicy::kBinpack, 2), cards), (std::vector<std::size_t>{0, 2}));
+}
+
 TEST(Placement, WholeCardsTakeOnlyCardsNobodyLeases) {
   auto cards = Cards(3, 80 * kGiB);
   cards[0].leased_bytes = kGiB;

@@ -232,6 +232,30 @@ def test_binpack_stacks_and_spread_spreads(gpu):
     assert gpu_ls(gpu, env)["leases"] == [], "the killed commands' leases are reclaimed"
 
 
+def test_several_cards_stay_on_one_numa_node_and_one_pcie_switch(gpu):
+    # 4 cards: NUMA 0 = {0, 1}, NUMA 1 = {2, 3}; 2 and 3 share a PCIe switch; card 2 has a lease already.
+    env = fake_node(gpu, devices=4, numa="0,0,1,1", switch="7,8,9,9")
+    cards = [c["uuid"] for c in gpu_ls(gpu, env)["cards"]]
+    holder = subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--quiet", "--", "sh", "-c",
+                               "echo $CUDA_VISIBLE_DEVICES; exec sleep 30"], env=dict(env, CUDA_VISIBLE_DEVICES="2"),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == cards[2]
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--gpus", "2", "--quiet", "--",
+                            *show_env("CUDA_VISIBLE_DEVICES")], capture_output=True, text=True, env=env, timeout=60)
+        assert parse_env(r.stdout)["CUDA_VISIBLE_DEVICES"] == cards[2] + "," + cards[3], r.stderr
+        r = subprocess.run([gpu["bin"], "gpu", "run", "--memory", "1GiB", "--gpus", "2", "--policy", "spread",
+                            "--quiet", "--", *show_env("CUDA_VISIBLE_DEVICES")], capture_output=True, text=True,
+                           env=env, timeout=60)
+        # One switch beats the emptier node: locality comes before the policy's score.
+        assert parse_env(r.stdout)["CUDA_VISIBLE_DEVICES"] == cards[2] + "," + cards[3], r.stderr
+        view = gpu_ls(gpu, env)
+        assert view["cards"][2]["link_levels"] == [50, 50, 0, 10]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_eight_concurrent_runs_never_double_book(gpu):
     env = fake_node(gpu, devices=2)  # 16 GiB each: two 6 GiB commands per card
     procs = [subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "6GiB", "--quiet", "--", "sh", "-c",

@@ -38,7 +38,7 @@ struct State {
   pthread_mutex_t mu;
   Process processes[kMaxProcesses];
   std::int32_t numa[kMaxDevices];   // NUMA node of each device (FAKE_GPU_NUMA)
-  std::uint32_t lost[kMaxDevices];  // set by a test: NVML reports the device lost
+  std::uint32_t lost[kMaxDevices];  // set by a test: 1 NVML reports the device lost, 2 it is gone
 };
 
 inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {

@@ -62,12 +62,18 @@ FAKE_EXPORT int nvmlShutdown() {
 FAKE_EXPORT const char* nvmlErrorString(int) {
   return "fake NVML error";
 }
+// A trailing device a test marked gone (lost == 2) is not counted at all,
+// as a card that fell off the bus.
 FAKE_EXPORT int nvmlDeviceGetCount_v2(unsigned int* count) {
-  *count = fake_gpu::Shared()->devices;
+  unsigned int n = fake_gpu::Shared()->devices;
+  while (n > 0 && fake_gpu::Shared()->lost[n - 1] == 2) --n;
+  *count = n;
   return kSuccess;
 }
 FAKE_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
-  if (index >= fake_gpu::Shared()->devices) return kInvalidArgument;
+  unsigned int count = 0;
+  nvmlDeviceGetCount_v2(&count);
+  if (index >= count) return kInvalidArgument;
   *device = HandleOf(static_cast<int>(index));
   return kSuccess;
 }
@@ -129,6 +135,22 @@ FAKE_EXPORT int nvmlDeviceGetNumaNodeId(void* device, unsigned int* node) {
   const int d = Index(device);
   if (d < 0 || node == nullptr) return kInvalidArgument;
   *node = static_cast<unsigned int>(fake_gpu::Shared()->numa[d]);
+  return kSuccess;
+}
+// PCIe: devices with the same FAKE_GPU_SWITCH entry (a list; default: each
+// its own) share a switch; else one NUMA node is NODE, two are SYSTEM.
+FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b, int* level) {
+  const int da = Index(a), db = Index(b);
+  if (da < 0 || db < 0 || level == nullptr) return kInvalidArgument;
+  const auto sa = fake_gpu::EnvListU64("FAKE_GPU_SWITCH", static_cast<std::uint32_t>(da), 1000 + da);
+  const auto sb = fake_gpu::EnvListU64("FAKE_GPU_SWITCH", static_cast<std::uint32_t>(db), 1000 + db);
+  if (da == db) {
+    *level = 0;
+  } else if (sa == sb) {
+    *level = 10;
+  } else {
+    *level = fake_gpu::Shared()->numa[da] == fake_gpu::Shared()->numa[db] ? 40 : 50;
+  }
   return kSuccess;
 }
 FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, nvmlProcessInfo_t* infos) {

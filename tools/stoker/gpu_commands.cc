@@ -215,6 +215,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
            {"name", u.card.name},
            {"pci_bus_id", u.card.pci_bus_id},
            {"numa_node", u.card.numa_node},
+           {"link_levels", u.card.link_levels},
            {"healthy", u.card.healthy},
            {"total_bytes", u.card.total_bytes},
            {"used_bytes", u.card.used_known ? nlohmann::json(u.card.used_bytes) : nlohmann::json(nullptr)},

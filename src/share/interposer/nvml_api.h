@@ -1,27 +1,12 @@
 // The few NVML types and entry points the interposer uses and hooks.
-// The toolkit ships no nvml.h; these follow NVML's documented ABI.
 #pragma once
 
 #include <cstdint>
 
-extern "C" {
-typedef struct nvmlDevice_st* nvmlDevice_t;
-typedef int nvmlReturn_t;  // 0: NVML_SUCCESS
-enum : int { kNvmlSuccess = 0, kNvmlErrorInvalidArgument = 2, kNvmlErrorInsufficientSize = 7 };
+#include "share/nvml_types.h"
 
-struct nvmlMemory_t {
-  unsigned long long total, free, used;
-};
-struct nvmlMemory_v2_t {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-};
-// nvmlDeviceGetComputeRunningProcesses_v3's record.
-struct nvmlProcessInfo_t {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId, computeInstanceId;
-};
+extern "C" {
+enum : int { kNvmlSuccess = 0, kNvmlErrorInvalidArgument = 2, kNvmlErrorInsufficientSize = 7 };
 
 // The interposer's NVML hooks (hooks_report.cc).
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
