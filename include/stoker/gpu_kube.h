@@ -30,6 +30,7 @@ struct GpuDevicePluginSettings {
   double health_interval_seconds = 5;
 };
 // Serves until `stop()` is true (polled every 200 ms); logs to stderr.
+// In the stoker_kube_plugin library (it links gRPC), not in `stoker`.
 [[nodiscard]] Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::function<bool()>& stop);
 
 struct GpuExtenderSettings {

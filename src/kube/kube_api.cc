@@ -1,6 +1,6 @@
-// The public face of the Kubernetes side (stoker/gpu_kube.h): running the
-// device plugin and the extender until told to stop, and fetching node card
-// state over HTTP (libcurl) for the extender.
+// The scheduler extender's public face (stoker/gpu_kube.h): serving the
+// webhook until told to stop, fetching each node's card state over HTTP
+// (libcurl). The device plugin's is in device_plugin_run.cc.
 #include <unistd.h>
 
 #include <chrono>
@@ -12,30 +12,13 @@
 #include <curl/curl.h>
 #include <fmt/format.h>
 
-#include "kube/device_plugin.h"
 #include "kube/extender.h"
 #include "kube/http_server.h"
+#include "kube/run_util.h"
 #include "stoker/gpu_kube.h"
 
 namespace stoker {
 namespace {
-
-void Log(const std::string& what, const std::string& line) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  fmt::print(stderr, "{} stoker {}: {}\n", stamp, what, line);
-}
-
-std::string HostName() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-void WaitUntil(const std::function<bool()>& stop) {
-  while (!stop()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-}
 
 size_t Collect(char* data, size_t size, size_t n, void* out) {
   auto* body = static_cast<std::string*>(out);
@@ -71,35 +54,6 @@ std::string Expand(std::string pattern, const std::string& node, const std::stri
 }
 
 }  // namespace
-
-Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::function<bool()>& stop) {
-  kube::DevicePluginOptions options;
-  options.settings.whole_cards = settings.whole_cards;
-  options.settings.memory_unit = settings.memory_unit;
-  options.settings.policy = settings.policy;
-  options.settings.interposer_host_dir = settings.interposer_host_dir;
-  options.settings.interposer_container_dir = settings.interposer_container_dir;
-  options.settings.ledger_host_dir = settings.ledger_host_dir;
-  options.settings.ledger_container_dir = settings.ledger_container_dir;
-  options.kubelet_dir = settings.kubelet_dir;
-  options.pod_resources_socket = settings.pod_resources_socket;
-  options.status_address = settings.status_address;
-  const char* env_node = std::getenv("NODE_NAME");
-  options.node_name =
-      !settings.node_name.empty() ? settings.node_name : (env_node && *env_node ? env_node : HostName());
-  if (!(settings.health_interval_seconds > 0))
-    return Status::InvalidArgument("the health interval must be above zero seconds");
-  options.health_interval_seconds = settings.health_interval_seconds;
-  options.log = [](const std::string& line) { Log("device-plugin", line); };
-  auto plugin = kube::DevicePlugin::Start(std::move(options));
-  if (!plugin.ok()) return plugin.error();
-  if ((*plugin)->status_port())
-    Log("device-plugin",
-        fmt::format("card state at http://{}/cards (port {})", settings.status_address, (*plugin)->status_port()));
-  WaitUntil(stop);
-  Log("device-plugin", "stopping");
-  return Status::Ok();
-}
 
 Status RunGpuSchedulerExtender(const GpuExtenderSettings& settings, const std::function<bool()>& stop) {
   if (!(settings.fetch_timeout_seconds > 0)) return Status::InvalidArgument("the fetch timeout must be above zero");
@@ -141,10 +95,11 @@ Status RunGpuSchedulerExtender(const GpuExtenderSettings& settings, const std::f
     return kube::HttpResponse{404, "text/plain", "POST /filter or /prioritize\n"};
   });
   if (!server.ok()) return server.error();
-  Log("scheduler-extender", fmt::format("listening on {} (port {}), policy {}, node state from {}", settings.listen,
-                                        (*server)->port(), GpuPolicyName(settings.policy), settings.node_url));
-  WaitUntil(stop);
-  Log("scheduler-extender", "stopping");
+  kube::Log("scheduler-extender",
+            fmt::format("listening on {} (port {}), policy {}, node state from {}", settings.listen, (*server)->port(),
+                        GpuPolicyName(settings.policy), settings.node_url));
+  kube::WaitUntil(stop);
+  kube::Log("scheduler-extender", "stopping");
   return Status::Ok();
 }
 

@@ -47,16 +47,8 @@ struct GpuRunArgs {
 };
 int RunGpuRun(const GpuRunArgs& args);
 
-struct GpuDevicePluginArgs {
-  std::string mode = "shared", memory_unit = "1GiB", policy = "binpack";
-  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
-  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-  std::string status_address = "0.0.0.0:9453", node_name;
-  std::string interposer_host_dir = "/opt/stoker/lib", interposer_container_dir = "/usr/local/stoker";
-  std::string ledger_host_dir = "/run/stoker", ledger_container_dir = "/run/stoker";
-  double health_interval = 5;
-};
-int RunGpuDevicePluginCommand(const GpuDevicePluginArgs& args);
+// `stoker gpu device-plugin ARGS...`: runs stoker-device-plugin ARGS...
+int RunGpuDevicePluginCommand(int argc, char** argv);
 
 struct GpuExtenderArgs {
   std::string listen = "0.0.0.0:8888", policy = "binpack", node_url = "http://{address}:9453/cards";

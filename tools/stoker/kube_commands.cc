@@ -1,13 +1,18 @@
-// `stoker gpu device-plugin` and `stoker gpu scheduler-extender`: the
-// Kubernetes side of GPU sharing, running until SIGTERM or SIGINT.
+// `stoker gpu device-plugin` (run by its own program) and `stoker gpu
+// scheduler-extender`: the Kubernetes side of GPU sharing, running until
+// SIGTERM or SIGINT.
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <filesystem>
+#include <vector>
 
 #include <atomic>
 
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "stoker/byte_size.h"
 #include "stoker/gpu_kube.h"
 
 namespace stoker_cli {
@@ -29,29 +34,23 @@ void StopOnSignals() {
 
 }  // namespace
 
-int RunGpuDevicePluginCommand(const GpuDevicePluginArgs& args) {
-  stoker::GpuDevicePluginSettings s;
-  if (args.mode != "shared" && args.mode != "whole")
-    return Fail(stoker::Status::InvalidArgument(fmt::format("--mode '{}': use shared or whole", args.mode)));
-  s.whole_cards = args.mode == "whole";
-  auto unit = stoker::ParseByteSize(args.memory_unit);
-  if (!unit.ok()) return Fail(unit.error().WithContext("--memory-unit"));
-  s.memory_unit = *unit;
-  auto policy = stoker::ParseGpuPolicy(args.policy);
-  if (!policy.ok()) return Fail(policy.error().WithContext("--policy"));
-  s.policy = *policy;
-  s.kubelet_dir = args.kubelet_dir;
-  s.pod_resources_socket = args.pod_resources_socket;
-  s.status_address = args.status_address;
-  s.node_name = args.node_name;
-  s.interposer_host_dir = args.interposer_host_dir;
-  s.interposer_container_dir = args.interposer_container_dir;
-  s.ledger_host_dir = args.ledger_host_dir;
-  s.ledger_container_dir = args.ledger_container_dir;
-  s.health_interval_seconds = args.health_interval;
-  StopOnSignals();
-  const stoker::Status status = stoker::RunGpuDevicePlugin(s, [] { return g_stop.load(); });
-  return status.ok() ? 0 : Fail(status);
+// The device plugin links gRPC, which this program does not load: it is a
+// program of its own beside this one, run in this one's place.
+int RunGpuDevicePluginCommand(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path companion = self.parent_path() / "stoker-device-plugin";
+  if (ec || !fs::is_regular_file(companion, ec))
+    return Fail(stoker::Status::NotFound(fmt::format(
+        "stoker gpu device-plugin runs {}, which is not there: it is built where gRPC is found (libgrpc++-dev, "
+        "libprotobuf-dev, protobuf-compiler-grpc)",
+        companion.string())));
+  std::vector<char*> args = {const_cast<char*>("stoker gpu device-plugin")};
+  for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  ::execv(companion.c_str(), args.data());
+  return Fail(stoker::Status::FromErrno(errno, fmt::format("running {}", companion.string())));
 }
 
 int RunGpuExtenderCommand(const GpuExtenderArgs& args) {

@@ -1,5 +1,7 @@
 // The `stoker` command line: pack, index, inspect, verify, ls, bench, cache,
 // checkpoint, gpu. Parsing here; each subcommand in its own file.
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "commands.h"
@@ -8,6 +10,8 @@
 
 int main(int argc, char** argv) {
   using namespace stoker_cli;
+  if (argc >= 3 && std::string_view(argv[1]) == "gpu" && std::string_view(argv[2]) == "device-plugin")
+    return RunGpuDevicePluginCommand(argc - 3, argv + 3);
   CLI::App app{"stoker: keep deep-learning GPUs busy. Packs small files into indexed WebDataset shards."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "stoker 0.1.0");
@@ -146,42 +150,11 @@ int main(int argc, char** argv) {
                      "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
   gpu_ls->add_flag("--json", json, "Print JSON");
 
-  GpuDevicePluginArgs plugin_args;
-  auto* gpu_plugin = gpu->add_subcommand("device-plugin",
-                                         "Kubernetes device plugin: advertise this node's GPUs by memory and compute "
-                                         "(or whole cards) to the kubelet; run as a DaemonSet");
-  gpu_plugin
-      ->add_option("--mode", plugin_args.mode,
-                   "shared (stoker.io/gpu-memory, stoker.io/gpu-compute) or whole "
-                   "(stoker.io/gpu)")
-      ->capture_default_str();
-  gpu_plugin->add_option("--memory-unit", plugin_args.memory_unit, "Bytes per stoker.io/gpu-memory unit")
-      ->capture_default_str();
-  gpu_plugin->add_option("--policy", plugin_args.policy, "binpack or spread")->capture_default_str();
-  gpu_plugin->add_option("--kubelet-dir", plugin_args.kubelet_dir, "The kubelet's device-plugin folder")
-      ->capture_default_str();
-  gpu_plugin
-      ->add_option("--pod-resources-socket", plugin_args.pod_resources_socket,
-                   "The kubelet's pod-resources API (what is allocated)")
-      ->capture_default_str();
-  gpu_plugin
-      ->add_option("--status-address", plugin_args.status_address,
-                   "Where GET /cards serves the node's card state for the extender (empty: off)")
-      ->capture_default_str();
-  gpu_plugin->add_option("--node-name", plugin_args.node_name, "This node's name (default: $NODE_NAME, the host name)");
-  gpu_plugin
-      ->add_option("--interposer-host-dir", plugin_args.interposer_host_dir, "Host folder holding libstoker-share.so")
-      ->capture_default_str();
-  gpu_plugin
-      ->add_option("--interposer-container-dir", plugin_args.interposer_container_dir,
-                   "Where containers see that folder")
-      ->capture_default_str();
-  gpu_plugin->add_option("--ledger-host-dir", plugin_args.ledger_host_dir, "Host folder holding the node's ledger")
-      ->capture_default_str();
-  gpu_plugin->add_option("--ledger-container-dir", plugin_args.ledger_container_dir, "Where containers see it")
-      ->capture_default_str();
-  gpu_plugin->add_option("--health-interval", plugin_args.health_interval, "Seconds between looks at the cards")
-      ->capture_default_str();
+  // Listed for --help; `main` hands its arguments to stoker-device-plugin before parsing.
+  gpu->add_subcommand("device-plugin",
+                      "Kubernetes device plugin: advertise this node's GPUs by memory and compute (or whole cards) "
+                      "to the kubelet; run as a DaemonSet (options: stoker gpu device-plugin --help)")
+      ->allow_extras();
   GpuExtenderArgs extender_args;
   auto* gpu_extender = gpu->add_subcommand(
       "scheduler-extender", "kube-scheduler extender: filter and score nodes by whether a pod's GPU asks fit one card");
@@ -216,7 +189,6 @@ int main(int argc, char** argv) {
     return RunGpuRun(gpu_args);
   }
   if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, gpu_leases, json);
-  if (gpu_plugin->parsed()) return RunGpuDevicePluginCommand(plugin_args);
   if (gpu_extender->parsed()) return RunGpuExtenderCommand(extender_args);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);
