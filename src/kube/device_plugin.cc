@@ -370,7 +370,7 @@ Result<std::string> DevicePlugin::Impl::CardsJson() {
                           {"compute_used", u[Resource::kCompute]},
                           {"whole_used", u[Resource::kWholeCards] > 0}});
   }
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Result<std::unique_ptr<DevicePlugin>> DevicePlugin::Start(DevicePluginOptions options) {

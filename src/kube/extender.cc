@@ -37,6 +37,18 @@ Result<std::uint64_t> Quantity(const json& value, const std::string& where) {
   return Status::InvalidArgument(fmt::format("{} is {}: extended resources are whole numbers", where, value.dump()));
 }
 
+// A member of the expected type, or `fallback` when it is absent or of
+// another type (nlohmann's value() would throw).
+std::string StringOr(const json& o, const char* key, std::string fallback) {
+  return o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : fallback;
+}
+std::int64_t IntOr(const json& o, const char* key, std::int64_t fallback) {
+  return o.contains(key) && o[key].is_number_integer() ? o[key].get<std::int64_t>() : fallback;
+}
+bool BoolOr(const json& o, const char* key, bool fallback) {
+  return o.contains(key) && o[key].is_boolean() ? o[key].get<bool>() : fallback;
+}
+
 }  // namespace
 
 Result<NodeCards> ParseNodeCards(std::string_view text, const std::string& source) {
@@ -45,11 +57,11 @@ Result<NodeCards> ParseNodeCards(std::string_view text, const std::string& sourc
     return Status::Corruption(fmt::format("the card state from {}: {}", source, what));
   };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-  if (j.value("format", "") != "stoker-node-cards") return bad("\"format\" is not \"stoker-node-cards\"");
+  if (StringOr(j, "format", "") != "stoker-node-cards") return bad("\"format\" is not \"stoker-node-cards\"");
   if (!j.contains("version") || j["version"] != 1) return bad("\"version\" is not 1 (a newer or older stoker plugin)");
   NodeCards node;
-  node.node = j.value("node", "");
-  const std::string mode = j.value("mode", "");
+  node.node = StringOr(j, "node", "");
+  const std::string mode = StringOr(j, "mode", "");
   if (mode != "whole" && mode != "shared") return bad("\"mode\" is not \"whole\" or \"shared\"");
   node.whole_cards = mode == "whole";
   if (!j.contains("memory_unit_bytes") || !j["memory_unit_bytes"].is_number_unsigned() || j["memory_unit_bytes"] == 0)
@@ -71,10 +83,12 @@ Result<NodeCards> ParseNodeCards(std::string_view text, const std::string& sourc
     }
     if (card.memory_units_used > card.memory_units || card.compute_used > 100)
       return bad(at + ": more is used than the card has");
-    card.index = c.value("index", static_cast<int>(i));
-    card.numa_node = c.value("numa_node", -1);
-    card.healthy = c.value("healthy", false);
-    card.whole_used = c.value("whole_used", false);
+    const std::int64_t index = IntOr(c, "index", static_cast<std::int64_t>(i));
+    const std::int64_t numa = IntOr(c, "numa_node", -1);
+    card.index = index >= 0 && index < 1024 ? static_cast<int>(index) : static_cast<int>(i);
+    card.numa_node = numa >= 0 && numa < 65536 ? static_cast<int>(numa) : -1;
+    card.healthy = BoolOr(c, "healthy", false);
+    card.whole_used = BoolOr(c, "whole_used", false);
     node.cards.push_back(std::move(card));
   }
   return node;
@@ -242,7 +256,7 @@ std::string ExtenderFilter(std::string_view text, const NodeCardsSource& source,
   json result = json::object();
   if (!args.error.empty()) {
     result["error"] = args.error;
-    return result.dump();
+    return result.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   json failed = json::object(), unresolvable = json::object();
   std::vector<std::string> passed;
@@ -281,7 +295,7 @@ std::string ExtenderFilter(std::string_view text, const NodeCardsSource& source,
   }
   result["failedNodes"] = std::move(failed);
   result["failedAndUnresolvableNodes"] = std::move(unresolvable);
-  return result.dump();
+  return result.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ExtenderPrioritize(std::string_view text, const NodeCardsSource& source, const ExtenderOptions& options) {
@@ -301,7 +315,7 @@ std::string ExtenderPrioritize(std::string_view text, const NodeCardsSource& sou
     }
     list.push_back({{"host", name}, {"score", score}});
   }
-  return list.dump();
+  return list.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace stoker::kube

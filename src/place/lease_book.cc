@@ -31,7 +31,7 @@ Result<std::vector<GpuLease>> ParseLeases(std::string_view text, const std::stri
   if (text.empty()) return leases;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad(path, "the file", "is not a JSON object (not a lease file?)");
-  if (j.value("format", std::string()) != kLeaseFormat)
+  if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != kLeaseFormat)
     return Bad(path, "\"format\"", fmt::format("is not \"{}\"", kLeaseFormat));
   if (!j.contains("version") || !j["version"].is_number_integer()) return Bad(path, "\"version\"", "is missing");
   if (j["version"].get<std::int64_t>() != kLeaseVersion)
@@ -106,7 +106,7 @@ std::string SerializeLeases(const std::vector<GpuLease>& leases) {
                            {"ledger", l.ledger},
                            {"cards", std::move(cards)}});
   }
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 std::uint64_t ProcessStartTime(int pid) {

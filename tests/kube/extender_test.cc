@@ -127,9 +127,22 @@ TEST_F(ExtenderTest, WholeCardsGoOnlyToWholeCardNodes) {
             std::string::npos);
 }
 
+TEST(NodeCardsFormat, MembersOfTheWrongTypeAreDefaultedNotThrown) {
+  auto parsed = ParseNodeCards(R"({"format":"stoker-node-cards","version":1,"mode":"shared","node":7,
+      "memory_unit_bytes":1,"cards":[{"uuid":"g","memory_units":4,"memory_units_used":1,"compute_used":0,
+      "index":"x","numa_node":[1],"healthy":"yes"}]})",
+                               "here");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().ToString();
+  EXPECT_EQ(parsed->node, "");
+  EXPECT_EQ(parsed->cards[0].index, 0);
+  EXPECT_EQ(parsed->cards[0].numa_node, -1);
+  EXPECT_FALSE(parsed->cards[0].healthy);
+}
+
 TEST(NodeCardsFormat, MalformedStatesAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"[]", "not a JSON object"},
+      {R"({"format":1})", "\"format\" is not \"stoker-node-cards\""},
       {R"({"format":"x"})", "\"format\" is not \"stoker-node-cards\""},
       {R"({"format":"stoker-node-cards","version":2})", "\"version\" is not 1"},
       {R"({"format":"stoker-node-cards","version":1,"mode":"both"})", "\"mode\""},

@@ -107,6 +107,14 @@ TEST_F(LeaseTest, ALeaseWhoseProcessWasKilledIsReclaimed) {
   std::printf("placement after a SIGKILL reclaimed two leases in %.3f ms\n", ms);
 }
 
+TEST_F(LeaseTest, ACommandLineThatIsNotUtf8IsRecordedReplaced) {
+  options_.command = "python \xff\xfe.py";
+  ASSERT_TRUE(PlaceGpuRequest(Memory(kGiB), inventory_, options_).ok());
+  auto leases = ReadGpuLeases(options_.leases);
+  ASSERT_TRUE(leases.ok()) << leases.error().ToString();
+  EXPECT_EQ((*leases)[0].command, "python \xef\xbf\xbd\xef\xbf\xbd.py");
+}
+
 TEST_F(LeaseTest, AReusedPidDoesNotKeepADeadLeaseAlive) {
   ASSERT_TRUE(PlaceGpuRequest(Memory(70 * kGiB), inventory_, options_).ok());
   std::string text = Read();
@@ -121,6 +129,8 @@ TEST_F(LeaseTest, AReusedPidDoesNotKeepADeadLeaseAlive) {
 TEST_F(LeaseTest, BadLeaseFilesAreNamedAndNothingIsLeased) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "is not a JSON object"},
+      {R"({"format": 1, "version": 1, "leases": []})",
+       "\"format\": is not \"stoker-gpu-leases\""},  // found by the fuzzer
       {R"({"format":"other","version":1,"leases":[]})", "\"format\": is not \"stoker-gpu-leases\""},
       {R"({"format":"stoker-gpu-leases","version":2,"leases":[]})", "lease file version 2 is not the version 1"},
       {R"({"format":"stoker-gpu-leases","version":1,"leases":{}})", "\"leases\": is not a list"},

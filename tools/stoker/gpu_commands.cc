@@ -260,7 +260,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
                                        {"started_unix", p.started_unix}});
       j["tenants"].push_back(std::move(tenant));
     }
-    fmt::print("{}\n", j.dump());
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
   if (inventory.ok()) {
