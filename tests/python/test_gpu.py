@@ -23,9 +23,10 @@ def gpu(stoker_bin, tmp_path):
                STOKER_GPU_LEASES=str(tmp_path / "leases.json"),
                LD_LIBRARY_PATH="%s:%s:%s" % (fake / "cuda-current", fake / "nvml", fake / "probe"))
     ledger = "/dev/shm/stoker-ledger-py-" + tag
+    made = []  # fake nodes' state files (fake_node)
     yield {"env": env, "ledger": ledger, "probe": str(fake / "probe" / "share_probe"), "bin": stoker_bin,
-           "fake": fake, "leases": env["STOKER_GPU_LEASES"]}
-    for path in (env["FAKE_GPU_STATE"], ledger):
+           "fake": fake, "leases": env["STOKER_GPU_LEASES"], "made": made}
+    for path in (env["FAKE_GPU_STATE"], ledger, *made):
         if os.path.exists(path):
             os.unlink(path)
 
@@ -153,6 +154,7 @@ def fake_node(gpu, **settings):
     """The fixture's environment for a fake node of its own: FAKE_GPU_DEVICES, FAKE_GPU_MEMORY, FAKE_GPU_NUMA."""
     env = dict(gpu["env"], FAKE_GPU_STATE=gpu["env"]["FAKE_GPU_STATE"] + "-" + str(time.monotonic_ns()))
     env.update({"FAKE_GPU_" + k.upper(): str(v) for k, v in settings.items()})
+    gpu["made"].append(env["FAKE_GPU_STATE"])  # removed with the fixture
     return env
 
 
