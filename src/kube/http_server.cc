@@ -34,7 +34,7 @@ const char* Reason(int status) {
   }
 }
 
-// Reads until `pred` holds or 10 s pass without progress.
+// Appends what arrives on `fd`; false when nothing comes for 10 s or the peer closed.
 bool ReadMore(int fd, std::string& buffer) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, 10000) <= 0) return false;

@@ -136,47 +136,64 @@ Result<std::vector<std::string>> PreferredDevices(Resource resource, const std::
     for (const auto& [unit, id] : free[uuid]) n += taken.count(id) ? 0 : 1;
     return n;
   };
-  // One card: the pairing first, then the policy's choice among cards with room.
-  std::string card;
-  if (!paired_card.empty() && free.count(paired_card) && room(paired_card) >= need) card = paired_card;
-  if (card.empty() && resource != Resource::kWholeCards) {
-    std::vector<place::CardState> states;
-    for (const auto& [uuid, units] : free) {
-      const GpuCard* info = CardOf(cards, uuid);
-      place::CardState s;
-      s.uuid = uuid;
-      s.index = info ? info->index : 0;
-      s.numa_node = info ? info->numa_node : -1;
-      const std::uint64_t total = info ? UnitsOf(resource, *info, settings) : units.size();
-      const std::uint64_t left = room(uuid);
-      // Placement works in bytes and percent: express units as both.
-      s.total_bytes = total;
-      s.leased_bytes = total - std::min<std::uint64_t>(total, left);
-      states.push_back(s);
+  // The cards with room as placement sees them, in units (memory and
+  // compute are counted as the "bytes" of a card), with their NUMA nodes
+  // and PCIe distances, so that the choice is the CLI's.
+  std::vector<place::CardState> states;
+  for (const auto& [uuid, units] : free) {
+    const GpuCard* info = CardOf(cards, uuid);
+    place::CardState s;
+    s.uuid = uuid;
+    s.index = info ? info->index : 0;
+    s.numa_node = info ? info->numa_node : -1;
+    const std::uint64_t total = info ? UnitsOf(resource, *info, settings) : units.size();
+    const std::uint64_t left = room(uuid);
+    s.total_bytes = total;
+    s.leased_bytes = total - std::min<std::uint64_t>(total, left);
+    if (resource == Resource::kWholeCards && left == 0) s.leases = 1;  // must be included: already taken
+    states.push_back(s);
+  }
+  for (auto& s : states) {
+    const GpuCard* from = CardOf(cards, s.uuid);
+    if (from == nullptr || from->link_levels.empty()) continue;
+    for (const auto& other : states) {
+      const GpuCard* to = CardOf(cards, other.uuid);
+      const auto at = static_cast<std::size_t>(to - cards.data());
+      s.link_levels.push_back(to != nullptr && at < from->link_levels.size() ? from->link_levels[at] : 0);
     }
-    GpuRequest request;
-    request.memory_bytes = need;
-    request.policy = settings.policy;
-    auto pick = place::ChooseCards(request, states);
-    if (pick.ok()) card = states[pick->front()].uuid;
   }
-  if (!card.empty()) {
-    take_from(card);
+  GpuRequest request;
+  request.policy = settings.policy;
+  if (resource == Resource::kWholeCards) {
+    request.whole_cards = true;
+    request.count = static_cast<std::uint32_t>(need);
   } else {
-    // No single card has room (or whole cards): the fullest cards first for
-    // binpack, the emptiest for spread, NUMA node by NUMA node.
-    std::vector<std::string> order;
-    for (const auto& [uuid, units] : free) order.push_back(uuid);
-    std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-      const GpuCard* ca = CardOf(cards, a);
-      const GpuCard* cb = CardOf(cards, b);
-      const int na = ca ? ca->numa_node : -1, nb = cb ? cb->numa_node : -1;
-      if (resource == Resource::kWholeCards && na != nb) return na < nb;
-      if (room(a) != room(b)) return settings.policy == GpuPolicy::kBinpack ? room(a) < room(b) : room(a) > room(b);
-      return (ca ? ca->index : 0) < (cb ? cb->index : 0);
-    });
-    for (const std::string& uuid : order) take_from(uuid);
+    request.memory_bytes = need;
   }
+  // One card for shares: the pairing first, then the policy's choice.
+  if (resource != Resource::kWholeCards && !paired_card.empty() && free.count(paired_card) &&
+      room(paired_card) >= need) {
+    take_from(paired_card);
+    return chosen;
+  }
+  if (need > 0) {
+    auto pick = place::ChooseCards(request, states);
+    if (pick.ok()) {
+      for (std::size_t i : *pick) take_from(states[i].uuid);
+      return chosen;
+    }
+  }
+  // No single card has room for a share: the fewest cards, the fullest first
+  // for binpack, the emptiest for spread.
+  std::vector<std::string> order;
+  for (const auto& [uuid, units] : free) order.push_back(uuid);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    if (room(a) != room(b)) return settings.policy == GpuPolicy::kBinpack ? room(a) < room(b) : room(a) > room(b);
+    const GpuCard* ca = CardOf(cards, a);
+    const GpuCard* cb = CardOf(cards, b);
+    return (ca ? ca->index : 0) < (cb ? cb->index : 0);
+  });
+  for (const std::string& uuid : order) take_from(uuid);
   return chosen;
 }
 

@@ -148,24 +148,34 @@ Result<LeaseBook> LeaseBook::Open(const std::string& path) {
   return book;
 }
 
-int LeaseBook::ReclaimDead() {
-  // Tenants with live processes, per ledger (reading a ledger frees its
-  // dead processes' slots).
-  std::map<std::string, std::set<std::string>> live_tenants;
-  auto live_in = [&](const std::string& ledger) -> const std::set<std::string>& {
-    auto it = live_tenants.find(ledger);
-    if (it != live_tenants.end()) return it->second;
-    std::set<std::string>& names = live_tenants[ledger];
-    auto view = ReadGpuLedger(ledger);
-    if (view.ok())
-      for (const auto& t : view->tenants)
-        if (!t.processes.empty()) names.insert(t.name);
-    return names;
-  };
+const LedgerViews::View& LedgerViews::Get(const std::string& ledger) {
+  auto [it, fresh] = views_.try_emplace(ledger);
+  if (!fresh) return it->second;
+  auto view = ReadGpuLedger(ledger);  // an unreadable ledger: no live tenants, nothing charged
+  if (view.ok())
+    for (const auto& t : view->tenants) {
+      if (!t.processes.empty()) it->second.live.insert(t.name);
+      for (std::size_t d = 0; d < view->devices.size() && d < t.charged.size(); ++d)
+        it->second.charged[{t.name, view->devices[d].uuid}] += t.charged[d];
+    }
+  return it->second;
+}
+
+bool LedgerViews::TenantLive(const std::string& ledger, const std::string& tenant) {
+  return Get(ledger).live.count(tenant) > 0;
+}
+
+std::uint64_t LedgerViews::Charged(const std::string& ledger, const std::string& tenant, const std::string& uuid) {
+  const View& view = Get(ledger);
+  const auto it = view.charged.find({tenant, uuid});
+  return it == view.charged.end() ? 0 : it->second;
+}
+
+int LeaseBook::ReclaimDead(LedgerViews& ledgers) {
   int reclaimed = 0;
   std::erase_if(leases_, [&](const GpuLease& l) {
     const bool alive =
-        (l.pid_start != 0 && ProcessStartTime(l.pid) == l.pid_start) || live_in(l.ledger).count(l.tenant);
+        (l.pid_start != 0 && ProcessStartTime(l.pid) == l.pid_start) || ledgers.TenantLive(l.ledger, l.tenant);
     if (!alive) ++reclaimed;
     return !alive;
   });

@@ -8,6 +8,9 @@
 // reader.
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +32,23 @@ inline constexpr int kLeaseVersion = 1;
 // it is not running.
 [[nodiscard]] std::uint64_t ProcessStartTime(int pid);
 
+// The ledgers that leases name, each read once per look at the node (a
+// read also frees dead processes' slots): which tenants have live
+// processes, and what each tenant is charged on each card.
+class LedgerViews {
+ public:
+  [[nodiscard]] bool TenantLive(const std::string& ledger, const std::string& tenant);
+  [[nodiscard]] std::uint64_t Charged(const std::string& ledger, const std::string& tenant, const std::string& uuid);
+
+ private:
+  struct View {
+    std::set<std::string> live;
+    std::map<std::pair<std::string, std::string>, std::uint64_t> charged;  // (tenant, uuid)
+  };
+  const View& Get(const std::string& ledger);
+  std::map<std::string, View> views_;
+};
+
 class LeaseBook {
  public:
   // Takes the lock (waiting for another holder) and reads the leases; a
@@ -37,7 +57,7 @@ class LeaseBook {
 
   [[nodiscard]] std::vector<GpuLease>& leases() { return leases_; }
   // Drops the leases nobody uses any more; returns how many.
-  int ReclaimDead();
+  int ReclaimDead(LedgerViews& ledgers);
   // Writes the leases back (atomically). The lock stays held.
   [[nodiscard]] Status Save();
   [[nodiscard]] const std::string& path() const { return path_; }

@@ -55,7 +55,8 @@ std::string LeasePath(const std::string& given) {
 
 // Each card's state: leases promised, and memory used outside them (NVML's
 // use less what the ledger charges the leases' tenants there).
-std::vector<place::CardState> CardStates(const GpuInventory& inventory, const std::vector<GpuLease>& leases) {
+std::vector<place::CardState> CardStates(const GpuInventory& inventory, const std::vector<GpuLease>& leases,
+                                         place::LedgerViews& ledgers) {
   std::vector<place::CardState> cards;
   std::map<std::string, std::size_t> by_uuid;
   for (const GpuCard& c : inventory.cards) {
@@ -70,16 +71,7 @@ std::vector<place::CardState> CardStates(const GpuInventory& inventory, const st
     s.link_levels = c.link_levels;
     cards.push_back(std::move(s));
   }
-  std::map<std::string, std::map<std::string, std::uint64_t>> charged;  // ledger -> "tenant\nuuid" -> bytes
   for (const GpuLease& l : leases) {
-    auto [it, fresh] = charged.try_emplace(l.ledger);
-    if (fresh) {
-      auto view = ReadGpuLedger(l.ledger);
-      if (view.ok())
-        for (const auto& t : view->tenants)
-          for (std::size_t d = 0; d < view->devices.size() && d < t.charged.size(); ++d)
-            it->second[t.name + "\n" + view->devices[d].uuid] += t.charged[d];
-    }
     for (const GpuLeaseCard& lc : l.cards) {
       auto card = by_uuid.find(lc.uuid);
       if (card == by_uuid.end()) continue;  // a card gone from the node
@@ -88,7 +80,7 @@ std::vector<place::CardState> CardStates(const GpuInventory& inventory, const st
       s.leased_compute += l.whole_cards ? 100 : lc.compute_percent;
       s.exclusive = s.exclusive || l.whole_cards;
       ++s.leases;
-      const std::uint64_t inside = it->second[l.tenant + "\n" + lc.uuid];
+      const std::uint64_t inside = ledgers.Charged(l.ledger, l.tenant, lc.uuid);
       s.other_bytes = s.other_bytes > inside ? s.other_bytes - inside : 0;
     }
   }
@@ -114,8 +106,9 @@ Result<GpuLease> PlaceGpuRequest(const GpuRequest& request, const GpuInventory& 
   for (;;) {
     auto book = place::LeaseBook::Open(path);
     if (!book.ok()) return book.error();
-    const int reclaimed = book->ReclaimDead();
-    const auto cards = CardStates(inventory, book->leases());
+    place::LedgerViews ledgers;
+    const int reclaimed = book->ReclaimDead(ledgers);
+    const auto cards = CardStates(inventory, book->leases(), ledgers);
     auto chosen = place::ChooseCards(request, cards);
     if (chosen.ok()) {
       GpuLease lease;
@@ -149,7 +142,8 @@ Result<GpuLease> PlaceGpuRequest(const GpuRequest& request, const GpuInventory& 
 }
 
 std::vector<GpuCardUse> DescribeGpuUse(const GpuInventory& inventory, const std::vector<GpuLease>& leases) {
-  const auto states = CardStates(inventory, leases);
+  place::LedgerViews ledgers;
+  const auto states = CardStates(inventory, leases, ledgers);
   std::vector<GpuCardUse> out;
   for (std::size_t i = 0; i < states.size(); ++i) {
     GpuCardUse use;
@@ -168,7 +162,8 @@ std::vector<GpuCardUse> DescribeGpuUse(const GpuInventory& inventory, const std:
 Result<std::vector<GpuLease>> ReadGpuLeases(const std::string& leases) {
   auto book = place::LeaseBook::Open(LeasePath(leases));
   if (!book.ok()) return book.error();
-  if (book->ReclaimDead() > 0) {
+  place::LedgerViews ledgers;
+  if (book->ReclaimDead(ledgers) > 0) {
     if (Status s = book->Save(); !s.ok()) return s.WithContext("dropping ended leases");
   }
   return std::move(book->leases());

@@ -14,11 +14,17 @@ std::uint64_t CardState::FreeBytes() const {
   return taken >= total_bytes ? 0 : total_bytes - taken;
 }
 
+namespace {
+
+bool Allowed(const GpuRequest& request, const CardState& card) {
+  return request.allowed_uuids.empty() || std::find(request.allowed_uuids.begin(), request.allowed_uuids.end(),
+                                                    card.uuid) != request.allowed_uuids.end();
+}
+
+}  // namespace
+
 bool Fits(const GpuRequest& request, const CardState& card) {
-  if (!card.healthy || card.exclusive) return false;
-  if (!request.allowed_uuids.empty() &&
-      std::find(request.allowed_uuids.begin(), request.allowed_uuids.end(), card.uuid) == request.allowed_uuids.end())
-    return false;
+  if (!card.healthy || card.exclusive || !Allowed(request, card)) return false;
   if (request.whole_cards) return card.leases == 0;
   return request.memory_bytes <= card.FreeBytes() && request.compute_percent <= card.FreeCompute();
 }
@@ -68,9 +74,7 @@ Result<std::vector<std::size_t>> ChooseCards(const GpuRequest& request, std::spa
   if (Status s = CheckGpuRequest(request); !s.ok()) return s;
   std::vector<std::size_t> allowed;
   for (std::size_t i = 0; i < cards.size(); ++i)
-    if (request.allowed_uuids.empty() || std::find(request.allowed_uuids.begin(), request.allowed_uuids.end(),
-                                                   cards[i].uuid) != request.allowed_uuids.end())
-      allowed.push_back(i);
+    if (Allowed(request, cards[i])) allowed.push_back(i);
   if (allowed.size() < request.count)
     return Status::InvalidArgument(
         fmt::format("{} asks for more cards than the {} this node offers", DescribeRequest(request), allowed.size()));

@@ -89,14 +89,31 @@ TEST(PluginDevices, PreferredDevicesStayOnOneCardWhenOneHasRoom) {
             StatusCode::kInvalidArgument);
 }
 
-TEST(PluginDevices, WholeCardsPreferOneNumaNode) {
-  const auto cards = Cards(4, {1, 0, 1, 0});
+TEST(PluginDevices, WholeCardsPreferOneNumaNodeThenOnePcieSwitch) {
+  auto cards = Cards(4, {1, 0, 1, 0});
   PluginSettings s;
   s.whole_cards = true;
-  auto chosen =
-      PreferredDevices(Resource::kWholeCards, Ids(DevicesOf(Resource::kWholeCards, cards, s)), {}, 2, cards, s);
+  const auto all = Ids(DevicesOf(Resource::kWholeCards, cards, s));
+  auto chosen = PreferredDevices(Resource::kWholeCards, all, {}, 2, cards, s);
   ASSERT_TRUE(chosen.ok());
   EXPECT_EQ(CardsOf(*chosen), (std::set<std::string>{cards[1].uuid, cards[3].uuid}));
+  // Node 0 offers only card 1 now: the pair comes from node 1 (cards 0 and 2), not across nodes.
+  chosen = PreferredDevices(Resource::kWholeCards, {all[0], all[1], all[2]}, {}, 2, cards, s);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(CardsOf(*chosen), (std::set<std::string>{cards[0].uuid, cards[2].uuid}));
+  // One node of four cards, two switches (0+1, 2+3): a pair shares a switch.
+  auto node = Cards(4);
+  const std::vector<std::vector<int>> levels = {{0, 40, 10, 40}, {40, 0, 40, 10}, {10, 40, 0, 40}, {40, 10, 40, 0}};
+  for (std::size_t i = 0; i < 4; ++i) node[i].link_levels = levels[i];
+  chosen = PreferredDevices(Resource::kWholeCards, Ids(DevicesOf(Resource::kWholeCards, node, s)), {}, 2, node, s);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(CardsOf(*chosen), (std::set<std::string>{node[0].uuid, node[2].uuid}));
+  // What must be included stays, and is not given twice.
+  chosen = PreferredDevices(Resource::kWholeCards, Ids(DevicesOf(Resource::kWholeCards, node, s)), {node[1].uuid}, 2,
+                            node, s);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ((*chosen)[0], node[1].uuid);
+  EXPECT_EQ(CardsOf(*chosen).size(), 2u);
 }
 
 TEST(PluginDevices, GrantsHoldTheContainerToWhatItWasGiven) {
