@@ -68,6 +68,18 @@ struct LoaderOptions {
   // -1: from torchrun's RANK and WORLD_SIZE, else 0 and 1.
   int rank = -1;
   int world_size = -1;
+  // Elastic training: 0 keeps batch_size per rank (global batch = batch_size
+  // x world_size, an even split, the last partial batch padded by wrapping
+  // around). Above 0, the global batch is this many samples whatever the
+  // world size: rank r of W takes positions [floor(r*b/W), floor((r+1)*b/W))
+  // of a global batch of b samples, so ranks differ by at most one sample,
+  // nothing is padded (the epoch's last batch is short; a rank may get an
+  // empty batch there) and every sample is read exactly once per epoch.
+  // batch_size is then ignored; the buffers hold ceil(B / min_world_size).
+  std::uint64_t global_batch_size = 0;
+  // With global_batch_size: the smallest world size Reshard() may be given
+  // (it sizes the batch buffers); 0 means the world size at creation.
+  std::uint32_t min_world_size = 0;
   std::uint32_t threads = 0;  // 0: one per core; at most kMaxLoaderThreads
   // Batches prepared ahead (the pool holds prefetch + 2 buffers); 0: automatic,
   // threads / 4 + 1 within [2, 4], so memory stays flat beyond 12 threads.
@@ -196,11 +208,21 @@ class Loader {
   // Resumes at `state`: the next batch is the first not yet consumed. The
   // global batch size and sample count must match; the world size may differ.
   [[nodiscard]] Status Restore(const LoaderState& state);
+  // Elastic training (needs global_batch_size): this process becomes rank
+  // `rank` of `world_size` from the current position on, keeping its threads,
+  // buffers and prefetched-order state; prefetched batches are dropped.
+  // InvalidArgument when world_size is below the min_world_size the buffers
+  // were sized for, or rank is out of range; FailedPrecondition without
+  // global_batch_size (the even split's per-rank batch is fixed).
+  [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
 
   [[nodiscard]] LoaderStats stats() const;
   [[nodiscard]] const LoaderOptions& options() const;
   // The capacity of each batch buffer (what Batch::images() may hold).
   [[nodiscard]] std::size_t batch_buffer_bytes() const;
+  // Samples each batch buffer holds (batch_size, or the largest share of a
+  // global batch any allowed world size gives).
+  [[nodiscard]] std::uint32_t batch_capacity() const;
   [[nodiscard]] std::uint32_t rank() const;
   [[nodiscard]] std::uint32_t world_size() const;
 

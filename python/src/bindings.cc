@@ -239,6 +239,8 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("drop_last", &stoker::LoaderOptions::drop_last)
       .def_readwrite("rank", &stoker::LoaderOptions::rank)
       .def_readwrite("world_size", &stoker::LoaderOptions::world_size)
+      .def_readwrite("global_batch_size", &stoker::LoaderOptions::global_batch_size)
+      .def_readwrite("min_world_size", &stoker::LoaderOptions::min_world_size)
       .def_readwrite("threads", &stoker::LoaderOptions::threads)
       .def_readwrite("prefetch", &stoker::LoaderOptions::prefetch)
       .def_readwrite("transform", &stoker::LoaderOptions::transform)
@@ -311,6 +313,16 @@ PYBIND11_MODULE(_native, m) {
            })
       .def_property_readonly("epoch", [](PyLoader& l) { return l.L().epoch(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.L().batches_per_epoch(); })
+      .def_property_readonly("batch_capacity", [](PyLoader& l) { return l.L().batch_capacity(); })
+      .def("reshard",
+           [](PyLoader& l, std::uint32_t rank, std::uint32_t world_size) {
+             stoker::Status status;
+             {
+               py::gil_scoped_release release;
+               status = l.L().Reshard(rank, world_size);
+             }
+             if (!status.ok()) Raise(status);
+           })
       .def_property_readonly("rank", [](PyLoader& l) { return l.L().rank(); })
       .def_property_readonly("world_size", [](PyLoader& l) { return l.L().world_size(); })
       .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })

@@ -87,8 +87,15 @@ class Loader:
     folder with ``index.stoker``), or over an ImageFolder tree of loose image
     files (indexed in memory at creation; packed shards read faster).
 
-    ``batch_size`` is per rank, as in DataLoader; ``rank`` and ``world_size``
-    default to torchrun's ``RANK`` and ``WORLD_SIZE``. ``len(loader)`` is the
+    ``batch_size`` is per rank, as in DataLoader (64 by default); ``rank``
+    and ``world_size`` default to torchrun's ``RANK`` and ``WORLD_SIZE``.
+    For elastic training give ``global_batch_size`` instead: every global
+    batch has that many samples whatever the world size, split so that
+    ranks differ by at most one sample, nothing padded (each sample exactly
+    once per epoch; the last batch is short), and ``reshard()`` moves the
+    loader to a new rank and world size without restarting it
+    (``min_world_size``, default ``$STOKER_ELASTIC_MIN_WORLD_SIZE`` or the
+    world size at creation, sizes its buffers). ``len(loader)`` is the
     number of batches this rank yields per epoch. Each ``for`` loop over the
     loader runs one epoch; the next loop runs the next epoch unless
     ``set_epoch`` says otherwise. ``state_dict()`` / ``load_state_dict()``
@@ -109,12 +116,12 @@ class Loader:
     fits the cache.
     """
 
-    def __init__(self, dataset, batch_size=64, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
+    def __init__(self, dataset, batch_size=None, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
                  order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
-                 max_image_pixels=None):
+                 max_image_pixels=None, global_batch_size=None, min_world_size=None):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -125,7 +132,19 @@ class Loader:
                                                                     type(transform).__name__))
         name = _dtype_name(dtype)
         options = _native.LoaderOptions()
-        options.batch_size = _params.integer("batch_size", batch_size, 1, 1 << 20)
+        if global_batch_size is not None:
+            # Elastic training: a global batch whatever the world size (see reshard()).
+            if batch_size is not None:
+                raise ValueError("give batch_size (per rank) or global_batch_size (elastic training), not both")
+            options.global_batch_size = _params.integer("global_batch_size", global_batch_size, 1, 1 << 40)
+            if min_world_size is None:
+                min_world_size = _env_int("STOKER_ELASTIC_MIN_WORLD_SIZE", 0) or None
+            if min_world_size is not None:
+                options.min_world_size = _params.integer("min_world_size", min_world_size, 1, 1 << 20)
+        else:
+            if min_world_size is not None:
+                raise ValueError("min_world_size needs global_batch_size (elastic training)")
+            options.batch_size = _params.integer("batch_size", 64 if batch_size is None else batch_size, 1, 1 << 20)
         options.shuffle = _params.boolean("shuffle", shuffle)
         options.order = getattr(_native.Order, _params.choice("order", order, ("shuffle", "shard_block", "sequential")))
         options.shard_window = _params.optional_integer("shard_window", shard_window, 0, 1 << 20)
@@ -272,6 +291,28 @@ class Loader:
     def state_dict(self):
         """Where the loader is: enough to resume exactly (a small dict of ints)."""
         return dict(self._native.state())
+
+    def reshard(self, rank, world_size):
+        """Elastic training: this process becomes rank ``rank`` of
+        ``world_size`` from the current position on; threads and buffers stay
+        (needs ``global_batch_size``). Follow with ``load_state_dict()`` to
+        move to an agreed step."""
+        self._check_process()
+        world = _params.integer("world_size", world_size, 1, 1 << 20)
+        rank = _params.integer("rank", rank, 0, 1 << 20)
+        if rank >= world:
+            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+        self._native.reshard(rank, world)
+
+    @property
+    def global_batch_size(self):
+        """Samples in each global batch (batch_size x world_size, or global_batch_size)."""
+        return self._native.state()["global_batch_size"]
+
+    @property
+    def batch_capacity(self):
+        """The most samples one of this rank's batches can hold."""
+        return self._native.batch_capacity
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict()``); the global batch

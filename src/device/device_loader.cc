@@ -80,7 +80,7 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   if (impl->finisher) {
     // The GPU finishes: the kernel writes the output images.
     impl->output = impl->finisher->output();
-    options.output_bytes = static_cast<std::size_t>(loader_options.batch_size) * OutputImageBytes(impl->output);
+    options.output_bytes = static_cast<std::size_t>(impl->loader->batch_capacity()) * OutputImageBytes(impl->output);
   }
   impl->runtime = &runtime;
   impl->device_index = device_index;

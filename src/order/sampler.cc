@@ -46,7 +46,7 @@ Status BatchPlan::Validate() const {
   if (world_size == 0) return Status::InvalidArgument("world size must be positive");
   if (rank >= world_size)
     return Status::InvalidArgument(fmt::format("rank {} is out of range for world size {}", rank, world_size));
-  if (global_batch % world_size != 0)
+  if (!balanced && global_batch % world_size != 0)
     return Status::InvalidArgument(
         fmt::format("global batch {} is not a multiple of the world size {}", global_batch, world_size));
   return Status::Ok();
@@ -57,11 +57,23 @@ std::uint64_t BatchPlan::NumBatches() const {
   return (num_samples + global_batch - 1) / global_batch;
 }
 
+std::uint64_t BatchPlan::MaxRankBatch() const {
+  return (global_batch + world_size - 1) / world_size;
+}
+
 void BatchPlan::RankPositions(std::uint64_t k, std::vector<std::uint64_t>& out) const {
   out.clear();
   const std::uint64_t start = k * global_batch;
   if (start >= num_samples) return;
   const std::uint64_t size = std::min(global_batch, num_samples - start);
+  if (balanced) {
+    // floor(r * size / W) without overflow: size = q*W + rem, and r, rem < W < 2^32.
+    const std::uint64_t q = size / world_size, rem = size % world_size;
+    const std::uint64_t first = rank * q + std::uint64_t{rank} * rem / world_size;
+    const std::uint64_t last = (rank + 1) * q + std::uint64_t{rank + 1} * rem / world_size;
+    for (std::uint64_t p = first; p < last; ++p) out.push_back(start + p);
+    return;
+  }
   const std::uint64_t padded = (size + world_size - 1) / world_size * world_size;
   const std::uint64_t per_rank = padded / world_size;
   for (std::uint64_t i = 0; i < per_rank; ++i) out.push_back((start + rank * per_rank + i) % num_samples);

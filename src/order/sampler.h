@@ -33,18 +33,26 @@ struct OrderSpec {
                                                     const std::vector<ShardSpan>& shards);
 
 // How an epoch's order is cut into global batches of B samples, and each
-// global batch split across W ranks (B must be a multiple of W; each rank
-// takes a contiguous B/W). Without drop_last, the last partial global batch
-// is padded by wrapping around to the epoch's start, to a multiple of W, so
-// every rank gets the same number of batches (as DistributedSampler does).
+// global batch split across W ranks.
+// - Even split (balanced = false): B must be a multiple of W; each rank
+//   takes a contiguous B/W. Without drop_last, the last partial global batch
+//   is padded by wrapping around to the epoch's start, to a multiple of W, so
+//   every rank gets the same number of samples (as DistributedSampler does).
+// - Balanced split (elastic training): any B and W; rank r takes the
+//   contiguous [floor(r*b/W), floor((r+1)*b/W)) of a global batch of b
+//   samples. Nothing is padded, so each sample is in exactly one rank's
+//   batch once per epoch, whatever W was when each batch was taken.
 struct BatchPlan {
   std::uint64_t num_samples = 0;
   std::uint64_t global_batch = 1;
   std::uint32_t world_size = 1;
   std::uint32_t rank = 0;
   bool drop_last = false;
+  bool balanced = false;
 
   [[nodiscard]] Status Validate() const;
+  // The most samples a rank takes from one global batch.
+  [[nodiscard]] std::uint64_t MaxRankBatch() const;
   [[nodiscard]] std::uint64_t NumBatches() const;
   // Positions (into the epoch order) of this rank's part of global batch k.
   void RankPositions(std::uint64_t k, std::vector<std::uint64_t>& out) const;

@@ -61,6 +61,7 @@ struct Loader::Impl {
   std::unique_ptr<pipeline::SampleProducer> producer;
   std::uint32_t prefetch = 0;
   std::uint32_t threads = 0;
+  std::uint32_t rank_capacity = 0;  // samples each slot holds
   pid_t owner_pid = 0;
   pipeline::LoaderCounters counters;
 
@@ -115,6 +116,10 @@ struct Loader::Impl {
       slot.skipped = 0;
       slot.error = Status::Ok();
       finisher->BeginBatch(batch->slot);
+      // An empty share (the epoch's short last batch under a balanced split)
+      // is ready at once: a read item for it could still be running when
+      // the consumer takes and recycles the slot.
+      if (slot.size == 0) continue;
       scheduler.QueueRead(batch->slot);
       // One read each: waking every worker per read only has them fight for
       // the lock the consumer needs.
@@ -269,6 +274,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   impl->options = options;
   impl->plan = plan;
   impl->threads = threads;
+  impl->rank_capacity = setup.rank_capacity;
   impl->owner_pid = ::getpid();
   impl->finisher = std::move(finisher);
   STOKER_ASSIGN_OR_RETURN(impl->producer,
@@ -278,7 +284,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   ShardReadPlanner* planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
   for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
 
-  STOKER_RETURN_IF_ERROR(impl->finisher->Prepare(pool, options.batch_size));
+  STOKER_RETURN_IF_ERROR(impl->finisher->Prepare(pool, setup.rank_capacity));
   impl->slots.resize(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
@@ -287,8 +293,8 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
       return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i, pool,
                                                    impl->finisher->BatchBufferBytes(), images.error().message()));
     slot.images = std::move(*images);
-    slot.labels.resize(options.batch_size);
-    slot.indices.resize(options.batch_size);
+    slot.labels.resize(setup.rank_capacity);
+    slot.indices.resize(setup.rank_capacity);
   }
   Loader::Impl* raw = impl.get();
   {
@@ -429,6 +435,35 @@ Status Loader::Restore(const LoaderState& state) {
   return Status::Ok();
 }
 
+Status Loader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
+  Impl& m = *impl_;
+  STOKER_RETURN_IF_ERROR(m.CheckOwner());
+  if (!m.plan.balanced)
+    return Status::FailedPrecondition(
+        "Reshard needs a loader made with global_batch_size (with batch_size per rank, the split is fixed)");
+  if (world_size == 0 || rank >= world_size)
+    return Status::InvalidArgument(fmt::format("rank {} is out of range for world size {}", rank, world_size));
+  order::BatchPlan plan = m.plan;
+  plan.rank = rank;
+  plan.world_size = world_size;
+  if (plan.MaxRankBatch() > m.rank_capacity)
+    return Status::InvalidArgument(fmt::format(
+        "world size {} gives a rank up to {} samples of the global batch {}, but the buffers hold {} (make the "
+        "loader with min_world_size {} or less)",
+        world_size, plan.MaxRankBatch(), plan.global_batch, m.rank_capacity, world_size));
+  MutexLock turn(m.consumer_mu);
+  MutexLock lock(m.mu);
+  m.Drain();
+  // Only these two fields change: readers of the others need no lock.
+  m.plan.rank = rank;
+  m.plan.world_size = world_size;
+  ShardReadPlanner* planner = m.dataset->file_system() ? m.dataset->file_system()->read_planner() : nullptr;
+  m.announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, m.order_spec, m.plan, m.shard_spans);
+  m.StartEpoch(m.scheduler.epoch(), m.scheduler.next_to_deliver());
+  m.Schedule();
+  return Status::Ok();
+}
+
 LoaderStats Loader::stats() const {
   const Impl& m = *impl_;
   LoaderStats s = pipeline::StatsFromCounters(m.counters);
@@ -444,13 +479,18 @@ LoaderStats Loader::stats() const {
 std::size_t Loader::batch_buffer_bytes() const {
   return impl_->finisher->BatchBufferBytes();
 }
+std::uint32_t Loader::batch_capacity() const {
+  return impl_->rank_capacity;
+}
 const LoaderOptions& Loader::options() const {
   return impl_->options;
 }
 std::uint32_t Loader::rank() const {
+  MutexLock lock(impl_->mu);
   return impl_->plan.rank;
 }
 std::uint32_t Loader::world_size() const {
+  MutexLock lock(impl_->mu);
   return impl_->plan.world_size;
 }
 

@@ -86,6 +86,23 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
   plan.rank = static_cast<std::uint32_t>(rank);
   plan.global_batch = std::uint64_t{options.batch_size} * plan.world_size;
   plan.drop_last = options.drop_last;
+  std::uint32_t rank_capacity = options.batch_size;
+  if (options.global_batch_size > 0) {
+    const std::uint32_t min_world = options.min_world_size ? options.min_world_size : plan.world_size;
+    if (plan.world_size < min_world)
+      return Status::InvalidArgument(
+          fmt::format("world size {} is below min_world_size {}", plan.world_size, min_world));
+    plan.global_batch = options.global_batch_size;
+    plan.balanced = true;
+    const std::uint64_t capacity = (plan.global_batch + min_world - 1) / min_world;
+    if (capacity > kMaxBatchSize)
+      return Status::InvalidArgument(fmt::format(
+          "global_batch_size {} over min_world_size {} gives {} samples per rank, more than the limit {}",
+          options.global_batch_size, min_world, capacity, kMaxBatchSize));
+    rank_capacity = static_cast<std::uint32_t>(capacity);
+  } else if (options.min_world_size != 0) {
+    return Status::InvalidArgument("min_world_size needs global_batch_size (elastic training)");
+  }
   STOKER_RETURN_IF_ERROR(plan.Validate());
 
   const std::uint32_t threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -94,6 +111,7 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
   setup.plan = plan;
   setup.threads = threads;
   setup.prefetch = prefetch;
+  setup.rank_capacity = rank_capacity;
   setup.order_spec.seed = options.seed;
   setup.order_spec.shard_window = options.shard_window;
   ShardReadPlanner* planner = dataset.file_system() ? dataset.file_system()->read_planner() : nullptr;

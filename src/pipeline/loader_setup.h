@@ -18,6 +18,9 @@ struct LoaderSetup {
   order::OrderSpec order_spec;
   std::uint32_t threads = 0;
   std::uint32_t prefetch = 0;
+  // Samples each batch buffer holds: batch_size, or with a global batch the
+  // largest share any allowed world size gives a rank.
+  std::uint32_t rank_capacity = 0;
 };
 
 // InvalidArgument naming the option for anything out of range: batch size,

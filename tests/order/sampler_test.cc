@@ -104,6 +104,46 @@ TEST(BatchPlan, RanksPartitionEachGlobalBatch) {
   EXPECT_EQ(plan.NumBatches(), 8u);
 }
 
+// Elastic training: any world size, shares differ by at most one, and the
+// epoch is covered exactly once even when the world size changes between
+// global batches.
+TEST(BatchPlan, BalancedSplitCoversEachSampleOnceAcrossWorldSizeChanges) {
+  const std::uint64_t n = 103, global = 12;
+  BatchPlan plan{n, global, 5, 0, false, true};
+  ASSERT_TRUE(plan.Validate().ok());  // 12 is not a multiple of 5: fine when balanced
+  EXPECT_EQ(plan.NumBatches(), 9u);
+  EXPECT_EQ(plan.MaxRankBatch(), 3u);
+  const std::uint32_t worlds[] = {5, 3, 3, 1, 7, 2, 12, 13, 4};  // one per global batch
+  std::vector<std::uint64_t> seen, positions;
+  for (std::uint64_t k = 0; k < plan.NumBatches(); ++k) {
+    BatchPlan p = plan;
+    p.world_size = worlds[k];
+    const std::uint64_t size = std::min(global, n - k * global);
+    std::size_t smallest = SIZE_MAX, largest = 0, total = 0;
+    std::uint64_t expected_next = k * global;
+    for (std::uint32_t r = 0; r < p.world_size; ++r) {
+      p.rank = r;
+      p.RankPositions(k, positions);
+      smallest = std::min(smallest, positions.size());
+      largest = std::max(largest, positions.size());
+      total += positions.size();
+      for (std::uint64_t pos : positions) EXPECT_EQ(pos, expected_next++) << "ranks take contiguous runs in order";
+      EXPECT_LE(positions.size(), p.MaxRankBatch());
+      seen.insert(seen.end(), positions.begin(), positions.end());
+    }
+    EXPECT_EQ(total, size);
+    EXPECT_LE(largest - smallest, 1u) << "batch " << k << " world " << p.world_size;
+  }
+  ASSERT_EQ(seen.size(), n) << "nothing padded";
+  EXPECT_EQ(std::set<std::uint64_t>(seen.begin(), seen.end()).size(), n);
+  // The last batch has 7 samples: with 13 ranks, six get none.
+  BatchPlan last = plan;
+  last.world_size = 13;
+  last.rank = 0;
+  last.RankPositions(8, positions);
+  EXPECT_TRUE(positions.empty());
+}
+
 TEST(BatchPlan, ValidatesArguments) {
   EXPECT_FALSE((BatchPlan{10, 10, 3, 0, false}).Validate().ok());  // 10 % 3
   EXPECT_FALSE((BatchPlan{10, 12, 4, 4, false}).Validate().ok());  // rank out of range

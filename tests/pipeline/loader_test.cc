@@ -106,6 +106,89 @@ TEST(Loader, ResumesExactlyUnderAWorldSizeChange) {
   CheckResume(2, 4, 0);
 }
 
+// Elastic training: one process per rank, the world size changing between
+// batches (3 -> 2 -> 4 -> 1), every process resharded in place. The ranks'
+// batches, taken in rank order, are the one-process epoch in order: each
+// sample exactly once, the same pixels, nothing padded at the short end.
+TEST(Loader, ReshardKeepsTheGlobalOrderAcrossWorldSizeChanges) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions single = SmallOptions();
+  single.global_batch_size = 7;  // 30 samples: 4 full batches and one of 2
+  auto whole = Loader::Create(dataset, single);
+  ASSERT_TRUE(whole.ok()) << whole.error().ToString();
+  const Epoch reference = RunEpoch(**whole);
+  ASSERT_EQ(reference.indices.size(), 30u);
+
+  const std::uint32_t kMaxRanks = 4;
+  std::vector<std::unique_ptr<Loader>> ranks;
+  for (std::uint32_t r = 0; r < kMaxRanks; ++r) {
+    LoaderOptions o = single;
+    o.rank = static_cast<int>(r % 3);
+    o.world_size = 3;
+    o.min_world_size = 1;
+    auto l = Loader::Create(dataset, o);
+    ASSERT_TRUE(l.ok()) << l.error().ToString();
+    EXPECT_EQ((*l)->batch_capacity(), 7u);
+    ranks.push_back(std::move(l).value());
+  }
+  const std::uint32_t worlds[] = {3, 2, 4, 1, 4};
+  Epoch combined;
+  std::size_t image_bytes = reference.pixels.size() / 30;
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    const std::uint32_t w = worlds[k];
+    std::size_t sizes_min = SIZE_MAX, sizes_max = 0;
+    for (std::uint32_t r = 0; r < w; ++r) {
+      ASSERT_TRUE(ranks[r]->Reshard(r, w).ok());
+      LoaderState at = ranks[r]->state();
+      at.batches_consumed = k;  // a rank that sat out earlier batches catches up, as after a rendezvous
+      ASSERT_TRUE(ranks[r]->Restore(at).ok());
+      auto next = ranks[r]->Next();
+      ASSERT_TRUE(next.ok() && next->has_value()) << "batch " << k << " rank " << r;
+      const Batch& b = **next;
+      EXPECT_EQ(b.batch_index(), k);
+      sizes_min = std::min<std::size_t>(sizes_min, b.size());
+      sizes_max = std::max<std::size_t>(sizes_max, b.size());
+      combined.indices.insert(combined.indices.end(), b.indices(), b.indices() + b.size());
+      auto* p = static_cast<const std::byte*>(b.images());
+      combined.pixels.insert(combined.pixels.end(), p, p + b.size() * image_bytes);
+    }
+    EXPECT_LE(sizes_max - sizes_min, 1u);
+  }
+  EXPECT_EQ(combined.indices, reference.indices);
+  EXPECT_TRUE(combined.pixels == reference.pixels);
+}
+
+TEST(Loader, ReshardRejectsWhatItsBuffersCannotHold) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions o = SmallOptions();
+  o.global_batch_size = 12;
+  o.world_size = 4;
+  o.min_world_size = 3;
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  EXPECT_EQ((*loader)->batch_capacity(), 4u);
+  Status st = (*loader)->Reshard(0, 2);  // 6 samples per rank, buffers hold 4
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("min_world_size 2 or less"), std::string::npos) << st.message();
+  EXPECT_EQ((*loader)->Reshard(3, 3).code(), StatusCode::kInvalidArgument);  // rank out of range
+  EXPECT_TRUE((*loader)->Reshard(2, 3).ok());
+  EXPECT_EQ((*loader)->world_size(), 3u);
+
+  LoaderOptions fixed = SmallOptions();  // batch_size per rank: the split is fixed
+  auto plain = Loader::Create(dataset, fixed);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->Reshard(0, 2).code(), StatusCode::kFailedPrecondition);
+
+  LoaderOptions below = o;
+  below.world_size = 2;  // below min_world_size at creation
+  EXPECT_FALSE(Loader::Create(dataset, below).ok());
+  LoaderOptions stray = SmallOptions();
+  stray.min_world_size = 2;  // without global_batch_size
+  EXPECT_FALSE(Loader::Create(dataset, stray).ok());
+}
+
 TEST(Loader, RestoreRejectsAnotherGlobalBatch) {
   TempDir dir;
   auto dataset = MakeDataset(dir);
