@@ -1,0 +1,25 @@
+"""Elastic training: workers leave and join, training goes on, every sample
+exactly once.
+
+    import stoker, stoker.elastic
+    loader = stoker.Loader("data", global_batch_size=256, with_indices=True)
+    summary = stoker.elastic.run(lambda x, y: F.cross_entropy(model(x), y),
+                                 model=model, optimizer=opt, loader=loader, epochs=10,
+                                 checkpointer=stoker.Checkpointer("ckpt", every_steps=500))
+
+Run it with ``python -m stoker.elastic.launch`` (torchrun's flags; add
+``--in-process`` so that survivors re-form the group instead of restarting),
+with torchrun itself, or as one plain process. See the README's "Elastic
+training" and examples/elastic_train.py.
+"""
+
+
+class ElasticError(RuntimeError):
+    """Elastic training cannot go on: too few workers within the timeout, a
+    loader that cannot be resharded, a group that cannot be re-formed."""
+
+
+from .policy import BatchPolicy, rank_share  # noqa: E402
+from ._runner import RunSummary, detect_mode, run  # noqa: E402
+
+__all__ = ["run", "BatchPolicy", "RunSummary", "ElasticError", "rank_share", "detect_mode"]

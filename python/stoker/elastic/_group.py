@@ -1,0 +1,197 @@
+"""Process groups that can be re-formed: the collectives stoker.elastic uses
+(gloo, or NCCL where asked), and the store-based rendezvous of the in-process
+mode, where survivors and joiners form generation g+1 of the group without
+any process restarting.
+
+Store keys of the in-process rendezvous (all under the launcher's store):
+  gen                 the last closed generation (a counter)
+  g<N>/n              how many registered for generation N (a counter)
+  g<N>/m<i>           the id of its i-th registrant
+  g<N>/close          its size, set once by whoever closes it (compare_set)
+  joins               bumped by every worker that asks to join a running group
+  hb/<id>             a worker's heartbeat counter (bumped by a thread)
+  dead/<id>           set by the launcher when it reaps a worker
+A generation closes when every member of the last one that is still alive
+(not reaped, heartbeat still moving) has registered, or at the maximum
+size, or, with at least the minimum, after ``join_timeout`` (a hung member
+is left behind); a worker registered after the close joins the next one.
+"""
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+
+from . import ElasticError
+
+log = logging.getLogger("stoker.elastic")
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+class Group:
+    """A process group of ``world_size`` ranks with the few collectives the
+    runner needs; any of them raises on a peer's failure or after ``timeout``."""
+
+    def __init__(self, pg, rank, world_size, generation):
+        self.pg, self.rank, self.world_size, self.generation = pg, rank, world_size, generation
+
+    def allreduce(self, tensor, op="sum"):
+        if self.world_size == 1:
+            return tensor
+        dist = _dist()
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+        self.pg.allreduce([tensor], opts).wait()
+        return tensor
+
+    def broadcast(self, tensor, src):
+        if self.world_size == 1:
+            return tensor
+        dist = _dist()
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor = src, 0
+        self.pg.broadcast([tensor], opts).wait()
+        return tensor
+
+
+def make_gloo(store, prefix, rank, world_size, timeout):
+    dist = _dist()
+    if world_size == 1:
+        return None
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, world_size,
+                                 datetime.timedelta(seconds=timeout))
+
+
+def connect_store(endpoint, timeout, is_master=False):
+    dist = _dist()
+    host, _, port = endpoint.rpartition(":")
+    return dist.TCPStore(host or "127.0.0.1", int(port), None, is_master, timeout=datetime.timedelta(seconds=timeout),
+                         wait_for_workers=False) if is_master else \
+        dist.TCPStore(host or "127.0.0.1", int(port), None, False, timeout=datetime.timedelta(seconds=timeout))
+
+
+def worker_id():
+    return "%s-%d" % (socket.gethostname(), os.getpid())
+
+
+def _peek(store, key):
+    """The key's value, or None when unset, without blocking."""
+    value = store.compare_set(key, "\x00", "\x00")
+    return None if value == b"\x00" else value.decode()
+
+
+class Rendezvous:
+    """The in-process mode's membership, over a store that outlives any worker
+    (the launcher hosts it)."""
+
+    def __init__(self, endpoint, min_size, max_size, timeout=30.0, join_timeout=10.0, rendezvous_timeout=600.0,
+                 heartbeat_interval=0.25, heartbeat_timeout=3.0, settle=1.0):
+        self.endpoint = endpoint
+        self.min_size, self.max_size = min_size, max_size
+        self.timeout, self.join_timeout, self.rendezvous_timeout = timeout, join_timeout, rendezvous_timeout
+        self.heartbeat_timeout, self.settle = heartbeat_timeout, settle
+        self.id = worker_id()
+        self.store = connect_store(endpoint, rendezvous_timeout)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_interval,), daemon=True,
+                                      name="stoker-elastic-heartbeat")
+        self._beat.start()
+        self.joins_seen = 0
+
+    def _heartbeat(self, interval):
+        store = connect_store(self.endpoint, self.rendezvous_timeout)  # its own connection: clients are not shared
+        while not self._stop.wait(interval):
+            try:
+                store.add("hb/" + self.id, 1)
+            except Exception:  # the store went away: the main thread's next store call says so
+                return
+
+    def close(self):
+        self._stop.set()
+
+    def pending_joins(self):
+        return int(self.store.add("joins", 0))
+
+    def request_join(self):
+        self.store.add("joins", 1)
+
+    def members(self, generation):
+        closed = _peek(self.store, "g%d/close" % generation)
+        if closed is None:
+            return []
+        return [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(int(closed.split(":", 1)[0]))]
+
+    def next_group(self, previous=None):
+        """Registers for the next generation and returns (Group, members) once
+        it closes with this worker in it; raises ElasticError when fewer than
+        the minimum come within rendezvous_timeout."""
+        start = time.monotonic()
+        while True:
+            generation = int(self.store.add("gen", 0)) + 1
+            index = int(self.store.add("g%d/n" % generation, 1)) - 1
+            self.store.set("g%d/m%d" % (generation, index), self.id)
+            size = self._wait_close(generation, previous, start)
+            if index < size:
+                self.joins_seen = self.pending_joins()
+                members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
+                pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
+                log.info("generation %d: rank %d of %d", generation, index, size)
+                return Group(pg, index, size, generation), members
+            log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
+                     size)
+            previous = None
+            self.request_join()
+
+    def _wait_close(self, generation, previous, start):
+        expected_old = [m for m in (previous or []) if m != self.id]
+        beats = {}  # id -> (last value, when it last moved)
+        last_count, last_change = -1, time.monotonic()
+        opened = time.monotonic()
+        while True:
+            closed = _peek(self.store, "g%d/close" % generation)
+            if closed is not None:
+                return int(closed.split(":", 1)[0])
+            now = time.monotonic()
+            count = int(self.store.add("g%d/n" % generation, 0))
+            if count != last_count:
+                last_count, last_change = count, now
+            registered = {_peek(self.store, "g%d/m%d" % (generation, i)) for i in range(count)} - {None}
+            waiting_for = []
+            for member in expected_old:
+                if member in registered or _peek(self.store, "dead/" + member) is not None:
+                    continue
+                value = int(self.store.add("hb/" + member, 0))
+                seen = beats.get(member)
+                if seen is None or seen[0] != value:
+                    beats[member] = (value, now)
+                elif now - seen[1] > self.heartbeat_timeout:
+                    continue  # its heartbeat stopped: gone without the launcher seeing it (a lost node)
+                waiting_for.append(member)
+            ready = False
+            if count >= self.max_size:
+                ready = True
+            elif count >= self.min_size:
+                if previous is not None:
+                    ready = not waiting_for or now - opened > self.join_timeout
+                    if ready and waiting_for:
+                        log.warning("generation %d closes without %s: no answer within %.0f s (hung?)", generation,
+                                    ", ".join(waiting_for), self.join_timeout)
+                else:
+                    ready = now - last_change >= self.settle  # a first meeting: wait for arrivals to settle
+            if ready:
+                mine = "%d:%s" % (count, self.id)
+                winner = self.store.compare_set("g%d/close" % generation, "", mine).decode()
+                if winner == mine:
+                    self.store.add("gen", 1)  # publish: later registrants go to the next generation
+                return int(winner.split(":", 1)[0])
+            if now - start > self.rendezvous_timeout:
+                raise ElasticError("only %d of the minimum %d workers came to generation %d within %.0f s "
+                                   "(rendezvous_timeout); registered: %s" % (count, self.min_size, generation,
+                                                                           self.rendezvous_timeout,
+                                                                           ", ".join(sorted(registered)) or "none"))
+            time.sleep(0.02)

@@ -1,0 +1,447 @@
+"""The elastic training loop: one committed optimizer step at a time, the
+group re-formed and the state re-agreed whenever membership changes.
+
+A step commits on a rank when both of its reductions (gradients with the
+loss, then the sample ids with the membership flags) completed there: the
+reduced gradient is the same on every rank that has it, so after a failure
+the survivors agree on the highest committed step, and whoever is behind
+(or new) receives the state from the lowest rank that has it. Nothing is
+rolled back; at most the step that was in flight is computed again, by the
+new group, over the same global batch.
+"""
+import io
+import logging
+import os
+import signal
+import time
+
+from . import ElasticError
+from ._group import Group, Rendezvous, connect_store, make_gloo
+from .policy import BatchPolicy, apply_lr_factor, rank_share
+
+log = logging.getLogger("stoker.elastic")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class RunSummary:
+    """What run() did: steps committed by this process, the group changes it
+    went through, steps computed again after a failure, and the world sizes seen."""
+
+    def __init__(self):
+        self.steps = 0
+        self.reconfigurations = 0
+        self.recomputed_steps = 0
+        self.world_sizes = []
+        self.restored_step = None
+        self.recovery_seconds = []
+
+    def __repr__(self):
+        return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r)"
+                % (self.steps, self.reconfigurations, self.recomputed_steps, self.world_sizes, self.restored_step))
+
+
+def detect_mode():
+    if os.environ.get("STOKER_ELASTIC_STORE"):
+        return "in_process"
+    if os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("MASTER_ADDR") and os.environ.get("WORLD_SIZE")):
+        return "torchrun"
+    return "single"
+
+
+class _Runner:
+    def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
+                 timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout):
+        self.train_step, self.model, self.optimizer = train_step, model, optimizer
+        self.epochs, self.checkpointer, self.on_commit, self.extra_state = epochs, checkpointer, on_commit, extra_state
+        self.timeout = timeout
+        self.mode = mode or detect_mode()
+        self.summary = RunSummary()
+        self.make_loader = loader if callable(loader) and not hasattr(loader, "state_dict") else None
+        if self.make_loader is None and policy is not None and policy.largest_batch != policy.base_batch:
+            raise ElasticError("a batch-size schedule needs loader= to be a function global_batch_size -> Loader")
+        self.loader = loader if self.make_loader is None else None
+        if policy is None:
+            if self.loader is None:
+                raise ElasticError("give policy=BatchPolicy(global_batch) with a loader factory")
+            policy = BatchPolicy(self.loader.global_batch_size)
+        self.policy = policy
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self.lr_factor = 1.0
+        self.step = -1  # the last committed step (global count from 0); -1: none
+        self.last_commit = None
+        self.committed_position = None  # the loader's state just after the last committed step
+        self.in_flight = False
+        self.group = None
+        self.rendezvous = None
+        self.members = []
+        self.snapshots = None
+        self.snapshot_every = snapshot_every
+        self.join_timeout, self.rendezvous_timeout = join_timeout, rendezvous_timeout
+        if self.mode == "torchrun":
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+            if snapshot_copies > 0 and local_rank < snapshot_copies:
+                from ..checkpoint import Checkpointer
+                run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+                base = snapshot_dir or os.path.join("/dev/shm", "stoker-elastic-%s-%d" % (run_id, os.getuid()))
+                self.snapshots = Checkpointer(os.path.join(base, "copy%d" % local_rank), keep_last=2,
+                                              when_busy="wait")
+            self.snapshot_base = snapshot_dir or os.path.join(
+                "/dev/shm", "stoker-elastic-%s-%d" % (os.environ.get("TORCHELASTIC_RUN_ID", "none"), os.getuid()))
+        else:
+            self.snapshot_base = None
+
+    # ---- state ---------------------------------------------------------------------
+
+    def _params(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _state(self):
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.extra_state is not None:
+            state["extra"] = self.extra_state.state_dict()
+        return state
+
+    def _meta(self):
+        return {"step": self.step, "lr_factor": self.lr_factor, "global_batch": self.loader.global_batch_size,
+                "last_commit": self.last_commit}
+
+    def _apply(self, state, loader_state, meta):
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.extra_state is not None and "extra" in state:
+            self.extra_state.load_state_dict(state["extra"])
+        self.step = int(meta["step"])
+        self.last_commit = meta.get("last_commit")
+        self._ensure_loader(int(loader_state["epoch"]))
+        self.loader.load_state_dict(loader_state)
+        self.committed_position = dict(loader_state)
+        self.lr_factor = float(meta.get("lr_factor", 1.0))
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * self.lr_factor
+
+    def _serialize(self):
+        torch = _torch()
+        buf = io.BytesIO()
+        torch.save({"state": self._state(), "loader": self.loader.state_dict(), "meta": self._meta()}, buf)
+        return buf.getvalue()
+
+    # ---- loader -------------------------------------------------------------------
+
+    def _ensure_loader(self, epoch):
+        batch = self.policy.global_batch_at(epoch)
+        if self.loader is None or self.loader.global_batch_size != batch:
+            if self.make_loader is None:
+                raise ElasticError("the loader's global batch is %d but the policy asks for %d at epoch %d"
+                                   % (self.loader.global_batch_size, batch, epoch))
+            old = None if self.loader is None else self.loader.global_batch_size
+            self.loader = self.make_loader(batch)
+            if old is not None:
+                factor = self.policy.lr_factor(batch)
+                apply_lr_factor(self.optimizer, self.base_lrs, factor,
+                                "global batch %d -> %d at epoch %d, rule %s" % (old, batch, epoch,
+                                                                               self.policy.lr_rule))
+                self.lr_factor = factor
+        if self.group is not None:
+            self._reshard()
+
+    def _reshard(self):
+        from .. import StokerError
+        try:
+            self.loader.reshard(self.group.rank, self.group.world_size)
+        except StokerError as e:
+            raise ElasticError("cannot move the loader to rank %d of %d: %s (make it with "
+                               "stoker.Loader(..., global_batch_size=B, min_world_size=<the smallest world>))"
+                               % (self.group.rank, self.group.world_size, e)) from None
+
+    # ---- groups -------------------------------------------------------------------
+
+    def _form_group(self):
+        torch = _torch()
+        if self.mode == "single":
+            self.group = Group(None, 0, 1, 0)
+        elif self.mode == "torchrun":
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            endpoint = "%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+            agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            store = connect_store(endpoint, self.rendezvous_timeout, is_master=(rank == 0 and not agent_store))
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            pg = make_gloo(store, "stoker/%s" % attempt, rank, world, self.timeout)
+            self._store = store  # the master's store lives as long as this process
+            self.group = Group(pg, rank, world, int(attempt))
+        else:
+            if self.rendezvous is None:
+                lo, hi = os.environ.get("STOKER_ELASTIC_NNODES_WORKERS", "1:1").split(":")
+                self.rendezvous = Rendezvous(os.environ["STOKER_ELASTIC_STORE"], int(lo), int(hi),
+                                             timeout=self.timeout, join_timeout=self.join_timeout,
+                                             rendezvous_timeout=self.rendezvous_timeout)
+                if int(self.rendezvous.store.add("gen", 0)) > 0:
+                    self.rendezvous.request_join()  # a group is running: ask it to make room
+            self.group, self.members = self.rendezvous.next_group(self.members or None)
+        self.summary.world_sizes.append(self.group.world_size)
+        del torch
+
+    def _agree_and_sync(self):
+        """Agree on the newest state among the group and give it to everyone.
+        Every decision here comes from a reduction, so all ranks take the
+        same branch."""
+        torch = _torch()
+        g = self.group
+
+        def reduce(value, op):
+            return int(g.allreduce(torch.tensor([value], dtype=torch.int64), op)[0])
+
+        saved = self._newest_saved_step() if self.step < 0 else None
+        have = max(self.step, -1 if saved is None else saved)
+        hi = reduce(have, "max")
+        src = reduce(g.rank if have == hi else 1 << 30, "min")
+        if g.rank == src and self.step < hi:
+            self._load_saved()  # the newest state is on this rank's storage (an older one if that is corrupt)
+        src_step = reduce(self.step if g.rank == src else -2, "max")
+        behind = reduce(int(self.step != src_step), "max")
+        if g.world_size > 1 and (behind or src_step < 0):
+            # Someone is behind or new, or everyone starts fresh (random inits differ): send the source's state.
+            payload = self._serialize() if g.rank == src else None
+            size = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
+            g.broadcast(size, src)
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
+                torch.empty(int(size[0]), dtype=torch.uint8)
+            g.broadcast(data, src)
+            if g.rank != src:
+                received = torch.load(io.BytesIO(data.numpy().tobytes()))
+                self._apply(received["state"], received["loader"], received["meta"])
+        if self.rendezvous is not None:
+            self.rendezvous.joins_seen = reduce(self.rendezvous.joins_seen, "max")
+        self._reshard()
+        if self.committed_position is not None:
+            # Back to just after the agreed step: the batch taken for the step in flight is taken again.
+            self.loader.load_state_dict(self.committed_position)
+        if g.rank == 0 and self.last_commit is not None and self.on_commit is not None:
+            # The old rank 0 may have died before reporting the last committed step: report it again.
+            info = dict(self.last_commit)
+            info["replayed"] = True
+            self.on_commit(info)
+
+    def _saved_dirs(self):
+        dirs = []
+        if self.snapshot_base and os.path.isdir(self.snapshot_base):
+            dirs += [os.path.join(self.snapshot_base, d) for d in sorted(os.listdir(self.snapshot_base))]
+        if self.checkpointer is not None:
+            dirs.append(self.checkpointer.directory)
+        return dirs
+
+    def _newest_saved_step(self):
+        from ..checkpoint import list_checkpoints
+        best = None
+        for d in self._saved_dirs():
+            try:
+                steps = [c["step"] for c in list_checkpoints(d)]
+            except Exception:
+                continue
+            if steps and (best is None or max(steps) > best):
+                best = max(steps)
+        return best
+
+    def _load_saved(self):
+        """Loads the newest readable saved state (a snapshot or a checkpoint);
+        a corrupt one is named in the log and the previous one used."""
+        from ..checkpoint import load_latest
+        candidates = []
+        for d in self._saved_dirs():
+            try:
+                c = load_latest(d, skip_corrupt=True)
+            except Exception as e:  # nothing readable there at all
+                log.warning("no usable state in %s: %s", d, e)
+                continue
+            if c is None:
+                continue
+            for skipped in c.skipped:
+                log.warning("skipped a corrupt saved state: %s", skipped)
+            candidates.append(c)
+        if not candidates:
+            return
+        c = max(candidates, key=lambda c: c.step)
+        meta = (c.extra or {}).get("stoker_elastic") or {"step": c.step}
+        meta["step"] = c.step
+        log.info("restoring step %d from %s", c.step, c.path)
+        self._apply(c.state, c.loader_state, meta)
+
+    # ---- the loop --------------------------------------------------------------------
+
+    def _reconfigure(self, why):
+        start = time.monotonic()
+        if self.in_flight:
+            self.summary.recomputed_steps += 1
+            self.in_flight = False
+        log.warning("rank %d of %d (generation %d): %s; re-forming the group", self.group.rank, self.group.world_size,
+                    self.group.generation, why)
+        self.summary.reconfigurations += 1
+        deadline = start + self.rendezvous_timeout
+        while True:
+            try:
+                self._form_group()
+                self._agree_and_sync()
+                break
+            except ElasticError:
+                raise
+            except RuntimeError as e:  # a failure during the reconfiguration itself: try the next generation
+                if time.monotonic() > deadline:
+                    raise ElasticError("could not re-form the group within %.0f s: %s" % (self.rendezvous_timeout,
+                                                                                          e)) from e
+                log.warning("reconfiguration failed (%s); trying again", e)
+        self.summary.recovery_seconds.append(time.monotonic() - start)
+        log.info("training goes on at step %d with %d workers (%.2f s to recover)", self.step + 1,
+                 self.group.world_size, time.monotonic() - start)
+
+    def run(self):
+        self._ensure_loader(0)
+        if self.mode == "torchrun":
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)  # finish the snapshot being written
+        try:
+            self._form_group()
+            self._agree_and_sync()
+            if self.step >= 0:
+                self.summary.restored_step = self.step
+            while True:
+                try:
+                    if not self._train_until_change():
+                        break
+                except RuntimeError as e:
+                    if self.mode != "in_process":
+                        raise
+                    self._reconfigure(str(e).splitlines()[0][:200])
+                    continue
+                self._reconfigure("a worker asked to join")
+        finally:
+            if self.snapshots is not None:
+                self.snapshots.close()
+            if self.rendezvous is not None:
+                self.rendezvous.close()
+        return self.summary
+
+    def _train_until_change(self):
+        """Trains until the end (False) or until a join is requested (True);
+        raises RuntimeError when a collective fails."""
+        torch = _torch()
+        while True:
+            st = self.loader.state_dict()
+            epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
+            if consumed >= len(self.loader):
+                if epoch + 1 >= self.epochs:
+                    return False
+                self._ensure_loader(epoch + 1)
+                self.loader.set_epoch(epoch + 1)
+                continue
+            if epoch >= self.epochs:
+                return False
+            if not self._one_step(torch, epoch, consumed, int(st["num_samples"])):
+                return True
+
+    def _one_step(self, torch, epoch, batch_index, num_samples):
+        g = self.group
+        B = self.loader.global_batch_size
+        batch_samples = min(B, num_samples - batch_index * B)
+        first, end = rank_share(batch_samples, g.world_size, g.rank)
+        self.in_flight = True
+        item = next(iter(self.loader))
+        images, labels = item[0], item[1]
+        indices = item[2] if len(item) > 2 else None
+        if len(labels) != end - first:
+            raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
+                               % (len(labels), end - first, g.rank, g.world_size, batch_index))
+        params = self._params()
+        for p in params:
+            p.grad = None
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        at = 0
+        for n in self.policy.micro_batches(len(labels)):
+            loss = self.train_step(images[at:at + n], labels[at:at + n])
+            (loss * (n / batch_samples)).backward()
+            loss_sum += loss.detach().double().cpu() * n
+            at += n
+        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+        flat = torch.cat([g_.float() for g_ in grads] + [loss_sum.float().reshape(1)])
+        ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
+        if indices is not None:
+            ids[first:end] = indices.cpu().to(torch.int64) + 1
+        if g.rank == 0 and self.rendezvous is not None:
+            ids[batch_samples] = self.rendezvous.pending_joins()
+        ids[batch_samples + 1] = 1  # ranks present: a sum check that everyone took part
+        g.allreduce(flat, "sum")
+        g.allreduce(ids, "sum")
+        if int(ids[batch_samples + 1]) != g.world_size:
+            raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
+                                                                                  self.step + 1, g.world_size))
+        # Committed from here: every rank that got here has the same reduced gradient.
+        offset = 0
+        for p, g_ in zip(params, grads):
+            n = g_.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
+            offset += n
+        self.optimizer.step()
+        for p in params:
+            p.grad = None
+        self.step += 1
+        self.summary.steps += 1
+        self.in_flight = False
+        self.committed_position = self.loader.state_dict()
+        info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
+                "loss": float(flat[-1]) / batch_samples,
+                "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None}
+        self.last_commit = info
+        if g.rank == 0 and self.on_commit is not None:
+            self.on_commit(dict(info))
+        self._save(info)
+        if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
+            return False
+        return True
+
+    def _save(self, info):
+        need_snapshot = self.snapshots is not None and (self.step + 1) % self.snapshot_every == 0
+        need_ckpt = self.checkpointer is not None and self.group.rank == 0 and self.checkpointer.due(self.step)
+        if not (need_snapshot or need_ckpt):
+            return
+        state = self._state()
+        extra = {"stoker_elastic": self._meta()}
+        if need_snapshot:
+            self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
+        if need_ckpt:
+            self.checkpointer.save(self.step, state, loader=self.loader, extra=extra)
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpointer=None, on_commit=None,
+        extra_state=None, timeout=30.0, snapshot_dir=None, snapshot_every=1, snapshot_copies=2, mode=None,
+        join_timeout=None, rendezvous_timeout=600.0):
+    """Trains ``epochs`` epochs of ``loader`` elastically and returns a RunSummary.
+
+    ``train_step(images, labels)`` returns the mean loss of the samples it is
+    given (it may get none: then it is not called); run() does the backward
+    pass (scaled so that gradients are the global batch's mean), reduces the
+    gradients across the group, and steps ``optimizer``. ``loader`` is a
+    stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
+    to report sample ids), or a function global_batch_size -> Loader when
+    ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 after each
+    committed step: {step, epoch, batch, world_size, loss, samples}; after a
+    failure the new rank 0 calls it again for the last committed step with
+    info["replayed"] = True (make it idempotent). ``checkpointer``: a
+    stoker.Checkpointer for persistent checkpoints (rank 0 saves when due;
+    every start resumes from the newest). ``timeout``: seconds a collective
+    may wait before a silent peer counts as failed.
+
+    The mode follows the environment: stoker.elastic.launch --in-process
+    (survivors re-form the group), torchrun or stoker.elastic.launch
+    (processes restart; state comes from in-memory snapshots in /dev/shm,
+    every ``snapshot_every`` steps by the first ``snapshot_copies`` local
+    ranks, or from the checkpointer), or one plain process.
+    """
+    runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
+                     timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
+                     timeout if join_timeout is None else join_timeout, rendezvous_timeout)
+    return runner.run()

@@ -1,0 +1,69 @@
+"""Makes torch's elastic launcher (torchrun) work on Debian's torch 1.13 with
+Python 3.11, and exposes the rendezvous keep-alive as settings.
+
+- ``Std.from_str("0")`` returns None on Python 3.11 (iterating an IntFlag no
+  longer yields its zero and alias members), so torchrun fails at start-up
+  with "'NoneType' object has no attribute 'get'". The fix maps the number
+  straight to the flag.
+- The c10d rendezvous declares a node dead after 3 missed keep-alives 5 s
+  apart, hard-coded: 15 s of every recovery from a lost node.
+  ``$STOKER_RDZV_KEEP_ALIVE_S`` and ``$STOKER_RDZV_KEEP_ALIVE_ATTEMPTS``
+  (defaults 1 and 3) set them.
+"""
+import datetime
+import os
+import re
+
+
+def _patch_std():
+    from torch.distributed.elastic.multiprocessing import api
+    Std = api.Std
+    try:
+        if Std.from_str("0") is Std.NONE and Std.from_str("3") is Std.ALL:
+            return False
+    except Exception:
+        pass
+    value_re, mapping_re = r"^[0123]$", r"^(\d:[0123],)*(\d:[0123])$"
+
+    def from_str(cls, vm):
+        if re.match(value_re, vm):
+            return cls(int(vm))
+        if re.match(mapping_re, vm):
+            return {int(i): cls(int(v)) for i, v in (m.split(":") for m in vm.split(","))}
+        raise ValueError("%s does not match: <%s> or <%s>" % (vm, value_re, mapping_re))
+
+    Std.from_str = classmethod(from_str)
+    return True
+
+
+def _patch_keep_alive():
+    try:
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+    except ImportError:
+        return False
+    original = getattr(dr, "RendezvousSettings", None)
+    if original is None or getattr(original, "_stoker_patched", False):
+        return False
+    interval = float(os.environ.get("STOKER_RDZV_KEEP_ALIVE_S", "1"))
+    attempts = int(os.environ.get("STOKER_RDZV_KEEP_ALIVE_ATTEMPTS", "3"))
+
+    def settings(*args, **kwargs):
+        if "keep_alive_interval" in kwargs:
+            kwargs["keep_alive_interval"] = datetime.timedelta(seconds=interval)
+        if "keep_alive_max_attempt" in kwargs:
+            kwargs["keep_alive_max_attempt"] = attempts
+        return original(*args, **kwargs)
+
+    settings._stoker_patched = True
+    dr.RendezvousSettings = settings
+    return True
+
+
+def apply():
+    """Returns the list of fixes applied to this torch."""
+    fixes = []
+    if _patch_std():
+        fixes.append("Std.from_str")
+    if _patch_keep_alive():
+        fixes.append("rendezvous keep-alive")
+    return fixes

@@ -1,0 +1,221 @@
+"""python -m stoker.elastic.launch: torchrun's flags, on torch 1.13 as on 2.x.
+
+    python -m stoker.elastic.launch --nproc-per-node 4 --nnodes 1:4 \\
+        --rdzv-backend c10d --rdzv-endpoint head:29400 --rdzv-id job7 train.py ...
+
+By default this is torchrun (torch.distributed.run) with the fixes Debian's
+torch 1.13 needs on Python 3.11 and tuned elastic settings: workers are
+checked every 0.5 s instead of 5, a rendezvous that has its minimum waits 2 s
+instead of 30 for more nodes, a node that stops answering is dropped after
+3 s instead of 15, and workers restart up to 100 times. Any of them can
+be given explicitly.
+
+With ``--in-process`` the workers are not restarted: this launcher hosts (or
+joins) a store at --rdzv-endpoint, starts --nproc-per-node workers, and
+tells the store when one dies; survivors re-form their group there and a
+worker started later (another launcher on the same endpoint) joins it.
+``--min-workers``/``--max-workers`` bound the group (default: --nnodes
+times --nproc-per-node).
+"""
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("stoker.elastic")
+
+_TORCHRUN_DEFAULTS = {"monitor_interval": "0.5", "max_restarts": "100"}
+_RDZV_CONF_DEFAULTS = {"last_call_timeout": "2", "join_timeout": "600", "close_timeout": "10"}
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m stoker.elastic.launch", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+
+    def opt(name, **kw):
+        p.add_argument("--" + name, "--" + name.replace("-", "_"), dest=name.replace("-", "_"), **kw)
+
+    opt("nproc-per-node", default="1", help="workers on this node (torchrun's)")
+    opt("nnodes", default="1", help="N or MIN:MAX nodes")
+    opt("rdzv-backend", default=None, help="c10d, etcd, etcd-v2 or static (torchrun's)")
+    opt("rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous")
+    opt("rdzv-id", default=None, help="the job's id, the same on every node")
+    opt("rdzv-conf", default=None, help="KEY=VALUE,... rendezvous settings")
+    opt("standalone", action="store_true", help="one node, a local rendezvous")
+    opt("max-restarts", default=None)
+    opt("monitor-interval", default=None)
+    opt("node-rank", default=None)
+    opt("master-addr", default=None)
+    opt("master-port", default=None)
+    opt("start-method", default=None)
+    opt("log-dir", default=None)
+    opt("redirects", default=None)
+    opt("tee", default=None)
+    opt("role", default=None)
+    opt("in-process", action="store_true", help="survivors re-form the group instead of restarting")
+    opt("min-workers", type=int, default=None, help="--in-process: the smallest group")
+    opt("max-workers", type=int, default=None, help="--in-process: the largest group")
+    p.add_argument("script", help="the training script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def _nodes(text):
+    lo, _, hi = str(text).partition(":")
+    try:
+        lo, hi = int(lo), int(hi or lo)
+    except ValueError:
+        raise SystemExit("stoker.elastic.launch: --nnodes %r is not N or MIN:MAX" % (text,)) from None
+    if lo < 1 or hi < lo:
+        raise SystemExit("stoker.elastic.launch: --nnodes %r: need 1 <= MIN <= MAX" % (text,))
+    return lo, hi
+
+
+def _nproc(text):
+    try:
+        n = int(text)
+    except ValueError:
+        raise SystemExit("stoker.elastic.launch: --nproc-per-node %r is not a number (give a count)" % (text,)) \
+            from None
+    if n < 1:
+        raise SystemExit("stoker.elastic.launch: --nproc-per-node must be at least 1")
+    return n
+
+
+def torchrun_argv(args):
+    """The argument list for torch.distributed.run, with stoker's defaults."""
+    argv = []
+    values = dict(vars(args))
+    for key, default in _TORCHRUN_DEFAULTS.items():
+        if values.get(key) is None:
+            values[key] = default
+    conf = dict(_RDZV_CONF_DEFAULTS)
+    if args.rdzv_conf:
+        for item in args.rdzv_conf.split(","):
+            k, _, v = item.partition("=")
+            conf[k.strip()] = v.strip()
+    lo, hi = _nodes(args.nnodes)
+    if lo == hi and not args.rdzv_backend:
+        conf.pop("last_call_timeout", None)
+    for key in ("nproc_per_node", "nnodes", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "max_restarts",
+                "monitor_interval", "node_rank", "master_addr", "master_port", "start_method", "log_dir",
+                "redirects", "tee", "role"):
+        if values.get(key) is not None:
+            argv += ["--" + key, str(values[key])]
+    if args.standalone:
+        argv.append("--standalone")
+    if args.rdzv_backend or args.standalone or lo != hi:
+        argv += ["--rdzv_conf", ",".join("%s=%s" % kv for kv in conf.items())]
+    return argv + [args.script] + list(args.script_args)
+
+
+def _run_torchrun(args):
+    from . import _torchrun_compat
+    fixes = _torchrun_compat.apply()
+    if fixes:
+        log.info("stoker.elastic.launch: applied to this torch: %s", ", ".join(fixes))
+    lo, _ = _nodes(args.nnodes)
+    os.environ.setdefault("STOKER_ELASTIC_MIN_WORLD_SIZE", str(lo * _nproc(args.nproc_per_node)))
+    from torch.distributed import run as torch_run
+    torch_run.main(torchrun_argv(args))
+    return 0
+
+
+def _host_or_join_store(endpoint, timeout=600.0):
+    from ._group import connect_store
+    host, _, port = endpoint.rpartition(":")
+    try:
+        return connect_store(endpoint, timeout, is_master=True), True
+    except RuntimeError:
+        return connect_store(endpoint, timeout), False  # another launcher hosts it: join
+
+
+def _run_in_process(args):
+    nproc = _nproc(args.nproc_per_node)
+    lo, hi = _nodes(args.nnodes)
+    min_workers = args.min_workers if args.min_workers is not None else lo * nproc
+    max_workers = args.max_workers if args.max_workers is not None else hi * nproc
+    if not 1 <= min_workers <= max_workers:
+        raise SystemExit("stoker.elastic.launch: need 1 <= --min-workers (%d) <= --max-workers (%d)"
+                         % (min_workers, max_workers))
+    endpoint = args.rdzv_endpoint or "127.0.0.1:29400"
+    store, hosting = _host_or_join_store(endpoint)
+    log.info("stoker.elastic.launch: %s the store at %s; %d workers, group of %d to %d", "hosting" if hosting
+             else "joining", endpoint, nproc, min_workers, max_workers)
+    env = dict(os.environ)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        env.pop(k, None)
+    env.update(STOKER_ELASTIC_STORE=endpoint, STOKER_ELASTIC_NNODES_WORKERS="%d:%d" % (min_workers, max_workers),
+               STOKER_ELASTIC_MIN_WORLD_SIZE=str(min_workers))
+    children = {}
+    for i in range(nproc):
+        env_i = dict(env, LOCAL_RANK=str(i))
+        proc = subprocess.Popen([sys.executable, args.script] + list(args.script_args), env=env_i)
+        children[proc.pid] = proc
+        store.add("active", 1)
+
+    def forward(signum, frame):
+        for proc in children.values():
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    codes = {}
+    host = socket.gethostname()
+    while len(codes) < len(children):
+        for pid, proc in children.items():
+            if pid in codes or proc.poll() is None:
+                continue
+            codes[pid] = proc.returncode
+            store.add("active", -1)
+            if proc.returncode != 0:
+                store.set("dead/%s-%d" % (host, pid), str(proc.returncode))
+                log.warning("stoker.elastic.launch: worker %d exited with %d; the others go on without it", pid,
+                            proc.returncode)
+        time.sleep(0.05)
+    if hosting:
+        # Workers of other launchers may still use the store: keep it until they are done.
+        deadline = time.monotonic() + 3600
+        while int(store.add("active", 0)) > 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finished = [c for c in codes.values() if c == 0]
+    failed = [c for c in codes.values() if c != 0]
+    if not finished:
+        return failed[0] if failed and failed[0] > 0 else 1
+    return 0
+
+
+def main(argv=None):
+    logging.basicConfig(level=os.environ.get("STOKER_LOG_LEVEL", "INFO"), format="%(asctime)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    # The launcher's options end at the script: what follows is the script's own (its --log is not ours).
+    flags = {s for a in parser._actions for s in a.option_strings}
+    takes_value = {s for a in parser._actions for s in a.option_strings if a.nargs != 0}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            argv = argv[:i] + argv[i + 1:]
+            break
+        if not token.startswith("-"):
+            break
+        name = token.split("=", 1)[0]
+        if name not in flags:
+            parser.error("unknown option %s (before the script)" % token)
+        i += 2 if name in takes_value and "=" not in token else 1
+    args = parser.parse_args(argv[:i] + ["--"] + argv[i:]) if i < len(argv) else parser.parse_args(argv)
+    _nproc(args.nproc_per_node)
+    _nodes(args.nnodes)
+    if args.in_process:
+        return _run_in_process(args)
+    return _run_torchrun(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

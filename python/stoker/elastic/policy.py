@@ -1,0 +1,100 @@
+"""How a global batch is split across a changing number of ranks, and what
+happens to the learning rate when the global batch itself changes.
+
+The rule (documented in the README's "Elastic training"):
+
+- The global batch B stays the same whatever the world size W. Rank r of W
+  takes the contiguous samples [floor(r*b/W), floor((r+1)*b/W)) of a global
+  batch of b samples (b = B except for the epoch's short last batch): shares
+  differ by at most one sample, nothing is padded or dropped, and a rank may
+  get no sample at all (it still takes part in the gradient reduction).
+- Each rank scales its mean loss by (its samples / b) before backward, so
+  the summed gradient is the mean over the global batch, the same for any W.
+- A share larger than ``max_rank_batch`` is processed in micro-batches of at
+  most that many samples, accumulating gradients (memory stays bounded when
+  the world shrinks).
+- A schedule may change B at epoch boundaries ({epoch: B}); ``lr_rule``
+  ("linear" or "sqrt") then rescales the learning rate by B/B0 or
+  sqrt(B/B0) from the first stage's B0, logged on every change.
+"""
+import logging
+import math
+
+__all__ = ["BatchPolicy", "rank_share"]
+
+_LR_RULES = (None, "linear", "sqrt")
+
+
+def rank_share(batch, world_size, rank):
+    """(first, end) positions of rank ``rank``'s share of a global batch of ``batch`` samples."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("rank %d is out of range for world size %d" % (rank, world_size))
+    return rank * batch // world_size, (rank + 1) * batch // world_size
+
+
+class BatchPolicy:
+    """``global_batch``: samples per optimizer step, whatever the world size.
+    ``schedule``: optional {epoch: global_batch} stages (epoch 0 defaults to
+    ``global_batch``). ``lr_rule``: None, "linear" or "sqrt". ``max_rank_batch``:
+    the most samples one forward pass takes (None: the whole share)."""
+
+    def __init__(self, global_batch, schedule=None, lr_rule=None, max_rank_batch=None):
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+            raise ValueError("global_batch must be a positive integer, not %r" % (global_batch,))
+        stages = {0: global_batch}
+        for epoch, batch in (schedule or {}).items():
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+                raise ValueError("schedule keys are epochs (integers >= 0), not %r" % (epoch,))
+            if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+                raise ValueError("schedule[%d] must be a positive integer global batch, not %r" % (epoch, batch))
+            stages[epoch] = batch
+        if lr_rule not in _LR_RULES:
+            raise ValueError("lr_rule must be one of None, 'linear', 'sqrt', not %r" % (lr_rule,))
+        if max_rank_batch is not None and (not isinstance(max_rank_batch, int) or max_rank_batch < 1):
+            raise ValueError("max_rank_batch must be a positive integer or None, not %r" % (max_rank_batch,))
+        self._stages = sorted(stages.items())
+        self.lr_rule = lr_rule
+        self.max_rank_batch = max_rank_batch
+
+    @property
+    def base_batch(self):
+        return self._stages[0][1]
+
+    @property
+    def largest_batch(self):
+        return max(b for _, b in self._stages)
+
+    def global_batch_at(self, epoch):
+        batch = self._stages[0][1]
+        for start, b in self._stages:
+            if start <= epoch:
+                batch = b
+        return batch
+
+    def lr_factor(self, global_batch):
+        """The learning-rate multiplier for ``global_batch`` relative to the first stage's."""
+        ratio = global_batch / self.base_batch
+        if self.lr_rule == "linear":
+            return ratio
+        if self.lr_rule == "sqrt":
+            return math.sqrt(ratio)
+        return 1.0
+
+    def micro_batches(self, samples):
+        """Sizes of the forward passes for a share of ``samples`` samples."""
+        if samples == 0:
+            return []
+        step = self.max_rank_batch or samples
+        return [min(step, samples - i) for i in range(0, samples, step)]
+
+    def __repr__(self):
+        return "BatchPolicy(stages=%r, lr_rule=%r, max_rank_batch=%r)" % (self._stages, self.lr_rule,
+                                                                         self.max_rank_batch)
+
+
+def apply_lr_factor(optimizer, base_lrs, factor, reason):
+    """Sets each param group's lr to base * factor, logging the change."""
+    for group, base in zip(optimizer.param_groups, base_lrs):
+        group["lr"] = base * factor
+    logging.getLogger("stoker.elastic").info("learning rate x%.4g (%s): %s", factor, reason,
+                                             ", ".join("%.6g" % g["lr"] for g in optimizer.param_groups))
