@@ -151,6 +151,11 @@ class Loader:
         options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
         options.drop_last = _params.boolean("drop_last", drop_last)
         world = _params.integer("world_size", world_size, 1, 1 << 20) if world_size is not None else None
+        if world is None and global_batch_size is not None and not os.environ.get("WORLD_SIZE") and \
+                options.min_world_size > 0:
+            # Elastic, before the group exists (stoker.elastic.launch --in-process): a placeholder rank,
+            # replaced by reshard() once the group forms.
+            world = options.min_world_size
         if world is None:
             world = _params.integer("$WORLD_SIZE", _env_int("WORLD_SIZE", 1), 1, 1 << 20)
         rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None

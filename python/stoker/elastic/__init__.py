@@ -19,7 +19,13 @@ class ElasticError(RuntimeError):
     loader that cannot be resharded, a group that cannot be re-formed."""
 
 
+class PeerFailure(RuntimeError):
+    """A collective failed: a peer died, hung past the timeout, or left the
+    group. The in-process mode re-forms the group; under torchrun the worker
+    exits so that the agent restarts the group."""
+
+
 from .policy import BatchPolicy, rank_share  # noqa: E402
 from ._runner import RunSummary, detect_mode, run  # noqa: E402
 
-__all__ = ["run", "BatchPolicy", "RunSummary", "ElasticError", "rank_share", "detect_mode"]
+__all__ = ["run", "BatchPolicy", "RunSummary", "ElasticError", "PeerFailure", "rank_share", "detect_mode"]

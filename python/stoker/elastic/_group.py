@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 
-from . import ElasticError
+from . import ElasticError, PeerFailure
 
 log = logging.getLogger("stoker.elastic")
 
@@ -46,7 +46,10 @@ class Group:
         dist = _dist()
         opts = dist.AllreduceOptions()
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
-        self.pg.allreduce([tensor], opts).wait()
+        try:
+            self.pg.allreduce([tensor], opts).wait()
+        except RuntimeError as e:
+            raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
         return tensor
 
     def broadcast(self, tensor, src):
@@ -55,7 +58,10 @@ class Group:
         dist = _dist()
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
-        self.pg.broadcast([tensor], opts).wait()
+        try:
+            self.pg.broadcast([tensor], opts).wait()
+        except RuntimeError as e:
+            raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
         return tensor
 
 
@@ -126,20 +132,31 @@ class Rendezvous:
             return []
         return [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(int(closed.split(":", 1)[0]))]
 
-    def next_group(self, previous=None):
+    def next_group(self, previous=None, previous_generation=0):
         """Registers for the next generation and returns (Group, members) once
         it closes with this worker in it; raises ElasticError when fewer than
-        the minimum come within rendezvous_timeout."""
+        the minimum come within rendezvous_timeout. ``previous``: the members
+        of generation ``previous_generation``, this worker's last group."""
         start = time.monotonic()
         while True:
-            generation = int(self.store.add("gen", 0)) + 1
+            current = int(self.store.add("gen", 0))
+            if previous is not None and current != previous_generation:
+                # The others went on without this worker (it hung, or was slow): join as a newcomer.
+                log.warning("generation %d went on without this worker (its last was %d); joining again", current,
+                            previous_generation)
+                previous = None
+                self.request_join()
+            generation = current + 1
             index = int(self.store.add("g%d/n" % generation, 1)) - 1
             self.store.set("g%d/m%d" % (generation, index), self.id)
-            size = self._wait_close(generation, previous, start)
+            size = self._wait_close(generation, previous, start, current)
             if index < size:
                 self.joins_seen = self.pending_joins()
                 members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
-                pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
+                try:
+                    pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
+                except RuntimeError as e:  # a member died while the group connected
+                    raise PeerFailure("generation %d could not connect: %s" % (generation, e)) from e
                 log.info("generation %d: rank %d of %d", generation, index, size)
                 return Group(pg, index, size, generation), members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
@@ -147,8 +164,23 @@ class Rendezvous:
             previous = None
             self.request_join()
 
-    def _wait_close(self, generation, previous, start):
+    def _alive(self, member, beats, now):
+        """Whether `member` still runs: not reaped by its launcher, and its heartbeat moved lately."""
+        if _peek(self.store, "dead/" + member) is not None:
+            return False
+        value = int(self.store.add("hb/" + member, 0))
+        seen = beats.get(member)
+        if seen is None or seen[0] != value:
+            beats[member] = (value, now)
+            return True
+        return now - seen[1] <= self.heartbeat_timeout
+
+    def _wait_close(self, generation, previous, start, current):
         expected_old = [m for m in (previous or []) if m != self.id]
+        # Who may close: members of the last generation, or anyone at the very first meeting, or a newcomer
+        # once every member of the last generation is gone. Otherwise a newcomer could close a group of its
+        # own beside the running one.
+        running = self.members(current) if previous is None and current > 0 else []
         beats = {}  # id -> (last value, when it last moved)
         last_count, last_change = -1, time.monotonic()
         opened = time.monotonic()
@@ -161,19 +193,11 @@ class Rendezvous:
             if count != last_count:
                 last_count, last_change = count, now
             registered = {_peek(self.store, "g%d/m%d" % (generation, i)) for i in range(count)} - {None}
-            waiting_for = []
-            for member in expected_old:
-                if member in registered or _peek(self.store, "dead/" + member) is not None:
-                    continue
-                value = int(self.store.add("hb/" + member, 0))
-                seen = beats.get(member)
-                if seen is None or seen[0] != value:
-                    beats[member] = (value, now)
-                elif now - seen[1] > self.heartbeat_timeout:
-                    continue  # its heartbeat stopped: gone without the launcher seeing it (a lost node)
-                waiting_for.append(member)
+            waiting_for = [m for m in expected_old if m not in registered and self._alive(m, beats, now)]
             ready = False
-            if count >= self.max_size:
+            if running and any(m not in registered and self._alive(m, beats, now) for m in running):
+                pass  # a newcomer: the running group's members close this generation when they come
+            elif count >= self.max_size:
                 ready = True
             elif count >= self.min_size:
                 if previous is not None:

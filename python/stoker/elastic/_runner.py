@@ -12,11 +12,13 @@ new group, over the same global batch.
 import io
 import logging
 import os
+import shutil
 import signal
+import socket
 import time
 
-from . import ElasticError
-from ._group import Group, Rendezvous, connect_store, make_gloo
+from . import ElasticError, PeerFailure
+from ._group import Group, Rendezvous
 from .policy import BatchPolicy, apply_lr_factor, rank_share
 
 log = logging.getLogger("stoker.elastic")
@@ -81,18 +83,20 @@ class _Runner:
         self.snapshots = None
         self.snapshot_every = snapshot_every
         self.join_timeout, self.rendezvous_timeout = join_timeout, rendezvous_timeout
+        self.snapshot_base = None
+        self.snapshot_own = None
         if self.mode == "torchrun":
+            # In memory (tmpfs), so that restarted workers resume from the last step, not the last checkpoint.
+            # One folder per agent and local rank: several agents may share a machine.
+            run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+            self.snapshot_base = snapshot_dir or os.path.join("/dev/shm", "stoker-elastic-%s-%d" % (run_id,
+                                                                                                  os.getuid()))
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-            if snapshot_copies > 0 and local_rank < snapshot_copies:
+            if local_rank < snapshot_copies:
                 from ..checkpoint import Checkpointer
-                run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none")
-                base = snapshot_dir or os.path.join("/dev/shm", "stoker-elastic-%s-%d" % (run_id, os.getuid()))
-                self.snapshots = Checkpointer(os.path.join(base, "copy%d" % local_rank), keep_last=2,
-                                              when_busy="wait")
-            self.snapshot_base = snapshot_dir or os.path.join(
-                "/dev/shm", "stoker-elastic-%s-%d" % (os.environ.get("TORCHELASTIC_RUN_ID", "none"), os.getuid()))
-        else:
-            self.snapshot_base = None
+                self.snapshot_own = os.path.join(self.snapshot_base, "%s-%d-local%d" % (
+                    socket.gethostname(), os.getppid(), local_rank))
+                self.snapshots = Checkpointer(self.snapshot_own, keep_last=2, when_busy="wait")
 
     # ---- state ---------------------------------------------------------------------
 
@@ -152,7 +156,7 @@ class _Runner:
         from .. import StokerError
         try:
             self.loader.reshard(self.group.rank, self.group.world_size)
-        except StokerError as e:
+        except (StokerError, ValueError) as e:
             raise ElasticError("cannot move the loader to rank %d of %d: %s (make it with "
                                "stoker.Loader(..., global_batch_size=B, min_world_size=<the smallest world>))"
                                % (self.group.rank, self.group.world_size, e)) from None
@@ -164,14 +168,17 @@ class _Runner:
         if self.mode == "single":
             self.group = Group(None, 0, 1, 0)
         elif self.mode == "torchrun":
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            endpoint = "%s:%s" % (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
-            agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-            store = connect_store(endpoint, self.rendezvous_timeout, is_master=(rank == 0 and not agent_store))
-            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            pg = make_gloo(store, "stoker/%s" % attempt, rank, world, self.timeout)
-            self._store = store  # the master's store lives as long as this process
-            self.group = Group(pg, rank, world, int(attempt))
+            # torch's own env:// initialisation knows how each version shares the store between rounds.
+            import datetime
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                try:
+                    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.timeout))
+                except RuntimeError as e:
+                    raise PeerFailure("could not form the group of this round: %s" % e) from e
+            pg = dist.distributed_c10d._get_default_group()
+            self.group = Group(pg, dist.get_rank(), dist.get_world_size(),
+                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
         else:
             if self.rendezvous is None:
                 lo, hi = os.environ.get("STOKER_ELASTIC_NNODES_WORKERS", "1:1").split(":")
@@ -180,7 +187,8 @@ class _Runner:
                                              rendezvous_timeout=self.rendezvous_timeout)
                 if int(self.rendezvous.store.add("gen", 0)) > 0:
                     self.rendezvous.request_join()  # a group is running: ask it to make room
-            self.group, self.members = self.rendezvous.next_group(self.members or None)
+            previous_generation = self.group.generation if self.group is not None else 0
+            self.group, self.members = self.rendezvous.next_group(self.members or None, previous_generation)
         self.summary.world_sizes.append(self.group.world_size)
         del torch
 
@@ -190,6 +198,7 @@ class _Runner:
         same branch."""
         torch = _torch()
         g = self.group
+        _test_fault(g.generation)
 
         def reduce(value, op):
             return int(g.allreduce(torch.tensor([value], dtype=torch.int64), op)[0])
@@ -260,6 +269,15 @@ class _Runner:
                 continue
             for skipped in c.skipped:
                 log.warning("skipped a corrupt saved state: %s", skipped)
+                path = skipped.split(": ", 1)[0]
+                if os.path.isdir(path):
+                    # Kept for inspection, out of the way of this step's next save.
+                    aside = "%s.corrupt-%d" % (path, int(time.time()))
+                    try:
+                        os.rename(path, aside)
+                        log.warning("moved it to %s", aside)
+                    except OSError as e:
+                        log.warning("could not move it aside: %s", e)
             candidates.append(c)
         if not candidates:
             return
@@ -285,9 +303,7 @@ class _Runner:
                 self._form_group()
                 self._agree_and_sync()
                 break
-            except ElasticError:
-                raise
-            except RuntimeError as e:  # a failure during the reconfiguration itself: try the next generation
+            except PeerFailure as e:  # a failure during the reconfiguration itself: try the next generation
                 if time.monotonic() > deadline:
                     raise ElasticError("could not re-form the group within %.0f s: %s" % (self.rendezvous_timeout,
                                                                                           e)) from e
@@ -301,30 +317,45 @@ class _Runner:
         if self.mode == "torchrun":
             signal.signal(signal.SIGTERM, _exit_on_sigterm)  # finish the snapshot being written
         try:
-            self._form_group()
-            self._agree_and_sync()
+            try:
+                self._form_group()
+                self._agree_and_sync()
+            except PeerFailure as e:
+                self._on_failure(e)
             if self.step >= 0:
                 self.summary.restored_step = self.step
             while True:
                 try:
                     if not self._train_until_change():
                         break
-                except RuntimeError as e:
-                    if self.mode != "in_process":
-                        raise
-                    self._reconfigure(str(e).splitlines()[0][:200])
+                except PeerFailure as e:
+                    self._on_failure(e)
                     continue
                 self._reconfigure("a worker asked to join")
+            finished = True
+        except BaseException:
+            finished = False
+            raise
         finally:
             if self.snapshots is not None:
                 self.snapshots.close()
+                if finished:  # the snapshots served their purpose; tmpfs is memory
+                    shutil.rmtree(self.snapshot_own, ignore_errors=True)
+                    _remove_dead_agents_snapshots(self.snapshot_base)
             if self.rendezvous is not None:
                 self.rendezvous.close()
         return self.summary
 
+    def _on_failure(self, error):
+        if self.mode != "in_process":
+            log.error("rank %s: %s; exiting so that the launcher restarts the group from the last snapshot "
+                      "(step %d)", self.group.rank if self.group else "?", error, self.step)
+            raise SystemExit(1)
+        self._reconfigure(str(error))
+
     def _train_until_change(self):
         """Trains until the end (False) or until a join is requested (True);
-        raises RuntimeError when a collective fails."""
+        raises PeerFailure when a collective fails."""
         torch = _torch()
         while True:
             st = self.loader.state_dict()
@@ -410,6 +441,40 @@ class _Runner:
             self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
         if need_ckpt:
             self.checkpointer.save(self.step, state, loader=self.loader, extra=extra)
+
+
+def _remove_dead_agents_snapshots(base):
+    """Snapshot folders of agents on this machine that no longer run (killed
+    ones leave theirs behind)."""
+    host = socket.gethostname()
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return
+    for name in entries:
+        owner, _, rest = name.rpartition("-local")
+        agent_host, _, pid = owner.rpartition("-")
+        if agent_host != host or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except PermissionError:
+            pass
+    try:
+        os.rmdir(base)
+    except OSError:
+        pass
+
+
+def _test_fault(generation):
+    """Fault injection for the tests: this worker dies as generation `generation` syncs its state."""
+    spec = os.environ.get("STOKER_ELASTIC_TEST_DIE_AT_GENERATION")
+    if spec and int(spec) == generation and os.environ.get("LOCAL_RANK") == os.environ.get(
+            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
+        log.warning("test fault: dying while generation %d syncs", generation)
+        os._exit(3)
 
 
 def _exit_on_sigterm(signum, frame):

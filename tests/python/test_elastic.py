@@ -1,0 +1,379 @@
+"""Elastic training end to end on the CPU (gloo): workers killed, hung and
+added mid-epoch, under stoker's in-process mode and under torchrun (c10d and
+etcd rendezvous). Every run's step log must hold each sample exactly once per
+epoch, and the final parameters must match an uninterrupted run's."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SOURCE_DIR
+
+torch = pytest.importorskip("torch")
+import stoker  # noqa: E402
+import stoker.elastic as elastic  # noqa: E402
+from stoker.elastic import BatchPolicy, rank_share  # noqa: E402
+
+EXAMPLE = str(SOURCE_DIR / "examples" / "elastic_train.py")
+sys.path.insert(0, str(SOURCE_DIR / "examples"))
+from elastic_train import check as check_step_log  # noqa: E402
+EPOCHS = 2
+GLOBAL_BATCH = 16
+NUM_SAMPLES = 100  # 7 steps per epoch, the last one of 4 samples
+
+
+# ---- the batch policy -------------------------------------------------------------
+
+def test_rank_share_splits_any_batch_over_any_world():
+    for batch in (0, 1, 7, 16, 100):
+        for world in range(1, 20):
+            shares = [rank_share(batch, world, r) for r in range(world)]
+            assert shares[0][0] == 0 and shares[-1][1] == batch
+            assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+            sizes = [e - f for f, e in shares]
+            assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError):
+        rank_share(16, 3, 3)
+
+
+def test_batch_policy_schedule_lr_rules_and_micro_batches():
+    p = BatchPolicy(256, schedule={10: 1024, 30: 4096}, lr_rule="linear", max_rank_batch=100)
+    assert [p.global_batch_at(e) for e in (0, 9, 10, 29, 30, 99)] == [256, 256, 1024, 1024, 4096, 4096]
+    assert p.lr_factor(1024) == 4.0 and p.largest_batch == 4096
+    assert BatchPolicy(256, lr_rule="sqrt").lr_factor(1024) == 2.0
+    assert BatchPolicy(256).lr_factor(1024) == 1.0
+    assert p.micro_batches(250) == [100, 100, 50] and p.micro_batches(0) == []
+    assert BatchPolicy(8).micro_batches(5) == [5]
+    for bad in (dict(global_batch=0), dict(global_batch=8, lr_rule="cubic"), dict(global_batch=8, schedule={-1: 4}),
+                dict(global_batch=8, schedule={2: 0}), dict(global_batch=8, max_rank_batch=0)):
+        with pytest.raises(ValueError):
+            BatchPolicy(**bad)
+
+
+def test_loader_global_batch_arguments(packed):
+    with pytest.raises(ValueError, match="not both"):
+        stoker.Loader(packed, batch_size=4, global_batch_size=16)
+    with pytest.raises(ValueError, match="needs global_batch_size"):
+        stoker.Loader(packed, batch_size=4, min_world_size=2)
+    loader = stoker.Loader(packed, global_batch_size=10, rank=1, world_size=3, min_world_size=2, log_epochs=False)
+    assert loader.global_batch_size == 10 and loader.batch_capacity == 5
+    with pytest.raises(ValueError, match="min_world_size 1 or less"):
+        loader.reshard(0, 1)
+    loader.reshard(1, 2)
+    assert (loader.rank, loader.world_size) == (1, 2)
+    fixed = stoker.Loader(packed, batch_size=4, log_epochs=False)
+    with pytest.raises(stoker.StokerError, match="global_batch_size"):
+        fixed.reshard(0, 2)
+
+
+# ---- end to end ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, stoker_bin):
+    root = tmp_path_factory.mktemp("elastic")
+    subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "make_demo_data.py"), str(root / "img"),
+                    "--classes", "4", "--per-class", str(NUM_SAMPLES // 4), "--jobs", "2"], check=True,
+                   capture_output=True)
+    subprocess.run([stoker_bin, "pack", str(root / "img"), str(root / "packed")], check=True, capture_output=True)
+    return str(root / "packed")
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.environ.get("PYTHONPATH"), str(SOURCE_DIR / "examples")] if p)
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _example_args(packed, tmp, name, delay, extra=()):
+    return [EXAMPLE, "--data", packed, "--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH),
+            "--log", str(tmp / (name + ".jsonl")), "--save-params", str(tmp / (name + ".pt")),
+            "--summary", str(tmp / (name + "_summary.jsonl")), "--step-delay", str(delay), "--timeout", "5",
+            *extra]
+
+
+def _lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return []
+
+
+def _wait_for_steps(path, n, proc, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(_lines(path)) >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail("the run ended (%s) before step %d:\n%s" % (proc.returncode, n, proc.stdout.read()[-4000:]))
+        time.sleep(0.05)
+    pytest.fail("step %d not logged within %d s" % (n, timeout))
+
+
+def _workers(launcher_pid):
+    out = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split()
+    pids = []
+    for pid in out:
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"elastic_train.py" in f.read():
+                    pids.append(int(pid))
+        except FileNotFoundError:
+            pass
+    return sorted(pids)
+
+
+def _finish(proc, timeout=120):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail("the run did not finish within %d s:\n%s" % (timeout, out[-4000:]))
+    return out
+
+
+def _check_log(tmp, name):
+    problems = check_step_log(str(tmp / (name + ".jsonl")), NUM_SAMPLES, EPOCHS, GLOBAL_BATCH)
+    assert not problems, problems
+    return _lines(tmp / (name + ".jsonl"))
+
+
+def _assert_params_match(reference, path, tol=1e-5):
+    got = torch.load(path)
+    for k, v in reference.items():
+        diff = (got[k] - v).abs().max().item()
+        assert diff <= tol, "%s differs by %g from the uninterrupted run" % (k, diff)
+
+
+def _summaries(tmp, name):
+    return _lines(tmp / (name + "_summary.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def reference(packed, tmp_path_factory):
+    """One uninterrupted process: the parameters every elastic run must reach."""
+    tmp = tmp_path_factory.mktemp("reference")
+    subprocess.run([sys.executable] + _example_args(packed, tmp, "ref", 0), check=True, env=_env(),
+                   capture_output=True)
+    lines = _check_log(tmp, "ref")
+    assert {r["world_size"] for r in lines} == {1}
+    return torch.load(tmp / "ref.pt")
+
+
+def _launch(args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **kw)
+
+
+def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
+    """Three workers; one is SIGKILLed mid-epoch (3 -> 2), then a fourth
+    process joins (2 -> 3): two changes in one run, nobody restarted."""
+    port = _free_port()
+    common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "4"]
+    main = _launch(common + ["--nproc-per-node", "3"] + _example_args(packed, tmp_path, "run", 0.25))
+    log = tmp_path / "run.jsonl"
+    _wait_for_steps(log, 3, main)
+    victim = _workers(main.pid)[1]
+    os.kill(victim, signal.SIGKILL)
+    _wait_for_steps(log, 6, main)
+    joiner = _launch(common + ["--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 0.25))
+    out = _finish(main)
+    joiner_out = _finish(joiner)
+    assert main.returncode == 0, out[-4000:]
+    assert joiner.returncode == 0, joiner_out[-4000:]
+    lines = _check_log(tmp_path, "run")
+    sizes = [r["world_size"] for r in lines]
+    assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes
+    _assert_params_match(reference, tmp_path / "run.pt")
+    survivors = [s for s in _summaries(tmp_path, "run") if s["reconfigurations"] == 2]
+    assert len(survivors) == 2, _summaries(tmp_path, "run")
+    for s in survivors:
+        assert s["world_sizes"] == [3, 2, 3]
+        assert max(s["recovery_seconds"]) < 5.0, s
+    assert "went on without it" in out or "the others go on without it" in out
+
+
+def test_in_process_leaves_a_hung_worker_behind(packed, reference, tmp_path):
+    """A worker that stops answering (SIGSTOP) is detected by the collective
+    timeout, the others go on without it, and when it wakes up it finds
+    itself outside the group and joins again."""
+    port = _free_port()
+    main = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3",
+                    "--min-workers", "2", "--max-workers", "3"] + _example_args(packed, tmp_path, "hang", 0.25))
+    log = tmp_path / "hang.jsonl"
+    _wait_for_steps(log, 3, main)
+    victim = _workers(main.pid)[2]
+    os.kill(victim, signal.SIGSTOP)
+    _wait_for_steps(log, 6, main)
+    os.kill(victim, signal.SIGCONT)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    _check_log(tmp_path, "hang")
+    _assert_params_match(reference, tmp_path / "hang.pt")
+    assert "no answer within" in out or "Timed out" in out or "timed out" in out.lower(), out[-4000:]
+
+
+def test_in_process_survives_a_failure_during_reconfiguration(packed, reference, tmp_path):
+    """A kill, then another worker dies while generation 2 syncs its state:
+    the rest form generation 3 and finish."""
+    port = _free_port()
+    env_fault = dict(STOKER_ELASTIC_TEST_DIE_AT_GENERATION="2", STOKER_ELASTIC_TEST_DIE_LOCAL_RANK="2")
+    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                             "127.0.0.1:%d" % port, "--nproc-per-node", "4", "--min-workers", "1",
+                             "--max-workers", "4"] + _example_args(packed, tmp_path, "fault", 0.25),
+                            env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log = tmp_path / "fault.jsonl"
+    _wait_for_steps(log, 3, main)
+    os.kill(_workers(main.pid)[0], signal.SIGKILL)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    assert "test fault: dying while generation 2 syncs" in out
+    lines = _check_log(tmp_path, "fault")
+    assert lines[-1]["world_size"] == 2, [r["world_size"] for r in lines]
+    _assert_params_match(reference, tmp_path / "fault.pt")
+
+
+def test_in_process_too_few_workers_is_a_clear_error(packed, tmp_path):
+    port = _free_port()
+    proc = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "2",
+                    "--min-workers", "3", "--max-workers", "3"] +
+                   _example_args(packed, tmp_path, "few", 0, ["--rendezvous-timeout", "2"]))
+    out = _finish(proc, timeout=60)
+    assert proc.returncode != 0
+    assert "only 2 of the minimum 3 workers came to generation 1 within 2 s" in out, out[-3000:]
+
+
+def test_torchrun_restarts_from_the_in_memory_snapshot(packed, reference, tmp_path):
+    """Under the launcher's torchrun mode (Debian's torch 1.13 needs its
+    fixes), a SIGKILLed worker makes torchrun restart all three; they resume
+    from the last step's snapshot in /dev/shm, not from the start."""
+    proc = _launch(["--standalone", "--nproc-per-node", "3"] + _example_args(packed, tmp_path, "tr", 0.25))
+    log = tmp_path / "tr.jsonl"
+    _wait_for_steps(log, 4, proc)
+    os.kill(_workers(proc.pid)[0], signal.SIGKILL)
+    out = _finish(proc)
+    assert proc.returncode == 0, out[-4000:]
+    _check_log(tmp_path, "tr")
+    _assert_params_match(reference, tmp_path / "tr.pt")
+    restored = {s["restored_step"] for s in _summaries(tmp_path, "tr")}
+    assert len(restored) == 1 and restored != {None}, _summaries(tmp_path, "tr")
+    assert "restoring step" in out
+    assert not [d for d in os.listdir("/dev/shm") if d.startswith("stoker-elastic-") and
+                any(f.startswith(socket.gethostname()) for f in os.listdir(os.path.join("/dev/shm", d)))
+                and str(proc.pid) in "".join(os.listdir(os.path.join("/dev/shm", d)))], "snapshots left in /dev/shm"
+
+
+def _agents(rdzv, packed, tmp_path, name, n, delay):
+    return [_launch(["--nnodes", "2:3", "--nproc-per-node", "1"] + rdzv + _example_args(packed, tmp_path, name, delay))
+            for _ in range(n)]
+
+
+def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name):
+    """Two nodes (agents) start, a third joins (2 -> 3), then that node is
+    lost whole, agent and worker (3 -> 2). The first agent starts alone: with
+    c10d it hosts the rendezvous store, whose loss would end the job (etcd has
+    no such single point)."""
+    agents = _agents(rdzv, packed, tmp_path, name, 1, 0.4)
+    time.sleep(1.5)
+    agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)
+    log = tmp_path / (name + ".jsonl")
+    _wait_for_steps(log, 2, agents[0], timeout=120)
+    agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)  # a third node joins: 2 -> 3
+    deadline = time.monotonic() + 120
+    while 3 not in [r["world_size"] for r in _lines(log)]:
+        assert time.monotonic() < deadline, "the third agent never joined"
+        assert agents[0].poll() is None, agents[0].stdout.read()[-4000:]
+        time.sleep(0.1)
+    os.killpg(agents[2].pid, signal.SIGKILL)  # a whole node is lost: 3 -> 2
+    outs = [_finish(a, timeout=180) for a in agents[:2]]
+    _finish(agents[2])
+    for a, out in zip(agents[:2], outs):
+        assert a.returncode == 0, out[-4000:]
+    lines = _check_log(tmp_path, name)
+    sizes = [r["world_size"] for r in lines]
+    assert sizes[0] == 2 and 3 in sizes and sizes[-1] == 2, sizes
+    _assert_params_match(reference, tmp_path / (name + ".pt"))
+    return outs
+
+
+def test_torchrun_c10d_nodes_join_and_leave(packed, reference, tmp_path):
+    port = _free_port()
+    _torchrun_join_and_leave(["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id",
+                              "c10d-%d" % port], packed, reference, tmp_path, "c10d")
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.skip("etcd-server is not installed (scripts/deps installs it)")
+    pytest.importorskip("etcd", reason="python-etcd is not installed (scripts/deps installs it)")
+    client, peer = _free_port(), _free_port()
+    proc = subprocess.Popen([binary, "--data-dir", str(tmp_path / "etcd"), "--enable-v2",
+                             "--listen-client-urls", "http://127.0.0.1:%d" % client,
+                             "--advertise-client-urls", "http://127.0.0.1:%d" % client,
+                             "--listen-peer-urls", "http://127.0.0.1:%d" % peer],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", client), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "etcd did not start"
+            time.sleep(0.1)
+    yield "127.0.0.1:%d" % client
+    proc.kill()
+    proc.wait()
+
+
+def test_torchrun_etcd_nodes_join_and_leave(packed, reference, tmp_path, etcd):
+    _torchrun_join_and_leave(["--rdzv-backend", "etcd", "--rdzv-endpoint", etcd, "--rdzv-id", "etcd-test"],
+                             packed, reference, tmp_path, "etcd")
+
+
+def test_launcher_refuses_bad_flags():
+    for args, message in [(["--nnodes", "3:1", "x.py"], "MIN <= MAX"), (["--nproc-per-node", "gpu", "x.py"],
+                                                                         "not a number"),
+                          (["--frobnicate", "x.py"], "unknown option")]:
+        r = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), capture_output=True,
+                           text=True)
+        assert r.returncode != 0 and message in r.stderr + r.stdout, (args, r.stderr)
+
+
+def test_single_process_needs_no_launcher_and_resumes_past_a_corrupt_checkpoint(packed, reference, tmp_path):
+    """Plain `python train.py`: the same API; a rerun resumes from the newest
+    checkpoint, skipping (and naming) a corrupt one."""
+    ckpt = tmp_path / "ckpt"
+    args = _example_args(packed, tmp_path, "one", 0, ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "3"])
+    args[args.index("--epochs") + 1] = "1"
+    subprocess.run([sys.executable] + args, check=True, env=_env(), capture_output=True)
+    steps = sorted(int(d.split("-")[1]) for d in os.listdir(ckpt) if d.startswith("step-"))
+    assert steps, os.listdir(ckpt)
+    newest = ckpt / ("step-%d" % steps[-1])
+    victim = next(p for p in sorted(newest.iterdir()) if p.suffix == ".safetensors")
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    args[args.index("--epochs") + 1] = str(EPOCHS)
+    r = subprocess.run([sys.executable] + args, env=_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "skipped a corrupt saved state" in r.stderr and str(newest) in r.stderr, r.stderr[-3000:]
+    assert "restoring step %d" % steps[-2] in r.stderr, r.stderr[-3000:]
+    _assert_params_match(reference, tmp_path / "one.pt")
