@@ -37,6 +37,9 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (to kill workers mid-run)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
+    p.add_argument("--snapshot-copies", type=int, default=2,
+                   help="under torchrun: local ranks keeping an in-memory snapshot per step (0: none, resume from "
+                        "--checkpoint-dir only)")
     p.add_argument("--rendezvous-timeout", type=float, default=600.0,
                    help="seconds to wait for the minimum number of workers")
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
@@ -140,7 +143,8 @@ def main(argv=None):
         summary = stoker.elastic.run(train_step, model=model, optimizer=optimizer, loader=loader,
                                      epochs=args.epochs,
                                      checkpointer=checkpointer, on_commit=StepLog(args.log) if args.log else None,
-                                     timeout=args.timeout, rendezvous_timeout=args.rendezvous_timeout)
+                                     timeout=args.timeout, rendezvous_timeout=args.rendezvous_timeout,
+                                     snapshot_copies=args.snapshot_copies)
     except stoker.elastic.ElasticError as e:
         logging.getLogger("stoker.elastic").error("elastic training stopped: %s", e)
         return 2

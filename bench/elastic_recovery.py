@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Recovery after SIGKILL of one of N workers: stoker's in-process mode,
+stoker's torchrun path (tuned launcher, in-memory snapshots), and plain
+torchrun with its defaults (resuming from the last checkpoint on disk).
+
+    PYTHONPATH=build/release/python .venv/bin/python bench/elastic_recovery.py [--workers 3] [--repeats 3]
+
+Each run trains examples/elastic_train.py (a small CNN on demo images, gloo
+on the CPU) with a fixed step time (--step-delay), kills a worker (or a
+whole node: agent and worker) after a few committed steps, and reads the
+step log: recovery = time from the kill to the next committed step, less
+one normal step; steps recomputed = steps committed before the kill that
+were committed again; and the log is checked for every sample exactly once
+per epoch (a resumed run's repeated steps are work lost, not samples
+trained twice: the log keeps the last commit of each step).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "elastic_train.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_log(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                out.append(rec)
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    pids = []
+    for p in out:
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                if b"elastic_train.py" in f.read():
+                    pids.append(int(p))
+        except FileNotFoundError:
+            pass
+    return sorted(pids)
+
+
+class Timed:
+    """Watches the step log, stamping when each line appears."""
+
+    def __init__(self, path):
+        self.path, self.seen, self.stamps = path, 0, []
+
+    def poll(self):
+        lines = read_log(self.path)
+        now = time.monotonic()
+        for rec in lines[self.seen:]:
+            self.stamps.append((now, rec))
+        self.seen = len(lines)
+        return lines
+
+
+def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, step_delay, kill_after=4,
+             agents=1):
+    log = os.path.join(workdir, name + ".jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    env = dict(os.environ, **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH"), os.path.join(ROOT, "examples")] if p)
+    cmd = [sys.executable, "-m", "stoker.elastic.launch"] + launch_args + [
+        EXAMPLE, "--data", data, "--epochs", "3", "--global-batch", "16", "--log", log, "--step-delay",
+        str(step_delay), "--timeout", "10"] + example_extra
+    procs = []
+    for i in range(agents):
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
+        if i == 0 and agents > 1:
+            time.sleep(1.5)  # the first agent hosts the c10d store
+    watch = Timed(log)
+    deadline = time.monotonic() + 300
+    while len(watch.poll()) < kill_after:
+        if time.monotonic() > deadline or procs[0].poll() is not None:
+            raise RuntimeError("%s: never reached step %d" % (name, kill_after))
+        time.sleep(0.01)
+    time.sleep(step_delay / 2)  # mid-step
+    before = watch.poll()
+    last_before = before[-1]["step"]
+    if kill == "worker":
+        victim = children(procs[0].pid)[-1]
+        os.kill(victim, signal.SIGKILL)
+    else:  # a whole node: the last agent's process group
+        os.killpg(procs[-1].pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    first_after = None
+    while any(p.poll() is None for p in procs[: agents - 1 if kill == "node" else agents]):
+        watch.poll()
+        if first_after is None:
+            for t, rec in watch.stamps:
+                if t > killed_at:
+                    first_after = (t, rec)
+                    break
+        if time.monotonic() > deadline:
+            for p in procs:
+                os.killpg(p.pid, signal.SIGKILL)
+            raise RuntimeError("%s: did not finish" % name)
+        time.sleep(0.01)
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    watch.poll()
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from elastic_train import check
+    import stoker
+    n = stoker._native.num_samples(data)
+    # A resumed run commits some steps again; the log keeps one line per commit, so check the last of each.
+    dedup = {}
+    for rec in read_log(log):
+        dedup[rec["step"]] = rec
+    clean = os.path.join(workdir, name + ".last.jsonl")
+    with open(clean, "w") as f:
+        for k in sorted(dedup):
+            f.write(json.dumps(dedup[k]) + "\n")
+    problems = check(clean, n, 3, 16)
+    recomputed = sum(1 for rec in read_log(log)[len(before):] if rec["step"] <= last_before)
+    if first_after is None:
+        raise RuntimeError("%s: no step after the kill" % name)
+    t_after, rec_after = first_after
+    recovery = t_after - killed_at - step_delay
+    return {"case": name, "recovery_s": round(max(recovery, 0.0), 2), "recomputed_steps": recomputed,
+            "first_step_after": rec_after["step"], "world_after": rec_after["world_size"],
+            "exactly_once": not problems, "problems": problems}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--step-delay", type=float, default=0.3)
+    ap.add_argument("--cases", default="in_process,stoker_torchrun,stoker_torchrun_node,torchrun_defaults,"
+                                       "torchrun_defaults_node")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="stoker-elastic-bench-")
+    data = os.path.join(work, "packed")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), os.path.join(work, "img"),
+                    "--classes", "4", "--per-class", "25", "--jobs", "2"], check=True, capture_output=True)
+    import stoker
+    stoker.pack(os.path.join(work, "img"), data)
+    n = args.workers
+    tuned_env = {}
+    default_env = {"STOKER_RDZV_KEEP_ALIVE_S": "5"}  # torch's own keep-alive (3 x 5 s)
+    defaults = ["--monitor-interval", "5", "--max-restarts", "3", "--rdzv-conf",
+                "last_call_timeout=30,join_timeout=600,close_timeout=30"]
+    ckpt = lambda name: ["--checkpoint-dir", os.path.join(work, name + "-ckpt"), "--checkpoint-every", "10",
+                         "--snapshot-copies", "0"]
+    cases = {
+        "in_process": lambda port: dict(
+            launch_args=["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", str(n),
+                         "--min-workers", "1", "--max-workers", str(n)], example_extra=[], kill="worker",
+            env_extra=tuned_env),
+        "stoker_torchrun": lambda port: dict(
+            launch_args=["--standalone", "--nproc-per-node", str(n)], example_extra=[], kill="worker",
+            env_extra=tuned_env),
+        "stoker_torchrun_node": lambda port: dict(
+            launch_args=["--nnodes", "%d:%d" % (n - 1, n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "b%d" % port], example_extra=[],
+            kill="node", env_extra=tuned_env, agents=n),
+        "torchrun_defaults": lambda port: dict(
+            launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults, example_extra=ckpt("d%d" % port),
+            kill="worker", env_extra=default_env),
+        "torchrun_defaults_node": lambda port: dict(
+            launch_args=["--nnodes", "%d:%d" % (n - 1, n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "d%d" % port] + defaults,
+            example_extra=ckpt("dn%d" % port), kill="node", env_extra=default_env, agents=n),
+    }
+    results = []
+    for name in args.cases.split(","):
+        runs = []
+        for r in range(args.repeats):
+            port = free_port()
+            spec = cases[name](port)
+            res = run_case(name, data=data, workdir=work, step_delay=args.step_delay, kill_after=9, **spec)
+            runs.append(res)
+            print(json.dumps(res), flush=True)
+        results.append({"case": name, "median_recovery_s": statistics.median(x["recovery_s"] for x in runs),
+                        "recoveries_s": [x["recovery_s"] for x in runs],
+                        "recomputed_steps": [x["recomputed_steps"] for x in runs],
+                        "exactly_once": all(x["exactly_once"] for x in runs)})
+    print("\n%-24s %10s  %-22s %-16s %s" % ("case", "median s", "recoveries s", "steps recomputed",
+                                           "each sample once"))
+    for r in results:
+        print("%-24s %10.2f  %-22s %-16s %s" % (r["case"], r["median_recovery_s"],
+                                               ",".join("%.2f" % x for x in r["recoveries_s"]),
+                                               ",".join(map(str, r["recomputed_steps"])), r["exactly_once"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
