@@ -9,8 +9,10 @@ Each run trains examples/elastic_train.py (a small CNN on demo images, gloo
 on the CPU) with a fixed step time (--step-delay), kills a worker (or a
 whole node: agent and worker) after a few committed steps, and reads the
 step log: recovery = time from the kill to the next committed step, less
-one normal step; steps recomputed = steps committed before the kill that
-were committed again; and the log is checked for every sample exactly once
+one normal step; back at = time from the kill until a step past the last
+one committed before it commits, less one step (recovery plus the work
+redone); steps recomputed = steps committed before the kill that were
+committed again; and the log is checked for every sample exactly once
 per epoch (a resumed run's repeated steps are work lost, not samples
 trained twice: the log keeps the last commit of each step).
 """
@@ -106,6 +108,7 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
         os.kill(victim, signal.SIGKILL)
     else:  # a whole node: the last agent's process group
         os.killpg(procs[-1].pid, signal.SIGKILL)
+        procs[-1].wait()  # reaped, as its parent (a shell, a kubelet) would
     killed_at = time.monotonic()
     first_after = None
     while any(p.poll() is None for p in procs[: agents - 1 if kill == "node" else agents]):
@@ -145,7 +148,11 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
         raise RuntimeError("%s: no step after the kill" % name)
     t_after, rec_after = first_after
     recovery = t_after - killed_at - step_delay
-    return {"case": name, "recovery_s": round(max(recovery, 0.0), 2), "recomputed_steps": recomputed,
+    # Back where it was: the first step past the last one committed before the kill.
+    back = next((t for t, rec in watch.stamps if t > killed_at and rec["step"] > last_before), None)
+    return {"case": name, "recovery_s": round(max(recovery, 0.0), 2),
+            "back_s": None if back is None else round(max(back - killed_at - step_delay, 0.0), 2),
+            "recomputed_steps": recomputed,
             "first_step_after": rec_after["step"], "world_after": rec_after["world_size"],
             "exactly_once": not problems, "problems": problems}
 
@@ -202,13 +209,14 @@ def main():
             runs.append(res)
             print(json.dumps(res), flush=True)
         results.append({"case": name, "median_recovery_s": statistics.median(x["recovery_s"] for x in runs),
+                        "median_back_s": statistics.median(x["back_s"] for x in runs),
                         "recoveries_s": [x["recovery_s"] for x in runs],
                         "recomputed_steps": [x["recomputed_steps"] for x in runs],
                         "exactly_once": all(x["exactly_once"] for x in runs)})
-    print("\n%-24s %10s  %-22s %-16s %s" % ("case", "median s", "recoveries s", "steps recomputed",
-                                           "each sample once"))
+    print("\n%-24s %10s %12s  %-22s %-16s %s" % ("case", "median s", "back at s", "recoveries s",
+                                                 "steps recomputed", "each sample once"))
     for r in results:
-        print("%-24s %10.2f  %-22s %-16s %s" % (r["case"], r["median_recovery_s"],
+        print("%-24s %10.2f %12.2f  %-22s %-16s %s" % (r["case"], r["median_recovery_s"], r["median_back_s"],
                                                ",".join("%.2f" % x for x in r["recoveries_s"]),
                                                ",".join(map(str, r["recomputed_steps"])), r["exactly_once"]))
     if args.json:

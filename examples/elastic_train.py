@@ -131,7 +131,8 @@ def main(argv=None):
                            T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
     loader = stoker.Loader(args.data, global_batch_size=args.global_batch, seed=args.seed, transform=transform,
                            with_indices=True, num_threads=args.threads, log_epochs=False)
-    checkpointer = stoker.Checkpointer(args.checkpoint_dir, keep_last=2, every_steps=args.checkpoint_every) \
+    # Arguments, not a Checkpointer: whichever worker is rank 0 opens it.
+    checkpointer = dict(directory=args.checkpoint_dir, keep_last=2, every_steps=args.checkpoint_every) \
         if args.checkpoint_dir else None
 
     def train_step(images, labels):
@@ -148,11 +149,10 @@ def main(argv=None):
     except stoker.elastic.ElasticError as e:
         logging.getLogger("stoker.elastic").error("elastic training stopped: %s", e)
         return 2
-    if checkpointer is not None:
-        checkpointer.close()
     if args.summary:
         with open(args.summary, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "steps": summary.steps, "reconfigurations": summary.reconfigurations,
+                                "recomputed_steps": summary.recomputed_steps,
                                 "world_sizes": summary.world_sizes, "restored_step": summary.restored_step,
                                 "recovery_seconds": summary.recovery_seconds}) + "\n")
     if args.save_params and (summary.world_sizes and _is_rank0(loader)):

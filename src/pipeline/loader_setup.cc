@@ -96,9 +96,9 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
     plan.balanced = true;
     const std::uint64_t capacity = (plan.global_batch + min_world - 1) / min_world;
     if (capacity > kMaxBatchSize)
-      return Status::InvalidArgument(fmt::format(
-          "global_batch_size {} over min_world_size {} gives {} samples per rank, more than the limit {}",
-          options.global_batch_size, min_world, capacity, kMaxBatchSize));
+      return Status::InvalidArgument(
+          fmt::format("global_batch_size {} over min_world_size {} gives {} samples per rank, more than the limit {}",
+                      options.global_batch_size, min_world, capacity, kMaxBatchSize));
     rank_capacity = static_cast<std::uint32_t>(capacity);
   } else if (options.min_world_size != 0) {
     return Status::InvalidArgument("min_world_size needs global_batch_size (elastic training)");

@@ -5,7 +5,7 @@ exactly once.
     loader = stoker.Loader("data", global_batch_size=256, with_indices=True)
     summary = stoker.elastic.run(lambda x, y: F.cross_entropy(model(x), y),
                                  model=model, optimizer=opt, loader=loader, epochs=10,
-                                 checkpointer=stoker.Checkpointer("ckpt", every_steps=500))
+                                 checkpointer=dict(directory="ckpt", every_steps=500))
 
 Run it with ``python -m stoker.elastic.launch`` (torchrun's flags; add
 ``--in-process`` so that survivors re-form the group instead of restarting),

@@ -58,7 +58,17 @@ class _Runner:
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                  timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout):
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
-        self.epochs, self.checkpointer, self.on_commit, self.extra_state = epochs, checkpointer, on_commit, extra_state
+        self.epochs, self.on_commit, self.extra_state = epochs, on_commit, extra_state
+        # A Checkpointer (one process), or its arguments: then whichever rank is rank 0 opens it (the
+        # directory takes one writer) and a rank that stops being rank 0 closes its own.
+        if isinstance(checkpointer, dict):
+            if "directory" not in checkpointer:
+                raise ElasticError("checkpointer=dict(...) needs directory=, as stoker.Checkpointer does")
+            self.checkpoint_args, self.checkpointer = dict(checkpointer), None
+            self.checkpoint_dir = str(checkpointer["directory"])
+        else:
+            self.checkpoint_args, self.checkpointer = None, checkpointer
+            self.checkpoint_dir = None if checkpointer is None else str(checkpointer.directory)
         self.timeout = timeout
         self.mode = mode or detect_mode()
         self.summary = RunSummary()
@@ -238,8 +248,8 @@ class _Runner:
         dirs = []
         if self.snapshot_base and os.path.isdir(self.snapshot_base):
             dirs += [os.path.join(self.snapshot_base, d) for d in sorted(os.listdir(self.snapshot_base))]
-        if self.checkpointer is not None:
-            dirs.append(self.checkpointer.directory)
+        if self.checkpoint_dir is not None:
+            dirs.append(self.checkpoint_dir)
         return dirs
 
     def _newest_saved_step(self):
@@ -337,6 +347,8 @@ class _Runner:
             finished = False
             raise
         finally:
+            if self.checkpoint_args is not None and self.checkpointer is not None:
+                self.checkpointer.close()  # opened here: the last persist becomes durable
             if self.snapshots is not None:
                 self.snapshots.close()
                 if finished:  # the snapshots served their purpose; tmpfs is memory
@@ -430,9 +442,29 @@ class _Runner:
             return False
         return True
 
+    def _own_checkpointer(self):
+        """The persistent checkpointer when this process is rank 0, else None."""
+        if self.checkpoint_args is None:
+            return self.checkpointer if self.group.rank == 0 else None
+        if self.group.rank != 0:
+            if self.checkpointer is not None:
+                self.checkpointer.close()
+                self.checkpointer = None
+            return None
+        if self.checkpointer is None:
+            from .. import StokerError
+            from ..checkpoint import Checkpointer
+            try:
+                self.checkpointer = Checkpointer(**self.checkpoint_args)
+            except StokerError as e:  # e.g. a hung former rank 0 still holds the directory
+                log.warning("no persistent checkpoint this step: %s", e)
+                return None
+        return self.checkpointer
+
     def _save(self, info):
         need_snapshot = self.snapshots is not None and (self.step + 1) % self.snapshot_every == 0
-        need_ckpt = self.checkpointer is not None and self.group.rank == 0 and self.checkpointer.due(self.step)
+        ckpt = self._own_checkpointer()
+        need_ckpt = ckpt is not None and ckpt.due(self.step)
         if not (need_snapshot or need_ckpt):
             return
         state = self._state()
@@ -440,7 +472,7 @@ class _Runner:
         if need_snapshot:
             self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
         if need_ckpt:
-            self.checkpointer.save(self.step, state, loader=self.loader, extra=extra)
+            ckpt.save(self.step, state, loader=self.loader, extra=extra)
 
 
 def _remove_dead_agents_snapshots(base):
@@ -456,16 +488,23 @@ def _remove_dead_agents_snapshots(base):
         agent_host, _, pid = owner.rpartition("-")
         if agent_host != host or not pid.isdigit():
             continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if not _process_runs(int(pid)):
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except PermissionError:
-            pass
     try:
         os.rmdir(base)
     except OSError:
         pass
+
+
+def _process_runs(pid):
+    """Whether process `pid` exists and is not a zombie (a killed agent its parent has not reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:
+        return True
 
 
 def _test_fault(generation):
@@ -495,9 +534,11 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 after each
     committed step: {step, epoch, batch, world_size, loss, samples}; after a
     failure the new rank 0 calls it again for the last committed step with
-    info["replayed"] = True (make it idempotent). ``checkpointer``: a
-    stoker.Checkpointer for persistent checkpoints (rank 0 saves when due;
-    every start resumes from the newest). ``timeout``: seconds a collective
+    info["replayed"] = True (make it idempotent). ``checkpointer``: the
+    arguments of a stoker.Checkpointer as a dict (``dict(directory="ckpt",
+    every_steps=1000)``: whichever process is rank 0 opens it and saves when
+    due), or a Checkpointer (one process only: a directory takes one writer);
+    every start resumes from the newest of these and the snapshots. ``timeout``: seconds a collective
     may wait before a silent peer counts as failed.
 
     The mode follows the environment: stoker.elastic.launch --in-process
