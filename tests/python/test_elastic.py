@@ -172,7 +172,9 @@ def _wait_for_steps(path, n, proc, timeout=90):
     pytest.fail("step %d not logged within %d s" % (n, timeout))
 
 
-def _workers(launcher_pid):
+def _workers(launcher, at_least=1):
+    """The launcher's training workers (at least `at_least` of them, else the test fails with its output)."""
+    launcher_pid = launcher.pid
     out = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True, text=True).stdout.split()
     pids = []
     for pid in out:
@@ -182,6 +184,10 @@ def _workers(launcher_pid):
                     pids.append(int(pid))
         except FileNotFoundError:
             pass
+    if len(pids) < at_least:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        pytest.fail("%d workers running, expected at least %d:\n%s" % (len(pids), at_least,
+                                                                       launcher.stdout.read()[-4000:]))
     return sorted(pids)
 
 
@@ -236,7 +242,7 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
     main = _launch(common + ["--nproc-per-node", "3"] + _example_args(packed, tmp_path, "run", 0.25))
     log = tmp_path / "run.jsonl"
     _wait_for_steps(log, 3, main)
-    victim = _workers(main.pid)[1]
+    victim = _workers(main, 3)[1]
     os.kill(victim, signal.SIGKILL)
     _wait_for_steps(log, 6, main)
     joiner = _launch(common + ["--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 0.25))
@@ -266,7 +272,7 @@ def test_in_process_leaves_a_hung_worker_behind(packed, reference, tmp_path):
                     "--min-workers", "2", "--max-workers", "3"] + _example_args(packed, tmp_path, "hang", 0.25))
     log = tmp_path / "hang.jsonl"
     _wait_for_steps(log, 3, main)
-    victim = _workers(main.pid)[2]
+    victim = _workers(main, 3)[2]
     os.kill(victim, signal.SIGSTOP)
     _wait_for_steps(log, 6, main)
     os.kill(victim, signal.SIGCONT)
@@ -289,7 +295,7 @@ def test_in_process_survives_a_failure_during_reconfiguration(packed, reference,
                             stderr=subprocess.STDOUT, start_new_session=True)
     log = tmp_path / "fault.jsonl"
     _wait_for_steps(log, 3, main)
-    os.kill(_workers(main.pid)[0], signal.SIGKILL)
+    os.kill(_workers(main, 4)[0], signal.SIGKILL)
     out = _finish(main)
     assert main.returncode == 0, out[-4000:]
     assert "test fault: dying while generation 2 syncs" in out
@@ -315,7 +321,7 @@ def test_torchrun_restarts_from_the_in_memory_snapshot(packed, reference, tmp_pa
     proc = _launch(["--standalone", "--nproc-per-node", "3"] + _example_args(packed, tmp_path, "tr", 0.25))
     log = tmp_path / "tr.jsonl"
     _wait_for_steps(log, 4, proc)
-    os.kill(_workers(proc.pid)[0], signal.SIGKILL)
+    os.kill(_workers(proc, 3)[0], signal.SIGKILL)
     out = _finish(proc)
     assert proc.returncode == 0, out[-4000:]
     _check_log(tmp_path, "tr")

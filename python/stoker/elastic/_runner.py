@@ -230,7 +230,10 @@ class _Runner:
                 torch.empty(int(size[0]), dtype=torch.uint8)
             g.broadcast(data, src)
             if g.rank != src:
-                received = torch.load(io.BytesIO(data.numpy().tobytes()))
+                # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
+                # the group's store and network are the job's own, as for torch's own collectives.
+                kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
+                received = torch.load(io.BytesIO(data.numpy().tobytes()), **kwargs)
                 self._apply(received["state"], received["loader"], received["meta"])
         if self.rendezvous is not None:
             self.rendezvous.joins_seen = reduce(self.rendezvous.joins_seen, "max")
@@ -539,7 +542,10 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     every_steps=1000)``: whichever process is rank 0 opens it and saves when
     due), or a Checkpointer (one process only: a directory takes one writer);
     every start resumes from the newest of these and the snapshots. ``timeout``: seconds a collective
-    may wait before a silent peer counts as failed.
+    may wait before a silent peer counts as failed. ``extra_state``: an
+    object with state_dict()/load_state_dict() (an LR scheduler, a step
+    counter) whose state is tensors, numbers, strings and containers of
+    them; it travels with the model and optimizer.
 
     The mode follows the environment: stoker.elastic.launch --in-process
     (survivors re-form the group), torchrun or stoker.elastic.launch
