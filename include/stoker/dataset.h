@@ -84,6 +84,10 @@ class Dataset {
   // Tar members the index leaves out as WebDataset does (no extension,
   // links, folders, __*__ names), as `stoker index` counted them.
   [[nodiscard]] std::uint64_t skipped_members() const;
+  // What `stoker pack` did to the samples, as the index records it (JSON,
+  // e.g. images re-encoded by --max-side/--quality); empty when it stored
+  // them as they were.
+  [[nodiscard]] std::string_view pack_note() const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 
@@ -147,6 +151,7 @@ struct DatasetSummary {
   // Tar members the index leaves out as WebDataset does (no extension,
   // links, directories, __*__ names), as `stoker index` counted them.
   std::uint64_t skipped_members = 0;
+  std::string pack_note;  // Dataset::pack_note()
   std::uint64_t num_shards = 0;
   std::uint64_t shard_bytes = 0;  // sum of shard file sizes
   struct Field {

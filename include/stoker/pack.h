@@ -32,6 +32,15 @@ struct PackOptions {
   FileSystem* file_system = FileSystem::Default();
   // Called from the writing thread after each sample; may be empty.
   std::function<void(const PackProgress&)> on_progress;
+  // Lighter images (0: off). A JPEG whose longest side, once turned as its
+  // EXIF orientation says, is over max_side pixels is decoded, turned,
+  // resized so that side is max_side (aspect kept; the other side rounded,
+  // at least 1) with Pillow's antialiased bilinear filter, and re-encoded
+  // (4:2:0, `quality`, no EXIF). Other images stay byte-identical. The index
+  // records what was done (Dataset::pack_note()). A JPEG that does not
+  // decode is an error naming the sample and its file.
+  std::uint32_t max_side = 0;
+  int quality = 90;  // 1-100, for re-encoded images
 };
 
 struct PackSummary {
@@ -42,6 +51,11 @@ struct PackSummary {
   std::vector<std::string> class_names;  // label i is class_names[i], when labels came from names
   std::vector<std::string> warnings;     // e.g. files that were not images, skipped members
   std::string index_path;
+  // With max_side: images re-encoded, and their bytes before and after.
+  std::uint64_t images_reencoded = 0;
+  std::uint64_t reencoded_bytes_before = 0;
+  std::uint64_t reencoded_bytes_after = 0;
+  std::string note;  // what the index records (JSON), empty without max_side
 };
 
 // Packs `source` into `out_dir` as shard-NNNNNN.tar files plus index.stoker.

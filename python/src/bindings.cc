@@ -339,10 +339,13 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("stats", [](PyLoader& l) { return l.L().stats(); });
 
-  m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite) {
+  m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
+                   std::uint32_t max_side, int quality) {
     stoker::PackOptions options;
     options.target_shard_bytes = shard_bytes;
     options.overwrite = overwrite;
+    options.max_side = max_side;
+    options.quality = quality;
     stoker::Result<stoker::PackSummary> summary = stoker::Status::Internal("unset");
     {
       py::gil_scoped_release release;
@@ -355,6 +358,10 @@ PYBIND11_MODULE(_native, m) {
     d["shard_bytes"] = s.shard_bytes;
     d["class_names"] = s.class_names;
     d["index_path"] = s.index_path;
+    d["images_reencoded"] = s.images_reencoded;
+    d["reencoded_bytes_before"] = s.reencoded_bytes_before;
+    d["reencoded_bytes_after"] = s.reencoded_bytes_after;
+    d["note"] = s.note;
     return d;
   });
   m.def("transform_image", [](py::bytes jpeg, const stoker::TransformOptions& t, std::uint64_t seed,

@@ -350,9 +350,16 @@ class Loader:
         return self._native.stats().since(self._epoch_start_stats).summary(wall)
 
 
-def pack(source, out, shard_size=64 << 20, overwrite=False):
+def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None):
     """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
     indexed shards (see `stoker pack --help`). Returns a summary dict.
-    ``shard_size`` is bytes or a string such as "64MiB"."""
+    ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
+    re-encode JPEGs whose longest side (EXIF orientation applied) is over
+    that many pixels to it, at ``quality`` (default 90); smaller images stay
+    byte-identical and the index records what was done."""
     size = parse_size(shard_size)
-    return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite))
+    side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
+    if quality is not None and side == 0:
+        raise ValueError("quality needs max_side (only re-encoded images take it)")
+    q = 90 if quality is None else _params.integer("quality", quality, 1, 100)
+    return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -162,6 +163,64 @@ Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRe
   if (!DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row))
     return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
   return Status::Ok();
+}
+
+namespace {
+
+struct Compressor {
+  jpeg_compress_struct cinfo{};
+  ErrorManager err{};
+  bool created = false;
+  unsigned char* buffer = nullptr;  // jpeg_mem_dest's, malloc'd
+  unsigned long size = 0;
+  Compressor() {
+    cinfo.err = jpeg_std_error(&err.base);
+    err.base.error_exit = ErrorExit;
+    if (setjmp(err.jump)) return;
+    jpeg_create_compress(&cinfo);
+    created = true;
+  }
+  ~Compressor() {
+    if (created) jpeg_destroy_compress(&cinfo);
+    std::free(buffer);
+  }
+  Compressor(const Compressor&) = delete;
+  Compressor& operator=(const Compressor&) = delete;
+};
+
+bool EncodeImpl(Compressor* c, const std::uint8_t* rgb, int width, int height, int quality) {
+  if (setjmp(c->err.jump)) return false;
+  jpeg_mem_dest(&c->cinfo, &c->buffer, &c->size);
+  c->cinfo.image_width = static_cast<JDIMENSION>(width);
+  c->cinfo.image_height = static_cast<JDIMENSION>(height);
+  c->cinfo.input_components = 3;
+  c->cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c->cinfo);  // YCbCr, 2x2 luma sampling (4:2:0)
+  jpeg_set_quality(&c->cinfo, quality, TRUE);
+  c->cinfo.dct_method = JDCT_ISLOW;
+  c->cinfo.optimize_coding = TRUE;
+  jpeg_start_compress(&c->cinfo, TRUE);
+  while (c->cinfo.next_scanline < c->cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(rgb + std::size_t{c->cinfo.next_scanline} * width * 3);
+    jpeg_write_scanlines(&c->cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&c->cinfo);
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> EncodeJpegRgb(const std::uint8_t* rgb, int width, int height, int quality) {
+  if (width <= 0 || height <= 0 || width > 65500 || height > 65500)
+    return Status::InvalidArgument(fmt::format("cannot encode a {}x{} JPEG (1 to 65500 pixels a side)", width, height));
+  if (quality < 1 || quality > 100)
+    return Status::InvalidArgument(fmt::format("JPEG quality {} is outside 1-100", quality));
+  Compressor c;
+  if (!c.created) return Status::Internal(fmt::format("libjpeg could not be initialised: {}", c.err.message));
+  if (!EncodeImpl(&c, rgb, width, height, quality))
+    return Status::Internal(fmt::format("JPEG encoding failed: {}", c.err.message));
+  const auto* begin = reinterpret_cast<const std::byte*>(c.buffer);
+  return std::vector<std::byte>(begin, begin + c.size);
 }
 
 }  // namespace stoker::codec

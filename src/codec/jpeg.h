@@ -50,4 +50,10 @@ struct Roi {
 // `out` is reused to avoid allocations.
 [[nodiscard]] Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out);
 
+// Encodes RGB pixels (`height` rows of width * 3 bytes) as a baseline JPEG:
+// YCbCr 4:2:0, libjpeg's standard tables scaled to `quality` (1-100), the
+// accurate integer DCT, Huffman tables optimised, no metadata (a JFIF
+// header only). The same pixels give the same bytes.
+[[nodiscard]] Result<std::vector<std::byte>> EncodeJpegRgb(const std::uint8_t* rgb, int width, int height, int quality);
+
 }  // namespace stoker::codec

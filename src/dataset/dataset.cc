@@ -113,6 +113,9 @@ const std::vector<ShardInfo>& Dataset::shards() const {
 std::uint64_t Dataset::skipped_members() const {
   return impl_->view.skipped_members();
 }
+std::string_view Dataset::pack_note() const {
+  return impl_->view.note();
+}
 const std::string& Dataset::index_path() const {
   return impl_->index_path;
 }

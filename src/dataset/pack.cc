@@ -15,6 +15,7 @@
 
 #include "core/hash.h"
 #include "core/mutex.h"
+#include "dataset/pack_rewrite.h"
 #include "dataset/source.h"
 #include "format/index_format.h"
 #include "format/tar.h"
@@ -25,6 +26,7 @@
 namespace stoker {
 namespace {
 
+using pack_internal::FieldRewriter;
 using pack_internal::FieldSource;
 using pack_internal::SourceListing;
 using pack_internal::SourceSample;
@@ -82,8 +84,13 @@ Result<LoadedSample> LoadSample(FileSystem& fs, const SourceSample& sample) {
 // and hands them over strictly in order, so output does not depend on timing.
 class OrderedParallelReader {
  public:
-  OrderedParallelReader(FileSystem& fs, const std::vector<SourceSample>& samples, unsigned threads)
-      : fs_(fs), samples_(samples), window_(std::max<std::size_t>(16, std::size_t{4} * threads)), slots_(window_) {
+  OrderedParallelReader(FileSystem& fs, const std::vector<SourceSample>& samples, unsigned threads,
+                        const FieldRewriter* rewriter)
+      : fs_(fs),
+        samples_(samples),
+        rewriter_(rewriter),
+        window_(std::max<std::size_t>(16, std::size_t{4} * threads)),
+        slots_(window_) {
     for (unsigned t = 0; t < threads; ++t) workers_.emplace_back([this] { Work(); });
   }
   ~OrderedParallelReader() {
@@ -119,6 +126,17 @@ class OrderedParallelReader {
         i = next_++;
       }
       Result<LoadedSample> loaded = LoadSample(fs_, samples_[i]);
+      if (loaded.ok() && rewriter_ != nullptr) {
+        const SourceSample& sample = samples_[i];
+        for (std::size_t f = 0; f < sample.fields.size(); ++f) {
+          Result<bool> rewritten = rewriter_->Rewrite(sample.fields[f].name, (*loaded)[f]);
+          if (!rewritten.ok()) {
+            loaded = Result<LoadedSample>(rewritten.error().WithContext(
+                fmt::format("sample '{}' ({}), field '{}'", sample.key, sample.origin, sample.fields[f].name)));
+            break;
+          }
+        }
+      }
       {
         MutexLock lock(mu_);
         slots_[i % window_] = std::move(loaded);
@@ -129,6 +147,7 @@ class OrderedParallelReader {
 
   FileSystem& fs_;
   const std::vector<SourceSample>& samples_;
+  const FieldRewriter* rewriter_;
   const std::size_t window_;
   Mutex mu_;
   CondVar filled_, space_;
@@ -318,7 +337,8 @@ unsigned DefaultThreads() {
 
 }  // namespace
 
-Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, const PackOptions& options) {
+Result<PackSummary> pack_internal::PackWith(const std::string& source, const std::string& out_dir,
+                                            const PackOptions& options, const FieldRewriter* rewriter) {
   FileSystem& fs = *options.file_system;
   if (options.threads > 1024)
     return Status::InvalidArgument(
@@ -357,7 +377,7 @@ Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, 
     return Status::Ok();
   };
 
-  OrderedParallelReader reader(fs, listing.samples, options.threads ? options.threads : DefaultThreads());
+  OrderedParallelReader reader(fs, listing.samples, options.threads ? options.threads : DefaultThreads(), rewriter);
   PackProgress progress;
   progress.samples_total = listing.samples.size();
   std::string headers;
@@ -398,6 +418,11 @@ Result<PackSummary> Pack(const std::string& source, const std::string& out_dir, 
   STOKER_RETURN_IF_ERROR(finish_shard());
   STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
 
+  if (rewriter != nullptr) {
+    rewriter->Report(summary);
+    summary.note = rewriter->Note();
+    builder.SetNote(summary.note);
+  }
   // The index goes last: only a complete dataset has one.
   STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
   summary.index_path = out_dir + "/" + std::string(kIndexFileName);

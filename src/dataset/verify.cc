@@ -172,6 +172,7 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   summary.num_samples = dataset.num_samples();
   summary.num_shards = dataset.shards().size();
   summary.skipped_members = dataset.skipped_members();
+  summary.pack_note = std::string(dataset.pack_note());
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;
   for (const auto& name : dataset.field_names()) summary.fields.push_back({name, 0, 0});
   for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {

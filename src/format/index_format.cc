@@ -89,8 +89,21 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   if (!MulOk(view.num_samples_, view.record_size_, &records_bytes) ||
       !AddOk(view.records_offset_, records_bytes, &end) || view.keys_offset_ != end)
     return corrupt("sample count does not match the size of the record section");
-  if (!AddOk(view.keys_offset_, view.keys_size_, &end) || end != bytes.size())
-    return corrupt("key section does not end the file");
+  const auto flags = Load<std::uint32_t>(h + header::kFlagsOff);
+  if (version < 3 ? flags != 0 : (flags & ~kFlagNote) != 0)
+    return corrupt(fmt::format("unknown header flags {:#x}", flags));
+  if (!AddOk(view.keys_offset_, view.keys_size_, &end)) return corrupt("key section runs past the end");
+  if (flags & kFlagNote) {
+    // u64 size, then the note's bytes, ending the file.
+    if (end > bytes.size() || bytes.size() - end < 8) return corrupt("note section runs past the end");
+    const auto note_size = Load<std::uint64_t>(bytes.data() + end);
+    if (note_size > kMaxNoteBytes || note_size != bytes.size() - end - 8)
+      return corrupt("note section does not end the file");
+    view.note_ = {reinterpret_cast<const char*>(bytes.data() + end + 8), note_size};
+    if (view.note_.find('\0') != std::string_view::npos) return corrupt("note contains a NUL byte");
+    end = bytes.size();
+  }
+  if (end != bytes.size()) return corrupt("key section does not end the file");
   if (MetaChecksum(bytes.subspan(0, view.records_offset_)) != Load<std::uint64_t>(h + header::kMetaChecksumOff))
     return corrupt("header checksum mismatch");
 
@@ -234,19 +247,24 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   const std::uint64_t strings_off = shards_off + std::uint64_t{kShardEntrySize} * shards_.size();
   const std::uint64_t records_off = (strings_off + strings.size() + 7) / 8 * 8;
   const std::uint64_t keys_off = records_off + std::uint64_t{record_size} * samples_.size();
-  const std::uint64_t file_size = keys_off + keys_.size();
+  if (note_.size() > kMaxNoteBytes)
+    return Status::InvalidArgument(
+        fmt::format("index note of {} bytes is over the limit {}", note_.size(), kMaxNoteBytes));
+  if (note_.find('\0') != std::string::npos) return Status::InvalidArgument("index note contains a NUL byte");
+  const std::uint64_t note_off = keys_off + keys_.size();
+  const std::uint64_t file_size = note_off + (note_.empty() ? 0 : 8 + note_.size());
 
   std::vector<std::byte> out(file_size);
   std::byte* h = out.data();
   std::memcpy(h, kMagic, sizeof(kMagic));
-  Store<std::uint32_t>(h + header::kVersionOff, kVersion);
+  Store<std::uint32_t>(h + header::kVersionOff, note_.empty() ? kVersionWithoutNote : kVersion);
   Store<std::uint32_t>(h + header::kHeaderSizeOff, kHeaderSize);
   Store<std::uint64_t>(h + header::kFileSizeOff, file_size);
   Store<std::uint64_t>(h + header::kNumSamplesOff, samples_.size());
   Store<std::uint32_t>(h + header::kNumFieldsOff, num_fields);
   Store<std::uint32_t>(h + header::kNumShardsOff, static_cast<std::uint32_t>(shards_.size()));
   Store<std::uint32_t>(h + header::kRecordSizeOff, record_size);
-  Store<std::uint32_t>(h + header::kFlagsOff, 0);
+  Store<std::uint32_t>(h + header::kFlagsOff, note_.empty() ? 0 : kFlagNote);
   Store<std::uint64_t>(h + header::kFieldsOff, fields_off);
   Store<std::uint64_t>(h + header::kShardsOff, shards_off);
   Store<std::uint64_t>(h + header::kStringsOff, strings_off);
@@ -290,6 +308,10 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
     }
   }
   std::memcpy(out.data() + keys_off, keys_.data(), keys_.size());
+  if (!note_.empty()) {
+    Store<std::uint64_t>(out.data() + note_off, note_.size());
+    std::memcpy(out.data() + note_off + 8, note_.data(), note_.size());
+  }
   Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));
   Store<std::uint64_t>(h + header::kMetaChecksumOff,
                        MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off)));

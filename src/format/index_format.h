@@ -16,8 +16,13 @@ namespace stoker::index_format {
 
 inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
 // Version 2 adds the count of tar members left out (header offset 120, which
-// version 1 kept zero); readers take both.
-inline constexpr std::uint32_t kVersion = 2;
+// version 1 kept zero). Version 3 adds the note section after the keys
+// (header flag kFlagNote): what `stoker pack` did to the samples, as JSON.
+// Writers use version 3 only for an index with a note; readers take 1-3.
+inline constexpr std::uint32_t kVersion = 3;
+inline constexpr std::uint32_t kVersionWithoutNote = 2;
+inline constexpr std::uint32_t kFlagNote = 1;
+inline constexpr std::uint64_t kMaxNoteBytes = 1 << 20;
 inline constexpr std::uint32_t kOldestVersion = 1;
 inline constexpr std::uint32_t kHeaderSize = 128;
 inline constexpr std::uint32_t kFieldEntrySize = 16;
@@ -80,6 +85,8 @@ class IndexView {
   [[nodiscard]] std::uint64_t data_checksum() const { return data_checksum_; }
   // Tar members the indexer left out as WebDataset does (version 2).
   [[nodiscard]] std::uint64_t skipped_members() const { return skipped_members_; }
+  // What the packer did to the samples, as JSON (version 3); empty if nothing.
+  [[nodiscard]] std::string_view note() const { return note_; }
   [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
   [[nodiscard]] const std::string& where() const { return where_; }
 
@@ -107,6 +114,7 @@ class IndexView {
   std::uint64_t keys_size_ = 0;
   std::uint64_t data_checksum_ = 0;
   std::uint64_t skipped_members_ = 0;
+  std::string_view note_;
   std::vector<std::string> field_names_;
   std::vector<ShardEntry> shards_;
 };
@@ -130,6 +138,8 @@ class IndexBuilder {
   [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
   // Tar members left out of the shards' samples (recorded in the header).
   void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
+  // A note for readers (JSON, at most kMaxNoteBytes); an empty one writes a version-2 index.
+  void SetNote(std::string note) { note_ = std::move(note); }
   // Serialises the whole index.
   [[nodiscard]] Result<std::vector<std::byte>> Finish() const;
 
@@ -154,6 +164,7 @@ class IndexBuilder {
   std::vector<Slot> slots_;
   std::string keys_;
   std::uint64_t skipped_members_ = 0;
+  std::string note_;
 };
 
 }  // namespace stoker::index_format

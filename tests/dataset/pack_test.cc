@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "codec/jpeg.h"
+#include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "test_util.h"
 
@@ -353,6 +355,82 @@ TEST(Dataset, OpenErrorsAreClear) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), StatusCode::kCorruption);
   EXPECT_NE(r.error().message().find("foreign.stoker: not a valid stoker index"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+// --max-side: large JPEGs re-encoded, small ones and other files byte-identical,
+// what was done in the index, deterministic output, bad images named.
+TEST(PackMaxSide, ShrinksLargeJpegsOnlyAndTheIndexSaysSo) {
+  TempDir dir;
+  const std::string large = MakeJpeg(640, 480, 1), small = MakeJpeg(200, 150, 2);
+  WriteFile(dir / "src/a/large.jpg", large);
+  WriteFile(dir / "src/a/small.jpg", small);
+  WriteFile(dir / "src/b/other.png", RandomBytes(900, 7));
+  PackOptions options;
+  options.max_side = 256;
+  options.quality = 85;
+  ASSERT_OK_AND_ASSIGN(PackSummary summary, Pack(dir / "src", dir / "out", options));
+  EXPECT_EQ(summary.images_reencoded, 1u);
+  EXPECT_EQ(summary.reencoded_bytes_before, large.size());
+  EXPECT_LT(summary.reencoded_bytes_after, large.size());
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  const auto jpg = dataset->FieldIndex("jpg");
+  ASSERT_TRUE(jpg.has_value());
+  for (std::uint64_t i = 0; i < dataset->num_samples(); ++i) {
+    ASSERT_OK_AND_ASSIGN(auto sample, dataset->Sample(i));
+    if (sample.key == "a/small") {
+      ASSERT_OK_AND_ASSIGN(auto bytes, dataset->ReadField(i, *jpg));
+      EXPECT_EQ(Text(bytes), small) << "a small image stays byte-identical";
+    } else if (sample.key == "a/large") {
+      ASSERT_OK_AND_ASSIGN(auto bytes, dataset->ReadField(i, *jpg));
+      ASSERT_OK_AND_ASSIGN(auto size, codec::JpegSize(bytes));
+      EXPECT_EQ(size.width, 256);
+      EXPECT_EQ(size.height, 192);
+    }
+  }
+  const std::string note(dataset->pack_note());
+  EXPECT_NE(note.find("\"max_side\":256"), std::string::npos) << note;
+  EXPECT_NE(note.find("\"quality\":85"), std::string::npos) << note;
+  EXPECT_NE(note.find("\"images_reencoded\":1,\"images_kept\":1"), std::string::npos) << note;
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  EXPECT_TRUE(report.ok());
+
+  // Deterministic: the same input gives the same shard and index bytes, whatever the threads.
+  options.threads = 3;
+  ASSERT_OK_AND_ASSIGN(PackSummary again, Pack(dir / "src", dir / "out2", options));
+  EXPECT_EQ(ReadFile(dir / "out/shard-000000.tar"), ReadFile(dir / "out2/shard-000000.tar"));
+  EXPECT_EQ(ReadFile(dir / "out/index.stoker"), ReadFile(dir / "out2/index.stoker"));
+
+  // Without max_side nothing is decoded and the index has no note (format version 2).
+  ASSERT_OK_AND_ASSIGN(PackSummary plain, Pack(dir / "src", dir / "plain"));
+  ASSERT_OK_AND_ASSIGN(auto plain_dataset, Dataset::Open(dir / "plain"));
+  EXPECT_TRUE(plain_dataset->pack_note().empty());
+  EXPECT_EQ(ReadFile(dir / "plain/index.stoker")[8], '\x02');
+  EXPECT_EQ(ReadFile(dir / "out/index.stoker")[8], '\x03');
+}
+
+TEST(PackMaxSide, ABadImageIsAnErrorNamingIt) {
+  TempDir dir;
+  WriteFile(dir / "src/a/good.jpg", MakeJpeg(300, 300, 1));
+  WriteFile(dir / "src/a/broken.jpg", "this is text, not a JPEG, but it says jpg");
+  PackOptions options;
+  options.max_side = 100;
+  auto packed = Pack(dir / "src", dir / "out", options);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_NE(packed.error().message().find("a/broken"), std::string::npos) << packed.error().ToString();
+  EXPECT_NE(packed.error().message().find("broken.jpg"), std::string::npos) << packed.error().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/index.stoker")) << "no dataset from a failed pack";
+
+  PackOptions quality_alone;
+  quality_alone.quality = 50;
+  EXPECT_EQ(Pack(dir / "src", dir / "out", quality_alone).error().code(), StatusCode::kInvalidArgument);
+  options.quality = 0;
+  EXPECT_EQ(Pack(dir / "src", dir / "out", options).error().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

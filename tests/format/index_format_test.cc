@@ -130,6 +130,44 @@ TEST(IndexFormat, ReadsVersionOneAndCountsSkippedMembers) {
   EXPECT_EQ(old.skipped_members(), 0u);
 }
 
+// Version 3: a note after the keys, under a header flag; without a note the
+// writer keeps version 2, byte for byte what it wrote before.
+TEST(IndexFormat, CarriesANoteInVersionThree) {
+  IndexBuilder b;
+  auto s0 = b.AddShard("shard-000000.tar");
+  std::vector<IndexBuilder::Field> f = {{"jpg", 512, 100}};
+  ASSERT_TRUE(b.AddSample(s0, "k", 1, 7, f).ok());
+  b.SetShardContents(s0, 2048, 1);
+  ASSERT_OK_AND_ASSIGN(auto plain, b.Finish());
+  EXPECT_EQ(Load<std::uint32_t>(plain.data() + header::kVersionOff), 2u);
+  b.SetNote(R"({"max_side":512})");
+  ASSERT_OK_AND_ASSIGN(auto noted, b.Finish());
+  EXPECT_EQ(Load<std::uint32_t>(noted.data() + header::kVersionOff), 3u);
+  EXPECT_EQ(noted.size(), plain.size() + 8 + 16);
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(noted, "idx"));
+  EXPECT_EQ(view.note(), R"({"max_side":512})");
+  ASSERT_OK_AND_ASSIGN(IndexView plain_view, IndexView::Open(plain, "idx"));
+  EXPECT_TRUE(plain_view.note().empty());
+
+  // A damaged note size, a note without its flag, or unknown flags are corrupt (the data checksum
+  // covers the note too, for verify).
+  auto bad_size = noted;
+  bad_size[plain.size()] = std::byte{0x30};
+  EXPECT_FALSE(IndexView::Open(bad_size, "idx").ok());
+  auto reflag = [&](std::vector<std::byte> bytes, std::uint32_t flags) {
+    std::memcpy(bytes.data() + header::kFlagsOff, &flags, 4);
+    const std::uint64_t records = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);
+    const std::uint64_t meta = MetaChecksum(std::span<const std::byte>(bytes).first(records));
+    std::memcpy(bytes.data() + header::kMetaChecksumOff, &meta, 8);
+    return bytes;
+  };
+  EXPECT_FALSE(IndexView::Open(reflag(noted, 0), "idx").ok());
+  EXPECT_FALSE(IndexView::Open(reflag(noted, 3), "idx").ok());
+  EXPECT_FALSE(IndexView::Open(reflag(plain, 1), "idx").ok()) << "flags in a version-2 index";
+  b.SetNote(std::string(kMaxNoteBytes + 1, 'x'));
+  EXPECT_FALSE(b.Finish().ok());
+}
+
 TEST(IndexFormat, ValidatesRecords) {
   auto bytes = SmallIndex();
   auto records = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);

@@ -17,13 +17,15 @@ namespace stoker_cli {
 using stoker::Printable;
 
 int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
-            bool force) {
+            bool force, std::uint32_t max_side, int quality) {
   auto target = stoker::ParseByteSize(shard_size);
   if (!target.ok()) return Fail(target.error().WithContext("--shard-size"));
   stoker::PackOptions options;
   options.target_shard_bytes = *target;
   options.threads = threads;
   options.overwrite = force;
+  options.max_side = max_side;
+  options.quality = quality;
   std::optional<stoker::ProgressBar> bar;
   options.on_progress = [&](const stoker::PackProgress& p) {
     if (!bar) bar.emplace("pack", "samples", p.samples_total);
@@ -37,6 +39,10 @@ int RunPack(const std::string& source, const std::string& out, const std::string
              stoker::FormatBytes(summary->shard_bytes), stoker::FormatBytes(summary->payload_bytes), Printable(out));
   if (!summary->class_names.empty())
     fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
+  if (max_side > 0)
+    fmt::print("re-encoded {} JPEGs over {} px at quality {}: {} -> {}\n", summary->images_reencoded, max_side, quality,
+               stoker::FormatBytes(summary->reencoded_bytes_before),
+               stoker::FormatBytes(summary->reencoded_bytes_after));
   fmt::print("index: {}\n", Printable(summary->index_path));
   return kExitOk;
 }
@@ -76,6 +82,9 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json)
     out["shards"] = s.num_shards;
     out["shard_bytes"] = s.shard_bytes;
     out["skipped_members"] = s.skipped_members;
+    // What pack did to the samples (--max-side), as the index records it.
+    out["pack"] = s.pack_note.empty() ? nlohmann::json(nullptr)
+                                      : nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
     for (const auto& f : s.fields)
@@ -98,6 +107,26 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json)
   if (s.skipped_members)
     fmt::print("skipped  {} tar members left out as WebDataset does (no extension, links, folders, __*__)\n",
                s.skipped_members);
+  if (!s.pack_note.empty()) {
+    // A note that is not the JSON pack writes is shown as it is.
+    const auto note = nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
+    // The index is input: a member of another type reads as absent, never as an exception.
+    auto num = [&](const char* key) -> std::optional<std::uint64_t> {
+      if (!note.is_object() || !note.contains(key) || !note[key].is_number_unsigned()) return std::nullopt;
+      return note[key].get<std::uint64_t>();
+    };
+    const auto max_side = num("max_side"), quality = num("quality"), reencoded = num("images_reencoded"),
+               kept = num("images_kept"), before = num("reencoded_bytes_before"), after = num("reencoded_bytes_after");
+    if (max_side && quality && reencoded && kept && before && after) {
+      fmt::print(
+          "packed   images over {} px re-encoded at quality {} ({} of {} JPEGs; {} -> {}; EXIF orientation "
+          "applied)\n",
+          *max_side, *quality, *reencoded, *reencoded + *kept, stoker::FormatBytes(*before),
+          stoker::FormatBytes(*after));
+    } else {
+      fmt::print("packed   {}\n", Printable(s.pack_note));
+    }
+  }
   fmt::print("fields\n");
   for (const auto& f : s.fields)
     fmt::print("  {:<16} {:>10} samples  {:>10}\n", Printable(f.name), f.samples, stoker::FormatBytes(f.bytes));

@@ -32,6 +32,17 @@ int main(int argc, char** argv) {
   pack->add_option("--threads", threads, "Reader threads (default: automatic; at most 1024)")
       ->check(CLI::Range(0, 1024));
   pack->add_flag("--force", force, "Replace a dataset already in OUT (and remove stale shards there)");
+  std::uint32_t max_side = 0;
+  int quality = 90;
+  auto* max_side_opt =
+      pack->add_option("--max-side", max_side,
+                       "Re-encode JPEGs whose longest side (EXIF orientation applied) is over N pixels to N "
+                       "(aspect kept, Pillow's antialiased bilinear); smaller images stay byte-identical")
+          ->check(CLI::Range(1u, 65500u));
+  pack->add_option("--quality", quality, "JPEG quality of re-encoded images, 1-100")
+      ->check(CLI::Range(1, 100))
+      ->needs(max_side_opt)
+      ->capture_default_str();
 
   auto* index = app.add_subcommand("index", "Build the index for existing WebDataset shards");
   index->add_option("SHARDS", shards, "Shard files or brace patterns such as data-{000000..000099}.tar")->required();
@@ -195,7 +206,7 @@ int main(int argc, char** argv) {
   if (bench->parsed()) return RunBench(bench_args);
   if (cache_stat->parsed() || cache_clear->parsed()) return RunCacheStatOrClear(cache_clear->parsed(), remote, json);
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
-  if (pack->parsed()) return RunPack(source, out, shard_size, threads, force);
+  if (pack->parsed()) return RunPack(source, out, shard_size, threads, force, max_side, quality);
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json);
   if (verify->parsed()) return RunVerify(dataset, remote, json);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Lighter images at pack time: the demo data packed as it is and with
+# --max-side 512 --quality 90 (and 256 / 85), then, for each: the size on
+# disk, the one-thread decode+transform ceiling (stoker_decode_bench, train
+# and eval transforms) and `stoker bench` images/s (all cores, 2 epochs).
+#
+#   bench/pack_max_side.sh [IMAGES]   # default: 2,000 demo images made here
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+images=${1:-}
+if [ -z "$images" ]; then
+  images="$work/images"
+  .venv/bin/python scripts/make_demo_data.py "$images" --classes 20 --per-class 100 --jobs "$(nproc)" >/dev/null
+fi
+stoker=build/release/stoker
+run() {  # NAME, pack options...
+  local name=$1; shift
+  local out="$work/$name"
+  "$stoker" pack "$images" "$out" "$@" | grep -E "re-encoded|packed" | sed "s/^/  $name: /" >&2
+  local size decode_train decode_eval bench
+  size=$(du -sb "$out" | cut -f1)
+  decode_train=$(build/release/bench/stoker_decode_bench "$out" --threads-for-ceiling 1 --images 1000 |
+    grep -oE 'no I/O: [0-9]+ images/s' | grep -oE '[0-9]+' || true)
+  decode_eval=$(build/release/bench/stoker_decode_bench "$out" --threads-for-ceiling 1 --images 1000 --eval |
+    grep -oE 'no I/O: [0-9]+ images/s' | grep -oE '[0-9]+' || true)
+  bench=$("$stoker" bench "$out" --epochs 2 | grep -E "^epoch 1:" | grep -oE '[0-9]+ images/s' | grep -oE '[0-9]+')
+  printf '%-22s %10.1f MB %14s %14s %12s\n' "$name" "$(echo "$size / 1000000" | bc -l)" "$decode_train" \
+    "$decode_eval" "$bench"
+}
+printf '%-22s %13s %14s %14s %12s\n' "packed" "on disk" "decode train/s" "decode eval/s" "bench img/s"
+run "as-is"
+run "max-side 512, q90" --max-side 512 --quality 90
+run "max-side 256, q85" --max-side 256 --quality 85
