@@ -23,11 +23,15 @@ Size ShrunkSize(int width, int height, std::uint32_t max_side) {
 }
 
 Result<std::optional<std::vector<std::byte>>> ShrinkJpeg(std::span<const std::byte> jpeg, std::uint32_t max_side,
-                                                         int quality) {
+                                                         int quality, std::uint64_t max_pixels) {
   STOKER_ASSIGN_OR_RETURN(const codec::ImageSize size, codec::JpegSize(jpeg));
   const int orientation = codec::JpegExifOrientation(jpeg);
   const transform::OrientedSize turned = transform::Oriented(size.width, size.height, orientation);
   if (static_cast<std::uint32_t>(std::max(turned.width, turned.height)) <= max_side) return std::nullopt;
+  const std::uint64_t pixels_claimed = std::uint64_t(size.width) * std::uint64_t(size.height);
+  if (pixels_claimed > max_pixels)
+    return Status::Corruption(fmt::format("the image claims {}x{} pixels, more than the limit {} (PIL's too)",
+                                          size.width, size.height, max_pixels));
 
   codec::DecodedRegion decoded;
   STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(jpeg, codec::Roi{}, 1, decoded));

@@ -17,11 +17,16 @@
 
 namespace stoker::prepare {
 
+// Images claiming more pixels than this are refused before decoding (a
+// small file can claim a huge image): PIL's limit, 2 x Image.MAX_IMAGE_PIXELS.
+inline constexpr std::uint64_t kMaxShrinkPixels = 178'956'970;
+
 // The bytes to store for `jpeg`: nullopt when it stays as it is (its
 // oriented longest side is max_side or less), else the re-encoded image.
-// Corruption when it does not decode.
+// Corruption when it does not decode or claims more than max_pixels.
 [[nodiscard]] Result<std::optional<std::vector<std::byte>>> ShrinkJpeg(std::span<const std::byte> jpeg,
-                                                                       std::uint32_t max_side, int quality);
+                                                                       std::uint32_t max_side, int quality,
+                                                                       std::uint64_t max_pixels = kMaxShrinkPixels);
 
 // The size ShrinkJpeg gives an image of `width` x `height` (already turned).
 struct Size {

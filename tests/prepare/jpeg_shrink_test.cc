@@ -115,6 +115,9 @@ TEST(ShrinkJpeg, BadImagesAreErrors) {
   auto truncated = ShrinkJpeg(Bytes(jpeg.substr(0, jpeg.size() / 2)), 100, 90);
   EXPECT_FALSE(truncated.ok());
   EXPECT_EQ(truncated.error().code(), StatusCode::kCorruption) << truncated.error().ToString();
+  auto huge = ShrinkJpeg(Bytes(MakeJpeg(400, 300, 5)), 100, 90, /*max_pixels=*/400 * 299);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.error().message().find("claims 400x300 pixels"), std::string::npos) << huge.error().ToString();
   EXPECT_FALSE(JpegShrinker::Create(0, 90).ok());
   EXPECT_FALSE(JpegShrinker::Create(100, 101).ok());
   auto shrinker = JpegShrinker::Create(100, 90);
