@@ -235,32 +235,36 @@ def _launch(args, **kw):
 
 
 def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
-    """Three workers; one is SIGKILLed mid-epoch (3 -> 2), then a fourth
-    process joins (2 -> 3): two changes in one run, nobody restarted."""
+    """Four workers; one is SIGKILLed mid-epoch (4 -> 3), then a fifth
+    process joins (3 -> 4): two changes in one run, nobody restarted. In a
+    ring of four, two survivors are not the dead rank's neighbours: they must
+    learn of the failure from the others closing their connections, not from
+    the collective timeout."""
     port = _free_port()
     common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "4"]
-    main = _launch(common + ["--nproc-per-node", "3"] + _example_args(packed, tmp_path, "run", 0.25))
+    # Steps of 0.6 s leave the joiner (a new Python process importing torch) time to arrive before the end.
+    main = _launch(common + ["--nproc-per-node", "4"] + _example_args(packed, tmp_path, "run", 0.6))
     log = tmp_path / "run.jsonl"
     _wait_for_steps(log, 3, main)
-    victim = _workers(main, 3)[1]
+    victim = _workers(main, 4)[1]
     os.kill(victim, signal.SIGKILL)
-    _wait_for_steps(log, 6, main)
-    joiner = _launch(common + ["--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 0.25))
+    _wait_for_steps(log, 4, main)
+    joiner = _launch(common + ["--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 0.6))
     out = _finish(main)
     joiner_out = _finish(joiner)
     assert main.returncode == 0, out[-4000:]
     assert joiner.returncode == 0, joiner_out[-4000:]
     lines = _check_log(tmp_path, "run")
     sizes = [r["world_size"] for r in lines]
-    assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes
+    assert sizes[0] == 4 and 3 in sizes and sizes[-1] == 4, sizes
     _assert_params_match(reference, tmp_path / "run.pt")
     survivors = [s for s in _summaries(tmp_path, "run") if s["reconfigurations"] == 2]
-    assert len(survivors) == 2, _summaries(tmp_path, "run")
+    assert len(survivors) == 3, _summaries(tmp_path, "run")
     for s in survivors:
-        assert s["world_sizes"] == [3, 2, 3]
-        assert max(s["recovery_seconds"]) < 5.0, s
+        assert s["world_sizes"] == [4, 3, 4]
         assert s["recomputed_steps"] <= 1, s  # only the step in flight at the kill
-    assert "went on without it" in out or "the others go on without it" in out
+    assert "the others go on without it" in out
+    assert "Timed out" not in out and "timed out" not in out, "a survivor waited for the timeout:\n" + out[-4000:]
 
 
 def test_in_process_leaves_a_hung_worker_behind(packed, reference, tmp_path):

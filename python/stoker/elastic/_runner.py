@@ -9,6 +9,7 @@ the survivors agree on the highest committed step, and whoever is behind
 rolled back; at most the step that was in flight is computed again, by the
 new group, over the same global batch.
 """
+import gc
 import io
 import logging
 import os
@@ -309,6 +310,11 @@ class _Runner:
             self.in_flight = False
         log.warning("rank %d of %d (generation %d): %s; re-forming the group", self.group.rank, self.group.world_size,
                     self.group.generation, why)
+        # Close this rank's connections of the broken group now: a peer blocked on data this rank will never
+        # send then fails at once instead of after the collective timeout (in a ring of 4 or more, the dead
+        # rank's neighbours see the failure first, the others only through them).
+        self.group.pg = None
+        gc.collect()
         self.summary.reconfigurations += 1
         deadline = start + self.rendezvous_timeout
         while True:
