@@ -101,6 +101,10 @@ DecodePlan PlanGpuDecode(const JpegTraits& t, const GpuDecodeCaps& caps) {
   if (t.components == 2) return {DecodeRoute::kCpu, "two components"};
   if (Subsampling(t).empty()) return {DecodeRoute::kCpu, "chroma sampling nvJPEG does not take"};
   const bool sequential = t.process == JpegProcess::kBaseline || t.process == JpegProcess::kExtended;
+  // nvjpeg.h: the hardware backend takes baseline with a single scan, not 4:1:0 or 4:1:1. (A baseline file of
+  // several scans is rare and shows only at decode time: nvJPEG's error sends it to the CPU there.)
+  const std::string_view sampling = Subsampling(t);
+  if (sampling == "4:1:0" || sampling == "4:1:1") return {DecodeRoute::kGpu, {}};
   if (sequential && caps.hardware &&
       (caps.hardware_max_side == 0 || std::max(t.width, t.height) <= caps.hardware_max_side))
     return {DecodeRoute::kHardware, {}};

@@ -62,9 +62,10 @@ struct DecodePlan {
 // 8-bit) Huffman JPEGs in a layout it takes, nvJPEG's GPU decoder for the
 // rest of what nvJPEG decodes (progressive, or no hardware), the CPU for
 // what it does not (arithmetic coding, lossless, hierarchical, 12-bit,
-// CMYK/YCCK, other sampling). nvJPEG's list: baseline and progressive,
-// 8 bits, Huffman, 1 or 3 channels to RGB, 4:4:4, 4:2:2, 4:2:0, 4:4:0,
-// 4:1:1, 4:1:0; hardware acceleration for baseline.
+// CMYK/YCCK, other sampling). nvJPEG's list (its documentation and
+// nvjpeg.h): baseline and progressive, 8 bits, Huffman, 1 or 3 channels to
+// RGB, 4:4:4, 4:2:2, 4:2:0, 4:4:0, 4:1:1, 4:1:0; the hardware backend takes
+// baseline with one scan, and not 4:1:0 or 4:1:1.
 [[nodiscard]] DecodePlan PlanGpuDecode(const JpegTraits& traits, const GpuDecodeCaps& caps);
 
 }  // namespace stoker::codec

@@ -88,7 +88,7 @@ TEST(JpegTraits, RoutesEachKindOfJpeg) {
 TEST(JpegTraits, BadHeadersAreCorruption) {
   EXPECT_FALSE(ReadJpegTraits(Bytes("not a jpeg")).ok());
   auto good = Header(0xC0, 8, {0x22, 0x11, 0x11});
-  const std::size_t frame_end = good.size() - 10;  // the scan header (10 bytes) follows the frame header
+  const std::size_t frame_end = good.size() - 10;    // the scan header (10 bytes) follows the frame header
   for (std::size_t cut = 0; cut < frame_end; ++cut)  // truncated before the frame header ends
     EXPECT_FALSE(ReadJpegTraits(std::span(good).first(cut)).ok()) << cut;
   EXPECT_FALSE(ReadJpegTraits(Header(0xC0, 8, {0x05})).ok());  // sampling factor 0
