@@ -242,14 +242,15 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
     the collective timeout."""
     port = _free_port()
     common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "4"]
-    # Steps of 0.6 s leave the joiner (a new Python process importing torch) time to arrive before the end.
-    main = _launch(common + ["--nproc-per-node", "4"] + _example_args(packed, tmp_path, "run", 0.6))
+    # Steps of 1 s leave the joiner (a new Python process importing torch) time to arrive before the end;
+    # --join makes it fail, rather than start a job of its own, if it came too late.
+    main = _launch(common + ["--nproc-per-node", "4"] + _example_args(packed, tmp_path, "run", 1.0))
     log = tmp_path / "run.jsonl"
     _wait_for_steps(log, 3, main)
     victim = _workers(main, 4)[1]
     os.kill(victim, signal.SIGKILL)
     _wait_for_steps(log, 4, main)
-    joiner = _launch(common + ["--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 0.6))
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 1.0))
     out = _finish(main)
     joiner_out = _finish(joiner)
     assert main.returncode == 0, out[-4000:]
@@ -413,9 +414,12 @@ def test_torchrun_etcd_nodes_join_and_leave(packed, reference, tmp_path, etcd):
 
 
 def test_launcher_refuses_bad_flags():
+    nobody = "127.0.0.1:%d" % _free_port()
     for args, message in [(["--nnodes", "3:1", "x.py"], "MIN <= MAX"), (["--nproc-per-node", "gpu", "x.py"],
                                                                          "not a number"),
-                          (["--frobnicate", "x.py"], "unknown option")]:
+                          (["--frobnicate", "x.py"], "unknown option"),
+                          (["--join", "x.py"], "--join goes with --in-process"),
+                          (["--in-process", "--join", "--rdzv-endpoint", nobody, "x.py"], "no job runs at")]:
         r = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), capture_output=True,
                            text=True)
         assert r.returncode != 0 and message in r.stderr + r.stdout, (args, r.stderr)

@@ -57,6 +57,9 @@ def _parser():
     opt("tee", default=None)
     opt("role", default=None)
     opt("in-process", action="store_true", help="survivors re-form the group instead of restarting")
+    opt("join", action="store_true",
+        help="--in-process: add workers to the job running at --rdzv-endpoint; an error when none runs there "
+             "(without it, a launcher that finds no store hosts one and starts the job)")
     opt("min-workers", type=int, default=None, help="--in-process: the smallest group")
     opt("max-workers", type=int, default=None, help="--in-process: the largest group")
     p.add_argument("script", help="the training script")
@@ -125,13 +128,17 @@ def _run_torchrun(args):
     return 0
 
 
-def _host_or_join_store(endpoint, timeout=600.0):
+def _host_or_join_store(endpoint, join_only, timeout=600.0):
     from ._group import connect_store
-    host, _, port = endpoint.rpartition(":")
+    if not join_only:
+        try:
+            return connect_store(endpoint, timeout, is_master=True), True
+        except (RuntimeError, OSError):
+            pass  # another launcher hosts it: join
     try:
-        return connect_store(endpoint, timeout, is_master=True), True
-    except RuntimeError:
-        return connect_store(endpoint, timeout), False  # another launcher hosts it: join
+        return connect_store(endpoint, 3.0 if join_only else timeout), False
+    except (RuntimeError, OSError) as e:  # torch raises TimeoutError (an OSError) or RuntimeError
+        raise SystemExit("stoker.elastic.launch: --join: no job runs at %s (%s)" % (endpoint, str(e).splitlines()[0]))
 
 
 def _run_in_process(args):
@@ -143,7 +150,7 @@ def _run_in_process(args):
         raise SystemExit("stoker.elastic.launch: need 1 <= --min-workers (%d) <= --max-workers (%d)"
                          % (min_workers, max_workers))
     endpoint = args.rdzv_endpoint or "127.0.0.1:29400"
-    store, hosting = _host_or_join_store(endpoint)
+    store, hosting = _host_or_join_store(endpoint, args.join)
     log.info("stoker.elastic.launch: %s the store at %s; %d workers, group of %d to %d", "hosting" if hosting
              else "joining", endpoint, nproc, min_workers, max_workers)
     env = dict(os.environ)
@@ -212,6 +219,8 @@ def main(argv=None):
     args = parser.parse_args(argv[:i] + ["--"] + argv[i:]) if i < len(argv) else parser.parse_args(argv)
     _nproc(args.nproc_per_node)
     _nodes(args.nnodes)
+    if args.join and not args.in_process:
+        parser.error("--join goes with --in-process (torchrun's agents join through the rendezvous)")
     if args.in_process:
         return _run_in_process(args)
     return _run_torchrun(args)
