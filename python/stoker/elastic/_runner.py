@@ -415,7 +415,9 @@ class _Runner:
             loss_sum += loss.detach().double().cpu() * n
             at += n
         grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-        flat = torch.cat([g_.float() for g_ in grads] + [loss_sum.float().reshape(1)])
+        # One buffer on the gradients' device (gloo reduces CUDA tensors too, through the host).
+        device = grads[0].device if grads else torch.device("cpu")
+        flat = torch.cat([g_.float() for g_ in grads] + [loss_sum.float().reshape(1).to(device)])
         ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
