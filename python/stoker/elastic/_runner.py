@@ -175,7 +175,6 @@ class _Runner:
     # ---- groups -------------------------------------------------------------------
 
     def _form_group(self):
-        torch = _torch()
         if self.mode == "single":
             self.group = Group(None, 0, 1, 0)
         elif self.mode == "torchrun":
@@ -201,7 +200,6 @@ class _Runner:
             previous_generation = self.group.generation if self.group is not None else 0
             self.group, self.members = self.rendezvous.next_group(self.members or None, previous_generation)
         self.summary.world_sizes.append(self.group.world_size)
-        del torch
 
     def _agree_and_sync(self):
         """Agree on the newest state among the group and give it to everyone.
