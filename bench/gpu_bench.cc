@@ -94,7 +94,7 @@ int main() {
     o.type = type;
     auto dout = device::MakeDeviceMemory(*gpu, device::OutputImageBytes(o) * images.size());
     auto launch = [&] {
-      return gpu->LaunchPreprocess(static_cast<const std::uint8_t*>(dpixels->get()),
+      return gpu->LaunchPreprocess(static_cast<const std::uint8_t*>(dpixels->get()), nullptr,
                                    static_cast<const device::ImageDesc*>(ddescs->get()),
                                    static_cast<std::int32_t>(images.size()), o, dout->get(), stream->get());
     };

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/device.h"
@@ -48,6 +50,18 @@ struct DeviceLoaderOptions {
   float device_input_factor = 3.0f;
   // Device buffers in the pool (at least 2).
   std::uint32_t device_buffers = 3;
+  // With finish_on_device: JPEGs are decoded on the GPU by nvJPEG (loaded
+  // at run time), with the hardware JPEG decoder where the GPU has one
+  // (A100, H100, H200) and nvJPEG's GPU decoder otherwise; the CPU only
+  // reads the bytes and parses headers. Images nvJPEG does not take (CMYK,
+  // arithmetic coding, 12-bit, unusual sampling) are decoded on the CPU,
+  // counted by reason in the stats. Without nvJPEG or a usable GPU, every
+  // image is decoded on the CPU and stats().device_decoder says why.
+  bool decode_on_device = false;
+  // With decode_on_device: device memory per sample of each device buffer
+  // for whole decoded images (3 bytes per pixel). An image that does not fit
+  // its batch's area is decoded on the CPU (counted as decode_no_room).
+  std::size_t device_decode_bytes_per_sample = std::size_t{1} << 20;
 };
 
 struct DeviceLoaderStats {
@@ -57,6 +71,17 @@ struct DeviceLoaderStats {
   double submit_seconds = 0;  // host time in Next() beyond the host loader's own wait
   // finish_on_device: crops resized on the CPU because their batch ran out of room.
   std::uint64_t device_fallbacks = 0;
+
+  // decode_on_device: the decoder in use ("nvJPEG 12.4, hardware decoder
+  // ..."), or, when none could be used, "CPU: " and why.
+  std::string device_decoder;
+  std::uint64_t decoded_on_device = 0;    // images the GPU's decoders decoded
+  std::uint64_t decoded_on_hardware = 0;  // of the images planned for the GPU, those for the hardware decoder
+  std::uint64_t decode_no_room = 0;       // decoded on the CPU: their batch's decode area was full
+  std::uint64_t decode_batch_failures = 0;   // batches the decoder refused, then decoded image by image
+  std::uint64_t decode_cpu_after_error = 0;  // images the GPU refused alone too: decoded on the CPU
+  // Images decoded on the CPU because the GPU's decoders do not take them, by reason.
+  std::vector<std::pair<std::string, std::uint64_t>> decoded_on_cpu_by_reason;
 };
 
 class DeviceLoader {

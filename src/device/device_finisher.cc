@@ -8,16 +8,41 @@
 #include <fmt/format.h>
 
 namespace stoker::device {
+namespace {
+
+// Reserves `bytes` of an area whose use is `used`, if they fit within
+// `capacity`: one image too large for the area leaves the rest of the batch
+// their room (a plain fetch_add would not).
+bool Reserve(std::atomic<std::uint64_t>& used, std::uint64_t bytes, std::uint64_t capacity, std::uint64_t& at) {
+  std::uint64_t current = used.load(std::memory_order_relaxed);
+  do {
+    if (current + bytes > capacity) return false;
+  } while (!used.compare_exchange_weak(current, current + bytes, std::memory_order_relaxed));
+  at = current;
+  return true;
+}
+
+}  // namespace
 
 DeviceFinisher::DeviceFinisher(const TransformOptions& transform, float input_factor)
     : transform_(transform),
       input_factor_(input_factor),
       image_bytes_(static_cast<std::size_t>(transform.width) * static_cast<std::size_t>(transform.height) * 3) {}
 
+void DeviceFinisher::EnableDeviceDecode(const codec::GpuDecodeCaps& caps, std::size_t bytes_per_sample) {
+  device_decode_ = true;
+  caps_ = caps;
+  decode_bytes_per_sample_ = bytes_per_sample;
+}
+
 Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
   if (!(input_factor_ >= 0 && input_factor_ <= 64))
     return Status::InvalidArgument(fmt::format("device_input_factor {} must be between 0 and 64", input_factor_));
-  desc_bytes_ = (batch_size * sizeof(ImageDesc) + 63) / 64 * 64;
+  compressed_offset_ = batch_size * sizeof(ImageDesc);
+  const std::size_t tables = compressed_offset_ + (device_decode_ ? batch_size * sizeof(CompressedImage) : 0);
+  desc_bytes_ = (tables + 63) / 64 * 64;
+  decode_capacity_ = device_decode_ ? decode_bytes_per_sample_ * batch_size : 0;
+  decode_used_ = std::make_unique<std::atomic<std::uint64_t>[]>(slots);
   fallback_bytes_ = image_bytes_ * batch_size;
   // The capacity counts from the start of the pixel area, fallback slots included.
   pixel_capacity_ = fallback_bytes_ + static_cast<std::size_t>(static_cast<double>(image_bytes_) * batch_size *
@@ -28,6 +53,66 @@ Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
 
 void DeviceFinisher::BeginBatch(std::uint32_t slot) {
   pixel_used_[slot].store(fallback_bytes_, std::memory_order_relaxed);
+  decode_used_[slot].store(0, std::memory_order_relaxed);
+}
+
+DeviceDecodeRouting DeviceFinisher::routing() const {
+  DeviceDecodeRouting r;
+  r.on_device = on_device_.load(std::memory_order_relaxed);
+  r.on_hardware = on_hardware_.load(std::memory_order_relaxed);
+  r.no_room = no_room_.load(std::memory_order_relaxed);
+  MutexLock lock(reasons_mu_);
+  r.cpu_reasons = cpu_reasons_;
+  return r;
+}
+
+bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
+                                   std::byte* buffer, Status& error) {
+  auto* table = reinterpret_cast<CompressedImage*>(buffer + compressed_offset_);
+  table[context.index] = CompressedImage{};
+  auto traits = codec::ReadJpegTraits(encoded);
+  // A header that does not parse is decoded on the CPU, whose error names the fault.
+  if (!traits.ok()) return false;
+  const codec::DecodePlan plan = codec::PlanGpuDecode(*traits, caps_);
+  if (plan.route == codec::DecodeRoute::kCpu) {
+    MutexLock lock(reasons_mu_);
+    ++cpu_reasons_[std::string(plan.reason)];
+    return false;
+  }
+  auto crop = PlanCrop(traits->width, traits->height, transform_, context.seed, context.epoch, context.sample);
+  if (!crop.ok()) {
+    error = crop.error();
+    return true;
+  }
+  // Rows of the whole image, packed, each image's start 256-byte aligned as the decoders prefer.
+  const std::uint64_t decoded = (static_cast<std::uint64_t>(traits->width) * traits->height * 3 + 255) / 256 * 256;
+  std::uint64_t at = 0, compressed_at = 0;
+  if (!Reserve(decode_used_[context.slot], decoded, decode_capacity_, at) ||
+      !Reserve(pixel_used_[context.slot], encoded.size(), pixel_capacity_, compressed_at)) {
+    no_room_.fetch_add(1, std::memory_order_relaxed);
+    return false;  // (a decode-area reservation made here stays unused)
+  }
+  std::memcpy(buffer + desc_bytes_ + compressed_at, encoded.data(), encoded.size());
+  CompressedImage& ref = table[context.index];
+  ref.offset = compressed_at;
+  ref.length = encoded.size();
+  ref.width = traits->width;
+  ref.height = traits->height;
+  ref.hardware = plan.route == codec::DecodeRoute::kHardware ? 1 : 0;
+  ImageDesc desc;
+  desc.source = 1;
+  desc.offset = at;
+  desc.width = traits->width;
+  desc.height = traits->height;
+  desc.x0 = static_cast<float>(crop->box.x0);
+  desc.y0 = static_cast<float>(crop->box.y0);
+  desc.x1 = static_cast<float>(std::min(crop->box.x1, static_cast<double>(traits->width)));
+  desc.y1 = static_cast<float>(std::min(crop->box.y1, static_cast<double>(traits->height)));
+  desc.flip = crop->flip ? 1 : 0;
+  std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
+  on_device_.fetch_add(1, std::memory_order_relaxed);
+  if (ref.hardware) on_hardware_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 std::size_t DeviceFinisher::UsedBytes(std::uint32_t slot, std::uint32_t) const {
@@ -54,6 +139,13 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
   using Clock = std::chrono::steady_clock;
   const TransformOptions& t = transform_;
   const auto t0 = Clock::now();
+  if (device_decode_) {
+    Status error;
+    if (RouteToDevice(encoded, context, buffer, error)) {
+      pipeline::LoaderCounters::Add(counters.decode_ns, Clock::now() - t0);  // header parse and copy
+      return error;
+    }
+  }
   DecodedCrop crop;
   STOKER_RETURN_IF_ERROR(DecodeCrop(encoded, t, context.seed, context.epoch, context.sample, scratch, crop));
   const auto t1 = Clock::now();

@@ -6,22 +6,59 @@
 // output-sized images per sample) runs out, the crop is resized on the CPU
 // into the sample's reserved output-sized slot and the GPU only flips,
 // normalises and converts it (counted as a fallback).
+//
+// With GPU decode (EnableDeviceDecode), a JPEG the GPU's decoder takes is
+// not decoded here: its compressed bytes go into the pixel area, a
+// CompressedImage record says where and which decoder, and its descriptor
+// points (source 1) at its place in the device's decode area, where the
+// GPU decode stage (device/gpu_decode_stage.h) writes the whole image
+// before the kernel resamples its box. What the GPU's decoder does not take
+// (PlanGpuDecode's reasons), and what does not fit the decode area, is
+// decoded here as before, counted by reason.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <string>
 
+#include "codec/jpeg_traits.h"
+#include "core/mutex.h"
 #include "device/preprocess_math.h"
 #include "pipeline/sample_finisher.h"
 #include "stoker/loader.h"
 
 namespace stoker::device {
 
+// Where a sample's compressed JPEG is in a batch buffer (GPU decode).
+struct CompressedImage {
+  std::uint64_t offset = 0;  // from the start of the pixel area
+  std::uint64_t length = 0;  // 0: the sample was decoded on the CPU
+  std::int32_t width = 0, height = 0;
+  std::int32_t hardware = 0;  // planned for the hardware decoder
+  std::int32_t pad = 0;
+};
+static_assert(sizeof(CompressedImage) == 32);
+
+// Samples the GPU decode path sent to the CPU, by reason.
+struct DeviceDecodeRouting {
+  std::uint64_t on_device = 0;  // planned for the GPU's decoders
+  std::uint64_t on_hardware = 0;  // of which for the hardware decoder
+  std::uint64_t no_room = 0;  // decoded on the CPU: the batch's decode area was full
+  std::map<std::string, std::uint64_t> cpu_reasons;  // decoded on the CPU: what the GPU does not take
+};
+
 class DeviceFinisher final : public pipeline::SampleFinisher {
  public:
   // `input_factor`: room for decoded crops, in output-sized uint8 images per
   // sample, beyond the one output-sized image always reserved for each.
   DeviceFinisher(const TransformOptions& transform, float input_factor);
+
+  // Routes JPEGs the GPU's decoders take (per `caps`) to the GPU decode
+  // stage, with `bytes_per_sample` of device decode area per sample. Before
+  // Prepare.
+  void EnableDeviceDecode(const codec::GpuDecodeCaps& caps, std::size_t bytes_per_sample);
+  [[nodiscard]] bool decodes_on_device() const { return device_decode_; }
 
   Status Prepare(std::uint32_t slots, std::uint32_t batch_size) override;
   std::size_t BatchBufferBytes() const override { return desc_bytes_ + pixel_capacity_; }
@@ -30,8 +67,14 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
                 ImageScratch& scratch, pipeline::LoaderCounters& counters) override;
   std::size_t UsedBytes(std::uint32_t slot, std::uint32_t size) const override;
 
-  // Where the pixels start in a batch buffer (after the descriptor table).
+  // Where the pixels start in a batch buffer (after the descriptor table,
+  // and with GPU decode the CompressedImage table).
   [[nodiscard]] std::size_t pixels_offset() const { return desc_bytes_; }
+  // Where the CompressedImage table starts (GPU decode).
+  [[nodiscard]] std::size_t compressed_table_offset() const { return compressed_offset_; }
+  // Bytes of device decode area a batch needs at most (GPU decode).
+  [[nodiscard]] std::size_t decode_area_bytes() const { return decode_capacity_; }
+  [[nodiscard]] DeviceDecodeRouting routing() const;
   // The kernel's output description for the transform.
   [[nodiscard]] OutputDesc output() const;
   // Crops resized on the CPU because their batch ran out of room.
@@ -44,6 +87,17 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   std::size_t desc_bytes_ = 0, fallback_bytes_ = 0, pixel_capacity_ = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> pixel_used_;  // per slot, from the start of the pixel area
   std::atomic<std::uint64_t> fallbacks_{0};
+
+  // GPU decode.
+  [[nodiscard]] bool RouteToDevice(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
+                                   std::byte* buffer, Status& error);
+  bool device_decode_ = false;
+  codec::GpuDecodeCaps caps_;
+  std::size_t decode_bytes_per_sample_ = 0, decode_capacity_ = 0, compressed_offset_ = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> decode_used_;  // per slot
+  std::atomic<std::uint64_t> on_device_{0}, on_hardware_{0}, no_room_{0};
+  mutable Mutex reasons_mu_;
+  std::map<std::string, std::uint64_t> cpu_reasons_ GUARDED_BY(reasons_mu_);
 };
 
 }  // namespace stoker::device

@@ -8,6 +8,7 @@
 #include "core/mutex.h"
 #include "device/device_finisher.h"
 #include "device/device_loader_internal.h"
+#include "device/gpu_decode_stage.h"
 #include "device/runtime.h"
 #include "device/transfer_engine.h"
 #include "pipeline/cpu_finisher.h"
@@ -29,6 +30,9 @@ struct DeviceLoader::Impl {
   // Set when the GPU finishes: the loader's batches are decoded crops for the kernel.
   std::shared_ptr<device::DeviceFinisher> finisher;
   device::OutputDesc output;
+  // decode_on_device with a decoder: the GPU decodes the batch's JPEGs.
+  std::unique_ptr<device::GpuDecodeStage> gpu_decode GUARDED_BY(mu);
+  std::string device_decoder;  // the decoder's name, or "CPU: " and why
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
     while (copying.size() > keep) {
@@ -60,6 +64,22 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
                                                                  const LoaderOptions& loader_options,
                                                                  DeviceRuntime& runtime, int device_index,
                                                                  const DeviceLoaderOptions& device_options) {
+  return CreateDeviceLoader(std::move(dataset), loader_options, runtime, device_index, device_options,
+                            &OpenNvjpegDecoder);
+}
+
+Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr<const Dataset> dataset,
+                                                                 const LoaderOptions& loader_options,
+                                                                 DeviceRuntime& runtime, int device_index,
+                                                                 const DeviceLoaderOptions& device_options,
+                                                                 const OpenJpegDecoder& open_decoder) {
+  if (device_options.decode_on_device && !device_options.finish_on_device)
+    return Status::InvalidArgument("decode_on_device needs finish_on_device (the GPU finishes what it decodes)");
+  if (device_options.decode_on_device && (device_options.device_decode_bytes_per_sample < (64u << 10) ||
+                                          device_options.device_decode_bytes_per_sample > (std::size_t{1} << 30)))
+    return Status::InvalidArgument(
+        fmt::format("device_decode_bytes_per_sample {} must be between 64 KiB and 1 GiB",
+                    device_options.device_decode_bytes_per_sample));
   if (device_options.device_buffers > 64)
     return Status::InvalidArgument(
         fmt::format("device_buffers {} is more than the limit 64", device_options.device_buffers));
@@ -69,6 +89,18 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   if (device_options.finish_on_device) {
     impl->finisher = std::make_shared<DeviceFinisher>(loader_options.transform, device_options.device_input_factor);
     finisher = impl->finisher;
+    if (device_options.decode_on_device) {
+      std::string why;
+      std::unique_ptr<DeviceJpegDecoder> decoder = open_decoder(&why);
+      if (decoder != nullptr) {
+        impl->finisher->EnableDeviceDecode(decoder->caps(), device_options.device_decode_bytes_per_sample);
+        impl->device_decoder = decoder->name();
+        MutexLock lock(impl->mu);
+        impl->gpu_decode = std::make_unique<GpuDecodeStage>(runtime, std::move(decoder), *impl->finisher);
+      } else {
+        impl->device_decoder = "CPU: " + why;
+      }
+    }
   } else {
     finisher = std::make_shared<pipeline::CpuFinisher>(loader_options.transform);
   }
@@ -81,6 +113,7 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
     // The GPU finishes: the kernel writes the output images.
     impl->output = impl->finisher->output();
     options.output_bytes = static_cast<std::size_t>(impl->loader->batch_capacity()) * OutputImageBytes(impl->output);
+    options.decode_bytes = impl->finisher->decode_area_bytes();
   }
   impl->runtime = &runtime;
   impl->device_index = device_index;
@@ -122,6 +155,13 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
     job.count = static_cast<std::int32_t>(host->size());
     job.output = m.output;
     job.pixels_offset = m.finisher->pixels_offset();
+    if (m.gpu_decode) {
+      const std::span<const std::byte> host_batch{bytes, host->image_bytes()};
+      device::GpuDecodeStage* stage = m.gpu_decode.get();
+      job.decode = [stage, host_batch, count = job.count](std::uint8_t* area, device::StreamHandle stream) {
+        return stage->Decode(host_batch, count, area, stream);
+      };
+    }
   }
   STOKER_ASSIGN_OR_RETURN(device::DeviceBatch on_device,
                           m.engine->Submit({bytes, host->image_bytes()}, m.finisher ? &job : nullptr));
@@ -156,6 +196,19 @@ DeviceLoaderStats DeviceLoader::stats() const {
   MutexLock lock(impl_->mu);
   DeviceLoaderStats s = impl_->stats;
   s.device_fallbacks = impl_->finisher ? impl_->finisher->fallbacks() : 0;
+  s.device_decoder = impl_->device_decoder;
+  if (impl_->finisher && impl_->finisher->decodes_on_device()) {
+    const device::DeviceDecodeRouting r = impl_->finisher->routing();
+    s.decoded_on_hardware = r.on_hardware;
+    s.decode_no_room = r.no_room;
+    s.decoded_on_cpu_by_reason.assign(r.cpu_reasons.begin(), r.cpu_reasons.end());
+  }
+  if (impl_->gpu_decode) {
+    const device::GpuDecodeCounts& c = impl_->gpu_decode->counts();
+    s.decoded_on_device = c.images;
+    s.decode_batch_failures = c.batch_failures;
+    s.decode_cpu_after_error = c.cpu_after_error;
+  }
   return s;
 }
 

@@ -10,8 +10,9 @@
 
 namespace stoker::device {
 
-// Writes image k's output at out + k * OutputImageBytes(output).
+// Writes image k's output at out + k * OutputImageBytes(output). `decoded`:
+// the decode area, for images whose source is 1.
 void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
-                     void* out);
+                     void* out, const std::uint8_t* decoded = nullptr);
 
 }  // namespace stoker::device

@@ -23,7 +23,9 @@ struct ImageDesc {
   // The crop box in decoded-image pixel coordinates (may be fractional).
   float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
   std::int32_t flip = 0;  // mirror horizontally
-  std::int32_t pad = 0;
+  // Where the pixels are: 0, the batch's pixel area (decoded on the CPU and
+  // copied); 1, the decode area the GPU's JPEG decoder wrote (decode="gpu").
+  std::int32_t source = 0;
 };
 static_assert(sizeof(ImageDesc) == 40, "ImageDesc is copied to the GPU as is");
 
@@ -88,14 +90,16 @@ STOKER_HOST_DEVICE inline std::uint64_t OutputImageBytes(const OutputDesc& o) {
 }
 
 // Computes output pixel (ox, oy) of one image and stores it into `out` (the
-// image's first element) in the output type and layout.
-STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const ImageDesc& image, const OutputDesc& o,
-                                               std::int32_t ox, std::int32_t oy, void* out) {
+// image's first element) in the output type and layout. `decoded` is the
+// decode area (images with source 1); may be null when none uses it.
+STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const std::uint8_t* decoded,
+                                               const ImageDesc& image, const OutputDesc& o, std::int32_t ox,
+                                               std::int32_t oy, void* out) {
   // The flip mirrors where output pixel ox samples from.
   const std::int32_t sample_x = image.flip ? o.width - 1 - ox : ox;
   const Taps tx = AxisTaps(sample_x, o.width, image.x0, image.x1, image.width);
   const Taps ty = AxisTaps(oy, o.height, image.y0, image.y1, image.height);
-  const std::uint8_t* src = pixels + image.offset;
+  const std::uint8_t* src = (image.source == 1 ? decoded : pixels) + image.offset;
   float acc[3] = {0, 0, 0};
   float weight_sum = 0;
   for (std::int32_t j = ty.first; j <= ty.last; ++j) {

@@ -54,7 +54,10 @@ class DeviceRuntime {
   [[nodiscard]] virtual Status SynchronizeEvent(EventHandle event) = 0;
   [[nodiscard]] virtual Result<float> ElapsedMilliseconds(EventHandle start, EventHandle end) = 0;
 
-  [[nodiscard]] virtual Status LaunchPreprocess(const std::uint8_t* device_pixels, const ImageDesc* device_images,
+  // `device_decoded`: the GPU JPEG decoder's output area (images whose
+  // source is 1), or null.
+  [[nodiscard]] virtual Status LaunchPreprocess(const std::uint8_t* device_pixels, const std::uint8_t* device_decoded,
+                                                const ImageDesc* device_images,
                                                 std::int32_t count, const OutputDesc& output, void* device_out,
                                                 StreamHandle stream) = 0;
 };

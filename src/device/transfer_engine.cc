@@ -7,6 +7,7 @@ namespace stoker::device {
 struct TransferEngine::Slot {
   DeviceMemory input;
   DeviceMemory output;
+  DeviceMemory decode;  // the GPU JPEG decoder's output area
   Event copy_start, copied, ready, released;
   bool held = false;           // by the consumer (between Submit and Release)
   bool ever_released = false;  // `released` has been recorded: the next copy must wait on it
@@ -27,6 +28,14 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::Create(DeviceRuntime& ru
     slot->input = std::move(*input);
     if (options.output_bytes > 0) {
       STOKER_ASSIGN_OR_RETURN(slot->output, MakeDeviceMemory(runtime, options.output_bytes));
+    }
+    if (options.decode_bytes > 0) {
+      auto decode = MakeDeviceMemory(runtime, options.decode_bytes);
+      if (!decode.ok())
+        return decode.error().WithContext(fmt::format("GPU decode area {} of {} ({} bytes; lower "
+                                                      "device_decode_bytes_per_sample)",
+                                                      i, options.buffers, options.decode_bytes));
+      slot->decode = std::move(*decode);
     }
     STOKER_ASSIGN_OR_RETURN(slot->copy_start, MakeEvent(runtime, options.timing));
     STOKER_ASSIGN_OR_RETURN(slot->copied, MakeEvent(runtime, options.timing));
@@ -94,7 +103,12 @@ Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, cons
   batch.bytes = host.size();
   if (job != nullptr) {
     const auto* base = static_cast<const std::uint8_t*>(slot.input.get());
-    STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset,
+    auto* decoded = static_cast<std::uint8_t*>(slot.decode.get());
+    if (job->decode) {
+      if (decoded == nullptr) return Status::InvalidArgument("GPU decode needs an engine created with decode_bytes");
+      STOKER_RETURN_IF_ERROR(job->decode(decoded, stream));
+    }
+    STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
                                                      reinterpret_cast<const ImageDesc*>(base), job->count, job->output,
                                                      slot.output.get(), stream));
     batch.data = slot.output.get();

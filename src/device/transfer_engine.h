@@ -6,12 +6,13 @@
 // default stream.
 //
 // Ordering, per pool slot:
-//   copy stream:     [wait slot.released] copy -> record slot.copied -> [kernel] -> record slot.ready
+//   copy stream:     [wait slot.released] copy -> record slot.copied -> [JPEG decode] -> [kernel] -> record slot.ready
 //   consumer stream: wait slot.ready -> ... compute ... -> record slot.released (Release)
 // so a slot is overwritten only after the consumer's work on it completed.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -31,6 +32,9 @@ struct TransferOptions {
   std::uint32_t buffers = 2;
   // Record timing events around each copy (for copy-time figures).
   bool timing = false;
+  // Bytes of each slot's decode area, where the GPU's JPEG decoder writes
+  // whole images for the kernel (0: none).
+  std::size_t decode_bytes = 0;
 };
 
 // What the kernel needs to finish a batch on the device. The host batch
@@ -39,6 +43,10 @@ struct PreprocessJob {
   std::int32_t count = 0;
   OutputDesc output;
   std::uint64_t pixels_offset = 0;  // where the pixel area starts in the host batch
+  // GPU decode: called after the copy is enqueued and before the kernel,
+  // with the slot's decode area and the copy stream; it enqueues the
+  // decoding of the batch's compressed images there.
+  std::function<Status(std::uint8_t* decode_area, StreamHandle stream)> decode;
 };
 
 struct DeviceBatch {

@@ -9,10 +9,8 @@
 
 namespace stoker {
 
-Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
-                  std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
-  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
-  const int W = size.width, H = size.height;
+Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
+                          std::uint64_t sample) {
   const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
   if (t.max_pixels > 0 && pixels > t.max_pixels)
     return Status::Corruption(fmt::format(
@@ -22,23 +20,34 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
   // does not depend on which thread runs the sample, or when.
   order::Rng rng(seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(epoch) ^ sample);
-
-  codec::Roi roi;
-  transform::FloatBox box;  // in full-resolution pixels
-  int crop_w = W, crop_h = H;
+  CropPlan plan;
+  plan.crop_w = W;
+  plan.crop_h = H;
   if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
     auto b = transform::RandomResizedCropBox(W, H, t.scale[0], t.scale[1], t.ratio[0], t.ratio[1], rng);
-    roi = {b.x, b.y, b.width, b.height};
-    box = {static_cast<double>(b.x), static_cast<double>(b.y), static_cast<double>(b.x + b.width),
-           static_cast<double>(b.y + b.height)};
-    crop_w = b.width;
-    crop_h = b.height;
+    plan.roi = {b.x, b.y, b.width, b.height};
+    plan.box = {static_cast<double>(b.x), static_cast<double>(b.y), static_cast<double>(b.x + b.width),
+                static_cast<double>(b.y + b.height)};
+    plan.crop_w = b.width;
+    plan.crop_h = b.height;
   } else {
-    box = transform::ResizeCenterCropBox(W, H, t.resize, t.width, t.height);
-    crop_w = static_cast<int>(box.x1 - box.x0);
-    crop_h = static_cast<int>(box.y1 - box.y0);
+    plan.box = transform::ResizeCenterCropBox(W, H, t.resize, t.width, t.height);
+    plan.crop_w = static_cast<int>(plan.box.x1 - plan.box.x0);
+    plan.crop_h = static_cast<int>(plan.box.y1 - plan.box.y0);
   }
-  const bool flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
+  plan.flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
+  return plan;
+}
+
+Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
+                  std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
+  const int W = size.width, H = size.height;
+  STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(W, H, t, seed, epoch, sample));
+  codec::Roi roi = plan.roi;
+  const transform::FloatBox box = plan.box;
+  const int crop_w = plan.crop_w, crop_h = plan.crop_h;
+  const bool flip = plan.flip;
   int scale = 1;
   if (t.dct_scaling) {
     while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;

@@ -34,6 +34,20 @@ struct DecodedCrop {
   TransformTrace trace;
 };
 
+// The crop and flip of one sample, from the image's size and the sample's
+// random stream: what DecodeCrop decodes, and what the GPU decode path asks
+// the kernel to resample from a full decode.
+struct CropPlan {
+  transform::FloatBox box;  // in full-resolution pixels
+  int crop_w = 0, crop_h = 0;
+  codec::Roi roi;  // RandomResizedCrop's integer box; empty (width 0) otherwise
+  bool flip = false;
+};
+
+// Corruption when the image has more pixels than t.max_pixels.
+[[nodiscard]] Result<CropPlan> PlanCrop(int width, int height, const TransformOptions& t, std::uint64_t seed,
+                                        std::uint64_t epoch, std::uint64_t sample);
+
 // JPEG header -> crop box and flip from the sample's random stream -> ROI
 // decode with DCT scaling. Decode errors are Corruption.
 [[nodiscard]] Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,

@@ -38,7 +38,7 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
     ++device_allocs;
     ++live_device_allocations;
     void* p = ::operator new(bytes);
-    device_memory_.insert(p);
+    device_memory_[p] = bytes;
     return p;
   }
   void DeviceFree(void* p) override {
@@ -61,13 +61,13 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
   void DestroyEvent(device::EventHandle) override { --live_events; }
 
   Status CopyToDeviceAsync(void* dst, const void* src, std::size_t bytes, device::StreamHandle s) override {
-    if (!device_memory_.contains(dst)) return Status::Internal("copy into memory that is not device memory");
+    if (!IsDeviceMemory(dst, bytes)) return Status::Internal("copy into memory that is not device memory");
     std::memcpy(dst, src, bytes);
     log.push_back(fmt::format("copy {} bytes on stream {}", bytes, Id(s)));
     return Status::Ok();
   }
   Status CopyToHostAsync(void* dst, const void* src, std::size_t bytes, device::StreamHandle s) override {
-    if (!device_memory_.contains(const_cast<void*>(src)))
+    if (!IsDeviceMemory(src, bytes))
       return Status::Internal("copy from memory that is not device memory");
     std::memcpy(dst, src, bytes);
     log.push_back(fmt::format("copy {} bytes to host on stream {}", bytes, Id(s)));
@@ -90,19 +90,30 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
     return Status::Ok();
   }
   Result<float> ElapsedMilliseconds(device::EventHandle, device::EventHandle) override { return 0.5f; }
-  Status LaunchPreprocess(const std::uint8_t* pixels, const device::ImageDesc* images, std::int32_t count,
-                          const device::OutputDesc& output, void* out, device::StreamHandle s) override {
+  Status LaunchPreprocess(const std::uint8_t* pixels, const std::uint8_t* decoded, const device::ImageDesc* images,
+                          std::int32_t count, const device::OutputDesc& output, void* out,
+                          device::StreamHandle s) override {
     // The fake GPU runs the CPU twin.
-    device::PreprocessOnCpu(pixels, std::span(images, static_cast<std::size_t>(count)), output, out);
+    device::PreprocessOnCpu(pixels, std::span(images, static_cast<std::size_t>(count)), output, out, decoded);
     log.push_back(fmt::format("preprocess {} images on stream {}", count, Id(s)));
     return Status::Ok();
   }
 
   static std::uintptr_t Id(void* h) { return reinterpret_cast<std::uintptr_t>(h); }
 
+  // [p, p + bytes) lies inside one device allocation.
+  bool IsDeviceMemory(const void* p, std::size_t bytes) const {
+    const auto* at = static_cast<const char*>(p);
+    auto it = device_memory_.upper_bound(const_cast<void*>(p));
+    if (it == device_memory_.begin()) return false;
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    return at >= base && at + bytes <= base + it->second;
+  }
+
  private:
   std::uintptr_t next_id_ = 0;
-  std::set<void*> device_memory_;
+  std::map<void*, std::size_t> device_memory_;  // allocation -> bytes
 };
 
 }  // namespace stoker::testing

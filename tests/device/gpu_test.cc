@@ -112,7 +112,7 @@ TEST(Gpu, KernelMatchesTheCpuTwinWithinOneLevel) {
       ASSERT_EQ(cudaMemcpy(pixels->get(), b.pixels.data(), b.pixels.size(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(descs->get(), b.images.data(), b.images.size() * sizeof(ImageDesc), cudaMemcpyHostToDevice),
                 cudaSuccess);
-      ASSERT_TRUE(gpu->LaunchPreprocess(static_cast<const std::uint8_t*>(pixels->get()),
+      ASSERT_TRUE(gpu->LaunchPreprocess(static_cast<const std::uint8_t*>(pixels->get()), nullptr,
                                         static_cast<const ImageDesc*>(descs->get()),
                                         static_cast<std::int32_t>(b.images.size()), o, out->get(), stream->get())
                       .ok());

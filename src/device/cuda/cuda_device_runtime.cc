@@ -87,10 +87,10 @@ class CudaRuntimeImpl final : public DeviceRuntime {
                                  "cudaEventElapsedTime"));
     return ms;
   }
-  Status LaunchPreprocess(const std::uint8_t* pixels, const ImageDesc* images, std::int32_t count,
-                          const OutputDesc& output, void* out, StreamHandle s) override {
-    return Check(static_cast<cudaError_t>(
-                     LaunchPreprocessKernel(pixels, images, count, output, out, OutputImageBytes(output), s)),
+  Status LaunchPreprocess(const std::uint8_t* pixels, const std::uint8_t* decoded, const ImageDesc* images,
+                          std::int32_t count, const OutputDesc& output, void* out, StreamHandle s) override {
+    return Check(static_cast<cudaError_t>(LaunchPreprocessKernel(pixels, decoded, images, count, output, out,
+                                                                 OutputImageBytes(output), s)),
                  "preprocessing kernel launch");
   }
 

@@ -1,0 +1,339 @@
+// GPU decode (decode_on_device) through the fake runtime and a fake JPEG
+// decoder that decodes on the host into the fake's "device" memory: which
+// samples go to the GPU's decoders and which stay on the CPU (by reason),
+// where the decode sits on the copy stream, the batch and image fallbacks,
+// and that every path gives the CPU-decode path's images.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+
+#include "codec/jpeg.h"
+#include "device/device_loader_internal.h"
+#include "device/jpeg_decoder.h"
+#include "fake_runtime.h"
+#include "pipeline/loader_test_util.h"
+#include "stoker/device_loader.h"
+
+namespace stoker {
+namespace {
+
+// What the fake decoder saw and what it is told to refuse.
+struct FakeDecoderState {
+  bool hardware = true;
+  bool refuse_batches = false;               // every DecodeBatch fails
+  std::set<std::size_t> refuse_alone;        // JPEG sizes DecodeOne refuses too
+  std::vector<std::string>* log = nullptr;   // the fake runtime's log
+  int batches = 0, ones = 0, hardware_jobs = 0;
+};
+
+class FakeJpegDecoder final : public device::DeviceJpegDecoder {
+ public:
+  explicit FakeJpegDecoder(std::shared_ptr<FakeDecoderState> state) : state_(std::move(state)) {}
+  std::string name() const override { return "fake nvJPEG"; }
+  codec::GpuDecodeCaps caps() const override { return {.hardware = state_->hardware}; }
+  Status DecodeBatch(std::span<const device::DeviceJpegJob> jobs, device::StreamHandle stream) override {
+    ++state_->batches;
+    if (state_->refuse_batches) return Status::Corruption("fake: the batch holds an image the decoder refuses");
+    state_->log->push_back(fmt::format("jpeg decode {} images on stream {}", jobs.size(),
+                                       testing::FakeDeviceRuntime::Id(stream)));
+    for (const auto& job : jobs) {
+      state_->hardware_jobs += job.hardware;
+      STOKER_RETURN_IF_ERROR(DecodeInto(job));
+    }
+    return Status::Ok();
+  }
+  Status DecodeOne(const device::DeviceJpegJob& job, device::StreamHandle) override {
+    ++state_->ones;
+    if (state_->refuse_alone.contains(job.jpeg.size())) return Status::Corruption("fake: refused");
+    return DecodeInto(job);
+  }
+
+ private:
+  static Status DecodeInto(const device::DeviceJpegJob& job) {
+    codec::DecodedRegion d;
+    STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(job.jpeg, codec::Roi{}, 1, d));
+    if (d.width != job.width || d.height != job.height) return Status::Internal("fake: size differs from the job");
+    std::memcpy(job.out, d.pixels.data(), d.pixels.size());
+    return Status::Ok();
+  }
+  std::shared_ptr<FakeDecoderState> state_;
+};
+
+device::OpenJpegDecoder Opens(std::shared_ptr<FakeDecoderState> state) {
+  return [state](std::string*) { return std::make_unique<FakeJpegDecoder>(state); };
+}
+
+std::string Encode(int w, int h, unsigned seed, int pixel_format, int sampling, int flags) {
+  const int channels = pixel_format == TJPF_CMYK ? 4 : 3;
+  std::vector<unsigned char> px(static_cast<std::size_t>(w) * h * channels);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c)
+        px[(static_cast<std::size_t>(y) * w + x) * channels + c] =
+            static_cast<unsigned char>((x * (c + 1) + y * (3 - c % 3) + seed * 40) & 0xff);
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, px.data(), w, 0, h, pixel_format, &out, &size, sampling, 90, flags), 0)
+      << tjGetErrorStr2(tj);
+  std::string jpeg(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(tj);
+  return jpeg;
+}
+
+struct LoaderRun {
+  Epoch epoch;
+  DeviceLoaderStats stats;
+};
+
+LoaderRun RunGpuDecode(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options, DeviceLoaderOptions device,
+                 testing::FakeDeviceRuntime& fake, const device::OpenJpegDecoder& open) {
+  LoaderRun r;
+  device.device_buffers = 2;
+  auto loader = device::CreateDeviceLoader(std::move(dataset), options, fake, 0, device, open);
+  EXPECT_TRUE(loader.ok()) << loader.error().ToString();
+  if (!loader.ok()) return r;
+  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
+  while (true) {
+    auto next = (*loader)->Next(consumer);
+    EXPECT_TRUE(next.ok()) << next.error().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const DeviceBatchView& b = **next;
+    const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
+    r.epoch.indices.insert(r.epoch.indices.end(), b.indices.begin(), b.indices.end());
+    auto* p = static_cast<const std::byte*>(b.images);
+    r.epoch.pixels.insert(r.epoch.pixels.end(), p, p + bytes);
+    EXPECT_TRUE((*loader)->Release(b, consumer).ok());
+  }
+  r.stats = (*loader)->stats();
+  return r;
+}
+
+double MaxDifference(const Epoch& a, const Epoch& b) {
+  EXPECT_EQ(a.pixels.size(), b.pixels.size());
+  const auto* x = reinterpret_cast<const float*>(a.pixels.data());
+  const auto* y = reinterpret_cast<const float*>(b.pixels.data());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.pixels.size(), b.pixels.size()) / 4; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+  return worst;
+}
+
+LoaderOptions ExactOptions() {
+  LoaderOptions o = SmallOptions();
+  // Without DCT scaling the CPU decodes the box's region at full size, so
+  // both paths resample the same pixels: only float rounding may differ.
+  o.transform.dct_scaling = false;
+  return o;
+}
+
+DeviceLoaderOptions GpuDecode() {
+  DeviceLoaderOptions d;
+  d.finish_on_device = true;
+  d.decode_on_device = true;
+  return d;
+}
+
+Epoch CpuDecodeEpoch(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options) {
+  DeviceLoaderOptions d;
+  d.finish_on_device = true;
+  testing::FakeDeviceRuntime fake;
+  return RunGpuDecode(std::move(dataset), options, d, fake, Opens(std::make_shared<FakeDecoderState>())).epoch;
+}
+
+TEST(GpuDecode, GivesTheCpuDecodePathsImagesWithTheDecodeOnTheCopyStream) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  for (bool random_crop : {false, true}) {
+    LoaderOptions options = ExactOptions();
+    if (random_crop) {
+      options.transform.kind = TransformOptions::Kind::kRandomResizedCrop;
+      options.transform.flip_probability = 0.5f;
+    }
+    Epoch expected = CpuDecodeEpoch(dataset, options);
+    testing::FakeDeviceRuntime fake;
+    auto state = std::make_shared<FakeDecoderState>();
+    state->log = &fake.log;
+    LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
+    ASSERT_EQ(got.epoch.indices, expected.indices);
+    EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5) << "random crop " << random_crop;
+    EXPECT_EQ(got.stats.device_decoder, "fake nvJPEG");
+    EXPECT_EQ(got.stats.decoded_on_device, 30u);
+    EXPECT_GE(got.stats.decoded_on_hardware, 30u);  // baseline 4:2:0: the hardware decoder's (batches ahead count too)
+    EXPECT_EQ(state->hardware_jobs, 30);
+    EXPECT_TRUE(got.stats.decoded_on_cpu_by_reason.empty());
+    EXPECT_EQ(got.stats.decode_no_room + got.stats.decode_batch_failures + got.stats.decode_cpu_after_error, 0u);
+    // Per batch, on the copy stream: the copy, then the decode, then the kernel.
+    std::vector<std::string> order;
+    for (const auto& line : fake.log)
+      if (line.starts_with("copy ") || line.starts_with("jpeg decode") || line.starts_with("preprocess "))
+        order.push_back(line.substr(0, line.find(' ')));
+    ASSERT_EQ(order.size(), 24u);
+    for (std::size_t i = 0; i < order.size(); i += 3) {
+      EXPECT_EQ(order[i], "copy");
+      EXPECT_EQ(order[i + 1], "jpeg");
+      EXPECT_EQ(order[i + 2], "preprocess");
+    }
+    std::string copy_stream;
+    for (const auto& line : fake.log)
+      if (line.starts_with("copy ")) copy_stream = line.substr(line.rfind(' ') + 1);
+    for (const auto& line : fake.log) {
+      if (line.starts_with("jpeg decode")) {
+        EXPECT_TRUE(line.ends_with(" " + copy_stream)) << line;
+      }
+    }
+  }
+}
+
+TEST(GpuDecode, WithDctScalingDiffersFromTheCpuDecodePathOnlyAsAScaledDecodeDoes) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions options = SmallOptions();
+  options.transform.normalize = false;
+  options.transform.width = options.transform.height = 12;  // the CPU path decodes at 1/2 or 1/4 scale here
+  Epoch expected = CpuDecodeEpoch(dataset, options);
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->log = &fake.log;
+  LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
+  ASSERT_EQ(got.epoch.indices, expected.indices);
+  // The GPU path resamples the full-size decode; the CPU path a DCT-scaled
+  // one (a box filter in the DCT domain). On these sawtooth test images the
+  // two differ at the teeth's edges, little elsewhere.
+  const auto* x = reinterpret_cast<const float*>(got.epoch.pixels.data());
+  const auto* y = reinterpret_cast<const float*>(expected.pixels.data());
+  const std::size_t n = got.epoch.pixels.size() / 4;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += std::abs(static_cast<double>(x[i]) - y[i]) * 255;
+  std::printf("GPU decode (full size) vs CPU decode (DCT-scaled): mean %.2f levels\n", sum / static_cast<double>(n));
+  EXPECT_GT(sum, 0) << "the CPU path was meant to use DCT scaling";
+  EXPECT_LT(sum / static_cast<double>(n), 6.0);
+}
+
+TEST(GpuDecode, RoutesWhatTheGpuDoesNotTakeToTheCpuByReason) {
+  TempDir dir;
+  // Baseline colour, progressive, grey and CMYK images; the large ones do not fit a small decode area.
+  WriteFile(dir / "src/a/0.jpg", Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0));
+  WriteFile(dir / "src/a/1.jpg", Encode(72, 40, 2, TJPF_RGB, TJSAMP_444, TJFLAG_PROGRESSIVE));
+  WriteFile(dir / "src/a/2.jpg", Encode(50, 50, 3, TJPF_GRAY, TJSAMP_GRAY, 0));
+  WriteFile(dir / "src/a/3.jpg", Encode(48, 64, 4, TJPF_CMYK, TJSAMP_444, 0));
+  WriteFile(dir / "src/b/0.jpg", Encode(400, 300, 5, TJPF_RGB, TJSAMP_420, 0));
+  WriteFile(dir / "src/b/1.jpg", Encode(66, 44, 6, TJPF_RGB, TJSAMP_422, 0));
+  WriteFile(dir / "src/b/2.jpg", Encode(44, 66, 7, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE));
+  WriteFile(dir / "src/b/3.jpg", Encode(300, 400, 8, TJPF_RGB, TJSAMP_420, 0));
+  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
+  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
+  auto opened = Dataset::Open(dir / "out");
+  ASSERT_TRUE(opened.ok());
+  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+
+  LoaderOptions options = ExactOptions();
+  options.shuffle = false;
+  Epoch expected = CpuDecodeEpoch(dataset, options);
+  for (bool hardware : {true, false}) {
+    testing::FakeDeviceRuntime fake;
+    auto state = std::make_shared<FakeDecoderState>();
+    state->log = &fake.log;
+    state->hardware = hardware;
+    DeviceLoaderOptions device = GpuDecode();
+    device.device_decode_bytes_per_sample = 64 << 10;  // 256 KiB a batch of 4: a 400x300 image (360 KB) does not fit
+    device.device_input_factor = 16;  // room for the compressed bytes beside the CPU's crops
+    LoaderRun got = RunGpuDecode(dataset, options, device, fake, Opens(state));
+    ASSERT_EQ(got.epoch.indices, expected.indices);
+    EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5);
+    EXPECT_EQ(got.stats.decoded_on_device, 5u) << "hardware " << hardware;  // colour, progressive, grey
+    // The finisher's counts include batches the loader prepared ahead (of the next epoch).
+    EXPECT_GE(got.stats.decode_no_room, 2u);
+    ASSERT_EQ(got.stats.decoded_on_cpu_by_reason.size(), 1u);
+    EXPECT_EQ(got.stats.decoded_on_cpu_by_reason[0].first, "CMYK or YCCK");
+    EXPECT_GE(got.stats.decoded_on_cpu_by_reason[0].second, 1u);
+    // The hardware decoder takes baseline (colour and grey), not progressive.
+    EXPECT_EQ(state->hardware_jobs, hardware ? 3 : 0);
+  }
+}
+
+TEST(GpuDecode, ARefusedBatchIsDecodedImageByImageAndOnTheCpuWhenTheGpuRefusesAnImage) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions options = ExactOptions();
+  Epoch expected = CpuDecodeEpoch(dataset, options);
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->log = &fake.log;
+  state->refuse_batches = true;
+  // Refuse two images alone too (by their sizes in the dataset).
+  for (std::uint64_t i : {3u, 17u}) {
+    auto bytes = dataset->ReadField(i, *dataset->FieldIndex("jpg"));
+    ASSERT_TRUE(bytes.ok());
+    state->refuse_alone.insert(bytes->size());
+  }
+  LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
+  ASSERT_EQ(got.epoch.indices, expected.indices);
+  EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5);
+  EXPECT_EQ(got.stats.decode_batch_failures, 8u);
+  EXPECT_EQ(got.stats.decode_cpu_after_error, 2u);
+  EXPECT_EQ(got.stats.decoded_on_device, 28u);
+  EXPECT_EQ(state->ones, 30);
+}
+
+TEST(GpuDecode, WithoutADecoderTheCpuDecodesAndTheStatsSayWhy) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions options = ExactOptions();
+  Epoch expected = CpuDecodeEpoch(dataset, options);
+  testing::FakeDeviceRuntime fake;
+  auto none = [](std::string* why) -> std::unique_ptr<device::DeviceJpegDecoder> {
+    *why = "nvJPEG is not installed (test)";
+    return nullptr;
+  };
+  LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, none);
+  ASSERT_EQ(got.epoch.indices, expected.indices);
+  EXPECT_EQ(got.epoch.pixels, expected.pixels);
+  EXPECT_EQ(got.stats.device_decoder, "CPU: nvJPEG is not installed (test)");
+  EXPECT_EQ(got.stats.decoded_on_device, 0u);
+}
+
+TEST(GpuDecode, OptionsAreChecked) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  testing::FakeDeviceRuntime fake;
+  DeviceLoaderOptions d;
+  d.decode_on_device = true;  // without finish_on_device
+  auto made = device::CreateDeviceLoader(dataset, SmallOptions(), fake, 0, d);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message().find("needs finish_on_device"), std::string::npos);
+  d.finish_on_device = true;
+  d.device_decode_bytes_per_sample = 1000;
+  made = device::CreateDeviceLoader(dataset, SmallOptions(), fake, 0, d);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message().find("device_decode_bytes_per_sample"), std::string::npos);
+}
+
+TEST(GpuDecode, NvjpegWithoutAGpuSaysWhy) {
+  if (QueryCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
+  // The real library when scripts/deps fetched it (it loads here, then finds no driver), else a path that does not exist.
+  const char* fetched = STOKER_SOURCE_DIR "/.deps/nvjpeg/lib/libnvjpeg.so.12";
+  const bool have_library = std::filesystem::exists(fetched);
+  setenv("STOKER_NVJPEG_LIBRARY", have_library ? fetched : "/nonexistent/libnvjpeg.so.12", 1);
+  std::string why;
+  auto decoder = device::OpenNvjpegDecoder(&why);
+  EXPECT_EQ(decoder, nullptr);
+  std::printf("without a GPU: %s\n", why.c_str());
+  EXPECT_FALSE(why.empty());
+  if (have_library) {
+    EXPECT_TRUE(why.find("nvjpegCreateEx") != std::string::npos || why.find("without") != std::string::npos) << why;
+  } else {
+    EXPECT_TRUE(why.find("not installed") != std::string::npos || why.find("without") != std::string::npos) << why;
+  }
+}
+
+}  // namespace
+}  // namespace stoker
