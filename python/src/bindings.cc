@@ -85,7 +85,7 @@ struct HostVectors {
 class PyLoader {
  public:
   PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess,
-           const stoker::RemoteOptions& remote) {
+           bool gpu_decode, const stoker::RemoteOptions& remote) {
     stoker::Result<std::unique_ptr<stoker::Dataset>> opened = stoker::Status::Internal("unset");
     stoker::OpenOptions open;
     open.remote = remote;
@@ -103,8 +103,9 @@ class PyLoader {
     if (device_.kind == stoker::DeviceKind::kCuda) {
       // The GPU finishes preprocessing only where batches go to a GPU.
       stoker::DeviceLoaderOptions device_options;
-      device_options.finish_on_device = gpu_preprocess;
-      gpu_preprocess_ = gpu_preprocess;
+      device_options.finish_on_device = gpu_preprocess || gpu_decode;
+      device_options.decode_on_device = gpu_decode;
+      gpu_preprocess_ = device_options.finish_on_device;
       stoker::Result<std::unique_ptr<stoker::DeviceLoader>> made = stoker::Status::Internal("unset");
       {
         py::gil_scoped_release release;
@@ -273,7 +274,8 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(
-          py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, const stoker::RemoteOptions&>())
+          py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, bool,
+                   const stoker::RemoteOptions&>())
       .def("remote_stats",
            [](PyLoader& l) {
              const stoker::RemoteStats r = stoker::GetRemoteStats(*l.dataset_);
@@ -304,6 +306,17 @@ PYBIND11_MODULE(_native, m) {
              d["copied_bytes"] = s.copied_bytes;
              d["submit_s"] = s.submit_seconds;
              d["device_fallbacks"] = s.device_fallbacks;
+             if (!s.device_decoder.empty()) {
+               d["decoder"] = s.device_decoder;
+               d["decoded_on_device"] = s.decoded_on_device;
+               d["decoded_on_hardware"] = s.decoded_on_hardware;
+               d["decode_no_room"] = s.decode_no_room;
+               d["decode_batch_failures"] = s.decode_batch_failures;
+               d["decode_cpu_after_error"] = s.decode_cpu_after_error;
+               py::dict reasons;
+               for (const auto& [reason, n] : s.decoded_on_cpu_by_reason) reasons[py::str(reason)] = n;
+               d["decoded_on_cpu_by_reason"] = reasons;
+             }
              return d;
            })
       .def("set_epoch",

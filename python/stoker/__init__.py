@@ -106,6 +106,13 @@ class Loader:
     current stream, copied on stoker's own stream; ``gpu_preprocess=True``
     also moves the resize, flip, normalisation and dtype conversion to the
     GPU. Without a usable GPU the loader says why and stays on the CPU.
+    ``decode="gpu"`` (with a CUDA device) also moves JPEG decoding there:
+    nvJPEG, loaded at run time, decodes each batch on the GPU's hardware
+    JPEG decoder where it has one (A100, H100, H200) and on its GPU decoder
+    otherwise; the CPU only reads the bytes. Images nvJPEG does not take
+    (CMYK, arithmetic coding, 12-bit) are decoded on the CPU, counted by
+    reason in ``stats()``; without nvJPEG the loader says why and decodes
+    on the CPU.
 
     ``dataset`` may also be a URL (``http://``, ``https://``, ``s3://``):
     shards are read through a local cache (``cache_dir``, default
@@ -121,7 +128,7 @@ class Loader:
                  order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
-                 max_image_pixels=None, global_batch_size=None, min_world_size=None):
+                 max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu"):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -199,9 +206,21 @@ class Loader:
         remote.fetch_deadline_seconds = _params.number("fetch_deadline_seconds", fetch_deadline_seconds, 0, 1e7,
                                                        lo_open=True)
         self._pid = os.getpid()
-        self._native = _native.Loader(os.fspath(dataset), options, str(device), bool(gpu_preprocess), remote)
+        gpu_decode = _params.choice("decode", decode, ("cpu", "gpu")) == "gpu"
+        if gpu_decode:
+            _find_nvjpeg()
+        self._native = _native.Loader(os.fspath(dataset), options, str(device), _params.boolean(
+            "gpu_preprocess", gpu_preprocess), gpu_decode, remote)
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
+        if gpu_decode:
+            decoder = self._native.device_stats().get("decoder", "")
+            if self._native.device == "cpu":
+                logging.getLogger("stoker").warning("decode='gpu' needs a CUDA device: decoding on the CPU")
+            elif decoder.startswith("CPU: "):
+                logging.getLogger("stoker").warning("decode='gpu': decoding on the CPU, because %s", decoder[5:])
+            else:
+                logging.getLogger("stoker").info("decode='gpu': %s", decoder)
         if self._native.loose_files:
             logging.getLogger("stoker").info(
                 "%s has no index.stoker: reading it as an ImageFolder of loose files (stoker pack makes it faster)",
@@ -226,6 +245,13 @@ class Loader:
         (uint8) and one fused kernel resizes, flips, normalises and converts
         them on the device (``gpu_preprocess=True`` with a CUDA device)."""
         return self._native.gpu_preprocess
+
+    @property
+    def decoder(self):
+        """Who decodes the JPEGs: "cpu", or with ``decode="gpu"`` the GPU's
+        decoder in use ("nvJPEG 12.4, hardware decoder ..."), or "CPU: " and
+        why the GPU could not."""
+        return self._native.device_stats().get("decoder") or "cpu"
 
     @property
     def device(self):
@@ -257,7 +283,7 @@ class Loader:
             if item is None:
                 wall = time.perf_counter() - self._epoch_start_time
                 stats = self._native.stats().since(self._epoch_start_stats)
-                self._last_epoch_summary = "epoch %d: %s" % (epoch, stats.summary(wall))
+                self._last_epoch_summary = "epoch %d: %s%s" % (epoch, stats.summary(wall), self._decode_summary())
                 if self._log_epochs:
                     logging.getLogger("stoker").info(self._last_epoch_summary)
                 self._mark_epoch_start()
@@ -335,7 +361,10 @@ class Loader:
         """Counters since creation: batches, samples, bytes read, consumer wait
         and per-stage busy seconds, corrupt samples skipped; with a CUDA
         device also "copy_s" (host-to-device copy time, from CUDA events) and
-        "copied_bytes"."""
+        "copied_bytes"; with ``decode="gpu"`` also "decoder",
+        "decoded_on_device", "decoded_on_hardware", "decode_no_room",
+        "decode_batch_failures", "decode_cpu_after_error" and
+        "decoded_on_cpu_by_reason" (a dict)."""
         d = self._native.stats().as_dict()
         for k, v in self._native.device_stats().items():
             d["device_" + k if k == "batches" else k] = v
@@ -347,7 +376,44 @@ class Loader:
         if self._last_epoch_summary is not None:
             return self._last_epoch_summary
         wall = time.perf_counter() - self._epoch_start_time
-        return self._native.stats().since(self._epoch_start_stats).summary(wall)
+        return self._native.stats().since(self._epoch_start_stats).summary(wall) + self._decode_summary()
+
+    def _decode_summary(self):
+        d = self._native.device_stats()
+        if not d.get("decoder"):
+            return ""
+        if d["decoder"].startswith("CPU: "):
+            return "; decode: CPU (%s)" % d["decoder"][5:]
+        on_cpu = sum(d["decoded_on_cpu_by_reason"].values()) + d["decode_no_room"] + d["decode_cpu_after_error"]
+        return "; decode: %s, %d images on the GPU (%d hardware), %d on the CPU" % (
+            d["decoder"], d["decoded_on_device"], d["decoded_on_hardware"], on_cpu)
+
+
+def _find_nvjpeg():
+    """Points $STOKER_NVJPEG_LIBRARY at an nvJPEG that pip installed (the
+    nvidia-nvjpeg wheels; torchvision's own copy) when the library is not
+    on the loader's path and the variable is unset."""
+    if os.environ.get("STOKER_NVJPEG_LIBRARY"):
+        return
+    import ctypes.util
+    if ctypes.util.find_library("nvjpeg"):
+        return
+    import glob
+    import importlib.util
+    patterns = []
+    for package, sub_patterns in (("nvidia", ("nvjpeg/lib/libnvjpeg.so*", "cu13/lib/libnvjpeg.so*")),
+                                  ("torchvision", ("../torchvision.libs/libnvjpeg*.so*",))):
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            patterns += [os.path.join(location, p) for p in sub_patterns]
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if found:
+            os.environ["STOKER_NVJPEG_LIBRARY"] = os.path.normpath(found[-1])
+            return
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None):

@@ -257,3 +257,19 @@ def test_cuda_request_falls_back_to_cpu_with_a_warning_where_there_is_no_gpu(pac
     assert images.device.type == "cpu" and images.shape == (4, 3, 32, 32)
     with pytest.raises(ValueError, match="not 'cpu', 'cuda' or 'cuda:N'"):
         stoker.Loader(packed, device="tpu")
+
+
+def test_gpu_decode_without_a_gpu_decodes_on_the_cpu_and_says_so(packed, caplog):
+    if stoker.cuda_status()["device_count"] > 0:
+        pytest.skip("this machine has a GPU")
+    tf = T.Compose([T.Resize(40), T.CenterCrop(32)])
+    with caplog.at_level("WARNING", logger="stoker"):
+        loader = stoker.Loader(packed, batch_size=4, device="cuda", decode="gpu", num_threads=1, transform=tf,
+                               shuffle=False)
+    assert loader.device == "cpu" and loader.decoder == "cpu"
+    assert any("decode='gpu' needs a CUDA device" in r.getMessage() for r in caplog.records)
+    reference = stoker.Loader(packed, batch_size=4, num_threads=1, transform=tf, shuffle=False)
+    for (a, _), (b, _) in zip(loader, reference):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="decode"):
+        stoker.Loader(packed, decode="nvjpeg")
