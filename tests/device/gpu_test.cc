@@ -1,6 +1,7 @@
 // Tests that need a GPU (built with CUDA; skipped where no device is
 // usable): the kernel against its CPU twin, copies overlapping compute as
-// CUDA events show, and no device memory leaked after many epochs.
+// CUDA events show, no device memory leaked after many epochs, and nvJPEG's
+// decode against the CPU's.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -9,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include "device/device_loader_internal.h"
+#include "device/jpeg_decoder.h"
 #include "device/preprocess_cpu.h"
+#include "pipeline/loader_test_util.h"
 #include "device/runtime.h"
 #include "device/transfer_engine.h"
 
@@ -222,6 +226,79 @@ TEST(Gpu, NoDeviceMemoryLeakedAfterManyEpochs) {
   // The driver may keep a few pages for its own bookkeeping; a leak of the
   // pool (3 x 1 MiB per epoch) would show as 150 MiB.
   EXPECT_GE(free_after + (std::size_t{8} << 20), free_before);
+}
+
+// One epoch through a DeviceLoader on the real GPU; the float32 images copied back.
+Epoch DeviceEpoch(device::DeviceRuntime& gpu, std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+                  DeviceLoaderOptions device_options, DeviceLoaderStats* stats) {
+  Epoch e;
+  auto loader = device::CreateDeviceLoader(std::move(dataset), options, gpu, 0, device_options);
+  EXPECT_TRUE(loader.ok()) << loader.error().ToString();
+  if (!loader.ok()) return e;
+  auto consumer = device::MakeStream(gpu);
+  EXPECT_TRUE(consumer.ok());
+  while (true) {
+    auto next = (*loader)->Next(consumer->get());
+    EXPECT_TRUE(next.ok()) << next.error().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    const DeviceBatchView& b = **next;
+    const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
+    const std::size_t at = e.pixels.size();
+    e.pixels.resize(at + bytes);
+    EXPECT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(consumer->get())), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(e.pixels.data() + at, b.images, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    e.indices.insert(e.indices.end(), b.indices.begin(), b.indices.end());
+    EXPECT_TRUE((*loader)->Release(b, consumer->get()).ok());
+  }
+  *stats = (*loader)->stats();
+  return e;
+}
+
+TEST(Gpu, NvjpegDecodeMatchesTheCpuDecodePath) {
+  REQUIRE_GPU();
+  std::string why;
+  if (device::OpenNvjpegDecoder(&why) == nullptr) GTEST_SKIP() << "no nvJPEG: " << why;
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions options = SmallOptions();
+  options.transform.normalize = false;
+  options.transform.dct_scaling = false;  // both paths resample full-size decodes: only the decoders differ
+  for (bool random_crop : {false, true}) {
+    if (random_crop) {
+      options.transform.kind = TransformOptions::Kind::kRandomResizedCrop;
+      options.transform.flip_probability = 0.5f;
+    }
+    DeviceLoaderOptions cpu_decode;
+    cpu_decode.finish_on_device = true;
+    DeviceLoaderOptions gpu_decode = cpu_decode;
+    gpu_decode.decode_on_device = true;
+    DeviceLoaderStats cpu_stats, gpu_stats;
+    Epoch expected = DeviceEpoch(*gpu, dataset, options, cpu_decode, &cpu_stats);
+    Epoch got = DeviceEpoch(*gpu, dataset, options, gpu_decode, &gpu_stats);
+    ASSERT_EQ(got.indices, expected.indices);
+    ASSERT_EQ(got.pixels.size(), expected.pixels.size());
+    const auto* x = reinterpret_cast<const float*>(got.pixels.data());
+    const auto* y = reinterpret_cast<const float*>(expected.pixels.data());
+    double worst = 0, sum = 0;
+    const std::size_t n = got.pixels.size() / 4;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = std::abs(static_cast<double>(x[i]) - y[i]) * 255;
+      worst = std::max(worst, d);
+      sum += d;
+    }
+    std::printf("GPU decode (%s) vs CPU decode, %s: max difference %.2f, mean %.3f levels; %llu on the GPU, %llu of "
+                "them planned for the hardware decoder, %llu batch failures, %llu on the CPU after an error\n",
+                gpu_stats.device_decoder.c_str(), random_crop ? "RandomResizedCrop" : "center crop", worst,
+                sum / static_cast<double>(n), static_cast<unsigned long long>(gpu_stats.decoded_on_device),
+                static_cast<unsigned long long>(gpu_stats.decoded_on_hardware),
+                static_cast<unsigned long long>(gpu_stats.decode_batch_failures),
+                static_cast<unsigned long long>(gpu_stats.decode_cpu_after_error));
+    EXPECT_EQ(gpu_stats.decoded_on_device, 30u);
+    EXPECT_EQ(gpu_stats.decode_cpu_after_error, 0u);
+    // Decoders differ in IDCT and chroma upsampling: small on average, more at the test images' sharp edges.
+    EXPECT_LT(sum / static_cast<double>(n), 1.5);
+    EXPECT_LE(worst, 48.0);
+  }
 }
 
 }  // namespace
