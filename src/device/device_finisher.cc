@@ -158,8 +158,8 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
   const int rx1 = std::min(crop.view.width, static_cast<int>(std::ceil(crop.x1)));
   const int ry1 = std::min(crop.view.height, static_cast<int>(std::ceil(crop.y1)));
   const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(0, rx1 - rx0)) * std::max(0, ry1 - ry0) * 3;
-  const std::uint64_t at = pixel_used_[context.slot].fetch_add(bytes, std::memory_order_relaxed);
-  if (bytes > 0 && at + bytes <= pixel_capacity_) {
+  std::uint64_t at = 0;
+  if (bytes > 0 && Reserve(pixel_used_[context.slot], bytes, pixel_capacity_, at)) {
     const std::size_t row = static_cast<std::size_t>(rx1 - rx0) * 3;
     for (int y = ry0; y < ry1; ++y)
       std::memcpy(pixels + at + static_cast<std::size_t>(y - ry0) * row,
