@@ -75,9 +75,9 @@ struct DeviceLoaderStats {
   // decode_on_device: the decoder in use ("nvJPEG 12.4, hardware decoder
   // ..."), or, when none could be used, "CPU: " and why.
   std::string device_decoder;
-  std::uint64_t decoded_on_device = 0;    // images the GPU's decoders decoded
-  std::uint64_t decoded_on_hardware = 0;  // of the images planned for the GPU, those for the hardware decoder
-  std::uint64_t decode_no_room = 0;       // decoded on the CPU: their batch's decode area was full
+  std::uint64_t decoded_on_device = 0;       // images the GPU's decoders decoded
+  std::uint64_t decoded_on_hardware = 0;     // of the images planned for the GPU, those for the hardware decoder
+  std::uint64_t decode_no_room = 0;          // decoded on the CPU: their batch's decode area was full
   std::uint64_t decode_batch_failures = 0;   // batches the decoder refused, then decoded image by image
   std::uint64_t decode_cpu_after_error = 0;  // images the GPU refused alone too: decoded on the CPU
   // Images decoded on the CPU because the GPU's decoders do not take them, by reason.

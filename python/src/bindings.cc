@@ -273,9 +273,8 @@ PYBIND11_MODULE(_native, m) {
       });
 
   py::class_<PyLoader>(m, "Loader")
-      .def(
-          py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, bool,
-                   const stoker::RemoteOptions&>())
+      .def(py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, bool,
+                    const stoker::RemoteOptions&>())
       .def("remote_stats",
            [](PyLoader& l) {
              const stoker::RemoteStats r = stoker::GetRemoteStats(*l.dataset_);

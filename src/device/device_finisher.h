@@ -42,9 +42,9 @@ static_assert(sizeof(CompressedImage) == 32);
 
 // Samples the GPU decode path sent to the CPU, by reason.
 struct DeviceDecodeRouting {
-  std::uint64_t on_device = 0;  // planned for the GPU's decoders
-  std::uint64_t on_hardware = 0;  // of which for the hardware decoder
-  std::uint64_t no_room = 0;  // decoded on the CPU: the batch's decode area was full
+  std::uint64_t on_device = 0;                       // planned for the GPU's decoders
+  std::uint64_t on_hardware = 0;                     // of which for the hardware decoder
+  std::uint64_t no_room = 0;                         // decoded on the CPU: the batch's decode area was full
   std::map<std::string, std::uint64_t> cpu_reasons;  // decoded on the CPU: what the GPU does not take
 };
 

@@ -77,9 +77,8 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
     return Status::InvalidArgument("decode_on_device needs finish_on_device (the GPU finishes what it decodes)");
   if (device_options.decode_on_device && (device_options.device_decode_bytes_per_sample < (64u << 10) ||
                                           device_options.device_decode_bytes_per_sample > (std::size_t{1} << 30)))
-    return Status::InvalidArgument(
-        fmt::format("device_decode_bytes_per_sample {} must be between 64 KiB and 1 GiB",
-                    device_options.device_decode_bytes_per_sample));
+    return Status::InvalidArgument(fmt::format("device_decode_bytes_per_sample {} must be between 64 KiB and 1 GiB",
+                                               device_options.device_decode_bytes_per_sample));
   if (device_options.device_buffers > 64)
     return Status::InvalidArgument(
         fmt::format("device_buffers {} is more than the limit 64", device_options.device_buffers));

@@ -2,8 +2,8 @@
 
 namespace stoker::device {
 
-void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
-                     void* out, const std::uint8_t* decoded) {
+void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output, void* out,
+                     const std::uint8_t* decoded) {
   const std::uint64_t image_bytes = OutputImageBytes(output);
   for (std::size_t k = 0; k < images.size(); ++k) {
     char* dst = static_cast<char*>(out) + k * image_bytes;

@@ -12,7 +12,7 @@ namespace stoker::device {
 
 // Writes image k's output at out + k * OutputImageBytes(output). `decoded`:
 // the decode area, for images whose source is 1.
-void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output,
-                     void* out, const std::uint8_t* decoded = nullptr);
+void PreprocessOnCpu(const std::uint8_t* pixels, std::span<const ImageDesc> images, const OutputDesc& output, void* out,
+                     const std::uint8_t* decoded = nullptr);
 
 }  // namespace stoker::device

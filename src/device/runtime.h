@@ -57,9 +57,8 @@ class DeviceRuntime {
   // `device_decoded`: the GPU JPEG decoder's output area (images whose
   // source is 1), or null.
   [[nodiscard]] virtual Status LaunchPreprocess(const std::uint8_t* device_pixels, const std::uint8_t* device_decoded,
-                                                const ImageDesc* device_images,
-                                                std::int32_t count, const OutputDesc& output, void* device_out,
-                                                StreamHandle stream) = 0;
+                                                const ImageDesc* device_images, std::int32_t count,
+                                                const OutputDesc& output, void* device_out, StreamHandle stream) = 0;
 };
 
 // The CUDA runtime when stoker was built with CUDA and a device is usable;

@@ -32,9 +32,10 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::Create(DeviceRuntime& ru
     if (options.decode_bytes > 0) {
       auto decode = MakeDeviceMemory(runtime, options.decode_bytes);
       if (!decode.ok())
-        return decode.error().WithContext(fmt::format("GPU decode area {} of {} ({} bytes; lower "
-                                                      "device_decode_bytes_per_sample)",
-                                                      i, options.buffers, options.decode_bytes));
+        return decode.error().WithContext(
+            fmt::format("GPU decode area {} of {} ({} bytes; lower "
+                        "device_decode_bytes_per_sample)",
+                        i, options.buffers, options.decode_bytes));
       slot->decode = std::move(*decode);
     }
     STOKER_ASSIGN_OR_RETURN(slot->copy_start, MakeEvent(runtime, options.timing));

@@ -67,8 +67,7 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
     return Status::Ok();
   }
   Status CopyToHostAsync(void* dst, const void* src, std::size_t bytes, device::StreamHandle s) override {
-    if (!IsDeviceMemory(src, bytes))
-      return Status::Internal("copy from memory that is not device memory");
+    if (!IsDeviceMemory(src, bytes)) return Status::Internal("copy from memory that is not device memory");
     std::memcpy(dst, src, bytes);
     log.push_back(fmt::format("copy {} bytes to host on stream {}", bytes, Id(s)));
     return Status::Ok();

@@ -27,9 +27,9 @@ namespace {
 // What the fake decoder saw and what it is told to refuse.
 struct FakeDecoderState {
   bool hardware = true;
-  bool refuse_batches = false;               // every DecodeBatch fails
-  std::set<std::size_t> refuse_alone;        // JPEG sizes DecodeOne refuses too
-  std::vector<std::string>* log = nullptr;   // the fake runtime's log
+  bool refuse_batches = false;              // every DecodeBatch fails
+  std::set<std::size_t> refuse_alone;       // JPEG sizes DecodeOne refuses too
+  std::vector<std::string>* log = nullptr;  // the fake runtime's log
   int batches = 0, ones = 0, hardware_jobs = 0;
 };
 
@@ -41,8 +41,8 @@ class FakeJpegDecoder final : public device::DeviceJpegDecoder {
   Status DecodeBatch(std::span<const device::DeviceJpegJob> jobs, device::StreamHandle stream) override {
     ++state_->batches;
     if (state_->refuse_batches) return Status::Corruption("fake: the batch holds an image the decoder refuses");
-    state_->log->push_back(fmt::format("jpeg decode {} images on stream {}", jobs.size(),
-                                       testing::FakeDeviceRuntime::Id(stream)));
+    state_->log->push_back(
+        fmt::format("jpeg decode {} images on stream {}", jobs.size(), testing::FakeDeviceRuntime::Id(stream)));
     for (const auto& job : jobs) {
       state_->hardware_jobs += job.hardware;
       STOKER_RETURN_IF_ERROR(DecodeInto(job));
@@ -95,7 +95,7 @@ struct LoaderRun {
 };
 
 LoaderRun RunGpuDecode(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options, DeviceLoaderOptions device,
-                 testing::FakeDeviceRuntime& fake, const device::OpenJpegDecoder& open) {
+                       testing::FakeDeviceRuntime& fake, const device::OpenJpegDecoder& open) {
   LoaderRun r;
   device.device_buffers = 2;
   auto loader = device::CreateDeviceLoader(std::move(dataset), options, fake, 0, device, open);
@@ -245,7 +245,7 @@ TEST(GpuDecode, RoutesWhatTheGpuDoesNotTakeToTheCpuByReason) {
     state->hardware = hardware;
     DeviceLoaderOptions device = GpuDecode();
     device.device_decode_bytes_per_sample = 64 << 10;  // 256 KiB a batch of 4: a 400x300 image (360 KB) does not fit
-    device.device_input_factor = 16;  // room for the compressed bytes beside the CPU's crops
+    device.device_input_factor = 16;                   // room for the compressed bytes beside the CPU's crops
     LoaderRun got = RunGpuDecode(dataset, options, device, fake, Opens(state));
     ASSERT_EQ(got.epoch.indices, expected.indices);
     EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5);
@@ -319,7 +319,8 @@ TEST(GpuDecode, OptionsAreChecked) {
 
 TEST(GpuDecode, NvjpegWithoutAGpuSaysWhy) {
   if (QueryCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
-  // The real library when scripts/deps fetched it (it loads here, then finds no driver), else a path that does not exist.
+  // The real library when scripts/deps fetched it (it loads here, then finds no driver), else a path that does not
+  // exist.
   const char* fetched = STOKER_SOURCE_DIR "/.deps/nvjpeg/lib/libnvjpeg.so.12";
   const bool have_library = std::filesystem::exists(fetched);
   setenv("STOKER_NVJPEG_LIBRARY", have_library ? fetched : "/nonexistent/libnvjpeg.so.12", 1);

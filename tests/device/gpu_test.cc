@@ -13,9 +13,9 @@
 #include "device/device_loader_internal.h"
 #include "device/jpeg_decoder.h"
 #include "device/preprocess_cpu.h"
-#include "pipeline/loader_test_util.h"
 #include "device/runtime.h"
 #include "device/transfer_engine.h"
+#include "pipeline/loader_test_util.h"
 
 int LaunchSpin(std::int64_t cycles, int* device_sink, void* stream);
 
@@ -286,13 +286,14 @@ TEST(Gpu, NvjpegDecodeMatchesTheCpuDecodePath) {
       worst = std::max(worst, d);
       sum += d;
     }
-    std::printf("GPU decode (%s) vs CPU decode, %s: max difference %.2f, mean %.3f levels; %llu on the GPU, %llu of "
-                "them planned for the hardware decoder, %llu batch failures, %llu on the CPU after an error\n",
-                gpu_stats.device_decoder.c_str(), random_crop ? "RandomResizedCrop" : "center crop", worst,
-                sum / static_cast<double>(n), static_cast<unsigned long long>(gpu_stats.decoded_on_device),
-                static_cast<unsigned long long>(gpu_stats.decoded_on_hardware),
-                static_cast<unsigned long long>(gpu_stats.decode_batch_failures),
-                static_cast<unsigned long long>(gpu_stats.decode_cpu_after_error));
+    std::printf(
+        "GPU decode (%s) vs CPU decode, %s: max difference %.2f, mean %.3f levels; %llu on the GPU, %llu of "
+        "them planned for the hardware decoder, %llu batch failures, %llu on the CPU after an error\n",
+        gpu_stats.device_decoder.c_str(), random_crop ? "RandomResizedCrop" : "center crop", worst,
+        sum / static_cast<double>(n), static_cast<unsigned long long>(gpu_stats.decoded_on_device),
+        static_cast<unsigned long long>(gpu_stats.decoded_on_hardware),
+        static_cast<unsigned long long>(gpu_stats.decode_batch_failures),
+        static_cast<unsigned long long>(gpu_stats.decode_cpu_after_error));
     EXPECT_EQ(gpu_stats.decoded_on_device, 30u);
     EXPECT_EQ(gpu_stats.decode_cpu_after_error, 0u);
     // Decoders differ in IDCT and chroma upsampling: small on average, more at the test images' sharp edges.

@@ -89,8 +89,8 @@ class CudaRuntimeImpl final : public DeviceRuntime {
   }
   Status LaunchPreprocess(const std::uint8_t* pixels, const std::uint8_t* decoded, const ImageDesc* images,
                           std::int32_t count, const OutputDesc& output, void* out, StreamHandle s) override {
-    return Check(static_cast<cudaError_t>(LaunchPreprocessKernel(pixels, decoded, images, count, output, out,
-                                                                 OutputImageBytes(output), s)),
+    return Check(static_cast<cudaError_t>(
+                     LaunchPreprocessKernel(pixels, decoded, images, count, output, out, OutputImageBytes(output), s)),
                  "preprocessing kernel launch");
   }
 

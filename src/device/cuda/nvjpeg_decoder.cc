@@ -19,17 +19,28 @@ namespace {
 
 const char* StatusName(nvjpegStatus_t s) {
   switch (s) {
-    case NVJPEG_STATUS_SUCCESS: return "success";
-    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialised";
-    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
-    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
-    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
-    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
-    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
-    case NVJPEG_STATUS_ARCH_MISMATCH: return "not supported on this GPU";
-    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
-    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
-    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM: return "incomplete bitstream";
+    case NVJPEG_STATUS_SUCCESS:
+      return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED:
+      return "not initialised";
+    case NVJPEG_STATUS_INVALID_PARAMETER:
+      return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG:
+      return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED:
+      return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE:
+      return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED:
+      return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH:
+      return "not supported on this GPU";
+    case NVJPEG_STATUS_INTERNAL_ERROR:
+      return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED:
+      return "implementation not supported";
+    case NVJPEG_STATUS_INCOMPLETE_BITSTREAM:
+      return "incomplete bitstream";
   }
   return "unknown status";
 }
@@ -170,11 +181,11 @@ class NvjpegDecoder final : public DeviceJpegDecoder {
         api_.Decode(gpu_.handle, gpu_.one_state, reinterpret_cast<const unsigned char*>(job.jpeg.data()),
                     job.jpeg.size(), NVJPEG_OUTPUT_RGBI, &image, static_cast<cudaStream_t>(stream));
     if (s == NVJPEG_STATUS_SUCCESS) return Status::Ok();
-    return Status(s == NVJPEG_STATUS_BAD_JPEG || s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED ||
-                          s == NVJPEG_STATUS_INCOMPLETE_BITSTREAM
-                      ? StatusCode::kCorruption
-                      : StatusCode::kInternal,
-                  fmt::format("nvjpegDecode: {}", StatusName(s)));
+    return Status(
+        s == NVJPEG_STATUS_BAD_JPEG || s == NVJPEG_STATUS_JPEG_NOT_SUPPORTED || s == NVJPEG_STATUS_INCOMPLETE_BITSTREAM
+            ? StatusCode::kCorruption
+            : StatusCode::kInternal,
+        fmt::format("nvjpegDecode: {}", StatusName(s)));
   }
 
  private:
@@ -209,8 +220,8 @@ class NvjpegDecoder final : public DeviceJpegDecoder {
       lengths_.push_back(job->jpeg.size());
       images_.push_back(Destination(*job));
     }
-    const nvjpegStatus_t s = api_.DecodeBatched(b.handle, b.batch_state, data_.data(), lengths_.data(),
-                                                images_.data(), static_cast<cudaStream_t>(stream));
+    const nvjpegStatus_t s = api_.DecodeBatched(b.handle, b.batch_state, data_.data(), lengths_.data(), images_.data(),
+                                                static_cast<cudaStream_t>(stream));
     if (s == NVJPEG_STATUS_SUCCESS) return Status::Ok();
     b.batch_size = 0;  // a failed batch must be initialised again
     return Status(StatusCode::kCorruption, fmt::format("nvjpegDecodeBatched ({} images, {} decoder): {}", n,

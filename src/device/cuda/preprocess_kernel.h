@@ -14,7 +14,7 @@ namespace stoker::device {
 // `decoded`: the GPU decoder's output area (images with source 1), or null.
 // Returns the cudaError_t of the launch (0: success).
 int LaunchPreprocessKernel(const std::uint8_t* pixels, const std::uint8_t* decoded, const ImageDesc* images,
-                           std::int32_t count,
-                           const OutputDesc& output, void* out, std::uint64_t out_image_bytes, void* stream);
+                           std::int32_t count, const OutputDesc& output, void* out, std::uint64_t out_image_bytes,
+                           void* stream);
 
 }  // namespace stoker::device
