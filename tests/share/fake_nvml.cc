@@ -95,6 +95,18 @@ FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
   Uuid(d, uuid, len);
   return kSuccess;
 }
+// Utilisation is what the test sets in $FAKE_GPU_UTILIZATION (percent; 0 when unset).
+struct nvmlUtilization_t {
+  unsigned int gpu, memory;
+};
+FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_t* utilization) {
+  const int d = Index(device);
+  if (d < 0 || utilization == nullptr) return kInvalidArgument;
+  if (Lost(d)) return kGpuIsLost;
+  utilization->gpu = static_cast<unsigned int>(fake_gpu::EnvU64("FAKE_GPU_UTILIZATION", 0));
+  utilization->memory = utilization->gpu / 2;
+  return kSuccess;
+}
 FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
   const int d = Index(device);
   if (d < 0 || memory == nullptr) return kInvalidArgument;

@@ -13,14 +13,20 @@ step's wall time into categories that add up to it::
     print(doc.report())
 
 A step runs from the moment the loop asks for a batch to the moment it asks
-for the next. Categories (``CATEGORIES``): ``data_wait`` (inside the
-loader's ``next()``), ``h2d_copy``, ``checkpoint``, ``sync`` and
-``communication`` (inside ``phase(...)`` blocks of those names, or measured
-by ``batches(..., device=)`` for the copy), ``compute`` (the rest; on a GPU,
-the GPU's time on torch's stream from CUDA events), ``launch`` (with CUDA:
-the rest of the step the GPU was not computing, i.e. the host did not queue
-work fast enough), and ``other`` (never negative rounding). Host clocks and
-CUDA events only: no profiler, no root.
+for the next. Its wall time is split into categories (``CATEGORIES``) that
+add up to it, from the GPU's side: ``compute`` is time the GPU was busy; the
+rest is GPU idle time by cause. Stalls are the host's spans: ``data_wait``
+(inside the loader's ``next()``), and ``h2d_copy``, ``checkpoint``,
+``sync``, ``communication`` (``phase(...)`` blocks, or the copy that
+``batches(..., device=)`` makes). A CUDA event recorded as each stall
+begins tells when the GPU ran out of queued work: the GPU computed until
+then (a data wait hidden behind queued work costs nothing) and idled, on
+that stall, from then to its end. ``launch`` is idle time inside the
+step's own code (the host did not queue work fast enough), which events
+cannot see: NVML's utilisation, where present, estimates it. Without a GPU
+every stall counts as idle throughout. ``report()`` also gives the host's
+view: how long the training thread was blocked in each stall. Host clocks,
+CUDA events and NVML only: no profiler, no root.
 
 Outputs: ``report()`` (the account and a verdict with a fix and a predicted
 gain), ``prometheus_text()`` (the text exposition format; ``serve(port)``
@@ -35,49 +41,67 @@ import os
 import threading
 import time
 
-CATEGORIES = ("compute", "data_wait", "h2d_copy", "checkpoint", "launch", "sync", "communication", "other")
+from . import _gpu
+from ._timeline import CATEGORIES, STALLS, attribute
+
 PHASES = ("h2d_copy", "checkpoint", "sync", "communication")
 # Step-duration histogram buckets, seconds.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class _Step:
-    __slots__ = ("start", "end", "seconds", "spans", "gpu_events", "gpu_seconds")
+    __slots__ = ("start", "end", "spans", "seconds")
 
     def __init__(self, start):
         self.start, self.end = start, None
-        self.seconds = dict.fromkeys(CATEGORIES, 0.0)
-        self.spans = []  # (category, start, end) for the trace
-        self.gpu_events = None
-        self.gpu_seconds = None
+        self.spans = []  # [category, start, end, gpu event at the start or None]
+        self.seconds = None
 
 
 class Doctor:
     """Accounts for every step of a training loop (see the module's help).
 
-    ``cuda``: measure the GPU's busy time with CUDA events on torch's
-    current stream (default: when torch sees a GPU). ``trace_steps``: steps
-    kept in full detail for ``chrome_trace()`` (the last ones), plus up to as
-    many slow steps (over ``slow_factor`` times the median). ``clock``: a
-    function returning seconds (tests plant a fake)."""
+    ``cuda``: time the GPU with CUDA events on torch's current stream
+    (default: when torch sees a GPU). ``nvml``: sample NVML's utilisation and
+    memory (default: when NVML loads). ``trace_steps``: steps kept in full
+    for ``chrome_trace()`` (the last ones), plus up to as many slow ones (over
+    ``slow_factor`` times the median). Seams for tests: ``clock`` (seconds),
+    ``gpu`` (record/done/wait/time, as _gpu.TorchGpuTimer), ``busy_fraction``
+    ((t0, t1) -> share of the time the GPU computed)."""
 
-    def __init__(self, cuda=None, trace_steps=64, slow_factor=3.0, clock=time.perf_counter):
+    def __init__(self, cuda=None, nvml=None, trace_steps=64, slow_factor=3.0, clock=time.perf_counter, gpu=None,
+                 busy_fraction=None):
         self._clock = clock
+        self.cannot_see = []
+        self._gpu = gpu
         self._torch = None
-        if cuda is None or cuda:
+        if self._gpu is None and (cuda is None or cuda):
             try:
                 import torch
                 if torch.cuda.is_available():
                     self._torch = torch
+                    self._gpu = _gpu.TorchGpuTimer(torch, clock)
             except ImportError:
                 pass
-            if cuda and self._torch is None:
+            if cuda and self._gpu is None:
                 raise RuntimeError("Doctor(cuda=True): torch sees no CUDA device")
-        self.cannot_see = []
-        if self._torch is None:
-            self.cannot_see.append("GPU time (no CUDA device): compute is the host's time in the step, and "
-                                   "launch-bound steps cannot be told apart from compute-bound ones")
+        if self._gpu is None:
+            self.cannot_see.append("GPU timing (no CUDA device): a stall counts as idle throughout, and compute is "
+                                   "the host's time in the step")
+        self._busy_fraction = busy_fraction
+        self._nvml = None
+        if nvml is None or nvml:
+            handle, why = _gpu.open_nvml(self._torch.cuda.current_device() if self._torch else 0)
+            if handle is not None:
+                self._nvml = _gpu.NvmlSampler(handle)
+            elif nvml:
+                raise RuntimeError("Doctor(nvml=True): " + why)
+            elif self._gpu is not None and busy_fraction is None:
+                self.cannot_see.append(why + "; launch gaps inside a step count as compute")
+        elif self._gpu is not None and busy_fraction is None:
+            self.cannot_see.append("NVML (not used: nvml=False): launch gaps inside a step count as compute")
         self.totals = dict.fromkeys(CATEGORIES, 0.0)
+        self.host_totals = dict.fromkeys(STALLS, 0.0)
         self.steps = 0
         self.wall = 0.0
         self._durations = collections.deque(maxlen=512)  # recent step durations, for the median
@@ -85,7 +109,7 @@ class Doctor:
         self._recent = collections.deque(maxlen=trace_steps)
         self._slow = collections.deque(maxlen=trace_steps)
         self._slow_factor = slow_factor
-        self._pending_gpu = collections.deque()
+        self._pending = collections.deque()  # ended steps whose GPU events are not all done
         self._current = None
         self._phase = None
         self._loader = None
@@ -104,11 +128,15 @@ class Doctor:
         self.close()
 
     def close(self):
-        """Ends the step in progress (its time counts) and stops the endpoint."""
-        now = self._clock()
+        """Ends the step in progress (its time counts), settles every step and
+        stops the NVML sampler and the endpoint."""
         if self._current is not None:
-            self._end_step(now)
-        self._drain_gpu(wait=True)
+            self._end_step(self._clock())
+        self._settle_ready(wait=True)
+        if self._nvml is not None:
+            self._nvml.stop()
+            if self._nvml.error:
+                self.cannot_see.append("NVML stopped answering: " + self._nvml.error)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -126,96 +154,75 @@ class Doctor:
             start = self._clock()
             if self._current is not None:
                 self._end_step(start)
-            self._begin_step(start)
+            self._current = _Step(start)
+            span = self._open_span("data_wait", start)
             try:
                 batch = next(it)
             except StopIteration:
-                # No step began: the time spent finding the end is the epoch boundary's data wait, kept.
-                end = self._clock()
-                self._current.seconds["data_wait"] += end - start
-                self._current.spans.append(("data_wait", start, end))
+                # The wait that found the end of the data is kept: it is the epoch boundary's.
+                span[2] = self._clock()
                 return
-            got = self._clock()
-            self._current.seconds["data_wait"] += got - start
-            self._current.spans.append(("data_wait", start, got))
+            span[2] = self._clock()
             if device is not None:
                 with self.phase("h2d_copy"):
                     batch = self._to_device(batch, device)
-            self._start_gpu_timing()
             yield batch
 
     @contextlib.contextmanager
     def phase(self, category):
-        """Counts the block's time as ``category`` (one of PHASES) in the
-        current step."""
+        """Counts the block as a stall of ``category`` (one of PHASES) in the
+        current step: the GPU's idle time during it is that category's."""
         if category not in PHASES:
             raise ValueError("phase must be one of %s, not %r" % (", ".join(PHASES), category))
         if self._phase is not None:
             raise RuntimeError("phase(%r) inside phase(%r): phases do not nest" % (category, self._phase))
         self._phase = category
-        start = self._clock()
+        span = self._open_span(category, self._clock()) if self._current is not None else None
         try:
             yield
         finally:
-            end = self._clock()
             self._phase = None
-            if self._current is not None:
-                self._current.seconds[category] += end - start
-                self._current.spans.append((category, start, end))
+            if span is not None:
+                span[2] = self._clock()
 
     # -- accounting --------------------------------------------------------------------------------------------
 
-    def _begin_step(self, now):
-        self._current = _Step(now)
-
-    def _start_gpu_timing(self):
-        if self._torch is None or self._current is None:
-            return
-        start = self._torch.cuda.Event(enable_timing=True)
-        start.record()
-        self._current.gpu_events = [start, None]
+    def _open_span(self, category, start):
+        # The event marks the work queued before the stall: when it completes, the GPU has nothing left.
+        event = self._gpu.record() if self._gpu is not None else None
+        span = [category, start, start, event]
+        self._current.spans.append(span)
+        return span
 
     def _end_step(self, now):
         step, self._current = self._current, None
         step.end = now
-        if step.gpu_events is not None:
-            end = self._torch.cuda.Event(enable_timing=True)
-            end.record()
-            step.gpu_events[1] = end
-            self._pending_gpu.append(step)
-            self._drain_gpu(wait=False)
-        else:
-            self._settle(step)
+        self._pending.append(step)
+        self._settle_ready(wait=False)
 
-    def _drain_gpu(self, wait):
-        # Steps are settled when their end event completed: a later step, not a host wait.
-        while self._pending_gpu:
-            step = self._pending_gpu[0]
-            start, end = step.gpu_events
-            if not wait and not end.query():
+    def _settle_ready(self, wait):
+        # Steps settle in order once their events completed: checked at later steps, never a host wait.
+        while self._pending:
+            step = self._pending[0]
+            events = [s[3] for s in step.spans if s[3] is not None]
+            if not wait and not all(self._gpu.done(e) for e in events):
                 break
-            end.synchronize()
-            step.gpu_seconds = start.elapsed_time(end) / 1000.0
-            self._pending_gpu.popleft()
+            for e in events:
+                self._gpu.wait(e)
+            self._pending.popleft()
             self._settle(step)
 
     def _settle(self, step):
+        spans = [(c, a, b, None if e is None else self._gpu.time(e)) for c, a, b, e in step.spans]
+        step.seconds = attribute(step.start, step.end, spans, self._busy_fraction)
         wall = step.end - step.start
-        s = step.seconds
-        measured = sum(s[c] for c in ("data_wait",) + PHASES)
-        body = max(0.0, wall - measured)
-        if step.gpu_seconds is not None:
-            # The GPU's busy time within the step body; the rest of the body the GPU waited for the host.
-            s["compute"] = min(step.gpu_seconds, body)
-            s["launch"] = body - s["compute"]
-        else:
-            s["compute"] = body
-        s["other"] = max(0.0, wall - sum(s[c] for c in CATEGORIES if c != "other"))
         with self._lock:
             self.steps += 1
             self.wall += wall
             for c in CATEGORIES:
-                self.totals[c] += s[c]
+                self.totals[c] += step.seconds[c]
+            for c, a, b, _ in spans:
+                self.host_totals[c] += b - a
             self._histogram[_bucket(wall)] += 1
             median = _median(self._durations)
             self._durations.append(wall)
@@ -238,12 +245,26 @@ class Doctor:
     # -- outputs -----------------------------------------------------------------------------------------------
 
     def account(self):
-        """Totals since the start: {"steps", "wall_s", "seconds": {category: s}, "share": {category: 0..1}}."""
+        """Totals since the start: {"steps", "wall_s", "seconds": {category: s}
+        (adding up to wall_s), "share": {category: 0..1}, "host_seconds":
+        {stall: s the training thread spent in it}, "nvml_utilization"
+        (mean percent, or None)}. Where NVML's utilisation says the GPU
+        idled more than the stalls explain (and no finer source is given),
+        the difference moves from compute to launch."""
         with self._lock:
             seconds = dict(self.totals)
+            host = dict(self.host_totals)
             wall, steps = self.wall, self.steps
+        utilization = self._nvml.mean_utilization() if self._nvml is not None else None
+        if utilization is not None and self._busy_fraction is None and self._gpu is not None and wall > 0:
+            idle_seen = sum(seconds[c] for c in STALLS) + seconds["launch"]
+            unseen = max(0.0, (1.0 - utilization / 100.0) * wall - idle_seen)
+            moved = min(unseen, seconds["compute"])
+            seconds["compute"] -= moved
+            seconds["launch"] += moved
         share = {c: (seconds[c] / wall if wall > 0 else 0.0) for c in CATEGORIES}
-        return {"steps": steps, "wall_s": wall, "seconds": seconds, "share": share}
+        return {"steps": steps, "wall_s": wall, "seconds": seconds, "share": share, "host_seconds": host,
+                "nvml_utilization": utilization}
 
     def verdict(self):
         """[(finding, fix, predicted steps/s gain as a fraction)] most costly first."""
@@ -270,10 +291,14 @@ class Doctor:
                 "pageable copies: use stoker.Loader(device=\"cuda\") (pinned buffers, its own copy stream) or "
                 "pin_memory=True" if pageable else "copy on a side stream: stoker.Loader(device=\"cuda\")",
                 gain(share["h2d_copy"])))
-        if share["sync"] > 0.05:
-            findings.append(("synchronisation stalls: %.0f%% of step time (e.g. .item() each step)" % (
-                100 * share["sync"]), "read losses every N steps, or keep them on the GPU and sum there",
-                gain(share["sync"])))
+        host_sync = a["host_seconds"]["sync"] / a["wall_s"] if a["wall_s"] > 0 else 0.0
+        if max(share["sync"], host_sync) > 0.05:
+            # While the host waits for the GPU the GPU computes; the cost is the queue it drains, which the
+            # next stall then cannot hide. The host's share bounds it.
+            findings.append(("synchronisation stalls: the training thread waited for the GPU %.0f%% of step time "
+                             "(e.g. .item() each step)" % (100 * host_sync),
+                             "read losses every N steps, or keep them on the GPU and sum there (predicted gain: "
+                             "at most)", gain(max(share["sync"], host_sync))))
         if share["communication"] > 0.05:
             findings.append(("exposed communication: %.0f%% of step time" % (100 * share["communication"]),
                              "overlap the gradient all-reduce with the backward pass (DDP buckets) or use a "
@@ -310,6 +335,12 @@ class Doctor:
                          "cost little" % (100 * a["share"]["compute"]))
         for finding, fix, g in findings:
             lines.append("verdict: %s; fix: %s; predicted %+.0f%% steps/s" % (finding, fix, 100 * g))
+        if a["nvml_utilization"] is not None:
+            lines.append("NVML utilisation: %.0f%% (stoker's account: %.0f%% compute)" % (
+                a["nvml_utilization"], 100 * a["share"]["compute"]))
+        host = {c: v for c, v in a["host_seconds"].items() if v > 0}
+        if host:
+            lines.append("training thread blocked in: " + ", ".join("%s %.3f s" % kv for kv in host.items()))
         for what in self.cannot_see:
             lines.append("could not see: " + what)
         return "\n".join(lines)
@@ -379,7 +410,7 @@ class Doctor:
             events.append({"name": "step", "cat": "step", "ph": "X", "ts": us(step.start),
                            "dur": round((step.end - step.start) * 1e6, 3), "pid": pid, "tid": 1,
                            "args": {c: round(v * 1e3, 3) for c, v in step.seconds.items() if v > 0}})
-            for category, start, end in step.spans:
+            for category, start, end, _ in step.spans:
                 events.append({"name": category, "cat": category, "ph": "X", "ts": us(start),
                                "dur": round((end - start) * 1e6, 3), "pid": pid, "tid": 1})
         return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
