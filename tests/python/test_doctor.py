@@ -117,7 +117,7 @@ def test_a_fake_clock_gives_exact_accounts():
             now[0] += 0.020
     doc.close()
     a = doc.account()
-    assert a["steps"] == 4  # 3 steps, and the wait that found the end of the data
+    assert a["steps"] == 3  # the wait that found the end of the data counts in the time, not as a step
     assert a["seconds"]["data_wait"] == pytest.approx(0.090)
     assert a["seconds"]["compute"] == pytest.approx(0.150)
     assert a["seconds"]["communication"] == pytest.approx(0.060)
@@ -159,7 +159,7 @@ def test_the_metrics_endpoint_serves_the_text():
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
             body = r.read().decode()
             assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        assert "stoker_steps_total 4" in body  # 3 steps and the end of the data
+        assert "stoker_steps_total 3" in body
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen("http://127.0.0.1:%d/other" % port, timeout=10)
     finally:
@@ -195,7 +195,7 @@ def test_with_stoker_loader_and_torch_dataloader(cli, demo_images, tmp_path):
     with Doctor(cuda=False) as doc:
         for images, labels in doc.batches(loader):
             time.sleep(0.001)
-    assert doc.account()["steps"] == len(loader) + 1
+    assert doc.account()["steps"] == len(loader)
     fix = doc._input_fix()
     assert "num_threads" in fix or "threads are saturated" in fix  # it read the loader's own stats
 
@@ -205,7 +205,7 @@ def test_with_stoker_loader_and_torch_dataloader(cli, demo_images, tmp_path):
     with Doctor(cuda=False) as doc:
         for images, labels in doc.batches(dl, device="cpu"):
             pass
-    assert doc.account()["steps"] == len(dl) + 1
+    assert doc.account()["steps"] == len(dl)
     assert doc.account()["seconds"]["data_wait"] > 0
 
 
@@ -401,3 +401,59 @@ def test_nvml_that_does_not_load_is_named():
             Doctor(cuda=False, nvml=True)
         finally:
             del os.environ["STOKER_NVML_LIBRARY"]
+
+
+TRAIN_SCRIPT = """
+import sys, time, torch
+class Slow(torch.utils.data.Dataset):
+    def __len__(self): return 48
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.zeros(3, 8, 8), i % 2
+model = torch.nn.Linear(192, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for step, (x, y) in enumerate(torch.utils.data.DataLoader(Slow(), batch_size=8)):
+        loss = torch.nn.functional.cross_entropy(model(x.flatten(1)), y)
+        loss.backward(); opt.step(); opt.zero_grad()
+        time.sleep(0.002)
+        loss.item()
+        if step == 2:
+            torch.save(model.state_dict(), sys.argv[1])
+sys.exit(3)
+"""
+
+
+def test_stoker_doctor_runs_a_script_unchanged_and_reports(stoker_bin, tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_SCRIPT)
+    out = tmp_path / "doctor"
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    run = subprocess.run([stoker_bin, "doctor", "--out", str(out), "--", sys.executable, str(script),
+                          str(tmp_path / "ckpt.pt")], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stderr  # the command's own status
+    assert "input-bound" in run.stdout, run.stdout + run.stderr
+    assert "checkpoint" in run.stdout
+    reports = list(out.glob("rank-*.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    assert report["account"]["steps"] == 12
+    assert report["account"]["host_seconds"]["checkpoint"] > 0  # torch.save was hooked
+    assert report["account"]["host_seconds"]["sync"] > 0  # and Tensor.item
+    trace = json.loads(next(out.glob("trace-*.json")).read_text())
+    assert any(e["name"] == "data_wait" for e in trace["traceEvents"])
+
+
+def test_stoker_doctor_says_when_no_loop_reported(stoker_bin, tmp_path):
+    import subprocess
+    import sys
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    run = subprocess.run([stoker_bin, "doctor", "--", sys.executable, "-c", "print('hello')"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "hello" in run.stdout
+    assert "no Python process reported a training loop" in run.stderr
+    run = subprocess.run([stoker_bin, "doctor", "--", "/nonexistent/program"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 127 and "cannot run /nonexistent/program" in run.stderr

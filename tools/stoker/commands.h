@@ -57,4 +57,12 @@ struct GpuExtenderArgs {
 int RunGpuExtenderCommand(const GpuExtenderArgs& args);
 int RunGpuList(const std::string& ledger, const std::string& leases, bool json);
 
+struct DoctorArgs {
+  std::string out;
+  std::optional<unsigned> prometheus_port;
+  std::vector<std::string> command;
+};
+// Replaces the process with `python3 -m stoker.doctor ...`; returns only on failure.
+int RunDoctor(const DoctorArgs& args);
+
 }  // namespace stoker_cli

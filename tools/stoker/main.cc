@@ -180,6 +180,15 @@ int main(int argc, char** argv) {
   gpu_extender->add_option("--cache-seconds", extender_args.cache_seconds, "How long a node's state is reused")
       ->capture_default_str();
 
+  DoctorArgs doctor_args;
+  auto* doctor = app.add_subcommand(
+      "doctor", "Run a training command with the doctor attached; print where each step's time went and what to change");
+  doctor->add_option("--out", doctor_args.out, "Where reports and traces go (default: a new temporary folder)");
+  doctor->add_option("--prometheus-port", doctor_args.prometheus_port,
+                     "Serve each process's metrics (Prometheus text) on this port plus its local rank");
+  doctor->add_option("COMMAND", doctor_args.command, "The command and its arguments (after --)")->required();
+  doctor->positionals_at_end();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -200,6 +209,7 @@ int main(int argc, char** argv) {
     return RunGpuRun(gpu_args);
   }
   if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, gpu_leases, json);
+  if (doctor->parsed()) return RunDoctor(doctor_args);
   if (gpu_extender->parsed()) return RunGpuExtenderCommand(extender_args);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);

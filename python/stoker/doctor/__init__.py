@@ -50,10 +50,11 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 
 
 class _Step:
-    __slots__ = ("start", "end", "spans", "seconds")
+    __slots__ = ("start", "end", "spans", "seconds", "boundary")
 
     def __init__(self, start):
         self.start, self.end = start, None
+        self.boundary = False  # only the wait that found the end of the data: its time counts, not as a step
         self.spans = []  # [category, start, end, gpu event at the start or None]
         self.seconds = None
 
@@ -151,22 +152,31 @@ class Doctor:
             self._loader = iterable
         it = iter(iterable)
         while True:
-            start = self._clock()
-            if self._current is not None:
-                self._end_step(start)
-            self._current = _Step(start)
-            span = self._open_span("data_wait", start)
             try:
-                batch = next(it)
+                batch = self.next_batch(lambda: next(it))
             except StopIteration:
-                # The wait that found the end of the data is kept: it is the epoch boundary's.
-                span[2] = self._clock()
-                return
-            span[2] = self._clock()
+                return  # the wait that found the end of the data is kept: it is the epoch boundary's
             if device is not None:
                 with self.phase("h2d_copy"):
                     batch = self._to_device(batch, device)
             yield batch
+
+    def next_batch(self, fetch):
+        """Ends the current step, starts the next and returns ``fetch()``, its
+        time counted as data wait (what ``batches`` does for each batch; for
+        hooking iterators directly). Exceptions from ``fetch`` pass through."""
+        start = self._clock()
+        if self._current is not None:
+            self._end_step(start)
+        self._current = _Step(start)
+        span = self._open_span("data_wait", start)
+        try:
+            return fetch()
+        except StopIteration:
+            self._current.boundary = True
+            raise
+        finally:
+            span[2] = self._clock()
 
     @contextlib.contextmanager
     def phase(self, category):
@@ -217,12 +227,14 @@ class Doctor:
         step.seconds = attribute(step.start, step.end, spans, self._busy_fraction)
         wall = step.end - step.start
         with self._lock:
-            self.steps += 1
             self.wall += wall
             for c in CATEGORIES:
                 self.totals[c] += step.seconds[c]
             for c, a, b, _ in spans:
                 self.host_totals[c] += b - a
+            if step.boundary:
+                return
+            self.steps += 1
             self._histogram[_bucket(wall)] += 1
             median = _median(self._durations)
             self._durations.append(wall)

@@ -1,0 +1,80 @@
+"""python -m stoker.doctor [--out DIR] [--prometheus-port N] -- COMMAND ...
+
+Runs COMMAND (a Python training script, or torchrun, or a launcher) with the
+doctor attached to every Python process it starts, then prints each
+process's report: where the step time went and what to change. The exit
+status is COMMAND's."""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SITECUSTOMIZE = '''\
+# Written by stoker doctor: attaches the doctor, then runs the sitecustomize this one hides.
+import os, sys
+try:
+    from stoker.doctor import _auto
+    _auto.install()
+except Exception as e:  # never break the program being examined
+    print("stoker doctor: not attached: %s" % e, file=sys.stderr)
+here = os.path.dirname(os.path.abspath(__file__))
+for entry in sys.path:
+    candidate = os.path.join(entry or ".", "sitecustomize.py")
+    if os.path.abspath(entry or ".") != here and os.path.exists(candidate):
+        with open(candidate) as f:
+            exec(compile(f.read(), candidate, "exec"), {"__name__": "sitecustomize", "__file__": candidate})
+        break
+'''
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("usage: python -m stoker.doctor [--out DIR] [--prometheus-port N] -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    parser = argparse.ArgumentParser(prog="stoker doctor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="where reports and traces go (default: a new temporary folder)")
+    parser.add_argument("--prometheus-port", type=int, help="serve each process's metrics on this port + local rank")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1:]
+    if not command:
+        parser.error("no COMMAND after --")
+    out = args.out or tempfile.mkdtemp(prefix="stoker-doctor-")
+    os.makedirs(out, exist_ok=True)
+    site = tempfile.mkdtemp(prefix="stoker-doctor-site-")
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([site, package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["STOKER_DOCTOR_OUT"] = out
+    if args.prometheus_port is not None:
+        env["STOKER_DOCTOR_PORT"] = str(args.prometheus_port)
+    try:
+        status = subprocess.call(command, env=env)
+    except FileNotFoundError as e:
+        print("stoker doctor: cannot run %s: %s" % (command[0], e), file=sys.stderr)
+        return 127
+    except KeyboardInterrupt:
+        status = 130
+    reports = sorted(glob.glob(os.path.join(out, "rank-*.json")))
+    if not reports:
+        print("stoker doctor: no Python process reported a training loop (no DataLoader or stoker.Loader "
+              "iterated); reports would be in %s" % out, file=sys.stderr)
+    for path in reports:
+        with open(path) as f:
+            r = json.load(f)
+        print("=== stoker doctor, rank %s (pid %s): %s" % (r["rank"], r["pid"], " ".join(r["argv"])))
+        print(r["report"])
+    if reports:
+        print("reports and traces (Perfetto, chrome://tracing): %s" % out)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
