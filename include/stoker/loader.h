@@ -95,6 +95,17 @@ struct LoaderOptions {
   // silently wrong data. Costs about 1% of the CPU time per image
   // (README: "Checks on read").
   bool verify_samples = true;
+  // The loader tunes its own active threads and prefetch depth while it
+  // runs, to keep the consumer's wait in Next() under 2% of its time, with
+  // as few threads as that takes. `threads` and `prefetch` (when set) are
+  // where it starts (else 1 thread, prefetch 2). It never goes beyond
+  // autotune_max_threads (0: one fewer than the cores, leaving the training
+  // thread its own; at least 1) nor makes batch buffers beyond
+  // autotune_memory_bytes (0: 1/8 of the machine's memory); each decision
+  // is logged (Loader::AutotuneLog()).
+  bool autotune = false;
+  std::uint32_t autotune_max_threads = 0;
+  std::uint64_t autotune_memory_bytes = 0;
 };
 
 inline constexpr std::uint32_t kMaxLoaderThreads = 1024;
@@ -108,17 +119,20 @@ struct LoaderStats {
   // Samples of delivered batches that were corrupt and replaced by the next
   // good one (CorruptPolicy::kSkip); each place in a batch counts once.
   std::uint64_t corrupt_skipped = 0;
-  double wait_seconds = 0;        // consumer time blocked in Next()
-  double read_seconds = 0;        // summed over threads
-  double decode_seconds = 0;      // summed over threads
-  double transform_seconds = 0;   // summed over threads
-  double mean_ready_batches = 0;  // batches ready when Next() was called, averaged
-  std::uint32_t threads = 0;
+  double wait_seconds = 0;         // consumer time blocked in Next()
+  double read_seconds = 0;         // summed over threads
+  double decode_seconds = 0;       // summed over threads
+  double transform_seconds = 0;    // summed over threads
+  double mean_ready_batches = 0;   // batches ready when Next() was called, averaged
+  std::uint32_t threads = 0;       // active (with autotune: as tuned now)
   std::uint32_t shard_window = 0;  // in effect (Order::kShardBlockShuffle)
-  std::uint32_t prefetch = 0;
-  bool pinned_memory = false;       // batch buffers are page-locked (CUDA present)
-  std::uint64_t read_requests = 0;  // after merging neighbouring samples
-  std::string read_method;          // "io_uring" or "pread"
+  std::uint32_t prefetch = 0;      // with autotune: as tuned now
+  bool autotune = false;
+  std::uint32_t autotune_changes = 0;
+  std::uint64_t autotune_last_change_batch = 0;  // batches delivered when the tuner last changed something
+  bool pinned_memory = false;                    // batch buffers are page-locked (CUDA present)
+  std::uint64_t read_requests = 0;               // after merging neighbouring samples
+  std::string read_method;                       // "io_uring" or "pread"
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.
@@ -217,6 +231,9 @@ class Loader {
   [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
 
   [[nodiscard]] LoaderStats stats() const;
+  // With LoaderOptions::autotune: each decision, with the batch it was taken
+  // at and why (the last 64); empty otherwise.
+  [[nodiscard]] std::vector<std::string> AutotuneLog() const;
   [[nodiscard]] const LoaderOptions& options() const;
   // The capacity of each batch buffer (what Batch::images() may hold).
   [[nodiscard]] std::size_t batch_buffer_bytes() const;

@@ -247,7 +247,10 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("transform", &stoker::LoaderOptions::transform)
       .def_readwrite("on_corrupt", &stoker::LoaderOptions::on_corrupt)
       .def_readwrite("image_field", &stoker::LoaderOptions::image_field)
-      .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples);
+      .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples)
+      .def_readwrite("autotune", &stoker::LoaderOptions::autotune)
+      .def_readwrite("autotune_max_threads", &stoker::LoaderOptions::autotune_max_threads)
+      .def_readwrite("autotune_memory_bytes", &stoker::LoaderOptions::autotune_memory_bytes);
 
   py::class_<stoker::LoaderStats>(m, "LoaderStats")
       .def("since", &stoker::LoaderStats::Since)
@@ -266,6 +269,9 @@ PYBIND11_MODULE(_native, m) {
         d["threads"] = s.threads;
         d["shard_window"] = s.shard_window;
         d["prefetch"] = s.prefetch;
+        d["autotune"] = s.autotune;
+        d["autotune_changes"] = s.autotune_changes;
+        d["autotune_last_change_batch"] = s.autotune_last_change_batch;
         d["pinned_memory"] = s.pinned_memory;
         d["read_requests"] = s.read_requests;
         d["read_method"] = s.read_method;
@@ -324,6 +330,7 @@ PYBIND11_MODULE(_native, m) {
              l.L().SetEpoch(e);
            })
       .def_property_readonly("epoch", [](PyLoader& l) { return l.L().epoch(); })
+      .def("autotune_log", [](PyLoader& l) { return l.L().AutotuneLog(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.L().batches_per_epoch(); })
       .def_property_readonly("batch_capacity", [](PyLoader& l) { return l.L().batch_capacity(); })
       .def("reshard",

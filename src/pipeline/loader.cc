@@ -21,6 +21,7 @@
 #include "core/mutex.h"
 #include "order/read_plan.h"
 #include "order/sampler.h"
+#include "pipeline/autotune.h"
 #include "pipeline/batch_scheduler.h"
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_counters.h"
@@ -59,8 +60,6 @@ struct Loader::Impl {
   std::vector<order::ShardSpan> shard_spans;
   std::shared_ptr<pipeline::SampleFinisher> finisher;
   std::unique_ptr<pipeline::SampleProducer> producer;
-  std::uint32_t prefetch = 0;
-  std::uint32_t threads = 0;
   std::uint32_t rank_capacity = 0;  // samples each slot holds
   pid_t owner_pid = 0;
   pipeline::LoaderCounters counters;
@@ -78,11 +77,40 @@ struct Loader::Impl {
   // (a remote read waiting for its shard gives up instead of finishing).
   std::atomic<bool> cancelled{false};
   std::vector<std::jthread> workers;
+  // Workers with an index at or above this wait (autotune moves it).
+  std::uint32_t active_threads GUARDED_BY(mu) = 0;
+  std::uint32_t prefetch GUARDED_BY(mu) = 0;
+  // LoaderOptions::autotune: the tuner and where its last window ended.
+  std::unique_ptr<pipeline::Autotuner> tuner GUARDED_BY(mu);
+  Clock::time_point tune_last GUARDED_BY(mu);
+  std::uint64_t tune_wait_ns GUARDED_BY(mu) = 0, tune_busy_ns GUARDED_BY(mu) = 0;
   mutable Mutex method_mu;
   std::string read_method GUARDED_BY(method_mu);
 
   Impl(std::uint32_t pool, std::uint32_t prefetch_depth, std::uint64_t batches)
-      : prefetch(prefetch_depth), scheduler(pool, prefetch_depth, batches) {}
+      : scheduler(pool, prefetch_depth, batches) {}
+
+  std::uint64_t BusyNs() const {
+    return counters.read_ns.load(std::memory_order_relaxed) + counters.decode_ns.load(std::memory_order_relaxed) +
+           counters.transform_ns.load(std::memory_order_relaxed);
+  }
+
+  // After a delivery: feeds the tuner, and applies what it decides.
+  void Tune() REQUIRES(mu) {
+    const auto now = Clock::now();
+    const std::uint64_t wait = counters.wait_ns.load(std::memory_order_relaxed), busy = BusyNs();
+    const auto change = tuner->Observe(std::chrono::duration<double>(now - tune_last).count(),
+                                       static_cast<double>(wait - tune_wait_ns) * 1e-9,
+                                       static_cast<double>(busy - tune_busy_ns) * 1e-9);
+    tune_last = now;
+    tune_wait_ns = wait;
+    tune_busy_ns = busy;
+    if (!change) return;
+    active_threads = change->threads;
+    prefetch = change->prefetch;
+    scheduler.SetPrefetch(change->prefetch);
+    work_cv.NotifyAll();
+  }
 
   std::shared_ptr<const std::vector<std::uint64_t>> OrderOf(std::uint64_t epoch) const {
     return std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, epoch, shard_spans));
@@ -122,8 +150,13 @@ struct Loader::Impl {
       if (slot.size == 0) continue;
       scheduler.QueueRead(batch->slot);
       // One read each: waking every worker per read only has them fight for
-      // the lock the consumer needs.
-      work_cv.NotifyOne();
+      // the lock the consumer needs. With idle workers parked by autotune, a
+      // single wake-up could reach a parked one, so all are woken.
+      if (active_threads < workers.size()) {
+        work_cv.NotifyAll();
+      } else {
+        work_cv.NotifyOne();
+      }
     }
   }
 
@@ -139,13 +172,13 @@ struct Loader::Impl {
     scheduler.ReclaimInFlight();
   }
 
-  void WorkerLoop() EXCLUDES(mu) {
+  void WorkerLoop(std::uint32_t index) EXCLUDES(mu) {
     const CancelScope cancel_scope(&cancelled);
     pipeline::ProducerScratch scratch;
     bool method_known = false;
     mu.Lock();
     while (true) {
-      work_cv.Wait(mu, [&]() REQUIRES(mu) { return stop || scheduler.HasWork(); });
+      work_cv.Wait(mu, [&]() REQUIRES(mu) { return stop || (index < active_threads && scheduler.HasWork()); });
       if (stop) break;
       const pipeline::WorkItem item = *scheduler.PopWork();
       Slot& slot = slots[item.slot];
@@ -266,14 +299,28 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   if (!finisher) return Status::InvalidArgument("Loader needs a sample finisher");
   STOKER_ASSIGN_OR_RETURN(const LoaderSetup setup, ResolveLoaderSetup(*dataset, options));
   const order::BatchPlan& plan = setup.plan;
-  const std::uint32_t threads = setup.threads, prefetch = setup.prefetch;
+  const std::uint32_t threads = setup.max_threads;
+  std::uint32_t prefetch = setup.prefetch;
   // The consumer may hold two batches (e.g. one in use, one being copied).
-  const std::uint32_t pool = prefetch + 2;
+  std::uint32_t pool = prefetch + 2;
+  std::uint32_t max_prefetch = prefetch;
+  if (options.autotune) {
+    // The memory budget decides how deep prefetch may go: as many buffers as fit, all made now.
+    STOKER_RETURN_IF_ERROR(finisher->Prepare(1, setup.rank_capacity));
+    const std::uint64_t bytes = std::max<std::uint64_t>(finisher->BatchBufferBytes(), 1);
+    const std::uint64_t fit = setup.autotune_memory_bytes / bytes;
+    if (fit < 3)
+      return Status::InvalidArgument(
+          fmt::format("autotune_memory_bytes {} holds {} batch buffer(s) of {} bytes; the loader needs at least 3",
+                      setup.autotune_memory_bytes, fit, bytes));
+    max_prefetch = static_cast<std::uint32_t>(std::min<std::uint64_t>(fit - 2, kMaxPrefetch));
+    prefetch = std::min(prefetch, max_prefetch);
+    pool = max_prefetch + 2;
+  }
   auto impl = std::make_unique<Loader::Impl>(pool, prefetch, plan.NumBatches());
   impl->dataset = dataset;
   impl->options = options;
   impl->plan = plan;
-  impl->threads = threads;
   impl->rank_capacity = setup.rank_capacity;
   impl->owner_pid = ::getpid();
   impl->finisher = std::move(finisher);
@@ -299,11 +346,20 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   Loader::Impl* raw = impl.get();
   {
     MutexLock lock(raw->mu);
+    raw->active_threads = setup.threads;
+    raw->prefetch = prefetch;
+    if (options.autotune) {
+      pipeline::AutotuneLimits limits;
+      limits.max_threads = setup.max_threads;
+      limits.max_prefetch = max_prefetch;
+      raw->tuner = std::make_unique<pipeline::Autotuner>(limits, setup.threads, prefetch);
+      raw->tune_last = Clock::now();
+    }
     raw->announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, raw->order_spec, raw->plan, raw->shard_spans);
     raw->StartEpoch(0, 0);
   }
   try {
-    for (std::uint32_t i = 0; i < threads; ++i) raw->workers.emplace_back([raw] { raw->WorkerLoop(); });
+    for (std::uint32_t i = 0; i < threads; ++i) raw->workers.emplace_back([raw, i] { raw->WorkerLoop(i); });
   } catch (const std::system_error& e) {
     // The system refused a thread: stop the ones started, and say so.
     {
@@ -373,6 +429,7 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
   m.counters.batches.fetch_add(1, std::memory_order_relaxed);
   m.counters.samples.fetch_add(m.slots[s].size, std::memory_order_relaxed);
   m.counters.corrupt_skipped.fetch_add(m.slots[s].skipped, std::memory_order_relaxed);
+  if (m.tuner) m.Tune();
   m.Schedule();
   return std::optional<Batch>(Batch(this, s));
 }
@@ -465,15 +522,28 @@ Status Loader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
 }
 
 LoaderStats Loader::stats() const {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
   LoaderStats s = pipeline::StatsFromCounters(m.counters);
-  s.threads = m.threads;
-  s.prefetch = m.prefetch;
+  {
+    MutexLock lock(m.mu);
+    s.threads = m.active_threads;
+    s.prefetch = m.prefetch;
+    if (m.tuner) {
+      s.autotune = true;
+      s.autotune_changes = static_cast<std::uint32_t>(m.tuner->changes());
+      s.autotune_last_change_batch = m.tuner->last_change_batch();
+    }
+  }
   s.shard_window = m.order_spec.shard_window;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   MutexLock lock(m.method_mu);
   s.read_method = m.read_method;
   return s;
+}
+
+std::vector<std::string> Loader::AutotuneLog() const {
+  MutexLock lock(impl_->mu);
+  return impl_->tuner ? impl_->tuner->log() : std::vector<std::string>{};
 }
 
 std::size_t Loader::batch_buffer_bytes() const {

@@ -1,5 +1,7 @@
 #include "pipeline/loader_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -105,12 +107,28 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
   }
   STOKER_RETURN_IF_ERROR(plan.Validate());
 
-  const std::uint32_t threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  const std::uint32_t prefetch = options.prefetch ? options.prefetch : std::clamp(threads / 4 + 1, 2u, 4u);
+  const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   LoaderSetup setup;
+  if (options.autotune) {
+    if (options.autotune_max_threads > kMaxLoaderThreads)
+      return Status::InvalidArgument(fmt::format("autotune_max_threads {} is more than the limit {}",
+                                                 options.autotune_max_threads, kMaxLoaderThreads));
+    // Leave the training thread a core of its own.
+    setup.max_threads = options.autotune_max_threads ? options.autotune_max_threads : std::max(1u, cores - 1);
+    setup.threads = std::min(options.threads ? options.threads : 1u, setup.max_threads);
+    setup.prefetch = options.prefetch ? options.prefetch : 2;
+    setup.autotune_memory_bytes = options.autotune_memory_bytes;
+    if (setup.autotune_memory_bytes == 0) {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      setup.autotune_memory_bytes =
+          pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 8 : 1ull << 30;
+    }
+  } else {
+    setup.threads = options.threads ? options.threads : cores;
+    setup.prefetch = options.prefetch ? options.prefetch : std::clamp(setup.threads / 4 + 1, 2u, 4u);
+    setup.max_threads = setup.threads;
+  }
   setup.plan = plan;
-  setup.threads = threads;
-  setup.prefetch = prefetch;
   setup.rank_capacity = rank_capacity;
   setup.order_spec.seed = options.seed;
   setup.order_spec.shard_window = options.shard_window;

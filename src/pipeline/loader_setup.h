@@ -16,8 +16,12 @@ namespace stoker::pipeline {
 struct LoaderSetup {
   order::BatchPlan plan;
   order::OrderSpec order_spec;
-  std::uint32_t threads = 0;
-  std::uint32_t prefetch = 0;
+  std::uint32_t threads = 0;   // active at the start
+  std::uint32_t prefetch = 0;  // at the start
+  // Autotune: the most threads it may use (all are started; those beyond
+  // the active count wait), and its memory budget for batch buffers.
+  std::uint32_t max_threads = 0;
+  std::uint64_t autotune_memory_bytes = 0;
   // Samples each batch buffer holds: batch_size, or with a global batch the
   // largest share any allowed world size gives a rank.
   std::uint32_t rank_capacity = 0;

@@ -273,3 +273,25 @@ def test_gpu_decode_without_a_gpu_decodes_on_the_cpu_and_says_so(packed, caplog)
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="decode"):
         stoker.Loader(packed, decode="nvjpeg")
+
+
+def test_autotune_starts_low_and_logs_its_decisions(packed):
+    tf = T.Compose([T.RandomResizedCrop(32)])
+    loader = stoker.Loader(packed, batch_size=2, num_threads="auto", autotune_max_threads=2, transform=tf,
+                           log_epochs=False, shuffle=False)
+    reference = stoker.Loader(packed, batch_size=2, num_threads=1, transform=tf, log_epochs=False, shuffle=False)
+    for _ in range(3):
+        tuned, fixed = iter(loader), iter(reference)
+        for a, _ in tuned:
+            b, _ = next(fixed)
+            assert torch.equal(a, b)  # whatever the tuner does, the batches are the same
+        with pytest.raises(StopIteration):
+            next(fixed)
+    stats = loader.stats()
+    assert stats["autotune"] and 1 <= stats["threads"] <= 2
+    assert len(loader.autotune_log()) >= stats["autotune_changes"]
+    assert "autotune:" in loader.summary()
+    with pytest.raises(ValueError, match="autotune_max_threads and autotune_memory need"):
+        stoker.Loader(packed, autotune_max_threads=2)
+    with pytest.raises(ValueError, match="autotune_memory_bytes"):
+        stoker.Loader(packed, batch_size=4, num_threads="auto", autotune_memory="1KiB", transform=tf)

@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
 
   DoctorArgs doctor_args;
   auto* doctor = app.add_subcommand(
-      "doctor", "Run a training command with the doctor attached; print where each step's time went and what to change");
+      "doctor",
+      "Run a training command with the doctor attached; print where each step's time went and what to change");
   doctor->add_option("--out", doctor_args.out, "Where reports and traces go (default: a new temporary folder)");
   doctor->add_option("--prometheus-port", doctor_args.prometheus_port,
                      "Serve each process's metrics (Prometheus text) on this port plus its local rank");

@@ -347,6 +347,13 @@ class Doctor:
                          "cost little" % (100 * a["share"]["compute"]))
         for finding, fix, g in findings:
             lines.append("verdict: %s; fix: %s; predicted %+.0f%% steps/s" % (finding, fix, 100 * g))
+        tuned = self._loader.autotune_log() if self._loader is not None and hasattr(self._loader,
+                                                                                     "autotune_log") else []
+        if tuned:
+            stats = self._loader.stats()
+            lines.append("loader autotune: now %d threads, prefetch %d; its decisions:" % (stats["threads"],
+                                                                                         stats["prefetch"]))
+            lines += ["  " + line for line in tuned[-10:]]
         if a["nvml_utilization"] is not None:
             lines.append("NVML utilisation: %.0f%% (stoker's account: %.0f%% compute)" % (
                 a["nvml_utilization"], 100 * a["share"]["compute"]))
