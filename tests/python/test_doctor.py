@@ -457,3 +457,15 @@ def test_stoker_doctor_says_when_no_loop_reported(stoker_bin, tmp_path):
     run = subprocess.run([stoker_bin, "doctor", "--", "/nonexistent/program"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 127 and "cannot run /nonexistent/program" in run.stderr
+
+
+def test_what_if_replays_a_batch_to_check_the_input_bound_prediction():
+    planted = Planted()
+    doc = run_loop(planted, steps=20, data_delay=0.020, compute=0.020)
+    result = doc.what_if_perfect_loader(lambda batch: time.sleep(0.020), batch=0, steps=20)
+    # Half the step waited for data: without it the loop runs about twice as fast, and so does the replay.
+    assert result["predicted_steps_per_s"] == pytest.approx(2 * result["measured_steps_per_s"], rel=0.15)
+    assert abs(result["prediction_error"]) < 0.15, result
+    assert "what if the loader were never waited for" in doc.report()
+    with pytest.raises(RuntimeError, match="no steps measured"):
+        Doctor(cuda=False, nvml=False).what_if_perfect_loader(lambda b: None, 0)

@@ -117,6 +117,7 @@ class Doctor:
         self._pageable_copies = 0
         self._copies = 0
         self._lock = threading.Lock()
+        self._what_if = None
         self._server = None
         self._origin = clock()
 
@@ -322,6 +323,31 @@ class Doctor:
         findings.sort(key=lambda f: -f[2])
         return findings
 
+    def what_if_perfect_loader(self, step, batch, steps=30):
+        """Checks the input-bound prediction by experiment: runs ``step(batch)``
+        ``steps`` times on a batch already in hand (a loader that is never
+        waited for) and compares its steps/s with the loop's measured rate
+        and with the rate the account predicts without data wait. Returns
+        {"measured_steps_per_s", "predicted_steps_per_s",
+        "replayed_steps_per_s", "prediction_error"} and adds a line to the
+        report."""
+        a = self.account()
+        if a["steps"] == 0 or a["wall_s"] <= 0:
+            raise RuntimeError("what_if_perfect_loader: no steps measured yet")
+        measured = a["steps"] / a["wall_s"]
+        predicted = measured / max(1e-9, 1.0 - a["share"]["data_wait"])
+        if self._torch is not None:
+            self._torch.cuda.synchronize()
+        start = self._clock()
+        for _ in range(steps):
+            step(batch)
+        if self._torch is not None:
+            self._torch.cuda.synchronize()
+        replayed = steps / (self._clock() - start)
+        self._what_if = {"measured_steps_per_s": measured, "predicted_steps_per_s": predicted,
+                         "replayed_steps_per_s": replayed, "prediction_error": predicted / replayed - 1.0}
+        return dict(self._what_if)
+
     def _input_fix(self):
         if self._loader is None:
             return "use stoker.Loader (native threads, no worker processes) with device=\"cuda\""
@@ -347,6 +373,12 @@ class Doctor:
                          "cost little" % (100 * a["share"]["compute"]))
         for finding, fix, g in findings:
             lines.append("verdict: %s; fix: %s; predicted %+.0f%% steps/s" % (finding, fix, 100 * g))
+        if self._what_if is not None:
+            w = self._what_if
+            lines.append("what if the loader were never waited for: replaying one batch ran %.1f steps/s, the "
+                         "account predicted %.1f (%+.0f%%), the loop ran %.1f" % (
+                             w["replayed_steps_per_s"], w["predicted_steps_per_s"], 100 * w["prediction_error"],
+                             w["measured_steps_per_s"]))
         tuned = self._loader.autotune_log() if self._loader is not None and hasattr(self._loader,
                                                                                      "autotune_log") else []
         if tuned:
