@@ -469,3 +469,29 @@ def test_what_if_replays_a_batch_to_check_the_input_bound_prediction():
     assert "what if the loader were never waited for" in doc.report()
     with pytest.raises(RuntimeError, match="no steps measured"):
         Doctor(cuda=False, nvml=False).what_if_perfect_loader(lambda b: None, 0)
+
+
+def test_pageable_copies_are_recovered_and_named():
+    import torch
+    clock = FakeClock()
+    queue = FakeGpuQueue(clock)
+    doc = fake_doctor(clock, queue)
+    for _ in doc.batches(fake_data(clock, 20, 0.001)):
+        with doc.phase("h2d_copy"):
+            queue.synchronize()  # a pageable copy is synchronous: it waits for the stream, then copies
+            clock.advance(0.008)
+        for _ in range(5):
+            queue.launch(0.002)
+    doc.close()
+    account, busy = gpu_truth(doc, queue, 0.0)
+    assert account["seconds"]["h2d_copy"] == pytest.approx(20 * 0.008, abs=1e-9)
+    assert account["seconds"]["compute"] == pytest.approx(busy, abs=1e-9)
+    # Tensors that batches(device=) moved from pageable memory are named in the verdict.
+    real = Doctor(cuda=False, nvml=False)
+    for _ in real.batches([torch.zeros(4, 4) for _ in range(3)], device="cpu"):
+        pass
+    real.close()
+    assert real._pageable_copies == real._copies == 3
+    doc._pageable_copies, doc._copies = 3, 3
+    finding = [f for f in doc.verdict() if f[0].startswith("host-to-device copies")][0]
+    assert "pageable" in finding[0] and "pin_memory" in finding[1]
