@@ -318,8 +318,8 @@ class Doctor:
                              "larger batch per rank", gain(share["communication"])))
         if share["launch"] > 0.10:
             findings.append(("launch-bound: the GPU waited %.0f%% of step time for the host to queue work" % (
-                100 * share["launch"]), "capture the step in a CUDA graph or torch.compile it; give the training "
-                "thread its own core (fewer loader threads)", gain(share["launch"])))
+                100 * share["launch"]), "capture the step in a CUDA graph or torch.compile it; " + self._launch_fix(),
+                gain(share["launch"])))
         findings.sort(key=lambda f: -f[2])
         return findings
 
@@ -347,6 +347,14 @@ class Doctor:
         self._what_if = {"measured_steps_per_s": measured, "predicted_steps_per_s": predicted,
                          "replayed_steps_per_s": replayed, "prediction_error": predicted / replayed - 1.0}
         return dict(self._what_if)
+
+    def _launch_fix(self):
+        cores = os.cpu_count() or 1
+        threads = self._loader.stats().get("threads") if self._loader is not None else None
+        if threads is not None and threads >= cores:
+            return "the training thread competes with the loader's %d threads on %d cores: num_threads=%d or \"auto\"" % (
+                threads, cores, max(1, cores - 1))
+        return "give the training thread a core of its own"
 
     def _input_fix(self):
         if self._loader is None:
