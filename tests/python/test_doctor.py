@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 
 from stoker.doctor import CATEGORIES, Doctor
+from stoker.doctor.testing import FakeClock, FakeGpuQueue
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
 
@@ -83,8 +84,10 @@ def test_a_synchronous_checkpoint_is_recovered_and_judged():
     planted = Planted()
     doc = run_loop(planted, steps=20, checkpoint_every=10, checkpoint=0.200)
     assert_recovered(doc, planted)
-    findings = [f for f, _, _ in doc.verdict()]
-    assert any(f.startswith("checkpoint stalls") for f in findings)
+    finding, fix, _ = [f for f in doc.verdict() if f[0].startswith("checkpoint stalls")][0]
+    assert "2 saves" in finding
+    # Young's interval at 0.2 s a save and a 24 h MTBF: sqrt(2 x 0.2 x 86400) = 186 s.
+    assert "save every 186 s" in fix or "save every 185 s" in fix or "save every 187 s" in fix, fix
 
 
 def test_sync_stalls_each_step_are_recovered():
@@ -210,57 +213,6 @@ def test_with_stoker_loader_and_torch_dataloader(cli, demo_images, tmp_path):
 
 
 # -- on a fake GPU queue: known kernel durations, exact clocks ---------------------------------------------------
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
-
-
-class FakeGpuQueue:
-    """A stream: kernels run one after another from when they are launched;
-    an event completes when the queue reaches it. `depth`: seconds of work
-    the host may queue ahead before a launch blocks (CUDA's launch queue)."""
-
-    def __init__(self, clock, depth=float("inf")):
-        self.clock, self.depth, self.end, self.busy, self.sync_wait = clock, depth, 0.0, [], 0.0
-
-    def launch(self, seconds, host_cost=0.00005):
-        if self.end - self.clock.now > self.depth:
-            self.clock.now = self.end - self.depth
-        start = max(self.clock.now, self.end)
-        self.end = start + seconds
-        self.busy.append((start, self.end))
-        self.clock.advance(host_cost)
-
-    def synchronize(self):
-        self.sync_wait += max(0.0, self.end - self.clock.now)
-        self.clock.now = max(self.clock.now, self.end)
-
-    # The doctor's timer seam.
-    def record(self):
-        return max(self.clock.now, self.end)
-
-    def done(self, event):
-        return self.clock.now >= event
-
-    def wait(self, event):
-        pass
-
-    def time(self, event):
-        return event
-
-    def busy_between(self, a, b):
-        return sum(max(0.0, min(e, b) - max(s, a)) for s, e in self.busy)
-
-    def busy_fraction(self, a, b):
-        return self.busy_between(a, b) / (b - a) if b > a else 1.0
-
 
 def fake_data(clock, steps, delay):
     for i in range(steps):

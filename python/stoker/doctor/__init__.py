@@ -71,7 +71,7 @@ class Doctor:
     ((t0, t1) -> share of the time the GPU computed)."""
 
     def __init__(self, cuda=None, nvml=None, trace_steps=64, slow_factor=3.0, clock=time.perf_counter, gpu=None,
-                 busy_fraction=None):
+                 busy_fraction=None, mtbf_hours=24.0):
         self._clock = clock
         self.cannot_see = []
         self._gpu = gpu
@@ -103,9 +103,12 @@ class Doctor:
             self.cannot_see.append("NVML (not used: nvml=False): launch gaps inside a step count as compute")
         self.totals = dict.fromkeys(CATEGORIES, 0.0)
         self.host_totals = dict.fromkeys(STALLS, 0.0)
+        self.stall_counts = dict.fromkeys(STALLS, 0)
+        self._mtbf_s = mtbf_hours * 3600.0
         self.steps = 0
         self.wall = 0.0
         self._durations = collections.deque(maxlen=512)  # recent step durations, for the median
+        self._median = None
         self._histogram = [0] * (len(BUCKETS) + 1)
         self._recent = collections.deque(maxlen=trace_steps)
         self._slow = collections.deque(maxlen=trace_steps)
@@ -233,11 +236,16 @@ class Doctor:
                 self.totals[c] += step.seconds[c]
             for c, a, b, _ in spans:
                 self.host_totals[c] += b - a
+                self.stall_counts[c] += 1
             if step.boundary:
                 return
             self.steps += 1
             self._histogram[_bucket(wall)] += 1
-            median = _median(self._durations)
+            # The median of recent steps, refreshed every 32 steps (sorting 512 each step would cost more
+            # than the rest of the accounting).
+            if self.steps % 32 == 1 or self._median is None:
+                self._median = _median(self._durations)
+            median = self._median
             self._durations.append(wall)
             self._recent.append(step)
             if median is not None and wall > self._slow_factor * median:
@@ -293,10 +301,15 @@ class Doctor:
             findings.append(("%s: %.0f%% of step time waiting for data" % (kind, 100 * wait),
                              self._input_fix(), gain(wait)))
         if share["checkpoint"] > 0.02:
-            findings.append(("checkpoint stalls: %.0f%% of step time saving" % (100 * share["checkpoint"]),
-                             "save with stoker.checkpoint.Checkpointer: training waits only for the snapshot, "
-                             "the write goes on in the background; choose the interval from the measured cost",
-                             gain(share["checkpoint"])))
+            saves = max(1, self.stall_counts["checkpoint"])
+            cost = a["seconds"]["checkpoint"] / saves
+            # Young's interval: the one that loses least to saving and to recomputing after a failure.
+            interval = (2.0 * cost * self._mtbf_s) ** 0.5
+            findings.append(("checkpoint stalls: %.0f%% of step time saving (%d saves, %.2f s each)" % (
+                100 * share["checkpoint"], saves, cost),
+                "save with stoker.checkpoint.Checkpointer: training waits only for the snapshot, the write goes on "
+                "in the background; at this cost and a mean time between failures of %.0f h, save every %.0f s"
+                % (self._mtbf_s / 3600.0, interval), gain(share["checkpoint"])))
         if share["h2d_copy"] > 0.05:
             pageable = self._pageable_copies and self._pageable_copies == self._copies
             findings.append(("host-to-device copies: %.0f%% of step time%s" % (
@@ -395,8 +408,9 @@ class Doctor:
                                                                                          stats["prefetch"]))
             lines += ["  " + line for line in tuned[-10:]]
         if a["nvml_utilization"] is not None:
-            lines.append("NVML utilisation: %.0f%% (stoker's account: %.0f%% compute)" % (
-                a["nvml_utilization"], 100 * a["share"]["compute"]))
+            lines.append("NVML utilisation: %.0f%% (stoker's account: %.0f%% compute); GPU memory peak %.1f of "
+                         "%.1f GiB" % (a["nvml_utilization"], 100 * a["share"]["compute"],
+                                       self._nvml.memory_used_max / 2**30, self._nvml.memory_total / 2**30))
         host = {c: v for c, v in a["host_seconds"].items() if v > 0}
         if host:
             lines.append("training thread blocked in: " + ", ".join("%s %.3f s" % kv for kv in host.items()))
