@@ -41,7 +41,8 @@ std::optional<Autotuner::Change> Autotuner::Observe(double wall_s, double wait_s
                       prefetch, prefetch_, 100 * share, threads_));
     } else if (!said_budget_) {
       said_budget_ = true;
-      Log(fmt::format("batch {}: waited {:.1f}% at the budget ({} threads, prefetch {}): the loader cannot keep up "
+      Log(
+          fmt::format("batch {}: waited {:.1f}% at the budget ({} threads, prefetch {}): the loader cannot keep up "
                       "(raise autotune_max_threads, or lighten the work: gpu_preprocess, decode on the GPU)",
                       batches_, 100 * share, threads_, prefetch_));
     }
@@ -50,7 +51,8 @@ std::optional<Autotuner::Change> Autotuner::Observe(double wall_s, double wait_s
       --threads_;
       lowered_ = true;
       calm_ = 0;
-      Log(fmt::format("batch {}: threads {} -> {}: workers {:.0f}% busy and the consumer waited {:.2f}%: a core "
+      Log(
+          fmt::format("batch {}: threads {} -> {}: workers {:.0f}% busy and the consumer waited {:.2f}%: a core "
                       "freed",
                       batches_, threads, threads_, 100 * utilisation, 100 * share));
     }

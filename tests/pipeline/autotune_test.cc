@@ -14,7 +14,8 @@ using pipeline::Autotuner;
 
 // Feeds one window of `batches` batches, each `wall` seconds long with
 // `wait` of it waiting and `busy` seconds of worker time; the last change.
-std::optional<Autotuner::Change> Window(Autotuner& t, double wall, double wait, double busy, std::uint32_t batches = 8) {
+std::optional<Autotuner::Change> Window(Autotuner& t, double wall, double wait, double busy,
+                                        std::uint32_t batches = 8) {
   std::optional<Autotuner::Change> last;
   for (std::uint32_t i = 0; i < batches; ++i)
     if (auto c = t.Observe(wall, wait, busy)) last = c;
@@ -40,7 +41,7 @@ TEST(Autotuner, AddsThreadsThenPrefetchWhileTheConsumerWaitsAndSaysWhenTheBudget
 
 TEST(Autotuner, SaturatedWorkersGetNoDeeperPrefetch) {
   Autotuner t({.max_threads = 2, .max_prefetch = 8}, 2, 2);
-  Window(t, 0.01, 0.005, 0.02);                   // warm-up
+  Window(t, 0.01, 0.005, 0.02);                  // warm-up
   EXPECT_FALSE(Window(t, 0.01, 0.005, 0.0195));  // both threads 97% busy: more prefetch would not help
   EXPECT_EQ(t.prefetch(), 2u);
   ASSERT_EQ(t.log().size(), 1u);
@@ -111,7 +112,7 @@ TEST(LoaderAutotune, TheMemoryBudgetBoundsTheBuffers) {
   auto options = SmallOptions();
   options.autotune = true;
   const std::uint64_t buffer = 4ull * 32 * 32 * 3 * 4;  // a batch of 4 float32 32x32 images
-  options.autotune_memory_bytes = 5 * buffer + 100;    // 5 buffers: prefetch at most 3
+  options.autotune_memory_bytes = 5 * buffer + 100;     // 5 buffers: prefetch at most 3
   options.prefetch = 8;
   auto tuned = Loader::Create(dataset, options);
   ASSERT_TRUE(tuned.ok()) << tuned.error().ToString();
