@@ -33,6 +33,7 @@ struct DeviceLoader::Impl {
   // decode_on_device with a decoder: the GPU decodes the batch's JPEGs.
   std::unique_ptr<device::GpuDecodeStage> gpu_decode GUARDED_BY(mu);
   std::string device_decoder;  // the decoder's name, or "CPU: " and why
+  std::shared_ptr<const Dataset> dataset;  // to name a sample in an error
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
     while (copying.size() > keep) {
@@ -103,6 +104,7 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   } else {
     finisher = std::make_shared<pipeline::CpuFinisher>(loader_options.transform);
   }
+  impl->dataset = dataset;
   STOKER_ASSIGN_OR_RETURN(impl->loader, pipeline::CreateLoader(std::move(dataset), loader_options, finisher));
   TransferOptions options;
   options.input_bytes = impl->loader->batch_buffer_bytes();
@@ -157,8 +159,21 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
     if (m.gpu_decode) {
       const std::span<const std::byte> host_batch{bytes, host->image_bytes()};
       device::GpuDecodeStage* stage = m.gpu_decode.get();
-      job.decode = [stage, host_batch, count = job.count](std::uint8_t* area, device::StreamHandle stream) {
-        return stage->Decode(host_batch, count, area, stream);
+      const std::uint64_t* indices = host->indices();
+      const Dataset* dataset = m.dataset.get();
+      auto describe = [indices, dataset](std::int32_t k) {
+        const std::uint64_t index = indices[k];
+        auto info = dataset->Sample(index);
+        if (!info.ok()) return fmt::format("sample {} of the dataset", index);
+        const ShardInfo& shard = dataset->shards()[info->shard];
+        std::uint64_t offset = 0;
+        for (const auto& field : info->fields)
+          if (field) offset = offset == 0 ? field->offset : std::min(offset, field->offset);
+        return fmt::format("sample '{}' (dataset position {}) at {}:{}", info->key, index, shard.path, offset);
+      };
+      job.decode = [stage, host_batch, count = job.count, describe](std::uint8_t* area,
+                                                                    device::StreamHandle stream) {
+        return stage->Decode(host_batch, count, area, stream, describe);
       };
     }
   }

@@ -13,7 +13,7 @@ GpuDecodeStage::GpuDecodeStage(DeviceRuntime& runtime, std::unique_ptr<DeviceJpe
     : runtime_(runtime), decoder_(std::move(decoder)), layout_(layout) {}
 
 Status GpuDecodeStage::Decode(std::span<const std::byte> host_batch, std::int32_t count, std::uint8_t* decode_area,
-                              StreamHandle stream) {
+                              StreamHandle stream, const std::function<std::string(std::int32_t)>& describe) {
   const auto* descs = reinterpret_cast<const ImageDesc*>(host_batch.data());
   const auto* table = reinterpret_cast<const CompressedImage*>(host_batch.data() + layout_.compressed_table_offset());
   const std::byte* pixels = host_batch.data() + layout_.pixels_offset();
@@ -50,7 +50,7 @@ Status GpuDecodeStage::Decode(std::span<const std::byte> host_batch, std::int32_
       continue;
     }
     Status s = DecodeOnCpu(jobs_[j], stream);
-    if (!s.ok()) return s.WithContext(fmt::format("sample {} of the batch", job_sample_[j]));
+    if (!s.ok()) return s.WithContext(describe(job_sample_[j]));
     ++counts_.cpu_after_error;
   }
   return Status::Ok();

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -32,10 +34,11 @@ class GpuDecodeStage {
   // Decodes the GPU-routed images of the `count` samples in `host_batch` (the
   // host batch buffer, which stays valid until the copy completes) into
   // `decode_area` (device memory, layout.decode_area_bytes()) on `stream`.
-  // A sample neither the GPU nor the CPU decodes is Corruption naming its
-  // place in the batch.
+  // A sample neither the GPU nor the CPU decodes is Corruption naming it
+  // (`describe` turns its place in the batch into words: its key and
+  // shard:offset).
   [[nodiscard]] Status Decode(std::span<const std::byte> host_batch, std::int32_t count, std::uint8_t* decode_area,
-                              StreamHandle stream);
+                              StreamHandle stream, const std::function<std::string(std::int32_t)>& describe);
 
   [[nodiscard]] const DeviceJpegDecoder& decoder() const { return *decoder_; }
   [[nodiscard]] const GpuDecodeCounts& counts() const { return counts_; }

@@ -284,6 +284,37 @@ TEST(GpuDecode, ARefusedBatchIsDecodedImageByImageAndOnTheCpuWhenTheGpuRefusesAn
   EXPECT_EQ(state->ones, 30);
 }
 
+TEST(GpuDecode, AnImageNeitherTheGpuNorTheCpuDecodesIsAnErrorNamingTheSample) {
+  TempDir dir;
+  // A JPEG whose header parses but whose data is cut short: the GPU refuses it, and so does the CPU.
+  std::string good = Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0);
+  std::string cut = good.substr(0, good.size() / 3);
+  WriteFile(dir / "src/a/0.jpg", Encode(60, 40, 2, TJPF_RGB, TJSAMP_420, 0));
+  WriteFile(dir / "src/a/1.jpg", cut);
+  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
+  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
+  auto opened = Dataset::Open(dir / "out");
+  ASSERT_TRUE(opened.ok());
+  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->log = &fake.log;
+  state->refuse_batches = true;
+  state->refuse_alone.insert(cut.size());
+  LoaderOptions options = ExactOptions();
+  options.shuffle = false;
+  DeviceLoaderOptions device = GpuDecode();
+  device.device_buffers = 2;
+  auto loader = device::CreateDeviceLoader(dataset, options, fake, 0, device, Opens(state));
+  ASSERT_TRUE(loader.ok());
+  auto next = (*loader)->Next(reinterpret_cast<void*>(std::uintptr_t{77}));
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.error().code(), StatusCode::kCorruption) << next.error().ToString();
+  std::printf("%s\n", next.error().ToString().c_str());
+  EXPECT_NE(next.error().message().find("sample 'a/1'"), std::string::npos) << next.error().message();
+  EXPECT_NE(next.error().message().find(".tar:"), std::string::npos) << next.error().message();
+}
+
 TEST(GpuDecode, WithoutADecoderTheCpuDecodesAndTheStatsSayWhy) {
   TempDir dir;
   auto dataset = MakeDataset(dir);
