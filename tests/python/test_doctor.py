@@ -447,3 +447,43 @@ def test_pageable_copies_are_recovered_and_named():
     doc._pageable_copies, doc._copies = 3, 3
     finding = [f for f in doc.verdict() if f[0].startswith("host-to-device copies")][0]
     assert "pageable" in finding[0] and "pin_memory" in finding[1]
+
+
+DISTRIBUTED_SCRIPT = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % sys.argv[1], rank=int(sys.argv[2]), world_size=2)
+data = [torch.ones(4) for _ in range(10)]
+for x in torch.utils.data.DataLoader(data, batch_size=2):
+    if dist.get_rank() == 1:
+        time.sleep(0.02)  # this rank's slow step holds the other back at the all-reduce
+    dist.all_reduce(x)
+dist.destroy_process_group()
+"""
+
+
+def test_stoker_doctor_hooks_collectives_and_compares_ranks(stoker_bin, tmp_path):
+    import socket
+    import subprocess
+    import sys
+    script = tmp_path / "dist.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    launcher = tmp_path / "launch.py"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher.write_text(
+        "import subprocess, sys, os\n"
+        "procs = [subprocess.Popen([sys.executable, %r, %r, str(r)], env=dict(os.environ, RANK=str(r))) "
+        "for r in range(2)]\n"
+        "sys.exit(max(p.wait() for p in procs))\n" % (str(script), str(port)))
+    out = tmp_path / "doctor"
+    run = subprocess.run([stoker_bin, "doctor", "--out", str(out), "--", sys.executable, str(launcher)],
+                         env=dict(os.environ, STOKER_PYTHON=sys.executable), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    reports = {json.loads(p.read_text())["rank"]: json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+    assert set(reports) == {"0", "1"}
+    # Rank 0 waited in the all-reduce (5 steps x 20 ms) for rank 1, whose own time went to its 20 ms of work.
+    assert reports["0"]["account"]["host_seconds"]["communication"] > 0.05
+    assert reports["1"]["account"]["seconds"]["compute"] > 0.09
+    assert "=== all 2 processes (the slowest first)" in run.stdout

@@ -66,11 +66,21 @@ def main(argv=None):
     if not reports:
         print("stoker doctor: no Python process reported a training loop (no DataLoader or stoker.Loader "
               "iterated); reports would be in %s" % out, file=sys.stderr)
+    loaded = []
     for path in reports:
         with open(path) as f:
             r = json.load(f)
+        loaded.append(r)
         print("=== stoker doctor, rank %s (pid %s): %s" % (r["rank"], r["pid"], " ".join(r["argv"])))
         print(r["report"])
+    if len(loaded) > 1:
+        # Ranks wait for the slowest at every collective: name it, and what holds it back.
+        print("=== all %d processes (the slowest first)" % len(loaded))
+        rate = lambda r: r["account"]["steps"] / r["account"]["wall_s"] if r["account"]["wall_s"] else 0.0  # noqa: E731
+        for r in sorted(loaded, key=rate):
+            first = r["verdict"][0]["finding"] if r["verdict"] else "compute-bound"
+            print("  rank %-6s %6d steps  %7.1f ms/step  %s" % (
+                r["rank"], r["account"]["steps"], 1000.0 / rate(r) if rate(r) else 0.0, first))
     if reports:
         print("reports and traces (Perfetto, chrome://tracing): %s" % out)
     return status
