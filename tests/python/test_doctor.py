@@ -487,3 +487,24 @@ def test_stoker_doctor_hooks_collectives_and_compares_ranks(stoker_bin, tmp_path
     assert reports["0"]["account"]["host_seconds"]["communication"] > 0.05
     assert reports["1"]["account"]["seconds"]["compute"] > 0.09
     assert "=== all 2 processes (the slowest first)" in run.stdout
+
+
+def test_stoker_doctor_hooks_stoker_loader(stoker_bin, cli, demo_images, tmp_path):
+    import subprocess
+    import sys
+    packed = tmp_path / "packed"
+    cli("pack", demo_images, packed)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import time, stoker, stoker.transforms as T\n"
+        "loader = stoker.Loader(%r, batch_size=8, num_threads='auto', transform=T.Compose([T.RandomResizedCrop(32)]))\n"
+        "for epoch in range(2):\n"
+        "    for x, y in loader:\n"
+        "        time.sleep(0.001)\n" % str(packed))
+    out = tmp_path / "doctor"
+    run = subprocess.run([stoker_bin, "doctor", "--out", str(out), "--", sys.executable, str(script)],
+                         env=dict(os.environ, STOKER_PYTHON=sys.executable), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(next(out.glob("rank-*.json")).read_text())
+    assert report["account"]["steps"] == 12  # 48 images, 6 batches an epoch, 2 epochs: stoker.Loader was hooked
