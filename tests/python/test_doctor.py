@@ -508,3 +508,10 @@ def test_stoker_doctor_hooks_stoker_loader(stoker_bin, cli, demo_images, tmp_pat
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(next(out.glob("rank-*.json")).read_text())
     assert report["account"]["steps"] == 12  # 48 images, 6 batches an epoch, 2 epochs: stoker.Loader was hooked
+
+
+def test_closing_twice_is_harmless():
+    doc = run_loop(Planted(), steps=3)
+    before = doc.account()
+    doc.close()
+    assert doc.account() == before

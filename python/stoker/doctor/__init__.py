@@ -121,6 +121,7 @@ class Doctor:
         self._copies = 0
         self._lock = threading.Lock()
         self._what_if = None
+        self._closed = False
         self._server = None
         self._origin = clock()
 
@@ -134,7 +135,10 @@ class Doctor:
 
     def close(self):
         """Ends the step in progress (its time counts), settles every step and
-        stops the NVML sampler and the endpoint."""
+        stops the NVML sampler and the endpoint. Closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
         if self._current is not None:
             self._end_step(self._clock())
         self._settle_ready(wait=True)
