@@ -5,6 +5,7 @@ import json
 import io
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -295,3 +296,20 @@ def test_autotune_starts_low_and_logs_its_decisions(packed):
         stoker.Loader(packed, autotune_max_threads=2)
     with pytest.raises(ValueError, match="autotune_memory_bytes"):
         stoker.Loader(packed, batch_size=4, num_threads="auto", autotune_memory="1KiB", transform=tf)
+
+
+def test_autotune_adds_a_thread_when_one_cannot_keep_up_and_keeps_to_its_budgets(packed):
+    # Batches of 8 at 224 px take one thread tens of ms; the loop computes 1 ms a step: one thread cannot keep up.
+    tf = T.Compose([T.RandomResizedCrop(224)])
+    budget = 5 * 8 * 3 * 224 * 224 * 4 + 1000  # five float32 batch buffers: prefetch at most 3
+    loader = stoker.Loader(packed, batch_size=8, num_threads="auto", autotune_max_threads=2, autotune_memory=budget,
+                           transform=tf, log_epochs=False)
+    steps = 0
+    while steps < 48:
+        for _ in loader:
+            time.sleep(0.001)
+            steps += 1
+    stats = loader.stats()
+    assert stats["threads"] == 2, loader.autotune_log()
+    assert stats["prefetch"] <= 3
+    assert "threads 1 -> 2" in loader.autotune_log()[0]
