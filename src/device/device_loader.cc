@@ -32,7 +32,7 @@ struct DeviceLoader::Impl {
   device::OutputDesc output;
   // decode_on_device with a decoder: the GPU decodes the batch's JPEGs.
   std::unique_ptr<device::GpuDecodeStage> gpu_decode GUARDED_BY(mu);
-  std::string device_decoder;  // the decoder's name, or "CPU: " and why
+  std::string device_decoder;              // the decoder's name, or "CPU: " and why
   std::shared_ptr<const Dataset> dataset;  // to name a sample in an error
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
@@ -171,8 +171,7 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
           if (field) offset = offset == 0 ? field->offset : std::min(offset, field->offset);
         return fmt::format("sample '{}' (dataset position {}) at {}:{}", info->key, index, shard.path, offset);
       };
-      job.decode = [stage, host_batch, count = job.count, describe](std::uint8_t* area,
-                                                                    device::StreamHandle stream) {
+      job.decode = [stage, host_batch, count = job.count, describe](std::uint8_t* area, device::StreamHandle stream) {
         return stage->Decode(host_batch, count, area, stream, describe);
       };
     }
