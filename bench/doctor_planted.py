@@ -8,20 +8,9 @@ planted time, what the doctor attributed, and the error.
     PYTHONPATH=build/release/python .venv/bin/python bench/doctor_planted.py
 """
 import json
-import time
 
 from stoker.doctor import Doctor
-from stoker.doctor.testing import FakeClock, FakeGpuQueue
-
-
-class Planted:
-    def __init__(self):
-        self.seconds = {}
-
-    def sleep(self, category, seconds):
-        start = time.perf_counter()
-        time.sleep(seconds)
-        self.seconds[category] = self.seconds.get(category, 0.0) + time.perf_counter() - start
+from stoker.doctor.testing import FakeClock, FakeGpuQueue, Planted
 
 
 def host_case(name, steps=30, data=0.0, compute=0.010, checkpoint_every=0, sync=0.0):

@@ -58,7 +58,6 @@ void DeviceFinisher::BeginBatch(std::uint32_t slot) {
 
 DeviceDecodeRouting DeviceFinisher::routing() const {
   DeviceDecodeRouting r;
-  r.on_device = on_device_.load(std::memory_order_relaxed);
   r.on_hardware = on_hardware_.load(std::memory_order_relaxed);
   r.no_room = no_room_.load(std::memory_order_relaxed);
   MutexLock lock(reasons_mu_);
@@ -110,7 +109,6 @@ bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pip
   desc.y1 = static_cast<float>(std::min(crop->box.y1, static_cast<double>(traits->height)));
   desc.flip = crop->flip ? 1 : 0;
   std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
-  on_device_.fetch_add(1, std::memory_order_relaxed);
   if (ref.hardware) on_hardware_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

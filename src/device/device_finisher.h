@@ -42,8 +42,7 @@ static_assert(sizeof(CompressedImage) == 32);
 
 // Samples the GPU decode path sent to the CPU, by reason.
 struct DeviceDecodeRouting {
-  std::uint64_t on_device = 0;                       // planned for the GPU's decoders
-  std::uint64_t on_hardware = 0;                     // of which for the hardware decoder
+  std::uint64_t on_hardware = 0;                     // planned for the hardware decoder
   std::uint64_t no_room = 0;                         // decoded on the CPU: the batch's decode area was full
   std::map<std::string, std::uint64_t> cpu_reasons;  // decoded on the CPU: what the GPU does not take
 };
@@ -95,7 +94,7 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   codec::GpuDecodeCaps caps_;
   std::size_t decode_bytes_per_sample_ = 0, decode_capacity_ = 0, compressed_offset_ = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> decode_used_;  // per slot
-  std::atomic<std::uint64_t> on_device_{0}, on_hardware_{0}, no_room_{0};
+  std::atomic<std::uint64_t> on_hardware_{0}, no_room_{0};
   mutable Mutex reasons_mu_;
   std::map<std::string, std::uint64_t> cpu_reasons_ GUARDED_BY(reasons_mu_);
 };

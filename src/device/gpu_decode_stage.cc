@@ -36,7 +36,6 @@ Status GpuDecodeStage::Decode(std::span<const std::byte> host_batch, std::int32_
     job_sample_.push_back(k);
   }
   if (jobs_.empty()) return Status::Ok();
-  ++counts_.batches;
   if (decoder_->DecodeBatch(jobs_, stream).ok()) {
     counts_.images += jobs_.size();
     return Status::Ok();

@@ -21,7 +21,6 @@
 namespace stoker::device {
 
 struct GpuDecodeCounts {
-  std::uint64_t batches = 0;
   std::uint64_t images = 0;           // decoded by the GPU's decoders
   std::uint64_t batch_failures = 0;   // batches the decoder refused, then decoded one by one
   std::uint64_t cpu_after_error = 0;  // images the GPU could not decode alone either: decoded on the CPU

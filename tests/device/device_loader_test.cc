@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "device/device_loader_internal.h"
+#include "device_loader_test_util.h"
 #include "fake_runtime.h"
 #include "pipeline/loader_test_util.h"
 
@@ -91,22 +92,11 @@ namespace {
 // runs the CPU twin) and returns the float32 images.
 Epoch RunDeviceEpoch(std::shared_ptr<const Dataset> dataset, LoaderOptions options, DeviceLoaderOptions device_options,
                      testing::FakeDeviceRuntime& fake, std::uint64_t* fallbacks = nullptr) {
-  Epoch e;
   device_options.device_buffers = 2;
   auto loader = device::CreateDeviceLoader(std::move(dataset), options, fake, 0, device_options);
   EXPECT_TRUE(loader.ok()) << loader.error().ToString();
-  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
-  while (true) {
-    auto next = (*loader)->Next(consumer);
-    EXPECT_TRUE(next.ok()) << next.error().ToString();
-    if (!next.ok() || !next->has_value()) break;
-    const DeviceBatchView& b = **next;
-    const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
-    e.indices.insert(e.indices.end(), b.indices.begin(), b.indices.end());
-    auto* p = static_cast<const std::byte*>(b.images);
-    e.pixels.insert(e.pixels.end(), p, p + bytes);
-    EXPECT_TRUE((*loader)->Release(b, consumer).ok());
-  }
+  if (!loader.ok()) return {};
+  Epoch e = DrainDeviceEpoch(**loader);
   if (fallbacks != nullptr) *fallbacks = (*loader)->stats().device_fallbacks;
   return e;
 }

@@ -17,6 +17,7 @@
 #include "codec/jpeg.h"
 #include "device/device_loader_internal.h"
 #include "device/jpeg_decoder.h"
+#include "device_loader_test_util.h"
 #include "fake_runtime.h"
 #include "pipeline/loader_test_util.h"
 #include "stoker/device_loader.h"
@@ -101,18 +102,7 @@ LoaderRun RunGpuDecode(std::shared_ptr<const Dataset> dataset, const LoaderOptio
   auto loader = device::CreateDeviceLoader(std::move(dataset), options, fake, 0, device, open);
   EXPECT_TRUE(loader.ok()) << loader.error().ToString();
   if (!loader.ok()) return r;
-  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
-  while (true) {
-    auto next = (*loader)->Next(consumer);
-    EXPECT_TRUE(next.ok()) << next.error().ToString();
-    if (!next.ok() || !next->has_value()) break;
-    const DeviceBatchView& b = **next;
-    const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
-    r.epoch.indices.insert(r.epoch.indices.end(), b.indices.begin(), b.indices.end());
-    auto* p = static_cast<const std::byte*>(b.images);
-    r.epoch.pixels.insert(r.epoch.pixels.end(), p, p + bytes);
-    EXPECT_TRUE((*loader)->Release(b, consumer).ok());
-  }
+  r.epoch = DrainDeviceEpoch(**loader);
   r.stats = (*loader)->stats();
   return r;
 }

@@ -10,21 +10,9 @@ import urllib.request
 import pytest
 
 from stoker.doctor import CATEGORIES, Doctor
-from stoker.doctor.testing import FakeClock, FakeGpuQueue
+from stoker.doctor.testing import FakeClock, FakeGpuQueue, Planted
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser")
-
-
-class Planted:
-    """Ground truth: the time each planted stall actually took."""
-
-    def __init__(self):
-        self.seconds = {}
-
-    def sleep(self, category, seconds):
-        start = time.perf_counter()
-        time.sleep(seconds)
-        self.seconds[category] = self.seconds.get(category, 0.0) + time.perf_counter() - start
 
 
 def slow_batches(planted, n, delay):

@@ -44,7 +44,8 @@ import time
 from . import _gpu
 from ._timeline import CATEGORIES, STALLS, attribute
 
-PHASES = ("h2d_copy", "checkpoint", "sync", "communication")
+# The stalls a phase() block marks (data wait is marked by the batches themselves).
+PHASES = tuple(s for s in STALLS if s != "data_wait")
 # Step-duration histogram buckets, seconds.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

@@ -59,17 +59,19 @@ def _patch_torch(torch):
     _patch(torch.cuda, "synchronize", "sync")
 
 
-def _patch_dataloader(module):
-    cls = getattr(module, "_BaseDataLoaderIter", None)
-    if cls is None or getattr(cls.__next__, "__stoker_doctor__", False):
+def _wrap_method(cls, name, make):
+    """Replaces cls.name by make(original), once."""
+    original = getattr(cls, name, None) if cls is not None else None
+    if original is None or getattr(original, "__stoker_doctor__", False):
         return
-    original = cls.__next__
+    wrapper = functools.wraps(original)(make(original))
+    wrapper.__stoker_doctor__ = True
+    setattr(cls, name, wrapper)
 
-    @functools.wraps(original)
-    def __next__(self):
-        return doctor().next_batch(lambda: original(self))
-    __next__.__stoker_doctor__ = True
-    cls.__next__ = __next__
+
+def _patch_dataloader(module):
+    _wrap_method(getattr(module, "_BaseDataLoaderIter", None), "__next__",
+                 lambda original: lambda self: doctor().next_batch(lambda: original(self)))
 
 
 def _patch_distributed(module):
@@ -78,16 +80,8 @@ def _patch_distributed(module):
 
 
 def _patch_stoker(module):
-    cls = getattr(module, "Loader", None)
-    if cls is None or getattr(cls.__iter__, "__stoker_doctor__", False):
-        return
-    original = cls.__iter__
-
-    @functools.wraps(original)
-    def __iter__(self):
-        return doctor().batches(original(self))
-    __iter__.__stoker_doctor__ = True
-    cls.__iter__ = __iter__
+    _wrap_method(getattr(module, "Loader", None), "__iter__",
+                 lambda original: lambda self: doctor().batches(original(self)))
 
 
 _HOOKS = {"torch": _patch_torch, "torch.utils.data.dataloader": _patch_dataloader,

@@ -1,6 +1,20 @@
 """Test doubles for code that uses the doctor: an exact clock and a GPU
 stream with known kernel durations (the doctor's timer seam), so that its
-attribution can be checked against ground truth without a GPU."""
+attribution can be checked against ground truth without a GPU, and
+planted host stalls whose real durations are the ground truth."""
+import time
+
+
+class Planted:
+    """Ground truth: the time each planted stall actually took."""
+
+    def __init__(self):
+        self.seconds = {}
+
+    def sleep(self, category, seconds):
+        start = time.perf_counter()
+        time.sleep(seconds)
+        self.seconds[category] = self.seconds.get(category, 0.0) + time.perf_counter() - start
 
 
 class FakeClock:
