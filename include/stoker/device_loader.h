@@ -80,6 +80,10 @@ struct DeviceLoaderStats {
   std::uint64_t decode_no_room = 0;          // decoded on the CPU: their batch's decode area was full
   std::uint64_t decode_batch_failures = 0;   // batches the decoder refused, then decoded image by image
   std::uint64_t decode_cpu_after_error = 0;  // images the GPU refused alone too: decoded on the CPU
+  // on_corrupt = kSkip: images neither the GPU nor the CPU decoded (a good
+  // header over corrupt data), each replaced by the next good image of its
+  // batch (its label and index too).
+  std::uint64_t decode_corrupt_skipped = 0;
   // Images decoded on the CPU because the GPU's decoders do not take them, by reason.
   std::vector<std::pair<std::string, std::uint64_t>> decoded_on_cpu_by_reason;
 };

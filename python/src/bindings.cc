@@ -318,6 +318,7 @@ PYBIND11_MODULE(_native, m) {
                d["decode_no_room"] = s.decode_no_room;
                d["decode_batch_failures"] = s.decode_batch_failures;
                d["decode_cpu_after_error"] = s.decode_cpu_after_error;
+               d["decode_corrupt_skipped"] = s.decode_corrupt_skipped;
                py::dict reasons;
                for (const auto& [reason, n] : s.decoded_on_cpu_by_reason) reasons[py::str(reason)] = n;
                d["decoded_on_cpu_by_reason"] = reasons;

@@ -386,11 +386,14 @@ class Loader:
         device also "copy_s" (host-to-device copy time, from CUDA events) and
         "copied_bytes"; with ``decode="gpu"`` also "decoder",
         "decoded_on_device", "decoded_on_hardware", "decode_no_room",
-        "decode_batch_failures", "decode_cpu_after_error" and
+        "decode_batch_failures", "decode_cpu_after_error",
+        "decode_corrupt_skipped" (corrupt images found by the GPU decode and
+        replaced, with on_corrupt="skip"; included in "corrupt_skipped") and
         "decoded_on_cpu_by_reason" (a dict)."""
         d = self._native.stats().as_dict()
         for k, v in self._native.device_stats().items():
             d["device_" + k if k == "batches" else k] = v
+        d["corrupt_skipped"] += d.get("decode_corrupt_skipped", 0)
         return d
 
     def summary(self):
@@ -413,8 +416,11 @@ class Loader:
         if d["decoder"].startswith("CPU: "):
             return tuned + "; decode: CPU (%s)" % d["decoder"][5:]
         on_cpu = sum(d["decoded_on_cpu_by_reason"].values()) + d["decode_no_room"] + d["decode_cpu_after_error"]
-        return tuned + "; decode: %s, %d images on the GPU (%d hardware), %d on the CPU" % (
-            d["decoder"], d["decoded_on_device"], d["decoded_on_hardware"], on_cpu)
+        skipped = ""
+        if d["decode_corrupt_skipped"]:
+            skipped = ", %d corrupt replaced" % d["decode_corrupt_skipped"]
+        return tuned + "; decode: %s, %d images on the GPU (%d hardware), %d on the CPU%s" % (
+            d["decoder"], d["decoded_on_device"], d["decoded_on_hardware"], on_cpu, skipped)
 
 
 def _find_nvjpeg():

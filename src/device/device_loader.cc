@@ -96,7 +96,8 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
         impl->finisher->EnableDeviceDecode(decoder->caps(), device_options.device_decode_bytes_per_sample);
         impl->device_decoder = decoder->name();
         MutexLock lock(impl->mu);
-        impl->gpu_decode = std::make_unique<GpuDecodeStage>(runtime, std::move(decoder), *impl->finisher);
+        impl->gpu_decode = std::make_unique<GpuDecodeStage>(runtime, std::move(decoder), *impl->finisher,
+                                                            loader_options.on_corrupt == CorruptPolicy::kSkip);
       } else {
         impl->device_decoder = "CPU: " + why;
       }
@@ -171,8 +172,9 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
           if (field) offset = offset == 0 ? field->offset : std::min(offset, field->offset);
         return fmt::format("sample '{}' (dataset position {}) at {}:{}", info->key, index, shard.path, offset);
       };
-      job.decode = [stage, host_batch, count = job.count, describe](std::uint8_t* area, device::StreamHandle stream) {
-        return stage->Decode(host_batch, count, area, stream, describe);
+      job.decode = [stage, host_batch, count = job.count, describe](std::uint8_t* area, std::byte* device_batch,
+                                                                    device::StreamHandle stream) {
+        return stage->Decode(host_batch, count, area, device_batch, stream, describe);
       };
     }
   }
@@ -185,6 +187,11 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
   view.dtype = host->dtype();
   view.labels.assign(host->labels(), host->labels() + host->size());
   view.indices.assign(host->indices(), host->indices() + host->size());
+  if (m.gpu_decode)  // corrupt images replaced (on_corrupt = kSkip): the batch says what it holds
+    for (const device::DecodeReplacement& r : m.gpu_decode->replacements()) {
+      view.labels[static_cast<std::size_t>(r.sample)] = view.labels[static_cast<std::size_t>(r.by)];
+      view.indices[static_cast<std::size_t>(r.sample)] = view.indices[static_cast<std::size_t>(r.by)];
+    }
   view.epoch = host->epoch();
   view.batch_index = host->batch_index();
   view.device_index = m.device_index;
@@ -221,6 +228,7 @@ DeviceLoaderStats DeviceLoader::stats() const {
     s.decoded_on_device = c.images;
     s.decode_batch_failures = c.batch_failures;
     s.decode_cpu_after_error = c.cpu_after_error;
+    s.decode_corrupt_skipped = c.corrupt_skipped;
   }
   return s;
 }

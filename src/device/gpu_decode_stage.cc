@@ -9,11 +9,13 @@
 namespace stoker::device {
 
 GpuDecodeStage::GpuDecodeStage(DeviceRuntime& runtime, std::unique_ptr<DeviceJpegDecoder> decoder,
-                               const DeviceFinisher& layout)
-    : runtime_(runtime), decoder_(std::move(decoder)), layout_(layout) {}
+                               const DeviceFinisher& layout, bool skip_corrupt)
+    : runtime_(runtime), decoder_(std::move(decoder)), layout_(layout), skip_corrupt_(skip_corrupt) {}
 
 Status GpuDecodeStage::Decode(std::span<const std::byte> host_batch, std::int32_t count, std::uint8_t* decode_area,
-                              StreamHandle stream, const std::function<std::string(std::int32_t)>& describe) {
+                              std::byte* device_batch, StreamHandle stream,
+                              const std::function<std::string(std::int32_t)>& describe) {
+  replacements_.clear();
   const auto* descs = reinterpret_cast<const ImageDesc*>(host_batch.data());
   const auto* table = reinterpret_cast<const CompressedImage*>(host_batch.data() + layout_.compressed_table_offset());
   const std::byte* pixels = host_batch.data() + layout_.pixels_offset();
@@ -43,16 +45,50 @@ Status GpuDecodeStage::Decode(std::span<const std::byte> host_batch, std::int32_
   // The decoder refused the batch (one image it could not take, as a rule):
   // each image alone, then the CPU for what the GPU still refuses.
   ++counts_.batch_failures;
+  std::vector<std::int32_t> corrupt;
+  Status first_corrupt;
   for (std::size_t j = 0; j < jobs_.size(); ++j) {
     if (decoder_->DecodeOne(jobs_[j], stream).ok()) {
       ++counts_.images;
       continue;
     }
     Status s = DecodeOnCpu(jobs_[j], stream);
-    if (!s.ok()) return s.WithContext(describe(job_sample_[j]));
-    ++counts_.cpu_after_error;
+    if (s.ok()) {
+      ++counts_.cpu_after_error;
+      continue;
+    }
+    s = s.WithContext(describe(job_sample_[j]));
+    if (!skip_corrupt_ || s.code() != StatusCode::kCorruption) return s;
+    if (corrupt.empty()) first_corrupt = s;
+    corrupt.push_back(job_sample_[j]);
   }
-  return Status::Ok();
+  if (corrupt.empty()) return Status::Ok();
+  if (static_cast<std::int32_t>(corrupt.size()) == count)
+    return first_corrupt.WithContext("every image of its batch is corrupt: none can replace it");
+  return ReplaceCorrupt(descs, count, corrupt, device_batch, stream);
+}
+
+Status GpuDecodeStage::ReplaceCorrupt(const ImageDesc* descs, std::int32_t count, std::span<const std::int32_t> corrupt,
+                                      std::byte* device_batch, StreamHandle stream) {
+  std::vector<bool> bad(static_cast<std::size_t>(count), false);
+  for (std::int32_t k : corrupt) bad[static_cast<std::size_t>(k)] = true;
+  std::vector<ImageDesc> patched;
+  patched.reserve(corrupt.size());
+  for (std::int32_t k : corrupt) {
+    std::int32_t by = -1;
+    for (std::int32_t m = k + 1; m < count && by < 0; ++m)
+      if (!bad[static_cast<std::size_t>(m)]) by = m;
+    for (std::int32_t m = k - 1; m >= 0 && by < 0; --m)
+      if (!bad[static_cast<std::size_t>(m)]) by = m;
+    // The kernel then finishes image `by` (its pixels, crop and flip) into place k.
+    patched.push_back(descs[by]);
+    STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(device_batch + static_cast<std::size_t>(k) * sizeof(ImageDesc),
+                                                      &patched.back(), sizeof(ImageDesc), stream));
+    replacements_.push_back({k, by});
+    ++counts_.corrupt_skipped;
+  }
+  // The copies read `patched` after this returns: wait for them (a rare path).
+  return runtime_.SynchronizeStream(stream);
 }
 
 Status GpuDecodeStage::DecodeOnCpu(const DeviceJpegJob& job, StreamHandle stream) {

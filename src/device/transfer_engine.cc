@@ -107,7 +107,7 @@ Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, cons
     auto* decoded = static_cast<std::uint8_t*>(slot.decode.get());
     if (job->decode) {
       if (decoded == nullptr) return Status::InvalidArgument("GPU decode needs an engine created with decode_bytes");
-      STOKER_RETURN_IF_ERROR(job->decode(decoded, stream));
+      STOKER_RETURN_IF_ERROR(job->decode(decoded, static_cast<std::byte*>(slot.input.get()), stream));
     }
     STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
                                                      reinterpret_cast<const ImageDesc*>(base), job->count, job->output,

@@ -44,9 +44,11 @@ struct PreprocessJob {
   OutputDesc output;
   std::uint64_t pixels_offset = 0;  // where the pixel area starts in the host batch
   // GPU decode: called after the copy is enqueued and before the kernel,
-  // with the slot's decode area and the copy stream; it enqueues the
-  // decoding of the batch's compressed images there.
-  std::function<Status(std::uint8_t* decode_area, StreamHandle stream)> decode;
+  // with the slot's decode area, the slot's copy of the host batch (device
+  // memory: the ImageDesc records the kernel reads, which the decode may
+  // rewrite on the stream) and the copy stream; it enqueues the decoding of
+  // the batch's compressed images there.
+  std::function<Status(std::uint8_t* decode_area, std::byte* device_batch, StreamHandle stream)> decode;
 };
 
 struct DeviceBatch {

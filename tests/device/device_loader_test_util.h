@@ -1,5 +1,5 @@
 // One epoch out of a DeviceLoader over the fake runtime (whose "device"
-// memory is host memory): the float32 images and indices, each batch
+// memory is host memory): the float32 images, indices and labels, each batch
 // released once read.
 #pragma once
 
@@ -20,6 +20,7 @@ inline Epoch DrainDeviceEpoch(DeviceLoader& loader) {
     const DeviceBatchView& b = **next;
     const auto bytes = static_cast<std::size_t>(b.shape[0] * b.shape[1] * b.shape[2] * b.shape[3]) * 4;
     e.indices.insert(e.indices.end(), b.indices.begin(), b.indices.end());
+    e.labels.insert(e.labels.end(), b.labels.begin(), b.labels.end());
     auto* p = static_cast<const std::byte*>(b.images);
     e.pixels.insert(e.pixels.end(), p, p + bytes);
     EXPECT_TRUE(loader.Release(b, consumer).ok());

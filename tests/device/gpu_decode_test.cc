@@ -3,6 +3,7 @@
 // samples go to the GPU's decoders and which stay on the CPU (by reason),
 // where the decode sits on the copy stream, the batch and image fallbacks,
 // and that every path gives the CPU-decode path's images.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -303,6 +305,62 @@ TEST(GpuDecode, AnImageNeitherTheGpuNorTheCpuDecodesIsAnErrorNamingTheSample) {
   std::printf("%s\n", next.error().ToString().c_str());
   EXPECT_NE(next.error().message().find("sample 'a/1'"), std::string::npos) << next.error().message();
   EXPECT_NE(next.error().message().find(".tar:"), std::string::npos) << next.error().message();
+}
+
+// on_corrupt = kSkip, as on the CPU path: the corrupt image's place gets
+// the next good image of its batch (pixels, label, index), counted; a batch
+// with no good image left still fails, naming the sample.
+TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatch) {
+  TempDir dir;
+  std::string good = Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0);
+  std::string cut = good.substr(0, good.size() / 3);
+  WriteFile(dir / "src/a/0.jpg", Encode(60, 40, 2, TJPF_RGB, TJSAMP_420, 0));
+  WriteFile(dir / "src/a/1.jpg", cut);
+  WriteFile(dir / "src/b/2.jpg", Encode(56, 44, 3, TJPF_RGB, TJSAMP_420, 0));
+  WriteFile(dir / "src/b/3.jpg", cut);  // the batch's last: replaced by the one before it
+  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
+  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
+  auto opened = Dataset::Open(dir / "out");
+  ASSERT_TRUE(opened.ok());
+  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->log = &fake.log;
+  state->refuse_batches = true;
+  state->refuse_alone.insert(cut.size());
+  LoaderOptions options = ExactOptions();
+  options.shuffle = false;
+  options.on_corrupt = CorruptPolicy::kSkip;
+  LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
+  ASSERT_EQ(got.epoch.indices, (std::vector<std::uint64_t>{0, 2, 2, 2}));
+  ASSERT_EQ(got.epoch.labels.size(), 4u);
+  EXPECT_NE(got.epoch.labels[0], got.epoch.labels[2]);  // a and b
+  EXPECT_EQ(got.epoch.labels[1], got.epoch.labels[2]);
+  EXPECT_EQ(got.epoch.labels[3], got.epoch.labels[2]);
+  const std::size_t image = got.epoch.pixels.size() / 4;
+  auto pixels = [&](std::size_t k) { return std::span(got.epoch.pixels).subspan(k * image, image); };
+  EXPECT_TRUE(std::ranges::equal(pixels(1), pixels(2)));
+  EXPECT_TRUE(std::ranges::equal(pixels(3), pixels(2)));
+  EXPECT_FALSE(std::ranges::equal(pixels(0), pixels(2)));
+  EXPECT_EQ(got.stats.decode_corrupt_skipped, 2u);
+  EXPECT_EQ(got.stats.decoded_on_device, 2u);
+
+  // A batch whose every image is corrupt has nothing to replace them with.
+  TempDir bad_dir;
+  WriteFile(bad_dir / "src/a/0.jpg", cut);
+  ASSERT_TRUE(Pack(bad_dir / "src", bad_dir / "out", PackOptions{}).ok());
+  auto bad_opened = Dataset::Open(bad_dir / "out");
+  ASSERT_TRUE(bad_opened.ok());
+  std::shared_ptr<const Dataset> bad(std::move(bad_opened).value());
+  DeviceLoaderOptions device = GpuDecode();
+  device.device_buffers = 2;
+  auto loader = device::CreateDeviceLoader(bad, options, fake, 0, device, Opens(state));
+  ASSERT_TRUE(loader.ok());
+  auto next = (*loader)->Next(reinterpret_cast<void*>(std::uintptr_t{77}));
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.error().code(), StatusCode::kCorruption) << next.error().ToString();
+  EXPECT_NE(next.error().message().find("sample 'a/0'"), std::string::npos) << next.error().message();
+  EXPECT_NE(next.error().message().find("none can replace it"), std::string::npos) << next.error().message();
 }
 
 TEST(GpuDecode, WithoutADecoderTheCpuDecodesAndTheStatsSayWhy) {
