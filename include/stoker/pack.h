@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "stoker/dataset.h"
 #include "stoker/file_system.h"
 #include "stoker/status.h"
 
@@ -101,5 +103,43 @@ struct IndexSummary {
 // integer, is an error naming the shard, offset and key.
 [[nodiscard]] Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
                                                const IndexOptions& options = {});
+
+// What `stoker inspect --images N` shows, to choose pack's max_side and to
+// see where decode="gpu" would decode each image: the JPEG headers of up to
+// N samples spread evenly over the dataset (read, not decoded).
+struct ImageSurvey {
+  std::string field;                // the image field read: jpg, else jpeg
+  std::uint64_t samples = 0;        // in the dataset
+  std::uint64_t surveyed = 0;       // samples looked at
+  std::uint64_t without_image = 0;  // of those, samples without the field
+  struct Size {
+    std::uint32_t width = 0, height = 0;  // as stored (the longest side does not depend on EXIF orientation)
+  };
+  std::vector<Size> sizes;  // one per JPEG whose header was read
+  // How they are coded: "baseline 4:2:0", "progressive 4:4:4", "baseline CMYK", ... and how many.
+  std::map<std::string, std::uint64_t> coding;
+  // Where decode="gpu" would send them on a GPU with JPEG engines (A100,
+  // H100, H200): the hardware decoder, nvJPEG's GPU decoder, or the CPU (by reason).
+  std::uint64_t route_hardware = 0;
+  std::uint64_t route_gpu = 0;
+  std::map<std::string, std::uint64_t> route_cpu;
+  // Headers that do not read as JPEG: how many, and the first 10 named
+  // ("sample 'a/1' at shard-000000.tar:1536: ...", raw: print through Printable).
+  std::uint64_t unreadable = 0;
+  std::vector<std::string> unreadable_examples;
+};
+// InvalidArgument when the dataset has no jpg or jpeg field; read errors
+// name the sample and shard:offset.
+[[nodiscard]] Result<ImageSurvey> SurveyImages(const Dataset& dataset, std::uint64_t max_images = 1000);
+
+// What pack's max_side would do to the surveyed images: the share it
+// re-encodes, and the share of the pixels to decode that is left (decoding
+// costs roughly in proportion, less where a crop lets the decoder scale).
+struct MaxSideEffect {
+  std::uint32_t max_side = 0;
+  double images_reencoded = 0;  // 0-1
+  double pixels_left = 1;       // 0-1
+};
+[[nodiscard]] MaxSideEffect EstimateMaxSide(const ImageSurvey& survey, std::uint32_t max_side);
 
 }  // namespace stoker

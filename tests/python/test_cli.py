@@ -36,6 +36,17 @@ def test_pack_verify_inspect_round_trip(stoker, demo_images, tmp_path):
     text = stoker("inspect", out).stdout
     assert "samples  48" in text
 
+    # --images: the JPEG headers of an even spread of samples, against what PIL reads.
+    from PIL import Image
+    surveyed = json.loads(stoker("inspect", out, "--json", "--images", "12").stdout)["images"]
+    assert surveyed["surveyed"] == 12 and surveyed["jpeg_headers_read"] == 12
+    assert surveyed["coding"] == {"baseline 4:2:0": 12}
+    assert surveyed["gpu_decode_route"]["hardware"] == 12
+    sides = sorted(max(Image.open(p).size) for p in image_files(demo_images)[::4])
+    assert surveyed["longest_side"]["max"] == sides[-1]
+    text = stoker("inspect", out, "--images", "48").stdout
+    assert "longest side" in text and "--max-side 256" in text and 'decode="gpu"' in text
+
     # Every sample's bytes are exactly the source file's.
     files = image_files(demo_images)
     listed = [json.loads(line) for line in stoker("ls", out, "--json").stdout.splitlines()]

@@ -69,12 +69,126 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   return kExitOk;
 }
 
-int RunInspect(const std::string& location, const RemoteArgs& remote, bool json) {
+namespace {
+
+// pack --max-side values worth showing: those that re-encode something.
+constexpr std::uint32_t kMaxSideCandidates[] = {256, 320, 400, 512, 768, 1024};
+
+std::uint32_t LongestSidePercentile(const std::vector<std::uint32_t>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto at = static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(at, sorted.size() - 1)];
+}
+
+std::vector<std::uint32_t> SortedLongestSides(const stoker::ImageSurvey& survey) {
+  std::vector<std::uint32_t> sides;
+  for (const auto& size : survey.sizes) sides.push_back(std::max(size.width, size.height));
+  std::sort(sides.begin(), sides.end());
+  return sides;
+}
+
+nlohmann::json SurveyJson(const stoker::ImageSurvey& v) {
+  nlohmann::json out;
+  out["field"] = v.field;
+  out["surveyed"] = v.surveyed;
+  out["without_image"] = v.without_image;
+  out["jpeg_headers_read"] = v.sizes.size();
+  const auto sides = SortedLongestSides(v);
+  out["longest_side"] = {{"p10", LongestSidePercentile(sides, 0.1)},
+                         {"p50", LongestSidePercentile(sides, 0.5)},
+                         {"p90", LongestSidePercentile(sides, 0.9)},
+                         {"max", sides.empty() ? 0u : sides.back()}};
+  out["max_side"] = nlohmann::json::array();
+  for (std::uint32_t n : kMaxSideCandidates) {
+    const stoker::MaxSideEffect e = stoker::EstimateMaxSide(v, n);
+    out["max_side"].push_back(
+        {{"max_side", n}, {"images_reencoded", e.images_reencoded}, {"pixels_left", e.pixels_left}});
+  }
+  out["coding"] = v.coding;
+  out["gpu_decode_route"] = {{"hardware", v.route_hardware}, {"gpu", v.route_gpu}, {"cpu", v.route_cpu}};
+  out["unreadable"] = v.unreadable;
+  out["unreadable_examples"] = v.unreadable_examples;
+  return out;
+}
+
+void PrintSurvey(const stoker::ImageSurvey& v) {
+  fmt::print("images   {} of {} samples surveyed (field {}; headers read, nothing decoded)\n", v.surveyed, v.samples,
+             v.field);
+  if (v.without_image) fmt::print("  without {:<6} {} samples\n", v.field, v.without_image);
+  if (v.unreadable) {
+    fmt::print("  unreadable     {} headers that are not JPEG (`stoker verify` checks every sample), the first:\n",
+               v.unreadable);
+    for (const auto& e : v.unreadable_examples) fmt::print("    {}\n", Printable(e));
+  }
+  if (v.sizes.empty()) return;
+  const auto sides = SortedLongestSides(v);
+  double pixels = 0;
+  for (const auto& size : v.sizes) pixels += static_cast<double>(size.width) * size.height;
+  fmt::print("  longest side   p10 {}  p50 {}  p90 {}  max {} px; {:.2f} Mpx on average\n",
+             LongestSidePercentile(sides, 0.1), LongestSidePercentile(sides, 0.5), LongestSidePercentile(sides, 0.9),
+             sides.back(), pixels / static_cast<double>(v.sizes.size()) / 1e6);
+  bool any = false;
+  for (std::uint32_t n : kMaxSideCandidates) {
+    const stoker::MaxSideEffect e = stoker::EstimateMaxSide(v, n);
+    if (e.images_reencoded == 0) continue;
+    any = true;
+    fmt::print("  --max-side {:<4} re-encodes {:.0f}% of them; {:.0f}% of the pixels to decode left\n", n,
+               100 * e.images_reencoded, 100 * e.pixels_left);
+  }
+  if (!any)
+    fmt::print("  --max-side     nothing to re-encode: every image is {} px or less on its longest side\n",
+               sides.back());
+  std::vector<std::string> coding;
+  for (const auto& [name, count] : v.coding) coding.push_back(fmt::format("{} {}", name, count));
+  fmt::print("  coding         {}\n", fmt::join(coding, ", "));
+  std::uint64_t on_cpu = 0;
+  std::vector<std::string> reasons;
+  for (const auto& [reason, count] : v.route_cpu) {
+    on_cpu += count;
+    reasons.push_back(fmt::format("{} {}", reason, count));
+  }
+  fmt::print(
+      "  decode=\"gpu\"   on A100/H100/H200: {} to the hardware decoder, {} to nvJPEG's GPU decoder, {} to the "
+      "CPU{}\n",
+      v.route_hardware, v.route_gpu, on_cpu, reasons.empty() ? "" : fmt::format(" ({})", fmt::join(reasons, ", ")));
+}
+
+void PrintLabels(const stoker::DatasetSummary& s) {
+  if (s.label_counts.empty()) {
+    fmt::print("labels   none\n");
+    return;
+  }
+  std::uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& [label, count] : s.label_counts) {
+    lo = std::min(lo, count);
+    hi = std::max(hi, count);
+  }
+  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi,
+             s.unlabelled);
+  std::size_t shown = 0;
+  for (const auto& [label, count] : s.label_counts) {
+    if (shown++ == 20) {
+      fmt::print("  ... ({} more; --json lists all)\n", s.label_counts.size() - 20);
+      break;
+    }
+    fmt::print("  {:>6}: {:>8} {}\n", label, count, std::string(std::max<std::uint64_t>(1, count * 40 / hi), '#'));
+  }
+}
+
+}  // namespace
+
+int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images) {
   auto dataset = Open(location, remote);
   if (!dataset.ok()) return Fail(dataset.error());
   auto summary = stoker::Summarize(**dataset);
   if (!summary.ok()) return Fail(summary.error());
   const auto& s = *summary;
+  std::optional<stoker::ImageSurvey> survey;
+  if (images > 0) {
+    auto surveyed = stoker::SurveyImages(**dataset, images);
+    if (!surveyed.ok()) return Fail(surveyed.error());
+    survey = std::move(*surveyed);
+  }
   if (json) {
     nlohmann::json out;
     out["index"] = (*dataset)->index_path();
@@ -97,6 +211,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json)
     out["shard_list"] = nlohmann::json::array();
     for (const auto& shard : (*dataset)->shards())
       out["shard_list"].push_back({{"path", shard.path}, {"bytes", shard.size}, {"samples", shard.num_samples}});
+    if (survey) out["images"] = SurveyJson(*survey);
     // Invalid UTF-8 in a key or path is replaced, not an exception.
     fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return kExitOk;
@@ -130,25 +245,8 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json)
   fmt::print("fields\n");
   for (const auto& f : s.fields)
     fmt::print("  {:<16} {:>10} samples  {:>10}\n", Printable(f.name), f.samples, stoker::FormatBytes(f.bytes));
-  if (s.label_counts.empty()) {
-    fmt::print("labels   none\n");
-    return kExitOk;
-  }
-  std::uint64_t lo = UINT64_MAX, hi = 0;
-  for (const auto& [label, count] : s.label_counts) {
-    lo = std::min(lo, count);
-    hi = std::max(hi, count);
-  }
-  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi,
-             s.unlabelled);
-  std::size_t shown = 0;
-  for (const auto& [label, count] : s.label_counts) {
-    if (shown++ == 20) {
-      fmt::print("  ... ({} more; --json lists all)\n", s.label_counts.size() - 20);
-      break;
-    }
-    fmt::print("  {:>6}: {:>8} {}\n", label, count, std::string(std::max<std::uint64_t>(1, count * 40 / hi), '#'));
-  }
+  PrintLabels(s);
+  if (survey) PrintSurvey(*survey);
   return kExitOk;
 }
 

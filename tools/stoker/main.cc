@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "Summarise a dataset: samples, shards, fields, bytes, labels");
   inspect->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
   inspect->add_flag("--json", json, "Print a machine-readable summary");
+  std::uint64_t survey_images = 0;
+  inspect->add_option("--images", survey_images,
+                      "Also read the JPEG headers of N samples spread over the dataset (1000 is plenty): sizes, what "
+                      "pack --max-side would re-encode, coding, where decode=\"gpu\" would decode them");
 
   auto* verify = app.add_subcommand("verify", "Check every checksum and label; name each corrupt sample");
   verify->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
@@ -219,7 +223,7 @@ int main(int argc, char** argv) {
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
   if (pack->parsed()) return RunPack(source, out, shard_size, threads, force, max_side, quality);
   if (index->parsed()) return RunIndex(shards, index_output, force);
-  if (inspect->parsed()) return RunInspect(dataset, remote, json);
+  if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images);
   if (verify->parsed()) return RunVerify(dataset, remote, json);
   if (list->parsed()) return RunList(dataset, remote, json);
   return kExitError;

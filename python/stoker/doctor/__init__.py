@@ -382,7 +382,8 @@ class Doctor:
         cores = os.cpu_count() or 1
         if threads is not None and threads >= cores - 1:
             return ("the loader's %d threads are saturated: gpu_preprocess=True, decode=\"gpu\", or a lighter "
-                    "dataset (stoker pack --max-side 400: pays when many images are larger)" % threads)
+                    "dataset (stoker pack --max-side 400, which pays when many images are larger: stoker inspect "
+                    "--images 1000 shows how many)" % threads)
         return "raise the loader's num_threads (now %s of %d cores)" % (threads, cores)
 
     def report(self):
