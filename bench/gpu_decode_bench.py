@@ -8,7 +8,8 @@ scripts/gpu-check):
 2. parity: decode="gpu" against the CPU decode path, same seed and order
    (max and mean difference in uint8 levels), and the routing counts;
 3. training: ResNet-18 (bf16 autocast, channels_last, batch 256) fed by
-   stoker CPU decode, stoker GPU decode, torchvision's GPU path (DataLoader
+   stoker CPU decode, stoker GPU decode (with and without stage_ahead: the
+   decoder's host work beside or inside next()), torchvision's GPU path (DataLoader
    workers read the bytes; batched decode_jpeg on CUDA + transforms.v2 on
    CUDA tensors), and torch DataLoader (CPU decode), reporting GPU idle %.
 
@@ -162,8 +163,9 @@ def main():
         model = torchvision.models.resnet18(num_classes=1000).to("cuda", memory_format=torch.channels_last)
         return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     nhwc = lambda x, y: (x.permute(0, 3, 1, 2), y)  # noqa: E731
-    for name, decode in (("stoker CPU decode (gpu_preprocess)", "cpu"), ("stoker GPU decode", "gpu")):
-        loader = stoker_loader(args.packed, args.batch_size, decode, transform)
+    for name, decode, stage in (("stoker CPU decode (gpu_preprocess)", "cpu", True), ("stoker GPU decode", "gpu", True),
+                                ("stoker GPU decode, stage_ahead=False", "gpu", False)):
+        loader = stoker_loader(args.packed, args.batch_size, decode, transform, stage_ahead=stage)
         model, opt = make_model()
         result["runs"].append(train(name, forever(loader), model, opt, args.steps, args.warmup, nhwc))
         result["runs"][-1]["decoder"] = loader.decoder

@@ -5,7 +5,9 @@
 // waits on an event, so the host never blocks on a copy and batch k+1 copies
 // while the consumer computes on batch k. A device buffer returns to the pool
 // when the consumer releases the batch, once the consumer stream's work up to
-// then completes (an event, not a host wait).
+// then completes (an event, not a host wait). With the GPU's JPEG decoder,
+// a staging thread submits batches ahead (stage_ahead), so the decoder's
+// host work runs beside the consumer instead of inside Next().
 #pragma once
 
 #include <array>
@@ -62,13 +64,22 @@ struct DeviceLoaderOptions {
   // for whole decoded images (3 bytes per pixel). An image that does not fit
   // its batch's area is decoded on the CPU (counted as decode_no_room).
   std::size_t device_decode_bytes_per_sample = std::size_t{1} << 20;
+  // With decode_on_device and a decoder: a staging thread submits batches
+  // ahead (copy, nvJPEG's call, kernel) into free device buffers, so that
+  // the decoder's host work (parsing; Huffman decoding for what the hardware
+  // decoder does not take) runs beside the training thread instead of in
+  // Next(). Use the DeviceLoader's State/SetEpoch/Restore/Reshard/epoch then:
+  // the host loader's own are ahead by the staged batches.
+  bool stage_ahead = true;
 };
 
 struct DeviceLoaderStats {
   std::uint64_t batches = 0;
   double copy_seconds = 0;  // host-to-device copy time, measured with events
   std::uint64_t copied_bytes = 0;
-  double submit_seconds = 0;  // host time in Next() beyond the host loader's own wait
+  // Host time submitting batches (copy, decoder call, kernel launch): in
+  // Next(), or on the staging thread with stage_ahead.
+  double submit_seconds = 0;
   // finish_on_device: crops resized on the CPU because their batch ran out of room.
   std::uint64_t device_fallbacks = 0;
 
@@ -111,8 +122,19 @@ class DeviceLoader {
   // enqueued so far completes. Thread-safe (tensor deleters may run anywhere).
   [[nodiscard]] Status Release(const DeviceBatchView& batch, void* consumer_stream);
 
+  // The host loader: for its options, stats and sizes. Position and epoch
+  // go through the methods below, which account for batches staged ahead.
   [[nodiscard]] Loader& loader();
   [[nodiscard]] DeviceLoaderStats stats() const;
+
+  // As Loader's, as the consumer sees them: batches staged ahead
+  // (stage_ahead) are not consumed yet. SetEpoch, Restore and Reshard drop
+  // them. Not to be called while another thread is in Next.
+  [[nodiscard]] LoaderState State() const;
+  [[nodiscard]] std::uint64_t epoch() const;
+  void SetEpoch(std::uint64_t epoch);
+  [[nodiscard]] Status Restore(const LoaderState& state);
+  [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
 
   struct Impl;
 

@@ -85,7 +85,7 @@ struct HostVectors {
 class PyLoader {
  public:
   PyLoader(const std::string& path, stoker::LoaderOptions options, const std::string& device, bool gpu_preprocess,
-           bool gpu_decode, const stoker::RemoteOptions& remote) {
+           bool gpu_decode, const stoker::RemoteOptions& remote, bool stage_ahead) {
     stoker::Result<std::unique_ptr<stoker::Dataset>> opened = stoker::Status::Internal("unset");
     stoker::OpenOptions open;
     open.remote = remote;
@@ -105,6 +105,7 @@ class PyLoader {
       stoker::DeviceLoaderOptions device_options;
       device_options.finish_on_device = gpu_preprocess || gpu_decode;
       device_options.decode_on_device = gpu_decode;
+      device_options.stage_ahead = stage_ahead;
       gpu_preprocess_ = device_options.finish_on_device;
       stoker::Result<std::unique_ptr<stoker::DeviceLoader>> made = stoker::Status::Internal("unset");
       {
@@ -280,7 +281,9 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<const std::string&, stoker::LoaderOptions, const std::string&, bool, bool,
-                    const stoker::RemoteOptions&>())
+                    const stoker::RemoteOptions&, bool>(),
+           py::arg("path"), py::arg("options"), py::arg("device"), py::arg("gpu_preprocess"), py::arg("gpu_decode"),
+           py::arg("remote"), py::arg("stage_ahead") = true)
       .def("remote_stats",
            [](PyLoader& l) {
              const stoker::RemoteStats r = stoker::GetRemoteStats(*l.dataset_);
@@ -328,9 +331,14 @@ PYBIND11_MODULE(_native, m) {
       .def("set_epoch",
            [](PyLoader& l, std::uint64_t e) {
              py::gil_scoped_release release;
+             if (l.device_loader_) return l.device_loader_->SetEpoch(e);
              l.L().SetEpoch(e);
            })
-      .def_property_readonly("epoch", [](PyLoader& l) { return l.L().epoch(); })
+      .def_property_readonly("epoch",
+                             [](PyLoader& l) {
+                               py::gil_scoped_release release;  // waits for a staged batch's submission
+                               return l.device_loader_ ? l.device_loader_->epoch() : l.L().epoch();
+                             })
       .def("autotune_log", [](PyLoader& l) { return l.L().AutotuneLog(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.L().batches_per_epoch(); })
       .def_property_readonly("batch_capacity", [](PyLoader& l) { return l.L().batch_capacity(); })
@@ -339,21 +347,30 @@ PYBIND11_MODULE(_native, m) {
              stoker::Status status;
              {
                py::gil_scoped_release release;
-               status = l.L().Reshard(rank, world_size);
+               status =
+                   l.device_loader_ ? l.device_loader_->Reshard(rank, world_size) : l.L().Reshard(rank, world_size);
              }
              if (!status.ok()) Raise(status);
            })
       .def_property_readonly("rank", [](PyLoader& l) { return l.L().rank(); })
       .def_property_readonly("world_size", [](PyLoader& l) { return l.L().world_size(); })
       .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })
-      .def("state", [](PyLoader& l) { return stoker_python::LoaderStateToDict(l.L().state()); })
+      .def("state",
+           [](PyLoader& l) {
+             stoker::LoaderState state;
+             {
+               py::gil_scoped_release release;
+               state = l.device_loader_ ? l.device_loader_->State() : l.L().state();
+             }
+             return stoker_python::LoaderStateToDict(state);
+           })
       .def("restore",
            [](PyLoader& l, const py::dict& d) {
              const stoker::LoaderState s = stoker_python::LoaderStateFromDict(d);
              stoker::Status status;
              {
                py::gil_scoped_release release;
-               status = l.L().Restore(s);
+               status = l.device_loader_ ? l.device_loader_->Restore(s) : l.L().Restore(s);
              }
              if (!status.ok()) Raise(status);
            })

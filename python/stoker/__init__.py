@@ -119,7 +119,10 @@ class Loader:
     otherwise; the CPU only reads the bytes. Images nvJPEG does not take
     (CMYK, arithmetic coding, 12-bit) are decoded on the CPU, counted by
     reason in ``stats()``; without nvJPEG the loader says why and decodes
-    on the CPU.
+    on the CPU. A staging thread submits batches ahead (copy, the decoder's
+    call, the kernel), so the decoder's host work runs beside the training
+    loop; ``stage_ahead=False`` submits each batch inside ``next()``
+    instead.
 
     ``dataset`` may also be a URL (``http://``, ``https://``, ``s3://``):
     shards are read through a local cache (``cache_dir``, default
@@ -136,7 +139,7 @@ class Loader:
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
-                 autotune_max_threads=None, autotune_memory=None):
+                 autotune_max_threads=None, autotune_memory=None, stage_ahead=True):
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -228,7 +231,7 @@ class Loader:
         if gpu_decode:
             _find_nvjpeg()
         self._native = _native.Loader(os.fspath(dataset), options, str(device), _params.boolean(
-            "gpu_preprocess", gpu_preprocess), gpu_decode, remote)
+            "gpu_preprocess", gpu_preprocess), gpu_decode, remote, _params.boolean("stage_ahead", stage_ahead))
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
         if gpu_decode:

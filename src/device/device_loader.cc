@@ -1,11 +1,15 @@
 #include "stoker/device_loader.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <deque>
 
 #include <fmt/format.h>
 
 #include "core/mutex.h"
+#include "device/batch_stager.h"
 #include "device/device_finisher.h"
 #include "device/device_loader_internal.h"
 #include "device/gpu_decode_stage.h"
@@ -15,18 +19,34 @@
 #include "pipeline/loader_internal.h"
 
 namespace stoker {
+namespace {
+
+device::DeviceBatch Handle(const DeviceBatchView& view) {
+  device::DeviceBatch handle;
+  handle.slot = view.slot;
+  handle.sequence = view.sequence;
+  return handle;
+}
+
+}  // namespace
 
 struct DeviceLoader::Impl {
   std::unique_ptr<Loader> loader;
   device::DeviceRuntime* runtime = nullptr;
   int device_index = 0;
-  mutable Mutex mu;  // the engine is not thread-safe; Release may come from any thread
-  std::unique_ptr<device::TransferEngine> engine GUARDED_BY(mu);
+  pid_t owner = 0;  // the process that made the loader (a forked child has no staging thread)
+  // Set once at creation; thread-safe itself (one thread submits while the
+  // consumer waits on and releases batches).
+  std::unique_ptr<device::TransferEngine> engine;
+  // Held by whoever submits (Next, or the staging thread) for the whole
+  // submission, and by stats().
+  mutable Mutex mu;
   // Host batches whose copies were submitted: each is released back to the
   // host loader once its copy has finished (checked a batch later, when it
   // long has).
   std::deque<std::pair<Batch, device::DeviceBatch>> copying GUARDED_BY(mu);
   DeviceLoaderStats stats GUARDED_BY(mu);
+  std::atomic<std::uint64_t> delivered{0};  // batches handed to the consumer
   // Set when the GPU finishes: the loader's batches are decoded crops for the kernel.
   std::shared_ptr<device::DeviceFinisher> finisher;
   device::OutputDesc output;
@@ -34,6 +54,15 @@ struct DeviceLoader::Impl {
   std::unique_ptr<device::GpuDecodeStage> gpu_decode GUARDED_BY(mu);
   std::string device_decoder;              // the decoder's name, or "CPU: " and why
   std::shared_ptr<const Dataset> dataset;  // to name a sample in an error
+  Mutex control_mu;                        // one State/SetEpoch/Restore/Reshard at a time
+  // stage_ahead with GPU decode: submits ahead on a thread of its own.
+  // Declared last: destroyed (its thread stopped) before what it uses.
+  std::unique_ptr<device::BatchStager> stager;
+
+  // Fetches the next host batch (waiting at most `timeout`) and submits it:
+  // its view, not yet waited on by any consumer stream.
+  Result<std::optional<DeviceBatchView>> FetchAndSubmit(std::chrono::nanoseconds timeout);
+  Result<DeviceBatchView> SubmitLocked(Batch host) REQUIRES(mu);
 
   Status RecycleCopied(std::size_t keep) REQUIRES(mu) {
     while (copying.size() > keep) {
@@ -119,10 +148,20 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   }
   impl->runtime = &runtime;
   impl->device_index = device_index;
-  STOKER_ASSIGN_OR_RETURN(auto engine, TransferEngine::Create(runtime, options));
+  impl->owner = getpid();
+  STOKER_ASSIGN_OR_RETURN(impl->engine, TransferEngine::Create(runtime, options));
+  bool stage = false;
   {
     MutexLock lock(impl->mu);
-    impl->engine = std::move(engine);
+    stage = device_options.stage_ahead && impl->gpu_decode != nullptr;
+  }
+  if (stage) {
+    DeviceLoader::Impl* m = impl.get();
+    BatchStager::Hooks hooks;
+    hooks.start = [m] { return m->runtime->SetDevice(m->device_index); };
+    hooks.produce = [m](std::chrono::nanoseconds slice) { return m->FetchAndSubmit(slice); };
+    hooks.abandon = [m](const DeviceBatchView& view) { (void)m->engine->Abandon(Handle(view)); };
+    impl->stager = std::make_unique<BatchStager>(std::move(hooks), options.buffers);
   }
   return std::unique_ptr<DeviceLoader>(new DeviceLoader(std::move(impl)));
 }
@@ -130,6 +169,7 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
 DeviceLoader::DeviceLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 DeviceLoader::~DeviceLoader() {
+  impl_->stager.reset();  // stops staging first: it uses everything below
   MutexLock lock(impl_->mu);
   (void)impl_->RecycleCopied(0);
   impl_->engine.reset();  // waits for the GPU's use of the pool
@@ -143,30 +183,35 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream)
   return Next(consumer_stream, std::chrono::nanoseconds::max());
 }
 
-Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream, std::chrono::nanoseconds timeout) {
-  Impl& m = *impl_;
-  STOKER_ASSIGN_OR_RETURN(std::optional<Batch> host, m.loader->Next(timeout));
+Result<std::optional<DeviceBatchView>> DeviceLoader::Impl::FetchAndSubmit(std::chrono::nanoseconds timeout) {
+  STOKER_ASSIGN_OR_RETURN(std::optional<Batch> host, loader->Next(timeout));
   if (!host) return std::optional<DeviceBatchView>();
   const auto start = std::chrono::steady_clock::now();
-  MutexLock lock(m.mu);
+  MutexLock lock(mu);
+  STOKER_ASSIGN_OR_RETURN(DeviceBatchView view, SubmitLocked(std::move(*host)));
+  stats.submit_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::optional<DeviceBatchView>(std::move(view));
+}
+
+Result<DeviceBatchView> DeviceLoader::Impl::SubmitLocked(Batch host) {
   // Host batches of earlier copies go back to the loader (their copies are done by now).
-  STOKER_RETURN_IF_ERROR(m.RecycleCopied(0));
-  const auto* bytes = static_cast<const std::byte*>(host->images());
+  STOKER_RETURN_IF_ERROR(RecycleCopied(0));
+  const auto* bytes = static_cast<const std::byte*>(host.images());
   device::PreprocessJob job;
-  if (m.finisher) {
-    job.count = static_cast<std::int32_t>(host->size());
-    job.output = m.output;
-    job.pixels_offset = m.finisher->pixels_offset();
-    if (m.gpu_decode) {
-      const std::span<const std::byte> host_batch{bytes, host->image_bytes()};
-      device::GpuDecodeStage* stage = m.gpu_decode.get();
-      const std::uint64_t* indices = host->indices();
-      const Dataset* dataset = m.dataset.get();
-      auto describe = [indices, dataset](std::int32_t k) {
+  if (finisher) {
+    job.count = static_cast<std::int32_t>(host.size());
+    job.output = output;
+    job.pixels_offset = finisher->pixels_offset();
+    if (gpu_decode) {
+      const std::span<const std::byte> host_batch{bytes, host.image_bytes()};
+      device::GpuDecodeStage* stage = gpu_decode.get();
+      const std::uint64_t* indices = host.indices();
+      const Dataset* data = dataset.get();
+      auto describe = [indices, data](std::int32_t k) {
         const std::uint64_t index = indices[k];
-        auto info = dataset->Sample(index);
+        auto info = data->Sample(index);
         if (!info.ok()) return fmt::format("sample {} of the dataset", index);
-        const ShardInfo& shard = dataset->shards()[info->shard];
+        const ShardInfo& shard = data->shards()[info->shard];
         std::uint64_t offset = 0;
         for (const auto& field : info->fields)
           if (field) offset = offset == 0 ? field->offset : std::min(offset, field->offset);
@@ -179,42 +224,110 @@ Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream,
     }
   }
   STOKER_ASSIGN_OR_RETURN(device::DeviceBatch on_device,
-                          m.engine->Submit({bytes, host->image_bytes()}, m.finisher ? &job : nullptr));
-  STOKER_RETURN_IF_ERROR(m.engine->WaitOn(on_device, consumer_stream));
+                          engine->Submit({bytes, host.image_bytes()}, finisher ? &job : nullptr));
   DeviceBatchView view;
   view.images = on_device.data;
-  view.shape = host->shape();
-  view.dtype = host->dtype();
-  view.labels.assign(host->labels(), host->labels() + host->size());
-  view.indices.assign(host->indices(), host->indices() + host->size());
-  if (m.gpu_decode)  // corrupt images replaced (on_corrupt = kSkip): the batch says what it holds
-    for (const device::DecodeReplacement& r : m.gpu_decode->replacements()) {
+  view.shape = host.shape();
+  view.dtype = host.dtype();
+  view.labels.assign(host.labels(), host.labels() + host.size());
+  view.indices.assign(host.indices(), host.indices() + host.size());
+  if (gpu_decode)  // corrupt images replaced (on_corrupt = kSkip): the batch says what it holds
+    for (const device::DecodeReplacement& r : gpu_decode->replacements()) {
       view.labels[static_cast<std::size_t>(r.sample)] = view.labels[static_cast<std::size_t>(r.by)];
       view.indices[static_cast<std::size_t>(r.sample)] = view.indices[static_cast<std::size_t>(r.by)];
     }
-  view.epoch = host->epoch();
-  view.batch_index = host->batch_index();
-  view.device_index = m.device_index;
+  view.epoch = host.epoch();
+  view.batch_index = host.batch_index();
+  view.device_index = device_index;
   view.slot = on_device.slot;
   view.sequence = on_device.sequence;
-  ++m.stats.batches;
-  m.stats.copied_bytes += on_device.bytes;
-  m.copying.emplace_back(std::move(*host), on_device);
-  m.stats.submit_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return std::optional<DeviceBatchView>(std::move(view));
+  stats.copied_bytes += on_device.bytes;
+  copying.emplace_back(std::move(host), on_device);
+  return view;
+}
+
+Result<std::optional<DeviceBatchView>> DeviceLoader::Next(void* consumer_stream, std::chrono::nanoseconds timeout) {
+  Impl& m = *impl_;
+  if (getpid() != m.owner)
+    return Status::FailedPrecondition(
+        "this DeviceLoader was made in the parent process; a forked child must make its own");
+  Result<std::optional<DeviceBatchView>> next = m.stager ? m.stager->Take(timeout) : m.FetchAndSubmit(timeout);
+  if (!next.ok() || !next->has_value()) return next;
+  // The consumer's stream waits for the batch on the GPU; the host does not.
+  if (Status s = m.engine->WaitOn(Handle(**next), consumer_stream); !s.ok()) {
+    (void)Release(**next, consumer_stream);
+    return s;
+  }
+  m.delivered.fetch_add(1, std::memory_order_relaxed);
+  return next;
 }
 
 Status DeviceLoader::Release(const DeviceBatchView& batch, void* consumer_stream) {
-  MutexLock lock(impl_->mu);
-  device::DeviceBatch handle;
-  handle.slot = batch.slot;
-  handle.sequence = batch.sequence;
-  return impl_->engine->Release(handle, consumer_stream);
+  STOKER_RETURN_IF_ERROR(impl_->engine->Release(Handle(batch), consumer_stream));
+  if (impl_->stager) impl_->stager->Released();
+  return Status::Ok();
+}
+
+LoaderState DeviceLoader::State() const {
+  Impl& m = *impl_;
+  MutexLock control(m.control_mu);
+  if (!m.stager) return m.loader->state();
+  LoaderState state;
+  m.stager->WhilePaused(/*drop=*/false, [&](const device::BatchStager::Pending& pending) {
+    state = m.loader->state();
+    if (pending.end) {
+      // The host loader has moved on to the next epoch; the consumer has not.
+      state.epoch -= 1;
+      state.batches_consumed = m.loader->batches_per_epoch();
+    }
+    state.batches_consumed -= std::min(state.batches_consumed, pending.consumed);
+  });
+  return state;
+}
+
+std::uint64_t DeviceLoader::epoch() const {
+  Impl& m = *impl_;
+  if (!m.stager) return m.loader->epoch();
+  return State().epoch;
+}
+
+void DeviceLoader::SetEpoch(std::uint64_t epoch) {
+  Impl& m = *impl_;
+  MutexLock control(m.control_mu);
+  if (!m.stager) return m.loader->SetEpoch(epoch);
+  m.stager->WhilePaused(/*drop=*/true, [&](const device::BatchStager::Pending&) { m.loader->SetEpoch(epoch); });
+}
+
+Status DeviceLoader::Restore(const LoaderState& state) {
+  Impl& m = *impl_;
+  MutexLock control(m.control_mu);
+  if (!m.stager) return m.loader->Restore(state);
+  Status status;
+  m.stager->WhilePaused(/*drop=*/true, [&](const device::BatchStager::Pending&) { status = m.loader->Restore(state); });
+  return status;
+}
+
+Status DeviceLoader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
+  Impl& m = *impl_;
+  if (!m.stager) {
+    MutexLock control(m.control_mu);
+    return m.loader->Reshard(rank, world_size);
+  }
+  // Back to where the consumer is (the staged batches are dropped), then reshard from there.
+  const LoaderState here = State();
+  MutexLock control(m.control_mu);
+  Status status;
+  m.stager->WhilePaused(/*drop=*/true, [&](const device::BatchStager::Pending& dropped) {
+    if (dropped.consumed > 0 || dropped.end) status = m.loader->Restore(here);
+    if (status.ok()) status = m.loader->Reshard(rank, world_size);
+  });
+  return status;
 }
 
 DeviceLoaderStats DeviceLoader::stats() const {
   MutexLock lock(impl_->mu);
   DeviceLoaderStats s = impl_->stats;
+  s.batches = impl_->delivered.load(std::memory_order_relaxed);
   s.device_fallbacks = impl_->finisher ? impl_->finisher->fallbacks() : 0;
   s.device_decoder = impl_->device_decoder;
   if (impl_->finisher && impl_->finisher->decodes_on_device()) {

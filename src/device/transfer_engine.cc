@@ -67,9 +67,15 @@ EventHandle TransferEngine::copied_event(const DeviceBatch& batch) const {
 }
 
 std::uint32_t TransferEngine::free_slots() const {
+  MutexLock lock(mu_);
   std::uint32_t n = 0;
   for (const auto& s : slots_) n += !s->held;
   return n;
+}
+
+TransferEngine::Slot* TransferEngine::InFlight(const DeviceBatch& batch) const {
+  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence) return nullptr;
+  return slots_[batch.slot].get();
 }
 
 Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, const PreprocessJob* job) {
@@ -78,79 +84,114 @@ Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, cons
         fmt::format("batch of {} bytes exceeds the device buffers' {} bytes", host.size(), options_.input_bytes));
   if (job != nullptr && options_.output_bytes == 0)
     return Status::InvalidArgument("preprocessing needs an engine created with output_bytes");
-  // Round robin over free slots, so consecutive batches use different buffers.
   std::uint32_t chosen = UINT32_MAX;
-  for (std::uint32_t k = 0; k < slots_.size(); ++k) {
-    const std::uint32_t i = (next_slot_ + k) % static_cast<std::uint32_t>(slots_.size());
-    if (!slots_[i]->held) {
-      chosen = i;
-      break;
-    }
-  }
-  if (chosen == UINT32_MAX)
-    return Status::ResourceExhausted(fmt::format(
-        "all {} device buffers are held by the consumer; release batches before asking for more", slots_.size()));
-  next_slot_ = (chosen + 1) % static_cast<std::uint32_t>(slots_.size());
-  Slot& slot = *slots_[chosen];
-  const StreamHandle stream = copy_stream_.get();
-  // The consumer's last use of this slot must finish first (on the GPU).
-  if (slot.ever_released) STOKER_RETURN_IF_ERROR(runtime_.StreamWaitEvent(stream, slot.released.get()));
-  if (options_.timing) STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copy_start.get(), stream));
-  STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(slot.input.get(), host.data(), host.size(), stream));
-  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copied.get(), stream));
+  bool wait_released = false;
   DeviceBatch batch;
-  batch.slot = chosen;
-  batch.data = slot.input.get();
-  batch.bytes = host.size();
-  if (job != nullptr) {
-    const auto* base = static_cast<const std::uint8_t*>(slot.input.get());
-    auto* decoded = static_cast<std::uint8_t*>(slot.decode.get());
-    if (job->decode) {
-      if (decoded == nullptr) return Status::InvalidArgument("GPU decode needs an engine created with decode_bytes");
-      STOKER_RETURN_IF_ERROR(job->decode(decoded, static_cast<std::byte*>(slot.input.get()), stream));
+  {
+    MutexLock lock(mu_);
+    // Round robin over free slots, so consecutive batches use different buffers.
+    for (std::uint32_t k = 0; k < slots_.size(); ++k) {
+      const std::uint32_t i = (next_slot_ + k) % static_cast<std::uint32_t>(slots_.size());
+      if (!slots_[i]->held) {
+        chosen = i;
+        break;
+      }
     }
-    STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
-                                                     reinterpret_cast<const ImageDesc*>(base), job->count, job->output,
-                                                     slot.output.get(), stream));
-    batch.data = slot.output.get();
-    batch.bytes = options_.output_bytes;
+    if (chosen == UINT32_MAX)
+      return Status::ResourceExhausted(fmt::format(
+          "all {} device buffers are held by the consumer; release batches before asking for more", slots_.size()));
+    next_slot_ = (chosen + 1) % static_cast<std::uint32_t>(slots_.size());
+    // Reserved: the work below is enqueued without the lock, the slot being ours alone.
+    Slot& slot = *slots_[chosen];
+    slot.held = true;
+    slot.sequence = ++submitted_;
+    wait_released = slot.ever_released;
+    batch.slot = chosen;
+    batch.sequence = slot.sequence;
   }
-  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.ready.get(), stream));
-  slot.held = true;
-  slot.sequence = ++submitted_;
-  batch.sequence = slot.sequence;
+  Slot& slot = *slots_[chosen];
+  auto enqueue = [&]() -> Status {
+    const StreamHandle stream = copy_stream_.get();
+    // The consumer's last use of this slot must finish first (on the GPU).
+    if (wait_released) STOKER_RETURN_IF_ERROR(runtime_.StreamWaitEvent(stream, slot.released.get()));
+    if (options_.timing) STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copy_start.get(), stream));
+    STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(slot.input.get(), host.data(), host.size(), stream));
+    STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.copied.get(), stream));
+    batch.data = slot.input.get();
+    batch.bytes = host.size();
+    if (job != nullptr) {
+      const auto* base = static_cast<const std::uint8_t*>(slot.input.get());
+      auto* decoded = static_cast<std::uint8_t*>(slot.decode.get());
+      if (job->decode) {
+        if (decoded == nullptr) return Status::InvalidArgument("GPU decode needs an engine created with decode_bytes");
+        STOKER_RETURN_IF_ERROR(job->decode(decoded, static_cast<std::byte*>(slot.input.get()), stream));
+      }
+      STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
+                                                       reinterpret_cast<const ImageDesc*>(base), job->count,
+                                                       job->output, slot.output.get(), stream));
+      batch.data = slot.output.get();
+      batch.bytes = options_.output_bytes;
+    }
+    return runtime_.RecordEvent(slot.ready.get(), stream);
+  };
+  if (Status s = enqueue(); !s.ok()) {
+    MutexLock lock(mu_);
+    slot.held = false;  // back to the pool; whatever was enqueued stays ahead of its next use on the copy stream
+    return s;
+  }
   return batch;
 }
 
 Status TransferEngine::WaitOn(const DeviceBatch& batch, StreamHandle consumer) {
-  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
-    return Status::InvalidArgument("WaitOn: not a batch in flight");
-  return runtime_.StreamWaitEvent(consumer, slots_[batch.slot]->ready.get());
+  MutexLock lock(mu_);
+  Slot* slot = InFlight(batch);
+  if (slot == nullptr) return Status::InvalidArgument("WaitOn: not a batch in flight");
+  return runtime_.StreamWaitEvent(consumer, slot->ready.get());
 }
 
 Status TransferEngine::WaitCopied(const DeviceBatch& batch) {
-  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
-    return Status::InvalidArgument("WaitCopied: not a batch in flight");
-  return runtime_.SynchronizeEvent(slots_[batch.slot]->copied.get());
+  EventHandle copied = nullptr;
+  {
+    MutexLock lock(mu_);
+    Slot* slot = InFlight(batch);
+    if (slot == nullptr) return Status::InvalidArgument("WaitCopied: not a batch in flight");
+    copied = slot->copied.get();
+  }
+  // The host waits without the lock (releases go on meanwhile); only the
+  // submitting thread re-records `copied`, and it is the one waiting here.
+  return runtime_.SynchronizeEvent(copied);
 }
 
 Status TransferEngine::Release(const DeviceBatch& batch, StreamHandle consumer) {
-  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence || !slots_[batch.slot]->held)
-    return Status::InvalidArgument("Release: not a batch the consumer holds");
-  Slot& slot = *slots_[batch.slot];
-  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot.released.get(), consumer));
-  slot.ever_released = true;
-  slot.held = false;
+  MutexLock lock(mu_);
+  Slot* slot = InFlight(batch);
+  if (slot == nullptr || !slot->held) return Status::InvalidArgument("Release: not a batch the consumer holds");
+  STOKER_RETURN_IF_ERROR(runtime_.RecordEvent(slot->released.get(), consumer));
+  slot->ever_released = true;
+  slot->held = false;
+  return Status::Ok();
+}
+
+Status TransferEngine::Abandon(const DeviceBatch& batch) {
+  MutexLock lock(mu_);
+  Slot* slot = InFlight(batch);
+  if (slot == nullptr || !slot->held) return Status::InvalidArgument("Abandon: not a batch in flight");
+  slot->held = false;
   return Status::Ok();
 }
 
 Result<float> TransferEngine::CopyMilliseconds(const DeviceBatch& batch) {
   if (!options_.timing) return Status::InvalidArgument("the engine was created without timing");
-  if (batch.slot >= slots_.size() || slots_[batch.slot]->sequence != batch.sequence)
-    return Status::InvalidArgument("CopyMilliseconds: not a batch in flight");
-  const Slot& slot = *slots_[batch.slot];
-  STOKER_RETURN_IF_ERROR(runtime_.SynchronizeEvent(slot.copied.get()));
-  return runtime_.ElapsedMilliseconds(slot.copy_start.get(), slot.copied.get());
+  EventHandle start = nullptr, copied = nullptr;
+  {
+    MutexLock lock(mu_);
+    Slot* slot = InFlight(batch);
+    if (slot == nullptr) return Status::InvalidArgument("CopyMilliseconds: not a batch in flight");
+    start = slot->copy_start.get();
+    copied = slot->copied.get();
+  }
+  STOKER_RETURN_IF_ERROR(runtime_.SynchronizeEvent(copied));
+  return runtime_.ElapsedMilliseconds(start, copied);
 }
 
 }  // namespace stoker::device

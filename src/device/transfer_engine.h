@@ -9,6 +9,10 @@
 //   copy stream:     [wait slot.released] copy -> record slot.copied -> [JPEG decode] -> [kernel] -> record slot.ready
 //   consumer stream: wait slot.ready -> ... compute ... -> record slot.released (Release)
 // so a slot is overwritten only after the consumer's work on it completed.
+//
+// Thread-safe: one thread may submit (copy, decode and kernel enqueued
+// without the engine's lock: the reserved slot is that thread's alone) while
+// another waits on and releases batches.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "core/mutex.h"
 #include "device/runtime.h"
 #include "stoker/status.h"
 
@@ -79,6 +84,10 @@ class TransferEngine {
   // The consumer is done with the batch once `consumer`'s work enqueued so
   // far completes; the slot returns to the pool (reused after that, GPU-side).
   [[nodiscard]] Status Release(const DeviceBatch& batch, StreamHandle consumer);
+  // A submitted batch no consumer will see (dropped from a look-ahead): its
+  // slot returns to the pool; the copy stream's order keeps its work before
+  // the slot's next use.
+  [[nodiscard]] Status Abandon(const DeviceBatch& batch);
   // Milliseconds the copy of `batch` took (timing = true), measured by events.
   [[nodiscard]] Result<float> CopyMilliseconds(const DeviceBatch& batch);
 
@@ -91,12 +100,16 @@ class TransferEngine {
 
  private:
   TransferEngine(DeviceRuntime& runtime, TransferOptions options);
+  // The slot of `batch` when it is the one in flight there (mu_ held).
+  Slot* InFlight(const DeviceBatch& batch) const REQUIRES(mu_);
+
   DeviceRuntime& runtime_;
   TransferOptions options_;
   Stream copy_stream_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::uint64_t submitted_ = 0;
-  std::uint32_t next_slot_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;  // the vector is fixed after Create; each Slot's state is under mu_
+  mutable Mutex mu_;
+  std::uint64_t submitted_ GUARDED_BY(mu_) = 0;
+  std::uint32_t next_slot_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stoker::device

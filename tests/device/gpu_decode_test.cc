@@ -4,14 +4,18 @@
 // where the decode sits on the copy stream, the batch and image fallbacks,
 // and that every path gives the CPU-decode path's images.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -30,10 +34,13 @@ namespace {
 // What the fake decoder saw and what it is told to refuse.
 struct FakeDecoderState {
   bool hardware = true;
-  bool refuse_batches = false;              // every DecodeBatch fails
-  std::set<std::size_t> refuse_alone;       // JPEG sizes DecodeOne refuses too
-  std::vector<std::string>* log = nullptr;  // the fake runtime's log
-  int batches = 0, ones = 0, hardware_jobs = 0;
+  bool refuse_batches = false;                 // every DecodeBatch fails
+  std::set<std::size_t> refuse_alone;          // JPEG sizes DecodeOne refuses too
+  testing::FakeDeviceRuntime* fake = nullptr;  // whose log the decodes go into
+  std::atomic<int> batches{0};                 // DecodeBatch calls (polled while a staging thread decodes)
+  int ones = 0, hardware_jobs = 0;
+  std::mutex threads_mu;
+  std::set<std::thread::id> threads;  // where DecodeBatch ran
 };
 
 class FakeJpegDecoder final : public device::DeviceJpegDecoder {
@@ -43,8 +50,12 @@ class FakeJpegDecoder final : public device::DeviceJpegDecoder {
   codec::GpuDecodeCaps caps() const override { return {.hardware = state_->hardware}; }
   Status DecodeBatch(std::span<const device::DeviceJpegJob> jobs, device::StreamHandle stream) override {
     ++state_->batches;
+    {
+      std::lock_guard<std::mutex> lock(state_->threads_mu);
+      state_->threads.insert(std::this_thread::get_id());
+    }
     if (state_->refuse_batches) return Status::Corruption("fake: the batch holds an image the decoder refuses");
-    state_->log->push_back(
+    state_->fake->Log(
         fmt::format("jpeg decode {} images on stream {}", jobs.size(), testing::FakeDeviceRuntime::Id(stream)));
     for (const auto& job : jobs) {
       state_->hardware_jobs += job.hardware;
@@ -153,7 +164,7 @@ TEST(GpuDecode, GivesTheCpuDecodePathsImagesWithTheDecodeOnTheCopyStream) {
     Epoch expected = CpuDecodeEpoch(dataset, options);
     testing::FakeDeviceRuntime fake;
     auto state = std::make_shared<FakeDecoderState>();
-    state->log = &fake.log;
+    state->fake = &fake;
     LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
     ASSERT_EQ(got.epoch.indices, expected.indices);
     EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5) << "random crop " << random_crop;
@@ -194,7 +205,7 @@ TEST(GpuDecode, WithDctScalingDiffersFromTheCpuDecodePathOnlyAsAScaledDecodeDoes
   Epoch expected = CpuDecodeEpoch(dataset, options);
   testing::FakeDeviceRuntime fake;
   auto state = std::make_shared<FakeDecoderState>();
-  state->log = &fake.log;
+  state->fake = &fake;
   LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
   ASSERT_EQ(got.epoch.indices, expected.indices);
   // The GPU path resamples the full-size decode; the CPU path a DCT-scaled
@@ -233,7 +244,7 @@ TEST(GpuDecode, RoutesWhatTheGpuDoesNotTakeToTheCpuByReason) {
   for (bool hardware : {true, false}) {
     testing::FakeDeviceRuntime fake;
     auto state = std::make_shared<FakeDecoderState>();
-    state->log = &fake.log;
+    state->fake = &fake;
     state->hardware = hardware;
     DeviceLoaderOptions device = GpuDecode();
     device.device_decode_bytes_per_sample = 64 << 10;  // 256 KiB a batch of 4: a 400x300 image (360 KB) does not fit
@@ -259,7 +270,7 @@ TEST(GpuDecode, ARefusedBatchIsDecodedImageByImageAndOnTheCpuWhenTheGpuRefusesAn
   Epoch expected = CpuDecodeEpoch(dataset, options);
   testing::FakeDeviceRuntime fake;
   auto state = std::make_shared<FakeDecoderState>();
-  state->log = &fake.log;
+  state->fake = &fake;
   state->refuse_batches = true;
   // Refuse two images alone too (by their sizes in the dataset).
   for (std::uint64_t i : {3u, 17u}) {
@@ -290,7 +301,7 @@ TEST(GpuDecode, AnImageNeitherTheGpuNorTheCpuDecodesIsAnErrorNamingTheSample) {
   std::shared_ptr<const Dataset> dataset(std::move(opened).value());
   testing::FakeDeviceRuntime fake;
   auto state = std::make_shared<FakeDecoderState>();
-  state->log = &fake.log;
+  state->fake = &fake;
   state->refuse_batches = true;
   state->refuse_alone.insert(cut.size());
   LoaderOptions options = ExactOptions();
@@ -325,7 +336,7 @@ TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatc
   std::shared_ptr<const Dataset> dataset(std::move(opened).value());
   testing::FakeDeviceRuntime fake;
   auto state = std::make_shared<FakeDecoderState>();
-  state->log = &fake.log;
+  state->fake = &fake;
   state->refuse_batches = true;
   state->refuse_alone.insert(cut.size());
   LoaderOptions options = ExactOptions();
@@ -361,6 +372,111 @@ TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatc
   EXPECT_EQ(next.error().code(), StatusCode::kCorruption) << next.error().ToString();
   EXPECT_NE(next.error().message().find("sample 'a/0'"), std::string::npos) << next.error().message();
   EXPECT_NE(next.error().message().find("none can replace it"), std::string::npos) << next.error().message();
+}
+
+std::vector<std::uint64_t> NextIndices(DeviceLoader& loader) {
+  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
+  auto next = loader.Next(consumer);
+  EXPECT_TRUE(next.ok()) << next.error().ToString();
+  if (!next.ok() || !next->has_value()) return {};
+  std::vector<std::uint64_t> indices = (*next)->indices;
+  EXPECT_TRUE(loader.Release(**next, consumer).ok());
+  return indices;
+}
+
+// stage_ahead (the default with a decoder): the decoder runs on the staging
+// thread, never on the consumer's, and the position, epoch, resume and
+// set_epoch the consumer sees count only the batches it took.
+TEST(GpuDecode, StagingAheadDecodesOffTheConsumersThreadAndKeepsItsPosition) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);  // 30 samples: 8 batches of 4 an epoch
+  LoaderOptions options = ExactOptions();
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->fake = &fake;
+  DeviceLoaderOptions device = GpuDecode();
+  device.device_buffers = 3;
+  DeviceLoaderOptions unstaged = device;
+  unstaged.stage_ahead = false;
+  auto reference = device::CreateDeviceLoader(dataset, options, fake, 0, unstaged, Opens(state));
+  ASSERT_TRUE(reference.ok());
+  std::vector<std::vector<std::uint64_t>> epoch0;
+  for (int b = 0; b < 8; ++b) epoch0.push_back(NextIndices(**reference));
+  (*reference)->SetEpoch(5);
+  const std::vector<std::uint64_t> epoch5_first = NextIndices(**reference);
+  reference->reset();
+  {
+    std::lock_guard<std::mutex> lock(state->threads_mu);
+    state->threads.clear();
+  }
+  state->batches = 0;
+
+  auto loader = device::CreateDeviceLoader(dataset, options, fake, 0, device, Opens(state));
+  ASSERT_TRUE(loader.ok());
+  for (int b = 0; b < 3; ++b) EXPECT_EQ(NextIndices(**loader), epoch0[static_cast<std::size_t>(b)]);
+  // Wait until the staging thread has decoded ahead (every buffer free: up to 3 batches).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (state->batches < 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(state->batches, 6);
+  EXPECT_EQ((*loader)->loader().state().batches_consumed, 6u);  // the host loader is ahead
+  const LoaderState here = (*loader)->State();
+  EXPECT_EQ(here.batches_consumed, 3u);
+  EXPECT_EQ(here.epoch, 0u);
+  EXPECT_EQ((*loader)->epoch(), 0u);
+  // Resuming elsewhere at that state gives what this loader gives next.
+  auto resumed_state = std::make_shared<FakeDecoderState>();  // decodes on this thread: counted apart
+  resumed_state->fake = &fake;
+  auto resumed = device::CreateDeviceLoader(dataset, options, fake, 0, unstaged, Opens(resumed_state));
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_TRUE((*resumed)->Restore(here).ok());
+  for (int b = 3; b < 8; ++b) {
+    EXPECT_EQ(NextIndices(**resumed), epoch0[static_cast<std::size_t>(b)]);
+    EXPECT_EQ(NextIndices(**loader), epoch0[static_cast<std::size_t>(b)]);
+  }
+  EXPECT_TRUE(NextIndices(**loader).empty());  // the epoch's end
+  // Nothing of the next epoch is staged before the consumer asks for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(state->batches, 8);  // epoch 0's, no more
+  EXPECT_EQ((*loader)->State().epoch, 1u);
+  EXPECT_EQ((*loader)->State().batches_consumed, 0u);
+  // set_epoch mid-epoch drops what was staged.
+  EXPECT_FALSE(NextIndices(**loader).empty());
+  EXPECT_FALSE(NextIndices(**loader).empty());
+  (*loader)->SetEpoch(5);
+  EXPECT_EQ((*loader)->epoch(), 5u);
+  EXPECT_EQ(NextIndices(**loader), epoch5_first);
+  loader->reset();
+  resumed->reset();
+  std::lock_guard<std::mutex> lock(state->threads_mu);
+  EXPECT_FALSE(state->threads.contains(std::this_thread::get_id()));
+  EXPECT_FALSE(state->threads.empty());
+  EXPECT_EQ(fake.live_device_allocations, 0);
+}
+
+// With staging, a consumer holding every device buffer gets an error, not a hang.
+TEST(GpuDecode, StagingWithEveryBufferHeldIsAnErrorNotAHang) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  testing::FakeDeviceRuntime fake;
+  auto state = std::make_shared<FakeDecoderState>();
+  state->fake = &fake;
+  DeviceLoaderOptions device = GpuDecode();
+  device.device_buffers = 2;
+  auto loader = device::CreateDeviceLoader(dataset, ExactOptions(), fake, 0, device, Opens(state));
+  ASSERT_TRUE(loader.ok());
+  auto consumer = reinterpret_cast<void*>(std::uintptr_t{77});
+  auto a = (*loader)->Next(consumer);
+  auto b = (*loader)->Next(consumer);
+  ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
+  auto c = (*loader)->Next(consumer);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code(), StatusCode::kResourceExhausted) << c.error().ToString();
+  // Released, a buffer is staged again.
+  ASSERT_TRUE((*loader)->Release(**a, consumer).ok());
+  auto d = (*loader)->Next(consumer);
+  ASSERT_TRUE(d.ok()) << d.error().ToString();
+  EXPECT_TRUE(d->has_value());
 }
 
 TEST(GpuDecode, WithoutADecoderTheCpuDecodesAndTheStatsSayWhy) {
