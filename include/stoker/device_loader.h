@@ -129,7 +129,9 @@ class DeviceLoader {
 
   // As Loader's, as the consumer sees them: batches staged ahead
   // (stage_ahead) are not consumed yet. SetEpoch, Restore and Reshard drop
-  // them. Not to be called while another thread is in Next.
+  // them. Each waits for the staging thread to finish the batch it is
+  // submitting: not for every step. Not to be called while another thread
+  // is in Next.
   [[nodiscard]] LoaderState State() const;
   [[nodiscard]] std::uint64_t epoch() const;
   void SetEpoch(std::uint64_t epoch);

@@ -296,8 +296,10 @@ class Loader:
         self._check_process()
         from torch.utils.dlpack import from_dlpack
         on_device = self._native.device != "cpu"
+        # Read once, then from each batch: with GPU decode, asking the native
+        # loader pauses its staging thread, which no step should wait for.
+        epoch = self._native.epoch
         while True:
-            epoch = self._native.epoch
             if on_device:
                 # Batches are copied on stoker's own stream; torch's current
                 # stream waits on an event (no host synchronisation).
@@ -314,6 +316,7 @@ class Loader:
                     logging.getLogger("stoker").info(self._last_epoch_summary)
                 self._mark_epoch_start()
                 return
+            epoch = item[3]
             images, labels = from_dlpack(item[0]), from_dlpack(item[1])
             if on_device:
                 labels = labels.to(images.device, non_blocking=True)

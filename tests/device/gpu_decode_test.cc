@@ -103,6 +103,22 @@ std::string Encode(int w, int h, unsigned seed, int pixel_format, int sampling, 
   return jpeg;
 }
 
+// A JPEG whose header parses but whose data is cut short: the GPU refuses
+// it, and so does the CPU.
+std::string CutJpeg() {
+  const std::string good = Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0);
+  return good.substr(0, good.size() / 3);
+}
+
+// A decoder that refuses every batch, and `jpeg` alone too.
+std::shared_ptr<FakeDecoderState> RefusingState(testing::FakeDeviceRuntime& fake, const std::string& jpeg) {
+  auto state = std::make_shared<FakeDecoderState>();
+  state->fake = &fake;
+  state->refuse_batches = true;
+  state->refuse_alone.insert(jpeg.size());
+  return state;
+}
+
 struct LoaderRun {
   Epoch epoch;
   DeviceLoaderStats stats;
@@ -232,11 +248,7 @@ TEST(GpuDecode, RoutesWhatTheGpuDoesNotTakeToTheCpuByReason) {
   WriteFile(dir / "src/b/1.jpg", Encode(66, 44, 6, TJPF_RGB, TJSAMP_422, 0));
   WriteFile(dir / "src/b/2.jpg", Encode(44, 66, 7, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE));
   WriteFile(dir / "src/b/3.jpg", Encode(300, 400, 8, TJPF_RGB, TJSAMP_420, 0));
-  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
-  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
-  auto opened = Dataset::Open(dir / "out");
-  ASSERT_TRUE(opened.ok());
-  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  auto dataset = PackSource(dir);
 
   LoaderOptions options = ExactOptions();
   options.shuffle = false;
@@ -289,21 +301,12 @@ TEST(GpuDecode, ARefusedBatchIsDecodedImageByImageAndOnTheCpuWhenTheGpuRefusesAn
 
 TEST(GpuDecode, AnImageNeitherTheGpuNorTheCpuDecodesIsAnErrorNamingTheSample) {
   TempDir dir;
-  // A JPEG whose header parses but whose data is cut short: the GPU refuses it, and so does the CPU.
-  std::string good = Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0);
-  std::string cut = good.substr(0, good.size() / 3);
+  const std::string cut = CutJpeg();
   WriteFile(dir / "src/a/0.jpg", Encode(60, 40, 2, TJPF_RGB, TJSAMP_420, 0));
   WriteFile(dir / "src/a/1.jpg", cut);
-  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
-  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
-  auto opened = Dataset::Open(dir / "out");
-  ASSERT_TRUE(opened.ok());
-  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  auto dataset = PackSource(dir);
   testing::FakeDeviceRuntime fake;
-  auto state = std::make_shared<FakeDecoderState>();
-  state->fake = &fake;
-  state->refuse_batches = true;
-  state->refuse_alone.insert(cut.size());
+  auto state = RefusingState(fake, cut);
   LoaderOptions options = ExactOptions();
   options.shuffle = false;
   DeviceLoaderOptions device = GpuDecode();
@@ -323,22 +326,14 @@ TEST(GpuDecode, AnImageNeitherTheGpuNorTheCpuDecodesIsAnErrorNamingTheSample) {
 // with no good image left still fails, naming the sample.
 TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatch) {
   TempDir dir;
-  std::string good = Encode(64, 48, 1, TJPF_RGB, TJSAMP_420, 0);
-  std::string cut = good.substr(0, good.size() / 3);
+  const std::string cut = CutJpeg();
   WriteFile(dir / "src/a/0.jpg", Encode(60, 40, 2, TJPF_RGB, TJSAMP_420, 0));
   WriteFile(dir / "src/a/1.jpg", cut);
   WriteFile(dir / "src/b/2.jpg", Encode(56, 44, 3, TJPF_RGB, TJSAMP_420, 0));
   WriteFile(dir / "src/b/3.jpg", cut);  // the batch's last: replaced by the one before it
-  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
-  ASSERT_TRUE(packed.ok()) << packed.error().ToString();
-  auto opened = Dataset::Open(dir / "out");
-  ASSERT_TRUE(opened.ok());
-  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  auto dataset = PackSource(dir);
   testing::FakeDeviceRuntime fake;
-  auto state = std::make_shared<FakeDecoderState>();
-  state->fake = &fake;
-  state->refuse_batches = true;
-  state->refuse_alone.insert(cut.size());
+  auto state = RefusingState(fake, cut);
   LoaderOptions options = ExactOptions();
   options.shuffle = false;
   options.on_corrupt = CorruptPolicy::kSkip;
@@ -359,10 +354,7 @@ TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatc
   // A batch whose every image is corrupt has nothing to replace them with.
   TempDir bad_dir;
   WriteFile(bad_dir / "src/a/0.jpg", cut);
-  ASSERT_TRUE(Pack(bad_dir / "src", bad_dir / "out", PackOptions{}).ok());
-  auto bad_opened = Dataset::Open(bad_dir / "out");
-  ASSERT_TRUE(bad_opened.ok());
-  std::shared_ptr<const Dataset> bad(std::move(bad_opened).value());
+  auto bad = PackSource(bad_dir);
   DeviceLoaderOptions device = GpuDecode();
   device.device_buffers = 2;
   auto loader = device::CreateDeviceLoader(bad, options, fake, 0, device, Opens(state));

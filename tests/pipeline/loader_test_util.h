@@ -37,6 +37,15 @@ inline std::string MakeJpeg(int w, int h, unsigned seed) {
   return jpeg;
 }
 
+// Packs dir/src (an ImageFolder tree) into dir/out and opens it.
+inline std::shared_ptr<const Dataset> PackSource(const TempDir& dir, const PackOptions& options = {}) {
+  auto packed = Pack(dir / "src", dir / "out", options);
+  EXPECT_TRUE(packed.ok()) << packed.error().ToString();
+  auto dataset = Dataset::Open(dir / "out");
+  EXPECT_TRUE(dataset.ok());
+  return std::shared_ptr<const Dataset>(std::move(dataset).value());
+}
+
 // 3 classes x 10 images of varied sizes, packed into several shards.
 inline std::shared_ptr<const Dataset> MakeDataset(const TempDir& dir, bool with_corrupt = false) {
   for (int c = 0; c < 3; ++c)
@@ -46,11 +55,7 @@ inline std::shared_ptr<const Dataset> MakeDataset(const TempDir& dir, bool with_
   if (with_corrupt) WriteFile(dir / "src/c1/5.jpg", "this is not a JPEG at all, only text pretending to be one");
   PackOptions p;
   p.target_shard_bytes = 40000;
-  auto packed = Pack(dir / "src", dir / "out", p);
-  EXPECT_TRUE(packed.ok()) << packed.error().ToString();
-  auto dataset = Dataset::Open(dir / "out");
-  EXPECT_TRUE(dataset.ok());
-  return std::shared_ptr<const Dataset>(std::move(dataset).value());
+  return PackSource(dir, p);
 }
 
 inline LoaderOptions SmallOptions() {

@@ -32,14 +32,6 @@ std::string Jpeg(int w, int h, int pixel_format, int sampling, bool progressive)
   return jpeg;
 }
 
-std::shared_ptr<const Dataset> PackFolder(const TempDir& dir) {
-  auto packed = Pack(dir / "src", dir / "out", PackOptions{});
-  EXPECT_TRUE(packed.ok()) << packed.error().ToString();
-  auto opened = Dataset::Open(dir / "out");
-  EXPECT_TRUE(opened.ok()) << opened.error().ToString();
-  return std::shared_ptr<const Dataset>(std::move(opened).value());
-}
-
 TEST(ImageSurvey, ReadsSizesCodingAndGpuRoutesFromTheHeaders) {
   TempDir dir;
   WriteFile(dir / "src/a/0.jpg", Jpeg(600, 400, TJPF_RGB, TJSAMP_420, false));
@@ -47,7 +39,7 @@ TEST(ImageSurvey, ReadsSizesCodingAndGpuRoutesFromTheHeaders) {
   WriteFile(dir / "src/a/2.jpg", Jpeg(100, 800, TJPF_RGB, TJSAMP_420, true));
   WriteFile(dir / "src/b/3.jpg", Jpeg(64, 64, TJPF_CMYK, TJSAMP_444, false));
   WriteFile(dir / "src/b/4.jpg", "not a JPEG at all, though named like one");
-  auto dataset = PackFolder(dir);
+  auto dataset = PackSource(dir);
   auto survey = SurveyImages(*dataset, 1000);
   ASSERT_TRUE(survey.ok()) << survey.error().ToString();
   EXPECT_EQ(survey->field, "jpg");
@@ -91,7 +83,7 @@ TEST(ImageSurvey, SpreadsItsSamplesOverTheDatasetAndNeedsAnImageField) {
     for (int i = 0; i < 5; ++i)
       WriteFile(dir / ("src/" + std::string(1, static_cast<char>('a' + c)) + "/" + std::to_string(i) + ".jpg"),
                 Jpeg(40 + 8 * c, 32, TJPF_RGB, TJSAMP_420, false));
-  auto dataset = PackFolder(dir);
+  auto dataset = PackSource(dir);
   auto survey = SurveyImages(*dataset, 4);
   ASSERT_TRUE(survey.ok()) << survey.error().ToString();
   EXPECT_EQ(survey->surveyed, 4u);
