@@ -45,7 +45,16 @@ struct ParsedFile {
   std::uint64_t data_offset = 0;  // 8 + N: where the data buffer starts in the file
 };
 
-// Validates every rule on a whole file in memory; errors name `file_name`.
-[[nodiscard]] Result<ParsedFile> Parse(std::span<const std::byte> file, std::string_view file_name);
+// What reading headers cost, in operations rather than seconds, so that a
+// test can check the work is linear in the number of tensors.
+struct ParseWork {
+  std::uint64_t json_bytes = 0;    // bytes of JSON text handed to a parser
+  std::uint64_t name_lookups = 0;  // look-ups of a key among those already read
+};
+
+// Validates every rule on a whole file in memory in one pass over its
+// header; errors name `file_name`. `work`, when given, is added to.
+[[nodiscard]] Result<ParsedFile> Parse(std::span<const std::byte> file, std::string_view file_name,
+                                       ParseWork* work = nullptr);
 
 }  // namespace stoker::safetensors
