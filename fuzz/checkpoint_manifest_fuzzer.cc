@@ -1,5 +1,6 @@
 // Fuzzes the checkpoint manifest decoder: whatever it accepts must encode and
-// decode again to the same content.
+// decode again to the same content (the user document, cut out of the text
+// without a parse, verbatim).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -15,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!encoded.ok()) return 0;  // e.g. strings that are not valid UTF-8
   auto again = stoker::checkpoint::DecodeManifest(*encoded, "re-encoded");
   if (!again.ok() || again->step != manifest->step || again->files.size() != manifest->files.size() ||
-      again->extras.metadata != manifest->extras.metadata || again->extras.rng_states != manifest->extras.rng_states)
+      again->extras.metadata != manifest->extras.metadata || again->extras.rng_states != manifest->extras.rng_states ||
+      again->extras.user_json != manifest->extras.user_json)
     std::abort();
   return 0;
 }

@@ -85,7 +85,9 @@ struct CheckpointExtras {
   // The value that "best" retention ranks by, if any.
   std::optional<double> metric;
   // Any JSON document, stored verbatim (the Python package keeps the state's
-  // nested structure here). Empty: none.
+  // nested structure here). Empty: none. Checked by the background persist,
+  // not by Save() (a state's structure can be megabytes): invalid JSON fails
+  // that persist, reported by Wait() or the next Save(), and publishes nothing.
   std::string user_json;
 };
 

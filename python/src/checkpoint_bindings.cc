@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "common.h"
+#include "state_flatten.h"
 #include "stoker/checkpoint.h"
 
 namespace stoker_python {
@@ -19,46 +20,36 @@ py::object LoaderStateTo(const std::optional<stoker::LoaderState>& s) {
   return LoaderStateToDict(*s);
 }
 
-stoker::TensorDType DTypeFrom(const std::string& name) {
-  auto dtype = stoker::ParseTensorDType(name);
-  if (!dtype) throw py::value_error("unsupported safetensors dtype '" + name + "'");
-  return *dtype;
-}
-
 class PyCheckpointer {
  public:
   explicit PyCheckpointer(stoker::CheckpointOptions options)
       : checkpointer_(Unwrap(stoker::Checkpointer::Open(std::move(options)))) {}
 
-  // tensors: [(name, dtype, shape, data_ptr, device)]; returns True when
-  // started, False when skipped because a persist was in flight.
-  bool Save(std::int64_t step, const py::list& tensors, const py::object& loader_state,
+  // `flat`: the state as flatten_state() made it; `extra_json`: the user's
+  // `extra`, JSON-encoded, or None. Returns True when started, False when
+  // skipped because a persist was in flight.
+  bool Save(std::int64_t step, const FlatState& flat, const py::object& loader_state,
             const std::map<std::string, std::string>& rng_states, const std::map<std::string, std::string>& metadata,
-            std::optional<double> metric, const std::string& user_json) {
-    std::vector<stoker::TensorRef> refs;
-    refs.reserve(tensors.size());
-    for (const auto& item : tensors) {
-      const auto t = item.cast<py::tuple>();
-      stoker::TensorRef ref;
-      ref.name = t[0].cast<std::string>();
-      ref.dtype = DTypeFrom(t[1].cast<std::string>());
-      ref.shape = t[2].cast<std::vector<std::uint64_t>>();
-      ref.data = reinterpret_cast<const void*>(t[3].cast<std::uintptr_t>());
-      ref.device = t[4].cast<int>();
-      refs.push_back(std::move(ref));
-    }
+            std::optional<double> metric, const std::optional<std::string>& extra_json) {
     stoker::CheckpointExtras extras;
     extras.loader_state = LoaderStateFrom(loader_state);
     extras.rng_states = rng_states;
     extras.metadata = metadata;
     extras.metric = metric;
-    extras.user_json = user_json;
+    if (!flat.structure().empty() || extra_json) {  // {"structure": ..., "extra": ...}, either optional
+      std::string& user = extras.user_json;
+      user.reserve(flat.structure().size() + (extra_json ? extra_json->size() : 0) + 32);
+      user = "{";
+      if (!flat.structure().empty()) user += "\"structure\":" + flat.structure();
+      if (extra_json) user += std::string(flat.structure().empty() ? "" : ",") + "\"extra\":" + *extra_json;
+      user += '}';
+    }
     stoker::Result<stoker::SaveOutcome> outcome = stoker::Status::Internal("unset");
     {
-      // The caller's list keeps the tensors alive; training threads that do
-      // not touch them may run while we copy.
+      // `flat` keeps the tensors alive; training threads that do not touch
+      // them may run while we copy.
       py::gil_scoped_release release;
-      outcome = checkpointer_->Save(step, refs, extras);
+      outcome = checkpointer_->Save(step, flat.tensors(), extras);
     }
     return Unwrap(std::move(outcome)) == stoker::SaveOutcome::kStarted;
   }
@@ -105,8 +96,12 @@ class PyCheckpointer {
   std::unique_ptr<stoker::Checkpointer> checkpointer_;
 };
 
-// A loaded checkpoint as Python sees it: metadata plus tensors as uint8
-// DLPack capsules over the mapped files (torch views them as their dtype).
+// A loaded checkpoint as Python sees it: metadata, and the tensors in runs:
+// consecutive tensors of one dtype that lie back to back in one file become
+// one uint8 DLPack capsule over the mapped file (torch views it as the dtype
+// and splits it in one call), with the run's names, shapes and element
+// counts. A stoker checkpoint has about one run per dtype and file, so
+// making tens of thousands of tensors costs one torch view each.
 py::dict ToPython(stoker::Result<stoker::LoadedCheckpoint> result) {
   auto loaded = std::make_shared<stoker::LoadedCheckpoint>(Unwrap(std::move(result)));
   py::dict d;
@@ -118,21 +113,38 @@ py::dict ToPython(stoker::Result<stoker::LoadedCheckpoint> result) {
   d["metric"] = loaded->extras.metric ? py::cast(*loaded->extras.metric) : py::none();
   d["user_json"] = loaded->extras.user_json;
   d["skipped"] = loaded->skipped;
-  py::list tensors;
-  static std::byte empty_tensor_data[8];  // DLPack wants a pointer even for no bytes
-  for (auto& t : loaded->tensors) {
-    void* data = t.data.empty() ? empty_tensor_data : t.data.data();
-    const auto bytes = static_cast<std::int64_t>(t.data.size());
-    tensors.append(py::make_tuple(t.name, std::string(stoker::TensorDTypeName(t.dtype)), t.shape,
-                                  MakeCapsule(loaded, data, 1, {bytes, 0, 0, 0}, {kDLUInt, 8, 1})));
+  py::list runs;
+  static std::byte empty_run_data[8];  // DLPack wants a pointer even for no bytes
+  const auto& tensors = loaded->tensors;
+  for (std::size_t begin = 0; begin < tensors.size();) {
+    std::size_t end = begin + 1;
+    std::size_t bytes = tensors[begin].data.size();
+    while (end < tensors.size() && tensors[end].dtype == tensors[begin].dtype &&
+           tensors[end].data.data() == tensors[begin].data.data() + bytes) {
+      bytes += tensors[end].data.size();
+      ++end;
+    }
+    py::list names, shapes, numels;
+    for (std::size_t i = begin; i < end; ++i) {
+      names.append(py::str(tensors[i].name));
+      shapes.append(py::cast(tensors[i].shape));
+      numels.append(tensors[i].data.size() / stoker::TensorDTypeSize(tensors[i].dtype));
+    }
+    void* data = bytes == 0 ? empty_run_data : tensors[begin].data.data();
+    runs.append(
+        py::make_tuple(std::string(stoker::TensorDTypeName(tensors[begin].dtype)),
+                       MakeCapsule(loaded, data, 1, {static_cast<std::int64_t>(bytes), 0, 0, 0}, {kDLUInt, 8, 1}),
+                       names, shapes, numels));
+    begin = end;
   }
-  d["tensors"] = tensors;
+  d["runs"] = runs;
   return d;
 }
 
 }  // namespace
 
 void BindCheckpoint(py::module_& m) {
+  BindStateFlatten(m);
   py::class_<PyCheckpointer>(m, "Checkpointer")
       .def(py::init([](const std::string& directory, std::uint32_t keep_last, std::uint32_t keep_best,
                        bool higher_is_better, const std::string& when_busy, std::uint64_t max_file_bytes,

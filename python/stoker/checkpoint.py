@@ -25,10 +25,14 @@ rebuilt with the same structure by ``load_latest()``.
 """
 import base64
 import collections
+import contextlib
 import dataclasses
+import functools
+import gc
 import json
 import random
 import sys
+import threading
 
 from . import _native
 from . import _params
@@ -50,6 +54,7 @@ def parse_size(size):
     return _params.integer("size", size, 0, _params.U64_MAX)
 
 
+@functools.lru_cache(maxsize=None)
 def _dtype_tables():
     torch = _torch()
     table = {
@@ -67,40 +72,18 @@ def _dtype_tables():
 
 # ---- flattening nested state into named tensors, and back -------------------
 
-def _flatten(obj, path, tensors, keep_alive):
-    """Returns a JSON-able description of `obj`; tensors go to `tensors`."""
+def flatten(state, into=None):
+    """`state` flattened in one native pass: .names (the tensors' names, such
+    as "optimizer.state.0.exp_avg"), .structure (the JSON that rebuilds the
+    state, docs/checkpoint.md), .devices (CUDA devices holding tensors).
+    `into`: a FlatState to refill (its storage is reused). Raises TypeError
+    for what cannot be checkpointed (save() raises ValueError for two entries
+    whose names collide)."""
     torch = _torch()
-    if torch.is_tensor(obj):
-        name = path or "tensor"
-        if name in tensors:
-            raise ValueError("two entries of the state flatten to the same name %r; rename one" % name)
-        t = obj.detach()
-        if t.device.type == "cuda" and not _stoker_cuda_usable():
-            t = t.cpu()  # stoker cannot reach this GPU: torch copies to the host
-        elif t.device.type not in ("cpu", "cuda"):
-            t = t.cpu()
-        if not t.is_contiguous():
-            t = t.contiguous()
-        tensors[name] = t
-        keep_alive.append(t)
-        return {"t": name}
-    if isinstance(obj, dict):
-        items = []
-        for key, value in obj.items():
-            if isinstance(key, bool) or not isinstance(key, (str, int)):
-                raise TypeError("state key %r at %r is not a str or int" % (key, path or "<root>"))
-            child = "%s.%s" % (path, key) if path else str(key)
-            items.append([key, _flatten(value, child, tensors, keep_alive)])
-        return {"d": items, "o": isinstance(obj, collections.OrderedDict)}
-    if isinstance(obj, (list, tuple)):
-        nodes = [_flatten(v, "%s.%d" % (path, i) if path else str(i), tensors, keep_alive) for i, v in enumerate(obj)]
-        return {"l" if isinstance(obj, list) else "u": nodes}
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return {"v": obj}
-    if isinstance(obj, float):
-        return {"f": obj.hex()}  # exact, and NaN/inf survive JSON
-    raise TypeError("cannot checkpoint %r at %r: only tensors, dicts, lists, tuples, numbers, strings and None"
-                    % (type(obj).__name__, path or "<root>"))
+    table, _ = _dtype_tables()
+    flat = _native.FlatState() if into is None else into
+    flat.flatten(state, torch.Tensor, torch.strided, collections.OrderedDict, table, _stoker_cuda_usable())
+    return flat
 
 
 _CUDA_USABLE = None
@@ -186,16 +169,21 @@ class Checkpoint:
 
 
 def _tensors_from(raw):
+    """{name: tensor} from the native loader's runs: each run is one uint8
+    capsule over consecutive tensors of one dtype, viewed as that dtype and
+    split in one call (zero-copy)."""
     torch = _torch()
     from torch.utils.dlpack import from_dlpack
     _, from_name = _dtype_tables()
     tensors = {}
-    for name, dtype_name, shape, capsule in raw["tensors"]:
+    for dtype_name, capsule, names, shapes, numels in raw["runs"]:
         if dtype_name not in from_name:
             raise TypeError("tensor %r has dtype %s, which this torch (%s) cannot represent"
-                            % (name, dtype_name, torch.__version__))
-        data = from_dlpack(capsule)
-        tensors[name] = data.view(from_name[dtype_name]).reshape(shape)
+                            % (names[0], dtype_name, torch.__version__))
+        flat = from_dlpack(capsule).view(from_name[dtype_name])
+        parts = torch.split(flat, numels) if len(numels) > 1 else (flat,)
+        for name, shape, part in zip(names, shapes, parts):
+            tensors[name] = part if len(shape) == 1 else part.view(shape)
     return tensors
 
 
@@ -212,25 +200,42 @@ def _to_checkpoint(raw):
                       path=raw["path"], skipped=list(raw["skipped"]))
 
 
+@contextlib.contextmanager
+def _without_cyclic_gc():
+    """Rebuilding a state makes a container per entry (tens of thousands),
+    which sets off Python's cyclic collector over and over (it more than
+    doubled load times); what is built holds no cycles, so it is paused."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_checkpoint(path, verify=True):
     """Loads one ``step-N`` folder (every safetensors rule and checksum checked)."""
-    return _to_checkpoint(_native.load_checkpoint(str(path), verify))
+    with _without_cyclic_gc():
+        return _to_checkpoint(_native.load_checkpoint(str(path), verify))
 
 
 def load_latest(directory, skip_corrupt=False, verify=True):
     """The newest complete checkpoint in `directory`, or None when there is
     none. A corrupt newest one raises stoker.CorruptionError, or with
     skip_corrupt=True is skipped (and named in .skipped) for an older one."""
-    try:
-        raw = _native.load_latest_checkpoint(str(directory), verify, skip_corrupt)
-    except FileNotFoundError:
-        return None
-    return _to_checkpoint(raw)
+    with _without_cyclic_gc():
+        try:
+            raw = _native.load_latest_checkpoint(str(directory), verify, skip_corrupt)
+        except FileNotFoundError:
+            return None
+        return _to_checkpoint(raw)
 
 
 def load_safetensors(path):
     """A plain .safetensors file from any writer, as {name: tensor} (zero-copy)."""
-    return _tensors_from(_native.load_safetensors(str(path)))
+    with _without_cyclic_gc():
+        return _tensors_from(_native.load_safetensors(str(path)))
 
 
 def list_checkpoints(directory):
@@ -269,6 +274,8 @@ class Checkpointer:
         if every_steps is not None and interval != "steps":
             raise ValueError("give one of every_steps, every_seconds or mtbf_hours")
         self.directory = str(directory)
+        self._flat = _native.FlatState()
+        self._flat_lock = threading.Lock()
         self._native = _native.Checkpointer(
             self.directory, _params.optional_integer("keep_last", keep_last, 0, 1 << 31),
             _params.integer("keep_best", keep_best, 0, 1 << 31), metric_mode == "max", when_busy,
@@ -292,36 +299,32 @@ class Checkpointer:
         snapshotted by stoker with asynchronous device-to-host copies into
         its page-locked buffer (after torch's current stream finishes its
         queued work)."""
-        table, _ = _dtype_tables()
-        tensors, keep_alive = {}, []
-        structure = _flatten(state, "", tensors, keep_alive)
-        flat = []
-        devices = set()
-        for name, t in tensors.items():
-            if t.dtype not in table:
-                raise TypeError("tensor %r has dtype %s, which safetensors cannot store" % (name, t.dtype))
-            device = t.device.index if t.device.type == "cuda" else -1
-            if device is None:
-                device = _torch().cuda.current_device()
-            if device >= 0:
-                devices.add(device)
-            flat.append((name, table[t.dtype], list(t.shape), t.data_ptr(), device))
-        # GPU tensors are copied by stoker with asynchronous copies on its own
-        # streams; the kernels that wrote them (queued on torch's current
-        # streams) must have finished first.
-        for device in devices:
-            _torch().cuda.current_stream(device).synchronize()
         loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
-        user = {"structure": structure}
+        extra_json = None
         if extra is not None:
-            user["extra"] = extra
-        try:
-            user_json = json.dumps(user, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+            try:
+                extra_json = json.dumps(extra, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
         metadata = {"stoker.step": str(step)}
-        return self._native.save(int(step), flat, loader_state, _capture_rng() if rng else {}, metadata,
-                                 None if metric is None else float(metric), user_json)
+        # One FlatState reused from save to save (its storage kept); a save
+        # made meanwhile from another thread gets one of its own.
+        reuse = self._flat_lock.acquire(blocking=False)
+        try:
+            flat = flatten(state, into=self._flat if reuse else None)
+            try:
+                # GPU tensors are copied by stoker with asynchronous copies on
+                # its own streams; the kernels that wrote them (queued on
+                # torch's current streams) must have finished first.
+                for device in flat.devices:
+                    _torch().cuda.current_stream(device).synchronize()
+                return self._native.save(int(step), flat, loader_state, _capture_rng() if rng else {}, metadata,
+                                         None if metric is None else float(metric), extra_json)
+            finally:
+                flat.release()  # the snapshot is taken: the tensors are the caller's again
+        finally:
+            if reuse:
+                self._flat_lock.release()
 
     def wait(self):
         """Blocks until the checkpoint being persisted is durable; raises if it failed."""

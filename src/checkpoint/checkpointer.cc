@@ -11,7 +11,6 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpointer_internal.h"
 #include "checkpoint/interval.h"
@@ -42,6 +41,9 @@ struct Checkpointer::Impl {
   bool in_flight GUARDED_BY(mu) = false;
   bool stopping GUARDED_BY(mu) = false;
   std::optional<checkpoint::PersistJob> job GUARDED_BY(mu);
+  // The last persisted job, handed back so that the next Save() reuses its
+  // plan's storage (tens of thousands of names and shapes).
+  checkpoint::PersistJob recycled GUARDED_BY(mu);
   Status pending_error GUARDED_BY(mu);
   CheckpointStats stats GUARDED_BY(mu);
   IntervalPolicy policy GUARDED_BY(mu);
@@ -135,9 +137,13 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   if (step < 0) return Status::InvalidArgument(fmt::format("step {} is negative", step));
   if (extras.metric && !std::isfinite(*extras.metric))
     return Status::InvalidArgument(fmt::format("metric {} is not finite", *extras.metric));
-  if (!extras.user_json.empty() && !nlohmann::json::accept(extras.user_json))
-    return Status::InvalidArgument("user_json is not valid JSON");
-  STOKER_ASSIGN_OR_RETURN(checkpoint::SnapshotPlan plan, checkpoint::PlanSnapshot(tensors, m.options.max_file_bytes));
+  checkpoint::PersistJob job;
+  {
+    MutexLock l(m.mu);
+    job = std::move(m.recycled);
+  }
+  STOKER_ASSIGN_OR_RETURN(checkpoint::SnapshotPlan plan,
+                          checkpoint::PlanSnapshot(tensors, m.options.max_file_bytes, std::move(job.plan)));
   STOKER_RETURN_IF_ERROR(m.copier->CheckDevices(tensors));
   if (!m.options.replace_existing && m.fs->LinkStat(m.Path(checkpoint::StepDirectoryName(step))).ok())
     return Status::AlreadyExists(fmt::format(
@@ -179,7 +185,6 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   }
   const auto copy_start = m.clock->Now();
   if (Status s = m.copier->Copy(plan, tensors, m.arena); !s.ok()) return fail(s);
-  checkpoint::PersistJob job;
   job.step = step;
   job.plan = std::move(plan);
   job.extras = extras;
@@ -253,6 +258,7 @@ void Checkpointer::Impl::Run() {
         ++stats.saves_failed;
         pending_error = s.WithContext(fmt::format("checkpoint step {} was not saved", current.step));
       }
+      recycled = std::move(current);
     }
     changed.NotifyAll();
   }

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/load_counted.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/structure_check.h"
 #include "core/hash.h"
 #include "stoker/checkpoint.h"
 
@@ -28,32 +30,6 @@ Result<std::vector<StepEntry>> StepDirectories(FileSystem& fs, const std::string
   }
   std::sort(steps.begin(), steps.end(), [](const StepEntry& a, const StepEntry& b) { return a.step < b.step; });
   return steps;
-}
-
-// The Python package keeps the saved state's nested structure in the
-// manifest's user JSON as {"structure": NODE}, where a NODE {"t": NAME}
-// stands for the tensor NAME (docs/checkpoint.md). Every such name must be a
-// tensor of the checkpoint, or loading would fail later without saying where.
-Status CheckStructure(const std::string& user_json, const std::map<std::string, std::string>& tensors,
-                      const std::string& where) {
-  if (user_json.empty()) return Status::Ok();
-  const auto user = nlohmann::json::parse(user_json, nullptr, false);
-  if (user.is_discarded() || !user.is_object() || !user.contains("structure")) return Status::Ok();
-  std::vector<const nlohmann::json*> stack = {&user["structure"]};
-  while (!stack.empty()) {
-    const nlohmann::json* node = stack.back();
-    stack.pop_back();
-    if (node->is_object()) {
-      if (auto t = node->find("t"); t != node->end() && t->is_string() && !tensors.contains(t->get<std::string>()))
-        return Status::Corruption(fmt::format(
-            "checkpoint '{}': its manifest's state structure names tensor '{}', which none of its files holds", where,
-            t->get<std::string>()));
-      for (const auto& [key, value] : node->items()) stack.push_back(&value);
-    } else if (node->is_array()) {
-      for (const auto& value : *node) stack.push_back(&value);
-    }
-  }
-  return Status::Ok();
 }
 
 std::string Trimmed(std::string directory) {
@@ -81,10 +57,15 @@ Result<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& directory
   return out;
 }
 
-Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, const LoadOptions& options) {
+Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory, const LoadOptions& options) {
+  return checkpoint::LoadCheckpointCounted(step_directory, options, nullptr);
+}
+
+Result<LoadedCheckpoint> checkpoint::LoadCheckpointCounted(const std::string& step_directory_in,
+                                                           const LoadOptions& options, safetensors::ParseWork* work) {
   FileSystem& fs = options.file_system ? *options.file_system : *FileSystem::Default();
   const std::string step_directory = Trimmed(step_directory_in);
-  STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory));
+  STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory, work));
   const auto slash = step_directory.rfind('/');
   const std::string folder = slash == std::string::npos ? step_directory : step_directory.substr(slash + 1);
   const auto named = checkpoint::ParseStepDirectoryName(folder);
@@ -102,9 +83,10 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
   out.step = manifest.step;
   out.path = step_directory;
   out.extras = std::move(manifest.extras);
-  std::map<std::string, std::string> tensor_file;  // name -> file, to check the index
+  std::vector<std::size_t> tensor_file;  // per tensor: its file's index in the manifest
   std::string index_text;
-  for (const auto& f : manifest.files) {
+  for (std::size_t file_index = 0; file_index < manifest.files.size(); ++file_index) {
+    const checkpoint::ManifestFile& f = manifest.files[file_index];
     const std::string path = step_directory + "/" + f.name;
     auto mapped = fs.Map(path, MapAccess::kCopyOnWrite);
     if (!mapped.ok()) {
@@ -124,32 +106,47 @@ Result<LoadedCheckpoint> LoadCheckpoint(const std::string& step_directory_in, co
     if (f.name == checkpoint::kIndexName) {
       index_text.assign(reinterpret_cast<const char*>(file->data().data()), file->data().size());
     } else {
-      STOKER_ASSIGN_OR_RETURN(auto parsed, safetensors::Parse(file->data(), path));
+      STOKER_ASSIGN_OR_RETURN(auto parsed, safetensors::Parse(file->data(), path, work));
       for (auto& t : parsed.tensors) {
-        if (!tensor_file.emplace(t.name, f.name).second)
-          return Status::Corruption(fmt::format("tensor '{}' appears in two files of '{}'", t.name, step_directory));
         out.tensors.push_back({std::move(t.name), t.dtype, std::move(t.shape),
                                data.subspan(parsed.data_offset + t.begin, t.end - t.begin)});
+        tensor_file.push_back(file_index);
       }
     }
     out.mappings.push_back(std::move(file));
   }
-  STOKER_RETURN_IF_ERROR(CheckStructure(out.extras.user_json, tensor_file, step_directory));
+  // Built once every tensor is in place: the views stay valid.
+  checkpoint::TensorIndex by_name;
+  by_name.reserve(out.tensors.size());
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) {
+    if (work) ++work->name_lookups;
+    if (!by_name.emplace(out.tensors[i].name, i).second)
+      return Status::Corruption(
+          fmt::format("tensor '{}' appears in two files of '{}'", out.tensors[i].name, step_directory));
+  }
+  STOKER_RETURN_IF_ERROR(checkpoint::CheckStructure(out.extras.user_json, by_name, step_directory, work));
   if (out.tensors.size() != manifest.tensor_count)
     return Status::Corruption(fmt::format("checkpoint '{}' holds {} tensors; its manifest says {}", step_directory,
                                           out.tensors.size(), manifest.tensor_count));
   if (!index_text.empty()) {
+    if (work) work->json_bytes += index_text.size();
     auto index = nlohmann::json::parse(index_text, nullptr, false);
     const std::string where = step_directory + "/" + std::string(checkpoint::kIndexName);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
       return Status::Corruption(fmt::format("'{}' has no weight_map object", where));
     const auto& map = index["weight_map"];
-    if (map.size() != tensor_file.size())
+    if (map.size() != by_name.size())
       return Status::Corruption(
-          fmt::format("'{}' maps {} tensors; the files hold {}", where, map.size(), tensor_file.size()));
-    for (const auto& [name, file] : tensor_file) {
-      if (!map.contains(name) || !map[name].is_string() || map[name].get<std::string>() != file)
-        return Status::Corruption(fmt::format("'{}' does not map tensor '{}' to '{}'", where, name, file));
+          fmt::format("'{}' maps {} tensors; the files hold {}", where, map.size(), by_name.size()));
+    for (auto entry = map.begin(); entry != map.end(); ++entry) {
+      if (work) ++work->name_lookups;
+      const auto found = by_name.find(entry.key());
+      if (found == by_name.end())
+        return Status::Corruption(
+            fmt::format("'{}' maps tensor '{}', which none of the files holds", where, entry.key()));
+      const std::string& file = manifest.files[tensor_file[found->second]].name;
+      if (!entry.value().is_string() || entry.value().get<std::string>() != file)
+        return Status::Corruption(fmt::format("'{}' does not map tensor '{}' to '{}'", where, entry.key(), file));
     }
   }
   return out;

@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,78 @@ std::optional<std::uint64_t> ParseHex64(const std::string& s) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v, 16);
   if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
   return v;
+}
+
+bool IsJsonSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+// The end of the string starting at text[i] == '"', or npos.
+std::size_t SkipString(std::string_view text, std::size_t i) {
+  for (++i; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      ++i;
+    } else if (text[i] == '"') {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// The end of the value starting at text[i], or npos. Exact for valid JSON;
+// for anything else, the strict parsers that read the parts report it.
+std::size_t SkipValue(std::string_view text, std::size_t i) {
+  if (i >= text.size()) return std::string_view::npos;
+  if (text[i] == '"') return SkipString(text, i);
+  if (text[i] != '{' && text[i] != '[') {
+    while (i < text.size() && text[i] != ',' && text[i] != '}' && text[i] != ']' && !IsJsonSpace(text[i])) ++i;
+    return i;
+  }
+  int depth = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '"') {
+      i = SkipString(text, i);
+      if (i == std::string_view::npos) return i;
+      continue;
+    }
+    if (c == '{' || c == '[') ++depth;
+    if ((c == '}' || c == ']') && --depth == 0) return i + 1;
+    ++i;
+  }
+  return std::string_view::npos;
+}
+
+// Where the value of the top-level member "user" lies in `text`, found
+// without parsing it; nullopt when the scan does not find it (malformed, or
+// the key spelled with escapes: the tree parse then reads it).
+std::optional<std::pair<std::size_t, std::size_t>> FindUserValue(std::string_view text) {
+  std::size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && IsJsonSpace(text[i])) ++i;
+  };
+  skip_space();
+  if (i >= text.size() || text[i] != '{') return std::nullopt;
+  ++i;
+  for (;;) {
+    skip_space();
+    if (i >= text.size() || text[i] != '"') return std::nullopt;
+    const std::size_t key_begin = i;
+    i = SkipString(text, i);
+    if (i == std::string_view::npos) return std::nullopt;
+    const std::string_view key = text.substr(key_begin + 1, i - key_begin - 2);
+    skip_space();
+    if (i >= text.size() || text[i] != ':') return std::nullopt;
+    ++i;
+    skip_space();
+    const std::size_t value_begin = i;
+    i = SkipValue(text, i);
+    if (i == std::string_view::npos) return std::nullopt;
+    if (key == "user") return std::pair{value_begin, i};
+    skip_space();
+    if (i >= text.size() || text[i] != ',') return std::nullopt;
+    ++i;
+  }
 }
 
 }  // namespace
@@ -68,18 +142,37 @@ Result<std::string> EncodeManifest(const Manifest& m) {
     j["rng_states"] = e.rng_states;
     j["metadata"] = e.metadata;
     j["metric"] = e.metric ? Json(*e.metric) : Json(nullptr);
-    j["user"] = e.user_json.empty() ? Json(nullptr) : Json::parse(e.user_json);
-    return j.dump(1) + "\n";
+    // The user's document goes in verbatim: it can be megabytes (the state's
+    // structure), and a parse into a tree and a dump would cost ten times
+    // the validation. Checked here, on the persist thread, not in Save().
+    if (!e.user_json.empty() && !Json::accept(e.user_json))
+      return Status::InvalidArgument("the checkpoint's user_json is not valid JSON; nothing was published");
+    std::string text = j.dump(1);  // "{\n ...\n}"
+    text.resize(text.size() - 2);
+    text += ",\n \"user\": ";
+    text += e.user_json.empty() ? std::string_view("null") : std::string_view(e.user_json);
+    text += "\n}\n";
+    return text;
   } catch (const Json::exception& e) {
     return Status::InvalidArgument(fmt::format("cannot encode the checkpoint manifest: {}", e.what()));
   }
 }
 
-Result<Manifest> DecodeManifest(std::string_view text, std::string_view path) {
+Result<Manifest> DecodeManifest(std::string_view text, std::string_view path, safetensors::ParseWork* work) {
   auto bad = [&](std::string_view what) {
     return Status::Corruption(fmt::format("checkpoint manifest '{}': {}", path, what));
   };
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The user document (megabytes for a state of many tensors) is cut out
+  // and kept verbatim; only the rest is parsed into a tree.
+  const auto user_span = FindUserValue(text);
+  std::string rest;
+  if (user_span) {
+    rest.reserve(text.size() - (user_span->second - user_span->first) + 4);
+    rest.append(text.substr(0, user_span->first)).append("null").append(text.substr(user_span->second));
+  }
+  const std::string_view tree_text = user_span ? std::string_view(rest) : text;
+  if (work) work->json_bytes += tree_text.size();
+  Json j = Json::parse(tree_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object (truncated or overwritten?)");
   try {
     if (j.value("format", "") != kFormatName) return bad("not a stoker checkpoint manifest");
@@ -114,14 +207,19 @@ Result<Manifest> DecodeManifest(std::string_view text, std::string_view path) {
     m.extras.rng_states = j.at("rng_states").get<std::map<std::string, std::string>>();
     m.extras.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     if (const auto& metric = j.at("metric"); !metric.is_null()) m.extras.metric = metric.get<double>();
-    if (const auto& user = j.at("user"); !user.is_null()) m.extras.user_json = user.dump();
+    if (user_span) {
+      if (const auto user = text.substr(user_span->first, user_span->second - user_span->first); user != "null")
+        m.extras.user_json = user;
+    } else if (const auto& user = j.at("user"); !user.is_null()) {
+      m.extras.user_json = user.dump();
+    }
     return m;
   } catch (const Json::exception& e) {
     return bad(fmt::format("missing or mistyped field: {}", e.what()));
   }
 }
 
-Result<Manifest> ReadManifest(FileSystem& fs, const std::string& step_directory) {
+Result<Manifest> ReadManifest(FileSystem& fs, const std::string& step_directory, safetensors::ParseWork* work) {
   const std::string path = step_directory + "/" + std::string(kManifestName);
   auto bytes = ReadWholeFile(fs, path);
   if (!bytes.ok()) {
@@ -129,7 +227,7 @@ Result<Manifest> ReadManifest(FileSystem& fs, const std::string& step_directory)
       return Status::Corruption(fmt::format("checkpoint '{}' has no {}", step_directory, kManifestName));
     return bytes.error();
   }
-  return DecodeManifest(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), path);
+  return DecodeManifest(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), path, work);
 }
 
 }  // namespace stoker::checkpoint

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "stoker/checkpoint.h"
 #include "stoker/file_system.h"
 #include "stoker/status.h"
@@ -34,9 +35,15 @@ struct Manifest {
   CheckpointExtras extras;
 };
 
+// Writes extras.user_json verbatim, after checking that it is valid JSON.
 [[nodiscard]] Result<std::string> EncodeManifest(const Manifest& manifest);
-[[nodiscard]] Result<Manifest> DecodeManifest(std::string_view text, std::string_view path);
-[[nodiscard]] Result<Manifest> ReadManifest(FileSystem& fs, const std::string& step_directory);
+// extras.user_json comes back verbatim and is not validated here (listing
+// checkpoints needs only the rest): LoadCheckpoint parses it. `work`, when
+// given, is added to.
+[[nodiscard]] Result<Manifest> DecodeManifest(std::string_view text, std::string_view path,
+                                              safetensors::ParseWork* work = nullptr);
+[[nodiscard]] Result<Manifest> ReadManifest(FileSystem& fs, const std::string& step_directory,
+                                            safetensors::ParseWork* work = nullptr);
 
 // "step-N" <-> N; nullopt when `name` is not of that form.
 [[nodiscard]] std::string StepDirectoryName(std::int64_t step);

@@ -50,27 +50,39 @@ std::string FileName(std::size_t index, std::size_t count) {
 
 }  // namespace
 
-Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes) {
+Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes,
+                                  SnapshotPlan reuse) {
+  // The training loop waits for this, and states hold tens of thousands of
+  // tensors: one validating pass, one sort by name (which also brings
+  // duplicates together), one stable pass by element size.
   std::vector<std::uint64_t> bytes(tensors.size());
-  std::vector<std::size_t> order(tensors.size());
-  std::set<std::string_view> names;
+  std::vector<std::size_t> by_name(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorRef& t = tensors[i];
     if (t.name.empty()) return Status::InvalidArgument(fmt::format("tensor {} has an empty name", i));
     if (t.name == "__metadata__") return Status::InvalidArgument("a tensor may not be named '__metadata__'");
-    if (!names.insert(t.name).second) return Status::InvalidArgument(fmt::format("duplicate tensor name '{}'", t.name));
     auto b = safetensors::TensorBytes(t.dtype, t.shape);
     if (!b.ok()) return b.error().WithContext(fmt::format("tensor '{}'", t.name));
     if (*b > 0 && t.data == nullptr) return Status::InvalidArgument(fmt::format("tensor '{}' has no data", t.name));
     bytes[i] = *b;
-    order[i] = i;
+    by_name[i] = i;
   }
+  std::sort(by_name.begin(), by_name.end(),
+            [&](std::size_t a, std::size_t b) { return tensors[a].name < tensors[b].name; });
+  for (std::size_t k = 1; k < by_name.size(); ++k)
+    if (tensors[by_name[k]].name == tensors[by_name[k - 1]].name)
+      return Status::InvalidArgument(fmt::format(
+          "duplicate tensor name '{}': two tensors of the state have it (a nested state flattens {{\"a.b\": x, \"a\": "
+          "{{\"b\": y}}}} to two 'a.b'); rename one",
+          tensors[by_name[k]].name));
   // By element size (largest first) then name: every tensor aligned to its
-  // element size in the file.
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const auto sa = TensorDTypeSize(tensors[a].dtype), sb = TensorDTypeSize(tensors[b].dtype);
-    return sa != sb ? sa > sb : tensors[a].name < tensors[b].name;
-  });
+  // element size in the file, and the same files whatever order the state
+  // listed its tensors in.
+  std::vector<std::size_t> element_size(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) element_size[i] = TensorDTypeSize(tensors[i].dtype);
+  std::vector<std::size_t> order = std::move(by_name);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return element_size[a] > element_size[b]; });
   // Fill each file up to max_file_bytes in that order.
   std::vector<std::vector<std::size_t>> groups;
   std::uint64_t in_group = 0;
@@ -83,19 +95,29 @@ Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint6
     in_group += bytes[i];
   }
   if (groups.empty()) groups.emplace_back();  // an empty state still makes one (empty) file
-  SnapshotPlan plan;
+  // Assigned into `reuse`'s entries: their strings and vectors keep their
+  // capacity, so that a steady-state save allocates nothing per tensor.
+  SnapshotPlan plan = std::move(reuse);
+  plan.files.resize(groups.size());
+  plan.tensor_bytes = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    FilePlan file;
+    FilePlan& file = plan.files[g];
     file.name = FileName(g, groups.size());
     file.arena_offset = plan.tensor_bytes;
-    for (std::size_t i : groups[g]) {
-      const TensorRef& t = tensors[i];
-      file.tensors.push_back({t.name, t.dtype, t.shape, file.bytes, file.bytes + bytes[i]});
-      file.sources.push_back(i);
-      file.bytes += bytes[i];
+    file.bytes = 0;
+    file.tensors.resize(groups[g].size());
+    file.sources.assign(groups[g].begin(), groups[g].end());
+    for (std::size_t k = 0; k < groups[g].size(); ++k) {
+      const TensorRef& t = tensors[groups[g][k]];
+      safetensors::TensorLayout& layout = file.tensors[k];
+      layout.name.assign(t.name);
+      layout.dtype = t.dtype;
+      layout.shape.assign(t.shape.begin(), t.shape.end());
+      layout.begin = file.bytes;
+      layout.end = file.bytes + bytes[groups[g][k]];
+      file.bytes = layout.end;
     }
     plan.tensor_bytes += file.bytes;
-    plan.files.push_back(std::move(file));
   }
   return plan;
 }

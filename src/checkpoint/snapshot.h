@@ -35,8 +35,10 @@ struct SnapshotPlan {
 };
 
 // InvalidArgument for an empty, duplicate or reserved name, a bad shape or
-// dtype, or missing data; names the tensor.
-[[nodiscard]] Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes);
+// dtype, or missing data; names the tensor. `reuse`: an earlier plan whose
+// storage the new one takes over (the checkpointer passes the last one back).
+[[nodiscard]] Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes,
+                                                SnapshotPlan reuse = {});
 
 class SnapshotCopier {
  public:

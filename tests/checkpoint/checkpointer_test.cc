@@ -164,13 +164,23 @@ TEST(Checkpointer, RefusesBadTensorsWithClearErrors) {
   EXPECT_NE(r.error().message().find("duplicate tensor name 'a'"), std::string::npos);
   std::vector<TensorRef> null = {{"n", TensorDType::kFloat32, {4}, nullptr}};
   EXPECT_FALSE((*ck)->Save(1, null, {}).ok());
-  CheckpointExtras bad_json;
-  bad_json.user_json = "{";
-  EXPECT_FALSE((*ck)->Save(1, {}, bad_json).ok());
   EXPECT_FALSE((*ck)->Save(-1, {}, {}).ok());
   // Nothing was started, so nothing is in flight and nothing was written.
   EXPECT_TRUE((*ck)->Wait().ok());
   EXPECT_FALSE(std::filesystem::exists(dir / "latest"));
+  // Invalid user JSON is found by the persist, off the training thread: it
+  // fails that checkpoint and publishes nothing.
+  CheckpointExtras bad_json;
+  bad_json.user_json = "{";
+  ASSERT_TRUE((*ck)->Save(1, {}, bad_json).ok());
+  const Status failed = (*ck)->Wait();
+  EXPECT_EQ(failed.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(failed.message().find("user_json is not valid JSON"), std::string::npos) << failed.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir / "latest"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-1"));
+  EXPECT_TRUE((*ck)->Save(2, {}, {}).ok());
+  EXPECT_TRUE((*ck)->Wait().ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "step-2"));
 }
 
 TEST(Checkpointer, KeepsTheLastNAndTheBestKAndNeverTheNewestDeleted) {

@@ -1,0 +1,358 @@
+#include "state_flatten.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string_view>
+#include <utility>
+
+namespace stoker_python {
+namespace {
+
+// Deeper than any real state; stops a list that contains itself.
+constexpr int kMaxDepth = 1000;
+
+// Attribute and method names, made once.
+struct Names {
+  py::str layout{"layout"}, is_cuda{"is_cuda"}, is_cpu{"is_cpu"}, get_device{"get_device"}, cpu{"cpu"},
+      is_contiguous{"is_contiguous"}, contiguous{"contiguous"}, dtype{"dtype"}, shape{"shape"}, data_ptr{"data_ptr"},
+      is_conj{"is_conj"}, resolve_conj{"resolve_conj"}, items{"items"}, hex{"hex"};
+};
+
+const Names& N() {
+  static const Names* names = new Names();  // never destroyed: Python may be gone at exit
+  return *names;
+}
+
+py::object Steal(PyObject* p) {
+  if (p == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(p);
+}
+py::object Attr(py::handle o, const py::str& name) {
+  return Steal(PyObject_GetAttr(o.ptr(), name.ptr()));
+}
+py::object Call(py::handle o, const py::str& method) {
+  return Steal(PyObject_CallMethodNoArgs(o.ptr(), method.ptr()));
+}
+bool Truth(const py::object& o) {
+  const int v = PyObject_IsTrue(o.ptr());
+  if (v < 0) throw py::error_already_set();
+  return v == 1;
+}
+
+std::string_view Utf8(py::handle str) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(str.ptr(), &size);
+  if (data == nullptr) throw py::error_already_set();
+  return {data, static_cast<std::size_t>(size)};
+}
+
+// JSON string: UTF-8 as is, quotes, backslashes and control characters
+// escaped; runs without any appended whole.
+void AppendJsonString(std::string& out, std::string_view s) {
+  out += '"';
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c != '"' && c != '\\' && c >= 0x20) continue;
+    out.append(s.data() + run, i - run);
+    run = i + 1;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    }
+  }
+  out.append(s.data() + run, s.size() - run);
+  out += '"';
+}
+
+// An int's decimal digits, as int.__repr__ writes them (an IntEnum's str()
+// would give its name).
+std::string Digits(py::handle integer) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(integer.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow == 0) return std::to_string(v);
+  return std::string(Utf8(Steal(PyLong_Type.tp_repr(integer.ptr()))));
+}
+
+std::string Repr(py::handle o) {
+  return std::string(Utf8(Steal(PyObject_Repr(o.ptr()))));
+}
+std::string ReprPath(const std::string& path) {
+  return Repr(py::str(path.empty() ? std::string("<root>") : path));
+}
+
+}  // namespace
+
+class Flattener {
+ public:
+  Flattener(const TorchTypes& torch, FlatState& out) : torch_(torch), out_(out) {
+    for (auto [dtype, name] : torch.dtype_names) {
+      if (auto parsed = stoker::ParseTensorDType(Utf8(name))) dtypes_.emplace_back(dtype.ptr(), *parsed);
+    }
+  }
+
+  // Appends `obj`'s node to the structure; `path` is its name, restored on return.
+  void Node(py::handle obj, std::string& path, int depth) {
+    if (depth > kMaxDepth)
+      throw py::value_error("the state nests deeper than " + std::to_string(kMaxDepth) + " levels at " +
+                            ReprPath(path) + " (does a list or dict contain itself?)");
+    std::string& json = out_.structure_;
+    if (IsTensor(obj)) {
+      static const std::string kRootName = "tensor";  // a bare tensor as the whole state
+      const std::string& name = path.empty() ? kRootName : path;
+      json += "{\"t\":";
+      AppendJsonString(json, name);
+      json += '}';
+      Tensor(obj, name);
+    } else if (PyDict_Check(obj.ptr())) {
+      Dict(obj, path, depth);
+    } else if (PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr())) {
+      const bool is_list = PyList_Check(obj.ptr());
+      json += is_list ? "{\"l\":[" : "{\"u\":[";
+      const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj.ptr()) : PyTuple_GET_SIZE(obj.ptr());
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        if (i > 0) json += ',';
+        const std::size_t mark = path.size();
+        if (!path.empty()) path += '.';
+        path += std::to_string(i);
+        // Borrowed: the container holds its items while we walk it.
+        Node(is_list ? PyList_GET_ITEM(obj.ptr(), i) : PyTuple_GET_ITEM(obj.ptr(), i), path, depth + 1);
+        path.resize(mark);
+      }
+      json += "]}";
+    } else if (obj.is_none()) {
+      json += "{\"v\":null}";
+    } else if (PyBool_Check(obj.ptr())) {
+      json += obj.ptr() == Py_True ? "{\"v\":true}" : "{\"v\":false}";
+    } else if (PyLong_Check(obj.ptr())) {
+      json += "{\"v\":" + Digits(obj) + "}";
+    } else if (PyUnicode_Check(obj.ptr())) {
+      json += "{\"v\":";
+      AppendJsonString(json, Utf8(obj));
+      json += '}';
+    } else if (PyFloat_Check(obj.ptr())) {
+      // Hex is exact, and NaN and infinities survive JSON.
+      json += "{\"f\":";
+      AppendJsonString(
+          json,
+          Utf8(Steal(PyObject_CallMethodOneArg(reinterpret_cast<PyObject*>(&PyFloat_Type), N().hex.ptr(), obj.ptr()))));
+      json += '}';
+    } else {
+      throw py::type_error("cannot checkpoint " + Repr(py::str(Py_TYPE(obj.ptr())->tp_name)) + " at " + ReprPath(path) +
+                           ": only tensors, dicts, lists, tuples, numbers, strings and None");
+    }
+  }
+
+ private:
+  bool IsTensor(py::handle obj) const {
+    if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch_.tensor.ptr())) return true;
+    if (PyDict_Check(obj.ptr()) || PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()) ||
+        PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr()) || obj.is_none())
+      return false;
+    const int is = PyObject_IsInstance(obj.ptr(), torch_.tensor.ptr());  // nn.Parameter and other subclasses
+    if (is < 0) throw py::error_already_set();
+    return is == 1;
+  }
+
+  void Dict(py::handle obj, std::string& path, int depth) {
+    bool ordered = false;
+    if (!PyDict_CheckExact(obj.ptr())) {
+      const int is = PyObject_IsInstance(obj.ptr(), torch_.ordered_dict.ptr());
+      if (is < 0) throw py::error_already_set();
+      ordered = is == 1;
+    }
+    std::string& json = out_.structure_;
+    json += "{\"d\":[";
+    bool first = true;
+    auto entry = [&](py::handle key, py::handle value) {
+      if (PyBool_Check(key.ptr()) || !(PyUnicode_Check(key.ptr()) || PyLong_Check(key.ptr())))
+        throw py::type_error("state key " + Repr(key) + " at " + ReprPath(path) + " is not a str or int");
+      if (!first) json += ',';
+      first = false;
+      json += '[';
+      const std::size_t mark = path.size();
+      if (!path.empty()) path += '.';
+      if (PyUnicode_Check(key.ptr())) {
+        const std::string_view text = Utf8(key);
+        AppendJsonString(json, text);
+        path += text;
+      } else {
+        const std::string digits = Digits(key);
+        json += digits;
+        path += digits;
+      }
+      json += ',';
+      Node(value, path, depth + 1);
+      json += ']';
+      path.resize(mark);
+    };
+    if (PyDict_CheckExact(obj.ptr())) {
+      PyObject *key = nullptr, *value = nullptr;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(obj.ptr(), &pos, &key, &value)) entry(key, value);
+    } else {
+      // A subclass (OrderedDict) keeps its own order: ask it.
+      for (py::handle item : Call(obj, N().items)) {
+        auto pair = py::reinterpret_borrow<py::tuple>(item);
+        entry(pair[0], pair[1]);
+      }
+    }
+    json += ordered ? "],\"o\":true}" : "],\"o\":false}";
+  }
+
+  void Tensor(py::handle obj, const std::string& name) {
+    try {
+      ReadTensor(obj, name);
+    } catch (py::error_already_set& e) {
+      // torch's own error (a meta tensor has no data, ...), or ours: the
+      // same exception type, saying which tensor.
+      if (!e.matches(PyExc_Exception)) throw;
+      const std::string message = py::str(e.value()).cast<std::string>();
+      if (message.starts_with("tensor " + Repr(py::str(name)))) throw;
+      PyErr_SetString(e.type().ptr(), ("tensor " + Repr(py::str(name)) + ": " + message).c_str());
+      throw py::error_already_set();
+    }
+  }
+
+  void ReadTensor(py::handle obj, const std::string& name) {
+    const Names& n = N();
+    py::object t = py::reinterpret_borrow<py::object>(obj);
+    // Five attribute reads a tensor in the common case (on the CPU,
+    // contiguous): each costs about 0.1 us over tens of thousands of tensors.
+    int device = -1;
+    if (!Truth(Attr(t, n.is_cpu))) {
+      if (Truth(Attr(t, n.is_cuda)) && torch_.cuda_usable) {
+        device = Call(t, n.get_device).cast<int>();
+      } else {
+        // Meta, mps, xla, ... or a GPU stoker cannot reach: torch copies to the host.
+        t = Call(t, n.cpu);
+      }
+    }
+    try {
+      if (!Truth(Call(t, n.is_contiguous))) t = Call(t, n.contiguous);
+    } catch (py::error_already_set&) {
+      RefuseLayout(t, name);
+      throw;
+    }
+    const py::object dtype = Attr(t, n.dtype);
+    const auto found =
+        std::find_if(dtypes_.begin(), dtypes_.end(), [&](const auto& e) { return e.first == dtype.ptr(); });
+    if (found == dtypes_.end())
+      throw py::type_error("tensor " + Repr(py::str(name)) + " has dtype " + py::str(dtype).cast<std::string>() +
+                           ", which safetensors cannot store");
+    // A lazily conjugated complex view: its memory holds the unconjugated values.
+    if (found->second == stoker::TensorDType::kComplex64 && Truth(Call(t, n.is_conj))) t = Call(t, n.resolve_conj);
+    const py::object shape = Attr(t, n.shape);
+    const Py_ssize_t ndim = PyTuple_Size(shape.ptr());
+    if (ndim < 0) throw py::error_already_set();
+    const void* data = nullptr;
+    try {
+      data = reinterpret_cast<const void*>(Call(t, n.data_ptr).cast<std::uintptr_t>());
+    } catch (py::error_already_set&) {
+      RefuseLayout(t, name);  // a sparse COO tensor says it is contiguous, then has no data pointer
+      throw;
+    }
+    // Assigned into the reused entry: its string and vector keep their capacity.
+    stoker::TensorRef& ref = out_.NextRef();
+    ref.name.assign(name);
+    ref.dtype = found->second;
+    ref.shape.resize(static_cast<std::size_t>(ndim));
+    for (Py_ssize_t d = 0; d < ndim; ++d) {
+      ref.shape[d] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(shape.ptr(), d));
+      if (PyErr_Occurred()) {
+        --out_.count_;
+        throw py::error_already_set();
+      }
+    }
+    ref.data = data;
+    ref.device = device;
+    if (device >= 0 && std::find(out_.devices_.begin(), out_.devices_.end(), device) == out_.devices_.end())
+      out_.devices_.push_back(device);
+    out_.keep_alive_.push_back(std::move(t));
+  }
+
+  // After a tensor's call failed (the error is held by the caught
+  // error_already_set): a clearer error for a tensor that is not dense;
+  // otherwise the caller re-raises torch's.
+  void RefuseLayout(py::handle t, const std::string& name) const {
+    PyObject* l = PyObject_GetAttr(t.ptr(), N().layout.ptr());
+    if (l == nullptr) PyErr_Clear();
+    const auto layout = py::reinterpret_steal<py::object>(l);
+    if (layout && !layout.is(torch_.strided))
+      throw py::type_error("tensor " + Repr(py::str(name)) + " has layout " + py::str(layout).cast<std::string>() +
+                           ": only dense (strided) tensors can be checkpointed; save its dense form or its parts");
+  }
+
+  const TorchTypes& torch_;
+  FlatState& out_;
+  std::vector<std::pair<PyObject*, stoker::TensorDType>> dtypes_;  // dtype objects are singletons
+};
+
+void FlatState::Flatten(py::handle state, const TorchTypes& torch) {
+  count_ = 0;
+  keep_alive_.clear();
+  structure_.clear();
+  devices_.clear();
+  Flattener flattener(torch, *this);
+  std::string path;
+  try {
+    flattener.Node(state, path, 0);
+  } catch (...) {
+    count_ = 0;
+    keep_alive_.clear();
+    structure_.clear();
+    throw;
+  }
+  std::sort(devices_.begin(), devices_.end());
+}
+
+void BindStateFlatten(py::module_& m) {
+  py::class_<FlatState>(m, "FlatState")
+      .def(py::init<>())
+      // Raw tensors, [(name, safetensors dtype, shape, data pointer, device)],
+      // borrowed (the caller keeps the memory alive) and with no structure:
+      // they load back as a flat {name: tensor}. For tests and tools.
+      .def(py::init([](const py::list& tensors) {
+        FlatState flat;
+        for (const auto& item : tensors) {
+          const auto t = item.cast<py::tuple>();
+          stoker::TensorRef ref;
+          ref.name = t[0].cast<std::string>();
+          const auto dtype = stoker::ParseTensorDType(t[1].cast<std::string>());
+          if (!dtype) throw py::value_error("unsupported safetensors dtype '" + t[1].cast<std::string>() + "'");
+          ref.dtype = *dtype;
+          ref.shape = t[2].cast<std::vector<std::uint64_t>>();
+          ref.data = reinterpret_cast<const void*>(t[3].cast<std::uintptr_t>());
+          ref.device = t[4].cast<int>();
+          flat.AddRaw(std::move(ref));
+        }
+        return flat;
+      }))
+      .def(
+          "flatten",
+          [](FlatState& flat, py::handle state, py::object tensor, py::object strided, py::object ordered_dict,
+             py::dict dtype_names, bool cuda_usable) {
+            const TorchTypes torch{std::move(tensor), std::move(strided), std::move(ordered_dict),
+                                   std::move(dtype_names), cuda_usable};
+            flat.Flatten(state, torch);
+          },
+          py::arg("state"), py::arg("tensor_type"), py::arg("strided"), py::arg("ordered_dict"), py::arg("dtype_names"),
+          py::arg("cuda_usable"))
+      .def("release", &FlatState::Release)
+      .def_property_readonly("devices", &FlatState::devices)
+      .def_property_readonly("tensor_count", [](const FlatState& f) { return f.tensors().size(); })
+      .def_property_readonly("names",
+                             [](const FlatState& f) {
+                               py::list names;
+                               for (const auto& t : f.tensors()) names.append(py::str(t.name));
+                               return names;
+                             })
+      .def_property_readonly("structure", &FlatState::structure);
+}
+
+}  // namespace stoker_python
