@@ -5,7 +5,7 @@ A state shaped as a training loop saves it: {"model": {name: param},
 "optimizer": {"state": {i: {"exp_avg", "exp_avg_sq", "step"}}, "param_groups":
 [...]}} (torch's Adam), with the same total bytes whatever the count, so
 that only the per-tensor costs change. For each tensor count:
-  - torch.save: the call (the training loop's stall), median of three calls
+  - torch.save: the call (the training loop's stall), median of five calls
     in a row as a loop makes them, and the fsync that then makes it durable;
   - torch.load: median of three loads of that file (from the page cache);
   - stoker: the stall of save() (median of the saves after the first, which
@@ -79,7 +79,7 @@ def bench_count(tensors, total_bytes, directory, saves):
 
     # torch.save as a training loop calls it: one save after another.
     drop_page_cache()
-    paths = [os.path.join(directory, "torch-%d.pt" % i) for i in range(3)]
+    paths = [os.path.join(directory, "torch-%d.pt" % i) for i in range(5)]
     saves_torch = []
     for path in paths:
         start = time.perf_counter()
@@ -130,7 +130,7 @@ def main():
     parser.add_argument("--tensors", default="20,2000,20000,60000", help="tensor counts, comma-separated")
     parser.add_argument("--size", default="256MiB", help="bytes of tensor data in every state")
     parser.add_argument("--dir", default="/var/tmp/stoker-many-tensors-bench")
-    parser.add_argument("--saves", type=int, default=5, help="steady-state saves per count (after the first)")
+    parser.add_argument("--saves", type=int, default=10, help="steady-state saves per count (after the first)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []

@@ -153,6 +153,49 @@ TEST(Checkpointer, SplitsLargeStatesAcrossFilesWithAnIndex) {
   ExpectStateOfItsStep(*loaded);
 }
 
+// Large tensors are copied with non-temporal stores: every byte arrives,
+// whatever the alignment of source and destination and the odd sizes.
+TEST(Checkpointer, LargeTensorsAtAnyAlignmentArriveWhole) {
+  TempDir dir;
+  auto ck = Checkpointer::Open(Options(dir.path()));
+  ASSERT_TRUE(ck.ok());
+  std::vector<std::uint8_t> bytes(3 * 100'003 + 7);
+  std::mt19937 rng(5);
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+  // U8 tensors from odd offsets, odd lengths above the streaming threshold,
+  // then one that leaves the next tensor's destination unaligned.
+  std::vector<TensorRef> refs = {{"a", TensorDType::kUInt8, {100'003}, bytes.data() + 1},
+                                 {"b", TensorDType::kUInt8, {65'537}, bytes.data() + 100'007},
+                                 {"c", TensorDType::kUInt8, {3}, bytes.data() + 3},
+                                 {"d", TensorDType::kUInt8, {120'001}, bytes.data() + 165'551}};
+  ASSERT_TRUE((*ck)->Save(1, refs, {}).ok());
+  ASSERT_TRUE((*ck)->Wait().ok());
+  auto loaded = LoadLatestCheckpoint(dir.path());
+  ASSERT_TRUE(loaded.ok()) << loaded.error().ToString();
+  for (const auto& ref : refs) {
+    const auto* t = Find(*loaded, ref.name);
+    ASSERT_NE(t, nullptr) << ref.name;
+    ASSERT_EQ(t->data.size(), ref.shape[0]);
+    EXPECT_EQ(std::memcmp(t->data.data(), ref.data, t->data.size()), 0) << ref.name;
+  }
+  // Above 64 MiB two threads split the copy, here in the middle of a tensor
+  // and at an odd offset.
+  auto options = Options(dir / "threads");
+  options.copy_threads = 2;
+  auto two = Checkpointer::Open(options);
+  ASSERT_TRUE(two.ok());
+  std::vector<std::uint8_t> big((std::size_t{64} << 20) + 9);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 2654435761u >> 13);
+  const std::vector<TensorRef> one = {{"big", TensorDType::kUInt8, {big.size() - 2}, big.data() + 1}};
+  ASSERT_TRUE((*two)->Save(1, one, {}).ok());
+  ASSERT_TRUE((*two)->Wait().ok());
+  auto again = LoadLatestCheckpoint(dir / "threads");
+  ASSERT_TRUE(again.ok()) << again.error().ToString();
+  ASSERT_EQ(again->tensors.size(), 1u);
+  ASSERT_EQ(again->tensors[0].data.size(), big.size() - 2);
+  EXPECT_EQ(std::memcmp(again->tensors[0].data.data(), big.data() + 1, big.size() - 2), 0);
+}
+
 TEST(Checkpointer, RefusesBadTensorsWithClearErrors) {
   TempDir dir;
   auto ck = Checkpointer::Open(Options(dir.path()));
