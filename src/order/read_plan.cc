@@ -27,8 +27,12 @@ void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, cons
     std::vector<std::uint32_t> visits;
     std::vector<std::uint64_t> positions;
     for (std::uint64_t b = first; b < plan_.NumBatches(); ++b) {
-      a.batch_start.push_back(visits.size());
       plan_.RankPositions(b, positions);
+      // A batch that starts in the shard the previous one ended in starts
+      // at that visit: until it is delivered, the shard is still being read
+      // (counting from the next visit let the cache evict a shard in use).
+      const bool continues = !positions.empty() && !visits.empty() && visits.back() == ShardOf(order[positions[0]]);
+      a.batch_start.push_back(continues ? visits.size() - 1 : visits.size());
       for (std::uint64_t pos : positions) {
         const std::uint32_t shard = ShardOf(order[pos]);
         if (visits.empty() || visits.back() != shard) visits.push_back(shard);

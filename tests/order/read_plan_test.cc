@@ -58,6 +58,30 @@ TEST(ReadAheadAnnouncer, AnnouncesAnEpochAndTheNextWithRepeatsCollapsed) {
   EXPECT_EQ(planner.positions.back(), 4u);
 }
 
+// Shards of six samples read in batches of four: batch 1 (samples 4-7)
+// starts in shard 0, which batch 0 began. Until batch 1 is delivered, shard 0
+// is still being read, so reaching batch 1 must not move past shard 0's
+// visit (the cache would take it for done and evict it while in use).
+TEST(ReadAheadAnnouncer, ABatchThatContinuesAShardStartsAtThatShardsVisit) {
+  OrderSpec spec{OrderMode::kSequential, 0, 8};
+  BatchPlan plan;
+  plan.num_samples = 18;
+  plan.global_batch = 4;
+  const std::vector<ShardSpan> shards = {{0, 6}, {6, 6}, {12, 6}};
+  RecordingPlanner planner;
+  ReadAheadAnnouncer announcer(&planner, spec, plan, shards);
+  announcer.Restart(0, 0, EpochOrder(spec, 0, shards));
+  ASSERT_EQ(std::vector<std::uint32_t>(planner.plan.begin(), planner.plan.begin() + 3),
+            (std::vector<std::uint32_t>{0, 1, 2}));
+  // Batches: 0 = 0-3 (shard 0), 1 = 4-7 (shards 0, 1), 2 = 8-11 (shard 1),
+  // 3 = 12-15 (shard 2), 4 = 16-17 (shard 2).
+  const std::vector<std::uint64_t> expected = {0, 0, 1, 2, 2};
+  for (std::uint64_t b = 0; b < 5; ++b) {
+    announcer.Advance(0, b);
+    EXPECT_EQ(planner.positions.back(), expected[b]) << "batch " << b;
+  }
+}
+
 TEST(ReadAheadAnnouncer, ARestoreAnnouncesFromTheResumedBatch) {
   ThreeShards s;
   RecordingPlanner planner;
