@@ -2,6 +2,7 @@
 // memory with ranges and ETags, applies queued faults, records requests.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -53,6 +54,9 @@ class FakeTransport final : public HttpTransport {
     std::lock_guard lock(mu_);
     return log_[url];
   }
+  // Every request waits this long before its first byte (a remote store's
+  // latency), outside the lock: requests overlap as they would.
+  void SetLatency(std::chrono::milliseconds latency) { latency_ = latency; }
   std::size_t request_count() {
     std::lock_guard lock(mu_);
     std::size_t n = 0;
@@ -61,6 +65,7 @@ class FakeTransport final : public HttpTransport {
   }
 
   Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
+    if (latency_.load().count() > 0) std::this_thread::sleep_for(latency_.load());
     std::vector<std::byte> data;
     std::string etag;
     std::optional<Fault> fault;
@@ -140,6 +145,7 @@ class FakeTransport final : public HttpTransport {
     std::vector<std::byte> data;
     std::string etag;
   };
+  std::atomic<std::chrono::milliseconds> latency_{std::chrono::milliseconds(0)};
   std::mutex mu_;
   int version_ = 0;
   std::map<std::string, Object> objects_;
