@@ -22,7 +22,13 @@
 
 namespace stoker {
 
-enum class Order : std::uint8_t { kSequential, kShuffle, kShardBlockShuffle };
+// kShardBlockShuffle: shards in a random order, samples shuffled within
+// windows of `shard_window` shards; each shard is read once per epoch, so a
+// remote cache smaller than the data downloads each shard once per epoch.
+// kAuto: kShuffle (a global shuffle) over local data and over a remote
+// dataset whose cache holds all of it; kShardBlockShuffle when the cache is
+// smaller, where a global shuffle would download shards over and over.
+enum class Order : std::uint8_t { kSequential, kShuffle, kShardBlockShuffle, kAuto };
 enum class CorruptPolicy : std::uint8_t {
   kError,  // stop with a message naming the key and shard:offset
   kSkip,   // count it and substitute the next good sample in the epoch order
@@ -58,10 +64,12 @@ struct TransformOptions {
 struct LoaderOptions {
   std::uint32_t batch_size = 64;  // per rank
   bool shuffle = true;
-  Order order = Order::kShuffle;  // used when shuffle is true
+  Order order = Order::kAuto;  // used when shuffle is true
   // Order::kShardBlockShuffle: shards per window. 0: automatic, 8 for local
   // data; for a remote dataset the most of which three windows fit in its
-  // cache (the one being read, the next, and the one downloading).
+  // cache (the one being read, the next, and the one downloading). A remote
+  // cache that cannot hold 2 x window shards (read together at a window's
+  // end) is refused at creation, naming the smallest cache that works.
   std::uint32_t shard_window = 0;
   std::uint64_t seed = 0;
   bool drop_last = false;
@@ -126,7 +134,15 @@ struct LoaderStats {
   double mean_ready_batches = 0;   // batches ready when Next() was called, averaged
   std::uint32_t threads = 0;       // active (with autotune: as tuned now)
   std::uint32_t shard_window = 0;  // in effect (Order::kShardBlockShuffle)
-  std::uint32_t prefetch = 0;      // with autotune: as tuned now
+  Order order = Order::kShuffle;   // in effect (Order::kAuto resolved)
+  // Remote datasets: the bytes epoch 0 is predicted to download (the cache's
+  // eviction replayed over its shard visits), and what order was chosen and
+  // why, with that prediction (a warning in words when it is over 1.5x the
+  // dataset). Zero and empty for local data.
+  std::uint64_t predicted_epoch_download_bytes = 0;
+  std::string order_note;
+  bool order_warning = false;
+  std::uint32_t prefetch = 0;  // with autotune: as tuned now
   bool autotune = false;
   std::uint32_t autotune_changes = 0;
   std::uint64_t autotune_last_change_batch = 0;  // batches delivered when the tuner last changed something

@@ -206,7 +206,8 @@ PYBIND11_MODULE(_native, m) {
   py::enum_<stoker::Order>(m, "Order")
       .value("sequential", stoker::Order::kSequential)
       .value("shuffle", stoker::Order::kShuffle)
-      .value("shard_block", stoker::Order::kShardBlockShuffle);
+      .value("shard_block", stoker::Order::kShardBlockShuffle)
+      .value("auto", stoker::Order::kAuto);
   py::enum_<stoker::CorruptPolicy>(m, "CorruptPolicy")
       .value("error", stoker::CorruptPolicy::kError)
       .value("skip", stoker::CorruptPolicy::kSkip);
@@ -269,6 +270,12 @@ PYBIND11_MODULE(_native, m) {
         d["mean_ready_batches"] = s.mean_ready_batches;
         d["threads"] = s.threads;
         d["shard_window"] = s.shard_window;
+        d["order"] = s.order == stoker::Order::kShardBlockShuffle ? "shard_block"
+                     : s.order == stoker::Order::kSequential      ? "sequential"
+                                                                  : "shuffle";
+        d["predicted_epoch_download_bytes"] = s.predicted_epoch_download_bytes;
+        d["order_note"] = s.order_note;
+        d["order_warning"] = s.order_warning;
         d["prefetch"] = s.prefetch;
         d["autotune"] = s.autotune;
         d["autotune_changes"] = s.autotune_changes;

@@ -129,13 +129,19 @@ class Loader:
     ``$STOKER_CACHE_DIR`` or ``~/.cache/stoker``; ``cache_size`` bytes or a
     string such as ``"20GiB"``) that downloads them ahead in the loader's own
     order with ``connections`` parallel transfers and evicts what is needed
-    furthest ahead. Use ``order="shard_block"`` so that an epoch's working set
-    fits the cache.
+    furthest ahead. ``order="auto"`` (the default) is a global shuffle over
+    local data and when the cache holds the whole dataset, and otherwise the
+    shard-aware ``"shard_block"`` (shards shuffled, samples shuffled within
+    windows of ``shard_window`` shards), which downloads each shard once per
+    epoch; ``stats()["order_note"]`` (logged at creation) says what was
+    chosen and the bytes an epoch is predicted to download, a warning when a
+    global shuffle would download well over the dataset. A cache that cannot
+    hold the order's working set is refused, naming the smallest that works.
     """
 
     def __init__(self, dataset, batch_size=None, shuffle=True, seed=0, rank=None, world_size=None, transform=None,
                  dtype="float32", layout=None, with_indices=False, drop_last=False, num_threads=None, prefetch=None,
-                 order="shuffle", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
+                 order="auto", shard_window=None, on_corrupt="error", image_field=None, log_epochs=True,
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
@@ -164,7 +170,8 @@ class Loader:
                 raise ValueError("min_world_size needs global_batch_size (elastic training)")
             options.batch_size = _params.integer("batch_size", 64 if batch_size is None else batch_size, 1, 1 << 20)
         options.shuffle = _params.boolean("shuffle", shuffle)
-        options.order = getattr(_native.Order, _params.choice("order", order, ("shuffle", "shard_block", "sequential")))
+        options.order = getattr(_native.Order, _params.choice("order", order,
+                                                              ("auto", "shuffle", "shard_block", "sequential")))
         options.shard_window = _params.optional_integer("shard_window", shard_window, 0, 1 << 20)
         options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
         options.drop_last = _params.boolean("drop_last", drop_last)
@@ -234,6 +241,11 @@ class Loader:
             "gpu_preprocess", gpu_preprocess), gpu_decode, remote, _params.boolean("stage_ahead", stage_ahead))
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
+        native_stats = self._native.stats().as_dict()
+        if native_stats["order_note"]:
+            # Remote: the order chosen and the download volume it is predicted to cost per epoch.
+            logging.getLogger("stoker").log(logging.WARNING if native_stats["order_warning"] else logging.INFO,
+                                            native_stats["order_note"])
         if gpu_decode:
             decoder = self._native.device_stats().get("decoder", "")
             if self._native.device == "cpu":

@@ -23,6 +23,7 @@ class Order:
     sequential: Order
     shuffle: Order
     shard_block: Order
+    auto: Order
     name: str
     value: int
     def __init__(self, value: int) -> None: ...

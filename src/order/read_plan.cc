@@ -4,18 +4,50 @@
 
 namespace stoker::order {
 
+namespace {
+
+std::uint32_t ShardOfSample(const std::vector<ShardSpan>& shards, std::uint64_t sample) {
+  auto it = std::upper_bound(shards.begin(), shards.end(), sample,
+                             [](std::uint64_t v, const ShardSpan& s) { return v < s.first_sample; });
+  return static_cast<std::uint32_t>(it == shards.begin() ? 0 : (it - shards.begin()) - 1);
+}
+
+}  // namespace
+
 ReadAheadAnnouncer::ReadAheadAnnouncer(ShardReadPlanner* planner, OrderSpec spec, BatchPlan plan,
                                        std::vector<ShardSpan> shards)
     : planner_(planner), spec_(spec), plan_(plan), shards_(std::move(shards)) {}
 
 std::uint32_t ReadAheadAnnouncer::ShardOf(std::uint64_t sample) const {
-  auto it = std::upper_bound(shards_.begin(), shards_.end(), sample,
-                             [](std::uint64_t v, const ShardSpan& s) { return v < s.first_sample; });
-  return static_cast<std::uint32_t>(it == shards_.begin() ? 0 : (it - shards_.begin()) - 1);
+  return ShardOfSample(shards_, sample);
 }
 
 bool ReadAheadAnnouncer::IsAnnounced(std::uint64_t epoch) const {
   return std::any_of(announced_.begin(), announced_.end(), [&](const Announced& a) { return a.epoch == epoch; });
+}
+
+std::vector<std::uint32_t> ShardVisits(const std::vector<std::uint64_t>& order, const BatchPlan& plan,
+                                       const std::vector<ShardSpan>& shards, std::uint64_t first,
+                                       std::vector<std::uint64_t>* batch_start) {
+  std::vector<std::uint32_t> visits;
+  std::vector<std::uint64_t> positions;
+  auto shard_of = [&](std::uint64_t sample) { return ShardOfSample(shards, sample); };
+  for (std::uint64_t b = first; b < plan.NumBatches(); ++b) {
+    plan.RankPositions(b, positions);
+    // A batch that starts in the shard the previous one ended in starts at
+    // that visit: until it is delivered, the shard is still being read
+    // (counting from the next visit let the cache evict a shard in use).
+    if (batch_start) {
+      const bool continues = !positions.empty() && !visits.empty() && visits.back() == shard_of(order[positions[0]]);
+      batch_start->push_back(continues ? visits.size() - 1 : visits.size());
+    }
+    for (std::uint64_t pos : positions) {
+      const std::uint32_t shard = shard_of(order[pos]);
+      if (visits.empty() || visits.back() != shard) visits.push_back(shard);
+    }
+  }
+  if (batch_start) batch_start->push_back(visits.size());
+  return visits;
 }
 
 void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order,
@@ -24,21 +56,7 @@ void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, cons
     Announced a;
     a.epoch = epoch;
     a.first = first;
-    std::vector<std::uint32_t> visits;
-    std::vector<std::uint64_t> positions;
-    for (std::uint64_t b = first; b < plan_.NumBatches(); ++b) {
-      plan_.RankPositions(b, positions);
-      // A batch that starts in the shard the previous one ended in starts
-      // at that visit: until it is delivered, the shard is still being read
-      // (counting from the next visit let the cache evict a shard in use).
-      const bool continues = !positions.empty() && !visits.empty() && visits.back() == ShardOf(order[positions[0]]);
-      a.batch_start.push_back(continues ? visits.size() - 1 : visits.size());
-      for (std::uint64_t pos : positions) {
-        const std::uint32_t shard = ShardOf(order[pos]);
-        if (visits.empty() || visits.back() != shard) visits.push_back(shard);
-      }
-    }
-    a.batch_start.push_back(visits.size());
+    const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, first, &a.batch_start);
     a.base = planner_->AppendPlan(visits);
     announced_.push_back(std::move(a));
     while (announced_.size() > 3) announced_.pop_front();

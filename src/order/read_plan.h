@@ -17,6 +17,14 @@
 
 namespace stoker::order {
 
+// The shards this rank visits reading `order` (an epoch's order) from batch
+// `first` on, consecutive repeats collapsed. `batch_start`, when given,
+// receives per batch the index of its first visit (a batch that continues
+// the previous batch's shard starts at that shard's visit), then the end.
+[[nodiscard]] std::vector<std::uint32_t> ShardVisits(const std::vector<std::uint64_t>& order, const BatchPlan& plan,
+                                                     const std::vector<ShardSpan>& shards, std::uint64_t first,
+                                                     std::vector<std::uint64_t>* batch_start = nullptr);
+
 class ReadAheadAnnouncer {
  public:
   // `planner` may be null (local data): every call then does nothing.

@@ -56,6 +56,7 @@ struct Loader::Impl {
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
   order::OrderSpec order_spec;
+  pipeline::OrderChoice order_choice;  // as chosen at creation (kAuto resolved, the prediction)
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;
   std::shared_ptr<pipeline::SampleFinisher> finisher;
@@ -313,7 +314,8 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
       return Status::InvalidArgument(
           fmt::format("autotune_memory_bytes {} holds {} batch buffer(s) of {} bytes; the loader needs at least 3",
                       setup.autotune_memory_bytes, fit, bytes));
-    max_prefetch = static_cast<std::uint32_t>(std::min<std::uint64_t>(fit - 2, kMaxPrefetch));
+    max_prefetch =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>({fit - 2, kMaxPrefetch, setup.order.max_prefetch}));
     prefetch = std::min(prefetch, max_prefetch);
     pool = max_prefetch + 2;
   }
@@ -328,6 +330,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
                           SampleProducer::Create(dataset, options, impl->finisher.get(), &impl->counters));
 
   impl->order_spec = setup.order_spec;
+  impl->order_choice = setup.order;
   ShardReadPlanner* planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
   for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
 
@@ -535,6 +538,10 @@ LoaderStats Loader::stats() const {
     }
   }
   s.shard_window = m.order_spec.shard_window;
+  s.order = m.order_choice.order;
+  s.predicted_epoch_download_bytes = m.order_choice.predicted_epoch_download_bytes;
+  s.order_note = m.order_choice.note;
+  s.order_warning = m.order_choice.warning;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   MutexLock lock(m.method_mu);
   s.read_method = m.read_method;

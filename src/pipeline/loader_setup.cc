@@ -130,23 +130,10 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
   }
   setup.plan = plan;
   setup.rank_capacity = rank_capacity;
-  setup.order_spec.seed = options.seed;
-  setup.order_spec.shard_window = options.shard_window;
   ShardReadPlanner* planner = dataset.file_system() ? dataset.file_system()->read_planner() : nullptr;
-  if (options.shard_window == 0) {
-    setup.order_spec.shard_window = 8;
-    if (planner != nullptr && planner->largest_shard_bytes() > 0) {
-      // Near a window's end its shards are still being read while the next
-      // window's start, and the one after should be downloading meanwhile:
-      // three windows fit in the cache, or reads wait and shards are fetched twice.
-      const std::uint64_t fit = planner->working_set_bytes() / (3 * planner->largest_shard_bytes());
-      setup.order_spec.shard_window = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(fit, 1, 64));
-    }
-  }
-  setup.order_spec.mode = !options.shuffle                             ? order::OrderMode::kSequential
-                          : options.order == Order::kShardBlockShuffle ? order::OrderMode::kShardBlockShuffle
-                          : options.order == Order::kSequential        ? order::OrderMode::kSequential
-                                                                       : order::OrderMode::kShuffle;
+  STOKER_ASSIGN_OR_RETURN(setup.order, ChooseOrder(options, plan, dataset, planner, setup.prefetch));
+  setup.prefetch = std::min(setup.prefetch, setup.order.max_prefetch);
+  setup.order_spec = setup.order.spec;
   return setup;
 }
 

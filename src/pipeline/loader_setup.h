@@ -1,13 +1,15 @@
 // What a Loader's options resolve to, validated before anything is
 // allocated: the rank's batch plan (ranks from the options or torchrun's
-// RANK / WORLD_SIZE), thread and prefetch counts, and the epoch order's
-// specification (the shard window sized for a remote cache).
+// RANK / WORLD_SIZE), thread and prefetch counts, and the epoch order
+// (order_choice.h: kAuto resolved, the shard window sized for a remote
+// cache, a cache too small for the order refused).
 #pragma once
 
 #include <cstdint>
 
 #include "order/sampler.h"
 #include "pipeline/loader_counters.h"
+#include "pipeline/order_choice.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 
@@ -15,6 +17,7 @@ namespace stoker::pipeline {
 
 struct LoaderSetup {
   order::BatchPlan plan;
+  OrderChoice order;  // what Order::kAuto became, the prediction and the note
   order::OrderSpec order_spec;
   std::uint32_t threads = 0;   // active at the start
   std::uint32_t prefetch = 0;  // at the start

@@ -1,6 +1,7 @@
 """Remote datasets against real servers on loopback: nginx (ranges, ETags),
 moto's S3 server (signed requests), and our fault-injecting proxy."""
 import json
+import logging
 import os
 import pathlib
 import signal
@@ -67,10 +68,12 @@ def assert_same(a, b):
 
 
 def test_http_loader_yields_exactly_the_local_batches_through_a_small_cache(packed, nginx, tmp_path):
-    local, _ = batches(packed, epochs=2)
-    # Room for three of the dataset's shards: evictions are needed every epoch.
-    cap = 3 * max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
-    remote, loader = batches(nginx.url, epochs=2, cache_dir=tmp_path / "cache", cache_size=cap)
+    local, _ = batches(packed, epochs=2, batch_size=4, shard_window=1)
+    # Room for six of the dataset's ten shards: evictions are needed every
+    # epoch (the batches in flight read up to five at once).
+    cap = 6 * max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    remote, loader = batches(nginx.url, epochs=2, batch_size=4, cache_dir=tmp_path / "cache", cache_size=cap,
+                             shard_window=1)
     assert_same(local, remote)
     st = loader.remote_stats()
     assert st["downloads"] >= len(shard_names(packed)), st
@@ -95,6 +98,50 @@ def test_cli_inspect_verify_and_bench_accept_urls(stoker, packed, nginx, tmp_pat
     assert st["entries"] == len(shard_names(packed)) and st["bytes"] == shard_bytes(packed)
     st = json.loads(stoker("cache", "clear", "--json", *cache[:2]).stdout)
     assert st["entries"] == 0 and st["bytes"] == 0
+
+
+def test_order_auto_picks_shard_block_for_a_small_cache_and_reads_each_shard_once(packed, nginx, tmp_path, caplog):
+    total, shards = shard_bytes(packed), len(shard_names(packed))
+    largest = max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    with caplog.at_level(logging.INFO, logger="stoker"):
+        loader = stoker.Loader(nginx.url, batch_size=4, dtype="uint8", num_threads=2, log_epochs=False,
+                               cache_dir=tmp_path / "cache", cache_size=6 * largest)
+    st = loader.stats()
+    assert st["order"] == "shard_block" and st["shard_window"] == 1, st
+    assert "order=shard_block (auto: the cache is smaller than the dataset)" in caplog.text, caplog.text
+    assert st["predicted_epoch_download_bytes"] == total and not st["order_warning"]
+    for _ in range(3):
+        assert sum(len(labels) for _, labels in loader) == 48
+    rs = loader.remote_stats()
+    # Each shard once per epoch; the next epoch's first shards may come ahead.
+    assert rs["bytes_downloaded"] <= 3 * total + 6 * largest, (rs, total)
+    assert rs["over_capacity"] == 0, rs
+    assert shards >= 6
+
+
+def test_a_global_shuffle_through_a_small_cache_is_predicted_and_warned(cli, packed, nginx, tmp_path, caplog):
+    total = shard_bytes(packed)
+    largest = max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        loader = stoker.Loader(nginx.url, batch_size=8, order="shuffle", log_epochs=False,
+                               cache_dir=tmp_path / "cache", cache_size=3 * largest)
+    st = loader.stats()
+    assert st["order"] == "shuffle" and st["order_warning"] and st["predicted_epoch_download_bytes"] > 1.5 * total
+    assert "an epoch is predicted to download" in caplog.text and 'order="shard_block"' in caplog.text, caplog.text
+    # The command line says it before the run, and after an epoch that downloaded over 1.5x the dataset.
+    r = cli("bench", nginx.url, "--epochs", "1", "--batch-size", "8", "--order", "shuffle", "--cache-dir",
+            tmp_path / "cli", "--cache-size", str(3 * largest))
+    assert "warning: order=shuffle" in r.stderr and "epoch 0 downloaded" in r.stderr, r.stderr
+    assert "use --order auto or shard-block" in r.stderr
+
+
+def test_a_cache_too_small_for_the_order_is_refused_with_the_sizes(cli, packed, nginx, tmp_path):
+    largest = max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    with pytest.raises(ValueError, match="reads up to .* shards at once .* smallest cache that works"):
+        stoker.Loader(nginx.url, batch_size=8, cache_dir=tmp_path / "c1", cache_size=3 * largest)
+    r = cli("bench", nginx.url, "--epochs", "1", "--cache-dir", tmp_path / "c2", "--cache-size", str(largest // 2),
+            check=False)
+    assert r.returncode != 0 and "smallest cache that works" in r.stderr and "largest" in r.stderr, r.stderr
 
 
 def test_missing_dataset_and_shard_are_named(stoker, packed, proxy, tmp_path):

@@ -24,6 +24,8 @@ namespace {
 
 using stoker::Status;
 
+constexpr double kWarnDownloadTimes = 1.5;
+
 // A seed: a decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1").
 stoker::Result<std::uint64_t> ParseSeed(const std::string& text) {
   std::uint64_t value = 0;
@@ -72,7 +74,9 @@ int RunBench(const BenchArgs& a) {
   o.seed = *seed;
   o.verify_samples = !a.no_verify;
   o.shuffle = a.order != "sequential";
-  o.order = a.order == "shard-block" ? stoker::Order::kShardBlockShuffle : stoker::Order::kShuffle;
+  o.order = a.order == "shard-block" ? stoker::Order::kShardBlockShuffle
+            : a.order == "shuffle"   ? stoker::Order::kShuffle
+                                     : stoker::Order::kAuto;
   o.shard_window = a.shard_window;
   o.on_corrupt = a.on_corrupt == "skip" ? stoker::CorruptPolicy::kSkip : stoker::CorruptPolicy::kError;
   auto& t = o.transform;
@@ -99,12 +103,26 @@ int RunBench(const BenchArgs& a) {
   auto loader = stoker::Loader::Create(dataset, o);
   if (!loader.ok()) return Fail(loader.error());
   auto& l = **loader;
+  const stoker::LoaderStats chosen = l.stats();
+  const std::string order_name = chosen.order == stoker::Order::kShardBlockShuffle ? "shard-block"
+                                 : chosen.order == stoker::Order::kSequential      ? "sequential"
+                                                                                   : "shuffle";
   if (!a.json)
     fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {}{}, {} {}x{}{}\n",
-               stoker::Printable(dataset->index_path()), dataset->num_samples(), a.batch_size, l.stats().threads,
-               l.stats().prefetch, a.order,
-               a.order == "shard-block" ? fmt::format(" (window {} shards)", l.stats().shard_window) : "", a.dtype,
-               a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+               stoker::Printable(dataset->index_path()), dataset->num_samples(), a.batch_size, chosen.threads,
+               chosen.prefetch, order_name,
+               chosen.order == stoker::Order::kShardBlockShuffle
+                   ? fmt::format(" (window {} shards)", chosen.shard_window)
+                   : "",
+               a.dtype, a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+  // Remote: what the order will download, said before the first epoch (a
+  // warning on stderr when it is well over the dataset).
+  if (!chosen.order_note.empty()) {
+    if (chosen.order_warning)
+      Warn(chosen.order_note);
+    else if (!a.json)
+      fmt::print("{}\n", chosen.order_note);
+  }
   if (!a.json) {
     fmt::print("batch buffers: {}\n",
                l.stats().pinned_memory ? "page-locked (CUDA)"
@@ -144,6 +162,13 @@ int RunBench(const BenchArgs& a) {
     const std::uint64_t hits = remote_after.hits - remote_before.hits;
     const std::uint64_t misses = remote_after.misses - remote_before.misses;
     const double amplification = dataset_bytes ? static_cast<double>(downloaded) / dataset_bytes : 0.0;
+    // A measured epoch that downloaded well over the dataset is said, not
+    // only printed as a figure.
+    if (remote && amplification > kWarnDownloadTimes)
+      Warn(fmt::format(
+          "epoch {} downloaded {} ({:.1f}x the dataset, {}): the cache (--cache-size {}) is smaller "
+          "than this order's working set; use --order auto or shard-block, or a larger --cache-size",
+          e, stoker::FormatBytes(downloaded), amplification, stoker::FormatBytes(dataset_bytes), a.remote.cache_size));
     const double hit_rate = hits + misses ? static_cast<double>(hits) / (hits + misses) : 0.0;
     if (a.json) {
       nlohmann::json j = {{"epoch", e},
@@ -158,6 +183,7 @@ int RunBench(const BenchArgs& a) {
                           {"threads", after.threads},
                           {"prefetch", after.prefetch},
                           {"shard_window", after.shard_window},
+                          {"order", order_name},
                           {"corrupt_skipped", epoch_stats.corrupt_skipped},
                           {"read_s", epoch_stats.read_seconds},
                           {"decode_s", epoch_stats.decode_seconds},
@@ -166,6 +192,7 @@ int RunBench(const BenchArgs& a) {
                           {"read_method", after.read_method}};
       if (remote) {
         j["bytes_downloaded"] = downloaded;
+        j["predicted_bytes_downloaded"] = chosen.predicted_epoch_download_bytes;
         j["read_amplification"] = amplification;
         j["cache_hit_rate"] = hit_rate;
         j["cache_wait_s"] = remote_after.wait_seconds - remote_before.wait_seconds;

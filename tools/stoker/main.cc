@@ -84,9 +84,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float16", "bfloat16", "uint8"}));
   bench->add_option("--size", bench_args.size, "Output image size")->capture_default_str()->check(CLI::Range(1, 16384));
-  bench->add_option("--order", bench_args.order, "shuffle, shard-block or sequential")
+  bench
+      ->add_option("--order", bench_args.order,
+                   "auto, shuffle, shard-block or sequential (auto: shuffle, or shard-block for a remote dataset "
+                   "whose cache is smaller than the data)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"shuffle", "shard-block", "sequential"}));
+      ->check(CLI::IsMember({"auto", "shuffle", "shard-block", "sequential"}));
   bench->add_option("--shard-window", bench_args.shard_window,
                     "Shards per window for --order shard-block (default: 8, or for a remote dataset as many as "
                     "three windows fit in the cache)");
