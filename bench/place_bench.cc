@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "order/rng.h"
+#include "core/rng.h"
 #include "place/placement.h"
 #include "stoker/gpu_place.h"
 
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     g.numa_node = c.numa_node;
     inventory.cards.push_back(g);
   }
-  order::Rng rng(1, 2);
+  Rng rng(1, 2);
   const int decisions = 1'000'000;
   std::uint64_t checksum = 0;
   auto start = Clock::now();

@@ -177,6 +177,15 @@ struct TransformedImage {
                                                       const TransformOptions& transform, std::uint64_t seed,
                                                       std::uint64_t epoch, std::uint64_t sample);
 
+// The order a Loader reads `dataset` in during `epoch`, all ranks together,
+// as dataset sample indices: kShuffle, kSequential, or kShardBlockShuffle
+// with `shard_window` shards (0: 8). For measuring how close an order comes
+// to a global shuffle (Python: stoker.order_quality). kAuto is refused:
+// a Loader resolves it (LoaderStats::order, shard_window).
+[[nodiscard]] Result<std::vector<std::uint64_t>> EpochSampleOrder(const Dataset& dataset, Order order,
+                                                                  std::uint32_t shard_window, std::uint64_t seed,
+                                                                  std::uint64_t epoch);
+
 class Loader;
 
 // A batch held by the consumer. Batch buffers are page-locked (cudaHostAlloc,

@@ -43,6 +43,14 @@ struct PackOptions {
   // decode is an error naming the sample and its file.
   std::uint32_t max_side = 0;
   int quality = 90;  // 1-100, for re-encoded images
+  // Write the samples in a random order (deterministic for `shuffle_seed`)
+  // instead of the source's; an ImageFolder tree's is class by class, so
+  // each shard would hold one or two classes. Mixed shards let shard-aware
+  // orders (Order::kShardBlockShuffle: what a remote dataset read through a
+  // cache smaller than the data uses) give batches as varied in labels as a
+  // global shuffle's.
+  bool shuffle = false;
+  std::uint64_t shuffle_seed = 0;
 };
 
 struct PackSummary {

@@ -384,12 +384,14 @@ PYBIND11_MODULE(_native, m) {
       .def("stats", [](PyLoader& l) { return l.L().stats(); });
 
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
-                   std::uint32_t max_side, int quality) {
+                   std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed) {
     stoker::PackOptions options;
     options.target_shard_bytes = shard_bytes;
     options.overwrite = overwrite;
     options.max_side = max_side;
     options.quality = quality;
+    options.shuffle = shuffle_seed.has_value();
+    options.shuffle_seed = shuffle_seed.value_or(0);
     stoker::Result<stoker::PackSummary> summary = stoker::Status::Internal("unset");
     {
       py::gil_scoped_release release;
@@ -430,6 +432,7 @@ PYBIND11_MODULE(_native, m) {
     return d;
   });
   m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::OpenDataset(path))->num_samples(); });
+  stoker_python::BindOrderTools(m);
   py::class_<stoker::RemoteOptions>(m, "RemoteOptions")
       .def(py::init<>())
       .def_property(

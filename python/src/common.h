@@ -43,5 +43,6 @@ py::dict LoaderStateToDict(const stoker::LoaderState& state);
 stoker::LoaderState LoaderStateFromDict(const py::dict& d);
 
 void BindCheckpoint(py::module_& m);
+void BindOrderTools(py::module_& m);
 
 }  // namespace stoker_python

@@ -15,6 +15,7 @@
 
 #include "core/hash.h"
 #include "core/mutex.h"
+#include "core/rng.h"
 #include "dataset/pack_rewrite.h"
 #include "dataset/source.h"
 #include "format/index_format.h"
@@ -360,6 +361,10 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
                         s.key, it->second, s.origin));
       }
     }
+  }
+  if (options.shuffle) {
+    Rng rng(options.shuffle_seed, 0x7061636b);  // "pack": a stream of its own
+    Shuffle(listing.samples.data(), listing.samples.size(), rng);
   }
   STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, options.overwrite));
 

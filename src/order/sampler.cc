@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "order/rng.h"
+#include "core/rng.h"
 
 namespace stoker::order {
 

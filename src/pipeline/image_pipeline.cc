@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "order/rng.h"
+#include "core/rng.h"
 
 namespace stoker {
 
@@ -19,7 +19,7 @@ Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t
         W, H, static_cast<double>(pixels) / 1e6, static_cast<double>(t.max_pixels) / 1e6));
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
   // does not depend on which thread runs the sample, or when.
-  order::Rng rng(seed ^ 0x5f3759df5f3759dfull, order::SplitMix64(epoch) ^ sample);
+  Rng rng(seed ^ 0x5f3759df5f3759dfull, SplitMix64(epoch) ^ sample);
   CropPlan plan;
   plan.crop_w = W;
   plan.crop_h = H;

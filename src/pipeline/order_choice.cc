@@ -12,8 +12,10 @@
 
 namespace stoker::pipeline {
 namespace {
-
 constexpr double kWarnAboveDataset = 1.5;
+// Batches with under half the labels a global shuffle gives: said.
+constexpr double kFewLabelsShare = 0.5;
+}  // namespace
 
 order::OrderMode ModeOf(Order order) {
   switch (order) {
@@ -28,6 +30,8 @@ order::OrderMode ModeOf(Order order) {
   return order::OrderMode::kShuffle;
 }
 
+namespace {
+
 // Bytes of the n largest shards: what must fit when n shards are read at once.
 class LargestShards {
  public:
@@ -41,6 +45,28 @@ class LargestShards {
  private:
   std::vector<std::uint64_t> prefix_;
 };
+
+// Mean distinct labels per global batch of `order`, over up to 256 batches
+// spread across it; 0 when the samples carry no labels.
+double LabelsPerBatch(const std::vector<std::uint64_t>& order, const Dataset& dataset, std::uint64_t batch) {
+  const std::uint64_t batches = batch ? order.size() / batch : 0;
+  if (batches == 0) return 0;
+  const std::uint64_t step = std::max<std::uint64_t>(1, batches / 256);
+  std::uint64_t seen = 0, counted = 0;
+  std::vector<std::int64_t> labels;
+  for (std::uint64_t b = 0; b < batches; b += step) {
+    labels.clear();
+    for (std::uint64_t i = b * batch; i < (b + 1) * batch; ++i) {
+      auto sample = dataset.Sample(order[i]);
+      if (!sample.ok() || sample->label == kNoLabel) return 0;
+      labels.push_back(sample->label);
+    }
+    std::sort(labels.begin(), labels.end());
+    seen += static_cast<std::uint64_t>(std::unique(labels.begin(), labels.end()) - labels.begin());
+    ++counted;
+  }
+  return static_cast<double>(seen) / static_cast<double>(counted);
+}
 
 std::string Percent(std::uint64_t part, std::uint64_t whole) {
   return fmt::format("{:.0f}%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
@@ -172,10 +198,28 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
 
   // Replay the cache over epoch 0's visits of this rank.
   const auto epoch_order = order::EpochOrder(choice.spec, 0, spans);
+  // A shard-aware order over shards that each hold few labels (packed from
+  // an ImageFolder tree in class order) gives batches of few labels.
+  std::string labels_said;
+  if (choice.order == Order::kShardBlockShuffle) {
+    const double ours = LabelsPerBatch(epoch_order, dataset, plan.global_batch);
+    order::OrderSpec global = choice.spec;
+    global.mode = order::OrderMode::kShuffle;
+    const double shuffled =
+        ours > 0 ? LabelsPerBatch(order::EpochOrder(global, 0, spans), dataset, plan.global_batch) : 0;
+    if (shuffled > 0 && ours < kFewLabelsShare * shuffled) {
+      choice.warning = true;
+      labels_said = fmt::format(
+          "; its batches hold {:.1f} labels on average against {:.1f} under a global shuffle: each shard holds few "
+          "labels (packed in class order?), so repack with `stoker pack --shuffle` to mix them (or a larger cache "
+          "allows a wider shard_window; stoker.order_quality measures it)",
+          ours, shuffled);
+    }
+  }
   const auto visits = order::ShardVisits(epoch_order, plan, spans, 0);
   choice.predicted_epoch_download_bytes = order::ReplayDownloads(visits, sizes, cache);
   const double times = total ? static_cast<double>(choice.predicted_epoch_download_bytes) / total : 0;
-  choice.warning = times > kWarnAboveDataset;
+  choice.warning = choice.warning || times > kWarnAboveDataset;
   const std::string why = requested == Order::kAuto ? (holds_all ? " (auto: the cache holds the whole dataset)"
                                                                  : " (auto: the cache is smaller than the dataset)")
                                                     : "";
@@ -183,10 +227,10 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
       choice.order == Order::kShardBlockShuffle
           ? fmt::format(", window {} shard{}", choice.spec.shard_window, choice.spec.shard_window == 1 ? "" : "s")
           : "";
-  choice.note = fmt::format("order={}{}{}: {}; an epoch is predicted to download {} ({:.2f}x the dataset){}",
+  choice.note = fmt::format("order={}{}{}: {}; an epoch is predicted to download {} ({:.2f}x the dataset){}{}",
                             OrderName(choice.order), why, window_said, sizes_said,
-                            FormatBytes(choice.predicted_epoch_download_bytes), times, prefetch_said);
-  if (choice.warning)
+                            FormatBytes(choice.predicted_epoch_download_bytes), times, prefetch_said, labels_said);
+  if (times > kWarnAboveDataset)
     choice.note += choice.order == Order::kShardBlockShuffle
                        ? "; a smaller shard_window (or a larger cache) lowers it"
                        : "; order=\"shard_block\" (or \"auto\") reads each shard once per epoch";
@@ -194,3 +238,22 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
 }
 
 }  // namespace stoker::pipeline
+
+namespace stoker {
+
+Result<std::vector<std::uint64_t>> EpochSampleOrder(const Dataset& dataset, Order order, std::uint32_t shard_window,
+                                                    std::uint64_t seed, std::uint64_t epoch) {
+  if (order == Order::kAuto)
+    return Status::InvalidArgument(
+        "order auto depends on where the data is read from: give the order a Loader chose (its stats' order and "
+        "shard_window)");
+  order::OrderSpec spec;
+  spec.mode = pipeline::ModeOf(order);
+  spec.seed = seed;
+  spec.shard_window = shard_window ? shard_window : 8;
+  std::vector<order::ShardSpan> spans;
+  for (const auto& s : dataset.shards()) spans.push_back({s.first_sample, s.num_samples});
+  return order::EpochOrder(spec, epoch, spans);
+}
+
+}  // namespace stoker

@@ -52,5 +52,7 @@ struct OrderChoice {
                                                 const std::vector<std::uint32_t>& shard_of_sample, std::uint64_t span);
 
 [[nodiscard]] std::string_view OrderName(Order order);
+// The sampler's mode for a resolved order (kAuto reads as kShuffle).
+[[nodiscard]] order::OrderMode ModeOf(Order order);
 
 }  // namespace stoker::pipeline

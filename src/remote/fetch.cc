@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "order/rng.h"
+#include "core/rng.h"
 #include "remote/http.h"
 #include "stoker/text.h"
 
@@ -127,7 +127,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
   Clock& clock = policy.clock ? *policy.clock : *Clock::Real();
   const Clock::TimePoint started = clock.Now();
   const std::string url = RedactUrl(request.url);  // what messages show
-  order::Rng jitter(policy.jitter_seed, std::hash<std::string>{}(request.url));
+  Rng jitter(policy.jitter_seed, std::hash<std::string>{}(request.url));
   std::uint64_t received = 0;  // bytes the sink has, in order from 0
   std::string etag;            // of the object those bytes came from
   std::string last_error;

@@ -31,7 +31,7 @@ std::size_t DTypeSize(DType dtype) {
 }
 
 Box RandomResizedCropBox(int width, int height, double scale_min, double scale_max, double ratio_min, double ratio_max,
-                         order::Rng& rng) {
+                         Rng& rng) {
   const double area = static_cast<double>(width) * height;
   const double log_lo = std::log(ratio_min), log_hi = std::log(ratio_max);
   for (int attempt = 0; attempt < 10; ++attempt) {

@@ -7,7 +7,7 @@
 #include <array>
 #include <cstdint>
 
-#include "order/rng.h"
+#include "core/rng.h"
 #include "stoker/types.h"
 #include "transform/resample.h"
 
@@ -28,7 +28,7 @@ struct Box {
 // ratio in [ratio_min, ratio_max], then the central fallback. Python's
 // round-half-to-even is kept.
 [[nodiscard]] Box RandomResizedCropBox(int width, int height, double scale_min, double scale_max, double ratio_min,
-                                       double ratio_max, order::Rng& rng);
+                                       double ratio_max, Rng& rng);
 
 // The source-space box that Resize(resize) followed by CenterCrop(crop_h,
 // crop_w) keeps (torchvision: the shorter side becomes `resize`, the longer

@@ -1,6 +1,8 @@
 #include "stoker/pack.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -91,6 +93,57 @@ TEST(Pack, DeterministicAcrossThreadCounts) {
   ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
   EXPECT_TRUE(report.ok());
   EXPECT_EQ(dataset->num_samples(), 120u);
+}
+
+// --shuffle: the same samples, labels and bytes, in an order set by the seed
+// alone (not by threads), so shards mix classes.
+TEST(Pack, ShuffleMixesClassesAcrossShardsDeterministically) {
+  TempDir dir;
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 30; ++i)
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
+                RandomBytes(1000 + i * 97, c * 100 + i));
+  PackOptions options;
+  options.target_shard_bytes = 20000;
+  options.shuffle = true;
+  options.shuffle_seed = 7;
+  PackOptions again = options;
+  again.threads = 5;
+  PackOptions other = options;
+  other.shuffle_seed = 8;
+  ASSERT_OK_AND_ASSIGN(auto a, Pack(dir / "src", dir / "a", options));
+  ASSERT_OK_AND_ASSIGN(auto b, Pack(dir / "src", dir / "b", again));
+  ASSERT_OK_AND_ASSIGN(auto c, Pack(dir / "src", dir / "c", other));
+  PackOptions in_order;
+  in_order.target_shard_bytes = 20000;
+  ASSERT_OK_AND_ASSIGN(auto plain, Pack(dir / "src", dir / "plain", in_order));
+  EXPECT_EQ(ReadFile(dir / "a/index.stoker"), ReadFile(dir / "b/index.stoker"));
+  ASSERT_OK_AND_ASSIGN(auto shuffled, Dataset::Open(dir / "a"));
+  ASSERT_OK_AND_ASSIGN(auto reseeded, Dataset::Open(dir / "c"));
+  ASSERT_OK_AND_ASSIGN(auto sorted, Dataset::Open(dir / "plain"));
+  auto keys = Keys(*shuffled);
+  EXPECT_NE(keys, Keys(*sorted));
+  EXPECT_NE(keys, Keys(*reseeded));
+  std::vector<std::string> all = keys;
+  std::sort(all.begin(), all.end());
+  auto expected = Keys(*sorted);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(all, expected);
+  // Labels and bytes travel with their samples; the first shard mixes classes.
+  std::set<std::int64_t> first_shard_labels;
+  const auto jpg = *shuffled->FieldIndex("jpg");
+  for (std::uint64_t i = 0; i < shuffled->num_samples(); ++i) {
+    ASSERT_OK_AND_ASSIGN(SampleInfo s, shuffled->Sample(i));
+    const std::string key(s.key);
+    EXPECT_EQ(s.label, key[1] - '0') << key;
+    const int cls = key[1] - '0', n = std::stoi(key.substr(3));
+    ASSERT_OK_AND_ASSIGN(auto bytes, shuffled->ReadField(i, jpg));
+    EXPECT_EQ(Text(bytes), RandomBytes(1000 + n * 97, cls * 100 + n)) << key;
+    if (s.shard == 0) first_shard_labels.insert(s.label);
+  }
+  EXPECT_GE(first_shard_labels.size(), 3u);
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*shuffled));
+  EXPECT_TRUE(report.ok());
 }
 
 TEST(Pack, FlippedByteIsNamedByVerify) {

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "order/rng.h"
+#include "core/rng.h"
 
 namespace stoker::order {
 namespace {

@@ -3,6 +3,8 @@
 // predicted download volume of an epoch.
 #include "pipeline/order_choice.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "loader_test_util.h"
@@ -163,6 +165,43 @@ TEST(OrderChoice, PrefetchIsLoweredUntilTheBatchesInFlightFitTheCache) {
   const auto order = order::EpochOrder(choice->spec, 0, spans);
   const std::uint32_t at_once = ShardsTouchedAtOnce(order, shard_of, (choice->max_prefetch + 2) * 2);
   EXPECT_LE((at_once + 1) * s.largest, four.working_set_bytes() + s.largest / 4);  // shards differ a little in size
+}
+
+TEST(OrderChoice, ShardBlockOverShardsOfOneClassEachIsWarnedAbout) {
+  // Four classes of sixteen images, packed in class order, about eight to a shard.
+  TempDir dir;
+  std::uint64_t bytes = 0;
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 16; ++i) {
+      const std::string jpeg = MakeJpeg(40, 30, static_cast<unsigned>(c * 16 + i));
+      WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"), jpeg);
+      bytes = std::max<std::uint64_t>(bytes, jpeg.size() + 1536);
+    }
+  PackOptions p;
+  p.target_shard_bytes = 8 * bytes;
+  auto by_class = PackSource(dir, p);
+  std::uint64_t largest = 0;
+  for (const auto& sh : by_class->shards()) largest = std::max(largest, sh.size);
+  order::BatchPlan plan;
+  plan.num_samples = by_class->num_samples();
+  plan.global_batch = 8;
+  LoaderOptions o;
+  o.order = Order::kShardBlockShuffle;
+  o.shard_window = 1;
+  const CachePlanner cache(8 * largest, largest);
+  auto choice = ChooseOrder(o, plan, *by_class, &cache, 1);
+  ASSERT_TRUE(choice.ok()) << choice.error().ToString();
+  EXPECT_TRUE(choice->warning);
+  EXPECT_NE(choice->note.find("labels on average against"), std::string::npos) << choice->note;
+  EXPECT_NE(choice->note.find("stoker pack --shuffle"), std::string::npos) << choice->note;
+  // The same images packed with shuffle: shards mix classes, no warning.
+  TempDir mixed_dir;
+  std::filesystem::copy(dir / "src", mixed_dir / "src", std::filesystem::copy_options::recursive);
+  p.shuffle = true;
+  auto mixed = PackSource(mixed_dir, p);
+  auto mixed_choice = ChooseOrder(o, plan, *mixed, &cache, 1);
+  ASSERT_TRUE(mixed_choice.ok()) << mixed_choice.error().ToString();
+  EXPECT_FALSE(mixed_choice->warning) << mixed_choice->note;
 }
 
 TEST(OrderChoice, ShardsTouchedAtOnceCountsTheBusiestRun) {

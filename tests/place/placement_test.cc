@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <set>
 
-#include "order/rng.h"
+#include "core/rng.h"
 
 namespace stoker::place {
 namespace {
@@ -60,7 +60,7 @@ void Apply(std::vector<CardState>& cards, const Placed& p, int sign) {
 
 TEST(Placement, RandomSequencesNeverOverCommitACard) {
   for (std::uint64_t seed = 0; seed < 40; ++seed) {
-    order::Rng rng(seed, 7);
+    Rng rng(seed, 7);
     const int n = 1 + static_cast<int>(rng.Below(8));
     std::vector<CardState> cards;
     for (int i = 0; i < n; ++i) {
@@ -128,7 +128,7 @@ TEST(Placement, RandomSequencesNeverOverCommitACard) {
 
 TEST(Placement, BinpackFillsUsedCardsBeforeOpeningNewOnesAndSpreadOpensNewOnesFirst) {
   for (std::uint64_t seed = 0; seed < 50; ++seed) {
-    order::Rng rng(seed, 11);
+    Rng rng(seed, 11);
     std::vector<CardState> binpack = Cards(6, 80 * kGiB), spread = Cards(6, 80 * kGiB);
     std::vector<std::uint64_t> sizes;
     for (int i = 0; i < 12; ++i) sizes.push_back((1 + rng.Below(30)) * kGiB);

@@ -11,7 +11,7 @@ namespace stoker::transform {
 namespace {
 
 TEST(RandomResizedCrop, BoxesAreInsideAndFollowTheRanges) {
-  order::Rng rng(1, 2);
+  Rng rng(1, 2);
   for (int i = 0; i < 2000; ++i) {
     Box b = RandomResizedCropBox(500, 375, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, rng);
     ASSERT_GT(b.width, 0);
@@ -26,7 +26,7 @@ TEST(RandomResizedCrop, BoxesAreInsideAndFollowTheRanges) {
 }
 
 TEST(RandomResizedCrop, FallsBackToTheCentralCrop) {
-  order::Rng rng(0, 0);
+  Rng rng(0, 0);
   // A scale range no try can satisfy inside a very wide image: the central fallback.
   Box b = RandomResizedCropBox(1000, 10, 0.99, 1.0, 1.0, 1.0, rng);
   EXPECT_EQ(b.height, 10);

@@ -11,7 +11,7 @@
 namespace stoker_cli {
 
 int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
-            bool force, std::uint32_t max_side, int quality);
+            bool force, std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
 int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images);
 int RunVerify(const std::string& location, const RemoteArgs& remote, bool json);

@@ -17,7 +17,7 @@ namespace stoker_cli {
 using stoker::Printable;
 
 int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
-            bool force, std::uint32_t max_side, int quality) {
+            bool force, std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed) {
   auto target = stoker::ParseByteSize(shard_size);
   if (!target.ok()) return Fail(target.error().WithContext("--shard-size"));
   stoker::PackOptions options;
@@ -26,6 +26,8 @@ int RunPack(const std::string& source, const std::string& out, const std::string
   options.overwrite = force;
   options.max_side = max_side;
   options.quality = quality;
+  options.shuffle = shuffle_seed.has_value();
+  options.shuffle_seed = shuffle_seed.value_or(0);
   std::optional<stoker::ProgressBar> bar;
   options.on_progress = [&](const stoker::PackProgress& p) {
     if (!bar) bar.emplace("pack", "samples", p.samples_total);

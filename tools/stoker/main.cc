@@ -43,6 +43,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100))
       ->needs(max_side_opt)
       ->capture_default_str();
+  bool shuffle = false;
+  std::uint64_t shuffle_seed = 0;
+  auto* shuffle_flag = pack->add_flag("--shuffle", shuffle,
+                                      "Write the samples in a random order (shards then mix classes, so shard-aware "
+                                      "orders such as a remote dataset's give varied batches)");
+  pack->add_option("--shuffle-seed", shuffle_seed, "Seed of --shuffle (the same seed gives the same shards)")
+      ->needs(shuffle_flag)
+      ->capture_default_str();
 
   auto* index = app.add_subcommand("index", "Build the index for existing WebDataset shards");
   index->add_option("SHARDS", shards, "Shard files or brace patterns such as data-{000000..000099}.tar")->required();
@@ -224,7 +232,9 @@ int main(int argc, char** argv) {
   if (bench->parsed()) return RunBench(bench_args);
   if (cache_stat->parsed() || cache_clear->parsed()) return RunCacheStatOrClear(cache_clear->parsed(), remote, json);
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
-  if (pack->parsed()) return RunPack(source, out, shard_size, threads, force, max_side, quality);
+  if (pack->parsed())
+    return RunPack(source, out, shard_size, threads, force, max_side, quality,
+                   shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt);
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images);
   if (verify->parsed()) return RunVerify(dataset, remote, json);

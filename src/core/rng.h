@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace stoker::order {
+namespace stoker {
 
 __extension__ typedef unsigned __int128 UInt128;  // GCC/Clang extension; __extension__ keeps -Wpedantic quiet
 
@@ -76,4 +76,4 @@ void Shuffle(T* data, std::uint64_t n, Rng& rng) {
   }
 }
 
-}  // namespace stoker::order
+}  // namespace stoker
