@@ -228,8 +228,11 @@ def main():
     packed, mds = work / "packed", work / "mds"
     subprocess.run([args.stoker, "pack", args.images, str(packed), "--shard-size", args.shard_size], check=True,
                    capture_output=True)
-    subprocess.run([args.mosaic_python, __file__, "--worker", "write-mds", "--images", args.images, "--out", str(mds),
-                    "--shard-bytes", str(shard_bytes)], check=True)
+    with_mosaic = any(s.startswith("mosaic") for s in args.systems.split(","))
+    mds.mkdir()
+    if with_mosaic:
+        subprocess.run([args.mosaic_python, __file__, "--worker", "write-mds", "--images", args.images, "--out",
+                        str(mds), "--shard-bytes", str(shard_bytes)], check=True)
     dataset_bytes = sum(s.stat().st_size for s in packed.glob("*.tar"))
     mds_bytes = sum(s.stat().st_size for s in mds.glob("*.mds"))
     print("dataset: %d stoker shards, %.1f MB; %d Mosaic shards, %.1f MB; %.0f ms per request, %.0f MB/s"
@@ -239,7 +242,8 @@ def main():
     nginx = remote_servers.Nginx(packed)
     s3 = remote_servers.MotoS3()
     s3.upload_folder(BUCKET, "stoker", packed)
-    s3.upload_folder(BUCKET, "mds", mds)
+    if with_mosaic:
+        s3.upload_folder(BUCKET, "mds", mds)
     http_proxy = remote_servers.FaultProxy(nginx.url, latency_s=args.latency_ms / 1000,
                                            bandwidth=args.bandwidth_mb * 1e6)
     s3_proxy = remote_servers.FaultProxy(s3.url, latency_s=args.latency_ms / 1000, bandwidth=args.bandwidth_mb * 1e6)
@@ -248,7 +252,7 @@ def main():
     try:
         systems = args.systems.split(",")
         local = {"stoker": measure_with_retries(args, "stoker", str(packed), None, None, dataset_bytes, env)}
-        if any(s.startswith("mosaic") for s in systems):
+        if with_mosaic:
             local["mosaic"] = measure_with_retries(args, "mosaic", str(mds), None, None, mds_bytes, env)
         for name, r in local.items():
             print("%s local: %s images/s" % (name, ", ".join("%.0f" % e["images_per_s"] for e in r["epochs"])),
