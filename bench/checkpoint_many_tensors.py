@@ -15,6 +15,8 @@ that only the per-tensor costs change. For each tensor count:
 
     PYTHONPATH=build/release/python .venv/bin/python bench/checkpoint_many_tensors.py \
         --tensors 20,2000,20000,60000 --size 256MiB
+    # GPU check (GPU_CHECK_PARTS=checkpoint): the state in GPU memory
+    ... bench/checkpoint_many_tensors.py --tensors 20000,60000 --device cuda --saves 5
 """
 import argparse
 import json
@@ -33,16 +35,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint_bench import drop_page_cache  # noqa: E402
 
 
-def make_state(tensors, total_bytes):
+def make_state(tensors, total_bytes, device="cpu"):
     """About `tensors` tensors (4 per parameter: the parameter, two Adam
-    moments, a step) holding about `total_bytes` of float32."""
+    moments, a step) holding about `total_bytes` of float32, on `device`."""
     params = max(1, tensors // 4)
     per = max(1, total_bytes // (3 * 4 * params))
     gen = torch.Generator().manual_seed(0)
-    model = {"layers.%d.weight" % i: torch.randn(per, generator=gen) for i in range(params)}
+
+    def made(t):
+        return t.to(device)
+
+    model = {"layers.%d.weight" % i: made(torch.randn(per, generator=gen)) for i in range(params)}
     optimizer = {
-        "state": {i: {"step": torch.tensor(float(i)), "exp_avg": torch.randn(per, generator=gen),
-                      "exp_avg_sq": torch.rand(per, generator=gen)} for i in range(params)},
+        "state": {i: {"step": made(torch.tensor(float(i))), "exp_avg": made(torch.randn(per, generator=gen)),
+                      "exp_avg_sq": made(torch.rand(per, generator=gen))} for i in range(params)},
         "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amsgrad": False,
                           "params": list(range(params))}],
     }
@@ -68,8 +74,8 @@ def median_time(fn, runs=3):
     return statistics.median(times), times
 
 
-def bench_count(tensors, total_bytes, directory, saves):
-    state = make_state(tensors, total_bytes)
+def bench_count(tensors, total_bytes, directory, saves, device="cpu"):
+    state = make_state(tensors, total_bytes, device)
     out = {"tensors": count_tensors(state),
            "state_bytes": sum(t.numel() * t.element_size() for t in
                               list(state["model"].values()) +
@@ -92,7 +98,8 @@ def bench_count(tensors, total_bytes, directory, saves):
     out["torch_save_fsync_s"] = time.perf_counter() - start
     out["torch_save_s"] = statistics.median(saves_torch)
     out["torch_save_runs_s"] = saves_torch
-    out["torch_load_s"], out["torch_load_runs_s"] = median_time(lambda: torch.load(paths[-1]))
+    # Into host memory, as stoker's load gives it (zero-copy views of the files).
+    out["torch_load_s"], out["torch_load_runs_s"] = median_time(lambda: torch.load(paths[-1], map_location="cpu"))
     for path in paths:
         os.remove(path)
 
@@ -116,7 +123,7 @@ def bench_count(tensors, total_bytes, directory, saves):
     out["stoker_durable_s"] = statistics.median(durable)
     loaded = stoker.load_latest(ckpt_dir)
     assert loaded is not None and torch.equal(loaded.state["optimizer"]["state"][0]["exp_avg"],
-                                              state["optimizer"]["state"][0]["exp_avg"])
+                                              state["optimizer"]["state"][0]["exp_avg"].cpu())
     del loaded
     out["stoker_load_s"], out["stoker_load_runs_s"] = median_time(lambda: stoker.load_latest(ckpt_dir))
     out["stall_vs_torch_save"] = out["stoker_stall_s"] / out["torch_save_s"]
@@ -131,6 +138,7 @@ def main():
     parser.add_argument("--size", default="256MiB", help="bytes of tensor data in every state")
     parser.add_argument("--dir", default="/var/tmp/stoker-many-tensors-bench")
     parser.add_argument("--saves", type=int, default=10, help="steady-state saves per count (after the first)")
+    parser.add_argument("--device", default="cpu", help="where the state lives (cuda: the GPU check)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = []
@@ -138,7 +146,8 @@ def main():
           "load / torch.load |")
     print("|---|---|---|---|---|---|---|---|")
     for count in args.tensors.split(","):
-        r = bench_count(int(count), parse_size(args.size), args.dir, args.saves)
+        r = bench_count(int(count), parse_size(args.size), args.dir, args.saves, args.device)
+        r["device"] = args.device
         results.append(r)
         print("| %s | %.3f s | %.3f s (first %.3f s) | %.1f%% | %.2f s | %.3f s | %.3f s | %.2fx |"
               % (format(r["tensors"], ","), r["torch_save_s"], r["stoker_stall_s"], r["stoker_first_stall_s"],

@@ -153,6 +153,19 @@ class FakeTransport final : public HttpTransport {
   std::map<std::string, std::vector<HttpRequest>> log_;
 };
 
+// Forwards to a FakeTransport the test keeps (what it is handed is owned by
+// a RemoteFileSystem).
+class SharedTransport final : public HttpTransport {
+ public:
+  explicit SharedTransport(FakeTransport* fake) : fake_(fake) {}
+  Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
+    return fake_->Get(request, sink);
+  }
+
+ private:
+  FakeTransport* fake_;
+};
+
 inline std::vector<std::byte> Pattern(std::size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
   std::uint32_t x = seed * 2654435761u + 1;

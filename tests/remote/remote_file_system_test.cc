@@ -14,18 +14,8 @@ namespace stoker::remote {
 namespace {
 
 using testing::FakeTransport;
+using testing::SharedTransport;
 
-// Forwards to a FakeTransport the test keeps (the file system owns its transport).
-class SharedTransport final : public HttpTransport {
- public:
-  explicit SharedTransport(FakeTransport* fake) : fake_(fake) {}
-  Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
-    return fake_->Get(request, sink);
-  }
-
- private:
-  FakeTransport* fake_;
-};
 
 // An index-shaped object: the magic, then a header claiming `claimed` bytes.
 std::vector<std::byte> IndexClaiming(std::uint64_t claimed, std::size_t actual) {

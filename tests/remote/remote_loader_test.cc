@@ -18,17 +18,8 @@ namespace stoker::remote {
 namespace {
 
 using testing::FakeTransport;
+using testing::SharedTransport;
 
-class SharedTransport final : public HttpTransport {
- public:
-  explicit SharedTransport(FakeTransport* fake) : fake_(fake) {}
-  Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
-    return fake_->Get(request, sink);
-  }
-
- private:
-  FakeTransport* fake_;
-};
 
 std::vector<std::byte> ReadBytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
