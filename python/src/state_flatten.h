@@ -52,8 +52,12 @@ class FlatState {
   // Appends one raw tensor (tests and tools: no structure then).
   void AddRaw(stoker::TensorRef ref) { NextRef() = std::move(ref); }
   // Drops the references to the tensors (and copies made of them), once
-  // their snapshot is taken; keeps the storage for the next save.
-  void Release() { keep_alive_.clear(); }
+  // their snapshot is taken, and with them the borrowed refs; keeps the
+  // storage for the next save.
+  void Release() {
+    keep_alive_.clear();
+    count_ = 0;
+  }
 
  private:
   friend class Flattener;

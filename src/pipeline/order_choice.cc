@@ -46,6 +46,20 @@ class LargestShards {
   std::vector<std::uint64_t> prefix_;
 };
 
+// The largest value in [lo, hi] that `holds` (a property that holds up to
+// some value and not beyond: what the batches in flight read grows with
+// their number and the window), or lo when none does. Each test replays an
+// epoch's order, so a binary search rather than a walk.
+template <typename Holds>
+std::uint32_t LargestThat(std::uint32_t lo, std::uint32_t hi, const Holds& holds) {
+  if (holds(hi)) return hi;
+  while (lo + 1 < hi) {
+    const std::uint32_t mid = lo + (hi - lo) / 2;
+    (holds(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 // Mean distinct labels per global batch of `order`, over up to 256 batches
 // spread across it; 0 when the samples carry no labels.
 double LabelsPerBatch(const std::vector<std::uint64_t>& order, const Dataset& dataset, std::uint64_t batch) {
@@ -166,8 +180,8 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
     if (choice.order == Order::kShardBlockShuffle && options.shard_window == 0) {
       // The largest window whose working set and the next window fit: the
       // next window downloads while this one is read.
-      window = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cache / (3 * largest), 1, 64));
-      while (window > 1 && biggest.Bytes(in_use(window, prefetch) + window) > cache) --window;
+      const auto widest = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cache / (3 * largest), 1, 64));
+      window = LargestThat(1, widest, [&](std::uint32_t w) { return biggest.Bytes(in_use(w, prefetch) + w) <= cache; });
     }
     choice.spec.shard_window = window;
     const std::string order_said =
@@ -175,8 +189,7 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
             ? fmt::format("order=shard_block with a window of {} shard{}", window, window == 1 ? "" : "s")
             : "order=sequential";
     auto fits = [&](std::uint32_t p) { return biggest.Bytes(in_use(window, p) + 1) <= cache; };
-    std::uint32_t p = std::max<std::uint32_t>(prefetch, 1);
-    while (p > 1 && !fits(p)) --p;
+    const std::uint32_t p = LargestThat(1, std::max<std::uint32_t>(prefetch, 1), fits);
     if (!fits(p)) {
       const std::uint32_t at_once = in_use(window, 1);
       return Status::InvalidArgument(fmt::format(
@@ -188,9 +201,7 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
           FormatBytes(biggest.Bytes(at_once + 1)), window > 1 ? " or shard_window" : "", repack));
     }
     // Autotune may prefetch more, as far as the cache allows.
-    std::uint32_t most = p;
-    while (most < kMaxPrefetch && fits(most + 1)) ++most;
-    choice.max_prefetch = most;
+    choice.max_prefetch = LargestThat(p, kMaxPrefetch, fits);
     if (p < prefetch)
       prefetch_said =
           fmt::format("; prefetch lowered from {} to {} batches so that their reads fit the cache", prefetch, p);
