@@ -16,7 +16,6 @@ namespace {
 using testing::FakeTransport;
 using testing::SharedTransport;
 
-
 // An index-shaped object: the magic, then a header claiming `claimed` bytes.
 std::vector<std::byte> IndexClaiming(std::uint64_t claimed, std::size_t actual) {
   std::vector<std::byte> out(actual, std::byte{0});

@@ -20,7 +20,6 @@ namespace {
 using testing::FakeTransport;
 using testing::SharedTransport;
 
-
 std::vector<std::byte> ReadBytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
