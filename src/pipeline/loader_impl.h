@@ -1,0 +1,220 @@
+// Loader::Impl: the state the loader's files share (the lock, the slots,
+// the scheduler, the announcer, the threads' loop). loader.cc makes the
+// loader and serves batches; loader_position.cc moves its position (epochs,
+// state, restore, reshard).
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/cancel.h"
+#include "core/host_buffer.h"
+#include "core/mutex.h"
+#include "order/read_plan.h"
+#include "order/sampler.h"
+#include "pipeline/autotune.h"
+#include "pipeline/batch_scheduler.h"
+#include "pipeline/cpu_finisher.h"
+#include "pipeline/loader_counters.h"
+#include "pipeline/loader_setup.h"
+#include "pipeline/sample_producer.h"
+#include "transform/transform.h"
+
+namespace stoker {
+
+struct Loader::Impl {
+  using Clock = std::chrono::steady_clock;
+
+  struct Slot {
+    HostBuffer images;
+    std::vector<std::int64_t> labels;
+    std::vector<std::uint64_t> indices;
+    std::uint32_t size = 0;
+    std::uint64_t epoch = 0;
+    std::uint64_t batch_index = 0;
+    std::shared_ptr<const std::vector<std::uint64_t>> order;  // the batch's epoch order
+    std::vector<std::uint64_t> positions;                     // in that order, one per sample
+    pipeline::BatchInput input;                               // filled by the read item, then read by the sample items
+    std::uint32_t pending = 0;                                // guarded by mu: items not yet finished
+    std::uint32_t skipped = 0;                                // guarded by mu: places whose sample was replaced
+    Status error;                                             // guarded by mu: the first failure in this batch
+  };
+
+  std::shared_ptr<const Dataset> dataset;
+  LoaderOptions options;
+  order::OrderSpec order_spec;
+  pipeline::OrderChoice order_choice;  // as chosen at creation (kAuto resolved, the prediction)
+  order::BatchPlan plan;
+  std::vector<order::ShardSpan> shard_spans;
+  std::shared_ptr<pipeline::SampleFinisher> finisher;
+  std::unique_ptr<pipeline::SampleProducer> producer;
+  std::uint32_t rank_capacity = 0;  // samples each slot holds
+  pid_t owner_pid = 0;
+  pipeline::LoaderCounters counters;
+
+  Mutex consumer_mu;  // Next() calls take turns
+  Mutex mu;
+  CondVar work_cv, done_cv;
+  std::vector<Slot> slots;  // buffers are fixed; metadata guarded by mu
+  pipeline::BatchScheduler scheduler GUARDED_BY(mu);
+  std::unique_ptr<order::ReadAheadAnnouncer> announcer GUARDED_BY(mu);
+  // The order of the epoch being scheduled.
+  std::shared_ptr<const std::vector<std::uint64_t>> schedule_order GUARDED_BY(mu);
+  bool stop GUARDED_BY(mu) = false;
+  // Set with `stop`, read without the lock by what the workers wait on below
+  // (a remote read waiting for its shard gives up instead of finishing).
+  std::atomic<bool> cancelled{false};
+  std::vector<std::jthread> workers;
+  // Workers with an index at or above this wait (autotune moves it).
+  std::uint32_t active_threads GUARDED_BY(mu) = 0;
+  std::uint32_t prefetch GUARDED_BY(mu) = 0;
+  // LoaderOptions::autotune: the tuner and where its last window ended.
+  std::unique_ptr<pipeline::Autotuner> tuner GUARDED_BY(mu);
+  Clock::time_point tune_last GUARDED_BY(mu);
+  std::uint64_t tune_wait_ns GUARDED_BY(mu) = 0, tune_busy_ns GUARDED_BY(mu) = 0;
+  mutable Mutex method_mu;
+  std::string read_method GUARDED_BY(method_mu);
+
+  Impl(std::uint32_t pool, std::uint32_t prefetch_depth, std::uint64_t batches)
+      : scheduler(pool, prefetch_depth, batches) {}
+
+  std::uint64_t BusyNs() const {
+    return counters.read_ns.load(std::memory_order_relaxed) + counters.decode_ns.load(std::memory_order_relaxed) +
+           counters.transform_ns.load(std::memory_order_relaxed);
+  }
+
+  // After a delivery: feeds the tuner, and applies what it decides.
+  void Tune() REQUIRES(mu) {
+    const auto now = Clock::now();
+    const std::uint64_t wait = counters.wait_ns.load(std::memory_order_relaxed), busy = BusyNs();
+    const auto change = tuner->Observe(std::chrono::duration<double>(now - tune_last).count(),
+                                       static_cast<double>(wait - tune_wait_ns) * 1e-9,
+                                       static_cast<double>(busy - tune_busy_ns) * 1e-9);
+    tune_last = now;
+    tune_wait_ns = wait;
+    tune_busy_ns = busy;
+    if (!change) return;
+    active_threads = change->threads;
+    prefetch = change->prefetch;
+    scheduler.SetPrefetch(change->prefetch);
+    work_cv.NotifyAll();
+  }
+
+  std::shared_ptr<const std::vector<std::uint64_t>> OrderOf(std::uint64_t epoch) const {
+    return std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, epoch, shard_spans));
+  }
+
+  // Restarts delivery and scheduling at batch `consumed` of `epoch`; the
+  // caller has drained in-flight work.
+  void StartEpoch(std::uint64_t epoch, std::uint64_t consumed) REQUIRES(mu) {
+    scheduler.StartEpoch(epoch, consumed);
+    schedule_order = OrderOf(epoch);
+    announcer->Restart(epoch, consumed, *schedule_order);
+  }
+
+  void Schedule() REQUIRES(mu) {
+    std::vector<std::uint64_t> positions;
+    while (auto batch = scheduler.ScheduleNext()) {
+      if (batch->starts_epoch) {
+        schedule_order = OrderOf(batch->epoch);
+        announcer->EpochScheduled(batch->epoch, *schedule_order);
+      }
+      plan.RankPositions(batch->batch, positions);
+      Slot& slot = slots[batch->slot];
+      slot.size = static_cast<std::uint32_t>(positions.size());
+      slot.epoch = batch->epoch;
+      slot.batch_index = batch->batch;
+      slot.order = schedule_order;
+      slot.positions.assign(positions.begin(), positions.end());
+      slot.input.samples.clear();
+      for (std::uint64_t p : positions) slot.input.samples.push_back((*schedule_order)[p]);
+      slot.pending = slot.size;
+      slot.skipped = 0;
+      slot.error = Status::Ok();
+      finisher->BeginBatch(batch->slot);
+      // An empty share (the epoch's short last batch under a balanced split)
+      // is ready at once: a read item for it could still be running when
+      // the consumer takes and recycles the slot.
+      if (slot.size == 0) continue;
+      scheduler.QueueRead(batch->slot);
+      // One read each: waking every worker per read only has them fight for
+      // the lock the consumer needs. With idle workers parked by autotune, a
+      // single wake-up could reach a parked one, so all are woken.
+      if (active_threads < workers.size()) {
+        work_cv.NotifyAll();
+      } else {
+        work_cv.NotifyOne();
+      }
+    }
+  }
+
+  // Throws away queued work (SetEpoch, Restore), waits for started items,
+  // and recycles the slots.
+  void Drain() REQUIRES(mu) {
+    for (const auto& item : scheduler.DropQueued())
+      slots[item.slot].pending -= item.kind == pipeline::ItemKind::kReadBatch ? slots[item.slot].size : 1;
+    done_cv.Wait(mu, [&]() REQUIRES(mu) {
+      const auto& in_flight = scheduler.in_flight();
+      return std::all_of(in_flight.begin(), in_flight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
+    });
+    scheduler.ReclaimInFlight();
+  }
+
+  void WorkerLoop(std::uint32_t index) EXCLUDES(mu) {
+    const CancelScope cancel_scope(&cancelled);
+    pipeline::ProducerScratch scratch;
+    bool method_known = false;
+    mu.Lock();
+    while (true) {
+      work_cv.Wait(mu, [&]() REQUIRES(mu) { return stop || (index < active_threads && scheduler.HasWork()); });
+      if (stop) break;
+      const pipeline::WorkItem item = *scheduler.PopWork();
+      Slot& slot = slots[item.slot];
+      if (item.kind == pipeline::ItemKind::kReadBatch) {
+        mu.Unlock();
+        producer->ReadBatch(slot.input);
+        if (!method_known) {
+          method_known = true;
+          MutexLock lock(method_mu);
+          read_method = producer->ReadMethod();
+        }
+        mu.Lock();
+        // Its samples go behind reads already queued for later batches, so
+        // reads run ahead of decoding.
+        scheduler.QueueSamples(item.slot, slot.size);
+        work_cv.NotifyAll();
+        continue;
+      }
+      const pipeline::SampleContext context{options.seed, slot.epoch, 0, item.slot, item.index};
+      mu.Unlock();
+      auto produced = producer->Produce(slot.input, item.index, *slot.order, slot.positions[item.index], context,
+                                        slot.images.data(), scratch);
+      mu.Lock();
+      if (produced.ok()) {
+        slot.labels[item.index] = produced->label;
+        slot.indices[item.index] = produced->sample;
+        slot.skipped += produced->substituted ? 1 : 0;
+      } else if (slot.error.ok()) {
+        slot.error = produced.error();
+      }
+      if (--slot.pending == 0) done_cv.NotifyAll();
+    }
+    mu.Unlock();
+  }
+
+  Status CheckOwner() const {
+    if (::getpid() == owner_pid) return Status::Ok();
+    return Status::FailedPrecondition(fmt::format(
+        "this loader was created in process {}; a forked child (process {}) cannot use it, since its threads did "
+        "not survive the fork: create a new loader in the child",
+        owner_pid, ::getpid()));
+  }
+};
+
+}  // namespace stoker
