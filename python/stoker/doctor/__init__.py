@@ -35,19 +35,17 @@ slow ones, bounded).
 """
 import collections
 import contextlib
-import http.server
 import json
 import os
 import threading
 import time
 
-from . import _gpu
+from . import _export, _gpu
+from ._export import BUCKETS
 from ._timeline import CATEGORIES, STALLS, attribute
 
 # The stalls a phase() block marks (data wait is marked by the batches themselves).
 PHASES = tuple(s for s in STALLS if s != "data_wait")
-# Step-duration histogram buckets, seconds.
-BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class _Step:
@@ -426,55 +424,14 @@ class Doctor:
 
     def prometheus_text(self):
         """The metrics in Prometheus' text exposition format."""
-        a = self.account()
         with self._lock:
             histogram = list(self._histogram)
-        out = ["# HELP stoker_gpu_idle_seconds_total Step time the GPU was not computing, by cause.",
-               "# TYPE stoker_gpu_idle_seconds_total counter"]
-        for c in CATEGORIES:
-            if c != "compute":
-                out.append('stoker_gpu_idle_seconds_total{cause="%s"} %r' % (c, a["seconds"][c]))
-        out += ["# HELP stoker_compute_seconds_total Step time spent computing.",
-                "# TYPE stoker_compute_seconds_total counter",
-                "stoker_compute_seconds_total %r" % a["seconds"]["compute"],
-                "# HELP stoker_steps_total Training steps accounted for.",
-                "# TYPE stoker_steps_total counter",
-                "stoker_steps_total %d" % a["steps"],
-                "# HELP stoker_busy_ratio Share of step time spent computing.",
-                "# TYPE stoker_busy_ratio gauge",
-                "stoker_busy_ratio %r" % a["share"]["compute"],
-                "# HELP stoker_step_duration_seconds Wall time of each step.",
-                "# TYPE stoker_step_duration_seconds histogram"]
-        cumulative = 0
-        for bound, n in zip(BUCKETS, histogram):
-            cumulative += n
-            out.append('stoker_step_duration_seconds_bucket{le="%r"} %d' % (bound, cumulative))
-        out.append('stoker_step_duration_seconds_bucket{le="+Inf"} %d' % (cumulative + histogram[-1]))
-        out.append("stoker_step_duration_seconds_sum %r" % a["wall_s"])
-        out.append("stoker_step_duration_seconds_count %d" % a["steps"])
-        return "\n".join(out) + "\n"
+        return _export.prometheus_text(self.account(), histogram)
 
     def serve(self, port, host="127.0.0.1"):
         """Serves prometheus_text() at http://host:port/metrics from a daemon thread
         (port 0: any free port); returns the port."""
-        doctor = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404, "only /metrics is served")
-                    return
-                body = doctor.prometheus_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="stoker-doctor-metrics").start()
+        self._server = _export.serve_metrics(self.prometheus_text, port, host)
         return self._server.server_address[1]
 
     def chrome_trace(self):

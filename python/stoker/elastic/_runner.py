@@ -19,6 +19,7 @@ import socket
 import time
 
 from . import ElasticError, PeerFailure
+from . import _saved
 from ._group import Group, Rendezvous
 from .policy import BatchPolicy, apply_lr_factor, rank_share
 
@@ -247,53 +248,16 @@ class _Runner:
             self.on_commit(info)
 
     def _saved_dirs(self):
-        dirs = []
-        if self.snapshot_base and os.path.isdir(self.snapshot_base):
-            dirs += [os.path.join(self.snapshot_base, d) for d in sorted(os.listdir(self.snapshot_base))]
-        if self.checkpoint_dir is not None:
-            dirs.append(self.checkpoint_dir)
-        return dirs
+        return _saved.saved_dirs(self.snapshot_base, self.checkpoint_dir)
 
     def _newest_saved_step(self):
-        from ..checkpoint import list_checkpoints
-        best = None
-        for d in self._saved_dirs():
-            try:
-                steps = [c["step"] for c in list_checkpoints(d)]
-            except Exception:
-                continue
-            if steps and (best is None or max(steps) > best):
-                best = max(steps)
-        return best
+        return _saved.newest_step(self._saved_dirs())
 
     def _load_saved(self):
-        """Loads the newest readable saved state (a snapshot or a checkpoint);
-        a corrupt one is named in the log and the previous one used."""
-        from ..checkpoint import load_latest
-        candidates = []
-        for d in self._saved_dirs():
-            try:
-                c = load_latest(d, skip_corrupt=True)
-            except Exception as e:  # nothing readable there at all
-                log.warning("no usable state in %s: %s", d, e)
-                continue
-            if c is None:
-                continue
-            for skipped in c.skipped:
-                log.warning("skipped a corrupt saved state: %s", skipped)
-                path = skipped.split(": ", 1)[0]
-                if os.path.isdir(path):
-                    # Kept for inspection, out of the way of this step's next save.
-                    aside = "%s.corrupt-%d" % (path, int(time.time()))
-                    try:
-                        os.rename(path, aside)
-                        log.warning("moved it to %s", aside)
-                    except OSError as e:
-                        log.warning("could not move it aside: %s", e)
-            candidates.append(c)
-        if not candidates:
+        """Restores the newest readable saved state (a snapshot or a checkpoint)."""
+        c = _saved.load_newest(self._saved_dirs())
+        if c is None:
             return
-        c = max(candidates, key=lambda c: c.step)
         meta = (c.extra or {}).get("stoker_elastic") or {"step": c.step}
         meta["step"] = c.step
         log.info("restoring step %d from %s", c.step, c.path)
@@ -360,7 +324,7 @@ class _Runner:
                 self.snapshots.close()
                 if finished:  # the snapshots served their purpose; tmpfs is memory
                     shutil.rmtree(self.snapshot_own, ignore_errors=True)
-                    _remove_dead_agents_snapshots(self.snapshot_base)
+                    _saved.remove_dead_agents_snapshots(self.snapshot_base)
             if self.rendezvous is not None:
                 self.rendezvous.close()
         return self.summary
@@ -482,38 +446,6 @@ class _Runner:
             self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
         if need_ckpt:
             ckpt.save(self.step, state, loader=self.loader, extra=extra)
-
-
-def _remove_dead_agents_snapshots(base):
-    """Snapshot folders of agents on this machine that no longer run (killed
-    ones leave theirs behind)."""
-    host = socket.gethostname()
-    try:
-        entries = os.listdir(base)
-    except OSError:
-        return
-    for name in entries:
-        owner, _, rest = name.rpartition("-local")
-        agent_host, _, pid = owner.rpartition("-")
-        if agent_host != host or not pid.isdigit():
-            continue
-        if not _process_runs(int(pid)):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-    try:
-        os.rmdir(base)
-    except OSError:
-        pass
-
-
-def _process_runs(pid):
-    """Whether process `pid` exists and is not a zombie (a killed agent its parent has not reaped yet)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-    except OSError:
-        return True
 
 
 def _test_fault(generation):

@@ -1,0 +1,93 @@
+"""Saved states of an elastic run on this machine: where they are (the
+agents' in-memory snapshot folders and the user's checkpoint folder), the
+newest step among them, the newest readable one (a corrupt one is moved
+aside and named), and the snapshot folders of agents that no longer run."""
+import logging
+import os
+import shutil
+import socket
+import time
+
+log = logging.getLogger("stoker.elastic")
+
+
+def saved_dirs(snapshot_base, checkpoint_dir):
+    dirs = []
+    if snapshot_base and os.path.isdir(snapshot_base):
+        dirs += [os.path.join(snapshot_base, d) for d in sorted(os.listdir(snapshot_base))]
+    if checkpoint_dir is not None:
+        dirs.append(checkpoint_dir)
+    return dirs
+
+
+def newest_step(dirs):
+    from ..checkpoint import list_checkpoints
+    best = None
+    for d in dirs:
+        try:
+            steps = [c["step"] for c in list_checkpoints(d)]
+        except Exception:
+            continue
+        if steps and (best is None or max(steps) > best):
+            best = max(steps)
+    return best
+
+
+def load_newest(dirs):
+    """The newest readable saved state in `dirs` (a stoker.Checkpoint), or
+    None; a corrupt one is named in the log, moved aside and an older one used."""
+    from ..checkpoint import load_latest
+    candidates = []
+    for d in dirs:
+        try:
+            c = load_latest(d, skip_corrupt=True)
+        except Exception as e:  # nothing readable there at all
+            log.warning("no usable state in %s: %s", d, e)
+            continue
+        if c is None:
+            continue
+        for skipped in c.skipped:
+            log.warning("skipped a corrupt saved state: %s", skipped)
+            path = skipped.split(": ", 1)[0]
+            if os.path.isdir(path):
+                # Kept for inspection, out of the way of this step's next save.
+                aside = "%s.corrupt-%d" % (path, int(time.time()))
+                try:
+                    os.rename(path, aside)
+                    log.warning("moved it to %s", aside)
+                except OSError as e:
+                    log.warning("could not move it aside: %s", e)
+        candidates.append(c)
+    return max(candidates, key=lambda c: c.step) if candidates else None
+
+
+def remove_dead_agents_snapshots(base):
+    """Snapshot folders of agents on this machine that no longer run (killed
+    ones leave theirs behind)."""
+    host = socket.gethostname()
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return
+    for name in entries:
+        owner, _, rest = name.rpartition("-local")
+        agent_host, _, pid = owner.rpartition("-")
+        if agent_host != host or not pid.isdigit():
+            continue
+        if not _process_runs(int(pid)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    try:
+        os.rmdir(base)
+    except OSError:
+        pass
+
+
+def _process_runs(pid):
+    """Whether process `pid` exists and is not a zombie (a killed agent its parent has not reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:
+        return True
