@@ -22,7 +22,7 @@ struct GpuShareSettings {
   std::map<std::uint32_t, std::uint64_t> device_memory;  // bytes by CUDA ordinal (overrides)
   std::optional<std::uint32_t> compute_share;            // percent of each device's time, 1-100
   std::string tenant;  // processes sharing one quota; empty: "run-<pid>" of the caller
-  std::string ledger;  // the node's ledger; empty: /dev/shm/stoker-gpu-ledger
+  std::string ledger;  // the node's ledger; empty: DefaultGpuLedgerPath()
 };
 
 // The variables to set (LD_PRELOAD first, then STOKER_GPU_*) for a command
@@ -50,8 +50,16 @@ struct GpuShareSettings {
 // is checked by its interpreter. Returns the resolved path.
 [[nodiscard]] Result<std::string> CheckPreloadable(const std::string& command);
 
+// The node's ledger: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger.
+[[nodiscard]] std::string DefaultGpuLedgerPath();
+
+// How long a process may hold the ledger's lock before the others fence it
+// out (a stopped or frozen holder; docs/gpu-sharing.md, "The ledger").
+inline constexpr int kGpuLedgerLockBoundMs = 500;
+
 // The node's ledger as `stoker gpu ls` shows it (dead processes' slots are
-// freed while reading). An absent ledger is an empty report.
+// freed while reading); `path` empty: DefaultGpuLedgerPath(). An absent
+// ledger is an empty report.
 struct GpuLedgerView {
   struct Device {
     std::string uuid;
@@ -72,7 +80,8 @@ struct GpuLedgerView {
   std::string path;
   std::vector<Device> devices;
   std::vector<Tenant> tenants;
-  std::uint64_t repairs = 0;  // times a process died holding the ledger's lock
+  std::uint64_t repairs = 0;  // times the ledger's lock was taken over and the ledger rebuilt
+  std::uint64_t fences = 0;   // of those, holders fenced out (stopped or frozen while holding it)
 };
 [[nodiscard]] Result<GpuLedgerView> ReadGpuLedger(const std::string& path = "");
 

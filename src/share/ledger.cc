@@ -44,15 +44,6 @@ void UnlockByte(int fd, off_t at) {
   (void)::fcntl(fd, F_OFD_SETLK, &lock);
 }
 
-bool InitMutex(pthread_mutex_t* mu) {
-  pthread_mutexattr_t attr;
-  if (pthread_mutexattr_init(&attr) != 0) return false;
-  bool ok = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED) == 0 &&
-            pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST) == 0 && pthread_mutex_init(mu, &attr) == 0;
-  pthread_mutexattr_destroy(&attr);
-  return ok;
-}
-
 std::uint64_t NowUnix() {
   struct timespec ts {};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -108,7 +99,7 @@ bool CreateLedger(const std::string& path, std::string* error) {
     *error = Errno("create", temp);
     return false;
   }
-  bool ok = ::ftruncate(fd, sizeof(LedgerLayout)) == 0;
+  bool ok = ::ftruncate(fd, sizeof(LedgerLayout)) == 0;  // the lock starts free (zero)
   void* base = ok ? ::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (base != MAP_FAILED) {
     auto* layout = static_cast<LedgerLayout*>(base);  // zero-filled by ftruncate
@@ -118,7 +109,6 @@ bool CreateLedger(const std::string& path, std::string* error) {
     h.max_tenants = kMaxTenants;
     h.max_slots = kMaxSlots;
     h.layout_bytes = sizeof(LedgerLayout);
-    ok = InitMutex(&h.lock);
     std::memcpy(h.magic, kLedgerMagic, sizeof(kLedgerMagic));  // last: what readers check
     ::msync(base, sizeof(LedgerHeader), MS_SYNC);
     ::munmap(base, sizeof(LedgerLayout));
@@ -153,7 +143,12 @@ Ledger* Ledger::Open(const std::string& path, std::string* error) {
         ::close(fd);
         return nullptr;
       }
-      return new (std::nothrow) Ledger(fd, layout, path);
+      auto* ledger = new (std::nothrow) Ledger(fd, layout, path);
+      if (ledger != nullptr && !ledger->ClaimSlot(error)) {
+        delete ledger;
+        return nullptr;
+      }
+      return ledger;
     }
     if (errno != ENOENT) {
       *error = Errno(errno == ELOOP ? "refusing a symbolic link at" : "open", path);
@@ -165,20 +160,64 @@ Ledger* Ledger::Open(const std::string& path, std::string* error) {
   return nullptr;
 }
 
+// A slot nobody uses whose byte this description can lock is ours: the
+// kernel arbitrates, so no lock is needed. It is filled in by Register.
+bool Ledger::ClaimSlot(std::string* error) {
+  for (std::uint32_t i = 0; i < kMaxSlots; ++i) {
+    if (__atomic_load_n(&layout_->slots[i].in_use, __ATOMIC_ACQUIRE)) continue;
+    if (!LockByte(fd_, SlotByte(i))) continue;  // another process's, or a dead one's not yet reclaimed
+    if (__atomic_load_n(&layout_->slots[i].in_use, __ATOMIC_ACQUIRE)) {
+      // A dead process's slot, locked between our look and our lock: its
+      // charge is reclaimed under the ledger's lock, not here.
+      UnlockByte(fd_, SlotByte(i));
+      continue;
+    }
+    slot_ = static_cast<int>(i);
+    return true;
+  }
+  char detail[160];
+  std::snprintf(detail, sizeof(detail), "has no free process slot (%u at most)", kMaxSlots);
+  *error = "the ledger at '" + path_ + "' " + detail;
+  return false;
+}
+
+namespace {
+std::uint64_t g_lock_bound_ns = kLockBoundNs;
+// The acquisition this thread holds (a thread holds one ledger's lock at a
+// time; threads of one process share its slot, so the word is per thread).
+thread_local std::uint32_t t_held_word = 0;
+}  // namespace
+
+void Ledger::SetLockBoundForTest(std::uint64_t ns) {
+  g_lock_bound_ns = ns;
+}
+
+bool Ledger::OwnerAlive(const void* self, std::uint32_t owner) {
+  const auto* ledger = static_cast<const Ledger*>(self);
+  if (owner == 0 || owner > kMaxSlots) return false;              // garbage: take it over
+  if (static_cast<int>(owner) == ledger->slot_ + 1) return true;  // another of our threads
+  return ledger->SlotAlive(owner - 1);
+}
+
 bool Ledger::Lock() {
-  const int rc = pthread_mutex_lock(&layout_->header.lock);
-  if (rc == 0) return true;
-  if (rc != EOWNERDEAD) return false;
-  // The holder died inside its critical section: it may have charged its
-  // slot and not its tenant. Its slot is dead; the live slots are the truth.
-  (void)ReclaimDeadSlots();
-  RecomputeTenants();
-  ++layout_->header.repairs;
-  return pthread_mutex_consistent(&layout_->header.lock) == 0;
+  if (slot_ < 0) return false;
+  std::uint32_t held = 0;
+  const LockTaken taken = LockLedger(&layout_->header.lock, static_cast<std::uint32_t>(slot_) + 1, g_lock_bound_ns,
+                                     &Ledger::OwnerAlive, this, &held);
+  t_held_word = held;
+  if (taken == LockTaken::kRepair) {
+    // The last holder died, or was fenced out, inside its critical section:
+    // it may have charged its slot and not its tenant. The slots are the
+    // truth (each is written only by its own process).
+    (void)ReclaimDeadSlots();
+    RecomputeTenants();
+    ++layout_->header.repairs;
+  }
+  return true;
 }
 
 void Ledger::Unlock() {
-  pthread_mutex_unlock(&layout_->header.lock);
+  (void)UnlockLedger(&layout_->header.lock, t_held_word);
 }
 
 bool Ledger::SlotAlive(std::uint32_t s) const {
@@ -211,7 +250,7 @@ bool Ledger::ReclaimDeadSlots() {
   for (const auto& slot : layout_->slots)
     if (slot.in_use && slot.tenant < kMaxTenants) used[slot.tenant] = true;
   for (std::uint32_t t = 0; t < kMaxTenants; ++t)
-    if (layout_->tenants[t].in_use && !used[t] && !(slot_ >= 0 && tenant_ == t))
+    if (layout_->tenants[t].in_use && !used[t] && !(registered_ && tenant_ == t))
       std::memset(&layout_->tenants[t], 0, sizeof(LedgerTenant));
   return any;
 }
@@ -229,8 +268,12 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
     *error = "the tenant name must have 1 to 63 characters";
     return false;
   }
+  if (registered_) {
+    *error = "this process is already registered in the ledger at '" + path_ + "'";
+    return false;
+  }
   if (!Lock()) {
-    *error = "the ledger's lock at '" + path_ + "' cannot be recovered";
+    *error = "the ledger at '" + path_ + "' was closed in this process (forked child not reopened)";
     return false;
   }
   (void)ReclaimDeadSlots();
@@ -252,7 +295,9 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
   }
   if (t < 0) {
     if (free_t < 0) {
-      *error = "the ledger at '" + path_ + "' has no room for another tenant (64 at most)";
+      char detail[160];
+      std::snprintf(detail, sizeof(detail), "has no room for another tenant (%u at most)", kMaxTenants);
+      *error = "the ledger at '" + path_ + "' " + detail;
       Unlock();
       return false;
     }
@@ -264,54 +309,50 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
     e.compute_share = compute_share;
     e.in_use = 1;
   }
-  int s = -1;
-  for (std::uint32_t i = 0; i < kMaxSlots && s < 0; ++i) {
-    if (layout_->slots[i].in_use) continue;
-    if (!LockByte(fd_, SlotByte(i))) continue;  // a process between death and reclaim, or racing us
-    s = static_cast<int>(i);
-  }
-  if (s < 0) {
-    *error = "the ledger at '" + path_ + "' has no free process slot (512 at most)";
-    Unlock();
-    return false;
-  }
-  LedgerSlot& slot = layout_->slots[s];
+  LedgerSlot& slot = layout_->slots[slot_];
   std::memset(&slot, 0, sizeof(slot));
   slot.pid = static_cast<std::int32_t>(::getpid());
   slot.tenant = static_cast<std::uint32_t>(t);
   slot.started_unix = NowUnix();
-  slot.in_use = 1;
-  slot_ = s;
+  __atomic_store_n(&slot.in_use, 1u, __ATOMIC_RELEASE);
   tenant_ = static_cast<std::uint32_t>(t);
+  registered_ = true;
+  std::memset(tenant_name_, 0, sizeof(tenant_name_));
+  std::memcpy(tenant_name_, tenant.data(), tenant.size());
+  tenant_share_ = compute_share;
   Unlock();
   return true;
 }
 
 void Ledger::Unregister() {
-  if (slot_ < 0 || !Lock()) return;
+  if (!Active() || !Lock()) return;
   for (auto& device : layout_->devices)
     if (device.holder == static_cast<std::uint32_t>(slot_) + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
   LedgerSlot& slot = layout_->slots[slot_];
   LedgerTenant& t = layout_->tenants[tenant_];
   for (std::uint32_t d = 0; d < kMaxDevices; ++d)
     t.charged[d] = t.charged[d] >= slot.charged[d] ? t.charged[d] - slot.charged[d] : 0;
-  std::memset(&slot, 0, sizeof(slot));
-  UnlockByte(fd_, SlotByte(static_cast<std::uint32_t>(slot_)));
-  slot_ = -1;
+  std::memset(&slot, 0, sizeof(slot));  // the slot stays claimed (its byte locked) until the ledger closes
+  registered_ = false;
   (void)ReclaimDeadSlots();  // the tenant goes with its last process
   Unlock();
 }
 
-bool Ledger::ReopenAfterFork(std::string* error) {
-  // The inherited description (and the parent's slot lock on it) stays
-  // open in the parent; the child closes its copy and opens its own.
-  const std::string tenant = slot_ >= 0 ? std::string(layout_->tenants[tenant_].name) : std::string();
-  const std::uint32_t share = slot_ >= 0 ? layout_->tenants[tenant_].compute_share : 0;
-  ::munmap(layout_, sizeof(LedgerLayout));
-  ::close(fd_);
+void Ledger::DetachAfterFork() {
+  // Only system calls: this runs in the child straight after fork. The
+  // mapping references the parent's file description as much as the
+  // descriptor does; both must go for the parent's slot lock to die with it.
+  if (layout_ != nullptr) ::munmap(layout_, sizeof(LedgerLayout));
+  if (fd_ >= 0) ::close(fd_);
   layout_ = nullptr;
   fd_ = -1;
   slot_ = -1;
+}
+
+bool Ledger::ReopenAfterFork(std::string* error) {
+  if (layout_ != nullptr) DetachAfterFork();
+  const bool was_registered = registered_;
+  registered_ = false;
   const int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     *error = Errno("open", path_);
@@ -323,7 +364,10 @@ bool Ledger::ReopenAfterFork(std::string* error) {
     return false;
   }
   fd_ = fd;
-  return tenant.empty() || Register(tenant, share, error);
+  if (!ClaimSlot(error)) return false;
+  if (!was_registered) return true;
+  const std::string tenant(tenant_name_);
+  return Register(tenant, tenant_share_, error);
 }
 
 int Ledger::Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes) {
@@ -346,7 +390,7 @@ int Ledger::Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes) {
 }
 
 bool Ledger::SetQuota(int d, std::uint64_t quota, std::string* error) {
-  if (slot_ < 0 || d < 0 || !Lock()) return false;
+  if (!Active() || d < 0 || !Lock()) return false;
   LedgerTenant& t = layout_->tenants[tenant_];
   bool ok = true;
   if (t.quota[d] == kNoQuota) {
@@ -366,7 +410,7 @@ bool Ledger::SetQuota(int d, std::uint64_t quota, std::string* error) {
 }
 
 bool Ledger::Charge(int d, std::uint64_t bytes, bool count_refusal) {
-  if (slot_ < 0 || d < 0 || !Lock()) return false;
+  if (!Active() || d < 0 || !Lock()) return false;
   LedgerTenant& t = layout_->tenants[tenant_];
   LedgerSlot& slot = layout_->slots[slot_];
   auto fits = [&] { return t.quota[d] == kNoQuota || (bytes <= t.quota[d] && t.charged[d] <= t.quota[d] - bytes); };
@@ -383,14 +427,14 @@ bool Ledger::Charge(int d, std::uint64_t bytes, bool count_refusal) {
 }
 
 void Ledger::ForceCharge(int d, std::uint64_t bytes) {
-  if (slot_ < 0 || d < 0 || !Lock()) return;
+  if (!Active() || d < 0 || !Lock()) return;
   layout_->slots[slot_].charged[d] += bytes;
   layout_->tenants[tenant_].charged[d] += bytes;
   Unlock();
 }
 
 void Ledger::Uncharge(int d, std::uint64_t bytes) {
-  if (slot_ < 0 || d < 0 || !Lock()) return;
+  if (!Active() || d < 0 || !Lock()) return;
   LedgerSlot& slot = layout_->slots[slot_];
   LedgerTenant& t = layout_->tenants[tenant_];
   const std::uint64_t b = bytes <= slot.charged[d] ? bytes : slot.charged[d];
@@ -400,7 +444,7 @@ void Ledger::Uncharge(int d, std::uint64_t bytes) {
 }
 
 void Ledger::Settle(int d, std::uint64_t reserved, std::uint64_t actual) {
-  if (slot_ < 0 || d < 0 || !Lock()) return;
+  if (!Active() || d < 0 || !Lock()) return;
   LedgerSlot& slot = layout_->slots[slot_];
   LedgerTenant& t = layout_->tenants[tenant_];
   if (actual >= reserved) {
@@ -415,7 +459,7 @@ void Ledger::Settle(int d, std::uint64_t reserved, std::uint64_t actual) {
 }
 
 std::uint64_t Ledger::TenantCharged(int d) {
-  if (slot_ < 0 || d < 0 || !Lock()) return 0;
+  if (!Active() || d < 0 || !Lock()) return 0;
   const std::uint64_t v = layout_->tenants[tenant_].charged[d];
   Unlock();
   return v;
@@ -431,27 +475,27 @@ std::uint64_t Ledger::DeviceCharged(int d) {
 }
 
 std::uint64_t Ledger::Quota(int d) {
-  if (slot_ < 0 || d < 0 || !Lock()) return kNoQuota;
+  if (!Active() || d < 0 || !Lock()) return kNoQuota;
   const std::uint64_t v = layout_->tenants[tenant_].quota[d];
   Unlock();
   return v;
 }
 
 std::uint64_t Ledger::SlotCharged(int d) {
-  if (slot_ < 0 || d < 0 || !Lock()) return 0;
+  if (!Active() || d < 0 || !Lock()) return 0;
   const std::uint64_t v = layout_->slots[slot_].charged[d];
   Unlock();
   return v;
 }
 
 void Ledger::AddThrottled(std::uint64_t ns) {
-  if (slot_ >= 0) __atomic_fetch_add(&layout_->slots[slot_].throttled_ns, ns, __ATOMIC_RELAXED);
+  if (Active()) __atomic_fetch_add(&layout_->slots[slot_].throttled_ns, ns, __ATOMIC_RELAXED);
 }
 void Ledger::AddLaunches(std::uint64_t n) {
-  if (slot_ >= 0) __atomic_fetch_add(&layout_->slots[slot_].launches, n, __ATOMIC_RELAXED);
+  if (Active()) __atomic_fetch_add(&layout_->slots[slot_].launches, n, __ATOMIC_RELAXED);
 }
 std::uint32_t Ledger::compute_share() {
-  return slot_ >= 0 ? layout_->tenants[tenant_].compute_share : 0;
+  return Active() ? layout_->tenants[tenant_].compute_share : 0;
 }
 
 }  // namespace stoker::share

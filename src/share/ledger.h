@@ -3,20 +3,22 @@
 // tenant maps (STOKER_GPU_LEDGER, default /dev/shm/stoker-gpu-ledger).
 // docs/gpu-sharing.md specifies the layout; it is versioned like the index.
 //
-// Admission is one critical section under a robust, process-shared mutex:
+// Admission is one critical section under the ledger's lock (ledger_lock.h):
 // the tenant's charge on the device plus the request must fit its quota,
 // and then the process's slot and the tenant are charged together. If the
 // allocation then fails, the charge is taken back. A process that dies,
-// even SIGKILLed while holding the mutex, leaves a consistent ledger:
+// even SIGKILLed while holding the lock, or that stops holding it, leaves a
+// consistent ledger and no process waiting on it for long:
 //  - each process owns an open-file-description lock on its slot's byte of
-//    the file for as long as it lives; the kernel drops it when the process
-//    dies (at any instruction), so a slot whose byte nobody locks is a dead
-//    process's, and pid reuse cannot fool it;
+//    the file from Open until it closes the ledger; the kernel drops it when
+//    the process dies (at any instruction), so a slot whose byte nobody
+//    locks is a dead process's, and pid reuse cannot fool it;
 //  - a dead slot's charge is taken off its tenant when anyone next needs
 //    room (or lists the ledger), and its slot is freed;
-//  - a process that died holding the mutex (EOWNERDEAD) may have charged
-//    its slot and not yet its tenant: the next holder recomputes every
-//    tenant's charge from the live slots.
+//  - the lock is owned by a slot: a holder found dead, or holding one
+//    acquisition past the bound (stopped, frozen), is taken over, and the
+//    new holder recomputes every tenant's charge from the slots (each slot
+//    is written only by its own process).
 //
 // C++ without exceptions and without stoker's formatting library: this
 // code also runs inside the interposer, loaded into users' processes.
@@ -31,13 +33,20 @@
 #include <string_view>
 #include <vector>
 
+#include "share/ledger_lock.h"
+
 namespace stoker::share {
 
 inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 1;
+inline constexpr std::uint32_t kLedgerVersion = 2;
 inline constexpr std::uint32_t kMaxDevices = 16;
-inline constexpr std::uint32_t kMaxTenants = 64;
-inline constexpr std::uint32_t kMaxSlots = 512;
+// A node's tenants: a Kubernetes node hands out one per memory unit (8
+// cards of 141 GiB at 1 GiB units: 1,128), each with its processes.
+inline constexpr std::uint32_t kMaxTenants = 2048;
+inline constexpr std::uint32_t kMaxSlots = 4096;  // below 65535: the lock word holds slot + 1
+// How long one holder may keep the ledger's lock before waiters fence it
+// out (critical sections take microseconds).
+inline constexpr std::uint64_t kLockBoundNs = 500'000'000;
 inline constexpr std::size_t kTenantNameBytes = 64;  // NUL-terminated
 inline constexpr std::uint64_t kNoQuota = ~std::uint64_t{0};
 
@@ -47,8 +56,8 @@ struct LedgerHeader {
   std::uint32_t version;
   std::uint32_t max_devices, max_tenants, max_slots;
   std::uint64_t layout_bytes;
-  std::uint64_t repairs;             // recomputations after a holder died
-  alignas(64) pthread_mutex_t lock;  // robust, process-shared
+  std::uint64_t repairs;  // recomputations after a holder died
+  alignas(64) LedgerLockWord lock;
 };
 struct LedgerDevice {
   std::uint8_t uuid[16];
@@ -109,29 +118,37 @@ struct LedgerReport {
   std::vector<Device> devices;
   std::vector<Tenant> tenants;
   std::uint64_t reclaimed_slots = 0;  // dead processes' slots freed while reading
-  std::uint64_t repairs = 0;          // times a process died holding the lock
+  std::uint64_t repairs = 0;          // times the lock was taken over and the ledger rebuilt
+  std::uint64_t fences = 0;           // holders fenced out after holding the lock too long
 };
 
 std::string FormatUuid(const std::uint8_t uuid[16]);
 
 class Ledger {
  public:
-  // Opens the ledger at `path`, creating it (mode 0600) if missing. Empty
-  // on failure, with `*error` saying why (another version, not a ledger,
-  // permissions).
+  // Opens the ledger at `path`, creating it (mode 0600) if missing, and
+  // claims a process slot (held until the ledger is closed or the process
+  // ends). Empty on failure, with `*error` saying why (another version,
+  // not a ledger, permissions, no free slot).
   static Ledger* Open(const std::string& path, std::string* error);
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  // Takes a slot for this process under `tenant` (created if new, with
-  // `compute_share`). False with `*error` when the ledger is full or the
-  // tenant's share disagrees with another of its processes.
+  // Registers this process's slot under `tenant` (created if new, with
+  // `compute_share`). False with `*error` when the tenant table is full or
+  // the tenant's share disagrees with another of its processes.
   bool Register(std::string_view tenant, std::uint32_t compute_share, std::string* error);
   // Gives the slot back (normal exit); its charges leave the tenant.
   void Unregister();
-  // After fork, in the child: the parent's slot lock is shared through the
-  // inherited file description; open the file anew and take a new slot.
+  // After fork, in the child, at once (async-signal-safe: munmap, close):
+  // drops the child's references to the parent's file description, whose
+  // slot lock would otherwise keep a killed parent's slot and charge alive
+  // for as long as the child lives. The ledger is unusable until
+  // ReopenAfterFork.
+  void DetachAfterFork();
+  // Then, when the child first needs the ledger: opens the file anew and
+  // takes a slot of its own under the parent's tenant.
   bool ReopenAfterFork(std::string* error);
 
   // The device entry for `uuid` (added if new). -1 when the table is full.
@@ -183,15 +200,18 @@ class Ledger {
   // The same through a ledger already open (frees dead processes' slots).
   bool Snapshot(LedgerReport* report, std::string* error);
 
-  // For tests: the slot this process holds; and taking the lock without
-  // ever giving it back (a process then killed inside its critical section).
+  // For tests: the slot this process holds; taking the lock without ever
+  // giving it back (a process then killed or stopped inside its critical
+  // section); and a shorter lock bound.
   [[nodiscard]] int slot() const { return slot_; }
   void LockAndAbandonForTest() { (void)Lock(); }
+  void UnlockForTest() { Unlock(); }
+  static void SetLockBoundForTest(std::uint64_t ns);
 
  private:
   Ledger(int fd, LedgerLayout* layout, std::string path);
-  // Locks the mutex, repairing after a holder died. Returns false if the
-  // mutex is unrecoverable (then nothing is changed).
+  // Takes the lock, repairing after a holder died or was fenced out.
+  // False when this ledger has no slot (detached after fork).
   bool Lock();
   void Unlock();
   // Frees slots whose process is gone; true when any was freed. Lock held.
@@ -200,12 +220,19 @@ class Ledger {
   void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
   void HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns);                     // lock held
   [[nodiscard]] bool SlotAlive(std::uint32_t s) const;
+  // Registered, and not detached after fork.
+  [[nodiscard]] bool Active() const { return registered_ && slot_ >= 0; }
+  static bool OwnerAlive(const void* self, std::uint32_t owner);
+  bool ClaimSlot(std::string* error);
 
   int fd_ = -1;
   LedgerLayout* layout_ = nullptr;
   std::string path_;
-  int slot_ = -1;
+  int slot_ = -1;  // the slot this process's file lock holds (from Open)
+  bool registered_ = false;
   std::uint32_t tenant_ = 0;
+  char tenant_name_[kTenantNameBytes] = {};  // kept for a forked child
+  std::uint32_t tenant_share_ = 0;
 };
 
 }  // namespace stoker::share

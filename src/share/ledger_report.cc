@@ -28,7 +28,7 @@ bool Ledger::Snapshot(LedgerReport* report, std::string* error) {
   Ledger* ledger = this;
   const std::string& path = path_;
   if (!ledger->Lock()) {
-    *error = "the ledger's lock at '" + path + "' cannot be recovered";
+    *error = "the ledger at '" + path + "' is not open in this process";
     return false;
   }
   std::uint32_t before = 0, after = 0;
@@ -37,6 +37,7 @@ bool Ledger::Snapshot(LedgerReport* report, std::string* error) {
   for (const auto& s : ledger->layout_->slots) after += s.in_use;
   report->reclaimed_slots = before - after;
   report->repairs = ledger->layout_->header.repairs;
+  report->fences = __atomic_load_n(&ledger->layout_->header.lock.fences, __ATOMIC_RELAXED);
   const LedgerLayout& l = *ledger->layout_;
   std::uint32_t devices = 0;
   for (std::uint32_t d = 0; d < kMaxDevices; ++d)

@@ -58,7 +58,7 @@ void Ledger::HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
 }
 
 bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns) {
-  if (slot_ < 0 || d < 0 || !Lock()) return false;
+  if (!Active() || d < 0 || !Lock()) return false;
   LedgerDevice& device = layout_->devices[d];
   const std::uint32_t me = static_cast<std::uint32_t>(slot_) + 1;
   bool held = device.holder == me;
@@ -83,7 +83,7 @@ bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
 }
 
 bool Ledger::HoldsDevice(int d) const {
-  return slot_ >= 0 && d >= 0 &&
+  return Active() && d >= 0 &&
          __atomic_load_n(&layout_->devices[d].holder, __ATOMIC_ACQUIRE) == static_cast<std::uint32_t>(slot_) + 1;
 }
 
@@ -92,7 +92,7 @@ std::uint64_t Ledger::HoldUntil(int d) const {
 }
 
 void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
-  if (slot_ < 0 || d < 0 || !Lock()) return;
+  if (!Active() || d < 0 || !Lock()) return;
   LedgerDevice& device = layout_->devices[d];
   if (device.holder == static_cast<std::uint32_t>(slot_) + 1) {
     LedgerTenant& t = layout_->tenants[tenant_];
@@ -104,7 +104,7 @@ void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns)
 }
 
 std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns) {
-  if (slot_ < 0 || d < 0 || !Lock()) return 0;
+  if (!Active() || d < 0 || !Lock()) return 0;
   const LedgerTenant& t = layout_->tenants[tenant_];
   std::uint64_t wait = 0;
   if (t.compute_share > 0 && t.budget_at_ns[d] != 0) {

@@ -96,9 +96,16 @@ Result<std::string> FindGpuInterposer() {
       kName, fmt::join(tried, ", ")));
 }
 
+static_assert(kGpuLedgerLockBoundMs * 1'000'000ull == share::kLockBoundNs);
+
+std::string DefaultGpuLedgerPath() {
+  const char* env = std::getenv("STOKER_GPU_LEDGER");
+  return env && *env ? env : share::kDefaultLedgerPath;
+}
+
 Result<GpuLedgerView> ReadGpuLedger(const std::string& path) {
   GpuLedgerView view;
-  view.path = path.empty() ? share::kDefaultLedgerPath : path;
+  view.path = path.empty() ? DefaultGpuLedgerPath() : path;
   share::LedgerReport report;
   std::string error;
   if (!share::Ledger::Report(view.path, &report, &error)) return Status::IOError(error);
@@ -114,6 +121,7 @@ Result<GpuLedgerView> ReadGpuLedger(const std::string& path) {
     view.tenants.push_back(std::move(tenant));
   }
   view.repairs = report.repairs;
+  view.fences = report.fences;
   return view;
 }
 

@@ -77,6 +77,44 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
     assert view["tenants"] == []
 
 
+def test_ls_reads_the_ledger_that_STOKER_GPU_LEDGER_names(gpu):
+    env = dict(gpu["env"], STOKER_GPU_LEDGER=gpu["ledger"])
+    proc = subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "2GiB", "--tenant", "by-env", "--quiet", "--",
+                             gpu["probe"], "churn", "--bytes", "100000000"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 20
+        while True:
+            r = subprocess.run([gpu["bin"], "gpu", "ls", "--json"], capture_output=True, text=True, env=env, timeout=30)
+            assert r.returncode == 0, r.stderr
+            view = json.loads(r.stdout)
+            if view["tenants"] or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert view["ledger"] == gpu["ledger"]
+        assert [t["name"] for t in view["tenants"]] == ["by-env"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_quota_on_a_card_the_command_does_not_see_is_refused(gpu, tmp_path):
+    env = fake_node(gpu, devices=1)
+    marker = tmp_path / "ran"
+    r = subprocess.run([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--device-memory", "5=1GiB", "--",
+                        "touch", str(marker)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1 and not marker.exists()
+    assert "--device-memory 5=1.0 GiB: the command sees 1 GPU(s) (ordinals 0-0), so GPU 5 does not exist" in r.stderr, \
+        r.stderr
+    # Set by hand (or where the CLI cannot list the cards): the interposer refuses it at cuInit.
+    interposer = pathlib.Path(gpu["bin"]).parent / "lib" / "libstoker-share.so"
+    env = dict(env, LD_PRELOAD=str(interposer), STOKER_GPU_LEDGER=gpu["ledger"], STOKER_GPU_MEMORY_LIMIT_5="1GiB")
+    r = subprocess.run([gpu["probe"], "alloc"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode != 0
+    assert ("stoker-share: error: STOKER_GPU_MEMORY_LIMIT_5 sets a quota on device 5, but this process sees 1 "
+            "device(s)") in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args,says", [
     (["--memory", "lots"], "--memory: 'lots' is not a byte size"),
     (["--memory", "0"], "--memory must be above zero"),

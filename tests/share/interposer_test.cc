@@ -151,6 +151,10 @@ TEST_F(Interposer, ForkedAndExecedChildrenAreProcessesOfTheirOwn) {
   EXPECT_EQ(Probe("fork", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}}).status, 0);
 }
 
+TEST_F(Interposer, AForkedChildThatOutlivesItsKilledParentDoesNotPinItsCharge) {
+  EXPECT_EQ(Probe("orphan", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}}).status, 0);
+}
+
 TEST_F(Interposer, VisibleDevicesByIndexOrUuidCarryTheirOwnQuota) {
   for (const char* visible : {"1", "GPU-2021"}) {
     const ProbeRun run = Probe("visible", {{"CUDA_VISIBLE_DEVICES", visible}, {"STOKER_GPU_MEMORY_LIMIT_0", "1GiB"}});

@@ -225,6 +225,148 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
   EXPECT_NEAR(static_cast<double>(alone) / static_cast<double>(now - start), 0.30, 0.02);
 }
 
+// Whether every tenant's charge is the sum of its processes' (what a repair
+// restores, and what must hold after any repair).
+bool TenantsAddUp(const LedgerReport& r) {
+  for (const auto& t : r.tenants) {
+    std::vector<std::uint64_t> sum(t.charged.size(), 0);
+    for (const auto& p : t.processes)
+      for (std::size_t d = 0; d < sum.size() && d < p.charged.size(); ++d) sum[d] += p.charged[d];
+    if (sum != t.charged) return false;
+  }
+  return true;
+}
+
+TEST_F(LedgerTest, AStoppedHolderIsFencedOutAndOthersGoOnWithinTheBound) {
+  auto me = Open("t", 1000 * kMiB);
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::string error;
+    Ledger* l = Ledger::Open(path_, &error);
+    if (l == nullptr || !l->Register("t", 0, &error)) _exit(3);
+    const int d = l->Device(kUuid, 16ull << 30);
+    if (!l->Charge(d, 200 * kMiB)) _exit(4);
+    l->LockAndAbandonForTest();  // inside its critical section...
+    (void)::write(from_child[1], "x", 1);
+    ::raise(SIGSTOP);  // ...and stopped there, as by SIGSTOP, a freezer or a debugger
+    char c;
+    if (::read(to_child[0], &c, 1) != 1) _exit(5);
+    l->UnlockForTest();  // resumed: finds itself fenced out, flags a repair
+    const bool charged = l->Charge(d, 100 * kMiB);
+    (void)::write(from_child[1], charged ? "y" : "n", 1);
+    for (;;) ::pause();
+  }
+  char c;
+  ASSERT_EQ(::read(from_child[0], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(me->Charge(0, 500 * kMiB));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("[ fence ] a holder stopped inside the lock held others up %.0f ms (bound %.0f ms)\n", ms,
+              kLockBoundNs / 1e6);
+  EXPECT_GE(ms, kLockBoundNs / 1e6 * 0.9);
+  EXPECT_LT(ms, kLockBoundNs / 1e6 + 2000);
+  // While it stays stopped nobody waits on it again.
+  const auto again = std::chrono::steady_clock::now();
+  me->Uncharge(0, 500 * kMiB);
+  const double again_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - again).count();
+  EXPECT_LT(again_ms, 100);
+  LedgerReport r = Read();
+  EXPECT_EQ(r.fences, 1u);
+  EXPECT_TRUE(TenantsAddUp(r));
+  EXPECT_EQ(me->TenantCharged(0), 200 * kMiB);  // the stopped process still holds its memory
+  // Resumed, it neither releases the lock it lost nor leaves the ledger inconsistent.
+  ::kill(child, SIGCONT);
+  ASSERT_EQ(::write(to_child[1], "go", 1), 1);
+  ASSERT_EQ(::read(from_child[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  EXPECT_EQ(me->TenantCharged(0), 300 * kMiB);
+  r = Read();
+  EXPECT_TRUE(TenantsAddUp(r));
+  EXPECT_GE(r.repairs, 2u);  // the fence, and the flag the resumed holder left
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) ::close(fd);
+}
+
+TEST_F(LedgerTest, TenantsGoOnPastAProcessStoppedAtAnyMoment) {
+  // A process of tenant "busy" charges and uncharges in a loop; it is
+  // stopped at random moments, sometimes inside the lock. Tenant "other"
+  // keeps charging meanwhile: its longest wait stays near the bound, and
+  // the ledger adds up after every stop.
+  constexpr std::uint64_t kBound = 100'000'000;
+  Ledger::SetLockBoundForTest(kBound);
+  auto other = Open("other", 1000 * kMiB);
+  const pid_t busy = ::fork();
+  if (busy == 0) {
+    std::string error;
+    Ledger* l = Ledger::Open(path_, &error);
+    if (l == nullptr || !l->Register("busy", 0, &error)) _exit(3);
+    const int d = l->Device(kUuid, 16ull << 30);
+    for (;;) {
+      if (l->Charge(d, kMiB)) l->Uncharge(d, kMiB);
+    }
+  }
+  std::uint64_t seed = 12345;
+  auto next = [&] { return seed = seed * 6364136223846793005ull + 1442695040888963407ull; };
+  double worst_ms = 0;
+  for (int stop = 0; stop < 20; ++stop) {
+    std::this_thread::sleep_for(std::chrono::microseconds(next() >> 54));  // 0-1 ms
+    ::kill(busy, SIGSTOP);
+    const auto stopped = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - stopped < std::chrono::milliseconds(300)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_TRUE(other->Charge(0, kMiB));
+      other->Uncharge(0, kMiB);
+      worst_ms =
+          std::max(worst_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    ::kill(busy, SIGCONT);
+    EXPECT_TRUE(TenantsAddUp(Read())) << "after stop " << stop;
+  }
+  ::kill(busy, SIGKILL);
+  ::waitpid(busy, nullptr, 0);
+  const LedgerReport r = Read();
+  std::printf(
+      "[ fence ] 20 stops at random moments: %llu fenced inside the lock; the other tenant's longest wait "
+      "%.0f ms (bound %.0f ms)\n",
+      static_cast<unsigned long long>(r.fences), worst_ms, kBound / 1e6);
+  EXPECT_LT(worst_ms, kBound / 1e6 + 1000);
+  EXPECT_TRUE(TenantsAddUp(r));
+  Ledger::SetLockBoundForTest(kLockBoundNs);
+}
+
+TEST_F(LedgerTest, EightyTenantsShareANode) {
+  std::vector<std::unique_ptr<Ledger>> tenants;
+  for (int t = 0; t < 80; ++t) {
+    tenants.push_back(Open("pod-" + std::to_string(t), 200 * kMiB));
+    ASSERT_TRUE(tenants.back()->Charge(0, 150 * kMiB)) << t;
+    EXPECT_FALSE(tenants.back()->Charge(0, 100 * kMiB)) << t;
+  }
+  const LedgerReport r = Read();
+  EXPECT_EQ(r.tenants.size(), 80u);
+  EXPECT_TRUE(TenantsAddUp(r));
+}
+
+TEST_F(LedgerTest, ALockOnlyProcessTakesASlotButNoTenant) {
+  // `stoker gpu ls` and a process that has not registered yet hold a slot
+  // (the lock's owner) without appearing as a process of any tenant.
+  std::string error;
+  std::unique_ptr<Ledger> reader(Ledger::Open(path_, &error));
+  ASSERT_TRUE(reader) << error;
+  EXPECT_GE(reader->slot(), 0);
+  auto a = Open("a", 100 * kMiB);
+  EXPECT_NE(a->slot(), reader->slot());
+  const LedgerReport r = Read();
+  ASSERT_EQ(r.tenants.size(), 1u);
+  EXPECT_EQ(r.tenants[0].processes.size(), 1u);
+}
+
 TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
   auto parse = [](std::vector<std::pair<const char*, const char*>> env, std::string* error) {
     ShareConfig c;

@@ -4,7 +4,7 @@
 //
 //   share_probe MODE [--path direct|dlsym|proc] [options]
 //
-// Modes: property, resolve, race, churn, killer, report, fork, visible,
+// Modes: property, resolve, race, churn, killer, report, fork, orphan, visible,
 // bench, compute, alloc. Each prints one line of results (JSON where the
 // tests read figures) and exits 1 with "probe: FAIL: ..." on a violation.
 #include <dlfcn.h>
@@ -272,6 +272,41 @@ int Fork(const Driver& d) {
   return 0;
 }
 
+// A process forked without exec that never calls CUDA (a data-loading
+// worker) outlives its parent, which is SIGKILLed holding 3 GiB of a 4 GiB
+// quota: the parent's charge must be freed at once, not pinned by the child.
+int Orphan(const Driver& d) {
+  int ready[2];
+  if (pipe(ready) != 0) Fail("pipe");
+  const pid_t parent = fork();
+  if (parent == 0) {
+    Check(d.Init(0), "cuInit in the parent");
+    (void)NewContext(d, 0);
+    CUdeviceptr p = 0;
+    Check(d.MemAlloc(&p, 3ull << 30), "cuMemAlloc in the parent");
+    const pid_t worker = fork();
+    if (worker == 0) {
+      for (;;) pause();
+    }
+    (void)!write(ready[1], &worker, sizeof(worker));
+    for (;;) pause();
+  }
+  pid_t worker = 0;
+  if (read(ready[0], &worker, sizeof(worker)) != static_cast<ssize_t>(sizeof(worker))) Fail("the parent failed");
+  kill(parent, SIGKILL);
+  waitpid(parent, nullptr, 0);
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  CUdeviceptr p = 0;
+  const CUresult r = d.MemAlloc(&p, 3ull << 30);
+  kill(worker, SIGKILL);
+  if (r != CUDA_SUCCESS)
+    Fail("a killed parent's 3 GiB stayed charged while its forked worker lived (cuMemAlloc returned " +
+         std::to_string(static_cast<int>(r)) + ")");
+  std::printf("{\"orphan\": \"ok\"}\n");
+  return 0;
+}
+
 int Alloc(const Driver& d) {
   Check(d.Init(0), "cuInit");
   (void)NewContext(d, 0);
@@ -333,6 +368,7 @@ int main(int argc, char** argv) {
   if (mode == "report") return Report(d);
   if (mode == "fork") return Fork(d);
   if (mode == "alloc") return Alloc(d);
+  if (mode == "orphan") return Orphan(d);
   if (mode == "visible") return Visible(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);

@@ -118,6 +118,21 @@ int RunGpuRun(const GpuRunArgs& args) {
   if (!place && (args.gpus || args.wait))
     return Fail(
         stoker::Status::InvalidArgument("--gpus and --wait choose cards: not with --no-place or --device-memory"));
+  if (!settings->device_memory.empty()) {
+    // A quota on a card the command will not see guards nothing. Without
+    // NVML here, the interposer refuses it at cuInit instead.
+    if (auto inventory = stoker::ReadGpuInventory(); inventory.ok()) {
+      auto allowed = AllowedCards(*inventory);
+      if (!allowed.ok()) return Fail(allowed.error());
+      const std::size_t visible = allowed->empty() ? inventory->cards.size() : allowed->size();
+      for (const auto& [ordinal, bytes] : settings->device_memory)
+        if (ordinal >= visible)
+          return Fail(stoker::Status::InvalidArgument(fmt::format(
+              "--device-memory {}={}: the command sees {} GPU(s) (ordinals 0-{}{}), so GPU {} does not exist", ordinal,
+              stoker::FormatBytes(bytes), visible, visible == 0 ? 0 : visible - 1,
+              allowed->empty() ? "" : ", after CUDA_VISIBLE_DEVICES", ordinal)));
+    }
+  }
   auto interposer = stoker::FindGpuInterposer();
   if (!interposer.ok()) return Fail(interposer.error());
   auto program = stoker::CheckPreloadable(args.command.front());
@@ -141,7 +156,7 @@ int RunGpuRun(const GpuRunArgs& args) {
     request.allowed_uuids = *allowed;
     stoker::GpuPlacementOptions options;
     options.leases = args.leases;
-    options.ledger = args.ledger;
+    options.ledger = args.ledger.empty() ? stoker::DefaultGpuLedgerPath() : args.ledger;
     options.tenant = args.tenant;
     options.wait_seconds = wait;
     for (const auto& a : args.command) options.command += (options.command.empty() ? "" : " ") + a;
@@ -200,7 +215,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
   std::vector<stoker::GpuCardUse> cards;
   if (inventory.ok()) cards = stoker::DescribeGpuUse(*inventory, *leases);
   if (json) {
-    nlohmann::json j = {{"ledger", view->path}, {"repairs", view->repairs}};
+    nlohmann::json j = {{"ledger", view->path}, {"repairs", view->repairs}, {"fences", view->fences}};
     j["leases_file"] = leases_path.empty() ? stoker::DefaultGpuLeasePath() : leases_path;
     if (inventory.ok()) {
       j["inventory"] = inventory->source;
@@ -303,7 +318,11 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
       fmt::print("  {:>8} {:<24} {:>12} {:>12} {:>11.1f}s {:>12}\n", p.pid, stoker::Printable(t.name),
                  stoker::FormatBytes(used), p.oom_refusals, static_cast<double>(p.throttled_ns) / 1e9, p.launches);
     }
-  if (view->repairs) fmt::print("the ledger was repaired {} time(s) after a process died holding it\n", view->repairs);
+  if (view->repairs)
+    fmt::print(
+        "the ledger was repaired {} time(s) after a process died or stopped holding its lock ({} fenced out "
+        "after {} ms)\n",
+        view->repairs, view->fences, stoker::kGpuLedgerLockBoundMs);
   return 0;
 }
 

@@ -166,12 +166,12 @@ int main(int argc, char** argv) {
                       "Per GPU (CUDA ordinal) instead, without placing: ORDINAL=SIZE, repeatable, e.g. 1=8GiB");
   gpu_run->add_option("--tenant", gpu_args.tenant,
                       "Name shared by processes that share one quota (default: run-<pid>)");
-  gpu_run->add_option("--ledger", gpu_args.ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
+  gpu_run->add_option("--ledger", gpu_args.ledger, "The node's ledger (default: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger)");
   gpu_run->add_flag("--quiet", gpu_args.quiet, "Do not print the limits applied");
   gpu_run->add_option("COMMAND", gpu_args.command, "The command and its arguments (after --)")->required();
   gpu_run->positionals_at_end();
   auto* gpu_ls = gpu->add_subcommand("ls", "Each GPU's tenants: quotas, use, compute shares, processes");
-  gpu_ls->add_option("--ledger", gpu_ledger, "The node's ledger (default: /dev/shm/stoker-gpu-ledger)");
+  gpu_ls->add_option("--ledger", gpu_ledger, "The node's ledger (default: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger)");
   gpu_ls->add_option("--leases", gpu_leases,
                      "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
   gpu_ls->add_flag("--json", json, "Print JSON");

@@ -78,7 +78,7 @@ STOKER_HOOK CUresult CUDAAPI cuInit(unsigned int flags) {
   const CUresult r = real(flags);
   if (r != CUDA_SUCCESS) return r;
   Interposer& ip = Interposer::Get();
-  return ip.ok() ? r : ip.Refuse();
+  return ip.ok() && ip.CheckLimitOrdinals() ? r : ip.Refuse();
 }
 
 // --- dlsym ---

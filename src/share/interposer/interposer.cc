@@ -73,6 +73,11 @@ Interposer& Interposer::Get() {
         [] {
           g_instance->devices_mu_.unlock();
           g_instance->mu.unlock();
+          // At once, not when the child first calls CUDA (it may never):
+          // its copies of the parent's descriptor and mapping would keep
+          // the parent's slot alive, and a killed parent's charge with it,
+          // for as long as the child lives.
+          if (g_instance->ledger_ != nullptr) g_instance->ledger_->DetachAfterFork();
           g_forked = true;
         });
     std::atexit([] {
@@ -168,6 +173,24 @@ CUresult Interposer::Refuse() {
                  error_.empty() ? "not initialised" : error_.c_str(), static_cast<int>(::getpid()));
   });
   return CUDA_ERROR_NOT_PERMITTED;
+}
+
+bool Interposer::CheckLimitOrdinals() {
+  if (!ok_ || config_.ordinal_limits.empty() || calls_.device_get_count == nullptr) return ok_;
+  int count = 0;
+  if (calls_.device_get_count(&count) != CUDA_SUCCESS) return ok_;
+  for (const auto& [ordinal, bytes] : config_.ordinal_limits) {
+    if (static_cast<int>(ordinal) < count) continue;
+    char detail[256];
+    std::snprintf(detail, sizeof(detail),
+                  "STOKER_GPU_MEMORY_LIMIT_%u sets a quota on device %u, but this process sees %d device(s) (after "
+                  "CUDA_VISIBLE_DEVICES)",
+                  ordinal, ordinal, count);
+    error_ = detail;
+    ok_ = false;
+    return false;
+  }
+  return true;
 }
 
 bool Interposer::DeviceOf(int ordinal, Dev* dev) {

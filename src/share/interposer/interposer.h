@@ -59,6 +59,10 @@ class Interposer {
   // What a hooked call answers when the interposer is not usable (and the
   // reason, printed once).
   CUresult Refuse();
+  // After the driver initialised: a per-device limit for an ordinal this
+  // process does not see is a mistake (a quota that guards nothing), not
+  // something to ignore. False (the process refused) when there is one.
+  bool CheckLimitOrdinals();
   const DriverCalls& driver() const { return calls_; }
   Ledger& ledger() { return *ledger_; }
   const ShareConfig& config() const { return config_; }
