@@ -8,7 +8,8 @@
 // threshold, graph memory, streams and events on a time-sliced device
 // timeline (kernels take the time a test gives them), cuGetProcAddress with
 // versions and per-thread-default-stream variants, and fault injection
-// (FAKE_CUDA_FAIL=name:N fails the Nth call of `name` with out of memory).
+// (FAKE_CUDA_FAIL=name:N fails the Nth call of `name` with out of memory;
+// FAKE_CUDA_UNBOUND=1 answers cuGetProcAddress from the global scope).
 // Built twice: as a current driver (13.0) and, with FAKE_CUDA_OLD, as an old
 // one that lacks the VMM, pool and green-context entry points.
 //
@@ -1325,6 +1326,14 @@ CUresult FindProc(const char* symbol, void** pfn, int version, cuuint64_t flags,
                    : (known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   if (best == nullptr) return CUDA_ERROR_NOT_FOUND;
   *pfn = best->fn;
+  // FAKE_CUDA_UNBOUND=1: a driver whose lookups bind by name in the global
+  // scope (no -Bsymbolic), so they answer with whatever is preloaded: the
+  // interposer's own hooks.
+  if (const char* unbound = std::getenv("FAKE_CUDA_UNBOUND"); unbound && *unbound == '1') {
+    Dl_info info{};
+    if (::dladdr(best->fn, &info) && info.dli_sname != nullptr)
+      if (void* global = ::dlsym(RTLD_DEFAULT, info.dli_sname)) *pfn = global;
+  }
   return CUDA_SUCCESS;
 }
 

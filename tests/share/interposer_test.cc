@@ -76,6 +76,19 @@ TEST_F(Interposer, EveryHookIsReachedByNameByDlsymAndByGetProcAddressAtEachVersi
   EXPECT_EQ(Probe("resolve").status, 0);
   // A driver that knows a newer cuMemAlloc than this build: refused, not confused.
   EXPECT_EQ(Probe("resolve", {{"FAKE_CUDA_NEWER", "cuMemAlloc"}}).status, 0);
+  // A driver whose cuGetProcAddress answers with the interposer's own hooks
+  // (no symbol binding, or a second interposer handing ours back): the
+  // interposer must not take its own hook for the driver's function (cuInit
+  // would call itself until the stack overflows).
+  EXPECT_EQ(Probe("resolve", {{"FAKE_CUDA_UNBOUND", "1"}}).status, 0);
+  const ProbeRun held = Probe("alloc", {{"FAKE_CUDA_UNBOUND", "1"}, {"STOKER_GPU_MEMORY_LIMIT", "1GiB"}});
+  EXPECT_EQ(held.status, 0);
+  EXPECT_EQ(held.json()["quota"], 1ull << 30);
+  // Where even the driver's own scope gives our hook back: a clear error.
+  const ProbeRun self = Probe("alloc", {{"STOKER_GPU_REAL_LIBCUDA", STOKER_INTERPOSER}});
+  EXPECT_NE(self.status, 0);
+  EXPECT_NE(self.out.find("stoker-share: error: the CUDA driver answers cuInit with the interposer's own function"),
+            std::string::npos);
   // An old driver (CUDA 10.1: no pools, no VMM, no graphs' memory): what
   // it lacks is an error, never a call through NULL.
   const ProbeRun old = Probe("resolve", {{"LD_LIBRARY_PATH", Driver("cuda-old")}});

@@ -41,6 +41,14 @@ int VariantBySymbol(std::string_view symbol);
 // (the hook then answers CUDA_ERROR_NOT_FOUND, never calling through NULL).
 void* RealFunction(Variant v);
 
+// Whether `fn` lies in this library (the interposer) itself.
+bool OwnFunction(const void* fn);
+
+// Whether the driver's lookup answered with one of the interposer's own
+// hooks for some entry point (then resolved by name in the driver's own
+// scope instead, or left missing when that too gave ours).
+bool DriverAnsweredWithOurHooks();
+
 template <typename Pfn>
 Pfn Real(Variant v) {
   return reinterpret_cast<Pfn>(RealFunction(v));

@@ -23,7 +23,7 @@ Report TenantView(Interposer& ip, const Dev& dev, std::uint64_t physical_total, 
   const std::uint64_t quota = ip.QuotaOf(dev.ordinal);
   if (quota == stoker::share::kNoQuota) return {physical_total, physical_free};
   ip.RefreshPools(dev.ordinal);
-  ip.Reconcile(dev.ordinal);
+  ip.Reconcile(dev.ordinal, /*force=*/false);
   const std::uint64_t total = std::min(quota, physical_total);
   const std::uint64_t used = ip.ledger().TenantCharged(dev.ledger);
   return {total, std::min(total > used ? total - used : 0, physical_free)};
@@ -117,7 +117,7 @@ bool NvmlView(nvmlDevice_t device, std::uint64_t* total, std::uint64_t* free, st
   if (ordinal < 0 || !ip.DeviceOf(ordinal, &dev)) return false;
   const std::uint64_t quota = ip.QuotaOf(ordinal);
   if (quota == stoker::share::kNoQuota) return false;
-  ip.Reconcile(ordinal);
+  ip.Reconcile(ordinal, /*force=*/false);
   *total = std::min(quota, *total);
   *used = std::min(ip.ledger().TenantCharged(dev.ledger), *total);
   *free = std::min(*total - *used, *free);

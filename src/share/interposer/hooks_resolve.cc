@@ -10,6 +10,7 @@
 // cuInit starts the interposer: a process that cannot be held to its quota
 // fails there, loudly.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -74,7 +75,19 @@ STOKER_HOOK CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, in
 
 STOKER_HOOK CUresult CUDAAPI cuInit(unsigned int flags) {
   auto real = stoker::share::Real<PFN_cuInit_v2000>(stoker::share::kV_cuInit);
-  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (real == nullptr) {
+    if (stoker::share::DriverAnsweredWithOurHooks()) {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        std::fprintf(stderr,
+                     "stoker-share: error: the CUDA driver answers cuInit with the interposer's own function (a "
+                     "second interposer that hands ours back, or a libcuda.so.1 that is not NVIDIA's); refusing "
+                     "to start rather than call ourselves; GPU calls in this process (pid %d) fail\n",
+                     static_cast<int>(::getpid()));
+      });
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
   const CUresult r = real(flags);
   if (r != CUDA_SUCCESS) return r;
   Interposer& ip = Interposer::Get();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "share/interposer/entry_points.h"
 #include "share/interposer/nvml_api.h"
 #include "share/interposer/real_driver.h"
 
@@ -108,6 +109,10 @@ void Interposer::Initialise() {
   }
   if (DriverHandle() == nullptr) {
     error_ = "cannot open the CUDA driver (libcuda.so.1)";
+    return;
+  }
+  if (OwnFunction(DriverSymbol("cuInit"))) {
+    error_ = "the CUDA driver library it opened is the interposer itself (STOKER_GPU_REAL_LIBCUDA?)";
     return;
   }
   Load(&calls_.ctx_get_current, "cuCtxGetCurrent");
@@ -316,9 +321,12 @@ bool Interposer::DeviceUsed(int ordinal, std::uint64_t* used) {
   return true;
 }
 
-void Interposer::Reconcile(int ordinal) {
+void Interposer::Reconcile(int ordinal, bool force) {
   const Nvml& n = NvmlCalls();
   if (!n.ok || n.processes == nullptr || !nvml_per_process_) return;
+  if (!force && ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals) &&
+      MonotonicNs() - __atomic_load_n(&last_reconcile_ns_[ordinal], __ATOMIC_RELAXED) < kReconcileEveryNs)
+    return;
   std::uint8_t uuid[16];
   int d = -1;
   {
@@ -347,7 +355,7 @@ void Interposer::Reconcile(int ordinal) {
   const std::uint64_t target = mine->usedGpuMemory > tracked[ordinal] ? mine->usedGpuMemory - tracked[ordinal] : 0;
   ledger_->Settle(d, overhead[ordinal], target);
   overhead[ordinal] = target;
-  last_reconcile_ns_[ordinal] = MonotonicNs();
+  __atomic_store_n(&last_reconcile_ns_[ordinal], MonotonicNs(), __ATOMIC_RELAXED);
 }
 
 void Interposer::RefreshPools(int ordinal) {

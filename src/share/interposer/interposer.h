@@ -137,7 +137,10 @@ class Interposer {
   bool DeviceUsed(int ordinal, std::uint64_t* used);
   // Charges what the driver holds for this process beyond the tracked
   // allocations (NVML's per-process view), where NVML can tell.
-  void Reconcile(int ordinal);
+  // `force`: now; else at most every kReconcileEveryNs per device (the
+  // memory queries' path: NVML's process list costs tens of microseconds).
+  void Reconcile(int ordinal, bool force = true);
+  static constexpr std::uint64_t kReconcileEveryNs = 100'000'000;
   // Re-reads pool reservations and graph memory on `ordinal` (all: -1).
   void RefreshPools(int ordinal);
   void RefreshGraphMemory(int ordinal);
