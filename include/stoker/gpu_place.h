@@ -84,7 +84,7 @@ struct GpuLease {
 };
 
 struct GpuPlacementOptions {
-  std::string leases;   // the node's lease file; empty: $STOKER_GPU_LEASES, else /dev/shm/stoker-gpu-leases.json
+  std::string leases;   // the lease file; empty: DefaultGpuLeasePath()
   std::string ledger;   // empty: the interposer's default
   std::string tenant;   // empty: "lease-<id>"
   std::string command;  // recorded for `stoker gpu ls`

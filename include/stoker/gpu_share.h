@@ -22,7 +22,7 @@ struct GpuShareSettings {
   std::map<std::uint32_t, std::uint64_t> device_memory;  // bytes by CUDA ordinal (overrides)
   std::optional<std::uint32_t> compute_share;            // percent of each device's time, 1-100
   std::string tenant;  // processes sharing one quota; empty: "run-<pid>" of the caller
-  std::string ledger;  // the node's ledger; empty: DefaultGpuLedgerPath()
+  std::string ledger;  // the memory ledger; empty: DefaultGpuLedgerPath()
 };
 
 // The variables to set (LD_PRELOAD first, then STOKER_GPU_*) for a command
@@ -50,16 +50,24 @@ struct GpuShareSettings {
 // is checked by its interpreter. Returns the resolved path.
 [[nodiscard]] Result<std::string> CheckPreloadable(const std::string& command);
 
-// The node's ledger: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger.
+// The node's GPU state folder: $STOKER_GPU_DIR, else /dev/shm/stoker-gpu
+// (made sticky and world-writable when missing, like /tmp): every user's
+// memory ledger, the compute schedule and every user's leases.
+[[nodiscard]] std::string GpuStateDir();
+
+// This user's memory ledger: $STOKER_GPU_LEDGER, else ledger-uid<uid> in the
+// node's GPU state folder ($STOKER_GPU_DIR, else /dev/shm/stoker-gpu).
 [[nodiscard]] std::string DefaultGpuLedgerPath();
 
 // How long a process may hold the ledger's lock before the others fence it
 // out (a stopped or frozen holder; docs/gpu-sharing.md, "The ledger").
 inline constexpr int kGpuLedgerLockBoundMs = 500;
 
-// The node's ledger as `stoker gpu ls` shows it (dead processes' slots are
-// freed while reading); `path` empty: DefaultGpuLedgerPath(). An absent
-// ledger is an empty report.
+// What the node's ledgers hold, as `stoker gpu ls` shows it (dead
+// processes' slots are freed while reading): the ledger at `path`; else,
+// with STOKER_GPU_LEDGER unset, every user's ledger in the state folder
+// that this user may read (all of them for root), the others listed as
+// unreadable. An absent ledger is an empty report.
 struct GpuLedgerView {
   struct Device {
     std::string uuid;
@@ -72,16 +80,18 @@ struct GpuLedgerView {
   };
   struct Tenant {
     std::string name;
+    unsigned owner_uid = 0;                           // the user whose ledger holds it
     std::vector<std::optional<std::uint64_t>> quota;  // per device; nullopt: none
     std::vector<std::uint64_t> charged;               // per device
     std::uint32_t compute_share = 0;                  // 0: none
     std::vector<Process> processes;
   };
-  std::string path;
+  std::string path;  // the ledger, or the state folder whose ledgers were read
   std::vector<Device> devices;
   std::vector<Tenant> tenants;
-  std::uint64_t repairs = 0;  // times the ledger's lock was taken over and the ledger rebuilt
-  std::uint64_t fences = 0;   // of those, holders fenced out (stopped or frozen while holding it)
+  std::vector<std::string> unreadable;  // other users' ledgers this user may not read
+  std::uint64_t repairs = 0;            // times the ledger's lock was taken over and the ledger rebuilt
+  std::uint64_t fences = 0;             // of those, holders fenced out (stopped or frozen while holding it)
 };
 [[nodiscard]] Result<GpuLedgerView> ReadGpuLedger(const std::string& path = "");
 

@@ -4,10 +4,15 @@
 #include <signal.h>
 #include <sys/file.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -128,23 +133,75 @@ std::uint64_t ProcessStartTime(int pid) {
   return 0;
 }
 
-Result<LeaseBook> LeaseBook::Open(const std::string& path) {
-  const std::string lock_path = path + ".lock";
-  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!lock.valid()) return Status::FromErrno(errno, fmt::format("opening the lease lock {}", lock_path));
-  while (::flock(lock.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return Status::FromErrno(errno, fmt::format("locking {}", lock_path));
+bool LeaseBook::PerUser(const std::string& path) {
+  const std::string name = path.substr(path.rfind('/') + 1);
+  return name.rfind("leases-uid", 0) == 0 && name.size() > 15 && name.ends_with(".json");
+}
+
+namespace {
+
+// Opens (making it if missing) a lock file that others may have made: a
+// flock needs no write permission, and opening another user's file with
+// O_CREAT in a sticky folder is refused (fs.protected_regular).
+Result<UniqueFd> OpenLockFile(const std::string& lock_path) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    UniqueFd fd(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (fd.valid()) return fd;
+    if (errno != ENOENT) break;
+    UniqueFd made(::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (made.valid()) {
+      (void)::fchmod(made.get(), 0644);
+      return made;
+    }
+    if (errno != EEXIST) break;
   }
-  LeaseBook book(path, std::move(lock));
-  FileSystem& fs = *FileSystem::Default();
-  auto bytes = ReadWholeFile(fs, path);
-  if (!bytes.ok()) {
-    if (bytes.error().code() != StatusCode::kNotFound) return bytes.error();
-    return book;
+  return Status::FromErrno(errno, fmt::format("opening the lease lock {}", lock_path));
+}
+
+Status ReadInto(const std::string& path, std::vector<GpuLease>* leases) {
+  auto bytes = ReadWholeFile(*FileSystem::Default(), path);
+  if (!bytes.ok()) return bytes.error().code() == StatusCode::kNotFound ? Status::Ok() : bytes.error();
+  auto parsed = ParseLeases(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), path);
+  if (!parsed.ok()) return parsed.error();
+  for (auto& l : *parsed) leases->push_back(std::move(l));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<LeaseBook> LeaseBook::Open(const std::string& path, double wait_seconds) {
+  const bool per_user = PerUser(path);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (per_user && !dir.empty() && ::mkdir(dir.c_str(), 0777) == 0) (void)::chmod(dir.c_str(), 01777);
+  const std::string lock_path = per_user ? dir + "/leases.lock" : path + ".lock";
+  auto lock = OpenLockFile(lock_path);
+  if (!lock.ok()) return lock.error();
+  // Bounded: a process that holds the lock and never lets go (stopped, or
+  // another user's on purpose) must not hang every placement on the node.
+  const auto start = std::chrono::steady_clock::now();
+  while (::flock(lock->get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return Status::FromErrno(errno, fmt::format("locking {}", lock_path));
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= wait_seconds)
+      return Status::DeadlineExceeded(
+          fmt::format("the lease lock {} has been held by another process for {:.0f} s (see /proc/locks for its pid)",
+                      lock_path, wait_seconds));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  auto leases = ParseLeases(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), path);
-  if (!leases.ok()) return leases.error();
-  book.leases_ = std::move(*leases);
+  LeaseBook book(path, std::move(*lock));
+  if (Status s = ReadInto(path, &book.leases_); !s.ok()) return s;
+  if (per_user) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string other = entry.path().string();
+      if (other == path || !PerUser(other)) continue;
+      std::vector<GpuLease> theirs;
+      if (Status s = ReadInto(other, &theirs); !s.ok()) return s;
+      for (auto& l : theirs) {
+        book.foreign_.insert(l.id);
+        book.leases_.push_back(std::move(l));
+      }
+    }
+  }
   return book;
 }
 
@@ -183,7 +240,10 @@ int LeaseBook::ReclaimDead(LedgerViews& ledgers) {
 }
 
 Status LeaseBook::Save() {
-  const std::string text = SerializeLeases(leases_);
+  std::vector<GpuLease> mine;
+  for (const GpuLease& l : leases_)
+    if (!Foreign(l.id)) mine.push_back(l);
+  const std::string text = SerializeLeases(mine);
   return WriteWholeFileAtomically(*FileSystem::Default(), path_,
                                   std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()));
 }

@@ -1,11 +1,18 @@
-// The node's lease file: which cards each running command was given. One
-// JSON file (docs/gpu-sharing.md, "The lease file"), read and rewritten
-// whole under an exclusive flock on "<file>.lock"; the kernel drops that
-// lock when its holder dies, and the file is replaced by rename, so a
-// crash at any instruction leaves the old leases or the new ones. A lease
-// whose process (checked with its start time, against pid reuse) and
-// tenant's processes in the ledger have all ended is reclaimed by the next
-// reader.
+// The node's leases: which cards each running command was given. JSON
+// files (docs/gpu-sharing.md, "The lease file"), read whole and rewritten
+// whole under an exclusive flock; the kernel drops that lock when its
+// holder dies, and a file is replaced by rename, so a crash at any
+// instruction leaves the old leases or the new ones. A lease whose process
+// (checked with its start time, against pid reuse) and tenant's processes
+// in the ledger have all ended is reclaimed by the next reader.
+//
+// Two layouts:
+//  - one file named by hand (--leases, STOKER_GPU_LEASES), locked by
+//    "<file>.lock": every user of it must be able to write it;
+//  - in the GPU state folder, one file per user, leases-uid<uid>.json,
+//    locked together by "leases.lock" there: each user reads everyone's
+//    leases to choose cards and writes only their own, so no user can
+//    drop another's lease or is refused because another came first.
 #pragma once
 
 #include <cstdint>
@@ -51,15 +58,21 @@ class LedgerViews {
 
 class LeaseBook {
  public:
-  // Takes the lock (waiting for another holder) and reads the leases; a
-  // missing file is no leases.
-  [[nodiscard]] static Result<LeaseBook> Open(const std::string& path);
+  // Takes the lock (waiting up to `wait_seconds` for another holder) and
+  // reads the leases; a missing file is no leases.
+  [[nodiscard]] static Result<LeaseBook> Open(const std::string& path, double wait_seconds = 30);
+
+  // Whether `path` is a user's file in the per-user layout.
+  [[nodiscard]] static bool PerUser(const std::string& path);
 
   [[nodiscard]] std::vector<GpuLease>& leases() { return leases_; }
   // Drops the leases nobody uses any more; returns how many.
   int ReclaimDead(LedgerViews& ledgers);
-  // Writes the leases back (atomically). The lock stays held.
+  // Writes the leases back (atomically): this user's only, in the per-user
+  // layout. The lock stays held.
   [[nodiscard]] Status Save();
+  // Whether lease `id` was read from another user's file (Save leaves it).
+  [[nodiscard]] bool Foreign(const std::string& id) const { return foreign_.count(id) > 0; }
   [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
@@ -67,6 +80,7 @@ class LeaseBook {
   std::string path_;
   UniqueFd lock_;
   std::vector<GpuLease> leases_;
+  std::set<std::string> foreign_;  // ids of other users' leases
 };
 
 }  // namespace stoker::place

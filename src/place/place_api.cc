@@ -44,7 +44,7 @@ Status CheckGpuRequest(const GpuRequest& r) {
 
 std::string DefaultGpuLeasePath() {
   const char* env = std::getenv("STOKER_GPU_LEASES");
-  return env && *env ? env : "/dev/shm/stoker-gpu-leases.json";
+  return env && *env ? env : fmt::format("{}/leases-uid{}.json", GpuStateDir(), ::getuid());
 }
 
 namespace {
@@ -172,6 +172,8 @@ Result<std::vector<GpuLease>> ReadGpuLeases(const std::string& leases) {
 Status ReleaseGpuLease(const std::string& id, const std::string& leases) {
   auto book = place::LeaseBook::Open(LeasePath(leases));
   if (!book.ok()) return book.error();
+  if (book->Foreign(id))
+    return Status::FailedPrecondition(fmt::format("lease '{}' is another user's (in {})", id, book->path()));
   const auto erased = std::erase_if(book->leases(), [&](const GpuLease& l) { return l.id == id; });
   if (erased == 0) return Status::NotFound(fmt::format("no lease '{}' in {}", id, book->path()));
   return book->Save();

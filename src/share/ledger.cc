@@ -91,7 +91,7 @@ LedgerLayout* MapExisting(int fd, const std::string& path, std::string* error) {
 // Creates the ledger under a temporary name, initialised, and links it
 // into place: a reader never sees a half-initialised ledger. Losing the
 // race to another creator is fine (theirs is used).
-bool CreateLedger(const std::string& path, std::string* error) {
+bool CreateLedger(const std::string& path, unsigned mode, std::string* error) {
   char temp[4096];
   std::snprintf(temp, sizeof(temp), "%s.tmp-%d", path.c_str(), static_cast<int>(::getpid()));
   const int fd = ::open(temp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -99,7 +99,7 @@ bool CreateLedger(const std::string& path, std::string* error) {
     *error = Errno("create", temp);
     return false;
   }
-  bool ok = ::ftruncate(fd, sizeof(LedgerLayout)) == 0;  // the lock starts free (zero)
+  bool ok = ::fchmod(fd, mode) == 0 && ::ftruncate(fd, sizeof(LedgerLayout)) == 0;  // the lock starts free (zero)
   void* base = ok ? ::mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (base != MAP_FAILED) {
     auto* layout = static_cast<LedgerLayout*>(base);  // zero-filled by ftruncate
@@ -134,10 +134,68 @@ Ledger::~Ledger() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Ledger* Ledger::Open(const std::string& path, std::string* error) {
+namespace {
+
+// The folder of a user's ledger: made sticky and world-writable if missing
+// (every user makes their own file there, none can remove another's);
+// refused when it is a symbolic link, or when another user owns it and it
+// is not sticky (they could replace our files).
+bool PrepareFolder(const std::string& path, std::string* error) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (dir.empty()) return true;
+  if (::mkdir(dir.c_str(), 0777) == 0) {
+    if (::chmod(dir.c_str(), 01777) != 0) {
+      *error = Errno("make world-writable and sticky", dir);
+      return false;
+    }
+    return true;
+  }
+  if (errno != EEXIST) {
+    *error = Errno("make the folder", dir);
+    return false;
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    *error = Errno("stat", dir);
+    return false;
+  }
+  char detail[256] = {};
+  if (S_ISLNK(st.st_mode)) {
+    std::snprintf(detail, sizeof(detail), "is a symbolic link (uid %u): refusing it", static_cast<unsigned>(st.st_uid));
+  } else if (!S_ISDIR(st.st_mode)) {
+    std::snprintf(detail, sizeof(detail), "is not a folder");
+  } else if (st.st_uid != ::geteuid() && st.st_uid != 0 && !(st.st_mode & S_ISVTX)) {
+    std::snprintf(detail, sizeof(detail),
+                  "belongs to uid %u and is not sticky: its owner could replace your ledger (remove it, or let "
+                  "`stoker gpu agent` make it)",
+                  static_cast<unsigned>(st.st_uid));
+  }
+  if (detail[0] != '\0') {
+    *error = "the GPU state folder '" + dir + "' " + detail;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Ledger* Ledger::Open(const std::string& path, std::string* error, const LedgerFile& file) {
+  if (file.make_dir && !PrepareFolder(path, error)) return nullptr;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
+      struct stat st {};
+      if (file.must_own && ::fstat(fd, &st) == 0 && st.st_uid != ::geteuid()) {
+        char detail[256];
+        std::snprintf(detail, sizeof(detail),
+                      "belongs to uid %u, not to this user (uid %u): another user made it under your name; remove it "
+                      "(as root or uid %u), or set STOKER_GPU_LEDGER",
+                      static_cast<unsigned>(st.st_uid), static_cast<unsigned>(::geteuid()),
+                      static_cast<unsigned>(st.st_uid));
+        *error = "the ledger '" + path + "' " + detail;
+        ::close(fd);
+        return nullptr;
+      }
       LedgerLayout* layout = MapExisting(fd, path, error);
       if (layout == nullptr) {
         ::close(fd);
@@ -154,7 +212,7 @@ Ledger* Ledger::Open(const std::string& path, std::string* error) {
       *error = Errno(errno == ELOOP ? "refusing a symbolic link at" : "open", path);
       return nullptr;
     }
-    if (!CreateLedger(path, error)) return nullptr;
+    if (!CreateLedger(path, file.mode, error)) return nullptr;
   }
   *error = "'" + path + "' keeps disappearing";
   return nullptr;
@@ -265,7 +323,7 @@ void Ledger::RecomputeTenants() {
 
 bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std::string* error) {
   if (tenant.empty() || tenant.size() >= kTenantNameBytes) {
-    *error = "the tenant name must have 1 to 63 characters";
+    *error = "the tenant name must have 1 to 79 characters";
     return false;
   }
   if (registered_) {

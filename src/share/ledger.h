@@ -1,6 +1,7 @@
-// The GPU ledger: what every tenant may use of every GPU, and what each of
+// A GPU ledger: what every tenant may use of every GPU, and what each of
 // its processes holds, in one shared-memory file that every process of every
-// tenant maps (STOKER_GPU_LEDGER, default /dev/shm/stoker-gpu-ledger).
+// tenant maps (one per user in the state folder, share_config.h, or one
+// named by STOKER_GPU_LEDGER; the compute schedule uses the same format).
 // docs/gpu-sharing.md specifies the layout; it is versioned like the index.
 //
 // Admission is one critical section under the ledger's lock (ledger_lock.h):
@@ -47,7 +48,7 @@ inline constexpr std::uint32_t kMaxSlots = 4096;  // below 65535: the lock word 
 // How long one holder may keep the ledger's lock before waiters fence it
 // out (critical sections take microseconds).
 inline constexpr std::uint64_t kLockBoundNs = 500'000'000;
-inline constexpr std::size_t kTenantNameBytes = 64;  // NUL-terminated
+inline constexpr std::size_t kTenantNameBytes = 80;  // NUL-terminated: a name and "@uid<uid>"
 inline constexpr std::uint64_t kNoQuota = ~std::uint64_t{0};
 
 // The layout, byte for byte (little-endian, no pointers; docs/gpu-sharing.md).
@@ -124,13 +125,20 @@ struct LedgerReport {
 
 std::string FormatUuid(const std::uint8_t uuid[16]);
 
+// How a ledger's file is made and trusted.
+struct LedgerFile {
+  unsigned mode = 0600;   // when created (umask does not apply)
+  bool make_dir = false;  // make the folder if missing: sticky, world-writable, like /tmp
+  bool must_own = false;  // refuse a file another user owns (a user's own ledger)
+};
+
 class Ledger {
  public:
-  // Opens the ledger at `path`, creating it (mode 0600) if missing, and
-  // claims a process slot (held until the ledger is closed or the process
-  // ends). Empty on failure, with `*error` saying why (another version,
-  // not a ledger, permissions, no free slot).
-  static Ledger* Open(const std::string& path, std::string* error);
+  // Opens the ledger at `path`, creating it if missing, and claims a
+  // process slot (held until the ledger is closed or the process ends).
+  // Empty on failure, with `*error` saying why (another version, not a
+  // ledger, permissions, another user's file, no free slot).
+  static Ledger* Open(const std::string& path, std::string* error, const LedgerFile& file = {});
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;

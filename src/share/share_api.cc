@@ -1,6 +1,9 @@
 // The public face of GPU sharing (stoker/gpu_share.h).
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -98,30 +101,99 @@ Result<std::string> FindGpuInterposer() {
 
 static_assert(kGpuLedgerLockBoundMs * 1'000'000ull == share::kLockBoundNs);
 
+namespace {
+
+share::ShareConfig ConfigFromEnvironment() {
+  share::ShareConfig config;
+  std::string error;
+  (void)share::ParseShareConfig([](const char* name) { return std::getenv(name); }, &config, &error);
+  if (config.ledger_path.empty()) config.ledger_path = share::UserLedgerPath(share::kDefaultStateDir, ::getuid());
+  return config;
+}
+
+// Adds one ledger file's report to `view`, its devices matched by UUID.
+void Merge(const share::LedgerReport& report, unsigned owner_uid, GpuLedgerView* view) {
+  std::vector<std::size_t> index;  // the file's device -> the view's
+  for (const auto& d : report.devices) {
+    std::size_t at = 0;
+    while (at < view->devices.size() && view->devices[at].uuid != d.uuid) ++at;
+    if (at == view->devices.size()) {
+      view->devices.push_back({d.uuid, d.physical_bytes});
+      for (auto& t : view->tenants) {
+        t.quota.emplace_back(std::nullopt);
+        t.charged.push_back(0);
+        for (auto& p : t.processes) p.charged.push_back(0);
+      }
+    }
+    index.push_back(at);
+  }
+  const std::size_t n = view->devices.size();
+  for (const auto& t : report.tenants) {
+    GpuLedgerView::Tenant tenant;
+    tenant.name = t.name;
+    tenant.owner_uid = owner_uid;
+    tenant.quota.assign(n, std::nullopt);
+    tenant.charged.assign(n, 0);
+    for (std::size_t d = 0; d < index.size() && d < t.quota.size(); ++d) {
+      if (t.quota[d] != share::kNoQuota) tenant.quota[index[d]] = t.quota[d];
+      tenant.charged[index[d]] = t.charged[d];
+    }
+    tenant.compute_share = t.compute_share;
+    for (const auto& p : t.processes) {
+      GpuLedgerView::Process process{
+          p.pid, std::vector<std::uint64_t>(n, 0), p.oom_refusals, p.throttled_ns, p.launches, p.started_unix};
+      for (std::size_t d = 0; d < index.size() && d < p.charged.size(); ++d) process.charged[index[d]] = p.charged[d];
+      tenant.processes.push_back(std::move(process));
+    }
+    view->tenants.push_back(std::move(tenant));
+  }
+  view->repairs += report.repairs;
+  view->fences += report.fences;
+}
+
+Status ReadOne(const std::string& path, GpuLedgerView* view) {
+  share::LedgerReport report;
+  std::string error;
+  if (!share::Ledger::Report(path, &report, &error)) return Status::IOError(error);
+  struct stat st {};
+  Merge(report, ::stat(path.c_str(), &st) == 0 ? st.st_uid : ::getuid(), view);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string GpuStateDir() {
+  return ConfigFromEnvironment().state_dir;
+}
+
 std::string DefaultGpuLedgerPath() {
-  const char* env = std::getenv("STOKER_GPU_LEDGER");
-  return env && *env ? env : share::kDefaultLedgerPath;
+  return ConfigFromEnvironment().ledger_path;
 }
 
 Result<GpuLedgerView> ReadGpuLedger(const std::string& path) {
   GpuLedgerView view;
-  view.path = path.empty() ? DefaultGpuLedgerPath() : path;
-  share::LedgerReport report;
-  std::string error;
-  if (!share::Ledger::Report(view.path, &report, &error)) return Status::IOError(error);
-  for (const auto& d : report.devices) view.devices.push_back({d.uuid, d.physical_bytes});
-  for (const auto& t : report.tenants) {
-    GpuLedgerView::Tenant tenant;
-    tenant.name = t.name;
-    for (std::uint64_t q : t.quota) tenant.quota.push_back(q == share::kNoQuota ? std::nullopt : std::optional(q));
-    tenant.charged = t.charged;
-    tenant.compute_share = t.compute_share;
-    for (const auto& p : t.processes)
-      tenant.processes.push_back({p.pid, p.charged, p.oom_refusals, p.throttled_ns, p.launches, p.started_unix});
-    view.tenants.push_back(std::move(tenant));
+  const share::ShareConfig config = ConfigFromEnvironment();
+  if (!path.empty() || !config.ledger_in_state_dir) {
+    view.path = path.empty() ? config.ledger_path : path;
+    if (Status s = ReadOne(view.path, &view); !s.ok()) return s;
+    return view;
   }
-  view.repairs = report.repairs;
-  view.fences = report.fences;
+  // Every user's ledger in the state folder that this user may read.
+  view.path = config.state_dir;
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(config.state_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ledger-uid", 0) == 0 && name.find(".tmp-") == std::string::npos) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& file : files) {
+    if (::access(file.c_str(), R_OK | W_OK) != 0) {
+      view.unreadable.push_back(file);
+      continue;
+    }
+    if (Status s = ReadOne(file, &view); !s.ok()) return s;
+  }
   return view;
 }
 

@@ -35,6 +35,10 @@ std::uint64_t ShareConfig::LimitFor(std::uint32_t ordinal) const {
   return default_limit;
 }
 
+std::string UserLedgerPath(const std::string& dir, unsigned uid) {
+  return dir + "/ledger-uid" + std::to_string(uid);
+}
+
 bool ValidTenantName(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
   for (char c : name)
@@ -55,11 +59,31 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
   } else {
     config->tenant = "uid-" + std::to_string(::getuid());
   }
-  const char* ledger = get("STOKER_GPU_LEDGER");
-  config->ledger_path = ledger && *ledger ? ledger : kDefaultLedgerPath;
-  if (config->ledger_path[0] != '/') {
-    *error = "STOKER_GPU_LEDGER='" + config->ledger_path + "' must be an absolute path";
+  auto absolute = [&](const char* name, const std::string& path) {
+    if (path[0] == '/') return true;
+    *error = std::string(name) + "='" + path + "' must be an absolute path";
     return false;
+  };
+  const char* dir = get("STOKER_GPU_DIR");
+  config->state_dir = dir && *dir ? dir : kDefaultStateDir;
+  if (!absolute("STOKER_GPU_DIR", config->state_dir)) return false;
+  const char* ledger = get("STOKER_GPU_LEDGER");
+  const char* turns = get("STOKER_GPU_TURNS");
+  if (ledger && *ledger) {
+    config->ledger_path = ledger;
+    if (!absolute("STOKER_GPU_LEDGER", config->ledger_path)) return false;
+  } else {
+    config->ledger_path = UserLedgerPath(config->state_dir, ::getuid());
+    config->ledger_in_state_dir = true;
+  }
+  if (turns && *turns) {
+    config->turns_path = turns;
+    if (!absolute("STOKER_GPU_TURNS", config->turns_path)) return false;
+  } else if (config->ledger_in_state_dir) {
+    config->turns_path = config->state_dir + "/turns";
+    config->turns_in_state_dir = true;
+  } else {
+    config->turns_path = config->ledger_path;  // one file holds both, as a single ledger did
   }
   if (const char* v = get("STOKER_GPU_MEMORY_LIMIT"); v && *v) {
     if (!ParseLimit("STOKER_GPU_MEMORY_LIMIT", v, &config->default_limit, error)) return false;

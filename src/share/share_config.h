@@ -6,8 +6,20 @@
 //                                     after CUDA_VISIBLE_DEVICES); overrides
 //   STOKER_GPU_COMPUTE_SHARE=30       percent of each device's time, 1-100
 //   STOKER_GPU_TENANT=name            processes that share one quota
-//   STOKER_GPU_LEDGER=/dev/shm/...    the shared ledger (one per node)
+//   STOKER_GPU_DIR=/dev/shm/stoker-gpu  the node's shared state (below)
+//   STOKER_GPU_LEDGER=/path           the memory ledger (else per uid, in
+//                                     the state folder)
+//   STOKER_GPU_TURNS=/path            the compute schedule (else the
+//                                     ledger's file when STOKER_GPU_LEDGER
+//                                     is set, or the node's, in the folder)
 //   STOKER_GPU_COMPUTE_MODE=turns|mps how the share is applied
+//
+// The state folder (sticky and world-writable, like /tmp, when a process
+// makes it; `stoker gpu agent` makes it for a node) holds one memory ledger
+// per user, ledger-uid<uid> (mode 0600, refused when another user owns it:
+// no user can read or change another's quotas and charges, and none is
+// refused because another came first), and the node's compute schedule,
+// turns (mode 0666: the one file users share).
 //
 // Plain C++ and the C library only: this code also runs inside the
 // interposer, loaded into users' processes.
@@ -20,12 +32,18 @@
 
 namespace stoker::share {
 
-inline constexpr char kDefaultLedgerPath[] = "/dev/shm/stoker-gpu-ledger";
+inline constexpr char kDefaultStateDir[] = "/dev/shm/stoker-gpu";
 inline constexpr std::uint32_t kMaxOrdinals = 64;
 
 struct ShareConfig {
   std::string tenant;       // empty: "uid-<uid>"
-  std::string ledger_path;  // kDefaultLedgerPath unless set
+  std::string state_dir;    // STOKER_GPU_DIR, else kDefaultStateDir
+  std::string ledger_path;  // STOKER_GPU_LEDGER, else <state_dir>/ledger-uid<uid>
+  std::string turns_path;   // STOKER_GPU_TURNS, else the ledger's path or <state_dir>/turns
+  // The ledger is this user's in the state folder (made there if missing,
+  // and refused when another user owns it).
+  bool ledger_in_state_dir = false;
+  bool turns_in_state_dir = false;
   // Bytes per CUDA ordinal; kNoLimit where none applies.
   static constexpr std::uint64_t kNoLimit = ~std::uint64_t{0};
   std::uint64_t default_limit = kNoLimit;
@@ -43,6 +61,9 @@ struct ShareConfig {
 // Reads the configuration through `get` (getenv in the interposer). False
 // with `*error` naming the variable and what is wrong with its value.
 bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareConfig* config, std::string* error);
+
+// The memory ledger of user `uid` in state folder `dir`.
+std::string UserLedgerPath(const std::string& dir, unsigned uid);
 
 // The tenant name rule: 1-63 characters of [A-Za-z0-9._-].
 bool ValidTenantName(const std::string& name);

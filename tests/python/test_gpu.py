@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -55,7 +56,7 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
         deadline = time.time() + 20
         while True:
             r = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"], "--json"], capture_output=True,
-                               text=True, timeout=30)
+                               text=True, env=gpu["env"], timeout=30)
             assert r.returncode == 0, r.stderr
             view = json.loads(r.stdout)
             if view["tenants"] and view["tenants"][0]["processes"][0]["charged"][0] > 0 or time.time() > deadline:
@@ -66,14 +67,15 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
         assert tenant["devices"][0]["quota"] == 2 << 30
         assert tenant["processes"][0]["pid"] == proc.pid
         assert 0 < tenant["devices"][0]["charged"] <= 2 << 30
-        text = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"]], capture_output=True, text=True)
+        text = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"]], capture_output=True, text=True,
+                              env=gpu["env"])
         assert "team-b" in text.stdout and "2.0 GiB" in text.stdout and "50%" in text.stdout
     finally:
         proc.kill()
         proc.wait()
     # The killed process is gone from the ledger the next time it is read.
     view = json.loads(subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"], "--json"],
-                                     capture_output=True, text=True).stdout)
+                                     capture_output=True, text=True, env=gpu["env"]).stdout)
     assert view["tenants"] == []
 
 
@@ -113,6 +115,78 @@ def test_a_quota_on_a_card_the_command_does_not_see_is_refused(gpu, tmp_path):
     assert r.returncode != 0
     assert ("stoker-share: error: STOKER_GPU_MEMORY_LIMIT_5 sets a quota on device 5, but this process sees 1 "
             "device(s)") in r.stderr, r.stderr
+
+
+def as_user(uid, *command):
+    return ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *command]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as two users")
+def test_two_users_share_a_node_without_refusing_or_touching_each_other(gpu):
+    state = "/dev/shm/stoker-gpu-two-users-%d-%d" % (os.getpid(), time.monotonic_ns())
+    env = {k: v for k, v in gpu["env"].items() if k not in ("STOKER_GPU_LEASES", "STOKER_GPU_LEDGER")}
+    env["STOKER_GPU_DIR"] = state
+    with open(env["FAKE_GPU_STATE"], "wb"):  # the fake device, which both users' processes share
+        pass
+    os.chmod(env["FAKE_GPU_STATE"], 0o666)
+    first = subprocess.Popen(as_user(1001, gpu["bin"], "gpu", "run", "--memory", "1GiB", "--tenant", "team", "--quiet",
+                                     "--", gpu["probe"], "churn", "--bytes", "100000000"),
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ledger_1001 = os.path.join(state, "ledger-uid1001")
+        deadline = time.time() + 20
+        while not os.path.exists(ledger_1001) and time.time() < deadline:
+            time.sleep(0.05)
+        # The second user, the same tenant name: a tenant of their own, held to their own quota.
+        r = subprocess.run(as_user(1002, gpu["bin"], "gpu", "run", "--memory", "2GiB", "--tenant", "team", "--",
+                                   gpu["probe"], "visible", "--big", str(3 << 30)),
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["quota"] == 2 << 30 and out["big"] == 2 and out["small"] == 0
+        st = os.stat(state)
+        assert st.st_mode & 0o7777 == 0o1777, oct(st.st_mode)
+        for uid in (1001, 1002):
+            st = os.stat(os.path.join(state, "ledger-uid%d" % uid))
+            assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o600)
+        st = os.stat(os.path.join(state, "leases-uid1001.json"))
+        assert st.st_uid == 1001
+        # Neither may open the other's ledger or leases for writing.
+        for path in (ledger_1001, os.path.join(state, "leases-uid1001.json")):
+            probe = subprocess.run(as_user(1002, sys.executable, "-c", "open(%r, 'r+b')" % path), capture_output=True,
+                                   text=True)
+            assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
+        # Root sees both users' tenants; a user sees their own and is told of the others.
+        view = json.loads(subprocess.run([gpu["bin"], "gpu", "ls", "--json"], capture_output=True, text=True,
+                                         env=env, check=True).stdout)
+        assert sorted((t["name"], t["uid"]) for t in view["tenants"]) == [("team", 1001)]  # 1002's run has ended
+        assert view["tenants"][0]["devices"][0]["quota"] == 1 << 30
+        mine = subprocess.run(as_user(1002, gpu["bin"], "gpu", "ls"), capture_output=True, text=True, env=env)
+        assert mine.returncode == 0, mine.stderr
+        assert "1 other user(s)' ledger(s) not readable by you" in mine.stdout, mine.stdout
+    finally:
+        first.kill()
+        first.wait()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_ledger_another_user_made_under_your_name_is_refused(gpu):
+    state = "/dev/shm/stoker-gpu-squat-%d-%d" % (os.getpid(), time.monotonic_ns())
+    os.mkdir(state)
+    os.chmod(state, 0o1777)
+    try:
+        squatted = os.path.join(state, "ledger-uid%d" % os.getuid())
+        with open(squatted, "wb"):
+            pass
+        os.chown(squatted, os.getuid() + 4242, -1) if os.geteuid() == 0 else pytest.skip("needs root to chown")
+        env = {k: v for k, v in gpu["env"].items() if k != "STOKER_GPU_LEDGER"}
+        env.update(STOKER_GPU_DIR=state, LD_PRELOAD=str(pathlib.Path(gpu["bin"]).parent / "lib" / "libstoker-share.so"))
+        r = subprocess.run([gpu["probe"], "alloc"], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode != 0
+        assert "the ledger '%s' belongs to uid %d, not to this user" % (squatted, os.getuid() + 4242) in r.stderr, \
+            r.stderr
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.mark.parametrize("args,says", [

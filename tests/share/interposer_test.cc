@@ -1,6 +1,7 @@
 // The interposer in real processes, on the fake driver: the share probe
 // (share_probe.cc) runs each scenario under LD_PRELOAD with a fresh fake
 // device and ledger, by each way of reaching the driver where it matters.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,7 +193,11 @@ TEST_F(Interposer, BadSettingsFailTheProcessLoudlyInsteadOfRunningUnlimited) {
 }
 
 TEST_F(Interposer, TenantsGetTheirComputeSharesOfTheDevice) {
-  // Two tenants at 30% and 70%, each launching 1 ms kernels for 4 s.
+  // Two tenants at 30% and 70%, each launching 1 ms kernels for 4 s, in the
+  // default layout: memory in the user's ledger, turns in the node's file.
+  const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
+  env_.erase("STOKER_GPU_LEDGER");
+  env_["STOKER_GPU_DIR"] = state;
   const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
   auto start = [&](const std::string& tenant, const std::string& share, const std::string& out) {
     std::string command = "env";
@@ -219,6 +224,10 @@ TEST_F(Interposer, TenantsGetTheirComputeSharesOfTheDevice) {
   std::printf("[ compute ] 30%% tenant: %.3f s of device time, 70%% tenant: %.3f s; split %.1f/%.1f\n", da, db,
               100 * da / (da + db), 100 * db / (da + db));
   EXPECT_NEAR(da / (da + db), 0.30, 0.05);
+  struct stat st {};
+  EXPECT_EQ(::stat((state + "/turns").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0666u);
+  EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
 }
 
 }  // namespace

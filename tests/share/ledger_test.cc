@@ -390,7 +390,18 @@ TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
   EXPECT_EQ(c->LimitFor(1), 8ull << 30);
   EXPECT_EQ(c->compute_share, 30u);
   EXPECT_EQ(c->tenant, "team-a");
-  EXPECT_EQ(c->ledger_path, kDefaultLedgerPath);
+  EXPECT_EQ(c->ledger_path, std::string(kDefaultStateDir) + "/ledger-uid" + std::to_string(::getuid()));
+  EXPECT_EQ(c->turns_path, std::string(kDefaultStateDir) + "/turns");
+  EXPECT_TRUE(c->ledger_in_state_dir && c->turns_in_state_dir);
+  // A ledger named by hand holds the compute schedule too, unless turns are named.
+  c = parse({{"STOKER_GPU_LEDGER", "/run/x/ledger"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->turns_path, "/run/x/ledger");
+  EXPECT_FALSE(c->ledger_in_state_dir || c->turns_in_state_dir);
+  c = parse({{"STOKER_GPU_DIR", "/run/stoker"}, {"STOKER_GPU_TURNS", "/run/t"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->ledger_path, "/run/stoker/ledger-uid" + std::to_string(::getuid()));
+  EXPECT_EQ(c->turns_path, "/run/t");
   for (auto [name, value, says] : std::vector<std::tuple<const char*, const char*, const char*>>{
            {"STOKER_GPU_MEMORY_LIMIT", "lots", "STOKER_GPU_MEMORY_LIMIT='lots' is not a memory size"},
            {"STOKER_GPU_MEMORY_LIMIT_0", "0", "STOKER_GPU_MEMORY_LIMIT_0='0' is not a memory size"},

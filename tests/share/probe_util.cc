@@ -72,8 +72,10 @@ std::uint64_t FakeDeviceUsed(int physical) {
 }
 
 std::string LedgerPath() {
-  const char* p = std::getenv("STOKER_GPU_LEDGER");
-  return p && *p ? p : stoker::share::kDefaultLedgerPath;
+  stoker::share::ShareConfig config;
+  std::string error;
+  (void)stoker::share::ParseShareConfig([](const char* name) { return std::getenv(name); }, &config, &error);
+  return config.ledger_path;
 }
 
 Charges LedgerCharges(const Driver& d, int ordinal) {

@@ -259,7 +259,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
       j["devices"].push_back({{"uuid", d.uuid}, {"physical_bytes", d.physical_bytes}});
     j["tenants"] = nlohmann::json::array();
     for (const auto& t : view->tenants) {
-      nlohmann::json tenant = {{"name", t.name}, {"compute_share", t.compute_share}};
+      nlohmann::json tenant = {{"name", t.name}, {"uid", t.owner_uid}, {"compute_share", t.compute_share}};
       tenant["devices"] = nlohmann::json::array();
       for (std::size_t d = 0; d < view->devices.size(); ++d)
         tenant["devices"].push_back({{"uuid", view->devices[d].uuid},
@@ -275,6 +275,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
                                        {"started_unix", p.started_unix}});
       j["tenants"].push_back(std::move(tenant));
     }
+    j["unreadable"] = view->unreadable;
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -295,6 +296,9 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
     for (const auto& l : *leases)
       fmt::print("  {:<28} {:>8} {:<28} {}\n", l.id, l.pid, stoker::Printable(l.tenant), stoker::Printable(l.command));
   }
+  if (!view->unreadable.empty())
+    fmt::print("{} other user(s)' ledger(s) not readable by you (root sees them): {}\n", view->unreadable.size(),
+               stoker::Printable(fmt::format("{}", fmt::join(view->unreadable, ", "))));
   if (view->devices.empty() && view->tenants.empty()) {
     fmt::print("no process on this node is under the GPU interposer ({})\n", stoker::Printable(view->path));
     return 0;

@@ -160,20 +160,26 @@ int main(int argc, char** argv) {
           ->expected(0, 1);
   gpu_run->add_flag("--no-place", gpu_args.no_place,
                     "Do not choose cards: limit the command on the GPUs it already sees (no lease)");
-  gpu_run->add_option("--leases", gpu_args.leases,
-                      "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
+  gpu_run->add_option(
+      "--leases", gpu_args.leases,
+      "A lease file (default: $STOKER_GPU_LEASES, else each user's in $STOKER_GPU_DIR, /dev/shm/stoker-gpu)");
   gpu_run->add_option("--device-memory", gpu_args.device_memory,
                       "Per GPU (CUDA ordinal) instead, without placing: ORDINAL=SIZE, repeatable, e.g. 1=8GiB");
   gpu_run->add_option("--tenant", gpu_args.tenant,
                       "Name shared by processes that share one quota (default: run-<pid>)");
-  gpu_run->add_option("--ledger", gpu_args.ledger, "The node's ledger (default: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger)");
+  gpu_run->add_option(
+      "--ledger", gpu_args.ledger,
+      "A memory ledger (default: $STOKER_GPU_LEDGER, else the users' in $STOKER_GPU_DIR, /dev/shm/stoker-gpu)");
   gpu_run->add_flag("--quiet", gpu_args.quiet, "Do not print the limits applied");
   gpu_run->add_option("COMMAND", gpu_args.command, "The command and its arguments (after --)")->required();
   gpu_run->positionals_at_end();
   auto* gpu_ls = gpu->add_subcommand("ls", "Each GPU's tenants: quotas, use, compute shares, processes");
-  gpu_ls->add_option("--ledger", gpu_ledger, "The node's ledger (default: $STOKER_GPU_LEDGER, else /dev/shm/stoker-gpu-ledger)");
-  gpu_ls->add_option("--leases", gpu_leases,
-                     "The node's lease file (default: $STOKER_GPU_LEASES or /dev/shm/stoker-gpu-leases.json)");
+  gpu_ls->add_option(
+      "--ledger", gpu_ledger,
+      "A memory ledger (default: $STOKER_GPU_LEDGER, else the users' in $STOKER_GPU_DIR, /dev/shm/stoker-gpu)");
+  gpu_ls->add_option(
+      "--leases", gpu_leases,
+      "A lease file (default: $STOKER_GPU_LEASES, else each user's in $STOKER_GPU_DIR, /dev/shm/stoker-gpu)");
   gpu_ls->add_flag("--json", json, "Print JSON");
 
   // Listed for --help; `main` hands its arguments to stoker-device-plugin before parsing.

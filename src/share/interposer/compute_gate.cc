@@ -45,7 +45,7 @@ void ComputeGate::Enter(Interposer& ip) {
   }
   const Dev dev = tls_dev;
   const std::uint64_t now = MonotonicNs();
-  if (ip.ledger().HoldsDevice(dev.ledger) && now < __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE)) {
+  if (ip.turns().HoldsDevice(dev.turns) && now < __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE)) {
     __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
     return;
   }
@@ -67,7 +67,7 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev) {
       if (turn.held && now < turn.until_ns) break;
       if (!turn.held) {
         std::uint64_t until = 0;
-        if (ip.ledger().AcquireDevice(dev.ledger, now, period, &until)) {
+        if (ip.turns().AcquireDevice(dev.turns, now, period, &until)) {
           turn.held = true;
           turn.dev = dev;
           turn.until_ns = until;
@@ -78,7 +78,7 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev) {
       }
     }
     // Another process's turn, our budget spent, or our turn ending: wait.
-    const std::uint64_t budget_wait = turn.held ? 0 : ip.ledger().BudgetWait(dev.ledger, now);
+    const std::uint64_t budget_wait = turn.held ? 0 : ip.turns().BudgetWait(dev.turns, now);
     const std::uint64_t wait = std::clamp<std::uint64_t>(budget_wait, kPollNs, period);
     changed_.wait_for(lock, std::chrono::nanoseconds(wait));
   }
@@ -135,7 +135,7 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
     if (d.ctx_pop) (void)d.ctx_pop(&popped);
   }
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  ip.ledger().ReleaseDevice(dev.ledger, MonotonicNs(), period);
+  ip.turns().ReleaseDevice(dev.turns, MonotonicNs(), period);
 }
 
 }  // namespace stoker::share

@@ -79,10 +79,15 @@ Interposer& Interposer::Get() {
           // the parent's slot alive, and a killed parent's charge with it,
           // for as long as the child lives.
           if (g_instance->ledger_ != nullptr) g_instance->ledger_->DetachAfterFork();
+          if (g_instance->turns_ != nullptr && g_instance->turns_ != g_instance->ledger_)
+            g_instance->turns_->DetachAfterFork();
           g_forked = true;
         });
     std::atexit([] {
-      if (g_instance && g_instance->ok_) g_instance->ledger_->Unregister();
+      if (g_instance && g_instance->ok_) {
+        g_instance->ledger_->Unregister();
+        if (g_instance->turns_ != g_instance->ledger_) g_instance->turns_->Unregister();
+      }
     });
     return ip;
   }();
@@ -139,10 +144,27 @@ void Interposer::Initialise() {
     error_ = "the CUDA driver lacks the context and device queries the interposer needs";
     return;
   }
-  ledger_ = Ledger::Open(config_.ledger_path, &error);
+  LedgerFile own;
+  own.make_dir = own.must_own = config_.ledger_in_state_dir;
+  ledger_ = Ledger::Open(config_.ledger_path, &error, own);
   if (ledger_ == nullptr || !ledger_->Register(config_.tenant, config_.compute_share, &error)) {
     error_ = error;
     return;
+  }
+  turns_ = ledger_;
+  if (config_.turns_path != config_.ledger_path && config_.compute_share > 0 && !config_.compute_by_mps) {
+    // The node's schedule, shared by every user: tenants there are named
+    // with their user, so that two users' tenants never merge.
+    LedgerFile shared;
+    shared.mode = 0666;
+    shared.make_dir = config_.turns_in_state_dir;
+    turns_ = Ledger::Open(config_.turns_path, &error, shared);
+    const std::string name = config_.tenant + "@uid" + std::to_string(::getuid());
+    if (turns_ == nullptr || !turns_->Register(name, config_.compute_share, &error)) {
+      error_ = "the compute schedule: " + error;
+      turns_ = ledger_;
+      return;
+    }
   }
   ok_ = true;
 }
@@ -164,7 +186,7 @@ void Interposer::AfterForkInChild() {
   std::memset(overhead, 0, sizeof(overhead));
   if (ok_) {
     std::string error;
-    if (!ledger_->ReopenAfterFork(&error)) {
+    if (!ledger_->ReopenAfterFork(&error) || (turns_ != ledger_ && !turns_->ReopenAfterFork(&error))) {
       ok_ = false;
       error_ = error;
     }
@@ -214,6 +236,8 @@ bool Interposer::DeviceOf(int ordinal, Dev* dev) {
     e.quota = config_.LimitFor(static_cast<std::uint32_t>(ordinal));
     e.ledger = ledger_->Device(e.uuid, e.physical);
     if (e.ledger < 0) return false;
+    e.turns = turns_ == ledger_ ? e.ledger : turns_->Device(e.uuid, e.physical);
+    if (e.turns < 0) return false;
     std::string error;
     if (e.quota != kNoQuota && !ledger_->SetQuota(e.ledger, e.quota, &error)) {
       error_ = error;
@@ -224,6 +248,7 @@ bool Interposer::DeviceOf(int ordinal, Dev* dev) {
   }
   dev->ordinal = ordinal;
   dev->ledger = e.ledger;
+  dev->turns = e.turns;
   return true;
 }
 
@@ -379,7 +404,7 @@ void Interposer::RefreshGraphMemory(int ordinal) {
     {
       std::lock_guard<std::mutex> lock(devices_mu_);
       if (!devices_[o].known) continue;
-      dev = {o, devices_[o].ledger};
+      dev = {o, devices_[o].ledger, devices_[o].turns};
     }
     CUdevice device = 0;
     cuuint64_t reserved = 0;

@@ -20,11 +20,13 @@
 
 namespace stoker::share {
 
-// A device as the interposer knows it: its CUDA ordinal in this process
-// and its entry in the ledger.
+// A device as the interposer knows it: its CUDA ordinal in this process,
+// its entry in the memory ledger, and in the compute schedule (the same
+// file, or the node's turns file).
 struct Dev {
   int ordinal = -1;
   int ledger = -1;
+  int turns = -1;
 };
 
 // Driver functions the interposer calls but does not hook (looked up once).
@@ -65,6 +67,9 @@ class Interposer {
   bool CheckLimitOrdinals();
   const DriverCalls& driver() const { return calls_; }
   Ledger& ledger() { return *ledger_; }
+  // The compute schedule: the memory ledger itself, or the node's turns
+  // file where each user has a ledger of their own.
+  Ledger& turns() { return *turns_; }
   const ShareConfig& config() const { return config_; }
 
   // The device of the calling thread's current context; false when there
@@ -157,12 +162,13 @@ class Interposer {
   bool error_printed_ = false;
   ShareConfig config_;
   Ledger* ledger_ = nullptr;
+  Ledger* turns_ = nullptr;  // ledger_, or a ledger of its own
   DriverCalls calls_;
   struct DeviceEntry {
     bool known = false;
     std::uint8_t uuid[16] = {};
     std::uint64_t physical = 0, quota = kNoQuota;
-    int ledger = -1;
+    int ledger = -1, turns = -1;
   };
   std::mutex devices_mu_;
   DeviceEntry devices_[kMaxOrdinals];
