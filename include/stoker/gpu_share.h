@@ -55,6 +55,12 @@ struct GpuShareSettings {
 // memory ledger, the compute schedule and every user's leases.
 [[nodiscard]] std::string GpuStateDir();
 
+// Where an operator pins limits that apply whatever a process's
+// environment says (docs/gpu-sharing.md, "Pinned limits"):
+// /etc/stoker/gpu-limits. Whether it exists here.
+[[nodiscard]] const char* PinnedGpuLimitsPath();
+[[nodiscard]] bool PinnedGpuLimitsPresent();
+
 // This user's memory ledger: $STOKER_GPU_LEDGER, else ledger-uid<uid> in the
 // node's GPU state folder ($STOKER_GPU_DIR, else /dev/shm/stoker-gpu).
 [[nodiscard]] std::string DefaultGpuLedgerPath();

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "share/ledger.h"
+#include "share/pinned_limits.h"
 #include "share/share_config.h"
 #include "stoker/gpu_share.h"
 
@@ -161,6 +162,14 @@ Status ReadOne(const std::string& path, GpuLedgerView* view) {
 }
 
 }  // namespace
+
+const char* PinnedGpuLimitsPath() {
+  return share::kPinnedLimitsPath;
+}
+
+bool PinnedGpuLimitsPresent() {
+  return ::access(share::kPinnedLimitsPath, F_OK) == 0;
+}
 
 std::string GpuStateDir() {
   return ConfigFromEnvironment().state_dir;

@@ -54,6 +54,9 @@ struct ShareConfig {
   // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set by `stoker gpu run`), and
   // the interposer's turns stay off; "turns" (the default) otherwise.
   bool compute_by_mps = false;
+  // The pinned limits file that applied on top of the environment
+  // (pinned_limits.h), or empty.
+  std::string pinned_from;
 
   [[nodiscard]] std::uint64_t LimitFor(std::uint32_t ordinal) const;
 };

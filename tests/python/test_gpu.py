@@ -189,6 +189,36 @@ def test_a_ledger_another_user_made_under_your_name_is_refused(gpu):
         shutil.rmtree(state, ignore_errors=True)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_a_cleared_environment_cannot_escape_the_pinned_limits(gpu, tmp_path):
+    """/etc/ld.so.preload names the interposer and /etc/stoker/gpu-limits pins
+    1 GiB (as the device plugin's --enforce-preload sets a container up), in a
+    mount namespace of the test's own: a program started through `env -i`,
+    which drops LD_PRELOAD and every STOKER_GPU_* variable, is held anyway,
+    and one that asks for more in its environment gets no more."""
+    interposer = pathlib.Path(gpu["bin"]).parent / "lib" / "libstoker-share.so"
+    keep = "LD_LIBRARY_PATH=%s FAKE_GPU_STATE=%s" % (gpu["env"]["LD_LIBRARY_PATH"], gpu["env"]["FAKE_GPU_STATE"])
+    script = """set -e
+cp -a /etc/. "$ROOT/etc/"
+mkdir -p "$ROOT/etc/stoker"; chmod 755 "$ROOT/etc/stoker"
+printf 'STOKER_GPU_MEMORY_LIMIT=1GiB\\nSTOKER_GPU_TENANT=pinned\\nSTOKER_GPU_LEDGER=%s\\n' "$LEDGER" > "$ROOT/etc/stoker/gpu-limits"
+echo "$INTERPOSER" > "$ROOT/etc/ld.so.preload"
+mount --bind "$ROOT/etc" /etc
+env -i $KEEP "$PROBE" visible --big 2147483648
+env -i $KEEP STOKER_GPU_MEMORY_LIMIT=64GiB STOKER_GPU_TENANT=escape "$PROBE" visible --big 2147483648
+"""
+    (tmp_path / "etc").mkdir()
+    env = dict(os.environ, ROOT=str(tmp_path), LEDGER=gpu["ledger"], INTERPOSER=str(interposer), KEEP=keep,
+               PROBE=gpu["probe"])
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(runs) == 2, r.stdout
+    for out in runs:
+        assert out["quota"] == 1 << 30 and out["big"] == 2 and out["small"] == 0, out
+    assert not os.path.exists("/etc/ld.so.preload") or "stoker" not in open("/etc/ld.so.preload").read()
+
+
 @pytest.mark.parametrize("args,says", [
     (["--memory", "lots"], "--memory: 'lots' is not a byte size"),
     (["--memory", "0"], "--memory must be above zero"),

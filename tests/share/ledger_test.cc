@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "share/pinned_limits.h"
 #include "share/share_config.h"
 
 namespace stoker::share {
@@ -414,6 +415,70 @@ TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
     EXPECT_FALSE(parse({{name, value}}, &error)) << name << "=" << value;
     EXPECT_NE(error.find(says), std::string::npos) << error;
   }
+}
+
+
+TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
+  char dir_template[] = "/tmp/stoker-pinned-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);  // 0700, ours
+  const std::string path = dir + "/gpu-limits";
+  auto write = [&](const std::string& text, mode_t mode) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+  };
+  auto effective = [&](std::vector<std::pair<const char*, const char*>> env, std::string* error) {
+    ShareConfig c;
+    const bool ok = EffectiveShareConfig(
+        [&](const char* name) -> const char* {
+          for (auto& [k, v] : env)
+            if (std::strcmp(k, name) == 0) return v;
+          return nullptr;
+        },
+        path, &c, error);
+    return ok ? std::optional<ShareConfig>(c) : std::nullopt;
+  };
+  std::string error;
+  // No file: the environment, as before.
+  auto c = effective({{"STOKER_GPU_MEMORY_LIMIT", "64GiB"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->LimitFor(0), 64ull << 30);
+  EXPECT_TRUE(c->pinned_from.empty());
+  if (::geteuid() != 0) GTEST_SKIP() << "a trusted file must be root's";
+  write("# pinned by the operator\nSTOKER_GPU_MEMORY_LIMIT=1GiB\nSTOKER_GPU_TENANT = pinned\n\nSTOKER_GPU_COMPUTE_SHARE=30\n",
+        0644);
+  // Cleared: the file alone holds the process.
+  c = effective({}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->LimitFor(0), 1ull << 30);
+  EXPECT_EQ(c->tenant, "pinned");
+  EXPECT_EQ(c->compute_share, 30u);
+  EXPECT_EQ(c->pinned_from, path);
+  // Asking for more changes nothing; asking for less is granted.
+  c = effective({{"STOKER_GPU_MEMORY_LIMIT", "64GiB"}, {"STOKER_GPU_TENANT", "mine"}, {"STOKER_GPU_COMPUTE_SHARE", "90"}},
+                &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->LimitFor(0), 1ull << 30);
+  EXPECT_EQ(c->tenant, "pinned");
+  EXPECT_EQ(c->compute_share, 30u);
+  c = effective({{"STOKER_GPU_MEMORY_LIMIT_1", "512MiB"}, {"STOKER_GPU_COMPUTE_SHARE", "10"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->LimitFor(0), 1ull << 30);
+  EXPECT_EQ(c->LimitFor(1), 512ull << 20);
+  EXPECT_EQ(c->compute_share, 10u);
+  // A file others could write, or one that does not parse, stops the process.
+  write("STOKER_GPU_MEMORY_LIMIT=1GiB\n", 0666);
+  EXPECT_FALSE(effective({}, &error));
+  EXPECT_NE(error.find("are not to be trusted"), std::string::npos) << error;
+  write("STOKER_GPU_MEMORY_LIMIT=1GiB\nLD_PRELOAD=/tmp/evil.so\n", 0644);
+  EXPECT_FALSE(effective({}, &error));
+  EXPECT_NE(error.find("line 2: 'LD_PRELOAD=/tmp/evil.so' is not KEY=VALUE"), std::string::npos) << error;
+  write("STOKER_GPU_MEMORY_LIMIT=lots\n", 0644);
+  EXPECT_FALSE(effective({}, &error));
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  ::unlink(path.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "share/ledger.h"
+#include "share/pinned_limits.h"
 #include "share/share_config.h"
 
 namespace probe {
@@ -74,7 +75,9 @@ std::uint64_t FakeDeviceUsed(int physical) {
 std::string LedgerPath() {
   stoker::share::ShareConfig config;
   std::string error;
-  (void)stoker::share::ParseShareConfig([](const char* name) { return std::getenv(name); }, &config, &error);
+  // What the interposer in this process uses: the pinned limits on top.
+  (void)stoker::share::EffectiveShareConfig([](const char* name) { return std::getenv(name); },
+                                            stoker::share::kPinnedLimitsPath, &config, &error);
   return config.ledger_path;
 }
 

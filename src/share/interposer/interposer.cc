@@ -11,6 +11,7 @@
 #include "share/interposer/entry_points.h"
 #include "share/interposer/nvml_api.h"
 #include "share/interposer/real_driver.h"
+#include "share/pinned_limits.h"
 
 namespace stoker::share {
 namespace {
@@ -108,7 +109,8 @@ Interposer::Interposer() {
 
 void Interposer::Initialise() {
   std::string error;
-  if (!ParseShareConfig([](const char* name) { return std::getenv(name); }, &config_, &error)) {
+  if (!EffectiveShareConfig([](const char* name) { return std::getenv(name); }, kPinnedLimitsPath, &config_,
+                            &error)) {
     error_ = error;
     return;
   }
