@@ -25,8 +25,10 @@ struct GpuDevicePluginSettings {
   std::string node_name;                        // default: $NODE_NAME, else the host name
   std::string interposer_host_dir = "/opt/stoker/lib";
   std::string interposer_container_dir = "/usr/local/stoker";
-  std::string ledger_host_dir = "/run/stoker";
-  std::string ledger_container_dir = "/run/stoker";
+  std::string ledger_host_dir = "/run/stoker";       // the node's GPU state: tenants' folders, limits, turns
+  std::string ledger_container_dir = "/run/stoker";  // where a container sees its tenant's folder
+  std::string turns_container_path = "/run/stoker-turns";
+  bool enforce_preload = false;  // mount /etc/ld.so.preload naming the interposer into every container
   double health_interval_seconds = 5;
 };
 // Serves until `stop()` is true (polled every 200 ms); logs to stderr.

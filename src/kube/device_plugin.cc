@@ -169,6 +169,12 @@ class DevicePlugin::Impl::Service final : public api::DevicePlugin::Service {
       std::vector<std::string> ids(container.devices_ids().begin(), container.devices_ids().end());
       auto grant = GrantFor(resource_, ids, cards, plugin_->settings());
       if (!grant.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, grant.error().message());
+      // Before the kubelet mounts them: the tenant's folder, its pinned
+      // limits, the schedule. A container is never started unlimited.
+      if (Status s = PrepareHost(*grant); !s.ok()) {
+        plugin_->Log("cannot allocate: " + s.message());
+        return grpc::Status(grpc::StatusCode::INTERNAL, s.message());
+      }
       auto* response = out->add_container_responses();
       for (const auto& [k, v] : grant->envs) (*response->mutable_envs())[k] = v;
       for (const auto& [k, v] : grant->annotations) (*response->mutable_annotations())[k] = v;

@@ -29,6 +29,8 @@ Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::fu
   options.settings.interposer_container_dir = settings.interposer_container_dir;
   options.settings.ledger_host_dir = settings.ledger_host_dir;
   options.settings.ledger_container_dir = settings.ledger_container_dir;
+  options.settings.turns_container_path = settings.turns_container_path;
+  options.settings.enforce_preload = settings.enforce_preload;
   options.kubelet_dir = settings.kubelet_dir;
   options.pod_resources_socket = settings.pod_resources_socket;
   options.status_address = settings.status_address;

@@ -1,6 +1,12 @@
 #include "kube/plugin_devices.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
@@ -31,8 +37,8 @@ std::optional<Resource> ResourceFromName(const std::string& name) {
 Status CheckPluginSettings(const PluginSettings& s) {
   if (s.memory_unit < (std::uint64_t{1} << 20))
     return Status::InvalidArgument("the memory unit must be at least 1 MiB (one device is advertised per unit)");
-  for (const std::string* dir :
-       {&s.interposer_host_dir, &s.interposer_container_dir, &s.ledger_host_dir, &s.ledger_container_dir})
+  for (const std::string* dir : {&s.interposer_host_dir, &s.interposer_container_dir, &s.ledger_host_dir,
+                                 &s.ledger_container_dir, &s.turns_container_path})
     if (dir->empty() || (*dir)[0] != '/')
       return Status::InvalidArgument(fmt::format("'{}' must be an absolute path", *dir));
   return Status::Ok();
@@ -214,10 +220,14 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
   for (const GpuCard& c : cards)
     if (units_by_card.count(c.uuid)) grant.cards.push_back(c.uuid);
   const std::string visible = fmt::format("{}", fmt::join(grant.cards, ","));
-  grant.envs["LD_PRELOAD"] = settings.interposer_container_dir + "/libstoker-share.so";
-  grant.envs["STOKER_GPU_LEDGER"] = settings.ledger_container_dir + "/gpu-ledger";
+  const std::string interposer = settings.interposer_container_dir + "/libstoker-share.so";
+  grant.envs["LD_PRELOAD"] = interposer;
   grant.mounts.push_back({settings.interposer_container_dir, settings.interposer_host_dir, true});
-  grant.mounts.push_back({settings.ledger_container_dir, settings.ledger_host_dir, false});
+  if (settings.enforce_preload) {
+    const std::string preload = settings.ledger_host_dir + "/ld.so.preload";
+    grant.host_paths.push_back({ContainerGrant::HostPath::kRootFile, preload, interposer + "\n"});
+    grant.mounts.push_back({"/etc/ld.so.preload", preload, true});
+  }
   // The devices given are this container's alone while it lives: their
   // digest names its tenant, unique on the node.
   std::vector<std::string> sorted = device_ids;
@@ -225,34 +235,94 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
   std::string joined;
   for (const auto& id : sorted) joined += id + "\n";
   const std::string tenant = fmt::format("k8s-{:016x}", Xxh3(std::as_bytes(std::span(joined.data(), joined.size()))));
+  // What the container may not change, whatever its environment says.
+  std::string pinned;
+  auto pin = [&](const std::string& key, const std::string& value) {
+    grant.envs[key] = value;
+    pinned += key + "=" + value + "\n";
+  };
   switch (resource) {
     case Resource::kWholeCards:
-    case Resource::kMemory:
+    case Resource::kMemory: {
       grant.envs["CUDA_VISIBLE_DEVICES"] = visible;
       grant.envs["NVIDIA_VISIBLE_DEVICES"] = visible;
-      grant.envs["STOKER_GPU_TENANT"] = tenant;
+      pin("STOKER_GPU_TENANT", tenant);
+      // The tenant's own folder: no other container sees its ledger.
+      const std::string folder = settings.ledger_host_dir + "/tenants/" + tenant;
+      grant.host_paths.push_back({ContainerGrant::HostPath::kSharedFolder, folder, ""});
+      grant.mounts.push_back({settings.ledger_container_dir, folder, false});
+      pin("STOKER_GPU_LEDGER", settings.ledger_container_dir + "/ledger");
       if (resource == Resource::kMemory) {
         if (grant.cards.size() == 1) {
-          grant.envs["STOKER_GPU_MEMORY_LIMIT"] = std::to_string(units_by_card.begin()->second * settings.memory_unit);
+          pin("STOKER_GPU_MEMORY_LIMIT", std::to_string(units_by_card.begin()->second * settings.memory_unit));
         } else {
           for (std::size_t i = 0; i < grant.cards.size(); ++i)
-            grant.envs[fmt::format("STOKER_GPU_MEMORY_LIMIT_{}", i)] =
-                std::to_string(units_by_card[grant.cards[i]] * settings.memory_unit);
+            pin(fmt::format("STOKER_GPU_MEMORY_LIMIT_{}", i),
+                std::to_string(units_by_card[grant.cards[i]] * settings.memory_unit));
         }
       }
       break;
+    }
     case Resource::kCompute: {
       // The share applies to the cards the container's memory went to (the
       // plugin pairs them); spread over cards, each gets its largest part.
       std::uint32_t most = 0;
       for (const auto& [uuid, units] : units_by_card) most = std::max(most, units);
-      grant.envs["STOKER_GPU_COMPUTE_SHARE"] = std::to_string(std::min<std::uint32_t>(most, 100));
+      pin("STOKER_GPU_COMPUTE_SHARE", std::to_string(std::min<std::uint32_t>(most, 100)));
       grant.envs["STOKER_GPU_COMPUTE_CARDS"] = visible;
+      // The node's schedule, shared by every container with a share; its
+      // tenant there is this grant's own.
+      const std::string turns = settings.ledger_host_dir + "/turns";
+      grant.host_paths.push_back({ContainerGrant::HostPath::kSharedFile, turns, ""});
+      grant.mounts.push_back({settings.turns_container_path, turns, false});
+      pin("STOKER_GPU_TURNS", settings.turns_container_path);
+      pin("STOKER_GPU_TURNS_TENANT", tenant);
       break;
     }
   }
+  const std::string kind = resource == Resource::kCompute ? "compute" : "memory";
+  const std::string limits = fmt::format("{}/limits/{}.{}", settings.ledger_host_dir, tenant, kind);
+  grant.host_paths.push_back({ContainerGrant::HostPath::kRootFile, limits, pinned});
+  grant.mounts.push_back({"/etc/stoker/gpu-limits.d/" + kind, limits, true});
   grant.annotations[fmt::format("{}-cards", ResourceName(resource))] = visible;
   return grant;
+}
+
+Status PrepareHost(const ContainerGrant& grant) {
+  namespace fs = std::filesystem;
+  for (const auto& p : grant.host_paths) {
+    const fs::path path(p.path);
+    std::error_code ec;
+    // Parents are root's (0755): limits/ must be writable by root only.
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) return Status::IOError(fmt::format("making {}: {}", path.parent_path().string(), ec.message()));
+    switch (p.kind) {
+      case ContainerGrant::HostPath::kSharedFolder:
+        fs::create_directory(path, ec);
+        if (!ec && ::chmod(p.path.c_str(), 01777) != 0) ec = std::error_code(errno, std::generic_category());
+        break;
+      case ContainerGrant::HostPath::kSharedFile: {
+        const int fd = ::open(p.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+        if (fd < 0 || ::fchmod(fd, 0666) != 0) ec = std::error_code(errno, std::generic_category());
+        if (fd >= 0) ::close(fd);
+        break;
+      }
+      case ContainerGrant::HostPath::kRootFile: {
+        // Written whole under a temporary name and renamed: a container
+        // never reads half of it.
+        const std::string temp = p.path + ".tmp";
+        const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0 || ::fchmod(fd, 0644) != 0 ||
+            ::write(fd, p.text.data(), p.text.size()) != static_cast<ssize_t>(p.text.size()) ||
+            ::rename(temp.c_str(), p.path.c_str()) != 0)
+          ec = std::error_code(errno, std::generic_category());
+        if (fd >= 0) ::close(fd);
+        break;
+      }
+    }
+    if (ec) return Status::IOError(fmt::format("preparing {}: {}", p.path, ec.message()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace stoker::kube

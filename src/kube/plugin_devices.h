@@ -37,11 +37,21 @@ struct PluginSettings {
   // Where the interposer is on the host, and where containers see it.
   std::string interposer_host_dir = "/opt/stoker/lib";
   std::string interposer_container_dir = "/usr/local/stoker";
-  // The node's ledger: a host folder every container mounts, so that all
-  // share one ledger (its liveness is by file locks: PID namespaces do not
-  // matter).
+  // The node's GPU state on the host (the plugin owns it): one folder per
+  // tenant, tenants/<tenant>, that only that tenant's container mounts (its
+  // memory ledger, at ledger_container_dir); the pinned limits it writes
+  // for each grant, limits/<tenant>.<resource>, mounted read-only at
+  // /etc/stoker/gpu-limits.d/<resource>; and the compute schedule, turns,
+  // mounted at turns_container_path by containers given a compute share.
+  // Liveness is by file locks: PID namespaces do not matter.
   std::string ledger_host_dir = "/run/stoker";
   std::string ledger_container_dir = "/run/stoker";
+  std::string turns_container_path = "/run/stoker-turns";
+  // Mount <ledger_host_dir>/ld.so.preload (naming the interposer) at
+  // /etc/ld.so.preload: every process of the container is held, whatever
+  // its environment (a launcher that clears it, a program that resets
+  // LD_PRELOAD).
+  bool enforce_preload = false;
 };
 [[nodiscard]] Status CheckPluginSettings(const PluginSettings& settings);
 
@@ -85,10 +95,21 @@ struct ContainerGrant {
     bool read_only = true;
   };
   std::vector<Mount> mounts;
+  // What must exist on the host before the container starts (made by
+  // PrepareHost): folders (sticky, world-writable: the container's user is
+  // unknown), shared files (0666), and root's files with their text (0644).
+  struct HostPath {
+    enum Kind { kSharedFolder, kSharedFile, kRootFile } kind = kSharedFolder;
+    std::string path, text;
+  };
+  std::vector<HostPath> host_paths;
   std::map<std::string, std::string> annotations;
   std::vector<std::string> cards;  // UUIDs, in the order the container sees them
 };
 [[nodiscard]] Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string>& device_ids,
                                               const std::vector<GpuCard>& cards, const PluginSettings& settings);
+
+// Makes a grant's host paths (root's folders for limits/ on the way).
+[[nodiscard]] Status PrepareHost(const ContainerGrant& grant);
 
 }  // namespace stoker::kube

@@ -1,5 +1,6 @@
 #include "share/pinned_limits.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,9 +13,10 @@ namespace stoker::share {
 namespace {
 
 bool Known(const std::string& key) {
-  static const char* const kKeys[] = {"STOKER_GPU_MEMORY_LIMIT", "STOKER_GPU_COMPUTE_SHARE", "STOKER_GPU_TENANT",
-                                      "STOKER_GPU_LEDGER",       "STOKER_GPU_TURNS",         "STOKER_GPU_DIR",
-                                      "STOKER_GPU_COMPUTE_MODE", "STOKER_GPU_COMPUTE_PERIOD_MS"};
+  static const char* const kKeys[] = {
+      "STOKER_GPU_MEMORY_LIMIT", "STOKER_GPU_COMPUTE_SHARE", "STOKER_GPU_TENANT",
+      "STOKER_GPU_TURNS_TENANT", "STOKER_GPU_LEDGER",        "STOKER_GPU_TURNS",
+      "STOKER_GPU_DIR",          "STOKER_GPU_COMPUTE_MODE",  "STOKER_GPU_COMPUTE_PERIOD_MS"};
   for (const char* k : kKeys)
     if (key == k) return true;
   const std::string prefix = "STOKER_GPU_MEMORY_LIMIT_";
@@ -44,7 +46,8 @@ bool ReadPinnedLimits(const std::string& path, PinnedValues* values, bool* prese
     return false;
   }
   *present = true;
-  struct stat st {}, dir {};
+  struct stat st {
+  }, dir{};
   const std::string folder = path.substr(0, std::max<std::size_t>(path.rfind('/'), 1));
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !Trusted(st) || ::stat(folder.c_str(), &dir) != 0 ||
       !Trusted(dir)) {
@@ -86,21 +89,39 @@ bool EffectiveShareConfig(const std::function<const char*(const char*)>& env, co
                           ShareConfig* config, std::string* error) {
   ShareConfig from_env;
   if (!ParseShareConfig(env, &from_env, error)) return false;
+  std::vector<std::string> files = {pinned_path};
+  const std::string dir_path = pinned_path + ".d";
+  if (DIR* dir = ::opendir(dir_path.c_str())) {
+    std::vector<std::string> names;
+    while (const dirent* e = ::readdir(dir))
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) files.push_back(dir_path + "/" + n);
+  }
   PinnedValues pinned;
-  bool present = false;
-  if (!ReadPinnedLimits(pinned_path, &pinned, &present, error)) return false;
+  std::string applied;
+  for (const std::string& file : files) {
+    PinnedValues values;
+    bool here = false;
+    if (!ReadPinnedLimits(file, &values, &here, error)) return false;
+    if (!here) continue;
+    applied += (applied.empty() ? "" : ", ") + file;
+    for (auto& v : values) pinned.push_back(std::move(v));  // a later file's value wins (found last)
+  }
+  const bool present = !applied.empty();
   if (!present) {
     *config = from_env;
     return true;
   }
   auto get = [&](const char* name) -> const char* {
-    for (const auto& [k, v] : pinned)
-      if (k == name) return v.c_str();
+    for (auto it = pinned.rbegin(); it != pinned.rend(); ++it)
+      if (it->first == name) return it->second.c_str();
     return env(name);
   };
   std::string detail;
   if (!ParseShareConfig(get, config, &detail)) {
-    *error = "the pinned GPU limits '" + pinned_path + "': " + detail;
+    *error = "the pinned GPU limits (" + applied + "): " + detail;
     return false;
   }
   // The environment may ask for less, never for more.
@@ -117,7 +138,7 @@ bool EffectiveShareConfig(const std::function<const char*(const char*)>& env, co
   config->ordinal_limits = std::move(tightened);
   if (config->compute_share == 0 || (from_env.compute_share != 0 && from_env.compute_share < config->compute_share))
     config->compute_share = from_env.compute_share;
-  config->pinned_from = pinned_path;
+  config->pinned_from = applied;
   return true;
 }
 

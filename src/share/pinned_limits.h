@@ -7,7 +7,9 @@
 // naming the interposer (the device plugin's --enforce-preload), every
 // process of the container is held, whatever its environment.
 //
-// The file: KEY=VALUE lines with the STOKER_GPU_* names of share_config.h,
+// Every regular file in /etc/stoker/gpu-limits.d/ applies too (in name
+// order; the device plugin mounts one per resource it grants a container).
+// A file: KEY=VALUE lines with the STOKER_GPU_* names of share_config.h,
 // '#' comments, blank lines. Values set there win over the environment's,
 // except that the environment may tighten a memory limit or the compute
 // share (never loosen them).
@@ -35,8 +37,8 @@ using PinnedValues = std::vector<std::pair<std::string, std::string>>;
 bool ReadPinnedLimits(const std::string& path, PinnedValues* values, bool* present, std::string* error);
 
 // The configuration a process runs under: the environment (`env`), with the
-// pinned file at `pinned_path` on top. `config->pinned_from` names the file
-// when one applied.
+// pinned file at `pinned_path` and those in `pinned_path`.d/ on top.
+// `config->pinned_from` names the files that applied.
 bool EffectiveShareConfig(const std::function<const char*(const char*)>& env, const std::string& pinned_path,
                           ShareConfig* config, std::string* error);
 

@@ -59,6 +59,16 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
   } else {
     config->tenant = "uid-" + std::to_string(::getuid());
   }
+  if (const char* v = get("STOKER_GPU_TURNS_TENANT"); v && *v) {
+    config->turns_tenant = v;
+    if (!ValidTenantName(config->turns_tenant)) {
+      *error =
+          std::string("STOKER_GPU_TURNS_TENANT='") + v + "' must be 1-63 characters of letters, digits, '.', '_', '-'";
+      return false;
+    }
+  } else {
+    config->turns_tenant = config->tenant + "@uid" + std::to_string(::getuid());
+  }
   auto absolute = [&](const char* name, const std::string& path) {
     if (path[0] == '/') return true;
     *error = std::string(name) + "='" + path + "' must be an absolute path";

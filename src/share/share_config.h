@@ -12,6 +12,8 @@
 //   STOKER_GPU_TURNS=/path            the compute schedule (else the
 //                                     ledger's file when STOKER_GPU_LEDGER
 //                                     is set, or the node's, in the folder)
+//   STOKER_GPU_TURNS_TENANT=name      the tenant's name in the compute
+//                                     schedule (else "<tenant>@uid<uid>")
 //   STOKER_GPU_COMPUTE_MODE=turns|mps how the share is applied
 //
 // The state folder (sticky and world-writable, like /tmp, when a process
@@ -36,10 +38,11 @@ inline constexpr char kDefaultStateDir[] = "/dev/shm/stoker-gpu";
 inline constexpr std::uint32_t kMaxOrdinals = 64;
 
 struct ShareConfig {
-  std::string tenant;       // empty: "uid-<uid>"
-  std::string state_dir;    // STOKER_GPU_DIR, else kDefaultStateDir
-  std::string ledger_path;  // STOKER_GPU_LEDGER, else <state_dir>/ledger-uid<uid>
-  std::string turns_path;   // STOKER_GPU_TURNS, else the ledger's path or <state_dir>/turns
+  std::string tenant;        // empty: "uid-<uid>"
+  std::string turns_tenant;  // in the compute schedule: STOKER_GPU_TURNS_TENANT, else "<tenant>@uid<uid>"
+  std::string state_dir;     // STOKER_GPU_DIR, else kDefaultStateDir
+  std::string ledger_path;   // STOKER_GPU_LEDGER, else <state_dir>/ledger-uid<uid>
+  std::string turns_path;    // STOKER_GPU_TURNS, else the ledger's path or <state_dir>/turns
   // The ledger is this user's in the state folder (made there if missing,
   // and refused when another user owns it).
   bool ledger_in_state_dir = false;

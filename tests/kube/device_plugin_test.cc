@@ -13,10 +13,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -169,6 +172,7 @@ class DevicePluginTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     kubelet_ = std::make_unique<FakeKubelet>(dir_);
     options_.kubelet_dir = dir_;
+    options_.settings.ledger_host_dir = dir_ + "/state";
     options_.pod_resources_socket = kubelet_->pod_resources_socket();
     options_.status_address = "127.0.0.1:0";
     options_.node_name = "node-a";
@@ -284,13 +288,29 @@ TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsRe
   EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), card1);
   EXPECT_EQ(envs.at("STOKER_GPU_MEMORY_LIMIT"), std::to_string(8 * kGiB));
   EXPECT_EQ(envs.at("LD_PRELOAD"), "/usr/local/stoker/libstoker-share.so");
-  EXPECT_EQ(envs.at("STOKER_GPU_LEDGER"), "/run/stoker/gpu-ledger");
-  EXPECT_EQ(envs.at("STOKER_GPU_TENANT").rfind("k8s-", 0), 0u);
-  ASSERT_EQ(granted.container_responses(0).mounts_size(), 2);
-  EXPECT_EQ(granted.container_responses(0).mounts(0).host_path(), "/opt/stoker/lib");
-  EXPECT_TRUE(granted.container_responses(0).mounts(0).read_only());
-  EXPECT_EQ(granted.container_responses(0).mounts(1).container_path(), "/run/stoker");
-  EXPECT_FALSE(granted.container_responses(0).mounts(1).read_only());
+  EXPECT_EQ(envs.at("STOKER_GPU_LEDGER"), "/run/stoker/ledger");
+  const std::string tenant = envs.at("STOKER_GPU_TENANT");
+  EXPECT_EQ(tenant.rfind("k8s-", 0), 0u);
+  const auto& response = granted.container_responses(0);
+  ASSERT_EQ(response.mounts_size(), 3);
+  EXPECT_EQ(response.mounts(0).host_path(), "/opt/stoker/lib");
+  EXPECT_TRUE(response.mounts(0).read_only());
+  // The tenant's own folder, made on the host before the answer: no other container sees it.
+  EXPECT_EQ(response.mounts(1).container_path(), "/run/stoker");
+  EXPECT_EQ(response.mounts(1).host_path(), dir_ + "/state/tenants/" + tenant);
+  EXPECT_FALSE(response.mounts(1).read_only());
+  struct stat st {};
+  ASSERT_EQ(::stat(response.mounts(1).host_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
+  // The pinned limits: root's, read-only in the container, what the environment says.
+  EXPECT_EQ(response.mounts(2).container_path(), "/etc/stoker/gpu-limits.d/memory");
+  EXPECT_TRUE(response.mounts(2).read_only());
+  ASSERT_EQ(::stat(response.mounts(2).host_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  std::ifstream pinned(response.mounts(2).host_path());
+  const std::string text((std::istreambuf_iterator<char>(pinned)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("STOKER_GPU_MEMORY_LIMIT=" + std::to_string(8 * kGiB) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("STOKER_GPU_TENANT=" + tenant + "\n"), std::string::npos) << text;
   // The same container's compute now prefers card 1, though binpack alone would pick card 0.
   api::PreferredAllocationRequest compute_request;
   auto* cc = compute_request.add_container_requests();

@@ -2,6 +2,12 @@
 #include "kube/plugin_devices.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <set>
 
@@ -148,6 +154,70 @@ TEST(PluginDevices, GrantsHoldTheContainerToWhatItWasGiven) {
   bad = s;
   bad.ledger_host_dir = "run/stoker";
   EXPECT_NE(CheckPluginSettings(bad).message().find("'run/stoker' must be an absolute path"), std::string::npos);
+}
+
+const ContainerGrant::Mount* MountAt(const ContainerGrant& g, const std::string& container_path) {
+  for (const auto& m : g.mounts)
+    if (m.container_path == container_path) return &m;
+  return nullptr;
+}
+
+TEST(PluginDevices, EachContainerSeesOnlyItsTenantsStateAndPinnedLimits) {
+  const auto cards = Cards(2);
+  PluginSettings s;
+  char dir_template[] = "/tmp/stoker-plugin-host-XXXXXX";
+  s.ledger_host_dir = ::mkdtemp(dir_template);
+  s.enforce_preload = true;
+  auto memory = GrantFor(Resource::kMemory, {cards[1].uuid + "_m0", cards[1].uuid + "_m5"}, cards, s);
+  auto compute = GrantFor(Resource::kCompute, {cards[1].uuid + "_c0", cards[1].uuid + "_c1"}, cards, s);
+  ASSERT_TRUE(memory.ok() && compute.ok());
+  const std::string tenant = memory->envs.at("STOKER_GPU_TENANT");
+  // Memory: the tenant's own folder (never the node's), and limits pinned read-only.
+  const auto* folder = MountAt(*memory, "/run/stoker");
+  ASSERT_NE(folder, nullptr);
+  EXPECT_EQ(folder->host_path, s.ledger_host_dir + "/tenants/" + tenant);
+  EXPECT_FALSE(folder->read_only);
+  const auto* pinned = MountAt(*memory, "/etc/stoker/gpu-limits.d/memory");
+  ASSERT_NE(pinned, nullptr);
+  EXPECT_TRUE(pinned->read_only);
+  EXPECT_EQ(MountAt(*memory, "/run/stoker-turns"), nullptr);
+  // Compute: the node's schedule, under a tenant of its own there; its own pinned file.
+  EXPECT_EQ(compute->envs.at("STOKER_GPU_TURNS"), "/run/stoker-turns");
+  EXPECT_EQ(compute->envs.at("STOKER_GPU_TURNS_TENANT").rfind("k8s-", 0), 0u);
+  ASSERT_NE(MountAt(*compute, "/run/stoker-turns"), nullptr);
+  EXPECT_EQ(MountAt(*compute, "/run/stoker"), nullptr);
+  ASSERT_NE(MountAt(*compute, "/etc/stoker/gpu-limits.d/compute"), nullptr);
+  // Both: the same interposer and preload mounts (the kubelet merges identical mounts).
+  for (const auto* g : {&*memory, &*compute}) {
+    const auto* preload = MountAt(*g, "/etc/ld.so.preload");
+    ASSERT_NE(preload, nullptr);
+    EXPECT_EQ(preload->host_path, s.ledger_host_dir + "/ld.so.preload");
+    EXPECT_TRUE(preload->read_only);
+  }
+  // The host, made before the kubelet mounts anything.
+  if (::geteuid() == 0) {
+    ASSERT_TRUE(PrepareHost(*memory).ok());
+    ASSERT_TRUE(PrepareHost(*compute).ok());
+    struct stat st {};
+    ASSERT_EQ(::stat(folder->host_path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 01777u);
+    ASSERT_EQ(::stat((s.ledger_host_dir + "/turns").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0666u);
+    ASSERT_EQ(::stat(pinned->host_path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0644u);
+    EXPECT_EQ(st.st_uid, 0u);
+    ASSERT_EQ(::stat((s.ledger_host_dir + "/limits").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 022, 0u) << "limits/ is root's alone";
+    std::ifstream file(pinned->host_path);
+    const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "STOKER_GPU_TENANT=" + tenant + "\nSTOKER_GPU_LEDGER=/run/stoker/ledger\nSTOKER_GPU_MEMORY_LIMIT=" +
+                        std::to_string(2 * kGiB) + "\n");
+    std::ifstream preload(s.ledger_host_dir + "/ld.so.preload");
+    std::string line;
+    std::getline(preload, line);
+    EXPECT_EQ(line, "/usr/local/stoker/libstoker-share.so");
+  }
+  std::filesystem::remove_all(s.ledger_host_dir);
 }
 
 }  // namespace

@@ -417,7 +417,6 @@ TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
   }
 }
 
-
 TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
   char dir_template[] = "/tmp/stoker-pinned-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);  // 0700, ours
@@ -446,8 +445,10 @@ TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
   EXPECT_EQ(c->LimitFor(0), 64ull << 30);
   EXPECT_TRUE(c->pinned_from.empty());
   if (::geteuid() != 0) GTEST_SKIP() << "a trusted file must be root's";
-  write("# pinned by the operator\nSTOKER_GPU_MEMORY_LIMIT=1GiB\nSTOKER_GPU_TENANT = pinned\n\nSTOKER_GPU_COMPUTE_SHARE=30\n",
-        0644);
+  write(
+      "# pinned by the operator\nSTOKER_GPU_MEMORY_LIMIT=1GiB\nSTOKER_GPU_TENANT = "
+      "pinned\n\nSTOKER_GPU_COMPUTE_SHARE=30\n",
+      0644);
   // Cleared: the file alone holds the process.
   c = effective({}, &error);
   ASSERT_TRUE(c) << error;
@@ -456,8 +457,9 @@ TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
   EXPECT_EQ(c->compute_share, 30u);
   EXPECT_EQ(c->pinned_from, path);
   // Asking for more changes nothing; asking for less is granted.
-  c = effective({{"STOKER_GPU_MEMORY_LIMIT", "64GiB"}, {"STOKER_GPU_TENANT", "mine"}, {"STOKER_GPU_COMPUTE_SHARE", "90"}},
-                &error);
+  c = effective(
+      {{"STOKER_GPU_MEMORY_LIMIT", "64GiB"}, {"STOKER_GPU_TENANT", "mine"}, {"STOKER_GPU_COMPUTE_SHARE", "90"}},
+      &error);
   ASSERT_TRUE(c) << error;
   EXPECT_EQ(c->LimitFor(0), 1ull << 30);
   EXPECT_EQ(c->tenant, "pinned");
@@ -467,6 +469,22 @@ TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
   EXPECT_EQ(c->LimitFor(0), 1ull << 30);
   EXPECT_EQ(c->LimitFor(1), 512ull << 20);
   EXPECT_EQ(c->compute_share, 10u);
+  // Files in gpu-limits.d/ apply too (the device plugin mounts one per resource).
+  const std::string dot_d = path + ".d";
+  ASSERT_EQ(::mkdir(dot_d.c_str(), 0755), 0);
+  {
+    FILE* f = std::fopen((dot_d + "/compute").c_str(), "w");
+    std::fputs("STOKER_GPU_COMPUTE_SHARE=20\nSTOKER_GPU_TURNS_TENANT=pod-a\n", f);
+    std::fclose(f);
+  }
+  c = effective({{"STOKER_GPU_COMPUTE_SHARE", "90"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->compute_share, 20u);
+  EXPECT_EQ(c->turns_tenant, "pod-a");
+  EXPECT_EQ(c->LimitFor(0), 1ull << 30);
+  EXPECT_EQ(c->pinned_from, path + ", " + dot_d + "/compute");
+  ::unlink((dot_d + "/compute").c_str());
+  ::rmdir(dot_d.c_str());
   // A file others could write, or one that does not parse, stops the process.
   write("STOKER_GPU_MEMORY_LIMIT=1GiB\n", 0666);
   EXPECT_FALSE(effective({}, &error));

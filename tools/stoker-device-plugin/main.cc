@@ -48,9 +48,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--interposer-container-dir", s.interposer_container_dir, "Where containers see that folder")
       ->capture_default_str();
-  app.add_option("--ledger-host-dir", s.ledger_host_dir, "Host folder holding the node's ledger")
+  app.add_option("--ledger-host-dir", s.ledger_host_dir,
+                 "Host folder of the node's GPU state (tenants' ledgers, pinned limits, turns)")
       ->capture_default_str();
-  app.add_option("--ledger-container-dir", s.ledger_container_dir, "Where containers see it")->capture_default_str();
+  app.add_option("--ledger-container-dir", s.ledger_container_dir, "Where a container sees its tenant's folder")
+      ->capture_default_str();
+  app.add_option("--turns-container-path", s.turns_container_path,
+                 "Where a container with a compute share sees the node's schedule")
+      ->capture_default_str();
+  app.add_flag("--enforce-preload", s.enforce_preload,
+               "Mount /etc/ld.so.preload naming the interposer into every container: its processes are held "
+               "whatever their environment");
   app.add_option("--health-interval", s.health_interval_seconds, "Seconds between looks at the cards")
       ->capture_default_str();
   try {

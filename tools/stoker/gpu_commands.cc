@@ -178,9 +178,10 @@ int RunGpuRun(const GpuRunArgs& args) {
     if (name == "STOKER_GPU_TENANT") tenant = value;
   }
   if (stoker::PinnedGpuLimitsPresent())
-    Warn(fmt::format("{} pins this node's GPU limits: they apply on top of these (the command gets no more than they "
-                     "allow)",
-                     stoker::PinnedGpuLimitsPath()));
+    Warn(
+        fmt::format("{} pins this node's GPU limits: they apply on top of these (the command gets no more than they "
+                    "allow)",
+                    stoker::PinnedGpuLimitsPath()));
   if (!asks && settings->device_memory.empty())
     Warn("no --memory, --gpus, --device-memory or --compute: the command is only counted, not limited");
   if (!args.quiet) {

@@ -161,8 +161,7 @@ void Interposer::Initialise() {
     shared.mode = 0666;
     shared.make_dir = config_.turns_in_state_dir;
     turns_ = Ledger::Open(config_.turns_path, &error, shared);
-    const std::string name = config_.tenant + "@uid" + std::to_string(::getuid());
-    if (turns_ == nullptr || !turns_->Register(name, config_.compute_share, &error)) {
+    if (turns_ == nullptr || !turns_->Register(config_.turns_tenant, config_.compute_share, &error)) {
       error_ = "the compute schedule: " + error;
       turns_ = ledger_;
       return;
