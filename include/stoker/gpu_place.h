@@ -40,6 +40,15 @@ struct GpuCard {
   // one host bridge, 40 one NUMA node, 50 across nodes (0 itself). Empty
   // when unknown (no NVML).
   std::vector<int> link_levels;
+  // The processes NVML lists on the card (compute contexts), with their
+  // device memory; host PIDs. Empty, and processes_known false, without
+  // NVML.
+  struct Process {
+    int pid = 0;
+    std::uint64_t used_bytes = 0;
+  };
+  std::vector<Process> processes;
+  bool processes_known = false;
 };
 
 struct GpuInventory {

@@ -101,4 +101,17 @@ struct GpuLedgerView {
 };
 [[nodiscard]] Result<GpuLedgerView> ReadGpuLedger(const std::string& path = "");
 
+// What `stoker gpu agent` makes of a node's state folder `dir` (empty:
+// GpuStateDir()), as root: the folder root's, sticky and world-writable
+// (so that no user can squat it before anyone needs it), and the compute
+// schedule `turns` made 0666. What it changed, one line each; an error
+// for a symbolic link or another kind of file where the folder should be.
+[[nodiscard]] Result<std::vector<std::string>> PrepareGpuStateDir(const std::string& dir = "");
+
+// Whether process `pid` (as this process sees PIDs) runs under the GPU
+// interposer: it holds a stoker ledger open (found through /proc/<pid>/fd,
+// whatever folder or mount namespace the ledger is in). nullopt when that
+// cannot be told (another user's process without root, or one that ended).
+[[nodiscard]] std::optional<bool> UnderGpuInterposer(int pid);
+
 }  // namespace stoker

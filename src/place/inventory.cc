@@ -51,7 +51,7 @@ int NumaFromSysfs(std::string bus_id) {
   return node;
 }
 
-constexpr int kNvmlSuccess = 0, kNvmlGpuIsLost = 15;
+constexpr int kNvmlSuccess = 0, kNvmlInsufficientSize = 7, kNvmlGpuIsLost = 15;
 Result<GpuInventory> FromNvml() {
   Library nvml("libnvidia-ml.so.1");
   if (!nvml.ok()) return Status::NotFound(nvml.error());
@@ -65,6 +65,7 @@ Result<GpuInventory> FromNvml() {
   using NumaFn = int (*)(void*, unsigned int*);
   using ErrorFn = const char* (*)(int);
   using TopologyFn = int (*)(void*, void*, int*);
+  using ProcessesFn = int (*)(void*, unsigned int*, nvmlProcessInfo_t*);
   auto init = nvml.Get<InitFn>("nvmlInit_v2");
   auto shutdown = nvml.Get<InitFn>("nvmlShutdown");
   auto count_fn = nvml.Get<CountFn>("nvmlDeviceGetCount_v2");
@@ -77,6 +78,7 @@ Result<GpuInventory> FromNvml() {
   auto numa_fn = nvml.Get<NumaFn>("nvmlDeviceGetNumaNodeId");
   auto error_fn = nvml.Get<ErrorFn>("nvmlErrorString");
   auto topology_fn = nvml.Get<TopologyFn>("nvmlDeviceGetTopologyCommonAncestor");
+  auto processes_fn = nvml.Get<ProcessesFn>("nvmlDeviceGetComputeRunningProcesses_v3");
   std::vector<void*> handles;
   if (!init || !count_fn || !handle_fn || !uuid_fn || !(mem_v1 || mem_v2))
     return Status::NotFound("libnvidia-ml.so.1 lacks nvmlInit_v2, nvmlDeviceGetCount_v2 or the memory queries");
@@ -133,6 +135,21 @@ Result<GpuInventory> FromNvml() {
       card.numa_node = static_cast<int>(node);
     } else if (!card.pci_bus_id.empty()) {
       card.numa_node = NumaFromSysfs(card.pci_bus_id);
+    }
+    if (processes_fn) {
+      std::vector<nvmlProcessInfo_t> infos(64);
+      unsigned int n = static_cast<unsigned int>(infos.size());
+      int r = processes_fn(device, &n, infos.data());
+      if (r == kNvmlInsufficientSize) {
+        infos.resize(n + 16);
+        n = static_cast<unsigned int>(infos.size());
+        r = processes_fn(device, &n, infos.data());
+      }
+      if (r == kNvmlSuccess) {
+        card.processes_known = true;
+        for (unsigned int k = 0; k < n && k < infos.size(); ++k)
+          card.processes.push_back({static_cast<int>(infos[k].pid), infos[k].usedGpuMemory});
+      }
     }
     inventory.cards.push_back(std::move(card));
   }

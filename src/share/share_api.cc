@@ -1,10 +1,14 @@
 // The public face of GPU sharing (stoker/gpu_share.h).
 #include <unistd.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -204,6 +208,69 @@ Result<GpuLedgerView> ReadGpuLedger(const std::string& path) {
     if (Status s = ReadOne(file, &view); !s.ok()) return s;
   }
   return view;
+}
+
+Result<std::vector<std::string>> PrepareGpuStateDir(const std::string& given) {
+  const std::string dir = given.empty() ? GpuStateDir() : given;
+  std::vector<std::string> changed;
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Status::FromErrno(errno, fmt::format("looking at {}", dir));
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, fmt::format("making {}", dir));
+    changed.push_back(fmt::format("made {}", dir));
+    if (::lstat(dir.c_str(), &st) != 0) return Status::FromErrno(errno, fmt::format("looking at {}", dir));
+  }
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode))
+    return Status::FailedPrecondition(
+        fmt::format("{} is a {}, not a folder: remove it (another user may have made it to take the GPU state over)",
+                    dir, S_ISLNK(st.st_mode) ? "symbolic link" : "file"));
+  if (st.st_uid != ::geteuid() || st.st_gid != ::getegid()) {
+    if (::chown(dir.c_str(), ::geteuid(), ::getegid()) != 0)
+      return Status::FromErrno(errno, fmt::format("taking {} (uid {}) over", dir, st.st_uid));
+    changed.push_back(fmt::format("took {} over from uid {}", dir, st.st_uid));
+  }
+  if ((st.st_mode & 07777) != 01777) {
+    if (::chmod(dir.c_str(), 01777) != 0) return Status::FromErrno(errno, fmt::format("chmod {}", dir));
+    changed.push_back(fmt::format("{}: mode {:o} -> 1777", dir, st.st_mode & 07777));
+  }
+  // The compute schedule, which every user's processes write.
+  share::LedgerFile shared;
+  shared.mode = 0666;
+  std::string error;
+  const std::string turns = dir + "/turns";
+  const bool existed = ::lstat(turns.c_str(), &st) == 0;
+  std::unique_ptr<share::Ledger> ledger(share::Ledger::Open(turns, &error, shared));
+  if (ledger == nullptr) return Status::FailedPrecondition(error);
+  if (!existed) changed.push_back(fmt::format("made {}", turns));
+  if (::lstat(turns.c_str(), &st) == 0 && (st.st_mode & 07777) != 0666) {
+    if (::chmod(turns.c_str(), 0666) != 0) return Status::FromErrno(errno, fmt::format("chmod {}", turns));
+    changed.push_back(fmt::format("{}: mode {:o} -> 666", turns, st.st_mode & 07777));
+  }
+  return changed;
+}
+
+std::optional<bool> UnderGpuInterposer(int pid) {
+  const std::string fds = fmt::format("/proc/{}/fd", pid);
+  std::error_code ec;
+  std::filesystem::directory_iterator it(fds, ec);
+  if (ec) return std::nullopt;
+  for (const auto& entry : it) {
+    // Only regular files of a ledger's size are opened (never a device or
+    // a pipe of the process's, whose opening could have effects).
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<std::uint64_t>(st.st_size) != sizeof(share::LedgerLayout))
+      continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    char magic[sizeof(share::kLedgerMagic)] = {};
+    const bool ledger = ::pread(fd, magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+                        std::memcmp(magic, share::kLedgerMagic, sizeof(magic)) == 0;
+    ::close(fd);
+    if (ledger) return true;
+  }
+  return false;
 }
 
 }  // namespace stoker

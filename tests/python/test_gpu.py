@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -217,6 +218,72 @@ env -i $KEEP STOKER_GPU_MEMORY_LIMIT=64GiB STOKER_GPU_TENANT=escape "$PROBE" vis
     for out in runs:
         assert out["quota"] == 1 << 30 and out["big"] == 2 and out["small"] == 0, out
     assert not os.path.exists("/etc/ld.so.preload") or "stoker" not in open("/etc/ld.so.preload").read()
+
+
+def test_ls_names_a_process_on_a_card_without_the_interposer_as_unlimited(gpu):
+    env = fake_node(gpu, devices=1)
+    bare = subprocess.Popen([gpu["probe"], "churn", "--bytes", "100000000"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    held = subprocess.Popen([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--no-place", "--memory", "1GiB",
+                             "--quiet", "--", gpu["probe"], "churn", "--bytes", "100000000"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while True:
+            view = gpu_ls(gpu, env)
+            seen = {p["pid"]: p["under_interposer"] for p in view["cards"][0]["processes"]}
+            if len(seen) == 2 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert seen == {bare.pid: False, held.pid: True}
+        text = subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"]], capture_output=True, text=True,
+                              env=env).stdout
+        assert "pid %d uses" % bare.pid in text and "without the GPU interposer: unlimited" in text, text
+        assert "pid %d uses" % held.pid not in text
+    finally:
+        for p in (bare, held):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="the agent runs as root")
+def test_the_agent_takes_the_state_folder_back_and_logs_unlimited_processes(gpu):
+    state = "/dev/shm/stoker-gpu-agent-%d-%d" % (os.getpid(), time.monotonic_ns())
+    env = dict(fake_node(gpu, devices=1), STOKER_GPU_DIR=state)
+    agent = [gpu["bin"], "gpu", "agent"]
+    try:
+        # A user made the folder first, as their own and not sticky: they could replace everyone's files.
+        os.mkdir(state, 0o755)
+        os.chown(state, 1001, 1001)
+        r = subprocess.run(agent + ["--once"], capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert "took %s over from uid 1001" % state in r.stderr and "mode 755 -> 1777" in r.stderr, r.stderr
+        st = os.stat(state)
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o1777)
+        assert os.stat(os.path.join(state, "turns")).st_mode & 0o7777 == 0o666
+        again = subprocess.run(agent + ["--once"], capture_output=True, text=True, env=env, timeout=30)
+        assert "already in order" in again.stderr, again.stderr
+        r = subprocess.run(as_user(1001, *agent, "--once"), capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 1 and "run it as root" in r.stderr
+        # Watching: a process on a card without the interposer is named once.
+        watcher = subprocess.Popen(agent + ["--interval", "0.1"], env=env, stderr=subprocess.PIPE, text=True)
+        bare = subprocess.Popen([gpu["probe"], "churn", "--bytes", "100000000"], env=env, stdout=subprocess.DEVNULL)
+        time.sleep(1.5)
+        bare.kill()
+        bare.wait()
+        watcher.send_signal(signal.SIGTERM)
+        log = watcher.communicate(timeout=30)[1]
+        assert watcher.returncode == 0, log
+        assert log.count("pid %d uses" % bare.pid) == 1 and "without the GPU interposer: unlimited" in log, log
+        assert log.rstrip().endswith("stopped"), log
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    os.symlink("/tmp", state)
+    try:
+        r = subprocess.run(agent + ["--once"], capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 1 and "is a symbolic link, not a folder" in r.stderr, r.stderr
+    finally:
+        os.unlink(state)
 
 
 @pytest.mark.parametrize("args,says", [

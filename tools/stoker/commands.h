@@ -56,6 +56,12 @@ struct GpuExtenderArgs {
 };
 int RunGpuExtenderCommand(const GpuExtenderArgs& args);
 int RunGpuList(const std::string& ledger, const std::string& leases, bool json);
+struct GpuAgentArgs {
+  std::string dir;
+  double interval_seconds = 5;
+  bool once = false;
+};
+int RunGpuAgent(const GpuAgentArgs& args);
 
 struct DoctorArgs {
   std::string out;

@@ -228,7 +228,14 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
       j["inventory_error"] = inventory.error().message();
     }
     j["cards"] = nlohmann::json::array();
-    for (const auto& u : cards)
+    for (const auto& u : cards) {
+      nlohmann::json processes = nlohmann::json::array();
+      for (const auto& p : u.card.processes) {
+        const auto held = stoker::UnderGpuInterposer(p.pid);
+        processes.push_back({{"pid", p.pid},
+                             {"used_bytes", p.used_bytes},
+                             {"under_interposer", held ? nlohmann::json(*held) : nlohmann::json(nullptr)}});
+      }
       j["cards"].push_back(
           {{"index", u.card.index},
            {"uuid", u.card.uuid},
@@ -244,7 +251,9 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
            {"free_bytes", u.free_bytes},
            {"leased_compute", u.leased_compute},
            {"leases", u.leases},
-           {"whole_leased", u.whole_leased}});
+           {"whole_leased", u.whole_leased},
+           {"processes", u.card.processes_known ? std::move(processes) : nlohmann::json(nullptr)}});
+    }
     j["leases"] = nlohmann::json::array();
     for (const auto& l : *leases) {
       nlohmann::json lease_cards = nlohmann::json::array();
@@ -293,6 +302,15 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
                  stoker::FormatBytes(u.free_bytes), u.leased_compute,
                  u.card.numa_node < 0 ? std::string("-") : std::to_string(u.card.numa_node), u.leases,
                  !u.card.healthy ? "  UNHEALTHY" : (u.whole_leased ? "  whole" : ""));
+    // Whoever reaches a card without the interposer is held to nothing.
+    for (const auto& u : cards)
+      for (const auto& p : u.card.processes) {
+        const auto held = stoker::UnderGpuInterposer(p.pid);
+        if (held && *held) continue;
+        fmt::print("  pid {} uses {} on {} {}\n", p.pid, stoker::FormatBytes(p.used_bytes), u.card.uuid,
+                   held ? "without the GPU interposer: unlimited"
+                        : "(whether under the GPU interposer is unknown: another user's process; run as root)");
+      }
   } else {
     fmt::print("cards: unknown ({})\n", inventory.error().message());
   }

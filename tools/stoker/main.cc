@@ -173,6 +173,15 @@ int main(int argc, char** argv) {
   gpu_run->add_flag("--quiet", gpu_args.quiet, "Do not print the limits applied");
   gpu_run->add_option("COMMAND", gpu_args.command, "The command and its arguments (after --)")->required();
   gpu_run->positionals_at_end();
+  GpuAgentArgs agent_args;
+  auto* gpu_agent = gpu->add_subcommand(
+      "agent",
+      "As root: keep the node's GPU state folder (root's and sticky before any user can squat it, the compute "
+      "schedule), free dead processes' charges and log processes that use a GPU without the interposer");
+  gpu_agent->add_option("--dir", agent_args.dir,
+                        "The state folder (default: $STOKER_GPU_DIR, else /dev/shm/stoker-gpu)");
+  gpu_agent->add_option("--interval", agent_args.interval_seconds, "Seconds between looks")->capture_default_str();
+  gpu_agent->add_flag("--once", agent_args.once, "Prepare the folder and exit (for a boot-time unit)");
   auto* gpu_ls = gpu->add_subcommand("ls", "Each GPU's tenants: quotas, use, compute shares, processes");
   gpu_ls->add_option(
       "--ledger", gpu_ledger,
@@ -231,6 +240,7 @@ int main(int argc, char** argv) {
     return RunGpuRun(gpu_args);
   }
   if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, gpu_leases, json);
+  if (gpu_agent->parsed()) return RunGpuAgent(agent_args);
   if (doctor->parsed()) return RunDoctor(doctor_args);
   if (gpu_extender->parsed()) return RunGpuExtenderCommand(extender_args);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
