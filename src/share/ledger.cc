@@ -293,8 +293,6 @@ bool Ledger::ReclaimDeadSlots() {
   for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
     LedgerSlot& slot = layout_->slots[s];
     if (!slot.in_use || static_cast<int>(s) == slot_ || SlotAlive(s)) continue;
-    for (auto& device : layout_->devices)
-      if (device.holder == s + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
     if (slot.tenant < kMaxTenants) {
       LedgerTenant& t = layout_->tenants[slot.tenant];
       for (std::uint32_t d = 0; d < kMaxDevices; ++d)
@@ -308,8 +306,11 @@ bool Ledger::ReclaimDeadSlots() {
   for (const auto& slot : layout_->slots)
     if (slot.in_use && slot.tenant < kMaxTenants) used[slot.tenant] = true;
   for (std::uint32_t t = 0; t < kMaxTenants; ++t)
-    if (layout_->tenants[t].in_use && !used[t] && !(registered_ && tenant_ == t))
+    if (layout_->tenants[t].in_use && !used[t] && !(registered_ && tenant_ == t)) {
       std::memset(&layout_->tenants[t], 0, sizeof(LedgerTenant));
+      for (auto& device : layout_->devices)  // its turns end with it
+        if (device.holder == t + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
+    }
   return any;
 }
 
@@ -384,8 +385,6 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
 
 void Ledger::Unregister() {
   if (!Active() || !Lock()) return;
-  for (auto& device : layout_->devices)
-    if (device.holder == static_cast<std::uint32_t>(slot_) + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
   LedgerSlot& slot = layout_->slots[slot_];
   LedgerTenant& t = layout_->tenants[tenant_];
   for (std::uint32_t d = 0; d < kMaxDevices; ++d)

@@ -64,11 +64,13 @@ struct LedgerDevice {
   std::uint8_t uuid[16];
   std::uint64_t physical_bytes;
   std::uint32_t in_use;
-  // The compute schedule: the slot (plus one) that may launch work now, or
-  // 0; read without the lock by the holder's launches.
+  // The compute schedule: the tenant (plus one) whose processes may launch
+  // work now, or 0; read without the lock by the holder's launches.
   std::uint32_t holder;
+  std::uint32_t borrowed;         // a turn on an otherwise idle device: not charged
   std::uint64_t hold_started_ns;  // CLOCK_MONOTONIC
   std::uint64_t hold_until_ns;
+  std::uint64_t stuck_takeovers;  // turns taken from a holder past StuckAfter
 };
 struct LedgerTenant {
   char name[kTenantNameBytes];
@@ -76,6 +78,14 @@ struct LedgerTenant {
   std::uint64_t charged[kMaxDevices];  // the sum of its live slots' charges
   std::uint32_t compute_share;         // percent of the GPU's time; 0: none set
   std::uint32_t in_use;
+  // The devices its processes launch on (bit d): a turn is granted on all
+  // of them at once, or not at all, so that two tenants spread over the
+  // same cards never hold one card each while waiting for the other's.
+  std::uint32_t devices_used;
+  std::uint32_t strict;  // held to its share even on an idle device (no borrowed turns)
+  // When its processes last asked for or gave back each device: a tenant
+  // that did within a period still wants it, so none is lent over it.
+  std::uint64_t last_want_ns[kMaxDevices];
   // Device time it may still use (ns; negative after an overrun), and when
   // it was last topped up at compute_share percent of the time passed.
   std::int64_t budget_ns[kMaxDevices];
@@ -178,19 +188,32 @@ class Ledger {
   // call.
   void Settle(int d, std::uint64_t reserved, std::uint64_t actual);
 
-  // The compute schedule (tenants with a compute share): one process at a
-  // time launches on a device, for at most its tenant's share of each
-  // `period_ns`; a tenant's time on the device is charged against a budget
-  // that grows at its share of wall time, so overruns are paid back.
-  // Acquire: true (and `*until`) when this process holds device `d` now,
-  // taking it if free and the budget allows; false: it waits (marked).
-  bool AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns);
-  // Whether this process holds `d` (no lock: the holder's fast path).
+  // The compute schedule (tenants with a compute share): one tenant at a
+  // time launches on a device, for at most its share of each `period_ns`;
+  // its time on the device is charged against a budget that grows at its
+  // share of wall time, so overruns are paid back. A tenant's turn covers
+  // every device its processes use, granted together or not at all: no
+  // circular wait between tenants spread over the same cards (NCCL jobs).
+  // Acquire: true (and `*until`) when this process's tenant holds device
+  // `d` now, taking its devices if free and its budget allows; false: it
+  // waits (marked). With `work_conserving`, a tenant out of budget still
+  // gets short, uncharged turns while no other tenant waits for its devices.
+  bool AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns,
+                     bool work_conserving = false);
+  // Whether this process's tenant holds `d` (no lock: the fast path).
   [[nodiscard]] bool HoldsDevice(int d) const;
   [[nodiscard]] std::uint64_t HoldUntil(int d) const;
-  // Gives `d` up at `now_ns`, charging the time held, and hands it to the
-  // waiting process whose tenant has the most budget left.
+  // Gives `d` up at `now_ns`, charging the time held, and hands the
+  // devices free to the waiting tenants with the most budget left.
   void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns);
+  // Charges `ns` more of `d`'s time to this process's tenant: work it
+  // queued in its turn that ran on after the turn was given back.
+  void ChargeOverrun(int d, std::uint64_t ns);
+  // At the end of its turn on `d`, when no other tenant wants its devices:
+  // goes on without giving them back (the time so far is charged; a new
+  // turn, or a lent one when the budget is spent and lending is allowed).
+  // False: give the device back (ReleaseDevice).
+  bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving, std::uint64_t* until_ns);
   // Nanoseconds until this process's tenant has budget on `d` again (0: now).
   [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns);
   [[nodiscard]] std::uint64_t TenantCharged(int d);
@@ -226,7 +249,13 @@ class Ledger {
   bool ReclaimDeadSlots();
   void RecomputeTenants();                                                                 // lock held
   void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
-  void HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns);                     // lock held
+  // Grants turns to waiting tenants whose devices are all free, the most
+  // budget first. Lock held.
+  void Schedule(std::uint64_t now_ns, std::uint64_t period_ns);
+  // Whether a tenant other than `t` waits for (`need`, may be null) or
+  // wanted within a period any of `devices`. Lock held.
+  [[nodiscard]] bool WantedByOthers(std::uint32_t t, std::uint32_t devices, const std::uint32_t* need,
+                                    std::uint64_t now_ns, std::uint64_t period_ns) const;
   [[nodiscard]] bool SlotAlive(std::uint32_t s) const;
   // Registered, and not detached after fork.
   [[nodiscard]] bool Active() const { return registered_ && slot_ >= 0; }

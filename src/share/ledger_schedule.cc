@@ -1,5 +1,6 @@
 // The ledger's compute schedule (see AcquireDevice in ledger.h).
 #include <algorithm>
+#include <cstdint>
 
 #include "share/ledger.h"
 
@@ -31,51 +32,151 @@ void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint6
   t.budget_at_ns[d] = now_ns;
 }
 
-void Ledger::HandOver(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
-  LedgerDevice& device = layout_->devices[d];
-  int best = -1;
-  std::int64_t best_budget = 0;
-  for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
-    const LedgerSlot& slot = layout_->slots[s];
-    if (!slot.in_use || !(slot.waiting & (1u << d)) || slot.tenant >= kMaxTenants) continue;
-    TopUp(slot.tenant, d, now_ns, period_ns);
-    const std::int64_t budget = layout_->tenants[slot.tenant].budget_ns[d];
-    if (budget > best_budget) {
-      best = static_cast<int>(s);
-      best_budget = budget;
-    }
-  }
-  if (best < 0) {
-    __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
-    return;
-  }
-  LedgerSlot& next = layout_->slots[best];
-  next.waiting &= ~(1u << d);
-  device.hold_started_ns = now_ns;
-  device.hold_until_ns = now_ns + static_cast<std::uint64_t>(std::min(
-                                      best_budget, Window(layout_->tenants[next.tenant].compute_share, period_ns)));
-  __atomic_store_n(&device.holder, static_cast<std::uint32_t>(best) + 1, __ATOMIC_RELEASE);
+namespace {
+
+// A borrowed turn (a tenant out of budget on a device nobody else wants)
+// is short: a tenant that starts waiting gets the device within it.
+std::uint64_t BorrowedTurn(std::uint64_t period_ns) {
+  return std::max<std::uint64_t>(period_ns / 10, 1'000'000);
 }
 
-bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns) {
+}  // namespace
+
+void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
+  // Each waiting tenant's need: the devices its processes use or wait for.
+  // (Only live processes: a dead one's wish must not take a turn.)
+  std::uint32_t need[kMaxTenants] = {};
+  for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+    const LedgerSlot& slot = layout_->slots[s];
+    if (slot.in_use && slot.waiting && slot.tenant < kMaxTenants && (static_cast<int>(s) == slot_ || SlotAlive(s)))
+      need[slot.tenant] |= slot.waiting | layout_->tenants[slot.tenant].devices_used;
+  }
+  auto wanted_by_others = [&](std::uint32_t t, std::uint32_t devices) {
+    return WantedByOthers(t, devices, need, now_ns, period_ns);
+  };
+  for (;;) {
+    int best = -1;
+    std::int64_t best_budget = 0;
+    bool best_borrows = false;
+    for (std::uint32_t t = 0; t < kMaxTenants; ++t) {
+      if (need[t] == 0 || !layout_->tenants[t].in_use) continue;
+      bool all_free = true, any_to_grant = false;
+      std::int64_t budget = INT64_MAX;
+      for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+        if (!(need[t] & (1u << d))) continue;
+        const std::uint32_t holder = layout_->devices[d].holder;
+        if (holder != 0 && holder != t + 1) all_free = false;
+        if (holder == 0) any_to_grant = true;
+        TopUp(t, static_cast<int>(d), now_ns, period_ns);
+        budget = std::min(budget, layout_->tenants[t].budget_ns[d]);
+      }
+      if (!all_free || !any_to_grant) continue;
+      const bool borrows = budget <= 0;
+      if (borrows && (layout_->tenants[t].strict || wanted_by_others(t, need[t]))) continue;
+      // Budget first; a borrower only when nobody with budget is waiting.
+      if (best < 0 || (best_borrows && !borrows) || (best_borrows == borrows && budget > best_budget)) {
+        best = static_cast<int>(t);
+        best_budget = budget;
+        best_borrows = borrows;
+      }
+    }
+    if (best < 0) return;
+    const auto t = static_cast<std::uint32_t>(best);
+    for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+      if (!(need[t] & (1u << d)) || layout_->devices[d].holder != 0) continue;
+      LedgerDevice& device = layout_->devices[d];
+      const std::int64_t window = Window(layout_->tenants[t].compute_share, period_ns);
+      device.hold_started_ns = now_ns;
+      device.borrowed = best_borrows ? 1 : 0;
+      device.hold_until_ns =
+          now_ns + (best_borrows ? BorrowedTurn(period_ns)
+                                 : static_cast<std::uint64_t>(std::min(layout_->tenants[t].budget_ns[d], window)));
+      __atomic_store_n(&device.holder, t + 1, __ATOMIC_RELEASE);
+    }
+    for (auto& slot : layout_->slots)
+      if (slot.in_use && slot.tenant == t) slot.waiting &= ~need[t];
+    need[t] = 0;
+  }
+}
+
+bool Ledger::WantedByOthers(std::uint32_t t, std::uint32_t devices, const std::uint32_t* need, std::uint64_t now_ns,
+                            std::uint64_t period_ns) const {
+  for (std::uint32_t o = 0; o < kMaxTenants; ++o) {
+    const LedgerTenant& other = layout_->tenants[o];
+    if (o == t || !other.in_use) continue;
+    if (need != nullptr && (need[o] & devices)) return true;
+    for (std::uint32_t d = 0; d < kMaxDevices; ++d)
+      if ((devices & (1u << d)) && other.last_want_ns[d] != 0 && now_ns < other.last_want_ns[d] + period_ns)
+        return true;
+  }
+  return false;
+}
+
+bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
+                        std::uint64_t* until_ns) {
   if (!Active() || d < 0 || !Lock()) return false;
   LedgerDevice& device = layout_->devices[d];
-  const std::uint32_t me = static_cast<std::uint32_t>(slot_) + 1;
-  bool held = device.holder == me;
+  LedgerTenant& me = layout_->tenants[tenant_];
+  bool extended = false;
+  if (device.holder == tenant_ + 1 && !WantedByOthers(tenant_, me.devices_used | (1u << d), nullptr, now_ns, period_ns)) {
+    // Nobody else waits: the slots' wishes say the same (none waiting).
+    bool waiting = false;
+    for (std::uint32_t s = 0; s < kMaxSlots && !waiting; ++s) {
+      const LedgerSlot& slot = layout_->slots[s];
+      waiting = slot.in_use && slot.tenant != tenant_ && (slot.waiting & (1u << d)) && SlotAlive(s);
+    }
+    TopUp(tenant_, d, now_ns, period_ns);
+    const std::int64_t spent =
+        !device.borrowed && now_ns > device.hold_started_ns ? static_cast<std::int64_t>(now_ns - device.hold_started_ns) : 0;
+    const bool has_budget = me.budget_ns[d] - spent > 0;
+    if (!waiting && (has_budget || work_conserving)) {
+      me.budget_ns[d] -= spent;
+      device.hold_started_ns = now_ns;
+      device.borrowed = has_budget ? 0 : 1;
+      device.hold_until_ns =
+          now_ns + (has_budget ? static_cast<std::uint64_t>(
+                                     std::min(me.budget_ns[d], Window(me.compute_share, period_ns)))
+                               : BorrowedTurn(period_ns));
+      extended = true;
+    }
+  }
+  if (extended) *until_ns = device.hold_until_ns;
+  Unlock();
+  return extended;
+}
+
+bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns,
+                           bool work_conserving) {
+  if (!Active() || d < 0 || !Lock()) return false;
+  LedgerTenant& me = layout_->tenants[tenant_];
+  me.devices_used |= 1u << d;
+  me.strict = work_conserving ? 0 : 1;
+  me.last_want_ns[d] = now_ns;
+  LedgerDevice& device = layout_->devices[d];
+  bool held = device.holder == tenant_ + 1;
   if (!held) {
-    bool free = device.holder == 0;
-    if (!free && (!SlotAlive(device.holder - 1) || now_ns > device.hold_until_ns + StuckAfter(period_ns))) {
-      (void)ReclaimDeadSlots();
-      free = true;
+    layout_->slots[slot_].waiting |= 1u << d;
+    // Holders that died, or never gave their devices back (stopped, or a
+    // kernel that never ends), lose them.
+    for (std::uint32_t e = 0; e < kMaxDevices; ++e) {
+      LedgerDevice& other = layout_->devices[e];
+      if (!(me.devices_used & (1u << e)) || other.holder == 0 || other.holder == tenant_ + 1) continue;
+      const std::uint32_t holder = other.holder - 1;
+      bool alive = false;
+      for (std::uint32_t s = 0; s < kMaxSlots && !alive && holder < kMaxTenants; ++s)
+        alive = layout_->slots[s].in_use && layout_->slots[s].tenant == holder && SlotAlive(s);
+      if (!alive) {
+        __atomic_store_n(&other.holder, 0u, __ATOMIC_RELEASE);
+      } else if (now_ns > other.hold_until_ns + StuckAfter(period_ns)) {
+        (void)ReclaimDeadSlots();
+        if (other.holder != 0) {
+          ++other.stuck_takeovers;
+          __atomic_store_n(&other.holder, 0u, __ATOMIC_RELEASE);
+        }
+      }
     }
-    if (free) {
-      // Whoever waits with the most budget goes first; this process too.
-      layout_->slots[slot_].waiting |= 1u << d;
-      HandOver(d, now_ns, period_ns);
-      held = device.holder == me;
-    } else {
-      layout_->slots[slot_].waiting |= 1u << d;
-    }
+    Schedule(now_ns, period_ns);
+    held = device.holder == tenant_ + 1;
   }
   if (held) *until_ns = device.hold_until_ns;
   Unlock();
@@ -83,8 +184,7 @@ bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
 }
 
 bool Ledger::HoldsDevice(int d) const {
-  return Active() && d >= 0 &&
-         __atomic_load_n(&layout_->devices[d].holder, __ATOMIC_ACQUIRE) == static_cast<std::uint32_t>(slot_) + 1;
+  return Active() && d >= 0 && __atomic_load_n(&layout_->devices[d].holder, __ATOMIC_ACQUIRE) == tenant_ + 1;
 }
 
 std::uint64_t Ledger::HoldUntil(int d) const {
@@ -94,12 +194,22 @@ std::uint64_t Ledger::HoldUntil(int d) const {
 void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
   if (!Active() || d < 0 || !Lock()) return;
   LedgerDevice& device = layout_->devices[d];
-  if (device.holder == static_cast<std::uint32_t>(slot_) + 1) {
+  if (device.holder == tenant_ + 1) {
     LedgerTenant& t = layout_->tenants[tenant_];
+    t.last_want_ns[d] = now_ns;
     TopUp(tenant_, d, now_ns, period_ns);
-    if (now_ns > device.hold_started_ns) t.budget_ns[d] -= static_cast<std::int64_t>(now_ns - device.hold_started_ns);
-    HandOver(d, now_ns, period_ns);
+    if (!device.borrowed && now_ns > device.hold_started_ns)
+      t.budget_ns[d] -= static_cast<std::int64_t>(now_ns - device.hold_started_ns);
+    __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
+    device.borrowed = 0;
+    Schedule(now_ns, period_ns);
   }
+  Unlock();
+}
+
+void Ledger::ChargeOverrun(int d, std::uint64_t ns) {
+  if (!Active() || d < 0 || ns == 0 || !Lock()) return;
+  layout_->tenants[tenant_].budget_ns[d] -= static_cast<std::int64_t>(ns);
   Unlock();
 }
 

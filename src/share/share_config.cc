@@ -120,6 +120,14 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
     }
     config->compute_by_mps = mode == "mps";
   }
+  if (const char* v = get("STOKER_GPU_COMPUTE_STRICT"); v && *v) {
+    const std::string value = v;
+    if (value != "0" && value != "1") {
+      *error = "STOKER_GPU_COMPUTE_STRICT='" + value + "' must be 0 or 1";
+      return false;
+    }
+    config->compute_strict = value == "1";
+  }
   if (const char* v = get("STOKER_GPU_COMPUTE_PERIOD_MS"); v && *v) {
     if (!ParseUnsigned(v, &config->compute_period_ms) || config->compute_period_ms < 10 ||
         config->compute_period_ms > 10000) {

@@ -15,6 +15,7 @@
 //   STOKER_GPU_TURNS_TENANT=name      the tenant's name in the compute
 //                                     schedule (else "<tenant>@uid<uid>")
 //   STOKER_GPU_COMPUTE_MODE=turns|mps how the share is applied
+//   STOKER_GPU_COMPUTE_STRICT=1       the share caps even an idle device
 //
 // The state folder (sticky and world-writable, like /tmp, when a process
 // makes it; `stoker gpu agent` makes it for a node) holds one memory ledger
@@ -57,6 +58,9 @@ struct ShareConfig {
   // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set by `stoker gpu run`), and
   // the interposer's turns stay off; "turns" (the default) otherwise.
   bool compute_by_mps = false;
+  // STOKER_GPU_COMPUTE_STRICT=1: held to the share even when no other
+  // tenant wants the device (by default an idle device is lent).
+  bool compute_strict = false;
   // The pinned limits file that applied on top of the environment
   // (pinned_limits.h), or empty.
   std::string pinned_from;

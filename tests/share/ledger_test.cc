@@ -224,6 +224,64 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
     }
   }
   EXPECT_NEAR(static_cast<double>(alone) / static_cast<double>(now - start), 0.30, 0.02);
+  // Lending (the default): alone, it has the device whenever it wants it.
+  std::uint64_t lent = 0;
+  const std::uint64_t lent_start = now;
+  for (int step = 0; step < 50'000; ++step, now += ms / 10) {
+    std::uint64_t until = 0;
+    if (a->HoldsDevice(0) || a->AcquireDevice(0, now, period, &until, /*work_conserving=*/true)) {
+      if (now >= a->HoldUntil(0) && !a->ExtendTurn(0, now, period, true, &until))
+        a->ReleaseDevice(0, now, period);
+      else
+        lent += ms / 10;
+    }
+  }
+  EXPECT_GT(static_cast<double>(lent) / static_cast<double>(now - lent_start), 0.99);
+}
+
+TEST_F(LedgerTest, ATenantsTurnCoversAllItsDevicesSoNoTwoTenantsWaitOnEachOther) {
+  // Two jobs, each with a process on card 0 and one on card 1 (NCCL-style:
+  // a step needs both). Whatever order they ask in, each turn goes to one
+  // job on both cards: never job A on one card and job B on the other.
+  const std::uint8_t uuid1[16] = {0xbb, 1};
+  std::string error;
+  std::unique_ptr<Ledger> procs[2][2];
+  for (int job = 0; job < 2; ++job)
+    for (int card = 0; card < 2; ++card) {
+      procs[job][card].reset(Ledger::Open(path_, &error));
+      ASSERT_TRUE(procs[job][card]) << error;
+      ASSERT_TRUE(procs[job][card]->Register(job == 0 ? "a" : "b", 50, &error)) << error;
+      ASSERT_EQ(procs[job][card]->Device(kUuid, 16ull << 30), 0);
+      ASSERT_EQ(procs[job][card]->Device(uuid1, 16ull << 30), 1);
+    }
+  const std::uint64_t period = 100'000'000, ms = 1'000'000;
+  std::uint64_t now = 1'000'000'000, until = 0;
+  // Each process has launched on its card once (its tenant's devices known).
+  for (int job = 0; job < 2; ++job)
+    for (int card = 0; card < 2; ++card) {
+      (void)procs[job][card]->AcquireDevice(card, now, period, &until);
+      now += ms;
+    }
+  int both = 0, split = 0;
+  for (int step = 0; step < 2000; ++step, now += ms / 2) {
+    // The two cards' holders, from what each process sees.
+    const int holder0 = procs[0][0]->HoldsDevice(0) ? 0 : procs[1][0]->HoldsDevice(0) ? 1 : -1;
+    const int holder1 = procs[0][1]->HoldsDevice(1) ? 0 : procs[1][1]->HoldsDevice(1) ? 1 : -1;
+    if (holder0 >= 0 && holder1 >= 0) (holder0 == holder1 ? both : split)++;
+    // Card 1's process of job B asks first every other step; turns end on time.
+    for (int k = 0; k < 4; ++k) {
+      const int job = (step % 2 == 0) ? k / 2 : 1 - k / 2, card = k % 2;
+      Ledger& l = *procs[job][card];
+      if (l.HoldsDevice(card)) {
+        if (now >= l.HoldUntil(card)) l.ReleaseDevice(card, now, period);
+      } else {
+        (void)l.AcquireDevice(card, now, period, &until);
+      }
+    }
+  }
+  std::printf("[ gang ] steps with one job on both cards: %d, with the jobs split over the cards: %d\n", both, split);
+  EXPECT_EQ(split, 0);
+  EXPECT_GT(both, 1000);
 }
 
 // Whether every tenant's charge is the sum of its processes' (what a repair

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <vector>
 
 namespace stoker::share {
 namespace {
@@ -15,12 +14,24 @@ constexpr std::uint64_t kPollNs = 200'000;
 thread_local std::uint64_t tls_launches = 0;
 thread_local CUcontext tls_ctx = nullptr;
 thread_local Dev tls_dev;
+// The stream this thread last noted for a turn, to take the gate's lock
+// once per stream and turn, not once per launch.
+thread_local CUstream tls_noted_stream = nullptr;
+thread_local std::uint64_t tls_noted_until = 0;
 
 void CountLaunch(Interposer& ip) {
   if (++tls_launches == 1024) {
     ip.ledger().AddLaunches(tls_launches);
     tls_launches = 0;
   }
+}
+
+// Whether work launched into `stream` would be captured into a graph
+// instead of running.
+bool Capturing(const DriverCalls& d, CUstream stream) {
+  if (d.stream_is_capturing == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return d.stream_is_capturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 }  // namespace
@@ -30,7 +41,7 @@ ComputeGate& ComputeGate::Get() {
   return *gate;
 }
 
-void ComputeGate::Enter(Interposer& ip) {
+void ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   CountLaunch(ip);
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
   if (ip.config().compute_share == 0 || ip.config().compute_by_mps || period == 0) return;
@@ -42,18 +53,41 @@ void ComputeGate::Enter(Interposer& ip) {
     if (!ip.CurrentDevice(&dev)) return;
     tls_ctx = ctx;
     tls_dev = dev;
+    tls_noted_until = 0;
   }
   const Dev dev = tls_dev;
   const std::uint64_t now = MonotonicNs();
-  if (ip.turns().HoldsDevice(dev.turns) && now < __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE)) {
+  const std::uint64_t until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
+  if (ip.turns().HoldsDevice(dev.turns) && now < until) {
     __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
+    if (stream != tls_noted_stream || until != tls_noted_until) NoteStream(dev.ordinal, ctx, stream, per_thread);
+    tls_noted_stream = stream;
+    tls_noted_until = until;
     return;
   }
-  EnterSlow(ip, dev);
+  EnterSlow(ip, dev, stream, per_thread);
 }
 
-void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev) {
+void ComputeGate::NoteStream(int ordinal, CUcontext ctx, CUstream stream, bool per_thread) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (per_thread && stream == nullptr) {
+    // The thread's own default stream: the keeper cannot name it, but the
+    // legacy default stream waits for it.
+    thread_default_[ordinal] = true;
+    stream = nullptr;
+  }
+  auto& streams = streams_[ordinal];
+  for (const auto& s : streams)
+    if (s.ctx == ctx && s.stream == stream) return;
+  streams.push_back({ctx, stream});
+}
+
+void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread) {
+  // Captured work does not run now: it needs no turn (and the capture must
+  // not wait on one).
+  if (Capturing(ip.driver(), per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream)) return;
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
+  const bool work_conserving = !ip.config().compute_strict;
   const std::uint64_t start = MonotonicNs();
   std::unique_lock<std::mutex> lock(mu_);
   if (!keeper_started_) {
@@ -67,7 +101,7 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev) {
       if (turn.held && now < turn.until_ns) break;
       if (!turn.held) {
         std::uint64_t until = 0;
-        if (ip.turns().AcquireDevice(dev.turns, now, period, &until)) {
+        if (ip.turns().AcquireDevice(dev.turns, now, period, &until, work_conserving)) {
           turn.held = true;
           turn.dev = dev;
           turn.until_ns = until;
@@ -77,17 +111,26 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev) {
         }
       }
     }
-    // Another process's turn, our budget spent, or our turn ending: wait.
+    // Another tenant's turn, our budget spent, or our turn ending: wait.
     const std::uint64_t budget_wait = turn.held ? 0 : ip.turns().BudgetWait(dev.turns, now);
     const std::uint64_t wait = std::clamp<std::uint64_t>(budget_wait, kPollNs, period);
     changed_.wait_for(lock, std::chrono::nanoseconds(wait));
   }
+  lock.unlock();
+  NoteStream(dev.ordinal, tls_ctx, stream, per_thread);
+  tls_noted_stream = stream;
+  tls_noted_until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
   const std::uint64_t now = MonotonicNs();
   __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
   if (now - start > kPollNs / 4) ip.ledger().AddThrottled(now - start);
 }
 
 void ComputeGate::KeeperLoop(Interposer& ip) {
+  // Its queries must never invalidate another thread's stream capture.
+  if (ip.driver().exchange_capture_mode != nullptr) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    (void)ip.driver().exchange_capture_mode(&mode);
+  }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const std::uint64_t now = MonotonicNs();
@@ -97,6 +140,18 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
       if (!turn.held || turn.closing) continue;
       const std::uint64_t idle_at = __atomic_load_n(&last_launch_ns_[o], __ATOMIC_RELAXED) + kIdleReleaseNs;
       const std::uint64_t end = std::min(turn.until_ns, idle_at);
+      if (now >= end && now < idle_at) {
+        // Its time is up while it still launches: where nobody else wants
+        // the device, the turn goes on (no drain, no gap).
+        std::uint64_t until = 0;
+        const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
+        if (ip.turns().ExtendTurn(turn.dev.turns, now, period, !ip.config().compute_strict, &until)) {
+          turn.until_ns = until;
+          __atomic_store_n(&until_ns_[o], until, __ATOMIC_RELEASE);
+          next = std::min(next, until);
+          continue;
+        }
+      }
       if (now >= end) {
         turn.closing = true;
         __atomic_store_n(&until_ns_[o], 0, __ATOMIC_RELEASE);  // launches now take the slow path and wait
@@ -113,29 +168,82 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
       }
       next = std::min(next, end);
     }
+    if (!pending_.empty()) {
+      lock.unlock();
+      SettlePending(ip);
+      lock.lock();
+      if (!pending_.empty()) next = std::min(next, MonotonicNs() + 1'000'000);
+    }
     const std::uint64_t after = MonotonicNs();
     if (next > after) changed_.wait_for(lock, std::chrono::nanoseconds(next - after));
   }
 }
 
 void ComputeGate::Release(Interposer& ip, const Dev& dev) {
-  // The process's contexts on that device: its queued work finishes inside
-  // its own turn.
-  std::vector<CUcontext> contexts;
+  std::vector<Launched> launched;
   {
-    std::lock_guard<std::mutex> lock(ip.mu);
-    for (const auto& [ctx, c] : ip.contexts)
-      if (c.dev.ordinal == dev.ordinal) contexts.push_back(ctx);
+    std::lock_guard<std::mutex> lock(mu_);
+    launched.swap(streams_[dev.ordinal]);
+    thread_default_[dev.ordinal] = false;
   }
   const DriverCalls& d = ip.driver();
-  for (CUcontext ctx : contexts) {
-    if (d.ctx_push == nullptr || d.ctx_push(ctx) != CUDA_SUCCESS) continue;
-    if (d.ctx_synchronize) (void)d.ctx_synchronize();
+  Pending pending{dev, 0, {}};
+  // An event after the work each stream queued in this turn.
+  for (const Launched& l : launched) {
+    if (d.ctx_push == nullptr || d.event_record == nullptr || d.ctx_push(l.ctx) != CUDA_SUCCESS) continue;
+    if (!Capturing(d, l.stream)) {
+      CUevent event = nullptr;
+      for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
+        if (it->first == l.ctx) {
+          event = it->second;
+          spare_events_.erase(it);
+          break;
+        }
+      if (event == nullptr && d.event_create != nullptr) (void)d.event_create(&event, CU_EVENT_DISABLE_TIMING);
+      if (event != nullptr && d.event_record(event, l.stream) == CUDA_SUCCESS) {
+        pending.events.push_back({l.ctx, event});
+      } else if (event != nullptr) {
+        spare_events_.push_back({l.ctx, event});
+      }
+    }
     CUcontext popped = nullptr;
     if (d.ctx_pop) (void)d.ctx_pop(&popped);
   }
+  // A short drain: the next holder mostly gets the device to itself.
+  auto done = [&](const std::pair<CUcontext, CUevent>& e) {
+    const CUresult r = d.event_query != nullptr ? d.event_query(e.second) : CUDA_SUCCESS;
+    return r != CUDA_ERROR_NOT_READY;  // an error (a context gone) counts as done
+  };
+  const std::uint64_t deadline = MonotonicNs() + kDrainNs;
+  for (;;) {
+    std::erase_if(pending.events, [&](const auto& e) {
+      if (!done(e)) return false;
+      spare_events_.push_back(e);
+      return true;
+    });
+    if (pending.events.empty() || MonotonicNs() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  ip.turns().ReleaseDevice(dev.turns, MonotonicNs(), period);
+  pending.released_ns = MonotonicNs();
+  ip.turns().ReleaseDevice(dev.turns, pending.released_ns, period);
+  if (!pending.events.empty()) pending_.push_back(std::move(pending));
+}
+
+void ComputeGate::SettlePending(Interposer& ip) {
+  const DriverCalls& d = ip.driver();
+  const std::uint64_t now = MonotonicNs();
+  std::erase_if(pending_, [&](Pending& p) {
+    std::erase_if(p.events, [&](const auto& e) {
+      if (d.event_query != nullptr && d.event_query(e.second) == CUDA_ERROR_NOT_READY) return false;
+      spare_events_.push_back(e);
+      return true;
+    });
+    if (!p.events.empty()) return false;
+    // Its work ran on after the turn: the tenant pays for that time too.
+    ip.turns().ChargeOverrun(p.dev.turns, now - p.released_ns);
+    return true;
+  });
 }
 
 }  // namespace stoker::share

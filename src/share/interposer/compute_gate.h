@@ -1,10 +1,21 @@
 // The compute share: with STOKER_GPU_COMPUTE_SHARE set, this process
-// launches work on a device only while it holds that device in the
-// ledger's schedule (one process at a time, each tenant for at most its
-// share of the time; see Ledger::AcquireDevice). A keeper thread gives the
-// device back when the turn ends or the process stops launching: it first
-// waits for the work already queued (so the next holder has the device to
-// itself), and the time held, drain included, is charged to the tenant.
+// launches work on a device only while its tenant holds that device in the
+// compute schedule (one tenant at a time, for at most its share of the
+// time, on all of its devices at once; see Ledger::AcquireDevice). A keeper
+// thread ends the turn when its time is up or the process stops launching:
+//  - it records an event on every stream the turn launched on and waits a
+//    short while (kDrainNs) for the queued work, so the next holder mostly
+//    has the device to itself;
+//  - it then gives the device back whether or not the work is done: a
+//    drain never waits on another tenant (a collective whose peer cannot
+//    launch before its own turn would otherwise hold every card of both
+//    jobs until the stuck timer), and never synchronises a context (which
+//    would invalidate another thread's stream capture);
+//  - work still running after the turn is charged to the tenant when its
+//    events complete, so a long kernel is paid back, not free.
+// Launches into a stream being captured do not run: they pass untouched.
+// With STOKER_GPU_COMPUTE_STRICT unset, a tenant out of budget still gets
+// short turns while no other tenant waits (the device is otherwise idle).
 //
 // Without a share, Enter() only counts the launch (a thread-local add).
 #pragma once
@@ -13,6 +24,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "share/interposer/interposer.h"
 
@@ -23,15 +35,24 @@ class ComputeGate {
   static ComputeGate& Get();
 
   // Call before each launch (kernel, cooperative, graph) on the current
-  // context's device; returns when the launch may go.
-  void Enter(Interposer& ip);
+  // context's device, into `stream` (`per_thread`: from a _ptsz entry
+  // point, where stream 0 is the thread's own); returns when it may go.
+  void Enter(Interposer& ip, CUstream stream = nullptr, bool per_thread = false);
+
+  // How long a turn's end waits for its queued work before giving the
+  // device back anyway.
+  static constexpr std::uint64_t kDrainNs = 5'000'000;
 
  private:
   ComputeGate() = default;
-  void EnterSlow(Interposer& ip, const Dev& dev);
+  void EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread);
   void KeeperLoop(Interposer& ip);
-  // Waits for the process's queued work on `ordinal`, then gives it back.
+  // Ends the turn on `dev`: marks its streams, drains briefly, gives the
+  // device back; what still runs is kept in pending_.
   void Release(Interposer& ip, const Dev& dev);
+  // Charges the overrun of pending turns whose work has finished.
+  void SettlePending(Interposer& ip);
+  void NoteStream(int ordinal, CUcontext ctx, CUstream stream, bool per_thread);
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -45,6 +66,22 @@ class ComputeGate {
   std::uint64_t last_launch_ns_[kMaxOrdinals] = {};  // atomic access
   std::uint64_t until_ns_[kMaxOrdinals] = {};        // atomic access: the fast path's copy
   bool keeper_started_ = false;
+
+  // The streams each device's turn launched on (mu_ held).
+  struct Launched {
+    CUcontext ctx;
+    CUstream stream;
+  };
+  std::vector<Launched> streams_[kMaxOrdinals];
+  bool thread_default_[kMaxOrdinals] = {};  // a _ptsz launch on stream 0: drained by synchronising
+  // Turns given back before their work finished (keeper only).
+  struct Pending {
+    Dev dev;
+    std::uint64_t released_ns;
+    std::vector<std::pair<CUcontext, CUevent>> events;
+  };
+  std::vector<Pending> pending_;
+  std::vector<std::pair<CUcontext, CUevent>> spare_events_;
 };
 
 }  // namespace stoker::share

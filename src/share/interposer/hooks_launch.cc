@@ -5,11 +5,13 @@
 
 using stoker::share::ComputeGate;
 
-#define STOKER_LAUNCH(variant, pfn, params, args) \
-  STOKER_HOOK CUresult CUDAAPI variant params {   \
-    STOKER_PROLOGUE(variant, pfn)                 \
-    ComputeGate::Get().Enter(ip);                 \
-    return real args;                             \
+// `stream` and `per_thread` name where the work goes (the turn's end
+// waits for it there; a stream being captured needs no turn).
+#define STOKER_LAUNCH(variant, pfn, params, args, stream, per_thread) \
+  STOKER_HOOK CUresult CUDAAPI variant params {                       \
+    STOKER_PROLOGUE(variant, pfn)                                     \
+    ComputeGate::Get().Enter(ip, stream, per_thread);                 \
+    return real args;                                                 \
   }
 
 #define KERNEL_PARAMS                                                                                                  \
@@ -21,28 +23,34 @@ using stoker::share::ComputeGate;
    unsigned int shared, CUstream stream, void** params)
 #define COOPERATIVE_ARGS (f, gx, gy, gz, bx, by, bz, shared, stream, params)
 
-STOKER_LAUNCH(cuLaunchKernel, PFN_cuLaunchKernel_v4000, KERNEL_PARAMS, KERNEL_ARGS)
-STOKER_LAUNCH(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz, KERNEL_PARAMS, KERNEL_ARGS)
+STOKER_LAUNCH(cuLaunchKernel, PFN_cuLaunchKernel_v4000, KERNEL_PARAMS, KERNEL_ARGS, stream, false)
+STOKER_LAUNCH(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz, KERNEL_PARAMS, KERNEL_ARGS, stream, true)
 STOKER_LAUNCH(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060,
-              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra))
+              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra),
+              config ? config->hStream : nullptr, false)
 STOKER_LAUNCH(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz,
-              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra))
-STOKER_LAUNCH(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000, COOPERATIVE_PARAMS, COOPERATIVE_ARGS)
+              (const CUlaunchConfig* config, CUfunction f, void** params, void** extra), (config, f, params, extra),
+              config ? config->hStream : nullptr, true)
+STOKER_LAUNCH(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000, COOPERATIVE_PARAMS, COOPERATIVE_ARGS,
+              stream, false)
 STOKER_LAUNCH(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz, COOPERATIVE_PARAMS,
-              COOPERATIVE_ARGS)
+              COOPERATIVE_ARGS, stream, true)
+// Several devices at once (deprecated): the current device's turn, its first stream.
 STOKER_LAUNCH(cuLaunchCooperativeKernelMultiDevice, PFN_cuLaunchCooperativeKernelMultiDevice_v9000,
-              (CUDA_LAUNCH_PARAMS * params, unsigned int count, unsigned int flags), (params, count, flags))
-STOKER_LAUNCH(cuLaunch, PFN_cuLaunch_v2000, (CUfunction f), (f))
-STOKER_LAUNCH(cuLaunchGrid, PFN_cuLaunchGrid_v2000, (CUfunction f, int w, int h), (f, w, h))
-STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int w, int h, CUstream s), (f, w, h, s))
+              (CUDA_LAUNCH_PARAMS * params, unsigned int count, unsigned int flags), (params, count, flags),
+              params && count ? params[0].hStream : nullptr, false)
+STOKER_LAUNCH(cuLaunch, PFN_cuLaunch_v2000, (CUfunction f), (f), nullptr, false)
+STOKER_LAUNCH(cuLaunchGrid, PFN_cuLaunchGrid_v2000, (CUfunction f, int w, int h), (f, w, h), nullptr, false)
+STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int w, int h, CUstream s), (f, w, h, s),
+              s, false)
 
 namespace {
 
 // Graph launches pass the gate, and the device's graph memory is read
 // again afterwards (at most every few milliseconds: most graphs hold none).
 template <typename Launch>
-CUresult LaunchGraph(stoker::share::Interposer& ip, Launch launch) {
-  ComputeGate::Get().Enter(ip);
+CUresult LaunchGraph(stoker::share::Interposer& ip, CUstream stream, bool per_thread, Launch launch) {
+  ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
   static std::uint64_t last_refresh_ns = 0;
   const std::uint64_t now = stoker::share::MonotonicNs();
@@ -59,9 +67,9 @@ CUresult LaunchGraph(stoker::share::Interposer& ip, Launch launch) {
 
 STOKER_HOOK CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   STOKER_PROLOGUE(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
-  return LaunchGraph(ip, [&] { return real(exec, stream); });
+  return LaunchGraph(ip, stream, false, [&] { return real(exec, stream); });
 }
 STOKER_HOOK CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   STOKER_PROLOGUE(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)
-  return LaunchGraph(ip, [&] { return real(exec, stream); });
+  return LaunchGraph(ip, stream, true, [&] { return real(exec, stream); });
 }

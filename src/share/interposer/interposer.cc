@@ -127,6 +127,11 @@ void Interposer::Initialise() {
   Load(&calls_.ctx_push, "cuCtxPushCurrent_v2");
   Load(&calls_.ctx_pop, "cuCtxPopCurrent_v2");
   Load(&calls_.ctx_synchronize, "cuCtxSynchronize");
+  Load(&calls_.event_create, "cuEventCreate");
+  Load(&calls_.event_record, "cuEventRecord");
+  Load(&calls_.event_query, "cuEventQuery");
+  Load(&calls_.stream_is_capturing, "cuStreamIsCapturing");
+  Load(&calls_.exchange_capture_mode, "cuThreadExchangeStreamCaptureMode");
   Load(&calls_.device_get, "cuDeviceGet");
   Load(&calls_.device_get_count, "cuDeviceGetCount");
   Load(&calls_.device_get_uuid, "cuDeviceGetUuid");

@@ -36,6 +36,11 @@ struct DriverCalls {
   PFN_cuCtxPushCurrent_v4000 ctx_push = nullptr;
   PFN_cuCtxPopCurrent_v4000 ctx_pop = nullptr;
   PFN_cuCtxSynchronize_v2000 ctx_synchronize = nullptr;
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuStreamIsCapturing_v10000 stream_is_capturing = nullptr;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode = nullptr;
   PFN_cuDeviceGet_v2000 device_get = nullptr;
   PFN_cuDeviceGetCount_v2000 device_get_count = nullptr;
   PFN_cuDeviceGetUuid_v9020 device_get_uuid = nullptr;
