@@ -71,6 +71,15 @@ struct LedgerDevice {
   std::uint64_t hold_started_ns;  // CLOCK_MONOTONIC
   std::uint64_t hold_until_ns;
   std::uint64_t stuck_takeovers;  // turns taken from a holder past StuckAfter
+  // Overruns (work of a turn that ran on after it was given back), as the
+  // device runs queued work in order: the last one charged (released, done)
+  // so that an overrun queued behind it counts from when it ended; and the
+  // turn granted after the newest release with work running (tenant + 1,
+  // from, until; 0 while held), whose time that work took is refunded.
+  std::uint64_t overrun_released_ns, overrun_done_ns;
+  std::uint64_t running_since_ns;  // the newest release with work running
+  std::uint32_t next_tenant, reserved2;
+  std::uint64_t next_from_ns, next_until_ns;
 };
 struct LedgerTenant {
   char name[kTenantNameBytes];
@@ -86,6 +95,10 @@ struct LedgerTenant {
   // When its processes last asked for or gave back each device: a tenant
   // that did within a period still wants it, so none is lent over it.
   std::uint64_t last_want_ns[kMaxDevices];
+  // Devices where work of a turn it gave back still runs (bit d): it still
+  // uses them, so none is lent over it.
+  std::uint32_t running;
+  std::uint32_t reserved;
   // Device time it may still use (ns; negative after an overrun), and when
   // it was last topped up at compute_share percent of the time passed.
   std::int64_t budget_ns[kMaxDevices];
@@ -114,6 +127,7 @@ struct LedgerReport {
   struct Device {
     std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
     std::uint64_t physical_bytes = 0;
+    std::uint64_t stuck_takeovers = 0;  // compute turns taken from a holder that never gave them back
   };
   struct Process {
     int pid = 0;
@@ -205,10 +219,15 @@ class Ledger {
   [[nodiscard]] std::uint64_t HoldUntil(int d) const;
   // Gives `d` up at `now_ns`, charging the time held, and hands the
   // devices free to the waiting tenants with the most budget left.
-  void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns);
-  // Charges `ns` more of `d`'s time to this process's tenant: work it
-  // queued in its turn that ran on after the turn was given back.
-  void ChargeOverrun(int d, std::uint64_t ns);
+  // `work_running`: work of the turn still runs (its time comes later,
+  // through ChargeOverrun).
+  void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running = false);
+  // Charges this process's tenant for work it queued in its turn on `d`
+  // that ran on after the turn was given back at `released_ns`, until
+  // `done_ns`. The tenant that held the device meanwhile gets that time
+  // back (the device was not its own; what it queued behind that work is
+  // its own overrun, charged to it in turn).
+  void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns);
   // At the end of its turn on `d`, when no other tenant wants its devices:
   // goes on without giving them back (the time so far is charged; a new
   // turn, or a lent one when the budget is spent and lending is allowed).

@@ -88,6 +88,11 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
       const std::int64_t window = Window(layout_->tenants[t].compute_share, period_ns);
       device.hold_started_ns = now_ns;
       device.borrowed = best_borrows ? 1 : 0;
+      if (device.running_since_ns != 0 && device.next_tenant == 0) {
+        device.next_tenant = t + 1;
+        device.next_from_ns = now_ns;
+        device.next_until_ns = 0;
+      }
       device.hold_until_ns =
           now_ns + (best_borrows ? BorrowedTurn(period_ns)
                                  : static_cast<std::uint64_t>(std::min(layout_->tenants[t].budget_ns[d], window)));
@@ -105,6 +110,7 @@ bool Ledger::WantedByOthers(std::uint32_t t, std::uint32_t devices, const std::u
     const LedgerTenant& other = layout_->tenants[o];
     if (o == t || !other.in_use) continue;
     if (need != nullptr && (need[o] & devices)) return true;
+    if (other.running & devices) return true;
     for (std::uint32_t d = 0; d < kMaxDevices; ++d)
       if ((devices & (1u << d)) && other.last_want_ns[d] != 0 && now_ns < other.last_want_ns[d] + period_ns)
         return true;
@@ -191,10 +197,16 @@ std::uint64_t Ledger::HoldUntil(int d) const {
   return d >= 0 ? __atomic_load_n(&layout_->devices[d].hold_until_ns, __ATOMIC_ACQUIRE) : 0;
 }
 
-void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
+void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running) {
   if (!Active() || d < 0 || !Lock()) return;
   LedgerDevice& device = layout_->devices[d];
   if (device.holder == tenant_ + 1) {
+    if (device.next_tenant == tenant_ + 1 && device.next_until_ns == 0) device.next_until_ns = now_ns;
+    if (work_running) {
+      device.running_since_ns = now_ns;
+      device.next_tenant = 0;
+      layout_->tenants[tenant_].running |= 1u << d;
+    }
     LedgerTenant& t = layout_->tenants[tenant_];
     t.last_want_ns[d] = now_ns;
     TopUp(tenant_, d, now_ns, period_ns);
@@ -207,9 +219,29 @@ void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns)
   Unlock();
 }
 
-void Ledger::ChargeOverrun(int d, std::uint64_t ns) {
-  if (!Active() || d < 0 || ns == 0 || !Lock()) return;
+void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns) {
+  if (!Active() || d < 0 || !Lock()) return;
+  LedgerDevice& device = layout_->devices[d];
+  // Queued behind an earlier overrun, it ran only once that one ended.
+  std::uint64_t from = released_ns;
+  if (device.overrun_released_ns < released_ns && device.overrun_done_ns > from) from = device.overrun_done_ns;
+  const std::uint64_t ns = done_ns > from ? done_ns - from : 0;
   layout_->tenants[tenant_].budget_ns[d] -= static_cast<std::int64_t>(ns);
+  layout_->tenants[tenant_].running &= ~(1u << d);
+  if (done_ns >= device.overrun_done_ns) {
+    device.overrun_released_ns = released_ns;
+    device.overrun_done_ns = done_ns;
+  }
+  // The turn after it paid for time this work took: refunded.
+  if (device.running_since_ns == released_ns && device.next_tenant != 0 && device.next_tenant != tenant_ + 1) {
+    const std::uint64_t until = device.next_until_ns != 0 ? std::min(device.next_until_ns, done_ns) : done_ns;
+    const std::uint64_t overlap_from = std::max(device.next_from_ns, from);
+    const std::uint32_t next = device.next_tenant - 1;
+    if (until > overlap_from && next < kMaxTenants && layout_->tenants[next].in_use)
+      layout_->tenants[next].budget_ns[d] += static_cast<std::int64_t>(until - overlap_from);
+    device.running_since_ns = 0;
+    device.next_tenant = 0;
+  }
   Unlock();
 }
 

@@ -82,13 +82,24 @@ struct Graph {
   std::uint64_t mem_bytes = 0;
   int physical = 0;
 };
+// A collective launched into a stream and not yet known to have ended.
+struct PendingCollective {
+  std::uint32_t group, peers;
+  std::uint64_t seq, micros;
+};
 struct Stream {
   int physical;
   std::uint64_t end_ns = 0;
+  std::vector<PendingCollective> pending;
+  bool capturing = false;
+  bool invalidated = false;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::uint64_t captured = 0;  // launches recorded into the capture
 };
 struct Event {
   std::uint64_t at_ns = 0;
   bool recorded = false;
+  std::vector<PendingCollective> pending;  // what it also waits for
 };
 struct Module {
   int physical;
@@ -97,6 +108,7 @@ struct Module {
 };
 struct Function {
   std::uint64_t micros = 0;
+  std::uint32_t group = 0, peers = 0;  // a collective when peers > 0
 };
 
 struct Model {
@@ -331,9 +343,44 @@ CUmemoryPool DefaultPool(int physical) {
   return m.default_pool[physical];
 }
 
+constexpr std::uint64_t kNever = ~std::uint64_t{0};
+
+// When the collectives in `pending` end (kNever while a peer has not yet
+// launched its part); those that have ended leave `pending`.
+std::uint64_t Resolve(std::vector<PendingCollective>* pending) {
+  std::uint64_t end = 0;
+  Lock lock;
+  std::erase_if(*pending, [&](const PendingCollective& p) {
+    const auto& c = Shared()->collectives[p.group % 8][p.seq % 64];
+    if (c.seq != p.seq || c.arrived < p.peers) {
+      end = kNever;
+      return false;
+    }
+    if (end != kNever) end = std::max(end, c.last_start_ns + p.micros * 1000);
+    return true;
+  });
+  return end;
+}
+
 std::uint64_t StreamEnd(CUstream s) {
   auto it = M().streams.find(s);
-  return it == M().streams.end() ? 0 : it->second.end_ns;
+  if (it == M().streams.end()) return 0;
+  const std::uint64_t collectives = Resolve(&it->second.pending);
+  if (collectives == kNever) return kNever;
+  it->second.end_ns = std::max(it->second.end_ns, collectives);
+  return it->second.end_ns;
+}
+
+// The capture mode of this thread (cuThreadExchangeStreamCaptureMode).
+thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// A call that is unsafe during capture (synchronising, querying) from a
+// thread not in relaxed mode invalidates every global-mode capture in the
+// process, as the driver does.
+void UnsafeDuringCapture() {
+  if (tls_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return;
+  for (auto& [handle, st] : M().streams)
+    if (st.capturing && st.mode == CU_STREAM_CAPTURE_MODE_GLOBAL) st.invalidated = true;
 }
 
 // A kernel of `micros` on the device's shared timeline (time-sliced).
@@ -341,10 +388,29 @@ CUresult Launch(CUfunction f, CUstream stream) {
   REQUIRE_INIT();
   const int dev = CurrentPhysical();
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const std::uint64_t micros = M().functions.count(f) ? M().functions[f].micros : 0;
+  const Function fn = M().functions.count(f) ? M().functions[f] : Function{};
+  const std::uint64_t micros = fn.micros;
   Stream& s = M().streams[stream];
   s.physical = dev;
+  if (s.capturing) {  // recorded into the graph, not run
+    ++s.captured;
+    return CUDA_SUCCESS;
+  }
   std::uint64_t start = std::max(NowNs(), s.end_ns);
+  if (fn.peers > 0) {
+    // Spins on the device (time-sliced with others) until its peers arrive.
+    static thread_local std::map<std::uint32_t, std::uint64_t> next_seq;
+    const std::uint64_t seq = ++next_seq[fn.group];
+    {
+      Lock lock;
+      auto& c = Shared()->collectives[fn.group % 8][seq % 64];
+      if (c.seq != seq) c = {seq, 0, 0};
+      ++c.arrived;
+      c.last_start_ns = std::max(c.last_start_ns, start);
+    }
+    s.pending.push_back({fn.group, fn.peers, seq, micros});
+    return CUDA_SUCCESS;
+  }
   {
     Lock lock;
     start = std::max(start, Shared()->busy_until_ns[dev]);
@@ -531,13 +597,19 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuCtxSynchronize() {
-  std::uint64_t until = 0;
-  {
-    LOCKED;
-    for (const auto& [s, st] : M().streams) until = std::max(until, st.end_ns);
+  for (;;) {
+    std::uint64_t until = 0;
+    {
+      LOCKED;
+      UnsafeDuringCapture();
+      for (auto& [s, st] : M().streams) until = std::max(until, StreamEnd(s));
+    }
+    if (until != kNever) {
+      SleepUntil(until);
+      return CUDA_SUCCESS;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // a collective waits for its peers
   }
-  SleepUntil(until);
-  return CUDA_SUCCESS;
 }
 
 // Memory.
@@ -739,7 +811,10 @@ FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* na
   *f = NewHandle<CUfunction>();
   // "spin_<micros>" names a kernel that takes that long.
   unsigned long micros = 0;
+  unsigned group = 0, peers = 0;
   if (name && std::sscanf(name, "spin_%lu", &micros) == 1) M().functions[*f].micros = micros;
+  if (name && std::sscanf(name, "allreduce_%u_%u_%lu", &group, &peers, &micros) == 3)
+    M().functions[*f] = {micros, group, peers};
   M().functions[*f];
   return CUDA_SUCCESS;
 }
@@ -783,13 +858,19 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
-  std::uint64_t until;
-  {
-    LOCKED;
-    until = StreamEnd(s);
+  for (;;) {
+    std::uint64_t until;
+    {
+      LOCKED;
+      if (s == nullptr) UnsafeDuringCapture();
+      until = StreamEnd(s);
+    }
+    if (until != kNever) {
+      SleepUntil(until);
+      return CUDA_SUCCESS;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  SleepUntil(until);
-  return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
   return cuStreamSynchronize(s);
@@ -808,24 +889,76 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
 FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
   LOCKED;
   Event& ev = M().events[e];
-  ev.at_ns = std::max(NowNs(), StreamEnd(s));
+  const std::uint64_t end = StreamEnd(s);
+  auto it = M().streams.find(s);
+  ev.pending = it == M().streams.end() ? std::vector<PendingCollective>{} : it->second.pending;
+  ev.at_ns = std::max(NowNs(), it == M().streams.end() ? 0 : it->second.end_ns);
+  (void)end;
   ev.recorded = true;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) {
   return cuEventRecord(e, s);
 }
+// When event `e` completes (kNever while a collective before it waits).
+std::uint64_t EventAt(Event& ev) {
+  const std::uint64_t collectives = Resolve(&ev.pending);
+  if (collectives == kNever) return kNever;
+  ev.at_ns = std::max(ev.at_ns, collectives);
+  return ev.at_ns;
+}
 FAKE_EXPORT CUresult cuEventQuery(CUevent e) {
   LOCKED;
-  return NowNs() >= M().events[e].at_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  UnsafeDuringCapture();
+  return NowNs() >= EventAt(M().events[e]) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent e) {
-  std::uint64_t at;
-  {
-    LOCKED;
-    at = M().events[e].at_ns;
+  for (;;) {
+    std::uint64_t at;
+    {
+      LOCKED;
+      at = EventAt(M().events[e]);
+    }
+    if (at != kNever) {
+      SleepUntil(at);
+      return CUDA_SUCCESS;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  SleepUntil(at);
+}
+
+// Stream capture: launches into a capturing stream are recorded, not run.
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  LOCKED;
+  Stream& st = M().streams[s];
+  if (st.capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  st.capturing = true;
+  st.invalidated = false;
+  st.mode = mode;
+  st.captured = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  LOCKED;
+  Stream& st = M().streams[s];
+  if (!st.capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  st.capturing = false;
+  if (st.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  *graph = NewHandle<CUgraph>();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  LOCKED;
+  auto it = M().streams.find(s);
+  *status = it == M().streams.end() || !it->second.capturing ? CU_STREAM_CAPTURE_STATUS_NONE
+            : it->second.invalidated                          ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  const CUstreamCaptureMode previous = tls_capture_mode;
+  tls_capture_mode = *mode;
+  *mode = previous;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {

@@ -39,6 +39,15 @@ struct State {
   Process processes[kMaxProcesses];
   std::int32_t numa[kMaxDevices];   // NUMA node of each device (FAKE_GPU_NUMA)
   std::uint32_t lost[kMaxDevices];  // set by a test: 1 NVML reports the device lost, 2 it is gone
+  // Collectives (kernels named "allreduce_<group>_<peers>_<micros>"): the
+  // n-th of a group ends once all its peers have launched their n-th, like
+  // an NCCL kernel that spins until its peers arrive.
+  struct Collective {
+    std::uint64_t seq;
+    std::uint32_t arrived;
+    std::uint64_t last_start_ns;
+  };
+  Collective collectives[8][64];
 };
 
 inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {

@@ -1,9 +1,12 @@
 // bench: what a call costs (run with and without the interposer; the
 // difference is its cost). compute: launches kernels of a given length for
 // a while and says how many went (the compute share's throughput).
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "probe_util.h"
 
@@ -84,6 +87,79 @@ int Compute(const Driver& d) {
   std::printf("{\"launches\": %llu, \"device_seconds\": %.3f, \"wall_seconds\": %.3f, \"throttled_ms\": %.1f}\n",
               static_cast<unsigned long long>(launches), static_cast<double>(launches * micros) / 1e6, wall,
               static_cast<double>(c.throttled_ns) / 1e6);
+  return 0;
+}
+
+// An NCCL-like job's rank: launches PROBE_COUNT collectives
+// ("allreduce_<group>_<peers>_<micros>", which end only when every peer has
+// launched the same one) on its card, waiting for them every
+// PROBE_SYNC_EVERY; says how long they took.
+int Collective(const Driver& d) {
+  const std::uint64_t count = EnvArg("PROBE_COUNT", 1000);
+  const std::uint64_t micros = EnvArg("PROBE_KERNEL_US", 1000), sync_every = EnvArg("PROBE_SYNC_EVERY", 2);
+  Check(d.Init(0), "cuInit");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
+  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  const CUfunction f = Kernel(d, "allreduce_" + std::to_string(EnvArg("PROBE_GROUP", 0)) + "_" +
+                                     std::to_string(EnvArg("PROBE_PEERS", 2)) + "_" + std::to_string(micros));
+  const double start = Seconds();
+  std::uint64_t launched = 0, done = 0;
+  double longest_wait = 0;
+  while (launched < count) {
+    Check(d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+    if (++launched % sync_every == 0 || launched == count) {
+      const double t = Seconds();
+      Check(d.StreamSynchronize(nullptr), "cuStreamSynchronize");
+      longest_wait = std::max(longest_wait, Seconds() - t);
+      done = launched;
+    }
+  }
+  std::printf("{\"collectives\": %llu, \"seconds\": %.3f, \"longest_wait_ms\": %.1f}\n",
+              static_cast<unsigned long long>(done), Seconds() - start, longest_wait * 1e3);
+  return 0;
+}
+
+// Captures a graph on a stream in global mode while this process's compute
+// turns come and go (the main thread keeps launching): the capture must
+// stay valid, and launches into it must not wait for a turn.
+int Capture(const Driver& d) {
+  using BeginFn = CUresult (*)(CUstream, CUstreamCaptureMode);
+  using EndFn = CUresult (*)(CUstream, CUgraph*);
+  using StreamCreateFn = CUresult (*)(CUstream*, unsigned int);
+  auto begin = reinterpret_cast<BeginFn>(dlsym(RTLD_DEFAULT, "cuStreamBeginCapture_v2"));
+  auto end = reinterpret_cast<EndFn>(dlsym(RTLD_DEFAULT, "cuStreamEndCapture"));
+  auto create = reinterpret_cast<StreamCreateFn>(dlsym(RTLD_DEFAULT, "cuStreamCreate"));
+  if (!begin || !end || !create) Fail("the driver has no stream capture");
+  Check(d.Init(0), "cuInit");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
+  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  const CUfunction f = Kernel(d, "spin_1000");
+  CUstream stream = nullptr;
+  Check(create(&stream, 1), "cuStreamCreate");
+  Check(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  const double start = Seconds();
+  double longest_captured_launch = 0;
+  std::uint64_t captured = 0, launched = 0;
+  while (Seconds() - start < 1.0) {
+    // Work that runs: the turns end (time up, idle) and are drained meanwhile.
+    for (int i = 0; i < 3; ++i, ++launched)
+      Check(d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+    std::this_thread::sleep_for(std::chrono::milliseconds(launched % 30 == 0 ? 8 : 1));
+    const double t = Seconds();
+    Check(d.LaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr), "cuLaunchKernel into the capture");
+    longest_captured_launch = std::max(longest_captured_launch, Seconds() - t);
+    ++captured;
+  }
+  CUgraph graph = nullptr;
+  const CUresult r = end(stream, &graph);
+  if (r != CUDA_SUCCESS) Fail("the capture was invalidated while compute turns came and went (" + std::to_string(r) + ")");
+  std::printf("{\"capture\": \"ok\", \"captured\": %llu, \"launched\": %llu, \"longest_captured_launch_ms\": %.2f}\n",
+              static_cast<unsigned long long>(captured), static_cast<unsigned long long>(launched),
+              longest_captured_launch * 1e3);
   return 0;
 }
 

@@ -5,7 +5,7 @@
 //   share_probe MODE [--path direct|dlsym|proc] [options]
 //
 // Modes: property, resolve, race, churn, killer, report, fork, orphan, visible,
-// bench, compute, alloc. Each prints one line of results (JSON where the
+// bench, compute, collective, capture, alloc. Each prints one line of results (JSON where the
 // tests read figures) and exits 1 with "probe: FAIL: ..." on a violation.
 #include <dlfcn.h>
 #include <pthread.h>
@@ -342,6 +342,8 @@ int Visible(const Driver& d) {
 
 int Bench(const Driver& d);
 int Compute(const Driver& d);
+int Collective(const Driver& d);
+int Capture(const Driver& d);
 int Resolve();
 
 }  // namespace probe
@@ -372,5 +374,7 @@ int main(int argc, char** argv) {
   if (mode == "visible") return Visible(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);
+  if (mode == "collective") return Collective(d);
+  if (mode == "capture") return Capture(d);
   Fail("unknown mode " + mode);
 }

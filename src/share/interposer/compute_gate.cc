@@ -95,6 +95,16 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, boo
     std::thread([this, &ip] { KeeperLoop(ip); }).detach();
   }
   Turn& turn = turns_[dev.ordinal];
+  // Overruns that have finished are paid before asking again (querying in
+  // relaxed capture mode: this thread's query must not invalidate another
+  // thread's capture).
+  if (!pending_.empty()) {
+    const auto exchange = ip.driver().exchange_capture_mode;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (exchange != nullptr) (void)exchange(&mode);
+    SettlePending(ip);
+    if (exchange != nullptr) (void)exchange(&mode);
+  }
   for (;;) {
     const std::uint64_t now = MonotonicNs();
     if (!turn.closing) {
@@ -169,9 +179,7 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
       next = std::min(next, end);
     }
     if (!pending_.empty()) {
-      lock.unlock();
       SettlePending(ip);
-      lock.lock();
       if (!pending_.empty()) next = std::min(next, MonotonicNs() + 1'000'000);
     }
     const std::uint64_t after = MonotonicNs();
@@ -188,22 +196,30 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   }
   const DriverCalls& d = ip.driver();
   Pending pending{dev, 0, {}};
+  auto spare = [&](CUcontext ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
+      if (it->first == ctx) {
+        const CUevent event = it->second;
+        spare_events_.erase(it);
+        return event;
+      }
+    return CUevent{nullptr};
+  };
+  auto give_back = [&](const std::pair<CUcontext, CUevent>& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_events_.push_back(e);
+  };
   // An event after the work each stream queued in this turn.
   for (const Launched& l : launched) {
     if (d.ctx_push == nullptr || d.event_record == nullptr || d.ctx_push(l.ctx) != CUDA_SUCCESS) continue;
     if (!Capturing(d, l.stream)) {
-      CUevent event = nullptr;
-      for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
-        if (it->first == l.ctx) {
-          event = it->second;
-          spare_events_.erase(it);
-          break;
-        }
+      CUevent event = spare(l.ctx);
       if (event == nullptr && d.event_create != nullptr) (void)d.event_create(&event, CU_EVENT_DISABLE_TIMING);
       if (event != nullptr && d.event_record(event, l.stream) == CUDA_SUCCESS) {
         pending.events.push_back({l.ctx, event});
       } else if (event != nullptr) {
-        spare_events_.push_back({l.ctx, event});
+        give_back({l.ctx, event});
       }
     }
     CUcontext popped = nullptr;
@@ -218,7 +234,7 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   for (;;) {
     std::erase_if(pending.events, [&](const auto& e) {
       if (!done(e)) return false;
-      spare_events_.push_back(e);
+      give_back(e);
       return true;
     });
     if (pending.events.empty() || MonotonicNs() >= deadline) break;
@@ -226,10 +242,14 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   }
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
   pending.released_ns = MonotonicNs();
-  ip.turns().ReleaseDevice(dev.turns, pending.released_ns, period);
-  if (!pending.events.empty()) pending_.push_back(std::move(pending));
+  ip.turns().ReleaseDevice(dev.turns, pending.released_ns, period, !pending.events.empty());
+  if (!pending.events.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(std::move(pending));
+  }
 }
 
+// mu_ held.
 void ComputeGate::SettlePending(Interposer& ip) {
   const DriverCalls& d = ip.driver();
   const std::uint64_t now = MonotonicNs();
@@ -241,7 +261,7 @@ void ComputeGate::SettlePending(Interposer& ip) {
     });
     if (!p.events.empty()) return false;
     // Its work ran on after the turn: the tenant pays for that time too.
-    ip.turns().ChargeOverrun(p.dev.turns, now - p.released_ns);
+    ip.turns().ChargeOverrun(p.dev.turns, p.released_ns, now);
     return true;
   });
 }

@@ -50,7 +50,7 @@ class ComputeGate {
   // Ends the turn on `dev`: marks its streams, drains briefly, gives the
   // device back; what still runs is kept in pending_.
   void Release(Interposer& ip, const Dev& dev);
-  // Charges the overrun of pending turns whose work has finished.
+  // Charges the overrun of pending turns whose work has finished (mu_ held).
   void SettlePending(Interposer& ip);
   void NoteStream(int ordinal, CUcontext ctx, CUstream stream, bool per_thread);
 
@@ -74,7 +74,7 @@ class ComputeGate {
   };
   std::vector<Launched> streams_[kMaxOrdinals];
   bool thread_default_[kMaxOrdinals] = {};  // a _ptsz launch on stream 0: drained by synchronising
-  // Turns given back before their work finished (keeper only).
+  // Turns given back before their work finished, and events to reuse (mu_).
   struct Pending {
     Dev dev;
     std::uint64_t released_ns;
