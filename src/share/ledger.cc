@@ -515,6 +515,15 @@ void Ledger::Settle(int d, std::uint64_t reserved, std::uint64_t actual) {
   Unlock();
 }
 
+std::uint64_t Ledger::ContextBytes(int d) const {
+  return layout_ != nullptr && d >= 0 ? __atomic_load_n(&layout_->devices[d].context_bytes, __ATOMIC_RELAXED) : 0;
+}
+
+void Ledger::LearnContextBytes(int d, std::uint64_t bytes) {
+  if (layout_ != nullptr && d >= 0 && bytes > 0)
+    __atomic_store_n(&layout_->devices[d].context_bytes, bytes, __ATOMIC_RELAXED);
+}
+
 std::uint64_t Ledger::TenantCharged(int d) {
   if (!Active() || d < 0 || !Lock()) return 0;
   const std::uint64_t v = layout_->tenants[tenant_].charged[d];

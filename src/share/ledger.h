@@ -80,6 +80,9 @@ struct LedgerDevice {
   std::uint64_t running_since_ns;  // the newest release with work running
   std::uint32_t next_tenant, reserved2;
   std::uint64_t next_from_ns, next_until_ns;
+  // What a context took on it when last measured: a new context is
+  // admitted against the quota for that much before it is made.
+  std::uint64_t context_bytes;
 };
 struct LedgerTenant {
   char name[kTenantNameBytes];
@@ -201,6 +204,10 @@ class Ledger {
   // took), without admission: pools and arrays learn their size after the
   // call.
   void Settle(int d, std::uint64_t reserved, std::uint64_t actual);
+  // What a context took on device `d` when last measured (0: never), and
+  // recording a measurement (no lock: one word).
+  [[nodiscard]] std::uint64_t ContextBytes(int d) const;
+  void LearnContextBytes(int d, std::uint64_t bytes);
 
   // The compute schedule (tenants with a compute share): one tenant at a
   // time launches on a device, for at most its share of each `period_ns`;

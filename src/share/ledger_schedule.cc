@@ -124,7 +124,8 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
   LedgerDevice& device = layout_->devices[d];
   LedgerTenant& me = layout_->tenants[tenant_];
   bool extended = false;
-  if (device.holder == tenant_ + 1 && !WantedByOthers(tenant_, me.devices_used | (1u << d), nullptr, now_ns, period_ns)) {
+  if (device.holder == tenant_ + 1 &&
+      !WantedByOthers(tenant_, me.devices_used | (1u << d), nullptr, now_ns, period_ns)) {
     // Nobody else waits: the slots' wishes say the same (none waiting).
     bool waiting = false;
     for (std::uint32_t s = 0; s < kMaxSlots && !waiting; ++s) {
@@ -132,17 +133,18 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
       waiting = slot.in_use && slot.tenant != tenant_ && (slot.waiting & (1u << d)) && SlotAlive(s);
     }
     TopUp(tenant_, d, now_ns, period_ns);
-    const std::int64_t spent =
-        !device.borrowed && now_ns > device.hold_started_ns ? static_cast<std::int64_t>(now_ns - device.hold_started_ns) : 0;
+    const std::int64_t spent = !device.borrowed && now_ns > device.hold_started_ns
+                                   ? static_cast<std::int64_t>(now_ns - device.hold_started_ns)
+                                   : 0;
     const bool has_budget = me.budget_ns[d] - spent > 0;
     if (!waiting && (has_budget || work_conserving)) {
       me.budget_ns[d] -= spent;
       device.hold_started_ns = now_ns;
       device.borrowed = has_budget ? 0 : 1;
       device.hold_until_ns =
-          now_ns + (has_budget ? static_cast<std::uint64_t>(
-                                     std::min(me.budget_ns[d], Window(me.compute_share, period_ns)))
-                               : BorrowedTurn(period_ns));
+          now_ns + (has_budget
+                        ? static_cast<std::uint64_t>(std::min(me.budget_ns[d], Window(me.compute_share, period_ns)))
+                        : BorrowedTurn(period_ns));
       extended = true;
     }
   }

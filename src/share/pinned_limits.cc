@@ -14,9 +14,10 @@ namespace {
 
 bool Known(const std::string& key) {
   static const char* const kKeys[] = {
-      "STOKER_GPU_MEMORY_LIMIT", "STOKER_GPU_COMPUTE_SHARE", "STOKER_GPU_TENANT",
-      "STOKER_GPU_TURNS_TENANT", "STOKER_GPU_LEDGER",        "STOKER_GPU_TURNS",
-      "STOKER_GPU_DIR",          "STOKER_GPU_COMPUTE_MODE",  "STOKER_GPU_COMPUTE_PERIOD_MS", "STOKER_GPU_COMPUTE_STRICT"};
+      "STOKER_GPU_MEMORY_LIMIT",  "STOKER_GPU_COMPUTE_SHARE", "STOKER_GPU_TENANT",
+      "STOKER_GPU_TURNS_TENANT",  "STOKER_GPU_LEDGER",        "STOKER_GPU_TURNS",
+      "STOKER_GPU_DIR",           "STOKER_GPU_COMPUTE_MODE",  "STOKER_GPU_COMPUTE_PERIOD_MS",
+      "STOKER_GPU_COMPUTE_STRICT"};
   for (const char* k : kKeys)
     if (key == k) return true;
   const std::string prefix = "STOKER_GPU_MEMORY_LIMIT_";

@@ -951,8 +951,8 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* stat
   LOCKED;
   auto it = M().streams.find(s);
   *status = it == M().streams.end() || !it->second.capturing ? CU_STREAM_CAPTURE_STATUS_NONE
-            : it->second.invalidated                          ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                                              : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+            : it->second.invalidated                         ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {

@@ -1,16 +1,17 @@
 // The interposer in real processes, on the fake driver: the share probe
 // (share_probe.cc) runs each scenario under LD_PRELOAD with a fresh fake
 // device and ledger, by each way of reaching the driver where it matters.
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
-#include <vector>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -173,6 +174,31 @@ TEST_F(Interposer, AForkedChildThatOutlivesItsKilledParentDoesNotPinItsCharge) {
   EXPECT_EQ(Probe("orphan", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}}).status, 0);
 }
 
+TEST_F(Interposer, AContextThatWouldPassTheQuotaIsRefusedBeforeItIsMade) {
+  // Contexts take 300 MiB on the fake device. A tenant held to 500 MiB has
+  // one process with its context and up to 100 MB; a second process of the
+  // tenant asks for a context: refused (out of memory), where before it
+  // was made and charged after, leaving the tenant 100 MiB over its quota.
+  const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
+  std::string command = "env";
+  for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
+  command += " STOKER_GPU_MEMORY_LIMIT=500MiB " + probe + " churn --bytes 100000000 > /dev/null 2>&1 & echo $!";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  int holder = 0;
+  ASSERT_EQ(std::fscanf(pipe, "%d", &holder), 1);
+  ::pclose(pipe);
+  ::usleep(300'000);
+  const ProbeRun second = Probe("alloc", {{"STOKER_GPU_MEMORY_LIMIT", "500MiB"}});
+  ::kill(holder, SIGKILL);
+  EXPECT_NE(second.status, 0);
+  EXPECT_NE(second.out.find("cuCtxCreate returned 2"), std::string::npos) << second.out;
+  stoker::share::LedgerReport report;
+  std::string error;
+  ASSERT_TRUE(stoker::share::Ledger::Report(env_["STOKER_GPU_LEDGER"], &report, &error)) << error;
+  for (const auto& t : report.tenants)
+    for (auto charged : t.charged) EXPECT_LE(charged, 500ull << 20);
+}
+
 TEST_F(Interposer, VisibleDevicesByIndexOrUuidCarryTheirOwnQuota) {
   for (const char* visible : {"1", "GPU-2021"}) {
     const ProbeRun run = Probe("visible", {{"CUDA_VISIBLE_DEVICES", visible}, {"STOKER_GPU_MEMORY_LIMIT_0", "1GiB"}});
@@ -264,9 +290,10 @@ TEST_F(Interposer, ALongKernelIsPaidBackNotFree) {
   const auto ja = read(a), jb = read(b);
   ASSERT_FALSE(ja.is_discarded() || jb.is_discarded());
   const double da = ja["device_seconds"], db = jb["device_seconds"];
-  std::printf("[ long kernel ] 30%% tenant (1.2 s kernels): %.1f s of device time, 70%% tenant (1 ms): %.1f s; split "
-              "%.0f/%.0f\n",
-              da, db, 100 * da / (da + db), 100 * db / (da + db));
+  std::printf(
+      "[ long kernel ] 30%% tenant (1.2 s kernels): %.1f s of device time, 70%% tenant (1 ms): %.1f s; split "
+      "%.0f/%.0f\n",
+      da, db, 100 * da / (da + db), 100 * db / (da + db));
   EXPECT_LT(da / (da + db), 0.75);  // over 20 s: 44/56; the first kernel is paid for after it ran
   EXPECT_GT(db, 2.5);
 }
@@ -323,8 +350,9 @@ TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   ASSERT_TRUE(stoker::share::Ledger::Report(env_["STOKER_GPU_LEDGER"], &report, &error)) << error;
   std::uint64_t stuck = 0;
   for (const auto& d : report.devices) stuck += d.stuck_takeovers;
-  std::printf("[ collective ] 2 jobs x 400 collectives on 2 shared cards: %.2f s, %llu turns taken by the stuck timer\n",
-              seconds, static_cast<unsigned long long>(stuck));
+  std::printf(
+      "[ collective ] 2 jobs x 400 collectives on 2 shared cards: %.2f s, %llu turns taken by the stuck timer\n",
+      seconds, static_cast<unsigned long long>(stuck));
   EXPECT_EQ(stuck, 0u);
 }
 

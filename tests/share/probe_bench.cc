@@ -156,7 +156,8 @@ int Capture(const Driver& d) {
   }
   CUgraph graph = nullptr;
   const CUresult r = end(stream, &graph);
-  if (r != CUDA_SUCCESS) Fail("the capture was invalidated while compute turns came and went (" + std::to_string(r) + ")");
+  if (r != CUDA_SUCCESS)
+    Fail("the capture was invalidated while compute turns came and went (" + std::to_string(r) + ")");
   std::printf("{\"capture\": \"ok\", \"captured\": %llu, \"launched\": %llu, \"longest_captured_launch_ms\": %.2f}\n",
               static_cast<unsigned long long>(captured), static_cast<unsigned long long>(launched),
               longest_captured_launch * 1e3);

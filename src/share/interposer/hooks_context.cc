@@ -9,20 +9,30 @@ using stoker::share::Interposer;
 
 namespace {
 
+// A context is admitted before it is made, for what the last one measured
+// on that device took (any process's: the same driver and device make the
+// same context), then charged what this one measured.
 template <typename Create>
 CUresult CreateContext(Interposer& ip, CUcontext* out, CUdevice device, Create create) {
   Dev dev;
   if (!ip.DeviceOf(device, &dev)) return create(out);
+  const std::uint64_t expected = ip.ledger().ContextBytes(dev.ledger);
+  if (expected > 0 && !ip.Admit(dev, expected)) return CUDA_ERROR_OUT_OF_MEMORY;
   std::uint64_t measured = 0;
   CUcontext ctx = nullptr;
-  const CUresult r = ip.Measure(dev, &measured, [&] { return create(&ctx); });
-  if (r != CUDA_SUCCESS) return r;
+  const CUresult r = ip.Measure(
+      dev, &measured, [&] { return create(&ctx); }, expected);
+  if (r != CUDA_SUCCESS) {
+    if (expected > 0) ip.ledger().Uncharge(dev.ledger, expected);
+    return r;
+  }
   if (out) *out = ctx;
   {
     std::lock_guard<std::mutex> lock(ip.mu);
-    ip.AddOverhead(dev, measured);
+    ip.AddOverhead(dev, measured, /*reserved=*/expected);
     ip.contexts[ctx] = {dev, measured};
   }
+  ip.ledger().LearnContextBytes(dev.ledger, measured);
   ip.Reconcile(dev.ordinal);
   return r;
 }

@@ -38,11 +38,11 @@ STOKER_LAUNCH(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v900
 // Several devices at once (deprecated): the current device's turn, its first stream.
 STOKER_LAUNCH(cuLaunchCooperativeKernelMultiDevice, PFN_cuLaunchCooperativeKernelMultiDevice_v9000,
               (CUDA_LAUNCH_PARAMS * params, unsigned int count, unsigned int flags), (params, count, flags),
-              params && count ? params[0].hStream : nullptr, false)
+              params&& count ? params[0].hStream : nullptr, false)
 STOKER_LAUNCH(cuLaunch, PFN_cuLaunch_v2000, (CUfunction f), (f), nullptr, false)
 STOKER_LAUNCH(cuLaunchGrid, PFN_cuLaunchGrid_v2000, (CUfunction f, int w, int h), (f, w, h), nullptr, false)
-STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int w, int h, CUstream s), (f, w, h, s),
-              s, false)
+STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int w, int h, CUstream s), (f, w, h, s), s,
+              false)
 
 namespace {
 

@@ -84,7 +84,7 @@ namespace {
 // The pitch's padding, known only after the call, passes admission too;
 // false (the reservation returned) when it does not fit.
 bool SettlePadding(Interposer& ip, const Dev& dev, std::uint64_t estimate, std::uint64_t bytes) {
-  if (bytes > estimate && !ip.Admit(dev, bytes - estimate)) {
+  if (bytes > estimate && !ip.Admit(dev, bytes - estimate, /*in_flight=*/true)) {
     ip.ledger().Uncharge(dev.ledger, estimate);
     return false;
   }

@@ -146,7 +146,7 @@ CUresult CreateArray(Interposer& ip, std::uint64_t estimate, Handle* out, Create
   CUdevice device = 0;
   if (ip.driver().device_get(&device, dev.ordinal) == CUDA_SUCCESS && requirements(&req, array, device))
     bytes = req.size;
-  if (bytes > estimate && !ip.Admit(dev, bytes - estimate)) {
+  if (bytes > estimate && !ip.Admit(dev, bytes - estimate, /*in_flight=*/true)) {
     (void)destroy(array);
     ip.ledger().Uncharge(dev.ledger, estimate);
     return CUDA_ERROR_OUT_OF_MEMORY;

@@ -109,8 +109,7 @@ Interposer::Interposer() {
 
 void Interposer::Initialise() {
   std::string error;
-  if (!EffectiveShareConfig([](const char* name) { return std::getenv(name); }, kPinnedLimitsPath, &config_,
-                            &error)) {
+  if (!EffectiveShareConfig([](const char* name) { return std::getenv(name); }, kPinnedLimitsPath, &config_, &error)) {
     error_ = error;
     return;
   }
@@ -297,13 +296,15 @@ int Interposer::OrdinalOfUuid(const std::uint8_t uuid[16]) {
   return -1;
 }
 
-bool Interposer::Admit(const Dev& dev, std::uint64_t bytes) {
+bool Interposer::Admit(const Dev& dev, std::uint64_t bytes, bool in_flight) {
   if (ledger_->Charge(dev.ledger, bytes, /*count_refusal=*/false)) return true;
   // Before refusing: what pools and graphs gave back since they were last
-  // read, and the driver's own view of this process.
+  // read, and the driver's own view of this process (not while an
+  // allocation the driver made is not tracked yet: it would be counted as
+  // overhead, and again when tracked).
   RefreshPools(dev.ordinal);
   RefreshGraphMemory(dev.ordinal);
-  Reconcile(dev.ordinal);
+  if (!in_flight) Reconcile(dev.ordinal);
   return ledger_->Charge(dev.ledger, bytes, /*count_refusal=*/true);
 }
 
@@ -316,9 +317,13 @@ void Interposer::Untrack(const Dev& dev, std::uint64_t bytes) {
   ledger_->Uncharge(dev.ledger, bytes);
 }
 
-void Interposer::AddOverhead(const Dev& dev, std::uint64_t bytes) {
+void Interposer::AddOverhead(const Dev& dev, std::uint64_t bytes, std::uint64_t reserved) {
   overhead[dev.ordinal] += bytes;
-  ledger_->ForceCharge(dev.ledger, bytes);
+  if (reserved > 0) {
+    ledger_->Settle(dev.ledger, reserved, bytes);
+  } else {
+    ledger_->ForceCharge(dev.ledger, bytes);
+  }
 }
 
 void Interposer::ForgetOverhead(const Dev& dev, std::uint64_t bytes) {

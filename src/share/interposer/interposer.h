@@ -90,7 +90,9 @@ class Interposer {
 
   // Admission: charge `bytes` on `dev` or refuse (after taking back what
   // pools, graphs and the driver's own view say was given back).
-  bool Admit(const Dev& dev, std::uint64_t bytes);
+  // `in_flight`: memory the driver has just given is not tracked yet, so
+  // the driver's per-process view must not be reconciled now.
+  bool Admit(const Dev& dev, std::uint64_t bytes, bool in_flight = false);
 
   // --- accounting (what each API took; see the hooks) ---
   struct Block {  // a plain allocation, an array, a module
@@ -134,13 +136,16 @@ class Interposer {
   // for the tracked part by the caller).
   void Track(const Dev& dev, std::uint64_t bytes);
   void Untrack(const Dev& dev, std::uint64_t bytes);
-  // Measured memory (contexts, modules): charged without admission.
-  void AddOverhead(const Dev& dev, std::uint64_t bytes);
+  // Measured memory (contexts, modules): charged without admission, or
+  // replacing a reservation admitted before (`reserved` bytes).
+  void AddOverhead(const Dev& dev, std::uint64_t bytes, std::uint64_t reserved = 0);
   void ForgetOverhead(const Dev& dev, std::uint64_t bytes);
   // Measures what `create` adds to device `dev` (contexts, modules): the
   // driver's or NVML's device-wide view before and after.
   template <typename Create>
-  CUresult Measure(const Dev& dev, std::uint64_t* measured, Create create);
+  // `reserved`: bytes this process reserved for it already (not yet on the
+  // device, though the ledger counts them).
+  CUresult Measure(const Dev& dev, std::uint64_t* measured, Create create, std::uint64_t reserved = 0);
 
   // The device memory in use on `ordinal` as the driver or NVML sees it
   // (device-wide), or false.
@@ -184,12 +189,13 @@ class Interposer {
 std::uint64_t MonotonicNs();
 
 template <typename Create>
-CUresult Interposer::Measure(const Dev& dev, std::uint64_t* measured, Create create) {
+CUresult Interposer::Measure(const Dev& dev, std::uint64_t* measured, Create create, std::uint64_t reserved) {
   std::uint64_t before = 0, after = 0;
   const bool had_before = DeviceUsed(dev.ordinal, &before);
   // Without a before (no NVML, no context there yet): what the ledger
   // knows is on the device stands in for it.
-  const std::uint64_t known = had_before ? 0 : ledger_->DeviceCharged(dev.ledger);
+  const std::uint64_t charged = had_before ? 0 : ledger_->DeviceCharged(dev.ledger);
+  const std::uint64_t known = charged > reserved ? charged - reserved : 0;
   const CUresult r = create();
   *measured = 0;
   if (r == CUDA_SUCCESS && DeviceUsed(dev.ordinal, &after)) {
