@@ -13,6 +13,9 @@ Runs, each in processes of its own under `stoker gpu run`:
   nccl       NCCL, world size 1, an all-reduce under the quota
   overhead   ResNet-50 bf16 training steps with and without the interposer
   compute    two tenants at 30% and 70%: the throughput each gets
+  graph_shared  CUDA graphs captured (20 times) and replayed by a tenant at 30%
+             while a 70% tenant computes: the compute turns end and start
+             during the captures, which must stay valid and replay right
   place      two jobs placed by memory (30 and 50 GiB) on the card, each held to
              its quota; a third that does not fit beside them refused; the
              time `stoker gpu run` adds before the command starts
@@ -33,7 +36,7 @@ import time
 
 GiB = 1 << 30
 MiB = 1 << 20
-PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute", "place"]
+PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute", "graph_shared", "place"]
 
 
 def run(cmd, env=None, timeout=300):
@@ -325,6 +328,48 @@ class Check:
         split = counts["c30"] / (counts["c30"] + counts["c70"])
         return {"matmuls": counts, "share_of_30_percent_tenant": round(split * 100, 1),
                 "ok": abs(split - 0.30) <= 0.05}
+
+    GRAPH_SHARED = """
+        import json, torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
+        x = torch.randn(256, 2048, device="cuda")
+        eager = model(x).detach().clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(s)
+        worst, captures = 0.0, 0
+        for _ in range(20):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):  # global capture mode, PyTorch's default
+                y = model(x)
+            captures += 1
+            for _ in range(20):
+                graph.replay()
+            torch.cuda.synchronize()
+            worst = max(worst, float((y - eager).abs().max()))
+        print(json.dumps({"captures": captures, "max_difference": worst}))
+    """
+
+    def graph_shared(self):
+        results = {}
+
+        def one(name, share, code):
+            results[name] = self.python(["--compute", share, "--tenant", name], code)
+        threads = [threading.Thread(target=one, args=("g30", "30", self.GRAPH_SHARED)),
+                   threading.Thread(target=one, args=("c70", "70", self.COMPUTE))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        j = results["g30"][2]
+        if j is None:
+            return {"ok": False, "error": (results["g30"][0].stdout + results["g30"][0].stderr).strip()[-400:]}
+        return dict(j, ok=j["captures"] == 20 and j["max_difference"] < 1e-3,
+                    neighbour_matmuls=(results["c70"][2] or {}).get("matmuls"))
 
     def place(self):
         """Two jobs placed on the card by memory (30 and 50 GiB), each held to its quota; a third that does not
