@@ -284,11 +284,12 @@ int Orphan(const Driver& d) {
     (void)NewContext(d, 0);
     CUdeviceptr p = 0;
     Check(d.MemAlloc(&p, 3ull << 30), "cuMemAlloc in the parent");
-    const pid_t worker = fork();
-    if (worker == 0) {
+    if (fork() == 0) {
+      // The worker says it is there: its fork handlers have run by now.
+      const pid_t self = getpid();
+      (void)!write(ready[1], &self, sizeof(self));
       for (;;) pause();
     }
-    (void)!write(ready[1], &worker, sizeof(worker));
     for (;;) pause();
   }
   pid_t worker = 0;
