@@ -1,6 +1,7 @@
 // The GPU-sharing parsers: the interposer's settings (every variable from
-// one input), the ledger file (opened as a ledger, any bytes), and program
-// headers (CheckPreloadable reads ELF and #! lines).
+// one input), the ledger file (opened as a ledger, any bytes), program
+// headers (CheckPreloadable reads ELF and #! lines), and the pinned limits
+// file (KEY=VALUE lines over the environment's settings).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "share/ledger.h"
+#include "share/pinned_limits.h"
 #include "share/share_config.h"
 #include "stoker/gpu_share.h"
 
@@ -34,7 +36,7 @@ void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t si
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::uint8_t what = data[0] % 3;
+  const std::uint8_t what = data[0] % 4;
   ++data;
   --size;
   if (what == 0) {
@@ -70,6 +72,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!ledger && error.empty()) __builtin_trap();
     stoker::share::LedgerReport report;
     if (ledger) (void)ledger->Snapshot(&report, &error);
+    ::unlink(path.c_str());
+  } else if (what == 3) {
+    // A folder of our own (0700): trusted when we are root, refused otherwise.
+    static const std::string dir = [] {
+      char name[] = "/tmp/stoker-share-fuzz-pinned-XXXXXX";
+      return std::string(::mkdtemp(name));
+    }();
+    const std::string path = dir + "/gpu-limits";
+    WriteFile(path, data, size, 0644);
+    stoker::share::ShareConfig config;
+    std::string error;
+    const bool ok = stoker::share::EffectiveShareConfig(
+        [](const char* name) -> const char* {
+          return std::strcmp(name, "STOKER_GPU_MEMORY_LIMIT") == 0 ? "4GiB" : nullptr;
+        },
+        path, &config, &error);
+    if (!ok && error.empty()) __builtin_trap();  // a refusal always says why
+    if (ok && (config.compute_share > 100 || config.LimitFor(0) > (4ull << 30))) __builtin_trap();  // never looser
     ::unlink(path.c_str());
   } else {
     const std::string path = TempPath("program");

@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -291,8 +292,10 @@ class Ledger {
   int fd_ = -1;
   LedgerLayout* layout_ = nullptr;
   std::string path_;
-  int slot_ = -1;  // the slot this process's file lock holds (from Open)
-  bool registered_ = false;
+  // Read by every thread of the process (hooks, the compute keeper) while
+  // the exit handler may change them: atomic.
+  std::atomic<int> slot_{-1};  // the slot this process's file lock holds (from Open)
+  std::atomic<bool> registered_{false};
   std::uint32_t tenant_ = 0;
   char tenant_name_[kTenantNameBytes] = {};  // kept for a forked child
   std::uint32_t tenant_share_ = 0;
