@@ -35,6 +35,10 @@ if [ "$what" != long ]; then
   for job in 0 1; do for rank in 0 1; do
     echo "collectives: job $job rank $rank: $(tail -1 /tmp/stoker-turns-bench-$tag-$job$rank)"
   done; done
+  if [ -x "$build/stoker" ]; then
+    "$build/stoker" gpu ls --ledger /dev/shm/stoker-turns-bench-$tag-ledger --json 2>/dev/null | python3 -c \
+      'import json, sys; d = json.load(sys.stdin)["devices"]; print("turns taken by the stuck timer:", sum(x.get("stuck_takeovers", 0) for x in d))' || true
+  fi
   rm -f /dev/shm/stoker-turns-bench-$tag-*
 fi
 if [ "$what" != collectives ]; then

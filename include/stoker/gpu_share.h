@@ -78,6 +78,7 @@ struct GpuLedgerView {
   struct Device {
     std::string uuid;
     std::uint64_t physical_bytes = 0;
+    std::uint64_t stuck_takeovers = 0;  // compute turns taken from a holder that never gave them back
   };
   struct Process {
     int pid = 0;

@@ -103,6 +103,15 @@ struct LedgerTenant {
   // uses them, so none is lent over it.
   std::uint32_t running;
   std::uint32_t reserved;
+  // Time some process of it spent waiting for a turn, on any device (ns;
+  // the wait under way, since waiting_since_ns, on the devices of
+  // waiting_on, included): work of its that ran on past a turn may have
+  // waited for its own next turn (a collective whose peer, on another
+  // card, could not launch), which is not the device's time.
+  std::uint64_t waited_ns;
+  std::uint64_t waiting_since_ns;
+  std::uint32_t waiting_on;
+  std::uint32_t reserved3;
   // Device time it may still use (ns; negative after an overrun), and when
   // it was last topped up at compute_share percent of the time passed.
   std::int64_t budget_ns[kMaxDevices];
@@ -232,10 +241,17 @@ class Ledger {
   void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running = false);
   // Charges this process's tenant for work it queued in its turn on `d`
   // that ran on after the turn was given back at `released_ns`, until
-  // `done_ns`. The tenant that held the device meanwhile gets that time
-  // back (the device was not its own; what it queued behind that work is
-  // its own overrun, charged to it in turn).
-  void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns);
+  // `done_ns`, less the time the tenant itself waited for a turn meanwhile
+  // (WaitedNs was `waited_at_release` at the release). The tenant that held
+  // the device meanwhile gets that time back (the device was not its own;
+  // what it queued behind that work is its own overrun, charged to it in
+  // turn). A tenant's debt stops at StuckAfter(period): it is paid back in
+  // bounded time, whatever happened.
+  void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns, std::uint64_t waited_at_release,
+                     std::uint64_t period_ns);
+  // How long this process's tenant has waited for turns in all, the wait
+  // under way included.
+  [[nodiscard]] std::uint64_t WaitedNs(std::uint64_t now_ns);
   // At the end of its turn on `d`, when no other tenant wants its devices:
   // goes on without giving them back (the time so far is charged; a new
   // turn, or a lent one when the budget is spent and lending is allowed).
@@ -279,6 +295,9 @@ class Ledger {
   // Grants turns to waiting tenants whose devices are all free, the most
   // budget first. Lock held.
   void Schedule(std::uint64_t now_ns, std::uint64_t period_ns);
+  // Tenant `t` starts (or stops) waiting for devices `mask`. Lock held.
+  void MarkWaiting(std::uint32_t t, std::uint32_t mask, std::uint64_t now_ns);
+  void MarkGranted(std::uint32_t t, std::uint32_t mask, std::uint64_t now_ns);
   // Whether a tenant other than `t` waits for (`need`, may be null) or
   // wanted within a period any of `devices`. Lock held.
   [[nodiscard]] bool WantedByOthers(std::uint32_t t, std::uint32_t devices, const std::uint32_t* need,

@@ -100,6 +100,7 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
     }
     for (auto& slot : layout_->slots)
       if (slot.in_use && slot.tenant == t) slot.waiting &= ~need[t];
+    MarkGranted(t, need[t], now_ns);
     need[t] = 0;
   }
 }
@@ -185,7 +186,9 @@ bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
     }
     Schedule(now_ns, period_ns);
     held = device.holder == tenant_ + 1;
+    if (!held) MarkWaiting(tenant_, 1u << d, now_ns);
   }
+  if (held) MarkGranted(tenant_, 1u << d, now_ns);
   if (held) *until_ns = device.hold_until_ns;
   Unlock();
   return held;
@@ -221,14 +224,45 @@ void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
   Unlock();
 }
 
-void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns) {
+void Ledger::MarkWaiting(std::uint32_t t, std::uint32_t mask, std::uint64_t now_ns) {
+  LedgerTenant& tenant = layout_->tenants[t];
+  if (tenant.waiting_on == 0) tenant.waiting_since_ns = now_ns;
+  tenant.waiting_on |= mask;
+}
+
+void Ledger::MarkGranted(std::uint32_t t, std::uint32_t mask, std::uint64_t now_ns) {
+  LedgerTenant& tenant = layout_->tenants[t];
+  if (tenant.waiting_on == 0) return;
+  tenant.waiting_on &= ~mask;
+  if (tenant.waiting_on == 0 && now_ns > tenant.waiting_since_ns) tenant.waited_ns += now_ns - tenant.waiting_since_ns;
+}
+
+std::uint64_t Ledger::WaitedNs(std::uint64_t now_ns) {
+  if (!Active() || !Lock()) return 0;
+  const LedgerTenant& t = layout_->tenants[tenant_];
+  const std::uint64_t waited =
+      t.waited_ns + (t.waiting_on != 0 && now_ns > t.waiting_since_ns ? now_ns - t.waiting_since_ns : 0);
+  Unlock();
+  return waited;
+}
+
+void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns, std::uint64_t waited_at_release,
+                           std::uint64_t period_ns) {
   if (!Active() || d < 0 || !Lock()) return;
   LedgerDevice& device = layout_->devices[d];
+  LedgerTenant& me = layout_->tenants[tenant_];
   // Queued behind an earlier overrun, it ran only once that one ended.
   std::uint64_t from = released_ns;
   if (device.overrun_released_ns < released_ns && device.overrun_done_ns > from) from = device.overrun_done_ns;
-  const std::uint64_t ns = done_ns > from ? done_ns - from : 0;
-  layout_->tenants[tenant_].budget_ns[d] -= static_cast<std::int64_t>(ns);
+  // Not the time the tenant waited for its own next turn.
+  const std::uint64_t waited_now =
+      me.waited_ns + (me.waiting_on != 0 && done_ns > me.waiting_since_ns ? done_ns - me.waiting_since_ns : 0);
+  const std::uint64_t waited = waited_now > waited_at_release ? waited_now - waited_at_release : 0;
+  const std::uint64_t span = done_ns > from ? done_ns - from : 0;
+  const std::uint64_t ns = span > waited ? span - waited : 0;
+  TopUp(tenant_, d, done_ns, period_ns);
+  me.budget_ns[d] =
+      std::max(me.budget_ns[d] - static_cast<std::int64_t>(ns), -static_cast<std::int64_t>(StuckAfter(period_ns)));
   layout_->tenants[tenant_].running &= ~(1u << d);
   if (done_ns >= device.overrun_done_ns) {
     device.overrun_released_ns = released_ns;

@@ -123,13 +123,14 @@ void Merge(const share::LedgerReport& report, unsigned owner_uid, GpuLedgerView*
     std::size_t at = 0;
     while (at < view->devices.size() && view->devices[at].uuid != d.uuid) ++at;
     if (at == view->devices.size()) {
-      view->devices.push_back({d.uuid, d.physical_bytes});
+      view->devices.push_back({d.uuid, d.physical_bytes, 0});
       for (auto& t : view->tenants) {
         t.quota.emplace_back(std::nullopt);
         t.charged.push_back(0);
         for (auto& p : t.processes) p.charged.push_back(0);
       }
     }
+    view->devices[at].stuck_takeovers += d.stuck_takeovers;
     index.push_back(at);
   }
   const std::size_t n = view->devices.size();

@@ -239,6 +239,33 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
   EXPECT_GT(static_cast<double>(lent) / static_cast<double>(now - lent_start), 0.99);
 }
 
+TEST_F(LedgerTest, OverrunsArePaidForButNotTheTenantsOwnWaitAndDebtIsBounded) {
+  auto a = Open("a", kNoQuota, 50), b = Open("b", kNoQuota, 50);
+  const std::uint64_t period = 100'000'000, ms = 1'000'000;
+  std::uint64_t t = 1'000'000'000, until = 0;
+  ASSERT_TRUE(a->AcquireDevice(0, t, period, &until));
+  // a gives its turn back at +5 ms with work still queued (a collective
+  // waiting for a peer that cannot launch before a's next turn); b holds
+  // the device from then to +60 ms while a waits; a's work ends at +70 ms.
+  a->ReleaseDevice(0, t + 5 * ms, period, /*work_running=*/true);
+  const std::uint64_t waited_at_release = a->WaitedNs(t + 5 * ms);
+  ASSERT_TRUE(b->AcquireDevice(0, t + 5 * ms, period, &until));
+  EXPECT_FALSE(a->AcquireDevice(0, t + 10 * ms, period, &until));
+  b->ReleaseDevice(0, t + 60 * ms, period);
+  ASSERT_TRUE(a->HoldsDevice(0));
+  EXPECT_EQ(a->WaitedNs(t + 60 * ms) - waited_at_release, 50 * ms);
+  a->ChargeOverrun(0, t + 5 * ms, t + 70 * ms, waited_at_release, period);
+  // Charged 65 - 50 = 15 ms of overrun besides its 5 ms turn: 30 ms left of
+  // its 50 ms window (plus what it earned meanwhile, capped at the window).
+  a->ReleaseDevice(0, t + 70 * ms, period);
+  EXPECT_EQ(a->BudgetWait(0, t + 70 * ms), 0u) << "the wait for its own turn was charged as device time";
+  // A debt, however large, is paid back in bounded time (10 s of overrun
+  // at 50%: at most StuckAfter, 1 s, of debt, paid in 2 s).
+  a->ChargeOverrun(0, t + 100 * ms, t + 10'100 * ms, a->WaitedNs(t + 100 * ms), period);
+  EXPECT_LE(a->BudgetWait(0, t + 10'100 * ms), 2'010 * ms);
+  EXPECT_GT(a->BudgetWait(0, t + 10'100 * ms), 1'900 * ms);
+}
+
 TEST_F(LedgerTest, ATenantsTurnCoversAllItsDevicesSoNoTwoTenantsWaitOnEachOther) {
   // Two jobs, each with a process on card 0 and one on card 1 (NCCL-style:
   // a step needs both). Whatever order they ask in, each turn goes to one

@@ -195,7 +195,7 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
     thread_default_[dev.ordinal] = false;
   }
   const DriverCalls& d = ip.driver();
-  Pending pending{dev, 0, {}};
+  Pending pending{dev, 0, 0, {}};
   auto spare = [&](CUcontext ctx) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
@@ -242,6 +242,7 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   }
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
   pending.released_ns = MonotonicNs();
+  pending.waited_at_release = ip.turns().WaitedNs(pending.released_ns);
   ip.turns().ReleaseDevice(dev.turns, pending.released_ns, period, !pending.events.empty());
   if (!pending.events.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,7 +262,8 @@ void ComputeGate::SettlePending(Interposer& ip) {
     });
     if (!p.events.empty()) return false;
     // Its work ran on after the turn: the tenant pays for that time too.
-    ip.turns().ChargeOverrun(p.dev.turns, p.released_ns, now);
+    ip.turns().ChargeOverrun(p.dev.turns, p.released_ns, now, p.waited_at_release,
+                             std::uint64_t{ip.config().compute_period_ms} * 1'000'000);
     return true;
   });
 }

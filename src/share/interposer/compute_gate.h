@@ -78,6 +78,7 @@ class ComputeGate {
   struct Pending {
     Dev dev;
     std::uint64_t released_ns;
+    std::uint64_t waited_at_release;  // the tenant's WaitedNs then
     std::vector<std::pair<CUcontext, CUevent>> events;
   };
   std::vector<Pending> pending_;
