@@ -74,6 +74,27 @@ class Interposer : public ::testing::Test {
     return run;
   }
 
+  // Starts the probe in the background with the test's environment plus
+  // `extra` ("K=V K=V"), its output to `out`.
+  void StartProbe(const std::string& extra, const std::string& args, const std::string& out) {
+    std::string command = "env";
+    for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
+    command += " " + extra + " " + STOKER_FAKE_GPU + "/probe/share_probe " + args + " > " + out + " 2>&1 &";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+  }
+  // The last JSON object a probe wrote to `path` (removed); discarded when none.
+  static nlohmann::json ReadResult(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    std::string text;
+    std::array<char, 512> buffer;
+    while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
+    if (f) std::fclose(f);
+    ::unlink(path.c_str());
+    const auto at = text.rfind('{');
+    if (at == std::string::npos) return nlohmann::json(nlohmann::json::value_t::discarded);
+    return nlohmann::json::parse(text.substr(at), nullptr, false);
+  }
+
   std::string tag_;
   std::map<std::string, std::string> env_;
 };
@@ -228,28 +249,12 @@ TEST_F(Interposer, TenantsGetTheirComputeSharesOfTheDevice) {
   const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
   env_.erase("STOKER_GPU_LEDGER");
   env_["STOKER_GPU_DIR"] = state;
-  const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
-  auto start = [&](const std::string& tenant, const std::string& share, const std::string& out) {
-    std::string command = "env";
-    for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
-    command += " STOKER_GPU_TENANT=" + tenant + " STOKER_GPU_COMPUTE_SHARE=" + share +
-               " PROBE_SECONDS=4000 PROBE_KERNEL_US=1000 " + probe + " compute > " + out + " 2>&1 &";
-    ASSERT_EQ(std::system(command.c_str()), 0);
-  };
   const std::string a = "/tmp/stoker-compute-a-" + tag_, b = "/tmp/stoker-compute-b-" + tag_;
-  start("a", "30", a);
-  start("b", "70", b);
+  StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=30 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", a);
+  StartProbe("STOKER_GPU_TENANT=b STOKER_GPU_COMPUTE_SHARE=70 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", b);
   ::sleep(6);
-  auto read = [](const std::string& path) {
-    FILE* f = std::fopen(path.c_str(), "r");
-    std::string text;
-    std::array<char, 512> buffer;
-    while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
-    if (f) std::fclose(f);
-    ::unlink(path.c_str());
-    return nlohmann::json::parse(text.substr(text.rfind('{')), nullptr, false);
-  };
-  const auto ja = read(a), jb = read(b);
+  const auto ja = ReadResult(a), jb = ReadResult(b);
+  ASSERT_FALSE(ja.is_discarded() || jb.is_discarded());
   const double da = ja["device_seconds"], db = jb["device_seconds"];
   std::printf("[ compute ] 30%% tenant: %.3f s of device time, 70%% tenant: %.3f s; split %.1f/%.1f\n", da, db,
               100 * da / (da + db), 100 * db / (da + db));
@@ -265,29 +270,12 @@ TEST_F(Interposer, ALongKernelIsPaidBackNotFree) {
   // kernels. Before, a turn's end waited for the kernel and the stuck timer
   // handed the device over after 1 s uncharged: the long kernels took 99.7%
   // of the device. Now what runs past the turn is charged when it ends.
-  const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
-  auto start = [&](const std::string& tenant, const std::string& share, const std::string& us, const std::string& out) {
-    std::string command = "env";
-    for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
-    command += " STOKER_GPU_TENANT=" + tenant + " STOKER_GPU_COMPUTE_SHARE=" + share +
-               " PROBE_SECONDS=10000 PROBE_SYNC_EVERY=1 PROBE_KERNEL_US=" + us + " " + probe + " compute > " + out +
-               " 2>&1 &";
-    ASSERT_EQ(std::system(command.c_str()), 0);
-  };
   const std::string a = "/tmp/stoker-long-a-" + tag_, b = "/tmp/stoker-long-b-" + tag_;
-  start("a", "30", "1200000", a);
-  start("b", "70", "1000", b);
+  const std::string common = " PROBE_SECONDS=10000 PROBE_SYNC_EVERY=1";
+  StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=30 PROBE_KERNEL_US=1200000" + common, "compute", a);
+  StartProbe("STOKER_GPU_TENANT=b STOKER_GPU_COMPUTE_SHARE=70 PROBE_KERNEL_US=1000" + common, "compute", b);
   ::sleep(13);
-  auto read = [](const std::string& path) {
-    FILE* f = std::fopen(path.c_str(), "r");
-    std::string text;
-    std::array<char, 512> buffer;
-    while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
-    if (f) std::fclose(f);
-    ::unlink(path.c_str());
-    return nlohmann::json::parse(text.substr(text.rfind('{')), nullptr, false);
-  };
-  const auto ja = read(a), jb = read(b);
+  const auto ja = ReadResult(a), jb = ReadResult(b);
   ASSERT_FALSE(ja.is_discarded() || jb.is_discarded());
   const double da = ja["device_seconds"], db = jb["device_seconds"];
   std::printf(
@@ -334,16 +322,10 @@ TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   ASSERT_EQ(std::system(command.c_str()), 0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const auto& out : outs) {
-    FILE* f = std::fopen(out.c_str(), "r");
-    std::string text;
-    std::array<char, 512> buffer;
-    while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
-    if (f) std::fclose(f);
-    ::unlink(out.c_str());
-    const auto j = nlohmann::json::parse(text.substr(text.rfind('{')), nullptr, false);
-    ASSERT_FALSE(j.is_discarded()) << text;
-    EXPECT_EQ(j["collectives"], 400) << text;
-    std::printf("[ collective ] %s\n", text.substr(text.rfind('{')).c_str());
+    const auto j = ReadResult(out);
+    ASSERT_FALSE(j.is_discarded()) << out;
+    EXPECT_EQ(j["collectives"], 400);
+    std::printf("[ collective ] %s\n", j.dump().c_str());
   }
   stoker::share::LedgerReport report;
   std::string error;

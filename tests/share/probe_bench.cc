@@ -26,6 +26,15 @@ CUfunction Kernel(const Driver& d, const std::string& name) {
   return f;
 }
 
+// The driver started, and a context of its own on device 0 made current.
+void StartOnDevice0(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
+  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+}
+
 std::uint64_t EnvArg(const char* name, std::uint64_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
@@ -35,11 +44,7 @@ std::uint64_t EnvArg(const char* name, std::uint64_t fallback) {
 
 int Bench(const Driver& d) {
   const std::uint64_t n = EnvArg("PROBE_ITERATIONS", 200000);
-  Check(d.Init(0), "cuInit");
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
-  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  StartOnDevice0(d);
   const CUfunction f = Kernel(d, "spin_0");
   double alloc_best = 1e9, launch_best = 1e9, info_best = 1e9;
   for (int round = 0; round < 5; ++round) {
@@ -69,11 +74,7 @@ int Bench(const Driver& d) {
 int Compute(const Driver& d) {
   const double seconds = static_cast<double>(EnvArg("PROBE_SECONDS", 3000)) / 1000.0;
   const std::uint64_t micros = EnvArg("PROBE_KERNEL_US", 1000), sync_every = EnvArg("PROBE_SYNC_EVERY", 4);
-  Check(d.Init(0), "cuInit");
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
-  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  StartOnDevice0(d);
   const CUfunction f = Kernel(d, "spin_" + std::to_string(micros));
   const double start = Seconds();
   std::uint64_t launches = 0;
@@ -97,11 +98,7 @@ int Compute(const Driver& d) {
 int Collective(const Driver& d) {
   const std::uint64_t count = EnvArg("PROBE_COUNT", 1000);
   const std::uint64_t micros = EnvArg("PROBE_KERNEL_US", 1000), sync_every = EnvArg("PROBE_SYNC_EVERY", 2);
-  Check(d.Init(0), "cuInit");
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
-  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  StartOnDevice0(d);
   const CUfunction f = Kernel(d, "allreduce_" + std::to_string(EnvArg("PROBE_GROUP", 0)) + "_" +
                                      std::to_string(EnvArg("PROBE_PEERS", 2)) + "_" + std::to_string(micros));
   const double start = Seconds();
@@ -132,11 +129,7 @@ int Capture(const Driver& d) {
   auto end = reinterpret_cast<EndFn>(dlsym(RTLD_DEFAULT, "cuStreamEndCapture"));
   auto create = reinterpret_cast<StreamCreateFn>(dlsym(RTLD_DEFAULT, "cuStreamCreate"));
   if (!begin || !end || !create) Fail("the driver has no stream capture");
-  Check(d.Init(0), "cuInit");
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  Check(d.DeviceGet(&dev, 0), "cuDeviceGet");
-  Check(d.CtxCreate(&ctx, 0, dev), "cuCtxCreate");
+  StartOnDevice0(d);
   const CUfunction f = Kernel(d, "spin_1000");
   CUstream stream = nullptr;
   Check(create(&stream, 1), "cuStreamCreate");
