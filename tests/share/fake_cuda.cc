@@ -61,6 +61,7 @@ struct Context {
   int physical;
   std::uint64_t cost;
   bool primary;
+  std::uint64_t heap = 0, stack = 0;  // device memory of cuCtxSetLimit's heap and stacks
 };
 struct Allocation {
   int physical;
@@ -252,7 +253,7 @@ CUresult NewContext(CUcontext* out, CUdevice dev, bool primary) {
 void DestroyContext(CUcontext c) {
   auto it = M().contexts.find(c);
   if (it == M().contexts.end()) return;
-  UnchargePhysical(it->second.physical, it->second.cost);
+  UnchargePhysical(it->second.physical, it->second.cost + it->second.heap + it->second.stack);
   M().contexts.erase(it);
   auto drop = [c](auto& table, auto cost) {
     for (auto e = table.begin(); e != table.end();) {
@@ -596,6 +597,24 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) {
     if (M().visible[o] == p) *d = static_cast<CUdevice>(o);
   return CUDA_SUCCESS;
 }
+// The malloc heap takes its size; stacks take the size per thread for
+// 2,048 resident threads; the printf FIFO its size.
+FAKE_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  LOCKED;
+  auto it = M().contexts.find(Current());
+  if (it == M().contexts.end()) return CUDA_ERROR_INVALID_CONTEXT;
+  Context& c = it->second;
+  std::uint64_t* slot = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? &c.heap
+                        : limit == CU_LIMIT_STACK_SIZE     ? &c.stack
+                                                           : nullptr;
+  if (slot == nullptr) return CUDA_SUCCESS;
+  const std::uint64_t bytes = limit == CU_LIMIT_STACK_SIZE ? std::uint64_t{value} * 2048 : value;
+  if (bytes > *slot && ChargePhysical(c.physical, bytes - *slot) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (bytes < *slot) UnchargePhysical(c.physical, *slot - bytes);
+  *slot = bytes;
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuCtxSynchronize() {
   for (;;) {
     std::uint64_t until = 0;
@@ -1336,6 +1355,7 @@ const Entry kEntries[] = {
     E("cuCtxPopCurrent", 4000, false, cuCtxPopCurrent_v2),
     E("cuCtxGetDevice", 2000, false, cuCtxGetDevice),
     E("cuCtxSynchronize", 2000, false, cuCtxSynchronize),
+    E("cuCtxSetLimit", 3010, false, cuCtxSetLimit),
     E("cuMemGetInfo", 2000, false, cuMemGetInfo),
     E("cuMemGetInfo", 3020, false, cuMemGetInfo_v2),
     E("cuMemAlloc", 2000, false, cuMemAlloc),

@@ -195,6 +195,20 @@ TEST_F(Interposer, AForkedChildThatOutlivesItsKilledParentDoesNotPinItsCharge) {
   EXPECT_EQ(Probe("orphan", {{"STOKER_GPU_MEMORY_LIMIT", "4GiB"}}).status, 0);
 }
 
+TEST_F(Interposer, AHeapSetByCtxSetLimitIsChargedAndRefusedOverTheQuota) {
+  // Before, cuCtxSetLimit was not hooked: a 4 GiB device heap under a 1 GiB
+  // quota went through, uncounted.
+  for (const char* path : {"direct", "dlsym"}) {
+    const ProbeRun run = Probe(std::string("limit --path ") + path, {{"STOKER_GPU_MEMORY_LIMIT", "1GiB"}});
+    ASSERT_EQ(run.status, 0);
+    const auto j = run.json();
+    EXPECT_EQ(j["heap_charged"], 256ull << 20);
+    EXPECT_EQ(j["big"], 2) << "a 4 GiB heap on a 1 GiB quota: CUDA_ERROR_OUT_OF_MEMORY";
+    EXPECT_EQ(j["after_destroy"], 0);
+    Clean();
+  }
+}
+
 TEST_F(Interposer, AContextThatWouldPassTheQuotaIsRefusedBeforeItIsMade) {
   // Contexts take 300 MiB on the fake device. A tenant held to 500 MiB has
   // one process with its context and up to 100 MB; a second process of the

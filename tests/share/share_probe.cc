@@ -4,7 +4,7 @@
 //
 //   share_probe MODE [--path direct|dlsym|proc] [options]
 //
-// Modes: property, resolve, race, churn, killer, report, fork, orphan, visible,
+// Modes: property, resolve, race, churn, killer, report, fork, orphan, limit, visible,
 // bench, compute, collective, capture, alloc. Each prints one line of results (JSON where the
 // tests read figures) and exits 1 with "probe: FAIL: ..." on a violation.
 #include <dlfcn.h>
@@ -308,6 +308,40 @@ int Orphan(const Driver& d) {
   return 0;
 }
 
+// cuCtxSetLimit's malloc heap: admitted for its size, charged what the
+// device gave, given back when it shrinks and with its context.
+int Limit(const Driver& d) {
+  using SetLimitFn = CUresult (*)(CUlimit, size_t);
+  auto set = reinterpret_cast<SetLimitFn>(dlsym(RTLD_DEFAULT, "cuCtxSetLimit"));
+  if (set == nullptr) Fail("no cuCtxSetLimit");
+  Check(d.Init(0), "cuInit");
+  const CUcontext ctx = NewContext(d, 0);
+  const int physical = PhysicalOf(d, 0);
+  auto same = [&](const char* when) {
+    const Charges c = LedgerCharges(d, 0);
+    const std::uint64_t fake = FakeProcessUsed(physical);
+    if (c.process != fake)
+      Fail(std::string(when) + ": the ledger charges " + std::to_string(c.process) + ", the device holds " +
+           std::to_string(fake));
+    return c.process;
+  };
+  const std::uint64_t start = same("after the context");
+  Check(set(CU_LIMIT_MALLOC_HEAP_SIZE, 256u << 20), "cuCtxSetLimit(heap, 256 MiB)");
+  const std::uint64_t grown = same("after a 256 MiB heap");
+  Check(set(CU_LIMIT_STACK_SIZE, 16u << 10), "cuCtxSetLimit(stack, 16 KiB)");
+  (void)same("after 16 KiB stacks");
+  const CUresult big = set(CU_LIMIT_MALLOC_HEAP_SIZE, std::size_t{4} << 30);
+  (void)same("after a refused 4 GiB heap");
+  Check(set(CU_LIMIT_MALLOC_HEAP_SIZE, 64u << 20), "cuCtxSetLimit(heap, 64 MiB)");
+  (void)same("after shrinking the heap to 64 MiB");
+  Check(d.CtxDestroy(ctx), "cuCtxDestroy");
+  const std::uint64_t end = same("after the context ended");
+  std::printf("{\"heap_charged\": %llu, \"big\": %d, \"after_destroy\": %llu}\n",
+              static_cast<unsigned long long>(grown - start), static_cast<int>(big),
+              static_cast<unsigned long long>(end));
+  return 0;
+}
+
 int Alloc(const Driver& d) {
   Check(d.Init(0), "cuInit");
   (void)NewContext(d, 0);
@@ -372,6 +406,7 @@ int main(int argc, char** argv) {
   if (mode == "fork") return Fork(d);
   if (mode == "alloc") return Alloc(d);
   if (mode == "orphan") return Orphan(d);
+  if (mode == "limit") return Limit(d);
   if (mode == "visible") return Visible(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);

@@ -130,6 +130,44 @@ STOKER_HOOK CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   return DestroyContext(ip, ctx, [&] { return real(ctx); });
 }
 
+// The malloc heap (its size is the request: admitted before) and the stacks
+// (per thread, times the threads the device keeps) take device memory in
+// the current context: measured, and kept with the context, so that its end
+// gives them back. A smaller limit gives memory back.
+STOKER_HOOK CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  STOKER_PROLOGUE(cuCtxSetLimit, PFN_cuCtxSetLimit_v3010)
+  Dev dev;
+  CUcontext ctx = nullptr;
+  if ((limit != CU_LIMIT_MALLOC_HEAP_SIZE && limit != CU_LIMIT_STACK_SIZE) || !ip.CurrentDevice(&dev, &ctx))
+    return real(limit, value);
+  const std::uint64_t expected = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? value : 0;
+  if (expected > 0 && !ip.Admit(dev, expected)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::uint64_t before = 0, after = 0;
+  const bool measured = ip.DeviceUsed(dev.ordinal, &before);
+  const CUresult r = real(limit, value);
+  const bool measured_after = measured && ip.DeviceUsed(dev.ordinal, &after);
+  {
+    std::lock_guard<std::mutex> lock(ip.mu);
+    auto c = ip.contexts.find(ctx);
+    if (r != CUDA_SUCCESS) {
+      if (expected > 0) ip.ledger().Uncharge(dev.ledger, expected);
+    } else if (!measured_after || after >= before) {
+      // Grown (unmeasured: the heap's size stands in for it).
+      const std::uint64_t grown = measured_after ? after - before : expected;
+      ip.AddOverhead(dev, grown, expected);
+      if (c != ip.contexts.end()) c->second.measured += grown;
+    } else {
+      // A smaller limit: memory given back.
+      if (expected > 0) ip.ledger().Uncharge(dev.ledger, expected);
+      const std::uint64_t freed = std::min(before - after, c != ip.contexts.end() ? c->second.measured : 0);
+      ip.ForgetOverhead(dev, freed);
+      if (c != ip.contexts.end()) c->second.measured -= freed;
+    }
+  }
+  ip.Reconcile(dev.ordinal);
+  return r;
+}
+
 STOKER_HOOK CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
   STOKER_PROLOGUE(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)
   Dev dev;

@@ -112,7 +112,7 @@ class Interposer {
   };
   struct Context {
     Dev dev;
-    std::uint64_t measured = 0;
+    std::uint64_t measured = 0;  // the context, and what cuCtxSetLimit grew in it
   };
 
   std::mutex mu;  // guards everything below
