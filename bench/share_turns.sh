@@ -36,7 +36,8 @@ if [ "$what" != long ]; then
     echo "collectives: job $job rank $rank: $(tail -1 /tmp/stoker-turns-bench-$tag-$job$rank)"
   done; done
   if [ -x "$build/stoker" ]; then
-    "$build/stoker" gpu ls --ledger /dev/shm/stoker-turns-bench-$tag-ledger --json 2>/dev/null | python3 -c \
+    STOKER_GPU_LEASES=/dev/shm/stoker-turns-bench-$tag-leases.json \
+      "$build/stoker" gpu ls --ledger /dev/shm/stoker-turns-bench-$tag-ledger --json 2>/dev/null | python3 -c \
       'import json, sys; d = json.load(sys.stdin)["devices"]; print("turns taken by the stuck timer:", sum(x.get("stuck_takeovers", 0) for x in d))' || true
   fi
   rm -f /dev/shm/stoker-turns-bench-$tag-*
