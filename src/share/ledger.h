@@ -25,7 +25,6 @@
 // code also runs inside the interposer, loaded into users' processes.
 #pragma once
 
-#include <pthread.h>
 #include <sys/types.h>
 
 #include <atomic>

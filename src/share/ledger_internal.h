@@ -28,23 +28,22 @@ inline off_t SlotByte(std::uint32_t s) {
   return static_cast<off_t>(offsetof(LedgerLayout, slots) + s * sizeof(LedgerSlot));
 }
 
-// An open-file-description lock on one byte: held until the description
-// closes, which the kernel does when the process dies.
-inline bool LockByte(int fd, off_t at) {
+// An open-file-description lock on one byte (F_WRLCK to take it, F_UNLCK
+// to give it back): held until the description closes, which the kernel
+// does when the process dies.
+inline bool SetByteLock(int fd, off_t at, short type) {
   struct flock lock {};
-  lock.l_type = F_WRLCK;
+  lock.l_type = type;
   lock.l_whence = SEEK_SET;
   lock.l_start = at;
   lock.l_len = 1;
   return ::fcntl(fd, F_OFD_SETLK, &lock) == 0;
 }
+inline bool LockByte(int fd, off_t at) {
+  return SetByteLock(fd, at, F_WRLCK);
+}
 inline void UnlockByte(int fd, off_t at) {
-  struct flock lock {};
-  lock.l_type = F_UNLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = at;
-  lock.l_len = 1;
-  (void)::fcntl(fd, F_OFD_SETLK, &lock);
+  (void)SetByteLock(fd, at, F_UNLCK);
 }
 
 inline std::uint64_t NowUnix() {

@@ -60,7 +60,7 @@ void ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   const std::uint64_t until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
   if (ip.turns().HoldsDevice(dev.turns) && now < until) {
     __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
-    if (stream != tls_noted_stream || until != tls_noted_until) NoteStream(dev.ordinal, ctx, stream, per_thread);
+    if (stream != tls_noted_stream || until != tls_noted_until) NoteStream(dev.ordinal, ctx, stream);
     tls_noted_stream = stream;
     tls_noted_until = until;
     return;
@@ -68,14 +68,11 @@ void ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   EnterSlow(ip, dev, stream, per_thread);
 }
 
-void ComputeGate::NoteStream(int ordinal, CUcontext ctx, CUstream stream, bool per_thread) {
+// A _ptsz launch on stream 0 goes to the thread's own default stream, which
+// the keeper cannot name: it is noted as the legacy default stream (0),
+// whose event waits for the per-thread ones.
+void ComputeGate::NoteStream(int ordinal, CUcontext ctx, CUstream stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (per_thread && stream == nullptr) {
-    // The thread's own default stream: the keeper cannot name it, but the
-    // legacy default stream waits for it.
-    thread_default_[ordinal] = true;
-    stream = nullptr;
-  }
   auto& streams = streams_[ordinal];
   for (const auto& s : streams)
     if (s.ctx == ctx && s.stream == stream) return;
@@ -127,7 +124,7 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, boo
     changed_.wait_for(lock, std::chrono::nanoseconds(wait));
   }
   lock.unlock();
-  NoteStream(dev.ordinal, tls_ctx, stream, per_thread);
+  NoteStream(dev.ordinal, tls_ctx, stream);
   tls_noted_stream = stream;
   tls_noted_until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
   const std::uint64_t now = MonotonicNs();
@@ -192,7 +189,6 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     launched.swap(streams_[dev.ordinal]);
-    thread_default_[dev.ordinal] = false;
   }
   const DriverCalls& d = ip.driver();
   Pending pending{dev, 0, 0, {}};

@@ -52,7 +52,7 @@ class ComputeGate {
   void Release(Interposer& ip, const Dev& dev);
   // Charges the overrun of pending turns whose work has finished (mu_ held).
   void SettlePending(Interposer& ip);
-  void NoteStream(int ordinal, CUcontext ctx, CUstream stream, bool per_thread);
+  void NoteStream(int ordinal, CUcontext ctx, CUstream stream);
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -73,7 +73,6 @@ class ComputeGate {
     CUstream stream;
   };
   std::vector<Launched> streams_[kMaxOrdinals];
-  bool thread_default_[kMaxOrdinals] = {};  // a _ptsz launch on stream 0: drained by synchronising
   // Turns given back before their work finished, and events to reuse (mu_).
   struct Pending {
     Dev dev;
