@@ -2,7 +2,9 @@
 (bf16 autocast, channels_last) and a launch-bound small model (a stack of
 tiny linear layers), each with planted stalls: a data loader slowed by
 20 ms a batch, a synchronous 200 ms checkpoint every 10 steps, .item() each
-step, and pageable host-to-device copies. For each run: the doctor's
+step, and pageable host-to-device copies; then an unchanged ResNet-50
+program calling .item() each step under `python -m stoker.doctor` (the
+hooks, not the API). For each run: the doctor's
 account (GPU compute and idle by cause), the host's view, NVML utilisation
 beside it, and the verdict's first finding.
 
@@ -85,6 +87,47 @@ def run(model_name, stall, steps):
     return result
 
 
+HOOKED = """
+import sys, torch, torchvision
+torch.backends.cudnn.benchmark = True
+model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(128, 3, 224, 224).to(memory_format=torch.channels_last).pin_memory()
+y = torch.randint(0, 1000, (128,))
+for bx, by in torch.utils.data.DataLoader([(x, y)] * int(sys.argv[1]), batch_size=None, pin_memory=True):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(bx.cuda(non_blocking=True)), by.cuda(non_blocking=True))
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    print(loss.item())  # the planted host sync, seen only through the hooks
+"""
+
+
+def run_hooked(steps):
+    """An unchanged program under `python -m stoker.doctor`: .item() each step must be named through the hooks."""
+    import subprocess
+    import sys
+    folder = tempfile.mkdtemp(prefix="stoker-doctor-hooked-")
+    script = os.path.join(folder, "train.py")
+    with open(script, "w") as f:
+        f.write(HOOKED)
+    run = subprocess.run([sys.executable, "-m", "stoker.doctor", "--out", folder, "--", sys.executable, script,
+                          str(steps)], capture_output=True, text=True, timeout=300)
+    reports = [f for f in os.listdir(folder) if f.startswith("rank-")]
+    if run.returncode != 0 or not reports:
+        return {"model": "resnet50", "stall": "hooked item", "error": run.stderr[-2000:]}
+    with open(os.path.join(folder, reports[0])) as f:
+        r = json.load(f)
+    result = {"model": "resnet50", "stall": "hooked item", "steps": r["account"]["steps"],
+              "step_ms": 1000 * r["account"]["wall_s"] / max(r["account"]["steps"], 1),
+              "share": {k: round(v, 4) for k, v in r["account"]["share"].items() if v > 0},
+              "host_seconds": {k: round(v, 4) for k, v in r["account"]["host_seconds"].items() if v > 0},
+              "nvml_utilization": r["account"]["nvml_utilization"],
+              "verdict": r["verdict"][0]["finding"] if r["verdict"] else "compute-bound"}
+    print("%-10s %-16s step %6.1f ms  host %s  -> %s" % ("resnet50", "hooked item", result["step_ms"],
+                                                         result["host_seconds"], result["verdict"]), flush=True)
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
@@ -97,6 +140,7 @@ def main():
     for model_name in ("resnet50", "tiny-mlp"):
         for stall in ("none", "slow loader", "sync checkpoint", "item each step", "pageable copies"):
             results.append(run(model_name, stall, args.steps))
+    results.append(run_hooked(args.steps))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -15,7 +15,7 @@ from stoker.doctor.testing import FakeClock, FakeGpuQueue, Planted
 
 def host_case(name, steps=30, data=0.0, compute=0.010, checkpoint_every=0, sync=0.0):
     planted = Planted()
-    doc = Doctor(cuda=False, nvml=False)
+    doc = Doctor(cuda=False, nvml=False, warmup_steps=0)
 
     def batches():
         for i in range(steps):
@@ -42,7 +42,7 @@ def host_case(name, steps=30, data=0.0, compute=0.010, checkpoint_every=0, sync=
 def queue_case(name, loop, fine=False):
     clock = FakeClock()
     queue = FakeGpuQueue(clock)
-    doc = Doctor(clock=clock, gpu=queue, nvml=False, busy_fraction=queue.busy_fraction if fine else None)
+    doc = Doctor(clock=clock, gpu=queue, nvml=False, warmup_steps=0, busy_fraction=queue.busy_fraction if fine else None)
     truth = loop(doc, clock, queue)
     doc.close()
     a = doc.account()

@@ -2,6 +2,7 @@
 // fake_cuda.cc (fake_gpu_state.h): device handles, UUIDs, memory info
 // (physical), and each live process's memory, as NVML reports them.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "fake_gpu_state.h"
@@ -95,7 +96,8 @@ FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
   Uuid(d, uuid, len);
   return kSuccess;
 }
-// Utilisation is what the test sets in $FAKE_GPU_UTILIZATION (percent; 0 when unset).
+// Utilisation is what the test sets in $FAKE_GPU_UTILIZATION (percent; 0 when
+// unset): one figure for every device, or a comma-separated figure per device.
 struct nvmlUtilization_t {
   unsigned int gpu, memory;
 };
@@ -103,7 +105,15 @@ FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_t* u
   const int d = Index(device);
   if (d < 0 || utilization == nullptr) return kInvalidArgument;
   if (Lost(d)) return kGpuIsLost;
-  utilization->gpu = static_cast<unsigned int>(fake_gpu::EnvU64("FAKE_GPU_UTILIZATION", 0));
+  unsigned int percent = 0;
+  if (const char* text = std::getenv("FAKE_GPU_UTILIZATION")) {
+    for (int i = 0; i <= d && text != nullptr; ++i) {
+      percent = static_cast<unsigned int>(std::strtoul(text, nullptr, 10));
+      text = std::strchr(text, ',');
+      if (text != nullptr) ++text;
+    }
+  }
+  utilization->gpu = percent;
   utilization->memory = utilization->gpu / 2;
   return kSuccess;
 }

@@ -1,23 +1,70 @@
 // `stoker doctor [--out DIR] [--prometheus-port N] -- COMMAND...`: the doctor
 // lives in the Python package (it hooks the training loop's Python), so this
-// runs `python3 -m stoker.doctor` with the same arguments: the Python from
-// $STOKER_PYTHON, else python3 on PATH.
+// runs its runner, `stoker.doctor.__main__`, with the same arguments. The
+// package is looked for beside this binary (a build tree's <build>/python, an
+// install's ../lib/stoker/python) and put first on PYTHONPATH; the Python is
+// $STOKER_PYTHON, else the one the package was built for, else python3. A
+// Python that cannot import the package says so in one line, with the fix.
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "commands.h"
 
 namespace stoker_cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The folder holding the `stoker` package, found from this binary's place.
+std::optional<std::string> PackageBesideBinary() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  const fs::path dir = exe.parent_path();
+  for (const fs::path& candidate : {dir / "python", dir.parent_path() / "python",
+                                    dir.parent_path() / "lib" / "stoker" / "python"}) {
+    if (fs::exists(candidate / "stoker" / "doctor" / "__main__.py", ec)) return candidate.lexically_normal().string();
+  }
+  return std::nullopt;
+}
+
+constexpr const char* kBootstrap =
+    "import sys\n"
+    "try:\n"
+    "    from stoker.doctor.__main__ import main\n"
+    "except ImportError as e:\n"
+    "    sys.stderr.write('stoker doctor: %s cannot import stoker\\'s Python package (%s): set STOKER_PYTHON to a "
+    "Python that imports it, or PYTHONPATH to the folder that holds it (a build\\'s <build>/python)\\n' % "
+    "(sys.executable, e))\n"
+    "    sys.exit(2)\n"
+    "sys.exit(main(sys.argv[1:]))\n";
+
+}  // namespace
 
 int RunDoctor(const DoctorArgs& args) {
-  const char* env = std::getenv("STOKER_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  std::vector<std::string> argv = {python, "-m", "stoker.doctor"};
+  const auto package = PackageBesideBinary();
+  std::string python = "python3";
+  if (const char* env = std::getenv("STOKER_PYTHON"); env != nullptr && *env != '\0') {
+    python = env;
+  }
+#ifdef STOKER_BUILD_PYTHON_EXECUTABLE
+  else if (package && ::access(STOKER_BUILD_PYTHON_EXECUTABLE, X_OK) == 0) {
+    python = STOKER_BUILD_PYTHON_EXECUTABLE;  // the Python the package's native module was built for
+  }
+#endif
+  if (package) {
+    const char* old = std::getenv("PYTHONPATH");
+    const std::string path = old != nullptr && *old != '\0' ? *package + ":" + old : *package;
+    ::setenv("PYTHONPATH", path.c_str(), 1);
+  }
+  std::vector<std::string> argv = {python, "-c", kBootstrap};
   if (!args.out.empty()) argv.insert(argv.end(), {"--out", args.out});
   if (args.prometheus_port) argv.insert(argv.end(), {"--prometheus-port", std::to_string(*args.prometheus_port)});
   argv.push_back("--");

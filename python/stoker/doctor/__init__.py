@@ -28,6 +28,15 @@ every stall counts as idle throughout. ``report()`` also gives the host's
 view: how long the training thread was blocked in each stall. Host clocks,
 CUDA events and NVML only: no profiler, no root.
 
+A step is an optimizer step once the doctor sees one (``optimizer_step()``;
+``stoker doctor`` hooks every torch optimizer): the micro-batches of
+gradient accumulation make one step. Batches fetched without gradients
+(``torch.no_grad()``, ``inference_mode()``: evaluation) and the first
+``warmup_steps`` steps are timed but not counted. The doctor never raises
+into the loop for trouble of its own: it says once on stderr what failed and
+stops accounting; ``phase()`` blocks on threads other than the one that
+iterates the batches, or inside another phase, count nothing.
+
 Outputs: ``report()`` (the account and a verdict with a fix and a predicted
 gain), ``prometheus_text()`` (the text exposition format; ``serve(port)``
 exposes it), ``chrome_trace()`` (Trace Event JSON of the last steps and of
@@ -35,27 +44,19 @@ slow ones, bounded).
 """
 import collections
 import contextlib
-import json
-import os
+import sys
 import threading
 import time
 
-from . import _export, _gpu
+from . import _advice, _export, _gpu
 from ._export import BUCKETS
+from ._steps import _CommMarks, _Step, to_device
 from ._timeline import CATEGORIES, STALLS, attribute
+
+_EVALUATION = object()  # what _begin_batch returns for a batch of an evaluation loop
 
 # The stalls a phase() block marks (data wait is marked by the batches themselves).
 PHASES = tuple(s for s in STALLS if s != "data_wait")
-
-
-class _Step:
-    __slots__ = ("start", "end", "spans", "seconds", "boundary")
-
-    def __init__(self, start):
-        self.start, self.end = start, None
-        self.boundary = False  # only the wait that found the end of the data: its time counts, not as a step
-        self.spans = []  # [category, start, end, gpu event at the start or None]
-        self.seconds = None
 
 
 class Doctor:
@@ -63,14 +64,17 @@ class Doctor:
 
     ``cuda``: time the GPU with CUDA events on torch's current stream
     (default: when torch sees a GPU). ``nvml``: sample NVML's utilisation and
-    memory (default: when NVML loads). ``trace_steps``: steps kept in full
-    for ``chrome_trace()`` (the last ones), plus up to as many slow ones (over
-    ``slow_factor`` times the median). Seams for tests: ``clock`` (seconds),
-    ``gpu`` (record/done/wait/time, as _gpu.TorchGpuTimer), ``busy_fraction``
+    memory of the process's own device (CUDA_VISIBLE_DEVICES respected;
+    default: when NVML loads). ``warmup_steps``: steps timed but not counted
+    at the start (compilation, autotuning, allocator growth).
+    ``trace_steps``: steps kept in full for ``chrome_trace()`` (the last
+    ones), plus up to as many slow ones (over ``slow_factor`` times the
+    median). Seams for tests: ``clock`` (seconds), ``gpu``
+    (record/done/wait/time, as _gpu.TorchGpuTimer), ``busy_fraction``
     ((t0, t1) -> share of the time the GPU computed)."""
 
     def __init__(self, cuda=None, nvml=None, trace_steps=64, slow_factor=3.0, clock=time.perf_counter, gpu=None,
-                 busy_fraction=None, mtbf_hours=24.0):
+                 busy_fraction=None, mtbf_hours=24.0, warmup_steps=5):
         self._clock = clock
         self.cannot_see = []
         self._gpu = gpu
@@ -89,11 +93,16 @@ class Doctor:
             self.cannot_see.append("GPU timing (no CUDA device): a stall counts as idle throughout, and compute is "
                                    "the host's time in the step")
         self._busy_fraction = busy_fraction
+        self.warmup_steps = max(0, int(warmup_steps))
         self._nvml = None
+        self._nvml_device = None
         if nvml is None or nvml:
-            handle, why = _gpu.open_nvml(self._torch.cuda.current_device() if self._torch else 0)
+            self._nvml_device = _gpu.visible_device(self._torch.cuda.current_device() if self._torch else 0,
+                                                    self._torch)
+            handle, why = _gpu.open_nvml(self._nvml_device)
             if handle is not None:
                 self._nvml = _gpu.NvmlSampler(handle)
+                self._nvml.counting = self.warmup_steps == 0
             elif nvml:
                 raise RuntimeError("Doctor(nvml=True): " + why)
             elif self._gpu is not None and busy_fraction is None:
@@ -106,21 +115,33 @@ class Doctor:
         self._mtbf_s = mtbf_hours * 3600.0
         self.steps = 0
         self.wall = 0.0
+        self._micro_batches = 0
+        self._warmup = {"steps": 0, "wall_s": 0.0}
+        self._evaluation = {"batches": 0, "wall_s": 0.0}
         self._durations = collections.deque(maxlen=512)  # recent step durations, for the median
         self._median = None
         self._histogram = [0] * (len(BUCKETS) + 1)
         self._recent = collections.deque(maxlen=trace_steps)
         self._slow = collections.deque(maxlen=trace_steps)
         self._slow_factor = slow_factor
+        # The step machinery: touched by the loop's thread, and by close() and hooks from any thread.
+        self._step_lock = threading.RLock()
         self._pending = collections.deque()  # ended steps whose GPU events are not all done
         self._current = None
-        self._phase = None
+        self._loop_thread = None  # the thread that iterates the batches: only its phases count
+        self._phase_depth = 0
+        self._started = 0  # training steps started (warm-up ends when it reaches warmup_steps)
+        self._settled = 0  # steps settled, boundaries excepted
+        self._eval_since = None
+        self._optimizer_mode = False
+        self._comm = _CommMarks()
         self._loader = None
         self._pageable_copies = 0
         self._copies = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the totals: read by the metrics endpoint's thread
         self._what_if = None
         self._closed = False
+        self._failed = None
         self._server = None
         self._origin = clock()
 
@@ -134,13 +155,21 @@ class Doctor:
 
     def close(self):
         """Ends the step in progress (its time counts), settles every step and
-        stops the NVML sampler and the endpoint. Closing twice is harmless."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._current is not None:
-            self._end_step(self._clock())
-        self._settle_ready(wait=True)
+        stops the NVML sampler and the endpoint. Closing twice is harmless;
+        so is closing from another thread while the loop runs."""
+        with self._step_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                now = self._clock()
+                if self._current is not None:
+                    self._end_step(now)
+                if self._eval_since is not None:
+                    self._end_evaluation(now)
+                self._settle_ready(wait=True)
+            except Exception as e:  # noqa: BLE001 - closing never raises for the doctor's own trouble
+                self._fail("close", e)
         if self._nvml is not None:
             self._nvml.stop()
             if self._nvml.error:
@@ -150,69 +179,185 @@ class Doctor:
             self._server.server_close()
             self._server = None
 
-    def batches(self, iterable, device=None):
+    def batches(self, iterable, device=None, training=None, loader=None):
         """Yields ``iterable``'s batches, each step starting when the next batch
         is asked for; the time inside ``next()`` is data wait. With
         ``device``, tensors of each batch are moved there (non-blocking) and
-        the time is counted as ``h2d_copy``; pageable sources are noted."""
-        if hasattr(iterable, "stats") and hasattr(iterable, "summary"):
-            self._loader = iterable
+        the time is counted as ``h2d_copy``; pageable sources are noted.
+        ``training``: False for an evaluation loop (timed, not counted as
+        steps); None decides per batch (no gradients: evaluation).
+        ``loader``: the stoker.Loader behind ``iterable`` (whose stats the
+        advice reads), when ``iterable`` is not the loader itself."""
+        if loader is None and hasattr(iterable, "stats") and hasattr(iterable, "summary"):
+            loader = iterable
+        if loader is not None:
+            self._loader = loader
         it = iter(iterable)
         while True:
             try:
-                batch = self.next_batch(lambda: next(it))
+                batch = self.next_batch(lambda: next(it), training=training)
             except StopIteration:
                 return  # the wait that found the end of the data is kept: it is the epoch boundary's
             if device is not None:
                 with self.phase("h2d_copy"):
-                    batch = self._to_device(batch, device)
+                    batch = to_device(batch, device, self._count_copy)
             yield batch
 
-    def next_batch(self, fetch):
+    def next_batch(self, fetch, training=None):
         """Ends the current step, starts the next and returns ``fetch()``, its
         time counted as data wait (what ``batches`` does for each batch; for
-        hooking iterators directly). Exceptions from ``fetch`` pass through."""
-        start = self._clock()
-        if self._current is not None:
-            self._end_step(start)
-        self._current = _Step(start)
-        span = self._open_span("data_wait", start)
+        hooking iterators directly). Exceptions from ``fetch`` pass through;
+        the doctor's own never do."""
+        if self._failed is not None or self._closed:
+            return fetch()
+        try:
+            opened = self._begin_batch(training)
+        except Exception as e:  # noqa: BLE001
+            self._fail("next_batch", e)
+            return fetch()
         try:
             return fetch()
         except StopIteration:
-            self._current.boundary = True
+            if opened is _EVALUATION:
+                with self._lock:
+                    self._evaluation["batches"] -= 1  # the end of the data is no batch
+            elif opened is not None:
+                opened[0].boundary = True
             raise
         finally:
-            span[2] = self._clock()
+            if opened is not None and opened is not _EVALUATION:
+                opened[1][2] = self._clock()
+
+    def optimizer_step(self):
+        """Marks an optimizer step in the current step. From the first one on,
+        a step ends only at the batch after an optimizer step: the
+        micro-batches of gradient accumulation are one step. ``stoker
+        doctor`` calls it from every torch optimizer's ``step``."""
+        if threading.get_ident() != self._loop_thread:
+            return
+        step = self._current
+        if step is not None:
+            step.optimizer_steps += 1
+        self._optimizer_mode = True
 
     @contextlib.contextmanager
     def phase(self, category):
         """Counts the block as a stall of ``category`` (one of PHASES) in the
-        current step: the GPU's idle time during it is that category's."""
+        current step: the GPU's idle time during it is that category's. A
+        phase inside another belongs to the outer one; one on another
+        thread than the loop's, or outside a step, counts nothing."""
         if category not in PHASES:
             raise ValueError("phase must be one of %s, not %r" % (", ".join(PHASES), category))
-        if self._phase is not None:
-            raise RuntimeError("phase(%r) inside phase(%r): phases do not nest" % (category, self._phase))
-        self._phase = category
-        span = self._open_span(category, self._clock()) if self._current is not None else None
+        token = self._open_phase(category)
         try:
             yield
         finally:
-            self._phase = None
-            if span is not None:
-                span[2] = self._clock()
+            if token is not None:
+                self._close_phase(token)
 
     # -- accounting --------------------------------------------------------------------------------------------
 
-    def _open_span(self, category, start):
+    def _count_copy(self, pageable):
+        self._copies += 1
+        self._pageable_copies += bool(pageable)
+
+    def _fail(self, where, error):
+        """The doctor's own trouble: said once, accounting stops, the loop goes on."""
+        if self._failed is None:
+            self._failed = "%s: %s: %s" % (where, type(error).__name__, error)
+            self.cannot_see.append("the rest of the run: the doctor stopped after an error of its own (%s)" %
+                                   self._failed)
+            print("stoker doctor: stopped accounting after an error of its own in %s; the training loop goes on"
+                  % self._failed, file=sys.stderr)
+
+    def _grad_enabled(self):
+        torch = self._torch or sys.modules.get("torch")
+        return torch is None or torch.is_grad_enabled()
+
+    def _begin_batch(self, training):
+        now = self._clock()
+        if training is None:
+            training = self._grad_enabled()
+        with self._step_lock:
+            if self._closed:
+                return None
+            self._loop_thread = threading.get_ident()
+            if not training:
+                if self._current is not None:
+                    self._end_step(now)
+                if self._eval_since is None:
+                    self._eval_since = now
+                    if self._nvml is not None:
+                        self._nvml.counting = False
+                with self._lock:
+                    self._evaluation["batches"] += 1
+                return _EVALUATION
+            if self._eval_since is not None:
+                self._end_evaluation(now)
+            step = self._current
+            if step is None or step.boundary or not self._optimizer_mode or step.optimizer_steps > 0:
+                if step is not None:
+                    self._end_step(now)
+                step = self._current = _Step(now)
+                self._started += 1
+                if self._started == self.warmup_steps + 1 and self._nvml is not None:
+                    self._nvml.counting = True
+            step.batches += 1
+            return step, self._open_span(step, "data_wait", now)
+
+    def _end_evaluation(self, now):
+        with self._lock:
+            self._evaluation["wall_s"] += now - self._eval_since
+        self._eval_since = None
+        if self._nvml is not None and self._started > self.warmup_steps:
+            self._nvml.counting = True
+
+    def _open_phase(self, category):
+        if self._failed is not None or threading.get_ident() != self._loop_thread:
+            return None
+        try:
+            self._phase_depth += 1
+            if self._phase_depth > 1:
+                return [None]
+            with self._step_lock:
+                step = self._current
+                if step is None or self._closed:
+                    return [None]
+                return [self._open_span(step, category, self._clock())]
+        except Exception as e:  # noqa: BLE001
+            self._fail("phase(%r)" % category, e)
+            return [None]
+
+    def _close_phase(self, token):
+        self._phase_depth -= 1
+        if token[0] is not None:
+            token[0][2] = self._clock()
+
+    def _open_span(self, step, category, start):
+        self._take_communication(step, start)
         # The event marks the work queued before the stall: when it completes, the GPU has nothing left.
         event = self._gpu.record() if self._gpu is not None else None
         span = [category, start, start, event]
-        self._current.spans.append(span)
+        step.spans.append(span)
         return span
+
+    def _take_communication(self, step, now):
+        """Files the communication spans seen off the phases (DDP's backward
+        waiting for its all-reduce) into the step, after its other spans."""
+        for a, b in self._comm.take():
+            a, b = max(a, max([step.start] + [s[2] for s in step.spans])), min(b, now)
+            if b > a:
+                step.spans.append(["communication", a, b, None])
+
+    def communication_waited(self, a, b):
+        """The loop's thread waited on communication from a to b outside a
+        phase (the seam the DDP hooks use)."""
+        if threading.get_ident() == self._loop_thread:
+            self._comm.add(a, b)
 
     def _end_step(self, now):
         step, self._current = self._current, None
+        self._take_communication(step, now)
         step.end = now
         self._pending.append(step)
         self._settle_ready(wait=False)
@@ -234,6 +379,11 @@ class Doctor:
         step.seconds = attribute(step.start, step.end, spans, self._busy_fraction)
         wall = step.end - step.start
         with self._lock:
+            if not step.boundary and self._settled < self.warmup_steps:
+                self._settled += 1
+                self._warmup["steps"] += 1
+                self._warmup["wall_s"] += wall
+                return
             self.wall += wall
             for c in CATEGORIES:
                 self.totals[c] += step.seconds[c]
@@ -242,7 +392,9 @@ class Doctor:
                 self.stall_counts[c] += 1
             if step.boundary:
                 return
+            self._settled += 1
             self.steps += 1
+            self._micro_batches += step.batches
             self._histogram[_bucket(wall)] += 1
             # The median of recent steps, refreshed every 32 steps (sorting 512 each step would cost more
             # than the rest of the accounting).
@@ -254,31 +406,24 @@ class Doctor:
             if median is not None and wall > self._slow_factor * median:
                 self._slow.append(step)
 
-    def _to_device(self, batch, device):
-        if hasattr(batch, "to") and hasattr(batch, "is_pinned"):
-            self._copies += 1
-            if batch.device.type == "cpu" and not batch.is_pinned():
-                self._pageable_copies += 1
-            return batch.to(device, non_blocking=True)
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(self._to_device(b, device) for b in batch)
-        if isinstance(batch, dict):
-            return {k: self._to_device(v, device) for k, v in batch.items()}
-        return batch
-
     # -- outputs -----------------------------------------------------------------------------------------------
 
     def account(self):
-        """Totals since the start: {"steps", "wall_s", "seconds": {category: s}
-        (adding up to wall_s), "share": {category: 0..1}, "host_seconds":
-        {stall: s the training thread spent in it}, "nvml_utilization"
-        (mean percent, or None)}. Where NVML's utilisation says the GPU
-        idled more than the stalls explain (and no finer source is given),
-        the difference moves from compute to launch."""
+        """Totals of the counted steps: {"steps", "wall_s", "seconds":
+        {category: s} (adding up to wall_s), "share": {category: 0..1},
+        "host_seconds": {stall: s the training thread spent in it},
+        "nvml_utilization" (mean percent over the counted steps, or None),
+        "warmup" and "evaluation" (what was timed and not counted),
+        "micro_batches" (batches in the counted steps)}. Where NVML's
+        utilisation says the GPU idled more than the stalls explain (and no
+        finer source is given), the difference moves from compute to
+        launch."""
         with self._lock:
             seconds = dict(self.totals)
             host = dict(self.host_totals)
             wall, steps = self.wall, self.steps
+            warmup, evaluation = dict(self._warmup), dict(self._evaluation)
+            micro = self._micro_batches
         utilization = self._nvml.mean_utilization() if self._nvml is not None else None
         if utilization is not None and self._busy_fraction is None and self._gpu is not None and wall > 0:
             idle_seen = sum(seconds[c] for c in STALLS) + seconds["launch"]
@@ -288,56 +433,16 @@ class Doctor:
             seconds["launch"] += moved
         share = {c: (seconds[c] / wall if wall > 0 else 0.0) for c in CATEGORIES}
         return {"steps": steps, "wall_s": wall, "seconds": seconds, "share": share, "host_seconds": host,
-                "nvml_utilization": utilization}
+                "nvml_utilization": utilization, "warmup": warmup, "evaluation": evaluation,
+                "micro_batches": micro}
 
     def verdict(self):
         """[(finding, fix, predicted steps/s gain as a fraction)] most costly first."""
-        a = self.account()
-        share = a["share"]
-        findings = []
+        return _advice.verdict(self)
 
-        def gain(lost):
-            return lost / (1.0 - lost) if lost < 1.0 else float("inf")
-        wait = share["data_wait"]
-        if wait > 0.05:
-            kind = "input-bound" if wait > 0.20 else "moderately input-bound"
-            findings.append(("%s: %.0f%% of step time waiting for data" % (kind, 100 * wait),
-                             self._input_fix(), gain(wait)))
-        if share["checkpoint"] > 0.02:
-            saves = max(1, self.stall_counts["checkpoint"])
-            cost = a["seconds"]["checkpoint"] / saves
-            # Young's interval: the one that loses least to saving and to recomputing after a failure.
-            interval = (2.0 * cost * self._mtbf_s) ** 0.5
-            findings.append(("checkpoint stalls: %.0f%% of step time saving (%d saves, %.2f s each)" % (
-                100 * share["checkpoint"], saves, cost),
-                "save with stoker.checkpoint.Checkpointer: training waits only for the snapshot, the write goes on "
-                "in the background; at this cost and a mean time between failures of %.0f h, save every %.0f s"
-                % (self._mtbf_s / 3600.0, interval), gain(share["checkpoint"])))
-        if share["h2d_copy"] > 0.05:
-            pageable = self._pageable_copies and self._pageable_copies == self._copies
-            findings.append(("host-to-device copies: %.0f%% of step time%s" % (
-                100 * share["h2d_copy"], " from pageable memory" if pageable else ""),
-                "pageable copies: use stoker.Loader(device=\"cuda\") (pinned buffers, its own copy stream) or "
-                "pin_memory=True" if pageable else "copy on a side stream: stoker.Loader(device=\"cuda\")",
-                gain(share["h2d_copy"])))
-        host_sync = a["host_seconds"]["sync"] / a["wall_s"] if a["wall_s"] > 0 else 0.0
-        if max(share["sync"], host_sync) > 0.05:
-            # While the host waits for the GPU the GPU computes; the cost is the queue it drains, which the
-            # next stall then cannot hide. The host's share bounds it.
-            findings.append(("synchronisation stalls: the training thread waited for the GPU %.0f%% of step time "
-                             "(e.g. .item() each step)" % (100 * host_sync),
-                             "read losses every N steps, or keep them on the GPU and sum there (predicted gain: "
-                             "at most)", gain(max(share["sync"], host_sync))))
-        if share["communication"] > 0.05:
-            findings.append(("exposed communication: %.0f%% of step time" % (100 * share["communication"]),
-                             "overlap the gradient all-reduce with the backward pass (DDP buckets) or use a "
-                             "larger batch per rank", gain(share["communication"])))
-        if share["launch"] > 0.10:
-            findings.append(("launch-bound: the GPU waited %.0f%% of step time for the host to queue work" % (
-                100 * share["launch"]), "capture the step in a CUDA graph or torch.compile it; " + self._launch_fix(),
-                gain(share["launch"])))
-        findings.sort(key=lambda f: -f[2])
-        return findings
+    def report(self):
+        """The account, one line per category, the verdict, and what was not counted."""
+        return _advice.report(self)
 
     def what_if_perfect_loader(self, step, batch, steps=30):
         """Checks the input-bound prediction by experiment: runs ``step(batch)``
@@ -347,109 +452,37 @@ class Doctor:
         {"measured_steps_per_s", "predicted_steps_per_s",
         "replayed_steps_per_s", "prediction_error"} and adds a line to the
         report."""
-        a = self.account()
-        if a["steps"] == 0 or a["wall_s"] <= 0:
-            raise RuntimeError("what_if_perfect_loader: no steps measured yet")
-        measured = a["steps"] / a["wall_s"]
-        predicted = measured / max(1e-9, 1.0 - a["share"]["data_wait"])
-        if self._torch is not None:
-            self._torch.cuda.synchronize()
-        start = self._clock()
-        for _ in range(steps):
-            step(batch)
-        if self._torch is not None:
-            self._torch.cuda.synchronize()
-        replayed = steps / (self._clock() - start)
-        self._what_if = {"measured_steps_per_s": measured, "predicted_steps_per_s": predicted,
-                         "replayed_steps_per_s": replayed, "prediction_error": predicted / replayed - 1.0}
+        self._what_if = _advice.what_if_perfect_loader(self, step, batch, steps)
         return dict(self._what_if)
-
-    def _launch_fix(self):
-        cores = os.cpu_count() or 1
-        threads = self._loader.stats().get("threads") if self._loader is not None else None
-        if threads is not None and threads >= cores:
-            return "the training thread competes with the loader's %d threads on %d cores: num_threads=%d or \"auto\"" % (
-                threads, cores, max(1, cores - 1))
-        return "give the training thread a core of its own"
-
-    def _input_fix(self):
-        if self._loader is None:
-            return "use stoker.Loader (native threads, no worker processes) with device=\"cuda\""
-        stats = self._loader.stats()
-        threads = stats.get("threads")
-        cores = os.cpu_count() or 1
-        if threads is not None and threads >= cores - 1:
-            return ("the loader's %d threads are saturated: gpu_preprocess=True, decode=\"gpu\", or a lighter "
-                    "dataset (stoker pack --max-side 400, which pays when many images are larger: stoker inspect "
-                    "--images 1000 shows how many)" % threads)
-        return "raise the loader's num_threads (now %s of %d cores)" % (threads, cores)
-
-    def report(self):
-        """The account, one line per category, and the verdict."""
-        a = self.account()
-        lines = ["stoker doctor: %d steps, %.2f s, %.1f ms per step" % (
-            a["steps"], a["wall_s"], 1000 * a["wall_s"] / a["steps"] if a["steps"] else 0.0)]
-        for c in CATEGORIES:
-            if a["seconds"][c] > 0 or c == "compute":
-                lines.append("  %-14s %8.3f s  %5.1f%%" % (c, a["seconds"][c], 100 * a["share"][c]))
-        findings = self.verdict()
-        if not findings:
-            lines.append("verdict: compute-bound (%.0f%% of step time computing): the loader and the stalls "
-                         "cost little" % (100 * a["share"]["compute"]))
-        for finding, fix, g in findings:
-            lines.append("verdict: %s; fix: %s; predicted %+.0f%% steps/s" % (finding, fix, 100 * g))
-        if self._what_if is not None:
-            w = self._what_if
-            lines.append("what if the loader were never waited for: replaying one batch ran %.1f steps/s, the "
-                         "account predicted %.1f (%+.0f%%), the loop ran %.1f" % (
-                             w["replayed_steps_per_s"], w["predicted_steps_per_s"], 100 * w["prediction_error"],
-                             w["measured_steps_per_s"]))
-        tuned = self._loader.autotune_log() if self._loader is not None and hasattr(self._loader,
-                                                                                     "autotune_log") else []
-        if tuned:
-            stats = self._loader.stats()
-            lines.append("loader autotune: now %d threads, prefetch %d; its decisions:" % (stats["threads"],
-                                                                                         stats["prefetch"]))
-            lines += ["  " + line for line in tuned[-10:]]
-        if a["nvml_utilization"] is not None:
-            lines.append("NVML utilisation: %.0f%% (stoker's account: %.0f%% compute); GPU memory peak %.1f of "
-                         "%.1f GiB" % (a["nvml_utilization"], 100 * a["share"]["compute"],
-                                       self._nvml.memory_used_max / 2**30, self._nvml.memory_total / 2**30))
-        host = {c: v for c, v in a["host_seconds"].items() if v > 0}
-        if host:
-            lines.append("training thread blocked in: " + ", ".join("%s %.3f s" % kv for kv in host.items()))
-        for what in self.cannot_see:
-            lines.append("could not see: " + what)
-        return "\n".join(lines)
 
     def prometheus_text(self):
         """The metrics in Prometheus' text exposition format."""
         with self._lock:
             histogram = list(self._histogram)
-        return _export.prometheus_text(self.account(), histogram)
+        window = self._nvml.window_utilization() if self._nvml is not None else None
+        return _export.prometheus_text(self.account(), histogram, window)
 
-    def serve(self, port, host="127.0.0.1"):
-        """Serves prometheus_text() at http://host:port/metrics from a daemon thread
-        (port 0: any free port); returns the port."""
-        self._server = _export.serve_metrics(self.prometheus_text, port, host)
-        return self._server.server_address[1]
+    def serve(self, port, host="127.0.0.1", tries=16):
+        """Serves prometheus_text() at http://host:port/metrics from a daemon
+        thread (port 0: any free port); returns the port. A port in use is
+        passed over for the next of ``tries`` ports (a warning on stderr);
+        when none is free, or the address cannot be bound, it warns and
+        returns None: monitoring never stops the training."""
+        self._server, why = _export.serve_metrics(self.prometheus_text, port, host, tries)
+        if self._server is None:
+            print("stoker doctor: not serving metrics: %s" % why, file=sys.stderr)
+            return None
+        bound = self._server.server_address[1]
+        if port and bound != port:
+            print("stoker doctor: port %d is in use; serving metrics on %d" % (port, bound), file=sys.stderr)
+        return bound
 
     def chrome_trace(self):
         """Trace Event JSON (chrome://tracing, Perfetto) of the last steps and
         the slow ones: a span per step and per category inside it."""
         with self._lock:
             steps = {id(s): s for s in list(self._slow) + list(self._recent)}.values()
-        events = []
-        pid = os.getpid()
-        for step in sorted(steps, key=lambda s: s.start):
-            us = lambda t: round((t - self._origin) * 1e6, 3)  # noqa: E731
-            events.append({"name": "step", "cat": "step", "ph": "X", "ts": us(step.start),
-                           "dur": round((step.end - step.start) * 1e6, 3), "pid": pid, "tid": 1,
-                           "args": {c: round(v * 1e3, 3) for c, v in step.seconds.items() if v > 0}})
-            for category, start, end, _ in step.spans:
-                events.append({"name": category, "cat": category, "ph": "X", "ts": us(start),
-                               "dur": round((end - start) * 1e6, 3), "pid": pid, "tid": 1})
-        return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+        return _export.chrome_trace(sorted(steps, key=lambda s: s.start), self._origin)
 
 
 def _bucket(seconds):

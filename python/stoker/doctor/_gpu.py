@@ -1,9 +1,11 @@
 """What the doctor reads from the GPU: CUDA events on torch's current stream
 (mapped onto the host's clock), and NVML's utilisation and memory, loaded at
 run time with ctypes (no NVML headers or Python bindings needed)."""
+import collections
 import ctypes
 import os
 import threading
+import time
 
 
 class TorchGpuTimer:
@@ -46,15 +48,34 @@ class _Memory(ctypes.Structure):
 
 class Nvml:
     """NVML for one device, loaded at run time ($STOKER_NVML_LIBRARY, else
-    libnvidia-ml.so.1). Raises OSError naming what failed."""
+    libnvidia-ml.so.1). ``device``: an NVML index, or a UUID (``GPU-...``,
+    a prefix as CUDA_VISIBLE_DEVICES allows). Raises OSError naming what
+    failed."""
 
-    def __init__(self, index=0, library=None):
+    def __init__(self, device=0, library=None):
         name = library or os.environ.get("STOKER_NVML_LIBRARY") or "libnvidia-ml.so.1"
         self._lib = ctypes.CDLL(name)
         self._check(self._lib.nvmlInit_v2(), "nvmlInit_v2")
         self._device = ctypes.c_void_p()
-        self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self._device)),
-                    "nvmlDeviceGetHandleByIndex_v2(%d)" % index)
+        if isinstance(device, int):
+            self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(device), ctypes.byref(self._device)),
+                        "nvmlDeviceGetHandleByIndex_v2(%d)" % device)
+        else:
+            self._device = self._by_uuid_prefix(device)
+        self.device = device
+
+    def _by_uuid_prefix(self, prefix):
+        count = ctypes.c_uint()
+        self._check(self._lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "nvmlDeviceGetCount_v2")
+        text = ctypes.create_string_buffer(96)
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            if self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)) != 0:
+                continue
+            if self._lib.nvmlDeviceGetUUID(handle, text, ctypes.c_uint(len(text))) == 0 and \
+                    text.value.decode(errors="replace").startswith(prefix):
+                return handle
+        raise OSError("no NVML device has the UUID %s" % prefix)
 
     @staticmethod
     def _check(code, what):
@@ -76,12 +97,20 @@ class Nvml:
 
 
 class NvmlSampler:
-    """Samples utilisation and memory every `interval` seconds on a daemon thread."""
+    """Samples utilisation and memory every ``interval`` seconds on a daemon
+    thread. The mean the account uses covers only the samples taken while
+    ``counting`` (the doctor turns it on after warm-up and off during
+    evaluation); ``window_utilization()`` is the mean of the last
+    ``window`` seconds, whatever the loop did."""
 
-    def __init__(self, nvml, interval=0.1):
-        self._nvml, self._interval = nvml, interval
+    def __init__(self, nvml, interval=0.1, window=60.0, clock=time.monotonic):
+        self._nvml, self._interval, self._clock = nvml, interval, clock
         self.utilization_sum, self.samples, self.memory_used_max, self.memory_total = 0.0, 0, 0, 0
+        self.counting = True
         self.error = None
+        self._recent = collections.deque(maxlen=max(1, int(window / interval)))
+        self._window = window
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="stoker-doctor-nvml")
         self._thread.start()
@@ -94,23 +123,52 @@ class NvmlSampler:
             except OSError as e:
                 self.error = str(e)
                 return
-            self.utilization_sum += u
-            self.samples += 1
-            self.memory_used_max, self.memory_total = max(self.memory_used_max, used), total
+            with self._lock:
+                if self.counting:
+                    self.utilization_sum += u
+                    self.samples += 1
+                self._recent.append((self._clock(), u))
+                self.memory_used_max, self.memory_total = max(self.memory_used_max, used), total
 
     def stop(self):
         self._stop.set()
         self._thread.join()
 
     def mean_utilization(self):
-        return self.utilization_sum / self.samples if self.samples else None
+        with self._lock:
+            return self.utilization_sum / self.samples if self.samples else None
+
+    def window_utilization(self):
+        with self._lock:
+            since = self._clock() - self._window
+            recent = [u for t, u in self._recent if t >= since]
+        return sum(recent) / len(recent) if recent else None
 
 
-def open_nvml(index=0):
+def visible_device(local_index, torch=None):
+    """The NVML device (index or UUID prefix) behind CUDA's device
+    ``local_index`` in this process: torch's UUID where it gives one, else
+    the entry of CUDA_VISIBLE_DEVICES (indices or UUIDs), else the index."""
+    if torch is not None:
+        try:
+            uuid = str(torch.cuda.get_device_properties(local_index).uuid)
+            if uuid:
+                return uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
+        except Exception:  # older torch: no uuid
+            pass
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return local_index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if local_index >= len(entries):
+        return local_index
+    entry = entries[local_index]
+    return int(entry) if entry.isdigit() else entry
+
+
+def open_nvml(device=0):
     """(Nvml, None) or (None, why)."""
     try:
-        return Nvml(index), None
+        return Nvml(device), None
     except (OSError, AttributeError) as e:
         return None, "NVML (%s): no utilisation or memory figures" % e
-
-
