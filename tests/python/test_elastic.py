@@ -445,3 +445,80 @@ def test_single_process_needs_no_launcher_and_resumes_past_a_corrupt_checkpoint(
     assert "skipped a corrupt saved state" in r.stderr and str(newest) in r.stderr, r.stderr[-3000:]
     assert "restoring step %d" % steps[-2] in r.stderr, r.stderr[-3000:]
     _assert_params_match(reference, tmp_path / "one.pt")
+
+
+# ---- the state that travels: learning rates, gradients, snapshots --------------------
+
+def _scheduled_run(packed, ckpt, crash_at=None, weight_decay=0.0):
+    """One process, a StepLR stepped at every commit (on every rank), checkpoints every step; optionally the
+    run dies after committing step `crash_at`. Returns (model, {step: lr after it}, unused parameter)."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"used": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4)),
+                                 "unused": torch.nn.Linear(4, 4)})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=weight_decay)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    lrs = {}
+
+    class Crash(Exception):
+        pass
+
+    def on_commit(info):
+        assert info["rank"] == 0
+        if info.get("replayed"):
+            return  # the scheduler already stepped for it
+        scheduler.step()
+        lrs[info["step"]] = opt.param_groups[0]["lr"]
+        if info["step"] == crash_at:
+            raise Crash()
+    try:
+        elastic.run(lambda x, y: torch.nn.functional.cross_entropy(model["used"](x), y % 4), model=model,
+                    optimizer=opt, loader=_tiny_loader(packed, 16), epochs=2, mode="single", extra_state=scheduler,
+                    on_commit=on_commit, on_commit_all_ranks=True,
+                    checkpointer=dict(directory=str(ckpt), every_steps=1, keep_last=2))
+    except Crash:
+        pass
+    return model, lrs, model["unused"]
+
+
+def test_a_resumed_run_keeps_its_schedulers_learning_rate(packed, tmp_path):
+    _, straight, _ = _scheduled_run(packed, tmp_path / "straight")
+    _, before, _ = _scheduled_run(packed, tmp_path / "resumed", crash_at=7)
+    _, after, _ = _scheduled_run(packed, tmp_path / "resumed")
+    assert min(after) > 0 and max(before) == 7  # the second run resumed, it did not start over
+    # Step by step the resumed run's learning rate is the uninterrupted run's (StepLR halves it every 3
+    # steps); before, a restored state had its lr set back to the initial one.
+    resumed = {**before, **after}
+    assert resumed == straight, (resumed, straight)
+    assert straight[13] == pytest.approx(0.1 * 0.5 ** 4)
+
+
+def test_parameters_without_gradients_keep_none_and_are_not_stepped(packed, tmp_path):
+    model, _, unused = _scheduled_run(packed, tmp_path / "ckpt", weight_decay=0.1)
+    torch.manual_seed(0)
+    fresh = torch.nn.ModuleDict({"used": torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4)),
+                                 "unused": torch.nn.Linear(4, 4)})
+    # A zero gradient would have let weight decay shrink it; None leaves it as it was made.
+    assert torch.equal(unused.weight, fresh["unused"].weight)
+    assert unused.weight.grad is None
+    assert not torch.equal(model["used"][1].weight, fresh["used"][1].weight)
+
+
+def test_snapshots_are_as_frequent_as_one_percent_of_step_time_allows():
+    from stoker.elastic._runner import _Runner
+    runner = _Runner.__new__(_Runner)
+    runner.snapshots, runner.snapshot_every = object(), None
+    runner.snapshot_cost, runner.step_seconds, runner.last_snapshot_step = None, None, -1
+    runner.step = 0
+    assert runner._snapshot_due()  # nothing measured yet: the first step is snapshotted
+    # A snapshot that costs 50 ms against 100 ms steps: every 50 steps keeps it within 1%.
+    runner.snapshot_cost, runner.step_seconds, runner.last_snapshot_step = 0.050, 0.100, 0
+    due = [s for s in range(1, 200) if (setattr(runner, "step", s) or runner._snapshot_due())
+           and setattr(runner, "last_snapshot_step", s) is None]
+    assert due == [50, 100, 150]
+    runner.snapshot_cost = 0.0005  # cheap: every step
+    runner.step, runner.last_snapshot_step = 201, 200
+    assert runner._snapshot_due()
+    runner.snapshot_every, runner.step = 4, 202
+    assert not runner._snapshot_due()
+    runner.step = 203
+    assert runner._snapshot_due()

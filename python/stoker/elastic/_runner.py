@@ -21,6 +21,7 @@ import time
 from . import ElasticError, PeerFailure
 from . import _saved
 from ._group import Group, Rendezvous
+from ._reduce import pack_gradients, unpack_gradients
 from .policy import BatchPolicy, apply_lr_factor, rank_share
 
 log = logging.getLogger("stoker.elastic")
@@ -56,7 +57,7 @@ def detect_mode():
     return "single"
 
 
-class _Runner:
+class _Runner(_saved.Saving):
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                  timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout):
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
@@ -83,8 +84,11 @@ class _Runner:
                 raise ElasticError("give policy=BatchPolicy(global_batch) with a loader factory")
             policy = BatchPolicy(self.loader.global_batch_size)
         self.policy = policy
-        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
-        self.lr_factor = 1.0
+        self.lr_factor = 1.0  # the batch policy's factor now in the optimizer's (and scheduler's) lrs
+        self.on_commit_all_ranks = False
+        self.snapshot_cost = None  # seconds the training thread waited for the last snapshot
+        self.step_seconds = None  # a running mean of a step's wall time
+        self.last_snapshot_step = -1
         self.step = -1  # the last committed step (global count from 0); -1: none
         self.last_commit = None
         self.committed_position = None  # the loader's state just after the last committed step
@@ -115,6 +119,11 @@ class _Runner:
     def _params(self):
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def _device(self):
+        for p in self.model.parameters():
+            return p.device
+        return _torch().device("cpu")
+
     def _state(self):
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.extra_state is not None:
@@ -126,18 +135,18 @@ class _Runner:
                 "last_commit": self.last_commit}
 
     def _apply(self, state, loader_state, meta):
+        # The optimizer's and the scheduler's states hold the learning rates as the source had them (its
+        # schedule and the batch policy's factor included): nothing is set on top of them.
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.extra_state is not None and "extra" in state:
             self.extra_state.load_state_dict(state["extra"])
         self.step = int(meta["step"])
         self.last_commit = meta.get("last_commit")
+        self.lr_factor = float(meta.get("lr_factor", 1.0))  # before the loader: its batch is the source's
         self._ensure_loader(int(loader_state["epoch"]))
         self.loader.load_state_dict(loader_state)
         self.committed_position = dict(loader_state)
-        self.lr_factor = float(meta.get("lr_factor", 1.0))
-        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
-            group["lr"] = base * self.lr_factor
 
     def _serialize(self):
         torch = _torch()
@@ -155,11 +164,14 @@ class _Runner:
                                    % (self.loader.global_batch_size, batch, epoch))
             old = None if self.loader is None else self.loader.global_batch_size
             self.loader = self.make_loader(batch)
-            if old is not None:
-                factor = self.policy.lr_factor(batch)
-                apply_lr_factor(self.optimizer, self.base_lrs, factor,
-                                "global batch %d -> %d at epoch %d, rule %s" % (old, batch, epoch,
-                                                                               self.policy.lr_rule))
+            factor = self.policy.lr_factor(batch)
+            if factor != self.lr_factor:
+                # Once, at the epoch boundary, on every rank alike (and never again on a restored state,
+                # whose factor came with it).
+                apply_lr_factor(self.optimizer, self.lr_factor, factor,
+                                "global batch %s -> %d at epoch %d, rule %s" % (old, batch, epoch,
+                                                                               self.policy.lr_rule),
+                                scheduler=self.extra_state)
                 self.lr_factor = factor
         if self.group is not None:
             self._reshard()
@@ -233,7 +245,8 @@ class _Runner:
                 # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
                 # the group's store and network are the job's own, as for torch's own collectives.
                 kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
-                received = torch.load(io.BytesIO(data.numpy().tobytes()), **kwargs)
+                # Onto this rank's own device: the source's tensors may be on another GPU.
+                received = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self._device(), **kwargs)
                 self._apply(received["state"], received["loader"], received["meta"])
         if self.rendezvous is not None:
             self.rendezvous.joins_seen = reduce(self.rendezvous.joins_seen, "max")
@@ -246,22 +259,6 @@ class _Runner:
             info = dict(self.last_commit)
             info["replayed"] = True
             self.on_commit(info)
-
-    def _saved_dirs(self):
-        return _saved.saved_dirs(self.snapshot_base, self.checkpoint_dir)
-
-    def _newest_saved_step(self):
-        return _saved.newest_step(self._saved_dirs())
-
-    def _load_saved(self):
-        """Restores the newest readable saved state (a snapshot or a checkpoint)."""
-        c = _saved.load_newest(self._saved_dirs())
-        if c is None:
-            return
-        meta = (c.extra or {}).get("stoker_elastic") or {"step": c.step}
-        meta["step"] = c.step
-        log.info("restoring step %d from %s", c.step, c.path)
-        self._apply(c.state, c.loader_state, meta)
 
     # ---- the loop --------------------------------------------------------------------
 
@@ -369,17 +366,16 @@ class _Runner:
         params = self._params()
         for p in params:
             p.grad = None
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        device = params[0].device if params else torch.device("cpu")
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no host sync a step
         at = 0
+        step_start = time.monotonic()
         for n in self.policy.micro_batches(len(labels)):
             loss = self.train_step(images[at:at + n], labels[at:at + n])
             (loss * (n / batch_samples)).backward()
-            loss_sum += loss.detach().double().cpu() * n
+            loss_sum += loss.detach().double() * n
             at += n
-        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-        # One buffer on the gradients' device (gloo reduces CUDA tensors too, through the host).
-        device = grads[0].device if grads else torch.device("cpu")
-        flat = torch.cat([g_.float() for g_ in grads] + [loss_sum.float().reshape(1).to(device)])
+        flat = pack_gradients(torch, params, loss_sum, device)
         ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
@@ -392,11 +388,7 @@ class _Runner:
             raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
                                                                                   self.step + 1, g.world_size))
         # Committed from here: every rank that got here has the same reduced gradient.
-        offset = 0
-        for p, g_ in zip(params, grads):
-            n = g_.numel()
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
-            offset += n
+        unpack_gradients(params, flat)
         self.optimizer.step()
         for p in params:
             p.grad = None
@@ -405,47 +397,18 @@ class _Runner:
         self.in_flight = False
         self.committed_position = self.loader.state_dict()
         info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
-                "loss": float(flat[-1]) / batch_samples,
+                "rank": g.rank, "loss": float(flat[-1]) / batch_samples,
                 "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None}
         self.last_commit = info
-        if g.rank == 0 and self.on_commit is not None:
+        if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
             self.on_commit(dict(info))
+        elapsed = time.monotonic() - step_start
+        self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
         self._save(info)
         if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
             return False
         return True
 
-    def _own_checkpointer(self):
-        """The persistent checkpointer when this process is rank 0, else None."""
-        if self.checkpoint_args is None:
-            return self.checkpointer if self.group.rank == 0 else None
-        if self.group.rank != 0:
-            if self.checkpointer is not None:
-                self.checkpointer.close()
-                self.checkpointer = None
-            return None
-        if self.checkpointer is None:
-            from .. import StokerError
-            from ..checkpoint import Checkpointer
-            try:
-                self.checkpointer = Checkpointer(**self.checkpoint_args)
-            except StokerError as e:  # e.g. a hung former rank 0 still holds the directory
-                log.warning("no persistent checkpoint this step: %s", e)
-                return None
-        return self.checkpointer
-
-    def _save(self, info):
-        need_snapshot = self.snapshots is not None and (self.step + 1) % self.snapshot_every == 0
-        ckpt = self._own_checkpointer()
-        need_ckpt = ckpt is not None and ckpt.due(self.step)
-        if not (need_snapshot or need_ckpt):
-            return
-        state = self._state()
-        extra = {"stoker_elastic": self._meta()}
-        if need_snapshot:
-            self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
-        if need_ckpt:
-            ckpt.save(self.step, state, loader=self.loader, extra=extra)
 
 
 def _test_fault(generation):
@@ -462,8 +425,8 @@ def _exit_on_sigterm(signum, frame):
 
 
 def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpointer=None, on_commit=None,
-        extra_state=None, timeout=30.0, snapshot_dir=None, snapshot_every=1, snapshot_copies=2, mode=None,
-        join_timeout=None, rendezvous_timeout=600.0):
+        extra_state=None, timeout=30.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2, mode=None,
+        join_timeout=None, rendezvous_timeout=600.0, on_commit_all_ranks=False):
     """Trains ``epochs`` epochs of ``loader`` elastically and returns a RunSummary.
 
     ``train_step(images, labels)`` returns the mean loss of the samples it is
@@ -472,9 +435,10 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     gradients across the group, and steps ``optimizer``. ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
     to report sample ids), or a function global_batch_size -> Loader when
-    ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 after each
-    committed step: {step, epoch, batch, world_size, loss, samples}; after a
-    failure the new rank 0 calls it again for the last committed step with
+    ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 (every
+    rank with ``on_commit_all_ranks=True``) after each committed step:
+    {step, epoch, batch, world_size, rank, loss, samples}; after a failure
+    the new rank 0 calls it again for the last committed step with
     info["replayed"] = True (make it idempotent). ``checkpointer``: the
     arguments of a stoker.Checkpointer as a dict (``dict(directory="ckpt",
     every_steps=1000)``: whichever process is rank 0 opens it and saves when
@@ -483,15 +447,21 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     may wait before a silent peer counts as failed. ``extra_state``: an
     object with state_dict()/load_state_dict() (an LR scheduler, a step
     counter) whose state is tensors, numbers, strings and containers of
-    them; it travels with the model and optimizer.
+    them; it travels with the model and optimizer. Learning rates travel
+    in the optimizer's and scheduler's states and are never set over them;
+    a batch schedule's LR factor is applied once, at its epoch, to the
+    optimizer's lrs and to a scheduler's ``base_lrs`` (when ``extra_state``
+    has them). Parameters that get no gradient on any rank keep ``None``.
 
     The mode follows the environment: stoker.elastic.launch --in-process
     (survivors re-form the group), torchrun or stoker.elastic.launch
     (processes restart; state comes from in-memory snapshots in /dev/shm,
-    every ``snapshot_every`` steps by the first ``snapshot_copies`` local
-    ranks, or from the checkpointer), or one plain process.
+    by the first ``snapshot_copies`` local ranks, every ``snapshot_every``
+    steps, by default as often as keeps their cost within 1% of step time
+    (measured), or from the checkpointer), or one plain process.
     """
     runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                      timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
                      timeout if join_timeout is None else join_timeout, rendezvous_timeout)
+    runner.on_commit_all_ranks = on_commit_all_ranks
     return runner.run()

@@ -91,3 +91,73 @@ def _process_runs(pid):
         return False
     except OSError:
         return True
+
+
+class Saving:
+    """The runner's saved states: in-memory snapshots (torchrun mode) and the
+    persistent checkpointer (whichever process is rank 0), and restoring the
+    newest of them. Mixed into _Runner, whose attributes it uses."""
+
+    def _saved_dirs(self):
+        return saved_dirs(self.snapshot_base, self.checkpoint_dir)
+
+    def _newest_saved_step(self):
+        return newest_step(self._saved_dirs())
+
+    def _load_saved(self):
+        """Restores the newest readable saved state (a snapshot or a checkpoint)."""
+        c = load_newest(self._saved_dirs())
+        if c is None:
+            return
+        meta = (c.extra or {}).get("stoker_elastic") or {"step": c.step}
+        meta["step"] = c.step
+        log.info("restoring step %d from %s", c.step, c.path)
+        self._apply(c.state, c.loader_state, meta)
+
+    def _own_checkpointer(self):
+        """The persistent checkpointer when this process is rank 0, else None."""
+        if self.checkpoint_args is None:
+            return self.checkpointer if self.group.rank == 0 else None
+        if self.group.rank != 0:
+            if self.checkpointer is not None:
+                self.checkpointer.close()
+                self.checkpointer = None
+            return None
+        if self.checkpointer is None:
+            from .. import StokerError
+            from ..checkpoint import Checkpointer
+            try:
+                self.checkpointer = Checkpointer(**self.checkpoint_args)
+            except StokerError as e:  # e.g. a hung former rank 0 still holds the directory
+                log.warning("no persistent checkpoint this step: %s", e)
+                return None
+        return self.checkpointer
+
+    def _snapshot_due(self):
+        """Every ``snapshot_every`` steps, or, by default, as often as keeps
+        the training thread's wait for snapshots within 1% of step time
+        (from the last snapshot's measured cost; the first step always)."""
+        if self.snapshots is None:
+            return False
+        if self.snapshot_every is not None:
+            return (self.step + 1) % self.snapshot_every == 0
+        if self.snapshot_cost is None or not self.step_seconds:
+            return True
+        interval = max(1, int(self.snapshot_cost / (0.01 * self.step_seconds) + 0.999))
+        return self.step - self.last_snapshot_step >= interval
+
+    def _save(self, info):
+        need_snapshot = self._snapshot_due()
+        ckpt = self._own_checkpointer()
+        need_ckpt = ckpt is not None and ckpt.due(self.step)
+        if not (need_snapshot or need_ckpt):
+            return
+        state = self._state()
+        extra = {"stoker_elastic": self._meta()}
+        if need_snapshot:
+            start = time.monotonic()
+            self.snapshots.save(self.step, state, loader=self.loader, extra=extra, rng=False)
+            self.snapshot_cost = time.monotonic() - start
+            self.last_snapshot_step = self.step
+        if need_ckpt:
+            ckpt.save(self.step, state, loader=self.loader, extra=extra)

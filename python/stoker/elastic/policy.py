@@ -92,9 +92,19 @@ class BatchPolicy:
                                                                          self.max_rank_batch)
 
 
-def apply_lr_factor(optimizer, base_lrs, factor, reason):
-    """Sets each param group's lr to base * factor, logging the change."""
-    for group, base in zip(optimizer.param_groups, base_lrs):
-        group["lr"] = base * factor
-    logging.getLogger("stoker.elastic").info("learning rate x%.4g (%s): %s", factor, reason,
+def apply_lr_factor(optimizer, old_factor, new_factor, reason, scheduler=None):
+    """Scales each param group's lr by new_factor / old_factor (keeping
+    whatever a scheduler did to it), and a scheduler's ``base_lrs`` the
+    same way so that its later steps keep the factor; logs the change."""
+    ratio = new_factor / old_factor
+    if ratio == 1.0:
+        return
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * ratio
+        if "initial_lr" in group:  # what a scheduler made at its start reads back
+            group["initial_lr"] = group["initial_lr"] * ratio
+    base_lrs = getattr(scheduler, "base_lrs", None)
+    if isinstance(base_lrs, list):
+        scheduler.base_lrs = [lr * ratio for lr in base_lrs]
+    logging.getLogger("stoker.elastic").info("learning rate x%.4g (%s): %s", new_factor, reason,
                                              ", ".join("%.6g" % g["lr"] for g in optimizer.param_groups))
