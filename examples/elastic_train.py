@@ -155,7 +155,7 @@ def main(argv=None):
                                 "recomputed_steps": summary.recomputed_steps,
                                 "world_sizes": summary.world_sizes, "restored_step": summary.restored_step,
                                 "recovery_seconds": summary.recovery_seconds}) + "\n")
-    if args.save_params and (summary.world_sizes and _is_rank0(loader)):
+    if args.save_params and summary.world_sizes and not summary.left_behind and _is_rank0(loader):
         torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.save_params + ".tmp")
         os.replace(args.save_params + ".tmp", args.save_params)
     logging.getLogger("stoker.elastic").info("done: %r", summary)

@@ -11,6 +11,9 @@ Store keys of the in-process rendezvous (all under the launcher's store):
   joins               bumped by every worker that asks to join a running group
   hb/<id>             a worker's heartbeat counter (bumped by a thread)
   dead/<id>           set by the launcher when it reaps a worker
+  finished            the last step, set by the group when the job is done: a
+                      worker still trying to join (woken from a hang, or late)
+                      then stops instead of waiting for a group that will not come
 A generation closes when every member of the last one that is still alive
 (not reaped, heartbeat still moving) has registered, or at the maximum
 size, or, with at least the minimum, after ``join_timeout`` (a hung member
@@ -28,6 +31,11 @@ from . import ElasticError, PeerFailure
 log = logging.getLogger("stoker.elastic")
 
 
+class JobFinished(Exception):
+    """The group finished the job while this worker was away (hung, or a
+    joiner that came too late): there is no group left to join."""
+
+
 def _dist():
     import torch.distributed as dist
     return dist
@@ -35,10 +43,41 @@ def _dist():
 
 class Group:
     """A process group of ``world_size`` ranks with the few collectives the
-    runner needs; any of them raises on a peer's failure or after ``timeout``."""
+    runner needs; any of them raises PeerFailure on a peer's failure or after
+    ``timeout``. With ``watch`` (a function returning why a member is gone,
+    or None), a collective that waits is checked every ``poll`` seconds, so
+    a dead, hung or cut-off peer is noticed within the heartbeat timeout
+    whatever the collective timeout; the failure then says the collective
+    was left in flight (``PeerFailure.in_flight``): its group must not be
+    destroyed before gloo's own timeout ends it, or the destructor waits
+    for it."""
 
-    def __init__(self, pg, rank, world_size, generation):
+    def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None):
         self.pg, self.rank, self.world_size, self.generation = pg, rank, world_size, generation
+        self.watch, self.poll = watch, poll
+        # A device group (the program's NCCL group) takes the CUDA tensors; ``pg`` (gloo) the host's.
+        self.device_pg = device_pg
+
+    def _for(self, tensor):
+        return self.device_pg if self.device_pg is not None and getattr(tensor, "is_cuda", False) else self.pg
+
+    def _wait(self, work):
+        if self.watch is None:
+            work.wait()
+            return
+        timeout = datetime.timedelta(seconds=self.poll)
+        while True:
+            try:
+                work.wait(timeout)
+                return
+            except RuntimeError as e:
+                if "Operation timed out!" not in str(e):  # the collective itself failed
+                    raise
+            gone = self.watch()
+            if gone is not None:
+                failure = PeerFailure("generation %d: %s" % (self.generation, gone))
+                failure.in_flight = True
+                raise failure
 
     def allreduce(self, tensor, op="sum"):
         if self.world_size == 1:
@@ -47,7 +86,9 @@ class Group:
         opts = dist.AllreduceOptions()
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
         try:
-            self.pg.allreduce([tensor], opts).wait()
+            self._wait(self._for(tensor).allreduce([tensor], opts))
+        except PeerFailure:
+            raise
         except RuntimeError as e:
             raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
         return tensor
@@ -59,7 +100,9 @@ class Group:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
         try:
-            self.pg.broadcast([tensor], opts).wait()
+            self._wait(self._for(tensor).broadcast([tensor], opts))
+        except PeerFailure:
+            raise
         except RuntimeError as e:
             raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
         return tensor
@@ -108,6 +151,7 @@ class Rendezvous:
                                       name="stoker-elastic-heartbeat")
         self._beat.start()
         self.joins_seen = 0
+        self.beats = {}  # member -> (heartbeat count, when it last moved), kept across groups
 
     def _heartbeat(self, interval):
         store = connect_store(self.endpoint, self.rendezvous_timeout)  # its own connection: clients are not shared
@@ -119,6 +163,10 @@ class Rendezvous:
 
     def close(self):
         self._stop.set()
+
+    def finish(self, step):
+        """Tells workers still trying to join that the job is over."""
+        self.store.set("finished", str(step))
 
     def pending_joins(self):
         return int(self.store.add("joins", 0))
@@ -158,11 +206,25 @@ class Rendezvous:
                 except RuntimeError as e:  # a member died while the group connected
                     raise PeerFailure("generation %d could not connect: %s" % (generation, e)) from e
                 log.info("generation %d: rank %d of %d", generation, index, size)
-                return Group(pg, index, size, generation), members
+                others = [m for m in members if m != self.id]
+                return Group(pg, index, size, generation, watch=lambda: self.gone(others)), members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
             previous = None
             self.request_join()
+
+    def gone(self, members):
+        """Why one of ``members`` no longer takes part (reaped by its launcher,
+        or its heartbeat silent past heartbeat_timeout), or None. 2 store
+        calls a member."""
+        now = time.monotonic()
+        for m in members:
+            if _peek(self.store, "dead/" + m) is not None:
+                return "%s died (its launcher reaped it)" % m
+            if not self._alive(m, self.beats, now):
+                return "%s stopped answering (no heartbeat for %.1f s: hung, stopped or cut off)" % (
+                    m, now - self.beats[m][1])
+        return None
 
     def _alive(self, member, beats, now):
         """Whether `member` still runs: not reaped by its launcher, and its heartbeat moved lately."""
@@ -181,13 +243,16 @@ class Rendezvous:
         # once every member of the last generation is gone. Otherwise a newcomer could close a group of its
         # own beside the running one.
         running = self.members(current) if previous is None and current > 0 else []
-        beats = {}  # id -> (last value, when it last moved)
+        beats = self.beats  # what the group's watch already saw: a member it found silent stays so
         last_count, last_change = -1, time.monotonic()
         opened = time.monotonic()
         while True:
             closed = _peek(self.store, "g%d/close" % generation)
             if closed is not None:
                 return int(closed.split(":", 1)[0])
+            finished = _peek(self.store, "finished")
+            if finished is not None:
+                raise JobFinished("the job finished at step %s without this worker" % finished)
             now = time.monotonic()
             count = int(self.store.add("g%d/n" % generation, 0))
             if count != last_count:

@@ -20,7 +20,7 @@ import time
 
 from . import ElasticError, PeerFailure
 from . import _saved
-from ._group import Group, Rendezvous
+from ._group import Group, JobFinished, Rendezvous
 from ._reduce import pack_gradients, unpack_gradients
 from .policy import BatchPolicy, apply_lr_factor, rank_share
 
@@ -43,6 +43,7 @@ class RunSummary:
         self.world_sizes = []
         self.restored_step = None
         self.recovery_seconds = []
+        self.left_behind = False  # the group finished the job without this worker (it hung, or came late)
 
     def __repr__(self):
         return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r)"
@@ -89,6 +90,7 @@ class _Runner(_saved.Saving):
         self.snapshot_cost = None  # seconds the training thread waited for the last snapshot
         self.step_seconds = None  # a running mean of a step's wall time
         self.last_snapshot_step = -1
+        self.graveyard = []  # (when, process group) of groups left with a collective in flight
         self.step = -1  # the last committed step (global count from 0); -1: none
         self.last_commit = None
         self.committed_position = None  # the loader's state just after the last committed step
@@ -199,9 +201,15 @@ class _Runner(_saved.Saving):
                     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.timeout))
                 except RuntimeError as e:
                     raise PeerFailure("could not form the group of this round: %s" % e) from e
-            pg = dist.distributed_c10d._get_default_group()
+            pg, device_pg = dist.distributed_c10d._get_default_group(), None
+            if dist.get_backend(pg) != "gloo":
+                # The program's own group (NCCL) takes CUDA tensors only: the runner's host tensors (sample
+                # ids, agreement, the state's bytes) go through a gloo group beside it, the gradients through
+                # the program's group.
+                device_pg = pg
+                pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
             self.group = Group(pg, dist.get_rank(), dist.get_world_size(),
-                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device_pg=device_pg)
         else:
             if self.rendezvous is None:
                 lo, hi = os.environ.get("STOKER_ELASTIC_NNODES_WORKERS", "1:1").split(":")
@@ -262,7 +270,7 @@ class _Runner(_saved.Saving):
 
     # ---- the loop --------------------------------------------------------------------
 
-    def _reconfigure(self, why):
+    def _reconfigure(self, why, in_flight=False):
         start = time.monotonic()
         if self.in_flight:
             self.summary.recomputed_steps += 1
@@ -271,7 +279,13 @@ class _Runner(_saved.Saving):
                     self.group.generation, why)
         # Close this rank's connections of the broken group now: a peer blocked on data this rank will never
         # send then fails at once instead of after the collective timeout (in a ring of 4 or more, the dead
-        # rank's neighbours see the failure first, the others only through them).
+        # rank's neighbours see the failure first, the others only through them). Unless a collective was
+        # left in flight (a hung peer noticed by its heartbeat): destroying that group would wait for gloo's
+        # timeout, so it is kept until then.
+        now = time.monotonic()
+        self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < self.timeout + 5.0]
+        if in_flight:
+            self.graveyard.append((now, self.group.pg))
         self.group.pg = None
         gc.collect()
         self.summary.reconfigurations += 1
@@ -310,28 +324,37 @@ class _Runner(_saved.Saving):
                     self._on_failure(e)
                     continue
                 self._reconfigure("a worker asked to join")
+            if self.rendezvous is not None:
+                self.rendezvous.finish(self.step)
+            finished = True
+        except JobFinished as e:
+            log.warning("%s; nothing left to do", e)
+            self.summary.left_behind = True
             finished = True
         except BaseException:
             finished = False
             raise
         finally:
-            if self.checkpoint_args is not None and self.checkpointer is not None:
-                self.checkpointer.close()  # opened here: the last persist becomes durable
-            if self.snapshots is not None:
-                self.snapshots.close()
-                if finished:  # the snapshots served their purpose; tmpfs is memory
-                    shutil.rmtree(self.snapshot_own, ignore_errors=True)
-                    _saved.remove_dead_agents_snapshots(self.snapshot_base)
-            if self.rendezvous is not None:
-                self.rendezvous.close()
+            self._close(finished)
         return self.summary
+
+    def _close(self, finished):
+        if self.checkpoint_args is not None and self.checkpointer is not None:
+            self.checkpointer.close()  # opened here: the last persist becomes durable
+        if self.snapshots is not None:
+            self.snapshots.close()
+            if finished:  # the snapshots served their purpose; tmpfs is memory
+                shutil.rmtree(self.snapshot_own, ignore_errors=True)
+                _saved.remove_dead_agents_snapshots(self.snapshot_base)
+        if self.rendezvous is not None:
+            self.rendezvous.close()
 
     def _on_failure(self, error):
         if self.mode != "in_process":
             log.error("rank %s: %s; exiting so that the launcher restarts the group from the last snapshot "
                       "(step %d)", self.group.rank if self.group else "?", error, self.step)
             raise SystemExit(1)
-        self._reconfigure(str(error))
+        self._reconfigure(str(error), getattr(error, "in_flight", False))
 
     def _train_until_change(self):
         """Trains until the end (False) or until a join is requested (True);

@@ -62,6 +62,9 @@ def _parser():
              "(without it, a launcher that finds no store hosts one and starts the job)")
     opt("min-workers", type=int, default=None, help="--in-process: the smallest group")
     opt("max-workers", type=int, default=None, help="--in-process: the largest group")
+    opt("kill-silent-after", type=float, default=10.0,
+        help="--in-process: SIGKILL a worker whose heartbeat stopped this many seconds ago (hung, stopped); "
+             "the others go on without it after 3 s either way (0: never)")
     p.add_argument("script", help="the training script")
     p.add_argument("script_args", nargs=argparse.REMAINDER)
     return p
@@ -141,6 +144,19 @@ def _host_or_join_store(endpoint, join_only, timeout=600.0):
         raise SystemExit("stoker.elastic.launch: --join: no job runs at %s (%s)" % (endpoint, str(e).splitlines()[0]))
 
 
+def _silent(store, worker, pid, beats, now, after):
+    """Whether the worker's heartbeat, once seen moving, has not moved for ``after`` seconds."""
+    from ._group import _peek
+    value = _peek(store, "hb/" + worker)
+    if value is None:
+        return False  # not started beating yet (importing torch, connecting)
+    seen = beats.get(pid)
+    if seen is None or seen[0] != value:
+        beats[pid] = (value, now)
+        return False
+    return now - seen[1] > after
+
+
 def _run_in_process(args):
     nproc = _nproc(args.nproc_per_node)
     lo, hi = _nodes(args.nnodes)
@@ -174,9 +190,22 @@ def _run_in_process(args):
     signal.signal(signal.SIGINT, forward)
     codes = {}
     host = socket.gethostname()
+    beats = {}  # pid -> (heartbeat count, when it last moved)
+    next_check = 0.0
     while len(codes) < len(children):
+        now = time.monotonic()
+        check = now >= next_check  # heartbeats every 0.5 s: 1 store call a worker
+        if check:
+            next_check = now + 0.5
         for pid, proc in children.items():
-            if pid in codes or proc.poll() is None:
+            if pid in codes:
+                continue
+            if proc.poll() is None:
+                if check and args.kill_silent_after > 0 and _silent(store, "%s-%d" % (host, pid), pid, beats, now,
+                                                          args.kill_silent_after):
+                    log.warning("stoker.elastic.launch: worker %d sent no heartbeat for %.1f s (hung or stopped); "
+                                "killing it", pid, now - beats[pid][1])
+                    proc.kill()
                 continue
             codes[pid] = proc.returncode
             store.add("active", -1)
