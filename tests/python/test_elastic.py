@@ -588,3 +588,77 @@ def test_a_programs_nccl_group_gets_only_cuda_tensors():
     alone = Group(gloo, 0, 2, 0)  # gloo only: CUDA tensors too (through the host)
     alone.allreduce(CudaTensor())
     assert gloo.seen[-1] == ("allreduce", True)
+
+
+# ---- stoker.elastic.Trainer: the program's own DDP loop ---------------------------------
+
+DDP_EXAMPLE = str(SOURCE_DIR / "examples" / "elastic_ddp.py")
+
+
+def _ddp_args(packed, tmp, name, delay):
+    return [DDP_EXAMPLE, "--data", packed, "--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH),
+            "--log", str(tmp / (name + ".jsonl")), "--save-params", str(tmp / (name + ".pt")),
+            "--step-delay", str(delay), "--timeout", "5"]
+
+
+def _ddp_check(packed, tmp, name):
+    r = subprocess.run([sys.executable, DDP_EXAMPLE, "--check", str(tmp / (name + ".jsonl")), "--data", packed,
+                        "--epochs", str(EPOCHS)], env=_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [json.loads(line) for line in open(tmp / (name + ".jsonl"))]
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(packed, tmp_path_factory):
+    """The same DDP loop as one plain process: the parameters every elastic run must reach."""
+    tmp = tmp_path_factory.mktemp("ddp-reference")
+    subprocess.run([sys.executable] + _ddp_args(packed, tmp, "ref", 0), check=True, env=_env(),
+                   capture_output=True)
+    lines = _ddp_check(packed, tmp, "ref")
+    assert {r["world_size"] for r in lines} == {1}
+    return torch.load(tmp / "ref.pt")
+
+
+def _ddp_workers(launcher, at_least):
+    out = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    pids = sorted(int(p) for p in out if b"elastic_ddp.py" in open("/proc/%s/cmdline" % p, "rb").read())
+    assert len(pids) >= at_least, pids
+    return pids
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed, ddp_reference, tmp_path, how):
+    """examples/elastic_ddp.py (its own loop: DDP, StepLR, clipping, 2 micro-batches) under the
+    in-process launcher; a worker SIGKILLed or SIGSTOPped mid-run. Every rank logs every committed step:
+    each sample once per epoch, the replicas' parameter digests equal at every step, the learning rate
+    on StepLR's schedule by global step across the failure, and the final parameters an uninterrupted
+    process's."""
+    port = _free_port()
+    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                             "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "1", "--max-workers",
+                             "3", "--kill-silent-after", "6"] + _ddp_args(packed, tmp_path, how, 0.25),
+                            env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
+    victim = _ddp_workers(main, 3)[2]
+    os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    lines = _ddp_check(packed, tmp_path, how)
+    sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
+    assert sizes[0] == 3 and sizes[-1] == 2, sizes
+    _assert_params_match(ddp_reference, tmp_path / (how + ".pt"))
+
+
+def test_trainer_takes_in_a_joining_worker(packed, ddp_reference, tmp_path):
+    port = _free_port()
+    common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "3"]
+    main = _launch(common + ["--nproc-per-node", "2"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    _wait_for_steps(tmp_path / "join.jsonl", 4, main)
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    out, joiner_out = _finish(main), _finish(joiner)
+    assert main.returncode == 0 and joiner.returncode == 0, out[-3000:] + joiner_out[-3000:]
+    lines = _ddp_check(packed, tmp_path, "join")
+    sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
+    assert sizes[0] == 2 and sizes[-1] == 3, sizes
+    _assert_params_match(ddp_reference, tmp_path / "join.pt")

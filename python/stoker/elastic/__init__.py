@@ -7,6 +7,9 @@ exactly once.
                                  model=model, optimizer=opt, loader=loader, epochs=10,
                                  checkpointer=dict(directory="ckpt", every_steps=500))
 
+Or keep your own loop and DistributedDataParallel model:
+``stoker.elastic.Trainer`` (its help has the loop).
+
 Run it with ``python -m stoker.elastic.launch`` (torchrun's flags; add
 ``--in-process`` so that survivors re-form the group instead of restarting),
 with torchrun itself, or as one plain process. See the README's "Elastic
@@ -27,5 +30,6 @@ class PeerFailure(RuntimeError):
 
 from .policy import BatchPolicy, rank_share  # noqa: E402
 from ._runner import RunSummary, detect_mode, run  # noqa: E402
+from ._trainer import Trainer  # noqa: E402
 
-__all__ = ["run", "BatchPolicy", "RunSummary", "ElasticError", "PeerFailure", "rank_share", "detect_mode"]
+__all__ = ["run", "Trainer", "BatchPolicy", "RunSummary", "ElasticError", "PeerFailure", "rank_share", "detect_mode"]

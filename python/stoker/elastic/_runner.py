@@ -262,8 +262,10 @@ class _Runner(_saved.Saving):
         if self.committed_position is not None:
             # Back to just after the agreed step: the batch taken for the step in flight is taken again.
             self.loader.load_state_dict(self.committed_position)
-        if g.rank == 0 and self.last_commit is not None and self.on_commit is not None:
-            # The old rank 0 may have died before reporting the last committed step: report it again.
+        if g.rank == 0 and self.last_commit is not None and self.on_commit is not None and \
+                not self.on_commit_all_ranks:
+            # The old rank 0 may have died before reporting the last committed step: report it again
+            # (when every rank reports its own commits, none is missing).
             info = dict(self.last_commit)
             info["replayed"] = True
             self.on_commit(info)

@@ -1,0 +1,297 @@
+"""stoker.elastic.Trainer: elastic training around the program's own loop
+and its own DistributedDataParallel model.
+
+    trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=10, scheduler=scheduler)
+    for images, labels, indices in trainer:            # this rank's share of each global batch
+        with trainer.step():                           # a peer's failure inside ends the step, not the run
+            for x, y, weight in trainer.accumulate(images, labels, parts=2):
+                loss = F.cross_entropy(trainer.model(x), y) * weight
+                loss.backward()                        # DDP reduces the gradients
+            torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+            optimizer.step()                           # the step commits here
+            scheduler.step()
+            optimizer.zero_grad()
+
+``trainer.model`` is the module wrapped in DistributedDataParallel over the
+current group (the module itself alone); it is made anew whenever the group
+changes, so use it, not a DDP made once. A step commits in
+``optimizer.step()`` (wrapped: a small collective on the sample ids first,
+then the optimizer's own step): every rank that commits a step has the same
+reduced gradient, so after a failure the survivors agree on the newest
+committed step, whoever is behind or new receives the model's, the
+optimizer's, the scheduler's and the scaler's states from a peer, and the
+batch in flight is taken again by the new group. A GradScaler that skips a
+step (inf gradients) still commits the batch, without an optimizer step.
+Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
+(see its help): the same modes, the same exactly-once loader.
+"""
+import contextlib
+import types
+
+from . import PeerFailure
+from ._group import JobFinished
+from ._runner import _Runner, log
+from .policy import rank_share
+
+# What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
+_PEER_TROUBLE = ("gloo", "Connection closed", "Connection reset", "Timed out", "timed out", "NCCL",
+                 "Broken pipe", "ProcessGroup")
+
+
+class _Extra:
+    """The scheduler's and the scaler's states, travelling with the model."""
+
+    def __init__(self, scheduler, scaler):
+        self.scheduler, self.scaler = scheduler, scaler
+
+    @property
+    def base_lrs(self):
+        return getattr(self.scheduler, "base_lrs", None)
+
+    @base_lrs.setter
+    def base_lrs(self, value):
+        self.scheduler.base_lrs = value
+
+    def state_dict(self):
+        state = {}
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        if self.scheduler is not None and "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class Trainer:
+    """Elastic training of the program's own loop (see the module's help).
+
+    ``model``: the module (not yet wrapped in DDP); ``optimizer``: its
+    optimizer (one); ``loader``: a stoker.Loader with ``global_batch_size``
+    (``with_indices=True`` to report sample ids); ``scheduler``, ``scaler``:
+    an LR scheduler and a GradScaler whose states travel with the model.
+    ``on_commit(info)`` runs on every rank after each committed step: {step,
+    epoch, batch, world_size, rank, samples (the global batch's ids),
+    rank_samples (this rank's), stepped (False when a scaler skipped the
+    optimizer step)}. ``ddp``: keyword arguments for DistributedDataParallel.
+    The rest as stoker.elastic.run."""
+
+    def __init__(self, model, optimizer, loader, *, epochs, scheduler=None, scaler=None, policy=None,
+                 checkpointer=None, on_commit=None, ddp=None, timeout=30.0, mode=None, join_timeout=None,
+                 rendezvous_timeout=600.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2):
+        extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
+        self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
+                          snapshot_dir, snapshot_every, snapshot_copies, mode,
+                          timeout if join_timeout is None else join_timeout, rendezvous_timeout)
+        self._r.on_commit_all_ranks = True
+        self.module, self.model, self.optimizer = model, model, optimizer
+        self._ddp_kwargs = dict(ddp or {})
+        self._failure = None
+        self._batch = None  # (epoch, batch index, batch samples, first, end, indices) of the batch in flight
+        self._committed = False
+        self._join = False
+        self._wrap_optimizer_step()
+
+    @property
+    def summary(self):
+        """A RunSummary of what this process did so far."""
+        return self._r.summary
+
+    @property
+    def world_size(self):
+        return self._r.group.world_size if self._r.group is not None else 1
+
+    @property
+    def rank(self):
+        return self._r.group.rank if self._r.group is not None else 0
+
+    @property
+    def global_step(self):
+        """The last committed step (from 0; -1 before the first)."""
+        return self._r.step
+
+    # -- the program's loop -------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def step(self):
+        """One step of the program's loop: a peer's failure inside (a
+        collective that fails in the backward pass or at the commit) ends
+        the step quietly; the trainer re-forms the group before the next
+        batch and this batch is taken again. Other exceptions pass through."""
+        try:
+            yield
+        except PeerFailure as e:
+            self._failure = e
+        except RuntimeError as e:
+            if not any(s in str(e) for s in _PEER_TROUBLE):
+                raise
+            self._failure = PeerFailure("generation %d: %s" % (self._r.group.generation,
+                                                               str(e).splitlines()[0][:300]))
+
+    def loss_weight(self, samples):
+        """The factor for the mean loss of ``samples`` of this rank's share,
+        so that DDP's average over ranks is the global batch's mean whatever
+        the world size and however the batch splits (1 for even shares in one
+        pass)."""
+        batch_samples = self._batch[2] if self._batch else samples
+        return samples * self.world_size / batch_samples
+
+    def accumulate(self, *tensors, parts=2):
+        """Yields (*slices, weight) for ``parts`` micro-batches of this rank's
+        share, all but the last under DDP's no_sync() (one all-reduce a
+        step); weight is loss_weight of the slice."""
+        n = len(tensors[0])
+        bounds = [n * i // parts for i in range(parts + 1)]
+        for i in range(parts):
+            a, b = bounds[i], bounds[i + 1]
+            if b <= a:
+                continue
+            last = all(bounds[j + 1] <= bounds[j] for j in range(i + 1, parts))
+            sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
+            with sync:
+                yield tuple(t[a:b] for t in tensors) + (self.loss_weight(b - a),)
+
+    def __iter__(self):
+        r = self._r
+        r._ensure_loader(0)
+        finished = False
+        try:
+            try:
+                r._form_group()
+                r._agree_and_sync()
+            except PeerFailure as e:
+                r._on_failure(e)
+            self._rebuild()
+            if r.step >= 0:
+                r.summary.restored_step = r.step
+            while True:
+                if self._batch is not None and self._failure is None and not self._committed:
+                    self._commit_safely(stepped=False)  # the body ended without an optimizer step
+                if self._failure is not None:
+                    failure, self._failure, self._batch = self._failure, None, None
+                    self.model = None
+                    for p in self.module.parameters():
+                        p.grad = None  # the failed attempt's partial gradients: the batch is taken again
+                    r._on_failure(failure)
+                    self._rebuild()
+                    continue
+                if self._join:
+                    self._join, self._batch = False, None
+                    self.model = None
+                    r._reconfigure("a worker asked to join")
+                    self._rebuild()
+                    continue
+                item = self._next_batch()
+                if item is None:
+                    break
+                yield item
+            if r.rendezvous is not None:
+                r.rendezvous.finish(r.step)
+            finished = True
+        except JobFinished as e:
+            log.warning("%s; nothing left to do", e)
+            r.summary.left_behind = True
+            finished = True
+        finally:
+            r._close(finished)
+
+    # -- inside ----------------------------------------------------------------------------------------------
+
+    def _next_batch(self):
+        r = self._r
+        while True:
+            st = r.loader.state_dict()
+            epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
+            if consumed >= len(r.loader):
+                if epoch + 1 >= r.epochs:
+                    return None
+                r._ensure_loader(epoch + 1)
+                r.loader.set_epoch(epoch + 1)
+                continue
+            if epoch >= r.epochs:
+                return None
+            g = r.group
+            batch_samples = min(r.loader.global_batch_size, int(st["num_samples"]) -
+                                consumed * r.loader.global_batch_size)
+            first, end = rank_share(batch_samples, g.world_size, g.rank)
+            r.in_flight = True
+            item = next(iter(r.loader))
+            self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
+            self._committed = False
+            return item
+
+    def _rebuild(self):
+        """DDP over the current group (its constructor broadcasts rank 0's
+        parameters: the same as every rank's after the agreement)."""
+        g = self._r.group
+        if g.world_size == 1:
+            self.model = self.module
+            return
+        from torch.nn.parallel import DistributedDataParallel
+        self.model = DistributedDataParallel(self.module, process_group=g.pg, **self._ddp_kwargs)
+
+    def _wrap_optimizer_step(self):
+        trainer, original = self, self.optimizer.step
+
+        def step(optimizer, *args, **kwargs):
+            if trainer._batch is None or trainer._committed:
+                return original(*args, **kwargs)  # outside the trainer's loop, or a second step in one batch
+            trainer._commit_ids()
+            result = original(*args, **kwargs)
+            trainer._after_commit(stepped=True)
+            return result
+        # A bound method, as torch's LR schedulers expect to find (they wrap it to count steps); a scheduler
+        # made before keeps counting through `original`, and is told so.
+        if hasattr(original, "_with_counter"):
+            step._with_counter = original._with_counter
+        self.optimizer.step = types.MethodType(step, self.optimizer)
+
+    def _commit_ids(self):
+        """The commit's collective: the global batch's sample ids, the
+        members present and joins pending. Raises PeerFailure."""
+        import torch
+        r, g = self._r, self._r.group
+        _, _, batch_samples, first, end, indices = self._batch
+        ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
+        if indices is not None:
+            ids[first:end] = indices.cpu().to(torch.int64) + 1
+        if g.rank == 0 and r.rendezvous is not None:
+            ids[batch_samples] = r.rendezvous.pending_joins()
+        ids[batch_samples + 1] = 1
+        g.allreduce(ids, "sum")
+        if int(ids[batch_samples + 1]) != g.world_size:
+            raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
+                int(ids[batch_samples + 1]), r.step + 1, g.world_size))
+        self._ids = ids
+
+    def _commit_safely(self, stepped):
+        try:
+            self._commit_ids()
+        except PeerFailure as e:
+            self._failure = e
+            return
+        self._after_commit(stepped)
+
+    def _after_commit(self, stepped):
+        r, g = self._r, self._r.group
+        epoch, batch_index, batch_samples, first, end, indices = self._batch
+        ids = self._ids
+        self._committed = True
+        r.step += 1
+        r.summary.steps += 1
+        r.in_flight = False
+        r.committed_position = r.loader.state_dict()
+        info = {"step": r.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size, "rank": g.rank,
+                "stepped": stepped,
+                "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None,
+                "rank_samples": [int(i) for i in indices] if indices is not None else None}
+        r.last_commit = info
+        if r.on_commit is not None:
+            r.on_commit(dict(info))
+        r._save(info)
+        if r.rendezvous is not None and int(ids[batch_samples]) > r.rendezvous.joins_seen:
+            self._join = True
