@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Recovery after SIGKILL of one of N workers: stoker's in-process mode,
+"""Recovery after SIGKILL of one of N workers: stoker's in-process mode (run()
+and, with the program's own DDP loop, stoker.elastic.Trainer: cases
+trainer_in_process and trainer_torchrun, examples/elastic_ddp.py),
 stoker's torchrun path (tuned launcher, in-memory snapshots), and plain
 torchrun with its defaults (resuming from the last checkpoint on disk).
 
@@ -30,6 +32,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "elastic_train.py")
+DDP_EXAMPLE = os.path.join(ROOT, "examples", "elastic_ddp.py")  # the program's own DDP loop: stoker.elastic.Trainer
 
 
 def free_port():
@@ -56,7 +59,8 @@ def children(pid):
     for p in out:
         try:
             with open("/proc/%s/cmdline" % p, "rb") as f:
-                if b"elastic_train.py" in f.read():
+                cmdline = f.read()
+                if b"elastic_train.py" in cmdline or b"elastic_ddp.py" in cmdline:
                     pids.append(int(p))
         except FileNotFoundError:
             pass
@@ -79,15 +83,16 @@ class Timed:
 
 
 def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, step_delay, kill_after=4,
-             agents=1):
+             agents=1, example=EXAMPLE):
     log = os.path.join(workdir, name + ".jsonl")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, **env_extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH"), os.path.join(ROOT, "examples")] if p)
     cmd = [sys.executable, "-m", "stoker.elastic.launch"] + launch_args + [
-        EXAMPLE, "--data", data, "--epochs", "3", "--global-batch", "16", "--log", log, "--step-delay",
+        example, "--data", data, "--epochs", "3", "--global-batch", "16", "--log", log, "--step-delay",
         str(step_delay), "--timeout", "10"] + example_extra
+    per_step = example == EXAMPLE  # the DDP example logs a line per step and rank
     procs = []
     for i in range(agents):
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -96,13 +101,13 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
             time.sleep(1.5)  # the first agent hosts the c10d store
     watch = Timed(log)
     deadline = time.monotonic() + 300
-    while len(watch.poll()) < kill_after:
+    while len({r["step"] for r in watch.poll()}) < kill_after:
         if time.monotonic() > deadline or procs[0].poll() is not None:
             raise RuntimeError("%s: never reached step %d" % (name, kill_after))
         time.sleep(0.01)
     time.sleep(step_delay / 2)  # mid-step
     before = watch.poll()
-    last_before = before[-1]["step"]
+    last_before = max(r["step"] for r in before)
     if kill == "worker":
         victim = children(procs[0].pid)[-1]
         os.kill(victim, signal.SIGKILL)
@@ -134,16 +139,20 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
     from elastic_train import check
     import stoker
     n = stoker._native.num_samples(data)
-    # A resumed run commits some steps again; the log keeps one line per commit, so check the last of each.
-    dedup = {}
-    for rec in read_log(log):
-        dedup[rec["step"]] = rec
-    clean = os.path.join(workdir, name + ".last.jsonl")
-    with open(clean, "w") as f:
-        for k in sorted(dedup):
-            f.write(json.dumps(dedup[k]) + "\n")
-    problems = check(clean, n, 3, 16)
-    recomputed = sum(1 for rec in read_log(log)[len(before):] if rec["step"] <= last_before)
+    if per_step:
+        # A resumed run commits some steps again; the log keeps one line per commit, so check the last of each.
+        dedup = {}
+        for rec in read_log(log):
+            dedup[rec["step"]] = rec
+        clean = os.path.join(workdir, name + ".last.jsonl")
+        with open(clean, "w") as f:
+            for k in sorted(dedup):
+                f.write(json.dumps(dedup[k]) + "\n")
+        problems = check(clean, n, 3, 16)
+    else:  # every rank's lines: samples once, replicas equal, the LR schedule (elastic_ddp.py --check)
+        from elastic_ddp import check as check_ddp
+        problems = check_ddp(log, n, 3, 16, 0.05)
+    recomputed = len({rec["step"] for rec in read_log(log)[len(before):] if rec["step"] <= last_before})
     if first_after is None:
         raise RuntimeError("%s: no step after the kill" % name)
     t_after, rec_after = first_after
@@ -180,6 +189,13 @@ def main():
     ckpt = lambda name: ["--checkpoint-dir", os.path.join(work, name + "-ckpt"), "--checkpoint-every", "10",
                          "--snapshot-copies", "0"]
     cases = {
+        "trainer_in_process": lambda port: dict(
+            launch_args=["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", str(n),
+                         "--min-workers", "1", "--max-workers", str(n)], example_extra=[], kill="worker",
+            env_extra=tuned_env, example=DDP_EXAMPLE),
+        "trainer_torchrun": lambda port: dict(
+            launch_args=["--standalone", "--nproc-per-node", str(n)], example_extra=[], kill="worker",
+            env_extra=tuned_env, example=DDP_EXAMPLE),
         "in_process": lambda port: dict(
             launch_args=["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", str(n),
                          "--min-workers", "1", "--max-workers", str(n)], example_extra=[], kill="worker",

@@ -545,6 +545,17 @@ def test_snapshots_are_as_frequent_as_one_percent_of_step_time_allows():
     due = [s for s in range(1, 200) if (setattr(runner, "step", s) or runner._snapshot_due())
            and setattr(runner, "last_snapshot_step", s) is None]
     assert due == [50, 100, 150]
+    # Its background write counts too: 450 ms of persisting on top makes it every 500 steps, but never
+    # more than 30 s of training apart (300 steps of 100 ms).
+    class Persisting:
+        def stats(self):
+            return {"last_persist_s": 0.450}
+    runner.snapshots, runner.last_snapshot_step = Persisting(), 150
+    runner.step = 449
+    assert not runner._snapshot_due()
+    runner.step = 450
+    assert runner._snapshot_due()
+    runner.snapshots = object()
     runner.snapshot_cost = 0.0005  # cheap: every step
     runner.step, runner.last_snapshot_step = 201, 200
     assert runner._snapshot_due()
@@ -626,27 +637,30 @@ def _ddp_workers(launcher, at_least):
     return pids
 
 
-@pytest.mark.parametrize("how", ["kill", "stop"])
+@pytest.mark.parametrize("how", ["kill", "stop", "torchrun"])
 def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed, ddp_reference, tmp_path, how):
     """examples/elastic_ddp.py (its own loop: DDP, StepLR, clipping, 2 micro-batches) under the
-    in-process launcher; a worker SIGKILLed or SIGSTOPped mid-run. Every rank logs every committed step:
-    each sample once per epoch, the replicas' parameter digests equal at every step, the learning rate
-    on StepLR's schedule by global step across the failure, and the final parameters an uninterrupted
-    process's."""
+    in-process launcher, a worker SIGKILLed or SIGSTOPped mid-run; and under the torchrun path, a worker
+    SIGKILLed (all restart from the in-memory snapshots, taken after the scheduler's step). Every rank
+    logs every committed step: each sample once per epoch, the replicas' parameter digests equal at
+    every step, the learning rate on StepLR's schedule by global step across the failure, and the final
+    parameters an uninterrupted process's."""
     port = _free_port()
-    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
-                             "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "1", "--max-workers",
-                             "3", "--kill-silent-after", "6"] + _ddp_args(packed, tmp_path, how, 0.25),
+    launch = ["--standalone", "--nproc-per-node", "3"] if how == "torchrun" else [
+        "--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "1",
+        "--max-workers", "3", "--kill-silent-after", "6"]
+    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch"] + launch +
+                            _ddp_args(packed, tmp_path, how, 0.25),
                             env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
     victim = _ddp_workers(main, 3)[2]
-    os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    os.kill(victim, signal.SIGSTOP if how == "stop" else signal.SIGKILL)
     out = _finish(main)
     assert main.returncode == 0, out[-4000:]
     lines = _ddp_check(packed, tmp_path, how)
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
-    assert sizes[0] == 3 and sizes[-1] == 2, sizes
+    assert sizes[0] == 3 and sizes[-1] == (3 if how == "torchrun" else 2), sizes
     _assert_params_match(ddp_reference, tmp_path / (how + ".pt"))
 
 

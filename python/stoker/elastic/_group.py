@@ -79,19 +79,28 @@ class Group:
                 failure.in_flight = True
                 raise failure
 
+    def _failure(self, error):
+        return PeerFailure("generation %d: %s" % (self.generation, str(error).splitlines()[0][:300]))
+
     def allreduce(self, tensor, op="sum"):
+        pending = self.allreduce_async(tensor, op)
+        if pending is not None:
+            pending.wait()
+        return tensor
+
+    def allreduce_async(self, tensor, op="sum"):
+        """Starts an all-reduce and returns a handle whose ``wait()`` finishes
+        it as allreduce() does (PeerFailure on a peer's failure) and whose
+        ``done()`` says whether it completed; None alone."""
         if self.world_size == 1:
-            return tensor
+            return None
         dist = _dist()
         opts = dist.AllreduceOptions()
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
         try:
-            self._wait(self._for(tensor).allreduce([tensor], opts))
-        except PeerFailure:
-            raise
+            return _Pending(self, self._for(tensor).allreduce([tensor], opts))
         except RuntimeError as e:
-            raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
-        return tensor
+            raise self._failure(e) from e
 
     def broadcast(self, tensor, src):
         if self.world_size == 1:
@@ -100,12 +109,31 @@ class Group:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
         try:
-            self._wait(self._for(tensor).broadcast([tensor], opts))
+            _Pending(self, self._for(tensor).broadcast([tensor], opts)).wait()
         except PeerFailure:
             raise
         except RuntimeError as e:
-            raise PeerFailure("generation %d: %s" % (self.generation, str(e).splitlines()[0][:300])) from e
+            raise self._failure(e) from e
         return tensor
+
+
+class _Pending:
+    def __init__(self, group, work):
+        self.group, self.work = group, work
+
+    def done(self):
+        try:
+            return self.work.is_completed()
+        except RuntimeError:
+            return True
+
+    def wait(self):
+        try:
+            self.group._wait(self.work)
+        except PeerFailure:
+            raise
+        except RuntimeError as e:
+            raise self.group._failure(e) from e
 
 
 def make_gloo(store, prefix, rank, world_size, timeout):

@@ -482,7 +482,8 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     (survivors re-form the group), torchrun or stoker.elastic.launch
     (processes restart; state comes from in-memory snapshots in /dev/shm,
     by the first ``snapshot_copies`` local ranks, every ``snapshot_every``
-    steps, by default as often as keeps their cost within 1% of step time
+    steps, by default as often as keeps their whole cost (the wait and the
+    background write) within 1% of step time and at least every 30 s
     (measured), or from the checkpointer), or one plain process.
     """
     runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,

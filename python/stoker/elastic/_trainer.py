@@ -26,6 +26,7 @@ Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
 (see its help): the same modes, the same exactly-once loader.
 """
 import contextlib
+import time
 import types
 
 from . import PeerFailure
@@ -94,6 +95,10 @@ class Trainer:
         self._batch = None  # (epoch, batch index, batch samples, first, end, indices) of the batch in flight
         self._committed = False
         self._join = False
+        self._to_save = None  # a committed step's info, saved (snapshot, checkpoint) when its body ends
+        self._last_commit_time = None
+        self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
+        self._it, self._it_loader = None, None  # the loader's iterator for this epoch (None after a move)
         self._wrap_optimizer_step()
 
     @property
@@ -171,8 +176,16 @@ class Trainer:
             while True:
                 if self._batch is not None and self._failure is None and not self._committed:
                     self._commit_safely(stepped=False)  # the body ended without an optimizer step
+                if self._to_save is not None:
+                    info, self._to_save = self._to_save, None
+                    if self._failure is None:
+                        r._save(info)
                 if self._failure is not None:
                     failure, self._failure, self._batch = self._failure, None, None
+                    if self._ids_pending is not None and not self._ids_pending.done():
+                        failure.in_flight = True  # its group must outlive the collective left waiting
+                    self._ids_pending = None
+                    self._last_commit_time = None  # the recovery is no step
                     self.model = None
                     for p in self.module.parameters():
                         p.grad = None  # the failed attempt's partial gradients: the batch is taken again
@@ -207,6 +220,7 @@ class Trainer:
             st = r.loader.state_dict()
             epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
             if consumed >= len(r.loader):
+                self._it = None
                 if epoch + 1 >= r.epochs:
                     return None
                 r._ensure_loader(epoch + 1)
@@ -219,14 +233,20 @@ class Trainer:
                                 consumed * r.loader.global_batch_size)
             first, end = rank_share(batch_samples, g.world_size, g.rank)
             r.in_flight = True
-            item = next(iter(r.loader))
+            if self._it is None or self._it_loader is not r.loader:
+                # One iterator an epoch: a new one per batch costs the loader its overlap.
+                self._it, self._it_loader = iter(r.loader), r.loader
+            item = next(self._it)
             self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
             self._committed = False
+            self._start_ids()
             return item
 
     def _rebuild(self):
         """DDP over the current group (its constructor broadcasts rank 0's
-        parameters: the same as every rank's after the agreement)."""
+        parameters: the same as every rank's after the agreement). The
+        loader was moved (resharded, rewound): a new iterator follows."""
+        self._it = None
         g = self._r.group
         if g.world_size == 1:
             self.model = self.module
@@ -250,9 +270,13 @@ class Trainer:
             step._with_counter = original._with_counter
         self.optimizer.step = types.MethodType(step, self.optimizer)
 
-    def _commit_ids(self):
-        """The commit's collective: the global batch's sample ids, the
-        members present and joins pending. Raises PeerFailure."""
+    def _start_ids(self):
+        """Starts the commit's collective as the batch is handed out: the
+        global batch's sample ids, the members present and the joins
+        pending, all known now. It runs while the step computes (before
+        DDP's buckets, in the same order on every rank), so the commit only
+        waits for a result that is usually there: one small collective a
+        step, its latency hidden."""
         import torch
         r, g = self._r, self._r.group
         _, _, batch_samples, first, end, indices = self._batch
@@ -262,11 +286,24 @@ class Trainer:
         if g.rank == 0 and r.rendezvous is not None:
             ids[batch_samples] = r.rendezvous.pending_joins()
         ids[batch_samples + 1] = 1
-        g.allreduce(ids, "sum")
-        if int(ids[batch_samples + 1]) != g.world_size:
-            raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
-                int(ids[batch_samples + 1]), r.step + 1, g.world_size))
         self._ids = ids
+        try:
+            self._ids_pending = g.allreduce_async(ids, "sum")
+        except PeerFailure as e:
+            self._ids_pending, self._failure = None, e
+
+    def _commit_ids(self):
+        """Finishes the commit's collective. Raises PeerFailure."""
+        r, g = self._r, self._r.group
+        batch_samples = self._batch[2]
+        if self._failure is not None:
+            raise self._failure
+        pending, self._ids_pending = self._ids_pending, None
+        if pending is not None:
+            pending.wait()
+        if int(self._ids[batch_samples + 1]) != g.world_size:
+            raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
+                int(self._ids[batch_samples + 1]), r.step + 1, g.world_size))
 
     def _commit_safely(self, stepped):
         try:
@@ -290,8 +327,14 @@ class Trainer:
                 "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None,
                 "rank_samples": [int(i) for i in indices] if indices is not None else None}
         r.last_commit = info
+        # The step's wall time (commit to commit), which sets how often snapshots may be taken.
+        now = time.monotonic()
+        if self._last_commit_time is not None:
+            elapsed = now - self._last_commit_time
+            r.step_seconds = elapsed if r.step_seconds is None else 0.9 * r.step_seconds + 0.1 * elapsed
+        self._last_commit_time = now
         if r.on_commit is not None:
             r.on_commit(dict(info))
-        r._save(info)
+        self._to_save = info  # saved once the body is done: after the scheduler's step that follows
         if r.rendezvous is not None and int(ids[batch_samples]) > r.rendezvous.joins_seen:
             self._join = True
