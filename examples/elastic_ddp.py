@@ -39,6 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (to kill workers mid-run)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
+    p.add_argument("--device", default="cpu", help="where the model trains (cuda: DDP on gloo reduces CUDA "
+                                                   "tensors through the host)")
     return p.parse_args(argv)
 
 
@@ -51,11 +53,16 @@ def digest(model):
 
 def check(log_path, num_samples, epochs, global_batch, lr):
     """Problems with the log: samples lost or repeated, replicas that differ, a learning rate off schedule."""
-    problems, steps = [], {}
+    problems, last = [], {}
     with open(log_path) as f:
         for line in f:
             rec = json.loads(line)
-            steps.setdefault(rec["step"], []).append(rec)
+            # A restarted job (torchrun) commits the steps after its snapshot again: the last commit of each
+            # step on each rank is the one the run went on from.
+            last[(rec["step"], rec["rank"])] = rec
+    steps = {}
+    for (step, _), rec in sorted(last.items()):
+        steps.setdefault(step, []).append(rec)
     expected_steps = epochs * -(-num_samples // global_batch)
     missing = sorted(set(range(expected_steps)) - set(steps))
     if missing:
@@ -104,7 +111,7 @@ def main(argv=None):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
-                          nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10))
+                          nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10)).to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
     loader = stoker.Loader(args.data, global_batch_size=args.global_batch, with_indices=True, num_threads=1,
@@ -126,6 +133,7 @@ def main(argv=None):
                                      on_commit=log_step, timeout=args.timeout)
     for images, labels, _ in trainer:
         with trainer.step():
+            images, labels = images.to(args.device, non_blocking=True), labels.to(args.device, non_blocking=True)
             for x, y, weight in trainer.accumulate(images, labels, parts=2):
                 loss = nn.functional.cross_entropy(trainer.model(x), y % 10) * weight
                 loss.backward()

@@ -153,7 +153,10 @@ class _Runner(_saved.Saving):
     def _serialize(self):
         torch = _torch()
         buf = io.BytesIO()
-        torch.save({"state": self._state(), "loader": self.loader.state_dict(), "meta": self._meta()}, buf)
+        # The position just after the last committed step, not the loader's own: a batch taken for the step
+        # in flight is taken again by the new group, on every rank alike.
+        position = self.committed_position if self.committed_position is not None else self.loader.state_dict()
+        torch.save({"state": self._state(), "loader": position, "meta": self._meta()}, buf)
         return buf.getvalue()
 
     # ---- loader -------------------------------------------------------------------
@@ -308,6 +311,7 @@ class _Runner(_saved.Saving):
 
     def run(self):
         self._ensure_loader(0)
+        self.committed_position = self.loader.state_dict()  # nothing committed yet: the start
         if self.mode == "torchrun":
             signal.signal(signal.SIGTERM, _exit_on_sigterm)  # finish the snapshot being written
         try:

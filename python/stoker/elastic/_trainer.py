@@ -35,8 +35,8 @@ from ._runner import _Runner, log
 from .policy import rank_share
 
 # What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
-_PEER_TROUBLE = ("gloo", "Connection closed", "Connection reset", "Timed out", "timed out", "NCCL",
-                 "Broken pipe", "ProcessGroup")
+_PEER_TROUBLE = ("gloo", "Connection closed", "Connection reset", "Timed out", "timed out", "timeout", "NCCL",
+                 "Broken pipe", "ProcessGroup", "pair closure", "reset by peer")
 
 
 class _Extra:
@@ -132,10 +132,18 @@ class Trainer:
         except PeerFailure as e:
             self._failure = e
         except RuntimeError as e:
-            if not any(s in str(e) for s in _PEER_TROUBLE):
+            if not any(s in str(e) for s in _PEER_TROUBLE) and not self._peer_gone():
                 raise
             self._failure = PeerFailure("generation %d: %s" % (self._r.group.generation,
                                                                str(e).splitlines()[0][:300]))
+
+    def _peer_gone(self):
+        """Whether the group's watch (heartbeats, the launcher's marks) sees a member gone."""
+        watch = getattr(self._r.group, "watch", None)
+        try:
+            return watch is not None and watch() is not None
+        except Exception:  # noqa: BLE001 - the store itself is gone: so is the group
+            return True
 
     def loss_weight(self, samples):
         """The factor for the mean loss of ``samples`` of this rank's share,
@@ -163,6 +171,7 @@ class Trainer:
     def __iter__(self):
         r = self._r
         r._ensure_loader(0)
+        r.committed_position = r.loader.state_dict()  # nothing committed yet: the start
         finished = False
         try:
             try:
