@@ -116,11 +116,18 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
         procs[-1].wait()  # reaped, as its parent (a shell, a kubelet) would
     killed_at = time.monotonic()
     first_after = None
+    # Every rank logs its commits in the DDP example: a commit already under way when the kill came is no
+    # recovery. Training goes on when the new group commits: a smaller world (in-process), or a process that
+    # was not there before the kill (a restart).
+    pids_before, world_before = {r.get("pid") for r in before}, max(r["world_size"] for r in before)
+
+    def by_new_group(rec):
+        return per_step or rec["world_size"] != world_before or rec.get("pid") not in pids_before
     while any(p.poll() is None for p in procs[: agents - 1 if kill == "node" else agents]):
         watch.poll()
         if first_after is None:
             for t, rec in watch.stamps:
-                if t > killed_at:
+                if t > killed_at and by_new_group(rec):
                     first_after = (t, rec)
                     break
         if time.monotonic() > deadline:
@@ -158,7 +165,8 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
     t_after, rec_after = first_after
     recovery = t_after - killed_at - step_delay
     # Back where it was: the first step past the last one committed before the kill.
-    back = next((t for t, rec in watch.stamps if t > killed_at and rec["step"] > last_before), None)
+    back = next((t for t, rec in watch.stamps if t > killed_at and rec["step"] > last_before and by_new_group(rec)),
+                None)
     return {"case": name, "recovery_s": round(max(recovery, 0.0), 2),
             "back_s": None if back is None else round(max(back - killed_at - step_delay, 0.0), 2),
             "recomputed_steps": recomputed,

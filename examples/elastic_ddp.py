@@ -119,7 +119,7 @@ def main(argv=None):
 
     def log_step(info):
         if args.log:
-            line = json.dumps({"step": info["step"], "epoch": info["epoch"], "rank": info["rank"],
+            line = json.dumps({"step": info["step"], "epoch": info["epoch"], "rank": info["rank"], "pid": os.getpid(),
                                "world_size": info["world_size"], "lr": optimizer.param_groups[0]["lr"],
                                "samples": info["rank_samples"], "batch": info["samples"],
                                "params_sha256": digest(model)}) + "\n"
