@@ -28,8 +28,8 @@ std::optional<std::string> PackageBesideBinary() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return std::nullopt;
   const fs::path dir = exe.parent_path();
-  for (const fs::path& candidate : {dir / "python", dir.parent_path() / "python",
-                                    dir.parent_path() / "lib" / "stoker" / "python"}) {
+  for (const fs::path& candidate :
+       {dir / "python", dir.parent_path() / "python", dir.parent_path() / "lib" / "stoker" / "python"}) {
     if (fs::exists(candidate / "stoker" / "doctor" / "__main__.py", ec)) return candidate.lexically_normal().string();
   }
   return std::nullopt;

@@ -29,7 +29,7 @@ import contextlib
 import time
 import types
 
-from . import PeerFailure
+from . import ElasticError, PeerFailure
 from ._group import JobFinished
 from ._runner import _Runner, log
 from .policy import rank_share
@@ -245,7 +245,11 @@ class Trainer:
             if self._it is None or self._it_loader is not r.loader:
                 # One iterator an epoch: a new one per batch costs the loader its overlap.
                 self._it, self._it_loader = iter(r.loader), r.loader
-            item = next(self._it)
+            try:
+                item = next(self._it)
+            except StopIteration:  # the loader ended its epoch where its position said it had not
+                raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
+                    epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
             self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
             self._committed = False
             self._start_ids()
@@ -261,7 +265,14 @@ class Trainer:
             self.model = self.module
             return
         from torch.nn.parallel import DistributedDataParallel
-        self.model = DistributedDataParallel(self.module, process_group=g.pg, **self._ddp_kwargs)
+        try:
+            self.model = DistributedDataParallel(self.module, process_group=g.pg, **self._ddp_kwargs)
+        except RuntimeError as e:  # its constructor's collectives met a failed peer: the loop re-forms
+            if not any(s in str(e) for s in _PEER_TROUBLE) and not self._peer_gone():
+                raise
+            self.model = None
+            self._failure = PeerFailure("generation %d: making DDP: %s" % (g.generation,
+                                                                          str(e).splitlines()[0][:300]))
 
     def _wrap_optimizer_step(self):
         trainer, original = self, self.optimizer.step
