@@ -96,24 +96,23 @@ def test_threads_hammering_the_doctor_while_the_loop_runs_break_nothing():
     threads = [threading.Thread(target=other, args=(k,)) for k in ("phase", "phase", "read", "read")]
     for t in threads:
         t.start()
-    closer = threading.Timer(0.5, doc.close)
+    halfway = threading.Event()
+    closer = threading.Thread(target=lambda: (halfway.wait(), doc.close()))
     closer.start()
     batches = 0
-    for _ in doc.batches(range(10 ** 9)):
+    for _ in doc.batches(range(600)):  # the loop goes on after another thread closed the doctor
         batches += 1
         with doc.phase("sync"):
             pass
-        if doc._closed:
-            if batches > 10 ** 5:
-                break
-            if not closer.is_alive():
-                break
+        if batches == 300:
+            halfway.set()
     stop.set()
     for t in threads + [closer]:
         t.join()
     assert not errors, errors
     a = doc.account()
-    assert a["steps"] > 100
+    assert batches == 600
+    assert 299 <= a["steps"] <= 600  # every step before the close counted, however fast the machine
     assert a["host_seconds"]["checkpoint"] == 0.0  # other threads' phases counted nothing
     assert sum(a["seconds"].values()) == pytest.approx(a["wall_s"], rel=1e-9)
 
@@ -291,9 +290,9 @@ def test_ddp_all_reduce_waits_are_communication_and_the_gradients_keep_their_bit
     _, reports, run = run_ddp(stoker_bin, tmp_path, "slow", 2, doctor=True, slow=True)
     # Rank 0 waits in DDP's all-reduce for rank 1's 30 ms each step (10 counted steps).
     waited = reports["0"]["account"]["seconds"]["communication"]
-    assert 0.20 < waited < 0.45, reports["0"]["report"]
+    assert 0.15 < waited < 1.0, reports["0"]["report"]  # 0.3 s planted; the rest is a loaded machine
     assert reports["0"]["verdict"][0]["finding"].startswith("exposed communication"), reports["0"]["report"]
-    assert reports["1"]["account"]["seconds"]["communication"] < 0.1
+    assert reports["1"]["account"]["seconds"]["communication"] < waited / 2
     assert reports["0"]["account"]["steps"] == 10
 
 

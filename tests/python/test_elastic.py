@@ -310,7 +310,7 @@ def test_a_hung_worker_is_noticed_by_its_heartbeat_not_the_collective_timeout(pa
     assert main.returncode == 0, out[-4000:]
     # The heartbeat times out after 3 s (checked every 0.5 s), then the group re-forms: well inside the
     # 30 s the collective would have waited.
-    assert noticed < 8.0, (noticed, out[-4000:])
+    assert noticed < 15.0, (noticed, out[-4000:])  # 4-5 s on an idle machine (the README's figure)
     assert "stopped answering (no heartbeat for" in out, out[-4000:]
     assert "sent no heartbeat for" in out and "killing it" in out, out[-4000:]
     _check_log(tmp_path, "silent")
