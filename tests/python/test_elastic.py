@@ -676,3 +676,28 @@ def test_trainer_takes_in_a_joining_worker(packed, ddp_reference, tmp_path):
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
     assert sizes[0] == 2 and sizes[-1] == 3, sizes
     _assert_params_match(ddp_reference, tmp_path / "join.pt")
+
+
+def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
+    """A GradScaler that finds inf gradients skips optimizer.step(): the batch still commits (stepped
+    False), the step count goes on, and each sample is still seen once. One process: no launcher."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    commits = []
+    trainer = elastic.Trainer(model, opt, _tiny_loader(packed, 16), epochs=2, mode="single",
+                              on_commit=lambda info: commits.append(info))
+    for images, labels, _ in trainer:
+        with trainer.step():
+            loss = torch.nn.functional.cross_entropy(trainer.model(images), labels % 4) * trainer.loss_weight(
+                len(labels))
+            loss.backward()
+            if trainer.global_step + 1 != 3:  # step 3 "found inf gradients"
+                opt.step()
+            opt.zero_grad()
+    assert [c["step"] for c in commits] == list(range(14))
+    assert [c["stepped"] for c in commits] == [i != 3 for i in range(14)]
+    for epoch in range(2):
+        seen = sorted(i for c in commits if c["epoch"] == epoch for i in c["samples"])
+        assert seen == list(range(NUM_SAMPLES))
+    assert trainer.summary.steps == 14
