@@ -81,6 +81,8 @@ with open("%s.%d" % (out, rank), "w") as f:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--extra", type=float, help="one setting of extra compute per step (seconds)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="stoker-elastic-overhead-")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), os.path.join(work, "img"),
@@ -92,17 +94,18 @@ def main():
     with open(script, "w") as f:
         f.write(WORKER)
     rows = []
-    for extra in (0.0, 0.05):
+    for extra in (0.0, 0.05) if args.extra is None else (args.extra,):
         per_mode = {}
         for _ in range(args.repeats):
             for mode in ("plain", "trainer"):
                 out = os.path.join(work, "r-%s-%s-%f" % (mode, time.monotonic(), extra))
                 run = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", "--standalone",
-                                      "--nproc-per-node", "3", "--max-restarts", "0", script, mode, data, str(extra),
+                                      "--nproc-per-node", str(args.workers), "--max-restarts", "0", script, mode,
+                                      data, str(extra),
                                       out], capture_output=True, text=True)
                 if run.returncode != 0:
                     raise SystemExit("%s run failed:\n%s" % (mode, run.stdout[-3000:] + run.stderr[-3000:]))
-                ms = [json.load(open("%s.%d" % (out, r)))["step_ms"] for r in range(3)]
+                ms = [json.load(open("%s.%d" % (out, r)))["step_ms"] for r in range(args.workers)]
                 per_mode.setdefault(mode, []).append(statistics.median(ms))
         plain, trainer = statistics.median(per_mode["plain"]), statistics.median(per_mode["trainer"])
         rows.append({"extra_compute_ms": 1000 * extra, "plain_step_ms": plain, "trainer_step_ms": trainer,
