@@ -367,18 +367,28 @@ class _Runner(_saved.Saving):
         raises PeerFailure when a collective fails."""
         torch = _torch()
         while True:
+            position = self._next_position()
+            if position is None:
+                return False
+            if not self._one_step(torch, *position):
+                return True
+
+    def _next_position(self):
+        """(epoch, batch index, samples in the epoch) of the next batch to
+        train, moving to the next epoch (and its loader) at an epoch's end;
+        None when the run's epochs are done."""
+        while True:
             st = self.loader.state_dict()
             epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
             if consumed >= len(self.loader):
                 if epoch + 1 >= self.epochs:
-                    return False
+                    return None
                 self._ensure_loader(epoch + 1)
                 self.loader.set_epoch(epoch + 1)
                 continue
             if epoch >= self.epochs:
-                return False
-            if not self._one_step(torch, epoch, consumed, int(st["num_samples"])):
-                return True
+                return None
+            return epoch, consumed, int(st["num_samples"])
 
     def _one_step(self, torch, epoch, batch_index, num_samples):
         g = self.group

@@ -98,7 +98,7 @@ class Trainer:
         self._to_save = None  # a committed step's info, saved (snapshot, checkpoint) when its body ends
         self._last_commit_time = None
         self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
-        self._it, self._it_loader = None, None  # the loader's iterator for this epoch (None after a move)
+        self._it, self._it_at = None, None  # the loader's iterator, and the (loader, epoch) it is for
         self._wrap_optimizer_step()
 
     @property
@@ -225,35 +225,26 @@ class Trainer:
 
     def _next_batch(self):
         r = self._r
-        while True:
-            st = r.loader.state_dict()
-            epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
-            if consumed >= len(r.loader):
-                self._it = None
-                if epoch + 1 >= r.epochs:
-                    return None
-                r._ensure_loader(epoch + 1)
-                r.loader.set_epoch(epoch + 1)
-                continue
-            if epoch >= r.epochs:
-                return None
-            g = r.group
-            batch_samples = min(r.loader.global_batch_size, int(st["num_samples"]) -
-                                consumed * r.loader.global_batch_size)
-            first, end = rank_share(batch_samples, g.world_size, g.rank)
-            r.in_flight = True
-            if self._it is None or self._it_loader is not r.loader:
-                # One iterator an epoch: a new one per batch costs the loader its overlap.
-                self._it, self._it_loader = iter(r.loader), r.loader
-            try:
-                item = next(self._it)
-            except StopIteration:  # the loader ended its epoch where its position said it had not
-                raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
-                    epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
-            self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
-            self._committed = False
-            self._start_ids()
-            return item
+        position = r._next_position()
+        if position is None:
+            return None
+        epoch, consumed, num_samples = position
+        g = r.group
+        batch_samples = min(r.loader.global_batch_size, num_samples - consumed * r.loader.global_batch_size)
+        first, end = rank_share(batch_samples, g.world_size, g.rank)
+        r.in_flight = True
+        if self._it is None or self._it_at != (r.loader, epoch):
+            # One iterator an epoch: a new one per batch costs the loader its overlap.
+            self._it, self._it_at = iter(r.loader), (r.loader, epoch)
+        try:
+            item = next(self._it)
+        except StopIteration:  # the loader ended its epoch where its position said it had not
+            raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
+                epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
+        self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
+        self._committed = False
+        self._start_ids()
+        return item
 
     def _rebuild(self):
         """DDP over the current group (its constructor broadcasts rank 0's
