@@ -9,6 +9,15 @@ import pytest
 SOURCE_DIR = pathlib.Path(os.environ.get("STOKER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 
 
+def fake_nvml_library():
+    """The test double of NVML the build makes (tests/share/fake_nvml.cc); skips when it is not built."""
+    path = os.environ.get("STOKER_FAKE_NVML") or str(
+        SOURCE_DIR / "build" / "release" / "fake-gpu" / "nvml" / "libnvidia-ml.so.1")
+    if not os.path.exists(path):
+        pytest.skip("the fake NVML is not built (%s)" % path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def stoker_bin():
     path = os.environ.get("STOKER_BIN", str(SOURCE_DIR / "build" / "release" / "stoker"))

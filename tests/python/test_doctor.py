@@ -3,12 +3,12 @@ the CPU: host clocks only), its verdict, its Prometheus text (parsed by
 prometheus-client's parser) and its trace (Trace Event format)."""
 import json
 import os
-import pathlib
 import time
 import urllib.request
 
 import pytest
 
+from conftest import fake_nvml_library
 from stoker.doctor import CATEGORIES, Doctor, _advice
 from stoker.doctor.testing import FakeClock, FakeGpuQueue, Planted
 
@@ -317,14 +317,6 @@ def test_tiny_launches_are_launch_bound_with_a_busy_source_and_compute_without()
             # Events alone cannot see idle time inside a step: it stays compute, and the report says so.
             assert account["share"]["compute"] == pytest.approx(1.0, abs=1e-6)
             assert any("launch gaps inside a step count as compute" in w for w in doc.cannot_see)
-
-
-def fake_nvml_library():
-    path = os.environ.get("STOKER_FAKE_NVML") or str(
-        pathlib.Path(__file__).resolve().parents[2] / "build" / "release" / "fake-gpu" / "nvml" / "libnvidia-ml.so.1")
-    if not os.path.exists(path):
-        pytest.skip("the fake NVML is not built (%s)" % path)
-    return path
 
 
 def test_nvml_utilisation_estimates_launch_gaps_events_cannot_see(tmp_path, monkeypatch):

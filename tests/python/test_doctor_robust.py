@@ -3,12 +3,12 @@ own (a port taken, a GPU timer that fails, another thread closing it), it
 counts what a training step is (optimizer steps, not evaluation batches or
 warm-up), and it reads the process's own GPU from NVML."""
 import os
-import pathlib
 import socket
 import threading
 
 import pytest
 
+from conftest import fake_nvml_library
 from stoker.doctor import Doctor, _auto
 from stoker.doctor.testing import FakeClock, FakeGpuQueue
 
@@ -150,14 +150,6 @@ def test_optimizer_steps_evaluation_and_warmup_are_told_apart():
     report = doc.report()
     assert "14 batches in 7 steps (gradient accumulation)" in report
     assert "the first 2 steps as warm-up" in report and "6 evaluation batches" in report
-
-
-def fake_nvml_library():
-    path = os.environ.get("STOKER_FAKE_NVML") or str(
-        pathlib.Path(__file__).resolve().parents[2] / "build" / "release" / "fake-gpu" / "nvml" / "libnvidia-ml.so.1")
-    if not os.path.exists(path):
-        pytest.skip("the fake NVML is not built (%s)" % path)
-    return path
 
 
 @pytest.mark.parametrize("visible,expected", [("1", 70.0), ("1,0", 70.0), ("0", 10.0), (None, 10.0)])
@@ -340,3 +332,31 @@ def test_stoker_doctor_keeps_the_loop_running_when_its_port_is_taken(stoker_bin,
     assert "port %d is in use; serving metrics on" % port in run.stderr
     report = json.loads(next(out.glob("rank-*.json")).read_text())
     assert report["account"]["steps"] == 10
+
+
+def test_stoker_doctor_counts_optimizer_steps_and_evaluation_through_its_hooks(stoker_bin, tmp_path):
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(12)]\n"
+        "for i, (x, y) in enumerate(torch.utils.data.DataLoader(data, batch_size=None)):\n"
+        "    torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "    if i % 2 == 1:  # gradient accumulation over 2 micro-batches\n"
+        "        opt.step(); opt.zero_grad()\n"
+        "with torch.no_grad():\n"
+        "    for x, y in torch.utils.data.DataLoader(data[:5], batch_size=None):\n"
+        "        model(x)\n")
+    out = tmp_path / "doctor"
+    run = subprocess.run([stoker_bin, "doctor", "--out", str(out), "--", sys.executable, str(script)],
+                         env=dict(os.environ, STOKER_PYTHON=sys.executable, STOKER_DOCTOR_WARMUP="0"),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    account = json.loads(next(out.glob("rank-*.json")).read_text())["account"]
+    # The first optimizer step comes at the second batch: until then each batch is a step of its own.
+    assert account["steps"] == 7 and account["micro_batches"] == 12, account
+    assert account["evaluation"]["batches"] == 5

@@ -101,7 +101,7 @@ def _wrap_method(cls, name, make):
     setattr(cls, name, wrapper)
 
 
-def _next_batch(fetch, loader=None):
+def _next_batch(fetch):
     d = doctor()
     return fetch() if d is None else d.next_batch(fetch)
 

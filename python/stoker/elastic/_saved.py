@@ -169,3 +169,14 @@ class Saving:
             self.last_snapshot_step = self.step
         if need_ckpt:
             ckpt.save(self.step, state, loader=self.loader, extra=extra)
+
+    def _close(self, finished):
+        if self.checkpoint_args is not None and self.checkpointer is not None:
+            self.checkpointer.close()  # opened here: the last persist becomes durable
+        if self.snapshots is not None:
+            self.snapshots.close()
+            if finished:  # the snapshots served their purpose; tmpfs is memory
+                shutil.rmtree(self.snapshot_own, ignore_errors=True)
+                remove_dead_agents_snapshots(self.snapshot_base)
+        if self.rendezvous is not None:
+            self.rendezvous.close()

@@ -31,7 +31,7 @@ import types
 
 from . import ElasticError, PeerFailure
 from ._group import JobFinished
-from ._runner import _Runner, log
+from ._runner import _Runner
 from .policy import rank_share
 
 # What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
@@ -170,18 +170,10 @@ class Trainer:
 
     def __iter__(self):
         r = self._r
-        r._ensure_loader(0)
-        r.committed_position = r.loader.state_dict()  # nothing committed yet: the start
         finished = False
         try:
-            try:
-                r._form_group()
-                r._agree_and_sync()
-            except PeerFailure as e:
-                r._on_failure(e)
+            r._begin()
             self._rebuild()
-            if r.step >= 0:
-                r.summary.restored_step = r.step
             while True:
                 if self._batch is not None and self._failure is None and not self._committed:
                     self._commit_safely(stepped=False)  # the body ended without an optimizer step
@@ -211,12 +203,10 @@ class Trainer:
                 if item is None:
                     break
                 yield item
-            if r.rendezvous is not None:
-                r.rendezvous.finish(r.step)
+            r._done()
             finished = True
         except JobFinished as e:
-            log.warning("%s; nothing left to do", e)
-            r.summary.left_behind = True
+            r._left_behind(e)
             finished = True
         finally:
             r._close(finished)

@@ -1,0 +1,175 @@
+"""The runner's membership: forming a group (torchrun's, or the in-process
+rendezvous' generations), agreeing on the newest committed step and handing
+its state to whoever is behind or new, re-forming after a failure or a join,
+and the start and end of a run. Mixed into _Runner, whose attributes it
+uses."""
+import gc
+import io
+import logging
+import os
+import time
+
+from . import ElasticError, PeerFailure
+from ._group import Group, Rendezvous
+
+log = logging.getLogger("stoker.elastic")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class Membership:
+    def _form_group(self):
+        if self.mode == "single":
+            self.group = Group(None, 0, 1, 0)
+        elif self.mode == "torchrun":
+            # torch's own env:// initialisation knows how each version shares the store between rounds.
+            import datetime
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                try:
+                    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.timeout))
+                except RuntimeError as e:
+                    raise PeerFailure("could not form the group of this round: %s" % e) from e
+            pg, device_pg = dist.distributed_c10d._get_default_group(), None
+            if dist.get_backend(pg) != "gloo":
+                # The program's own group (NCCL) takes CUDA tensors only: the runner's host tensors (sample
+                # ids, agreement, the state's bytes) go through a gloo group beside it, the gradients through
+                # the program's group.
+                device_pg = pg
+                pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+            self.group = Group(pg, dist.get_rank(), dist.get_world_size(),
+                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device_pg=device_pg)
+        else:
+            if self.rendezvous is None:
+                lo, hi = os.environ.get("STOKER_ELASTIC_NNODES_WORKERS", "1:1").split(":")
+                self.rendezvous = Rendezvous(os.environ["STOKER_ELASTIC_STORE"], int(lo), int(hi),
+                                             timeout=self.timeout, join_timeout=self.join_timeout,
+                                             rendezvous_timeout=self.rendezvous_timeout)
+                if int(self.rendezvous.store.add("gen", 0)) > 0:
+                    self.rendezvous.request_join()  # a group is running: ask it to make room
+            previous_generation = self.group.generation if self.group is not None else 0
+            self.group, self.members = self.rendezvous.next_group(self.members or None, previous_generation)
+        self.summary.world_sizes.append(self.group.world_size)
+
+    def _agree_and_sync(self):
+        """Agree on the newest state among the group and give it to everyone.
+        Every decision here comes from a reduction, so all ranks take the
+        same branch."""
+        torch = _torch()
+        g = self.group
+        _test_fault(g.generation)
+
+        def reduce(value, op):
+            return int(g.allreduce(torch.tensor([value], dtype=torch.int64), op)[0])
+
+        saved = self._newest_saved_step() if self.step < 0 else None
+        have = max(self.step, -1 if saved is None else saved)
+        hi = reduce(have, "max")
+        src = reduce(g.rank if have == hi else 1 << 30, "min")
+        if g.rank == src and self.step < hi:
+            self._load_saved()  # the newest state is on this rank's storage (an older one if that is corrupt)
+        src_step = reduce(self.step if g.rank == src else -2, "max")
+        behind = reduce(int(self.step != src_step), "max")
+        if g.world_size > 1 and (behind or src_step < 0):
+            # Someone is behind or new, or everyone starts fresh (random inits differ): send the source's state.
+            payload = self._serialize() if g.rank == src else None
+            size = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
+            g.broadcast(size, src)
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
+                torch.empty(int(size[0]), dtype=torch.uint8)
+            g.broadcast(data, src)
+            if g.rank != src:
+                # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
+                # the group's store and network are the job's own, as for torch's own collectives.
+                kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
+                # Onto this rank's own device: the source's tensors may be on another GPU.
+                received = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self._device(), **kwargs)
+                self._apply(received["state"], received["loader"], received["meta"])
+        if self.rendezvous is not None:
+            self.rendezvous.joins_seen = reduce(self.rendezvous.joins_seen, "max")
+        self._reshard()
+        if self.committed_position is not None:
+            # Back to just after the agreed step: the batch taken for the step in flight is taken again.
+            self.loader.load_state_dict(self.committed_position)
+        if g.rank == 0 and self.last_commit is not None and self.on_commit is not None and \
+                not self.on_commit_all_ranks:
+            # The old rank 0 may have died before reporting the last committed step: report it again
+            # (when every rank reports its own commits, none is missing).
+            info = dict(self.last_commit)
+            info["replayed"] = True
+            self.on_commit(info)
+
+    def _reconfigure(self, why, in_flight=False):
+        start = time.monotonic()
+        if self.in_flight:
+            self.summary.recomputed_steps += 1
+            self.in_flight = False
+        log.warning("rank %d of %d (generation %d): %s; re-forming the group", self.group.rank, self.group.world_size,
+                    self.group.generation, why)
+        # Close this rank's connections of the broken group now: a peer blocked on data this rank will never
+        # send then fails at once instead of after the collective timeout (in a ring of 4 or more, the dead
+        # rank's neighbours see the failure first, the others only through them). Unless a collective was
+        # left in flight (a hung peer noticed by its heartbeat): destroying that group would wait for gloo's
+        # timeout, so it is kept until then.
+        now = time.monotonic()
+        self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < self.timeout + 5.0]
+        if in_flight:
+            self.graveyard.append((now, self.group.pg))
+        self.group.pg = None
+        gc.collect()
+        self.summary.reconfigurations += 1
+        deadline = start + self.rendezvous_timeout
+        while True:
+            try:
+                self._form_group()
+                self._agree_and_sync()
+                break
+            except PeerFailure as e:  # a failure during the reconfiguration itself: try the next generation
+                if time.monotonic() > deadline:
+                    raise ElasticError("could not re-form the group within %.0f s: %s" % (self.rendezvous_timeout,
+                                                                                          e)) from e
+                log.warning("reconfiguration failed (%s); trying again", e)
+        self.summary.recovery_seconds.append(time.monotonic() - start)
+        log.info("training goes on at step %d with %d workers (%.2f s to recover)", self.step + 1,
+                 self.group.world_size, time.monotonic() - start)
+
+    def _begin(self):
+        """Forms the first group and agrees on where to start (a restored
+        state, or the source's); run() and Trainer start here."""
+        self._ensure_loader(0)
+        self.committed_position = self.loader.state_dict()  # nothing committed yet: the start
+        try:
+            self._form_group()
+            self._agree_and_sync()
+        except PeerFailure as e:
+            self._on_failure(e)
+        if self.step >= 0:
+            self.summary.restored_step = self.step
+
+    def _done(self):
+        """The epochs are trained: workers still trying to join are told to stop."""
+        if self.rendezvous is not None:
+            self.rendezvous.finish(self.step)
+
+    def _left_behind(self, error):
+        log.warning("%s; nothing left to do", error)
+        self.summary.left_behind = True
+
+    def _on_failure(self, error):
+        if self.mode != "in_process":
+            log.error("rank %s: %s; exiting so that the launcher restarts the group from the last snapshot "
+                      "(step %d)", self.group.rank if self.group else "?", error, self.step)
+            raise SystemExit(1)
+        self._reconfigure(str(error), getattr(error, "in_flight", False))
+
+
+def _test_fault(generation):
+    """Fault injection for the tests: this worker dies as generation `generation` syncs its state."""
+    spec = os.environ.get("STOKER_ELASTIC_TEST_DIE_AT_GENERATION")
+    if spec and int(spec) == generation and os.environ.get("LOCAL_RANK") == os.environ.get(
+            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
+        log.warning("test fault: dying while generation %d syncs", generation)
+        os._exit(3)
