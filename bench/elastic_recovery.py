@@ -33,6 +33,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "elastic_train.py")
 DDP_EXAMPLE = os.path.join(ROOT, "examples", "elastic_ddp.py")  # the program's own DDP loop: stoker.elastic.Trainer
+PLAIN_DDP = os.path.join(ROOT, "bench", "plain_ddp.py")  # the same loop without stoker: torch.save, torchrun
 
 
 def free_port():
@@ -89,9 +90,10 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
         os.remove(log)
     env = dict(os.environ, **env_extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH"), os.path.join(ROOT, "examples")] if p)
+    source = os.path.join(os.path.dirname(data), "img") if example == PLAIN_DDP else data
     cmd = [sys.executable, "-m", "stoker.elastic.launch"] + launch_args + [
-        example, "--data", data, "--epochs", "3", "--global-batch", "16", "--log", log, "--step-delay",
-        str(step_delay), "--timeout", "10"] + example_extra
+        example, "--images" if example == PLAIN_DDP else "--data", source, "--epochs", "3", "--global-batch", "16",
+        "--log", log, "--step-delay", str(step_delay), "--timeout", "10"] + example_extra
     per_step = example == EXAMPLE  # the DDP example logs a line per step and rank
     procs = []
     for i in range(agents):
@@ -215,6 +217,13 @@ def main():
             launch_args=["--nnodes", "%d:%d" % (n - 1, n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                          "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", "b%d" % port], example_extra=[],
             kill="node", env_extra=tuned_env, agents=n),
+        # The peer: the same DDP loop without stoker (torchvision, DistributedSampler, torch.save every 10
+        # steps), restarted by torchrun with its defaults (through stoker's launcher only for Debian's torch
+        # 1.13 on Python 3.11).
+        "plain_ddp_torchrun": lambda port: dict(
+            launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults,
+            example_extra=["--checkpoint", os.path.join(work, "plain%d.pt" % port), "--checkpoint-every", "10"],
+            kill="worker", env_extra=default_env, example=PLAIN_DDP),
         "torchrun_defaults": lambda port: dict(
             launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults, example_extra=ckpt("d%d" % port),
             kill="worker", env_extra=default_env),

@@ -52,9 +52,10 @@ class Group:
     destroyed before gloo's own timeout ends it, or the destructor waits
     for it."""
 
-    def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None):
+    def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None, probe=None):
         self.pg, self.rank, self.world_size, self.generation = pg, rank, world_size, generation
         self.watch, self.poll = watch, poll
+        self.probe = probe if probe is not None else watch  # the watch's answer, asked of the store now
         # A device group (the program's NCCL group) takes the CUDA tensors; ``pg`` (gloo) the host's.
         self.device_pg = device_pg
 
@@ -65,15 +66,18 @@ class Group:
         if self.watch is None:
             work.wait()
             return
-        timeout = datetime.timedelta(seconds=self.poll)
+        # Short slices: the watch answers from memory (the heartbeat thread asks the store), so looking
+        # often costs nothing; it asks for members to be checked only once a wait lasts `poll` seconds.
+        slice_ = datetime.timedelta(seconds=min(self.poll, 0.1))
+        start = time.monotonic()
         while True:
             try:
-                work.wait(timeout)
+                work.wait(slice_)
                 return
             except RuntimeError as e:
                 if "Operation timed out!" not in str(e):  # the collective itself failed
                     raise
-            gone = self.watch()
+            gone = self.watch(time.monotonic() - start >= self.poll)
             if gone is not None:
                 failure = PeerFailure("generation %d: %s" % (self.generation, gone))
                 failure.in_flight = True
@@ -152,6 +156,12 @@ def connect_store(endpoint, timeout, is_master=False):
         dist.TCPStore(host or "127.0.0.1", int(port), None, False, timeout=datetime.timedelta(seconds=timeout))
 
 
+def _local_beat_file():
+    """The file this worker touches for its launcher (in-process mode), or None."""
+    folder = os.environ.get("STOKER_ELASTIC_BEAT_DIR")
+    return os.path.join(folder, str(os.getpid())) if folder else None
+
+
 def worker_id():
     return "%s-%d" % (socket.gethostname(), os.getpid())
 
@@ -164,7 +174,16 @@ def _peek(store, key):
 
 class Rendezvous:
     """The in-process mode's membership, over a store that outlives any worker
-    (the launcher hosts it)."""
+    (the launcher hosts it).
+
+    Threads: the heartbeat thread owns its own store client. It bumps this
+    worker's heartbeat and, while the main thread waits in a collective,
+    checks the group's members for it, so that the main thread never makes
+    a store call while it waits: on a cut-off network a store call blocks
+    until the network returns, and the watch must still answer. A second
+    thread touches a local file the launcher watches (not the store: a
+    worker cut off from the store is alive and rejoins when the network
+    returns; its launcher must not kill it)."""
 
     def __init__(self, endpoint, min_size, max_size, timeout=30.0, join_timeout=10.0, rendezvous_timeout=600.0,
                  heartbeat_interval=0.25, heartbeat_timeout=3.0, settle=1.0):
@@ -175,29 +194,125 @@ class Rendezvous:
         self.id = worker_id()
         self.store = connect_store(endpoint, rendezvous_timeout)
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.last_beat_ok = time.monotonic()  # when this worker's heartbeat last reached the store
+        self._watch_request = None  # (members, generation, when asked): set by the main thread while it waits
+        self._verdict = None  # (members, generation, why gone or None): the heartbeat thread's answer
+        self._seen_beats = {}  # what the heartbeat thread's checks saw, published for the rendezvous
+        self.joins_seen = 0
+        self._joins_wanted, self._joins_read = False, None  # pending_joins(): asked for, and the last read
         self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_interval,), daemon=True,
                                       name="stoker-elastic-heartbeat")
         self._beat.start()
-        self.joins_seen = 0
-        self.beats = {}  # member -> (heartbeat count, when it last moved), kept across groups
+        self._beat_file = _local_beat_file()
+        self._local_beat = None
+        if self._beat_file is not None:
+            self._local_beat = threading.Thread(target=self._local_heartbeat, args=(heartbeat_interval,),
+                                                daemon=True, name="stoker-elastic-local-heartbeat")
+            self._local_beat.start()
 
     def _heartbeat(self, interval):
-        store = connect_store(self.endpoint, self.rendezvous_timeout)  # its own connection: clients are not shared
+        store = None
+        beats = {}  # member -> (heartbeat count, when it last moved), this thread's own
+        last_check = 0.0
+        while True:
+            self._wake.wait(interval)  # a tick, or the main thread asking for a check at once
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if store is None:
+                    store = connect_store(self.endpoint, self.rendezvous_timeout)  # clients are not shared
+                store.add("hb/" + self.id, 1)
+                self.last_beat_ok = time.monotonic()
+                if self._joins_wanted:
+                    self._joins_read = int(store.add("joins", 0))
+                request = self._watch_request
+                now = time.monotonic()
+                # Members are checked while the main thread waits, every 0.5 s at most: 2 store calls each.
+                if request is not None and now - request[2] < 4 * interval + 1.0 and now - last_check >= 0.45:
+                    last_check = now
+                    members, generation, _ = request
+                    why = self._gone(store, members, beats) or self._went_on(store, generation)
+                    self._seen_beats = dict(beats)
+                    self._verdict = (members, generation, why)
+            except Exception:  # noqa: BLE001 - the store is unreachable: the main thread's own calls say so
+                store = None  # a client whose call failed may be out of step with the server: a new one
+
+    def _local_heartbeat(self, interval):
         while not self._stop.wait(interval):
             try:
-                store.add("hb/" + self.id, 1)
-            except Exception:  # the store went away: the main thread's next store call says so
+                os.utime(self._beat_file)
+            except FileNotFoundError:
+                try:
+                    with open(self._beat_file, "a"):
+                        pass
+                except OSError:
+                    return  # the launcher's folder is gone: it is not watching
+            except OSError:
                 return
 
+    def watch(self, members, generation):
+        """The group's watch: why one of ``members`` no longer takes part in
+        ``generation``, or None; it never blocks. ``check(False)`` looks
+        only at this worker's own heartbeat (a short wait). The answer comes from the
+        heartbeat thread's last check (asked for here; a member whose
+        heartbeat stopped is found within heartbeat_timeout plus a poll),
+        or says that this worker itself is cut off: its own heartbeat has
+        not reached the store for heartbeat_timeout, so the others are
+        going on without it."""
+        members = tuple(members)
+
+        def check(members_too=True):
+            now = time.monotonic()
+            if now - self.last_beat_ok > self.heartbeat_timeout:
+                return ("this worker's heartbeat has not reached the store for %.1f s (cut off from the job?); the "
+                        "others go on without it" % (now - self.last_beat_ok))
+            if not members_too:
+                return None
+            asked, self._watch_request = self._watch_request, (members, generation, now)
+            if asked is None or now - asked[2] > 1.0:
+                self._wake.set()  # a new wait: the first check at once, not at the next tick
+            verdict = self._verdict
+            if verdict is not None and verdict[0] == members and verdict[1] == generation:
+                return verdict[2]
+            return None
+        return check
+
+    def probe(self, members):
+        """Why one of ``members`` is gone, asked of the store now (it blocks
+        while the store is unreachable, unless this worker already knows it
+        is cut off)."""
+        now = time.monotonic()
+        if now - self.last_beat_ok > self.heartbeat_timeout:
+            return "this worker's heartbeat has not reached the store for %.1f s" % (now - self.last_beat_ok)
+        return self._gone(self.store, members, dict(self._seen_beats))
+
     def close(self):
+        """Stops the heartbeats; the launcher then no longer watches this
+        worker (the program may go on with other work for as long as it
+        likes)."""
         self._stop.set()
+        self._wake.set()
+        if self._local_beat is not None:
+            self._local_beat.join(timeout=5.0)  # not touching the file again once it is removed
+            try:
+                os.unlink(self._beat_file)
+            except OSError:
+                pass
 
     def finish(self, step):
         """Tells workers still trying to join that the job is over."""
         self.store.set("finished", str(step))
 
     def pending_joins(self):
-        return int(self.store.add("joins", 0))
+        """How many workers have asked to join so far, as the heartbeat
+        thread last read it (at most a heartbeat old): rank 0 asks every
+        step, and a store call of its own would block the step while the
+        store is unreachable."""
+        self._joins_wanted = True
+        joins = self._joins_read
+        return self.joins_seen if joins is None else max(joins, self.joins_seen)
 
     def request_join(self):
         self.store.add("joins", 1)
@@ -227,7 +342,7 @@ class Rendezvous:
             self.store.set("g%d/m%d" % (generation, index), self.id)
             size = self._wait_close(generation, previous, start, current)
             if index < size:
-                self.joins_seen = self.pending_joins()
+                self.joins_seen = int(self.store.add("joins", 0))
                 members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
                 try:
                     pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
@@ -235,30 +350,40 @@ class Rendezvous:
                     raise PeerFailure("generation %d could not connect: %s" % (generation, e)) from e
                 log.info("generation %d: rank %d of %d", generation, index, size)
                 others = [m for m in members if m != self.id]
-                return Group(pg, index, size, generation, watch=lambda: self.gone(others)), members
+                return Group(pg, index, size, generation, watch=self.watch(others, generation),
+                             probe=lambda: self.probe(others)), members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
             previous = None
             self.request_join()
 
-    def gone(self, members):
+    def _gone(self, store, members, beats):
         """Why one of ``members`` no longer takes part (reaped by its launcher,
         or its heartbeat silent past heartbeat_timeout), or None. 2 store
-        calls a member."""
+        calls a member, on ``store`` (the calling thread's client)."""
         now = time.monotonic()
         for m in members:
-            if _peek(self.store, "dead/" + m) is not None:
+            if _peek(store, "dead/" + m) is not None:
                 return "%s died (its launcher reaped it)" % m
-            if not self._alive(m, self.beats, now):
+            if not self._alive(store, m, beats, now):
                 return "%s stopped answering (no heartbeat for %.1f s: hung, stopped or cut off)" % (
-                    m, now - self.beats[m][1])
+                    m, now - beats[m][1])
         return None
 
-    def _alive(self, member, beats, now):
+    @staticmethod
+    def _went_on(store, generation):
+        """Whether the group went on to a later generation without this
+        worker (it was cut off for a while, and the others left it behind)."""
+        latest = int(store.add("gen", 0))
+        if latest > generation:
+            return "the group went on to generation %d without this worker" % latest
+        return None
+
+    def _alive(self, store, member, beats, now):
         """Whether `member` still runs: not reaped by its launcher, and its heartbeat moved lately."""
-        if _peek(self.store, "dead/" + member) is not None:
+        if _peek(store, "dead/" + member) is not None:
             return False
-        value = int(self.store.add("hb/" + member, 0))
+        value = int(store.add("hb/" + member, 0))
         seen = beats.get(member)
         if seen is None or seen[0] != value:
             beats[member] = (value, now)
@@ -271,7 +396,7 @@ class Rendezvous:
         # once every member of the last generation is gone. Otherwise a newcomer could close a group of its
         # own beside the running one.
         running = self.members(current) if previous is None and current > 0 else []
-        beats = self.beats  # what the group's watch already saw: a member it found silent stays so
+        beats = dict(self._seen_beats)  # what the group's watch already saw: a member it found silent stays so
         last_count, last_change = -1, time.monotonic()
         opened = time.monotonic()
         while True:
@@ -286,9 +411,9 @@ class Rendezvous:
             if count != last_count:
                 last_count, last_change = count, now
             registered = {_peek(self.store, "g%d/m%d" % (generation, i)) for i in range(count)} - {None}
-            waiting_for = [m for m in expected_old if m not in registered and self._alive(m, beats, now)]
+            waiting_for = [m for m in expected_old if m not in registered and self._alive(self.store, m, beats, now)]
             ready = False
-            if running and any(m not in registered and self._alive(m, beats, now) for m in running):
+            if running and any(m not in registered and self._alive(self.store, m, beats, now) for m in running):
                 pass  # a newcomer: the running group's members close this generation when they come
             elif count >= self.max_size:
                 ready = True

@@ -3,6 +3,7 @@ rendezvous' generations), agreeing on the newest committed step and handing
 its state to whoever is behind or new, re-forming after a failure or a join,
 and the start and end of a run. Mixed into _Runner, whose attributes it
 uses."""
+import ctypes
 import gc
 import io
 import logging
@@ -154,6 +155,18 @@ class Membership:
         if self.rendezvous is not None:
             self.rendezvous.finish(self.step)
 
+    def _release_groups(self):
+        """At the end of the run: a group left with a collective in flight
+        (a peer cut off or hung, whose connections never closed) would make
+        its destructor, and so the program's exit, wait for gloo's timeout.
+        Such a group is never destroyed: the process ends with it."""
+        now = time.monotonic()
+        for when, pg in self.graveyard:
+            if pg is not None and now - when < self.timeout + 5.0:
+                _keep_forever.append(pg)
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))  # not even at interpreter shutdown
+        self.graveyard = []
+
     def _left_behind(self, error):
         log.warning("%s; nothing left to do", error)
         self.summary.left_behind = True
@@ -164,6 +177,9 @@ class Membership:
                       "(step %d)", self.group.rank if self.group else "?", error, self.step)
             raise SystemExit(1)
         self._reconfigure(str(error), getattr(error, "in_flight", False))
+
+
+_keep_forever = []  # groups whose destructor would wait for a collective that never ends
 
 
 def _test_fault(generation):

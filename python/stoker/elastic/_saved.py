@@ -178,5 +178,6 @@ class Saving:
             if finished:  # the snapshots served their purpose; tmpfs is memory
                 shutil.rmtree(self.snapshot_own, ignore_errors=True)
                 remove_dead_agents_snapshots(self.snapshot_base)
+        self._release_groups()
         if self.rendezvous is not None:
             self.rendezvous.close()

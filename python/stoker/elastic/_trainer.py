@@ -138,10 +138,10 @@ class Trainer:
                                                                str(e).splitlines()[0][:300]))
 
     def _peer_gone(self):
-        """Whether the group's watch (heartbeats, the launcher's marks) sees a member gone."""
-        watch = getattr(self._r.group, "watch", None)
+        """Whether the group's watch (heartbeats, the launcher's marks) sees a member gone, asked now."""
+        probe = getattr(self._r.group, "probe", None)
         try:
-            return watch is not None and watch() is not None
+            return probe is not None and probe() is not None
         except Exception:  # noqa: BLE001 - the store itself is gone: so is the group
             return True
 

@@ -20,10 +20,12 @@ times --nproc-per-node).
 import argparse
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 log = logging.getLogger("stoker.elastic")
@@ -144,14 +146,20 @@ def _host_or_join_store(endpoint, join_only, timeout=600.0):
         raise SystemExit("stoker.elastic.launch: --join: no job runs at %s (%s)" % (endpoint, str(e).splitlines()[0]))
 
 
-def _silent(store, worker, pid, beats, now, after):
-    """Whether the worker's heartbeat, once seen moving, has not moved for ``after`` seconds."""
-    from ._group import _peek
-    value = _peek(store, "hb/" + worker)
-    if value is None:
-        return False  # not started beating yet (importing torch, connecting)
-    seen = beats.get(pid)
-    if seen is None or seen[0] != value:
+def _silent(beat_file, pid, beats, now, after):
+    """Whether the worker's local heartbeat (a file it touches), once seen
+    moving, has not moved for ``after`` seconds. A worker that removed its
+    file has finished with elastic training and is no longer watched."""
+    try:
+        value = os.stat(beat_file).st_mtime_ns
+    except FileNotFoundError:
+        if pid in beats:
+            beats[pid] = None  # closed: what the program does after its training is its own business
+        return False
+    seen = beats.get(pid, ())
+    if seen is None:
+        return False
+    if not seen or seen[0] != value:
         beats[pid] = (value, now)
         return False
     return now - seen[1] > after
@@ -172,8 +180,11 @@ def _run_in_process(args):
     env = dict(os.environ)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         env.pop(k, None)
+    # Workers touch a file each here (their heartbeat for this launcher): local, so that a worker cut off
+    # from the store is not killed for it, and no store traffic.
+    beat_dir = tempfile.mkdtemp(prefix="stoker-elastic-beats-")
     env.update(STOKER_ELASTIC_STORE=endpoint, STOKER_ELASTIC_NNODES_WORKERS="%d:%d" % (min_workers, max_workers),
-               STOKER_ELASTIC_MIN_WORLD_SIZE=str(min_workers))
+               STOKER_ELASTIC_MIN_WORLD_SIZE=str(min_workers), STOKER_ELASTIC_BEAT_DIR=beat_dir)
     children = {}
     for i in range(nproc):
         env_i = dict(env, LOCAL_RANK=str(i))
@@ -188,21 +199,28 @@ def _run_in_process(args):
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    try:
+        return _supervise(args, store, hosting, children, beat_dir)
+    finally:
+        shutil.rmtree(beat_dir, ignore_errors=True)
+
+
+def _supervise(args, store, hosting, children, beat_dir):
     codes = {}
     host = socket.gethostname()
-    beats = {}  # pid -> (heartbeat count, when it last moved)
+    beats = {}  # pid -> (file's mtime, when it last moved), or None once the worker removed its file
     next_check = 0.0
     while len(codes) < len(children):
         now = time.monotonic()
-        check = now >= next_check  # heartbeats every 0.5 s: 1 store call a worker
+        check = now >= next_check  # heartbeats every 0.5 s
         if check:
             next_check = now + 0.5
         for pid, proc in children.items():
             if pid in codes:
                 continue
             if proc.poll() is None:
-                if check and args.kill_silent_after > 0 and _silent(store, "%s-%d" % (host, pid), pid, beats, now,
-                                                          args.kill_silent_after):
+                if check and args.kill_silent_after > 0 and _silent(os.path.join(beat_dir, str(pid)), pid, beats,
+                                                                    now, args.kill_silent_after):
                     log.warning("stoker.elastic.launch: worker %d sent no heartbeat for %.1f s (hung or stopped); "
                                 "killing it", pid, now - beats[pid][1])
                     proc.kill()

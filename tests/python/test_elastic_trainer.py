@@ -1,0 +1,81 @@
+"""stoker.elastic.Trainer end to end: the program's own DDP loop (examples/elastic_ddp.py) under the
+launchers, a worker killed, hung or added; and a batch whose optimizer step was skipped."""
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from elastic_harness import (NUM_SAMPLES, _assert_params_match, _ddp_args, _ddp_check, _ddp_workers, _env, _finish,
+                             _free_port, _launch, _tiny_loader, _wait_for_steps)
+from elastic_harness import ddp_reference, packed  # noqa: F401 - fixtures
+
+torch = pytest.importorskip("torch")
+import stoker.elastic as elastic  # noqa: E402
+
+
+@pytest.mark.parametrize("how", ["kill", "stop", "torchrun"])
+def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed, ddp_reference, tmp_path, how):
+    """examples/elastic_ddp.py (its own loop: DDP, StepLR, clipping, 2 micro-batches) under the
+    in-process launcher, a worker SIGKILLed or SIGSTOPped mid-run; and under the torchrun path, a worker
+    SIGKILLed (all restart from the in-memory snapshots, taken after the scheduler's step). Every rank
+    logs every committed step: each sample once per epoch, the replicas' parameter digests equal at
+    every step, the learning rate on StepLR's schedule by global step across the failure, and the final
+    parameters an uninterrupted process's."""
+    port = _free_port()
+    launch = ["--standalone", "--nproc-per-node", "3"] if how == "torchrun" else [
+        "--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "1",
+        "--max-workers", "3", "--kill-silent-after", "6"]
+    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch"] + launch +
+                            _ddp_args(packed, tmp_path, how, 0.25),
+                            env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
+    victim = _ddp_workers(main, 3)[2]
+    os.kill(victim, signal.SIGSTOP if how == "stop" else signal.SIGKILL)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    lines = _ddp_check(packed, tmp_path, how)
+    sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
+    assert sizes[0] == 3 and sizes[-1] == (3 if how == "torchrun" else 2), sizes
+    _assert_params_match(ddp_reference, tmp_path / (how + ".pt"))
+
+
+def test_trainer_takes_in_a_joining_worker(packed, ddp_reference, tmp_path):
+    port = _free_port()
+    common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "3"]
+    main = _launch(common + ["--nproc-per-node", "2"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    _wait_for_steps(tmp_path / "join.jsonl", 4, main)
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    out, joiner_out = _finish(main), _finish(joiner)
+    assert main.returncode == 0 and joiner.returncode == 0, out[-3000:] + joiner_out[-3000:]
+    lines = _ddp_check(packed, tmp_path, "join")
+    sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
+    assert sizes[0] == 2 and sizes[-1] == 3, sizes
+    _assert_params_match(ddp_reference, tmp_path / "join.pt")
+
+
+def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
+    """A GradScaler that finds inf gradients skips optimizer.step(): the batch still commits (stepped
+    False), the step count goes on, and each sample is still seen once. One process: no launcher."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    commits = []
+    trainer = elastic.Trainer(model, opt, _tiny_loader(packed, 16), epochs=2, mode="single",
+                              on_commit=lambda info: commits.append(info))
+    for images, labels, _ in trainer:
+        with trainer.step():
+            loss = torch.nn.functional.cross_entropy(trainer.model(images), labels % 4) * trainer.loss_weight(
+                len(labels))
+            loss.backward()
+            if trainer.global_step + 1 != 3:  # step 3 "found inf gradients"
+                opt.step()
+            opt.zero_grad()
+    assert [c["step"] for c in commits] == list(range(14))
+    assert [c["stepped"] for c in commits] == [i != 3 for i in range(14)]
+    for epoch in range(2):
+        seen = sorted(i for c in commits if c["epoch"] == epoch for i in c["samples"])
+        assert seen == list(range(NUM_SAMPLES))
+    assert trainer.summary.steps == 14
