@@ -2,8 +2,10 @@
 """Recovery after SIGKILL of one of N workers: stoker's in-process mode (run()
 and, with the program's own DDP loop, stoker.elastic.Trainer: cases
 trainer_in_process and trainer_torchrun, examples/elastic_ddp.py),
-stoker's torchrun path (tuned launcher, in-memory snapshots), and plain
-torchrun with its defaults (resuming from the last checkpoint on disk).
+stoker's torchrun path (tuned launcher, in-memory snapshots), plain
+torchrun with its defaults (resuming from the last checkpoint on disk), and
+the peer without stoker at all (case plain_ddp_torchrun: the same DDP loop
+written for torchrun with torch.save checkpoints, bench/plain_ddp.py).
 
     PYTHONPATH=build/release/python .venv/bin/python bench/elastic_recovery.py [--workers 3] [--repeats 3]
 
@@ -61,7 +63,7 @@ def children(pid):
         try:
             with open("/proc/%s/cmdline" % p, "rb") as f:
                 cmdline = f.read()
-                if b"elastic_train.py" in cmdline or b"elastic_ddp.py" in cmdline:
+                if any(s in cmdline for s in (b"elastic_train.py", b"elastic_ddp.py", b"plain_ddp.py")):
                     pids.append(int(p))
         except FileNotFoundError:
             pass
@@ -223,7 +225,7 @@ def main():
         "plain_ddp_torchrun": lambda port: dict(
             launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults,
             example_extra=["--checkpoint", os.path.join(work, "plain%d.pt" % port), "--checkpoint-every", "10"],
-            kill="worker", env_extra=default_env, example=PLAIN_DDP),
+            kill="worker", env_extra=default_env, example=PLAIN_DDP, kill_after=14),
         "torchrun_defaults": lambda port: dict(
             launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults, example_extra=ckpt("d%d" % port),
             kill="worker", env_extra=default_env),
@@ -237,8 +239,9 @@ def main():
         runs = []
         for r in range(args.repeats):
             port = free_port()
-            spec = cases[name](port)
-            res = run_case(name, data=data, workdir=work, step_delay=args.step_delay, kill_after=9, **spec)
+            spec = dict(kill_after=9)
+            spec.update(cases[name](port))
+            res = run_case(name, data=data, workdir=work, step_delay=args.step_delay, **spec)
             runs.append(res)
             print(json.dumps(res), flush=True)
         results.append({"case": name, "median_recovery_s": statistics.median(x["recovery_s"] for x in runs),
