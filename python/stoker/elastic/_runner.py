@@ -90,6 +90,7 @@ class _Runner(_saved.Saving, Membership):
         self.step_seconds = None  # a running mean of a step's wall time
         self.last_snapshot_step = -1
         self.graveyard = []  # (when, process group) of groups left with a collective in flight
+        self._resharded_to = None  # (loader, rank, world size) of the last reshard
         self.step = -1  # the last committed step (global count from 0); -1: none
         self.last_commit = None
         self.committed_position = None  # the loader's state just after the last committed step
@@ -181,9 +182,16 @@ class _Runner(_saved.Saving, Membership):
             self._reshard()
 
     def _reshard(self):
+        """Moves the loader to this rank's share in the current group; a
+        loader already there is left alone (a reshard re-plans the epoch and
+        drops what the loader had read ahead)."""
         from .. import StokerError
+        where = (id(self.loader), self.group.rank, self.group.world_size)
+        if where == self._resharded_to:
+            return
         try:
             self.loader.reshard(self.group.rank, self.group.world_size)
+            self._resharded_to = where
         except (StokerError, ValueError) as e:
             raise ElasticError("cannot move the loader to rank %d of %d: %s (make it with "
                                "stoker.Loader(..., global_batch_size=B, min_world_size=<the smallest world>))"
