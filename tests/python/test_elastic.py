@@ -194,6 +194,52 @@ def test_a_hung_worker_is_noticed_by_its_heartbeat_not_the_collective_timeout(pa
     print("a hung worker was noticed and the group went on after %.2f s" % noticed)
 
 
+def _stopped(pids):
+    """The first of ``pids`` that is stopped (state T), or None."""
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                if f.read().rpartition(")")[2].split()[0] == "T":
+                    return pid
+        except FileNotFoundError:
+            pass
+    return None
+
+
+def test_a_worker_that_was_away_does_not_commit_what_the_others_abandoned(packed, reference, tmp_path):
+    """A worker stops between step 4's gradient all-reduce and its commit's
+    collective; the others leave that collective in flight (their heartbeat
+    watch finds it silent) and go on without it. When it wakes, its own
+    commit collective completes against what the others left behind: it must
+    see that it was away and not commit, rejoin, and every sample still
+    count once."""
+    port = _free_port()
+    env_fault = dict(STOKER_ELASTIC_TEST_STOP_BEFORE_COMMIT="4", STOKER_ELASTIC_TEST_DIE_LOCAL_RANK="2")
+    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                             "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "2",
+                             "--max-workers", "3", "--kill-silent-after", "0"] +
+                            _example_args(packed, tmp_path, "away", 0.5, ["--timeout", "30"]),
+                            env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log = tmp_path / "away.jsonl"
+    deadline = time.monotonic() + 90
+    victim = None
+    while victim is None and time.monotonic() < deadline and main.poll() is None:
+        time.sleep(0.1)
+        victim = _stopped(_workers(main, 0))
+    assert victim is not None, "the worker never stopped itself:\n" + main.stdout.read()[-3000:]
+    seen = len(_lines(log))
+    while not any(r["world_size"] == 2 for r in _lines(log)[seen:]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(victim, signal.SIGCONT)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    assert "test fault: stopping before the commit of step 4" in out, out[-4000:]
+    assert "so it does not commit step 4" in out, out[-4000:]
+    _check_log(tmp_path, "away")
+    _assert_params_match(reference, tmp_path / "away.pt")
+
+
 def test_in_process_survives_a_failure_during_reconfiguration(packed, reference, tmp_path):
     """A kill, then another worker dies while generation 2 syncs its state:
     the rest form generation 3 and finish."""

@@ -196,6 +196,7 @@ class Rendezvous:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.last_beat_ok = time.monotonic()  # when this worker's heartbeat last reached the store
+        self.last_absence = 0.0  # when its heartbeat reached the store again after a silence the others noticed
         self._watch_request = None  # (members, generation, when asked): set by the main thread while it waits
         self._verdict = None  # (members, generation, why gone or None): the heartbeat thread's answer
         self._seen_beats = {}  # what the heartbeat thread's checks saw, published for the rendezvous
@@ -224,7 +225,10 @@ class Rendezvous:
                 if store is None:
                     store = connect_store(self.endpoint, self.rendezvous_timeout)  # clients are not shared
                 store.add("hb/" + self.id, 1)
-                self.last_beat_ok = time.monotonic()
+                now = time.monotonic()
+                if now - self.last_beat_ok > self.heartbeat_timeout:
+                    self.last_absence = now  # the others may have gone on without this worker meanwhile
+                self.last_beat_ok = now
                 if self._joins_wanted:
                     self._joins_read = int(store.add("joins", 0))
                 request = self._watch_request
@@ -278,6 +282,21 @@ class Rendezvous:
                 return verdict[2]
             return None
         return check
+
+    def away_since(self, since):
+        """Why this worker may have been left behind since ``since`` (a
+        monotonic time): its heartbeat was silent long enough for the others
+        to go on without it (it was stopped, starved or cut off), or is now.
+        No store call. A commit checks this after its collective: a worker
+        that was away may complete a collective the others abandoned, and
+        must not commit it."""
+        now = time.monotonic()
+        if now - self.last_beat_ok > self.heartbeat_timeout:
+            return "this worker's heartbeat has not reached the store for %.1f s" % (now - self.last_beat_ok)
+        if self.last_absence > since:
+            return "this worker's heartbeat was silent for more than %.0f s during the step (stopped or cut off)" % (
+                self.heartbeat_timeout)
+        return None
 
     def probe(self, members):
         """Why one of ``members`` is gone, asked of the store now (it blocks

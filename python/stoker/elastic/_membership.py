@@ -182,6 +182,17 @@ class Membership:
 _keep_forever = []  # groups whose destructor would wait for a collective that never ends
 
 
+def _test_stall(step):
+    """Fault injection for the tests: this worker stops itself (SIGSTOP; the
+    test sends SIGCONT) between a step's gradient all-reduce and its commit."""
+    spec = os.environ.get("STOKER_ELASTIC_TEST_STOP_BEFORE_COMMIT")
+    if spec and int(spec) == step and os.environ.get("LOCAL_RANK") == os.environ.get(
+            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
+        import signal
+        log.warning("test fault: stopping before the commit of step %d", step)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _test_fault(generation):
     """Fault injection for the tests: this worker dies as generation `generation` syncs its state."""
     spec = os.environ.get("STOKER_ELASTIC_TEST_DIE_AT_GENERATION")

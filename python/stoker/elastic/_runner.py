@@ -19,7 +19,7 @@ import time
 from . import ElasticError, PeerFailure
 from . import _saved
 from ._group import JobFinished
-from ._membership import Membership
+from ._membership import Membership, _test_stall
 from ._reduce import pack_gradients, unpack_gradients
 from .policy import BatchPolicy, apply_lr_factor, rank_share
 
@@ -258,6 +258,7 @@ class _Runner(_saved.Saving, Membership):
         batch_samples = min(B, num_samples - batch_index * B)
         first, end = rank_share(batch_samples, g.world_size, g.rank)
         self.in_flight = True
+        began = time.monotonic()
         item = next(iter(self.loader))
         images, labels = item[0], item[1]
         indices = item[2] if len(item) > 2 else None
@@ -284,10 +285,17 @@ class _Runner(_saved.Saving, Membership):
             ids[batch_samples] = self.rendezvous.pending_joins()
         ids[batch_samples + 1] = 1  # ranks present: a sum check that everyone took part
         g.allreduce(flat, "sum")
+        _test_stall(self.step + 1)
         g.allreduce(ids, "sum")
         if int(ids[batch_samples + 1]) != g.world_size:
             raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
                                                                                   self.step + 1, g.world_size))
+        away = self.rendezvous.away_since(began) if self.rendezvous is not None else None
+        if away is not None:
+            failure = PeerFailure("generation %d: %s; the others may have gone on without it, so it does not "
+                                  "commit step %d" % (g.generation, away, self.step + 1))
+            failure.in_flight = True
+            raise failure
         # Committed from here: every rank that got here has the same reduced gradient.
         unpack_gradients(params, flat)
         self.optimizer.step()

@@ -98,6 +98,7 @@ class Trainer:
         self._to_save = None  # a committed step's info, saved (snapshot, checkpoint) when its body ends
         self._last_commit_time = None
         self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
+        self._handed_out = 0.0  # when the batch in flight was asked of the loader
         self._it, self._it_at = None, None  # the loader's iterator, and the (loader, epoch) it is for
         self._wrap_optimizer_step()
 
@@ -226,12 +227,14 @@ class Trainer:
         if self._it is None or self._it_at != (r.loader, epoch):
             # One iterator an epoch: a new one per batch costs the loader its overlap.
             self._it, self._it_at = iter(r.loader), (r.loader, epoch)
+        asked = time.monotonic()
         try:
             item = next(self._it)
         except StopIteration:  # the loader ended its epoch where its position said it had not
             raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
                 epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
         self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
+        self._handed_out = asked
         self._committed = False
         self._start_ids()
         return item
@@ -305,6 +308,12 @@ class Trainer:
         if int(self._ids[batch_samples + 1]) != g.world_size:
             raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
                 int(self._ids[batch_samples + 1]), r.step + 1, g.world_size))
+        away = r.rendezvous.away_since(self._handed_out) if r.rendezvous is not None else None
+        if away is not None:
+            failure = PeerFailure("generation %d: %s; the others may have gone on without it, so it does not "
+                                  "commit step %d" % (g.generation, away, r.step + 1))
+            failure.in_flight = True
+            raise failure
 
     def _commit_safely(self, stepped):
         try:
