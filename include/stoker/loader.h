@@ -238,7 +238,9 @@ class Loader {
   // when it is not ready by then (call again; nothing is lost). For callers
   // that must stay responsive, such as Python checking for Ctrl-C.
   [[nodiscard]] Result<std::optional<Batch>> Next(std::chrono::nanoseconds timeout);
-  // Starts epoch `epoch` from its beginning (drops prefetched work).
+  // Starts epoch `epoch` from its beginning (drops prefetched work, except
+  // when every batch of the current epoch was handed out and `epoch` is the
+  // next one: the work running ahead into it is kept).
   void SetEpoch(std::uint64_t epoch);
   [[nodiscard]] std::uint64_t epoch() const;
   [[nodiscard]] std::uint64_t batches_per_epoch() const;

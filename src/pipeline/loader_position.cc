@@ -13,6 +13,16 @@ void Loader::SetEpoch(std::uint64_t epoch) {
   MutexLock lock(impl_->mu);
   if (impl_->scheduler.epoch() == epoch && impl_->scheduler.next_to_deliver() == 0)
     return;  // already at its start: keep the prefetch
+  if (impl_->scheduler.epoch() + 1 == epoch && impl_->scheduler.EpochDelivered()) {
+    // Every batch of the current epoch was handed out and the caller moves
+    // to the next one without asking Next for the end of the epoch (a loop
+    // that counts len(loader) batches): the work already running ahead into
+    // that epoch is kept, as Next would keep it (was: dropped and decoded
+    // again, 45% more CPU a sample with 4-batch epochs).
+    impl_->scheduler.NextEpoch();
+    impl_->Schedule();
+    return;
+  }
   impl_->Drain();
   impl_->StartEpoch(epoch, 0);
   impl_->Schedule();
