@@ -1,7 +1,7 @@
 #include "stoker/loader.h"
 
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <thread>
 
