@@ -52,9 +52,13 @@ class Group:
     destroyed before gloo's own timeout ends it, or the destructor waits
     for it."""
 
-    def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None, probe=None):
+    def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None, probe=None,
+                 commit_pg=None):
         self.pg, self.rank, self.world_size, self.generation = pg, rank, world_size, generation
         self.watch, self.poll = watch, poll
+        # The commit's small collective runs on a gloo group of its own: on ``pg`` it would queue beside
+        # DDP's all-reduce (measured: +3% of a 63 ms step on 3 CPU workers, +0.7% on its own group).
+        self.commit_pg = commit_pg
         self.probe = probe if probe is not None else watch  # the watch's answer, asked of the store now
         # A device group (the program's NCCL group) takes the CUDA tensors; ``pg`` (gloo) the host's.
         self.device_pg = device_pg
@@ -92,17 +96,19 @@ class Group:
             pending.wait()
         return tensor
 
-    def allreduce_async(self, tensor, op="sum"):
+    def allreduce_async(self, tensor, op="sum", commit=False):
         """Starts an all-reduce and returns a handle whose ``wait()`` finishes
         it as allreduce() does (PeerFailure on a peer's failure) and whose
-        ``done()`` says whether it completed; None alone."""
+        ``done()`` says whether it completed; None alone. ``commit``: on the
+        commit's own group where there is one."""
         if self.world_size == 1:
             return None
         dist = _dist()
         opts = dist.AllreduceOptions()
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
         try:
-            return _Pending(self, self._for(tensor).allreduce([tensor], opts))
+            pg = self.commit_pg if commit and self.commit_pg is not None else self._for(tensor)
+            return _Pending(self, pg.allreduce([tensor], opts))
         except RuntimeError as e:
             raise self._failure(e) from e
 
@@ -365,12 +371,13 @@ class Rendezvous:
                 members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
                 try:
                     pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
+                    commit_pg = make_gloo(self.store, "pg%d-commit" % generation, index, size, self.timeout)
                 except RuntimeError as e:  # a member died while the group connected
                     raise PeerFailure("generation %d could not connect: %s" % (generation, e)) from e
                 log.info("generation %d: rank %d of %d", generation, index, size)
                 others = [m for m in members if m != self.id]
                 return Group(pg, index, size, generation, watch=self.watch(others, generation),
-                             probe=lambda: self.probe(others)), members
+                             probe=lambda: self.probe(others), commit_pg=commit_pg), members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
             previous = None

@@ -41,8 +41,15 @@ class Membership:
                 # the program's group.
                 device_pg = pg
                 pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+            commit_pg = None
+            if dist.get_world_size() > 1:
+                try:
+                    commit_pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+                except RuntimeError as e:
+                    raise PeerFailure("could not form the commit's group of this round: %s" % e) from e
             self.group = Group(pg, dist.get_rank(), dist.get_world_size(),
-                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device_pg=device_pg)
+                               int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device_pg=device_pg,
+                               commit_pg=commit_pg)
         else:
             if self.rendezvous is None:
                 lo, hi = os.environ.get("STOKER_ELASTIC_NNODES_WORKERS", "1:1").split(":")
@@ -119,7 +126,8 @@ class Membership:
         self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < self.timeout + 5.0]
         if in_flight:
             self.graveyard.append((now, self.group.pg))
-        self.group.pg = None
+            self.graveyard.append((now, self.group.commit_pg))
+        self.group.pg = self.group.commit_pg = None
         gc.collect()
         self.summary.reconfigurations += 1
         deadline = start + self.rendezvous_timeout

@@ -292,7 +292,7 @@ class Trainer:
         ids[batch_samples + 1] = 1
         self._ids = ids
         try:
-            self._ids_pending = g.allreduce_async(ids, "sum")
+            self._ids_pending = g.allreduce_async(ids, "sum", commit=True)
         except PeerFailure as e:
             self._ids_pending, self._failure = None, e
 
