@@ -146,3 +146,65 @@ def test_trainer_goes_on_through_a_cut_link(two_hosts, packed, ddp_reference, tm
     assert "killing it" not in out + joiner_out
     _ddp_check(packed, tmp_path, "ddpcut")
     _assert_params_match(ddp_reference, tmp_path / "ddpcut.pt")
+
+
+class CountingStore:
+    """A store in memory that counts the calls made to it; the heartbeat
+    of members in ``moving`` moves at every read."""
+
+    def __init__(self, moving=()):
+        self.data, self.calls, self.moving = {}, 0, set(moving)
+
+    def add(self, key, n):
+        self.calls += 1
+        if key.startswith("hb/") and key[3:] in self.moving:
+            n = 1
+        self.data[key] = int(self.data.get(key, 0)) + n
+        return self.data[key]
+
+    def set(self, key, value):
+        self.calls += 1
+        self.data[key] = value
+
+    def get(self, key):
+        self.calls += 1
+        return str(self.data[key]).encode()
+
+    def compare_set(self, key, expected, desired):
+        self.calls += 1
+        current = self.data.get(key)
+        if current is None and expected == "\x00":
+            return b"\x00"
+        if (current is None and expected == "") or current == expected:
+            self.data[key] = desired
+            return desired.encode()
+        return str(current).encode()
+
+
+def test_forming_a_generation_costs_store_calls_in_proportion_to_the_members():
+    """32 members of the last generation re-form; 31 have registered, one is
+    alive but does not come (hung in a collective): the others wait for it
+    until join_timeout (1 s). The store calls of that wait grow with the
+    members once, not at every 20 ms poll (it was 36 calls a poll here)."""
+    from stoker.elastic._group import Rendezvous
+    members = ["w%d" % i for i in range(32)]
+    store = CountingStore(moving={"w7"})
+    rdzv = object.__new__(Rendezvous)  # the waiting logic alone: no store connection, no threads
+    rdzv.store, rdzv.id, rdzv._seen_beats = store, "w0", {}
+    rdzv.min_size, rdzv.max_size, rdzv.settle = 1, 64, 1.0
+    rdzv.join_timeout, rdzv.rendezvous_timeout, rdzv.heartbeat_timeout = 1.0, 60.0, 3.0
+    generation = 5
+    registrants = [m for m in members if m != "w7"]
+    store.data["g%d/n" % generation] = len(registrants)
+    for i, m in enumerate(registrants):
+        store.data["g%d/m%d" % (generation, i)] = m
+    store.calls = 0
+    start = time.monotonic()
+    size = rdzv._wait_close(generation, members, start, generation - 1)
+    waited = time.monotonic() - start
+    assert size == 31
+    assert 1.0 <= waited < 3.0, waited
+    polls = waited / 0.02
+    # 3 calls a poll, each registrant read once, the missing member's heartbeat at most 4 times a second.
+    assert store.calls <= 3 * polls + len(registrants) + 2 * 4 * waited + 10, (store.calls, polls)
+    print("%d store calls in %.2f s of waiting (%.0f polls) with 32 members" % (store.calls, waited, polls))

@@ -425,6 +425,17 @@ class Rendezvous:
         beats = dict(self._seen_beats)  # what the group's watch already saw: a member it found silent stays so
         last_count, last_change = -1, time.monotonic()
         opened = time.monotonic()
+        # Store traffic: 3 calls a poll, each registrant's id read once, and a missing member's liveness
+        # (2 calls) at most every heartbeat interval: O(N) per worker while a generation forms (was every
+        # registrant and member every 20 ms, O(N^2)).
+        registered, known = set(), 0
+        checked = {}  # member -> (alive, when checked)
+
+        def alive(member, now):
+            seen = checked.get(member)
+            if seen is None or now - seen[1] >= 0.25:
+                seen = checked[member] = (self._alive(self.store, member, beats, now), now)
+            return seen[0]
         while True:
             closed = _peek(self.store, "g%d/close" % generation)
             if closed is not None:
@@ -436,10 +447,15 @@ class Rendezvous:
             count = int(self.store.add("g%d/n" % generation, 0))
             if count != last_count:
                 last_count, last_change = count, now
-            registered = {_peek(self.store, "g%d/m%d" % (generation, i)) for i in range(count)} - {None}
-            waiting_for = [m for m in expected_old if m not in registered and self._alive(self.store, m, beats, now)]
+            while known < count:
+                who = _peek(self.store, "g%d/m%d" % (generation, known))
+                if who is None:
+                    break  # counted but its id not written yet: read it at the next poll
+                registered.add(who)
+                known += 1
+            waiting_for = [m for m in expected_old if m not in registered and alive(m, now)]
             ready = False
-            if running and any(m not in registered and self._alive(self.store, m, beats, now) for m in running):
+            if running and any(m not in registered and alive(m, now) for m in running):
                 pass  # a newcomer: the running group's members close this generation when they come
             elif count >= self.max_size:
                 ready = True
