@@ -1,5 +1,6 @@
 """stoker.elastic.Trainer end to end: the program's own DDP loop (examples/elastic_ddp.py) under the
 launchers, a worker killed, hung or added; and a batch whose optimizer step was skipped."""
+import json
 import os
 import signal
 import subprocess
@@ -7,6 +8,7 @@ import sys
 
 import pytest
 
+from conftest import SOURCE_DIR
 from elastic_harness import (NUM_SAMPLES, _assert_params_match, _ddp_args, _ddp_check, _ddp_workers, _env, _finish,
                              _free_port, _launch, _tiny_loader, _wait_for_steps)
 from elastic_harness import ddp_reference, packed  # noqa: F401 - fixtures
@@ -79,3 +81,43 @@ def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
         seen = sorted(i for c in commits if c["epoch"] == epoch for i in c["samples"])
         assert seen == list(range(NUM_SAMPLES))
     assert trainer.summary.steps == 14
+
+
+SCALER_JOB = str(SOURCE_DIR / "tests" / "python" / "elastic_scaler_job.py")
+
+
+def _scaler_steps(path):
+    out = {}
+    for line in open(path):
+        rec = json.loads(line)
+        out.setdefault(rec["step"], []).append(rec)
+    return out
+
+
+def test_trainer_carries_the_scalers_state_to_a_joining_worker(packed, tmp_path):
+    """A loss scaler (GradScaler's protocol; two planted overflows skip the
+    optimizer's step and halve the scale) under the Trainer: 2 workers, a
+    third joins mid-run and receives the scaler's state with the model's.
+    Every rank's scale at every step equals an uninterrupted process's."""
+    ref_log = tmp_path / "ref.jsonl"
+    subprocess.run([sys.executable, SCALER_JOB, "--data", packed, "--log", str(ref_log)], check=True, env=_env(),
+                   capture_output=True)
+    reference = {step: recs[0] for step, recs in _scaler_steps(ref_log).items()}
+    assert [reference[s]["stepped"] for s in sorted(reference)] == [s not in (3, 8) for s in range(14)]
+    port = _free_port()
+    log = tmp_path / "run.jsonl"
+    common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "3"]
+    job = [SCALER_JOB, "--data", packed, "--log", str(log), "--step-delay", "0.4"]
+    main = _launch(common + ["--nproc-per-node", "2"] + job)
+    _wait_for_steps(log, 6, main)  # 3 steps x 2 ranks
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + job)
+    out, joiner_out = _finish(main), _finish(joiner)
+    assert main.returncode == 0 and joiner.returncode == 0, out[-3000:] + joiner_out[-3000:]
+    steps = _scaler_steps(log)
+    assert sorted(steps) == list(range(14))
+    assert max(len(recs) for recs in steps.values()) == 3, "the joiner never committed a step"
+    for step, recs in steps.items():
+        for rec in recs:
+            want = reference[step]
+            assert (rec["scale"], rec["growth"], rec["stepped"]) == (want["scale"], want["growth"],
+                                                                     want["stepped"]), (step, rec, want)
