@@ -5,9 +5,11 @@
    default group with NCCL first (one GPU: world size 1): the runner's host
    tensors go through a gloo group beside it, so the run trains through
    instead of restarting (before: NCCL was handed CPU tensors, 100 restarts).
-2. stoker.elastic.Trainer with the model on the GPU, 2 ranks on gloo (CUDA
-   tensors through the host; NCCL refuses two ranks on one GPU), one
-   SIGKILLed mid-run: each sample once, replicas equal, StepLR on schedule.
+2. stoker.elastic.Trainer with the model on the GPU under float16 autocast
+   and torch's GradScaler (--amp; not in the dry run: torch 1.13's scaler
+   needs CUDA), 2 ranks on gloo (CUDA tensors through the host; NCCL
+   refuses two ranks on one GPU), one SIGKILLed mid-run: each sample once,
+   replicas' parameters and loss scales equal, StepLR on schedule.
 
     PYTHONPATH=build/gpu/python python3 bench/elastic_gpu_check.py --json OUT.json
     PYTHONPATH=build/release/python .venv/bin/python bench/elastic_gpu_check.py --dry-run   # CPU, gloo
@@ -84,7 +86,8 @@ def main():
     main_proc = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
                                   "127.0.0.1:%d" % port, "--nproc-per-node", "2", "--min-workers", "1",
                                   "--max-workers", "2", example, "--data", data, "--epochs", "2", "--log", log,
-                                  "--device", device, "--step-delay", "0.2", "--timeout", "10"],
+                                  "--device", device, "--step-delay", "0.2", "--timeout", "10"] +
+                                 ([] if args.dry_run else ["--amp"]),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while (not os.path.exists(log) or sum(1 for _ in open(log)) < 6) and time.monotonic() < deadline:

@@ -9,7 +9,8 @@ keeps it going when workers leave or join, every sample exactly once.
 Every rank appends one JSON line per committed optimizer step to --log:
 {"step", "epoch", "rank", "world_size", "lr", "samples": [the dataset ids
 this rank consumed in that step], "batch": [the global batch's ids],
-"params_sha256"}. Then
+"stepped" (False where a GradScaler skipped the step), "scale" (--amp: the
+GradScaler's scale), "params_sha256"}. Then
 
     python examples/elastic_ddp.py --check steps.jsonl --data demo-packed --epochs 2
 
@@ -18,6 +19,7 @@ digests agree at every step, and the learning rate followed the schedule by
 global step.
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -41,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
     p.add_argument("--device", default="cpu", help="where the model trains (cuda: DDP on gloo reduces CUDA "
                                                    "tensors through the host)")
+    p.add_argument("--amp", action="store_true", help="float16 autocast with torch's GradScaler (needs --device cuda "
+                                                      "on torch 1.13); its state travels with the model")
     return p.parse_args(argv)
 
 
@@ -70,6 +74,8 @@ def check(log_path, num_samples, epochs, global_batch, lr):
     for step, recs in sorted(steps.items()):
         if len({r["params_sha256"] for r in recs}) != 1:
             problems.append("step %d: the replicas' parameters differ" % step)
+        if len({r.get("scale") for r in recs}) != 1:
+            problems.append("step %d: the replicas' loss scales differ" % step)
         if len({tuple(r["batch"]) for r in recs}) != 1:
             problems.append("step %d: ranks disagree on the global batch" % step)
         mine = sorted(i for r in {r["rank"]: r for r in recs}.values() for i in r["samples"])
@@ -108,12 +114,17 @@ def main(argv=None):
             print("OK: %d samples x %d epochs, each exactly once; replicas agree; lr on schedule" % (n, args.epochs))
         return 1 if problems else 0
 
+    if args.amp and not args.device.startswith("cuda"):
+        print("elastic_ddp.py: --amp needs --device cuda (torch's GradScaler on the CPU needs torch 2.3 or newer)",
+              file=sys.stderr)
+        return 2
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
                           nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10)).to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
+    scaler = torch.cuda.amp.GradScaler() if args.amp else None
     loader = stoker.Loader(args.data, global_batch_size=args.global_batch, with_indices=True, num_threads=1,
                            log_epochs=False, transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
 
@@ -122,6 +133,7 @@ def main(argv=None):
             line = json.dumps({"step": info["step"], "epoch": info["epoch"], "rank": info["rank"], "pid": os.getpid(),
                                "world_size": info["world_size"], "lr": optimizer.param_groups[0]["lr"],
                                "samples": info["rank_samples"], "batch": info["samples"],
+                               "stepped": info["stepped"], "scale": scaler.get_scale() if scaler else None,
                                "params_sha256": digest(model)}) + "\n"
             fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
@@ -130,17 +142,24 @@ def main(argv=None):
                 os.close(fd)
 
     trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=args.epochs, scheduler=scheduler,
-                                     on_commit=log_step, timeout=args.timeout)
+                                     scaler=scaler, on_commit=log_step, timeout=args.timeout)
     for images, labels, _ in trainer:
         with trainer.step():
             images, labels = images.to(args.device, non_blocking=True), labels.to(args.device, non_blocking=True)
             for x, y, weight in trainer.accumulate(images, labels, parts=2):
-                loss = nn.functional.cross_entropy(trainer.model(x), y % 10) * weight
-                loss.backward()
+                with torch.autocast("cuda", dtype=torch.float16) if args.amp else contextlib.nullcontext():
+                    loss = nn.functional.cross_entropy(trainer.model(x), y % 10) * weight
+                (scaler.scale(loss) if scaler else loss).backward()
             if args.step_delay:
                 time.sleep(args.step_delay)
+            if scaler:
+                scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
-            optimizer.step()
+            if scaler:
+                scaler.step(optimizer)  # skips optimizer.step() on inf gradients: the batch commits unstepped
+                scaler.update()
+            else:
+                optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
     if args.save_params and trainer.rank == 0 and not trainer.summary.left_behind:
