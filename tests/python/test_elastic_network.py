@@ -6,6 +6,7 @@ notice that it is cut off, and rejoin once the network returns; no process
 may be killed for it, and no sample lost or repeated. Needs root (network
 namespaces); skipped otherwise."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,8 +117,10 @@ def test_a_cut_off_worker_is_left_behind_within_seconds_and_rejoins(two_hosts, p
     assert "Timed out" not in out + joiner_out, "a collective waited for its timeout:\n" + out[-3000:]
     lines = _check_log(tmp_path, "cut")
     sizes = [r["world_size"] for r in lines]
-    # Back to 3 once the link returns, unless the job ended first (then b is told it finished).
-    assert sizes[-1] == 3 or "the job finished at step" in joiner_out, (sizes, joiner_out[-3000:])
+    # Back in a group once the link returns (its heartbeat first: TCP's retransmissions back off, so that
+    # can take seconds past the cut), unless the job ended first (then b is told it finished).
+    joined = len(re.findall(r"generation \d+: rank \d+ of \d+", joiner_out))
+    assert joined >= 2 or "the job finished at step" in joiner_out, (sizes, joiner_out[-3000:])
     _assert_params_match(reference, tmp_path / "cut.pt")
     changes = [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]]
     print("a cut-off worker was left behind and a step of 2 logged after %.2f s; world sizes %s" % (
@@ -186,7 +189,7 @@ def test_forming_a_generation_costs_store_calls_in_proportion_to_the_members():
     alive but does not come (hung in a collective): the others wait for it
     until join_timeout (1 s). The store calls of that wait grow with the
     members once, not at every 20 ms poll (it was 36 calls a poll here)."""
-    from stoker.elastic._group import Rendezvous
+    from stoker.elastic._rendezvous import Rendezvous
     members = ["w%d" % i for i in range(32)]
     store = CountingStore(moving={"w7"})
     rdzv = object.__new__(Rendezvous)  # the waiting logic alone: no store connection, no threads

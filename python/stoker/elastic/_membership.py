@@ -11,7 +11,8 @@ import os
 import time
 
 from . import ElasticError, PeerFailure
-from ._group import Group, Rendezvous
+from ._group import Group
+from ._rendezvous import Rendezvous
 
 log = logging.getLogger("stoker.elastic")
 

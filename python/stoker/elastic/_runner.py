@@ -320,6 +320,16 @@ class _Runner(_saved.Saving, Membership):
 
 
 
+def _join_timeout(timeout, join_timeout):
+    """How long a forming generation waits for a member of the last one that
+    is alive but has not come: by default past the collective timeout, since
+    such a member is usually still waiting in a collective that ends by it.
+    Closing without it sooner would let a worker that left early (cut off,
+    then back) start a group of its own beside the others: two groups
+    training on."""
+    return timeout + 5.0 if join_timeout is None else join_timeout
+
+
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -363,6 +373,6 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     """
     runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                      timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
-                     timeout if join_timeout is None else join_timeout, rendezvous_timeout)
+                     _join_timeout(timeout, join_timeout), rendezvous_timeout)
     runner.on_commit_all_ranks = on_commit_all_ranks
     return runner.run()

@@ -31,7 +31,7 @@ import types
 
 from . import ElasticError, PeerFailure
 from ._group import JobFinished
-from ._runner import _Runner
+from ._runner import _Runner, _join_timeout
 from .policy import rank_share
 
 # What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
@@ -87,7 +87,7 @@ class Trainer:
         extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
         self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
                           snapshot_dir, snapshot_every, snapshot_copies, mode,
-                          timeout if join_timeout is None else join_timeout, rendezvous_timeout)
+                          _join_timeout(timeout, join_timeout), rendezvous_timeout)
         self._r.on_commit_all_ranks = True
         self.module, self.model, self.optimizer = model, model, optimizer
         self._ddp_kwargs = dict(ddp or {})
