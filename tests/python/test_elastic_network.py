@@ -211,3 +211,19 @@ def test_forming_a_generation_costs_store_calls_in_proportion_to_the_members():
     # 3 calls a poll, each registrant read once, the missing member's heartbeat at most 4 times a second.
     assert store.calls <= 3 * polls + len(registrants) + 2 * 4 * waited + 10, (store.calls, polls)
     print("%d store calls in %.2f s of waiting (%.0f polls) with 32 members" % (store.calls, waited, polls))
+
+
+def test_a_member_registering_for_the_next_generation_ends_the_wait_but_a_newcomer_does_not():
+    """A collective of generation 4 waits on w2; w2 found itself cut off and
+    registered for generation 5: the watch says so at once (not at the
+    collective timeout). A newcomer registering for generation 5 (a join)
+    is not a member and ends nothing."""
+    from stoker.elastic._rendezvous import Rendezvous
+    store = CountingStore()
+    others = ("w1", "w2")
+    store.data["g5/n"] = 1
+    store.data["g5/m0"] = "newcomer"
+    assert Rendezvous._member_left(store, others, 4) is None
+    store.data["g5/n"] = 2
+    store.data["g5/m1"] = "w2"
+    assert Rendezvous._member_left(store, others, 4) == "w2 left generation 4 for the next one"
