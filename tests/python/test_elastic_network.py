@@ -117,8 +117,8 @@ def test_a_cut_off_worker_is_left_behind_within_seconds_and_rejoins(two_hosts, p
     assert "Timed out" not in out + joiner_out, "a collective waited for its timeout:\n" + out[-3000:]
     lines = _check_log(tmp_path, "cut")
     sizes = [r["world_size"] for r in lines]
-    # Back in a group once the link returns (its heartbeat first: TCP's retransmissions back off, so that
-    # can take seconds past the cut), unless the job ended first (then b is told it finished).
+    # Back in a group once the link returns (once its heartbeat gets through), unless the job ended first
+    # (then b is told it finished).
     joined = len(re.findall(r"generation \d+: rank \d+ of \d+", joiner_out))
     assert joined >= 2 or "the job finished at step" in joiner_out, (sizes, joiner_out[-3000:])
     _assert_params_match(reference, tmp_path / "cut.pt")

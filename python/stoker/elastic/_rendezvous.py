@@ -20,6 +20,7 @@ is left behind); a worker registered after the close joins the next one.
 """
 import logging
 import os
+import queue
 import threading
 import time
 
@@ -34,6 +35,77 @@ def _local_beat_file():
     folder = os.environ.get("STOKER_ELASTIC_BEAT_DIR")
     return os.path.join(folder, str(os.getpid())) if folder else None
 
+
+
+class _Caller:
+    """Runs store calls on a thread with a client of its own. A call that has
+    not returned after ``patience`` seconds raises TimeoutError, and that
+    thread and its client are left behind (blocked, to end when their call
+    does): the next call starts afresh on a new connection. At most
+    ``max_left`` are left behind at once; past that, calls queue on the
+    last one."""
+
+    def __init__(self, connect, patience, max_left=4):
+        self._connect, self.patience, self.max_left = connect, patience, max_left
+        self._worker, self._left = None, []
+
+    def run(self, fn):
+        self._left = [w for w in self._left if w.is_alive()]
+        if self._worker is None:
+            self._worker = _CallerThread(self._connect)
+        box = self._worker.submit(fn)
+        if not box.done.wait(self.patience):
+            if len(self._left) < self.max_left:
+                self._worker.retire()
+                self._left.append(self._worker)
+                self._worker = None
+            raise TimeoutError("a store call did not return within %.1f s" % self.patience)
+        if box.error is not None:
+            self._worker.retire()  # a client whose call failed may be out of step with the server
+            self._worker = None
+            raise box.error
+        return box.result
+
+    def close(self):
+        if self._worker is not None:
+            self._worker.retire()
+
+
+class _Box:
+    def __init__(self, fn):
+        self.fn, self.result, self.error, self.done = fn, None, None, threading.Event()
+
+
+class _CallerThread(threading.Thread):
+    def __init__(self, connect):
+        super().__init__(daemon=True, name="stoker-elastic-store-call")
+        self._connect, self._jobs, self._retired = connect, queue.Queue(), False
+        self.start()
+
+    def submit(self, fn):
+        box = _Box(fn)
+        self._jobs.put(box)
+        return box
+
+    def retire(self):
+        self._retired = True
+        self._jobs.put(None)
+
+    def run(self):
+        store = None
+        while True:
+            box = self._jobs.get()
+            if box is None:
+                return
+            try:
+                if store is None:
+                    store = self._connect()
+                box.result = box.fn(store)
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                box.error = e
+            box.done.set()
+            if self._retired:
+                return
 
 
 class Rendezvous:
@@ -77,36 +149,42 @@ class Rendezvous:
             self._local_beat.start()
 
     def _heartbeat(self, interval):
-        store = None
+        # Its own store client, on a thread of its own that is left behind when a call hangs: after a cut
+        # network the backed-off retransmissions of a request in flight can hold a connection for 10 s and
+        # more, while a new connection gets through within a second or two of the network's return.
+        caller = _Caller(lambda: connect_store(self.endpoint, self.rendezvous_timeout),
+                         patience=self.heartbeat_timeout / 2)
         beats = {}  # member -> (heartbeat count, when it last moved), this thread's own
         last_check = 0.0
         while True:
             self._wake.wait(interval)  # a tick, or the main thread asking for a check at once
             self._wake.clear()
             if self._stop.is_set():
+                caller.close()
                 return
             try:
-                if store is None:
-                    store = connect_store(self.endpoint, self.rendezvous_timeout)  # clients are not shared
-                store.add("hb/" + self.id, 1)
+                caller.run(lambda store: store.add("hb/" + self.id, 1))
                 now = time.monotonic()
                 if now - self.last_beat_ok > self.heartbeat_timeout:
                     self.last_absence = now  # the others may have gone on without this worker meanwhile
                 self.last_beat_ok = now
                 if self._joins_wanted:
-                    self._joins_read = int(store.add("joins", 0))
+                    self._joins_read = caller.run(lambda store: int(store.add("joins", 0)))
                 request = self._watch_request
                 now = time.monotonic()
                 # Members are checked while the main thread waits, every 0.5 s at most: 2 store calls each.
                 if request is not None and now - request[2] < 4 * interval + 1.0 and now - last_check >= 0.45:
                     last_check = now
                     members, generation, _ = request
-                    why = (self._gone(store, members, beats) or self._went_on(store, generation) or
-                           self._member_left(store, members, generation))
+                    seen = dict(beats)  # a call left behind may still write to its own copy
+                    why = caller.run(lambda store: self._gone(store, members, seen) or
+                                     self._went_on(store, generation) or
+                                     self._member_left(store, members, generation))
+                    beats = seen
                     self._seen_beats = dict(beats)
                     self._verdict = (members, generation, why)
             except Exception:  # noqa: BLE001 - the store is unreachable: the main thread's own calls say so
-                store = None  # a client whose call failed may be out of step with the server: a new one
+                pass
 
     def _local_heartbeat(self, interval):
         while not self._stop.wait(interval):
