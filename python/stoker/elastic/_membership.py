@@ -164,6 +164,18 @@ class Membership:
         if self.rendezvous is not None:
             self.rendezvous.finish(self.step)
 
+    def _refuse_commit_if_away(self, since):
+        """Raises PeerFailure (a collective in flight) when this worker was
+        away since ``since`` (its batch was taken): its commit's collective
+        may have completed against halves the others left behind when they
+        went on without it, so it must not commit."""
+        away = self.rendezvous.away_since(since) if self.rendezvous is not None else None
+        if away is not None:
+            failure = PeerFailure("generation %d: %s; the others may have gone on without it, so it does not "
+                                  "commit step %d" % (self.group.generation, away, self.step + 1))
+            failure.in_flight = True
+            raise failure
+
     def _release_groups(self):
         """At the end of the run: a group left with a collective in flight
         (a peer cut off or hung, whose connections never closed) would make
@@ -172,8 +184,7 @@ class Membership:
         now = time.monotonic()
         for when, pg in self.graveyard:
             if pg is not None and now - when < self.timeout + 5.0:
-                _keep_forever.append(pg)
-                ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))  # not even at interpreter shutdown
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))  # a reference never given back
         self.graveyard = []
 
     def _left_behind(self, error):
@@ -186,9 +197,6 @@ class Membership:
                       "(step %d)", self.group.rank if self.group else "?", error, self.step)
             raise SystemExit(1)
         self._reconfigure(str(error), getattr(error, "in_flight", False))
-
-
-_keep_forever = []  # groups whose destructor would wait for a collective that never ends
 
 
 def _test_stall(step):

@@ -290,12 +290,7 @@ class _Runner(_saved.Saving, Membership):
         if int(ids[batch_samples + 1]) != g.world_size:
             raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
                                                                                   self.step + 1, g.world_size))
-        away = self.rendezvous.away_since(began) if self.rendezvous is not None else None
-        if away is not None:
-            failure = PeerFailure("generation %d: %s; the others may have gone on without it, so it does not "
-                                  "commit step %d" % (g.generation, away, self.step + 1))
-            failure.in_flight = True
-            raise failure
+        self._refuse_commit_if_away(began)
         # Committed from here: every rank that got here has the same reduced gradient.
         unpack_gradients(params, flat)
         self.optimizer.step()

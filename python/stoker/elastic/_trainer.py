@@ -308,12 +308,7 @@ class Trainer:
         if int(self._ids[batch_samples + 1]) != g.world_size:
             raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
                 int(self._ids[batch_samples + 1]), r.step + 1, g.world_size))
-        away = r.rendezvous.away_since(self._handed_out) if r.rendezvous is not None else None
-        if away is not None:
-            failure = PeerFailure("generation %d: %s; the others may have gone on without it, so it does not "
-                                  "commit step %d" % (g.generation, away, r.step + 1))
-            failure.in_flight = True
-            raise failure
+        r._refuse_commit_if_away(self._handed_out)
 
     def _commit_safely(self, stepped):
         try:
