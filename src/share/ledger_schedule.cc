@@ -264,6 +264,10 @@ void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_
   me.budget_ns[d] =
       std::max(me.budget_ns[d] - static_cast<std::int64_t>(ns), -static_cast<std::int64_t>(StuckAfter(period_ns)));
   layout_->tenants[tenant_].running &= ~(1u << d);
+  // Work that just ended stands for a tenant still at work: its next launch
+  // comes a moment later (later still when its CPU is busy), and a tenant
+  // out of budget must not borrow the device in that gap.
+  me.last_want_ns[d] = std::max(me.last_want_ns[d], done_ns);
   if (done_ns >= device.overrun_done_ns) {
     device.overrun_released_ns = released_ns;
     device.overrun_done_ns = done_ns;

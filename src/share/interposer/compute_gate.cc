@@ -10,6 +10,8 @@ namespace {
 // (its tenant is charged only the time it held it).
 constexpr std::uint64_t kIdleReleaseNs = 2'000'000;
 constexpr std::uint64_t kPollNs = 200'000;
+// How long a turn's end waits for launches between the gate and the driver.
+constexpr std::uint64_t kInFlightWaitNs = 20'000'000;
 
 thread_local std::uint64_t tls_launches = 0;
 thread_local CUcontext tls_ctx = nullptr;
@@ -41,31 +43,36 @@ ComputeGate& ComputeGate::Get() {
   return *gate;
 }
 
-void ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
+int ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   CountLaunch(ip);
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  if (ip.config().compute_share == 0 || ip.config().compute_by_mps || period == 0) return;
+  if (ip.config().compute_share == 0 || ip.config().compute_by_mps || period == 0) return -1;
   // The thread's device, cached by context.
   CUcontext ctx = nullptr;
-  if (ip.driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  if (ip.driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
   if (ctx != tls_ctx) {
     Dev dev;
-    if (!ip.CurrentDevice(&dev)) return;
+    if (!ip.CurrentDevice(&dev)) return -1;
     tls_ctx = ctx;
     tls_dev = dev;
     tls_noted_until = 0;
   }
   const Dev dev = tls_dev;
+  // Counted before the turn is looked at (both sequentially consistent):
+  // a keeper ending the turn either sees this launch in flight or has
+  // already cleared until_ns_, which sends it to the slow path.
+  __atomic_add_fetch(&in_flight_[dev.ordinal], 1, __ATOMIC_SEQ_CST);
   const std::uint64_t now = MonotonicNs();
-  const std::uint64_t until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
+  const std::uint64_t until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_SEQ_CST);
   if (ip.turns().HoldsDevice(dev.turns) && now < until) {
     __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
     if (stream != tls_noted_stream || until != tls_noted_until) NoteStream(dev.ordinal, ctx, stream);
     tls_noted_stream = stream;
     tls_noted_until = until;
-    return;
+    return dev.ordinal;
   }
-  EnterSlow(ip, dev, stream, per_thread);
+  Leave(dev.ordinal);
+  return EnterSlow(ip, dev, stream, per_thread);
 }
 
 // A _ptsz launch on stream 0 goes to the thread's own default stream, which
@@ -79,10 +86,10 @@ void ComputeGate::NoteStream(int ordinal, CUcontext ctx, CUstream stream) {
   streams.push_back({ctx, stream});
 }
 
-void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread) {
+int ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread) {
   // Captured work does not run now: it needs no turn (and the capture must
   // not wait on one).
-  if (Capturing(ip.driver(), per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream)) return;
+  if (Capturing(ip.driver(), per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream)) return -1;
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
   const bool work_conserving = !ip.config().compute_strict;
   const std::uint64_t start = MonotonicNs();
@@ -123,13 +130,20 @@ void ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, boo
     const std::uint64_t wait = std::clamp<std::uint64_t>(budget_wait, kPollNs, period);
     changed_.wait_for(lock, std::chrono::nanoseconds(wait));
   }
+  // In flight and noted while the turn is surely held (the keeper ends it
+  // under mu_): its end waits for this launch and marks its stream.
+  __atomic_add_fetch(&in_flight_[dev.ordinal], 1, __ATOMIC_SEQ_CST);
+  auto& streams = streams_[dev.ordinal];
+  if (std::none_of(streams.begin(), streams.end(),
+                   [&](const Launched& l) { return l.ctx == tls_ctx && l.stream == stream; }))
+    streams.push_back({tls_ctx, stream});
   lock.unlock();
-  NoteStream(dev.ordinal, tls_ctx, stream);
   tls_noted_stream = stream;
   tls_noted_until = __atomic_load_n(&until_ns_[dev.ordinal], __ATOMIC_ACQUIRE);
   const std::uint64_t now = MonotonicNs();
   __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
   if (now - start > kPollNs / 4) ip.ledger().AddThrottled(now - start);
+  return dev.ordinal;
 }
 
 void ComputeGate::KeeperLoop(Interposer& ip) {
@@ -161,7 +175,7 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
       }
       if (now >= end) {
         turn.closing = true;
-        __atomic_store_n(&until_ns_[o], 0, __ATOMIC_RELEASE);  // launches now take the slow path and wait
+        __atomic_store_n(&until_ns_[o], 0, __ATOMIC_SEQ_CST);  // launches now take the slow path and wait
         const Dev dev = turn.dev;
         lock.unlock();
         Release(ip, dev);
@@ -185,6 +199,11 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
 }
 
 void ComputeGate::Release(Interposer& ip, const Dev& dev) {
+  // Launches that passed the gate in this turn reach the driver first (a
+  // bound keeps a thread stopped in between from holding the device).
+  const std::uint64_t in_flight_deadline = MonotonicNs() + kInFlightWaitNs;
+  while (__atomic_load_n(&in_flight_[dev.ordinal], __ATOMIC_SEQ_CST) != 0 && MonotonicNs() < in_flight_deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   std::vector<Launched> launched;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -36,8 +36,17 @@ class ComputeGate {
 
   // Call before each launch (kernel, cooperative, graph) on the current
   // context's device, into `stream` (`per_thread`: from a _ptsz entry
-  // point, where stream 0 is the thread's own); returns when it may go.
-  void Enter(Interposer& ip, CUstream stream = nullptr, bool per_thread = false);
+  // point, where stream 0 is the thread's own); returns when it may go,
+  // with what to pass to Leave() once the launch call has returned.
+  [[nodiscard]] int Enter(Interposer& ip, CUstream stream = nullptr, bool per_thread = false);
+  // A launch that passed the gate has reached the driver. Until then its
+  // turn does not end: a thread preempted between the gate and the driver
+  // would otherwise queue its work after the turn was given back, unseen
+  // (its tenant then looks idle while it waits on that work, and a tenant
+  // out of budget borrows the device again and again).
+  void Leave(int counted) {
+    if (counted >= 0) __atomic_sub_fetch(&in_flight_[counted], 1, __ATOMIC_SEQ_CST);
+  }
 
   // How long a turn's end waits for its queued work before giving the
   // device back anyway.
@@ -45,7 +54,7 @@ class ComputeGate {
 
  private:
   ComputeGate() = default;
-  void EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread);
+  [[nodiscard]] int EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool per_thread);
   void KeeperLoop(Interposer& ip);
   // Ends the turn on `dev`: marks its streams, drains briefly, gives the
   // device back; what still runs is kept in pending_.
@@ -65,6 +74,7 @@ class ComputeGate {
   Turn turns_[kMaxOrdinals];
   std::uint64_t last_launch_ns_[kMaxOrdinals] = {};  // atomic access
   std::uint64_t until_ns_[kMaxOrdinals] = {};        // atomic access: the fast path's copy
+  std::uint32_t in_flight_[kMaxOrdinals] = {};       // atomic access: launches between Enter and Leave
   bool keeper_started_ = false;
 
   // The streams each device's turn launched on (mu_ held).

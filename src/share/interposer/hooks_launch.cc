@@ -7,11 +7,13 @@ using stoker::share::ComputeGate;
 
 // `stream` and `per_thread` name where the work goes (the turn's end
 // waits for it there; a stream being captured needs no turn).
-#define STOKER_LAUNCH(variant, pfn, params, args, stream, per_thread) \
-  STOKER_HOOK CUresult CUDAAPI variant params {                       \
-    STOKER_PROLOGUE(variant, pfn)                                     \
-    ComputeGate::Get().Enter(ip, stream, per_thread);                 \
-    return real args;                                                 \
+#define STOKER_LAUNCH(variant, pfn, params, args, stream, per_thread)     \
+  STOKER_HOOK CUresult CUDAAPI variant params {                           \
+    STOKER_PROLOGUE(variant, pfn)                                         \
+    const int counted = ComputeGate::Get().Enter(ip, stream, per_thread); \
+    const CUresult r = real args;                                         \
+    ComputeGate::Get().Leave(counted);                                    \
+    return r;                                                             \
   }
 
 #define KERNEL_PARAMS                                                                                                  \
@@ -50,8 +52,9 @@ namespace {
 // again afterwards (at most every few milliseconds: most graphs hold none).
 template <typename Launch>
 CUresult LaunchGraph(stoker::share::Interposer& ip, CUstream stream, bool per_thread, Launch launch) {
-  ComputeGate::Get().Enter(ip, stream, per_thread);
+  const int counted = ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
+  ComputeGate::Get().Leave(counted);
   static std::uint64_t last_refresh_ns = 0;
   const std::uint64_t now = stoker::share::MonotonicNs();
   std::uint64_t last = __atomic_load_n(&last_refresh_ns, __ATOMIC_RELAXED);
