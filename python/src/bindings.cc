@@ -433,6 +433,7 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::OpenDataset(path))->num_samples(); });
   stoker_python::BindOrderTools(m);
+  stoker_python::BindDecoders(m);
   py::class_<stoker::RemoteOptions>(m, "RemoteOptions")
       .def(py::init<>())
       .def_property(

@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <string>
+#include <vector>
 
 namespace stoker_python {
 namespace {
@@ -11,7 +12,7 @@ py::object g_stoker_error;
 
 struct TensorContext {
   std::shared_ptr<void> owner;
-  std::array<std::int64_t, 4> shape;
+  std::vector<std::int64_t> shape;
   DLManagedTensor managed{};
 };
 
@@ -83,13 +84,19 @@ stoker::LoaderState LoaderStateFromDict(const py::dict& d) {
 
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
                         DLDataType dtype, DLDevice device) {
+  return MakeCapsule(std::move(owner), data, std::vector<std::int64_t>(shape.begin(), shape.begin() + ndim), dtype,
+                     device);
+}
+
+py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, std::vector<std::int64_t> shape, DLDataType dtype,
+                        DLDevice device) {
   auto ctx = std::make_unique<TensorContext>();
   ctx->owner = std::move(owner);
-  ctx->shape = shape;
+  ctx->shape = std::move(shape);
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = data;
   t.device = device;
-  t.ndim = ndim;
+  t.ndim = static_cast<int>(ctx->shape.size());
   t.dtype = dtype;
   t.shape = ctx->shape.data();
   t.strides = nullptr;  // compact row-major

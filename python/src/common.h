@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "stoker/loader.h"
 #include "stoker/status.h"
@@ -37,6 +38,8 @@ inline void Check(const stoker::Status& status) {
 // `owner` alive until the consumer (torch) frees the tensor.
 py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, int ndim, std::array<std::int64_t, 4> shape,
                         DLDataType dtype, DLDevice device = {kDLCPU, 0});
+py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, std::vector<std::int64_t> shape, DLDataType dtype,
+                        DLDevice device = {kDLCPU, 0});
 
 // LoaderState <-> the dict stoker.Loader.state_dict() returns.
 py::dict LoaderStateToDict(const stoker::LoaderState& state);
@@ -44,5 +47,6 @@ stoker::LoaderState LoaderStateFromDict(const py::dict& d);
 
 void BindCheckpoint(py::module_& m);
 void BindOrderTools(py::module_& m);
+void BindDecoders(py::module_& m);
 
 }  // namespace stoker_python

@@ -23,7 +23,8 @@ from . import _params
 from . import transforms
 
 __all__ = ["Loader", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
-           "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality"]
+           "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
+           "decode_image", "decode_npy"]
 
 
 class StokerError(RuntimeError):
@@ -39,6 +40,7 @@ _native._set_exceptions(StokerError, CorruptionError)
 from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkpoint, load_latest,  # noqa: E402
                          load_safetensors, parse_size, restore_rng)
 from .order_quality import order_quality  # noqa: E402
+from .decode import decode_image, decode_npy  # noqa: E402
 
 
 def cuda_status():

@@ -1,0 +1,35 @@
+// stoker/decode.h: one field's bytes to values, as the loader decodes them.
+// For tests, tools, and code that reads a sample on its own.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "stoker/status.h"
+#include "stoker/tensor.h"
+
+namespace stoker {
+
+// PIL's limit (2 x Image.MAX_IMAGE_PIXELS), as TransformOptions::max_pixels.
+inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
+
+// A JPEG, PNG or WebP (told by its first bytes) decoded whole to `mode`,
+// with exactly the pixels of Pillow's `Image.open(f).convert(mode)`: "RGB",
+// "L", "RGBA" (uint8, shape [H, W, C]) or "I;16" (uint16 [H, W, 1], for
+// grayscale images; 16-bit PNGs keep all their bits). EXIF orientation is
+// not applied (neither does Image.open). Corruption for a damaged image or
+// one of more than `max_pixels` pixels (0: no limit), checked before
+// decoding; Unimplemented for another format (GIF, BMP, TIFF, animated
+// WebP); InvalidArgument for an unknown mode.
+[[nodiscard]] Result<HostTensor> DecodeImage(std::span<const std::byte> data, std::string_view mode = "RGB",
+                                             std::uint64_t max_pixels = kDefaultMaxImagePixels);
+
+// A NumPy .npy array (format 1.0-3.0; bool, int, uint and float dtypes in
+// either byte order, C or Fortran order) in C order and host byte order.
+// Corruption for a malformed header or data of another size than the
+// header says; Unimplemented for object (pickled), structured, complex,
+// string and datetime arrays.
+[[nodiscard]] Result<HostTensor> DecodeNpy(std::span<const std::byte> data);
+
+}  // namespace stoker

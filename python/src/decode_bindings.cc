@@ -1,0 +1,118 @@
+// Single-field decoders (stoker/decode.h) for Python: the values come back
+// as a DLPack capsule plus NumPy's name for their element type.
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string_view>
+
+#include "common.h"
+#include "stoker/decode.h"
+
+namespace stoker_python {
+namespace {
+
+// Torch before 2.3 has no uint16, uint32 or uint64: such arrays are widened
+// to the next signed type that holds every value (uint64 values past
+// int64's range are refused rather than wrapped).
+stoker::Status WidenForTorch(stoker::HostTensor& t) {
+  const auto widen = [&]<typename From, typename To>(stoker::ElementType to) -> stoker::Status {
+    const std::uint64_t n = t.elements();
+    std::vector<std::byte> wide(n * sizeof(To));
+    for (std::uint64_t i = 0; i < n; ++i) {
+      From v;
+      std::memcpy(&v, t.data.data() + i * sizeof(From), sizeof(From));
+      if constexpr (sizeof(From) == sizeof(To)) {
+        if (v > static_cast<From>(std::numeric_limits<To>::max()))
+          return stoker::Status::InvalidArgument(
+              "a uint64 array holds a value past int64's range, and this torch has no uint64 tensors");
+      }
+      const To w = static_cast<To>(v);
+      std::memcpy(wide.data() + i * sizeof(To), &w, sizeof(To));
+    }
+    t.data = std::move(wide);
+    t.type = to;
+    return stoker::Status::Ok();
+  };
+  switch (t.type) {
+    case stoker::ElementType::kUInt16:
+      return widen.operator()<std::uint16_t, std::int32_t>(stoker::ElementType::kInt32);
+    case stoker::ElementType::kUInt32:
+      return widen.operator()<std::uint32_t, std::int64_t>(stoker::ElementType::kInt64);
+    case stoker::ElementType::kUInt64:
+      return widen.operator()<std::uint64_t, std::int64_t>(stoker::ElementType::kInt64);
+    default:
+      return stoker::Status::Ok();
+  }
+}
+
+DLDataType ToDL(stoker::ElementType type) {
+  const auto bits = static_cast<std::uint8_t>(8 * stoker::ElementSize(type));
+  switch (type) {
+    case stoker::ElementType::kBool:  // torch 1.13 reads no kDLBool: uint8, made bool in Python
+    case stoker::ElementType::kUInt8:
+    case stoker::ElementType::kUInt16:
+    case stoker::ElementType::kUInt32:
+    case stoker::ElementType::kUInt64:
+      return {kDLUInt, bits, 1};
+    case stoker::ElementType::kInt8:
+    case stoker::ElementType::kInt16:
+    case stoker::ElementType::kInt32:
+    case stoker::ElementType::kInt64:
+      return {kDLInt, bits, 1};
+    case stoker::ElementType::kFloat16:
+    case stoker::ElementType::kFloat32:
+    case stoker::ElementType::kFloat64:
+      return {kDLFloat, bits, 1};
+  }
+  return {kDLUInt, 8, 1};
+}
+
+py::tuple ToPython(stoker::HostTensor t, bool torch_has_unsigned) {
+  const std::string_view stored = stoker::ElementTypeName(t.type);
+  if (!torch_has_unsigned) Check(WidenForTorch(t));
+  auto owner = std::make_shared<stoker::HostTensor>(std::move(t));
+  void* data = owner->data.data();
+  const DLDataType dtype = ToDL(owner->type);
+  std::vector<std::int64_t> shape = owner->shape;
+  return py::make_tuple(MakeCapsule(owner, data, std::move(shape), dtype), std::string(stored),
+                        std::string(stoker::ElementTypeName(owner->type)));
+}
+
+std::span<const std::byte> BytesOf(const py::bytes& b, std::string_view* keep) {
+  *keep = b;
+  return {reinterpret_cast<const std::byte*>(keep->data()), keep->size()};
+}
+
+}  // namespace
+
+void BindDecoders(py::module_& m) {
+  m.def(
+      "decode_image",
+      [](py::bytes data, const std::string& mode, std::uint64_t max_pixels, bool torch_has_unsigned) {
+        std::string_view view;
+        const auto bytes = BytesOf(data, &view);
+        stoker::Result<stoker::HostTensor> t = [&] {
+          py::gil_scoped_release release;
+          return stoker::DecodeImage(bytes, mode, max_pixels);
+        }();
+        return ToPython(Unwrap(std::move(t)), torch_has_unsigned);
+      },
+      py::arg("data"), py::arg("mode") = "RGB", py::arg("max_pixels") = stoker::kDefaultMaxImagePixels,
+      py::arg("torch_has_unsigned") = false);
+  m.def(
+      "decode_npy",
+      [](py::bytes data, bool torch_has_unsigned) {
+        std::string_view view;
+        const auto bytes = BytesOf(data, &view);
+        stoker::Result<stoker::HostTensor> t = [&] {
+          py::gil_scoped_release release;
+          return stoker::DecodeNpy(bytes);
+        }();
+        return ToPython(Unwrap(std::move(t)), torch_has_unsigned);
+      },
+      py::arg("data"), py::arg("torch_has_unsigned") = false);
+}
+
+}  // namespace stoker_python

@@ -1,0 +1,45 @@
+"""One field's bytes to a tensor, exactly as the loader decodes it.
+
+    stoker.decode_image(open("a.png", "rb").read(), mode="RGB")  # uint8 [H, W, 3]
+    stoker.decode_npy(open("depth.npy", "rb").read())             # the array's dtype and shape
+
+The work runs without the GIL.
+"""
+from . import _native, _params
+
+_MAX_PIXELS_DEFAULT = 178_956_970  # PIL's limit: 2 x Image.MAX_IMAGE_PIXELS
+
+
+def _tensor(result):
+    from torch.utils.dlpack import from_dlpack
+    capsule, stored, delivered = result
+    t = from_dlpack(capsule)
+    if stored == "bool":
+        t = t.bool()  # torch 1.13 reads no DLPack bool: it came as uint8
+    return t
+
+
+def decode_image(data, mode="RGB", max_pixels=_MAX_PIXELS_DEFAULT):
+    """A JPEG, PNG or WebP (told by its first bytes) as a uint8 tensor of
+    shape [H, W, C], with the pixels of Pillow's ``Image.open(f).convert(mode)``
+    for ``mode`` in "RGB", "L", "RGBA"; "I;16" keeps a grayscale image's
+    16 bits ([H, W, 1], as int32: torch before 2.3 has no uint16). EXIF
+    orientation is not applied, as Image.open does not. Images of more than
+    ``max_pixels`` pixels (0: no limit) are refused before decoding, as
+    Pillow's DecompressionBombError. Raises stoker.CorruptionError for a
+    damaged image, StokerError for GIF, BMP, TIFF or an animated WebP."""
+    limit = _params.integer("max_pixels", max_pixels, 0, _params.U64_MAX)
+    if mode not in ("RGB", "L", "RGBA", "I;16"):
+        raise ValueError("mode %r: RGB, L, RGBA or I;16" % (mode,))
+    return _tensor(_native.decode_image(bytes(data), mode, limit))
+
+
+def decode_npy(data):
+    """A NumPy .npy array (bool, int, uint and float dtypes, C or Fortran
+    order, either byte order) as a tensor of its shape, C-contiguous.
+    uint16 and uint32 arrive widened to int32 and int64, uint64 as int64
+    (values past its range are refused): torch before 2.3 has no unsigned
+    types beyond uint8. Object (pickled) arrays are refused, as loading
+    them would run code. Raises stoker.CorruptionError for a malformed
+    file, including one whose header claims another size than its data."""
+    return _tensor(_native.decode_npy(bytes(data)))

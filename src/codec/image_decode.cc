@@ -1,0 +1,96 @@
+#include "codec/image_decode.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "codec/png.h"
+#include "codec/webp.h"
+
+namespace stoker::codec {
+
+std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data) {
+  const auto* b = reinterpret_cast<const unsigned char*>(data.data());
+  if (data.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageFormat::kJpeg;
+  if (data.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  if (data.size() >= 12 && std::memcmp(b, "RIFF", 4) == 0 && std::memcmp(b + 8, "WEBP", 4) == 0)
+    return ImageFormat::kWebp;
+  return std::nullopt;
+}
+
+std::string_view ImageFormatName(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kJpeg:
+      return "JPEG";
+    case ImageFormat::kPng:
+      return "PNG";
+    case ImageFormat::kWebp:
+      return "WebP";
+  }
+  return "?";
+}
+
+namespace {
+
+Status Unknown(std::span<const std::byte> data) {
+  if (auto other = OtherImageFormat(data))
+    return Status::Unimplemented(
+        fmt::format("a {} image: stoker decodes JPEG, PNG and WebP (convert it before packing)", *other));
+  return Status::Corruption("not an image: neither JPEG, PNG nor WebP by its first bytes");
+}
+
+}  // namespace
+
+Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
+  const auto format = DetectImageFormat(data);
+  if (!format) return Unknown(data);
+  switch (*format) {
+    case ImageFormat::kJpeg:
+      return JpegSize(data);
+    case ImageFormat::kPng:
+      return PngSize(data);
+    case ImageFormat::kWebp:
+      return WebpSize(data);
+  }
+  return Status::Internal("unreachable");
+}
+
+Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out) {
+  const auto format = DetectImageFormat(data);
+  if (!format) return Unknown(data);
+  switch (*format) {
+    case ImageFormat::kPng:
+      return DecodePng(data, max_pixels, out);
+    case ImageFormat::kWebp:
+      return DecodeWebp(data, max_pixels, out);
+    case ImageFormat::kJpeg: {
+      auto size = JpegSize(data);
+      if (!size.ok()) return size.status();
+      const std::uint64_t pixels = std::uint64_t(size->width) * std::uint64_t(size->height);
+      if (max_pixels != 0 && pixels > max_pixels)
+        return Status::Corruption(fmt::format(
+            "JPEG of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
+            size->width, size->height, pixels, max_pixels));
+      DecodedRegion region;
+      region.pixels.swap(out->data);  // reuse the buffer
+      Status s = DecodeJpeg(data, Roi{}, 1, region);
+      out->data.swap(region.pixels);
+      if (!s.ok()) return s;
+      out->mode = SourceMode::kRGB;
+      out->width = region.width;
+      out->height = region.height;
+      out->transparency = {};
+      out->format = "JPEG";
+      return Status::Ok();
+    }
+  }
+  return Status::Internal("unreachable");
+}
+
+Status DecodeImageAs(std::span<const std::byte> data, ColorMode mode, std::uint64_t max_pixels, SourceImage* scratch,
+                     Pixels* out) {
+  if (Status s = DecodeImageFile(data, max_pixels, scratch); !s.ok()) return s;
+  return ConvertToMode(*scratch, mode, out);
+}
+
+}  // namespace stoker::codec

@@ -1,0 +1,35 @@
+// Any image a field may hold (JPEG, PNG, WebP), told apart by its first
+// bytes, decoded whole and converted to the mode asked for. The loader's
+// crop-and-resize path keeps its own JPEG decoder (region of interest, DCT
+// scaling); this is the path for images handed over at their own size and
+// for the formats that have no region-of-interest decoding.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "codec/jpeg.h"
+#include "codec/pixels.h"
+#include "stoker/status.h"
+
+namespace stoker::codec {
+
+enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp };
+[[nodiscard]] std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data);
+[[nodiscard]] std::string_view ImageFormatName(ImageFormat format);
+
+// Width and height from the header. Corruption when it is none of the
+// three; Unimplemented, naming it, for another known format (GIF, BMP, ...).
+[[nodiscard]] Result<ImageSize> ImageFileSize(std::span<const std::byte> data);
+
+// Decodes as the format's own codec does (pixels.h: in the mode Pillow
+// opens it in). Errors as DecodePng / DecodeWebp / DecodeJpeg.
+[[nodiscard]] Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out);
+
+// DecodeImageFile then ConvertToMode.
+[[nodiscard]] Status DecodeImageAs(std::span<const std::byte> data, ColorMode mode, std::uint64_t max_pixels,
+                                   SourceImage* scratch, Pixels* out);
+
+}  // namespace stoker::codec
