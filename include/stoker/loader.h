@@ -95,7 +95,8 @@ struct LoaderOptions {
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
-  // Field holding the image; empty picks the first of jpg, jpeg.
+  // Field holding the image; empty picks the first of jpg, jpeg, png, webp
+  // the sample has (PNG and WebP are decoded whole, then cropped).
   std::string image_field;
   // Check every sample read against its index record (the xxh3 of its
   // fields, and its label against its .cls): a flipped byte in a shard or a

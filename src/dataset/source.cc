@@ -151,12 +151,13 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
         fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
                     not_images, example));
   }
-  // torchvision reads these formats; stoker's loader decodes JPEG only.
+  // torchvision reads these formats; stoker's loader decodes JPEG, PNG and WebP.
   std::map<std::string, std::size_t> other_formats;
   std::string other_example;
   for (const auto& sample : listing.samples)
     for (const auto& f : sample.fields)
-      if (f.kind == FieldSource::Kind::kFile && f.name != "jpg" && f.name != "jpeg") {
+      if (f.kind == FieldSource::Kind::kFile && f.name != "jpg" && f.name != "jpeg" && f.name != "png" &&
+          f.name != "webp") {
         ++other_formats[f.name];
         if (other_example.empty()) other_example = f.path;
       }
@@ -168,8 +169,8 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
       total += n;
     }
     listing.warnings.push_back(fmt::format(
-        "{} images are not JPEG ({}; e.g. '{}'): they are packed, but stoker's loader decodes JPEG only and will "
-        "refuse them (convert them to JPEG before packing to train on them)",
+        "{} images are not JPEG, PNG or WebP ({}; e.g. '{}'): they are packed, but stoker's loader will refuse "
+        "them (convert them before packing to train on them)",
         total, fmt::join(counts, ", "), other_example));
   }
   return listing;

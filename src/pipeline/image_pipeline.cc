@@ -39,9 +39,30 @@ Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t
   return plan;
 }
 
+namespace {
+
+// PNG and WebP have no region-of-interest decoding: the whole image is
+// decoded (after the header's size passed the pixel limit) and converted to
+// RGB as Pillow's convert("RGB") does; the crop then reads from it.
+Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
+  STOKER_RETURN_IF_ERROR(codec::DecodeImageFile(data, 0, &scratch.source));
+  STOKER_RETURN_IF_ERROR(codec::ConvertToMode(scratch.source, codec::ColorMode::kRGB, &scratch.converted));
+  codec::DecodedRegion& d = scratch.decoded;
+  d.pixels.swap(scratch.converted.data);
+  d.width = d.full.width = scratch.converted.width;
+  d.height = d.full.height = scratch.converted.height;
+  d.origin_x = d.origin_y = 0;
+  d.scale = 1;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
                   std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
-  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, codec::JpegSize(jpeg));
+  const auto format = codec::DetectImageFormat(jpeg);
+  const bool is_jpeg = !format || *format == codec::ImageFormat::kJpeg;  // not an image: JpegSize says why
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, is_jpeg ? codec::JpegSize(jpeg) : codec::ImageFileSize(jpeg));
   const int W = size.width, H = size.height;
   STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(W, H, t, seed, epoch, sample));
   codec::Roi roi = plan.roi;
@@ -49,7 +70,7 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   const int crop_w = plan.crop_w, crop_h = plan.crop_h;
   const bool flip = plan.flip;
   int scale = 1;
-  if (t.dct_scaling) {
+  if (t.dct_scaling && is_jpeg) {
     while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
   }
   if (roi.width > 0) {
@@ -61,7 +82,7 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
     const int right = std::min(W, roi.x + roi.width + margin), bottom = std::min(H, roi.y + roi.height + margin);
     roi = {left, top, right - left, bottom - top};
   }
-  STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded));
+  STOKER_RETURN_IF_ERROR(is_jpeg ? codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded) : DecodeWhole(jpeg, scratch));
 
   const auto& d = scratch.decoded;
   const double s = d.scale;

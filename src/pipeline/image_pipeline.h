@@ -1,6 +1,7 @@
 // One image through the loader's per-sample path: JPEG header, crop box and
 // flip from the sample's own random stream, region-of-interest decode (with
-// DCT scaling), bilinear resample of the box, fused write. The Loader runs
+// DCT scaling; PNG and WebP are decoded whole), bilinear resample of the
+// box, fused write. The Loader runs
 // this on every worker thread; TransformImage exposes it for tests and for
 // inspecting augmentations.
 #pragma once
@@ -10,7 +11,9 @@
 #include <span>
 #include <vector>
 
+#include "codec/image_decode.h"
 #include "codec/jpeg.h"
+#include "codec/pixels.h"
 #include "stoker/loader.h"
 #include "transform/resample.h"
 #include "transform/transform.h"
@@ -22,6 +25,8 @@ struct ImageScratch {
   codec::DecodedRegion decoded;
   transform::ResampleScratch resample;
   std::vector<std::uint8_t> resized;
+  codec::SourceImage source;  // PNG and WebP, decoded whole
+  codec::Pixels converted;
 };
 
 // The decoded region of one sample and what the transform does with it: the

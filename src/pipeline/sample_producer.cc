@@ -20,7 +20,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                                LoaderCounters* counters) {
   std::unique_ptr<SampleProducer> p(new SampleProducer());
   const std::vector<std::string> candidates = options.image_field.empty()
-                                                  ? std::vector<std::string>{"jpg", "jpeg"}
+                                                  ? std::vector<std::string>{"jpg", "jpeg", "png", "webp"}
                                                   : std::vector<std::string>{options.image_field};
   for (const auto& c : candidates)
     if (auto f = dataset->FieldIndex(c)) p->image_fields_.push_back(*f);
@@ -43,14 +43,14 @@ std::optional<std::size_t> SampleProducer::ImageFieldOf(const SampleInfo& info) 
 }
 
 Status SampleProducer::NoImageField(const SampleInfo& info) const {
-  static constexpr std::string_view kOtherFormats[] = {"png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm"};
+  static constexpr std::string_view kOtherFormats[] = {"bmp", "gif", "tif", "tiff", "ppm", "pgm"};
   for (std::size_t f = 0; f < info.fields.size(); ++f) {
     const std::string& name = dataset_->field_names()[f];
     if (info.fields[f] &&
         std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
       return Status::Unimplemented(fmt::format(
-          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG only (convert the images "
-          "to JPEG before packing)",
+          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG and WebP (convert "
+          "the images before packing)",
           Printable(info.key), dataset_->shards()[info.shard].path, name, name));
   }
   std::vector<std::string> names;

@@ -292,25 +292,50 @@ TEST(LoaderSafety, ExtremeDownscalingWorks) {
 TEST(LoaderSafety, ImagesStokerCannotDecodeAreNamedNotCalledCorrupt) {
   TempDir dir;
   for (int i = 0; i < 3; ++i) WriteFile(dir / ("src/a/" + std::to_string(i) + ".jpg"), MakeJpeg(64, 48, 7 + i));
-  WriteFile(dir / "src/a/pic.png", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(100, 'p'));
-  WriteFile(dir / "src/a/fake.jpg", std::string("RIFF\x10\0\0\0WEBPVP8 ", 16) + std::string(100, 'w'));
+  WriteFile(dir / "src/a/pic.bmp", std::string("BM") + std::string(100, 'b'));
   auto packed = Pack(dir / "src", dir / "out");
   ASSERT_TRUE(packed.ok());
   bool warned = false;
-  for (const auto& w : packed->warnings) warned |= w.find("1 images are not JPEG (1 png") != std::string::npos;
+  for (const auto& w : packed->warnings)
+    warned |= w.find("1 images are not JPEG, PNG or WebP (1 bmp") != std::string::npos;
   EXPECT_TRUE(warned);
   std::shared_ptr<const Dataset> d = std::move(Dataset::Open(dir / "out")).value();
   auto o = SmallOptions();
   o.shuffle = false;
-  o.batch_size = 5;
+  o.batch_size = 4;
   auto loader = Loader::Create(d, o);
   ASSERT_TRUE(loader.ok());
   Status s = Consume(**loader);
   ASSERT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
-  const bool png = s.message().find("holds a png image (field 'png')") != std::string::npos;
-  const bool webp = s.message().find("a WebP image, not a JPEG") != std::string::npos;
-  EXPECT_TRUE(png || webp) << s.message();
-  EXPECT_NE(s.message().find("decodes JPEG only"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("holds a bmp image (field 'bmp')"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("decodes JPEG, PNG and WebP"), std::string::npos) << s.message();
+}
+
+TEST(LoaderSafety, DamagedPngAndWebpAreCorruptionNamingTheSampleAndSkippable) {
+  TempDir dir;
+  for (int i = 0; i < 3; ++i) WriteFile(dir / ("src/a/" + std::to_string(i) + ".jpg"), MakeJpeg(64, 48, 7 + i));
+  WriteFile(dir / "src/a/pic.png", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(100, 'p'));
+  WriteFile(dir / "src/a/pic2.webp", std::string("RIFF\x10\0\0\0WEBPVP8 ", 16) + std::string(100, 'w'));
+  ASSERT_TRUE(Pack(dir / "src", dir / "out").ok());
+  std::shared_ptr<const Dataset> d = std::move(Dataset::Open(dir / "out")).value();
+  {
+    auto o = SmallOptions();
+    o.shuffle = false;
+    o.batch_size = 5;
+    auto loader = Loader::Create(d, o);
+    ASSERT_TRUE(loader.ok());
+    Status s = Consume(**loader);
+    ASSERT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("sample 'a/pic"), std::string::npos) << s.message();
+  }
+  auto o = SmallOptions();
+  o.shuffle = false;
+  o.batch_size = 5;
+  o.on_corrupt = CorruptPolicy::kSkip;
+  auto loader = Loader::Create(d, o);
+  ASSERT_TRUE(loader.ok());
+  EXPECT_TRUE(Consume(**loader).ok());
+  EXPECT_EQ((*loader)->stats().corrupt_skipped, 2u);
 }
 
 }  // namespace
