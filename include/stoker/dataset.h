@@ -109,6 +109,9 @@ class Dataset {
     // Results: the field's bytes (inside ReadFields' `arena`), or why not.
     std::span<const std::byte> bytes;
     Status status;
+    // With ReadFieldsOptions::verify: whether this read checks its whole
+    // sample. Several reads of one sample need only one that checks.
+    bool check = true;
   };
   struct ReadFieldsOptions {
     // Fields of one shard closer than this are read with one request (the

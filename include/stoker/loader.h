@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/fields.h"
 #include "stoker/loader_state.h"
 #include "stoker/status.h"
 #include "stoker/types.h"
@@ -95,6 +96,11 @@ struct LoaderOptions {
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
+  // Typed fields (stoker/fields.h), delivered by Batch::fields() in this
+  // order, except a `transformed` image, which fills Batch::images(). Empty:
+  // images only, from image_field. A non-optional spec none of whose keys
+  // the dataset has is refused at creation, naming the dataset's fields.
+  std::vector<FieldSpec> fields;
   // Field holding the image; empty picks the first of jpg, jpeg, png, webp
   // the sample has (PNG and WebP are decoded whole, then cropped).
   std::string image_field;
@@ -211,6 +217,14 @@ class Batch {
   [[nodiscard]] std::size_t image_bytes() const;
   [[nodiscard]] std::uint64_t epoch() const;
   [[nodiscard]] std::uint64_t batch_index() const;  // within the epoch
+  // LoaderOptions::fields, all but a transformed image, in their order:
+  // field(i) holds size() values in batch order. None without fields.
+  [[nodiscard]] std::size_t num_fields() const;
+  [[nodiscard]] std::span<const FieldValue> field(std::size_t i) const;
+  [[nodiscard]] const std::vector<FieldSpec>& field_specs() const;  // num_fields() of them
+  // False where fields are given without a transformed image: images()
+  // then holds nothing.
+  [[nodiscard]] bool has_images() const;
 
  private:
   friend class Loader;

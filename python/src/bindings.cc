@@ -158,7 +158,8 @@ class PyLoader {
     py::capsule labels = MakeCapsule(holder, const_cast<std::int64_t*>(b.labels()), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
     py::capsule indices =
         MakeCapsule(holder, const_cast<std::uint64_t*>(b.indices()), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
-    return py::make_tuple(images, labels, indices, b.epoch(), b.batch_index());
+    return py::make_tuple(images, labels, indices, b.epoch(), b.batch_index(),
+                          stoker_python::FieldsToPython(b, holder));
   }
 
   py::object NextOnDevice(void* stream) {
@@ -178,7 +179,7 @@ class PyLoader {
         MakeCapsule(holder, v.images, 4, v.shape, ToDL(v.dtype), {kDLCUDA, static_cast<std::int32_t>(v.device_index)});
     py::capsule labels = MakeCapsule(host, host->labels.data(), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
     py::capsule indices = MakeCapsule(host, host->indices.data(), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});
-    return py::make_tuple(images, labels, indices, v.epoch, v.batch_index);
+    return py::make_tuple(images, labels, indices, v.epoch, v.batch_index, py::none());
   }
 
   std::shared_ptr<stoker::Loader> loader_;
@@ -232,6 +233,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling)
       .def_readwrite("max_pixels", &stoker::TransformOptions::max_pixels);
 
+  stoker_python::BindFields(m);  // FieldSpec, before LoaderOptions names it
   py::class_<stoker::LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())
       .def_readwrite("batch_size", &stoker::LoaderOptions::batch_size)
@@ -249,6 +251,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("transform", &stoker::LoaderOptions::transform)
       .def_readwrite("on_corrupt", &stoker::LoaderOptions::on_corrupt)
       .def_readwrite("image_field", &stoker::LoaderOptions::image_field)
+      .def_readwrite("fields", &stoker::LoaderOptions::fields)
       .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples)
       .def_readwrite("autotune", &stoker::LoaderOptions::autotune)
       .def_readwrite("autotune_max_threads", &stoker::LoaderOptions::autotune_max_threads)

@@ -1,6 +1,8 @@
-// Single-field decoders (stoker/decode.h) for Python: the values come back
-// as a DLPack capsule plus NumPy's name for their element type.
+// Fields for Python: the single-field decoders (stoker/decode.h), whose
+// values come back as a DLPack capsule plus NumPy's name for their element
+// type; the FieldSpec a loader takes; and a batch's decoded fields.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
 #include <limits>
@@ -9,6 +11,8 @@
 
 #include "common.h"
 #include "stoker/decode.h"
+#include "stoker/fields.h"
+#include "stoker/loader.h"
 
 namespace stoker_python {
 namespace {
@@ -85,7 +89,84 @@ std::span<const std::byte> BytesOf(const py::bytes& b, std::string_view* keep) {
   return {reinterpret_cast<const std::byte*>(keep->data()), keep->size()};
 }
 
+// One sample's tensor as a capsule owned by `owner` (the batch: no copy).
+py::object TensorCapsule(const std::shared_ptr<void>& owner, const stoker::HostTensor& t) {
+  return MakeCapsule(owner, const_cast<std::byte*>(t.data.data()), t.shape, ToDL(t.type));
+}
+
 }  // namespace
+
+py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void>& owner) {
+  if (batch.num_fields() == 0) return py::none();
+  py::list out;
+  const auto& specs = batch.field_specs();
+  for (std::size_t f = 0; f < batch.num_fields(); ++f) {
+    const stoker::FieldSpec& spec = specs[f];
+    const auto values = batch.field(f);
+    py::list column;
+    for (const stoker::FieldValue& v : values) {
+      if (!v.present) {
+        column.append(py::none());
+        continue;
+      }
+      switch (spec.kind) {
+        case stoker::FieldKind::kInt: {
+          std::int64_t x = 0;
+          std::memcpy(&x, v.tensor.data.data(), sizeof(x));
+          column.append(py::int_(x));
+          break;
+        }
+        case stoker::FieldKind::kFloat: {
+          double x = 0;
+          std::memcpy(&x, v.tensor.data.data(), sizeof(x));
+          column.append(py::float_(x));
+          break;
+        }
+        case stoker::FieldKind::kImage:
+        case stoker::FieldKind::kArray: {
+          // Types torch 1.13 cannot take are widened (a copy, owned by the capsule).
+          const auto type = v.tensor.type;
+          if (type == stoker::ElementType::kUInt16 || type == stoker::ElementType::kUInt32 ||
+              type == stoker::ElementType::kUInt64) {
+            column.append(ToPython(v.tensor, false));
+          } else {
+            column.append(py::make_tuple(TensorCapsule(owner, v.tensor), std::string(stoker::ElementTypeName(type)),
+                                         std::string(stoker::ElementTypeName(type))));
+          }
+          break;
+        }
+        case stoker::FieldKind::kText:
+        case stoker::FieldKind::kJson:
+          column.append(py::str(v.bytes.data(), v.bytes.size()));  // checked UTF-8
+          break;
+        case stoker::FieldKind::kBytes:
+          column.append(py::bytes(v.bytes.data(), v.bytes.size()));
+          break;
+      }
+    }
+    out.append(std::move(column));
+  }
+  return out;
+}
+
+void BindFields(py::module_& m) {
+  py::enum_<stoker::FieldKind>(m, "FieldKind")
+      .value("image", stoker::FieldKind::kImage)
+      .value("int", stoker::FieldKind::kInt)
+      .value("float", stoker::FieldKind::kFloat)
+      .value("array", stoker::FieldKind::kArray)
+      .value("text", stoker::FieldKind::kText)
+      .value("json", stoker::FieldKind::kJson)
+      .value("bytes", stoker::FieldKind::kBytes);
+  py::class_<stoker::FieldSpec>(m, "FieldSpec")
+      .def(py::init<>())
+      .def_readwrite("name", &stoker::FieldSpec::name)
+      .def_readwrite("kind", &stoker::FieldSpec::kind)
+      .def_readwrite("keys", &stoker::FieldSpec::keys)
+      .def_readwrite("optional", &stoker::FieldSpec::optional)
+      .def_readwrite("mode", &stoker::FieldSpec::mode)
+      .def_readwrite("transformed", &stoker::FieldSpec::transformed);
+}
 
 void BindDecoders(py::module_& m) {
   m.def(

@@ -24,7 +24,7 @@ from . import transforms
 
 __all__ = ["Loader", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
-           "decode_image", "decode_npy"]
+           "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes"]
 
 
 class StokerError(RuntimeError):
@@ -41,6 +41,9 @@ from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkp
                          load_safetensors, parse_size, restore_rng)
 from .order_quality import order_quality  # noqa: E402
 from .decode import decode_image, decode_npy  # noqa: E402
+from .fields import Array, Bytes, Float, Image, Int, Json, Text  # noqa: E402
+from . import fields as _fields  # noqa: E402
+from ._pack import pack  # noqa: E402
 
 
 def cuda_status():
@@ -86,7 +89,9 @@ def _env_int(name, default):
 
 class Loader:
     """An iterable of ``(images, labels)`` (or ``(images, labels, indices)``
-    with ``with_indices=True``) torch tensors over a packed dataset (a
+    with ``with_indices=True``) torch tensors, or with ``fields={name: spec}``
+    (``stoker.Image``, ``Int``, ``Float``, ``Array``, ``Text``, ``Json``,
+    ``Bytes``; see ``stoker.fields``) a dict per batch, over a packed dataset (a
     folder with ``index.stoker``), or over an ImageFolder tree of loose image
     files (indexed in memory at creation; packed shards read faster).
 
@@ -148,7 +153,18 @@ class Loader:
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
-                 autotune_max_threads=None, autotune_memory=None, stage_ahead=True):
+                 autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None):
+        specs, self._transformed = [], None
+        if fields is not None:
+            specs, self._transformed, field_transform = _fields.native_specs(fields)
+            if transform is not None:
+                raise ValueError("with fields=, give the transform to its stoker.Image(transform=...)")
+            if str(device) != "cpu":
+                raise ValueError("fields= yields batches on the CPU for now (move them with .to(device)); "
+                                 "device=%r is not supported with fields yet" % (device,))
+            # (Without a transformed image the images buffer stays unused.)
+            transform = field_transform or transforms.Compose([transforms.Resize(1), transforms.CenterCrop(1)])
+            self._fields = dict(fields)
         if transform is None:
             transform = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
                                             transforms.Normalize(transforms.IMAGENET_MEAN, transforms.IMAGENET_STD)])
@@ -213,6 +229,7 @@ class Loader:
         if image_field is not None and not isinstance(image_field, str):
             raise TypeError("image_field must be a string such as 'jpg', not %r" % (image_field,))
         options.image_field = image_field or ""
+        options.fields = specs
         options.verify_samples = _params.boolean("verify_samples", verify_samples)
         t = transform._options()
         t.dtype = _DTYPES[name]
@@ -332,6 +349,13 @@ class Loader:
                 self._mark_epoch_start()
                 return
             epoch = item[3]
+            if item[5] is not None:
+                images = from_dlpack(item[0]) if self._transformed is not None else None
+                batch = _fields.assemble(self._fields, self._transformed, images, item[5])
+                if self._with_indices:
+                    batch["__index__"] = from_dlpack(item[2])
+                yield batch
+                continue
             images, labels = from_dlpack(item[0]), from_dlpack(item[1])
             if on_device:
                 labels = labels.to(images.device, non_blocking=True)
@@ -469,24 +493,3 @@ def _find_nvjpeg():
         if found:
             os.environ["STOKER_NVJPEG_LIBRARY"] = os.path.normpath(found[-1])
             return
-
-
-def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
-         shuffle_seed=0):
-    """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
-    indexed shards (see `stoker pack --help`). Returns a summary dict.
-    ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
-    re-encode JPEGs whose longest side (EXIF orientation applied) is over
-    that many pixels to it, at ``quality`` (default 90); smaller images stay
-    byte-identical and the index records what was done. ``shuffle``: write
-    the samples in a random order (deterministic for ``shuffle_seed``), so
-    that shards mix classes and shard-aware orders (a remote dataset read
-    through a smaller cache) give batches as varied as a global shuffle's."""
-    size = parse_size(shard_size)
-    side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
-    if quality is not None and side == 0:
-        raise ValueError("quality needs max_side (only re-encoded images take it)")
-    q = 90 if quality is None else _params.integer("quality", quality, 1, 100)
-    seed = _params.integer("shuffle_seed", shuffle_seed, 0, _params.U64_MAX)
-    return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
-                        seed if _params.boolean("shuffle", shuffle) else None)

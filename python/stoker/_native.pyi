@@ -59,6 +59,27 @@ class TransformOptions:
     max_pixels: int
     def __init__(self) -> None: ...
 
+class FieldKind:
+    image: FieldKind
+    int: FieldKind
+    float: FieldKind
+    array: FieldKind
+    text: FieldKind
+    json: FieldKind
+    bytes: FieldKind
+    name: str
+    value: int
+    def __init__(self, value: int) -> None: ...
+
+class FieldSpec:
+    name: str
+    kind: FieldKind
+    keys: list[str]
+    optional: bool
+    mode: str
+    transformed: bool
+    def __init__(self) -> None: ...
+
 class LoaderOptions:
     batch_size: int
     shuffle: bool
@@ -75,6 +96,7 @@ class LoaderOptions:
     transform: TransformOptions
     on_corrupt: CorruptPolicy
     image_field: str
+    fields: list[FieldSpec]
     verify_samples: bool
     autotune: bool
     autotune_max_threads: int
@@ -100,7 +122,7 @@ class Loader:
     def __init__(self, path: str, options: LoaderOptions, device: str, gpu_preprocess: bool, gpu_decode: bool,
                  remote: RemoteOptions, stage_ahead: bool = True) -> None: ...
     # (images, labels, indices) DLPack capsules, epoch, batch index; None at the epoch's end.
-    def next(self, stream: int = 0) -> tuple[Any, Any, Any, int, int] | None: ...
+    def next(self, stream: int = 0) -> tuple[Any, Any, Any, int, int, list[list[Any]] | None] | None: ...
     def remote_stats(self) -> dict[str, float]: ...
     def device_stats(self) -> dict[str, Any]: ...
     def set_epoch(self, epoch: int) -> None: ...

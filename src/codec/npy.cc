@@ -221,6 +221,7 @@ void CopyNpyData(const NpyArray& array, std::byte* out) {
   const std::size_t size = ElementSize(array.type);
   const std::uint64_t n = array.elements();
   const std::byte* in = array.data.data();
+  if (n == 0) return;  // (no data: `in` and `out` may be null)
   const auto put = [&](std::uint64_t to, std::uint64_t from) {
     std::byte* o = out + to * size;
     const std::byte* i = in + from * size;

@@ -159,7 +159,7 @@ Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::ve
                               bool verify) const {
   if (field >= info.fields.size())
     return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
-  FieldRead read{&info, field, {}, Status::Ok()};
+  FieldRead read{&info, field, {}, Status::Ok(), true};
   ReadFieldsOptions options;
   options.verify = verify;
   std::vector<std::byte> arena;
@@ -197,7 +197,7 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
                                               r.field < num_fields ? field_names()[r.field] : "?"));
       continue;
     }
-    if (!verify) {
+    if (!verify || !r.check) {
       wanted.push_back({i, r.field, info.shard, *info.fields[r.field]});
       continue;
     }
@@ -280,7 +280,7 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
   if (verify) {
     for (std::size_t i = 0; i < reads.size(); ++i) {
       FieldRead& r = reads[i];
-      if (!r.status.ok()) continue;
+      if (!r.status.ok() || !r.check) continue;
       Status s = dataset_internal::CheckSample(*r.sample, std::span(field_bytes).subspan(i * num_fields, num_fields),
                                                impl_->cls_field);
       if (!s.ok()) {

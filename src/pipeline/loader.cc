@@ -56,6 +56,18 @@ std::uint64_t Batch::epoch() const {
 std::uint64_t Batch::batch_index() const {
   return loader_->impl_->slots[slot_].batch_index;
 }
+std::size_t Batch::num_fields() const {
+  return loader_->impl_->slots[slot_].fields.size();
+}
+std::span<const FieldValue> Batch::field(std::size_t i) const {
+  return std::span<const FieldValue>(loader_->impl_->slots[slot_].fields[i]).first(size());
+}
+const std::vector<FieldSpec>& Batch::field_specs() const {
+  return loader_->impl_->producer->field_specs();
+}
+bool Batch::has_images() const {
+  return loader_->impl_->producer->has_image();
+}
 std::size_t Batch::image_bytes() const {
   return loader_->impl_->finisher->UsedBytes(slot_, size());
 }
@@ -135,13 +147,15 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   impl->slots.resize(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
-    auto images = HostBuffer::Allocate(impl->finisher->BatchBufferBytes());
+    // Typed fields without a transformed image leave images() unused.
+    auto images = HostBuffer::Allocate(impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 1);
     if (!images.ok())
       return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i, pool,
                                                    impl->finisher->BatchBufferBytes(), images.error().message()));
     slot.images = std::move(*images);
     slot.labels.resize(setup.rank_capacity);
     slot.indices.resize(setup.rank_capacity);
+    slot.fields.assign(impl->producer->field_specs().size(), std::vector<FieldValue>(setup.rank_capacity));
   }
   Loader::Impl* raw = impl.get();
   {

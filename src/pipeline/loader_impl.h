@@ -41,6 +41,7 @@ struct Loader::Impl {
     std::shared_ptr<const std::vector<std::uint64_t>> order;  // the batch's epoch order
     std::vector<std::uint64_t> positions;                     // in that order, one per sample
     pipeline::BatchInput input;                               // filled by the read item, then read by the sample items
+    pipeline::FieldColumns fields;                            // typed fields: [spec][place], each place one worker's
     std::uint32_t pending = 0;                                // guarded by mu: items not yet finished
     std::uint32_t skipped = 0;                                // guarded by mu: places whose sample was replaced
     Status error;                                             // guarded by mu: the first failure in this batch
@@ -194,7 +195,7 @@ struct Loader::Impl {
       const pipeline::SampleContext context{options.seed, slot.epoch, 0, item.slot, item.index};
       mu.Unlock();
       auto produced = producer->Produce(slot.input, item.index, *slot.order, slot.positions[item.index], context,
-                                        slot.images.data(), scratch);
+                                        slot.images.data(), slot.fields, scratch);
       mu.Lock();
       if (produced.ok()) {
         slot.labels[item.index] = produced->label;

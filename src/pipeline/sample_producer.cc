@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "pipeline/field_decoders.h"
 #include "stoker/text.h"
 
 namespace stoker::pipeline {
@@ -19,21 +20,70 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                                const LoaderOptions& options, SampleFinisher* finisher,
                                                                LoaderCounters* counters) {
   std::unique_ptr<SampleProducer> p(new SampleProducer());
-  const std::vector<std::string> candidates = options.image_field.empty()
-                                                  ? std::vector<std::string>{"jpg", "jpeg", "png", "webp"}
-                                                  : std::vector<std::string>{options.image_field};
-  for (const auto& c : candidates)
-    if (auto f = dataset->FieldIndex(c)) p->image_fields_.push_back(*f);
-  if (p->image_fields_.empty()) {
-    return Status::InvalidArgument(fmt::format("dataset '{}' has no image field {} (its fields: {})",
-                                               dataset->index_path(), fmt::join(candidates, " or "),
-                                               fmt::join(dataset->field_names(), ", ")));
+  std::vector<std::string> candidates = options.image_field.empty()
+                                            ? std::vector<std::string>{"jpg", "jpeg", "png", "webp"}
+                                            : std::vector<std::string>{options.image_field};
+  bool wants_image = options.fields.empty();
+  for (const FieldSpec& spec : options.fields) {
+    STOKER_RETURN_IF_ERROR(CheckFieldSpec(spec));
+    std::vector<std::size_t> present;
+    for (const auto& key : spec.keys)
+      if (auto f = dataset->FieldIndex(key)) present.push_back(*f);
+    if (present.empty() && !spec.optional)
+      return Status::InvalidArgument(fmt::format(
+          "field '{}' ({}) names keys no sample of dataset '{}' has: {} (its fields: {}; optional=True allows it)",
+          spec.name, FieldKindName(spec.kind), dataset->index_path(), fmt::join(spec.keys, ", "),
+          fmt::join(dataset->field_names(), ", ")));
+    if (spec.transformed) {
+      if (wants_image) return Status::InvalidArgument("at most one field may be a transformed image");
+      wants_image = true;
+      candidates = spec.keys;
+      continue;
+    }
+    p->field_specs_.push_back(spec);
+    p->field_candidates_.push_back(std::move(present));
+  }
+  if (wants_image) {
+    for (const auto& c : candidates)
+      if (auto f = dataset->FieldIndex(c)) p->image_fields_.push_back(*f);
+    if (p->image_fields_.empty()) {
+      return Status::InvalidArgument(fmt::format("dataset '{}' has no image field {} (its fields: {})",
+                                                 dataset->index_path(), fmt::join(candidates, " or "),
+                                                 fmt::join(dataset->field_names(), ", ")));
+    }
   }
   p->dataset_ = std::move(dataset);
   p->options_ = options;
   p->finisher_ = finisher;
   p->counters_ = counters;
   return p;
+}
+
+std::optional<std::size_t> SampleProducer::FieldOf(const SampleInfo& info, std::size_t f) const {
+  for (std::size_t d : field_candidates_[f])
+    if (info.fields[d]) return d;
+  return std::nullopt;
+}
+
+Status SampleProducer::MissingField(const SampleInfo& info, std::size_t f) const {
+  const FieldSpec& spec = field_specs_[f];
+  return Status::Corruption(fmt::format("sample '{}' in {} has no field for '{}' ({})", Printable(info.key),
+                                        dataset_->shards()[info.shard].path, spec.name, fmt::join(spec.keys, " or ")));
+}
+
+Status SampleProducer::DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
+                                   std::span<const std::byte> bytes, FieldValue* out) const {
+  const FieldSpec& spec = field_specs_[f];
+  FieldDecodeOptions decode;
+  decode.max_pixels = options_.transform.max_pixels;
+  out->present = false;
+  Status s = FieldDecoderFor(spec.kind)(bytes, spec, decode, out);
+  if (!s.ok())
+    return s.WithContext(fmt::format("sample '{}' (field '{}', key '{}' at {}:{})", Printable(info.key), spec.name,
+                                     dataset_->field_names()[dataset_field], dataset_->shards()[info.shard].path,
+                                     info.fields[dataset_field]->offset));
+  out->present = true;
+  return Status::Ok();
 }
 
 std::optional<std::size_t> SampleProducer::ImageFieldOf(const SampleInfo& info) const {
@@ -66,10 +116,13 @@ std::string SampleProducer::ReadMethod() const {
 void SampleProducer::ReadBatch(BatchInput& input) {
   const auto t0 = Clock::now();
   const std::size_t n = input.samples.size();
+  const std::size_t nf = field_specs_.size();
   input.infos.clear();
   input.reads.clear();
+  input.field_reads.assign(n * nf, Dataset::FieldRead{});
   for (std::size_t i = 0; i < n; ++i) input.infos.push_back(dataset_->Sample(input.samples[i]));
   for (std::size_t i = 0; i < n; ++i) {
+    if (!has_image()) continue;
     Dataset::FieldRead read;
     if (input.infos[i].ok()) {
       read.sample = &*input.infos[i];
@@ -83,20 +136,43 @@ void SampleProducer::ReadBatch(BatchInput& input) {
     }
     input.reads.push_back(read);
   }
-  std::vector<std::size_t> wanted;  // samples with something to read
-  std::vector<Dataset::FieldRead> to_read;
-  for (std::size_t i = 0; i < n; ++i)
-    if (input.reads[i].sample != nullptr && input.reads[i].status.ok()) {
-      wanted.push_back(i);
-      to_read.push_back(input.reads[i]);
+  for (std::size_t i = 0; i < n; ++i) {
+    // Each sample is checked against its record once: by its image's read,
+    // else by its first field's.
+    bool checked = has_image();
+    for (std::size_t f = 0; f < nf; ++f) {
+      Dataset::FieldRead& read = input.field_reads[i * nf + f];
+      if (!input.infos[i].ok()) {
+        read.status = input.infos[i].error();
+        continue;
+      }
+      const SampleInfo& info = *input.infos[i];
+      if (auto field = FieldOf(info, f)) {
+        read.sample = &info;
+        read.field = *field;
+        read.check = !checked;
+        checked = true;
+      } else if (!field_specs_[f].optional) {
+        read.status = MissingField(info, f);
+      }
     }
+  }
+  // Everything with something to read, in one batch of requests.
+  std::vector<Dataset::FieldRead*> wanted;
+  std::vector<Dataset::FieldRead> to_read;
+  for (auto* reads : {&input.reads, &input.field_reads})
+    for (auto& r : *reads)
+      if (r.sample != nullptr && r.status.ok()) {
+        wanted.push_back(&r);
+        to_read.push_back(r);
+      }
   Dataset::ReadFieldsOptions read_options;
   read_options.verify = options_.verify_samples;
   counters_->read_requests.fetch_add(dataset_->ReadFields(to_read, input.encoded, read_options),
                                      std::memory_order_relaxed);
   std::uint64_t bytes = 0;
   for (std::size_t k = 0; k < wanted.size(); ++k) {
-    input.reads[wanted[k]] = to_read[k];
+    *wanted[k] = to_read[k];
     bytes += to_read[k].bytes.size();
   }
   counters_->bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -106,9 +182,11 @@ void SampleProducer::ReadBatch(BatchInput& input) {
 Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input, std::uint32_t index,
                                                          std::span<const std::uint64_t> epoch_order,
                                                          std::uint64_t position, SampleContext context,
-                                                         std::byte* buffer, ProducerScratch& scratch) {
+                                                         std::byte* buffer, FieldColumns& columns,
+                                                         ProducerScratch& scratch) {
   constexpr int kMaxSubstitutes = 64;
   const std::uint64_t n = epoch_order.size();
+  const std::size_t nf = field_specs_.size();
   Status first_error;
   for (int attempt = 0; attempt <= kMaxSubstitutes; ++attempt) {
     Produced out;
@@ -119,18 +197,34 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
     Status s;
     if (attempt == 0) {
       // The batch read fetched the first choice.
-      const Dataset::FieldRead& read = input.reads[index];
-      s = read.status;
-      if (s.ok()) {
-        out.label = read.sample->label;
-        s = finisher_->Finish(read.bytes, context, buffer, scratch.image, *counters_);
-        if (!s.ok())
-          s = s.WithContext(fmt::format(
-              "sample '{}' (field '{}' at {}:{})", Printable(read.sample->key), dataset_->field_names()[read.field],
-              dataset_->shards()[read.sample->shard].path, read.sample->fields[read.field]->offset));
+      s = input.infos[index].status();
+      if (s.ok()) out.label = input.infos[index]->label;
+      if (s.ok() && has_image()) {
+        const Dataset::FieldRead& read = input.reads[index];
+        s = read.status;
+        if (s.ok()) {
+          s = finisher_->Finish(read.bytes, context, buffer, scratch.image, *counters_);
+          if (!s.ok())
+            s = s.WithContext(fmt::format(
+                "sample '{}' (field '{}' at {}:{})", Printable(read.sample->key), dataset_->field_names()[read.field],
+                dataset_->shards()[read.sample->shard].path, read.sample->fields[read.field]->offset));
+        }
       }
+      const auto t0 = Clock::now();
+      for (std::size_t f = 0; f < nf && s.ok(); ++f) {
+        const Dataset::FieldRead& read = input.field_reads[index * nf + f];
+        FieldValue& value = columns[f][index];
+        s = read.status;
+        if (!s.ok()) break;
+        if (read.sample == nullptr) {
+          value.present = false;  // optional, absent
+          continue;
+        }
+        s = DecodeField(*read.sample, f, read.field, read.bytes, &value);
+      }
+      if (nf > 0) LoaderCounters::Add(counters_->decode_ns, Clock::now() - t0);
     } else {
-      auto label = ProduceOne(out.sample, context, buffer, scratch);
+      auto label = ProduceOne(out.sample, context, buffer, columns, scratch);
       if (label.ok()) out.label = *label;
       s = label.status();
     }
@@ -142,19 +236,36 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
 }
 
 Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleContext context, std::byte* buffer,
-                                                ProducerScratch& scratch) {
+                                                FieldColumns& columns, ProducerScratch& scratch) {
   const auto t0 = Clock::now();
   STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset_->Sample(sample));
-  const auto field = ImageFieldOf(info);  // datasets may mix .jpg and .jpeg
-  if (!field) return NoImageField(info);
-  STOKER_RETURN_IF_ERROR(dataset_->ReadFieldInto(info, *field, scratch.encoded, options_.verify_samples));
-  counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
-  LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
-  Status s = finisher_->Finish(scratch.encoded, context, buffer, scratch.image, *counters_);
-  if (!s.ok())
-    return s.WithContext(fmt::format("sample '{}' (field '{}' at {}:{})", Printable(info.key),
-                                     dataset_->field_names()[*field], dataset_->shards()[info.shard].path,
-                                     info.fields[*field]->offset));
+  bool checked = false;
+  if (has_image()) {
+    const auto field = ImageFieldOf(info);  // datasets may mix .jpg and .jpeg
+    if (!field) return NoImageField(info);
+    STOKER_RETURN_IF_ERROR(dataset_->ReadFieldInto(info, *field, scratch.encoded, options_.verify_samples));
+    checked = true;
+    counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
+    LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
+    Status s = finisher_->Finish(scratch.encoded, context, buffer, scratch.image, *counters_);
+    if (!s.ok())
+      return s.WithContext(fmt::format("sample '{}' (field '{}' at {}:{})", Printable(info.key),
+                                       dataset_->field_names()[*field], dataset_->shards()[info.shard].path,
+                                       info.fields[*field]->offset));
+  }
+  for (std::size_t f = 0; f < field_specs_.size(); ++f) {
+    FieldValue& value = columns[f][context.index];
+    const auto field = FieldOf(info, f);
+    if (!field) {
+      if (!field_specs_[f].optional) return MissingField(info, f);
+      value.present = false;
+      continue;
+    }
+    STOKER_RETURN_IF_ERROR(dataset_->ReadFieldInto(info, *field, scratch.encoded, options_.verify_samples && !checked));
+    checked = true;
+    counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
+    STOKER_RETURN_IF_ERROR(DecodeField(info, f, *field, scratch.encoded, &value));
+  }
   return info.label;
 }
 

@@ -22,9 +22,17 @@ namespace stoker::pipeline {
 struct BatchInput {
   std::vector<std::uint64_t> samples;  // dataset positions (first choices), one per place in the batch
   std::vector<Result<SampleInfo>> infos;
-  std::vector<Dataset::FieldRead> reads;
+  std::vector<Dataset::FieldRead> reads;  // the transformed image's, one per sample (none without one)
+  // LoaderOptions::fields (all but a transformed image): samples x fields,
+  // row-major. `sample` null: the sample lacks the field (an error in
+  // `status`, or absent where the spec is optional).
+  std::vector<Dataset::FieldRead> field_reads;
   std::vector<std::byte> encoded;  // the compressed bytes the reads point into
 };
+
+// The fields a batch's slot holds: per spec (LoaderOptions::fields order,
+// without a transformed image), one value per place in the batch.
+using FieldColumns = std::vector<std::vector<FieldValue>>;
 
 // Per-thread buffers, reused for every sample.
 struct ProducerScratch {
@@ -53,20 +61,33 @@ class SampleProducer {
   // Finishes the sample at `index` of `input` into `buffer`; `position` is
   // its place in `epoch_order`, whose following samples substitute for a
   // corrupt one under kSkip. Errors name the sample and shard:offset.
+  // Its fields (if any) go to place `index` of `columns`.
   [[nodiscard]] Result<Produced> Produce(const BatchInput& input, std::uint32_t index,
                                          std::span<const std::uint64_t> epoch_order, std::uint64_t position,
-                                         SampleContext context, std::byte* buffer, ProducerScratch& scratch);
+                                         SampleContext context, std::byte* buffer, FieldColumns& columns,
+                                         ProducerScratch& scratch);
+  // Specs of the fields Produce decodes (the columns' order).
+  [[nodiscard]] const std::vector<FieldSpec>& field_specs() const { return field_specs_; }
+  // Whether samples have a transformed image (Batch::images()).
+  [[nodiscard]] bool has_image() const { return !image_fields_.empty(); }
 
  private:
   SampleProducer() = default;
   [[nodiscard]] std::optional<std::size_t> ImageFieldOf(const SampleInfo& info) const;
   [[nodiscard]] Status NoImageField(const SampleInfo& info) const;
+  // The dataset field spec `f` reads for `info`, or nullopt (absent).
+  [[nodiscard]] std::optional<std::size_t> FieldOf(const SampleInfo& info, std::size_t f) const;
+  [[nodiscard]] Status MissingField(const SampleInfo& info, std::size_t f) const;
+  [[nodiscard]] Status DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
+                                   std::span<const std::byte> bytes, FieldValue* out) const;
   [[nodiscard]] Result<std::int64_t> ProduceOne(std::uint64_t sample, SampleContext context, std::byte* buffer,
-                                                ProducerScratch& scratch);
+                                                FieldColumns& columns, ProducerScratch& scratch);
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
-  std::vector<std::size_t> image_fields_;  // candidates present in the dataset, in preference order
+  std::vector<std::size_t> image_fields_;                   // candidates present in the dataset, in preference order
+  std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
+  std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
   SampleFinisher* finisher_ = nullptr;
   LoaderCounters* counters_ = nullptr;
 };

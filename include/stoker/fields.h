@@ -1,0 +1,48 @@
+// stoker/fields.h: typed fields. A loader given FieldSpecs decodes each
+// sample's fields on its own threads (without the GIL in Python) and hands
+// them over per batch, beside the transformed images.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/tensor.h"
+
+namespace stoker {
+
+enum class FieldKind : std::uint8_t {
+  kImage,  // JPEG, PNG or WebP -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
+  kInt,    // a decimal integer stored as text (.cls, .id) -> int64 scalar
+  kFloat,  // a number stored as text -> float64 scalar
+  kArray,  // NumPy .npy -> its dtype and shape (DecodeNpy)
+  kText,   // UTF-8 text (checked) -> bytes
+  kJson,   // JSON (checked to parse) -> its text
+  kBytes,  // anything -> its bytes, as stored
+};
+[[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
+
+struct FieldSpec {
+  std::string name;  // what the batch calls it
+  FieldKind kind = FieldKind::kBytes;
+  // WebDataset keys (extensions, e.g. "jpg", "seg.png"); the first one a
+  // sample has is decoded.
+  std::vector<std::string> keys;
+  // A sample without any of the keys: an absent value instead of an error
+  // (Corruption naming the sample, skippable under CorruptPolicy::kSkip).
+  bool optional = false;
+  std::string mode = "RGB";  // kImage: "RGB", "L", "RGBA" or "I;16"
+  // kImage: cropped, resized and normalised by LoaderOptions::transform into
+  // Batch::images() (at most one such field); otherwise decoded whole.
+  bool transformed = false;
+};
+
+// One sample's decoded field.
+struct FieldValue {
+  bool present = false;
+  HostTensor tensor;  // kImage, kInt, kFloat, kArray
+  std::string bytes;  // kText, kJson, kBytes
+};
+
+}  // namespace stoker

@@ -1,0 +1,26 @@
+"""stoker.pack: see its docstring."""
+import os
+
+from . import _native, _params
+from .checkpoint import parse_size
+
+
+def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
+         shuffle_seed=0):
+    """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
+    indexed shards (see `stoker pack --help`). Returns a summary dict.
+    ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
+    re-encode JPEGs whose longest side (EXIF orientation applied) is over
+    that many pixels to it, at ``quality`` (default 90); smaller images stay
+    byte-identical and the index records what was done. ``shuffle``: write
+    the samples in a random order (deterministic for ``shuffle_seed``), so
+    that shards mix classes and shard-aware orders (a remote dataset read
+    through a smaller cache) give batches as varied as a global shuffle's."""
+    size = parse_size(shard_size)
+    side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
+    if quality is not None and side == 0:
+        raise ValueError("quality needs max_side (only re-encoded images take it)")
+    q = 90 if quality is None else _params.integer("quality", quality, 1, 100)
+    seed = _params.integer("shuffle_seed", shuffle_seed, 0, _params.U64_MAX)
+    return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
+                        seed if _params.boolean("shuffle", shuffle) else None)

@@ -1,0 +1,222 @@
+"""Typed fields: what ``stoker.Loader(..., fields={...})`` decodes from each
+sample, and how a batch of them is put together.
+
+    fields = {
+        "image": stoker.Image(transform=T.Compose([T.RandomResizedCrop(224), T.Normalize(mean, std)])),
+        "mask": stoker.Image(keys="seg.png", mode="L", transform=None),   # list of uint8 [H, W, 1]
+        "boxes": stoker.Json(),                                           # list of Python objects
+        "depth": stoker.Array(key="npy", pad=0.0),                        # padded + "depth_shape"
+        "caption": stoker.Text(optional=True),                            # list of str (None where absent)
+        "id": stoker.Int("id"),                                           # int64 [B]
+    }
+    for batch in stoker.Loader("coco-packed", batch_size=32, fields=fields):
+        batch["image"], batch["mask"], ...
+
+Keys are WebDataset keys (a member ``000123.seg.png`` has key ``seg.png``);
+several, separated by ";", are tried in order. Every field is decoded on
+the loader's native threads, without the GIL; what is left in Python is
+putting tensors together (``torch.stack``, padding) and, for Json, turning
+checked JSON text into objects (``json.loads``).
+"""
+import json
+
+from . import _native, _params, transforms
+
+_MODES = ("RGB", "L", "RGBA", "I;16")
+
+
+def _keys(keys, what):
+    if isinstance(keys, str):
+        keys = keys.split(";")
+    keys = [k.strip() for k in keys if k and k.strip()]
+    if not keys:
+        raise ValueError("%s needs at least one key" % what)
+    for k in keys:
+        if not isinstance(k, str):
+            raise TypeError("%s: keys are strings, not %r" % (what, k))
+    return keys
+
+
+class _Field:
+    kind = None
+
+    def __init__(self, keys, optional=False):
+        self.keys = _keys(keys, type(self).__name__)
+        self.optional = _params.boolean("optional", optional)
+
+    def _spec(self, name):
+        spec = _native.FieldSpec()
+        spec.name = name
+        spec.kind = getattr(_native.FieldKind, self.kind)
+        spec.keys = self.keys
+        spec.optional = self.optional
+        return spec
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = values
+
+    def __repr__(self):
+        return "stoker.%s(keys=%r%s)" % (type(self).__name__, ";".join(self.keys),
+                                         ", optional=True" if self.optional else "")
+
+
+def _tensor(item):
+    from torch.utils.dlpack import from_dlpack
+    capsule, stored, _ = item
+    t = from_dlpack(capsule)
+    return t.bool() if stored == "bool" else t
+
+
+class Image(_Field):
+    """A JPEG, PNG or WebP: the first of ``keys`` the sample has. With a
+    ``transform`` (a ``stoker.transforms.Compose``) it is cropped, resized
+    and normalised like the loader's images and the batch is one tensor (at
+    most one such field; mode RGB). With ``transform=None`` it is decoded
+    whole in ``mode`` ("RGB", "L", "RGBA", "I;16": Pillow's
+    ``Image.open(f).convert(mode)`` pixels) and the batch is a list of uint8
+    [H, W, C] tensors at their own sizes (int32 for "I;16")."""
+    kind = "image"
+
+    def __init__(self, keys="jpg;jpeg;png;webp", transform=None, mode="RGB", optional=False):
+        super().__init__(keys, optional)
+        if transform is not None and not isinstance(transform, transforms.Compose):
+            raise TypeError("Image(transform=...) takes a stoker.transforms.Compose, not %s" % type(transform).__name__)
+        self.transform = transform
+        self.mode = _params.choice("mode", mode, _MODES)
+        if transform is not None and self.mode != "RGB":
+            raise ValueError("a transformed image is RGB (mode=%r asked)" % mode)
+        if transform is not None and self.optional:
+            raise ValueError("a transformed image cannot be optional (the batch is one tensor)")
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        spec.mode = self.mode
+        spec.transformed = self.transform is not None
+        return spec
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = [None if v is None else _tensor(v) for v in values]
+
+
+class Int(_Field):
+    """A decimal integer stored as text (``.cls``, ``.id``, ...): an int64
+    tensor [B] (a list, with None where absent, when optional values are
+    missing from the batch)."""
+    kind = "int"
+
+    def __init__(self, key="cls", optional=False):
+        super().__init__(key, optional)
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = values if None in values else torch.tensor(values, dtype=torch.int64)
+
+
+class Float(_Field):
+    """A number stored as text: a float64 tensor [B] (a list when optional
+    values are missing)."""
+    kind = "float"
+
+    def __init__(self, key, optional=False):
+        super().__init__(key, optional)
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = values if None in values else torch.tensor(values, dtype=torch.float64)
+
+
+class Array(_Field):
+    """A NumPy ``.npy`` (bool, int, uint, float; either order and byte
+    order; object arrays are refused). Arrays of one shape and dtype are
+    stacked into one tensor [B, ...]. Otherwise ``pad=value`` pads each to
+    the batch's largest shape and adds ``<name>_shape`` (int64 [B, ndim]),
+    and ``pad=None`` gives a list. uint16/uint32 arrive as int32/int64
+    (torch before 2.3 has no such types)."""
+    kind = "array"
+
+    def __init__(self, key="npy", pad=None, optional=False):
+        super().__init__(key, optional)
+        if pad is not None and not isinstance(pad, (int, float, bool)):
+            raise TypeError("Array(pad=...) is a number or None, not %r" % (pad,))
+        self.pad = pad
+
+    def _assemble(self, values, torch, name, out):
+        tensors = [None if v is None else _tensor(v) for v in values]
+        present = [t for t in tensors if t is not None]
+        if len(present) < len(tensors) or not present:
+            out[name] = tensors
+            return
+        shapes = {tuple(t.shape) for t in present}
+        dtypes = {t.dtype for t in present}
+        if len(shapes) == 1 and len(dtypes) == 1:
+            out[name] = torch.stack(present)
+            return
+        if self.pad is None or len(dtypes) != 1 or len({t.dim() for t in present}) != 1:
+            out[name] = tensors
+            return
+        dims = present[0].dim()
+        largest = [max(t.shape[d] for t in present) for d in range(dims)]
+        batch = torch.full([len(present)] + largest, self.pad, dtype=present[0].dtype)
+        for i, t in enumerate(present):
+            batch[(i,) + tuple(slice(0, s) for s in t.shape)] = t
+        out[name] = batch
+        out[name + "_shape"] = torch.tensor([list(t.shape) for t in present], dtype=torch.int64)
+
+
+class Text(_Field):
+    """UTF-8 text (checked natively): a list of str."""
+    kind = "text"
+
+    def __init__(self, key="txt", optional=False):
+        super().__init__(key, optional)
+
+
+class Json(_Field):
+    """JSON (checked natively that it parses, naming the sample if not): a
+    list of Python objects (``json.loads`` of the checked text, with the GIL)."""
+    kind = "json"
+
+    def __init__(self, key="json", optional=False):
+        super().__init__(key, optional)
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = [None if v is None else json.loads(v) for v in values]
+
+
+class Bytes(_Field):
+    """The field's bytes as stored, for what you decode yourself (audio,
+    video, protobuf): a list of bytes."""
+    kind = "bytes"
+
+    def __init__(self, key, optional=False):
+        super().__init__(key, optional)
+
+
+def native_specs(fields):
+    """(specs, transformed name or None, its transform) for LoaderOptions."""
+    if not isinstance(fields, dict) or not fields:
+        raise TypeError("fields is a non-empty dict of name -> stoker.Image/Int/Float/Array/Text/Json/Bytes")
+    specs, transformed, transform = [], None, None
+    for name, field in fields.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError("field names are non-empty strings, not %r" % (name,))
+        if not isinstance(field, _Field):
+            raise TypeError("fields[%r] must be a stoker.Image, Int, Float, Array, Text, Json or Bytes, not %r"
+                            % (name, field))
+        if isinstance(field, Image) and field.transform is not None:
+            if transformed is not None:
+                raise ValueError("only one Image may have a transform (%r and %r do)" % (transformed, name))
+            transformed, transform = name, field.transform
+        specs.append(field._spec(name))
+    return specs, transformed, transform
+
+
+def assemble(fields, transformed, images, raw):
+    """The batch dict: the transformed image's tensor, then each other field
+    put together by its spec."""
+    import torch
+    out = {}
+    if transformed is not None:
+        out[transformed] = images
+    others = [(n, f) for n, f in fields.items() if n != transformed]
+    for (name, field), values in zip(others, raw):
+        field._assemble(values, torch, name, out)
+    return out

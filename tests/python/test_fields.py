@@ -1,0 +1,198 @@
+"""Typed fields and dict batches: a WebDataset of mixed samples (JPEG image,
+PNG mask, JSON boxes, .npy depth of varying shape, caption, id), indexed in
+place, against what Pillow, NumPy and json decode from the same bytes; plus
+optional fields, specs refused at creation, and bad fields named."""
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import stoker
+
+T = stoker.transforms
+rng = np.random.default_rng(11)
+
+
+def member(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def encoded(image, fmt, **kw):
+    buf = io.BytesIO()
+    image.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def npy(array):
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def index(cli, folder):
+    cli("index", *sorted(folder.glob("*.tar")))
+
+
+def write_shards(folder, n=20, per_shard=8, caption_every=1, corrupt=None):
+    """Samples 000000..: jpg, seg.png, json, npy, txt (every caption_every-th), id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    truth = []
+    for s in range(0, n, per_shard):
+        with tarfile.open(folder / ("shard-%06d.tar" % (s // per_shard)), "w") as tar:
+            for i in range(s, min(n, s + per_shard)):
+                key = "%06d" % i
+                h, w = 40 + i % 7, 56 + (i * 3) % 11
+                y, x = np.mgrid[0:h, 0:w]
+                rgb = np.stack([x * 4 + i, y * 5, (x + y) * 2], axis=2).astype(np.uint8)
+                jpg = encoded(Image.fromarray(rgb), "JPEG", quality=90)
+                mask = encoded(Image.fromarray((rng.integers(0, 5, (h, w)) * 50).astype(np.uint8)), "PNG")
+                boxes = json.dumps({"boxes": [[i, 2, 30, 20]], "labels": [i % 3], "name": "ünïcode %d" % i})
+                depth = rng.standard_normal((2 + i % 3, 4)).astype(np.float32)
+                sample = {"jpg": jpg, "seg.png": mask, "json": boxes.encode(), "npy": npy(depth),
+                          "id": b"%d\n" % (1000 + i)}
+                if i % caption_every == 0:
+                    sample["txt"] = ("a caption for %d, é" % i).encode()
+                if corrupt and i == corrupt[0]:
+                    sample[corrupt[1]] = corrupt[2]
+                for ext, data in sample.items():
+                    member(tar, key + "." + ext, data)
+                truth.append(sample)
+    return truth
+
+
+@pytest.fixture(scope="module")
+def mixed(cli, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fields") / "shards"
+    truth = write_shards(folder, caption_every=3)
+    index(cli, folder)
+    return folder, truth
+
+
+FIELDS = {
+    "image": stoker.Image(transform=T.Compose([T.Resize(48), T.CenterCrop(48)])),
+    "raw": stoker.Image(keys="jpg", transform=None),
+    "mask": stoker.Image(keys="seg.png", mode="L"),
+    "boxes": stoker.Json(),
+    "depth": stoker.Array(pad=-1.0),
+    "caption": stoker.Text(optional=True),
+    "id": stoker.Int("id"),
+    "blob": stoker.Bytes("json"),
+}
+
+
+def test_dict_batches_hold_every_field_as_pillow_numpy_and_json_decode_it(mixed):
+    folder, truth = mixed
+    loader = stoker.Loader(folder, batch_size=6, shuffle=False, fields=FIELDS, dtype="uint8", log_epochs=False,
+                           with_indices=True)
+    seen = 0
+    for batch in loader:
+        n = len(batch["id"])
+        assert batch["image"].shape == (n, 48, 48, 3) and batch["image"].dtype == torch.uint8
+        assert batch["id"].dtype == torch.int64
+        for j in range(n):
+            i = int(batch["__index__"][j])
+            want = truth[i]
+            assert int(batch["id"][j]) == 1000 + i
+            ref, _ = T.apply(want["jpg"], T.Compose([T.Resize(48), T.CenterCrop(48)]), dtype="uint8")
+            assert torch.equal(batch["image"][j], ref)
+            assert np.array_equal(batch["raw"][j].numpy(), np.asarray(Image.open(io.BytesIO(want["jpg"])).convert("RGB")))
+            mask = np.asarray(Image.open(io.BytesIO(want["seg.png"])).convert("L"))[:, :, None]
+            assert np.array_equal(batch["mask"][j].numpy(), mask)
+            assert batch["boxes"][j] == json.loads(want["json"])
+            assert batch["blob"][j] == want["json"]
+            depth = np.load(io.BytesIO(want["npy"]))
+            rows = depth.shape[0]
+            assert batch["depth_shape"][j].tolist() == list(depth.shape)
+            assert np.array_equal(batch["depth"][j, :rows].numpy(), depth)
+            assert (batch["depth"][j, rows:] == -1).all()
+            if "txt" in want:
+                assert batch["caption"][j] == want["txt"].decode()
+            else:
+                assert batch["caption"][j] is None
+            seen += 1
+    assert seen == len(truth)
+
+
+def test_arrays_of_one_shape_stack_and_pad_none_gives_a_list(cli, tmp_path):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    with tarfile.open(folder / "shard-000000.tar", "w") as tar:
+        for i in range(6):
+            member(tar, "%03d.npy" % i, npy(np.full((2, 3), i, dtype=">i4")))
+            member(tar, "%03d.ragged.npy" % i, npy(np.arange(i + 1, dtype=np.uint16)))
+            member(tar, "%03d.cls" % i, b"%d" % i)
+    index(cli, folder)
+    fields = {"a": stoker.Array(), "r": stoker.Array("ragged.npy"), "label": stoker.Int()}
+    batch = next(iter(stoker.Loader(folder, batch_size=6, shuffle=False, fields=fields, log_epochs=False)))
+    assert batch["a"].shape == (6, 2, 3) and batch["a"].dtype == torch.int32
+    assert batch["a"][:, 0, 0].tolist() == list(range(6))
+    assert isinstance(batch["r"], list) and [t.tolist() for t in batch["r"]] == [list(range(i + 1)) for i in range(6)]
+    assert batch["r"][0].dtype == torch.int32  # uint16, widened
+    assert batch["label"].tolist() == list(range(6))
+
+
+def test_specs_that_cannot_work_are_refused_at_creation(mixed):
+    folder, _ = mixed
+    with pytest.raises(ValueError, match=r"field 'm' \(image\) names keys no sample .* has: mask.png .*its fields: "):
+        stoker.Loader(folder, fields={"m": stoker.Image(keys="mask.png")}, log_epochs=False)
+    stoker.Loader(folder, fields={"m": stoker.Image(keys="mask.png", optional=True)}, log_epochs=False)
+    with pytest.raises(ValueError, match="only one Image may have a transform"):
+        stoker.Loader(folder, fields={"a": stoker.Image(transform=T.Compose([T.Resize(8), T.CenterCrop(8)])),
+                                      "b": stoker.Image(transform=T.Compose([T.Resize(8), T.CenterCrop(8)]))})
+    with pytest.raises(ValueError, match="give the transform to its stoker.Image"):
+        stoker.Loader(folder, fields={"a": stoker.Int("id")}, transform=T.Compose([T.Resize(8), T.CenterCrop(8)]))
+    with pytest.raises(TypeError, match="fields\\['x'\\] must be a stoker.Image"):
+        stoker.Loader(folder, fields={"x": "jpg"})
+    with pytest.raises(ValueError, match="mode"):
+        stoker.Image(mode="CMYK")
+
+
+@pytest.mark.parametrize("field,spec,data,message", [
+    ("json", stoker.Json(), b'{"boxes": [1, 2', "field 'f', key 'json'.*not valid JSON"),
+    ("txt", stoker.Text(), b"caf\xe9", "field 'f', key 'txt'.*invalid UTF-8 at byte 3"),
+    ("npy", stoker.Array(), npy(np.zeros(4, np.float32))[:-3], "field 'f', key 'npy'.*needs 16 bytes"),
+    ("seg.png", stoker.Image(keys="seg.png"), b"\x89PNG\r\n\x1a\n" + b"\x00" * 30, "field 'f', key 'seg.png'.*PNG"),
+    ("id", stoker.Int("id"), b"12x", "field 'f', key 'id'.*'12x' is not an integer"),
+])
+def test_a_bad_field_is_named_with_its_sample_and_skippable(cli, tmp_path, field, spec, data, message):
+    folder = tmp_path / "shards"
+    write_shards(folder, n=10, per_shard=10, corrupt=(4, field, data))
+    index(cli, folder)
+    loader = stoker.Loader(folder, batch_size=10, shuffle=False, fields={"f": spec}, log_epochs=False)
+    with pytest.raises(stoker.CorruptionError, match="sample '000004' " + "\\(" + message):
+        next(iter(loader))
+    loader = stoker.Loader(folder, batch_size=10, shuffle=False, fields={"f": spec, "id": stoker.Int("id")},
+                           on_corrupt="skip", log_epochs=False)
+    batch = next(iter(loader))
+    assert 1004 not in batch["id"].tolist() and len(batch["id"]) == 10
+    assert loader.stats()["corrupt_skipped"] == 1
+
+
+def test_a_missing_required_field_is_named(cli, tmp_path):
+    folder = tmp_path / "shards"
+    write_shards(folder, n=6, per_shard=6, caption_every=2)
+    index(cli, folder)
+    loader = stoker.Loader(folder, batch_size=6, shuffle=False, fields={"c": stoker.Text()}, log_epochs=False)
+    with pytest.raises(stoker.CorruptionError, match=r"sample '000001' in shard-000000.tar has no field for 'c' \(txt\)"):
+        next(iter(loader))
+
+
+def test_state_dict_resumes_dict_batches_exactly(mixed):
+    folder, _ = mixed
+    fields = {"id": stoker.Int("id"), "boxes": stoker.Json()}
+    full = [b["id"].tolist() for b in stoker.Loader(folder, batch_size=4, seed=3, fields=fields, log_epochs=False)]
+    loader = stoker.Loader(folder, batch_size=4, seed=3, fields=fields, log_epochs=False)
+    it = iter(loader)
+    first = [next(it)["id"].tolist() for _ in range(2)]
+    state = loader.state_dict()
+    resumed = stoker.Loader(folder, batch_size=4, seed=3, fields=fields, log_epochs=False)
+    resumed.load_state_dict(state)
+    rest = [b["id"].tolist() for b in resumed]
+    assert first + rest == full
+    assert sorted(sum(full, [])) == list(range(1000, 1020))
