@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ py::object g_stoker_error;
 struct TensorContext {
   std::shared_ptr<void> owner;
   std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
   DLManagedTensor managed{};
 };
 
@@ -99,7 +101,13 @@ py::capsule MakeCapsule(std::shared_ptr<void> owner, void* data, std::vector<std
   t.ndim = static_cast<int>(ctx->shape.size());
   t.dtype = dtype;
   t.shape = ctx->shape.data();
-  t.strides = nullptr;  // compact row-major
+  // Compact row-major, spelled out: torch 1.13 takes a null `strides`
+  // through a slow path when a dimension has size 1 (0.7 s for a
+  // [430, 495, 1] mask, 1 ms with strides given).
+  ctx->strides.assign(ctx->shape.size(), 1);
+  for (std::size_t d = ctx->shape.size(); d-- > 1;)
+    ctx->strides[d - 1] = ctx->strides[d] * std::max<std::int64_t>(ctx->shape[d], 1);
+  t.strides = ctx->strides.data();
   t.byte_offset = 0;
   ctx->managed.manager_ctx = ctx.get();
   ctx->managed.deleter = DeleteManaged;

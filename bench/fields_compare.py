@@ -1,0 +1,170 @@
+"""Mixed samples side by side: stoker.Loader(fields=...) against torch's
+DataLoader over webdataset with the same decoding, on the same shards.
+
+Each sample: an ImageNet-density JPEG (make_demo_data's photographs,
+~90 KB) cropped to 224 and normalised, a PNG mask at the image's size
+(decoded whole, mode L), JSON boxes, a 512-float .npy embedding, a caption.
+Both run 2 epochs with 2 workers/threads and batch 64; the figure is the
+second epoch (steady state, page cache warm), and peak memory is the
+largest sum of PSS over the run's process tree (DataLoader's workers
+included), sampled every 50 ms.
+
+    .venv/bin/python bench/fields_compare.py [--images 1000] [--work /tmp/fields-bench]
+"""
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def build(work, images):
+    from PIL import Image
+    shards = os.path.join(work, "shards")
+    if os.path.exists(os.path.join(shards, "index.stoker")):
+        return shards
+    demo = os.path.join(work, "demo")
+    if not os.path.isdir(demo):
+        per_class = max(1, images // 4)
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), demo, "--classes", "4",
+                        "--per-class", str(per_class), "--jobs", "2"], check=True, capture_output=True)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(demo) for f in fs if f.endswith(".JPEG"))
+    os.makedirs(shards, exist_ok=True)
+    rng = np.random.default_rng(0)
+    shard, size, tar = 0, 0, None
+
+    def add(name, data):
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    for i, path in enumerate(files):
+        if tar is None or size > 64 << 20:
+            if tar:
+                tar.close()
+            tar = tarfile.open(os.path.join(shards, "shard-%06d.tar" % shard), "w")
+            shard, size = shard + 1, 0
+        jpg = open(path, "rb").read()
+        gray = Image.open(io.BytesIO(jpg)).convert("L")
+        mask = Image.fromarray((np.asarray(gray) // 64 * 64).astype(np.uint8))
+        buf = io.BytesIO()
+        mask.save(buf, "PNG")
+        boxes = [[float(v) for v in rng.uniform(0, 300, 4)] for _ in range(int(rng.integers(1, 6)))]
+        emb = io.BytesIO()
+        np.save(emb, rng.standard_normal(512).astype(np.float32))
+        key = "%07d" % i
+        sample = {"jpg": jpg, "seg.png": buf.getvalue(), "cls": b"%d" % (i % 4),
+                  "json": json.dumps({"boxes": boxes}).encode(), "npy": emb.getvalue(),
+                  "txt": ("a photograph, number %d" % i).encode()}
+        for ext, data in sample.items():
+            add(key + "." + ext, data)
+            size += len(data) + 1024
+    tar.close()
+    tars = sorted(os.path.join(shards, f) for f in os.listdir(shards) if f.endswith(".tar"))
+    subprocess.run([os.environ.get("STOKER_BIN", os.path.join(ROOT, "build", "release", "stoker")), "index"] + tars,
+                   check=True, capture_output=True)
+    return shards
+
+
+RUN_STOKER = r'''
+import sys, time, stoker
+T = stoker.transforms
+fields = {"image": stoker.Image(transform=T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                                     T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])),
+          "mask": stoker.Image(keys="seg.png", mode="L"), "label": stoker.Int("cls"), "boxes": stoker.Json(),
+          "emb": stoker.Array(), "caption": stoker.Text()}
+loader = stoker.Loader(sys.argv[1], batch_size=64, num_threads=2, fields=fields, log_epochs=False)
+for epoch in range(2):
+    t, n = time.perf_counter(), 0
+    for batch in loader:
+        n += len(batch["label"])
+    print(epoch, n, time.perf_counter() - t, flush=True)
+'''
+
+RUN_DATALOADER = r'''
+import io, json, sys, time, glob
+import numpy as np, torch, webdataset as wds
+import torchvision.transforms as tv
+from PIL import Image
+transform = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(),
+                        tv.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+def decode(s):
+    return {"image": transform(Image.open(io.BytesIO(s["jpg"])).convert("RGB")),
+            "mask": torch.from_numpy(np.asarray(Image.open(io.BytesIO(s["seg.png"])).convert("L"))[:, :, None].copy()),
+            "label": int(s["cls"]), "boxes": json.loads(s["json"]), "emb": torch.from_numpy(np.load(io.BytesIO(s["npy"]))),
+            "caption": s["txt"].decode("utf-8")}
+def collate(samples):
+    return {"image": torch.stack([s["image"] for s in samples]), "mask": [s["mask"] for s in samples],
+            "label": torch.tensor([s["label"] for s in samples]), "boxes": [s["boxes"] for s in samples],
+            "emb": torch.stack([s["emb"] for s in samples]), "caption": [s["caption"] for s in samples]}
+urls = sorted(glob.glob(sys.argv[1] + "/*.tar"))
+dataset = wds.WebDataset(urls, shardshuffle=True).shuffle(1000).map(decode)
+loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, collate_fn=collate,
+                                     persistent_workers=True)
+for epoch in range(2):
+    t, n = time.perf_counter(), 0
+    for batch in loader:
+        n += len(batch["label"])
+    print(epoch, n, time.perf_counter() - t, flush=True)
+'''
+
+
+def tree_pss(pid):
+    """PSS of `pid` and all its descendants (shared pages counted once)."""
+    total = 0
+    try:
+        for line in open("/proc/%d/smaps_rollup" % pid):
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return total + sum(tree_pss(int(c)) for c in children)
+
+
+def run(name, script, shards):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "release", "python"))
+    proc = subprocess.Popen([sys.executable, "-c", script, shards], stdout=subprocess.PIPE, text=True, env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_pss(proc.pid))
+            time.sleep(0.05)
+
+    threading.Thread(target=sample, daemon=True).start()
+    out, _ = proc.communicate()
+    done.set()
+    if proc.returncode != 0:
+        raise SystemExit("%s failed" % name)
+    epoch, n, seconds = out.strip().splitlines()[-1].split()
+    return int(n) / float(seconds), peak[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=int, default=1000)
+    ap.add_argument("--work", default="/tmp/fields-bench")
+    args = ap.parse_args()
+    shards = build(args.work, args.images)
+    results = {}
+    for name, script in [("stoker", RUN_STOKER), ("DataLoader+webdataset", RUN_DATALOADER)]:
+        results[name] = run(name, script, shards)
+        print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, results[name][0], results[name][1] / 2**20),
+              flush=True)
+    (s_rate, s_mem), (d_rate, d_mem) = results["stoker"], results["DataLoader+webdataset"]
+    print("stoker: %.2fx the throughput at %.0f%% of the memory" % (s_rate / d_rate, 100 * s_mem / d_mem))
+
+
+if __name__ == "__main__":
+    main()
