@@ -155,14 +155,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=1000)
     ap.add_argument("--work", default="/tmp/fields-bench")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each, alternating; medians are compared")
     args = ap.parse_args()
     shards = build(args.work, args.images)
-    results = {}
-    for name, script in [("stoker", RUN_STOKER), ("DataLoader+webdataset", RUN_DATALOADER)]:
-        results[name] = run(name, script, shards)
-        print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, results[name][0], results[name][1] / 2**20),
-              flush=True)
-    (s_rate, s_mem), (d_rate, d_mem) = results["stoker"], results["DataLoader+webdataset"]
+    results = {"stoker": [], "DataLoader+webdataset": []}
+    for _ in range(args.repeats):
+        for name, script in [("stoker", RUN_STOKER), ("DataLoader+webdataset", RUN_DATALOADER)]:
+            rate, mem = run(name, script, shards)
+            results[name].append((rate, mem))
+            print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
+
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+    s_rate, s_mem = (median([r[i] for r in results["stoker"]]) for i in (0, 1))
+    d_rate, d_mem = (median([r[i] for r in results["DataLoader+webdataset"]]) for i in (0, 1))
+    print("medians: stoker %.1f samples/s, %.0f MiB; DataLoader %.1f samples/s, %.0f MiB" %
+          (s_rate, s_mem / 2**20, d_rate, d_mem / 2**20))
     print("stoker: %.2fx the throughput at %.0f%% of the memory" % (s_rate / d_rate, 100 * s_mem / d_mem))
 
 
