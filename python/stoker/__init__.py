@@ -44,6 +44,7 @@ from .decode import decode_image, decode_npy  # noqa: E402
 from .fields import Array, Bytes, Float, Image, Int, Json, Text  # noqa: E402
 from . import fields as _fields  # noqa: E402
 from ._pack import pack  # noqa: E402
+from ._nvjpeg import find_nvjpeg as _find_nvjpeg  # noqa: E402
 
 
 def cuda_status():
@@ -153,8 +154,13 @@ class Loader:
                  device="cpu", gpu_preprocess=False, cache_dir=None, cache_size="16GiB", connections=8,
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
-                 autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None):
+                 autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None, map=None,
+                 collate=None):
         specs, self._transformed = [], None
+        _fields.check_hooks(map, collate)
+        if (map is not None or collate is not None) and fields is None:
+            raise ValueError("map= and collate= work on typed fields: give fields= too")
+        self._map, self._collate = map, collate
         if fields is not None:
             specs, self._transformed, field_transform = _fields.native_specs(fields)
             if transform is not None:
@@ -351,6 +357,13 @@ class Loader:
             epoch = item[3]
             if item[5] is not None:
                 images = from_dlpack(item[0]) if self._transformed is not None else None
+                if self._map is not None or self._collate is not None:
+                    # User code per sample, with the GIL: the cost is documented (README).
+                    samples = _fields.samples(self._fields, self._transformed, images, item[5])
+                    if self._map is not None:
+                        samples = [self._map(sample) for sample in samples]
+                    yield (self._collate or _fields.default_collate)(samples)
+                    continue
                 batch = _fields.assemble(self._fields, self._transformed, images, item[5])
                 if self._with_indices:
                     batch["__index__"] = from_dlpack(item[2])
@@ -466,30 +479,3 @@ class Loader:
             skipped = ", %d corrupt replaced" % d["decode_corrupt_skipped"]
         return tuned + "; decode: %s, %d images on the GPU (%d hardware), %d on the CPU%s" % (
             d["decoder"], d["decoded_on_device"], d["decoded_on_hardware"], on_cpu, skipped)
-
-
-def _find_nvjpeg():
-    """Points $STOKER_NVJPEG_LIBRARY at an nvJPEG that pip installed (the
-    nvidia-nvjpeg wheels; torchvision's own copy) when the library is not
-    on the loader's path and the variable is unset."""
-    if os.environ.get("STOKER_NVJPEG_LIBRARY"):
-        return
-    import ctypes.util
-    if ctypes.util.find_library("nvjpeg"):
-        return
-    import glob
-    import importlib.util
-    patterns = []
-    for package, sub_patterns in (("nvidia", ("nvjpeg/lib/libnvjpeg.so*", "cu13/lib/libnvjpeg.so*")),
-                                  ("torchvision", ("../torchvision.libs/libnvjpeg*.so*",))):
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            spec = None
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            patterns += [os.path.join(location, p) for p in sub_patterns]
-    for pattern in patterns:
-        found = sorted(glob.glob(pattern))
-        if found:
-            os.environ["STOKER_NVJPEG_LIBRARY"] = os.path.normpath(found[-1])
-            return

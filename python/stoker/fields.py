@@ -40,6 +40,10 @@ def _keys(keys, what):
 class _Field:
     kind = None
 
+    def _sample(self, value):
+        """One sample's value as map= sees it."""
+        return value
+
     def __init__(self, keys, optional=False):
         self.keys = _keys(keys, type(self).__name__)
         self.optional = _params.boolean("optional", optional)
@@ -96,6 +100,9 @@ class Image(_Field):
 
     def _assemble(self, values, torch, name, out):
         out[name] = [None if v is None else _tensor(v) for v in values]
+
+    def _sample(self, value):
+        return None if value is None else _tensor(value)
 
 
 class Int(_Field):
@@ -160,6 +167,9 @@ class Array(_Field):
         out[name] = batch
         out[name + "_shape"] = torch.tensor([list(t.shape) for t in present], dtype=torch.int64)
 
+    def _sample(self, value):
+        return None if value is None else _tensor(value)
+
 
 class Text(_Field):
     """UTF-8 text (checked natively): a list of str."""
@@ -179,6 +189,9 @@ class Json(_Field):
 
     def _assemble(self, values, torch, name, out):
         out[name] = [None if v is None else json.loads(v) for v in values]
+
+    def _sample(self, value):
+        return None if value is None else json.loads(value)
 
 
 class Bytes(_Field):
@@ -220,3 +233,30 @@ def assemble(fields, transformed, images, raw):
     for (name, field), values in zip(others, raw):
         field._assemble(values, torch, name, out)
     return out
+
+
+def samples(fields, transformed, images, raw):
+    """The batch as a list of per-sample dicts (for map= and collate=): the
+    transformed image's row, and each other field's value for that sample
+    (tensors at their own shapes, ints, floats, str, objects, bytes, None)."""
+    others = [(n, f) for n, f in fields.items() if n != transformed]
+    count = len(raw[0]) if raw else (len(images) if images is not None else 0)
+    out = []
+    for j in range(count):
+        sample = {} if transformed is None else {transformed: images[j]}
+        for (name, field), values in zip(others, raw):
+            sample[name] = field._sample(values[j])
+        out.append(sample)
+    return out
+
+
+def check_hooks(map_fn, collate_fn):
+    for name, fn in (("map", map_fn), ("collate", collate_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError("%s= takes a callable, not %r" % (name, fn))
+
+
+def default_collate(batch):
+    """collate= when only map= is given: torch's default_collate."""
+    from torch.utils.data import default_collate as collate
+    return collate(batch)

@@ -196,3 +196,41 @@ def test_state_dict_resumes_dict_batches_exactly(mixed):
     rest = [b["id"].tolist() for b in resumed]
     assert first + rest == full
     assert sorted(sum(full, [])) == list(range(1000, 1020))
+
+
+def test_map_and_collate_see_each_decoded_sample(mixed):
+    folder, truth = mixed
+    seen = []
+
+    def add_area(sample):
+        seen.append(sample["id"])
+        box = sample["boxes"]["boxes"][0]
+        sample["area"] = (box[2] - box[0]) * (box[3] - box[1])
+        assert sample["mask"].dim() == 3 and sample["image"].shape == (3, 32, 32)
+        return sample
+
+    def collate(samples):
+        return {"ids": [s["id"] for s in samples], "areas": [s["area"] for s in samples],
+                "captions": [s["caption"] for s in samples]}
+
+    fields = {"image": stoker.Image(transform=T.Compose([T.Resize(32), T.CenterCrop(32)])),
+              "mask": stoker.Image(keys="seg.png", mode="L"), "boxes": stoker.Json(), "id": stoker.Int("id"),
+              "caption": stoker.Text(optional=True)}
+    loader = stoker.Loader(folder, batch_size=8, shuffle=False, fields=fields, map=add_area, collate=collate,
+                           log_epochs=False)
+    batches = list(loader)
+    assert [i for b in batches for i in b["ids"]] == list(range(1000, 1020)) == seen
+    for b in batches:
+        for i, area, caption in zip(b["ids"], b["areas"], b["captions"]):
+            x0, y0, x1, y1 = json.loads(truth[i - 1000]["json"])["boxes"][0]
+            assert area == (x1 - x0) * (y1 - y0)
+            assert caption == (truth[i - 1000]["txt"].decode() if "txt" in truth[i - 1000] else None)
+    # map= alone: torch's default_collate stacks what it can.
+    fields = {"id": stoker.Int("id"), "emb": stoker.Array()}
+    batch = next(iter(stoker.Loader(folder, batch_size=4, shuffle=False, fields=fields,
+                                    map=lambda s: {"id": s["id"] * 2, "rows": s["emb"].shape[0]}, log_epochs=False)))
+    assert batch["id"].tolist() == [2000, 2002, 2004, 2006]
+    with pytest.raises(TypeError, match="map= takes a callable"):
+        stoker.Loader(folder, fields=fields, map=3)
+    with pytest.raises(ValueError, match="map= and collate= work on typed fields"):
+        stoker.Loader(folder, map=lambda s: s)
