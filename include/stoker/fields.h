@@ -8,18 +8,20 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/status.h"
 #include "stoker/tensor.h"
 
 namespace stoker {
 
 enum class FieldKind : std::uint8_t {
-  kImage,  // JPEG, PNG or WebP -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
-  kInt,    // a decimal integer stored as text (.cls, .id) -> int64 scalar
-  kFloat,  // a number stored as text -> float64 scalar
-  kArray,  // NumPy .npy -> its dtype and shape (DecodeNpy)
-  kText,   // UTF-8 text (checked) -> bytes
-  kJson,   // JSON (checked to parse) -> its text
-  kBytes,  // anything -> its bytes, as stored
+  kImage,   // JPEG, PNG or WebP -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
+  kInt,     // a decimal integer stored as text (.cls, .id) -> int64 scalar
+  kFloat,   // a number stored as text -> float64 scalar
+  kArray,   // NumPy .npy -> its dtype and shape (DecodeNpy)
+  kText,    // UTF-8 text (checked) -> bytes
+  kJson,    // JSON (checked to parse) -> its text
+  kBytes,   // anything -> its bytes, as stored
+  kCustom,  // a decoder of your own, by FieldSpec::decoder (stoker/field_extension.h)
 };
 [[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
 
@@ -36,6 +38,8 @@ struct FieldSpec {
   // kImage: cropped, resized and normalised by LoaderOptions::transform into
   // Batch::images() (at most one such field); otherwise decoded whole.
   bool transformed = false;
+  // kCustom: the name of a decoder a loaded extension registered.
+  std::string decoder;
 };
 
 // One sample's decoded field.
@@ -44,5 +48,14 @@ struct FieldValue {
   HostTensor tensor;  // kImage, kInt, kFloat, kArray
   std::string bytes;  // kText, kJson, kBytes
 };
+
+// Loads a shared library of field decoders (stoker/field_extension.h) and
+// registers them by name for FieldKind::kCustom. Loading the same path
+// again is a no-op. InvalidArgument for a library without the entry point,
+// a decoder of another version, or a name another library registered;
+// NotFound when the file does not load. Thread-safe.
+[[nodiscard]] Status LoadFieldExtension(const std::string& path);
+// The names registered so far.
+[[nodiscard]] std::vector<std::string> FieldExtensionDecoders();
 
 }  // namespace stoker

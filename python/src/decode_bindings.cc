@@ -122,6 +122,12 @@ py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void
           column.append(py::float_(x));
           break;
         }
+        case stoker::FieldKind::kCustom:
+          if (v.tensor.data.empty() && v.tensor.shape.empty()) {  // it handed over bytes
+            column.append(py::bytes(v.bytes.data(), v.bytes.size()));
+            break;
+          }
+          [[fallthrough]];
         case stoker::FieldKind::kImage:
         case stoker::FieldKind::kArray: {
           // Types torch 1.13 cannot take are widened (a copy, owned by the capsule).
@@ -157,7 +163,8 @@ void BindFields(py::module_& m) {
       .value("array", stoker::FieldKind::kArray)
       .value("text", stoker::FieldKind::kText)
       .value("json", stoker::FieldKind::kJson)
-      .value("bytes", stoker::FieldKind::kBytes);
+      .value("bytes", stoker::FieldKind::kBytes)
+      .value("custom", stoker::FieldKind::kCustom);
   py::class_<stoker::FieldSpec>(m, "FieldSpec")
       .def(py::init<>())
       .def_readwrite("name", &stoker::FieldSpec::name)
@@ -165,7 +172,10 @@ void BindFields(py::module_& m) {
       .def_readwrite("keys", &stoker::FieldSpec::keys)
       .def_readwrite("optional", &stoker::FieldSpec::optional)
       .def_readwrite("mode", &stoker::FieldSpec::mode)
-      .def_readwrite("transformed", &stoker::FieldSpec::transformed);
+      .def_readwrite("transformed", &stoker::FieldSpec::transformed)
+      .def_readwrite("decoder", &stoker::FieldSpec::decoder);
+  m.def("load_field_extension", [](const std::string& path) { Check(stoker::LoadFieldExtension(path)); });
+  m.def("field_extension_decoders", [] { return stoker::FieldExtensionDecoders(); });
 }
 
 void BindDecoders(py::module_& m) {

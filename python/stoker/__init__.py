@@ -24,7 +24,8 @@ from . import transforms
 
 __all__ = ["Loader", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
-           "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes"]
+           "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes",
+           "Custom", "load_field_extension"]
 
 
 class StokerError(RuntimeError):
@@ -41,7 +42,7 @@ from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkp
                          load_safetensors, parse_size, restore_rng)
 from .order_quality import order_quality  # noqa: E402
 from .decode import decode_image, decode_npy  # noqa: E402
-from .fields import Array, Bytes, Float, Image, Int, Json, Text  # noqa: E402
+from .fields import Array, Bytes, Custom, Float, Image, Int, Json, Text, load_field_extension  # noqa: E402
 from . import fields as _fields  # noqa: E402
 from ._pack import pack  # noqa: E402
 from ._nvjpeg import find_nvjpeg as _find_nvjpeg  # noqa: E402

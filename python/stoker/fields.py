@@ -203,6 +203,46 @@ class Bytes(_Field):
         super().__init__(key, optional)
 
 
+class Custom(_Field):
+    """A field decoded by your own C function, compiled into a shared library
+    that ``stoker.load_field_extension(path)`` loaded (stoker/field_extension.h;
+    examples/field_extension/). It runs on the loader's threads without the
+    GIL. Per sample a tensor (stacked when the batch's share one shape and
+    dtype, else a list) or bytes, as the decoder hands over."""
+    kind = "custom"
+
+    def __init__(self, key, decoder, optional=False):
+        super().__init__(key, optional)
+        if not isinstance(decoder, str) or not decoder:
+            raise TypeError("Custom(decoder=...) is the name a loaded extension registered, not %r" % (decoder,))
+        self.decoder = decoder
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        spec.decoder = self.decoder
+        return spec
+
+    def _sample(self, value):
+        return value if value is None or isinstance(value, bytes) else _tensor(value)
+
+    def _assemble(self, values, torch, name, out):
+        items = [self._sample(v) for v in values]
+        tensors = [t for t in items if t is not None and not isinstance(t, bytes)]
+        if len(tensors) == len(items) and tensors and len({(tuple(t.shape), t.dtype) for t in tensors}) == 1:
+            out[name] = torch.stack(tensors)
+        else:
+            out[name] = items
+
+
+def load_field_extension(path):
+    """Loads a shared library of field decoders (stoker/field_extension.h)
+    for ``stoker.Custom(key, decoder=name)``; returns the names loaded so far.
+    Loading a path again does nothing."""
+    import os
+    _native.load_field_extension(os.fspath(path))
+    return list(_native.field_extension_decoders())
+
+
 def native_specs(fields):
     """(specs, transformed name or None, its transform) for LoaderOptions."""
     if not isinstance(fields, dict) or not fields:
@@ -212,7 +252,7 @@ def native_specs(fields):
         if not isinstance(name, str) or not name:
             raise TypeError("field names are non-empty strings, not %r" % (name,))
         if not isinstance(field, _Field):
-            raise TypeError("fields[%r] must be a stoker.Image, Int, Float, Array, Text, Json or Bytes, not %r"
+            raise TypeError("fields[%r] must be a stoker.Image, Int, Float, Array, Text, Json, Bytes or Custom, not %r"
                             % (name, field))
         if isinstance(field, Image) and field.transform is not None:
             if transformed is not None:

@@ -8,6 +8,7 @@
 
 #include "codec/image_decode.h"
 #include "codec/npy.h"
+#include "pipeline/field_extension.h"
 
 namespace stoker {
 
@@ -27,6 +28,8 @@ std::string_view FieldKindName(FieldKind kind) {
       return "json";
     case FieldKind::kBytes:
       return "bytes";
+    case FieldKind::kCustom:
+      return "custom";
   }
   return "?";
 }
@@ -139,9 +142,10 @@ struct Entry {
 };
 // The registry.
 constexpr Entry kDecoders[] = {
-    {FieldKind::kImage, DecodeImageField}, {FieldKind::kInt, DecodeIntField},   {FieldKind::kFloat, DecodeFloatField},
-    {FieldKind::kArray, DecodeArrayField}, {FieldKind::kText, DecodeTextField}, {FieldKind::kJson, DecodeJsonField},
-    {FieldKind::kBytes, DecodeBytesField},
+    {FieldKind::kImage, DecodeImageField}, {FieldKind::kInt, DecodeIntField},
+    {FieldKind::kFloat, DecodeFloatField}, {FieldKind::kArray, DecodeArrayField},
+    {FieldKind::kText, DecodeTextField},   {FieldKind::kJson, DecodeJsonField},
+    {FieldKind::kBytes, DecodeBytesField}, {FieldKind::kCustom, DecodeCustomField},
 };
 
 }  // namespace
@@ -160,6 +164,12 @@ Status CheckFieldSpec(const FieldSpec& spec) {
   if (spec.kind == FieldKind::kImage && !codec::ParseColorMode(spec.mode))
     return Status::InvalidArgument(
         fmt::format("field '{}': image mode '{}' (RGB, L, RGBA or I;16)", spec.name, spec.mode));
+  if (spec.kind == FieldKind::kCustom) {
+    if (spec.decoder.empty())
+      return Status::InvalidArgument(fmt::format("field '{}': a custom field names its decoder", spec.name));
+    if (auto found = FindFieldExtension(spec.decoder); !found.ok())
+      return found.status().WithContext(fmt::format("field '{}'", spec.name));
+  }
   if (spec.transformed && spec.kind != FieldKind::kImage)
     return Status::InvalidArgument(fmt::format("field '{}': only an image can be transformed", spec.name));
   if (spec.transformed && spec.mode != "RGB")

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "stoker/field_extension.h"
 #include "stoker/fields.h"
 #include "stoker/status.h"
 
@@ -13,6 +14,8 @@ namespace stoker::pipeline {
 
 struct FieldDecodeOptions {
   std::uint64_t max_pixels = 0;  // images: TransformOptions::max_pixels
+  // kCustom: the extension's function, resolved by name at loader creation.
+  StokerFieldDecodeFn custom = nullptr;
 };
 
 // Decodes `bytes` as `spec` says into `out` (present set). Errors say what

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "pipeline/field_decoders.h"
+#include "pipeline/field_extension.h"
 #include "stoker/text.h"
 
 namespace stoker::pipeline {
@@ -40,8 +41,14 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
       candidates = spec.keys;
       continue;
     }
+    FieldDecodeOptions decode;
+    decode.max_pixels = options.transform.max_pixels;
+    if (spec.kind == FieldKind::kCustom) {
+      STOKER_ASSIGN_OR_RETURN(decode.custom, FindFieldExtension(spec.decoder));
+    }
     p->field_specs_.push_back(spec);
     p->field_candidates_.push_back(std::move(present));
+    p->field_options_.push_back(decode);
   }
   if (wants_image) {
     for (const auto& c : candidates)
@@ -74,10 +81,8 @@ Status SampleProducer::MissingField(const SampleInfo& info, std::size_t f) const
 Status SampleProducer::DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
                                    std::span<const std::byte> bytes, FieldValue* out) const {
   const FieldSpec& spec = field_specs_[f];
-  FieldDecodeOptions decode;
-  decode.max_pixels = options_.transform.max_pixels;
   out->present = false;
-  Status s = FieldDecoderFor(spec.kind)(bytes, spec, decode, out);
+  Status s = FieldDecoderFor(spec.kind)(bytes, spec, field_options_[f], out);
   if (!s.ok())
     return s.WithContext(fmt::format("sample '{}' (field '{}', key '{}' at {}:{})", Printable(info.key), spec.name,
                                      dataset_->field_names()[dataset_field], dataset_->shards()[info.shard].path,

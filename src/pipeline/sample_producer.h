@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "pipeline/field_decoders.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/sample_finisher.h"
 #include "stoker/dataset.h"
@@ -88,6 +89,7 @@ class SampleProducer {
   std::vector<std::size_t> image_fields_;                   // candidates present in the dataset, in preference order
   std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
   std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
+  std::vector<FieldDecodeOptions> field_options_;           // per spec
   SampleFinisher* finisher_ = nullptr;
   LoaderCounters* counters_ = nullptr;
 };

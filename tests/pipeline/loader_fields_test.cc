@@ -2,6 +2,7 @@
 // threads write one batch's field columns side by side).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -108,6 +109,36 @@ TEST(LoaderFields, BadSpecsAreRefusedAtCreation) {
   o.fields = {Spec("x", FieldKind::kText, "caption")};
   o.fields[0].transformed = true;
   EXPECT_EQ(Loader::Create(dataset, o).error().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(LoaderFields, ExtensionsLoadOnceAndBadLibrariesAreRefused) {
+  ASSERT_TRUE(LoadFieldExtension(STOKER_EXAMPLE_WAV_PCM16).ok());
+  ASSERT_TRUE(LoadFieldExtension(STOKER_EXAMPLE_WAV_PCM16).ok());  // again: a no-op
+  const auto names = FieldExtensionDecoders();
+  EXPECT_NE(std::find(names.begin(), names.end(), "wav_pcm16"), names.end());
+  EXPECT_EQ(LoadFieldExtension("/nonexistent/libx.so").code(), StatusCode::kNotFound);
+  // A library without the entry point (libm is in every process).
+  const Status no_entry = LoadFieldExtension("libm.so.6");
+  EXPECT_EQ(no_entry.code(), StatusCode::kInvalidArgument) << no_entry.ToString();
+  EXPECT_NE(no_entry.message().find("exports no stoker_field_decoders"), std::string::npos);
+  // A custom field with a decoder nobody loaded is refused at creation.
+  TempDir dir;
+  auto dataset = ManifestDataset(dir, 2);
+  auto o = SmallOptions();
+  o.fields = {Spec("x", FieldKind::kCustom, "caption")};
+  o.fields[0].decoder = "nope";
+  auto r = Loader::Create(dataset, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("no field decoder 'nope' is loaded"), std::string::npos) << r.error().message();
+  // The example decoder refuses text (not a WAV) as a corrupt sample.
+  o.fields[0].decoder = "wav_pcm16";
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  auto next = (*loader)->Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(next.error().message().find("decoder 'wav_pcm16': not a RIFF/WAVE file"), std::string::npos)
+      << next.error().message();
 }
 
 }  // namespace

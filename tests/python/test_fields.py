@@ -234,3 +234,56 @@ def test_map_and_collate_see_each_decoded_sample(mixed):
         stoker.Loader(folder, fields=fields, map=3)
     with pytest.raises(ValueError, match="map= and collate= work on typed fields"):
         stoker.Loader(folder, map=lambda s: s)
+
+
+@pytest.fixture(scope="module")
+def wav_extension(tmp_path_factory):
+    """The worked example, built as its header comment says."""
+    import os
+    import subprocess
+    source = os.path.join(os.environ.get("STOKER_SOURCE_DIR", "."), "examples", "field_extension", "wav_pcm16.c")
+    out = tmp_path_factory.mktemp("ext") / "libwav_pcm16.so"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-I",
+                    os.path.join(os.environ.get("STOKER_SOURCE_DIR", "."), "include"), source, "-o", str(out)],
+                   check=True)
+    return out
+
+
+def wav(samples):
+    import wave
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(samples.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(samples.astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def test_a_decoder_of_ones_own_runs_on_the_loader_threads(cli, tmp_path, wav_extension):
+    assert "wav_pcm16" in stoker.load_field_extension(wav_extension)
+    assert "wav_pcm16" in stoker.load_field_extension(wav_extension)  # again: nothing happens
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    clips = [rng.integers(-32768, 32767, (800 + 100 * (i % 2), 2)) for i in range(6)]
+    with tarfile.open(folder / "shard-000000.tar", "w") as tar:
+        for i, clip in enumerate(clips):
+            member(tar, "%03d.wav" % i, wav(clip))
+            member(tar, "%03d.cls" % i, b"%d" % i)
+        member(tar, "006.wav", b"RIFF\x04\x00\x00\x00WAVE")
+        member(tar, "006.cls", b"6")
+    index(cli, folder)
+    fields = {"audio": stoker.Custom("wav", decoder="wav_pcm16"), "label": stoker.Int()}
+    loader = stoker.Loader(folder, batch_size=6, shuffle=False, fields=fields, log_epochs=False)
+    it = iter(loader)
+    batch = next(it)
+    assert batch["label"].tolist() == list(range(6))
+    for clip, audio in zip(clips, batch["audio"]):
+        assert audio.dtype == torch.float32 and audio.shape == (2, len(clip))
+        assert torch.equal(audio, torch.from_numpy((clip.T / 32768.0).astype(np.float32)))
+    with pytest.raises(stoker.CorruptionError, match="sample '006' .*decoder 'wav_pcm16': no fmt or data chunk"):
+        next(it)
+    with pytest.raises(FileNotFoundError, match="no field decoder 'mp3' is loaded \\(loaded: .*wav_pcm16"):
+        stoker.Loader(folder, fields={"a": stoker.Custom("wav", decoder="mp3")}, log_epochs=False)
+    with pytest.raises(FileNotFoundError, match="does not load"):
+        stoker.load_field_extension(tmp_path / "missing.so")
