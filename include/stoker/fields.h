@@ -24,6 +24,11 @@ enum class FieldKind : std::uint8_t {
   kCustom,  // a decoder of your own, by FieldSpec::decoder (stoker/field_extension.h)
 };
 [[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
+// The kind WebDataset's conventions give a key, by its last extension:
+// jpg, jpeg, png, webp -> image; npy -> array; json -> json; txt -> text;
+// cls, id, idx, index, label -> int; anything else bytes. What `stoker
+// inspect` shows, and a starting point for specs.
+[[nodiscard]] FieldKind ConventionalFieldKind(std::string_view key);
 
 struct FieldSpec {
   std::string name;  // what the batch calls it

@@ -1,10 +1,12 @@
 #include "pipeline/field_decoders.h"
 
+#include <cctype>
 #include <charconv>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "codec/image_decode.h"
 #include "codec/npy.h"
@@ -32,6 +34,18 @@ std::string_view FieldKindName(FieldKind kind) {
       return "custom";
   }
   return "?";
+}
+
+FieldKind ConventionalFieldKind(std::string_view key) {
+  const auto dot = key.rfind('.');
+  std::string ext(dot == std::string_view::npos ? key : key.substr(dot + 1));
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp") return FieldKind::kImage;
+  if (ext == "npy") return FieldKind::kArray;
+  if (ext == "json") return FieldKind::kJson;
+  if (ext == "txt") return FieldKind::kText;
+  if (ext == "cls" || ext == "id" || ext == "idx" || ext == "index" || ext == "label") return FieldKind::kInt;
+  return FieldKind::kBytes;
 }
 
 namespace pipeline {
@@ -110,22 +124,123 @@ Status DecodeTextField(std::span<const std::byte> bytes, const FieldSpec&, const
   return Status::Ok();
 }
 
+// RFC 8259's grammar, checked in one pass with an explicit stack (deep
+// nesting cannot overflow ours); numbers by their grammar only, so 1e400
+// passes, as Python's json.loads takes it. UTF-8 was checked before.
+Status CheckJson(std::string_view t) {
+  std::size_t i = 0;
+  const std::size_t n = t.size();
+  const auto bad = [&](std::string_view what) {
+    return Status::Corruption(fmt::format("not valid JSON: {} at byte {}", what, i));
+  };
+  const auto space = [&] {
+    while (i < n && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r')) ++i;
+  };
+  const auto digits = [&] {
+    const std::size_t start = i;
+    while (i < n && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > start;
+  };
+  // A string at i (its opening quote): false with `why` set when malformed.
+  std::string_view why;
+  const auto string = [&] {
+    ++i;
+    for (;;) {
+      if (i >= n) return why = "unterminated string", false;
+      const auto ch = static_cast<unsigned char>(t[i]);
+      if (ch == '"') return ++i, true;
+      if (ch < 0x20) return why = "control character in a string", false;
+      if (ch == '\\') {
+        if (++i >= n) return why = "unterminated escape", false;
+        if (t[i] == 'u') {
+          for (int k = 0; k < 4; ++k)
+            if (++i >= n || !std::isxdigit(static_cast<unsigned char>(t[i]))) return why = "bad \\u escape", false;
+        } else if (std::string_view("\"\\/bfnrt").find(t[i]) == std::string_view::npos) {
+          return why = "bad escape", false;
+        }
+      }
+      ++i;
+    }
+  };
+  enum class Next { kValue, kKey, kAfterValue };
+  std::vector<char> stack;  // '[' or '{' per open container
+  Next next = Next::kValue;
+  for (;;) {
+    space();
+    if (next == Next::kKey) {
+      if (i >= n || t[i] != '"') return bad("expected a key");
+      if (!string()) return bad(why);
+      space();
+      if (i >= n || t[i] != ':') return bad("expected ':'");
+      ++i;
+      next = Next::kValue;
+      continue;
+    }
+    if (next == Next::kValue) {
+      if (i >= n) return bad("unexpected end");
+      const char c = t[i];
+      if (c == '{' || c == '[') {
+        stack.push_back(c);
+        ++i;
+        space();
+        if (i < n && t[i] == (c == '{' ? '}' : ']')) {
+          stack.pop_back();
+          ++i;
+          next = Next::kAfterValue;
+        } else {
+          next = c == '{' ? Next::kKey : Next::kValue;
+        }
+        continue;
+      }
+      if (c == '"') {
+        if (!string()) return bad(why);
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        if (c == '-') ++i;
+        if (i < n && t[i] == '0') {
+          ++i;
+        } else if (!digits()) {
+          return bad("bad number");
+        }
+        if (i < n && t[i] == '.') {
+          ++i;
+          if (!digits()) return bad("bad number");
+        }
+        if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+          ++i;
+          if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+          if (!digits()) return bad("bad number");
+        }
+      } else if (t.substr(i, 4) == "true" || t.substr(i, 4) == "null") {
+        i += 4;
+      } else if (t.substr(i, 5) == "false") {
+        i += 5;
+      } else {
+        return bad("unexpected character");
+      }
+      next = Next::kAfterValue;
+      continue;
+    }
+    // After a value: the document's end, a ',' or the closing bracket.
+    if (stack.empty()) return i == n ? Status::Ok() : bad("text after the document");
+    if (i >= n) return bad("unexpected end");
+    if (t[i] == ',') {
+      ++i;
+      next = stack.back() == '{' ? Next::kKey : Next::kValue;
+    } else if (t[i] == (stack.back() == '{' ? '}' : ']')) {
+      stack.pop_back();
+      ++i;
+    } else {
+      return bad(stack.back() == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+  }
+}
+
 Status DecodeJsonField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&, FieldValue* out) {
   const std::string_view text = AsText(bytes);
   STOKER_RETURN_IF_ERROR(CheckUtf8(text));
   // Checked here, off the GIL, so a malformed file is named with its
   // sample; the text is what the consumer parses into its own objects.
-  // (accept() builds no tree; the parser keeps its own stack, so deep
-  // nesting cannot overflow ours.)
-  if (!nlohmann::json::accept(text)) {
-    try {  // the rare path: parse again for the message with the position
-      const auto parsed = nlohmann::json::parse(text);
-      (void)parsed;
-    } catch (const nlohmann::json::parse_error& e) {
-      return Status::Corruption(fmt::format("not valid JSON: {}", e.what()));
-    }
-    return Status::Corruption("not valid JSON");
-  }
+  STOKER_RETURN_IF_ERROR(CheckJson(text));
   out->bytes.assign(text);
   return Status::Ok();
 }

@@ -50,14 +50,16 @@ TEST(Npy, ThreeDimensionalFortranOrder) {
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
       for (int k = 0; k < 2; ++k) data[i + 2 * j + 4 * k] = static_cast<std::uint8_t>(4 * i + 2 * j + k);
-  auto a = ParseNpy(Npy("{'descr': '|u1', 'fortran_order': True, 'shape': (2, 2, 2), }", data));
+  const auto bytes = Npy("{'descr': '|u1', 'fortran_order': True, 'shape': (2, 2, 2), }", data);
+  auto a = ParseNpy(bytes);  // (the array points into `bytes`)
   ASSERT_TRUE(a.ok());
   const auto c = Copy(*a);
   for (int e = 0; e < 8; ++e) EXPECT_EQ(static_cast<int>(c[e]), e);
 }
 
 TEST(Npy, BigEndianIsSwapped) {
-  auto a = ParseNpy(Npy("{'descr': '>i2', 'fortran_order': False, 'shape': (2,), }", {0x01, 0x02, 0xFF, 0xFE}, 2));
+  const auto bytes = Npy("{'descr': '>i2', 'fortran_order': False, 'shape': (2,), }", {0x01, 0x02, 0xFF, 0xFE}, 2);
+  auto a = ParseNpy(bytes);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(a->byte_swapped);
   const auto c = Copy(*a);

@@ -33,8 +33,10 @@ def test_pack_verify_inspect_round_trip(stoker, demo_images, tmp_path):
     assert summary["labels"] == {str(c): 8 for c in range(6)}
     assert summary["shard_bytes"] == sum(s.stat().st_size for s in shards)
 
+    assert [(f["name"], f["kind"]) for f in summary["fields"]] == [("cls", "int"), ("jpeg", "image")]
     text = stoker("inspect", out).stdout
     assert "samples  48" in text
+    assert "jpeg             image" in text
 
     # --images: the JPEG headers of an even spread of samples, against what PIL reads.
     from PIL import Image

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "stoker/byte_size.h"
+#include "stoker/fields.h"
 #include "stoker/pack.h"
 #include "stoker/progress.h"
 #include "stoker/text.h"
@@ -204,7 +205,10 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
     for (const auto& f : s.fields)
-      out["fields"].push_back({{"name", f.name}, {"samples", f.samples}, {"bytes", f.bytes}});
+      out["fields"].push_back({{"name", f.name},
+                               {"kind", std::string(stoker::FieldKindName(stoker::ConventionalFieldKind(f.name)))},
+                               {"samples", f.samples},
+                               {"bytes", f.bytes}});
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
     out["labels"] = labels;
@@ -244,9 +248,10 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
       fmt::print("packed   {}\n", Printable(s.pack_note));
     }
   }
-  fmt::print("fields\n");
+  fmt::print("fields (kind: what the key conventionally holds; the loader's fields= decodes it so)\n");
   for (const auto& f : s.fields)
-    fmt::print("  {:<16} {:>10} samples  {:>10}\n", Printable(f.name), f.samples, stoker::FormatBytes(f.bytes));
+    fmt::print("  {:<16} {:<6} {:>10} samples  {:>10}\n", Printable(f.name),
+               stoker::FieldKindName(stoker::ConventionalFieldKind(f.name)), f.samples, stoker::FormatBytes(f.bytes));
   PrintLabels(s);
   if (survey) PrintSurvey(*survey);
   return kExitOk;
