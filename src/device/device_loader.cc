@@ -103,6 +103,9 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
                                                                  DeviceRuntime& runtime, int device_index,
                                                                  const DeviceLoaderOptions& device_options,
                                                                  const OpenJpegDecoder& open_decoder) {
+  if (!loader_options.fields.empty())
+    return Status::Unimplemented(
+        "typed fields (LoaderOptions::fields) are not carried to the GPU yet: use a Loader and copy the tensors");
   if (device_options.decode_on_device && !device_options.finish_on_device)
     return Status::InvalidArgument("decode_on_device needs finish_on_device (the GPU finishes what it decodes)");
   if (device_options.decode_on_device && (device_options.device_decode_bytes_per_sample < (64u << 10) ||

@@ -73,6 +73,22 @@ TEST(DeviceLoader, DeliversTheHostLoadersBatchesThroughTheTransferEngine) {
   EXPECT_EQ(fake.live_streams, 0);
 }
 
+TEST(DeviceLoader, TypedFieldsAreRefusedNotDropped) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  testing::FakeDeviceRuntime fake;
+  auto options = SmallOptions();
+  FieldSpec label;
+  label.name = "label";
+  label.kind = FieldKind::kInt;
+  label.keys = {"cls"};
+  options.fields = {label};
+  auto loader = device::CreateDeviceLoader(dataset, options, fake, 0, DeviceLoaderOptions{});
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.error().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(loader.error().message().find("not carried to the GPU yet"), std::string::npos);
+}
+
 TEST(DeviceLoader, CudaWithoutAGpuIsUnavailableWithAReason) {
   if (QueryCuda().device_count > 0) GTEST_SKIP() << "this machine has a GPU";
   TempDir dir;

@@ -20,12 +20,12 @@ is left behind); a worker registered after the close joins the next one.
 """
 import logging
 import os
-import queue
 import threading
 import time
 
 from . import ElasticError, PeerFailure
 from ._group import Group, JobFinished, _peek, connect_store, make_gloo, worker_id
+from ._store_calls import _Caller
 
 log = logging.getLogger("stoker.elastic")
 
@@ -35,77 +35,6 @@ def _local_beat_file():
     folder = os.environ.get("STOKER_ELASTIC_BEAT_DIR")
     return os.path.join(folder, str(os.getpid())) if folder else None
 
-
-
-class _Caller:
-    """Runs store calls on a thread with a client of its own. A call that has
-    not returned after ``patience`` seconds raises TimeoutError, and that
-    thread and its client are left behind (blocked, to end when their call
-    does): the next call starts afresh on a new connection. At most
-    ``max_left`` are left behind at once; past that, calls queue on the
-    last one."""
-
-    def __init__(self, connect, patience, max_left=4):
-        self._connect, self.patience, self.max_left = connect, patience, max_left
-        self._worker, self._left = None, []
-
-    def run(self, fn):
-        self._left = [w for w in self._left if w.is_alive()]
-        if self._worker is None:
-            self._worker = _CallerThread(self._connect)
-        box = self._worker.submit(fn)
-        if not box.done.wait(self.patience):
-            if len(self._left) < self.max_left:
-                self._worker.retire()
-                self._left.append(self._worker)
-                self._worker = None
-            raise TimeoutError("a store call did not return within %.1f s" % self.patience)
-        if box.error is not None:
-            self._worker.retire()  # a client whose call failed may be out of step with the server
-            self._worker = None
-            raise box.error
-        return box.result
-
-    def close(self):
-        if self._worker is not None:
-            self._worker.retire()
-
-
-class _Box:
-    def __init__(self, fn):
-        self.fn, self.result, self.error, self.done = fn, None, None, threading.Event()
-
-
-class _CallerThread(threading.Thread):
-    def __init__(self, connect):
-        super().__init__(daemon=True, name="stoker-elastic-store-call")
-        self._connect, self._jobs, self._retired = connect, queue.Queue(), False
-        self.start()
-
-    def submit(self, fn):
-        box = _Box(fn)
-        self._jobs.put(box)
-        return box
-
-    def retire(self):
-        self._retired = True
-        self._jobs.put(None)
-
-    def run(self):
-        store = None
-        while True:
-            box = self._jobs.get()
-            if box is None:
-                return
-            try:
-                if store is None:
-                    store = self._connect()
-                box.result = box.fn(store)
-            except Exception as e:  # noqa: BLE001 - handed to the caller
-                box.error = e
-            box.done.set()
-            if self._retired:
-                return
 
 
 class Rendezvous:
@@ -160,7 +89,7 @@ class Rendezvous:
             self._wake.wait(interval)  # a tick, or the main thread asking for a check at once
             self._wake.clear()
             if self._stop.is_set():
-                caller.close()
+                caller.end(self.endpoint, wait=2.0)
                 return
             try:
                 caller.run(lambda store: store.add("hb/" + self.id, 1))
@@ -256,6 +185,7 @@ class Rendezvous:
         likes)."""
         self._stop.set()
         self._wake.set()
+        self._beat.join(timeout=5.0)  # it ends its calls left behind (see _Caller.end)
         if self._local_beat is not None:
             self._local_beat.join(timeout=5.0)  # not touching the file again once it is removed
             try:
