@@ -98,11 +98,11 @@ class Image(_Field):
         spec.transformed = self.transform is not None
         return spec
 
-    def _assemble(self, values, torch, name, out):
-        out[name] = [None if v is None else _tensor(v) for v in values]
-
     def _sample(self, value):
         return None if value is None else _tensor(value)
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = [self._sample(v) for v in values]
 
 
 class Int(_Field):
@@ -145,8 +145,10 @@ class Array(_Field):
             raise TypeError("Array(pad=...) is a number or None, not %r" % (pad,))
         self.pad = pad
 
+    _sample = Image._sample
+
     def _assemble(self, values, torch, name, out):
-        tensors = [None if v is None else _tensor(v) for v in values]
+        tensors = [self._sample(v) for v in values]
         present = [t for t in tensors if t is not None]
         if len(present) < len(tensors) or not present:
             out[name] = tensors
@@ -167,9 +169,6 @@ class Array(_Field):
         out[name] = batch
         out[name + "_shape"] = torch.tensor([list(t.shape) for t in present], dtype=torch.int64)
 
-    def _sample(self, value):
-        return None if value is None else _tensor(value)
-
 
 class Text(_Field):
     """UTF-8 text (checked natively): a list of str."""
@@ -187,11 +186,11 @@ class Json(_Field):
     def __init__(self, key="json", optional=False):
         super().__init__(key, optional)
 
-    def _assemble(self, values, torch, name, out):
-        out[name] = [None if v is None else json.loads(v) for v in values]
-
     def _sample(self, value):
         return None if value is None else json.loads(value)
+
+    def _assemble(self, values, torch, name, out):
+        out[name] = [self._sample(v) for v in values]
 
 
 class Bytes(_Field):

@@ -93,4 +93,14 @@ Status DecodeImageAs(std::span<const std::byte> data, ColorMode mode, std::uint6
   return ConvertToMode(*scratch, mode, out);
 }
 
+Status DecodeImageTensor(std::span<const std::byte> data, ColorMode mode, std::uint64_t max_pixels, SourceImage* source,
+                         Pixels* pixels, HostTensor* out) {
+  STOKER_RETURN_IF_ERROR(DecodeImageAs(data, mode, max_pixels, source, pixels));
+  out->type = pixels->bytes_per_channel == 2 ? ElementType::kUInt16 : ElementType::kUInt8;
+  out->shape = {pixels->height, pixels->width, pixels->channels};
+  out->data.resize(pixels->data.size());
+  std::memcpy(out->data.data(), pixels->data.data(), pixels->data.size());
+  return Status::Ok();
+}
+
 }  // namespace stoker::codec

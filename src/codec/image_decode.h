@@ -13,6 +13,7 @@
 #include "codec/jpeg.h"
 #include "codec/pixels.h"
 #include "stoker/status.h"
+#include "stoker/tensor.h"
 
 namespace stoker::codec {
 
@@ -31,5 +32,9 @@ enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp };
 // DecodeImageFile then ConvertToMode.
 [[nodiscard]] Status DecodeImageAs(std::span<const std::byte> data, ColorMode mode, std::uint64_t max_pixels,
                                    SourceImage* scratch, Pixels* out);
+// DecodeImageAs into a uint8 (uint16 for I;16) [H, W, C] tensor; the
+// scratch buffers are reused across calls.
+[[nodiscard]] Status DecodeImageTensor(std::span<const std::byte> data, ColorMode mode, std::uint64_t max_pixels,
+                                       SourceImage* source, Pixels* pixels, HostTensor* out);
 
 }  // namespace stoker::codec

@@ -259,4 +259,14 @@ void CopyNpyData(const NpyArray& array, std::byte* out) {
   }
 }
 
+Status DecodeNpyTensor(std::span<const std::byte> npy, HostTensor* out) {
+  auto array = ParseNpy(npy);
+  if (!array.ok()) return array.status();
+  out->type = array->type;
+  out->shape = array->shape;
+  out->data.resize(array->data.size());
+  CopyNpyData(*array, out->data.data());
+  return Status::Ok();
+}
+
 }  // namespace stoker::codec

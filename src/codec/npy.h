@@ -34,4 +34,7 @@ struct NpyArray {
 // order and host byte order.
 void CopyNpyData(const NpyArray& array, std::byte* out);
 
+// ParseNpy then CopyNpyData into `out`.
+[[nodiscard]] Status DecodeNpyTensor(std::span<const std::byte> npy, HostTensor* out);
+
 }  // namespace stoker::codec

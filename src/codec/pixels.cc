@@ -33,6 +33,10 @@ std::optional<ColorMode> ParseColorMode(std::string_view name) {
   return std::nullopt;
 }
 
+Status UnknownColorMode(std::string_view name) {
+  return Status::InvalidArgument(fmt::format("image mode '{}': RGB, L, RGBA or I;16", name));
+}
+
 std::string_view ColorModeName(ColorMode mode) {
   switch (mode) {
     case ColorMode::kRGB:

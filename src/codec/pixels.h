@@ -20,6 +20,8 @@ enum class ColorMode : std::uint8_t {
   kI16,   // "I;16": 1 x uint16 (grayscale images only), 16-bit PNGs kept whole
 };
 [[nodiscard]] std::optional<ColorMode> ParseColorMode(std::string_view name);
+// InvalidArgument naming `name` and the modes there are.
+[[nodiscard]] Status UnknownColorMode(std::string_view name);
 [[nodiscard]] std::string_view ColorModeName(ColorMode mode);
 [[nodiscard]] int ColorModeChannels(ColorMode mode);
 [[nodiscard]] int ColorModeBytesPerChannel(ColorMode mode);

@@ -73,16 +73,11 @@ void Scalar(ElementType type, const void* value, FieldValue* out) {
 Status DecodeImageField(std::span<const std::byte> bytes, const FieldSpec& spec, const FieldDecodeOptions& options,
                         FieldValue* out) {
   const auto mode = codec::ParseColorMode(spec.mode);
-  if (!mode) return Status::InvalidArgument(fmt::format("image mode '{}'", spec.mode));
+  if (!mode) return codec::UnknownColorMode(spec.mode);
   // Per-thread buffers: a worker decodes many images one after another.
   thread_local codec::SourceImage source;
   thread_local codec::Pixels pixels;
-  STOKER_RETURN_IF_ERROR(codec::DecodeImageAs(bytes, *mode, options.max_pixels, &source, &pixels));
-  out->tensor.type = pixels.bytes_per_channel == 2 ? ElementType::kUInt16 : ElementType::kUInt8;
-  out->tensor.shape = {pixels.height, pixels.width, pixels.channels};
-  out->tensor.data.resize(pixels.data.size());
-  std::memcpy(out->tensor.data.data(), pixels.data.data(), pixels.data.size());
-  return Status::Ok();
+  return codec::DecodeImageTensor(bytes, *mode, options.max_pixels, &source, &pixels, &out->tensor);
 }
 
 Status DecodeIntField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&, FieldValue* out) {
@@ -108,13 +103,7 @@ Status DecodeFloatField(std::span<const std::byte> bytes, const FieldSpec&, cons
 
 Status DecodeArrayField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&,
                         FieldValue* out) {
-  auto array = codec::ParseNpy(bytes);
-  if (!array.ok()) return array.status();
-  out->tensor.type = array->type;
-  out->tensor.shape = array->shape;
-  out->tensor.data.resize(array->data.size());
-  codec::CopyNpyData(*array, out->tensor.data.data());
-  return Status::Ok();
+  return codec::DecodeNpyTensor(bytes, &out->tensor);
 }
 
 Status DecodeTextField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&, FieldValue* out) {
@@ -277,8 +266,7 @@ Status CheckFieldSpec(const FieldSpec& spec) {
   if (FieldDecoderFor(spec.kind) == nullptr)
     return Status::InvalidArgument(fmt::format("field '{}': unknown kind {}", spec.name, static_cast<int>(spec.kind)));
   if (spec.kind == FieldKind::kImage && !codec::ParseColorMode(spec.mode))
-    return Status::InvalidArgument(
-        fmt::format("field '{}': image mode '{}' (RGB, L, RGBA or I;16)", spec.name, spec.mode));
+    return codec::UnknownColorMode(spec.mode).WithContext(fmt::format("field '{}'", spec.name));
   if (spec.kind == FieldKind::kCustom) {
     if (spec.decoder.empty())
       return Status::InvalidArgument(fmt::format("field '{}': a custom field names its decoder", spec.name));
