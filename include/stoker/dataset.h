@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/fields.h"
 #include "stoker/file_system.h"
 #include "stoker/status.h"
 
@@ -81,6 +82,17 @@ class Dataset {
   // The position of `name` in field_names(), or nullopt.
   [[nodiscard]] std::optional<std::size_t> FieldIndex(std::string_view name) const;
   [[nodiscard]] const std::vector<ShardInfo>& shards() const;
+  // What the index records about field `field` (field_names() order): the
+  // kind its writer gave it (pack: from the manifest's values and the files'
+  // extensions; index: by WebDataset's naming convention) and how many
+  // samples have it. Indexes written by stoker before format version 4 hold
+  // neither (nullopt).
+  struct RecordedField {
+    std::optional<FieldKind> kind;
+    std::optional<std::uint64_t> samples;  // samples that have the field
+    std::optional<std::uint64_t> bytes;    // their payloads' total size
+  };
+  [[nodiscard]] RecordedField recorded_field(std::size_t field) const;
   // Tar members the index leaves out as WebDataset does (no extension,
   // links, folders, __*__ names), as `stoker index` counted them.
   [[nodiscard]] std::uint64_t skipped_members() const;
@@ -161,6 +173,8 @@ struct DatasetSummary {
     std::string name;
     std::uint64_t samples = 0;  // samples that have it
     std::uint64_t bytes = 0;
+    FieldKind kind = FieldKind::kBytes;  // as recorded, else by WebDataset's convention
+    bool kind_recorded = false;          // false: from the name's convention (an older index)
   };
   std::vector<Field> fields;
   std::uint64_t unlabelled = 0;

@@ -51,6 +51,11 @@ struct PackOptions {
   // global shuffle's.
   bool shuffle = false;
   std::uint64_t shuffle_seed = 0;
+  // Manifests only: further columns holding a file's path besides `path`
+  // (e.g. {"mask"}). Each becomes the field "<column>.<extension>"
+  // ("mask.png"), as WebDataset names a sample's second file; an empty cell
+  // or null leaves the sample without it.
+  std::vector<std::string> file_columns;
 };
 
 struct PackSummary {
@@ -72,9 +77,15 @@ struct PackSummary {
 // `source` is one of:
 //  - a folder in ImageFolder layout (one sub-folder per class; labels are
 //    the sorted class names' positions, as torchvision assigns them);
-//  - a manifest, `.csv` (header row) or `.jsonl`, with a `path` column, an
+//  - a manifest, `.csv` (header row) or `.jsonl`, with a `path` column (the
+//    field named by its extension), optional PackOptions::file_columns, an
 //    optional `label` (integers, or class names mapped by sorted order), an
-//    optional `key`, and any other columns as extra text fields;
+//    optional `key`, and any other columns as fields of their own: JSON
+//    Lines strings as text, numbers as their text, objects, arrays and
+//    booleans as JSON; CSV cells as text (empty cells and nulls left out).
+//    The index records each field's kind (text, int, float, json; a file's
+//    by its extension), which `inspect` shows and the loader checks specs
+//    against.
 //  - tar shards (a path or brace pattern ending in `.tar`), repacked.
 // Output is deterministic: the same input gives byte-identical files. Shards
 // and the index are written under temporary names and renamed, the index

@@ -387,8 +387,10 @@ PYBIND11_MODULE(_native, m) {
       .def("stats", [](PyLoader& l) { return l.L().stats(); });
 
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
-                   std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed) {
+                   std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed,
+                   std::vector<std::string> file_columns) {
     stoker::PackOptions options;
+    options.file_columns = std::move(file_columns);
     options.target_shard_bytes = shard_bytes;
     options.overwrite = overwrite;
     options.max_side = max_side;

@@ -6,7 +6,7 @@ from .checkpoint import parse_size
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
-         shuffle_seed=0):
+         shuffle_seed=0, file_columns=()):
     """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
     indexed shards (see `stoker pack --help`). Returns a summary dict.
     ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
@@ -15,12 +15,19 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     byte-identical and the index records what was done. ``shuffle``: write
     the samples in a random order (deterministic for ``shuffle_seed``), so
     that shards mix classes and shard-aware orders (a remote dataset read
-    through a smaller cache) give batches as varied as a global shuffle's."""
+    through a smaller cache) give batches as varied as a global shuffle's.
+    ``file_columns`` (manifests): further columns holding a file's path per
+    sample besides ``path``, e.g. ``["mask"]``; each becomes the field
+    ``<column>.<extension>`` (``mask.png``), read with
+    ``stoker.Image(keys="mask.png")``. The index records every field's kind
+    (``stoker inspect`` shows them)."""
     size = parse_size(shard_size)
     side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
     if quality is not None and side == 0:
         raise ValueError("quality needs max_side (only re-encoded images take it)")
     q = 90 if quality is None else _params.integer("quality", quality, 1, 100)
     seed = _params.integer("shuffle_seed", shuffle_seed, 0, _params.U64_MAX)
+    if isinstance(file_columns, str) or not all(isinstance(c, str) for c in file_columns):
+        raise TypeError("file_columns must be a list of column names, such as [\"mask\"], not %r" % (file_columns,))
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
-                        seed if _params.boolean("shuffle", shuffle) else None)
+                        seed if _params.boolean("shuffle", shuffle) else None, list(file_columns))

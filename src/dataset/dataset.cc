@@ -76,7 +76,8 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::string& roo
       STOKER_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(field.path));
       const std::uint32_t shard = builder.AddShard(field.path);
       builder.SetShardContents(shard, info.size, /*checksum=*/0);  // not hashed: nothing to verify against
-      const index_format::IndexBuilder::Field location{field.name, 0, info.size};
+      const index_format::IndexBuilder::Field location{field.name, 0, info.size,
+                                                       index_format::KindCode(field.content)};
       STOKER_RETURN_IF_ERROR(builder.AddSample(shard, sample.key, sample.label, 0, std::span(&location, 1)));
     }
   }
@@ -118,6 +119,17 @@ std::string_view Dataset::pack_note() const {
 }
 const std::string& Dataset::index_path() const {
   return impl_->index_path;
+}
+
+Dataset::RecordedField Dataset::recorded_field(std::size_t field) const {
+  RecordedField out;
+  const auto& entry = impl_->view.fields().at(field);
+  if (entry.kind != index_format::kKindNotRecorded) out.kind = static_cast<FieldKind>(entry.kind - 1);
+  if (entry.has_stats) {
+    out.samples = entry.samples;
+    out.bytes = entry.bytes;
+  }
+  return out;
 }
 
 std::optional<std::size_t> Dataset::FieldIndex(std::string_view name) const {

@@ -257,7 +257,8 @@ Status ValidateKey(const SourceSample& sample) {
   return Status::Ok();
 }
 
-Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir) {
+Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir,
+                                 const PackOptions& options) {
   auto info = fs.Stat(source);
   if (info.ok() && info->type == FileType::kDirectory) {
     std::error_code ec;
@@ -272,8 +273,12 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
   }
   if (EndsWith(source, ".csv") || EndsWith(source, ".jsonl") || EndsWith(source, ".json")) {
     if (!info.ok()) return info.error();
-    return pack_internal::ListManifest(fs, source);
+    return pack_internal::ListManifest(fs, source, options.file_columns);
   }
+  if (!options.file_columns.empty())
+    return Status::InvalidArgument(
+        fmt::format("file columns ({}) name columns of a manifest, and '{}' is not one (.csv or .jsonl)",
+                    fmt::join(options.file_columns, ", "), source));
   if (EndsWith(source, ".tar")) return pack_internal::ListTarShards(fs, source);
   if (!info.ok()) return info.error();
   return Status::InvalidArgument(fmt::format(
@@ -347,7 +352,7 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
   if (options.target_shard_bytes < 4096)
     return Status::InvalidArgument(
         fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
-  STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir));
+  STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir, options));
   if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
   for (const auto& sample : listing.samples) STOKER_RETURN_IF_ERROR(ValidateKey(sample));
   {
@@ -409,7 +414,8 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
     static constexpr std::byte kPadding[tar::kBlockSize] = {};
     for (std::size_t f = 0; f < sample.fields.size(); ++f) {
       STOKER_RETURN_IF_ERROR(writer.Append(AsBytes(member_headers[f])));
-      fields.push_back({sample.fields[f].name, writer.offset(), loaded[f].size()});
+      fields.push_back(
+          {sample.fields[f].name, writer.offset(), loaded[f].size(), index_format::KindCode(sample.fields[f].content)});
       STOKER_RETURN_IF_ERROR(writer.Append(loaded[f]));
       STOKER_RETURN_IF_ERROR(writer.Append(std::span(kPadding).first(tar::PaddingAfter(loaded[f].size()))));
       checksum.Update(loaded[f]);

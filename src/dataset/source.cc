@@ -48,6 +48,7 @@ FieldSource LabelField(std::int64_t label) {
   f.name = "cls";
   f.kind = FieldSource::Kind::kInline;
   f.text = std::to_string(label);
+  f.content = FieldKind::kInt;
   return f;
 }
 
@@ -137,6 +138,7 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
       FieldSource image;
       image.name = ext;
       image.path = s.origin;
+      image.content = ConventionalFieldKind(ext);
       s.fields.push_back(std::move(image));
       std::sort(s.fields.begin(), s.fields.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
       listing.samples.push_back(std::move(s));
@@ -176,11 +178,13 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
   return listing;
 }
 
-Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_path) {
+Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_path,
+                                   std::span<const std::string> file_columns) {
   STOKER_ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(fs, manifest_path));
   std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const bool is_csv = Lower(std::filesystem::path(manifest_path).extension().string()) == ".csv";
-  auto rows = is_csv ? manifest::ParseCsv(text, manifest_path) : manifest::ParseJsonLines(text, manifest_path);
+  auto rows = is_csv ? manifest::ParseCsv(text, manifest_path, file_columns)
+                     : manifest::ParseJsonLines(text, manifest_path, file_columns);
   if (!rows.ok()) return rows.error();
   if (rows->empty()) return Status::InvalidArgument(fmt::format("{}: the manifest lists no files", manifest_path));
   const std::string base = std::filesystem::path(manifest_path).parent_path().string();
@@ -205,22 +209,26 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
     std::string where = fmt::format("{}:{}", manifest_path, row.line);
     SourceSample s;
     s.origin = where;
-    std::string stem, ext;
-    if (!SplitExtension(row.path, &stem, &ext)) {
-      return Status::InvalidArgument(
-          fmt::format("{}: path '{}' has no file extension, so its field name is unknown", where, row.path));
+    std::string key_stem;
+    for (const auto& [column, path] : row.files) {
+      std::string stem, ext;
+      if (!SplitExtension(path, &stem, &ext)) {
+        return Status::InvalidArgument(fmt::format("{}: {} '{}' has no file extension, so its field name is unknown",
+                                                   where, column, path));
+      }
+      if (key_stem.empty()) key_stem = stem;
+      FieldSource file;
+      file.name = column == "path" ? ext : column + "." + ext;
+      file.path = path.starts_with("/") || base.empty() ? path : base + "/" + path;
+      file.content = ConventionalFieldKind(file.name);
+      s.fields.push_back(std::move(file));
     }
-    const bool absolute = row.path.starts_with("/");
-    FieldSource file;
-    file.name = ext;
-    file.path = absolute || base.empty() ? row.path : base + "/" + row.path;
-    s.fields.push_back(std::move(file));
     if (!row.key.empty()) {
       s.key = row.key;
       if (!wds::SplitMemberName(s.key + ".x") || wds::SplitMemberName(s.key + ".x")->key != s.key)
         return Status::InvalidArgument(fmt::format("{}: key '{}' contains '.' in its last component", where, s.key));
     } else {
-      std::string_view rel = stem;
+      std::string_view rel = key_stem;
       while (rel.starts_with("/")) rel.remove_prefix(1);
       while (rel.starts_with("./")) rel.remove_prefix(2);
       auto key = KeyFromRelativePath(rel);
@@ -232,13 +240,28 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
       s.label = all_integers ? *wds::ParseLabel(row.label) : class_ids[row.label];
       s.fields.push_back(LabelField(s.label));
     }
-    for (const auto& [name, value] : row.extra) {
+    for (const auto& value : row.extra) {
+      const std::string& name = value.column;
       if (name.empty() || name.find('/') != std::string::npos || name.find_first_of(" \t") != std::string::npos)
         return Status::InvalidArgument(fmt::format("{}: column '{}' is not usable as a field name", where, name));
       FieldSource f;
       f.name = name;
       f.kind = FieldSource::Kind::kInline;
-      f.text = value;
+      f.text = value.text;
+      switch (value.type) {
+        case manifest::ValueType::kString:
+          f.content = FieldKind::kText;
+          break;
+        case manifest::ValueType::kInteger:
+          f.content = FieldKind::kInt;
+          break;
+        case manifest::ValueType::kNumber:
+          f.content = FieldKind::kFloat;
+          break;
+        case manifest::ValueType::kJson:
+          f.content = FieldKind::kJson;
+          break;
+      }
       s.fields.push_back(std::move(f));
     }
     std::sort(s.fields.begin(), s.fields.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -246,7 +269,7 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
       if (s.fields[i].name == s.fields[i - 1].name)
         return Status::InvalidArgument(
             fmt::format("{}: field '{}' appears twice in one sample (an extra column clashes "
-                        "with the file's extension or 'cls')",
+                        "with a file's field or 'cls')",
                         where, s.fields[i].name));
     }
     listing.samples.push_back(std::move(s));
@@ -275,6 +298,7 @@ Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern) 
             src.path = path;
             src.offset = f.data_offset;
             src.size = f.size;
+            src.content = ConventionalFieldKind(f.name);
             if (f.name == "cls") {
               auto bytes = mapped->data().subspan(f.data_offset, f.size);
               auto label = wds::ParseLabel({reinterpret_cast<const char*>(bytes.data()), bytes.size()});

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/fields.h"
 #include "stoker/file_system.h"
 #include "stoker/status.h"
 
@@ -18,6 +19,7 @@ struct FieldSource {
   std::uint64_t offset = 0;  // kRange
   std::uint64_t size = 0;    // kRange
   std::string text;          // kInline
+  FieldKind content = FieldKind::kBytes;  // what the bytes are, as the index records it
 };
 
 struct SourceSample {
@@ -35,8 +37,12 @@ struct SourceListing {
 
 // ImageFolder layout: SRC/<class>/**/<file>.<image extension>.
 [[nodiscard]] Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root);
-// A CSV or JSONL manifest; relative paths are relative to its folder.
-[[nodiscard]] Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_path);
+// A CSV or JSONL manifest; relative paths are relative to its folder. The
+// `path` column's file becomes the field named by its extension ("jpg"), a
+// file column's the field "<column>.<extension>" ("mask.png"), as WebDataset
+// names a sample's second file.
+[[nodiscard]] Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_path,
+                                                 std::span<const std::string> file_columns = {});
 // Existing tar shards (a path or brace pattern).
 [[nodiscard]] Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern);
 

@@ -174,7 +174,11 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   summary.skipped_members = dataset.skipped_members();
   summary.pack_note = std::string(dataset.pack_note());
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;
-  for (const auto& name : dataset.field_names()) summary.fields.push_back({name, 0, 0});
+  for (std::size_t f = 0; f < dataset.field_names().size(); ++f) {
+    const std::string& name = dataset.field_names()[f];
+    const auto recorded = dataset.recorded_field(f);
+    summary.fields.push_back({name, 0, 0, recorded.kind.value_or(ConventionalFieldKind(name)), recorded.kind.has_value()});
+  }
   for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {
     STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset.Sample(i));
     for (std::size_t f = 0; f < info.fields.size(); ++f) {

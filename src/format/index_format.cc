@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/hash.h"
+#include "stoker/fields.h"
 
 namespace stoker::index_format {
 namespace {
@@ -22,6 +23,23 @@ bool AddOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
 }
 bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
+}
+
+constexpr auto Code = KindCode;
+static_assert(Code(FieldKind::kCustom) == kMaxKindCode);
+
+// The kind of a field whose samples say `a` and `b` (see IndexBuilder::Field).
+std::uint8_t WidenKind(std::uint8_t a, std::uint8_t b) {
+  if (a == b) return a;
+  if (a == kKindNotRecorded || b == kKindNotRecorded) return kKindNotRecorded;
+  const auto number = [](std::uint8_t k) { return k == Code(FieldKind::kInt) || k == Code(FieldKind::kFloat); };
+  if (number(a) && number(b)) return Code(FieldKind::kFloat);
+  if ((number(a) || a == Code(FieldKind::kText)) && (number(b) || b == Code(FieldKind::kText)))
+    return Code(FieldKind::kText);
+  // A number's text is JSON too (a JSON Lines column of numbers and objects).
+  if ((number(a) || a == Code(FieldKind::kJson)) && (number(b) || b == Code(FieldKind::kJson)))
+    return Code(FieldKind::kJson);
+  return Code(FieldKind::kBytes);
 }
 
 }  // namespace
@@ -81,7 +99,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
   // Sections follow each other exactly: header, fields, shards, strings, records, keys.
   std::uint64_t end = 0, records_bytes = 0;
   if (fields_off != kHeaderSize) return corrupt("field table is not right after the header");
-  if (shards_off != fields_off + std::uint64_t{kFieldEntrySize} * num_fields) return corrupt("shard table misplaced");
+  const std::uint32_t field_entry_size = version >= kVersionWithFieldStats ? kFieldEntrySize : kFieldEntrySizeV1;
+  if (shards_off != fields_off + std::uint64_t{field_entry_size} * num_fields) return corrupt("shard table misplaced");
   if (strings_off != shards_off + std::uint64_t{kShardEntrySize} * num_shards) return corrupt("string table misplaced");
   if (!AddOk(strings_off, strings_size, &end) || end > bytes.size()) return corrupt("string table runs past the end");
   if (view.records_offset_ < end || view.records_offset_ - end >= 8 || view.records_offset_ % 8 != 0)
@@ -117,12 +136,29 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     return std::string(reinterpret_cast<const char*>(bytes.data() + strings_off + off), len);
   };
   view.field_names_.reserve(num_fields);
+  view.fields_.reserve(num_fields);
   for (std::uint32_t i = 0; i < num_fields; ++i) {
-    auto name = string_at(bytes.data() + fields_off + std::uint64_t{i} * kFieldEntrySize);
+    const std::byte* entry = bytes.data() + fields_off + std::uint64_t{i} * field_entry_size;
+    auto name = string_at(entry);
     if (!name) return corrupt(fmt::format("field {} name lies outside the string table", i));
     if (name->empty()) return corrupt(fmt::format("field {} has an empty name", i));
     if (name->find('\0') != std::string::npos) return corrupt(fmt::format("field {} name contains a NUL byte", i));
     if (i > 0 && !(view.field_names_.back() < *name)) return corrupt("field names are not sorted and unique");
+    FieldEntry field;
+    field.name = *name;
+    if (version >= kVersionWithFieldStats) {
+      field.has_stats = true;
+      field.kind = Load<std::uint8_t>(entry + 12);
+      field.samples = Load<std::uint64_t>(entry + 16);
+      field.bytes = Load<std::uint64_t>(entry + 24);
+      if (field.kind > kMaxKindCode) return corrupt(fmt::format("field '{}' has an unknown kind {}", *name, field.kind));
+      if (Load<std::uint8_t>(entry + 13) != 0 || Load<std::uint16_t>(entry + 14) != 0)
+        return corrupt(fmt::format("field '{}' entry has reserved bytes set", *name));
+      if (field.samples > view.num_samples_)
+        return corrupt(fmt::format("field '{}' is counted in {} samples, more than the index's {}", *name,
+                                   field.samples, view.num_samples_));
+    }
+    view.fields_.push_back(std::move(field));
     view.field_names_.push_back(std::move(*name));
   }
   std::uint64_t next_sample = 0;
@@ -212,7 +248,13 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
       if (field_names_.size() >= kMaxFields)
         return Status::InvalidArgument(fmt::format("more than {} distinct field names", kMaxFields));
       field_names_.emplace_back(fields[i].name);
+      field_totals_.emplace_back();
     }
+    FieldTotals& totals = field_totals_[id];
+    totals.kind = totals.kind_set ? WidenKind(totals.kind, fields[i].kind) : fields[i].kind;
+    totals.kind_set = true;
+    totals.samples++;
+    totals.bytes += fields[i].size;
     slots_.push_back({id, fields[i].offset, fields[i].size});
   }
   keys_.append(key);
@@ -257,7 +299,7 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   std::vector<std::byte> out(file_size);
   std::byte* h = out.data();
   std::memcpy(h, kMagic, sizeof(kMagic));
-  Store<std::uint32_t>(h + header::kVersionOff, note_.empty() ? kVersionWithoutNote : kVersion);
+  Store<std::uint32_t>(h + header::kVersionOff, kVersion);
   Store<std::uint32_t>(h + header::kHeaderSizeOff, kHeaderSize);
   Store<std::uint64_t>(h + header::kFileSizeOff, file_size);
   Store<std::uint64_t>(h + header::kNumSamplesOff, samples_.size());
@@ -275,8 +317,12 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   Store<std::uint64_t>(h + header::kSkippedMembersOff, skipped_members_);
   for (std::uint32_t i = 0; i < num_fields; ++i) {
     std::byte* e = out.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
+    const FieldTotals& totals = field_totals_[order[i]];
     Store<std::uint64_t>(e, field_strings[i].first);
     Store<std::uint32_t>(e + 8, field_strings[i].second);
+    Store<std::uint8_t>(e + 12, totals.kind);
+    Store<std::uint64_t>(e + 16, totals.samples);
+    Store<std::uint64_t>(e + 24, totals.bytes);
   }
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     std::byte* e = out.data() + shards_off + i * kShardEntrySize;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/fields.h"
 #include "stoker/status.h"
 
 namespace stoker::index_format {
@@ -18,14 +19,17 @@ inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
 // Version 2 adds the count of tar members left out (header offset 120, which
 // version 1 kept zero). Version 3 adds the note section after the keys
 // (header flag kFlagNote): what `stoker pack` did to the samples, as JSON.
-// Writers use version 3 only for an index with a note; readers take 1-3.
-inline constexpr std::uint32_t kVersion = 3;
-inline constexpr std::uint32_t kVersionWithoutNote = 2;
+// Version 4 widens the field table's entries to 32 bytes: each field's kind
+// (what its bytes are), how many samples have it and their total size.
+// Writers write version 4; readers take 1-4.
+inline constexpr std::uint32_t kVersion = 4;
+inline constexpr std::uint32_t kVersionWithFieldStats = 4;
 inline constexpr std::uint32_t kFlagNote = 1;
 inline constexpr std::uint64_t kMaxNoteBytes = 1 << 20;
 inline constexpr std::uint32_t kOldestVersion = 1;
 inline constexpr std::uint32_t kHeaderSize = 128;
-inline constexpr std::uint32_t kFieldEntrySize = 16;
+inline constexpr std::uint32_t kFieldEntrySizeV1 = 16;  // versions 1-3
+inline constexpr std::uint32_t kFieldEntrySize = 32;    // version 4
 inline constexpr std::uint32_t kShardEntrySize = 48;
 inline constexpr std::uint32_t kRecordBaseSize = 32;
 inline constexpr std::uint32_t kFieldSlotSize = 16;
@@ -61,6 +65,25 @@ struct ShardEntry {
   std::uint64_t num_samples = 0;
 };
 
+// What a field's bytes are, as the writer knew it (version 4): the value of
+// stoker::FieldKind plus one, so that 0 reads as "not recorded" (older
+// indexes; readers then go by the name's convention).
+inline constexpr std::uint8_t kKindNotRecorded = 0;
+inline constexpr std::uint8_t kMaxKindCode = 8;
+constexpr std::uint8_t KindCode(FieldKind kind) {
+  return static_cast<std::uint8_t>(static_cast<std::uint8_t>(kind) + 1);
+}
+
+// One field of the index: its name and, from version 4, its kind and how
+// many samples have it.
+struct FieldEntry {
+  std::string name;
+  std::uint8_t kind = kKindNotRecorded;
+  std::uint64_t samples = 0;  // version 4: samples that have the field
+  std::uint64_t bytes = 0;    // version 4: their payloads' total size
+  bool has_stats = false;     // false for versions 1-3
+};
+
 struct FieldRange {
   std::uint64_t offset = kAbsent;  // byte offset of the member's data in the shard
   std::uint64_t size = 0;
@@ -81,6 +104,7 @@ class IndexView {
 
   [[nodiscard]] std::uint64_t num_samples() const { return num_samples_; }
   [[nodiscard]] const std::vector<std::string>& field_names() const { return field_names_; }
+  [[nodiscard]] const std::vector<FieldEntry>& fields() const { return fields_; }
   [[nodiscard]] const std::vector<ShardEntry>& shards() const { return shards_; }
   [[nodiscard]] std::uint64_t data_checksum() const { return data_checksum_; }
   // Tar members the indexer left out as WebDataset does (version 2).
@@ -116,6 +140,7 @@ class IndexView {
   std::uint64_t skipped_members_ = 0;
   std::string_view note_;
   std::vector<std::string> field_names_;
+  std::vector<FieldEntry> fields_;
   std::vector<ShardEntry> shards_;
 };
 
@@ -128,17 +153,22 @@ class IndexBuilder {
     std::string_view name;
     std::uint64_t offset;
     std::uint64_t size;
+    // What the bytes are (kind code, see kKindNotRecorded). Samples that
+    // disagree widen the field's kind: int and float make float, numbers
+    // and text make text, any other mix makes bytes.
+    std::uint8_t kind = kKindNotRecorded;
   };
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);
   // Sets the size and checksum of a shard once it is complete.
   void SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum);
+  // Each field's kind code is merged over its samples (see Field::kind).
   [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                  std::span<const Field> fields);
   [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
   // Tar members left out of the shards' samples (recorded in the header).
   void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
-  // A note for readers (JSON, at most kMaxNoteBytes); an empty one writes a version-2 index.
+  // A note for readers (JSON, at most kMaxNoteBytes); none when empty.
   void SetNote(std::string note) { note_ = std::move(note); }
   // Serialises the whole index.
   [[nodiscard]] Result<std::vector<std::byte>> Finish() const;
@@ -159,7 +189,13 @@ class IndexBuilder {
     std::uint64_t size;
   };
   std::vector<ShardEntry> shards_;
+  struct FieldTotals {
+    std::uint8_t kind = kKindNotRecorded;
+    bool kind_set = false;
+    std::uint64_t samples = 0, bytes = 0;
+  };
   std::vector<std::string> field_names_;  // by id
+  std::vector<FieldTotals> field_totals_;  // by id
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;
   std::string keys_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -74,26 +75,96 @@ std::string Lower(std::string s) {
   return s;
 }
 
+bool IsFileColumn(std::string_view name, std::span<const std::string> file_columns) {
+  return name == "path" || std::find(file_columns.begin(), file_columns.end(), name) != file_columns.end();
+}
+
+// A CSV cell's type: an integer (optional '-', digits), a number (JSON's
+// grammar for numbers, so no "nan", "inf" or hex), else a string.
+ValueType CsvValueType(std::string_view t) {
+  std::size_t i = 0;
+  const std::size_t n = t.size();
+  auto digits = [&] {
+    const std::size_t start = i;
+    while (i < n && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > start;
+  };
+  if (i < n && t[i] == '-') ++i;
+  if (!digits()) return ValueType::kString;
+  bool integer = true;
+  if (i < n && t[i] == '.') {
+    ++i;
+    integer = false;
+    if (!digits()) return ValueType::kString;
+  }
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    integer = false;
+    if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digits()) return ValueType::kString;
+  }
+  if (i != n) return ValueType::kString;
+  if (integer) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + n, v);
+    if (ec != std::errc() || end != t.data() + n) return ValueType::kNumber;  // too large for int64
+  }
+  return integer ? ValueType::kInteger : ValueType::kNumber;
+}
+
+// Puts `path` first, then the file columns in the order they were given.
+void OrderFiles(std::vector<File>& files, std::span<const std::string> file_columns) {
+  auto rank = [&](const File& f) -> std::size_t {
+    if (f.column == "path") return 0;
+    return 1 + static_cast<std::size_t>(std::find(file_columns.begin(), file_columns.end(), f.column) -
+                                        file_columns.begin());
+  };
+  std::stable_sort(files.begin(), files.end(), [&](const File& a, const File& b) { return rank(a) < rank(b); });
+}
+
+Status CheckFileColumns(std::span<const std::string> file_columns, std::string_view where) {
+  for (std::size_t i = 0; i < file_columns.size(); ++i) {
+    const std::string& c = file_columns[i];
+    if (c.empty() || c == "label" || c == "key" || c == "path" || c != Lower(c) ||
+        c.find_first_of("./ \t") != std::string::npos)
+      return Status::InvalidArgument(fmt::format(
+          "{}: '{}' cannot be a file column (a lower-case column name without '.', '/' or spaces, other than path, "
+          "label and key)",
+          where, c));
+    if (std::find(file_columns.begin(), file_columns.begin() + static_cast<std::ptrdiff_t>(i), c) !=
+        file_columns.begin() + static_cast<std::ptrdiff_t>(i))
+      return Status::InvalidArgument(fmt::format("{}: file column '{}' is named twice", where, c));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where) {
+Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where,
+                                  std::span<const std::string> file_columns) {
+  STOKER_RETURN_IF_ERROR(CheckFileColumns(file_columns, where));
   STOKER_ASSIGN_OR_RETURN(auto records, SplitCsv(text, where));
   if (records.empty()) return Status::InvalidArgument(fmt::format("{}: empty manifest (expected a header row)", where));
   const auto& header = records[0].second;
-  int path_col = -1, label_col = -1, key_col = -1;
+  int label_col = -1, key_col = -1;
+  bool has_path = false;
   std::vector<std::string> names;
   for (std::size_t c = 0; c < header.size(); ++c) {
     std::string name = Lower(header[c]);
     if (std::find(names.begin(), names.end(), name) != names.end())
       return Status::InvalidArgument(fmt::format("{}:1: column '{}' appears twice in the header", where, header[c]));
-    if (name == "path") path_col = static_cast<int>(c);
+    if (name == "path") has_path = true;
     if (name == "label") label_col = static_cast<int>(c);
     if (name == "key") key_col = static_cast<int>(c);
     names.push_back(std::move(name));
   }
-  if (path_col < 0)
+  if (!has_path && file_columns.empty())
     return Status::InvalidArgument(
         fmt::format("{}:1: header has no 'path' column (columns: {})", where, fmt::join(header, ", ")));
+  for (const auto& c : file_columns)
+    if (std::find(names.begin(), names.end(), c) == names.end())
+      return Status::InvalidArgument(
+          fmt::format("{}:1: file column '{}' is not in the header (columns: {})", where, c, fmt::join(header, ", ")));
   std::vector<Row> rows;
   for (std::size_t r = 1; r < records.size(); ++r) {
     auto& [line, fields] = records[r];
@@ -104,22 +175,29 @@ Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where)
     Row row;
     row.line = line;
     for (std::size_t c = 0; c < fields.size(); ++c) {
-      if (static_cast<int>(c) == path_col)
-        row.path = std::move(fields[c]);
-      else if (static_cast<int>(c) == label_col)
+      if (IsFileColumn(names[c], file_columns)) {
+        if (!fields[c].empty()) row.files.push_back({names[c], std::move(fields[c])});
+      } else if (static_cast<int>(c) == label_col) {
         row.label = std::move(fields[c]);
-      else if (static_cast<int>(c) == key_col)
+      } else if (static_cast<int>(c) == key_col) {
         row.key = std::move(fields[c]);
-      else
-        row.extra.emplace_back(names[c], std::move(fields[c]));
+      } else if (!fields[c].empty()) {
+        const ValueType type = CsvValueType(fields[c]);
+        row.extra.push_back({names[c], std::move(fields[c]), type});
+      }
     }
-    if (row.path.empty()) return Status::InvalidArgument(fmt::format("{}:{}: empty path", where, line));
+    if (row.files.empty())
+      return Status::InvalidArgument(fmt::format("{}:{}: no file: {} empty", where, line,
+                                                 file_columns.empty() ? "path is" : "every file column is"));
+    OrderFiles(row.files, file_columns);
     rows.push_back(std::move(row));
   }
   return rows;
 }
 
-Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view where) {
+Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view where,
+                                        std::span<const std::string> file_columns) {
+  STOKER_RETURN_IF_ERROR(CheckFileColumns(file_columns, where));
   std::vector<Row> rows;
   std::size_t line = 0;
   while (!text.empty()) {
@@ -136,9 +214,11 @@ Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view 
     for (auto it = json.begin(); it != json.end(); ++it) {
       const std::string name = Lower(it.key());
       const auto& v = it.value();
-      if (name == "path") {
-        if (!v.is_string()) return Status::InvalidArgument(fmt::format("{}:{}: 'path' must be a string", where, line));
-        row.path = v.get<std::string>();
+      if (IsFileColumn(name, file_columns)) {
+        if (v.is_null()) continue;
+        if (!v.is_string())
+          return Status::InvalidArgument(fmt::format("{}:{}: '{}' must be a string (a file's path)", where, line, name));
+        if (!v.get_ref<const std::string&>().empty()) row.files.push_back({name, v.get<std::string>()});
       } else if (name == "label") {
         if (v.is_number_integer())
           row.label = v.dump();
@@ -149,13 +229,22 @@ Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view 
       } else if (name == "key") {
         if (!v.is_string()) return Status::InvalidArgument(fmt::format("{}:{}: 'key' must be a string", where, line));
         row.key = v.get<std::string>();
+      } else if (v.is_string()) {
+        row.extra.push_back({name, v.get<std::string>(), ValueType::kString});
       } else if (!v.is_null()) {
-        row.extra.emplace_back(name, v.is_string() ? v.get<std::string>() : v.dump());
+        const ValueType type = v.is_number_integer() ? ValueType::kInteger
+                               : v.is_number()       ? ValueType::kNumber
+                                                     : ValueType::kJson;
+        row.extra.push_back({name, v.dump(), type});
       }
     }
-    if (row.path.empty()) return Status::InvalidArgument(fmt::format("{}:{}: missing or empty 'path'", where, line));
+    if (row.files.empty())
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: no file: {}", where, line,
+          file_columns.empty() ? "missing or empty 'path'" : "'path' and every file column are missing or empty"));
+    OrderFiles(row.files, file_columns);
     // JSON objects are unordered; keep extra fields in a stable order.
-    std::sort(row.extra.begin(), row.extra.end());
+    std::sort(row.extra.begin(), row.extra.end(), [](const Value& a, const Value& b) { return a.column < b.column; });
     rows.push_back(std::move(row));
   }
   return rows;

@@ -15,6 +15,62 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether a spec of kind `spec` can decode a field the index records as
+// `recorded`. Only what cannot work is refused: images and arrays are
+// binary; a float's text is no integer; JSON values that are not plain
+// numbers are no number. Text may hold anything (numbers, JSON).
+bool KindsAgree(FieldKind spec, FieldKind recorded) {
+  if (spec == FieldKind::kBytes || spec == FieldKind::kCustom || recorded == FieldKind::kBytes) return true;
+  if (spec == FieldKind::kImage || spec == FieldKind::kArray) return recorded == spec;
+  if (recorded == FieldKind::kImage || recorded == FieldKind::kArray) return false;
+  if (spec == FieldKind::kInt) return recorded != FieldKind::kFloat && recorded != FieldKind::kJson;
+  if (spec == FieldKind::kFloat) return recorded != FieldKind::kJson;
+  return true;
+}
+
+// What the index records, checked at creation so that a spec that cannot
+// work fails now, not mid-epoch: a key whose recorded kind the spec cannot
+// decode, and (unless the spec is optional or corrupt samples are skipped)
+// samples without any of its keys.
+Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, const std::vector<std::size_t>& present,
+                             CorruptPolicy on_corrupt) {
+  std::uint64_t with_key = 0;
+  bool counted = true;
+  for (std::size_t f : present) {
+    const auto recorded = dataset.recorded_field(f);
+    if (recorded.kind && !KindsAgree(spec.kind, *recorded.kind))
+      return Status::InvalidArgument(fmt::format(
+          "field '{}' ({}) reads key '{}', which dataset '{}' records as {}: a {} decoder cannot read it (use the "
+          "spec of its kind, or Bytes)",
+          spec.name, FieldKindName(spec.kind), Printable(dataset.field_names()[f]), dataset.index_path(),
+          FieldKindName(*recorded.kind), FieldKindName(spec.kind)));
+    if (recorded.samples)
+      with_key += *recorded.samples;
+    else
+      counted = false;
+  }
+  if (spec.optional || on_corrupt == CorruptPolicy::kSkip || present.empty() || !counted ||
+      with_key >= dataset.num_samples())
+    return Status::Ok();
+  // Some samples lack every key: name the first (a scan, on this error path only).
+  std::uint64_t lacking = dataset.num_samples() - with_key;
+  std::string first;
+  for (std::uint64_t i = 0; i < dataset.num_samples() && first.empty(); ++i) {
+    auto info = dataset.Sample(i);
+    if (!info.ok()) return info.error();
+    if (std::none_of(present.begin(), present.end(), [&](std::size_t f) { return info->fields[f].has_value(); }))
+      first = fmt::format("sample '{}' in {}", Printable(info->key), dataset.shards()[info->shard].path);
+  }
+  if (first.empty()) return Status::Ok();  // counts that do not hold: the reads will say what is wrong
+  if (present.size() > 1) lacking = 0;  // a sample may have several keys: the sum only bounds the count
+  return Status::InvalidArgument(fmt::format(
+      "field '{}' ({}): {} of dataset '{}' {} none of its keys {} (the first: {}); optional=True gives None for "
+      "them, on_corrupt skip skips them",
+      spec.name, FieldKindName(spec.kind),
+      lacking ? fmt::format("{} of {} samples", lacking, dataset.num_samples()) : std::string("some samples"),
+      dataset.index_path(), lacking == 1 ? "has" : "have", fmt::join(spec.keys, ", "), first));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<const Dataset> dataset,
@@ -35,6 +91,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
           "field '{}' ({}) names keys no sample of dataset '{}' has: {} (its fields: {}; optional=True allows it)",
           spec.name, FieldKindName(spec.kind), dataset->index_path(), fmt::join(spec.keys, ", "),
           fmt::join(dataset->field_names(), ", ")));
+    STOKER_RETURN_IF_ERROR(CheckSpecAgainstIndex(*dataset, spec, present, options.on_corrupt));
     if (spec.transformed) {
       if (wants_image) return Status::InvalidArgument("at most one field may be a transformed image");
       wants_image = true;

@@ -130,19 +130,100 @@ TEST(IndexFormat, ReadsVersionOneAndCountsSkippedMembers) {
   EXPECT_EQ(old.skipped_members(), 0u);
 }
 
-// Version 3: a note after the keys, under a header flag; without a note the
-// writer keeps version 2, byte for byte what it wrote before.
-TEST(IndexFormat, CarriesANoteInVersionThree) {
+// Rewrites a version-4 index as versions 1-3 laid it out: 16-byte field
+// entries (name offset, length, reserved), everything after them moved up.
+std::vector<std::byte> AsVersion(std::vector<std::byte> v4, std::uint32_t version) {
+  const auto num_fields = Load<std::uint32_t>(v4.data() + header::kNumFieldsOff);
+  const std::uint64_t shrink = std::uint64_t{kFieldEntrySize - kFieldEntrySizeV1} * num_fields;
+  std::vector<std::byte> out(v4.begin(), v4.begin() + kHeaderSize);
+  for (std::uint32_t f = 0; f < num_fields; ++f) {
+    const std::byte* e = v4.data() + kHeaderSize + std::uint64_t{f} * kFieldEntrySize;
+    out.insert(out.end(), e, e + 12);
+    out.insert(out.end(), 4, std::byte{0});
+  }
+  out.insert(out.end(), v4.begin() + kHeaderSize + std::uint64_t{kFieldEntrySize} * num_fields, v4.end());
+  auto move_up = [&](std::size_t off) {
+    const std::uint64_t v = Load<std::uint64_t>(out.data() + off) - shrink;
+    std::memcpy(out.data() + off, &v, 8);
+  };
+  for (std::size_t off : {header::kShardsOff, header::kStringsOff, header::kRecordsOff, header::kKeysOff,
+                          header::kFileSizeOff})
+    move_up(off);
+  std::memcpy(out.data() + header::kVersionOff, &version, 4);
+  const std::uint64_t meta = MetaChecksum(
+      std::span<const std::byte>(out).first(Load<std::uint64_t>(out.data() + header::kRecordsOff)));
+  std::memcpy(out.data() + header::kMetaChecksumOff, &meta, 8);
+  return out;
+}
+
+// Version 4: each field's kind, sample count and bytes, the kinds of its
+// samples widened; versions 1-3 (16-byte field entries) still open, with
+// nothing recorded.
+TEST(IndexFormat, RecordsFieldKindsAndCountsInVersionFour) {
+  IndexBuilder b;
+  auto s0 = b.AddShard("shard-000000.tar");
+  const auto kind = [](FieldKind k) { return KindCode(k); };
+  std::vector<IndexBuilder::Field> f1 = {{"jpg", 512, 100, kind(FieldKind::kImage)},
+                                         {"n", 1024, 1, kind(FieldKind::kInt)},
+                                         {"note", 1536, 2, kind(FieldKind::kText)},
+                                         {"v", 2048, 3, kind(FieldKind::kInt)}};
+  ASSERT_OK(b.AddSample(s0, "a", 1, 7, f1));
+  std::vector<IndexBuilder::Field> f2 = {{"n", 2560, 3, kind(FieldKind::kFloat)},
+                                         {"note", 3072, 5, kind(FieldKind::kInt)},
+                                         {"v", 3584, 4, kind(FieldKind::kJson)}};
+  ASSERT_OK(b.AddSample(s0, "b", 1, 7, f2));
+  b.SetShardContents(s0, 8192, 1);
+  ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
+  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 4u);
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "idx"));
+  ASSERT_EQ(view.fields().size(), 4u);
+  const auto& jpg = view.fields()[0];
+  EXPECT_TRUE(jpg.has_stats);
+  EXPECT_EQ(jpg.kind, kind(FieldKind::kImage));
+  EXPECT_EQ(jpg.samples, 1u);
+  EXPECT_EQ(jpg.bytes, 100u);
+  EXPECT_EQ(view.fields()[1].kind, kind(FieldKind::kFloat)) << "int and float widen to float";
+  EXPECT_EQ(view.fields()[1].samples, 2u);
+  EXPECT_EQ(view.fields()[1].bytes, 4u);
+  EXPECT_EQ(view.fields()[2].kind, kind(FieldKind::kText)) << "numbers and text widen to text";
+  EXPECT_EQ(view.fields()[3].kind, kind(FieldKind::kJson)) << "a number is JSON too";
+
+  for (std::uint32_t old : {1u, 2u, 3u}) {
+    ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(AsVersion(bytes, old), "idx"));
+    ASSERT_EQ(v3.field_names(), view.field_names());
+    EXPECT_FALSE(v3.fields()[0].has_stats);
+    EXPECT_EQ(v3.fields()[0].kind, kKindNotRecorded);
+    ASSERT_OK_AND_ASSIGN(auto rec, v3.record(1));
+    EXPECT_EQ(rec.key, "b");
+    EXPECT_EQ(rec.field(1).offset, 2560u);
+  }
+
+  // A kind past the last, reserved bytes set, or more samples than the index has are corrupt.
+  auto damage = [&](std::size_t at, std::byte value) {
+    auto copy = bytes;
+    copy[kHeaderSize + at] = value;
+    const std::uint64_t meta = MetaChecksum(
+        std::span<const std::byte>(copy).first(Load<std::uint64_t>(copy.data() + header::kRecordsOff)));
+    std::memcpy(copy.data() + header::kMetaChecksumOff, &meta, 8);
+    return IndexView::Open(copy, "idx");
+  };
+  EXPECT_FALSE(damage(12, std::byte{kMaxKindCode + 1}).ok());
+  EXPECT_FALSE(damage(14, std::byte{1}).ok());
+  auto too_many = damage(16, std::byte{3});
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.error().message().find("counted in 3 samples"), std::string::npos) << too_many.error().message();
+}
+
+// A note after the keys, under a header flag.
+TEST(IndexFormat, CarriesANote) {
   IndexBuilder b;
   auto s0 = b.AddShard("shard-000000.tar");
   std::vector<IndexBuilder::Field> f = {{"jpg", 512, 100}};
   ASSERT_TRUE(b.AddSample(s0, "k", 1, 7, f).ok());
   b.SetShardContents(s0, 2048, 1);
   ASSERT_OK_AND_ASSIGN(auto plain, b.Finish());
-  EXPECT_EQ(Load<std::uint32_t>(plain.data() + header::kVersionOff), 2u);
   b.SetNote(R"({"max_side":512})");
   ASSERT_OK_AND_ASSIGN(auto noted, b.Finish());
-  EXPECT_EQ(Load<std::uint32_t>(noted.data() + header::kVersionOff), 3u);
   EXPECT_EQ(noted.size(), plain.size() + 8 + 16);
   ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(noted, "idx"));
   EXPECT_EQ(view.note(), R"({"max_side":512})");
@@ -163,7 +244,9 @@ TEST(IndexFormat, CarriesANoteInVersionThree) {
   };
   EXPECT_FALSE(IndexView::Open(reflag(noted, 0), "idx").ok());
   EXPECT_FALSE(IndexView::Open(reflag(noted, 3), "idx").ok());
-  EXPECT_FALSE(IndexView::Open(reflag(plain, 1), "idx").ok()) << "flags in a version-2 index";
+  EXPECT_FALSE(IndexView::Open(reflag(AsVersion(plain, 2), 1), "idx").ok()) << "flags in a version-2 index";
+  ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(AsVersion(noted, 3), "idx"));
+  EXPECT_EQ(v3.note(), R"({"max_side":512})");
   b.SetNote(std::string(kMaxNoteBytes + 1, 'x'));
   EXPECT_FALSE(b.Finish().ok());
 }

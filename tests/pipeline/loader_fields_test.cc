@@ -111,6 +111,44 @@ TEST(LoaderFields, BadSpecsAreRefusedAtCreation) {
   EXPECT_EQ(Loader::Create(dataset, o).error().code(), StatusCode::kInvalidArgument);
 }
 
+// The index records each field's kind and count, so a spec that cannot work
+// fails when the loader is made, not mid-epoch.
+TEST(LoaderFields, SpecsAreCheckedAgainstTheIndexAtCreation) {
+  TempDir dir;
+  std::string csv = "path,caption,score\n";
+  for (int i = 0; i < 6; ++i) {
+    WriteFile(dir / ("m/" + std::to_string(i) + ".jpg"), MakeJpeg(40, 32, 5 + i));
+    csv += std::to_string(i) + ".jpg," + (i % 3 == 1 ? "" : "c" + std::to_string(i)) + "," + std::to_string(i) + ".5\n";
+  }
+  WriteFile(dir / "m/list.csv", csv);
+  ASSERT_OK(Pack(dir / "m/list.csv", dir / "out").status());
+  std::shared_ptr<const Dataset> dataset = std::move(Dataset::Open(dir / "out")).value();
+  auto o = SmallOptions();
+  o.batch_size = 2;
+
+  o.fields = {Spec("x", FieldKind::kArray, "jpg")};
+  auto wrong_kind = Loader::Create(dataset, o);
+  ASSERT_FALSE(wrong_kind.ok());
+  EXPECT_NE(wrong_kind.error().message().find("reads key 'jpg', which dataset"), std::string::npos);
+  EXPECT_NE(wrong_kind.error().message().find("records as image"), std::string::npos) << wrong_kind.error().message();
+  o.fields = {Spec("x", FieldKind::kInt, "score")};
+  EXPECT_FALSE(Loader::Create(dataset, o).ok()) << "a float's text is no integer";
+  o.fields = {Spec("x", FieldKind::kText, "score")};
+  EXPECT_TRUE(Loader::Create(dataset, o).ok()) << "numbers are text";
+
+  o.fields = {Spec("c", FieldKind::kText, "caption")};
+  auto lacking = Loader::Create(dataset, o);
+  ASSERT_FALSE(lacking.ok());
+  EXPECT_NE(lacking.error().message().find("2 of 6 samples"), std::string::npos) << lacking.error().message();
+  EXPECT_NE(lacking.error().message().find("the first: sample '1' in shard-000000.tar"), std::string::npos)
+      << lacking.error().message();
+  o.fields[0].optional = true;
+  EXPECT_TRUE(Loader::Create(dataset, o).ok());
+  o.fields[0].optional = false;
+  o.on_corrupt = CorruptPolicy::kSkip;
+  EXPECT_TRUE(Loader::Create(dataset, o).ok()) << "skipped as they come, each counted";
+}
+
 TEST(LoaderFields, ExtensionsLoadOnceAndBadLibrariesAreRefused) {
   ASSERT_TRUE(LoadFieldExtension(STOKER_EXAMPLE_WAV_PCM16).ok());
   ASSERT_TRUE(LoadFieldExtension(STOKER_EXAMPLE_WAV_PCM16).ok());  // again: a no-op

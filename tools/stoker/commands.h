@@ -10,11 +10,19 @@
 
 namespace stoker_cli {
 
-int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
-            bool force, std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed);
+struct PackArgs {
+  std::string source, out, shard_size = "64MiB";
+  unsigned threads = 0;
+  bool force = false;
+  std::uint32_t max_side = 0;
+  int quality = 90;
+  std::optional<std::uint64_t> shuffle_seed;
+  std::vector<std::string> file_columns;
+};
+int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
 int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images);
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json);
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode);
 int RunList(const std::string& location, const RemoteArgs& remote, bool json);
 
 struct BenchArgs {

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "stoker/byte_size.h"
+#include "stoker/field_check.h"
 #include "stoker/fields.h"
 #include "stoker/pack.h"
 #include "stoker/progress.h"
@@ -17,18 +18,22 @@ namespace stoker_cli {
 
 using stoker::Printable;
 
-int RunPack(const std::string& source, const std::string& out, const std::string& shard_size, unsigned threads,
-            bool force, std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed) {
-  auto target = stoker::ParseByteSize(shard_size);
+int RunPack(const PackArgs& args) {
+  const std::string& source = args.source;
+  const std::string& out = args.out;
+  auto target = stoker::ParseByteSize(args.shard_size);
   if (!target.ok()) return Fail(target.error().WithContext("--shard-size"));
   stoker::PackOptions options;
   options.target_shard_bytes = *target;
-  options.threads = threads;
-  options.overwrite = force;
-  options.max_side = max_side;
-  options.quality = quality;
-  options.shuffle = shuffle_seed.has_value();
-  options.shuffle_seed = shuffle_seed.value_or(0);
+  options.threads = args.threads;
+  options.overwrite = args.force;
+  options.max_side = args.max_side;
+  options.quality = args.quality;
+  options.shuffle = args.shuffle_seed.has_value();
+  options.shuffle_seed = args.shuffle_seed.value_or(0);
+  options.file_columns = args.file_columns;
+  const std::uint32_t max_side = args.max_side;
+  const int quality = args.quality;
   std::optional<stoker::ProgressBar> bar;
   options.on_progress = [&](const stoker::PackProgress& p) {
     if (!bar) bar.emplace("pack", "samples", p.samples_total);
@@ -206,7 +211,8 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     out["fields"] = nlohmann::json::array();
     for (const auto& f : s.fields)
       out["fields"].push_back({{"name", f.name},
-                               {"kind", std::string(stoker::FieldKindName(stoker::ConventionalFieldKind(f.name)))},
+                               {"kind", std::string(stoker::FieldKindName(f.kind))},
+                               {"kind_recorded", f.kind_recorded},
                                {"samples", f.samples},
                                {"bytes", f.bytes}});
     nlohmann::json labels = nlohmann::json::object();
@@ -248,16 +254,25 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
       fmt::print("packed   {}\n", Printable(s.pack_note));
     }
   }
-  fmt::print("fields (kind: what the key conventionally holds; the loader's fields= decodes it so)\n");
-  for (const auto& f : s.fields)
-    fmt::print("  {:<16} {:<6} {:>10} samples  {:>10}\n", Printable(f.name),
-               stoker::FieldKindName(stoker::ConventionalFieldKind(f.name)), f.samples, stoker::FormatBytes(f.bytes));
+  const bool any_by_convention =
+      std::any_of(s.fields.begin(), s.fields.end(), [](const auto& f) { return !f.kind_recorded; });
+  fmt::print("fields   (kind: {}; the loader's fields= decodes it so)\n",
+             any_by_convention ? "* by WebDataset's naming convention, an index from before kinds were recorded"
+                               : "as the index records it");
+  for (const auto& f : s.fields) {
+    const std::string missing =
+        f.samples < s.num_samples ? fmt::format("  ({} {} it)", s.num_samples - f.samples,
+                                                s.num_samples - f.samples == 1 ? "sample lacks" : "samples lack")
+                                  : "";
+    fmt::print("  {:<16} {:<6}{} {:>10} samples  {:>10}{}\n", Printable(f.name), stoker::FieldKindName(f.kind),
+               f.kind_recorded ? " " : "*", f.samples, stoker::FormatBytes(f.bytes), missing);
+  }
   PrintLabels(s);
   if (survey) PrintSurvey(*survey);
   return kExitOk;
 }
 
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json) {
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode) {
   auto dataset = Open(location, remote);
   if (!dataset.ok()) return Fail(dataset.error());
   std::optional<stoker::ProgressBar> bar;
@@ -269,12 +284,30 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json) 
   auto report = stoker::Verify(**dataset, options);
   if (bar) bar->Finish();
   if (!report.ok()) return Fail(report.error());
+  std::optional<stoker::DecodeCheckReport> decoded;
+  if (decode) {
+    std::optional<stoker::ProgressBar> decode_bar;
+    stoker::DecodeCheckOptions decode_options;
+    decode_options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
+      if (!decode_bar) decode_bar.emplace("decode", "samples", total);
+      decode_bar->Update(done, 0);
+    };
+    auto checked = stoker::CheckFieldsDecode(**dataset, decode_options);
+    if (decode_bar) decode_bar->Finish();
+    if (!checked.ok()) return Fail(checked.error());
+    decoded = std::move(*checked);
+    for (auto& p : decoded->problems) report->problems.push_back(std::move(p));
+  }
   if (json) {
     nlohmann::json out;
     out["ok"] = report->ok();
     out["samples_checked"] = report->samples_checked;
     out["shards_checked"] = report->shards_checked;
     out["bytes_checked"] = report->bytes_checked;
+    if (decoded)
+      out["decode"] = {{"samples_checked", decoded->samples_checked},
+                       {"fields_decoded", decoded->fields_decoded},
+                       {"fields_not_decodable", decoded->fields_not_decodable}};
     out["problems"] = nlohmann::json::array();
     for (const auto& p : report->problems)
       out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
@@ -286,9 +319,13 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json) 
       else
         fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", Printable(p.where), Printable(p.key), Printable(p.message));
     }
-    fmt::print("{}: checked {} samples in {} shards ({}): {}\n", Printable((*dataset)->index_path()),
+    const std::string decode_note =
+        decoded ? fmt::format("; decoded {} fields ({} of kind bytes or custom left as they are)",
+                              decoded->fields_decoded, decoded->fields_not_decodable)
+                : "";
+    fmt::print("{}: checked {} samples in {} shards ({}){}: {}\n", Printable((*dataset)->index_path()),
                report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked),
-               report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
+               decode_note, report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
   }
   return report->ok() ? kExitOk : kExitError;
 }

@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   pack->add_option("--shuffle-seed", shuffle_seed, "Seed of --shuffle (the same seed gives the same shards)")
       ->needs(shuffle_flag)
       ->capture_default_str();
+  std::vector<std::string> file_columns;
+  pack->add_option("--file-column", file_columns,
+                   "A manifest column holding a second file per sample besides `path`, e.g. mask: it becomes the "
+                   "field mask.<ext> (mask.png); repeat it or give a comma-separated list")
+      ->delimiter(',');
 
   auto* index = app.add_subcommand("index", "Build the index for existing WebDataset shards");
   index->add_option("SHARDS", shards, "Shard files or brace patterns such as data-{000000..000099}.tar")->required();
@@ -68,6 +73,10 @@ int main(int argc, char** argv) {
   auto* verify = app.add_subcommand("verify", "Check every checksum and label; name each corrupt sample");
   verify->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
   verify->add_flag("--json", json, "Print the report as JSON");
+  bool decode = false;
+  verify->add_flag("--decode", decode,
+                   "Also decode every field by its kind (images, numbers, .npy, text, JSON), as the loader's "
+                   "fields= would, and name each that fails");
 
   auto* list = app.add_subcommand("ls", "List every sample: key, shard:offset, label, fields");
   list->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
@@ -249,11 +258,11 @@ int main(int argc, char** argv) {
   if (cache_stat->parsed() || cache_clear->parsed()) return RunCacheStatOrClear(cache_clear->parsed(), remote, json);
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
   if (pack->parsed())
-    return RunPack(source, out, shard_size, threads, force, max_side, quality,
-                   shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt);
+    return RunPack({source, out, shard_size, threads, force, max_side, quality,
+                    shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns});
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images);
-  if (verify->parsed()) return RunVerify(dataset, remote, json);
+  if (verify->parsed()) return RunVerify(dataset, remote, json, decode);
   if (list->parsed()) return RunList(dataset, remote, json);
   return kExitError;
 }
