@@ -201,6 +201,19 @@ def test_with_stoker_loader_and_torch_dataloader(cli, demo_images, tmp_path):
     fix = _advice._input_fix(doc)
     assert "num_threads" in fix or "threads are saturated" in fix  # it read the loader's own stats
 
+    # Dict batches (typed fields): counted the same, moved whole (lists stay lists), the loader's stats read.
+    fields = {"image": stoker.Image(transform=T.Compose([T.RandomResizedCrop(32)])), "raw": stoker.Image(transform=None),
+              "label": stoker.Int("cls")}
+    loader = stoker.Loader(packed, batch_size=8, num_threads=1, fields=fields, log_epochs=False)
+    with Doctor(cuda=False, warmup_steps=0) as doc:
+        for batch in doc.batches(loader, device="cpu"):
+            assert set(batch) == {"image", "raw", "label"} and isinstance(batch["raw"], list)
+            time.sleep(0.001)
+    assert doc.account()["steps"] == len(loader)
+    assert doc.account()["seconds"]["data_wait"] > 0
+    fix = _advice._input_fix(doc)
+    assert "num_threads" in fix or "threads are saturated" in fix
+
     dataset = torchvision.datasets.ImageFolder(demo_images, transform=torchvision.transforms.Compose(
         [torchvision.transforms.RandomResizedCrop(32), torchvision.transforms.ToTensor()]))
     dl = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=0)

@@ -121,3 +121,66 @@ def test_trainer_carries_the_scalers_state_to_a_joining_worker(packed, tmp_path)
             want = reference[step]
             assert (rec["scale"], rec["growth"], rec["stepped"]) == (want["scale"], want["growth"],
                                                                      want["stepped"]), (step, rec, want)
+
+
+def _dict_loader(packed, batch):
+    import stoker
+    import stoker.transforms as T
+    return stoker.Loader(packed, global_batch_size=batch, with_indices=True, log_epochs=False, num_threads=1,
+                         fields={"image": stoker.Image(transform=T.Compose([T.Resize(8), T.CenterCrop(8)])),
+                                 "label": stoker.Int("cls"), "key_bytes": stoker.Bytes("cls")})
+
+
+def test_dict_batches_train_as_tuples_do(packed):
+    """Typed fields (dict batches) through run() and the Trainer, one process: train_step gets each
+    micro-batch as a dict slice, accumulate() slices a dict whole, each sample is committed once per
+    epoch, and the trained parameters are those of the same run on (images, labels) tuples."""
+    def run(loader, dict_step):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        commits, sizes = [], []
+
+        def step(*args):
+            if dict_step:
+                (batch,) = args
+                assert set(batch) == {"image", "label", "key_bytes", "__index__"}
+                assert len(batch["key_bytes"]) == len(batch["label"]) == len(batch["__index__"])
+                x, y = batch["image"], batch["label"]
+            else:
+                x, y = args
+            sizes.append(len(y))
+            return torch.nn.functional.cross_entropy(model(x), y % 4)
+        elastic.run(step, model=model, optimizer=opt, loader=loader, epochs=2, mode="single",
+                    policy=elastic.BatchPolicy(16, max_rank_batch=5),
+                    on_commit=lambda info: commits.append(info))
+        return model, commits, sizes
+
+    tuples, tuple_commits, tuple_sizes = run(_tiny_loader(packed, 16), False)
+    dicts, dict_commits, dict_sizes = run(_dict_loader(packed, 16), True)
+    assert dict_sizes == tuple_sizes and max(dict_sizes) == 5  # micro-batches of at most 5
+    for epoch in range(2):
+        seen = sorted(i for c in dict_commits if c["epoch"] == epoch for i in c["samples"])
+        assert seen == list(range(NUM_SAMPLES))
+    assert [c["samples"] for c in dict_commits] == [c["samples"] for c in tuple_commits]
+    for a, b in zip(dicts.parameters(), tuples.parameters()):
+        assert torch.equal(a, b)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    commits = []
+    trainer = elastic.Trainer(model, opt, _dict_loader(packed, 16), epochs=1, mode="single",
+                              on_commit=lambda info: commits.append(info))
+    for batch in trainer:
+        assert isinstance(batch, dict)
+        with trainer.step():
+            parts = list(trainer.accumulate(batch, parts=2))
+            assert sum(len(part["label"]) for part, _ in parts) == len(batch["label"])
+            for part, weight in parts:
+                assert len(part["key_bytes"]) == len(part["image"])
+                loss = torch.nn.functional.cross_entropy(trainer.model(part["image"]), part["label"] % 4) * weight
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+    assert sorted(i for c in commits for i in c["samples"]) == list(range(NUM_SAMPLES))

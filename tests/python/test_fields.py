@@ -360,3 +360,38 @@ def test_a_manifest_packs_image_mask_and_typed_columns(cli, tmp_path):
     problems = json.loads(r.stdout)["problems"]
     assert any(p["key"] == "7" and "field 'mask.png' (image) does not decode" in p["message"] for p in problems)
     assert json.loads(r.stdout)["decode"]["fields_decoded"] == 10 * 5 + 9 - 1
+
+
+def test_dict_batches_split_exactly_once_across_world_sizes(mixed):
+    """Elastic training with typed fields: two ranks take the first global batches, then three ranks
+    restored from rank 0's state_dict (and one loader resharded in place to a world of one) take the
+    rest; every sample arrives once, with its own fields."""
+    folder, _ = mixed
+    fields = {"id": stoker.Int("id"), "boxes": stoker.Json()}
+
+    def loader(rank, world):
+        return stoker.Loader(folder, global_batch_size=4, rank=rank, world_size=world, seed=5, fields=fields,
+                             with_indices=True, log_epochs=False, min_world_size=1)
+
+    def take(batch):
+        for i, boxes in zip(batch["id"].tolist(), batch["boxes"]):
+            assert boxes["boxes"][0][0] == i - 1000  # each sample's own fields
+        assert len(batch["__index__"]) == len(batch["id"])
+        return batch["id"].tolist()
+
+    two = [loader(r, 2) for r in range(2)]
+    its = [iter(l) for l in two]
+    first = [i for _ in range(2) for it in its for i in take(next(it))]
+    assert len(first) == 8
+    state = two[0].state_dict()
+    rest = []
+    for r in range(3):
+        resumed = loader(r, 3)
+        resumed.load_state_dict(state)
+        rest += [i for batch in resumed for i in take(batch)]
+    assert sorted(first + rest) == list(range(1000, 1020))
+
+    alone = two[1]
+    alone.reshard(0, 1)
+    alone.load_state_dict(state)
+    assert sorted(i for batch in alone for i in take(batch)) == sorted(rest)

@@ -83,6 +83,29 @@ def test_http_loader_yields_exactly_the_local_batches_through_a_small_cache(pack
     assert sum(p.stat().st_size for p in cached) <= cap
 
 
+def test_http_dict_batches_are_the_local_ones(packed, nginx, tmp_path):
+    """Typed fields over HTTP through a cache smaller than the data: the same dict batches as the local
+    dataset's (image untransformed, label, raw bytes), with the index's recorded kinds read remotely."""
+    fields = {"image": stoker.Image(transform=None), "label": stoker.Int("cls"), "raw": stoker.Bytes("cls")}
+
+    def dicts(location, **kw):
+        loader = stoker.Loader(str(location), batch_size=4, seed=3, order="shard_block", shard_window=1,
+                               num_threads=2, log_epochs=False, with_indices=True, fields=fields, **kw)
+        return [{k: (v.clone() if torch.is_tensor(v) else [t.clone() for t in v] if k == "image" else list(v))
+                 for k, v in batch.items()} for batch in loader]
+
+    cap = 6 * max(p.stat().st_size for p in pathlib.Path(packed).glob("*.tar"))
+    local = dicts(packed)
+    remote = dicts(nginx.url, cache_dir=tmp_path / "cache", cache_size=cap)
+    assert len(local) == len(remote) == 12
+    for a, b in zip(local, remote, strict=True):
+        assert torch.equal(a["__index__"], b["__index__"]) and torch.equal(a["label"], b["label"])
+        assert a["raw"] == b["raw"] and all(torch.equal(x, y) for x, y in zip(a["image"], b["image"], strict=True))
+    with pytest.raises(ValueError, match="records as image"):
+        stoker.Loader(nginx.url, batch_size=4, fields={"x": stoker.Array("jpeg")}, cache_dir=tmp_path / "cache",
+                      cache_size=cap, log_epochs=False)
+
+
 def test_cli_inspect_verify_and_bench_accept_urls(stoker, packed, nginx, tmp_path):
     cache = ["--cache-dir", tmp_path / "c", "--cache-size", "64MiB"]
     out = stoker("inspect", nginx.url, "--json", *cache).stdout

@@ -18,6 +18,7 @@ import time
 
 from . import ElasticError, PeerFailure
 from . import _saved
+from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._membership import Membership, _test_stall
 from ._reduce import pack_gradients, unpack_gradients
@@ -260,11 +261,10 @@ class _Runner(_saved.Saving, Membership):
         self.in_flight = True
         began = time.monotonic()
         item = next(iter(self.loader))
-        images, labels = item[0], item[1]
-        indices = item[2] if len(item) > 2 else None
-        if len(labels) != end - first:
+        batch, samples, indices = batch_parts(item)
+        if samples != end - first:
             raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
-                               % (len(labels), end - first, g.rank, g.world_size, batch_index))
+                               % (samples, end - first, g.rank, g.world_size, batch_index))
         params = self._params()
         for p in params:
             p.grad = None
@@ -272,8 +272,9 @@ class _Runner(_saved.Saving, Membership):
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no host sync a step
         at = 0
         step_start = time.monotonic()
-        for n in self.policy.micro_batches(len(labels)):
-            loss = self.train_step(images[at:at + n], labels[at:at + n])
+        for n in self.policy.micro_batches(samples):
+            part = slice_batch(batch, at, at + n)
+            loss = self.train_step(part) if isinstance(part, dict) else self.train_step(*part)
             (loss * (n / batch_samples)).backward()
             loss_sum += loss.detach().double() * n
             at += n
@@ -335,7 +336,9 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     """Trains ``epochs`` epochs of ``loader`` elastically and returns a RunSummary.
 
     ``train_step(images, labels)`` returns the mean loss of the samples it is
-    given (it may get none: then it is not called); run() does the backward
+    given (it may get none: then it is not called); with a loader of typed
+    fields (``fields=``) it is ``train_step(batch)``, the dict batch's
+    slice (each value sliced; the ids under ``"__index__"``). run() does the backward
     pass (scaled so that gradients are the global batch's mean), reduces the
     gradients across the group, and steps ``optimizer``. ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``

@@ -22,6 +22,8 @@ committed step, whoever is behind or new receives the model's, the
 optimizer's, the scheduler's and the scaler's states from a peer, and the
 batch in flight is taken again by the new group. A GradScaler that skips a
 step (inf gradients) still commits the batch, without an optimizer step.
+With typed fields (a Loader made with ``fields=``) the trainer yields the
+dict batches, and ``trainer.accumulate(batch, parts=2)`` slices a dict whole.
 Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
 (see its help): the same modes, the same exactly-once loader.
 """
@@ -30,6 +32,7 @@ import time
 import types
 
 from . import ElasticError, PeerFailure
+from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._runner import _Runner, _join_timeout
 from .policy import rank_share
@@ -157,8 +160,19 @@ class Trainer:
     def accumulate(self, *tensors, parts=2):
         """Yields (*slices, weight) for ``parts`` micro-batches of this rank's
         share, all but the last under DDP's no_sync() (one all-reduce a
-        step); weight is loss_weight of the slice."""
+        step); weight is loss_weight of the slice. A dict batch (typed
+        fields) may be given whole: each micro-batch is then (dict, weight),
+        every value sliced."""
+        if len(tensors) == 1 and isinstance(tensors[0], dict):
+            batch, n, _ = batch_parts(tensors[0])
+            for part, weight in self._parts(n, parts, lambda a, b: (slice_batch(batch, a, b),)):
+                yield part + (weight,)
+            return
         n = len(tensors[0])
+        for part, weight in self._parts(n, parts, lambda a, b: tuple(t[a:b] for t in tensors)):
+            yield part + (weight,)
+
+    def _parts(self, n, parts, take):
         bounds = [n * i // parts for i in range(parts + 1)]
         for i in range(parts):
             a, b = bounds[i], bounds[i + 1]
@@ -167,7 +181,7 @@ class Trainer:
             last = all(bounds[j + 1] <= bounds[j] for j in range(i + 1, parts))
             sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
             with sync:
-                yield tuple(t[a:b] for t in tensors) + (self.loss_weight(b - a),)
+                yield take(a, b), self.loss_weight(b - a)
 
     def __iter__(self):
         r = self._r
@@ -233,7 +247,7 @@ class Trainer:
         except StopIteration:  # the loader ended its epoch where its position said it had not
             raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
                 epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
-        self._batch = (epoch, consumed, batch_samples, first, end, item[2] if len(item) > 2 else None)
+        self._batch = (epoch, consumed, batch_samples, first, end, batch_parts(item)[2])
         self._handed_out = asked
         self._committed = False
         self._start_ids()
