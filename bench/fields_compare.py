@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def build(work, images):
+def build(work, images, photos=None):
     from PIL import Image
     shards = os.path.join(work, "shards")
     if os.path.exists(os.path.join(shards, "index.stoker")):
@@ -36,7 +36,8 @@ def build(work, images):
     if not os.path.isdir(demo):
         per_class = max(1, images // 4)
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), demo, "--classes", "4",
-                        "--per-class", str(per_class), "--jobs", "2"], check=True, capture_output=True)
+                        "--per-class", str(per_class), "--jobs", "2"] + (["--photos", photos] if photos else []),
+                       check=True, capture_output=True)
     files = sorted(os.path.join(d, f) for d, _, fs in os.walk(demo) for f in fs if f.endswith(".JPEG"))
     os.makedirs(shards, exist_ok=True)
     rng = np.random.default_rng(0)

@@ -100,7 +100,9 @@ class PyLoader {
     const stoker::ResolvedDevice resolved = Unwrap(stoker::ResolveDevice(device));
     device_note_ = resolved.note;
     device_ = resolved.device;
-    if (device_.kind == stoker::DeviceKind::kCuda) {
+    // Typed fields are decoded on the CPU loader; Python moves their tensors
+    // to the device (stoker/fields.py's DeviceMover).
+    if (device_.kind == stoker::DeviceKind::kCuda && options.fields.empty()) {
       // The GPU finishes preprocessing only where batches go to a GPU.
       stoker::DeviceLoaderOptions device_options;
       device_options.finish_on_device = gpu_preprocess || gpu_decode;

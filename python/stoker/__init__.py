@@ -116,6 +116,9 @@ class Loader:
     current stream, copied on stoker's own stream; ``gpu_preprocess=True``
     also moves the resize, flip, normalisation and dtype conversion to the
     GPU. Without a usable GPU the loader says why and stays on the CPU.
+    With ``fields=``, ``device="cuda"`` moves each dict batch's tensors
+    (through pinned memory, on stoker's own stream) and leaves its lists on
+    the host; decoding stays on the CPU.
     ``num_threads="auto"`` (or ``prefetch="auto"``) lets the loader tune
     its threads and prefetch depth while it runs, to keep the training
     loop's wait under 2% of its time with as few threads as that takes,
@@ -166,9 +169,10 @@ class Loader:
             specs, self._transformed, field_transform = _fields.native_specs(fields)
             if transform is not None:
                 raise ValueError("with fields=, give the transform to its stoker.Image(transform=...)")
-            if str(device) != "cpu":
-                raise ValueError("fields= yields batches on the CPU for now (move them with .to(device)); "
-                                 "device=%r is not supported with fields yet" % (device,))
+            if gpu_preprocess or decode == "gpu":
+                raise ValueError("gpu_preprocess=True and decode=\"gpu\" are for the (images, labels) loader: with "
+                                 "fields=, images are decoded and transformed on the CPU (device= still moves the "
+                                 "batch's tensors to the GPU)")
             # (Without a transformed image the images buffer stays unused.)
             transform = field_transform or transforms.Compose([transforms.Resize(1), transforms.CenterCrop(1)])
             self._fields = dict(fields)
@@ -268,6 +272,9 @@ class Loader:
             "gpu_preprocess", gpu_preprocess), gpu_decode, remote, _params.boolean("stage_ahead", stage_ahead))
         if self._native.device_note:
             logging.getLogger("stoker").warning(self._native.device_note)
+        self._mover = None
+        if fields is not None and self._native.device != "cpu":
+            self._mover = _fields.DeviceMover(_torch(), self._native.device)
         native_stats = self._native.stats().as_dict()
         if native_stats["order_note"]:
             # Remote: the order chosen and the download volume it is predicted to cost per epoch.
@@ -363,12 +370,13 @@ class Loader:
                     samples = _fields.samples(self._fields, self._transformed, images, item[5])
                     if self._map is not None:
                         samples = [self._map(sample) for sample in samples]
-                    yield (self._collate or _fields.default_collate)(samples)
+                    batch = (self._collate or _fields.default_collate)(samples)
+                    yield batch if self._mover is None else self._mover(batch)
                     continue
                 batch = _fields.assemble(self._fields, self._transformed, images, item[5])
                 if self._with_indices:
                     batch["__index__"] = from_dlpack(item[2])
-                yield batch
+                yield batch if self._mover is None else self._mover(batch)
                 continue
             images, labels = from_dlpack(item[0]), from_dlpack(item[1])
             if on_device:

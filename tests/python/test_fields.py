@@ -6,6 +6,7 @@ import io
 import json
 import re
 import tarfile
+import types
 
 import numpy as np
 import pytest
@@ -395,3 +396,86 @@ def test_dict_batches_split_exactly_once_across_world_sizes(mixed):
     alone.reshard(0, 1)
     alone.load_state_dict(state)
     assert sorted(i for batch in alone for i in take(batch)) == sorted(rest)
+
+
+def test_device_cuda_with_fields_moves_tensors_and_keeps_lists(mixed, caplog):
+    """Without a usable GPU here, device="cuda" says why and yields the CPU batches; the mover's contract
+    (pinned source, its own stream that torch's current stream waits on, results recorded on the
+    current stream, lists left on the host) is checked against a recording stand-in for torch.cuda; on
+    a GPU, scripts/gpu-check's "fields" part checks it for real."""
+    import logging
+    folder, _ = mixed
+    fields = {"id": stoker.Int("id"), "mask": stoker.Image(keys="seg.png", mode="L")}
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        loader = stoker.Loader(folder, batch_size=4, shuffle=False, fields=fields, device="cuda", log_epochs=False)
+    if loader.device == "cpu":
+        assert any("CUDA" in r.getMessage() or "GPU" in r.getMessage() for r in caplog.records), caplog.text
+        batch = next(iter(loader))
+        assert batch["id"].device.type == "cpu" and isinstance(batch["mask"], list)
+    with pytest.raises(ValueError, match="gpu_preprocess=True and decode=\"gpu\" are for the"):
+        stoker.Loader(folder, batch_size=4, fields=fields, device="cuda", gpu_preprocess=True)
+
+    calls = []
+
+    class Moved:
+        def __init__(self, source):
+            self.source = source
+
+        def record_stream(self, stream):
+            calls.append(("record", self.source, stream))
+
+    class Tensor:
+        def __init__(self, name):
+            self.name = name
+
+        def pin_memory(self):
+            calls.append(("pin", self.name))
+            return self
+
+        def to(self, device, non_blocking):
+            calls.append(("to", self.name, device, non_blocking, current_stream[0]))
+            return Moved(self.name)
+
+    current_stream = ["main"]
+
+    class Cuda:
+        class Stream:
+            def __init__(self, device):
+                self.device = device
+
+            def wait_stream(self, other):
+                raise AssertionError("the side stream waits on nothing: its sources are host memory")
+
+        class _Main:
+            def wait_stream(self, other):
+                calls.append(("wait", "main", "side" if isinstance(other, Cuda.Stream) else other))
+
+        @staticmethod
+        def current_stream(device):
+            return Cuda._Main()
+
+        @staticmethod
+        def stream(s):
+            import contextlib
+
+            @contextlib.contextmanager
+            def on():
+                current_stream[0] = "side"
+                yield
+                current_stream[0] = "main"
+            return on()
+
+    fake = types.SimpleNamespace(cuda=Cuda, device=lambda d: d, is_tensor=lambda v: isinstance(v, Tensor))
+    mover = stoker.fields.DeviceMover(fake, "cuda:0")
+    masks = [Tensor("m0"), Tensor("m1")]
+    out = mover({"id": Tensor("id"), "mask": masks, "caption": ["a", "b"]})
+    assert out["mask"] is masks and out["caption"] == ["a", "b"]  # lists stay on the host
+    assert isinstance(out["id"], Moved)
+    assert [c[0] for c in calls] == ["pin", "to", "wait", "record"]
+    assert calls[1] == ("to", "id", "cuda:0", True, "side")  # non-blocking, on the side stream
+    assert calls[2][2] == "side" and calls[3][1] == "id"
+    calls.clear()
+    images, labels = mover((Tensor("x"), Tensor("y")))
+    assert isinstance(images, Moved) and isinstance(labels, Moved) and len(calls) == 2 + 2 + 1 + 2
+    calls.clear()
+    assert mover({"caption": ["only text"]}) == {"caption": ["only text"]} and calls == []
