@@ -454,8 +454,10 @@ def test_ctrl_c_interrupts_a_loader_waiting_for_data(packed, proxy, tmp_path):
     for name in shard_names(packed):
         for _ in range(4):
             proxy.add_fault(name, "stall", seconds=60)
+    # torch is imported before "ready", as a training script has it: a SIGINT landing inside torch's own
+    # import (the loader's first batch imports it) aborts in torch's C++ init, not in stoker's wait.
     script = textwrap.dedent("""
-        import sys, stoker
+        import sys, torch, stoker
         loader = stoker.Loader(sys.argv[1], batch_size=4, num_threads=1, cache_dir=sys.argv[2],
                                stall_timeout_seconds=120, log_epochs=False)
         print("ready", flush=True)
