@@ -235,6 +235,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling)
       .def_readwrite("max_pixels", &stoker::TransformOptions::max_pixels);
 
+  stoker_python::BindTokens(m);
   stoker_python::BindFields(m);  // FieldSpec, before LoaderOptions names it
   py::class_<stoker::LoaderOptions>(m, "LoaderOptions")
       .def(py::init<>())

@@ -1,0 +1,152 @@
+// stoker/tokens.h: token streams for language models. Megatron-LM's indexed
+// datasets (PREFIX.idx + PREFIX.bin) read and written bit-compatibly, and a
+// loader that packs their documents into rows of seq_len tokens, shuffled
+// by stoker's own PRNG, every token of every document exactly once an
+// epoch, resumable under another world size with the same global batch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/file_system.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+// A Megatron indexed dataset, mapped (nothing read up front but the index's
+// arrays, which opening checks: O(documents)). Thread-safe to read.
+class TokenDataset {
+ public:
+  // `prefix` names PREFIX.idx and PREFIX.bin on `file_system`, which must
+  // outlive the dataset. NotFound names a missing file; Corruption names
+  // the file and byte offset of what is wrong (a bad header, an unknown
+  // token type, a sequence outside the .bin, boundaries that do not add up,
+  // a .bin whose size is not the tokens' size).
+  [[nodiscard]] static Result<std::unique_ptr<TokenDataset>> Open(const std::string& prefix,
+                                                                  FileSystem* file_system = FileSystem::Default());
+  ~TokenDataset();
+  TokenDataset(const TokenDataset&) = delete;
+  TokenDataset& operator=(const TokenDataset&) = delete;
+
+  [[nodiscard]] const std::string& prefix() const;
+  [[nodiscard]] std::uint64_t num_documents() const;
+  [[nodiscard]] std::uint64_t num_tokens() const;
+  [[nodiscard]] std::string_view token_type() const;  // NumPy's name: "uint16", "int32", ...
+  // Tokens of each document, in the dataset's order.
+  [[nodiscard]] std::span<const std::uint64_t> document_tokens() const;
+  // Tokens [offset, offset + out.size()) of document `document`, as int64.
+  // InvalidArgument outside the document.
+  [[nodiscard]] Status ReadTokens(std::uint64_t document, std::uint64_t offset, std::span<std::int64_t> out) const;
+
+  struct Impl;
+
+ private:
+  explicit TokenDataset(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes a Megatron indexed dataset one document at a time: tokens to
+// PREFIX.bin as they come, PREFIX.idx at Finish(). Both are written under
+// temporary names and renamed, the index last, so an interrupted write never
+// leaves a dataset that opens. The output is byte-identical to Megatron-core's
+// IndexedDatasetBuilder's (add_document per document) for the same tokens.
+class TokenDatasetWriter {
+ public:
+  // `token_type`: "uint8", "int8", "int16", "uint16", "int32", "int64",
+  // "float32" or "float64" (Megatron picks uint16 for vocabularies under
+  // 65500 tokens, else int32). AlreadyExists when PREFIX.idx or .bin exists
+  // and `overwrite` is false.
+  [[nodiscard]] static Result<std::unique_ptr<TokenDatasetWriter>> Create(
+      const std::string& prefix, std::string_view token_type, bool overwrite = false,
+      FileSystem* file_system = FileSystem::Default());
+  ~TokenDatasetWriter();  // abandons an unfinished write: its temporaries go
+  // InvalidArgument for a token the type cannot hold (naming the document and position).
+  [[nodiscard]] Status AddDocument(std::span<const std::int64_t> tokens);
+  [[nodiscard]] std::uint64_t num_documents() const;
+  [[nodiscard]] Status Finish();
+
+  struct Impl;
+
+ private:
+  explicit TokenDatasetWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct TokenLoaderOptions {
+  std::uint64_t seq_len = 2048;
+  // Rows per global batch (every rank's together) and this rank's place; a
+  // rank takes the contiguous share [r*B/W, (r+1)*B/W) of each global batch.
+  std::uint32_t global_batch_size = 8;
+  std::uint32_t rank = 0, world_size = 1;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  std::int64_t pad_id = 0;          // input_ids past the epoch's last token
+  std::int64_t ignore_index = -100;  // labels without a next token
+  // Tokens at or above it are Corruption naming the document (0: unchecked).
+  std::uint64_t vocab_size = 0;
+  // Batches prepared ahead on the loader's thread.
+  std::uint32_t prefetch = 2;
+  // Fill TokenBatch::pieces.
+  bool with_documents = false;
+};
+
+struct TokenBatch {
+  std::uint64_t epoch = 0;
+  std::uint64_t batch_index = 0;  // global batch of the epoch
+  std::uint32_t rows = 0;         // this rank's share
+  std::uint64_t seq_len = 0;
+  // [rows, seq_len] each, row-major.
+  std::vector<std::int64_t> input_ids;
+  std::vector<std::int64_t> labels;        // the next token of the stream; ignore_index past the end
+  std::vector<std::int64_t> position_ids;  // each token's position in its document
+  // Segment boundaries over the flattened rows (int32, as flash-attention's
+  // varlen kernels take them): each row's pieces, then its padding, in
+  // order; from 0 to rows * seq_len.
+  std::vector<std::int32_t> cu_seqlens;
+  // With TokenLoaderOptions::with_documents: each row's pieces.
+  struct Piece {
+    std::uint64_t document = 0, offset = 0, length = 0;
+  };
+  std::vector<std::vector<Piece>> pieces;
+};
+
+// Where a TokenLoader is: enough to resume exactly, under another world
+// size too (same global batch, seed, seq_len and dataset).
+struct TokenLoaderState {
+  std::uint64_t seed = 0, epoch = 0, global_batch_size = 0, seq_len = 0;
+  std::uint64_t batches_consumed = 0;  // global batches of this epoch handed out
+  std::uint64_t num_tokens = 0, num_documents = 0;  // of the dataset, to catch a mismatched restore
+};
+
+class TokenLoader {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<TokenLoader>> Create(std::shared_ptr<const TokenDataset> dataset,
+                                                                   const TokenLoaderOptions& options);
+  ~TokenLoader();
+  // This rank's share of the next global batch, or nullopt at the end of
+  // the epoch (the next call starts the next one).
+  [[nodiscard]] Result<std::optional<TokenBatch>> Next();
+  // The same, waiting at most `timeout`: DeadlineExceeded when no batch is ready by then.
+  [[nodiscard]] Result<std::optional<TokenBatch>> Next(std::chrono::nanoseconds timeout);
+  [[nodiscard]] std::uint64_t epoch() const;
+  [[nodiscard]] std::uint64_t num_batches() const;  // global batches an epoch
+  [[nodiscard]] std::uint64_t num_rows() const;     // rows an epoch
+  [[nodiscard]] Status SetEpoch(std::uint64_t epoch);
+  [[nodiscard]] TokenLoaderState State() const;
+  [[nodiscard]] Status Restore(const TokenLoaderState& state);
+  [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
+
+  struct Impl;
+
+ private:
+  explicit TokenLoader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker

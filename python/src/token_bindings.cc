@@ -1,0 +1,156 @@
+// stoker.TokenLoader's native side: Megatron token datasets, the writer, and
+// the loader's batches as DLPack capsules.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+
+#include "common.h"
+#include "stoker/tokens.h"
+
+namespace stoker_python {
+namespace {
+
+class PyTokenLoader {
+ public:
+  PyTokenLoader(const std::string& prefix, const stoker::TokenLoaderOptions& options) {
+    stoker::Result<std::unique_ptr<stoker::TokenDataset>> opened = stoker::Status::Internal("unset");
+    stoker::Result<std::unique_ptr<stoker::TokenLoader>> made = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      opened = stoker::TokenDataset::Open(prefix);
+      if (opened.ok()) {
+        dataset_ = std::shared_ptr<const stoker::TokenDataset>(std::move(*opened).release());
+        made = stoker::TokenLoader::Create(dataset_, options);
+      }
+    }
+    if (!opened.ok()) Raise(opened.error());
+    loader_ = Unwrap(std::move(made));
+  }
+  ~PyTokenLoader() {
+    py::gil_scoped_release release;
+    loader_.reset();
+  }
+
+  // A dict of capsules (input_ids, labels, position_ids, cu_seqlens), the
+  // epoch and batch, the pieces when asked for; None at the epoch's end.
+  py::object Next() {
+    stoker::Result<std::optional<stoker::TokenBatch>> next = stoker::Status::Internal("unset");
+    for (;;) {
+      {
+        py::gil_scoped_release release;
+        next = loader_->Next(std::chrono::milliseconds(100));
+      }
+      if (next.ok() || next.error().code() != stoker::StatusCode::kDeadlineExceeded) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C while waiting
+    }
+    auto batch = Unwrap(std::move(next));
+    if (!batch) return py::none();
+    auto owner = std::make_shared<stoker::TokenBatch>(std::move(*batch));
+    const std::int64_t rows = owner->rows, seq = static_cast<std::int64_t>(owner->seq_len);
+    const DLDataType i64{kDLInt, 64, 1}, i32{kDLInt, 32, 1};
+    py::dict d;
+    d["input_ids"] = MakeCapsule(owner, owner->input_ids.data(), {rows, seq}, i64);
+    d["labels"] = MakeCapsule(owner, owner->labels.data(), {rows, seq}, i64);
+    d["position_ids"] = MakeCapsule(owner, owner->position_ids.data(), {rows, seq}, i64);
+    d["cu_seqlens"] = MakeCapsule(owner, owner->cu_seqlens.data(),
+                                  {static_cast<std::int64_t>(owner->cu_seqlens.size())}, i32);
+    d["epoch"] = owner->epoch;
+    d["batch"] = owner->batch_index;
+    if (!owner->pieces.empty() || rows == 0) {
+      py::list pieces;
+      for (const auto& row : owner->pieces) {
+        py::list r;
+        for (const auto& p : row) r.append(py::make_tuple(0, p.document, p.offset, p.length));
+        pieces.append(std::move(r));
+      }
+      d["documents"] = std::move(pieces);
+    }
+    return std::move(d);
+  }
+
+  stoker::TokenLoader& loader() { return *loader_; }
+  const stoker::TokenDataset& dataset() const { return *dataset_; }
+
+ private:
+  std::shared_ptr<const stoker::TokenDataset> dataset_;
+  std::unique_ptr<stoker::TokenLoader> loader_;
+};
+
+py::dict StateToDict(const stoker::TokenLoaderState& s) {
+  py::dict d;
+  d["seed"] = s.seed;
+  d["epoch"] = s.epoch;
+  d["global_batch_size"] = s.global_batch_size;
+  d["seq_len"] = s.seq_len;
+  d["batches_consumed"] = s.batches_consumed;
+  d["num_tokens"] = s.num_tokens;
+  d["num_documents"] = s.num_documents;
+  return d;
+}
+
+stoker::TokenLoaderState StateFromDict(const py::dict& d) {
+  stoker::TokenLoaderState s;
+  auto get = [&](const char* key) {
+    if (!d.contains(key)) throw py::value_error(std::string("the token loader state has no '") + key + "'");
+    return d[key].cast<std::uint64_t>();
+  };
+  s.seed = get("seed");
+  s.epoch = get("epoch");
+  s.global_batch_size = get("global_batch_size");
+  s.seq_len = get("seq_len");
+  s.batches_consumed = get("batches_consumed");
+  s.num_tokens = get("num_tokens");
+  s.num_documents = get("num_documents");
+  return s;
+}
+
+}  // namespace
+
+void BindTokens(py::module_& m) {
+  py::class_<stoker::TokenLoaderOptions>(m, "TokenLoaderOptions")
+      .def(py::init<>())
+      .def_readwrite("seq_len", &stoker::TokenLoaderOptions::seq_len)
+      .def_readwrite("global_batch_size", &stoker::TokenLoaderOptions::global_batch_size)
+      .def_readwrite("rank", &stoker::TokenLoaderOptions::rank)
+      .def_readwrite("world_size", &stoker::TokenLoaderOptions::world_size)
+      .def_readwrite("seed", &stoker::TokenLoaderOptions::seed)
+      .def_readwrite("shuffle", &stoker::TokenLoaderOptions::shuffle)
+      .def_readwrite("pad_id", &stoker::TokenLoaderOptions::pad_id)
+      .def_readwrite("ignore_index", &stoker::TokenLoaderOptions::ignore_index)
+      .def_readwrite("vocab_size", &stoker::TokenLoaderOptions::vocab_size)
+      .def_readwrite("prefetch", &stoker::TokenLoaderOptions::prefetch)
+      .def_readwrite("with_documents", &stoker::TokenLoaderOptions::with_documents);
+
+  py::class_<PyTokenLoader>(m, "TokenLoader")
+      .def(py::init<const std::string&, const stoker::TokenLoaderOptions&>())
+      .def("next", &PyTokenLoader::Next)
+      .def_property_readonly("epoch", [](PyTokenLoader& l) { return l.loader().epoch(); })
+      .def_property_readonly("num_batches", [](PyTokenLoader& l) { return l.loader().num_batches(); })
+      .def_property_readonly("num_rows", [](PyTokenLoader& l) { return l.loader().num_rows(); })
+      .def_property_readonly("num_tokens", [](PyTokenLoader& l) { return l.dataset().num_tokens(); })
+      .def_property_readonly("num_documents", [](PyTokenLoader& l) { return l.dataset().num_documents(); })
+      .def_property_readonly("token_type", [](PyTokenLoader& l) { return std::string(l.dataset().token_type()); })
+      .def("set_epoch", [](PyTokenLoader& l, std::uint64_t e) { Check(l.loader().SetEpoch(e)); })
+      .def("state", [](PyTokenLoader& l) { return StateToDict(l.loader().State()); })
+      .def("restore", [](PyTokenLoader& l, const py::dict& d) { Check(l.loader().Restore(StateFromDict(d))); })
+      .def("reshard", [](PyTokenLoader& l, std::uint32_t rank, std::uint32_t world) {
+        Check(l.loader().Reshard(rank, world));
+      });
+
+  py::class_<stoker::TokenDatasetWriter>(m, "TokenDatasetWriter")
+      .def(py::init([](const std::string& prefix, const std::string& token_type, bool overwrite) {
+        return Unwrap(stoker::TokenDatasetWriter::Create(prefix, token_type, overwrite));
+      }))
+      .def("add_document",
+           [](stoker::TokenDatasetWriter& w, py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> tokens) {
+             if (tokens.ndim() != 1) throw py::value_error("a document is a 1-D sequence of token ids");
+             std::span<const std::int64_t> view(tokens.data(), static_cast<std::size_t>(tokens.size()));
+             py::gil_scoped_release release;
+             Check(w.AddDocument(view));
+           })
+      .def_property_readonly("num_documents", &stoker::TokenDatasetWriter::num_documents)
+      .def("finish", [](stoker::TokenDatasetWriter& w) { Check(w.Finish()); });
+}
+
+}  // namespace stoker_python

@@ -1,0 +1,146 @@
+"""Token streams for language models: stoker.TokenLoader over Megatron-LM's
+indexed datasets (PREFIX.idx + PREFIX.bin), and stoker.write_tokens to make
+one.
+
+    loader = stoker.TokenLoader("corpus_text_document", seq_len=2048, global_batch_size=512)
+    for batch in loader:     # this rank's share of each global batch
+        out = model(batch["input_ids"], position_ids=batch["position_ids"])
+        loss = F.cross_entropy(out.flatten(0, 1), batch["labels"].flatten())   # -100 is ignored
+
+The documents, in an order shuffled by (seed, epoch) with stoker's own PRNG,
+make one stream of tokens cut into rows of ``seq_len`` (a document that does
+not fit is split across rows, the standard pretraining packing); the rows are
+shuffled too. Every token of every document is in exactly one row an epoch,
+over any world size; ``state_dict()`` / ``load_state_dict()`` resume exactly,
+under another world size too (same global batch, seed, seq_len and dataset).
+"""
+import os
+
+from . import _native, _params
+
+__all__ = ["TokenLoader", "write_tokens"]
+
+_TOKEN_TYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float32", "float64")
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("$%s=%r is not an integer" % (name, value)) from None
+
+
+class TokenLoader:
+    """An iterable of dict batches over a Megatron indexed dataset.
+
+    ``dataset``: the prefix (``PREFIX.idx`` and ``PREFIX.bin``). Each batch
+    holds int64 tensors of shape (rows, seq_len): ``input_ids``, ``labels``
+    (the next token of the stream; ``ignore_index`` past the epoch's last
+    token), ``position_ids`` (each token's position in its document, so 0
+    at each document start), and ``cu_seqlens`` (int32: the boundaries of
+    the rows' document pieces and padding over the flattened rows, as
+    flash-attention's varlen kernels take them). ``with_indices=True`` adds
+    ``documents``: per row the ``(dataset, document, token_offset, length)``
+    pieces it holds. ``batch_size`` is per rank; ``global_batch_size`` is
+    every rank's together (elastic training: ``reshard()`` keeps it). rank
+    and world_size default to torchrun's ``RANK`` and ``WORLD_SIZE``.
+    ``vocab_size``: a token at or above it is a ``CorruptionError`` naming
+    the document. The last row of an epoch is padded with ``pad_id``."""
+
+    def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
+                 world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
+                 weights=None):
+        if isinstance(dataset, (list, tuple)) or weights is not None:
+            raise NotImplementedError("blending several token datasets by weight is not built yet: give one prefix")
+        options = _native.TokenLoaderOptions()
+        options.seq_len = _params.integer("seq_len", seq_len, 1, 1 << 24)
+        world = _params.integer("world_size", world_size, 1, 1 << 20) if world_size is not None else None
+        if world is None:
+            world = _params.integer("$WORLD_SIZE", _env_int("WORLD_SIZE", 1), 1, 1 << 20)
+        rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None
+        if rank is None:
+            rank = _params.integer("$RANK", _env_int("RANK", 0), 0, 1 << 20)
+        if rank >= world:
+            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+        if global_batch_size is not None:
+            if batch_size is not None:
+                raise ValueError("give batch_size (per rank) or global_batch_size (every rank's together), not both")
+            options.global_batch_size = _params.integer("global_batch_size", global_batch_size, 1, 1 << 24)
+        else:
+            per_rank = _params.integer("batch_size", 8 if batch_size is None else batch_size, 1, 1 << 24)
+            options.global_batch_size = per_rank * world
+        options.rank, options.world_size = rank, world
+        options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
+        options.shuffle = _params.boolean("shuffle", shuffle)
+        options.with_documents = _params.boolean("with_indices", with_indices)
+        options.pad_id = _params.integer("pad_id", pad_id, -(1 << 63), (1 << 63) - 1)
+        options.ignore_index = _params.integer("ignore_index", ignore_index, -(1 << 63), (1 << 63) - 1)
+        options.vocab_size = 0 if vocab_size is None else _params.integer("vocab_size", vocab_size, 1, 1 << 62)
+        options.prefetch = _params.integer("prefetch", prefetch, 1, 64)
+        self._native = _native.TokenLoader(os.fspath(dataset), options)
+
+    def __len__(self):
+        """Global batches an epoch (each rank gets its share of each)."""
+        return self._native.num_batches
+
+    def __iter__(self):
+        from torch.utils.dlpack import from_dlpack
+        while True:
+            item = self._native.next()
+            if item is None:
+                return
+            batch = {name: from_dlpack(item[name]) for name in ("input_ids", "labels", "position_ids", "cu_seqlens")}
+            if "documents" in item:
+                batch["documents"] = item["documents"]
+            yield batch
+
+    @property
+    def epoch(self):
+        return self._native.epoch
+
+    @property
+    def num_tokens(self):
+        return self._native.num_tokens
+
+    @property
+    def num_documents(self):
+        return self._native.num_documents
+
+    @property
+    def num_rows(self):
+        """Rows of seq_len tokens an epoch (the last one padded)."""
+        return self._native.num_rows
+
+    def set_epoch(self, epoch):
+        self._native.set_epoch(_params.integer("epoch", epoch, 0, _params.U64_MAX))
+
+    def state_dict(self):
+        return dict(self._native.state())
+
+    def load_state_dict(self, state):
+        self._native.restore(dict(state))
+
+    def reshard(self, rank, world_size):
+        """This process becomes rank ``rank`` of ``world_size`` from the current position on."""
+        world = _params.integer("world_size", world_size, 1, 1 << 20)
+        rank = _params.integer("rank", rank, 0, 1 << 20)
+        if rank >= world:
+            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+        self._native.reshard(rank, world)
+
+
+def write_tokens(prefix, documents, token_type="uint16", overwrite=False):
+    """Writes ``documents`` (an iterable of 1-D sequences of token ids) as a
+    Megatron indexed dataset PREFIX.idx + PREFIX.bin, byte-identical to
+    Megatron-core's IndexedDatasetBuilder; the index is written last, so an
+    interrupted write leaves nothing that opens. Returns the document count."""
+    if token_type not in _TOKEN_TYPES:
+        raise ValueError("token_type must be one of %s, not %r" % (", ".join(_TOKEN_TYPES), token_type))
+    writer = _native.TokenDatasetWriter(os.fspath(prefix), token_type, _params.boolean("overwrite", overwrite))
+    for document in documents:
+        writer.add_document(document)
+    writer.finish()
+    return writer.num_documents

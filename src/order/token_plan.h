@@ -1,0 +1,51 @@
+// How an epoch of a token dataset becomes rows: its documents, in an order
+// shuffled by (seed, epoch) with stoker's own PRNG, make one stream of
+// tokens, cut into rows of seq_len tokens (a document that does not fit is
+// split across rows: the standard pretraining packing); the rows are then
+// shuffled too, so that a batch does not hold neighbouring pieces of one
+// stream. Every token of every document is in exactly one row of an epoch.
+// Memory: 8 bytes per document and per row. Pure arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace stoker::order {
+
+// A run of one document's tokens.
+struct TokenPiece {
+  std::uint64_t document = 0;  // in the dataset's order
+  std::uint64_t offset = 0;    // of its first token within the document
+  std::uint64_t length = 0;
+  friend bool operator==(const TokenPiece&, const TokenPiece&) = default;
+};
+
+class TokenEpochPlan {
+ public:
+  // `document_tokens[d]`: document d's token count. seq_len >= 1.
+  TokenEpochPlan(std::span<const std::uint64_t> document_tokens, std::uint64_t seq_len, std::uint64_t seed,
+                 std::uint64_t epoch, bool shuffle);
+
+  [[nodiscard]] std::uint64_t num_rows() const { return rows_; }
+  [[nodiscard]] std::uint64_t total_tokens() const { return stream_end_.empty() ? 0 : stream_end_.back(); }
+  [[nodiscard]] std::uint64_t seq_len() const { return seq_len_; }
+  [[nodiscard]] std::uint64_t epoch() const { return epoch_; }
+  // Row `r` of the epoch (0 <= r < num_rows()) as the pieces of the stream
+  // it holds, plus `extra` tokens after it (labels: the next token of the
+  // stream); the pieces cover seq_len + extra tokens, fewer at the stream's
+  // end. Appends to `out`.
+  void Row(std::uint64_t r, std::uint64_t extra, std::vector<TokenPiece>& out) const;
+  // The stream row behind epoch row `r` (its position before the rows were shuffled).
+  [[nodiscard]] std::uint64_t StreamRow(std::uint64_t r) const { return row_order_.empty() ? r : row_order_[r]; }
+
+ private:
+  std::uint64_t seq_len_;
+  std::uint64_t epoch_;
+  std::uint64_t rows_ = 0;
+  std::vector<std::uint64_t> document_order_;  // stream position -> document
+  std::vector<std::uint64_t> stream_end_;      // stream position -> tokens up to and including that document
+  std::vector<std::uint64_t> row_order_;       // epoch row -> stream row (empty: not shuffled)
+};
+
+}  // namespace stoker::order

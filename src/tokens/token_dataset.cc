@@ -1,0 +1,256 @@
+// TokenDataset and TokenDatasetWriter: Megatron indexed datasets on a FileSystem.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "format/megatron_index.h"
+#include "stoker/text.h"
+#include "stoker/tokens.h"
+
+namespace stoker {
+namespace {
+
+using megatron::TokenType;
+
+std::optional<TokenType> TokenTypeByName(std::string_view name) {
+  for (std::uint8_t code = 1; code <= 8; ++code) {
+    const auto type = *megatron::TokenTypeFromCode(code);
+    if (megatron::TokenTypeName(type) == name) return type;
+  }
+  return std::nullopt;
+}
+
+template <typename T>
+void Convert(const std::byte* from, std::span<std::int64_t> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    T v;
+    std::memcpy(&v, from + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<std::int64_t>(v);
+  }
+}
+
+void ConvertTokens(TokenType type, const std::byte* from, std::span<std::int64_t> out) {
+  switch (type) {
+    case TokenType::kUInt8:
+      return Convert<std::uint8_t>(from, out);
+    case TokenType::kInt8:
+      return Convert<std::int8_t>(from, out);
+    case TokenType::kInt16:
+      return Convert<std::int16_t>(from, out);
+    case TokenType::kUInt16:
+      return Convert<std::uint16_t>(from, out);
+    case TokenType::kInt32:
+      return Convert<std::int32_t>(from, out);
+    case TokenType::kInt64:
+      return Convert<std::int64_t>(from, out);
+    case TokenType::kFloat32:
+      return Convert<float>(from, out);
+    case TokenType::kFloat64:
+      return Convert<double>(from, out);
+  }
+}
+
+// Whether `v` is a value of `type`, exactly.
+bool Fits(TokenType type, std::int64_t v) {
+  switch (type) {
+    case TokenType::kUInt8:
+      return v >= 0 && v <= 255;
+    case TokenType::kInt8:
+      return v >= -128 && v <= 127;
+    case TokenType::kInt16:
+      return v >= -32768 && v <= 32767;
+    case TokenType::kUInt16:
+      return v >= 0 && v <= 65535;
+    case TokenType::kInt32:
+      return v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max();
+    case TokenType::kInt64:
+      return true;
+    case TokenType::kFloat32:
+      return v >= -(std::int64_t{1} << 24) && v <= (std::int64_t{1} << 24);
+    case TokenType::kFloat64:
+      return v >= -(std::int64_t{1} << 53) && v <= (std::int64_t{1} << 53);
+  }
+  return false;
+}
+
+template <typename T>
+void Store(std::int64_t v, std::vector<std::byte>& out) {
+  const T t = static_cast<T>(v);
+  const auto* p = reinterpret_cast<const std::byte*>(&t);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+void StoreToken(TokenType type, std::int64_t v, std::vector<std::byte>& out) {
+  switch (type) {
+    case TokenType::kUInt8:
+      return Store<std::uint8_t>(v, out);
+    case TokenType::kInt8:
+      return Store<std::int8_t>(v, out);
+    case TokenType::kInt16:
+      return Store<std::int16_t>(v, out);
+    case TokenType::kUInt16:
+      return Store<std::uint16_t>(v, out);
+    case TokenType::kInt32:
+      return Store<std::int32_t>(v, out);
+    case TokenType::kInt64:
+      return Store<std::int64_t>(v, out);
+    case TokenType::kFloat32:
+      return Store<float>(v, out);
+    case TokenType::kFloat64:
+      return Store<double>(v, out);
+  }
+}
+
+}  // namespace
+
+struct TokenDataset::Impl {
+  std::string prefix;
+  std::unique_ptr<MappedFile> idx, bin;
+  megatron::IndexView view;
+  std::vector<std::uint64_t> document_tokens;
+};
+
+TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenDataset::~TokenDataset() = default;
+
+Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& prefix, FileSystem* fs) {
+  auto impl = std::make_unique<Impl>();
+  impl->prefix = prefix;
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  STOKER_ASSIGN_OR_RETURN(impl->idx, fs->Map(idx_path));
+  STOKER_ASSIGN_OR_RETURN(impl->bin, fs->Map(bin_path));
+  const std::uint64_t bin_size = impl->bin->data().size();
+  STOKER_ASSIGN_OR_RETURN(impl->view, megatron::IndexView::Open(impl->idx->data(), idx_path, bin_size));
+  const megatron::IndexView& view = impl->view;
+  const std::uint64_t covered = view.total_tokens() * megatron::TokenSize(view.token_type());
+  if (covered != bin_size)
+    return Status::Corruption(fmt::format(
+        "{}: holds {} bytes, but the sequences of {} cover {} ({} tokens of {}): {}", bin_path, bin_size, idx_path,
+        covered, view.total_tokens(), megatron::TokenTypeName(view.token_type()),
+        bin_size < covered ? "the .bin is truncated" : "the lengths do not add up to the .bin"));
+  impl->document_tokens.resize(view.num_documents());
+  for (std::uint64_t d = 0; d < view.num_documents(); ++d) {
+    std::uint64_t tokens = 0;
+    for (auto s = view.boundary(d); s < view.boundary(d + 1); ++s)
+      tokens += static_cast<std::uint64_t>(view.length(static_cast<std::uint64_t>(s)));
+    impl->document_tokens[d] = tokens;
+  }
+  return std::unique_ptr<TokenDataset>(new TokenDataset(std::move(impl)));
+}
+
+const std::string& TokenDataset::prefix() const {
+  return impl_->prefix;
+}
+std::uint64_t TokenDataset::num_documents() const {
+  return impl_->view.num_documents();
+}
+std::uint64_t TokenDataset::num_tokens() const {
+  return impl_->view.total_tokens();
+}
+std::string_view TokenDataset::token_type() const {
+  return megatron::TokenTypeName(impl_->view.token_type());
+}
+std::span<const std::uint64_t> TokenDataset::document_tokens() const {
+  return impl_->document_tokens;
+}
+
+Status TokenDataset::ReadTokens(std::uint64_t document, std::uint64_t offset, std::span<std::int64_t> out) const {
+  const megatron::IndexView& view = impl_->view;
+  if (document >= view.num_documents() || offset > impl_->document_tokens[document] ||
+      out.size() > impl_->document_tokens[document] - offset)
+    return Status::InvalidArgument(fmt::format("{}: tokens [{}, {}) are outside document {}", impl_->prefix, offset,
+                                               offset + out.size(),
+                                               document < view.num_documents() ? document : document));
+  const std::size_t size = megatron::TokenSize(view.token_type());
+  const std::byte* bin = impl_->bin->data().data();
+  for (auto s = view.boundary(document); s < view.boundary(document + 1) && !out.empty(); ++s) {
+    const auto length = static_cast<std::uint64_t>(view.length(static_cast<std::uint64_t>(s)));
+    if (offset >= length) {
+      offset -= length;
+      continue;
+    }
+    const std::uint64_t take = std::min<std::uint64_t>(length - offset, out.size());
+    ConvertTokens(view.token_type(),
+                  bin + static_cast<std::uint64_t>(view.pointer(static_cast<std::uint64_t>(s))) + offset * size,
+                  out.first(take));
+    out = out.subspan(take);
+    offset = 0;
+  }
+  return Status::Ok();
+}
+
+struct TokenDatasetWriter::Impl {
+  FileSystem* fs = nullptr;
+  std::string prefix;
+  TokenType type = TokenType::kUInt16;
+  std::optional<AtomicFile> bin;
+  megatron::IndexBuilder index{TokenType::kUInt16};
+  std::vector<std::byte> buffer;
+  bool finished = false;
+};
+
+TokenDatasetWriter::TokenDatasetWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenDatasetWriter::~TokenDatasetWriter() = default;
+
+Result<std::unique_ptr<TokenDatasetWriter>> TokenDatasetWriter::Create(const std::string& prefix,
+                                                                       std::string_view token_type, bool overwrite,
+                                                                       FileSystem* fs) {
+  const auto type = TokenTypeByName(token_type);
+  if (!type)
+    return Status::InvalidArgument(fmt::format(
+        "token type '{}' is not one Megatron writes (uint8, int8, int16, uint16, int32, int64, float32, float64)",
+        Printable(token_type)));
+  for (const char* ext : {".idx", ".bin"}) {
+    const std::string path = prefix + ext;
+    if (fs->Stat(path).ok()) {
+      if (!overwrite)
+        return Status::AlreadyExists(fmt::format("{} exists; pass overwrite (--force) to replace it", path));
+      // The old index goes first, so the folder never pairs it with a new .bin.
+      STOKER_RETURN_IF_ERROR(fs->Remove(path));
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->fs = fs;
+  impl->prefix = prefix;
+  impl->type = *type;
+  impl->index = megatron::IndexBuilder(*type);
+  STOKER_ASSIGN_OR_RETURN(auto bin, AtomicFile::Create(*fs, prefix + ".bin"));
+  impl->bin.emplace(std::move(bin));
+  return std::unique_ptr<TokenDatasetWriter>(new TokenDatasetWriter(std::move(impl)));
+}
+
+Status TokenDatasetWriter::AddDocument(std::span<const std::int64_t> tokens) {
+  Impl& m = *impl_;
+  if (m.finished) return Status::FailedPrecondition("the token dataset was finished");
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (!Fits(m.type, tokens[i]))
+      return Status::InvalidArgument(fmt::format("document {}: token {} at position {} does not fit in {}",
+                                                 m.index.num_documents(), tokens[i], i,
+                                                 megatron::TokenTypeName(m.type)));
+  STOKER_RETURN_IF_ERROR(m.index.AddDocument(tokens.size()));
+  for (std::int64_t t : tokens) StoreToken(m.type, t, m.buffer);
+  if (m.buffer.size() >= (std::size_t{4} << 20)) {
+    STOKER_RETURN_IF_ERROR(m.bin->Append(m.buffer));
+    m.buffer.clear();
+  }
+  return Status::Ok();
+}
+
+std::uint64_t TokenDatasetWriter::num_documents() const {
+  return impl_->index.num_documents();
+}
+
+Status TokenDatasetWriter::Finish() {
+  Impl& m = *impl_;
+  if (m.finished) return Status::FailedPrecondition("the token dataset was finished");
+  m.finished = true;
+  STOKER_RETURN_IF_ERROR(m.bin->Append(m.buffer));
+  m.buffer.clear();
+  STOKER_RETURN_IF_ERROR(m.bin->Commit());
+  // The index last: only a complete dataset has one.
+  return WriteWholeFileAtomically(*m.fs, m.prefix + ".idx", m.index.Finish());
+}
+
+}  // namespace stoker

@@ -1,0 +1,283 @@
+// TokenLoader: rows of a token dataset's packed stream, batch by batch, one
+// thread preparing batches ahead; exactly once an epoch over any world size.
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/mutex.h"
+#include "order/token_plan.h"
+#include "stoker/tokens.h"
+
+namespace stoker {
+namespace {
+
+struct Position {
+  std::uint64_t epoch = 0;
+  std::uint64_t batch = 0;  // global batches of the epoch handed out (or produced)
+};
+
+struct Item {
+  Position at;
+  Result<std::optional<TokenBatch>> batch = std::optional<TokenBatch>();
+};
+
+}  // namespace
+
+struct TokenLoader::Impl {
+  std::shared_ptr<const TokenDataset> dataset;
+  TokenLoaderOptions options;
+  std::uint64_t rows_per_epoch = 0;
+
+  mutable Mutex mu;
+  CondVar changed;
+  std::deque<Item> queue GUARDED_BY(mu);
+  Position consumed GUARDED_BY(mu);  // where the consumer is
+  Position produced GUARDED_BY(mu);  // where the producer goes next
+  std::uint32_t rank GUARDED_BY(mu) = 0, world_size GUARDED_BY(mu) = 1;
+  std::uint64_t generation GUARDED_BY(mu) = 0;  // bumped by every jump; older work is dropped
+  bool stop GUARDED_BY(mu) = false;
+  std::jthread producer;
+
+  std::uint64_t NumBatches() const {
+    const std::uint64_t b = options.global_batch_size;
+    return (rows_per_epoch + b - 1) / b;
+  }
+
+  // Restarts production at the consumer's position (mu held).
+  void JumpTo(Position at) REQUIRES(mu) {
+    ++generation;
+    queue.clear();
+    consumed = produced = at;
+    changed.NotifyAll();
+  }
+
+  Result<TokenBatch> Build(const order::TokenEpochPlan& plan, Position at, std::uint32_t share_rank,
+                           std::uint32_t world) const {
+    const std::uint64_t seq = options.seq_len, global = options.global_batch_size;
+    const std::uint64_t first_row = at.batch * global;
+    const std::uint64_t rows_in_batch = std::min<std::uint64_t>(global, plan.num_rows() - first_row);
+    const std::uint64_t lo = share_rank * rows_in_batch / world, hi = (share_rank + 1) * rows_in_batch / world;
+    TokenBatch out;
+    out.epoch = at.epoch;
+    out.batch_index = at.batch;
+    out.rows = static_cast<std::uint32_t>(hi - lo);
+    out.seq_len = seq;
+    out.input_ids.assign(out.rows * seq, options.pad_id);
+    out.labels.assign(out.rows * seq, options.ignore_index);
+    out.position_ids.assign(out.rows * seq, 0);
+    out.cu_seqlens.push_back(0);
+    if (options.with_documents) out.pieces.resize(out.rows);
+    std::vector<std::int64_t> tokens(seq + 1);
+    std::vector<std::int64_t> positions(seq + 1);
+    std::vector<order::TokenPiece> pieces;
+    std::int32_t boundary = 0;
+    for (std::uint64_t i = 0; i < out.rows; ++i) {
+      pieces.clear();
+      plan.Row(first_row + lo + i, 1, pieces);
+      std::uint64_t n = 0;
+      for (const auto& piece : pieces) {
+        std::span<std::int64_t> into(tokens.data() + n, piece.length);
+        STOKER_RETURN_IF_ERROR(dataset->ReadTokens(piece.document, piece.offset, into));
+        for (std::uint64_t j = 0; j < piece.length; ++j) {
+          if (options.vocab_size != 0 && (into[j] < 0 || static_cast<std::uint64_t>(into[j]) >= options.vocab_size))
+            return Status::Corruption(
+                fmt::format("{}: document {} holds token {} at position {}, outside the vocabulary (vocab_size {})",
+                            dataset->prefix(), piece.document, into[j], piece.offset + j, options.vocab_size));
+          positions[n + j] = static_cast<std::int64_t>(piece.offset + j);
+        }
+        n += piece.length;
+      }
+      const std::uint64_t inputs = std::min<std::uint64_t>(n, seq);
+      std::int64_t* row_ids = out.input_ids.data() + i * seq;
+      std::int64_t* row_labels = out.labels.data() + i * seq;
+      std::int64_t* row_positions = out.position_ids.data() + i * seq;
+      std::copy_n(tokens.data(), inputs, row_ids);
+      std::copy_n(positions.data(), inputs, row_positions);
+      if (n > 1) std::copy_n(tokens.data() + 1, std::min<std::uint64_t>(n - 1, seq), row_labels);
+      std::uint64_t covered = 0;
+      for (const auto& piece : pieces) {
+        const std::uint64_t length = std::min(piece.length, inputs - covered);
+        if (length == 0) break;  // the label's extra token only
+        covered += length;
+        boundary += static_cast<std::int32_t>(length);
+        out.cu_seqlens.push_back(boundary);
+        if (options.with_documents) out.pieces[i].push_back({piece.document, piece.offset, length});
+      }
+      if (inputs < seq) {  // padding, a segment of its own
+        boundary += static_cast<std::int32_t>(seq - inputs);
+        out.cu_seqlens.push_back(boundary);
+      }
+    }
+    return out;
+  }
+
+  void Produce() {
+    std::shared_ptr<const order::TokenEpochPlan> plan;
+    for (;;) {
+      Position at;
+      std::uint64_t gen = 0;
+      std::uint32_t share_rank = 0, world = 1;
+      {
+        MutexLock lock(mu);
+        changed.Wait(mu, [&]() REQUIRES(mu) { return stop || queue.size() < options.prefetch; });
+        if (stop) return;
+        at = produced;
+        gen = generation;
+        share_rank = rank;
+        world = world_size;
+      }
+      if (!plan || plan->epoch() != at.epoch)
+        plan = std::make_shared<order::TokenEpochPlan>(dataset->document_tokens(), options.seq_len, options.seed,
+                                                       at.epoch, options.shuffle);
+      Item item;
+      item.at = at;
+      Position next{at.epoch, at.batch + 1};
+      if (at.batch >= NumBatches()) {
+        next = {at.epoch + 1, 0};
+      } else {
+        auto built = Build(*plan, at, share_rank, world);
+        item.batch = built.ok() ? Result<std::optional<TokenBatch>>(std::optional<TokenBatch>(std::move(*built)))
+                                : Result<std::optional<TokenBatch>>(built.error());
+      }
+      MutexLock lock(mu);
+      if (gen != generation) continue;  // a jump happened meanwhile
+      queue.push_back(std::move(item));
+      produced = next;
+      changed.NotifyAll();
+    }
+  }
+};
+
+TokenLoader::TokenLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TokenLoader::~TokenLoader() {
+  {
+    MutexLock lock(impl_->mu);
+    impl_->stop = true;
+    impl_->changed.NotifyAll();
+  }
+  impl_->producer = std::jthread();  // joins
+}
+
+Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::shared_ptr<const TokenDataset> dataset,
+                                                         const TokenLoaderOptions& options) {
+  if (!dataset) return Status::InvalidArgument("TokenLoader needs a dataset");
+  if (options.seq_len < 1 || options.seq_len > (std::uint64_t{1} << 24))
+    return Status::InvalidArgument(fmt::format("seq_len {} is outside [1, 16777216]", options.seq_len));
+  if (options.global_batch_size < 1)
+    return Status::InvalidArgument("global_batch_size must be at least 1 (rows per step, every rank's together)");
+  if (options.world_size < 1 || options.rank >= options.world_size)
+    return Status::InvalidArgument(
+        fmt::format("rank {} is out of range for world_size {}", options.rank, options.world_size));
+  if (options.global_batch_size * options.seq_len > (std::uint64_t{1} << 31) - 1)
+    return Status::InvalidArgument(fmt::format(
+        "a global batch of {} rows of {} tokens is over 2^31 tokens (cu_seqlens are int32)", options.global_batch_size,
+        options.seq_len));
+  if (options.prefetch < 1 || options.prefetch > 64)
+    return Status::InvalidArgument(fmt::format("prefetch {} is outside [1, 64]", options.prefetch));
+  auto impl = std::make_unique<Impl>();
+  impl->dataset = std::move(dataset);
+  impl->options = options;
+  impl->rows_per_epoch = (impl->dataset->num_tokens() + options.seq_len - 1) / options.seq_len;
+  {
+    MutexLock lock(impl->mu);
+    impl->rank = options.rank;
+    impl->world_size = options.world_size;
+  }
+  Impl* raw = impl.get();
+  impl->producer = std::jthread([raw] { raw->Produce(); });
+  return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));
+}
+
+Result<std::optional<TokenBatch>> TokenLoader::Next(std::chrono::nanoseconds timeout) {
+  Impl& m = *impl_;
+  MutexLock lock(m.mu);
+  if (!m.changed.WaitFor(m.mu, timeout, [&]() REQUIRES(m.mu) { return !m.queue.empty(); }))
+    return Status::DeadlineExceeded("no batch yet");
+  Item item = std::move(m.queue.front());
+  m.queue.pop_front();
+  m.changed.NotifyAll();
+  if (item.batch.ok() && !item.batch->has_value())
+    m.consumed = {item.at.epoch + 1, 0};
+  else
+    m.consumed = {item.at.epoch, item.at.batch + 1};
+  return std::move(item.batch);
+}
+
+Result<std::optional<TokenBatch>> TokenLoader::Next() {
+  for (;;) {
+    auto next = Next(std::chrono::hours(1));
+    if (next.ok() || next.error().code() != StatusCode::kDeadlineExceeded) return next;
+  }
+}
+
+std::uint64_t TokenLoader::epoch() const {
+  MutexLock lock(impl_->mu);
+  return impl_->consumed.epoch;
+}
+std::uint64_t TokenLoader::num_batches() const {
+  return impl_->NumBatches();
+}
+std::uint64_t TokenLoader::num_rows() const {
+  return impl_->rows_per_epoch;
+}
+
+Status TokenLoader::SetEpoch(std::uint64_t epoch) {
+  MutexLock lock(impl_->mu);
+  impl_->JumpTo({epoch, 0});
+  return Status::Ok();
+}
+
+TokenLoaderState TokenLoader::State() const {
+  const Impl& m = *impl_;
+  TokenLoaderState s;
+  s.seed = m.options.seed;
+  s.global_batch_size = m.options.global_batch_size;
+  s.seq_len = m.options.seq_len;
+  s.num_tokens = m.dataset->num_tokens();
+  s.num_documents = m.dataset->num_documents();
+  MutexLock lock(m.mu);
+  s.epoch = m.consumed.epoch;
+  s.batches_consumed = m.consumed.batch;
+  return s;
+}
+
+Status TokenLoader::Restore(const TokenLoaderState& s) {
+  Impl& m = *impl_;
+  const TokenLoaderState mine = State();
+  auto differs = [&](const char* what, std::uint64_t theirs, std::uint64_t ours) {
+    return Status::InvalidArgument(fmt::format(
+        "the state is of a token loader with {} {}, this one has {}: resuming would not give the same order", what,
+        theirs, ours));
+  };
+  if (s.seed != mine.seed) return differs("seed", s.seed, mine.seed);
+  if (s.global_batch_size != mine.global_batch_size)
+    return differs("global_batch_size", s.global_batch_size, mine.global_batch_size);
+  if (s.seq_len != mine.seq_len) return differs("seq_len", s.seq_len, mine.seq_len);
+  if (s.num_tokens != mine.num_tokens || s.num_documents != mine.num_documents)
+    return Status::InvalidArgument(fmt::format(
+        "the state is of a dataset of {} tokens in {} documents; {} has {} in {}", s.num_tokens, s.num_documents,
+        m.dataset->prefix(), mine.num_tokens, mine.num_documents));
+  if (s.batches_consumed > m.NumBatches())
+    return Status::InvalidArgument(fmt::format("the state is {} batches into an epoch of {}", s.batches_consumed,
+                                               m.NumBatches()));
+  MutexLock lock(m.mu);
+  m.JumpTo({s.epoch, s.batches_consumed});
+  return Status::Ok();
+}
+
+Status TokenLoader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
+  if (world_size < 1 || rank >= world_size)
+    return Status::InvalidArgument(fmt::format("rank {} is out of range for world_size {}", rank, world_size));
+  Impl& m = *impl_;
+  MutexLock lock(m.mu);
+  m.rank = rank;
+  m.world_size = world_size;
+  m.JumpTo(m.consumed);
+  return Status::Ok();
+}
+
+}  // namespace stoker

@@ -1,0 +1,132 @@
+"""stoker.TokenLoader and stoker.write_tokens: Megatron indexed datasets
+written byte for byte as Megatron-core's builder writes them (the layout
+spelled out here with NumPy), read back as packed rows with labels,
+positions and segment boundaries, every token once over any world size,
+resumed under another world size, and bad files named."""
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+
+rng = np.random.default_rng(5)
+CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7, np.uint16: 8}
+
+
+def megatron_files(prefix, documents, dtype=np.uint16):
+    """PREFIX.idx/.bin as Megatron-core's IndexedDatasetBuilder writes them (add_document per document)."""
+    lengths = np.array([len(d) for d in documents], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths.astype(np.int64) * np.dtype(dtype).itemsize)[:-1]]).astype(
+        np.int64) if len(documents) else np.zeros(0, np.int64)
+    boundaries = np.arange(len(documents) + 1, dtype=np.int64)
+    with open(str(prefix) + ".bin", "wb") as f:
+        for d in documents:
+            f.write(np.asarray(d, dtype=dtype).tobytes())
+    with open(str(prefix) + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", CODES[dtype]))
+        f.write(struct.pack("<Q", len(documents)) + struct.pack("<Q", len(documents) + 1))
+        f.write(lengths.tobytes() + pointers.tobytes() + boundaries.tobytes())
+
+
+def documents(n=50, vocab=50000):
+    return [rng.integers(0, vocab, int(rng.integers(0, 60))) for _ in range(n)]
+
+
+def test_write_tokens_is_byte_identical_to_megatrons_layout(tmp_path):
+    docs = documents()
+    megatron_files(tmp_path / "ref", docs)
+    assert stoker.write_tokens(tmp_path / "ours", docs, "uint16") == len(docs)
+    for ext in (".idx", ".bin"):
+        assert (tmp_path / ("ours" + ext)).read_bytes() == (tmp_path / ("ref" + ext)).read_bytes()
+    with pytest.raises(FileExistsError):
+        stoker.write_tokens(tmp_path / "ours", docs)
+    stoker.write_tokens(tmp_path / "ours", docs[:3], overwrite=True)
+    with pytest.raises(ValueError, match="does not fit in uint8"):
+        stoker.write_tokens(tmp_path / "small", [[1, 2, 300]], "uint8")
+    with pytest.raises(ValueError, match="token_type must be one of"):
+        stoker.write_tokens(tmp_path / "x", [[1]], "bf16")
+
+
+def test_batches_hold_the_packed_stream(tmp_path):
+    docs = [np.array([1, 2, 3]), np.array([], dtype=np.int64), np.array([4, 5, 6, 7]), np.array([8, 9])]
+    megatron_files(tmp_path / "c", docs, np.int32)
+    loader = stoker.TokenLoader(tmp_path / "c", seq_len=4, batch_size=2, shuffle=False, with_indices=True)
+    assert (loader.num_tokens, loader.num_documents, loader.num_rows, len(loader)) == (9, 4, 3, 2)
+    first, last = list(loader)
+    assert first["input_ids"].dtype == torch.int64 and first["input_ids"].shape == (2, 4)
+    assert first["input_ids"].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert first["labels"].tolist() == [[2, 3, 4, 5], [6, 7, 8, 9]]
+    assert first["position_ids"].tolist() == [[0, 1, 2, 0], [1, 2, 3, 0]]
+    assert first["cu_seqlens"].dtype == torch.int32 and first["cu_seqlens"].tolist() == [0, 3, 4, 7, 8]
+    assert first["documents"] == [[(0, 0, 0, 3), (0, 2, 0, 1)], [(0, 2, 1, 3), (0, 3, 0, 1)]]
+    assert last["input_ids"].tolist() == [[9, 0, 0, 0]] and last["labels"].tolist() == [[-100] * 4]
+    assert loader.epoch == 1
+
+
+def test_every_token_once_over_world_sizes_and_a_resume(tmp_path):
+    docs = documents(80)
+    megatron_files(tmp_path / "c", docs)
+    total = sum(len(d) for d in docs)
+
+    def take(loader, limit=None):
+        seen = []
+        for i, batch in enumerate(loader):
+            for row, ids in zip(batch["documents"], batch["input_ids"].tolist()):
+                at = 0
+                for _, doc, offset, length in row:
+                    assert ids[at:at + length] == docs[doc][offset:offset + length].tolist()  # the document's tokens
+                    seen += [(doc, offset + k) for k in range(length)]
+                    at += length
+            if limit is not None and i + 1 == limit:
+                break
+        return seen
+
+    for world in (1, 2, 3):
+        seen = []
+        for rank in range(world):
+            seen += take(stoker.TokenLoader(tmp_path / "c", seq_len=32, global_batch_size=6, rank=rank,
+                                            world_size=world, seed=4, with_indices=True))
+        assert len(seen) == total and len(set(seen)) == total
+
+    two = [stoker.TokenLoader(tmp_path / "c", seq_len=32, global_batch_size=6, rank=r, world_size=2, seed=4,
+                              with_indices=True) for r in range(2)]
+    seen = take(two[0], 3) + take(two[1], 3)
+    state = two[0].state_dict()
+    assert state["batches_consumed"] == 3
+    for rank in range(3):
+        resumed = stoker.TokenLoader(tmp_path / "c", seq_len=32, global_batch_size=6, rank=rank, world_size=3, seed=4,
+                                     with_indices=True)
+        resumed.load_state_dict(state)
+        seen += take(resumed)
+    assert len(seen) == total and len(set(seen)) == total
+    other = stoker.TokenLoader(tmp_path / "c", seq_len=16, global_batch_size=6, seed=4)
+    with pytest.raises(ValueError, match="seq_len 32, this one has 16"):
+        other.load_state_dict(state)
+
+
+def test_bad_files_and_arguments_are_named(tmp_path):
+    docs = documents(10)
+    megatron_files(tmp_path / "c", docs)
+    with pytest.raises(FileNotFoundError):
+        stoker.TokenLoader(tmp_path / "missing", seq_len=8)
+    idx = bytearray((tmp_path / "c.idx").read_bytes())
+    idx[17] = 9
+    (tmp_path / "bad.idx").write_bytes(bytes(idx))
+    (tmp_path / "bad.bin").write_bytes((tmp_path / "c.bin").read_bytes())
+    with pytest.raises(stoker.CorruptionError, match=r"bad.idx: not a valid Megatron index: unknown token type code 9"):
+        stoker.TokenLoader(tmp_path / "bad", seq_len=8)
+    (tmp_path / "short.idx").write_bytes((tmp_path / "c.idx").read_bytes())
+    (tmp_path / "short.bin").write_bytes((tmp_path / "c.bin").read_bytes()[:-4])
+    with pytest.raises(stoker.CorruptionError, match="short"):
+        stoker.TokenLoader(tmp_path / "short", seq_len=8)
+    with pytest.raises(ValueError, match="seq_len"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=0)
+    with pytest.raises(ValueError, match="rank 2 is out of range for world_size 2"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=8, rank=2, world_size=2)
+    with pytest.raises(NotImplementedError, match="blending"):
+        stoker.TokenLoader([tmp_path / "c", tmp_path / "c"], seq_len=8, weights=[1, 1])
+    strict = stoker.TokenLoader(tmp_path / "c", seq_len=8, vocab_size=10)
+    with pytest.raises(stoker.CorruptionError, match=r"outside the vocabulary \(vocab_size 10\)"):
+        next(iter(strict))
