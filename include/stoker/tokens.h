@@ -86,7 +86,7 @@ struct TokenLoaderOptions {
   std::uint32_t rank = 0, world_size = 1;
   std::uint64_t seed = 0;
   bool shuffle = true;
-  std::int64_t pad_id = 0;          // input_ids past the epoch's last token
+  std::int64_t pad_id = 0;           // input_ids past the epoch's last token
   std::int64_t ignore_index = -100;  // labels without a next token
   // Tokens at or above it are Corruption naming the document (0: unchecked).
   std::uint64_t vocab_size = 0;
@@ -120,7 +120,7 @@ struct TokenBatch {
 // size too (same global batch, seed, seq_len and dataset).
 struct TokenLoaderState {
   std::uint64_t seed = 0, epoch = 0, global_batch_size = 0, seq_len = 0;
-  std::uint64_t batches_consumed = 0;  // global batches of this epoch handed out
+  std::uint64_t batches_consumed = 0;               // global batches of this epoch handed out
   std::uint64_t num_tokens = 0, num_documents = 0;  // of the dataset, to catch a mismatched restore
 };
 

@@ -53,8 +53,8 @@ class PyTokenLoader {
     d["input_ids"] = MakeCapsule(owner, owner->input_ids.data(), {rows, seq}, i64);
     d["labels"] = MakeCapsule(owner, owner->labels.data(), {rows, seq}, i64);
     d["position_ids"] = MakeCapsule(owner, owner->position_ids.data(), {rows, seq}, i64);
-    d["cu_seqlens"] = MakeCapsule(owner, owner->cu_seqlens.data(),
-                                  {static_cast<std::int64_t>(owner->cu_seqlens.size())}, i32);
+    d["cu_seqlens"] =
+        MakeCapsule(owner, owner->cu_seqlens.data(), {static_cast<std::int64_t>(owner->cu_seqlens.size())}, i32);
     d["epoch"] = owner->epoch;
     d["batch"] = owner->batch_index;
     if (!owner->pieces.empty() || rows == 0) {
@@ -134,16 +134,16 @@ void BindTokens(py::module_& m) {
       .def("set_epoch", [](PyTokenLoader& l, std::uint64_t e) { Check(l.loader().SetEpoch(e)); })
       .def("state", [](PyTokenLoader& l) { return StateToDict(l.loader().State()); })
       .def("restore", [](PyTokenLoader& l, const py::dict& d) { Check(l.loader().Restore(StateFromDict(d))); })
-      .def("reshard", [](PyTokenLoader& l, std::uint32_t rank, std::uint32_t world) {
-        Check(l.loader().Reshard(rank, world));
-      });
+      .def("reshard",
+           [](PyTokenLoader& l, std::uint32_t rank, std::uint32_t world) { Check(l.loader().Reshard(rank, world)); });
 
   py::class_<stoker::TokenDatasetWriter>(m, "TokenDatasetWriter")
       .def(py::init([](const std::string& prefix, const std::string& token_type, bool overwrite) {
         return Unwrap(stoker::TokenDatasetWriter::Create(prefix, token_type, overwrite));
       }))
       .def("add_document",
-           [](stoker::TokenDatasetWriter& w, py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> tokens) {
+           [](stoker::TokenDatasetWriter& w,
+              py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> tokens) {
              if (tokens.ndim() != 1) throw py::value_error("a document is a 1-D sequence of token ids");
              std::span<const std::int64_t> view(tokens.data(), static_cast<std::size_t>(tokens.size()));
              py::gil_scoped_release release;

@@ -76,8 +76,7 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::string& roo
       STOKER_ASSIGN_OR_RETURN(FileInfo info, fs->Stat(field.path));
       const std::uint32_t shard = builder.AddShard(field.path);
       builder.SetShardContents(shard, info.size, /*checksum=*/0);  // not hashed: nothing to verify against
-      const index_format::IndexBuilder::Field location{field.name, 0, info.size,
-                                                       index_format::KindCode(field.content)};
+      const index_format::IndexBuilder::Field location{field.name, 0, info.size, index_format::KindCode(field.content)};
       STOKER_RETURN_IF_ERROR(builder.AddSample(shard, sample.key, sample.label, 0, std::span(&location, 1)));
     }
   }

@@ -64,7 +64,8 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
           for (const auto* f : sorted) {
             auto data = bytes.subspan(f->data_offset, f->size);
             checksum.Update(data);
-            fields.push_back({f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name))});
+            fields.push_back(
+                {f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name))});
             if (f->name == "cls") {
               auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
               if (!parsed) {

@@ -213,8 +213,8 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
     for (const auto& [column, path] : row.files) {
       std::string stem, ext;
       if (!SplitExtension(path, &stem, &ext)) {
-        return Status::InvalidArgument(fmt::format("{}: {} '{}' has no file extension, so its field name is unknown",
-                                                   where, column, path));
+        return Status::InvalidArgument(
+            fmt::format("{}: {} '{}' has no file extension, so its field name is unknown", where, column, path));
       }
       if (key_stem.empty()) key_stem = stem;
       FieldSource file;

@@ -15,10 +15,10 @@ namespace stoker::pack_internal {
 struct FieldSource {
   std::string name;  // WebDataset field, e.g. "jpg", "cls"
   enum class Kind : std::uint8_t { kFile, kRange, kInline } kind = Kind::kFile;
-  std::string path;          // kFile, kRange
-  std::uint64_t offset = 0;  // kRange
-  std::uint64_t size = 0;    // kRange
-  std::string text;          // kInline
+  std::string path;                       // kFile, kRange
+  std::uint64_t offset = 0;               // kRange
+  std::uint64_t size = 0;                 // kRange
+  std::string text;                       // kInline
   FieldKind content = FieldKind::kBytes;  // what the bytes are, as the index records it
 };
 

@@ -177,7 +177,8 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   for (std::size_t f = 0; f < dataset.field_names().size(); ++f) {
     const std::string& name = dataset.field_names()[f];
     const auto recorded = dataset.recorded_field(f);
-    summary.fields.push_back({name, 0, 0, recorded.kind.value_or(ConventionalFieldKind(name)), recorded.kind.has_value()});
+    summary.fields.push_back(
+        {name, 0, 0, recorded.kind.value_or(ConventionalFieldKind(name)), recorded.kind.has_value()});
   }
   for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {
     STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset.Sample(i));

@@ -151,7 +151,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
       field.kind = Load<std::uint8_t>(entry + 12);
       field.samples = Load<std::uint64_t>(entry + 16);
       field.bytes = Load<std::uint64_t>(entry + 24);
-      if (field.kind > kMaxKindCode) return corrupt(fmt::format("field '{}' has an unknown kind {}", *name, field.kind));
+      if (field.kind > kMaxKindCode)
+        return corrupt(fmt::format("field '{}' has an unknown kind {}", *name, field.kind));
       if (Load<std::uint8_t>(entry + 13) != 0 || Load<std::uint16_t>(entry + 14) != 0)
         return corrupt(fmt::format("field '{}' entry has reserved bytes set", *name));
       if (field.samples > view.num_samples_)

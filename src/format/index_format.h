@@ -194,7 +194,7 @@ class IndexBuilder {
     bool kind_set = false;
     std::uint64_t samples = 0, bytes = 0;
   };
-  std::vector<std::string> field_names_;  // by id
+  std::vector<std::string> field_names_;   // by id
   std::vector<FieldTotals> field_totals_;  // by id
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;

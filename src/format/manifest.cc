@@ -217,7 +217,8 @@ Result<std::vector<Row>> ParseJsonLines(std::string_view text, std::string_view 
       if (IsFileColumn(name, file_columns)) {
         if (v.is_null()) continue;
         if (!v.is_string())
-          return Status::InvalidArgument(fmt::format("{}:{}: '{}' must be a string (a file's path)", where, line, name));
+          return Status::InvalidArgument(
+              fmt::format("{}:{}: '{}' must be a string (a file's path)", where, line, name));
         if (!v.get_ref<const std::string&>().empty()) row.files.push_back({name, v.get<std::string>()});
       } else if (name == "label") {
         if (v.is_number_integer())

@@ -29,10 +29,10 @@ struct File {
 };
 
 struct Row {
-  std::size_t line = 0;     // 1-based line where the row starts, for messages
-  std::vector<File> files;  // `path` first, then the file columns in the order given; empty cells left out
-  std::string label;        // empty when absent
-  std::string key;          // empty when absent
+  std::size_t line = 0;      // 1-based line where the row starts, for messages
+  std::vector<File> files;   // `path` first, then the file columns in the order given; empty cells left out
+  std::string label;         // empty when absent
+  std::string key;           // empty when absent
   std::vector<Value> extra;  // the other columns, by name; empty cells and nulls left out
 };
 

@@ -96,13 +96,13 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> idx, std::string wh
   const std::uint64_t size = idx.size() - kHeaderSize;
   const std::uint64_t s = view.sequences_, b = view.boundaries_;
   if (s > size / 12 || b > size / 8 || 12 * s + 8 * b > size)
-    return corrupt(18, fmt::format("{} sequences and {} document boundaries do not fit in the file's {} bytes", s, b,
-                                   idx.size()));
+    return corrupt(
+        18, fmt::format("{} sequences and {} document boundaries do not fit in the file's {} bytes", s, b, idx.size()));
   const std::uint64_t rest = size - 12 * s - 8 * b;
   if (rest != 0 && rest != s)
-    return corrupt(kHeaderSize + 12 * s + 8 * b,
-                   fmt::format("{} bytes follow the document boundaries: neither none nor one mode per sequence ({})",
-                               rest, s));
+    return corrupt(
+        kHeaderSize + 12 * s + 8 * b,
+        fmt::format("{} bytes follow the document boundaries: neither none nor one mode per sequence ({})", rest, s));
   view.has_modes_ = rest != 0 && s != 0;
   view.lengths_ = idx.data() + kHeaderSize;
   view.pointers_ = view.lengths_ + 4 * s;
@@ -140,8 +140,8 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> idx, std::string wh
 
 Status IndexBuilder::AddDocument(std::uint64_t tokens) {
   if (tokens > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
-    return Status::InvalidArgument(fmt::format(
-        "a document of {} tokens is longer than a Megatron sequence can be (2^31 - 1 tokens)", tokens));
+    return Status::InvalidArgument(
+        fmt::format("a document of {} tokens is longer than a Megatron sequence can be (2^31 - 1 tokens)", tokens));
   lengths_.push_back(static_cast<std::int32_t>(tokens));
   return Status::Ok();
 }

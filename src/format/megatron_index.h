@@ -58,9 +58,7 @@ class IndexView {
   [[nodiscard]] std::uint64_t num_documents() const { return boundaries_ == 0 ? 0 : boundaries_ - 1; }
   [[nodiscard]] bool has_modes() const { return has_modes_; }
   [[nodiscard]] std::int32_t length(std::uint64_t sequence) const { return Load<std::int32_t>(lengths_, sequence); }
-  [[nodiscard]] std::int64_t pointer(std::uint64_t sequence) const {
-    return Load<std::int64_t>(pointers_, sequence);
-  }
+  [[nodiscard]] std::int64_t pointer(std::uint64_t sequence) const { return Load<std::int64_t>(pointers_, sequence); }
   [[nodiscard]] std::int64_t boundary(std::uint64_t i) const { return Load<std::int64_t>(boundaries_at_, i); }
   [[nodiscard]] std::uint64_t total_tokens() const { return total_tokens_; }
   [[nodiscard]] const std::string& where() const { return where_; }

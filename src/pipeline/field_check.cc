@@ -41,7 +41,7 @@ Result<DecodeCheckReport> CheckFieldsDecode(const Dataset& dataset, const Decode
   Mutex mu;
   DecodeCheckReport report;
   std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, VerifyProblem>> problems;  // by (sample, field)
-  Status failure;  // reading itself failed
+  Status failure;                                                                         // reading itself failed
   auto work = [&] {
     std::vector<SampleInfo> infos;
     std::vector<Dataset::FieldRead> reads;

@@ -62,7 +62,7 @@ Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, cons
       first = fmt::format("sample '{}' in {}", Printable(info->key), dataset.shards()[info->shard].path);
   }
   if (first.empty()) return Status::Ok();  // counts that do not hold: the reads will say what is wrong
-  if (present.size() > 1) lacking = 0;  // a sample may have several keys: the sum only bounds the count
+  if (present.size() > 1) lacking = 0;     // a sample may have several keys: the sum only bounds the count
   return Status::InvalidArgument(fmt::format(
       "field '{}' ({}): {} of dataset '{}' {} none of its keys {} (the first: {}); optional=True gives None for "
       "them, on_corrupt skip skips them",

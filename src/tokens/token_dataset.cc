@@ -126,10 +126,10 @@ Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pref
   const megatron::IndexView& view = impl->view;
   const std::uint64_t covered = view.total_tokens() * megatron::TokenSize(view.token_type());
   if (covered != bin_size)
-    return Status::Corruption(fmt::format(
-        "{}: holds {} bytes, but the sequences of {} cover {} ({} tokens of {}): {}", bin_path, bin_size, idx_path,
-        covered, view.total_tokens(), megatron::TokenTypeName(view.token_type()),
-        bin_size < covered ? "the .bin is truncated" : "the lengths do not add up to the .bin"));
+    return Status::Corruption(
+        fmt::format("{}: holds {} bytes, but the sequences of {} cover {} ({} tokens of {}): {}", bin_path, bin_size,
+                    idx_path, covered, view.total_tokens(), megatron::TokenTypeName(view.token_type()),
+                    bin_size < covered ? "the .bin is truncated" : "the lengths do not add up to the .bin"));
   impl->document_tokens.resize(view.num_documents());
   for (std::uint64_t d = 0; d < view.num_documents(); ++d) {
     std::uint64_t tokens = 0;

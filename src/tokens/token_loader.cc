@@ -173,9 +173,9 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::shared_ptr<const T
     return Status::InvalidArgument(
         fmt::format("rank {} is out of range for world_size {}", options.rank, options.world_size));
   if (options.global_batch_size * options.seq_len > (std::uint64_t{1} << 31) - 1)
-    return Status::InvalidArgument(fmt::format(
-        "a global batch of {} rows of {} tokens is over 2^31 tokens (cu_seqlens are int32)", options.global_batch_size,
-        options.seq_len));
+    return Status::InvalidArgument(
+        fmt::format("a global batch of {} rows of {} tokens is over 2^31 tokens (cu_seqlens are int32)",
+                    options.global_batch_size, options.seq_len));
   if (options.prefetch < 1 || options.prefetch > 64)
     return Status::InvalidArgument(fmt::format("prefetch {} is outside [1, 64]", options.prefetch));
   auto impl = std::make_unique<Impl>();
@@ -258,12 +258,12 @@ Status TokenLoader::Restore(const TokenLoaderState& s) {
     return differs("global_batch_size", s.global_batch_size, mine.global_batch_size);
   if (s.seq_len != mine.seq_len) return differs("seq_len", s.seq_len, mine.seq_len);
   if (s.num_tokens != mine.num_tokens || s.num_documents != mine.num_documents)
-    return Status::InvalidArgument(fmt::format(
-        "the state is of a dataset of {} tokens in {} documents; {} has {} in {}", s.num_tokens, s.num_documents,
-        m.dataset->prefix(), mine.num_tokens, mine.num_documents));
+    return Status::InvalidArgument(
+        fmt::format("the state is of a dataset of {} tokens in {} documents; {} has {} in {}", s.num_tokens,
+                    s.num_documents, m.dataset->prefix(), mine.num_tokens, mine.num_documents));
   if (s.batches_consumed > m.NumBatches())
-    return Status::InvalidArgument(fmt::format("the state is {} batches into an epoch of {}", s.batches_consumed,
-                                               m.NumBatches()));
+    return Status::InvalidArgument(
+        fmt::format("the state is {} batches into an epoch of {}", s.batches_consumed, m.NumBatches()));
   MutexLock lock(m.mu);
   m.JumpTo({s.epoch, s.batches_consumed});
   return Status::Ok();

@@ -146,12 +146,12 @@ std::vector<std::byte> AsVersion(std::vector<std::byte> v4, std::uint32_t versio
     const std::uint64_t v = Load<std::uint64_t>(out.data() + off) - shrink;
     std::memcpy(out.data() + off, &v, 8);
   };
-  for (std::size_t off : {header::kShardsOff, header::kStringsOff, header::kRecordsOff, header::kKeysOff,
-                          header::kFileSizeOff})
+  for (std::size_t off :
+       {header::kShardsOff, header::kStringsOff, header::kRecordsOff, header::kKeysOff, header::kFileSizeOff})
     move_up(off);
   std::memcpy(out.data() + header::kVersionOff, &version, 4);
-  const std::uint64_t meta = MetaChecksum(
-      std::span<const std::byte>(out).first(Load<std::uint64_t>(out.data() + header::kRecordsOff)));
+  const std::uint64_t meta =
+      MetaChecksum(std::span<const std::byte>(out).first(Load<std::uint64_t>(out.data() + header::kRecordsOff)));
   std::memcpy(out.data() + header::kMetaChecksumOff, &meta, 8);
   return out;
 }
@@ -202,8 +202,8 @@ TEST(IndexFormat, RecordsFieldKindsAndCountsInVersionFour) {
   auto damage = [&](std::size_t at, std::byte value) {
     auto copy = bytes;
     copy[kHeaderSize + at] = value;
-    const std::uint64_t meta = MetaChecksum(
-        std::span<const std::byte>(copy).first(Load<std::uint64_t>(copy.data() + header::kRecordsOff)));
+    const std::uint64_t meta =
+        MetaChecksum(std::span<const std::byte>(copy).first(Load<std::uint64_t>(copy.data() + header::kRecordsOff)));
     std::memcpy(copy.data() + header::kMetaChecksumOff, &meta, 8);
     return IndexView::Open(copy, "idx");
   };

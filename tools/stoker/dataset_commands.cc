@@ -260,10 +260,10 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
              any_by_convention ? "* by WebDataset's naming convention, an index from before kinds were recorded"
                                : "as the index records it");
   for (const auto& f : s.fields) {
-    const std::string missing =
-        f.samples < s.num_samples ? fmt::format("  ({} {} it)", s.num_samples - f.samples,
-                                                s.num_samples - f.samples == 1 ? "sample lacks" : "samples lack")
-                                  : "";
+    const std::string missing = f.samples < s.num_samples
+                                    ? fmt::format("  ({} {} it)", s.num_samples - f.samples,
+                                                  s.num_samples - f.samples == 1 ? "sample lacks" : "samples lack")
+                                    : "";
     fmt::print("  {:<16} {:<6}{} {:>10} samples  {:>10}{}\n", Printable(f.name), stoker::FieldKindName(f.kind),
                f.kind_recorded ? " " : "*", f.samples, stoker::FormatBytes(f.bytes), missing);
   }
@@ -324,8 +324,8 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
                               decoded->fields_decoded, decoded->fields_not_decodable)
                 : "";
     fmt::print("{}: checked {} samples in {} shards ({}){}: {}\n", Printable((*dataset)->index_path()),
-               report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked),
-               decode_note, report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
+               report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked), decode_note,
+               report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
   }
   return report->ok() ? kExitOk : kExitError;
 }
