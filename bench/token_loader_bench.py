@@ -57,8 +57,10 @@ def startup(work, documents, tokens, seq_len):
     prefix = os.path.join(work, "startup")
     if not os.path.exists(prefix + ".idx"):
         rng = np.random.default_rng(0)
-        lengths = rng.integers(1, 2 * tokens // documents, documents)
-        lengths[-1] += tokens - int(lengths.astype(np.int64).sum())  # exactly `tokens` tokens
+        lengths = rng.integers(1, 2 * tokens // documents - 2, documents)  # a mean just under tokens/documents
+        short = tokens - int(lengths.astype(np.int64).sum())
+        assert 0 <= short < 2**31 - int(lengths[-1])
+        lengths[-1] += short  # exactly `tokens` tokens
         total = write_index(prefix, lengths)
         with open(prefix + ".bin", "wb") as f:
             f.truncate(total * 2)  # sparse: start-up reads no token
