@@ -111,6 +111,7 @@ struct TokenBatch {
   std::vector<std::int32_t> cu_seqlens;
   // With TokenLoaderOptions::with_documents: each row's pieces.
   struct Piece {
+    std::uint32_t dataset = 0;  // in TokenLoader::Create's list
     std::uint64_t document = 0, offset = 0, length = 0;
   };
   std::vector<std::vector<Piece>> pieces;
@@ -121,13 +122,25 @@ struct TokenBatch {
 struct TokenLoaderState {
   std::uint64_t seed = 0, epoch = 0, global_batch_size = 0, seq_len = 0;
   std::uint64_t batches_consumed = 0;               // global batches of this epoch handed out
-  std::uint64_t num_tokens = 0, num_documents = 0;  // of the dataset, to catch a mismatched restore
+  std::uint64_t num_tokens = 0, num_documents = 0;  // of the datasets together, to catch a mismatched restore
+  std::uint64_t blend = 0;                          // xxh3 of each dataset's counts and weight: the same blend
 };
 
 class TokenLoader {
  public:
   [[nodiscard]] static Result<std::unique_ptr<TokenLoader>> Create(std::shared_ptr<const TokenDataset> dataset,
                                                                    const TokenLoaderOptions& options);
+  // Several datasets blended by `weights` (one per dataset, >= 0, not all
+  // zero; empty: proportional to each dataset's rows, so that each is read
+  // exactly once a blend epoch). A blend epoch is the rows of the datasets
+  // of weight above zero; each row's dataset is chosen by error diffusion
+  // (the dataset furthest behind its weight's share, as Megatron blends),
+  // so over any 1,000 consecutive rows each dataset's share is within 0.2%
+  // of its weight; a dataset that runs out starts its own next epoch (a new
+  // shuffle). At most 256 datasets.
+  [[nodiscard]] static Result<std::unique_ptr<TokenLoader>> Create(
+      std::vector<std::shared_ptr<const TokenDataset>> datasets, std::vector<double> weights,
+      const TokenLoaderOptions& options);
   ~TokenLoader();
   // This rank's share of the next global batch, or nullopt at the end of
   // the epoch (the next call starts the next one).

@@ -13,18 +13,22 @@ namespace {
 
 class PyTokenLoader {
  public:
-  PyTokenLoader(const std::string& prefix, const stoker::TokenLoaderOptions& options) {
-    stoker::Result<std::unique_ptr<stoker::TokenDataset>> opened = stoker::Status::Internal("unset");
+  PyTokenLoader(const std::vector<std::string>& prefixes, std::vector<double> weights,
+                const stoker::TokenLoaderOptions& options) {
     stoker::Result<std::unique_ptr<stoker::TokenLoader>> made = stoker::Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      opened = stoker::TokenDataset::Open(prefix);
-      if (opened.ok()) {
-        dataset_ = std::shared_ptr<const stoker::TokenDataset>(std::move(*opened).release());
-        made = stoker::TokenLoader::Create(dataset_, options);
+      for (const auto& prefix : prefixes) {
+        auto opened = stoker::TokenDataset::Open(prefix);
+        if (!opened.ok()) {
+          made = opened.error();
+          break;
+        }
+        datasets_.emplace_back(std::move(*opened).release());
       }
+      if (datasets_.size() == prefixes.size())
+        made = stoker::TokenLoader::Create(datasets_, std::move(weights), options);
     }
-    if (!opened.ok()) Raise(opened.error());
     loader_ = Unwrap(std::move(made));
   }
   ~PyTokenLoader() {
@@ -61,7 +65,7 @@ class PyTokenLoader {
       py::list pieces;
       for (const auto& row : owner->pieces) {
         py::list r;
-        for (const auto& p : row) r.append(py::make_tuple(0, p.document, p.offset, p.length));
+        for (const auto& p : row) r.append(py::make_tuple(p.dataset, p.document, p.offset, p.length));
         pieces.append(std::move(r));
       }
       d["documents"] = std::move(pieces);
@@ -70,10 +74,19 @@ class PyTokenLoader {
   }
 
   stoker::TokenLoader& loader() { return *loader_; }
-  const stoker::TokenDataset& dataset() const { return *dataset_; }
+  std::uint64_t num_tokens() const {
+    std::uint64_t n = 0;
+    for (const auto& d : datasets_) n += d->num_tokens();
+    return n;
+  }
+  std::uint64_t num_documents() const {
+    std::uint64_t n = 0;
+    for (const auto& d : datasets_) n += d->num_documents();
+    return n;
+  }
 
  private:
-  std::shared_ptr<const stoker::TokenDataset> dataset_;
+  std::vector<std::shared_ptr<const stoker::TokenDataset>> datasets_;
   std::unique_ptr<stoker::TokenLoader> loader_;
 };
 
@@ -86,6 +99,7 @@ py::dict StateToDict(const stoker::TokenLoaderState& s) {
   d["batches_consumed"] = s.batches_consumed;
   d["num_tokens"] = s.num_tokens;
   d["num_documents"] = s.num_documents;
+  d["blend"] = s.blend;
   return d;
 }
 
@@ -102,6 +116,7 @@ stoker::TokenLoaderState StateFromDict(const py::dict& d) {
   s.batches_consumed = get("batches_consumed");
   s.num_tokens = get("num_tokens");
   s.num_documents = get("num_documents");
+  s.blend = get("blend");
   return s;
 }
 
@@ -123,14 +138,13 @@ void BindTokens(py::module_& m) {
       .def_readwrite("with_documents", &stoker::TokenLoaderOptions::with_documents);
 
   py::class_<PyTokenLoader>(m, "TokenLoader")
-      .def(py::init<const std::string&, const stoker::TokenLoaderOptions&>())
+      .def(py::init<const std::vector<std::string>&, std::vector<double>, const stoker::TokenLoaderOptions&>())
       .def("next", &PyTokenLoader::Next)
       .def_property_readonly("epoch", [](PyTokenLoader& l) { return l.loader().epoch(); })
       .def_property_readonly("num_batches", [](PyTokenLoader& l) { return l.loader().num_batches(); })
       .def_property_readonly("num_rows", [](PyTokenLoader& l) { return l.loader().num_rows(); })
-      .def_property_readonly("num_tokens", [](PyTokenLoader& l) { return l.dataset().num_tokens(); })
-      .def_property_readonly("num_documents", [](PyTokenLoader& l) { return l.dataset().num_documents(); })
-      .def_property_readonly("token_type", [](PyTokenLoader& l) { return std::string(l.dataset().token_type()); })
+      .def_property_readonly("num_tokens", &PyTokenLoader::num_tokens)
+      .def_property_readonly("num_documents", &PyTokenLoader::num_documents)
       .def("set_epoch", [](PyTokenLoader& l, std::uint64_t e) { Check(l.loader().SetEpoch(e)); })
       .def("state", [](PyTokenLoader& l) { return StateToDict(l.loader().State()); })
       .def("restore", [](PyTokenLoader& l, const py::dict& d) { Check(l.loader().Restore(StateFromDict(d))); })

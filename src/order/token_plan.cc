@@ -54,4 +54,39 @@ void TokenEpochPlan::Row(std::uint64_t r, std::uint64_t extra, std::vector<Token
   }
 }
 
+BlendPlan::BlendPlan(std::span<const std::uint64_t> rows, std::span<const double> weights)
+    : dataset_rows_(rows.begin(), rows.end()), per_epoch_(rows.size(), 0) {
+  // Datasets of weight 0 take no rows and add none to the blend epoch.
+  std::uint64_t total = 0;
+  double sum = 0;
+  for (std::size_t d = 0; d < rows.size(); ++d)
+    if (weights[d] > 0) {
+      total += rows[d];
+      sum += weights[d];
+    }
+  choice_.resize(total);
+  within_.resize(total);
+  for (std::uint64_t s = 0; s < total; ++s) {
+    // The dataset furthest behind its share of the rows so far (the lowest index on a tie).
+    std::size_t best = 0;
+    double best_gap = -1e300;
+    for (std::size_t d = 0; d < weights.size(); ++d) {
+      if (weights[d] <= 0 || dataset_rows_[d] == 0) continue;
+      const double gap = weights[d] / sum * static_cast<double>(s + 1) - static_cast<double>(per_epoch_[d]);
+      if (gap > best_gap) {
+        best_gap = gap;
+        best = d;
+      }
+    }
+    choice_[s] = static_cast<std::uint8_t>(best);
+    within_[s] = per_epoch_[best]++;
+  }
+}
+
+BlendPlan::Source BlendPlan::At(std::uint64_t epoch, std::uint64_t r) const {
+  const std::uint32_t d = choice_[r];
+  const std::uint64_t k = epoch * per_epoch_[d] + within_[r];
+  return {d, k / dataset_rows_[d], k % dataset_rows_[d]};
+}
+
 }  // namespace stoker::order

@@ -48,4 +48,37 @@ class TokenEpochPlan {
   std::vector<std::uint64_t> row_order_;       // epoch row -> stream row (empty: not shuffled)
 };
 
+// How several token datasets blend by weight. One blend epoch is
+// sum(rows) rows; the dataset of each is chosen by error diffusion (the
+// dataset furthest behind weight x rows-so-far, as Megatron's blending
+// does), so over any run of consecutive rows each dataset's count is within
+// two rows of its weight's share. The choice restarts identically each
+// blend epoch, so a dataset takes `per_epoch(d)` rows every blend epoch;
+// its k-th row overall is row k % rows(d) of its own epoch k / rows(d): a
+// dataset that runs out starts its next epoch (a new shuffle), and every
+// token of a dataset is taken once per its own epoch. Weights
+// proportional to the datasets' rows (the default) take each dataset
+// exactly once a blend epoch. Memory: 9 bytes per row of a blend epoch.
+class BlendPlan {
+ public:
+  // `rows[d]` rows an epoch of dataset d; `weights[d]` >= 0, not all zero.
+  BlendPlan(std::span<const std::uint64_t> rows, std::span<const double> weights);
+
+  struct Source {
+    std::uint32_t dataset = 0;
+    std::uint64_t epoch = 0;  // the dataset's own
+    std::uint64_t row = 0;    // in that epoch
+  };
+  [[nodiscard]] std::uint64_t rows_per_epoch() const { return choice_.size(); }
+  [[nodiscard]] std::uint64_t per_epoch(std::uint32_t dataset) const { return per_epoch_[dataset]; }
+  // Row `r` of blend epoch `epoch`.
+  [[nodiscard]] Source At(std::uint64_t epoch, std::uint64_t r) const;
+
+ private:
+  std::vector<std::uint64_t> dataset_rows_;
+  std::vector<std::uint64_t> per_epoch_;
+  std::vector<std::uint8_t> choice_;   // blend row -> dataset (at most 256 datasets)
+  std::vector<std::uint64_t> within_;  // blend row -> its index among its dataset's rows this blend epoch
+};
+
 }  // namespace stoker::order

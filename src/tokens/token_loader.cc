@@ -1,12 +1,15 @@
 // TokenLoader: rows of a token dataset's packed stream, batch by batch, one
 // thread preparing batches ahead; exactly once an epoch over any world size.
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "core/hash.h"
 #include "core/mutex.h"
 #include "order/token_plan.h"
 #include "stoker/tokens.h"
@@ -27,9 +30,24 @@ struct Item {
 }  // namespace
 
 struct TokenLoader::Impl {
-  std::shared_ptr<const TokenDataset> dataset;
+  std::vector<std::shared_ptr<const TokenDataset>> datasets;
+  std::vector<double> weights;
   TokenLoaderOptions options;
+  std::optional<order::BlendPlan> blend;
   std::uint64_t rows_per_epoch = 0;
+  std::uint64_t num_tokens = 0, num_documents = 0, blend_hash = 0;
+  // The producer thread's plans: each dataset's last two epochs (a batch may straddle one's end).
+  std::vector<std::vector<std::shared_ptr<const order::TokenEpochPlan>>> plans;
+
+  const order::TokenEpochPlan& PlanFor(std::uint32_t d, std::uint64_t epoch) {
+    auto& cached = plans[d];
+    for (const auto& p : cached)
+      if (p->epoch() == epoch) return *p;
+    if (cached.size() == 2) cached.erase(cached.begin());
+    cached.push_back(std::make_shared<order::TokenEpochPlan>(datasets[d]->document_tokens(), options.seq_len,
+                                                             options.seed, epoch, options.shuffle));
+    return *cached.back();
+  }
 
   mutable Mutex mu;
   CondVar changed;
@@ -54,11 +72,10 @@ struct TokenLoader::Impl {
     changed.NotifyAll();
   }
 
-  Result<TokenBatch> Build(const order::TokenEpochPlan& plan, Position at, std::uint32_t share_rank,
-                           std::uint32_t world) const {
+  Result<TokenBatch> Build(Position at, std::uint32_t share_rank, std::uint32_t world) {
     const std::uint64_t seq = options.seq_len, global = options.global_batch_size;
     const std::uint64_t first_row = at.batch * global;
-    const std::uint64_t rows_in_batch = std::min<std::uint64_t>(global, plan.num_rows() - first_row);
+    const std::uint64_t rows_in_batch = std::min<std::uint64_t>(global, rows_per_epoch - first_row);
     const std::uint64_t lo = share_rank * rows_in_batch / world, hi = (share_rank + 1) * rows_in_batch / world;
     TokenBatch out;
     out.epoch = at.epoch;
@@ -76,16 +93,18 @@ struct TokenLoader::Impl {
     std::int32_t boundary = 0;
     for (std::uint64_t i = 0; i < out.rows; ++i) {
       pieces.clear();
-      plan.Row(first_row + lo + i, 1, pieces);
+      const order::BlendPlan::Source source = blend->At(at.epoch, first_row + lo + i);
+      PlanFor(source.dataset, source.epoch).Row(source.row, 1, pieces);
+      const TokenDataset& dataset = *datasets[source.dataset];
       std::uint64_t n = 0;
       for (const auto& piece : pieces) {
         std::span<std::int64_t> into(tokens.data() + n, piece.length);
-        STOKER_RETURN_IF_ERROR(dataset->ReadTokens(piece.document, piece.offset, into));
+        STOKER_RETURN_IF_ERROR(dataset.ReadTokens(piece.document, piece.offset, into));
         for (std::uint64_t j = 0; j < piece.length; ++j) {
           if (options.vocab_size != 0 && (into[j] < 0 || static_cast<std::uint64_t>(into[j]) >= options.vocab_size))
             return Status::Corruption(
                 fmt::format("{}: document {} holds token {} at position {}, outside the vocabulary (vocab_size {})",
-                            dataset->prefix(), piece.document, into[j], piece.offset + j, options.vocab_size));
+                            dataset.prefix(), piece.document, into[j], piece.offset + j, options.vocab_size));
           positions[n + j] = static_cast<std::int64_t>(piece.offset + j);
         }
         n += piece.length;
@@ -104,7 +123,7 @@ struct TokenLoader::Impl {
         covered += length;
         boundary += static_cast<std::int32_t>(length);
         out.cu_seqlens.push_back(boundary);
-        if (options.with_documents) out.pieces[i].push_back({piece.document, piece.offset, length});
+        if (options.with_documents) out.pieces[i].push_back({source.dataset, piece.document, piece.offset, length});
       }
       if (inputs < seq) {  // padding, a segment of its own
         boundary += static_cast<std::int32_t>(seq - inputs);
@@ -115,7 +134,6 @@ struct TokenLoader::Impl {
   }
 
   void Produce() {
-    std::shared_ptr<const order::TokenEpochPlan> plan;
     for (;;) {
       Position at;
       std::uint64_t gen = 0;
@@ -129,16 +147,13 @@ struct TokenLoader::Impl {
         share_rank = rank;
         world = world_size;
       }
-      if (!plan || plan->epoch() != at.epoch)
-        plan = std::make_shared<order::TokenEpochPlan>(dataset->document_tokens(), options.seq_len, options.seed,
-                                                       at.epoch, options.shuffle);
       Item item;
       item.at = at;
       Position next{at.epoch, at.batch + 1};
       if (at.batch >= NumBatches()) {
         next = {at.epoch + 1, 0};
       } else {
-        auto built = Build(*plan, at, share_rank, world);
+        auto built = Build(at, share_rank, world);
         item.batch = built.ok() ? Result<std::optional<TokenBatch>>(std::optional<TokenBatch>(std::move(*built)))
                                 : Result<std::optional<TokenBatch>>(built.error());
       }
@@ -164,7 +179,19 @@ TokenLoader::~TokenLoader() {
 
 Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::shared_ptr<const TokenDataset> dataset,
                                                          const TokenLoaderOptions& options) {
-  if (!dataset) return Status::InvalidArgument("TokenLoader needs a dataset");
+  std::vector<std::shared_ptr<const TokenDataset>> one;
+  one.push_back(std::move(dataset));
+  return Create(std::move(one), {}, options);
+}
+
+Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared_ptr<const TokenDataset>> datasets,
+                                                         std::vector<double> weights,
+                                                         const TokenLoaderOptions& options) {
+  if (datasets.empty()) return Status::InvalidArgument("TokenLoader needs a dataset");
+  if (datasets.size() > 256)
+    return Status::InvalidArgument(fmt::format("{} datasets to blend is more than the limit 256", datasets.size()));
+  for (const auto& d : datasets)
+    if (!d) return Status::InvalidArgument("TokenLoader was given a null dataset");
   if (options.seq_len < 1 || options.seq_len > (std::uint64_t{1} << 24))
     return Status::InvalidArgument(fmt::format("seq_len {} is outside [1, 16777216]", options.seq_len));
   if (options.global_batch_size < 1)
@@ -178,10 +205,42 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::shared_ptr<const T
                     options.global_batch_size, options.seq_len));
   if (options.prefetch < 1 || options.prefetch > 64)
     return Status::InvalidArgument(fmt::format("prefetch {} is outside [1, 64]", options.prefetch));
+  std::vector<std::uint64_t> rows;
+  for (const auto& d : datasets) rows.push_back((d->num_tokens() + options.seq_len - 1) / options.seq_len);
+  if (weights.empty()) {
+    for (std::uint64_t r : rows) weights.push_back(static_cast<double>(r));
+    if (std::all_of(rows.begin(), rows.end(), [](std::uint64_t r) { return r == 0; })) weights.assign(rows.size(), 1);
+  }
+  if (weights.size() != datasets.size())
+    return Status::InvalidArgument(
+        fmt::format("{} weights for {} datasets: give one weight per dataset", weights.size(), datasets.size()));
+  bool any = false;
+  for (std::size_t d = 0; d < weights.size(); ++d) {
+    if (!std::isfinite(weights[d]) || weights[d] < 0)
+      return Status::InvalidArgument(
+          fmt::format("the weight of dataset {} ({}) is {}: weights are finite and not negative", d,
+                      datasets[d]->prefix(), weights[d]));
+    if (weights[d] > 0 && rows[d] == 0 && datasets.size() > 1)
+      return Status::InvalidArgument(
+          fmt::format("dataset {} ({}) has weight {} but no tokens to give", d, datasets[d]->prefix(), weights[d]));
+    any = any || weights[d] > 0;
+  }
+  if (!any) return Status::InvalidArgument("every weight is zero: at least one dataset must be read");
   auto impl = std::make_unique<Impl>();
-  impl->dataset = std::move(dataset);
   impl->options = options;
-  impl->rows_per_epoch = (impl->dataset->num_tokens() + options.seq_len - 1) / options.seq_len;
+  impl->blend.emplace(rows, weights);
+  impl->rows_per_epoch = impl->blend->rows_per_epoch();
+  impl->plans.resize(datasets.size());
+  std::vector<std::uint64_t> fingerprint;  // each dataset's counts and weight
+  for (std::size_t d = 0; d < datasets.size(); ++d) {
+    impl->num_tokens += datasets[d]->num_tokens();
+    impl->num_documents += datasets[d]->num_documents();
+    fingerprint.insert(fingerprint.end(), {datasets[d]->num_tokens(), datasets[d]->num_documents(),
+                                           std::bit_cast<std::uint64_t>(weights[d])});
+  }
+  impl->blend_hash = Xxh3(std::as_bytes(std::span(fingerprint)));
+  impl->datasets = std::move(datasets);
+  impl->weights = std::move(weights);
   {
     MutexLock lock(impl->mu);
     impl->rank = options.rank;
@@ -237,8 +296,9 @@ TokenLoaderState TokenLoader::State() const {
   s.seed = m.options.seed;
   s.global_batch_size = m.options.global_batch_size;
   s.seq_len = m.options.seq_len;
-  s.num_tokens = m.dataset->num_tokens();
-  s.num_documents = m.dataset->num_documents();
+  s.num_tokens = m.num_tokens;
+  s.num_documents = m.num_documents;
+  s.blend = m.blend_hash;
   MutexLock lock(m.mu);
   s.epoch = m.consumed.epoch;
   s.batches_consumed = m.consumed.batch;
@@ -258,9 +318,13 @@ Status TokenLoader::Restore(const TokenLoaderState& s) {
     return differs("global_batch_size", s.global_batch_size, mine.global_batch_size);
   if (s.seq_len != mine.seq_len) return differs("seq_len", s.seq_len, mine.seq_len);
   if (s.num_tokens != mine.num_tokens || s.num_documents != mine.num_documents)
+    return Status::InvalidArgument(fmt::format("the state is of datasets of {} tokens in {} documents; {} {} {} in {}",
+                                               s.num_tokens, s.num_documents, m.datasets[0]->prefix(),
+                                               m.datasets.size() > 1 ? "and the others have" : "has", mine.num_tokens,
+                                               mine.num_documents));
+  if (s.blend != mine.blend)
     return Status::InvalidArgument(
-        fmt::format("the state is of a dataset of {} tokens in {} documents; {} has {} in {}", s.num_tokens,
-                    s.num_documents, m.dataset->prefix(), mine.num_tokens, mine.num_documents));
+        "the state is of another blend (other datasets or weights): resuming would not give the same order");
   if (s.batches_consumed > m.NumBatches())
     return Status::InvalidArgument(
         fmt::format("the state is {} batches into an epoch of {}", s.batches_consumed, m.NumBatches()));

@@ -189,7 +189,8 @@ TEST(IndexFormat, RecordsFieldKindsAndCountsInVersionFour) {
   EXPECT_EQ(view.fields()[3].kind, kind(FieldKind::kJson)) << "a number is JSON too";
 
   for (std::uint32_t old : {1u, 2u, 3u}) {
-    ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(AsVersion(bytes, old), "idx"));
+    const auto old_bytes = AsVersion(bytes, old);  // the view borrows them
+    ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(old_bytes, "idx"));
     ASSERT_EQ(v3.field_names(), view.field_names());
     EXPECT_FALSE(v3.fields()[0].has_stats);
     EXPECT_EQ(v3.fields()[0].kind, kKindNotRecorded);
@@ -245,7 +246,8 @@ TEST(IndexFormat, CarriesANote) {
   EXPECT_FALSE(IndexView::Open(reflag(noted, 0), "idx").ok());
   EXPECT_FALSE(IndexView::Open(reflag(noted, 3), "idx").ok());
   EXPECT_FALSE(IndexView::Open(reflag(AsVersion(plain, 2), 1), "idx").ok()) << "flags in a version-2 index";
-  ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(AsVersion(noted, 3), "idx"));
+  const auto noted_v3 = AsVersion(noted, 3);  // the view borrows them
+  ASSERT_OK_AND_ASSIGN(IndexView v3, IndexView::Open(noted_v3, "idx"));
   EXPECT_EQ(v3.note(), R"({"max_side":512})");
   b.SetNote(std::string(kMaxNoteBytes + 1, 'x'));
   EXPECT_FALSE(b.Finish().ok());

@@ -71,5 +71,47 @@ TEST(TokenPlan, ShufflesAreDeterministicPerSeedAndEpoch) {
   EXPECT_NE(rows(1, 0), rows(2, 0));
 }
 
+TEST(BlendPlan, WeightsHoldOverEveryWindowAndEachDatasetRowsOncePerItsEpoch) {
+  const std::vector<std::uint64_t> rows = {5000, 800, 2200};
+  const std::vector<double> weights = {0.5, 0.3, 0.2};
+  BlendPlan plan(rows, weights);
+  ASSERT_EQ(plan.rows_per_epoch(), 8000u);
+  std::vector<std::vector<int>> counts(3);
+  for (std::size_t d = 0; d < 3; ++d) counts[d].assign(2 * plan.per_epoch(d), 0);  // two blend epochs' worth
+  std::vector<int> window(3, 0);
+  std::vector<std::uint32_t> chosen;
+  for (std::uint64_t epoch = 0; epoch < 2; ++epoch)
+    for (std::uint64_t r = 0; r < plan.rows_per_epoch(); ++r) {
+      const auto s = plan.At(epoch, r);
+      ASSERT_LT(s.row, rows[s.dataset]);
+      ASSERT_LT(s.epoch * rows[s.dataset] + s.row, counts[s.dataset].size());
+      counts[s.dataset][s.epoch * rows[s.dataset] + s.row]++;
+      chosen.push_back(s.dataset);
+    }
+  // Over every window of 1,000 consecutive rows, each dataset within 2 rows (0.2%) of its weight's share.
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    window[chosen[i]]++;
+    if (i >= 1000) window[chosen[i - 1000]]--;
+    if (i >= 999) {
+      for (std::size_t d = 0; d < 3; ++d) ASSERT_NEAR(window[d], 1000 * weights[d], 2.0) << "at " << i;
+    }
+  }
+  // Each dataset's rows in order: its k-th row overall is row k % rows of its own epoch k / rows, once.
+  for (std::size_t d = 0; d < 3; ++d) {
+    for (std::uint64_t k = 0; k < counts[d].size(); ++k) ASSERT_EQ(counts[d][k], 1) << d << " " << k;
+  }
+  EXPECT_GT(plan.per_epoch(1), rows[1]) << "the small dataset ran out and started its next epoch";
+}
+
+TEST(BlendPlan, WeightsProportionalToRowsReadEachDatasetOnceAnEpochAndZeroWeightsNone) {
+  const std::vector<std::uint64_t> rows = {7, 0, 13, 4};
+  BlendPlan proportional(rows, std::vector<double>{7, 0, 13, 4});
+  EXPECT_EQ(proportional.rows_per_epoch(), 24u);
+  for (std::uint32_t d = 0; d < 4; ++d) EXPECT_EQ(proportional.per_epoch(d), rows[d]);
+  BlendPlan skip(rows, std::vector<double>{1, 0, 0, 1});
+  EXPECT_EQ(skip.rows_per_epoch(), 11u);
+  for (std::uint64_t r = 0; r < skip.rows_per_epoch(); ++r) EXPECT_NE(skip.At(0, r).dataset, 2u);
+}
+
 }  // namespace
 }  // namespace stoker::order

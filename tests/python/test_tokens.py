@@ -125,8 +125,38 @@ def test_bad_files_and_arguments_are_named(tmp_path):
         stoker.TokenLoader(tmp_path / "c", seq_len=0)
     with pytest.raises(ValueError, match="rank 2 is out of range for world_size 2"):
         stoker.TokenLoader(tmp_path / "c", seq_len=8, rank=2, world_size=2)
-    with pytest.raises(NotImplementedError, match="blending"):
-        stoker.TokenLoader([tmp_path / "c", tmp_path / "c"], seq_len=8, weights=[1, 1])
     strict = stoker.TokenLoader(tmp_path / "c", seq_len=8, vocab_size=10)
     with pytest.raises(stoker.CorruptionError, match=r"outside the vocabulary \(vocab_size 10\)"):
         next(iter(strict))
+
+
+def test_blends_by_weight(tmp_path):
+    a, b = documents(120), documents(40)
+    megatron_files(tmp_path / "a", a)
+    megatron_files(tmp_path / "b", b, np.int32)
+    both = stoker.TokenLoader([tmp_path / "a", tmp_path / "b"], seq_len=16, global_batch_size=4, with_indices=True)
+    seen = [(ds, doc, offset + k) for batch in both for row in batch["documents"]
+            for ds, doc, offset, length in row for k in range(length)]
+    assert len(seen) == len(set(seen)) == sum(map(len, a)) + sum(map(len, b))  # each token once (default weights)
+    weighted = stoker.TokenLoader([tmp_path / "a", tmp_path / "b"], seq_len=16, global_batch_size=4,
+                                  with_indices=True, weights=[1, 3])
+    rows = [row[0][0] for batch in weighted for row in batch["documents"] if row]
+    assert abs(rows.count(1) / len(rows) - 0.75) < 0.02
+    with pytest.raises(ValueError, match="2 weights for 1 datasets"):
+        stoker.TokenLoader(tmp_path / "a", seq_len=8, weights=[1, 2])
+    with pytest.raises(ValueError, match="every weight is zero"):
+        stoker.TokenLoader([tmp_path / "a", tmp_path / "b"], seq_len=8, weights=[0, 0])
+    with pytest.raises(ValueError, match="weights"):
+        stoker.TokenLoader([tmp_path / "a", tmp_path / "b"], seq_len=8, weights=[1, -1])
+
+
+def test_device_cuda_without_a_gpu_says_so_and_stays_on_the_cpu(tmp_path, caplog):
+    import logging
+    megatron_files(tmp_path / "c", documents(10))
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        loader = stoker.TokenLoader(tmp_path / "c", seq_len=8, device="cuda")
+    if not torch.cuda.is_available():
+        assert loader.device == "cpu" and "no usable CUDA device" in caplog.text
+        assert next(iter(loader))["input_ids"].device.type == "cpu"
+    with pytest.raises(ValueError, match="device must be"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=8, device="meta")

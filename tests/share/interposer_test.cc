@@ -315,7 +315,9 @@ TEST_F(Interposer, StreamCaptureSurvivesComputeTurnsComingAndGoing) {
   const auto j = run.json();
   EXPECT_EQ(j["capture"], "ok");
   EXPECT_GT(j["captured"].get<int>(), 50);
-  EXPECT_LT(j["longest_captured_launch_ms"].get<double>(), 1.0) << "a captured launch waited for a turn";
+  // A launch that waited for a turn would wait out the other 70% of a 10 ms period (up to 7 ms), and of 400
+  // some would; a busy machine stretches a launch that did not wait to 1.8 ms (ASan, tests beside it).
+  EXPECT_LT(j["longest_captured_launch_ms"].get<double>(), 4.0) << "a captured launch waited for a turn";
 }
 
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {

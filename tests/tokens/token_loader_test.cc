@@ -221,5 +221,58 @@ TEST(TokenLoader, BadOptionsStatesAndTokensAreRefused) {
       << next.error().message();
 }
 
+TEST(TokenLoader, BlendsDatasetsByWeightEachTokenOncePerItsEpoch) {
+  TempDir a_dir, b_dir;
+  const auto a_docs = Documents(80, 11), b_docs = Documents(20, 12);
+  auto a = Write(a_dir, a_docs);
+  auto b = Write(b_dir, b_docs);
+  TokenLoaderOptions o;
+  o.seq_len = 8;
+  o.global_batch_size = 4;
+  o.seed = 3;
+  o.with_documents = true;
+  // Default weights (proportional to size): each dataset's every token exactly once a blend epoch.
+  auto made = TokenLoader::Create({a, b}, {}, o);
+  ASSERT_OK(made.status());
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t>, int> seen;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(auto next, (*made)->Next());
+    if (!next) break;
+    for (const auto& row : next->pieces)
+      for (const auto& p : row)
+        for (std::uint64_t t = p.offset; t < p.offset + p.length; ++t) seen[{p.dataset, p.document, t}]++;
+  }
+  std::uint64_t total = 0;
+  for (const auto& d : a_docs) total += d.size();
+  for (const auto& d : b_docs) total += d.size();
+  EXPECT_EQ(seen.size(), total);
+  for (const auto& [token, count] : seen) ASSERT_EQ(count, 1);
+
+  // 1:3 by weight: the small dataset gives three rows in four, and runs through its epochs.
+  auto weighted = TokenLoader::Create({a, b}, {1, 3}, o);
+  ASSERT_OK(weighted.status());
+  std::uint64_t from_b = 0, rows = 0;
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto next, (*weighted)->Next());
+    if (!next) continue;
+    for (const auto& row : next->pieces) {
+      ++rows;
+      from_b += !row.empty() && row.front().dataset == 1;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(from_b) / static_cast<double>(rows), 0.75, 0.02);
+  TokenLoaderState state = (*weighted)->State();
+  auto other = TokenLoader::Create({a, b}, {1, 2}, o);
+  ASSERT_OK(other.status());
+  auto refused = (*other)->Restore(state);
+  EXPECT_NE(refused.message().find("another blend"), std::string::npos) << refused.message();
+
+  EXPECT_FALSE(TokenLoader::Create({a, b}, {1}, o).ok());
+  EXPECT_FALSE(TokenLoader::Create({a, b}, {0, 0}, o).ok());
+  auto negative = TokenLoader::Create({a, b}, {1, -1}, o);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.error().message().find("weight of dataset 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stoker
