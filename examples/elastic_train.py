@@ -48,7 +48,9 @@ def parse_args(argv=None):
 
 
 class StepLog:
-    """Appends one line per committed step; a replayed step already in the file is not written twice."""
+    """Appends one line per committed step. A step already in the file is not written twice: the new rank 0
+    replays the last commit after a failure, and a restart of every worker from a snapshot older than the
+    last commit trains and commits the steps after it again (the same samples, from the same position)."""
 
     def __init__(self, path):
         self.path = path
@@ -66,7 +68,7 @@ class StepLog:
         return last
 
     def __call__(self, info):
-        if info.get("replayed") and self.last_step() >= info["step"]:
+        if self.last_step() >= info["step"]:
             return
         line = json.dumps({"step": info["step"], "epoch": info["epoch"], "world_size": info["world_size"],
                            "samples": info["samples"], "loss": round(info["loss"], 6)}) + "\n"

@@ -22,7 +22,7 @@ from . import _native
 from . import _params
 from . import transforms
 
-__all__ = ["Loader", "TokenLoader", "write_tokens", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
+__all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
            "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes",
            "Custom", "load_field_extension"]
@@ -46,6 +46,7 @@ from .fields import Array, Bytes, Custom, Float, Image, Int, Json, Text, load_fi
 from . import fields as _fields  # noqa: E402
 from ._pack import pack  # noqa: E402
 from .tokens import TokenLoader, write_tokens  # noqa: E402
+from .tokenize import tokenize  # noqa: E402
 from ._nvjpeg import find_nvjpeg as _find_nvjpeg  # noqa: E402
 
 

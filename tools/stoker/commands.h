@@ -78,5 +78,7 @@ struct DoctorArgs {
 };
 // Replaces the process with `python3 -m stoker.doctor ...`; returns only on failure.
 int RunDoctor(const DoctorArgs& args);
+// Replaces the process with Python's `stoker.tokenize` main, given `args`; returns only on failure.
+int RunTokenize(const std::vector<std::string>& args);
 
 }  // namespace stoker_cli

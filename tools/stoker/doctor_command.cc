@@ -1,6 +1,8 @@
-// `stoker doctor [--out DIR] [--prometheus-port N] -- COMMAND...`: the doctor
-// lives in the Python package (it hooks the training loop's Python), so this
-// runs its runner, `stoker.doctor.__main__`, with the same arguments. The
+// `stoker doctor [--out DIR] [--prometheus-port N] -- COMMAND...` and
+// `stoker tokenize ...`: the doctor lives in the Python package (it hooks the
+// training loop's Python), and so does tokenize (Hugging Face's tokenizers
+// are Python's), so these run `stoker.doctor.__main__` and `stoker.tokenize`
+// with the same arguments. The
 // package is looked for beside this binary (a build tree's <build>/python, an
 // install's ../lib/stoker/python) and put first on PYTHONPATH; the Python is
 // $STOKER_PYTHON, else the one the package was built for, else python3. A
@@ -35,20 +37,24 @@ std::optional<std::string> PackageBesideBinary() {
   return std::nullopt;
 }
 
-constexpr const char* kBootstrap =
-    "import sys\n"
-    "try:\n"
-    "    from stoker.doctor.__main__ import main\n"
-    "except ImportError as e:\n"
-    "    sys.stderr.write('stoker doctor: %s cannot import stoker\\'s Python package (%s): set STOKER_PYTHON to a "
-    "Python that imports it, or PYTHONPATH to the folder that holds it (a build\\'s <build>/python)\\n' % "
-    "(sys.executable, e))\n"
-    "    sys.exit(2)\n"
-    "sys.exit(main(sys.argv[1:]))\n";
+// A script that runs `module`'s main(argv) or says in one line why it cannot.
+std::string Bootstrap(std::string_view tool, std::string_view module) {
+  return fmt::format(
+      "import sys\n"
+      "try:\n"
+      "    from {1} import main\n"
+      "except ImportError as e:\n"
+      "    sys.stderr.write('stoker {0}: %s cannot import stoker\\'s Python package (%s): set STOKER_PYTHON to a "
+      "Python that imports it, or PYTHONPATH to the folder that holds it (a build\\'s <build>/python)\\n' % "
+      "(sys.executable, e))\n"
+      "    sys.exit(2)\n"
+      "sys.exit(main(sys.argv[1:]))\n",
+      tool, module);
+}
 
-}  // namespace
-
-int RunDoctor(const DoctorArgs& args) {
+// Replaces this process with the Python that imports stoker running
+// `module`'s main with `args`; returns only on failure.
+int ExecPythonTool(std::string_view tool, std::string_view module, const std::vector<std::string>& args) {
   const auto package = PackageBesideBinary();
   std::string python = "python3";
   if (const char* env = std::getenv("STOKER_PYTHON"); env != nullptr && *env != '\0') {
@@ -64,19 +70,31 @@ int RunDoctor(const DoctorArgs& args) {
     const std::string path = old != nullptr && *old != '\0' ? *package + ":" + old : *package;
     ::setenv("PYTHONPATH", path.c_str(), 1);
   }
-  std::vector<std::string> argv = {python, "-c", kBootstrap};
-  if (!args.out.empty()) argv.insert(argv.end(), {"--out", args.out});
-  if (args.prometheus_port) argv.insert(argv.end(), {"--prometheus-port", std::to_string(*args.prometheus_port)});
-  argv.push_back("--");
-  argv.insert(argv.end(), args.command.begin(), args.command.end());
+  std::vector<std::string> argv = {python, "-c", Bootstrap(tool, module)};
+  argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> c_argv;
   for (auto& a : argv) c_argv.push_back(a.data());
   c_argv.push_back(nullptr);
   ::execvp(c_argv[0], c_argv.data());
   return Fail(stoker::Status::NotFound(
-      fmt::format("cannot run {}: {} (the doctor is in stoker's Python package: set STOKER_PYTHON to the Python "
+      fmt::format("cannot run {}: {} (stoker {} is in stoker's Python package: set STOKER_PYTHON to the Python "
                   "that imports stoker)",
-                  python, std::strerror(errno))));
+                  python, std::strerror(errno), tool)));
+}
+
+}  // namespace
+
+int RunDoctor(const DoctorArgs& args) {
+  std::vector<std::string> argv;
+  if (!args.out.empty()) argv.insert(argv.end(), {"--out", args.out});
+  if (args.prometheus_port) argv.insert(argv.end(), {"--prometheus-port", std::to_string(*args.prometheus_port)});
+  argv.push_back("--");
+  argv.insert(argv.end(), args.command.begin(), args.command.end());
+  return ExecPythonTool("doctor", "stoker.doctor.__main__", argv);
+}
+
+int RunTokenize(const std::vector<std::string>& args) {
+  return ExecPythonTool("tokenize", "stoker.tokenize", args);
 }
 
 }  // namespace stoker_cli

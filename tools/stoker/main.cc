@@ -219,6 +219,12 @@ int main(int argc, char** argv) {
   gpu_extender->add_option("--cache-seconds", extender_args.cache_seconds, "How long a node's state is reused")
       ->capture_default_str();
 
+  auto* tokenize = app.add_subcommand(
+      "tokenize",
+      "Tokenize text (.jsonl, .txt, a packed dataset's captions) into a Megatron dataset with a Hugging Face "
+      "tokenizer.json (stoker tokenize --help for its options)");
+  tokenize->prefix_command();
+  tokenize->set_help_flag();  // --help goes to the tokenizer's own parser
   DoctorArgs doctor_args;
   auto* doctor = app.add_subcommand(
       "doctor",
@@ -251,6 +257,7 @@ int main(int argc, char** argv) {
   if (gpu_ls->parsed()) return RunGpuList(gpu_ledger, gpu_leases, json);
   if (gpu_agent->parsed()) return RunGpuAgent(agent_args);
   if (doctor->parsed()) return RunDoctor(doctor_args);
+  if (tokenize->parsed()) return RunTokenize(tokenize->remaining());
   if (gpu_extender->parsed()) return RunGpuExtenderCommand(extender_args);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);

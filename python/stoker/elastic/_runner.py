@@ -347,7 +347,10 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     rank with ``on_commit_all_ranks=True``) after each committed step:
     {step, epoch, batch, world_size, rank, loss, samples}; after a failure
     the new rank 0 calls it again for the last committed step with
-    info["replayed"] = True (make it idempotent). ``checkpointer``: the
+    info["replayed"] = True (make it idempotent); after a restart of every
+    worker (torchrun) from a snapshot older than the last commit, the steps
+    after the snapshot are trained and committed again, so on_commit sees
+    their step numbers a second time (keep the later). ``checkpointer``: the
     arguments of a stoker.Checkpointer as a dict (``dict(directory="ckpt",
     every_steps=1000)``: whichever process is rank 0 opens it and saves when
     due), or a Checkpointer (one process only: a directory takes one writer);
