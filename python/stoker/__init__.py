@@ -81,15 +81,6 @@ def _dtype_name(dtype):
     return name
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError("$%s=%r is not an integer" % (name, value)) from None
-
 
 class Loader:
     """An iterable of ``(images, labels)`` (or ``(images, labels, indices)``
@@ -194,7 +185,7 @@ class Loader:
                 raise ValueError("give batch_size (per rank) or global_batch_size (elastic training), not both")
             options.global_batch_size = _params.integer("global_batch_size", global_batch_size, 1, 1 << 40)
             if min_world_size is None:
-                min_world_size = _env_int("STOKER_ELASTIC_MIN_WORLD_SIZE", 0) or None
+                min_world_size = _params.env_int("STOKER_ELASTIC_MIN_WORLD_SIZE", 0) or None
             if min_world_size is not None:
                 options.min_world_size = _params.integer("min_world_size", min_world_size, 1, 1 << 20)
         else:
@@ -214,10 +205,10 @@ class Loader:
             # replaced by reshard() once the group forms.
             world = options.min_world_size
         if world is None:
-            world = _params.integer("$WORLD_SIZE", _env_int("WORLD_SIZE", 1), 1, 1 << 20)
+            world = _params.integer("$WORLD_SIZE", _params.env_int("WORLD_SIZE", 1), 1, 1 << 20)
         rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None
         if rank is None:
-            rank = _params.integer("$RANK", _env_int("RANK", 0), 0, 1 << 20)
+            rank = _params.integer("$RANK", _params.env_int("RANK", 0), 0, 1 << 20)
         if rank >= world:
             raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
         options.rank, options.world_size = rank, world

@@ -20,6 +20,29 @@ def integer(name, value, lo=None, hi=None):
     return value
 
 
+def env_int(name, default):
+    """Environment variable ``name`` as an int (``default`` when unset or empty)."""
+    import os
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("$%s=%r is not an integer" % (name, value)) from None
+
+
+def rank_and_world(rank, world_size):
+    """(rank, world_size), each defaulting to torchrun's ``$RANK`` and
+    ``$WORLD_SIZE`` (0 and 1 without them); ValueError for a rank out of range."""
+    world = integer("world_size", world_size, 1, 1 << 20) if world_size is not None else \
+        integer("$WORLD_SIZE", env_int("WORLD_SIZE", 1), 1, 1 << 20)
+    rank = integer("rank", rank, 0, 1 << 20) if rank is not None else integer("$RANK", env_int("RANK", 0), 0, 1 << 20)
+    if rank >= world:
+        raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+    return rank, world
+
+
 def optional_integer(name, value, lo=None, hi=None, default=0):
     """None means `default` (the native side's "automatic")."""
     return default if value is None else integer(name, value, lo, hi)

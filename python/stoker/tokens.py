@@ -24,16 +24,6 @@ __all__ = ["TokenLoader", "write_tokens"]
 _TOKEN_TYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float32", "float64")
 
 
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError("$%s=%r is not an integer" % (name, value)) from None
-
-
 class TokenLoader:
     """An iterable of dict batches over a Megatron indexed dataset.
 
@@ -79,14 +69,7 @@ class TokenLoader:
                 raise ValueError("every weight is zero: at least one dataset must be read")
         options = _native.TokenLoaderOptions()
         options.seq_len = _params.integer("seq_len", seq_len, 1, 1 << 24)
-        world = _params.integer("world_size", world_size, 1, 1 << 20) if world_size is not None else None
-        if world is None:
-            world = _params.integer("$WORLD_SIZE", _env_int("WORLD_SIZE", 1), 1, 1 << 20)
-        rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None
-        if rank is None:
-            rank = _params.integer("$RANK", _env_int("RANK", 0), 0, 1 << 20)
-        if rank >= world:
-            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
+        rank, world = _params.rank_and_world(rank, world_size)
         if global_batch_size is not None:
             if batch_size is not None:
                 raise ValueError("give batch_size (per rank) or global_batch_size (every rank's together), not both")
