@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,85 +24,59 @@ std::optional<TokenType> TokenTypeByName(std::string_view name) {
   return std::nullopt;
 }
 
-template <typename T>
-void Convert(const std::byte* from, std::span<std::int64_t> out) {
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    T v;
-    std::memcpy(&v, from + i * sizeof(T), sizeof(T));
-    out[i] = static_cast<std::int64_t>(v);
+// Calls f(T{}) with T the C++ type of `type`: one switch for every conversion.
+template <typename F>
+decltype(auto) WithTokenType(TokenType type, F&& f) {
+  switch (type) {
+    case TokenType::kUInt8:
+      return f(std::uint8_t{});
+    case TokenType::kInt8:
+      return f(std::int8_t{});
+    case TokenType::kInt16:
+      return f(std::int16_t{});
+    case TokenType::kUInt16:
+      return f(std::uint16_t{});
+    case TokenType::kInt32:
+      return f(std::int32_t{});
+    case TokenType::kInt64:
+      return f(std::int64_t{});
+    case TokenType::kFloat32:
+      return f(float{});
+    case TokenType::kFloat64:
+      break;
   }
+  return f(double{});
 }
 
 void ConvertTokens(TokenType type, const std::byte* from, std::span<std::int64_t> out) {
-  switch (type) {
-    case TokenType::kUInt8:
-      return Convert<std::uint8_t>(from, out);
-    case TokenType::kInt8:
-      return Convert<std::int8_t>(from, out);
-    case TokenType::kInt16:
-      return Convert<std::int16_t>(from, out);
-    case TokenType::kUInt16:
-      return Convert<std::uint16_t>(from, out);
-    case TokenType::kInt32:
-      return Convert<std::int32_t>(from, out);
-    case TokenType::kInt64:
-      return Convert<std::int64_t>(from, out);
-    case TokenType::kFloat32:
-      return Convert<float>(from, out);
-    case TokenType::kFloat64:
-      return Convert<double>(from, out);
-  }
+  WithTokenType(type, [&]<typename T>(T) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      T v;
+      std::memcpy(&v, from + i * sizeof(T), sizeof(T));
+      out[i] = static_cast<std::int64_t>(v);
+    }
+  });
 }
 
-// Whether `v` is a value of `type`, exactly.
+// Whether `v` is a value of `type`, exactly (floats: integers up to their mantissa's reach).
 bool Fits(TokenType type, std::int64_t v) {
-  switch (type) {
-    case TokenType::kUInt8:
-      return v >= 0 && v <= 255;
-    case TokenType::kInt8:
-      return v >= -128 && v <= 127;
-    case TokenType::kInt16:
-      return v >= -32768 && v <= 32767;
-    case TokenType::kUInt16:
-      return v >= 0 && v <= 65535;
-    case TokenType::kInt32:
-      return v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max();
-    case TokenType::kInt64:
-      return true;
-    case TokenType::kFloat32:
-      return v >= -(std::int64_t{1} << 24) && v <= (std::int64_t{1} << 24);
-    case TokenType::kFloat64:
-      return v >= -(std::int64_t{1} << 53) && v <= (std::int64_t{1} << 53);
-  }
-  return false;
-}
-
-template <typename T>
-void Store(std::int64_t v, std::vector<std::byte>& out) {
-  const T t = static_cast<T>(v);
-  const auto* p = reinterpret_cast<const std::byte*>(&t);
-  out.insert(out.end(), p, p + sizeof(T));
+  return WithTokenType(type, [&]<typename T>(T) {
+    if constexpr (std::is_floating_point_v<T>) {
+      constexpr std::int64_t reach = std::int64_t{1} << std::numeric_limits<T>::digits;
+      return v >= -reach && v <= reach;
+    } else {
+      return std::in_range<T>(v);
+    }
+  });
 }
 
 void StoreToken(TokenType type, std::int64_t v, std::vector<std::byte>& out) {
-  switch (type) {
-    case TokenType::kUInt8:
-      return Store<std::uint8_t>(v, out);
-    case TokenType::kInt8:
-      return Store<std::int8_t>(v, out);
-    case TokenType::kInt16:
-      return Store<std::int16_t>(v, out);
-    case TokenType::kUInt16:
-      return Store<std::uint16_t>(v, out);
-    case TokenType::kInt32:
-      return Store<std::int32_t>(v, out);
-    case TokenType::kInt64:
-      return Store<std::int64_t>(v, out);
-    case TokenType::kFloat32:
-      return Store<float>(v, out);
-    case TokenType::kFloat64:
-      return Store<double>(v, out);
-  }
+  WithTokenType(type, [&]<typename T>(T) {
+    const T t = static_cast<T>(v);
+    const std::size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &t, sizeof(T));
+  });
 }
 
 }  // namespace
