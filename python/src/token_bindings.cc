@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <utility>
 
 #include "common.h"
 #include "stoker/tokens.h"
@@ -30,6 +31,7 @@ class PyTokenLoader {
         made = stoker::TokenLoader::Create(datasets_, std::move(weights), options);
     }
     loader_ = Unwrap(std::move(made));
+    with_documents_ = options.with_documents;
   }
   ~PyTokenLoader() {
     py::gil_scoped_release release;
@@ -61,7 +63,7 @@ class PyTokenLoader {
         MakeCapsule(owner, owner->cu_seqlens.data(), {static_cast<std::int64_t>(owner->cu_seqlens.size())}, i32);
     d["epoch"] = owner->epoch;
     d["batch"] = owner->batch_index;
-    if (!owner->pieces.empty() || rows == 0) {
+    if (with_documents_) {
       py::list pieces;
       for (const auto& row : owner->pieces) {
         py::list r;
@@ -88,35 +90,33 @@ class PyTokenLoader {
  private:
   std::vector<std::shared_ptr<const stoker::TokenDataset>> datasets_;
   std::unique_ptr<stoker::TokenLoader> loader_;
+  bool with_documents_ = false;
+};
+
+// The state dict's keys, each a member of TokenLoaderState: both directions read this one list.
+constexpr std::pair<const char*, std::uint64_t stoker::TokenLoaderState::*> kStateFields[] = {
+    {"seed", &stoker::TokenLoaderState::seed},
+    {"epoch", &stoker::TokenLoaderState::epoch},
+    {"global_batch_size", &stoker::TokenLoaderState::global_batch_size},
+    {"seq_len", &stoker::TokenLoaderState::seq_len},
+    {"batches_consumed", &stoker::TokenLoaderState::batches_consumed},
+    {"num_tokens", &stoker::TokenLoaderState::num_tokens},
+    {"num_documents", &stoker::TokenLoaderState::num_documents},
+    {"blend", &stoker::TokenLoaderState::blend},
 };
 
 py::dict StateToDict(const stoker::TokenLoaderState& s) {
   py::dict d;
-  d["seed"] = s.seed;
-  d["epoch"] = s.epoch;
-  d["global_batch_size"] = s.global_batch_size;
-  d["seq_len"] = s.seq_len;
-  d["batches_consumed"] = s.batches_consumed;
-  d["num_tokens"] = s.num_tokens;
-  d["num_documents"] = s.num_documents;
-  d["blend"] = s.blend;
+  for (const auto& [key, member] : kStateFields) d[key] = s.*member;
   return d;
 }
 
 stoker::TokenLoaderState StateFromDict(const py::dict& d) {
   stoker::TokenLoaderState s;
-  auto get = [&](const char* key) {
+  for (const auto& [key, member] : kStateFields) {
     if (!d.contains(key)) throw py::value_error(std::string("the token loader state has no '") + key + "'");
-    return d[key].cast<std::uint64_t>();
-  };
-  s.seed = get("seed");
-  s.epoch = get("epoch");
-  s.global_batch_size = get("global_batch_size");
-  s.seq_len = get("seq_len");
-  s.batches_consumed = get("batches_consumed");
-  s.num_tokens = get("num_tokens");
-  s.num_documents = get("num_documents");
-  s.blend = get("blend");
+    s.*member = d[key].cast<std::uint64_t>();
+  }
   return s;
 }
 

@@ -134,11 +134,13 @@ std::span<const std::uint64_t> TokenDataset::document_tokens() const {
 
 Status TokenDataset::ReadTokens(std::uint64_t document, std::uint64_t offset, std::span<std::int64_t> out) const {
   const megatron::IndexView& view = impl_->view;
-  if (document >= view.num_documents() || offset > impl_->document_tokens[document] ||
-      out.size() > impl_->document_tokens[document] - offset)
-    return Status::InvalidArgument(fmt::format("{}: tokens [{}, {}) are outside document {}", impl_->prefix, offset,
-                                               offset + out.size(),
-                                               document < view.num_documents() ? document : document));
+  if (document >= view.num_documents())
+    return Status::InvalidArgument(
+        fmt::format("{}: document {} is past the last ({} documents)", impl_->prefix, document, view.num_documents()));
+  const std::uint64_t document_length = impl_->document_tokens[document];
+  if (offset > document_length || out.size() > document_length - offset)
+    return Status::InvalidArgument(fmt::format("{}: tokens [{}, {}) are outside document {} ({} tokens)", impl_->prefix,
+                                               offset, offset + out.size(), document, document_length));
   const std::size_t size = megatron::TokenSize(view.token_type());
   const std::byte* bin = impl_->bin->data().data();
   for (auto s = view.boundary(document); s < view.boundary(document + 1) && !out.empty(); ++s) {

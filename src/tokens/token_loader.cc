@@ -31,7 +31,6 @@ struct Item {
 
 struct TokenLoader::Impl {
   std::vector<std::shared_ptr<const TokenDataset>> datasets;
-  std::vector<double> weights;
   TokenLoaderOptions options;
   std::optional<order::BlendPlan> blend;
   std::uint64_t rows_per_epoch = 0;
@@ -240,7 +239,6 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
   }
   impl->blend_hash = Xxh3(std::as_bytes(std::span(fingerprint)));
   impl->datasets = std::move(datasets);
-  impl->weights = std::move(weights);
   {
     MutexLock lock(impl->mu);
     impl->rank = options.rank;
