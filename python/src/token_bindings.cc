@@ -1,5 +1,5 @@
-// stoker.TokenLoader's native side: Megatron token datasets, the writer, and
-// the loader's batches as DLPack capsules.
+// stoker.TokenLoader's native side: Megatron token datasets, the writer, the
+// loader's batches as DLPack capsules, and SentencePiece for tokenize.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common.h"
+#include "stoker/sentencepiece.h"
 #include "stoker/tokens.h"
 
 namespace stoker_python {
@@ -163,8 +164,59 @@ void BindTokens(py::module_& m) {
              py::gil_scoped_release release;
              Check(w.AddDocument(view));
            })
+      // Documents given as lists of ints (what tokenizers return), converted
+      // here without a NumPy array per document; `eos` appended to each when
+      // given. Returns the tokens added.
+      .def("add_documents",
+           [](stoker::TokenDatasetWriter& w, const py::list& documents, std::optional<std::int64_t> eos) {
+             std::uint64_t tokens = 0;
+             std::vector<std::int64_t> document;
+             for (const py::handle item : documents) {
+               if (!PyList_Check(item.ptr())) throw py::type_error("add_documents takes lists of token ids");
+               const Py_ssize_t n = PyList_GET_SIZE(item.ptr());
+               document.resize(static_cast<std::size_t>(n));
+               for (Py_ssize_t i = 0; i < n; ++i) {
+                 const long long v = PyLong_AsLongLong(PyList_GET_ITEM(item.ptr(), i));
+                 if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+                 document[static_cast<std::size_t>(i)] = v;
+               }
+               if (eos) document.push_back(*eos);
+               Check(w.AddDocument(document));
+               tokens += document.size();
+             }
+             return tokens;
+           })
       .def_property_readonly("num_documents", &stoker::TokenDatasetWriter::num_documents)
       .def("finish", [](stoker::TokenDatasetWriter& w) { Check(w.Finish()); });
+
+  py::class_<stoker::SentencePieceEncoder>(m, "SentencePieceEncoder")
+      .def(py::init([](const std::string& path) { return Unwrap(stoker::SentencePieceEncoder::Open(path)); }))
+      .def_property_readonly("vocab_size", &stoker::SentencePieceEncoder::vocab_size)
+      .def_property_readonly("eos_id", &stoker::SentencePieceEncoder::eos_id)
+      .def("piece_id", &stoker::SentencePieceEncoder::PieceId)
+      .def("encode_batch",
+           [](const stoker::SentencePieceEncoder& e, std::vector<std::string> texts) {
+             std::vector<std::string_view> views(texts.begin(), texts.end());
+             py::gil_scoped_release release;
+             return Unwrap(e.EncodeBatch(views));
+           })
+      // Encodes `texts` and adds each as a document of `writer` (with `eos`
+      // appended when given), all without the GIL; returns the tokens added.
+      .def("encode_into", [](const stoker::SentencePieceEncoder& e, stoker::TokenDatasetWriter& writer,
+                             std::vector<std::string> texts, std::optional<std::int64_t> eos) {
+        std::vector<std::string_view> views(texts.begin(), texts.end());
+        py::gil_scoped_release release;
+        auto encoded = Unwrap(e.EncodeBatch(views));
+        std::uint64_t tokens = 0;
+        std::vector<std::int64_t> document;
+        for (const auto& ids : encoded) {
+          document.assign(ids.begin(), ids.end());
+          if (eos) document.push_back(*eos);
+          Check(writer.AddDocument(document));
+          tokens += document.size();
+        }
+        return tokens;
+      });
 }
 
 }  // namespace stoker_python

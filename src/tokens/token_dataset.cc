@@ -59,23 +59,35 @@ void ConvertTokens(TokenType type, const std::byte* from, std::span<std::int64_t
 }
 
 // Whether `v` is a value of `type`, exactly (floats: integers up to their mantissa's reach).
-bool Fits(TokenType type, std::int64_t v) {
+template <typename T>
+bool FitsAs(std::int64_t v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    constexpr std::int64_t reach = std::int64_t{1} << std::numeric_limits<T>::digits;
+    return v >= -reach && v <= reach;
+  } else {
+    return std::in_range<T>(v);
+  }
+}
+
+// The place of the first of `tokens` that is not a value of `type`; tokens.size() when all are.
+std::size_t FirstMisfit(TokenType type, std::span<const std::int64_t> tokens) {
   return WithTokenType(type, [&]<typename T>(T) {
-    if constexpr (std::is_floating_point_v<T>) {
-      constexpr std::int64_t reach = std::int64_t{1} << std::numeric_limits<T>::digits;
-      return v >= -reach && v <= reach;
-    } else {
-      return std::in_range<T>(v);
-    }
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (!FitsAs<T>(tokens[i])) return i;
+    return tokens.size();
   });
 }
 
-void StoreToken(TokenType type, std::int64_t v, std::vector<std::byte>& out) {
+// Appends `tokens` (each of which Fits) to `out` as `type`, little-endian.
+void StoreTokens(TokenType type, std::span<const std::int64_t> tokens, std::vector<std::byte>& out) {
   WithTokenType(type, [&]<typename T>(T) {
-    const T t = static_cast<T>(v);
     const std::size_t at = out.size();
-    out.resize(at + sizeof(T));
-    std::memcpy(out.data() + at, &t, sizeof(T));
+    out.resize(at + tokens.size() * sizeof(T));
+    std::byte* to = out.data() + at;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const T t = static_cast<T>(tokens[i]);
+      std::memcpy(to + i * sizeof(T), &t, sizeof(T));
+    }
   });
 }
 
@@ -202,13 +214,11 @@ Result<std::unique_ptr<TokenDatasetWriter>> TokenDatasetWriter::Create(const std
 Status TokenDatasetWriter::AddDocument(std::span<const std::int64_t> tokens) {
   Impl& m = *impl_;
   if (m.finished) return Status::FailedPrecondition("the token dataset was finished");
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    if (!Fits(m.type, tokens[i]))
-      return Status::InvalidArgument(fmt::format("document {}: token {} at position {} does not fit in {}",
-                                                 m.index.num_documents(), tokens[i], i,
-                                                 megatron::TokenTypeName(m.type)));
+  if (const std::size_t i = FirstMisfit(m.type, tokens); i < tokens.size())
+    return Status::InvalidArgument(fmt::format("document {}: token {} at position {} does not fit in {}",
+                                               m.index.num_documents(), tokens[i], i, megatron::TokenTypeName(m.type)));
   STOKER_RETURN_IF_ERROR(m.index.AddDocument(tokens.size()));
-  for (std::int64_t t : tokens) StoreToken(m.type, t, m.buffer);
+  StoreTokens(m.type, tokens, m.buffer);
   if (m.buffer.size() >= (std::size_t{4} << 20)) {
     STOKER_RETURN_IF_ERROR(m.bin->Append(m.buffer));
     m.buffer.clear();

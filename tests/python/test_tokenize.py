@@ -98,3 +98,47 @@ def test_bad_input_is_named_and_the_cli_says_it(cli, tmp_path, tokenizer_file):
     r = cli("tokenize", tmp_path / "bad.jsonl", "-o", tmp_path / "y", "--tokenizer", tokenizer_file, check=False,
             env=env)
     assert r.returncode == 1 and "bad.jsonl:2" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_model(tmp_path_factory):
+    spm = pytest.importorskip("sentencepiece")
+    folder = tmp_path_factory.mktemp("spm")
+    (folder / "corpus.txt").write_text("\n".join(texts(800, 5)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(folder / "m"), vocab_size=40,
+                                   minloglevel=2, num_threads=1)
+    return folder / "m.model"
+
+
+@pytest.mark.parametrize("backend", ["native", "python"])
+def test_a_sentencepiece_model_tokenizes_as_sentencepiece_encodes(cli, tmp_path, sentencepiece_model, backend):
+    spm = pytest.importorskip("sentencepiece")
+    reference = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))  # PyPI's build, not ours
+    docs = texts(300, 6) + ["", "stones \u00e9t\u00e9 \u4e2d"]  # empty, and characters the model never saw
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    result = stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "sp", sentencepiece_model, batch_size=64, backend=backend)
+    assert result["backend"].startswith("libsentencepiece" if backend == "native" else "sentencepiece")
+    expected = [ids + [reference.eos_id()] for ids in reference.encode(docs)]  # eos="auto": the model's </s>
+    assert result["documents"] == len(docs) and result["token_type"] == "uint16"
+    assert result["tokens"] == sum(map(len, expected))
+    assert read_documents(tmp_path / "sp", len(docs)) == expected
+    none = stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "sp-no-eos", sentencepiece_model, eos=None, batch_size=1000,
+                           backend=backend)
+    assert read_documents(tmp_path / "sp-no-eos", len(docs)) == reference.encode(docs)
+    assert none["tokens"] == result["tokens"] - len(docs)
+    with pytest.raises(ValueError, match="is not a token"):
+        stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "x", sentencepiece_model, eos="<|endoftext|>", backend=backend)
+    (tmp_path / "junk.model").write_bytes(b"\xff\xfe not a model")
+    with pytest.raises(ValueError, match="junk.model: not a SentencePiece model"):
+        stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "x", tmp_path / "junk.model", backend=backend)
+    with pytest.raises(FileNotFoundError, match="nope.model"):
+        stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "x", tmp_path / "nope.model", backend=backend)
+    with pytest.raises(ValueError, match="junk.json: not a Hugging Face tokenizer.json"):
+        (tmp_path / "junk.json").write_bytes(b"\xff{")
+        stoker.tokenize(tmp_path / "a.jsonl", tmp_path / "x", tmp_path / "junk.json")
+    assert not (tmp_path / "x.idx").exists()
+    r = cli("tokenize", tmp_path / "a.jsonl", "-o", tmp_path / "cli", "--tokenizer", sentencepiece_model,
+            "--backend", backend, env=dict(os.environ, STOKER_PYTHON=sys.executable))
+    assert "tokenized %d documents" % len(docs) in r.stdout
+    for ext in (".idx", ".bin"):
+        assert (tmp_path / ("cli" + ext)).read_bytes() == (tmp_path / ("sp" + ext)).read_bytes()
