@@ -202,6 +202,19 @@ class FileSystem {
     (void)shards;
     return Status::Ok();
   }
+  // One large file read in parts (a Megatron .bin): remote file systems
+  // serve `path`, of `size` bytes, through their shard cache in chunks of
+  // `chunk_bytes` (chunk i: bytes [i * chunk_bytes, ...)), fetched by range
+  // and kept as cache entries of the version `version` (a hash of what
+  // describes the file, so that another version never matches). Open it
+  // with OpenForRead; read_planner() takes chunk numbers. Use it in place
+  // of AttachShards, not with it. Local file systems: Unimplemented (map
+  // the file instead).
+  [[nodiscard]] virtual Status AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
+                                                 std::uint64_t version) {
+    (void)size, (void)chunk_bytes, (void)version;
+    return Status::Unimplemented(path + ": not a remote file system; map the file");
+  }
   // The shard cache of a remote file system; nullptr for local ones.
   [[nodiscard]] virtual ShardCacheControl* shard_cache() { return nullptr; }
 };

@@ -15,12 +15,29 @@
 #include <vector>
 
 #include "stoker/file_system.h"
+#include "stoker/remote.h"
 #include "stoker/status.h"
 
 namespace stoker {
 
+// Where a token dataset lives, when not on a local file system.
+struct TokenDatasetOptions {
+  // http(s):// and s3:// prefixes: PREFIX.idx is fetched whole into the
+  // cache folder; PREFIX.bin is read through the shard cache in chunks of
+  // `chunk_bytes`, fetched by HTTP range as the loader will need them (see
+  // TokenDataset::PlanReads) and evicted needed-furthest-first.
+  RemoteOptions remote;
+  std::uint64_t chunk_bytes = std::uint64_t{64} << 20;
+};
+
+// A run of a document's tokens.
+struct TokenRange {
+  std::uint64_t document = 0, offset = 0, length = 0;
+};
+
 // A Megatron indexed dataset, mapped (nothing read up front but the index's
-// arrays, which opening checks: O(documents)). Thread-safe to read.
+// arrays, which opening checks: O(documents)), or read through the remote
+// cache. Thread-safe to read.
 class TokenDataset {
  public:
   // `prefix` names PREFIX.idx and PREFIX.bin on `file_system`, which must
@@ -28,8 +45,16 @@ class TokenDataset {
   // the file and byte offset of what is wrong (a bad header, an unknown
   // token type, a sequence outside the .bin, boundaries that do not add up,
   // a .bin whose size is not the tokens' size).
-  [[nodiscard]] static Result<std::unique_ptr<TokenDataset>> Open(const std::string& prefix,
-                                                                  FileSystem* file_system = FileSystem::Default());
+  // On a remote file system (read_planner() set) the .bin is read in chunks
+  // of `chunk_bytes` through its cache.
+  [[nodiscard]] static Result<std::unique_ptr<TokenDataset>> Open(
+      const std::string& prefix, FileSystem* file_system = FileSystem::Default(),
+      std::uint64_t chunk_bytes = TokenDatasetOptions{}.chunk_bytes);
+  // A local prefix, or an http(s):// or s3:// one (through the cache; its
+  // errors name the URL). The .bin of a remote dataset is not fetched at
+  // open: its size is checked as each chunk arrives.
+  [[nodiscard]] static Result<std::unique_ptr<TokenDataset>> Open(const std::string& location,
+                                                                  const TokenDatasetOptions& options);
   ~TokenDataset();
   TokenDataset(const TokenDataset&) = delete;
   TokenDataset& operator=(const TokenDataset&) = delete;
@@ -43,6 +68,17 @@ class TokenDataset {
   // Tokens [offset, offset + out.size()) of document `document`, as int64.
   // InvalidArgument outside the document.
   [[nodiscard]] Status ReadTokens(std::uint64_t document, std::uint64_t offset, std::span<std::int64_t> out) const;
+
+  // Read-ahead, for remote datasets (local ones have nothing to do): the
+  // ranges a reader will read next, in order, appended to the cache's plan;
+  // returns the plan's position at the first of them. AdvanceReads says
+  // reading has reached a position; ResetReads forgets the plan (a jump).
+  [[nodiscard]] bool remote() const;
+  std::uint64_t PlanReads(std::span<const TokenRange> ranges) const;
+  void AdvanceReads(std::uint64_t position) const;
+  void ResetReads() const;
+  // The remote cache's figures (zero for a local dataset).
+  [[nodiscard]] RemoteStats remote_stats() const;
 
   struct Impl;
 
@@ -92,6 +128,10 @@ struct TokenLoaderOptions {
   std::uint64_t vocab_size = 0;
   // Batches prepared ahead on the loader's thread.
   std::uint32_t prefetch = 2;
+  // Remote datasets: the batches whose reads the cache is told ahead of
+  // time (it downloads their chunks in that order and evicts the chunks
+  // needed furthest ahead).
+  std::uint32_t read_ahead_batches = 16;
   // Fill TokenBatch::pieces.
   bool with_documents = false;
 };

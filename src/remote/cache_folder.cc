@@ -60,8 +60,9 @@ bool ProcessAlive(long pid) {
 CacheFolder::CacheFolder(FileSystem* fs, std::string dir, std::span<const ShardDesc> shards)
     : fs_(fs), dir_(std::move(dir)) {
   for (const ShardDesc& d : shards) {
-    std::string name = fmt::format("{:016x}-{:016x}-{}{}", Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))),
-                                   d.checksum, SafeName(d.name), kEntrySuffix);
+    std::string name =
+        fmt::format("{:016x}-{:016x}-{}{}{}", Xxh3(std::as_bytes(std::span(d.url.data(), d.url.size()))), d.checksum,
+                    SafeName(d.name), d.chunk ? fmt::format("@{}", d.offset) : "", kEntrySuffix);
     entry_paths_.push_back(dir_ + "/" + name);
     shard_of_entry_.emplace(std::move(name), static_cast<std::uint32_t>(entry_paths_.size() - 1));
   }

@@ -26,6 +26,11 @@ struct ShardDesc {
   std::string name;  // for entry names and messages (the index's path)
   std::uint64_t size = 0;
   std::uint64_t checksum = 0;  // xxh3-64 of the whole shard
+  // A chunk: the bytes [offset, offset + size) of the object at `url`,
+  // fetched by range and checked by size only; `checksum` then names the
+  // object's version (entries of another version never match).
+  bool chunk = false;
+  std::uint64_t offset = 0;
 };
 
 class CacheFolder {

@@ -133,7 +133,8 @@ class CurlTransport final : public HttpTransport {
     }
     std::string range;
     if (request.range_start) {
-      range = fmt::format("{}-", *request.range_start);
+      range = request.range_end ? fmt::format("{}-{}", *request.range_start, *request.range_end)
+                                : fmt::format("{}-", *request.range_start);
       curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
     }
     if (!request.if_match.empty()) add_header("If-Match: " + request.if_match);

@@ -147,6 +147,9 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     return start_over();
   };
 
+  // A part of the object: [base, range_end].
+  const bool ranged = request.range_start.has_value() && request.range_end.has_value();
+  const std::uint64_t base = ranged ? *request.range_start : 0;
   for (std::uint32_t attempt = 0; attempt < attempts; ++attempt) {
     ++st.attempts;
     HttpRequest req = request;
@@ -156,7 +159,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
       req.timeout_seconds = req.timeout_seconds > 0 ? std::min(req.timeout_seconds, left) : left;
     }
     if (received > 0) {
-      req.range_start = received;
+      req.range_start = base + received;
       req.if_match = etag;
     }
     // Bytes of this response to skip: a server that ignores our range sends
@@ -177,6 +180,11 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
           if (!req.range_start || head.range_start.value_or(UINT64_MAX) != *req.range_start) {
             return Status::Unavailable(fmt::format("{}: 206 with an unexpected Content-Range", url));
           }
+        } else if (head.status == 200 && ranged) {
+          return Status::Unimplemented(
+              fmt::format("{}: the server ignores Range requests (it answered 200 to bytes={}-{}); reading part of "
+                          "an object needs them",
+                          url, *req.range_start, *req.range_end));
         } else if (head.status == 200 && received > 0) {
           skip = received;  // range ignored: the whole object again
         }
@@ -211,10 +219,12 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     } else {
       const HttpResponse& r = *response;
       if (r.status == 200 || r.status == 206) {
-        const std::uint64_t total =
-            r.status == 206 ? r.total_size.value_or(0) : r.content_length.value_or(expected_size.value_or(received));
-        const bool complete = r.status == 206 ? (r.total_size && received == *r.total_size)
-                                              : (!r.content_length || received == *r.content_length);
+        const std::uint64_t total = ranged            ? *request.range_end + 1 - base
+                                    : r.status == 206 ? r.total_size.value_or(0)
+                                                      : r.content_length.value_or(expected_size.value_or(received));
+        const bool complete = ranged            ? received == total
+                              : r.status == 206 ? (r.total_size && received == *r.total_size)
+                                                : (!r.content_length || received == *r.content_length);
         if (complete && (!expected_size || received == *expected_size)) return Status::Ok();
         if (complete && expected_size)
           return Status::Corruption(

@@ -21,8 +21,10 @@ namespace stoker::remote {
 
 struct HttpRequest {
   std::string url;
-  // Bytes from `range_start` to the end (RFC 9110 "bytes=N-"), when set.
+  // Bytes from `range_start` to the end (RFC 9110 "bytes=N-"), when set;
+  // to `range_end` (inclusive, "bytes=N-M") when that is set too.
   std::optional<std::uint64_t> range_start;
+  std::optional<std::uint64_t> range_end;
   std::string if_match;  // an ETag, when set
   // AWS Signature V4 (CURLOPT_AWS_SIGV4), when `aws_sigv4` is set:
   // "aws:amz:REGION:s3", with "KEY:SECRET" and an optional session token.
@@ -86,7 +88,9 @@ struct FetchStats {
   std::uint32_t connections = 0;  // new connections the attempts opened
 };
 
-// Downloads the whole object at request.url. `sink` gets its bytes in order
+// Downloads the whole object at request.url, or the bytes [range_start,
+// range_end] of it when the request names both (a server that ignores the
+// range is then an error: Unimplemented). `sink` gets its bytes in order
 // (each byte once, unless `restart` is called: then start over). When
 // `expected_size` is set, a body of another size is an error (truncated
 // bodies are resumed first). Errors name the URL.

@@ -42,6 +42,35 @@ class CachedShardFile final : public ReadableFile {
   std::string display_;
 };
 
+// A large file read through the cache in chunks (AttachChunkedFile).
+class ChunkedFile final : public ReadableFile {
+ public:
+  ChunkedFile(ShardCache* cache, std::uint64_t chunk_bytes, std::uint64_t size, std::string display)
+      : cache_(cache), chunk_bytes_(chunk_bytes), size_(size), display_(std::move(display)) {}
+  Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
+    if (offset >= size_) return std::size_t{0};
+    out = out.subspan(0, static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), size_ - offset)));
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const std::uint64_t at = offset + done;
+      const auto chunk = static_cast<std::uint32_t>(at / chunk_bytes_);
+      const std::uint64_t within = at - std::uint64_t{chunk} * chunk_bytes_;
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(out.size() - done, cache_->shards()[chunk].size - within));
+      STOKER_RETURN_IF_ERROR(cache_->ReadAt(chunk, within, out.subspan(done, n)));
+      done += n;
+    }
+    return done;
+  }
+  Result<std::uint64_t> Size() override { return size_; }
+  const std::string& path() const override { return display_; }
+
+ private:
+  ShardCache* cache_;
+  std::uint64_t chunk_bytes_, size_;
+  std::string display_;
+};
+
 }  // namespace
 
 RemoteFileSystem::RemoteFileSystem(RemoteOptions options, std::unique_ptr<HttpTransport> transport, FileSystem* local)
@@ -53,14 +82,42 @@ RemoteFileSystem::~RemoteFileSystem() = default;
 
 Status RemoteFileSystem::AttachShards(std::span<const ShardFile> shards) {
   if (cache_) return Status::Internal("the remote file system already serves a dataset");
-  ShardCacheOptions o;
   std::vector<ShardDesc> descs;
   for (std::uint32_t i = 0; i < shards.size(); ++i) {
-    // Every shard of a dataset shares the scheme, so the signing and
-    // timeouts of any one are the cache's request template.
-    STOKER_ASSIGN_OR_RETURN(o.request, RequestFor(shards[i].path, options_));
-    descs.push_back({o.request.url, shards[i].name, shards[i].size, shards[i].checksum});
+    STOKER_ASSIGN_OR_RETURN(HttpRequest request, RequestFor(shards[i].path, options_));
+    descs.push_back({request.url, shards[i].name, shards[i].size, shards[i].checksum});
     by_path_[shards[i].path] = i;
+  }
+  return CreateCache(std::move(descs), shards.empty() ? std::string() : shards[0].path);
+}
+
+Status RemoteFileSystem::AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
+                                           std::uint64_t version) {
+  if (cache_) return Status::Internal("the remote file system already serves a dataset");
+  if (chunk_bytes == 0) return Status::InvalidArgument("the chunk size must be above zero");
+  if (size / chunk_bytes >= std::uint64_t{1} << 31)
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes in chunks of {} are too many chunks", RedactUrl(path), size, chunk_bytes));
+  STOKER_ASSIGN_OR_RETURN(HttpRequest request, RequestFor(path, options_));
+  const std::string name = path.substr(path.rfind('/') + 1);
+  std::vector<ShardDesc> descs;
+  for (std::uint64_t at = 0; at < size; at += chunk_bytes) {
+    ShardDesc d{request.url, name, std::min(chunk_bytes, size - at), version};
+    d.chunk = true;
+    d.offset = at;
+    descs.push_back(std::move(d));
+  }
+  chunked_path_ = path;
+  chunk_bytes_ = chunk_bytes;
+  return CreateCache(std::move(descs), path);
+}
+
+Status RemoteFileSystem::CreateCache(std::vector<ShardDesc> descs, const std::string& any_path) {
+  ShardCacheOptions o;
+  // Every object of a dataset shares the scheme, so the signing and
+  // timeouts of any one are the cache's request template.
+  if (!any_path.empty()) {
+    STOKER_ASSIGN_OR_RETURN(o.request, RequestFor(any_path, options_));
   }
   o.request.url.clear();
   o.cache = options_.cache;
@@ -72,6 +129,12 @@ Status RemoteFileSystem::AttachShards(std::span<const ShardFile> shards) {
 }
 
 Result<std::unique_ptr<ReadableFile>> RemoteFileSystem::OpenForRead(const std::string& path) {
+  if (cache_ && !chunked_path_.empty() && path == chunked_path_) {
+    std::uint64_t size = 0;
+    for (const auto& d : cache_->shards()) size += d.size;
+    return std::unique_ptr<ReadableFile>(
+        std::make_unique<ChunkedFile>(cache_.get(), chunk_bytes_, size, RedactUrl(path)));
+  }
   auto it = by_path_.find(path);
   if (it == by_path_.end() || !cache_)
     return Status::NotFound(fmt::format("{}: not a shard of this dataset", RedactUrl(path)));
@@ -79,6 +142,8 @@ Result<std::unique_ptr<ReadableFile>> RemoteFileSystem::OpenForRead(const std::s
 }
 
 Result<std::unique_ptr<MappedFile>> RemoteFileSystem::Map(const std::string& path, MapAccess access) {
+  if (!chunked_path_.empty() && path == chunked_path_)
+    return Status::Unimplemented(fmt::format("{}: read in chunks through the cache, not mapped", RedactUrl(path)));
   if (auto it = by_path_.find(path); it != by_path_.end() && cache_) {
     // A shard: through the cache (the mapping outlives an eviction).
     STOKER_RETURN_IF_ERROR(cache_->Ensure(it->second));
@@ -92,6 +157,11 @@ Result<std::unique_ptr<MappedFile>> RemoteFileSystem::Map(const std::string& pat
 }
 
 Result<FileInfo> RemoteFileSystem::Stat(const std::string& path) {
+  if (cache_ && !chunked_path_.empty() && path == chunked_path_) {
+    std::uint64_t size = 0;
+    for (const auto& d : cache_->shards()) size += d.size;
+    return FileInfo{FileType::kRegular, size};
+  }
   if (auto it = by_path_.find(path); it != by_path_.end() && cache_)
     return FileInfo{FileType::kRegular, cache_->shards()[it->second].size};
   STOKER_ASSIGN_OR_RETURN(std::string local, FetchIndex(path));
@@ -119,9 +189,12 @@ Result<std::string> RemoteFileSystem::FetchIndex(const std::string& path) {
       const std::size_t take = std::min(data.size(), index_format::kHeaderSize - head.size());
       head.insert(head.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
       if (head.size() == index_format::kHeaderSize) {
-        if (std::memcmp(head.data(), index_format::kMagic, sizeof(index_format::kMagic)) != 0)
-          return Status::Corruption(fmt::format("{}: not a stoker index (bad magic)", shown));
-        declared = index_format::Load<std::uint64_t>(head.data() + index_format::header::kFileSizeOff);
+        // A Megatron .idx (whose reader checks it) states no size: the cache's limits bound it.
+        static constexpr char kMegatronMagic[] = "MMIDIDX\0\0";
+        const bool megatron = std::memcmp(head.data(), kMegatronMagic, 9) == 0;
+        if (!megatron && std::memcmp(head.data(), index_format::kMagic, sizeof(index_format::kMagic)) != 0)
+          return Status::Corruption(fmt::format("{}: neither a stoker index nor a Megatron .idx (bad magic)", shown));
+        if (!megatron) declared = index_format::Load<std::uint64_t>(head.data() + index_format::header::kFileSizeOff);
         if (declared > limit)
           return Status::ResourceExhausted(
               fmt::format("{}: the index says it is {}, more than the cache may hold ({}; --cache-size, free space)",

@@ -45,6 +45,8 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner, publi
   std::string DisplayName(const std::string& path) const override;
   ShardReadPlanner* read_planner() override { return this; }
   Status AttachShards(std::span<const ShardFile> shards) override;
+  Status AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
+                           std::uint64_t version) override;
   ShardCacheControl* shard_cache() override { return this; }
 
   // ShardReadPlanner.
@@ -59,16 +61,19 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner, publi
   Result<WarmReport> Warm(const std::function<void(std::uint64_t, std::uint64_t)>& progress) override;
 
  private:
-  // Downloads an object that is not a shard (the index) into the cache
-  // folder, once; returns its local path.
+  Status CreateCache(std::vector<ShardDesc> descs, const std::string& any_path);
+  // Downloads an object that is not a shard (a stoker index, a Megatron
+  // .idx) into the cache folder, once; returns its local path.
   Result<std::string> FetchIndex(const std::string& url);
 
   RemoteOptions options_;
   FileSystem* local_;
   std::unique_ptr<HttpTransport> transport_;
   std::map<std::string, std::uint32_t> by_path_;  // shard location -> shard number
-  std::map<std::string, std::string> fetched_;    // object URL -> local file
-  std::unique_ptr<ShardCache> cache_;             // after transport_: destroyed first
+  std::string chunked_path_;                      // AttachChunkedFile's file, when set
+  std::uint64_t chunk_bytes_ = 0;
+  std::map<std::string, std::string> fetched_;  // object URL -> local file
+  std::unique_ptr<ShardCache> cache_;           // after transport_: destroyed first
 };
 
 // The file system for a remote `location` (http://, https://, s3://), and

@@ -52,11 +52,15 @@ Result<std::unique_ptr<ReadableFile>> DownloadShard(const DownloadContext& c, st
     HttpRequest request = *c.request_template;
     request.url = d.url;
     request.cancel = c.stopping;
+    if (d.chunk) {
+      request.range_start = d.offset;
+      request.range_end = d.offset + d.size - 1;
+    }
     FetchStats fetch;
     status = FetchObject(*c.transport, request, d.size, sink, restart, *c.retry, &fetch);
     counts->retries += fetch.retries;
     counts->connections += fetch.connections;
-    if (status.ok() && hash.Digest() != d.checksum) {
+    if (status.ok() && !d.chunk && hash.Digest() != d.checksum) {
       // A body of the right size but other bytes: corrupted on the way, or
       // the object was replaced since packing. Once more, then give up.
       status = Status::Corruption(fmt::format(

@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "core/hash.h"
 #include "format/megatron_index.h"
+#include "remote/remote_file_system.h"
 #include "stoker/text.h"
 #include "stoker/tokens.h"
 
@@ -95,36 +97,99 @@ void StoreTokens(TokenType type, std::span<const std::int64_t> tokens, std::vect
 
 struct TokenDataset::Impl {
   std::string prefix;
+  std::shared_ptr<FileSystem> owned_fs;  // a remote dataset's own; before the files, which need it
   std::unique_ptr<MappedFile> idx, bin;
+  // Remote: the .bin read through the cache in chunks, with read-ahead hints.
+  std::unique_ptr<ReadableFile> bin_file;
+  ShardReadPlanner* planner = nullptr;
+  ShardCacheControl* cache = nullptr;
+  std::uint64_t chunk_bytes = 0;
   megatron::IndexView view;
   std::vector<std::uint64_t> document_tokens;
+
+  // Calls f(byte offset in the .bin, tokens) for each stretch of tokens [offset, offset + count) of `document`.
+  template <typename F>
+  void ForEachStretch(std::uint64_t document, std::uint64_t offset, std::uint64_t count, F&& f) const {
+    const std::size_t size = megatron::TokenSize(view.token_type());
+    for (auto s = view.boundary(document); s < view.boundary(document + 1) && count > 0; ++s) {
+      const auto length = static_cast<std::uint64_t>(view.length(static_cast<std::uint64_t>(s)));
+      if (offset >= length) {
+        offset -= length;
+        continue;
+      }
+      const std::uint64_t take = std::min<std::uint64_t>(length - offset, count);
+      f(static_cast<std::uint64_t>(view.pointer(static_cast<std::uint64_t>(s))) + offset * size, take);
+      count -= take;
+      offset = 0;
+    }
+  }
 };
 
 TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TokenDataset::~TokenDataset() = default;
 
-Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& prefix, FileSystem* fs) {
-  auto impl = std::make_unique<Impl>();
-  impl->prefix = prefix;
-  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-  STOKER_ASSIGN_OR_RETURN(impl->idx, fs->Map(idx_path));
-  STOKER_ASSIGN_OR_RETURN(impl->bin, fs->Map(bin_path));
-  const std::uint64_t bin_size = impl->bin->data().size();
-  STOKER_ASSIGN_OR_RETURN(impl->view, megatron::IndexView::Open(impl->idx->data(), idx_path, bin_size));
-  const megatron::IndexView& view = impl->view;
+namespace {
+
+// Opens `impl->prefix` on `fs`: the .idx mapped; the .bin mapped, or (a
+// remote file system) read in chunks of `chunk_bytes` through its cache.
+Status OpenFiles(TokenDataset::Impl& m, FileSystem* fs, std::uint64_t chunk_bytes) {
+  const std::string idx_path = m.prefix + ".idx", bin_path = m.prefix + ".bin";
+  STOKER_ASSIGN_OR_RETURN(m.idx, fs->Map(idx_path));
+  std::uint64_t bin_size = 0;
+  if (fs->read_planner() == nullptr) {
+    STOKER_ASSIGN_OR_RETURN(m.bin, fs->Map(bin_path));
+    bin_size = m.bin->data().size();
+  } else {
+    // The .bin's size is what the index says; each chunk's arrival checks it.
+    STOKER_ASSIGN_OR_RETURN(auto parsed, megatron::IndexView::Open(m.idx->data(), fs->DisplayName(idx_path),
+                                                                   std::numeric_limits<std::uint64_t>::max()));
+    bin_size = parsed.total_tokens() * megatron::TokenSize(parsed.token_type());
+    const std::uint64_t version = Xxh3(m.idx->data());  // another .idx: another .bin, other cache entries
+    STOKER_RETURN_IF_ERROR(fs->AttachChunkedFile(bin_path, bin_size, chunk_bytes, version));
+    STOKER_ASSIGN_OR_RETURN(m.bin_file, fs->OpenForRead(bin_path));
+    m.planner = fs->read_planner();
+    m.cache = fs->shard_cache();
+    m.chunk_bytes = chunk_bytes;
+  }
+  STOKER_ASSIGN_OR_RETURN(m.view, megatron::IndexView::Open(m.idx->data(), fs->DisplayName(idx_path), bin_size));
+  const megatron::IndexView& view = m.view;
   const std::uint64_t covered = view.total_tokens() * megatron::TokenSize(view.token_type());
   if (covered != bin_size)
-    return Status::Corruption(
-        fmt::format("{}: holds {} bytes, but the sequences of {} cover {} ({} tokens of {}): {}", bin_path, bin_size,
-                    idx_path, covered, view.total_tokens(), megatron::TokenTypeName(view.token_type()),
-                    bin_size < covered ? "the .bin is truncated" : "the lengths do not add up to the .bin"));
-  impl->document_tokens.resize(view.num_documents());
+    return Status::Corruption(fmt::format(
+        "{}: holds {} bytes, but the sequences of {} cover {} ({} tokens of {}): {}", fs->DisplayName(bin_path),
+        bin_size, fs->DisplayName(idx_path), covered, view.total_tokens(), megatron::TokenTypeName(view.token_type()),
+        bin_size < covered ? "the .bin is truncated" : "the lengths do not add up to the .bin"));
+  m.document_tokens.resize(view.num_documents());
   for (std::uint64_t d = 0; d < view.num_documents(); ++d) {
     std::uint64_t tokens = 0;
     for (auto s = view.boundary(d); s < view.boundary(d + 1); ++s)
       tokens += static_cast<std::uint64_t>(view.length(static_cast<std::uint64_t>(s)));
-    impl->document_tokens[d] = tokens;
+    m.document_tokens[d] = tokens;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& prefix, FileSystem* fs,
+                                                         std::uint64_t chunk_bytes) {
+  if (chunk_bytes == 0) return Status::InvalidArgument("chunk_bytes must be above zero");
+  auto impl = std::make_unique<Impl>();
+  impl->prefix = prefix;
+  STOKER_RETURN_IF_ERROR(OpenFiles(*impl, fs, chunk_bytes));
+  return std::unique_ptr<TokenDataset>(new TokenDataset(std::move(impl)));
+}
+
+Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& location,
+                                                         const TokenDatasetOptions& options) {
+  if (!IsRemoteLocation(location)) return Open(location, FileSystem::Default());
+  if (options.chunk_bytes < (std::uint64_t{64} << 10) || options.chunk_bytes > (std::uint64_t{4} << 30))
+    return Status::InvalidArgument(fmt::format("chunk_bytes {} is outside [64 KiB, 4 GiB]", options.chunk_bytes));
+  STOKER_ASSIGN_OR_RETURN(remote::RemoteLocation at, remote::OpenRemoteLocation(location, options.remote));
+  auto impl = std::make_unique<Impl>();
+  impl->prefix = location;
+  impl->owned_fs = std::move(at.file_system);
+  STOKER_RETURN_IF_ERROR(OpenFiles(*impl, impl->owned_fs.get(), options.chunk_bytes));
   return std::unique_ptr<TokenDataset>(new TokenDataset(std::move(impl)));
 }
 
@@ -154,21 +219,59 @@ Status TokenDataset::ReadTokens(std::uint64_t document, std::uint64_t offset, st
     return Status::InvalidArgument(fmt::format("{}: tokens [{}, {}) are outside document {} ({} tokens)", impl_->prefix,
                                                offset, offset + out.size(), document, document_length));
   const std::size_t size = megatron::TokenSize(view.token_type());
-  const std::byte* bin = impl_->bin->data().data();
-  for (auto s = view.boundary(document); s < view.boundary(document + 1) && !out.empty(); ++s) {
-    const auto length = static_cast<std::uint64_t>(view.length(static_cast<std::uint64_t>(s)));
-    if (offset >= length) {
-      offset -= length;
-      continue;
+  Status status;
+  std::vector<std::byte> bytes;  // a remote stretch, read through the cache
+  impl_->ForEachStretch(document, offset, out.size(), [&](std::uint64_t at, std::uint64_t count) {
+    std::span<std::int64_t> into = out.first(count);
+    out = out.subspan(count);
+    if (!status.ok()) return;
+    if (impl_->bin) {
+      ConvertTokens(view.token_type(), impl_->bin->data().data() + at, into);
+      return;
     }
-    const std::uint64_t take = std::min<std::uint64_t>(length - offset, out.size());
-    ConvertTokens(view.token_type(),
-                  bin + static_cast<std::uint64_t>(view.pointer(static_cast<std::uint64_t>(s))) + offset * size,
-                  out.first(take));
-    out = out.subspan(take);
-    offset = 0;
+    bytes.resize(count * size);
+    auto got = impl_->bin_file->ReadAt(at, bytes);
+    if (!got.ok()) {
+      status = got.error();
+    } else if (*got != bytes.size()) {
+      status = Status::Corruption(fmt::format("{}.bin: ends at byte {}, inside document {} (the .idx says more)",
+                                              impl_->prefix, at + *got, document));
+    } else {
+      ConvertTokens(view.token_type(), bytes.data(), into);
+    }
+  });
+  return status;
+}
+
+bool TokenDataset::remote() const {
+  return impl_->planner != nullptr;
+}
+
+std::uint64_t TokenDataset::PlanReads(std::span<const TokenRange> ranges) const {
+  if (impl_->planner == nullptr) return 0;
+  const std::uint64_t size = megatron::TokenSize(impl_->view.token_type());
+  std::vector<std::uint32_t> chunks;
+  for (const TokenRange& r : ranges) {
+    if (r.document >= impl_->view.num_documents()) continue;
+    impl_->ForEachStretch(r.document, r.offset, r.length, [&](std::uint64_t at, std::uint64_t count) {
+      const std::uint64_t first = at / impl_->chunk_bytes, last = (at + count * size - 1) / impl_->chunk_bytes;
+      for (std::uint64_t c = first; c <= last; ++c)
+        if (chunks.empty() || chunks.back() != c) chunks.push_back(static_cast<std::uint32_t>(c));
+    });
   }
-  return Status::Ok();
+  return impl_->planner->AppendPlan(chunks);
+}
+
+void TokenDataset::AdvanceReads(std::uint64_t position) const {
+  if (impl_->planner != nullptr) impl_->planner->AdvancePlan(position);
+}
+
+void TokenDataset::ResetReads() const {
+  if (impl_->planner != nullptr) impl_->planner->ResetPlan();
+}
+
+RemoteStats TokenDataset::remote_stats() const {
+  return impl_->cache != nullptr ? impl_->cache->stats() : RemoteStats{};
 }
 
 struct TokenDatasetWriter::Impl {

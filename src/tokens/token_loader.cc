@@ -20,6 +20,14 @@ namespace {
 struct Position {
   std::uint64_t epoch = 0;
   std::uint64_t batch = 0;  // global batches of the epoch handed out (or produced)
+  bool operator==(const Position&) const = default;
+};
+
+// A batch whose reads the remote cache was told of: the plan position of
+// its first read in each dataset.
+struct PlannedBatch {
+  Position at;
+  std::vector<std::uint64_t> starts;
 };
 
 struct Item {
@@ -58,9 +66,64 @@ struct TokenLoader::Impl {
   bool stop GUARDED_BY(mu) = false;
   std::jthread producer;
 
+  // Read-ahead for remote datasets (the producer thread's): the batches
+  // planned ahead of the one being built, and the next to plan.
+  bool any_remote = false;
+  std::deque<PlannedBatch> planned;
+  Position plan_next;
+  std::uint64_t plan_generation = 0;
+  std::vector<std::vector<TokenRange>> ranges;  // scratch, per dataset
+
   std::uint64_t NumBatches() const {
     const std::uint64_t b = options.global_batch_size;
     return (rows_per_epoch + b - 1) / b;
+  }
+
+  // The position produced after `p`: the epoch's end marker is a position too.
+  Position After(Position p) const {
+    return p.batch >= NumBatches() ? Position{p.epoch + 1, 0} : Position{p.epoch, p.batch + 1};
+  }
+
+  // This rank's rows of batch `at`: [first, first + count).
+  std::pair<std::uint64_t, std::uint64_t> RowsOf(Position at, std::uint32_t share_rank, std::uint32_t world) const {
+    const std::uint64_t global = options.global_batch_size;
+    const std::uint64_t first_row = at.batch * global;
+    const std::uint64_t rows_in_batch = std::min<std::uint64_t>(global, rows_per_epoch - first_row);
+    const std::uint64_t lo = share_rank * rows_in_batch / world, hi = (share_rank + 1) * rows_in_batch / world;
+    return {first_row + lo, hi - lo};
+  }
+
+  // Tells remote datasets' caches what the batches from `at` on will read,
+  // `read_ahead_batches` of them, and that reading batch `at` begins.
+  void ReadAhead(Position at, std::uint64_t gen, std::uint32_t share_rank, std::uint32_t world) {
+    if (!any_remote) return;
+    if (gen != plan_generation || (planned.empty() ? plan_next != at : planned.front().at != at)) {
+      // A jump (restore, reshard, set_epoch) or the first batch: a new plan from `at`.
+      for (const auto& d : datasets) d->ResetReads();
+      planned.clear();
+      plan_next = at;
+      plan_generation = gen;
+    }
+    std::vector<order::TokenPiece> pieces;
+    ranges.resize(datasets.size());
+    while (planned.size() < std::max<std::uint32_t>(1, options.read_ahead_batches)) {
+      for (auto& r : ranges) r.clear();
+      if (plan_next.batch < NumBatches()) {
+        const auto [first, count] = RowsOf(plan_next, share_rank, world);
+        for (std::uint64_t row = first; row < first + count; ++row) {
+          pieces.clear();
+          const order::BlendPlan::Source source = blend->At(plan_next.epoch, row);
+          PlanFor(source.dataset, source.epoch).Row(source.row, 1, pieces);
+          for (const auto& p : pieces) ranges[source.dataset].push_back({p.document, p.offset, p.length});
+        }
+      }
+      PlannedBatch batch{plan_next, std::vector<std::uint64_t>(datasets.size())};
+      for (std::size_t d = 0; d < datasets.size(); ++d) batch.starts[d] = datasets[d]->PlanReads(ranges[d]);
+      planned.push_back(std::move(batch));
+      plan_next = After(plan_next);
+    }
+    for (std::size_t d = 0; d < datasets.size(); ++d) datasets[d]->AdvanceReads(planned.front().starts[d]);
+    planned.pop_front();
   }
 
   // Restarts production at the consumer's position (mu held).
@@ -72,14 +135,12 @@ struct TokenLoader::Impl {
   }
 
   Result<TokenBatch> Build(Position at, std::uint32_t share_rank, std::uint32_t world) {
-    const std::uint64_t seq = options.seq_len, global = options.global_batch_size;
-    const std::uint64_t first_row = at.batch * global;
-    const std::uint64_t rows_in_batch = std::min<std::uint64_t>(global, rows_per_epoch - first_row);
-    const std::uint64_t lo = share_rank * rows_in_batch / world, hi = (share_rank + 1) * rows_in_batch / world;
+    const std::uint64_t seq = options.seq_len;
+    const auto [first, count] = RowsOf(at, share_rank, world);
     TokenBatch out;
     out.epoch = at.epoch;
     out.batch_index = at.batch;
-    out.rows = static_cast<std::uint32_t>(hi - lo);
+    out.rows = static_cast<std::uint32_t>(count);
     out.seq_len = seq;
     out.input_ids.assign(out.rows * seq, options.pad_id);
     out.labels.assign(out.rows * seq, options.ignore_index);
@@ -92,7 +153,7 @@ struct TokenLoader::Impl {
     std::int32_t boundary = 0;
     for (std::uint64_t i = 0; i < out.rows; ++i) {
       pieces.clear();
-      const order::BlendPlan::Source source = blend->At(at.epoch, first_row + lo + i);
+      const order::BlendPlan::Source source = blend->At(at.epoch, first + i);
       PlanFor(source.dataset, source.epoch).Row(source.row, 1, pieces);
       const TokenDataset& dataset = *datasets[source.dataset];
       std::uint64_t n = 0;
@@ -146,12 +207,11 @@ struct TokenLoader::Impl {
         share_rank = rank;
         world = world_size;
       }
+      ReadAhead(at, gen, share_rank, world);
       Item item;
       item.at = at;
-      Position next{at.epoch, at.batch + 1};
-      if (at.batch >= NumBatches()) {
-        next = {at.epoch + 1, 0};
-      } else {
+      const Position next = After(at);
+      if (at.batch < NumBatches()) {
         auto built = Build(at, share_rank, world);
         item.batch = built.ok() ? Result<std::optional<TokenBatch>>(std::optional<TokenBatch>(std::move(*built)))
                                 : Result<std::optional<TokenBatch>>(built.error());
@@ -204,6 +264,9 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
                     options.global_batch_size, options.seq_len));
   if (options.prefetch < 1 || options.prefetch > 64)
     return Status::InvalidArgument(fmt::format("prefetch {} is outside [1, 64]", options.prefetch));
+  if (options.read_ahead_batches < 1 || options.read_ahead_batches > 65536)
+    return Status::InvalidArgument(
+        fmt::format("read_ahead_batches {} is outside [1, 65536]", options.read_ahead_batches));
   std::vector<std::uint64_t> rows;
   for (const auto& d : datasets) rows.push_back((d->num_tokens() + options.seq_len - 1) / options.seq_len);
   if (weights.empty()) {
@@ -239,6 +302,7 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
   }
   impl->blend_hash = Xxh3(std::as_bytes(std::span(fingerprint)));
   impl->datasets = std::move(datasets);
+  for (const auto& d : impl->datasets) impl->any_remote = impl->any_remote || d->remote();
   {
     MutexLock lock(impl->mu);
     impl->rank = options.rank;

@@ -27,7 +27,7 @@ namespace stoker::remote {
 namespace {
 
 // Serves `objects` (path -> body) over HTTP/1.1 keep-alive, one thread per
-// connection; honours "Range: bytes=N-"; counts the connections it accepted.
+// connection; honours "Range: bytes=N-" and "bytes=N-M"; counts the connections it accepted.
 class TinyHttpServer {
  public:
   explicit TinyHttpServer(std::map<std::string, std::string> objects) : objects_(std::move(objects)) {
@@ -89,19 +89,25 @@ class TinyHttpServer {
       buffer.erase(0, end + 4);
       const auto sp1 = head.find(' '), sp2 = head.find(' ', sp1 + 1);
       const std::string path = head.substr(sp1 + 1, sp2 - sp1 - 1);
-      std::size_t from = 0;
-      if (const auto r = head.find("Range: bytes="); r != std::string::npos)
-        from = std::stoull(head.substr(r + 13, head.find('-', r + 13) - r - 13));
+      std::size_t from = 0, to = std::string::npos;  // to: inclusive
+      if (const auto r = head.find("Range: bytes="); r != std::string::npos) {
+        const auto dash = head.find('-', r + 13);
+        from = std::stoull(head.substr(r + 13, dash - r - 13));
+        if (dash + 1 < head.size() && std::isdigit(static_cast<unsigned char>(head[dash + 1])))
+          to = std::stoull(head.substr(dash + 1));
+      }
       std::string response;
       const auto it = objects_.find(path);
       if (it == objects_.end()) {
         response = "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found";
       } else {
         const std::string& body = it->second;
-        const std::string part = body.substr(std::min(from, body.size()));
-        response = from ? fmt::format("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {}-{}/{}\r\n", from,
-                                      body.size() - 1, body.size())
-                        : std::string("HTTP/1.1 200 OK\r\n");
+        const std::size_t last = std::min(to, body.size() - 1);
+        const std::string part = body.substr(std::min(from, body.size()), last + 1 - std::min(from, last + 1));
+        response = from || to != std::string::npos
+                       ? fmt::format("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {}-{}/{}\r\n", from, last,
+                                     body.size())
+                       : std::string("HTTP/1.1 200 OK\r\n");
         response += fmt::format("ETag: \"v1\"\r\nContent-Length: {}\r\n\r\n", part.size()) + part;
       }
       for (std::size_t sent = 0; sent < response.size();) {
@@ -135,11 +141,13 @@ struct Fetched {
   std::string body;
 };
 
-Fetched Get(HttpTransport& transport, const std::string& url, std::optional<std::uint64_t> range = {}) {
+Fetched Get(HttpTransport& transport, const std::string& url, std::optional<std::uint64_t> range = {},
+            std::optional<std::uint64_t> range_end = {}) {
   Fetched f;
   HttpRequest request;
   request.url = url;
   request.range_start = range;
+  request.range_end = range_end;
   auto response = transport.Get(request, [&](const HttpResponse&, std::span<const std::byte> data) {
     f.body.append(reinterpret_cast<const char*>(data.data()), data.size());
     return Status::Ok();
@@ -199,6 +207,12 @@ TEST(CurlTransport, RangesErrorsAndSinkFailures) {
   EXPECT_EQ(tail.response.range_start, 150'000u);
   EXPECT_EQ(tail.response.total_size, body.size());
   EXPECT_EQ(tail.body, body.substr(150'000));
+
+  Fetched part = Get(*transport, server.Url("/a.tar"), 1'000, 65'535);  // a chunk: bytes=1000-65535
+  ASSERT_TRUE(part.status.ok()) << part.status.ToString();
+  EXPECT_EQ(part.response.status, 206);
+  EXPECT_EQ(part.response.range_start, 1'000u);
+  EXPECT_EQ(part.body, body.substr(1'000, 64'536));
 
   Fetched missing = Get(*transport, server.Url("/missing.tar"));
   ASSERT_TRUE(missing.status.ok());  // an HTTP status is a response, not a transport error

@@ -119,8 +119,10 @@ class FakeTransport final : public HttpTransport {
     } else {
       r.status = 200;
     }
-    r.content_length = data.size() - start;
-    std::span<const std::byte> body(data.data() + start, data.size() - start);
+    std::uint64_t end = data.size();  // exclusive
+    if (r.status == 206 && request.range_end) end = std::min<std::uint64_t>(end, *request.range_end + 1);
+    r.content_length = end - start;
+    std::span<const std::byte> body(data.data() + start, end - start);
     std::vector<std::byte> corrupted;
     if (fault && fault->kind == Fault::Kind::kCorrupt && fault->at >= start && fault->at < data.size()) {
       corrupted.assign(body.begin(), body.end());

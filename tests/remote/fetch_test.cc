@@ -25,7 +25,8 @@ struct Download {
 };
 
 Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uint32_t attempts = 8,
-               double deadline_seconds = 0) {
+               double deadline_seconds = 0, std::optional<std::uint64_t> range_start = {},
+               std::optional<std::uint64_t> range_end = {}) {
   Download d;
   stoker::testing::FakeClock clock;
   RetryPolicy policy;
@@ -34,6 +35,8 @@ Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uin
   policy.deadline_seconds = deadline_seconds;
   HttpRequest request;
   request.url = kUrl;
+  request.range_start = range_start;
+  request.range_end = range_end;
   d.status = FetchObject(
       t, request, expected,
       [&](std::span<const std::byte> data) {
@@ -48,6 +51,29 @@ Download Fetch(FakeTransport& t, std::optional<std::uint64_t> expected, std::uin
       policy, &d.stats);
   d.sleeps = clock.sleeps();
   return d;
+}
+
+TEST(Fetch, APartOfAnObjectResumesWithinItsRangeAndNeedsRanges) {
+  FakeTransport t;
+  const auto data = Pattern(100000, 4);
+  t.Put(kUrl, data);
+  t.AddFault(kUrl, MakeFault(Fault::Kind::kTruncate, 5000));
+  Download d = Fetch(t, 20000, 8, 0, 40000, 59999);
+  ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+  EXPECT_EQ(d.bytes, std::vector<std::byte>(data.begin() + 40000, data.begin() + 60000));
+  const auto requests = t.requests(kUrl);
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].range_start.value_or(0), 45000u);  // resumed inside the part
+  EXPECT_EQ(requests[1].range_end.value_or(0), 59999u);
+
+  FakeTransport plain;
+  plain.Put(kUrl, data);
+  plain.AddFault(kUrl, MakeFault(Fault::Kind::kIgnoreRange));
+  Download whole = Fetch(plain, 20000, 8, 0, 40000, 59999);
+  ASSERT_FALSE(whole.status.ok());
+  EXPECT_EQ(whole.status.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(whole.status.message().find("ignores Range requests"), std::string::npos) << whole.status.ToString();
+  EXPECT_EQ(plain.requests(kUrl).size(), 1u);  // not retried
 }
 
 TEST(Fetch, TruncatedBodiesResumeByRangeUnderIfMatch) {

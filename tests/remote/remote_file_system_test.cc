@@ -71,7 +71,8 @@ TEST(RemoteFileSystem, AnIndexLongerThanItsHeaderSaysOrNotAnIndexIsRefused) {
   auto b = fs->Stat(other);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.error().code(), StatusCode::kCorruption);
-  EXPECT_NE(b.error().message().find("not a stoker index (bad magic)"), std::string::npos) << b.error().message();
+  EXPECT_NE(b.error().message().find("neither a stoker index nor a Megatron .idx (bad magic)"), std::string::npos)
+      << b.error().message();
   EXPECT_EQ(f.CachedBytes(), 0u);
 }
 
