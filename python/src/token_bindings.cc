@@ -16,12 +16,16 @@ namespace {
 class PyTokenLoader {
  public:
   PyTokenLoader(const std::vector<std::string>& prefixes, std::vector<double> weights,
-                const stoker::TokenLoaderOptions& options) {
+                const stoker::TokenLoaderOptions& options, const stoker::RemoteOptions& remote,
+                std::uint64_t chunk_bytes) {
     stoker::Result<std::unique_ptr<stoker::TokenLoader>> made = stoker::Status::Internal("unset");
     {
       py::gil_scoped_release release;
       for (const auto& prefix : prefixes) {
-        auto opened = stoker::TokenDataset::Open(prefix);
+        stoker::TokenDatasetOptions where;
+        where.remote = remote;
+        where.chunk_bytes = chunk_bytes;
+        auto opened = stoker::TokenDataset::Open(prefix, where);
         if (!opened.ok()) {
           made = opened.error();
           break;
@@ -34,6 +38,7 @@ class PyTokenLoader {
     loader_ = Unwrap(std::move(made));
     with_documents_ = options.with_documents;
   }
+  const std::vector<std::shared_ptr<const stoker::TokenDataset>>& datasets() const { return datasets_; }
   ~PyTokenLoader() {
     py::gil_scoped_release release;
     loader_.reset();
@@ -136,11 +141,31 @@ void BindTokens(py::module_& m) {
       .def_readwrite("ignore_index", &stoker::TokenLoaderOptions::ignore_index)
       .def_readwrite("vocab_size", &stoker::TokenLoaderOptions::vocab_size)
       .def_readwrite("prefetch", &stoker::TokenLoaderOptions::prefetch)
+      .def_readwrite("read_ahead_batches", &stoker::TokenLoaderOptions::read_ahead_batches)
       .def_readwrite("with_documents", &stoker::TokenLoaderOptions::with_documents);
 
   py::class_<PyTokenLoader>(m, "TokenLoader")
-      .def(py::init<const std::vector<std::string>&, std::vector<double>, const stoker::TokenLoaderOptions&>())
+      .def(py::init<const std::vector<std::string>&, std::vector<double>, const stoker::TokenLoaderOptions&,
+                    const stoker::RemoteOptions&, std::uint64_t>())
       .def("next", &PyTokenLoader::Next)
+      // Each dataset's remote cache figures (zeros for local ones).
+      .def("remote_stats",
+           [](PyTokenLoader& l) {
+             py::list out;
+             for (const auto& d : l.datasets()) {
+               const stoker::RemoteStats s = d->remote_stats();
+               py::dict x;
+               x["hits"] = s.hits;
+               x["misses"] = s.misses;
+               x["downloads"] = s.downloads;
+               x["bytes_downloaded"] = s.bytes_downloaded;
+               x["evictions"] = s.evictions;
+               x["retries"] = s.retries;
+               x["wait_seconds"] = s.wait_seconds;
+               out.append(x);
+             }
+             return out;
+           })
       .def_property_readonly("epoch", [](PyTokenLoader& l) { return l.loader().epoch(); })
       .def_property_readonly("num_batches", [](PyTokenLoader& l) { return l.loader().num_batches(); })
       .def_property_readonly("num_rows", [](PyTokenLoader& l) { return l.loader().num_rows(); })

@@ -24,6 +24,13 @@ __all__ = ["TokenLoader", "write_tokens"]
 _TOKEN_TYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64", "float32", "float64")
 
 
+def _byte_size(name, value):
+    n = _native.parse_byte_size(value) if isinstance(value, str) else _params.integer(name, value, 1, _params.U64_MAX)
+    if n == 0:
+        raise ValueError("%s must be above zero" % name)
+    return n
+
+
 class TokenLoader:
     """An iterable of dict batches over a Megatron indexed dataset.
 
@@ -48,11 +55,21 @@ class TokenLoader:
     ``vocab_size``: a token at or above it is a ``CorruptionError`` naming
     the document. The last row of an epoch is padded with ``pad_id``.
     ``device="cuda"`` moves each batch's tensors through pinned memory on a
-    stream of stoker's own that torch's current stream waits on."""
+    stream of stoker's own that torch's current stream waits on.
+
+    A prefix may be an ``http(s)://`` or ``s3://`` URL: ``PREFIX.idx`` is
+    fetched whole into the cache folder (``cache_dir``, default
+    ``$STOKER_CACHE_DIR`` or ``~/.cache/stoker``) and ``PREFIX.bin`` read
+    through it in chunks of ``chunk_size`` fetched by HTTP range, the
+    chunks of the next ``read_ahead_batches`` batches downloaded ahead in
+    the loader's order (``connections`` at once) and the ones needed
+    furthest ahead evicted when ``cache_size`` is reached.
+    ``remote_stats()`` tells how the cache did."""
 
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
                  world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
-                 weights=None, device="cpu"):
+                 weights=None, device="cpu", cache_dir=None, cache_size="16GiB", connections=8, chunk_size="64MiB",
+                 read_ahead_batches=16):
         prefixes = [os.fspath(d) for d in dataset] if isinstance(dataset, (list, tuple)) else [os.fspath(dataset)]
         if not prefixes:
             raise ValueError("dataset: give a prefix, or a list of them to blend")
@@ -85,7 +102,16 @@ class TokenLoader:
         options.ignore_index = _params.integer("ignore_index", ignore_index, -(1 << 63), (1 << 63) - 1)
         options.vocab_size = 0 if vocab_size is None else _params.integer("vocab_size", vocab_size, 1, 1 << 62)
         options.prefetch = _params.integer("prefetch", prefetch, 1, 64)
-        self._native = _native.TokenLoader(prefixes, weights, options)
+        options.read_ahead_batches = _params.integer("read_ahead_batches", read_ahead_batches, 1, 65536)
+        remote = _native.RemoteOptions()
+        if cache_dir is not None:
+            remote.cache_dir = os.fspath(cache_dir)
+        remote.cache_size = _byte_size("cache_size", cache_size)
+        remote.connections = _params.integer("connections", connections, 1, 256)
+        chunk_bytes = _byte_size("chunk_size", chunk_size)
+        if not 64 << 10 <= chunk_bytes <= 4 << 30:
+            raise ValueError("chunk_size must be between 64KiB and 4GiB, not %r" % (chunk_size,))
+        self._native = _native.TokenLoader(prefixes, weights, options, remote, chunk_bytes)
         self._mover = None
         self.device = "cpu"
         if str(device) != "cpu":
@@ -117,6 +143,11 @@ class TokenLoader:
             if "documents" in item:
                 batch["documents"] = item["documents"]
             yield batch
+
+    def remote_stats(self):
+        """Per dataset, its remote cache's figures: hits, misses, downloads, bytes_downloaded, evictions, retries,
+        wait_seconds (zeros for a local dataset)."""
+        return self._native.remote_stats()
 
     @property
     def epoch(self):

@@ -545,3 +545,34 @@ def test_silent_and_trickling_servers_end_within_the_deadlines(stoker_bin, packe
         assert elapsed < 20, elapsed  # not one download after another
     finally:
         server.close()
+
+
+def test_a_megatron_corpus_over_http_gives_the_local_batches_through_a_small_cache(tmp_path):
+    import numpy as np
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 50000, int(rng.integers(0, 3000))) for _ in range(300)]
+    (tmp_path / "www").mkdir()
+    stoker.write_tokens(tmp_path / "www" / "corpus", docs, "uint16")
+    bin_size = (tmp_path / "www" / "corpus.bin").stat().st_size
+    server = remote_servers.Nginx(tmp_path / "www")
+    try:
+        def epochs(prefix, **kw):
+            loader = stoker.TokenLoader(prefix, seq_len=1024, global_batch_size=4, seed=9, with_indices=True, **kw)
+            out = []
+            for epoch in range(2):
+                loader.set_epoch(epoch)
+                out += [(b["input_ids"].clone(), b["labels"].clone(), b["documents"]) for b in loader]
+            return out, loader
+        local, _ = epochs(tmp_path / "www" / "corpus")
+        remote, loader = epochs(server.url + "/corpus", cache_dir=tmp_path / "cache", cache_size=4 * 65536,
+                                chunk_size="64KiB", read_ahead_batches=4)
+        assert bin_size > 8 * 65536  # the cache holds under half of it
+        assert len(remote) == len(local)
+        for (a, b, c), (x, y, z) in zip(local, remote, strict=True):
+            assert torch.equal(a, x) and torch.equal(b, y) and c == z
+        stats = loader.remote_stats()[0]
+        assert stats["downloads"] >= bin_size // 65536 and stats["evictions"] > 0, stats
+        with pytest.raises(FileNotFoundError, match="corpus-missing.idx"):
+            stoker.TokenLoader(server.url + "/corpus-missing", seq_len=8, cache_dir=tmp_path / "cache")
+    finally:
+        server.close()
