@@ -113,9 +113,19 @@ class MotoS3:
 
     def upload_folder(self, bucket, prefix, folder):
         import boto3
+        import botocore.exceptions
         s3 = boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="test",
                           aws_secret_access_key="test")
-        s3.create_bucket(Bucket=bucket)
+        # The server may accept connections before it answers them (seen on a loaded machine: resets).
+        deadline = time.time() + 30
+        while True:
+            try:
+                s3.create_bucket(Bucket=bucket)
+                break
+            except botocore.exceptions.ConnectionError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise
+                time.sleep(0.5)
         for name in sorted(os.listdir(folder)):
             s3.upload_file(os.path.join(folder, name), bucket, "%s/%s" % (prefix, name))
 
