@@ -576,3 +576,29 @@ def test_a_megatron_corpus_over_http_gives_the_local_batches_through_a_small_cac
             stoker.TokenLoader(server.url + "/corpus-missing", seq_len=8, cache_dir=tmp_path / "cache")
     finally:
         server.close()
+
+
+def test_a_megatron_corpus_on_s3_is_read_with_signed_ranged_requests(moto_s3, tmp_path, monkeypatch):
+    import numpy as np
+    rng = np.random.default_rng(6)
+    docs = [rng.integers(0, 30000, int(rng.integers(0, 2000))) for _ in range(120)]
+    (tmp_path / "lm").mkdir()
+    stoker.write_tokens(tmp_path / "lm" / "corpus", docs, "uint16")
+    moto_s3.upload_folder("training-data", "lm", tmp_path / "lm")
+    recorder = remote_servers.FaultProxy(moto_s3.url)
+    try:
+        for k, v in dict(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_REGION="us-east-1",
+                         AWS_ENDPOINT_URL=recorder.url).items():
+            monkeypatch.setenv(k, v)
+
+        def epoch(prefix, **kw):
+            loader = stoker.TokenLoader(prefix, seq_len=512, global_batch_size=4, seed=2, **kw)
+            return [b["input_ids"].clone() for b in loader]
+        local = epoch(tmp_path / "lm" / "corpus")
+        remote = epoch("s3://training-data/lm/corpus", cache_dir=tmp_path / "cache", chunk_size="64KiB")
+        assert len(local) == len(remote) and all(torch.equal(a, b) for a, b in zip(local, remote))
+        headers = recorder.headers["/training-data/lm/corpus.bin"]
+        assert headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256 Credential=test/"), headers
+        assert headers.get("Range", "").startswith("bytes="), headers
+    finally:
+        recorder.close()
