@@ -189,6 +189,8 @@ def main():
                     help="Hugging Face: only the documents within the first N tokens (0: all)")
     ap.add_argument("--only", default="stoker,megatron,hf")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers of the peers")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of each peer, alternating; the median run (by sequences/s) is reported")
     ap.add_argument("--startup", action=argparse.BooleanOptionalAction, default=True,
                     help="also time the first batch on token_loader_bench.py's 10B-token corpus, when generated")
     ap.add_argument("--json", action="store_true")
@@ -220,26 +222,32 @@ def main():
             print("%-8s 10B-token corpus: setup %7.2f s, first batch %7.2f s, private memory %5d MiB" % (
                 name, r["setup_s"], r["first_batch_s"], r["private_mib"]), flush=True)
     for seq_len, rows in ((2048, 20000), (8192, 5000)):
-        for name in args.only.split(","):
-            cache = tempfile.mkdtemp(prefix="peer-cache-", dir=args.work)  # a fresh index build each run
-            a = {"seq_len": seq_len, "rows": rows, "prefix": prefix, "cache": cache, "workers": args.workers,
-                 "num_rows": 0, "hf_tokens": args.hf_tokens, "first_only": False}
-            if name == "stoker":
-                r = run(sys.executable, STOKER, a, os.environ)
-            elif name == "megatron":
-                a["num_rows"] = args.tokens // seq_len  # one epoch's samples
-                r = run(peer_python, MEGATRON, a, os.environ)
-            elif name == "hf":
-                r = run(peer_python, HF, a, dict(os.environ, HF_DATASETS_CACHE=cache))
-            else:
-                raise SystemExit("unknown peer " + name)
-            shutil.rmtree(cache, ignore_errors=True)
-            r.update(peer=name, seq_len=seq_len)
+        runs = {name: [] for name in args.only.split(",")}
+        for _ in range(args.repeats):
+            for name in runs:
+                cache = tempfile.mkdtemp(prefix="peer-cache-", dir=args.work)  # a fresh index build each run
+                a = {"seq_len": seq_len, "rows": rows, "prefix": prefix, "cache": cache, "workers": args.workers,
+                     "num_rows": 0, "hf_tokens": args.hf_tokens, "first_only": False}
+                if name == "stoker":
+                    r = run(sys.executable, STOKER, a, os.environ)
+                elif name == "megatron":
+                    a["num_rows"] = args.tokens // seq_len  # one epoch's samples
+                    r = run(peer_python, MEGATRON, a, os.environ)
+                elif name == "hf":
+                    r = run(peer_python, HF, a, dict(os.environ, HF_DATASETS_CACHE=cache))
+                else:
+                    raise SystemExit("unknown peer " + name)
+                shutil.rmtree(cache, ignore_errors=True)
+                runs[name].append(r)
+        for name, rs in runs.items():
+            rs.sort(key=lambda r: r["sequences_per_s"])
+            r = dict(rs[len(rs) // 2], peer=name, seq_len=seq_len,
+                     sequences_per_s_runs=[x["sequences_per_s"] for x in rs])
             results.append(r)
-            print("%-8s seq_len %5d: setup %7.2f s, first batch %7.2f s, %8.0f sequences/s, %6.3g tokens/s, "
+            print("%-8s seq_len %5d: setup %7.2f s, first batch %7.2f s, %8.0f sequences/s (runs: %s), %6.3g tokens/s, "
                   "private memory %5d MiB" % (name, seq_len, r["setup_s"], r["first_batch_s"], r["sequences_per_s"],
-                                              r["tokens_per_s"], r["private_mib"]),
-                  flush=True)
+                                              ", ".join("%.0f" % x for x in r["sequences_per_s_runs"]),
+                                              r["tokens_per_s"], r["private_mib"]), flush=True)
     if args.json:
         print(json.dumps(results))
 
