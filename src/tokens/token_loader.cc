@@ -218,9 +218,11 @@ struct TokenLoader::Impl {
       }
       MutexLock lock(mu);
       if (gen != generation) continue;  // a jump happened meanwhile
+      // Only a consumer finding the queue empty waits: wake it then, not on every batch.
+      const bool was_empty = queue.empty();
       queue.push_back(std::move(item));
       produced = next;
-      changed.NotifyAll();
+      if (was_empty) changed.NotifyAll();
     }
   }
 };
@@ -319,8 +321,10 @@ Result<std::optional<TokenBatch>> TokenLoader::Next(std::chrono::nanoseconds tim
   if (!m.changed.WaitFor(m.mu, timeout, [&]() REQUIRES(m.mu) { return !m.queue.empty(); }))
     return Status::DeadlineExceeded("no batch yet");
   Item item = std::move(m.queue.front());
+  // The producer waits only on a full queue: wake it then, not on every batch.
+  const bool was_full = m.queue.size() >= m.options.prefetch;
   m.queue.pop_front();
-  m.changed.NotifyAll();
+  if (was_full) m.changed.NotifyAll();
   if (item.batch.ok() && !item.batch->has_value())
     m.consumed = {item.at.epoch + 1, 0};
   else
