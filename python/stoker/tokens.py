@@ -63,7 +63,8 @@ class TokenLoader:
     through it in chunks of ``chunk_size`` fetched by HTTP range, the
     chunks of the next ``read_ahead_batches`` batches downloaded ahead in
     the loader's order (``connections`` at once) and the ones needed
-    furthest ahead evicted when ``cache_size`` is reached.
+    furthest ahead evicted when ``cache_size`` is reached (each remote
+    dataset of a blend holds up to ``cache_size`` of its own).
     ``remote_stats()`` tells how the cache did."""
 
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
