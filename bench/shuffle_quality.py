@@ -16,7 +16,6 @@ import json
 
 import numpy as np
 
-import stoker
 from stoker import _native
 from stoker.order_quality import measure
 
