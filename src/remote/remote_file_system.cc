@@ -9,6 +9,7 @@
 
 #include "core/hash.h"
 #include "format/index_format.h"
+#include "format/megatron_index.h"
 #include "remote/url.h"
 #include "stoker/byte_size.h"
 #include "stoker/dataset.h"
@@ -108,6 +109,7 @@ Status RemoteFileSystem::AttachChunkedFile(const std::string& path, std::uint64_
     descs.push_back(std::move(d));
   }
   chunked_path_ = path;
+  chunked_size_ = size;
   chunk_bytes_ = chunk_bytes;
   return CreateCache(std::move(descs), path);
 }
@@ -129,12 +131,9 @@ Status RemoteFileSystem::CreateCache(std::vector<ShardDesc> descs, const std::st
 }
 
 Result<std::unique_ptr<ReadableFile>> RemoteFileSystem::OpenForRead(const std::string& path) {
-  if (cache_ && !chunked_path_.empty() && path == chunked_path_) {
-    std::uint64_t size = 0;
-    for (const auto& d : cache_->shards()) size += d.size;
+  if (cache_ && !chunked_path_.empty() && path == chunked_path_)
     return std::unique_ptr<ReadableFile>(
-        std::make_unique<ChunkedFile>(cache_.get(), chunk_bytes_, size, RedactUrl(path)));
-  }
+        std::make_unique<ChunkedFile>(cache_.get(), chunk_bytes_, chunked_size_, RedactUrl(path)));
   auto it = by_path_.find(path);
   if (it == by_path_.end() || !cache_)
     return Status::NotFound(fmt::format("{}: not a shard of this dataset", RedactUrl(path)));
@@ -157,11 +156,7 @@ Result<std::unique_ptr<MappedFile>> RemoteFileSystem::Map(const std::string& pat
 }
 
 Result<FileInfo> RemoteFileSystem::Stat(const std::string& path) {
-  if (cache_ && !chunked_path_.empty() && path == chunked_path_) {
-    std::uint64_t size = 0;
-    for (const auto& d : cache_->shards()) size += d.size;
-    return FileInfo{FileType::kRegular, size};
-  }
+  if (cache_ && !chunked_path_.empty() && path == chunked_path_) return FileInfo{FileType::kRegular, chunked_size_};
   if (auto it = by_path_.find(path); it != by_path_.end() && cache_)
     return FileInfo{FileType::kRegular, cache_->shards()[it->second].size};
   STOKER_ASSIGN_OR_RETURN(std::string local, FetchIndex(path));
@@ -190,11 +185,11 @@ Result<std::string> RemoteFileSystem::FetchIndex(const std::string& path) {
       head.insert(head.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
       if (head.size() == index_format::kHeaderSize) {
         // A Megatron .idx (whose reader checks it) states no size: the cache's limits bound it.
-        static constexpr char kMegatronMagic[] = "MMIDIDX\0\0";
-        const bool megatron = std::memcmp(head.data(), kMegatronMagic, 9) == 0;
-        if (!megatron && std::memcmp(head.data(), index_format::kMagic, sizeof(index_format::kMagic)) != 0)
+        const bool is_megatron = std::memcmp(head.data(), megatron::kMagic, sizeof(megatron::kMagic)) == 0;
+        if (!is_megatron && std::memcmp(head.data(), index_format::kMagic, sizeof(index_format::kMagic)) != 0)
           return Status::Corruption(fmt::format("{}: neither a stoker index nor a Megatron .idx (bad magic)", shown));
-        if (!megatron) declared = index_format::Load<std::uint64_t>(head.data() + index_format::header::kFileSizeOff);
+        if (!is_megatron)
+          declared = index_format::Load<std::uint64_t>(head.data() + index_format::header::kFileSizeOff);
         if (declared > limit)
           return Status::ResourceExhausted(
               fmt::format("{}: the index says it is {}, more than the cache may hold ({}; --cache-size, free space)",

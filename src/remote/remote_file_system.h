@@ -71,7 +71,7 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner, publi
   std::unique_ptr<HttpTransport> transport_;
   std::map<std::string, std::uint32_t> by_path_;  // shard location -> shard number
   std::string chunked_path_;                      // AttachChunkedFile's file, when set
-  std::uint64_t chunk_bytes_ = 0;
+  std::uint64_t chunked_size_ = 0, chunk_bytes_ = 0;
   std::map<std::string, std::string> fetched_;  // object URL -> local file
   std::unique_ptr<ShardCache> cache_;           // after transport_: destroyed first
 };
