@@ -2,6 +2,7 @@
 the CPU: host clocks only), its verdict, its Prometheus text (parsed by
 prometheus-client's parser) and its trace (Trace Event format)."""
 import json
+import math
 import os
 import time
 import urllib.request
@@ -74,8 +75,11 @@ def test_a_synchronous_checkpoint_is_recovered_and_judged():
     assert_recovered(doc, planted)
     finding, fix, _ = [f for f in doc.verdict() if f[0].startswith("checkpoint stalls")][0]
     assert "2 saves" in finding
-    # Young's interval at 0.2 s a save and a 24 h MTBF: sqrt(2 x 0.2 x 86400) = 186 s.
-    assert "save every 186 s" in fix or "save every 185 s" in fix or "save every 187 s" in fix, fix
+    # Young's interval at the measured cost of a save (0.2 s planted, a little more on a loaded machine) and a
+    # 24 h MTBF: sqrt(2 x 0.2 x 86400) = 186 s.
+    per_save = doc.account()["seconds"]["checkpoint"] / 2
+    assert 0.2 <= per_save < 0.25
+    assert "save every %.0f s" % math.sqrt(2 * per_save * 86400) in fix, fix
 
 
 def test_sync_stalls_each_step_are_recovered():
