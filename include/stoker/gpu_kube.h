@@ -30,6 +30,11 @@ struct GpuDevicePluginSettings {
   std::string turns_container_path = "/run/stoker-turns";
   bool enforce_preload = false;  // mount /etc/ld.so.preload naming the interposer into every container
   double health_interval_seconds = 5;
+  // The state of ended containers (tenant folders, pinned limits) is swept
+  // this often (0: never), once the kubelet no longer lists them and it is
+  // older than the grace period.
+  double tenant_sweep_seconds = 60;
+  double tenant_grace_seconds = 300;
 };
 // Serves until `stop()` is true (polled every 200 ms); logs to stderr.
 // In the stoker_kube_plugin library (it links gRPC), not in `stoker`.

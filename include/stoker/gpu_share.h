@@ -91,6 +91,7 @@ struct GpuLedgerView {
     std::vector<std::optional<std::uint64_t>> quota;  // per device; nullopt: none
     std::vector<std::uint64_t> charged;               // per device
     std::uint32_t compute_share = 0;                  // 0: none
+    std::vector<std::uint32_t> compute_shares;        // per device (differs by card in a per-card grant); 0: none
     std::vector<Process> processes;
   };
   std::string path;  // the ledger, or the state folder whose ledgers were read
@@ -114,5 +115,13 @@ struct GpuLedgerView {
 // whatever folder or mount namespace the ledger is in). nullopt when that
 // cannot be told (another user's process without root, or one that ended).
 [[nodiscard]] std::optional<bool> UnderGpuInterposer(int pid);
+
+// For the node's agent (root, in the node's PID namespace): tells each of
+// `pids` (processes using a GPU, as NVML lists them) that runs in a PID
+// namespace of its own (a container) its PID here, through the ledgers it
+// holds open, so that its interposer finds itself in NVML's per-process
+// list (memory the driver holds for it beyond its allocations is then
+// charged). Returns how many ledger slots were told.
+std::size_t RecordGpuHostPids(const std::vector<int>& pids);
 
 }  // namespace stoker

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,7 +16,9 @@
 
 #include "deviceplugin_v1beta1.grpc.pb.h"
 #include "kube/http_server.h"
+#include "kube/tenant_sweep.h"
 #include "podresources_v1.grpc.pb.h"
+#include "share/ledger_host_pids.h"
 
 namespace stoker::kube {
 namespace {
@@ -97,6 +100,9 @@ class DevicePlugin::Impl {
   Status Register(const Served& served);
   void HealthLoop();
   void Refresh();
+  // What the kubelet has given out (its pod-resources API).
+  Result<::v1::ListPodResourcesResponse> ListPodResources();
+  void SweepEndedTenants();
 
   DevicePluginOptions options_;
   std::mutex mu_;
@@ -264,6 +270,14 @@ Status DevicePlugin::Impl::Register(const Served& served) {
 
 void DevicePlugin::Impl::Refresh() {
   auto inventory = options_.inventory();
+  if (inventory.ok()) {
+    // NVML lists the node's PIDs; containers' processes learn theirs
+    // through their ledgers (needs the host's PID namespace: hostPID).
+    std::vector<int> pids;
+    for (const GpuCard& c : inventory->cards)
+      for (const auto& p : c.processes) pids.push_back(p.pid);
+    (void)share::RecordHostPids(pids);
+  }
   std::lock_guard lock(mu_);
   std::vector<GpuCard> next = cards_;
   for (GpuCard& known : next) {
@@ -298,12 +312,18 @@ void DevicePlugin::Impl::Refresh() {
 void DevicePlugin::Impl::HealthLoop() {
   const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::duration<double>(options_.health_interval_seconds));
+  auto last_sweep = Clock::now();
+  const auto sweep_every = std::chrono::duration<double>(options_.tenant_sweep_seconds);
   for (;;) {
     {
       std::unique_lock lock(mu_);
       if (changed_.wait_for(lock, interval, [&] { return stopping_; })) return;
     }
     Refresh();
+    if (options_.tenant_sweep_seconds > 0 && Clock::now() - last_sweep >= sweep_every) {
+      last_sweep = Clock::now();
+      SweepEndedTenants();
+    }
     // A kubelet that restarted removed our sockets: serve anew, register again.
     for (Served& served : served_) {
       struct stat st {};
@@ -338,9 +358,7 @@ void DevicePlugin::Impl::Shutdown() {
   }
 }
 
-Result<std::string> DevicePlugin::Impl::CardsJson() {
-  // What the kubelet has given out, per card and resource.
-  std::map<std::string, std::map<Resource, std::uint64_t>> used;
+Result<::v1::ListPodResourcesResponse> DevicePlugin::Impl::ListPodResources() {
   auto channel = grpc::CreateChannel("unix://" + options_.pod_resources_socket, grpc::InsecureChannelCredentials());
   auto stub = ::v1::PodResourcesLister::NewStub(channel);
   grpc::ClientContext context;
@@ -351,7 +369,45 @@ Result<std::string> DevicePlugin::Impl::CardsJson() {
   if (!status.ok())
     return Status::Unavailable(fmt::format("the kubelet's pod-resources API at {}: {}", options_.pod_resources_socket,
                                            status.error_message()));
-  for (const auto& pod : response.pod_resources())
+  return response;
+}
+
+void DevicePlugin::Impl::SweepEndedTenants() {
+  auto listed = ListPodResources();
+  if (!listed.ok()) {
+    // Without the kubelet's word nothing is removed.
+    options_.log("tenant sweep skipped: " + listed.error().message());
+    return;
+  }
+  // A container's tenant per resource: the digest of all its IDs of that
+  // resource (the kubelet may list them one device at a time).
+  std::set<std::string> live;
+  for (const auto& pod : listed->pod_resources())
+    for (const auto& container : pod.containers()) {
+      std::map<Resource, std::vector<std::string>> ids;
+      for (const auto& devices : container.devices()) {
+        const auto resource = ResourceFromName(devices.resource_name());
+        if (!resource) continue;
+        for (const auto& id : devices.device_ids()) ids[*resource].push_back(id);
+      }
+      for (auto& [resource, list] : ids) live.insert(TenantOf(std::move(list)));
+    }
+  const auto grace = std::chrono::seconds(static_cast<std::int64_t>(options_.tenant_grace_seconds));
+  auto swept = kube::SweepEndedTenants(options_.settings.ledger_host_dir, live, grace);
+  if (!swept.ok()) {
+    options_.log("tenant sweep: " + swept.error().message());
+    return;
+  }
+  for (const auto& tenant : swept->removed) options_.log("removed the state of ended tenant " + tenant);
+  for (const auto& note : swept->notes) options_.log("tenant sweep: " + note);
+}
+
+Result<std::string> DevicePlugin::Impl::CardsJson() {
+  // What the kubelet has given out, per card and resource.
+  std::map<std::string, std::map<Resource, std::uint64_t>> used;
+  auto response = ListPodResources();
+  if (!response.ok()) return response.error();
+  for (const auto& pod : response->pod_resources())
     for (const auto& container : pod.containers())
       for (const auto& devices : container.devices())
         for (const auto& id : devices.device_ids()) {

@@ -27,6 +27,11 @@ struct DevicePluginOptions {
   std::string status_address = "0.0.0.0:9453";  // empty: no HTTP endpoint
   std::string node_name;                        // reported in /cards
   double health_interval_seconds = 5;
+  // How often the host state of ended containers is swept (their tenant
+  // folders and pinned limits, kube/tenant_sweep.h; 0: never), and how long
+  // a grant's state is kept before the kubelet must list its container.
+  double tenant_sweep_seconds = 60;
+  double tenant_grace_seconds = 300;
   std::function<Result<GpuInventory>()> inventory = ReadGpuInventory;
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };

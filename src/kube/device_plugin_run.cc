@@ -40,6 +40,10 @@ Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::fu
   if (!(settings.health_interval_seconds > 0))
     return Status::InvalidArgument("the health interval must be above zero seconds");
   options.health_interval_seconds = settings.health_interval_seconds;
+  if (settings.tenant_sweep_seconds < 0 || settings.tenant_grace_seconds < 0)
+    return Status::InvalidArgument("the tenant sweep interval and grace period must not be negative");
+  options.tenant_sweep_seconds = settings.tenant_sweep_seconds;
+  options.tenant_grace_seconds = settings.tenant_grace_seconds;
   options.log = [](const std::string& line) { kube::Log("device-plugin", line); };
   auto plugin = kube::DevicePlugin::Start(std::move(options));
   if (!plugin.ok()) return plugin.error();

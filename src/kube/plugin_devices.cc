@@ -203,6 +203,15 @@ Result<std::vector<std::string>> PreferredDevices(Resource resource, const std::
   return chosen;
 }
 
+std::string TenantOf(std::vector<std::string> device_ids) {
+  // The devices given are this container's alone while it lives: their
+  // digest names its tenant, unique on the node.
+  std::sort(device_ids.begin(), device_ids.end());
+  std::string joined;
+  for (const auto& id : device_ids) joined += id + "\n";
+  return fmt::format("k8s-{:016x}", Xxh3(std::as_bytes(std::span(joined.data(), joined.size()))));
+}
+
 Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string>& device_ids,
                                 const std::vector<GpuCard>& cards, const PluginSettings& settings) {
   if (device_ids.empty()) return Status::InvalidArgument("an allocation without devices");
@@ -228,13 +237,7 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
     grant.host_paths.push_back({ContainerGrant::HostPath::kRootFile, preload, interposer + "\n"});
     grant.mounts.push_back({"/etc/ld.so.preload", preload, true});
   }
-  // The devices given are this container's alone while it lives: their
-  // digest names its tenant, unique on the node.
-  std::vector<std::string> sorted = device_ids;
-  std::sort(sorted.begin(), sorted.end());
-  std::string joined;
-  for (const auto& id : sorted) joined += id + "\n";
-  const std::string tenant = fmt::format("k8s-{:016x}", Xxh3(std::as_bytes(std::span(joined.data(), joined.size()))));
+  const std::string tenant = TenantOf(device_ids);
   // What the container may not change, whatever its environment says.
   std::string pinned;
   auto pin = [&](const std::string& key, const std::string& value) {
@@ -264,12 +267,18 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
       break;
     }
     case Resource::kCompute: {
-      // The share applies to the cards the container's memory went to (the
-      // plugin pairs them); spread over cards, each gets its largest part.
-      std::uint32_t most = 0;
-      for (const auto& [uuid, units] : units_by_card) most = std::max(most, units);
-      pin("STOKER_GPU_COMPUTE_SHARE", std::to_string(std::min<std::uint32_t>(most, 100)));
-      grant.envs["STOKER_GPU_COMPUTE_CARDS"] = visible;
+      // Each card its own part (the plugin pairs them with the cards the
+      // container's memory went to); a card the container reaches outside
+      // this grant is held to the smallest part, never more.
+      std::uint32_t least = 100;
+      std::vector<std::string> parts;
+      for (const std::string& uuid : grant.cards) {
+        const std::uint32_t share = std::min<std::uint32_t>(units_by_card[uuid], 100);
+        least = std::min(least, share);
+        parts.push_back(fmt::format("{}:{}", uuid, share));
+      }
+      pin("STOKER_GPU_COMPUTE_SHARE", std::to_string(least));
+      pin("STOKER_GPU_COMPUTE_SHARES", fmt::format("{}", fmt::join(parts, ",")));
       // The node's schedule, shared by every container with a share; its
       // tenant there is this grant's own.
       const std::string turns = settings.ledger_host_dir + "/turns";

@@ -87,6 +87,11 @@ struct DeviceId {
                                                                 const PluginSettings& settings,
                                                                 const std::string& paired_card = "");
 
+// The tenant a container given `device_ids` (of one resource) runs as: a
+// digest of the IDs, unique on the node while the container holds them
+// ("k8s-" and 16 hex digits).
+[[nodiscard]] std::string TenantOf(std::vector<std::string> device_ids);
+
 // What a container gets for `device_ids` of `resource`.
 struct ContainerGrant {
   std::map<std::string, std::string> envs;

@@ -208,6 +208,36 @@ bool Ledger::SetQuota(int d, std::uint64_t quota, std::string* error) {
   return ok;
 }
 
+bool Ledger::SetComputeShare(int d, std::uint32_t share, std::string* error) {
+  if (!Active() || d < 0 || !Lock()) return false;
+  LedgerTenant& t = layout_->tenants[tenant_];
+  const std::uint32_t wanted = share != 0 ? share : t.compute_share;
+  const std::uint32_t current = t.device_share[d] != 0 ? t.device_share[d] : t.compute_share;
+  // The first of its processes to reach the device sets it (as a quota);
+  // one that launched there before any did ran at the registered share.
+  const bool settled = t.device_share[d] != 0 || (t.devices_used & (1u << d)) != 0;
+  const bool ok = current == wanted || !settled;
+  if (ok && t.device_share[d] == 0) {
+    t.device_share[d] = wanted;
+    if (wanted != current) t.budget_at_ns[d] = 0;  // the next top-up starts a window at the new share
+  }
+  if (!ok) {
+    char detail[256];
+    std::snprintf(detail, sizeof(detail),
+                  "tenant '%s' has a compute share of %u%% on %s (set by another of its processes); this process "
+                  "asks for %u%%: all processes of a tenant must agree",
+                  t.name, current, FormatUuid(layout_->devices[d].uuid).c_str(), wanted);
+    *error = detail;
+  }
+  Unlock();
+  return ok;
+}
+
+std::uint32_t Ledger::ShareOn(std::uint32_t t, std::uint32_t d) const {
+  const LedgerTenant& tenant = layout_->tenants[t];
+  return tenant.device_share[d] != 0 ? tenant.device_share[d] : tenant.compute_share;
+}
+
 bool Ledger::Charge(int d, std::uint64_t bytes, bool count_refusal) {
   if (!Active() || d < 0 || !Lock()) return false;
   LedgerTenant& t = layout_->tenants[tenant_];
@@ -294,6 +324,24 @@ std::uint64_t Ledger::SlotCharged(int d) {
   const std::uint64_t v = layout_->slots[slot_].charged[d];
   Unlock();
   return v;
+}
+
+std::int32_t Ledger::HostPid() const {
+  return Active() ? __atomic_load_n(&layout_->slots[slot_].host_pid, __ATOMIC_RELAXED) : 0;
+}
+
+bool Ledger::RecordHostPid(std::int32_t ns_pid, std::int32_t host_pid) {
+  if (slot_ < 0 || !Lock()) return false;
+  int found = -1, matches = 0;
+  for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+    const LedgerSlot& slot = layout_->slots[s];
+    if (static_cast<int>(s) == slot_ || !slot.in_use || slot.pid != ns_pid || !SlotAlive(s)) continue;
+    found = static_cast<int>(s);
+    ++matches;
+  }
+  if (matches == 1) __atomic_store_n(&layout_->slots[found].host_pid, host_pid, __ATOMIC_RELAXED);
+  Unlock();
+  return matches == 1;
 }
 
 void Ledger::AddThrottled(std::uint64_t ns) {

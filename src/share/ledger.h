@@ -39,7 +39,7 @@
 namespace stoker::share {
 
 inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 2;
+inline constexpr std::uint32_t kLedgerVersion = 3;
 inline constexpr std::uint32_t kMaxDevices = 16;
 // A node's tenants: a Kubernetes node hands out one per memory unit (8
 // cards of 141 GiB at 1 GiB units: 1,128), each with its processes.
@@ -115,6 +115,9 @@ struct LedgerTenant {
   // it was last topped up at compute_share percent of the time passed.
   std::int64_t budget_ns[kMaxDevices];
   std::uint64_t budget_at_ns[kMaxDevices];
+  // Its share on each device where it differs from compute_share (a grant
+  // of different parts of several cards); 0: compute_share applies.
+  std::uint32_t device_share[kMaxDevices];
 };
 struct LedgerSlot {
   std::int32_t pid;
@@ -126,6 +129,11 @@ struct LedgerSlot {
   std::uint64_t throttled_ns;  // launches held back for the compute share
   std::uint64_t launches;
   std::uint64_t started_unix;
+  // Its PID in the node's PID namespace, where it runs in a namespace of
+  // its own (a container): NVML lists host PIDs. Written by the node's
+  // agent (RecordHostPid); 0 until then.
+  std::int32_t host_pid;
+  std::uint32_t reserved;
 };
 struct LedgerLayout {
   LedgerHeader header;
@@ -150,6 +158,7 @@ struct LedgerReport {
     std::string name;
     std::vector<std::uint64_t> quota, charged;  // per device; kNoQuota: none
     std::uint32_t compute_share = 0;
+    std::vector<std::uint32_t> compute_shares;  // per device: its share there (0: none)
     std::vector<Process> processes;
   };
   std::vector<Device> devices;
@@ -175,6 +184,10 @@ class Ledger {
   // Empty on failure, with `*error` saying why (another version, not a
   // ledger, permissions, another user's file, no free slot).
   static Ledger* Open(const std::string& path, std::string* error, const LedgerFile& file = {});
+  // The same for a ledger the caller opened read-write (`fd`, taken over
+  // whatever happens), named `name` in messages: one reached through
+  // another process's /proc/<pid>/fd.
+  static Ledger* OpenDescriptor(int fd, const std::string& name, std::string* error);
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
@@ -200,6 +213,10 @@ class Ledger {
   // Sets this tenant's quota on device `d`, or checks it equals one set by
   // another of its processes. kNoQuota: none.
   bool SetQuota(int d, std::uint64_t quota, std::string* error);
+  // Sets this tenant's compute share on device `d` (percent; 0: the
+  // registered share applies), or checks it equals one another of its
+  // processes set.
+  bool SetComputeShare(int d, std::uint32_t share, std::string* error);
 
   // Admission: charges `bytes` on device `d` to this process and tenant,
   // or returns false (and counts a refusal) when that would pass the
@@ -263,6 +280,13 @@ class Ledger {
   [[nodiscard]] std::uint64_t DeviceCharged(int d);
   [[nodiscard]] std::uint64_t Quota(int d);
   [[nodiscard]] std::uint64_t SlotCharged(int d);
+  // This process's PID as the node's agent recorded it (0: none yet).
+  [[nodiscard]] std::int32_t HostPid() const;
+  // For the node's agent, which sees the host's PIDs: records `host_pid` on
+  // the live slot of the process whose PID in its own namespace is
+  // `ns_pid`. False when no slot, or more than one (processes of several
+  // PID namespaces sharing the ledger), has that PID.
+  bool RecordHostPid(std::int32_t ns_pid, std::int32_t host_pid);
   void AddThrottled(std::uint64_t ns);
   void AddLaunches(std::uint64_t n);
   [[nodiscard]] std::uint32_t compute_share();
@@ -291,6 +315,8 @@ class Ledger {
   bool ReclaimDeadSlots();
   void RecomputeTenants();                                                                 // lock held
   void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
+  // Tenant `t`'s share of device `d` (percent). Lock held.
+  [[nodiscard]] std::uint32_t ShareOn(std::uint32_t t, std::uint32_t d) const;
   // Grants turns to waiting tenants whose devices are all free, the most
   // budget first. Lock held.
   void Schedule(std::uint64_t now_ns, std::uint64_t period_ns);

@@ -184,6 +184,25 @@ Ledger* Ledger::Open(const std::string& path, std::string* error, const LedgerFi
   return nullptr;
 }
 
+Ledger* Ledger::OpenDescriptor(int fd, const std::string& name, std::string* error) {
+  LedgerLayout* layout = MapExisting(fd, name, error);
+  if (layout == nullptr) {
+    ::close(fd);
+    return nullptr;
+  }
+  auto* ledger = new (std::nothrow) Ledger(fd, layout, name);
+  if (ledger == nullptr) {
+    ::munmap(layout, sizeof(LedgerLayout));
+    ::close(fd);
+    return nullptr;
+  }
+  if (!ledger->ClaimSlot(error)) {
+    delete ledger;
+    return nullptr;
+  }
+  return ledger;
+}
+
 // A slot nobody uses whose byte this description can lock is ours: the
 // kernel arbitrates, so no lock is needed. It is filled in by Register.
 bool Ledger::ClaimSlot(std::string* error) {

@@ -53,6 +53,8 @@ bool Ledger::Snapshot(LedgerReport* report, std::string* error) {
     tenant.quota.assign(e.quota, e.quota + devices);
     tenant.charged.assign(e.charged, e.charged + devices);
     tenant.compute_share = e.compute_share;
+    for (std::uint32_t d = 0; d < devices; ++d)
+      tenant.compute_shares.push_back(e.device_share[d] != 0 ? e.device_share[d] : e.compute_share);
     for (const auto& s : l.slots) {
       if (!s.in_use || s.tenant != t) continue;
       LedgerReport::Process p;

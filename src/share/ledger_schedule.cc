@@ -22,11 +22,12 @@ std::uint64_t StuckAfter(std::uint64_t period_ns) {
 
 void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns) {
   LedgerTenant& t = layout_->tenants[tenant];
-  const std::int64_t window = Window(t.compute_share, period_ns);
+  const std::uint32_t share = ShareOn(tenant, static_cast<std::uint32_t>(d));
+  const std::int64_t window = Window(share, period_ns);
   if (t.budget_at_ns[d] == 0) {
     t.budget_ns[d] = window;
   } else if (now_ns > t.budget_at_ns[d]) {
-    const auto earned = static_cast<std::int64_t>((now_ns - t.budget_at_ns[d]) / 100 * t.compute_share);
+    const auto earned = static_cast<std::int64_t>((now_ns - t.budget_at_ns[d]) / 100 * share);
     t.budget_ns[d] = std::min(window, t.budget_ns[d] + earned);
   }
   t.budget_at_ns[d] = now_ns;
@@ -85,7 +86,7 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
     for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
       if (!(need[t] & (1u << d)) || layout_->devices[d].holder != 0) continue;
       LedgerDevice& device = layout_->devices[d];
-      const std::int64_t window = Window(layout_->tenants[t].compute_share, period_ns);
+      const std::int64_t window = Window(ShareOn(t, d), period_ns);
       device.hold_started_ns = now_ns;
       device.borrowed = best_borrows ? 1 : 0;
       if (device.running_since_ns != 0 && device.next_tenant == 0) {
@@ -144,7 +145,8 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
       device.borrowed = has_budget ? 0 : 1;
       device.hold_until_ns =
           now_ns + (has_budget
-                        ? static_cast<std::uint64_t>(std::min(me.budget_ns[d], Window(me.compute_share, period_ns)))
+                        ? static_cast<std::uint64_t>(std::min(
+                              me.budget_ns[d], Window(ShareOn(tenant_, static_cast<std::uint32_t>(d)), period_ns)))
                         : BorrowedTurn(period_ns));
       extended = true;
     }
@@ -288,11 +290,12 @@ void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_
 std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns) {
   if (!Active() || d < 0 || !Lock()) return 0;
   const LedgerTenant& t = layout_->tenants[tenant_];
+  const std::uint32_t share = ShareOn(tenant_, static_cast<std::uint32_t>(d));
   std::uint64_t wait = 0;
-  if (t.compute_share > 0 && t.budget_at_ns[d] != 0) {
+  if (share > 0 && t.budget_at_ns[d] != 0) {
     const std::int64_t elapsed = now_ns > t.budget_at_ns[d] ? static_cast<std::int64_t>(now_ns - t.budget_at_ns[d]) : 0;
-    const std::int64_t budget = t.budget_ns[d] + elapsed / 100 * t.compute_share;
-    if (budget <= 0) wait = static_cast<std::uint64_t>((-budget + 1) * 100 / t.compute_share);
+    const std::int64_t budget = t.budget_ns[d] + elapsed / 100 * share;
+    if (budget <= 0) wait = static_cast<std::uint64_t>((-budget + 1) * 100 / share);
   }
   Unlock();
   return wait;

@@ -13,16 +13,25 @@ namespace stoker::share {
 namespace {
 
 bool Known(const std::string& key) {
-  static const char* const kKeys[] = {
-      "STOKER_GPU_MEMORY_LIMIT",  "STOKER_GPU_COMPUTE_SHARE", "STOKER_GPU_TENANT",
-      "STOKER_GPU_TURNS_TENANT",  "STOKER_GPU_LEDGER",        "STOKER_GPU_TURNS",
-      "STOKER_GPU_DIR",           "STOKER_GPU_COMPUTE_MODE",  "STOKER_GPU_COMPUTE_PERIOD_MS",
-      "STOKER_GPU_COMPUTE_STRICT"};
+  static const char* const kKeys[] = {"STOKER_GPU_MEMORY_LIMIT",
+                                      "STOKER_GPU_COMPUTE_SHARE",
+                                      "STOKER_GPU_TENANT",
+                                      "STOKER_GPU_TURNS_TENANT",
+                                      "STOKER_GPU_LEDGER",
+                                      "STOKER_GPU_TURNS",
+                                      "STOKER_GPU_DIR",
+                                      "STOKER_GPU_COMPUTE_MODE",
+                                      "STOKER_GPU_COMPUTE_PERIOD_MS",
+                                      "STOKER_GPU_COMPUTE_STRICT",
+                                      "STOKER_GPU_COMPUTE_SHARES"};
   for (const char* k : kKeys)
     if (key == k) return true;
-  const std::string prefix = "STOKER_GPU_MEMORY_LIMIT_";
-  return key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
-         key.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+  // Per ordinal: STOKER_GPU_MEMORY_LIMIT_<i>, STOKER_GPU_COMPUTE_SHARE_<i>.
+  for (const std::string prefix : {"STOKER_GPU_MEMORY_LIMIT_", "STOKER_GPU_COMPUTE_SHARE_"})
+    if (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
+        key.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+      return true;
+  return false;
 }
 
 bool Trusted(const struct stat& st) {
@@ -139,6 +148,24 @@ bool EffectiveShareConfig(const std::function<const char*(const char*)>& env, co
   config->ordinal_limits = std::move(tightened);
   if (config->compute_share == 0 || (from_env.compute_share != 0 && from_env.compute_share < config->compute_share))
     config->compute_share = from_env.compute_share;
+  // Per-device shares are resolved when the device is known (an ordinal's
+  // card is not known here): the environment's apply where lower.
+  // The pinned per-device shares alone (`get` above falls back to the
+  // environment's, which must not stand in for them).
+  ShareConfig pinned_only;
+  std::string ignored;
+  auto get_pinned = [&](const char* name) -> const char* {
+    for (auto it = pinned.rbegin(); it != pinned.rend(); ++it)
+      if (it->first == name) return it->second.c_str();
+    return nullptr;
+  };
+  if (ParseShareConfig(get_pinned, &pinned_only, &ignored)) {
+    config->ordinal_shares = std::move(pinned_only.ordinal_shares);
+    config->card_shares = std::move(pinned_only.card_shares);
+  }
+  config->env_compute_share = from_env.compute_share;
+  config->env_ordinal_shares = std::move(from_env.ordinal_shares);
+  config->env_card_shares = std::move(from_env.card_shares);
   config->pinned_from = applied;
   return true;
 }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "share/ledger.h"
+#include "share/ledger_host_pids.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
 #include "stoker/gpu_share.h"
@@ -127,6 +128,7 @@ void Merge(const share::LedgerReport& report, unsigned owner_uid, GpuLedgerView*
       for (auto& t : view->tenants) {
         t.quota.emplace_back(std::nullopt);
         t.charged.push_back(0);
+        t.compute_shares.push_back(0);
         for (auto& p : t.processes) p.charged.push_back(0);
       }
     }
@@ -145,6 +147,9 @@ void Merge(const share::LedgerReport& report, unsigned owner_uid, GpuLedgerView*
       tenant.charged[index[d]] = t.charged[d];
     }
     tenant.compute_share = t.compute_share;
+    tenant.compute_shares.assign(n, 0);
+    for (std::size_t d = 0; d < index.size() && d < t.compute_shares.size(); ++d)
+      tenant.compute_shares[index[d]] = t.compute_shares[d];
     for (const auto& p : t.processes) {
       GpuLedgerView::Process process{
           p.pid, std::vector<std::uint64_t>(n, 0), p.oom_refusals, p.throttled_ns, p.launches, p.started_unix};
@@ -249,6 +254,10 @@ Result<std::vector<std::string>> PrepareGpuStateDir(const std::string& given) {
     changed.push_back(fmt::format("{}: mode {:o} -> 666", turns, st.st_mode & 07777));
   }
   return changed;
+}
+
+std::size_t RecordGpuHostPids(const std::vector<int>& pids) {
+  return share::RecordHostPids(pids);
 }
 
 std::optional<bool> UnderGpuInterposer(int pid) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <string_view>
@@ -27,7 +29,73 @@ bool ParseLimit(const char* name, const char* value, std::uint64_t* out, std::st
   return true;
 }
 
+bool ParseShare(const std::string& name, const char* value, std::uint32_t* out, std::string* error) {
+  if (!ParseUnsigned(value, out) || *out < 1 || *out > 100) {
+    *error = name + "='" + value + "' must be a whole percentage from 1 to 100";
+    return false;
+  }
+  return true;
+}
+
+bool SameCard(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// "GPU-<uuid>:30,GPU-<uuid>:50" (spaces around items allowed).
+bool ParseCardShares(const char* value, std::vector<std::pair<std::string, std::uint32_t>>* out, std::string* error) {
+  const std::string_view text(value);
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    std::string_view item = text.substr(at, comma - at);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const std::size_t colon = item.rfind(':');
+    std::uint32_t share = 0;
+    if (colon == std::string_view::npos || colon == 0 || !ParseUnsigned(item.substr(colon + 1), &share) || share < 1 ||
+        share > 100) {
+      *error = std::string("STOKER_GPU_COMPUTE_SHARES='") + value + "': '" + std::string(item) +
+               "' is not CARD:PERCENT (a card's UUID as `stoker gpu ls` shows it, a whole percentage from 1 to 100)";
+      return false;
+    }
+    const std::string card(item.substr(0, colon));
+    for (const auto& [c, s] : *out)
+      if (SameCard(c, card)) {
+        *error = std::string("STOKER_GPU_COMPUTE_SHARES='") + value + "' names card " + card + " twice";
+        return false;
+      }
+    out->emplace_back(card, share);
+    at = comma + 1;
+  }
+  return true;
+}
+
+// The most specific share of one layer: the ordinal's, the card's, or all.
+std::uint32_t MostSpecific(const std::vector<std::pair<std::uint32_t, std::uint32_t>>& by_ordinal,
+                           const std::vector<std::pair<std::string, std::uint32_t>>& by_card, std::uint32_t all,
+                           std::uint32_t ordinal, const std::string& uuid) {
+  for (const auto& [o, share] : by_ordinal)
+    if (o == ordinal) return share;
+  for (const auto& [card, share] : by_card)
+    if (SameCard(card, uuid)) return share;
+  return all;
+}
+
 }  // namespace
+
+std::uint32_t ShareConfig::ShareFor(std::uint32_t ordinal, const std::string& uuid) const {
+  const std::uint32_t set = MostSpecific(ordinal_shares, card_shares, compute_share, ordinal, uuid);
+  const std::uint32_t env = MostSpecific(env_ordinal_shares, env_card_shares, env_compute_share, ordinal, uuid);
+  if (set == 0) return env;
+  return env == 0 ? set : std::min(set, env);
+}
+
+bool ShareConfig::HasComputeShare() const {
+  return compute_share != 0 || !ordinal_shares.empty() || !card_shares.empty() || env_compute_share != 0 ||
+         !env_ordinal_shares.empty() || !env_card_shares.empty();
+}
 
 std::uint64_t ShareConfig::LimitFor(std::uint32_t ordinal) const {
   for (const auto& [o, limit] : ordinal_limits)
@@ -107,10 +175,18 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
     config->ordinal_limits.emplace_back(ordinal, limit);
   }
   if (const char* v = get("STOKER_GPU_COMPUTE_SHARE"); v && *v) {
-    if (!ParseUnsigned(v, &config->compute_share) || config->compute_share < 1 || config->compute_share > 100) {
-      *error = std::string("STOKER_GPU_COMPUTE_SHARE='") + v + "' must be a whole percentage from 1 to 100";
-      return false;
-    }
+    if (!ParseShare("STOKER_GPU_COMPUTE_SHARE", v, &config->compute_share, error)) return false;
+  }
+  for (std::uint32_t ordinal = 0; ordinal < kMaxOrdinals; ++ordinal) {
+    const std::string name = "STOKER_GPU_COMPUTE_SHARE_" + std::to_string(ordinal);
+    const char* v = get(name.c_str());
+    if (!v || !*v) continue;
+    std::uint32_t share = 0;
+    if (!ParseShare(name, v, &share, error)) return false;
+    config->ordinal_shares.emplace_back(ordinal, share);
+  }
+  if (const char* v = get("STOKER_GPU_COMPUTE_SHARES"); v && *v) {
+    if (!ParseCardShares(v, &config->card_shares, error)) return false;
   }
   if (const char* v = get("STOKER_GPU_COMPUTE_MODE"); v && *v) {
     const std::string mode = v;

@@ -5,6 +5,10 @@
 //   STOKER_GPU_MEMORY_LIMIT_<i>=8GiB  the i-th visible device (CUDA ordinal,
 //                                     after CUDA_VISIBLE_DEVICES); overrides
 //   STOKER_GPU_COMPUTE_SHARE=30       percent of each device's time, 1-100
+//   STOKER_GPU_COMPUTE_SHARE_<i>=50   on the i-th visible device; overrides
+//   STOKER_GPU_COMPUTE_SHARES=GPU-<uuid>:30,GPU-<uuid>:50
+//                                     per card by UUID (the device plugin's
+//                                     grant); an ordinal's setting overrides
 //   STOKER_GPU_TENANT=name            processes that share one quota
 //   STOKER_GPU_DIR=/dev/shm/stoker-gpu  the node's shared state (below)
 //   STOKER_GPU_LEDGER=/path           the memory ledger (else per uid, in
@@ -53,6 +57,15 @@ struct ShareConfig {
   std::uint64_t default_limit = kNoLimit;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> ordinal_limits;
   std::uint32_t compute_share = 0;  // 0: none
+  // Per device: by CUDA ordinal, and by card UUID ("GPU-...", as NVML and
+  // `stoker gpu ls` write it). The most specific setting applies.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> ordinal_shares;
+  std::vector<std::pair<std::string, std::uint32_t>> card_shares;
+  // Under pinned limits (pinned_limits.h): the environment's own shares,
+  // which may lower the pinned ones on a device, never raise them.
+  std::uint32_t env_compute_share = 0;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> env_ordinal_shares;
+  std::vector<std::pair<std::string, std::uint32_t>> env_card_shares;
   std::uint32_t compute_period_ms = 100;
   // STOKER_GPU_COMPUTE_MODE=mps: the MPS server holds the process to its
   // share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set by `stoker gpu run`), and
@@ -66,6 +79,11 @@ struct ShareConfig {
   std::string pinned_from;
 
   [[nodiscard]] std::uint64_t LimitFor(std::uint32_t ordinal) const;
+  // The compute share (percent) on the device at `ordinal` whose UUID is
+  // `uuid`; 0: none (its launches are not held to turns).
+  [[nodiscard]] std::uint32_t ShareFor(std::uint32_t ordinal, const std::string& uuid) const;
+  // Whether any device has a compute share.
+  [[nodiscard]] bool HasComputeShare() const;
 };
 
 // Reads the configuration through `get` (getenv in the interposer). False

@@ -390,6 +390,45 @@ TEST_F(DevicePluginTest, TheCardStateCountsWhatTheKubeletGaveOut) {
   EXPECT_NE(HttpGet(plugin_->status_port(), "/healthz").find("ok"), std::string::npos);
 }
 
+TEST_F(DevicePluginTest, AnEndedContainersTenantFolderAndLimitsAreSwept) {
+  options_.tenant_sweep_seconds = 0.1;
+  options_.tenant_grace_seconds = 0;
+  StartPlugin();
+  const auto registrations = kubelet_->WaitForRegistrations(2);
+  auto memory = kubelet_->Connect(registrations[0].endpoint());
+  const std::string card0 = "GPU-10111213-1415-1617-1819-1a1b1c1d1e1f";
+  api::AllocateRequest allocate;
+  for (int k = 0; k < 2; ++k) allocate.add_container_requests()->add_devices_ids(card0 + "_m" + std::to_string(k));
+  api::AllocateResponse granted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(memory->Allocate(&context, allocate, &granted).ok());
+  }
+  const std::string kept = granted.container_responses(0).envs().at("STOKER_GPU_TENANT");
+  const std::string ended = granted.container_responses(1).envs().at("STOKER_GPU_TENANT");
+  const std::string state = dir_ + "/state";
+  ASSERT_TRUE(std::filesystem::exists(state + "/tenants/" + ended));
+  ASSERT_TRUE(std::filesystem::exists(state + "/limits/" + ended + ".memory"));
+  // The kubelet lists the first container only, its device on its own line.
+  ::v1::ListPodResourcesResponse listed;
+  auto* devices = listed.add_pod_resources()->add_containers()->add_devices();
+  devices->set_resource_name("stoker.io/gpu-memory");
+  devices->add_device_ids(card0 + "_m0");
+  kubelet_->SetAllocated(listed);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::filesystem::exists(state + "/tenants/" + ended) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(std::filesystem::exists(state + "/tenants/" + ended));
+  EXPECT_FALSE(std::filesystem::exists(state + "/limits/" + ended + ".memory"));
+  std::this_thread::sleep_for(300ms);  // more sweeps: the listed one stays
+  EXPECT_TRUE(std::filesystem::exists(state + "/tenants/" + kept));
+  EXPECT_TRUE(std::filesystem::exists(state + "/limits/" + kept + ".memory"));
+  // Without the kubelet's answer nothing is removed.
+  kubelet_.reset();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(std::filesystem::exists(state + "/tenants/" + kept));
+}
+
 TEST_F(DevicePluginTest, WholeCardModeAdvertisesCardsAndRefusalsAreNamed) {
   options_.settings.whole_cards = true;
   StartPlugin();

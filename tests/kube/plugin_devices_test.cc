@@ -145,6 +145,16 @@ TEST(PluginDevices, GrantsHoldTheContainerToWhatItWasGiven) {
   auto compute = GrantFor(Resource::kCompute, {cards[0].uuid + "_c0", cards[0].uuid + "_c7"}, cards, s);
   EXPECT_EQ(compute->envs.at("STOKER_GPU_COMPUTE_SHARE"), "2");
   EXPECT_EQ(compute->envs.count("CUDA_VISIBLE_DEVICES"), 0u) << "the memory grant decides what the container sees";
+  EXPECT_EQ(compute->envs.at("STOKER_GPU_COMPUTE_SHARES"), cards[0].uuid + ":2");
+  // Spread over two cards, each card gets its own part (it was the largest
+  // part on every card), and any other card the smallest.
+  std::vector<std::string> spread = {cards[1].uuid + "_c0"};
+  for (int i = 0; i < 3; ++i) spread.push_back(cards[0].uuid + "_c" + std::to_string(i));
+  auto per_card = GrantFor(Resource::kCompute, spread, cards, s);
+  ASSERT_TRUE(per_card.ok());
+  EXPECT_EQ(per_card->envs.at("STOKER_GPU_COMPUTE_SHARES"), cards[0].uuid + ":3," + cards[1].uuid + ":1");
+  EXPECT_EQ(per_card->envs.at("STOKER_GPU_COMPUTE_SHARE"), "1");
+  EXPECT_EQ(per_card->envs.count("STOKER_GPU_COMPUTE_CARDS"), 0u);
   auto gone = GrantFor(Resource::kMemory, {"GPU-9_m0"}, cards, s);
   EXPECT_EQ(gone.error().code(), StatusCode::kNotFound);
   EXPECT_NE(gone.error().message().find("no longer has"), std::string::npos);

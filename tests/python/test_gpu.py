@@ -116,6 +116,13 @@ def test_a_quota_on_a_card_the_command_does_not_see_is_refused(gpu, tmp_path):
     assert r.returncode != 0
     assert ("stoker-share: error: STOKER_GPU_MEMORY_LIMIT_5 sets a quota on device 5, but this process sees 1 "
             "device(s)") in r.stderr, r.stderr
+    # The same for a compute share on a card it does not see.
+    env.pop("STOKER_GPU_MEMORY_LIMIT_5")
+    r = subprocess.run([gpu["probe"], "alloc"], capture_output=True, text=True,
+                       env=dict(env, STOKER_GPU_COMPUTE_SHARE_3="20"), timeout=60)
+    assert r.returncode != 0
+    assert ("stoker-share: error: STOKER_GPU_COMPUTE_SHARE_3 sets a compute share on device 3, but this process "
+            "sees 1 device(s)") in r.stderr, r.stderr
 
 
 def as_user(uid, *command):

@@ -412,6 +412,14 @@ CUresult Launch(CUfunction f, CUstream stream) {
     s.pending.push_back({fn.group, fn.peers, seq, micros});
     return CUDA_SUCCESS;
   }
+  // FAKE_CUDA_LAUNCH_BYTES: memory the driver takes at a process's first
+  // launch on a device (local memory, lazily loaded kernels) through no
+  // call the interposer sees; NVML's per-process figure shows it.
+  static std::atomic<std::uint32_t> launched_on{0};
+  if (!(launched_on.fetch_or(1u << dev) & (1u << dev))) {
+    if (const std::uint64_t bytes = fake_gpu::EnvU64("FAKE_CUDA_LAUNCH_BYTES", 0); bytes > 0)
+      (void)ChargePhysical(dev, bytes);
+  }
   {
     Lock lock;
     start = std::max(start, Shared()->busy_until_ns[dev]);

@@ -27,6 +27,11 @@ struct Process {
   std::int32_t pid;
   std::uint32_t in_use;
   std::uint64_t used[kMaxDevices];
+  // Its PID in the node's namespace, as a real NVML lists it: read from the
+  // host's /proc (/proc/self), which a process in a PID namespace of its
+  // own sees when /proc was not mounted anew (the tests' `unshare --pid`).
+  std::int32_t host_pid;
+  std::uint32_t reserved;
 };
 
 struct State {
@@ -97,7 +102,7 @@ inline State* Shared() {
     void* base = ::mmap(nullptr, sizeof(State), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) std::abort();
     auto* s = static_cast<State*>(base);
-    if (s->magic != 0x46474755u) {
+    if (s->magic != 0x46474756u) {
       s->devices = static_cast<std::uint32_t>(EnvU64("FAKE_GPU_DEVICES", 2));
       if (s->devices > kMaxDevices) s->devices = kMaxDevices;
       for (std::uint32_t d = 0; d < s->devices; ++d) {
@@ -112,7 +117,7 @@ inline State* Shared() {
       pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
       pthread_mutex_init(&s->mu, &attr);
       pthread_mutexattr_destroy(&attr);
-      s->magic = 0x46474755u;
+      s->magic = 0x46474756u;
     }
     lk.l_type = F_UNLCK;
     ::fcntl(fd, F_OFD_SETLK, &lk);
@@ -148,6 +153,8 @@ inline Process* Self() {
   if (free_slot == nullptr) std::abort();
   std::memset(free_slot, 0, sizeof(Process));
   free_slot->pid = pid;
+  char self[32] = {};
+  if (::readlink("/proc/self", self, sizeof(self) - 1) > 0) free_slot->host_pid = std::atoi(self);
   free_slot->in_use = 1;
   return free_slot;
 }

@@ -179,10 +179,15 @@ FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned i
   const int d = Index(device);
   if (d < 0 || count == nullptr) return kInvalidArgument;
   fake_gpu::Lock lock;
+  // FAKE_NVML_HOST_PIDS=1: the node's PIDs, as a real NVML lists them to a
+  // process in a container.
+  const char* host = std::getenv("FAKE_NVML_HOST_PIDS");
+  const bool host_pids = host != nullptr && host[0] == '1';
   unsigned int n = 0;
   for (const auto& p : fake_gpu::Shared()->processes) {
     if (!p.in_use || !fake_gpu::Alive(p.pid) || p.used[d] == 0) continue;
-    if (infos != nullptr && n < *count) infos[n] = {static_cast<unsigned int>(p.pid), p.used[d], 0, 0};
+    const std::int32_t pid = host_pids && p.host_pid > 0 ? p.host_pid : p.pid;
+    if (infos != nullptr && n < *count) infos[n] = {static_cast<unsigned int>(pid), p.used[d], 0, 0};
     ++n;
   }
   const bool fits = infos != nullptr && n <= *count;

@@ -6,17 +6,23 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "share/ledger.h"
+#include "share/ledger_host_pids.h"
 
 namespace {
 
@@ -263,13 +269,20 @@ TEST_F(Interposer, BadSettingsFailTheProcessLoudlyInsteadOfRunningUnlimited) {
 }
 
 TEST_F(Interposer, TenantsGetTheirComputeSharesOfTheDevice) {
-  // Two tenants at 30% and 70%, each launching 1 ms kernels for 4 s, in the
-  // default layout: memory in the user's ledger, turns in the node's file.
+  // Two tenants at 30% and 70% of the second of two cards, each launching
+  // 1 ms kernels for 4 s, in the default layout: memory in the user's
+  // ledger, turns in the node's file. Tenant a's 30% is its share of that
+  // card alone (70% elsewhere), named by UUID as the device plugin names it.
   const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
   env_.erase("STOKER_GPU_LEDGER");
   env_["STOKER_GPU_DIR"] = state;
+  env_["FAKE_GPU_DEVICES"] = "2";
+  env_["CUDA_VISIBLE_DEVICES"] = "1";
   const std::string a = "/tmp/stoker-compute-a-" + tag_, b = "/tmp/stoker-compute-b-" + tag_;
-  StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=30 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", a);
+  StartProbe(
+      "STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=70 STOKER_GPU_COMPUTE_SHARES=GPU-20212223-2425-2627-2829-"
+      "2a2b2c2d2e2f:30 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000",
+      "compute", a);
   StartProbe("STOKER_GPU_TENANT=b STOKER_GPU_COMPUTE_SHARE=70 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", b);
   ::sleep(6);
   const auto ja = ReadResult(a), jb = ReadResult(b);
@@ -323,6 +336,60 @@ TEST_F(Interposer, StreamCaptureSurvivesComputeTurnsComingAndGoing) {
   // A launch that waited for a turn would wait out the other 70% of a 10 ms period (up to 7 ms), and of 400
   // some would; a busy machine stretches a launch that did not wait to 1.8 ms (ASan, tests beside it).
   EXPECT_LT(j["longest_captured_launch_ms"].get<double>(), 4.0) << "a captured launch waited for a turn";
+}
+
+TEST_F(Interposer, AProcessInAContainerIsMatchedInNvmlOnceTheAgentTellsItsNodePid) {
+  // In a container, NVML lists the node's PIDs; the interposer knows only
+  // its own namespace's, so before, it could not find itself and charged
+  // nothing of what the driver took beyond its allocations (here 50 MB at
+  // the first launch). The node's agent tells it its PID through the ledger.
+  if (::geteuid() != 0 || std::system("unshare --pid --fork true > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and unshare for a PID namespace";
+  const std::string out = "/tmp/stoker-container-" + tag_;
+  env_["LD_LIBRARY_PATH"] = Driver("cuda-current", /*nvml=*/true);
+  std::string command = "unshare --pid --fork env";
+  for (auto& [k, v] : env_) command += " " + k + "='" + v + "'";
+  command +=
+      " STOKER_GPU_MEMORY_LIMIT=8GiB FAKE_CUDA_CONTEXT_BYTES=0 FAKE_CUDA_MODULE_BYTES=0 FAKE_NVML_HOST_PIDS=1 "
+      "FAKE_CUDA_LAUNCH_BYTES=50000000 PROBE_SECONDS=20000 " +
+      std::string(STOKER_FAKE_GPU) + "/probe/share_probe in-container > " + out + " 2>&1 &";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  auto output = [&] {
+    std::ifstream f(out);
+    std::stringstream text;
+    text << f.rdbuf();
+    return text.str();
+  };
+  auto wait_for = [&](const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (output().find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return output().find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_for("\"phase\": 1")) << output();
+  // The agent's look: every process on the node (only those in a PID
+  // namespace of their own holding a ledger are told).
+  std::size_t told = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (told == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<int> pids;
+    if (DIR* proc = ::opendir("/proc")) {
+      while (const dirent* e = ::readdir(proc))
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') pids.push_back(std::atoi(e->d_name));
+      ::closedir(proc);
+    }
+    told = stoker::share::RecordHostPids(pids);
+    if (told == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GE(told, 1u);
+  ASSERT_TRUE(wait_for("\"after\"")) << output();
+  const auto j = ReadResult(out);
+  ASSERT_FALSE(j.is_discarded());
+  std::printf("[ container ] %s\n", j.dump().c_str());
+  EXPECT_EQ(j["pid"], 1) << "the probe runs as the first process of a PID namespace of its own";
+  const std::uint64_t before = j["before"], after = j["after"], hidden = j["hidden"];
+  EXPECT_EQ(before, 64ull << 20) << "matched before the agent told it";
+  EXPECT_GE(after, before + hidden) << "not matched after the agent told it";
 }
 
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {

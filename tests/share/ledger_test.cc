@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "share/ledger_host_pids.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
 
@@ -237,6 +238,73 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
     }
   }
   EXPECT_GT(static_cast<double>(lent) / static_cast<double>(now - lent_start), 0.99);
+}
+
+TEST_F(LedgerTest, ATenantsShareCanDifferByCard) {
+  // Tenant a: 70% by default, 30% on card 1 (a grant of different parts of
+  // two cards). Beside b at 70% on card 1, a gets 30% of card 1's time.
+  const std::uint8_t uuid1[16] = {0xbb, 1};
+  std::string error;
+  std::unique_ptr<Ledger> a(Ledger::Open(path_, &error)), b(Ledger::Open(path_, &error));
+  ASSERT_TRUE(a && b) << error;
+  ASSERT_TRUE(a->Register("a", 70, &error)) << error;
+  ASSERT_TRUE(b->Register("b", 70, &error)) << error;
+  ASSERT_EQ(a->Device(kUuid, 16ull << 30), 0);
+  ASSERT_EQ(a->Device(uuid1, 16ull << 30), 1);
+  ASSERT_EQ(b->Device(uuid1, 16ull << 30), 1);
+  ASSERT_TRUE(a->SetComputeShare(1, 30, &error)) << error;
+  ASSERT_TRUE(b->SetComputeShare(1, 70, &error)) << error;
+  // Another process of a asking a different share there is refused, naming both.
+  std::unique_ptr<Ledger> a2(Ledger::Open(path_, &error));
+  ASSERT_TRUE(a2 && a2->Register("a", 70, &error)) << error;
+  EXPECT_FALSE(a2->SetComputeShare(1, 50, &error));
+  EXPECT_NE(error.find("compute share of 30% on GPU-bb010000"), std::string::npos) << error;
+  EXPECT_NE(error.find("asks for 50%"), std::string::npos) << error;
+  EXPECT_TRUE(a2->SetComputeShare(1, 30, &error)) << error;
+  a2.reset();
+  const std::uint64_t period = 100'000'000, ms = 1'000'000;
+  std::uint64_t held[2] = {}, now = 1'000'000'000;
+  Ledger* ledgers[2] = {a.get(), b.get()};
+  for (int step = 0; step < 100'000; ++step, now += ms / 10) {
+    for (int t = 0; t < 2; ++t) {
+      std::uint64_t until = 0;
+      if (ledgers[t]->HoldsDevice(1) || ledgers[t]->AcquireDevice(1, now, period, &until)) {
+        if (now >= ledgers[t]->HoldUntil(1)) {
+          ledgers[t]->ReleaseDevice(1, now, period);
+        } else {
+          held[t] += ms / 10;
+        }
+      }
+    }
+  }
+  const double share_a = static_cast<double>(held[0]) / static_cast<double>(held[0] + held[1]);
+  std::printf("[ schedule ] tenant a (30%% on card 1, 70%% elsewhere) held card 1 %.1f%% of the contended time\n",
+              share_a * 100);
+  EXPECT_NEAR(share_a, 0.30, 0.02);
+  const LedgerReport r = Read();
+  ASSERT_EQ(r.tenants.size(), 2u);
+  EXPECT_EQ(r.tenants[0].compute_share, 70u);
+  EXPECT_EQ(r.tenants[0].compute_shares, (std::vector<std::uint32_t>{70, 30}));
+}
+
+TEST_F(LedgerTest, AnAgentRecordsAProcesssNodePidOnItsSlotOnly) {
+  auto me = Open("t", kNoQuota);
+  EXPECT_EQ(me->HostPid(), 0);
+  std::string error;
+  std::unique_ptr<Ledger> agent(Ledger::Open(path_, &error));
+  ASSERT_TRUE(agent) << error;
+  EXPECT_FALSE(agent->RecordHostPid(::getpid() + 1, 4242)) << "no slot has that PID";
+  EXPECT_TRUE(agent->RecordHostPid(::getpid(), 4242));
+  EXPECT_EQ(me->HostPid(), 4242);
+  // Two slots with one PID (processes of two PID namespaces sharing the
+  // ledger): which is which cannot be told, so neither is written.
+  auto other = Open("u", kNoQuota);
+  EXPECT_FALSE(agent->RecordHostPid(::getpid(), 777));
+  EXPECT_EQ(me->HostPid(), 4242);
+  EXPECT_EQ(other->HostPid(), 0);
+  // The agent's own slot (not registered) is never a match.
+  EXPECT_EQ(InnermostPid(::getpid()), ::getpid()) << "this test runs in the node's PID namespace";
+  EXPECT_EQ(RecordHostPids({::getpid()}), 0u) << "a process in the caller's namespace needs no telling";
 }
 
 TEST_F(LedgerTest, OverrunsArePaidForButNotTheTenantsOwnWaitAndDebtIsBounded) {
@@ -488,6 +556,34 @@ TEST(ShareConfig, ValuesAreCheckedWithTheVariableNamed) {
   ASSERT_TRUE(c) << error;
   EXPECT_EQ(c->ledger_path, "/run/stoker/ledger-uid" + std::to_string(::getuid()));
   EXPECT_EQ(c->turns_path, "/run/t");
+  // Compute shares per device: an ordinal's over a card's (by UUID, any
+  // case) over the one for every device.
+  c = parse({{"STOKER_GPU_COMPUTE_SHARE", "40"},
+             {"STOKER_GPU_COMPUTE_SHARE_2", "10"},
+             {"STOKER_GPU_COMPUTE_SHARES", "GPU-aa:30, gpu-BB:50"}},
+            &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_TRUE(c->HasComputeShare());
+  EXPECT_EQ(c->ShareFor(0, "GPU-AA"), 30u);
+  EXPECT_EQ(c->ShareFor(1, "GPU-bb"), 50u);
+  EXPECT_EQ(c->ShareFor(2, "GPU-aa"), 10u);
+  EXPECT_EQ(c->ShareFor(3, "GPU-cc"), 40u);
+  c = parse({{"STOKER_GPU_COMPUTE_SHARES", "GPU-aa:30"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_TRUE(c->HasComputeShare());
+  EXPECT_EQ(c->ShareFor(0, "GPU-cc"), 0u) << "no share on a card not named";
+  EXPECT_FALSE(parse({}, &error)->HasComputeShare());
+  for (auto [name, value, says] : std::vector<std::tuple<const char*, const char*, const char*>>{
+           {"STOKER_GPU_COMPUTE_SHARE_1", "101", "STOKER_GPU_COMPUTE_SHARE_1='101' must be a whole percentage"},
+           {"STOKER_GPU_COMPUTE_SHARES", "GPU-aa", "'GPU-aa' is not CARD:PERCENT"},
+           {"STOKER_GPU_COMPUTE_SHARES", "GPU-aa:30,", "'' is not CARD:PERCENT"},
+           {"STOKER_GPU_COMPUTE_SHARES", ":30", "':30' is not CARD:PERCENT"},
+           {"STOKER_GPU_COMPUTE_SHARES", "GPU-aa:0", "'GPU-aa:0' is not CARD:PERCENT"},
+           {"STOKER_GPU_COMPUTE_SHARES", "GPU-aa:30,gpu-AA:20", "names card gpu-AA twice"}}) {
+    error.clear();
+    EXPECT_FALSE(parse({{name, value}}, &error)) << name << "=" << value;
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  }
   for (auto [name, value, says] : std::vector<std::tuple<const char*, const char*, const char*>>{
            {"STOKER_GPU_MEMORY_LIMIT", "lots", "STOKER_GPU_MEMORY_LIMIT='lots' is not a memory size"},
            {"STOKER_GPU_MEMORY_LIMIT_0", "0", "STOKER_GPU_MEMORY_LIMIT_0='0' is not a memory size"},
@@ -568,6 +664,22 @@ TEST(PinnedLimits, TheFileWinsAndTheEnvironmentMayOnlyTighten) {
   EXPECT_EQ(c->turns_tenant, "pod-a");
   EXPECT_EQ(c->LimitFor(0), 1ull << 30);
   EXPECT_EQ(c->pinned_from, path + ", " + dot_d + "/compute");
+  // Per-card shares pinned (the device plugin's grant over two cards): the
+  // environment may lower a card's, by ordinal, card or for all, never raise it.
+  {
+    FILE* f = std::fopen((dot_d + "/compute").c_str(), "w");
+    std::fputs("STOKER_GPU_COMPUTE_SHARE=20\nSTOKER_GPU_COMPUTE_SHARES=GPU-aa:40,GPU-bb:20\n", f);
+    std::fclose(f);
+  }
+  c = effective({{"STOKER_GPU_COMPUTE_SHARE_0", "90"}, {"STOKER_GPU_COMPUTE_SHARES", "GPU-bb:100"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->ShareFor(0, "GPU-aa"), 40u);
+  EXPECT_EQ(c->ShareFor(1, "GPU-bb"), 20u);
+  EXPECT_EQ(c->ShareFor(2, "GPU-cc"), 20u);
+  c = effective({{"STOKER_GPU_COMPUTE_SHARE_0", "10"}, {"STOKER_GPU_COMPUTE_SHARE", "15"}}, &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->ShareFor(0, "GPU-aa"), 10u);
+  EXPECT_EQ(c->ShareFor(1, "GPU-bb"), 15u);
   ::unlink((dot_d + "/compute").c_str());
   ::rmdir(dot_d.c_str());
   // A file others could write, or one that does not parse, stops the process.

@@ -2,9 +2,11 @@
 // difference is its cost). compute: launches kernels of a given length for
 // a while and says how many went (the compute share's throughput).
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -89,6 +91,45 @@ int Compute(const Driver& d) {
               static_cast<unsigned long long>(launches), static_cast<double>(launches * micros) / 1e6, wall,
               static_cast<double>(c.throttled_ns) / 1e6);
   return 0;
+}
+
+// A process in a container (a PID namespace of its own; NVML lists the
+// node's PIDs): allocates, launches once (the fake driver then takes
+// FAKE_CUDA_LAUNCH_BYTES that only NVML's per-process figure shows), and
+// asks for memory figures every 50 ms. Says its charge after a second
+// ("phase 1": the agent has not yet told it its node PID, so NVML cannot
+// be matched), then waits up to PROBE_SECONDS for the charge to include
+// those bytes (the test's agent runs after phase 1).
+int InContainer(const Driver& d) {
+  StartOnDevice0(d);
+  CUdeviceptr p = 0;
+  Check(d.MemAlloc(&p, 64ull << 20), "cuMemAlloc");
+  Check(d.LaunchKernel(Kernel(d, "spin_10"), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
+  Check(d.CtxSynchronize(), "cuCtxSynchronize");
+  const std::uint64_t hidden = EnvArg("FAKE_CUDA_LAUNCH_BYTES", 0);
+  auto ask = [&] {
+    size_t free_bytes = 0, total = 0;
+    Check(d.MemGetInfo(&free_bytes, &total), "cuMemGetInfo");
+    return LedgerCharges(d, 0).process;
+  };
+  const double start = Seconds();
+  std::uint64_t before = 0;
+  while (Seconds() - start < 1.0) {
+    before = ask();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("{\"phase\": 1, \"process\": %llu}\n", static_cast<unsigned long long>(before));
+  std::fflush(stdout);
+  const double limit = static_cast<double>(EnvArg("PROBE_SECONDS", 10000)) / 1000.0;
+  std::uint64_t after = before;
+  while (Seconds() - start < limit && after < before + hidden) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = ask();
+  }
+  std::printf("{\"pid\": %d, \"before\": %llu, \"after\": %llu, \"hidden\": %llu}\n", static_cast<int>(::getpid()),
+              static_cast<unsigned long long>(before), static_cast<unsigned long long>(after),
+              static_cast<unsigned long long>(hidden));
+  return after >= before + hidden ? 0 : 3;
 }
 
 // An NCCL-like job's rank: launches PROBE_COUNT collectives

@@ -379,6 +379,7 @@ int Bench(const Driver& d);
 int Compute(const Driver& d);
 int Collective(const Driver& d);
 int Capture(const Driver& d);
+int InContainer(const Driver& d);
 int Resolve();
 
 }  // namespace probe
@@ -412,5 +413,6 @@ int main(int argc, char** argv) {
   if (mode == "compute") return Compute(d);
   if (mode == "collective") return Collective(d);
   if (mode == "capture") return Capture(d);
+  if (mode == "in-container") return InContainer(d);
   Fail("unknown mode " + mode);
 }

@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
                "whatever their environment");
   app.add_option("--health-interval", s.health_interval_seconds, "Seconds between looks at the cards")
       ->capture_default_str();
+  app.add_option("--tenant-sweep-interval", s.tenant_sweep_seconds,
+                 "Seconds between sweeps of ended containers' tenant folders and pinned limits (0: never)")
+      ->capture_default_str();
+  app.add_option("--tenant-grace", s.tenant_grace_seconds,
+                 "Seconds a grant's state is kept before the kubelet must list its container")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

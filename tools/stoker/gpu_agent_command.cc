@@ -2,8 +2,9 @@
 // systemd on bare metal; the device plugin does the same for Kubernetes).
 // It makes the folder root's and sticky before any user can squat it, makes
 // the compute schedule, and then watches: dead processes' charges go back
-// at every look, and every process a card lists that runs without the
-// interposer is logged once as unlimited. Admission never waits on it: if
+// at every look, every process a card lists that runs without the
+// interposer is logged once as unlimited, and processes in containers are
+// told their PIDs in the node's namespace (which NVML lists). Admission never waits on it: if
 // the agent stops, quotas hold as before.
 #include <signal.h>
 #include <unistd.h>
@@ -70,6 +71,11 @@ int RunGpuAgent(const GpuAgentArgs& args) {
       Log("reading the ledgers: " + view.error().ToString());
     }
     if (auto inventory = stoker::ReadGpuInventory(); inventory.ok()) {
+      // Containers' processes learn their PIDs here, which NVML lists.
+      std::vector<int> pids;
+      for (const auto& card : inventory->cards)
+        for (const auto& p : card.processes) pids.push_back(p.pid);
+      (void)stoker::RecordGpuHostPids(pids);
       std::set<std::pair<int, std::string>> seen;
       for (const auto& card : inventory->cards)
         for (const auto& p : card.processes) {

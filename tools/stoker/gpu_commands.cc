@@ -279,7 +279,8 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
       for (std::size_t d = 0; d < view->devices.size(); ++d)
         tenant["devices"].push_back({{"uuid", view->devices[d].uuid},
                                      {"quota", t.quota[d] ? nlohmann::json(*t.quota[d]) : nlohmann::json(nullptr)},
-                                     {"charged", t.charged[d]}});
+                                     {"charged", t.charged[d]},
+                                     {"compute_share", t.compute_shares[d]}});
       tenant["processes"] = nlohmann::json::array();
       for (const auto& p : t.processes)
         tenant["processes"].push_back({{"pid", p.pid},
@@ -334,7 +335,7 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
       if (!t.quota[d] && t.charged[d] == 0) continue;
       fmt::print("  {:<24} {:>12} {:>12} {:>8} {:>10}\n", stoker::Printable(t.name),
                  t.quota[d] ? stoker::FormatBytes(*t.quota[d]) : "none", stoker::FormatBytes(t.charged[d]),
-                 t.compute_share ? fmt::format("{}%", t.compute_share) : "-", t.processes.size());
+                 t.compute_shares[d] ? fmt::format("{}%", t.compute_shares[d]) : "-", t.processes.size());
     }
   }
   fmt::print("processes\n  {:>8} {:<24} {:>12} {:>12} {:>12} {:>12}\n", "pid", "tenant", "used", "refused", "throttled",

@@ -46,7 +46,7 @@ ComputeGate& ComputeGate::Get() {
 int ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   CountLaunch(ip);
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  if (ip.config().compute_share == 0 || ip.config().compute_by_mps || period == 0) return -1;
+  if (!ip.config().HasComputeShare() || ip.config().compute_by_mps || period == 0) return -1;
   // The thread's device, cached by context.
   CUcontext ctx = nullptr;
   if (ip.driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
@@ -58,6 +58,7 @@ int ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
     tls_noted_until = 0;
   }
   const Dev dev = tls_dev;
+  if (dev.compute_share == 0) return -1;  // no share on this card: not in its schedule
   // Counted before the turn is looked at (both sequentially consistent):
   // a keeper ending the turn either sees this launch in flight or has
   // already cleared until_ns_, which sends it to the slow path.

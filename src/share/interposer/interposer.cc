@@ -158,7 +158,7 @@ void Interposer::Initialise() {
     return;
   }
   turns_ = ledger_;
-  if (config_.turns_path != config_.ledger_path && config_.compute_share > 0 && !config_.compute_by_mps) {
+  if (config_.turns_path != config_.ledger_path && config_.HasComputeShare() && !config_.compute_by_mps) {
     // The node's schedule, shared by every user: tenants there are named
     // with their user, so that two users' tenants never merge.
     LedgerFile shared;
@@ -208,20 +208,24 @@ CUresult Interposer::Refuse() {
 }
 
 bool Interposer::CheckLimitOrdinals() {
-  if (!ok_ || config_.ordinal_limits.empty() || calls_.device_get_count == nullptr) return ok_;
+  if (!ok_ || (config_.ordinal_limits.empty() && config_.ordinal_shares.empty()) || calls_.device_get_count == nullptr)
+    return ok_;
   int count = 0;
   if (calls_.device_get_count(&count) != CUDA_SUCCESS) return ok_;
-  for (const auto& [ordinal, bytes] : config_.ordinal_limits) {
-    if (static_cast<int>(ordinal) < count) continue;
+  auto beyond = [&](const char* what, std::uint32_t ordinal) {
     char detail[256];
     std::snprintf(detail, sizeof(detail),
-                  "STOKER_GPU_MEMORY_LIMIT_%u sets a quota on device %u, but this process sees %d device(s) (after "
+                  "STOKER_GPU_%s_%u sets a %s on device %u, but this process sees %d device(s) (after "
                   "CUDA_VISIBLE_DEVICES)",
-                  ordinal, ordinal, count);
+                  what, ordinal, std::strcmp(what, "MEMORY_LIMIT") == 0 ? "quota" : "compute share", ordinal, count);
     error_ = detail;
     ok_ = false;
     return false;
-  }
+  };
+  for (const auto& [ordinal, bytes] : config_.ordinal_limits)
+    if (static_cast<int>(ordinal) >= count) return beyond("MEMORY_LIMIT", ordinal);
+  for (const auto& [ordinal, share] : config_.ordinal_shares)
+    if (static_cast<int>(ordinal) >= count) return beyond("COMPUTE_SHARE", ordinal);
   return true;
 }
 
@@ -249,11 +253,22 @@ bool Interposer::DeviceOf(int ordinal, Dev* dev) {
       ok_ = false;
       return false;
     }
+    e.compute_share =
+        config_.compute_by_mps ? 0 : config_.ShareFor(static_cast<std::uint32_t>(ordinal), FormatUuid(e.uuid));
+    // Set in the schedule, and in the memory ledger too (what `stoker gpu
+    // ls` shows of the tenant).
+    if (e.compute_share != 0 && (!turns_->SetComputeShare(e.turns, e.compute_share, &error) ||
+                                 (turns_ != ledger_ && !ledger_->SetComputeShare(e.ledger, e.compute_share, &error)))) {
+      error_ = error;
+      ok_ = false;
+      return false;
+    }
     e.known = true;
   }
   dev->ordinal = ordinal;
   dev->ledger = e.ledger;
   dev->turns = e.turns;
+  dev->compute_share = e.compute_share;
   return true;
 }
 
@@ -359,9 +374,9 @@ bool Interposer::DeviceUsed(int ordinal, std::uint64_t* used) {
 
 void Interposer::Reconcile(int ordinal, bool force) {
   const Nvml& n = NvmlCalls();
-  if (!n.ok || n.processes == nullptr || !nvml_per_process_) return;
+  if (!n.ok || n.processes == nullptr) return;
   if (!force && ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals) &&
-      MonotonicNs() - __atomic_load_n(&last_reconcile_ns_[ordinal], __ATOMIC_RELAXED) < kReconcileEveryNs)
+      MonotonicNs() < __atomic_load_n(&last_reconcile_ns_[ordinal], __ATOMIC_RELAXED) + kReconcileEveryNs)
     return;
   std::uint8_t uuid[16];
   int d = -1;
@@ -376,16 +391,20 @@ void Interposer::Reconcile(int ordinal, bool force) {
   nvmlProcessInfo_t infos[256];
   unsigned int count = 256;
   if (n.processes(device, &count, infos) != kNvmlSuccess) return;
-  const unsigned int pid = static_cast<unsigned int>(::getpid());
+  // NVML lists the node's PIDs: in a container, the one the node's agent
+  // recorded for this process (ledger_host_pids.h).
+  const std::int32_t host_pid = ledger_->HostPid();
+  const unsigned int pid = static_cast<unsigned int>(host_pid > 0 ? host_pid : ::getpid());
   const nvmlProcessInfo_t* mine = nullptr;
   for (unsigned int i = 0; i < count; ++i)
     if (infos[i].pid == pid) mine = &infos[i];
   std::lock_guard<std::mutex> lock(mu);
   if (mine == nullptr) {
-    // Holding a context there but not listed: NVML sees another PID
-    // namespace; the measured figures stand.
-    for (const auto& [ctx, c] : contexts)
-      if (c.dev.ordinal == ordinal) nvml_per_process_ = false;
+    // Not listed (no context there yet, or NVML sees another PID namespace
+    // and no agent has said this process's PID there): the measured
+    // figures stand, and NVML is asked again a second later.
+    if (ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals))
+      __atomic_store_n(&last_reconcile_ns_[ordinal], MonotonicNs() + kNotListedBackoffNs, __ATOMIC_RELAXED);
     return;
   }
   const std::uint64_t target = mine->usedGpuMemory > tracked[ordinal] ? mine->usedGpuMemory - tracked[ordinal] : 0;

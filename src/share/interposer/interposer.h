@@ -27,6 +27,7 @@ struct Dev {
   int ordinal = -1;
   int ledger = -1;
   int turns = -1;
+  std::uint32_t compute_share = 0;  // percent on this device; 0: launches not held to turns
 };
 
 // Driver functions the interposer calls but does not hook (looked up once).
@@ -156,6 +157,8 @@ class Interposer {
   // memory queries' path: NVML's process list costs tens of microseconds).
   void Reconcile(int ordinal, bool force = true);
   static constexpr std::uint64_t kReconcileEveryNs = 100'000'000;
+  // Not listed by NVML: asked again after a second (this on top).
+  static constexpr std::uint64_t kNotListedBackoffNs = 900'000'000;
   // Re-reads pool reservations and graph memory on `ordinal` (all: -1).
   void RefreshPools(int ordinal);
   void RefreshGraphMemory(int ordinal);
@@ -179,11 +182,11 @@ class Interposer {
     std::uint8_t uuid[16] = {};
     std::uint64_t physical = 0, quota = kNoQuota;
     int ledger = -1, turns = -1;
+    std::uint32_t compute_share = 0;
   };
   std::mutex devices_mu_;
   DeviceEntry devices_[kMaxOrdinals];
   std::uint64_t last_reconcile_ns_[kMaxOrdinals] = {};
-  bool nvml_per_process_ = true;  // false once NVML could not find this process
 };
 
 std::uint64_t MonotonicNs();
