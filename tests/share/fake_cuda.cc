@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -123,6 +124,15 @@ struct Model {
   std::map<CUdeviceptr, CUmemoryPool> pooled;  // async allocations and their pool
   std::map<CUarray, Allocation> arrays;
   std::map<CUmipmappedArray, Allocation> mipmapped;
+  // Sparse and deferred-mapping arrays (CUarray or CUmipmappedArray): no
+  // memory of their own; the size a deferred one would take, and what
+  // cuMemMapArrayAsync mapped into each.
+  struct Unbacked {
+    std::uint64_t size = 0;
+    bool deferred = false;
+    std::vector<std::pair<std::array<std::uint64_t, 6>, CUmemGenericAllocationHandle>> maps;
+  };
+  std::map<void*, Unbacked> unbacked;
   std::map<CUmemGenericAllocationHandle, Handle> handles;
   std::map<CUdeviceptr, std::pair<CUmemGenericAllocationHandle, std::uint64_t>> mappings;
   std::map<CUmemoryPool, Pool> pools;
@@ -712,79 +722,88 @@ FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CU
   return CUDA_ERROR_NOT_FOUND;
 }
 
-// Arrays.
-FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
-  LOCKED;
+#if !defined(FAKE_CUDA_OLD)
+void DropReference(CUmemGenericAllocationHandle h);
+#endif
+
+// Arrays. As the real driver: cuArrayGetMemoryRequirements answers only
+// for arrays made with CUDA_ARRAY3D_DEFERRED_MAPPING; those and sparse ones
+// take no memory until a handle is mapped into them (cuMemMapArrayAsync).
+constexpr unsigned kUnbackedFlags = CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING;
+
+template <typename Handle>
+CUresult CreateArray(Handle* a, std::map<Handle, Allocation>& table, std::uint64_t bytes, unsigned flags) {
   REQUIRE_INIT();
   const int dev = CurrentPhysical();
   if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const std::uint64_t bytes = ArrayBytes(d->Width, d->Height, 1, d->Format, d->NumChannels);
-  if (Inject("cuArrayCreate") || ChargePhysical(dev, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  *a = NewHandle<CUarray>();
-  M().arrays[*a] = {dev, bytes, Current()};
+  const bool unbacked = flags & kUnbackedFlags;
+  if (!unbacked && (Inject("cuArrayCreate") || ChargePhysical(dev, bytes) != CUDA_SUCCESS))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *a = NewHandle<Handle>();
+  table[*a] = {dev, unbacked ? 0 : bytes, Current()};
+  if (unbacked) M().unbacked[*a] = {bytes, (flags & CUDA_ARRAY3D_DEFERRED_MAPPING) != 0, {}};
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* d) {
-  LOCKED;
-  REQUIRE_INIT();
-  const int dev = CurrentPhysical();
-  if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const std::uint64_t bytes = ArrayBytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
-  if (ChargePhysical(dev, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  *a = NewHandle<CUarray>();
-  M().arrays[*a] = {dev, bytes, Current()};
-  return CUDA_SUCCESS;
-}
-FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
-  LOCKED;
-  auto it = M().arrays.find(a);
-  if (it == M().arrays.end()) return CUDA_ERROR_INVALID_HANDLE;
+template <typename Handle>
+CUresult DestroyArray(Handle a, std::map<Handle, Allocation>& table) {
+  auto it = table.find(a);
+  if (it == table.end()) return CUDA_ERROR_INVALID_HANDLE;
   UnchargePhysical(it->second.physical, it->second.size);
-  M().arrays.erase(it);
+  table.erase(it);
+  if (auto u = M().unbacked.find(a); u != M().unbacked.end()) {
+#if !defined(FAKE_CUDA_OLD)
+    for (const auto& [key, handle] : u->second.maps) DropReference(handle);
+#endif
+    M().unbacked.erase(u);
+  }
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT
-CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUarray a, CUdevice) {
-  LOCKED;
-  auto it = M().arrays.find(a);
-  if (it == M().arrays.end()) return CUDA_ERROR_INVALID_HANDLE;
+CUresult Requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, void* a) {
+  auto it = M().unbacked.find(a);
+  if (it == M().unbacked.end() || !it->second.deferred) return CUDA_ERROR_INVALID_VALUE;
   req->size = it->second.size;
   req->alignment = 0x10000;
   return CUDA_SUCCESS;
 }
+
+FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* d) {
+  LOCKED;
+  return CreateArray(a, M().arrays, ArrayBytes(d->Width, d->Height, 1, d->Format, d->NumChannels), 0);
+}
+FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  LOCKED;
+  return CreateArray(a, M().arrays, ArrayBytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), d->Flags);
+}
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) {
+  LOCKED;
+  return DestroyArray(a, M().arrays);
+}
+FAKE_EXPORT
+CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUarray a, CUdevice) {
+  LOCKED;
+  if (!M().arrays.count(a)) return CUDA_ERROR_INVALID_HANDLE;
+  return Requirements(req, a);
+}
 FAKE_EXPORT
 CUresult cuMipmappedArrayCreate(CUmipmappedArray* a, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int levels) {
   LOCKED;
-  REQUIRE_INIT();
-  const int dev = CurrentPhysical();
-  if (dev < 0) return CUDA_ERROR_INVALID_CONTEXT;
   std::uint64_t bytes = 0, w = d->Width, h = d->Height, z = d->Depth;
   for (unsigned l = 0; l < levels; ++l) {
     bytes += ArrayBytes(w, h, z, d->Format, d->NumChannels);
     w = std::max<std::uint64_t>(1, w / 2), h = h ? std::max<std::uint64_t>(1, h / 2) : 0,
     z = z ? std::max<std::uint64_t>(1, z / 2) : 0;
   }
-  if (ChargePhysical(dev, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  *a = NewHandle<CUmipmappedArray>();
-  M().mipmapped[*a] = {dev, bytes, Current()};
-  return CUDA_SUCCESS;
+  return CreateArray(a, M().mipmapped, bytes, d->Flags);
 }
 FAKE_EXPORT
 CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUmipmappedArray a, CUdevice) {
   LOCKED;
-  auto it = M().mipmapped.find(a);
-  if (it == M().mipmapped.end()) return CUDA_ERROR_INVALID_HANDLE;
-  req->size = it->second.size;
-  req->alignment = 0x10000;
-  return CUDA_SUCCESS;
+  if (!M().mipmapped.count(a)) return CUDA_ERROR_INVALID_HANDLE;
+  return Requirements(req, a);
 }
 FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
   LOCKED;
-  auto it = M().mipmapped.find(a);
-  if (it == M().mipmapped.end()) return CUDA_ERROR_INVALID_HANDLE;
-  UnchargePhysical(it->second.physical, it->second.size);
-  M().mipmapped.erase(it);
-  return CUDA_SUCCESS;
+  return DestroyArray(a, M().mipmapped);
 }
 
 // Modules and kernels.
@@ -1112,6 +1131,49 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* h, void* s
     }
   return CUDA_ERROR_INVALID_VALUE;
 }
+// Sparse arrays: maps handles into (or unmaps them from) the tiles of a
+// sparse or deferred-mapping array; a mapping holds a reference to its
+// handle, as cuMemMap's do.
+std::array<std::uint64_t, 6> MapKey(const CUarrayMapInfo& m) {
+  if (m.subresourceType == CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL)
+    return {1, m.subresource.miptail.layer, m.subresource.miptail.offset, 0, 0, 0};
+  const auto& l = m.subresource.sparseLevel;
+  return {0, l.layer, l.level, l.offsetX, l.offsetY, l.offsetZ};
+}
+CUresult MapArray(CUarrayMapInfo* list, unsigned int count) {
+  LOCKED;
+  for (unsigned i = 0; i < count; ++i) {
+    const CUarrayMapInfo& m = list[i];
+    void* resource = m.resourceType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY ? static_cast<void*>(m.resource.mipmap)
+                                                                        : static_cast<void*>(m.resource.array);
+    auto u = M().unbacked.find(resource);
+    if (u == M().unbacked.end()) return CUDA_ERROR_INVALID_VALUE;  // not sparse or deferred
+    auto& maps = u->second.maps;
+    const auto key = MapKey(m);
+    auto at = std::find_if(maps.begin(), maps.end(), [&](const auto& e) { return e.first == key; });
+    if (m.memOperationType == CU_MEM_OPERATION_TYPE_MAP) {
+      auto h = M().handles.find(m.memHandle.memHandle);
+      if (m.memHandleType != CU_MEM_HANDLE_TYPE_GENERIC || h == M().handles.end()) return CUDA_ERROR_INVALID_VALUE;
+      ++h->second.refs;
+      if (at != maps.end()) {
+        DropReference(at->second);
+        at->second = m.memHandle.memHandle;
+      } else {
+        maps.push_back({key, m.memHandle.memHandle});
+      }
+    } else if (m.memOperationType == CU_MEM_OPERATION_TYPE_UNMAP && at != maps.end()) {
+      DropReference(at->second);
+      maps.erase(at);
+    }
+  }
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuMemMapArrayAsync(CUarrayMapInfo* list, unsigned int count, CUstream) {
+  return MapArray(list, count);
+}
+FAKE_EXPORT CUresult cuMemMapArrayAsync_ptsz(CUarrayMapInfo* list, unsigned int count, CUstream) {
+  return MapArray(list, count);
+}
 
 // Pools.
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
@@ -1424,6 +1486,8 @@ const Entry kEntries[] = {
     E("cuMemGetAllocationPropertiesFromHandle", 10020, false, cuMemGetAllocationPropertiesFromHandle),
     E("cuMemExportToShareableHandle", 10020, false, cuMemExportToShareableHandle),
     E("cuMemImportFromShareableHandle", 10020, false, cuMemImportFromShareableHandle),
+    E("cuMemMapArrayAsync", 11010, false, cuMemMapArrayAsync),
+    E("cuMemMapArrayAsync", 11010, true, cuMemMapArrayAsync_ptsz),
     E("cuMemPoolCreate", 11020, false, cuMemPoolCreate),
     E("cuMemPoolDestroy", 11020, false, cuMemPoolDestroy),
     E("cuDeviceGetDefaultMemPool", 11020, false, cuDeviceGetDefaultMemPool),

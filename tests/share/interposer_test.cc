@@ -392,6 +392,26 @@ TEST_F(Interposer, AProcessInAContainerIsMatchedInNvmlOnceTheAgentTellsItsNodePi
   EXPECT_GE(after, before + hidden) << "not matched after the agent told it";
 }
 
+TEST_F(Interposer, ArraysAreChargedWhatTheyTakeAndSparseTilesHoldTheirHandles) {
+  const ProbeRun run = Probe("arrays", {{"STOKER_GPU_MEMORY_LIMIT", "8GiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  const auto j = run.json();
+  // Before, the driver was asked only after creating the array, and a real
+  // driver answers only for deferred-mapping arrays: 40,000 bytes charged
+  // for 64 KiB taken.
+  EXPECT_EQ(j["plain_used"], 64u << 10);
+  EXPECT_EQ(j["plain_charged"], j["plain_used"]);
+  EXPECT_EQ(j["sparse_charged"], 0u) << "a sparse array takes nothing of its own (before: its elements' size)";
+  // A released handle still mapped into a tile is in use: it stays charged
+  // (before, its release gave the 2 MiB back while the driver held them).
+  EXPECT_EQ(j["released_used"], (64u << 10) + (2u << 20));
+  EXPECT_EQ(j["released_charged"], j["released_used"]);
+  EXPECT_EQ(j["unmapped_used"], 64u << 10);
+  EXPECT_EQ(j["unmapped_charged"], j["unmapped_used"]);
+  EXPECT_EQ(j["end_used"], 0u);
+  EXPECT_EQ(j["end_charged"], 0u) << "destroying the array ends its tiles' mappings";
+}
+
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   // Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
   // collective ends only when its peer on the other card has launched its

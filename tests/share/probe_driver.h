@@ -53,6 +53,7 @@ namespace probe {
   X(ArrayDestroy, cuArrayDestroy, cuArrayDestroy, 2000, 0)                                \
   X(MipmappedCreate, cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)             \
   X(MipmappedDestroy, cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)          \
+  X(MemMapArrayAsync, cuMemMapArrayAsync, cuMemMapArrayAsync, 11010, 0)                   \
   X(ModuleLoadData, cuModuleLoadData, cuModuleLoadData, 2000, 0)                          \
   X(ModuleUnload, cuModuleUnload, cuModuleUnload, 2000, 0)                                \
   X(ModuleGetFunction, cuModuleGetFunction, cuModuleGetFunction, 2000, 0)                 \

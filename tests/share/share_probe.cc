@@ -353,6 +353,73 @@ int Alloc(const Driver& d) {
   return r == CUDA_SUCCESS ? 0 : 2;
 }
 
+// --- arrays: what the driver says they take; sparse tiles hold handles ----
+
+int Arrays(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const int physical = PhysicalOf(d, 0);
+  const std::uint64_t base = LedgerCharges(d, 0).process, fake_base = FakeProcessUsed(physical);
+  auto charged = [&] { return LedgerCharges(d, 0).process - base; };
+  auto used = [&] { return FakeProcessUsed(physical) - fake_base; };
+  // A plain array: the driver pads it (to 64 KiB tiles on the fake); its
+  // elements alone are 100 x 100 x 4 = 40,000 bytes.
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  desc.Width = 100;
+  desc.Height = 100;
+  desc.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+  desc.NumChannels = 4;
+  CUarray plain = nullptr;
+  Check(d.Array3DCreate(&plain, &desc), "cuArray3DCreate");
+  const std::uint64_t plain_charged = charged(), plain_used = used();
+  // A sparse array takes nothing of its own; a handle mapped into a tile
+  // stays in use after it is released, until unmapped.
+  desc.Width = desc.Height = 1024;
+  desc.Flags = CUDA_ARRAY3D_SPARSE;
+  CUarray sparse = nullptr;
+  Check(d.Array3DCreate(&sparse, &desc), "cuArray3DCreate(SPARSE)");
+  const std::uint64_t sparse_charged = charged() - plain_charged;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemGenericAllocationHandle handle = 0;
+  Check(d.MemCreate(&handle, 2ull << 20, &prop, 0), "cuMemCreate");
+  CUarrayMapInfo map{};
+  map.resourceType = CU_RESOURCE_TYPE_ARRAY;
+  map.resource.array = sparse;
+  map.subresourceType = CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL;
+  map.subresource.sparseLevel.extentWidth = map.subresource.sparseLevel.extentHeight = 256;
+  map.subresource.sparseLevel.extentDepth = 1;
+  map.memOperationType = CU_MEM_OPERATION_TYPE_MAP;
+  map.memHandleType = CU_MEM_HANDLE_TYPE_GENERIC;
+  map.memHandle.memHandle = handle;
+  Check(d.MemMapArrayAsync(&map, 1, nullptr), "cuMemMapArrayAsync(MAP)");
+  Check(d.MemRelease(handle), "cuMemRelease");
+  const std::uint64_t released_charged = charged(), released_used = used();
+  CUarrayMapInfo unmap = map;
+  unmap.memOperationType = CU_MEM_OPERATION_TYPE_UNMAP;
+  unmap.subresource.sparseLevel.extentWidth = unmap.subresource.sparseLevel.extentHeight = 1024;  // all of it
+  Check(d.MemMapArrayAsync(&unmap, 1, nullptr), "cuMemMapArrayAsync(UNMAP)");
+  const std::uint64_t unmapped_charged = charged(), unmapped_used = used();
+  // Mapped again, released, and the array destroyed with the mapping on.
+  Check(d.MemCreate(&handle, 2ull << 20, &prop, 0), "cuMemCreate");
+  map.memHandle.memHandle = handle;
+  Check(d.MemMapArrayAsync(&map, 1, nullptr), "cuMemMapArrayAsync(MAP)");
+  Check(d.MemRelease(handle), "cuMemRelease");
+  Check(d.ArrayDestroy(sparse), "cuArrayDestroy(SPARSE)");
+  Check(d.ArrayDestroy(plain), "cuArrayDestroy");
+  std::printf(
+      "{\"plain_charged\": %llu, \"plain_used\": %llu, \"sparse_charged\": %llu, \"released_charged\": %llu, "
+      "\"released_used\": %llu, \"unmapped_charged\": %llu, \"unmapped_used\": %llu, \"end_charged\": %llu, "
+      "\"end_used\": %llu}\n",
+      static_cast<unsigned long long>(plain_charged), static_cast<unsigned long long>(plain_used),
+      static_cast<unsigned long long>(sparse_charged), static_cast<unsigned long long>(released_charged),
+      static_cast<unsigned long long>(released_used), static_cast<unsigned long long>(unmapped_charged),
+      static_cast<unsigned long long>(unmapped_used), static_cast<unsigned long long>(charged()),
+      static_cast<unsigned long long>(used()));
+  return 0;
+}
+
 // --- visible: CUDA_VISIBLE_DEVICES maps ordinals to devices ----------------
 
 int Visible(const Driver& d) {
@@ -409,6 +476,7 @@ int main(int argc, char** argv) {
   if (mode == "orphan") return Orphan(d);
   if (mode == "limit") return Limit(d);
   if (mode == "visible") return Visible(d);
+  if (mode == "arrays") return Arrays(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);
   if (mode == "collective") return Collective(d);

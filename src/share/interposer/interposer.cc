@@ -145,6 +145,8 @@ void Interposer::Initialise() {
   Load(&calls_.graph_mem_attribute, "cuDeviceGetGraphMemAttribute");
   Load(&calls_.array_destroy, "cuArrayDestroy");
   Load(&calls_.mipmapped_destroy, "cuMipmappedArrayDestroy");
+  Load(&calls_.array3d_create, "cuArray3DCreate_v2");
+  Load(&calls_.mipmapped_create, "cuMipmappedArrayCreate");
   if (!calls_.ctx_get_current || !calls_.ctx_get_device || !calls_.device_get || !calls_.device_get_uuid ||
       !calls_.device_total_mem || !calls_.mem_get_info) {
     error_ = "the CUDA driver lacks the context and device queries the interposer needs";
@@ -178,6 +180,7 @@ void Interposer::AfterForkInChild() {
   std::lock_guard<std::mutex> lock(mu);
   allocations.clear();
   arrays.clear();
+  array_maps.clear();
   modules.clear();
   handles.clear();
   mappings.clear();

@@ -8,6 +8,7 @@
 // once on stderr): a process is never silently unlimited.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -56,6 +57,8 @@ struct DriverCalls {
   PFN_cuDeviceGetGraphMemAttribute_v11040 graph_mem_attribute = nullptr;
   PFN_cuArrayDestroy_v2000 array_destroy = nullptr;
   PFN_cuMipmappedArrayDestroy_v5000 mipmapped_destroy = nullptr;
+  PFN_cuArray3DCreate_v3020 array3d_create = nullptr;
+  PFN_cuMipmappedArrayCreate_v5000 mipmapped_create = nullptr;
 };
 
 class Interposer {
@@ -119,6 +122,10 @@ class Interposer {
   std::mutex mu;  // guards everything below
   std::unordered_map<CUdeviceptr, Block> allocations;
   std::unordered_map<void*, Block> arrays;   // CUarray and CUmipmappedArray
+  // Handles mapped into the tiles of sparse or deferred-mapping arrays
+  // (cuMemMapArrayAsync): each holds a reference to its handle. Keyed by
+  // the array, then (mip tail?, layer, level or offset, x, y, z).
+  std::map<void*, std::map<std::array<std::uint64_t, 6>, CUmemGenericAllocationHandle>> array_maps;
   std::unordered_map<void*, Block> modules;  // CUmodule and CUlibrary
   std::unordered_map<CUmemGenericAllocationHandle, Handle> handles;
   std::map<CUdeviceptr, std::pair<CUmemGenericAllocationHandle, std::uint64_t>> mappings;
