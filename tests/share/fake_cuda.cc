@@ -83,6 +83,7 @@ struct Pool {
 struct Graph {
   std::uint64_t mem_bytes = 0;
   int physical = 0;
+  std::vector<CUgraphNode> nodes;  // its memory allocation nodes (the only kind the fake makes)
 };
 // A collective launched into a stream and not yet known to have ended.
 struct PendingCollective {
@@ -1309,6 +1310,21 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph g, const CUgraphNode*
   params->dptr = M().next_address;
   M().next_address += (params->bytesize + 0xFFFF) & ~0xFFFFull;
   *node = NewHandle<CUgraphNode>();
+  M().graphs[g].nodes.push_back(*node);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
+  LOCKED;
+  auto it = M().graphs.find(g);
+  if (it == M().graphs.end() || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto& all = it->second.nodes;
+  if (nodes != nullptr)
+    for (std::size_t i = 0; i < std::min(*count, all.size()); ++i) nodes[i] = all[i];
+  *count = all.size();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode, CUgraphNodeType* type) {
+  *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
@@ -1358,8 +1374,14 @@ FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) {
   M().graph_reserved[p] = 0;
   return CUDA_SUCCESS;
 }
+std::atomic<long> graph_mem_queries{0};
+// For tests: how often the process read its devices' graph memory.
+FAKE_EXPORT long fake_cuda_graph_mem_queries() {
+  return graph_mem_queries.load();
+}
 FAKE_EXPORT
 CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void* value) {
+  ++graph_mem_queries;
   LOCKED;
   const int p = Physical(d);
   if (p < 0) return CUDA_ERROR_INVALID_DEVICE;
@@ -1504,6 +1526,8 @@ const Entry kEntries[] = {
     E("cuGraphCreate", 10000, false, cuGraphCreate),
     E("cuGraphDestroy", 10000, false, cuGraphDestroy),
     E("cuGraphAddMemAllocNode", 11040, false, cuGraphAddMemAllocNode),
+    E("cuGraphGetNodes", 10000, false, cuGraphGetNodes),
+    E("cuGraphNodeGetType", 10000, false, cuGraphNodeGetType),
     E("cuGraphInstantiateWithFlags", 11040, false, cuGraphInstantiateWithFlags),
     E("cuGraphLaunch", 10000, false, cuGraphLaunch),
     E("cuGraphLaunch", 10000, true, cuGraphLaunch_ptsz),

@@ -412,6 +412,15 @@ TEST_F(Interposer, ArraysAreChargedWhatTheyTakeAndSparseTilesHoldTheirHandles) {
   EXPECT_EQ(j["end_charged"], 0u) << "destroying the array ends its tiles' mappings";
 }
 
+TEST_F(Interposer, AGraphsMemoryIsChargedAfterEachOfItsLaunchesAndOtherGraphsReadNothing) {
+  const ProbeRun run = Probe("graphs", {{"STOKER_GPU_MEMORY_LIMIT", "8GiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  const auto j = run.json();
+  EXPECT_EQ(j["used"], 300u << 20);
+  EXPECT_EQ(j["charged"], j["used"]) << "the second launch's growth within 5 ms went unread before";
+  EXPECT_EQ(j["reads_for_1000_launches_without_memory"], 0);
+}
+
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   // Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
   // collective ends only when its peer on the other card has launched its

@@ -420,6 +420,47 @@ int Arrays(const Driver& d) {
   return 0;
 }
 
+// --- graphs: memory nodes' reservation read after their launches ---------
+
+int Graphs(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const int physical = PhysicalOf(d, 0);
+  using Queries = long (*)();
+  const auto queries = reinterpret_cast<Queries>(dlsym(RTLD_DEFAULT, "fake_cuda_graph_mem_queries"));
+  if (queries == nullptr) Fail("the fake driver's fake_cuda_graph_mem_queries is missing");
+  auto instantiate = [&](std::uint64_t bytes) {
+    CUgraph g = nullptr;
+    Check(d.GraphCreate(&g, 0), "cuGraphCreate");
+    if (bytes > 0) {
+      CUDA_MEM_ALLOC_NODE_PARAMS params{};
+      params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      params.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+      params.bytesize = bytes;
+      CUgraphNode node = nullptr;
+      Check(d.GraphAddMemAllocNode(&node, g, nullptr, 0, &params), "cuGraphAddMemAllocNode");
+    }
+    CUgraphExec exec = nullptr;
+    Check(d.GraphInstantiate(&exec, g, 0), "cuGraphInstantiateWithFlags");
+    return exec;
+  };
+  const CUgraphExec small = instantiate(100ull << 20), big = instantiate(300ull << 20), none = instantiate(0);
+  // Two launches in a row, the second growing the reservation: each is
+  // read after its launch (before, at most one read every 5 ms).
+  Check(d.GraphLaunch(small, nullptr), "cuGraphLaunch");
+  Check(d.GraphLaunch(big, nullptr), "cuGraphLaunch");
+  const Charges after_big = LedgerCharges(d, 0);
+  const std::uint64_t used_after_big = FakeProcessUsed(physical);
+  // A graph without memory nodes reads nothing, however often it runs.
+  const long before_none = queries();
+  for (int i = 0; i < 1000; ++i) Check(d.GraphLaunch(none, nullptr), "cuGraphLaunch");
+  const long none_reads = queries() - before_none;
+  std::printf("{\"charged\": %llu, \"used\": %llu, \"reads_for_1000_launches_without_memory\": %ld}\n",
+              static_cast<unsigned long long>(after_big.process), static_cast<unsigned long long>(used_after_big),
+              none_reads);
+  return 0;
+}
+
 // --- visible: CUDA_VISIBLE_DEVICES maps ordinals to devices ----------------
 
 int Visible(const Driver& d) {
@@ -477,6 +518,7 @@ int main(int argc, char** argv) {
   if (mode == "limit") return Limit(d);
   if (mode == "visible") return Visible(d);
   if (mode == "arrays") return Arrays(d);
+  if (mode == "graphs") return Graphs(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);
   if (mode == "collective") return Collective(d);

@@ -283,7 +283,10 @@ STOKER_HOOK CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec exec, CUstream strea
   return AfterGraphMemory(ip, [&] { return real(exec, stream); });
 }
 STOKER_HOOK CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
-  STOKER_PROLOGUE(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)
+  STOKER_PROLOGUE(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000) {
+    std::lock_guard<std::mutex> lock(ip.graph_mu);
+    ip.graphs_with_memory.erase(exec);
+  }
   return AfterGraphMemory(ip, [&] { return real(exec); });
 }
 STOKER_HOOK CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {

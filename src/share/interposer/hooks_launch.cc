@@ -48,31 +48,85 @@ STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int
 
 namespace {
 
-// Graph launches pass the gate, and the device's graph memory is read
-// again afterwards (at most every few milliseconds: most graphs hold none).
+// Graph launches pass the gate; those of executables with memory nodes
+// are followed by a read of the device's graph reservation (which their
+// launch may have grown), others by none. Where the driver cannot list
+// nodes, every launch is followed by one, at most every few milliseconds.
 template <typename Launch>
-CUresult LaunchGraph(stoker::share::Interposer& ip, CUstream stream, bool per_thread, Launch launch) {
+CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream stream, bool per_thread, Launch launch) {
   const int counted = ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
   ComputeGate::Get().Leave(counted);
-  static std::uint64_t last_refresh_ns = 0;
-  const std::uint64_t now = stoker::share::MonotonicNs();
-  std::uint64_t last = __atomic_load_n(&last_refresh_ns, __ATOMIC_RELAXED);
-  if (now - last > 5'000'000 &&
-      __atomic_compare_exchange_n(&last_refresh_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  bool refresh = false;
+  {
+    std::lock_guard<std::mutex> lock(ip.graph_mu);
+    refresh = ip.graphs_with_memory.count(exec) > 0;
+  }
+  if (!refresh && !ip.graph_nodes_known) {
+    static std::uint64_t last_refresh_ns = 0;
+    const std::uint64_t now = stoker::share::MonotonicNs();
+    std::uint64_t last = __atomic_load_n(&last_refresh_ns, __ATOMIC_RELAXED);
+    refresh = now - last > 5'000'000 &&
+              __atomic_compare_exchange_n(&last_refresh_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
+  if (refresh) {
     stoker::share::Dev dev;
     if (ip.CurrentDevice(&dev)) ip.RefreshGraphMemory(dev.ordinal);
   }
   return r;
 }
 
+// After instantiating `graph` as `*exec`: notes whether it has memory nodes.
+void NoteInstantiated(stoker::share::Interposer& ip, CUresult r, CUgraphExec* exec, CUgraph graph) {
+  if (r != CUDA_SUCCESS || exec == nullptr) return;
+  const auto memory = ip.GraphHasMemoryNodes(graph);
+  std::lock_guard<std::mutex> lock(ip.graph_mu);
+  if (!memory) ip.graph_nodes_known = false;
+  if (memory.value_or(false)) ip.graphs_with_memory.insert(*exec);
+}
+
 }  // namespace
 
 STOKER_HOOK CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   STOKER_PROLOGUE(cuGraphLaunch, PFN_cuGraphLaunch_v10000)
-  return LaunchGraph(ip, stream, false, [&] { return real(exec, stream); });
+  return LaunchGraph(ip, exec, stream, false, [&] { return real(exec, stream); });
 }
 STOKER_HOOK CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   STOKER_PROLOGUE(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)
-  return LaunchGraph(ip, stream, true, [&] { return real(exec, stream); });
+  return LaunchGraph(ip, exec, stream, true, [&] { return real(exec, stream); });
+}
+
+STOKER_HOOK CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                                                size_t log_size) {
+  STOKER_PROLOGUE(cuGraphInstantiate, PFN_cuGraphInstantiate_v10000)
+  const CUresult r = real(exec, graph, error_node, log, log_size);
+  NoteInstantiated(ip, r, exec, graph);
+  return r;
+}
+STOKER_HOOK CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                                                   size_t log_size) {
+  STOKER_PROLOGUE(cuGraphInstantiate_v2, PFN_cuGraphInstantiate_v11000)
+  const CUresult r = real(exec, graph, error_node, log, log_size);
+  NoteInstantiated(ip, r, exec, graph);
+  return r;
+}
+STOKER_HOOK CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  STOKER_PROLOGUE(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)
+  const CUresult r = real(exec, graph, flags);
+  NoteInstantiated(ip, r, exec, graph);
+  return r;
+}
+STOKER_HOOK CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                                          CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  STOKER_PROLOGUE(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000)
+  const CUresult r = real(exec, graph, params);
+  NoteInstantiated(ip, r, exec, graph);
+  return r;
+}
+STOKER_HOOK CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  STOKER_PROLOGUE(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz)
+  const CUresult r = real(exec, graph, params);
+  NoteInstantiated(ip, r, exec, graph);
+  return r;
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "share/interposer/entry_points.h"
 #include "share/interposer/nvml_api.h"
@@ -146,6 +147,9 @@ void Interposer::Initialise() {
   Load(&calls_.array_destroy, "cuArrayDestroy");
   Load(&calls_.mipmapped_destroy, "cuMipmappedArrayDestroy");
   Load(&calls_.array3d_create, "cuArray3DCreate_v2");
+  Load(&calls_.graph_get_nodes, "cuGraphGetNodes");
+  Load(&calls_.graph_node_type, "cuGraphNodeGetType");
+  Load(&calls_.graph_child, "cuGraphChildGraphNodeGetGraph");
   Load(&calls_.mipmapped_create, "cuMipmappedArrayCreate");
   if (!calls_.ctx_get_current || !calls_.ctx_get_device || !calls_.device_get || !calls_.device_get_uuid ||
       !calls_.device_total_mem || !calls_.mem_get_info) {
@@ -190,6 +194,10 @@ void Interposer::AfterForkInChild() {
   std::memset(primary_refs, 0, sizeof(primary_refs));
   std::memset(primary, 0, sizeof(primary));
   std::memset(graph_charged, 0, sizeof(graph_charged));
+  {
+    std::lock_guard<std::mutex> graphs_lock(graph_mu);
+    graphs_with_memory.clear();
+  }
   std::memset(tracked, 0, sizeof(tracked));
   std::memset(overhead, 0, sizeof(overhead));
   if (ok_) {
@@ -449,6 +457,27 @@ void Interposer::RefreshGraphMemory(int ordinal) {
     tracked[o] = tracked[o] - std::min(graph_charged[o], tracked[o]) + reserved;
     graph_charged[o] = reserved;
   }
+}
+
+std::optional<bool> Interposer::GraphHasMemoryNodes(CUgraph graph, int depth) {
+  if (calls_.graph_get_nodes == nullptr || calls_.graph_node_type == nullptr || depth > 16) return std::nullopt;
+  size_t count = 0;
+  if (calls_.graph_get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return std::nullopt;
+  std::vector<CUgraphNode> nodes(count);
+  if (count > 0 && calls_.graph_get_nodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return std::nullopt;
+  nodes.resize(std::min(count, nodes.size()));
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type{};
+    if (calls_.graph_node_type(node, &type) != CUDA_SUCCESS) return std::nullopt;
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return true;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph child = nullptr;
+      if (calls_.graph_child == nullptr || calls_.graph_child(node, &child) != CUDA_SUCCESS) return std::nullopt;
+      const auto inner = GraphHasMemoryNodes(child, depth + 1);
+      if (!inner || *inner) return inner;
+    }
+  }
+  return false;
 }
 
 void Interposer::ForgetContext(CUcontext ctx) {

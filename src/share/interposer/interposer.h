@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "share/interposer/cuda_api.h"
 #include "share/ledger.h"
@@ -58,6 +60,9 @@ struct DriverCalls {
   PFN_cuArrayDestroy_v2000 array_destroy = nullptr;
   PFN_cuMipmappedArrayDestroy_v5000 mipmapped_destroy = nullptr;
   PFN_cuArray3DCreate_v3020 array3d_create = nullptr;
+  PFN_cuGraphGetNodes_v10000 graph_get_nodes = nullptr;
+  PFN_cuGraphNodeGetType_v10000 graph_node_type = nullptr;
+  PFN_cuGraphChildGraphNodeGetGraph_v10000 graph_child = nullptr;
   PFN_cuMipmappedArrayCreate_v5000 mipmapped_create = nullptr;
 };
 
@@ -121,7 +126,7 @@ class Interposer {
 
   std::mutex mu;  // guards everything below
   std::unordered_map<CUdeviceptr, Block> allocations;
-  std::unordered_map<void*, Block> arrays;   // CUarray and CUmipmappedArray
+  std::unordered_map<void*, Block> arrays;  // CUarray and CUmipmappedArray
   // Handles mapped into the tiles of sparse or deferred-mapping arrays
   // (cuMemMapArrayAsync): each holds a reference to its handle. Keyed by
   // the array, then (mip tail?, layer, level or offset, x, y, z).
@@ -135,6 +140,15 @@ class Interposer {
   int primary_refs[kMaxOrdinals] = {};
   CUcontext primary[kMaxOrdinals] = {};
   std::uint64_t graph_charged[kMaxOrdinals] = {};
+  // Graph executables with memory nodes (their own or a child graph's):
+  // the device's graph reservation is read after each of their launches.
+  // Others hold none, and their launches read nothing. Its own lock: read
+  // on every graph launch.
+  std::mutex graph_mu;
+  std::unordered_set<CUgraphExec> graphs_with_memory;
+  // False when the driver cannot list a graph's nodes: every launch is
+  // then followed by a read, at most every few milliseconds.
+  bool graph_nodes_known = true;
   // Bytes charged through the APIs above, and the rest of what the driver
   // holds for this process (contexts, modules, lazily loaded code).
   std::uint64_t tracked[kMaxOrdinals] = {};
@@ -169,6 +183,9 @@ class Interposer {
   // Re-reads pool reservations and graph memory on `ordinal` (all: -1).
   void RefreshPools(int ordinal);
   void RefreshGraphMemory(int ordinal);
+  // Whether `graph` (or a child graph of it) has memory allocation nodes;
+  // nullopt when the driver cannot say.
+  std::optional<bool> GraphHasMemoryNodes(CUgraph graph, int depth = 0);
   // Everything charged to context `ctx` goes (the context is gone).
   void ForgetContext(CUcontext ctx);
 
