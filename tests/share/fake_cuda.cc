@@ -254,6 +254,12 @@ CUresult NewContext(CUcontext* out, CUdevice dev, bool primary) {
   if (Inject("context")) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::uint64_t cost = ContextBytes();
   if (ChargePhysical(p, cost) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  // FAKE_CUDA_NEIGHBOUR_BYTES: another process's allocation lands on the
+  // device while this context is made (charged to the parent process).
+  if (const std::uint64_t neighbour = fake_gpu::EnvU64("FAKE_CUDA_NEIGHBOUR_BYTES", 0); neighbour > 0) {
+    fake_gpu::Lock lock;
+    fake_gpu::Other(static_cast<std::int32_t>(::getppid()))->used[p] += neighbour;
+  }
   CUcontext c = NewHandle<CUcontext>();
   M().contexts[c] = {p, cost, primary};
   *out = c;

@@ -139,10 +139,9 @@ inline bool Alive(std::int32_t pid) {
   return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 }
 
-// This process's record (lock held).
-inline Process* Self() {
+// Process `pid`'s record, made if missing (lock held).
+inline Process* Other(std::int32_t pid) {
   State* s = Shared();
-  const std::int32_t pid = static_cast<std::int32_t>(::getpid());
   Process* free_slot = nullptr;
   for (auto& p : s->processes) {
     if (p.in_use && p.pid == pid) return &p;
@@ -154,9 +153,14 @@ inline Process* Self() {
   std::memset(free_slot, 0, sizeof(Process));
   free_slot->pid = pid;
   char self[32] = {};
-  if (::readlink("/proc/self", self, sizeof(self) - 1) > 0) free_slot->host_pid = std::atoi(self);
+  if (pid == ::getpid() && ::readlink("/proc/self", self, sizeof(self) - 1) > 0) free_slot->host_pid = std::atoi(self);
   free_slot->in_use = 1;
   return free_slot;
+}
+
+// This process's record (lock held).
+inline Process* Self() {
+  return Other(static_cast<std::int32_t>(::getpid()));
 }
 
 // Bytes in use on physical device `d` by every live process (lock held).

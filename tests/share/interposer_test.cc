@@ -421,6 +421,23 @@ TEST_F(Interposer, AGraphsMemoryIsChargedAfterEachOfItsLaunchesAndOtherGraphsRea
   EXPECT_EQ(j["reads_for_1000_launches_without_memory"], 0);
 }
 
+TEST_F(Interposer, ANeighboursAllocationIsNotTakenForOurContext) {
+  // A 300 MiB context is made while another process's 500 MiB land on the
+  // device. Measured device-wide, the context was learned as 800 MiB: the
+  // tenant's next process, under a 700 MiB quota, was refused its context.
+  // Measured by NVML's per-process figure, it is 300 MiB.
+  env_["LD_LIBRARY_PATH"] = Driver("cuda-current", /*nvml=*/true);
+  const std::map<std::string, std::string> quota = {{"STOKER_GPU_MEMORY_LIMIT", "700MiB"},
+                                                    {"FAKE_CUDA_CONTEXT_BYTES", "314572800"}};
+  auto noisy = quota;
+  noisy["FAKE_CUDA_NEIGHBOUR_BYTES"] = "524288000";
+  const ProbeRun first = Probe("alloc", noisy);
+  ASSERT_EQ(first.status, 0);
+  EXPECT_EQ(first.json()["process"], (300u << 20) + (1u << 20)) << "the context and a 1 MiB allocation";
+  const ProbeRun second = Probe("alloc", quota);
+  EXPECT_EQ(second.status, 0) << "refused a context the quota has room for";
+}
+
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   // Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
   // collective ends only when its peer on the other card has launched its

@@ -383,42 +383,55 @@ bool Interposer::DeviceUsed(int ordinal, std::uint64_t* used) {
   return true;
 }
 
-void Interposer::Reconcile(int ordinal, bool force) {
+bool Interposer::OwnUsage(int ordinal, std::uint64_t* used, bool* listed) {
   const Nvml& n = NvmlCalls();
-  if (!n.ok || n.processes == nullptr) return;
-  if (!force && ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals) &&
-      MonotonicNs() < __atomic_load_n(&last_reconcile_ns_[ordinal], __ATOMIC_RELAXED) + kReconcileEveryNs)
-    return;
+  if (!n.ok || n.processes == nullptr) return false;
   std::uint8_t uuid[16];
-  int d = -1;
   {
     std::lock_guard<std::mutex> lock(devices_mu_);
-    if (ordinal < 0 || ordinal >= static_cast<int>(kMaxOrdinals) || !devices_[ordinal].known) return;
+    if (ordinal < 0 || ordinal >= static_cast<int>(kMaxOrdinals) || !devices_[ordinal].known) return false;
     std::memcpy(uuid, devices_[ordinal].uuid, 16);
-    d = devices_[ordinal].ledger;
   }
   nvmlDevice_t device = nullptr;
-  if (!NvmlDevice(uuid, &device)) return;
+  if (!NvmlDevice(uuid, &device)) return false;
   nvmlProcessInfo_t infos[256];
   unsigned int count = 256;
-  if (n.processes(device, &count, infos) != kNvmlSuccess) return;
+  if (n.processes(device, &count, infos) != kNvmlSuccess) return false;
   // NVML lists the node's PIDs: in a container, the one the node's agent
   // recorded for this process (ledger_host_pids.h).
   const std::int32_t host_pid = ledger_->HostPid();
   const unsigned int pid = static_cast<unsigned int>(host_pid > 0 ? host_pid : ::getpid());
-  const nvmlProcessInfo_t* mine = nullptr;
+  *listed = false;
+  *used = 0;
   for (unsigned int i = 0; i < count; ++i)
-    if (infos[i].pid == pid) mine = &infos[i];
+    if (infos[i].pid == pid) {
+      *listed = true;
+      *used = infos[i].usedGpuMemory;
+    }
+  return true;
+}
+
+void Interposer::Reconcile(int ordinal, bool force) {
+  if (!force && ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals) &&
+      MonotonicNs() < __atomic_load_n(&last_reconcile_ns_[ordinal], __ATOMIC_RELAXED) + kReconcileEveryNs)
+    return;
+  std::uint64_t used = 0;
+  bool listed = false;
+  if (!OwnUsage(ordinal, &used, &listed)) return;
+  int d = -1;
+  {
+    std::lock_guard<std::mutex> lock(devices_mu_);
+    d = devices_[ordinal].ledger;
+  }
   std::lock_guard<std::mutex> lock(mu);
-  if (mine == nullptr) {
+  if (!listed) {
     // Not listed (no context there yet, or NVML sees another PID namespace
     // and no agent has said this process's PID there): the measured
     // figures stand, and NVML is asked again a second later.
-    if (ordinal >= 0 && ordinal < static_cast<int>(kMaxOrdinals))
-      __atomic_store_n(&last_reconcile_ns_[ordinal], MonotonicNs() + kNotListedBackoffNs, __ATOMIC_RELAXED);
+    __atomic_store_n(&last_reconcile_ns_[ordinal], MonotonicNs() + kNotListedBackoffNs, __ATOMIC_RELAXED);
     return;
   }
-  const std::uint64_t target = mine->usedGpuMemory > tracked[ordinal] ? mine->usedGpuMemory - tracked[ordinal] : 0;
+  const std::uint64_t target = used > tracked[ordinal] ? used - tracked[ordinal] : 0;
   ledger_->Settle(d, overhead[ordinal], target);
   overhead[ordinal] = target;
   __atomic_store_n(&last_reconcile_ns_[ordinal], MonotonicNs(), __ATOMIC_RELAXED);

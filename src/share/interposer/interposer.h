@@ -172,6 +172,9 @@ class Interposer {
   // The device memory in use on `ordinal` as the driver or NVML sees it
   // (device-wide), or false.
   bool DeviceUsed(int ordinal, std::uint64_t* used);
+  // What NVML's per-process list says this process uses on `ordinal`
+  // (`*listed` false: not in it, `*used` 0); false when NVML cannot tell.
+  bool OwnUsage(int ordinal, std::uint64_t* used, bool* listed);
   // Charges what the driver holds for this process beyond the tracked
   // allocations (NVML's per-process view), where NVML can tell.
   // `force`: now; else at most every kReconcileEveryNs per device (the
@@ -217,6 +220,11 @@ std::uint64_t MonotonicNs();
 
 template <typename Create>
 CUresult Interposer::Measure(const Dev& dev, std::uint64_t* measured, Create create, std::uint64_t reserved) {
+  // NVML's figure for this process first: a neighbour's allocation landing
+  // meanwhile does not count (device-wide, it would be taken for ours).
+  std::uint64_t own_before = 0, own_after = 0;
+  bool listed_before = false, listed_after = false;
+  const bool own = OwnUsage(dev.ordinal, &own_before, &listed_before);
   std::uint64_t before = 0, after = 0;
   const bool had_before = DeviceUsed(dev.ordinal, &before);
   // Without a before (no NVML, no context there yet): what the ledger
@@ -225,7 +233,10 @@ CUresult Interposer::Measure(const Dev& dev, std::uint64_t* measured, Create cre
   const std::uint64_t known = charged > reserved ? charged - reserved : 0;
   const CUresult r = create();
   *measured = 0;
-  if (r == CUDA_SUCCESS && DeviceUsed(dev.ordinal, &after)) {
+  if (r != CUDA_SUCCESS) return r;
+  if (own && OwnUsage(dev.ordinal, &own_after, &listed_after) && listed_after) {
+    *measured = own_after > own_before ? own_after - own_before : 0;
+  } else if (DeviceUsed(dev.ordinal, &after)) {
     const std::uint64_t base = had_before ? before : known;
     *measured = after > base ? after - base : 0;
   }
