@@ -41,10 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   --size;
   if (what == 0) {
     // Settings: NUL-separated values for the variables, in order.
-    static const char* kNames[] = {"STOKER_GPU_MEMORY_LIMIT",   "STOKER_GPU_MEMORY_LIMIT_0",
-                                   "STOKER_GPU_MEMORY_LIMIT_7", "STOKER_GPU_COMPUTE_SHARE",
-                                   "STOKER_GPU_TENANT",         "STOKER_GPU_LEDGER",
-                                   "STOKER_GPU_COMPUTE_MODE",   "STOKER_GPU_COMPUTE_PERIOD_MS"};
+    static const char* kNames[] = {"STOKER_GPU_MEMORY_LIMIT",    "STOKER_GPU_MEMORY_LIMIT_0",
+                                   "STOKER_GPU_MEMORY_LIMIT_7",  "STOKER_GPU_COMPUTE_SHARE",
+                                   "STOKER_GPU_TENANT",          "STOKER_GPU_LEDGER",
+                                   "STOKER_GPU_COMPUTE_MODE",    "STOKER_GPU_COMPUTE_PERIOD_MS",
+                                   "STOKER_GPU_COMPUTE_SHARE_1", "STOKER_GPU_COMPUTE_SHARES"};
     std::map<std::string, std::string> env;
     std::string text(reinterpret_cast<const char*>(data), size);
     std::size_t at = 0;
@@ -64,6 +65,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         &config, &error);
     if (!ok && error.empty()) __builtin_trap();  // a refusal always says why
     if (ok && config.compute_share > 100) __builtin_trap();
+    if (ok) {
+      for (const auto& [card, share] : config.card_shares)
+        if (card.empty() || share < 1 || share > 100) __builtin_trap();
+      for (std::uint32_t ordinal = 0; ordinal < 3; ++ordinal)
+        if (config.ShareFor(ordinal, "GPU-aa") > 100) __builtin_trap();
+    }
   } else if (what == 1) {
     const std::string path = TempPath("ledger");
     WriteFile(path, data, size, 0600);

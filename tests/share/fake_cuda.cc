@@ -139,6 +139,7 @@ struct Model {
   std::map<CUmemoryPool, Pool> pools;
   CUmemoryPool default_pool[fake_gpu::kMaxDevices] = {};
   std::map<CUgraph, Graph> graphs;
+  std::map<CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS> mem_nodes;
   std::map<CUgraphExec, Graph> execs;
   std::uint64_t graph_reserved[fake_gpu::kMaxDevices] = {};
   std::uint64_t graph_in_use[fake_gpu::kMaxDevices] = {};
@@ -1317,6 +1318,14 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph g, const CUgraphNode*
   M().next_address += (params->bytesize + 0xFFFF) & ~0xFFFFull;
   *node = NewHandle<CUgraphNode>();
   M().graphs[g].nodes.push_back(*node);
+  M().mem_nodes[*node] = *params;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  LOCKED;
+  auto it = M().mem_nodes.find(node);
+  if (it == M().mem_nodes.end()) return CUDA_ERROR_INVALID_VALUE;
+  *params = it->second;
   return CUDA_SUCCESS;
 }
 FAKE_EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
@@ -1534,6 +1543,7 @@ const Entry kEntries[] = {
     E("cuGraphAddMemAllocNode", 11040, false, cuGraphAddMemAllocNode),
     E("cuGraphGetNodes", 10000, false, cuGraphGetNodes),
     E("cuGraphNodeGetType", 10000, false, cuGraphNodeGetType),
+    E("cuGraphMemAllocNodeGetParams", 11040, false, cuGraphMemAllocNodeGetParams),
     E("cuGraphInstantiateWithFlags", 11040, false, cuGraphInstantiateWithFlags),
     E("cuGraphLaunch", 10000, false, cuGraphLaunch),
     E("cuGraphLaunch", 10000, true, cuGraphLaunch_ptsz),

@@ -421,6 +421,18 @@ TEST_F(Interposer, AGraphsMemoryIsChargedAfterEachOfItsLaunchesAndOtherGraphsRea
   EXPECT_EQ(j["reads_for_1000_launches_without_memory"], 0);
 }
 
+TEST_F(Interposer, AGraphWhoseMemoryPassesTheQuotaIsRefusedBeforeItRuns) {
+  // Before, a graph launch was charged after the fact: the tenant ended
+  // 100 MiB over its 500 MiB quota.
+  const ProbeRun run =
+      Probe("graphs --over 629145600", {{"STOKER_GPU_MEMORY_LIMIT", "500MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  const auto j = run.json();
+  EXPECT_EQ(j["over_result"], 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(j["used"], 0u);
+  EXPECT_EQ(j["charged"], 0u);
+}
+
 TEST_F(Interposer, ANeighboursAllocationIsNotTakenForOurContext) {
   // A 300 MiB context is made while another process's 500 MiB land on the
   // device. Measured device-wide, the context was learned as 800 MiB: the

@@ -444,6 +444,15 @@ int Graphs(const Driver& d) {
     Check(d.GraphInstantiate(&exec, g, 0), "cuGraphInstantiateWithFlags");
     return exec;
   };
+  // A graph whose memory nodes pass the quota (--over BYTES): refused
+  // before it runs.
+  if (const std::uint64_t over = Arg("over", 0); over > 0) {
+    const CUresult refused = d.GraphLaunch(instantiate(over), nullptr);
+    std::printf("{\"over_result\": %d, \"charged\": %llu, \"used\": %llu}\n", static_cast<int>(refused),
+                static_cast<unsigned long long>(LedgerCharges(d, 0).process),
+                static_cast<unsigned long long>(FakeProcessUsed(physical)));
+    return 0;
+  }
   const CUgraphExec small = instantiate(100ull << 20), big = instantiate(300ull << 20), none = instantiate(0);
   // Two launches in a row, the second growing the reservation: each is
   // read after its launch (before, at most one read every 5 ms).

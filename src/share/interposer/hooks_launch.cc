@@ -48,20 +48,30 @@ STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int
 
 namespace {
 
-// Graph launches pass the gate; those of executables with memory nodes
-// are followed by a read of the device's graph reservation (which their
-// launch may have grown), others by none. Where the driver cannot list
-// nodes, every launch is followed by one, at most every few milliseconds.
+// Graph launches pass the gate. Those of executables with memory nodes are
+// admitted for what the device's graph reservation would grow by (refused
+// with CUDA_ERROR_OUT_OF_MEMORY over the quota: before, charged after the
+// fact), and followed by a read of the reservation; others read nothing.
+// Where the driver cannot list nodes, every launch is followed by a read,
+// at most every few milliseconds.
 template <typename Launch>
 CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream stream, bool per_thread, Launch launch) {
+  std::uint64_t bytes = 0;
+  bool with_memory = false;
+  {
+    std::lock_guard<std::mutex> lock(ip.graph_mu);
+    if (auto it = ip.graphs_with_memory.find(exec); it != ip.graphs_with_memory.end()) {
+      with_memory = true;
+      bytes = it->second;
+    }
+  }
+  stoker::share::Dev dev;
+  const bool on_device = (with_memory || !ip.graph_nodes_known) && ip.CurrentDevice(&dev);
+  if (with_memory && on_device && !ip.AdmitGraphLaunch(dev, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   const int counted = ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
   ComputeGate::Get().Leave(counted);
-  bool refresh = false;
-  {
-    std::lock_guard<std::mutex> lock(ip.graph_mu);
-    refresh = ip.graphs_with_memory.count(exec) > 0;
-  }
+  bool refresh = with_memory;
   if (!refresh && !ip.graph_nodes_known) {
     static std::uint64_t last_refresh_ns = 0;
     const std::uint64_t now = stoker::share::MonotonicNs();
@@ -69,20 +79,17 @@ CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream s
     refresh = now - last > 5'000'000 &&
               __atomic_compare_exchange_n(&last_refresh_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   }
-  if (refresh) {
-    stoker::share::Dev dev;
-    if (ip.CurrentDevice(&dev)) ip.RefreshGraphMemory(dev.ordinal);
-  }
+  if (refresh && on_device) ip.RefreshGraphMemory(dev.ordinal);
   return r;
 }
 
 // After instantiating `graph` as `*exec`: notes whether it has memory nodes.
 void NoteInstantiated(stoker::share::Interposer& ip, CUresult r, CUgraphExec* exec, CUgraph graph) {
   if (r != CUDA_SUCCESS || exec == nullptr) return;
-  const auto memory = ip.GraphHasMemoryNodes(graph);
+  const auto bytes = ip.GraphMemoryBytes(graph);
   std::lock_guard<std::mutex> lock(ip.graph_mu);
-  if (!memory) ip.graph_nodes_known = false;
-  if (memory.value_or(false)) ip.graphs_with_memory.insert(*exec);
+  if (!bytes) ip.graph_nodes_known = false;
+  if (bytes.value_or(0) > 0) ip.graphs_with_memory[*exec] = *bytes;
 }
 
 }  // namespace

@@ -150,6 +150,7 @@ void Interposer::Initialise() {
   Load(&calls_.graph_get_nodes, "cuGraphGetNodes");
   Load(&calls_.graph_node_type, "cuGraphNodeGetType");
   Load(&calls_.graph_child, "cuGraphChildGraphNodeGetGraph");
+  Load(&calls_.graph_mem_node_params, "cuGraphMemAllocNodeGetParams");
   Load(&calls_.mipmapped_create, "cuMipmappedArrayCreate");
   if (!calls_.ctx_get_current || !calls_.ctx_get_device || !calls_.device_get || !calls_.device_get_uuid ||
       !calls_.device_total_mem || !calls_.mem_get_info) {
@@ -472,25 +473,50 @@ void Interposer::RefreshGraphMemory(int ordinal) {
   }
 }
 
-std::optional<bool> Interposer::GraphHasMemoryNodes(CUgraph graph, int depth) {
+std::optional<std::uint64_t> Interposer::GraphMemoryBytes(CUgraph graph, int depth) {
   if (calls_.graph_get_nodes == nullptr || calls_.graph_node_type == nullptr || depth > 16) return std::nullopt;
   size_t count = 0;
   if (calls_.graph_get_nodes(graph, nullptr, &count) != CUDA_SUCCESS) return std::nullopt;
   std::vector<CUgraphNode> nodes(count);
   if (count > 0 && calls_.graph_get_nodes(graph, nodes.data(), &count) != CUDA_SUCCESS) return std::nullopt;
   nodes.resize(std::min(count, nodes.size()));
+  std::uint64_t bytes = 0;
   for (CUgraphNode node : nodes) {
     CUgraphNodeType type{};
     if (calls_.graph_node_type(node, &type) != CUDA_SUCCESS) return std::nullopt;
-    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) return true;
-    if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+    if (type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      CUDA_MEM_ALLOC_NODE_PARAMS params{};
+      const bool sized = calls_.graph_mem_node_params != nullptr &&
+                         calls_.graph_mem_node_params(node, &params) == CUDA_SUCCESS &&
+                         params.poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE;
+      bytes += sized ? params.bytesize : 1;  // unknown: still a graph with memory
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
       CUgraph child = nullptr;
       if (calls_.graph_child == nullptr || calls_.graph_child(node, &child) != CUDA_SUCCESS) return std::nullopt;
-      const auto inner = GraphHasMemoryNodes(child, depth + 1);
-      if (!inner || *inner) return inner;
+      const auto inner = GraphMemoryBytes(child, depth + 1);
+      if (!inner) return std::nullopt;
+      bytes += *inner;
     }
   }
-  return false;
+  return bytes;
+}
+
+bool Interposer::AdmitGraphLaunch(const Dev& dev, std::uint64_t bytes) {
+  std::uint64_t reserved = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    reserved = graph_charged[dev.ordinal];
+  }
+  // The device's graph pool serves every graph of the process there: it
+  // grows when a graph needs more than it holds (a lower bound when graphs
+  // run at once; the read after the launch charges what it really holds).
+  if (bytes <= reserved) return true;
+  const std::uint64_t grow = bytes - reserved;
+  if (!Admit(dev, grow)) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  graph_charged[dev.ordinal] += grow;
+  tracked[dev.ordinal] += grow;
+  return true;
 }
 
 void Interposer::ForgetContext(CUcontext ctx) {

@@ -15,7 +15,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "share/interposer/cuda_api.h"
 #include "share/ledger.h"
@@ -63,6 +62,7 @@ struct DriverCalls {
   PFN_cuGraphGetNodes_v10000 graph_get_nodes = nullptr;
   PFN_cuGraphNodeGetType_v10000 graph_node_type = nullptr;
   PFN_cuGraphChildGraphNodeGetGraph_v10000 graph_child = nullptr;
+  PFN_cuGraphMemAllocNodeGetParams_v11040 graph_mem_node_params = nullptr;
   PFN_cuMipmappedArrayCreate_v5000 mipmapped_create = nullptr;
 };
 
@@ -140,12 +140,13 @@ class Interposer {
   int primary_refs[kMaxOrdinals] = {};
   CUcontext primary[kMaxOrdinals] = {};
   std::uint64_t graph_charged[kMaxOrdinals] = {};
-  // Graph executables with memory nodes (their own or a child graph's):
-  // the device's graph reservation is read after each of their launches.
-  // Others hold none, and their launches read nothing. Its own lock: read
-  // on every graph launch.
+  // Graph executables with memory nodes (their own or a child graph's), and
+  // what those nodes allocate together: a launch is admitted for what the
+  // device's graph reservation would have to grow by, and the reservation
+  // is read after it. Others hold none, and their launches read nothing.
+  // Its own lock: read on every graph launch.
   std::mutex graph_mu;
-  std::unordered_set<CUgraphExec> graphs_with_memory;
+  std::unordered_map<CUgraphExec, std::uint64_t> graphs_with_memory;
   // False when the driver cannot list a graph's nodes: every launch is
   // then followed by a read, at most every few milliseconds.
   bool graph_nodes_known = true;
@@ -186,9 +187,14 @@ class Interposer {
   // Re-reads pool reservations and graph memory on `ordinal` (all: -1).
   void RefreshPools(int ordinal);
   void RefreshGraphMemory(int ordinal);
-  // Whether `graph` (or a child graph of it) has memory allocation nodes;
-  // nullopt when the driver cannot say.
-  std::optional<bool> GraphHasMemoryNodes(CUgraph graph, int depth = 0);
+  // What the memory allocation nodes of `graph` (and of its child graphs)
+  // allocate together: nullopt when the driver cannot list its nodes, 0
+  // when it has none, and 1 at least when it has some whose sizes cannot
+  // be read.
+  std::optional<std::uint64_t> GraphMemoryBytes(CUgraph graph, int depth = 0);
+  // Before launching a graph whose nodes allocate `bytes` on `dev`: admits
+  // what the device's graph reservation would grow by. False: refused.
+  bool AdmitGraphLaunch(const Dev& dev, std::uint64_t bytes);
   // Everything charged to context `ctx` goes (the context is gone).
   void ForgetContext(CUcontext ctx);
 
