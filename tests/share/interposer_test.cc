@@ -450,6 +450,28 @@ TEST_F(Interposer, ANeighboursAllocationIsNotTakenForOurContext) {
   EXPECT_EQ(second.status, 0) << "refused a context the quota has room for";
 }
 
+TEST_F(Interposer, APoolAllocationIsAdmittedForWhatThePoolGrowsBy) {
+  // The fake's pools grow by 32 MiB chunks. 1 MiB, then 20 MiB, then 20 MiB
+  // more from the device's pool.
+  // Under 40 MiB: the second fits in the 31 MiB the pool holds free (charged
+  // already). Before, the 20 MiB were admitted on top and refused.
+  const ProbeRun tight = Probe("pool", {{"STOKER_GPU_MEMORY_LIMIT", "40MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(tight.status, 0);
+  EXPECT_EQ(tight.json()["first"], 0);
+  EXPECT_EQ(tight.json()["second"], 0) << "refused although the pool held it";
+  EXPECT_EQ(tight.json()["third"], 2);
+  // Under 60 MiB: the third needs the pool to grow by a chunk (to 64 MiB):
+  // refused. Before, its 20 MiB were admitted, the pool grew, and the
+  // tenant ended 4 MiB over its quota.
+  const ProbeRun wide = Probe("pool", {{"STOKER_GPU_MEMORY_LIMIT", "60MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(wide.status, 0);
+  const auto j = wide.json();
+  EXPECT_EQ(j["second"], 0);
+  EXPECT_EQ(j["third"], 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_LE(j["max_charged"].get<std::uint64_t>(), j["quota"].get<std::uint64_t>());
+  EXPECT_EQ(j["charged"], j["used"]);
+}
+
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   // Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
   // collective ends only when its peer on the other card has launched its

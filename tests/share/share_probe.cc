@@ -420,6 +420,30 @@ int Arrays(const Driver& d) {
   return 0;
 }
 
+// --- pool: admitted for what the pool grows by ------------------------------
+
+int PoolGrowth(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const int physical = PhysicalOf(d, 0);
+  int results[3] = {};
+  const std::uint64_t sizes[3] = {1ull << 20, 20ull << 20, 20ull << 20};
+  CUdeviceptr p = 0;
+  std::uint64_t max_charged = 0;
+  for (int i = 0; i < 3; ++i) {
+    results[i] = static_cast<int>(d.MemAllocAsync(&p, sizes[i], nullptr));
+    max_charged = std::max(max_charged, LedgerCharges(d, 0).process);
+  }
+  const Charges c = LedgerCharges(d, 0);
+  std::printf(
+      "{\"first\": %d, \"second\": %d, \"third\": %d, \"charged\": %llu, \"max_charged\": %llu, \"used\": %llu, "
+      "\"quota\": %llu}\n",
+      results[0], results[1], results[2], static_cast<unsigned long long>(c.process),
+      static_cast<unsigned long long>(max_charged), static_cast<unsigned long long>(FakeProcessUsed(physical)),
+      static_cast<unsigned long long>(c.quota));
+  return 0;
+}
+
 // --- graphs: memory nodes' reservation read after their launches ---------
 
 int Graphs(const Driver& d) {
@@ -528,6 +552,7 @@ int main(int argc, char** argv) {
   if (mode == "visible") return Visible(d);
   if (mode == "arrays") return Arrays(d);
   if (mode == "graphs") return Graphs(d);
+  if (mode == "pool") return PoolGrowth(d);
   if (mode == "bench") return Bench(d);
   if (mode == "compute") return Compute(d);
   if (mode == "collective") return Collective(d);

@@ -190,40 +190,53 @@ Interposer::Pool& PoolRecord(Interposer& ip, CUmemoryPool pool, const Dev& dev) 
   return p;
 }
 
-// Allocates from `pool` through `allocate`: `bytes` reserved for
-// admission, then the pool's reservation (what the driver holds) charged.
+// Allocates from `pool` through `allocate`: admitted for what the pool must
+// grow by (nothing while its free reservation holds the request: that is
+// charged already; else the shortfall in the chunks the pool grows by),
+// then the pool's reservation (what the driver holds) charged. Where the
+// pool cannot be read, the request itself is admitted and charged.
 template <typename Allocate>
 CUresult AllocateFromPool(Interposer& ip, CUmemoryPool pool, const Dev& current, std::uint64_t bytes,
                           Allocate allocate) {
   bool device = true;
   Dev dev;  // the pool's device, which need not be the current one
+  std::uint64_t chunk = 0;
   {
     std::lock_guard<std::mutex> lock(ip.mu);
     const Interposer::Pool& record = PoolRecord(ip, pool, current);
     device = record.device;
     dev = record.dev;
+    chunk = record.chunk;
   }
   if (!device) return allocate();  // a host pool
-  if (!ip.Admit(dev, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto get = ip.driver().pool_get_attribute;
+  cuuint64_t reserved_before = 0, used_before = 0;
+  const bool known = get && get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved_before) == CUDA_SUCCESS &&
+                     get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used_before) == CUDA_SUCCESS;
+  const std::uint64_t free_before = reserved_before > used_before ? reserved_before - used_before : 0;
+  const std::uint64_t shortfall = known ? (bytes > free_before ? bytes - free_before : 0) : bytes;
+  const std::uint64_t growth = known && chunk > 0 ? (shortfall + chunk - 1) / chunk * chunk : shortfall;
+  if (growth > 0 && !ip.Admit(dev, growth)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr ptr = 0;
   const CUresult r = allocate(&ptr);
   cuuint64_t reserved = 0;
-  const bool read =
-      ip.driver().pool_get_attribute &&
-      ip.driver().pool_get_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
+  const bool read = get && get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) == CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(ip.mu);
   Interposer::Pool& p = PoolRecord(ip, pool, dev);
   if (read) {
     // The reservation replaces what was charged for the pool; this call's
     // admission reservation goes.
-    ip.ledger().Settle(p.dev.ledger, p.charged + bytes, reserved);
+    ip.ledger().Settle(p.dev.ledger, p.charged + growth, reserved);
     ip.tracked[p.dev.ordinal] = ip.tracked[p.dev.ordinal] - std::min(p.charged, ip.tracked[p.dev.ordinal]) + reserved;
     p.charged = reserved;
+    const std::uint64_t grown = reserved > reserved_before ? reserved - reserved_before : 0;
+    if (known && r == CUDA_SUCCESS && shortfall > 0 && grown >= shortfall && (p.chunk == 0 || grown < p.chunk))
+      p.chunk = grown;
   } else if (r == CUDA_SUCCESS) {
-    ip.Track(dev, bytes);  // cannot read the pool: the request stands in
-    p.charged += bytes;
-  } else {
-    ip.ledger().Uncharge(dev.ledger, bytes);
+    ip.Track(dev, growth);  // cannot read the pool: the request stands in
+    p.charged += growth;
+  } else if (growth > 0) {
+    ip.ledger().Uncharge(dev.ledger, growth);
   }
   if (r == CUDA_SUCCESS) ip.pooled[ptr] = pool;
   return r;

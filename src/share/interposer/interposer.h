@@ -118,6 +118,9 @@ class Interposer {
     Dev dev;
     bool device = true;  // false: host memory, never charged
     std::uint64_t charged = 0;
+    // The smallest growth seen that covered its shortfall (the driver grows
+    // pools by chunks): what the next growth is admitted in. 0: none seen.
+    std::uint64_t chunk = 0;
   };
   struct Context {
     Dev dev;
