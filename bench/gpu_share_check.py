@@ -4,6 +4,10 @@ Runs, each in processes of its own under `stoker gpu run`:
   resolve    every hook reached by name, dlsym and cuGetProcAddress (share_probe)
   property   random operations over the driver API, the ledger against NVML's
              per-process view after each (share_probe)
+  accounting the share probe's scenarios for arrays (sized by a deferred
+             twin; sparse tiles holding their handles), pools (admitted for
+             their growth) and graphs (admitted before launch): the ledger's
+             charge beside NVML's per-process figure on the real driver
   fill       PyTorch filling a 20 GiB quota (default allocator,
              expandable_segments, cudaMallocAsync): where the OOM comes, what
              torch.cuda.mem_get_info() says, ledger vs driver while filling
@@ -36,7 +40,7 @@ import time
 
 GiB = 1 << 30
 MiB = 1 << 20
-PARTS = ["resolve", "property", "fill", "graph", "pair", "nccl", "overhead", "compute", "graph_shared", "place"]
+PARTS = ["resolve", "property", "accounting", "fill", "graph", "pair", "nccl", "overhead", "compute", "graph_shared", "place"]
 
 
 def run(cmd, env=None, timeout=300):
@@ -100,6 +104,30 @@ class Check:
                             timeout=400)
         out = last_json(r.stdout) or {}
         return dict(out, ok=r.returncode == 0, seconds=round(s, 1), output=(r.stdout + r.stderr).strip()[-300:])
+
+    def accounting(self):
+        # The quotas below are on top of what a context takes on this driver.
+        r, _ = self.gpu_run(["--memory", "8GiB"], [self.args.probe, "alloc", "--bytes", str(MiB)], timeout=120)
+        context = max(0, (last_json(r.stdout) or {}).get("process", MiB) - MiB)
+        out = {"context_bytes": context}
+        ok = r.returncode == 0
+        for name, limit, command in (("arrays", 8 * GiB, ["arrays"]), ("pool_40MiB", 40 * MiB, ["pool"]),
+                                     ("pool_60MiB", 60 * MiB, ["pool"]),
+                                     ("graph_over", 500 * MiB, ["graphs", "--over", str(600 * MiB)])):
+            r, s = self.gpu_run(["--memory", str(context + limit)], [self.args.probe, *command], timeout=120)
+            result = last_json(r.stdout) or {}
+            out[name] = dict(result, exit=r.returncode, seconds=round(s, 1))
+            if r.returncode != 0:
+                out[name]["output"] = (r.stdout + r.stderr).strip()[-300:]
+            ok = ok and r.returncode == 0
+        # What a real driver says: the array charged as the driver sizes it,
+        # the pool and the graph held to the quota.
+        arrays = out["arrays"]
+        ok = ok and arrays.get("sparse_charged") == 0 and arrays.get("end_charged") == 0
+        ok = ok and out["graph_over"].get("over_result") == 2
+        wide = out["pool_60MiB"]
+        ok = ok and wide.get("max_charged", 1 << 62) <= wide.get("quota", 0)
+        return dict(out, ok=ok)
 
     # --- PyTorch's parts ----------------------------------------------------
 
@@ -408,7 +436,7 @@ class Check:
 
     def main(self, parts):
         for part in parts:
-            needs_gpu = part not in ("resolve", "property")
+            needs_gpu = part not in ("resolve", "property", "accounting")
             if needs_gpu and not self.cuda:
                 self.results[part] = {"ok": None, "skipped": "no CUDA device"}
                 continue

@@ -451,8 +451,9 @@ int Graphs(const Driver& d) {
   (void)NewContext(d, 0);
   const int physical = PhysicalOf(d, 0);
   using Queries = long (*)();
+  // The fake driver counts reads of the graph reservation; a real one does
+  // not (-1 reported).
   const auto queries = reinterpret_cast<Queries>(dlsym(RTLD_DEFAULT, "fake_cuda_graph_mem_queries"));
-  if (queries == nullptr) Fail("the fake driver's fake_cuda_graph_mem_queries is missing");
   auto instantiate = [&](std::uint64_t bytes) {
     CUgraph g = nullptr;
     Check(d.GraphCreate(&g, 0), "cuGraphCreate");
@@ -485,9 +486,9 @@ int Graphs(const Driver& d) {
   const Charges after_big = LedgerCharges(d, 0);
   const std::uint64_t used_after_big = FakeProcessUsed(physical);
   // A graph without memory nodes reads nothing, however often it runs.
-  const long before_none = queries();
+  const long before_none = queries ? queries() : 0;
   for (int i = 0; i < 1000; ++i) Check(d.GraphLaunch(none, nullptr), "cuGraphLaunch");
-  const long none_reads = queries() - before_none;
+  const long none_reads = queries ? queries() - before_none : -1;
   std::printf("{\"charged\": %llu, \"used\": %llu, \"reads_for_1000_launches_without_memory\": %ld}\n",
               static_cast<unsigned long long>(after_big.process), static_cast<unsigned long long>(used_after_big),
               none_reads);
