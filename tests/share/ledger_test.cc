@@ -190,25 +190,33 @@ TEST_F(LedgerTest, ABadFileIsNamedAndRefused) {
   EXPECT_NE(error.find("not a stoker GPU ledger"), std::string::npos) << error;
 }
 
-TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
-  auto a = Open("a", kNoQuota, 30), b = Open("b", kNoQuota, 70);
-  const std::uint64_t period = 100'000'000, ms = 1'000'000;
-  // Both want the device all the time; each takes its turn, then waits.
-  std::uint64_t held[2] = {}, now = 1'000'000'000;
-  Ledger* ledgers[2] = {a.get(), b.get()};
-  for (int step = 0; step < 100'000; ++step, now += ms / 10) {
+// Two tenants both want device `d` all the time, in steps of 0.1 ms from
+// `*now` (advanced), with 100 ms periods: each takes its turn, then waits.
+// Tenant a's part of the time the device was held.
+double ContendedShare(Ledger* a, Ledger* b, int d, std::uint64_t* now) {
+  const std::uint64_t period = 100'000'000, step_ns = 100'000;
+  std::uint64_t held[2] = {};
+  Ledger* ledgers[2] = {a, b};
+  for (int step = 0; step < 100'000; ++step, *now += step_ns) {
     for (int t = 0; t < 2; ++t) {
       std::uint64_t until = 0;
-      if (ledgers[t]->HoldsDevice(0) || ledgers[t]->AcquireDevice(0, now, period, &until)) {
-        if (now >= ledgers[t]->HoldUntil(0)) {
-          ledgers[t]->ReleaseDevice(0, now, period);
+      if (ledgers[t]->HoldsDevice(d) || ledgers[t]->AcquireDevice(d, *now, period, &until)) {
+        if (*now >= ledgers[t]->HoldUntil(d)) {
+          ledgers[t]->ReleaseDevice(d, *now, period);
         } else {
-          held[t] += ms / 10;
+          held[t] += step_ns;
         }
       }
     }
   }
-  const double share_a = static_cast<double>(held[0]) / static_cast<double>(held[0] + held[1]);
+  return static_cast<double>(held[0]) / static_cast<double>(held[0] + held[1]);
+}
+
+TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
+  auto a = Open("a", kNoQuota, 30), b = Open("b", kNoQuota, 70);
+  const std::uint64_t period = 100'000'000, ms = 1'000'000;
+  std::uint64_t now = 1'000'000'000;
+  const double share_a = ContendedShare(a.get(), b.get(), 0, &now);
   std::printf("[ schedule ] tenant a (30%%) held the device %.1f%% of the contended time\n", share_a * 100);
   EXPECT_NEAR(share_a, 0.30, 0.02);
   // Alone, a tenant is still held to its share (a limit, not a priority).
@@ -262,22 +270,8 @@ TEST_F(LedgerTest, ATenantsShareCanDifferByCard) {
   EXPECT_NE(error.find("asks for 50%"), std::string::npos) << error;
   EXPECT_TRUE(a2->SetComputeShare(1, 30, &error)) << error;
   a2.reset();
-  const std::uint64_t period = 100'000'000, ms = 1'000'000;
-  std::uint64_t held[2] = {}, now = 1'000'000'000;
-  Ledger* ledgers[2] = {a.get(), b.get()};
-  for (int step = 0; step < 100'000; ++step, now += ms / 10) {
-    for (int t = 0; t < 2; ++t) {
-      std::uint64_t until = 0;
-      if (ledgers[t]->HoldsDevice(1) || ledgers[t]->AcquireDevice(1, now, period, &until)) {
-        if (now >= ledgers[t]->HoldUntil(1)) {
-          ledgers[t]->ReleaseDevice(1, now, period);
-        } else {
-          held[t] += ms / 10;
-        }
-      }
-    }
-  }
-  const double share_a = static_cast<double>(held[0]) / static_cast<double>(held[0] + held[1]);
+  std::uint64_t now = 1'000'000'000;
+  const double share_a = ContendedShare(a.get(), b.get(), 1, &now);
   std::printf("[ schedule ] tenant a (30%% on card 1, 70%% elsewhere) held card 1 %.1f%% of the contended time\n",
               share_a * 100);
   EXPECT_NEAR(share_a, 0.30, 0.02);
