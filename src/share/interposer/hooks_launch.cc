@@ -66,13 +66,14 @@ CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream s
     }
   }
   stoker::share::Dev dev;
-  const bool on_device = (with_memory || !ip.graph_nodes_known) && ip.CurrentDevice(&dev);
+  const bool nodes_known = ip.graph_nodes_known.load(std::memory_order_relaxed);
+  const bool on_device = (with_memory || !nodes_known) && ip.CurrentDevice(&dev);
   if (with_memory && on_device && !ip.AdmitGraphLaunch(dev, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   const int counted = ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
   ComputeGate::Get().Leave(counted);
   bool refresh = with_memory;
-  if (!refresh && !ip.graph_nodes_known) {
+  if (!refresh && !nodes_known) {
     static std::uint64_t last_refresh_ns = 0;
     const std::uint64_t now = stoker::share::MonotonicNs();
     std::uint64_t last = __atomic_load_n(&last_refresh_ns, __ATOMIC_RELAXED);
@@ -88,7 +89,7 @@ void NoteInstantiated(stoker::share::Interposer& ip, CUresult r, CUgraphExec* ex
   if (r != CUDA_SUCCESS || exec == nullptr) return;
   const auto bytes = ip.GraphMemoryBytes(graph);
   std::lock_guard<std::mutex> lock(ip.graph_mu);
-  if (!bytes) ip.graph_nodes_known = false;
+  if (!bytes) ip.graph_nodes_known.store(false, std::memory_order_relaxed);
   if (bytes.value_or(0) > 0) ip.graphs_with_memory[*exec] = *bytes;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -152,7 +153,7 @@ class Interposer {
   std::unordered_map<CUgraphExec, std::uint64_t> graphs_with_memory;
   // False when the driver cannot list a graph's nodes: every launch is
   // then followed by a read, at most every few milliseconds.
-  bool graph_nodes_known = true;
+  std::atomic<bool> graph_nodes_known{true};
   // Bytes charged through the APIs above, and the rest of what the driver
   // holds for this process (contexts, modules, lazily loaded code).
   std::uint64_t tracked[kMaxOrdinals] = {};
