@@ -73,6 +73,13 @@ struct TensorRef {
   // the call) when Save() starts; the Python package synchronises torch's
   // current stream first.
   int device = -1;
+  // Sharded checkpoints (CheckpointOptions::world_size > 1): when set, this
+  // is the piece [global_offsets, global_offsets + shape) of a tensor of
+  // shape `global_shape` (same rank as `shape`); several ranks' pieces tile
+  // it. Empty: the whole tensor. A rank's pieces of one name are stored as
+  // "name@o0,o1,..." in its files; the manifest maps them back.
+  std::vector<std::uint64_t> global_shape{};
+  std::vector<std::uint64_t> global_offsets{};
 };
 
 // Everything saved beside the tensors (in manifest.json).
@@ -127,6 +134,22 @@ struct CheckpointOptions {
   bool replace_existing = false;
   // nullptr: FileSystem::Default().
   FileSystem* file_system = nullptr;
+
+  // Distributed jobs (world_size > 1): every rank opens a Checkpointer on
+  // the same directory (a file system all of them see) and calls Save() for
+  // the same steps with the same save_id; each writes only its own files
+  // (rank-RRRRR*.safetensors and rank-RRRRR.json) into a shared temporary
+  // folder, and rank 0 publishes step-N once every rank's files are durable,
+  // writing the global manifest (docs/checkpoint.md, "Sharded checkpoints").
+  // Which rank writes which tensor is the caller's choice (the Python
+  // package spreads replicated tensors over the ranks). Retention and
+  // cleanup of a failed save's leftovers are rank 0's.
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;
+  // Rank 0 gives up publishing when some rank's files are not durable this
+  // long after its own are (that rank died or hangs); the save fails and
+  // the previous checkpoint stays the newest.
+  double commit_timeout_seconds = 600;
 };
 
 enum class SaveOutcome : std::uint8_t { kStarted, kSkippedBusy };
@@ -163,11 +186,15 @@ class Checkpointer {
 
   // Snapshots `tensors` and `extras` and returns; the persist runs in the
   // background. If the previous persist failed, returns its error (once) and
-  // does not save. Names must be unique and non-empty.
+  // does not save. Names must be unique and non-empty. Sharded (world_size
+  // > 1): `save_id` names this collective save, the same on every rank and
+  // new for each save (letters, digits, '-' and '_').
   [[nodiscard]] Result<SaveOutcome> Save(std::int64_t step, std::span<const TensorRef> tensors,
-                                         const CheckpointExtras& extras);
+                                         const CheckpointExtras& extras, std::string_view save_id = {});
   // Blocks until no persist is in flight; returns the error of a failed one.
   [[nodiscard]] Status Wait();
+  // Whether a persist is in flight (a Save() now would wait or skip).
+  [[nodiscard]] bool Busy() const;
   // Whether the interval policy wants a checkpoint at `step` now.
   [[nodiscard]] bool Due(std::int64_t step) const;
   [[nodiscard]] CheckpointStats stats() const;

@@ -16,6 +16,8 @@
 #include "checkpoint/interval.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/persist.h"
+#include "checkpoint/sharded_manifest.h"
+#include "checkpoint/sharded_persist.h"
 #include "checkpoint/snapshot.h"
 #include "core/host_buffer.h"
 #include "core/mutex.h"
@@ -55,8 +57,26 @@ struct Checkpointer::Impl {
         policy(options.interval_mode, options.every_steps, options.every_seconds, options.mtbf_seconds, 0) {}
 
   double Now() const { return SecondsBetween(created, clock->Now()); }
+  bool sharded() const { return options.world_size > 1; }
   std::string Path(std::string_view name) const { return options.directory + "/" + std::string(name); }
   void Run();
+  // One rank's part of a sharded save, and on rank 0 the commit. A failed
+  // save's files stay in its temporary folder for rank 0's next save to
+  // remove: another rank may still be writing there.
+  Status PersistSharded(const checkpoint::PersistJob& work, const std::string& temp, std::uint64_t* written) {
+    const checkpoint::ShardedSaveInfo info{options.rank, options.world_size, work.save_id};
+    const std::string temp_name = temp.substr(temp.rfind('/') + 1);
+    if (options.rank == 0) STOKER_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(*fs, options.directory, temp_name));
+    Status s = checkpoint::PersistRankPart(*fs, temp, work, arena, info, written);
+    if (!s.ok()) {
+      s = s.WithContext(fmt::format("rank {}", options.rank));
+      if (options.rank != 0) checkpoint::RecordRankFailure(*fs, temp, options.rank, s);
+      return s;
+    }
+    if (options.rank != 0) return Status::Ok();
+    return checkpoint::CommitShardedCheckpoint(*fs, options.directory, temp, work.step, info,
+                                               options.commit_timeout_seconds, *clock, options.replace_existing);
+  }
 };
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Open(CheckpointOptions options) {
@@ -74,6 +94,11 @@ Result<std::unique_ptr<Checkpointer>> checkpoint::OpenCheckpointer(CheckpointOpt
     return Status::InvalidArgument(fmt::format("every_seconds {} must be a positive number", options.every_seconds));
   if (!(options.mtbf_seconds > 0) || !std::isfinite(options.mtbf_seconds))
     return Status::InvalidArgument(fmt::format("mtbf_seconds {} must be a positive number", options.mtbf_seconds));
+  if (options.world_size == 0 || options.rank >= options.world_size)
+    return Status::InvalidArgument(fmt::format("rank {} is not in a world of size {}", options.rank, options.world_size));
+  if (!(options.commit_timeout_seconds > 0) || !std::isfinite(options.commit_timeout_seconds))
+    return Status::InvalidArgument(
+        fmt::format("commit_timeout_seconds {} must be a positive number", options.commit_timeout_seconds));
   if (options.copy_threads > 64)
     return Status::InvalidArgument(fmt::format("copy_threads {} is more than the limit 64", options.copy_threads));
 
@@ -86,25 +111,26 @@ Result<std::unique_ptr<Checkpointer>> checkpoint::OpenCheckpointer(CheckpointOpt
   STOKER_RETURN_IF_ERROR(fs.CreateDirectories(dir).WithContext("checkpoint directory"));
   if (auto info = fs.Stat(dir); info.ok() && info->type != FileType::kDirectory)
     return Status::InvalidArgument(fmt::format("checkpoint directory '{}' is not a directory", dir));
-  auto lock = fs.TryLock(impl->Path(checkpoint::kLockName));
+  // Sharded: one lock per rank (every rank writes here; two processes
+  // claiming one rank are refused).
+  const std::string lock_name =
+      impl->sharded() ? fmt::format("{}.{}", checkpoint::kLockName, checkpoint::RankStem(impl->options.rank))
+                      : std::string(checkpoint::kLockName);
+  auto lock = fs.TryLock(impl->Path(lock_name));
   if (!lock.ok()) {
     if (lock.error().code() == StatusCode::kUnavailable)
-      return Status::Unavailable(
-          fmt::format("another process is writing checkpoints to '{}' (it holds '{}'); one Checkpointer per directory",
-                      dir, impl->Path(checkpoint::kLockName)));
+      return Status::Unavailable(fmt::format(
+          "another process is writing checkpoints to '{}' (it holds '{}'); one Checkpointer per directory{}", dir,
+          impl->Path(lock_name), impl->sharded() ? " and rank" : ""));
     return lock.error();
   }
   impl->lock = std::move(*lock);
 
   // We hold the lock, so every temporary here is a crashed writer's
-  // leftover. RemoveTree never follows links: a link named like a
-  // temporary goes itself, never what it points to.
-  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(dir));
-  const std::string latest_temp = std::string(checkpoint::kLatestName) + ".tmp";
-  for (const auto& e : entries) {
-    if (e.name.starts_with(kTempPrefix) || e.name.starts_with(latest_temp))
-      STOKER_RETURN_IF_ERROR(RemoveTree(fs, impl->Path(e.name)).WithContext("removing a leftover temporary"));
-  }
+  // leftover (sharded: rank 0 cleans, before any rank saves). RemoveTree
+  // never follows links: a link named like a temporary goes itself, never
+  // what it points to.
+  if (impl->options.rank == 0) STOKER_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(fs, dir, {}));
 
   const std::uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   const std::uint32_t copy_threads = impl->options.copy_threads ? impl->options.copy_threads : std::min(4u, cores);
@@ -131,19 +157,29 @@ const CheckpointOptions& Checkpointer::options() const {
 }
 
 Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const TensorRef> tensors,
-                                       const CheckpointExtras& extras) {
+                                       const CheckpointExtras& extras, std::string_view save_id) {
   Impl& m = *impl_;
   const auto start = m.clock->Now();
   if (step < 0) return Status::InvalidArgument(fmt::format("step {} is negative", step));
   if (extras.metric && !std::isfinite(*extras.metric))
     return Status::InvalidArgument(fmt::format("metric {} is not finite", *extras.metric));
+  if (m.sharded() && !checkpoint::ValidSaveId(save_id))
+    return Status::InvalidArgument(fmt::format(
+        "save id '{}' of a sharded save must be 1 to 64 letters, digits, '-' or '_', the same on every rank", save_id));
   checkpoint::PersistJob job;
   {
     MutexLock l(m.mu);
     job = std::move(m.recycled);
   }
-  STOKER_ASSIGN_OR_RETURN(checkpoint::SnapshotPlan plan,
-                          checkpoint::PlanSnapshot(tensors, m.options.max_file_bytes, std::move(job.plan)));
+  STOKER_ASSIGN_OR_RETURN(
+      checkpoint::SnapshotPlan plan,
+      checkpoint::PlanSnapshot(tensors, m.options.max_file_bytes, std::move(job.plan),
+                               m.sharded() ? checkpoint::RankStem(m.options.rank) : std::string("model")));
+  if (!m.sharded())
+    for (const TensorRef& t : tensors)
+      if (!t.global_shape.empty())
+        return Status::InvalidArgument(fmt::format(
+            "tensor '{}' is a shard of a larger tensor, but this Checkpointer is not sharded (world_size 1)", t.name));
   STOKER_RETURN_IF_ERROR(m.copier->CheckDevices(tensors));
   if (!m.options.replace_existing && m.fs->LinkStat(m.Path(checkpoint::StepDirectoryName(step))).ok())
     return Status::AlreadyExists(fmt::format(
@@ -186,6 +222,15 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
   const auto copy_start = m.clock->Now();
   if (Status s = m.copier->Copy(plan, tensors, m.arena); !s.ok()) return fail(s);
   job.step = step;
+  job.save_id.assign(save_id);
+  job.pieces.clear();
+  if (m.sharded()) {
+    job.pieces.reserve(tensors.size());
+    for (const TensorRef& t : tensors) {
+      job.pieces.push_back(t);
+      job.pieces.back().data = nullptr;
+    }
+  }
   job.plan = std::move(plan);
   job.extras = extras;
   job.snapshot_done = m.clock->Now();
@@ -207,6 +252,11 @@ Status Checkpointer::Wait() {
   MutexLock l(impl_->mu);
   impl_->changed.Wait(impl_->mu, [&]() REQUIRES(impl_->mu) { return !impl_->in_flight; });
   return std::exchange(impl_->pending_error, Status::Ok());
+}
+
+bool Checkpointer::Busy() const {
+  MutexLock l(impl_->mu);
+  return impl_->in_flight;
 }
 
 bool Checkpointer::Due(std::int64_t step) const {
@@ -232,14 +282,16 @@ void Checkpointer::Impl::Run() {
       if (!job) return;
       current = std::move(*job);
       job.reset();
-      temp = Path(fmt::format("{}step-{}-{}-{}", kTempPrefix, current.step, ::getpid(), temp_counter++));
+      temp = sharded() ? Path(checkpoint::ShardedTempName(current.step, current.save_id))
+                       : Path(fmt::format("{}step-{}-{}-{}", kTempPrefix, current.step, ::getpid(), temp_counter++));
     }
     std::uint64_t written = 0;
-    Status s =
-        checkpoint::PersistCheckpoint(*fs, options.directory, current, arena, temp, options.replace_existing, &written);
-    if (!s.ok()) (void)RemoveTree(*fs, temp);  // best effort; the next Open removes it otherwise
+    Status s = sharded() ? PersistSharded(current, temp, &written)
+                         : checkpoint::PersistCheckpoint(*fs, options.directory, current, arena, temp,
+                                                         options.replace_existing, &written);
+    if (!s.ok() && !sharded()) (void)RemoveTree(*fs, temp);  // best effort; the next Open removes it otherwise
     const double persist_seconds = SecondsBetween(current.snapshot_done, clock->Now());
-    Status retention = s.ok() ? checkpoint::ApplyRetention(*fs, options) : Status::Ok();
+    Status retention = s.ok() && options.rank == 0 ? checkpoint::ApplyRetention(*fs, options) : Status::Ok();
     {
       MutexLock l(mu);
       in_flight = false;

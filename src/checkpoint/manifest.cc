@@ -68,10 +68,18 @@ std::size_t SkipValue(std::string_view text, std::size_t i) {
   return std::string_view::npos;
 }
 
-// Where the value of the top-level member "user" lies in `text`, found
-// without parsing it; nullopt when the scan does not find it (malformed, or
-// the key spelled with escapes: the tree parse then reads it).
-std::optional<std::pair<std::size_t, std::size_t>> FindUserValue(std::string_view text) {
+using Span = std::pair<std::size_t, std::size_t>;
+
+// Where the values of the top-level members "sharded" (optional, written
+// before "user") and "user" lie in `text`, found without parsing them;
+// nullopt when the scan does not find "user" (malformed, or the key spelled
+// with escapes: the tree parse then reads both).
+struct BulkMembers {
+  std::optional<Span> sharded;
+  Span user;
+};
+std::optional<BulkMembers> FindBulkMembers(std::string_view text) {
+  BulkMembers found;
   std::size_t i = 0;
   auto skip_space = [&] {
     while (i < text.size() && IsJsonSpace(text[i])) ++i;
@@ -93,7 +101,11 @@ std::optional<std::pair<std::size_t, std::size_t>> FindUserValue(std::string_vie
     const std::size_t value_begin = i;
     i = SkipValue(text, i);
     if (i == std::string_view::npos) return std::nullopt;
-    if (key == "user") return std::pair{value_begin, i};
+    if (key == "sharded") found.sharded = Span{value_begin, i};
+    if (key == "user") {
+      found.user = Span{value_begin, i};
+      return found;
+    }
     skip_space();
     if (i >= text.size() || text[i] != ',') return std::nullopt;
     ++i;
@@ -149,6 +161,10 @@ Result<std::string> EncodeManifest(const Manifest& m) {
       return Status::InvalidArgument("the checkpoint's user_json is not valid JSON; nothing was published");
     std::string text = j.dump(1);  // "{\n ...\n}"
     text.resize(text.size() - 2);
+    if (!m.sharded_json.empty()) {
+      text += ",\n \"sharded\": ";
+      text += m.sharded_json;
+    }
     text += ",\n \"user\": ";
     text += e.user_json.empty() ? std::string_view("null") : std::string_view(e.user_json);
     text += "\n}\n";
@@ -164,13 +180,20 @@ Result<Manifest> DecodeManifest(std::string_view text, std::string_view path, sa
   };
   // The user document (megabytes for a state of many tensors) is cut out
   // and kept verbatim; only the rest is parsed into a tree.
-  const auto user_span = FindUserValue(text);
+  const auto bulk = FindBulkMembers(text);
+  std::optional<Span> user_span;
   std::string rest;
-  if (user_span) {
-    rest.reserve(text.size() - (user_span->second - user_span->first) + 4);
-    rest.append(text.substr(0, user_span->first)).append("null").append(text.substr(user_span->second));
+  if (bulk) {
+    user_span = bulk->user;
+    rest.reserve(text.size() + 8);
+    std::size_t from = 0;
+    if (bulk->sharded) {
+      rest.append(text.substr(0, bulk->sharded->first)).append("null");
+      from = bulk->sharded->second;
+    }
+    rest.append(text.substr(from, user_span->first - from)).append("null").append(text.substr(user_span->second));
   }
-  const std::string_view tree_text = user_span ? std::string_view(rest) : text;
+  const std::string_view tree_text = bulk ? std::string_view(rest) : text;
   if (work) work->json_bytes += tree_text.size();
   Json j = Json::parse(tree_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object (truncated or overwritten?)");
@@ -207,6 +230,13 @@ Result<Manifest> DecodeManifest(std::string_view text, std::string_view path, sa
     m.extras.rng_states = j.at("rng_states").get<std::map<std::string, std::string>>();
     m.extras.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
     if (const auto& metric = j.at("metric"); !metric.is_null()) m.extras.metric = metric.get<double>();
+    if (bulk && bulk->sharded) {
+      if (const auto sharded = text.substr(bulk->sharded->first, bulk->sharded->second - bulk->sharded->first);
+          sharded != "null")
+        m.sharded_json = sharded;
+    } else if (const auto sharded = j.find("sharded"); sharded != j.end() && !sharded->is_null()) {
+      m.sharded_json = sharded->dump();
+    }
     if (user_span) {
       if (const auto user = text.substr(user_span->first, user_span->second - user_span->first); user != "null")
         m.extras.user_json = user;

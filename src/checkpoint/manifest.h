@@ -33,6 +33,10 @@ struct Manifest {
   std::uint64_t tensor_bytes = 0;
   double created_unix_seconds = 0;
   CheckpointExtras extras;
+  // A checkpoint written by several ranks (sharded_manifest.h): the
+  // "sharded" member, a JSON object kept verbatim (tens of thousands of
+  // pieces: listing checkpoints does not parse it). Empty: a plain one.
+  std::string sharded_json;
 };
 
 // Writes extras.user_json verbatim, after checking that it is valid JSON.

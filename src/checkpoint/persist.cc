@@ -14,6 +14,71 @@
 
 namespace stoker::checkpoint {
 
+Status WriteHashedFile(FileSystem& fs, const std::string& path, std::string_view name, std::span<const std::byte> head,
+                       std::span<const std::byte> body, ManifestFile* out, std::uint64_t block_bytes,
+                       std::vector<std::uint64_t>* blocks) {
+  STOKER_ASSIGN_OR_RETURN(auto file, fs.CreateForWrite(path, CreateMode::kExclusive));
+  Xxh3Stream hash;
+  Xxh3Stream block;
+  std::uint64_t in_block = 0;
+  if (blocks) blocks->clear();
+  // Hashes a span into the whole-file hash and, cut at block boundaries, the block hashes.
+  auto digest = [&](std::span<const std::byte> data) {
+    hash.Update(data);
+    if (!blocks) return;
+    while (!data.empty()) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(data.size(), block_bytes - in_block));
+      block.Update(data.first(n));
+      data = data.subspan(n);
+      in_block += n;
+      if (in_block == block_bytes) {
+        blocks->push_back(block.Digest());
+        block = Xxh3Stream();
+        in_block = 0;
+      }
+    }
+  };
+  digest(head);
+  STOKER_RETURN_IF_ERROR(file->Append(head));
+  constexpr std::size_t kChunk = std::size_t{16} << 20;  // hash while the chunk is hot in cache
+  for (std::size_t pos = 0; pos < body.size(); pos += kChunk) {
+    auto chunk = body.subspan(pos, std::min(kChunk, body.size() - pos));
+    digest(chunk);
+    STOKER_RETURN_IF_ERROR(file->Append(chunk));
+    STOKER_RETURN_IF_ERROR(file->StartWriteBack());  // the disk writes while we hash the next chunk
+  }
+  if (blocks && in_block > 0) blocks->push_back(block.Digest());
+  STOKER_RETURN_IF_ERROR(file->Sync());
+  STOKER_RETURN_IF_ERROR(file->Close());
+  *out = {std::string(name), head.size() + body.size(), hash.Digest()};
+  return Status::Ok();
+}
+
+Status PublishFolder(FileSystem& fs, const std::string& directory, const std::string& temp, std::int64_t step,
+                     bool replace_existing) {
+  // Publish: one rename makes the folder appear complete.
+  const std::string name = StepDirectoryName(step);
+  const std::string final_path = directory + "/" + name;
+  std::string replaced;
+  if (fs.LinkStat(final_path).ok()) {
+    if (!replace_existing)
+      return Status::AlreadyExists(
+          fmt::format("'{}' exists already (a checkpoint of this step from an earlier run?); it was not replaced: set "
+                      "replace_existing to overwrite it",
+                      final_path));
+    // Move the old folder aside under a temporary name, which a crash leaves for cleanup.
+    replaced = fmt::format("{}/{}replaced-{}-{}", directory, kTempPrefix, name, ::getpid());
+    STOKER_RETURN_IF_ERROR(fs.Rename(final_path, replaced));
+  }
+  STOKER_RETURN_IF_ERROR(fs.Rename(temp, final_path));
+  STOKER_RETURN_IF_ERROR(fs.SyncDirectory(directory));
+  const std::string latest = name + "\n";
+  STOKER_RETURN_IF_ERROR(
+      WriteWholeFileAtomically(fs, directory + "/" + std::string(kLatestName), std::as_bytes(std::span(latest))));
+  if (!replaced.empty()) STOKER_RETURN_IF_ERROR(RemoveTree(fs, replaced));
+  return Status::Ok();
+}
+
 Status PersistCheckpoint(FileSystem& fs, const std::string& directory, const PersistJob& work, const HostBuffer& arena,
                          const std::string& temp, bool replace_existing, std::uint64_t* bytes_written) {
   STOKER_RETURN_IF_ERROR(RemoveTree(fs, temp));
@@ -30,22 +95,10 @@ Status PersistCheckpoint(FileSystem& fs, const std::string& directory, const Per
 
   auto write_file = [&](const std::string& name, std::span<const std::byte> head,
                         std::span<const std::byte> body) -> Status {
-    const std::string path = temp + "/" + name;
-    STOKER_ASSIGN_OR_RETURN(auto file, fs.CreateForWrite(path, CreateMode::kExclusive));
-    Xxh3Stream hash;
-    hash.Update(head);
-    STOKER_RETURN_IF_ERROR(file->Append(head));
-    constexpr std::size_t kChunk = std::size_t{16} << 20;  // hash while the chunk is hot in cache
-    for (std::size_t pos = 0; pos < body.size(); pos += kChunk) {
-      auto chunk = body.subspan(pos, std::min(kChunk, body.size() - pos));
-      hash.Update(chunk);
-      STOKER_RETURN_IF_ERROR(file->Append(chunk));
-      STOKER_RETURN_IF_ERROR(file->StartWriteBack());  // the disk writes while we hash the next chunk
-    }
-    STOKER_RETURN_IF_ERROR(file->Sync());
-    STOKER_RETURN_IF_ERROR(file->Close());
-    manifest.files.push_back({name, head.size() + body.size(), hash.Digest()});
-    written += head.size() + body.size();
+    ManifestFile file;
+    STOKER_RETURN_IF_ERROR(WriteHashedFile(fs, temp + "/" + name, name, head, body, &file));
+    written += file.bytes;
+    manifest.files.push_back(std::move(file));
     return Status::Ok();
   };
 
@@ -68,26 +121,7 @@ Status PersistCheckpoint(FileSystem& fs, const std::string& directory, const Per
   manifest.files.pop_back();  // (the manifest does not list itself)
   STOKER_RETURN_IF_ERROR(fs.SyncDirectory(temp));
 
-  // Publish: one rename makes the folder appear complete.
-  const std::string name = StepDirectoryName(work.step);
-  const std::string final_path = directory + "/" + name;
-  std::string replaced;
-  if (fs.LinkStat(final_path).ok()) {
-    if (!replace_existing)
-      return Status::AlreadyExists(
-          fmt::format("'{}' exists already (a checkpoint of this step from an earlier run?); it was not replaced: set "
-                      "replace_existing to overwrite it",
-                      final_path));
-    // Move the old folder aside under a temporary name, which a crash leaves for cleanup.
-    replaced = fmt::format("{}/{}replaced-{}-{}", directory, kTempPrefix, name, ::getpid());
-    STOKER_RETURN_IF_ERROR(fs.Rename(final_path, replaced));
-  }
-  STOKER_RETURN_IF_ERROR(fs.Rename(temp, final_path));
-  STOKER_RETURN_IF_ERROR(fs.SyncDirectory(directory));
-  const std::string latest = name + "\n";
-  STOKER_RETURN_IF_ERROR(
-      WriteWholeFileAtomically(fs, directory + "/" + std::string(kLatestName), std::as_bytes(std::span(latest))));
-  if (!replaced.empty()) STOKER_RETURN_IF_ERROR(RemoveTree(fs, replaced));
+  STOKER_RETURN_IF_ERROR(PublishFolder(fs, directory, temp, work.step, replace_existing));
   *bytes_written += written;
   return Status::Ok();
 }

@@ -86,15 +86,35 @@ void ParallelCopy(const std::vector<CopySegment>& segments, std::uint64_t total,
   for (auto& w : workers) w.join();
 }
 
-std::string FileName(std::size_t index, std::size_t count) {
-  if (count == 1) return "model.safetensors";
-  return fmt::format("model-{:05d}-of-{:05d}.safetensors", index + 1, count);
+std::string FileName(std::string_view stem, std::size_t index, std::size_t count) {
+  if (count == 1) return fmt::format("{}.safetensors", stem);
+  return fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, index + 1, count);
 }
 
 }  // namespace
 
+std::string PieceKey(const TensorRef& t) {
+  if (t.global_shape.empty()) return t.name;
+  return fmt::format("{}@{}", t.name, fmt::join(t.global_offsets, ","));
+}
+
+static Status CheckPiece(const TensorRef& t) {
+  if (t.global_shape.empty() && t.global_offsets.empty()) return Status::Ok();
+  if (t.global_shape.size() != t.shape.size() || t.global_offsets.size() != t.shape.size())
+    return Status::InvalidArgument(
+        fmt::format("tensor '{}': a shard's shape [{}], global shape [{}] and offsets [{}] must have the same rank",
+                    t.name, fmt::join(t.shape, ","), fmt::join(t.global_shape, ","), fmt::join(t.global_offsets, ",")));
+  for (std::size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.global_offsets[d] > t.global_shape[d] || t.shape[d] > t.global_shape[d] - t.global_offsets[d])
+      return Status::InvalidArgument(fmt::format(
+          "tensor '{}': the shard at offsets [{}] of shape [{}] does not fit in the global shape [{}] (dimension {})",
+          t.name, fmt::join(t.global_offsets, ","), fmt::join(t.shape, ","), fmt::join(t.global_shape, ","), d));
+  }
+  return Status::Ok();
+}
+
 Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes,
-                                  SnapshotPlan reuse) {
+                                  SnapshotPlan reuse, std::string_view file_stem) {
   // The training loop waits for this, and states hold tens of thousands of
   // tensors: one validating pass, one sort by name (which also brings
   // duplicates together), one stable pass by element size.
@@ -104,20 +124,28 @@ Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint6
     const TensorRef& t = tensors[i];
     if (t.name.empty()) return Status::InvalidArgument(fmt::format("tensor {} has an empty name", i));
     if (t.name == "__metadata__") return Status::InvalidArgument("a tensor may not be named '__metadata__'");
+    STOKER_RETURN_IF_ERROR(CheckPiece(t));
     auto b = safetensors::TensorBytes(t.dtype, t.shape);
     if (!b.ok()) return b.error().WithContext(fmt::format("tensor '{}'", t.name));
     if (*b > 0 && t.data == nullptr) return Status::InvalidArgument(fmt::format("tensor '{}' has no data", t.name));
     bytes[i] = *b;
     by_name[i] = i;
   }
-  std::sort(by_name.begin(), by_name.end(),
-            [&](std::size_t a, std::size_t b) { return tensors[a].name < tensors[b].name; });
+  // Pieces of sharded tensors are stored under "name@offsets" (a rank may
+  // hold several pieces of one tensor); keys are made only when there are any.
+  std::vector<std::string> keys;
+  if (std::any_of(tensors.begin(), tensors.end(), [](const TensorRef& t) { return !t.global_shape.empty(); })) {
+    keys.reserve(tensors.size());
+    for (const TensorRef& t : tensors) keys.push_back(PieceKey(t));
+  }
+  auto key = [&](std::size_t i) -> const std::string& { return keys.empty() ? tensors[i].name : keys[i]; };
+  std::sort(by_name.begin(), by_name.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
   for (std::size_t k = 1; k < by_name.size(); ++k)
-    if (tensors[by_name[k]].name == tensors[by_name[k - 1]].name)
+    if (key(by_name[k]) == key(by_name[k - 1]))
       return Status::InvalidArgument(fmt::format(
           "duplicate tensor name '{}': two tensors of the state have it (a nested state flattens {{\"a.b\": x, \"a\": "
           "{{\"b\": y}}}} to two 'a.b'); rename one",
-          tensors[by_name[k]].name));
+          key(by_name[k])));
   // By element size (largest first) then name: every tensor aligned to its
   // element size in the file, and the same files whatever order the state
   // listed its tensors in.
@@ -145,7 +173,7 @@ Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint6
   plan.tensor_bytes = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     FilePlan& file = plan.files[g];
-    file.name = FileName(g, groups.size());
+    file.name = FileName(file_stem, g, groups.size());
     file.arena_offset = plan.tensor_bytes;
     file.bytes = 0;
     file.tensors.resize(groups[g].size());
@@ -153,7 +181,7 @@ Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint6
     for (std::size_t k = 0; k < groups[g].size(); ++k) {
       const TensorRef& t = tensors[groups[g][k]];
       safetensors::TensorLayout& layout = file.tensors[k];
-      layout.name.assign(t.name);
+      layout.name.assign(key(groups[g][k]));
       layout.dtype = t.dtype;
       layout.shape.assign(t.shape.begin(), t.shape.end());
       layout.begin = file.bytes;

@@ -37,8 +37,13 @@ struct SnapshotPlan {
 // InvalidArgument for an empty, duplicate or reserved name, a bad shape or
 // dtype, or missing data; names the tensor. `reuse`: an earlier plan whose
 // storage the new one takes over (the checkpointer passes the last one back).
+// Files are named "<file_stem>.safetensors", or "<file_stem>-0000K-of-0000N
+// .safetensors" when split. A piece of a sharded tensor (global_shape set)
+// is checked to lie inside it and laid out under PieceKey().
 [[nodiscard]] Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes,
-                                                SnapshotPlan reuse = {});
+                                                SnapshotPlan reuse = {}, std::string_view file_stem = "model");
+// "name", or "name@o0,o1,..." for a piece of a sharded tensor.
+[[nodiscard]] std::string PieceKey(const TensorRef& t);
 
 class SnapshotCopier {
  public:

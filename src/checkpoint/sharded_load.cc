@@ -1,0 +1,334 @@
+// Reading sharded checkpoints: the manifest's pieces, and any region of a
+// tensor copied from the pieces it overlaps, reading (and checking) only
+// the blocks of the files those bytes lie in.
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/sharded_manifest.h"
+#include "core/hash.h"
+#include "stoker/sharded_checkpoint.h"
+
+namespace stoker {
+namespace {
+
+struct FileEntry {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> blocks;
+  std::once_flag opened;
+  std::unique_ptr<ReadableFile> file;
+  Status open_error;
+};
+
+std::uint64_t Volume(std::span<const std::uint64_t> shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::uint64_t{1}, std::multiplies<>());
+}
+
+}  // namespace
+
+struct ShardedCheckpoint::Impl {
+  FileSystem* fs = nullptr;
+  bool verify = true;
+  std::string path;
+  std::int64_t step = 0;
+  checkpoint::ShardedLayout layout;
+  std::unordered_map<std::string_view, std::size_t> by_name;
+  std::unordered_map<std::string, std::unique_ptr<FileEntry>> files;
+  std::atomic<std::uint64_t> bytes_read{0};
+  std::atomic<std::uint64_t> blocks_checked{0};
+
+  Result<ReadableFile*> Open(FileEntry& f) {
+    std::call_once(f.opened, [&] {
+      auto opened = fs->OpenForRead(path + "/" + f.name);
+      if (opened.ok()) {
+        f.file = std::move(*opened);
+      } else {
+        f.open_error = opened.error().WithContext(fmt::format("sharded checkpoint '{}'", path));
+      }
+    });
+    if (!f.open_error.ok()) return f.open_error;
+    return f.file.get();
+  }
+
+  Status ReadOne(const RegionRequest& request, std::vector<std::byte>& block_buffer);
+};
+
+// A cursor over one file's blocks: reads a block, checks it, and serves
+// the ranges inside it; the requests' ranges come in ascending order.
+class BlockCursor {
+ public:
+  BlockCursor(ShardedCheckpoint::Impl& m, FileEntry& f, ReadableFile& file, std::vector<std::byte>& buffer,
+              std::string_view tensor)
+      : m_(m), f_(f), file_(file), buffer_(buffer), tensor_(tensor) {}
+
+  // Copies file bytes [offset, offset + out.size()) into `out`.
+  Status Copy(std::uint64_t offset, std::span<std::byte> out) {
+    const std::uint64_t block_bytes = m_.layout.block_bytes;
+    while (!out.empty()) {
+      const std::uint64_t block = offset / block_bytes;
+      if (block != current_) STOKER_RETURN_IF_ERROR(Load(block));
+      const std::uint64_t in_block = offset - block * block_bytes;
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), loaded_ - in_block));
+      std::memcpy(out.data(), buffer_.data() + in_block, n);
+      out = out.subspan(n);
+      offset += n;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status Load(std::uint64_t block) {
+    const std::uint64_t block_bytes = m_.layout.block_bytes;
+    const std::uint64_t begin = block * block_bytes;
+    if (block >= f_.blocks.size() || begin >= f_.bytes)
+      return Status::Corruption(fmt::format("'{}/{}': tensor '{}' points past the end of the file ({} bytes)", m_.path,
+                                            f_.name, tensor_, f_.bytes));
+    const std::uint64_t n = std::min(block_bytes, f_.bytes - begin);
+    buffer_.resize(static_cast<std::size_t>(block_bytes));
+    STOKER_RETURN_IF_ERROR(file_.ReadExactAt(begin, std::span(buffer_.data(), static_cast<std::size_t>(n))));
+    m_.bytes_read.fetch_add(n, std::memory_order_relaxed);
+    if (m_.verify) {
+      m_.blocks_checked.fetch_add(1, std::memory_order_relaxed);
+      if (Xxh3(std::span(buffer_.data(), static_cast<std::size_t>(n))) != f_.blocks[block])
+        return Status::Corruption(fmt::format(
+            "'{}/{}' block {} (bytes {}..{}) fails its xxh3 checksum (reading tensor '{}'): the file changed after "
+            "it was written",
+            m_.path, f_.name, block, begin, begin + n, tensor_));
+    }
+    current_ = block;
+    loaded_ = n;
+    return Status::Ok();
+  }
+
+  ShardedCheckpoint::Impl& m_;
+  FileEntry& f_;
+  ReadableFile& file_;
+  std::vector<std::byte>& buffer_;
+  std::string_view tensor_;
+  std::uint64_t current_ = ~std::uint64_t{0};
+  std::uint64_t loaded_ = 0;
+};
+
+Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, std::vector<std::byte>& buffer) {
+  const auto found = by_name.find(request.name);
+  if (found == by_name.end())
+    return Status::InvalidArgument(fmt::format("sharded checkpoint '{}' has no tensor '{}'", path, request.name));
+  const ShardedTensorInfo& t = layout.tensors[found->second];
+  const std::size_t ndim = t.shape.size();
+  std::vector<std::uint64_t> offsets(request.offsets.begin(), request.offsets.end());
+  std::vector<std::uint64_t> shape(request.shape.begin(), request.shape.end());
+  if (offsets.empty()) offsets.assign(ndim, 0);
+  if (shape.empty()) shape = t.shape;
+  if (offsets.size() != ndim || shape.size() != ndim)
+    return Status::InvalidArgument(fmt::format("tensor '{}' has {} dimensions; the region asked for has {}", t.name,
+                                               ndim, shape.size()));
+  for (std::size_t d = 0; d < ndim; ++d)
+    if (offsets[d] > t.shape[d] || shape[d] > t.shape[d] - offsets[d])
+      return Status::InvalidArgument(fmt::format(
+          "the region at [{}] of shape [{}] does not fit in tensor '{}' of shape [{}] (a target shard laid out for "
+          "another model?)",
+          fmt::join(offsets, ","), fmt::join(shape, ","), t.name, fmt::join(t.shape, ",")));
+  const std::uint64_t element = TensorDTypeSize(t.dtype);
+  if (request.out.size() != Volume(shape) * element)
+    return Status::InvalidArgument(fmt::format("tensor '{}': the region [{}] of {} needs {} bytes; the buffer has {}",
+                                               t.name, fmt::join(shape, ","), TensorDTypeName(t.dtype),
+                                               Volume(shape) * element, request.out.size()));
+  if (ndim == 0) {
+    const ShardPiece& p = t.pieces.front();
+    FileEntry& f = *files.at(p.file);
+    STOKER_ASSIGN_OR_RETURN(ReadableFile * file, Open(f));
+    BlockCursor cursor(*this, f, *file, buffer, t.name);
+    return cursor.Copy(p.begin, request.out);
+  }
+  std::vector<std::uint64_t> lo(ndim), hi(ndim), index(ndim);
+  for (const ShardPiece& p : t.pieces) {
+    bool empty = false;
+    for (std::size_t d = 0; d < ndim; ++d) {
+      lo[d] = std::max(offsets[d], p.offsets[d]);
+      hi[d] = std::min(offsets[d] + shape[d], p.offsets[d] + p.shape[d]);
+      empty |= lo[d] >= hi[d];
+    }
+    if (empty) continue;
+    // Runs: the innermost dimensions the intersection covers fully in both
+    // the piece and the region merge into one contiguous copy.
+    std::size_t k = ndim - 1;
+    while (k > 0 && hi[k] - lo[k] == p.shape[k] && hi[k] - lo[k] == shape[k]) --k;
+    std::uint64_t run = (hi[k] - lo[k]) * element;
+    for (std::size_t d = k + 1; d < ndim; ++d) run *= hi[d] - lo[d];
+    FileEntry& f = *files.at(p.file);
+    STOKER_ASSIGN_OR_RETURN(ReadableFile * file, Open(f));
+    BlockCursor cursor(*this, f, *file, buffer, t.name);
+    // Walk the outer dimensions [0, k) of the intersection in row-major order.
+    std::copy(lo.begin(), lo.end(), index.begin());
+    for (;;) {
+      std::uint64_t src = 0, dst = 0;
+      for (std::size_t d = 0; d < ndim; ++d) {
+        src = src * p.shape[d] + (index[d] - p.offsets[d]);
+        dst = dst * shape[d] + (index[d] - offsets[d]);
+      }
+      STOKER_RETURN_IF_ERROR(cursor.Copy(p.begin + src * element,
+                                         request.out.subspan(static_cast<std::size_t>(dst * element),
+                                                             static_cast<std::size_t>(run))));
+      std::size_t d = k;
+      while (d > 0) {
+        --d;
+        if (++index[d] < hi[d]) break;
+        index[d] = lo[d];
+        if (d == 0) goto done;
+      }
+      if (k == 0) break;
+    }
+  done:;
+  }
+  return Status::Ok();
+}
+
+ShardedCheckpoint::ShardedCheckpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardedCheckpoint::~ShardedCheckpoint() = default;
+
+Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::string& step_directory_in,
+                                                                   const LoadOptions& options) {
+  auto m = std::make_unique<Impl>();
+  m->fs = options.file_system ? options.file_system : FileSystem::Default();
+  m->verify = options.verify_checksums;
+  m->path = step_directory_in;
+  while (m->path.size() > 1 && m->path.back() == '/') m->path.pop_back();
+  STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(*m->fs, m->path));
+  if (manifest.sharded_json.empty())
+    return Status::FailedPrecondition(
+        fmt::format("'{}' is a checkpoint of one process, not a sharded one: load it with LoadCheckpoint", m->path));
+  const std::string where = m->path + "/" + std::string(checkpoint::kManifestName);
+  STOKER_ASSIGN_OR_RETURN(m->layout, checkpoint::DecodeShardedLayout(manifest.sharded_json, where));
+  m->step = manifest.step;
+  const auto slash = m->path.rfind('/');
+  if (const auto named = checkpoint::ParseStepDirectoryName(slash == std::string::npos ? m->path
+                                                                                        : m->path.substr(slash + 1));
+      named && *named != manifest.step)
+    return Status::Corruption(
+        fmt::format("'{}' is named step {} but its manifest says step {}", m->path, *named, manifest.step));
+  for (const auto& f : manifest.files) {
+    auto info = m->fs->Stat(m->path + "/" + f.name);
+    if (!info.ok()) {
+      if (info.error().code() == StatusCode::kNotFound)
+        return Status::Corruption(fmt::format("sharded checkpoint '{}' is missing '{}' named in its manifest", m->path,
+                                              f.name));
+      return info.error();
+    }
+    if (info->size != f.bytes)
+      return Status::Corruption(fmt::format("'{}/{}' has {} bytes; the manifest says {} (truncated or replaced)",
+                                            m->path, f.name, info->size, f.bytes));
+    auto entry = std::make_unique<FileEntry>();
+    entry->name = f.name;
+    entry->bytes = f.bytes;
+    if (auto blocks = m->layout.blocks.find(f.name); blocks != m->layout.blocks.end()) {
+      if (blocks->second.size() != (f.bytes + m->layout.block_bytes - 1) / m->layout.block_bytes)
+        return Status::Corruption(fmt::format("{}: '{}' has {} block checksums for {} bytes", where, f.name,
+                                              blocks->second.size(), f.bytes));
+      entry->blocks = blocks->second;
+    }
+    m->files.emplace(f.name, std::move(entry));
+  }
+  for (std::size_t i = 0; i < m->layout.tensors.size(); ++i) {
+    const ShardedTensorInfo& t = m->layout.tensors[i];
+    m->by_name.emplace(t.name, i);
+    auto bytes = safetensors::TensorBytes(t.dtype, t.shape);
+    if (!bytes.ok()) return bytes.error().WithContext(fmt::format("{}: tensor '{}'", where, t.name));
+    for (const ShardPiece& p : t.pieces) {
+      const auto f = m->files.find(p.file);
+      if (f == m->files.end() || (f->second->blocks.empty() && f->second->bytes > 0))
+        return Status::Corruption(
+            fmt::format("{}: tensor '{}' has a piece in '{}', which is not a listed data file", where, t.name, p.file));
+      const std::uint64_t piece_bytes = Volume(p.shape) * TensorDTypeSize(t.dtype);
+      if (p.begin > f->second->bytes || piece_bytes > f->second->bytes - p.begin)
+        return Status::Corruption(fmt::format("{}: tensor '{}''s piece from rank {} runs past the end of '{}'", where,
+                                              t.name, p.rank, p.file));
+    }
+  }
+  return std::make_unique<ShardedCheckpoint>(std::move(m));
+}
+
+std::int64_t ShardedCheckpoint::step() const {
+  return impl_->step;
+}
+std::uint32_t ShardedCheckpoint::world_size() const {
+  return impl_->layout.world_size;
+}
+const std::string& ShardedCheckpoint::path() const {
+  return impl_->path;
+}
+const std::vector<ShardedTensorInfo>& ShardedCheckpoint::tensors() const {
+  return impl_->layout.tensors;
+}
+const ShardedTensorInfo* ShardedCheckpoint::Find(std::string_view name) const {
+  const auto found = impl_->by_name.find(name);
+  return found == impl_->by_name.end() ? nullptr : &impl_->layout.tensors[found->second];
+}
+ShardedReadStats ShardedCheckpoint::stats() const {
+  return {impl_->bytes_read.load(), impl_->blocks_checked.load()};
+}
+
+Result<CheckpointExtras> ShardedCheckpoint::RankExtras(std::uint32_t rank) const {
+  if (rank >= impl_->layout.world_size)
+    return Status::InvalidArgument(
+        fmt::format("rank {} is not in the world of size {} that wrote '{}'", rank, impl_->layout.world_size,
+                    impl_->path));
+  const std::string name = checkpoint::RankPartName(rank);
+  const auto entry = impl_->files.find(name);
+  if (entry == impl_->files.end())
+    return Status::Corruption(fmt::format("'{}' does not list '{}' among its files", impl_->path, name));
+  const std::string path = impl_->path + "/" + name;
+  STOKER_ASSIGN_OR_RETURN(auto bytes, ReadWholeFile(*impl_->fs, path));
+  // A part is small: checked whole against the manifest's checksum.
+  checkpoint::ManifestFile expected;
+  STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(*impl_->fs, impl_->path));
+  for (const auto& f : manifest.files)
+    if (f.name == name) expected = f;
+  if (bytes.size() != expected.bytes || (impl_->verify && Xxh3(bytes) != expected.xxh3))
+    return Status::Corruption(fmt::format("'{}' fails its size or xxh3 check against the manifest", path));
+  STOKER_ASSIGN_OR_RETURN(checkpoint::RankPart part,
+                          checkpoint::DecodeRankPart(
+                              std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path));
+  if (part.rank != rank) return Status::Corruption(fmt::format("'{}' says it is rank {}'s", path, part.rank));
+  return std::move(part.base.extras);
+}
+
+Status ShardedCheckpoint::ReadRegions(std::span<const RegionRequest> requests, std::uint32_t threads) {
+  if (threads == 0) threads = std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<std::uint32_t>(std::min<std::size_t>(threads, std::max<std::size_t>(1, requests.size())));
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mu;
+  Status first_error;
+  auto work = [&] {
+    std::vector<std::byte> buffer;
+    for (;;) {
+      const std::size_t i = next.fetch_add(1);
+      if (i >= requests.size()) return;
+      if (Status s = impl_->ReadOne(requests[i], buffer); !s.ok()) {
+        std::lock_guard l(error_mu);
+        if (first_error.ok()) first_error = std::move(s);
+        next.store(requests.size());
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  for (std::uint32_t i = 1; i < threads; ++i) workers.emplace_back(work);
+  work();
+  for (auto& w : workers) w.join();
+  return first_error;
+}
+
+Result<bool> IsShardedCheckpoint(const std::string& step_directory, FileSystem* file_system) {
+  FileSystem& fs = file_system ? *file_system : *FileSystem::Default();
+  STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory));
+  return !manifest.sharded_json.empty();
+}
+
+}  // namespace stoker
