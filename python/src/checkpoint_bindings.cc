@@ -3,9 +3,14 @@
 // (name, dtype, shape, pointer) list taken here and rebuilds them on load.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <charconv>
+#include <tuple>
+
 #include "common.h"
 #include "state_flatten.h"
 #include "stoker/checkpoint.h"
+#include "stoker/sharded_checkpoint.h"
 
 namespace stoker_python {
 namespace {
@@ -28,9 +33,13 @@ class PyCheckpointer {
   // `flat`: the state as flatten_state() made it; `extra_json`: the user's
   // `extra`, JSON-encoded, or None. Returns True when started, False when
   // skipped because a persist was in flight.
+  // Sharded: `write` (one flag per tensor of `flat`) says which this rank
+  // writes (the others are written by another rank holding a replica), and
+  // `save_id` names the collective save.
   bool Save(std::int64_t step, const FlatState& flat, const py::object& loader_state,
             const std::map<std::string, std::string>& rng_states, const std::map<std::string, std::string>& metadata,
-            std::optional<double> metric, const std::optional<std::string>& extra_json) {
+            std::optional<double> metric, const std::optional<std::string>& extra_json,
+            const std::optional<std::vector<bool>>& write, const std::string& save_id) {
     stoker::CheckpointExtras extras;
     extras.loader_state = LoaderStateFrom(loader_state);
     extras.rng_states = rng_states;
@@ -49,7 +58,18 @@ class PyCheckpointer {
       // `flat` keeps the tensors alive; training threads that do not touch
       // them may run while we copy.
       py::gil_scoped_release release;
-      outcome = checkpointer_->Save(step, flat.tensors(), extras);
+      if (write) {
+        if (write->size() != flat.tensors().size())
+          outcome = stoker::Status::InvalidArgument("the write mask does not match the state's tensors");
+        else {
+          std::vector<stoker::TensorRef> mine;
+          for (std::size_t i = 0; i < write->size(); ++i)
+            if ((*write)[i]) mine.push_back(flat.tensors()[i]);
+          outcome = checkpointer_->Save(step, mine, extras, save_id);
+        }
+      } else {
+        outcome = checkpointer_->Save(step, flat.tensors(), extras, save_id);
+      }
     }
     return Unwrap(std::move(outcome)) == stoker::SaveOutcome::kStarted;
   }
@@ -64,6 +84,7 @@ class PyCheckpointer {
   }
 
   bool Due(std::int64_t step) const { return checkpointer_->Due(step); }
+  bool Busy() const { return checkpointer_->Busy(); }
 
   py::dict Stats() const {
     const auto s = checkpointer_->stats();
@@ -141,6 +162,71 @@ py::dict ToPython(stoker::Result<stoker::LoadedCheckpoint> result) {
   return d;
 }
 
+py::dict ExtrasToPython(const stoker::CheckpointExtras& e) {
+  py::dict d;
+  d["loader_state"] = LoaderStateTo(e.loader_state);
+  d["rng_states"] = e.rng_states;
+  d["metadata"] = e.metadata;
+  d["metric"] = e.metric ? py::cast(*e.metric) : py::none();
+  d["user_json"] = e.user_json;
+  return d;
+}
+
+class PySharded {
+ public:
+  PySharded(const std::string& path, bool verify) {
+    stoker::LoadOptions o;
+    o.verify_checksums = verify;
+    py::gil_scoped_release release;
+    checkpoint_ = Unwrap(stoker::ShardedCheckpoint::Open(path, o));
+  }
+  // [(name, safetensors dtype, global shape)]
+  py::list Tensors() const {
+    py::list out;
+    for (const auto& t : checkpoint_->tensors())
+      out.append(py::make_tuple(t.name, std::string(stoker::TensorDTypeName(t.dtype)), py::tuple(py::cast(t.shape))));
+    return out;
+  }
+  py::dict RankExtras(std::uint32_t rank) const { return ExtrasToPython(Unwrap(checkpoint_->RankExtras(rank))); }
+  // requests: [(name, offsets, shape, data pointer, bytes)]; the caller
+  // keeps the memory alive and does not touch it until this returns.
+  void ReadInto(const py::list& requests, std::uint32_t threads) {
+    std::vector<std::string> names;
+    std::vector<std::vector<std::uint64_t>> offsets, shapes;
+    names.reserve(requests.size());
+    offsets.reserve(requests.size());
+    shapes.reserve(requests.size());
+    std::vector<stoker::RegionRequest> regions;
+    for (const auto& item : requests) {
+      const auto r = item.cast<py::tuple>();
+      names.push_back(r[0].cast<std::string>());
+      offsets.push_back(r[1].cast<std::vector<std::uint64_t>>());
+      shapes.push_back(r[2].cast<std::vector<std::uint64_t>>());
+      auto* data = reinterpret_cast<std::byte*>(r[3].cast<std::uintptr_t>());
+      regions.push_back({names.back(), offsets.back(), shapes.back(), {data, r[4].cast<std::size_t>()}});
+    }
+    stoker::Status s;
+    {
+      py::gil_scoped_release release;
+      s = checkpoint_->ReadRegions(regions, threads);
+    }
+    Check(s);
+  }
+  py::dict Stats() const {
+    const auto s = checkpoint_->stats();
+    py::dict d;
+    d["bytes_read"] = s.bytes_read;
+    d["blocks_checked"] = s.blocks_checked;
+    return d;
+  }
+  std::int64_t step() const { return checkpoint_->step(); }
+  std::uint32_t world_size() const { return checkpoint_->world_size(); }
+  const std::string& path() const { return checkpoint_->path(); }
+
+ private:
+  std::unique_ptr<stoker::ShardedCheckpoint> checkpoint_;
+};
+
 }  // namespace
 
 void BindCheckpoint(py::module_& m) {
@@ -149,7 +235,8 @@ void BindCheckpoint(py::module_& m) {
       .def(py::init([](const std::string& directory, std::uint32_t keep_last, std::uint32_t keep_best,
                        bool higher_is_better, const std::string& when_busy, std::uint64_t max_file_bytes,
                        const std::string& interval, std::uint64_t every_steps, double every_seconds,
-                       double mtbf_seconds, std::uint32_t copy_threads, bool replace_existing) {
+                       double mtbf_seconds, std::uint32_t copy_threads, bool replace_existing, std::uint32_t rank,
+                       std::uint32_t world_size, double commit_timeout_seconds) {
              stoker::CheckpointOptions o;
              o.directory = directory;
              o.keep_last = keep_last;
@@ -177,12 +264,19 @@ void BindCheckpoint(py::module_& m) {
              o.mtbf_seconds = mtbf_seconds;
              o.copy_threads = copy_threads;
              o.replace_existing = replace_existing;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.commit_timeout_seconds = commit_timeout_seconds;
              return std::make_unique<PyCheckpointer>(std::move(o));
            }),
            py::arg("directory"), py::arg("keep_last"), py::arg("keep_best"), py::arg("higher_is_better"),
            py::arg("when_busy"), py::arg("max_file_bytes"), py::arg("interval"), py::arg("every_steps"),
-           py::arg("every_seconds"), py::arg("mtbf_seconds"), py::arg("copy_threads"), py::arg("replace_existing"))
-      .def("save", &PyCheckpointer::Save)
+           py::arg("every_seconds"), py::arg("mtbf_seconds"), py::arg("copy_threads"), py::arg("replace_existing"),
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("commit_timeout_s") = 600.0)
+      .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("flat"), py::arg("loader_state"),
+           py::arg("rng_states"), py::arg("metadata"), py::arg("metric"), py::arg("extra_json"),
+           py::arg("write") = py::none(), py::arg("save_id") = std::string())
+      .def("busy", &PyCheckpointer::Busy)
       .def("wait", &PyCheckpointer::Wait)
       .def("due", &PyCheckpointer::Due)
       .def("stats", &PyCheckpointer::Stats)
@@ -216,6 +310,47 @@ void BindCheckpoint(py::module_& m) {
       r = stoker::LoadSafetensorsFile(path);
     }
     return ToPython(std::move(r));
+  });
+  py::class_<PySharded>(m, "ShardedCheckpoint")
+      .def(py::init<const std::string&, bool>(), py::arg("path"), py::arg("verify") = true)
+      .def_property_readonly("step", &PySharded::step)
+      .def_property_readonly("world_size", &PySharded::world_size)
+      .def_property_readonly("path", &PySharded::path)
+      .def("tensors", &PySharded::Tensors)
+      .def("rank_extras", &PySharded::RankExtras)
+      .def("read_into", &PySharded::ReadInto, py::arg("requests"), py::arg("threads") = 0)
+      .def("stats", &PySharded::Stats);
+  m.def("is_sharded_checkpoint", [](const std::string& path) {
+    py::gil_scoped_release release;
+    return Unwrap(stoker::IsShardedCheckpoint(path));
+  });
+  // step-N folders, newest first: (step, path, kind), kind "plain",
+  // "sharded" or "unreadable" (no readable manifest).
+  m.def("step_folders", [](const std::string& directory) {
+    py::list out;
+    std::vector<std::tuple<std::int64_t, std::string, std::string>> found;
+    {
+      py::gil_scoped_release release;
+      auto* fs = stoker::FileSystem::Default();
+      auto entries = fs->ListDirectory(directory);
+      if (entries.ok()) {
+        for (const auto& e : *entries) {
+          if (e.type != stoker::FileType::kDirectory || !e.name.starts_with("step-")) continue;
+          std::int64_t step = 0;
+          const std::string digits = e.name.substr(5);
+          auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+          if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || step < 0 ||
+              std::to_string(step) != digits)
+            continue;
+          const std::string path = directory + "/" + e.name;
+          auto sharded = stoker::IsShardedCheckpoint(path);
+          found.emplace_back(step, path, !sharded.ok() ? "unreadable" : *sharded ? "sharded" : "plain");
+        }
+      }
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+    for (const auto& [step, path, kind] : found) out.append(py::make_tuple(step, path, kind));
+    return out;
   });
   m.def("list_checkpoints", [](const std::string& directory) {
     py::list out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string_view>
+#include <functional>
 #include <utility>
 
 namespace stoker_python {
@@ -15,7 +16,8 @@ constexpr int kMaxDepth = 1000;
 struct Names {
   py::str layout{"layout"}, is_cuda{"is_cuda"}, is_cpu{"is_cpu"}, get_device{"get_device"}, cpu{"cpu"},
       is_contiguous{"is_contiguous"}, contiguous{"contiguous"}, dtype{"dtype"}, shape{"shape"}, data_ptr{"data_ptr"},
-      is_conj{"is_conj"}, resolve_conj{"resolve_conj"}, items{"items"}, hex{"hex"};
+      is_conj{"is_conj"}, resolve_conj{"resolve_conj"}, items{"items"}, hex{"hex"}, tensor{"tensor"},
+      global_shape{"global_shape"}, offsets{"offsets"};
 };
 
 const Names& N() {
@@ -102,6 +104,32 @@ class Flattener {
       throw py::value_error("the state nests deeper than " + std::to_string(kMaxDepth) + " levels at " +
                             ReprPath(path) + " (does a list or dict contain itself?)");
     std::string& json = out_.structure_;
+    if (IsInstance(obj, torch_.convert_types)) {
+      // DTensor, ShardedTensor: what they hold here, as Shards or a tensor.
+      const py::object converted = torch_.convert(obj);
+      const std::string name = path.empty() ? std::string("tensor") : path;
+      if (IsInstance(converted, torch_.shard_type) || PyList_Check(converted.ptr())) {
+        json += "{\"t\":";
+        AppendJsonString(json, name);
+        json += ",\"s\":true}";
+        if (PyList_Check(converted.ptr())) {
+          for (py::handle shard : converted) ShardPiece(shard, name);
+        } else {
+          ShardPiece(converted, name);
+        }
+        return;
+      }
+      Node(converted, path, depth + 1);
+      return;
+    }
+    if (IsInstance(obj, torch_.shard_type)) {
+      const std::string name = path.empty() ? std::string("tensor") : path;
+      json += "{\"t\":";
+      AppendJsonString(json, name);
+      json += ",\"s\":true}";
+      ShardPiece(obj, name);
+      return;
+    }
     if (IsTensor(obj)) {
       static const std::string kRootName = "tensor";  // a bare tensor as the whole state
       const std::string& name = path.empty() ? kRootName : path;
@@ -149,6 +177,27 @@ class Flattener {
   }
 
  private:
+  static bool IsInstance(py::handle obj, const py::object& types) {
+    if (!types || types.is_none()) return false;
+    const int is = PyObject_IsInstance(obj.ptr(), types.ptr());
+    if (is < 0) throw py::error_already_set();
+    return is == 1;
+  }
+
+  // A stoker.Shard: its local tensor, saved as the piece at `offsets` of a
+  // tensor of `global_shape` (checked by the checkpointer).
+  void ShardPiece(py::handle shard, const std::string& name) {
+    if (!IsInstance(shard, torch_.shard_type))
+      throw py::type_error("a sharded tensor at " + ReprPath(name) + " converted to " +
+                           Repr(py::str(Py_TYPE(shard.ptr())->tp_name)) + ", not a stoker.Shard");
+    const std::size_t before = out_.count_;
+    Tensor(Attr(shard, N().tensor), name);
+    if (out_.count_ == before) return;
+    stoker::TensorRef& ref = out_.tensors_[out_.count_ - 1];
+    ref.global_shape = Attr(shard, N().global_shape).cast<std::vector<std::uint64_t>>();
+    ref.global_offsets = Attr(shard, N().offsets).cast<std::vector<std::uint64_t>>();
+  }
+
   bool IsTensor(py::handle obj) const {
     if (Py_TYPE(obj.ptr()) == reinterpret_cast<PyTypeObject*>(torch_.tensor.ptr())) return true;
     if (PyDict_Check(obj.ptr()) || PyList_Check(obj.ptr()) || PyTuple_Check(obj.ptr()) || PyUnicode_Check(obj.ptr()) ||
@@ -271,6 +320,8 @@ class Flattener {
     }
     ref.data = data;
     ref.device = device;
+    ref.global_shape.clear();  // (a reused entry may have held a shard)
+    ref.global_offsets.clear();
     if (device >= 0 && std::find(out_.devices_.begin(), out_.devices_.end(), device) == out_.devices_.end())
       out_.devices_.push_back(device);
     out_.keep_alive_.push_back(std::move(t));
@@ -311,6 +362,22 @@ void FlatState::Flatten(py::handle state, const TorchTypes& torch) {
   std::sort(devices_.begin(), devices_.end());
 }
 
+std::uint64_t FlatState::LayoutDigest() const {
+  std::string text;
+  for (const auto& t : tensors()) {
+    text += t.name;
+    text += '\0';
+    text += std::to_string(static_cast<int>(t.dtype));
+    for (const auto* dims : {&t.shape, &t.global_shape, &t.global_offsets}) {
+      text += '|';
+      for (auto d : *dims) text += std::to_string(d) + ",";
+    }
+    text += '\n';
+  }
+  // Compared only between ranks of one job, which run one build.
+  return std::hash<std::string>{}(text);
+}
+
 void BindStateFlatten(py::module_& m) {
   py::class_<FlatState>(m, "FlatState")
       .def(py::init<>())
@@ -336,13 +403,32 @@ void BindStateFlatten(py::module_& m) {
       .def(
           "flatten",
           [](FlatState& flat, py::handle state, py::object tensor, py::object strided, py::object ordered_dict,
-             py::dict dtype_names, bool cuda_usable) {
-            const TorchTypes torch{std::move(tensor), std::move(strided), std::move(ordered_dict),
-                                   std::move(dtype_names), cuda_usable};
+             py::dict dtype_names, bool cuda_usable, py::object shard_type, py::object convert_types,
+             py::object convert) {
+            const TorchTypes torch{std::move(tensor),      std::move(strided),      std::move(ordered_dict),
+                                   std::move(dtype_names), cuda_usable,             std::move(shard_type),
+                                   std::move(convert_types), std::move(convert)};
             flat.Flatten(state, torch);
           },
           py::arg("state"), py::arg("tensor_type"), py::arg("strided"), py::arg("ordered_dict"), py::arg("dtype_names"),
-          py::arg("cuda_usable"))
+          py::arg("cuda_usable"), py::arg("shard_type") = py::none(), py::arg("convert_types") = py::none(),
+          py::arg("convert") = py::none())
+      .def_property_readonly("layout_digest", &FlatState::LayoutDigest)
+      // [(name, safetensors dtype, shape, global shape, offsets)]: what
+      // ranks exchange to agree on who writes which piece. A whole tensor's
+      // global shape is its shape and its offsets are zeros.
+      .def("layout",
+           [](const FlatState& f) {
+             py::list out;
+             for (const auto& t : f.tensors()) {
+               const bool whole = t.global_shape.empty();
+               out.append(py::make_tuple(
+                   t.name, std::string(stoker::TensorDTypeName(t.dtype)), py::tuple(py::cast(t.shape)),
+                   py::tuple(py::cast(whole ? t.shape : t.global_shape)),
+                   py::tuple(py::cast(whole ? std::vector<std::uint64_t>(t.shape.size(), 0) : t.global_offsets))));
+             }
+             return out;
+           })
       .def("release", &FlatState::Release)
       .def_property_readonly("devices", &FlatState::devices)
       .def_property_readonly("tensor_count", [](const FlatState& f) { return f.tensors().size(); })

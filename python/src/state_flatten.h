@@ -31,6 +31,12 @@ struct TorchTypes {
   py::object ordered_dict;   // collections.OrderedDict
   py::dict dtype_names;      // torch dtype -> safetensors name ("F32", ...)
   bool cuda_usable = false;  // stoker can copy from GPU memory itself
+  // Sharded saves (may be None): stoker.Shard, whose instances are saved as
+  // pieces of a global tensor; and the types (DTensor, ShardedTensor) that
+  // `convert` turns into a Shard, a list of Shards or a plain tensor.
+  py::object shard_type;
+  py::object convert_types;
+  py::object convert;
 };
 
 // Reused from save to save (Checkpointer keeps one): the names' and
@@ -43,6 +49,9 @@ class FlatState {
   [[nodiscard]] std::span<const stoker::TensorRef> tensors() const { return {tensors_.data(), count_}; }
   [[nodiscard]] const std::string& structure() const { return structure_; }   // JSON
   [[nodiscard]] const std::vector<int>& devices() const { return devices_; }  // CUDA devices used, ascending
+  // A hash of every tensor's name, dtype, shape, global shape and offsets:
+  // equal on two saves when the sharded layout is the same.
+  [[nodiscard]] std::uint64_t LayoutDigest() const;
 
   // Refills from `state`. Raises TypeError for what cannot be checkpointed,
   // naming the entry's path; two entries whose names collide ({"a.b": x,

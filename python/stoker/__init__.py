@@ -22,7 +22,7 @@ from . import _native
 from . import _params
 from . import transforms
 
-__all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint",
+__all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint", "Shard", "export_safetensors",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
            "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes",
            "Custom", "load_field_extension"]
@@ -38,7 +38,8 @@ class CorruptionError(StokerError, ValueError):
 
 _native._set_exceptions(StokerError, CorruptionError)
 
-from .checkpoint import (Checkpoint, Checkpointer, list_checkpoints, load_checkpoint, load_latest,  # noqa: E402
+from .checkpoint import (Checkpoint, Checkpointer, Shard, export_safetensors, list_checkpoints,  # noqa: E402
+                         load_checkpoint, load_latest,
                          load_safetensors, parse_size, restore_rng)
 from .order_quality import order_quality  # noqa: E402
 from .decode import decode_image, decode_npy  # noqa: E402

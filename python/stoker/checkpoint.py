@@ -37,8 +37,11 @@ import threading
 from . import _native
 from . import _params
 
-__all__ = ["Checkpointer", "Checkpoint", "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints",
-           "restore_rng", "parse_size"]
+__all__ = ["Checkpointer", "Checkpoint", "Shard", "load_checkpoint", "load_latest", "load_safetensors",
+           "list_checkpoints", "export_safetensors", "restore_rng", "parse_size"]
+
+from . import _sharded
+from ._sharded import Shard
 
 
 def _torch():
@@ -82,8 +85,14 @@ def flatten(state, into=None):
     torch = _torch()
     table, _ = _dtype_tables()
     flat = _native.FlatState() if into is None else into
-    flat.flatten(state, torch.Tensor, torch.strided, collections.OrderedDict, table, _stoker_cuda_usable())
+    flat.flatten(state, torch.Tensor, torch.strided, collections.OrderedDict, table, _stoker_cuda_usable(),
+                 _sharded.Shard, _convert_types(), _sharded.convert)
     return flat
+
+
+@functools.lru_cache(maxsize=None)
+def _convert_types():
+    return _sharded.convert_types()
 
 
 _CUDA_USABLE = None
@@ -214,22 +223,80 @@ def _without_cyclic_gc():
             gc.enable()
 
 
-def load_checkpoint(path, verify=True):
-    """Loads one ``step-N`` folder (every safetensors rule and checksum checked)."""
+def _load_sharded(path, target, verify, rank):
+    step, state, extras, user, _ = _sharded.load(path, target=target, verify=verify, rank=rank)
+    return Checkpoint(step=step, state=state, loader_state=extras["loader_state"],
+                      extra=user.get("extra", dict(extras["metadata"])), metric=extras["metric"],
+                      rng_states=dict(extras["rng_states"]), path=str(path), skipped=[])
+
+
+def load_checkpoint(path, verify=True, target=None, rank=None):
+    """Loads one ``step-N`` folder (every safetensors rule and checksum
+    checked). A sharded one (written by the ranks of a distributed job) is
+    assembled: with `target`, its tensors and ``stoker.Shard`` entries are
+    filled in place with just their blocks (load_latest explains)."""
     with _without_cyclic_gc():
+        if _native.is_sharded_checkpoint(str(path)):
+            return _load_sharded(path, target, verify, rank)
+        if target is not None:
+            raise ValueError("load_checkpoint(target=...) is for sharded checkpoints; %s is a plain one" % (path,))
         return _to_checkpoint(_native.load_checkpoint(str(path), verify))
 
 
-def load_latest(directory, skip_corrupt=False, verify=True):
+def load_latest(directory, skip_corrupt=False, verify=True, target=None, rank=None):
     """The newest complete checkpoint in `directory`, or None when there is
     none. A corrupt newest one raises stoker.CorruptionError, or with
-    skip_corrupt=True is skipped (and named in .skipped) for an older one."""
+    skip_corrupt=True is skipped (and named in .skipped) for an older one.
+
+    A sharded checkpoint (saved by every rank of a distributed job) is
+    resharded on load: `target` is this rank's state structure, whose plain
+    tensors (replicated) and ``stoker.Shard`` entries (the block this rank
+    holds now, at any world size or layout) are filled in place, reading
+    only those bytes; .state is then the saved structure (of this rank, or
+    of the last rank of a smaller job) holding the target's tensors. Without
+    `target`, every tensor is assembled whole. `rank`: whose loader state,
+    RNG states and structure to return (default: this process's rank)."""
+    from . import CorruptionError
     with _without_cyclic_gc():
-        try:
-            raw = _native.load_latest_checkpoint(str(directory), verify, skip_corrupt)
-        except FileNotFoundError:
-            return None
-        return _to_checkpoint(raw)
+        folders = _native.step_folders(str(directory).rstrip("/") or "/")
+        if not any(kind == "sharded" for _, _, kind in folders):
+            if target is not None and folders:
+                raise ValueError("load_latest(target=...) is for sharded checkpoints; %s holds plain ones"
+                                 % (directory,))
+            try:
+                raw = _native.load_latest_checkpoint(str(directory), verify, skip_corrupt)
+            except FileNotFoundError:
+                return None
+            return _to_checkpoint(raw)
+        skipped = []
+        for _, path, kind in folders:
+            try:
+                if kind == "sharded":
+                    loaded = _load_sharded(path, target, verify, rank)
+                else:
+                    loaded = _to_checkpoint(_native.load_checkpoint(path, verify))
+            except CorruptionError as e:
+                if not skip_corrupt:
+                    raise CorruptionError("the newest checkpoint in %s cannot be loaded (load with skip_corrupt=True "
+                                          "to fall back to an older one): %s" % (directory, e)) from None
+                skipped.append("%s: %s" % (path, e))
+                continue
+            loaded.skipped = skipped
+            return loaded
+        if skipped:
+            raise CorruptionError("no complete checkpoint in %s: every one is corrupt (%s)"
+                                  % (directory, "; ".join(skipped)))
+        return None
+
+
+def export_safetensors(path, out_dir, prefix="", max_file_size="4GiB"):
+    """Writes the sharded checkpoint folder `path` as whole tensors in
+    Hugging Face's layout (model.safetensors, or numbered files plus
+    model.safetensors.index.json), for inference tools. `prefix`: export only
+    the tensors whose names start with it, without it ("model."). Returns
+    the paths written."""
+    return _sharded.export_safetensors(str(path), str(out_dir), prefix=prefix,
+                                       max_file_size=parse_size(max_file_size))
 
 
 def load_safetensors(path):
@@ -258,11 +325,23 @@ class Checkpointer:
     files with a model.safetensors.index.json, as Hugging Face does. Saving a
     step whose step-N folder exists already (say, after resuming from an
     older checkpoint) raises FileExistsError unless replace_existing=True.
+
+    Distributed jobs: `group` ("default": the initialised torch.distributed
+    group, when it has more than one rank; None: this process alone; or a
+    process group) makes the checkpoint sharded. Every rank of the group
+    constructs the Checkpointer on the same directory (a file system all of
+    them see) and calls save() together; each snapshots and writes only its
+    own pieces in parallel, with no gather. Plain tensors are replicated
+    (identical on every rank) and written once, their writes spread over
+    the ranks; a ``stoker.Shard`` (or a DTensor or ShardedTensor) is the
+    block of a global tensor this rank holds. Rank 0 publishes the step once
+    every rank's files are durable (waiting at most `commit_timeout`
+    seconds). load_latest(target=...) reads it back under any world size.
     """
 
     def __init__(self, directory, keep_last=3, keep_best=0, metric_mode="min", when_busy="wait",
                  every_steps=None, every_seconds=None, mtbf_hours=None, max_file_size="4GiB", copy_threads=0,
-                 replace_existing=False):
+                 replace_existing=False, group="default", commit_timeout=600):
         _params.choice("metric_mode", metric_mode, ("min", "max"))
         _params.choice("when_busy", when_busy, ("wait", "skip"))
         if mtbf_hours is not None:
@@ -276,6 +355,12 @@ class Checkpointer:
         self.directory = str(directory)
         self._flat = _native.FlatState()
         self._flat_lock = threading.Lock()
+        self._when_busy = when_busy
+        self._interval = interval
+        group = _sharded.Group.resolve(group)
+        commit_timeout = _params.number("commit_timeout", commit_timeout, 0, 1e7, lo_open=True)
+        self._group = None if group is None else _sharded.Group(group, self.directory, commit_timeout)
+        self._plan_key, self._writes, self._saves, self._last_save = None, None, 0, None
         self._native = _native.Checkpointer(
             self.directory, _params.optional_integer("keep_last", keep_last, 0, 1 << 31),
             _params.integer("keep_best", keep_best, 0, 1 << 31), metric_mode == "max", when_busy,
@@ -284,11 +369,36 @@ class Checkpointer:
             _params.number("every_seconds", every_seconds if every_seconds is not None else 1800, 0, 1e9,
                            lo_open=True),
             mtbf, _params.integer("copy_threads", copy_threads, 0, 64),
-            _params.boolean("replace_existing", replace_existing))
+            _params.boolean("replace_existing", replace_existing),
+            0 if self._group is None else self._group.rank, 1 if self._group is None else self._group.world_size,
+            commit_timeout)
+        self._commit_timeout = commit_timeout
+        if self._group is not None:
+            self._group.arrive()
+
+    # Distributed saves agree on time-based intervals this often (a tiny
+    # gather), following rank 0's policy.
+    AGREE_EVERY_STEPS = 50
+
+    @property
+    def rank(self):
+        return 0 if self._group is None else self._group.rank
+
+    @property
+    def world_size(self):
+        return 1 if self._group is None else self._group.world_size
 
     def due(self, step):
-        """Whether the interval says to checkpoint at `step`."""
-        return self._native.due(_params.integer("step", step, 0))
+        """Whether the interval says to checkpoint at `step`. Distributed,
+        every rank gets the same answer: step intervals are the same
+        everywhere; time-based ones follow rank 0, asked every
+        AGREE_EVERY_STEPS steps (all ranks call due() for the same steps)."""
+        step = _params.integer("step", step, 0)
+        if self._group is None or self._interval == "steps":
+            return self._native.due(step)
+        if step % self.AGREE_EVERY_STEPS:
+            return False
+        return bool(self._group.gather(self._native.due(step))[0])
 
     def save(self, step, state, loader=None, metric=None, extra=None, rng=True):
         """Snapshots `state` (nested dicts/lists/tuples of tensors and plain
@@ -299,6 +409,8 @@ class Checkpointer:
         snapshotted by stoker with asynchronous device-to-host copies into
         its page-locked buffer (after torch's current stream finishes its
         queued work)."""
+        if self._group is not None:
+            return self._save_sharded(step, state, loader, metric, extra, rng)
         loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
         extra_json = None
         if extra is not None:
@@ -326,9 +438,57 @@ class Checkpointer:
             if reuse:
                 self._flat_lock.release()
 
+    def _save_sharded(self, step, state, loader, metric, extra, rng):
+        """save() of a distributed job: the ranks agree on the step, on
+        skipping (when_busy="skip" and any rank still persisting) and, when
+        the layout changed, on who writes which piece; then each saves its
+        own pieces under the same save id."""
+        step = _params.integer("step", step, 0)
+        loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
+        extra_json = None
+        if extra is not None:
+            try:
+                extra_json = json.dumps(extra, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+        group = self._group
+        with self._flat_lock:
+            flat = flatten(state, into=self._flat)
+            try:
+                gathered = group.gather((step, flat.layout_digest, self._native.busy()))
+                steps = sorted({g[0] for g in gathered})
+                if len(steps) > 1:
+                    raise ValueError("the ranks disagree on the step to save: %s (every rank calls save() for the same "
+                                     "step)" % ", ".join("rank %d step %d" % (r, g[0]) for r, g in enumerate(gathered)))
+                if self._when_busy == "skip" and any(g[2] for g in gathered):
+                    self._skipped_together = getattr(self, "_skipped_together", 0) + 1
+                    return False
+                key = tuple(g[1] for g in gathered)
+                if key != self._plan_key:
+                    masks, _ = _sharded.plan_writers(group.gather(flat.layout()))
+                    self._writes, self._plan_key = masks[group.rank], key
+                self._saves += 1
+                save_id = "%s-%d" % (group.token, self._saves)
+                for device in flat.devices:
+                    _torch().cuda.current_stream(device).synchronize()
+                metadata = {"stoker.step": str(step), "stoker.rank": str(group.rank)}
+                started = self._native.save(step, flat, loader_state, _capture_rng() if rng else {}, metadata,
+                                            None if metric is None else float(metric), extra_json,
+                                            self._writes, save_id)
+                if started:
+                    self._last_save = (step, save_id)
+                return started
+            finally:
+                flat.release()
+
     def wait(self):
-        """Blocks until the checkpoint being persisted is durable; raises if it failed."""
+        """Blocks until the checkpoint being persisted is durable; raises if it
+        failed. Distributed: until rank 0 has published it (or given up)."""
         self._native.wait()
+        if self._group is not None and self._group.rank != 0 and self._last_save is not None:
+            step, save_id = self._last_save
+            self._last_save = None
+            _sharded.wait_published(self.directory, step, save_id, self._group.rank, self._commit_timeout)
 
     def load_latest(self, skip_corrupt=False, verify=True):
         """The newest complete checkpoint in this directory, or None."""
@@ -336,8 +496,14 @@ class Checkpointer:
 
     def stats(self):
         """Counters and timings: last_stall_s (what training waited),
-        last_persist_s, skipped_busy, interval_s, expected_overhead, ..."""
-        return self._native.stats()
+        last_persist_s, skipped_busy, interval_s, expected_overhead, ...
+        Distributed: this rank's (bytes_written: its own files), and rank
+        and world_size."""
+        stats = self._native.stats()
+        if self._group is not None:
+            stats["rank"], stats["world_size"] = self._group.rank, self._group.world_size
+            stats["skipped_busy"] += getattr(self, "_skipped_together", 0)
+        return stats
 
     def close(self):
         """Waits for the persist in flight and releases the directory."""

@@ -71,6 +71,9 @@ class _Runner(_saved.Saving, Membership):
             self.checkpoint_args, self.checkpointer = dict(checkpointer), None
             self.checkpoint_dir = str(checkpointer["directory"])
         else:
+            if checkpointer is not None and getattr(checkpointer, "world_size", 1) > 1:
+                raise ElasticError("the elastic runner saves its checkpoints from rank 0 alone: construct the "
+                                   "Checkpointer with group=None (or pass checkpointer=dict(...))")
             self.checkpoint_args, self.checkpointer = None, checkpointer
             self.checkpoint_dir = None if checkpointer is None else str(checkpointer.directory)
         self.timeout = timeout
@@ -115,7 +118,7 @@ class _Runner(_saved.Saving, Membership):
                 from ..checkpoint import Checkpointer
                 self.snapshot_own = os.path.join(self.snapshot_base, "%s-%d-local%d" % (
                     socket.gethostname(), os.getppid(), local_rank))
-                self.snapshots = Checkpointer(self.snapshot_own, keep_last=2, when_busy="wait")
+                self.snapshots = Checkpointer(self.snapshot_own, keep_last=2, when_busy="wait", group=None)
 
     # ---- state ---------------------------------------------------------------------
 

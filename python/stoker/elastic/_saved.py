@@ -127,7 +127,7 @@ class Saving:
             from .. import StokerError
             from ..checkpoint import Checkpointer
             try:
-                self.checkpointer = Checkpointer(**self.checkpoint_args)
+                self.checkpointer = Checkpointer(**dict(self.checkpoint_args, group=None))
             except StokerError as e:  # e.g. a hung former rank 0 still holds the directory
                 log.warning("no persistent checkpoint this step: %s", e)
                 return None

@@ -1,0 +1,161 @@
+"""One rank of a sharded-checkpoint test job (tests/python/test_checkpoint_sharded.py).
+
+    python sharded_ckpt_job.py MODE DIRECTORY [ARGS]   (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set)
+
+Every value of the state encodes its step and its global position, so a
+loaded tensor can be checked for being exactly one step's, whatever layout
+wrote it and whatever layout reads it.
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import stoker
+
+ROWS, COLS = 37, 24        # "model.w": sharded by rows, unevenly
+EMB = (16, 8)              # "model.emb": replicated
+MOMENT_ROWS = 11           # "optimizer.m": sharded by rows too
+LOOP_SCALE = 100           # the kill loop's "model.w" is 3700 x 2400 (35 MB): persists take a while
+
+
+def rows_of(rank, world, rows):
+    """The rows [begin, end) rank `rank` holds when `rows` are cut into `world` nearly equal parts."""
+    base, extra = divmod(rows, world)
+    begin = rank * base + min(rank, extra)
+    return begin, begin + base + (1 if rank < extra else 0)
+
+
+def cols_of(rank, world, cols):
+    return rows_of(rank, world, cols)
+
+
+_BASES = {}
+
+
+def expected(name, step, shape):
+    base = _BASES.get(tuple(shape))
+    if base is None:
+        count = 1
+        for n in shape:
+            count *= n
+        base = _BASES[tuple(shape)] = torch.arange(count, dtype=torch.float64).reshape(shape)
+    seed = {"model.w": 1, "model.emb": 2, "optimizer.m": 3}[name]
+    return base + (step * 100000 + seed * 10000)
+
+
+def state_for(step, rank, world, scale=1):
+    rows, cols = ROWS * scale, COLS * scale
+    w_begin, w_end = rows_of(rank, world, rows)
+    m_begin, m_end = rows_of(rank, world, MOMENT_ROWS)
+    w = expected("model.w", step, (rows, cols))[w_begin:w_end].float().contiguous()
+    m = expected("optimizer.m", step, (MOMENT_ROWS, 3))[m_begin:m_end].double().contiguous()
+    return {
+        "model": {"w": stoker.Shard(w, (rows, cols), (w_begin, 0)),
+                  "emb": expected("model.emb", step, EMB).float()},
+        "optimizer": {"m": stoker.Shard(m, (MOMENT_ROWS, 3), (m_begin, 0)), "lr": 0.5 + step},
+        "epoch": step // 10,
+    }
+
+
+def loop_expected(name, step, shape):
+    """The kill loop's values: the base plus the step, advanced in place (exact in float32 below 2**24)."""
+    seed = {"model.w": 1, "model.emb": 2, "optimizer.m": 3}[name]
+    return expected(name, 0, shape) - seed * 10000 + seed * 1000 + step
+
+
+class LoopState:
+    """Made once, then advanced one step in place: saving is then most of the loop's time."""
+
+    def __init__(self, step, rank, world):
+        rows, cols = ROWS * LOOP_SCALE, COLS * LOOP_SCALE
+        w_begin, w_end = rows_of(rank, world, rows)
+        m_begin, m_end = rows_of(rank, world, MOMENT_ROWS)
+        self.w = loop_expected("model.w", step, (rows, cols))[w_begin:w_end].float().contiguous()
+        self.m = loop_expected("optimizer.m", step, (MOMENT_ROWS, 3))[m_begin:m_end].contiguous()
+        self.emb = loop_expected("model.emb", step, EMB).float()
+        self.step = step
+        self.state = {"model": {"w": stoker.Shard(self.w, (rows, cols), (w_begin, 0)), "emb": self.emb},
+                      "optimizer": {"m": stoker.Shard(self.m, (MOMENT_ROWS, 3), (m_begin, 0))}}
+
+    def advance(self):
+        for t in (self.w, self.m, self.emb):
+            t.add_(1)
+        self.step += 1
+
+
+def check_loop(state, step):
+    rows, cols = ROWS * LOOP_SCALE, COLS * LOOP_SCALE
+    assert torch.equal(state["model"]["w"], loop_expected("model.w", step, (rows, cols)).float()), \
+        "model.w of step %d differs" % step
+    assert torch.equal(state["model"]["emb"], loop_expected("model.emb", step, EMB).float())
+    assert torch.equal(state["optimizer"]["m"], loop_expected("optimizer.m", step, (MOMENT_ROWS, 3)))
+
+
+def check_full(state, step, scale=1):
+    """A state assembled whole (one process)."""
+    assert torch.equal(state["model"]["w"], expected("model.w", step, (ROWS * scale, COLS * scale)).float()), \
+        "model.w of step %d differs" % step
+    assert torch.equal(state["model"]["emb"], expected("model.emb", step, EMB).float())
+    assert torch.equal(state["optimizer"]["m"], expected("optimizer.m", step, (MOMENT_ROWS, 3)).double())
+    assert state["optimizer"]["lr"] == 0.5 + step and state["epoch"] == step // 10
+
+
+def main():
+    mode, directory = sys.argv[1], sys.argv[2]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    result = {"rank": rank}
+    if mode == "save":
+        steps = [int(s) for s in sys.argv[3].split(",")]
+        ckpt = stoker.Checkpointer(directory, keep_last=int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+        for step in steps:
+            state = state_for(step, rank, world)
+            assert ckpt.save(step, state)
+            ckpt.wait()
+        result["stats"] = ckpt.stats()
+        ckpt.close()
+    elif mode == "load":
+        # This job's layout: model.w cut by columns (not rows), optimizer.m by rows over this world.
+        c_begin, c_end = cols_of(rank, world, COLS)
+        m_begin, m_end = rows_of(rank, world, MOMENT_ROWS)
+        w = torch.full((ROWS, c_end - c_begin), -1.0)
+        m = torch.full((m_end - m_begin, 3), -1.0, dtype=torch.float64)
+        emb = torch.zeros(EMB)
+        target = {"model": {"w": stoker.Shard(w, (ROWS, COLS), (0, c_begin)), "emb": emb},
+                  "optimizer": {"m": stoker.Shard(m, (MOMENT_ROWS, 3), (m_begin, 0))}}
+        loaded = stoker.load_latest(directory, target=target)
+        step = loaded.step
+        assert torch.equal(w, expected("model.w", step, (ROWS, COLS))[:, c_begin:c_end].float())
+        assert torch.equal(m, expected("optimizer.m", step, (MOMENT_ROWS, 3))[m_begin:m_end])
+        assert torch.equal(emb, expected("model.emb", step, EMB).float())
+        assert loaded.state["model"]["w"].tensor is w and loaded.state["optimizer"]["lr"] == 0.5 + step
+        result["step"] = step
+        result["loader_rank"] = loaded.extra if isinstance(loaded.extra, dict) else None
+    elif mode == "disagree":
+        ckpt = stoker.Checkpointer(directory)
+        try:
+            ckpt.save(5 + rank, state_for(5, rank, world))
+            result["error"] = None
+        except ValueError as e:
+            result["error"] = str(e)
+        ckpt.close()
+    elif mode == "loop":
+        # Saves as fast as it can until killed; a larger state so that kills land inside persists.
+        ckpt = stoker.Checkpointer(directory, keep_last=2, commit_timeout=30)
+        loop = LoopState(int(sys.argv[3]), rank, world)
+        while True:
+            ckpt.save(loop.step, loop.state)
+            ckpt.wait()
+            loop.advance()
+    dist.barrier()
+    with open(os.path.join(os.environ["RESULT_DIR"], "result-%d.json" % rank), "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Sharded checkpoints of distributed jobs: ranks on gloo (separate
+processes, as torchrun starts them) save their own pieces; other world sizes
+and layouts read them back; SIGKILL of a rank at random points never leaves
+a checkpoint that does not load."""
+import json
+import os
+import pathlib
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import stoker
+from stoker import _sharded
+
+JOB = pathlib.Path(__file__).with_name("sharded_ckpt_job.py")
+sys.path.insert(0, str(JOB.parent))
+import sharded_ckpt_job as job  # noqa: E402
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(world, mode, directory, *args, results):
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), RESULT_DIR=str(results), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(JOB), mode, str(directory), *map(str, args)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    return procs
+
+
+def run(world, mode, directory, *args, results, timeout=120):
+    results.mkdir(exist_ok=True)
+    procs = start(world, mode, directory, *args, results=results)
+    outputs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        outputs.append(out.decode(errors="replace"))
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, "rank %d of %s failed:\n%s" % (rank, mode, out)
+    return [json.loads((results / ("result-%d.json" % r)).read_text()) for r in range(world)]
+
+
+def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    saved = run(3, "save", ckpt, "1,2", results=tmp_path / "r1")
+    step2 = ckpt / "step-2"
+    assert sorted(p.name for p in step2.iterdir()) == [
+        "manifest.json", "rank-00000.json", "rank-00000.safetensors", "rank-00001.json", "rank-00001.safetensors",
+        "rank-00002.json", "rank-00002.safetensors"]
+    assert not [p for p in ckpt.iterdir() if p.name.startswith(".tmp-")]
+    # Bytes written = unique bytes: the replicated embedding once, not three times.
+    unique = (job.ROWS * job.COLS * 4) + (job.EMB[0] * job.EMB[1] * 4) + job.MOMENT_ROWS * 3 * 8
+    data = sum((step2 / ("rank-%05d.safetensors" % r)).stat().st_size for r in range(3))
+    headers = sum(int.from_bytes((step2 / ("rank-%05d.safetensors" % r)).read_bytes()[:8], "little") + 8
+                  for r in range(3))
+    assert data - headers == unique
+    assert all(s["stats"]["world_size"] == 3 for s in saved)
+
+    # Two ranks, model.w now cut by columns: each reads just its block.
+    loaded = run(2, "load", ckpt, results=tmp_path / "r2")
+    assert [r["step"] for r in loaded] == [2, 2]
+
+    # One process assembles everything, and the loader / RNG states are per rank.
+    whole = stoker.load_latest(ckpt)
+    assert whole.step == 2
+    job.check_full(whole.state, 2)
+    assert whole.rng_states and "torch" in whole.rng_states
+    for rank in range(3):
+        assert stoker.load_latest(ckpt, rank=rank).extra == {"stoker.step": "2", "stoker.rank": str(rank)}
+    # The list and the Hugging Face export.
+    assert [c["step"] for c in stoker.list_checkpoints(ckpt)] == [1, 2]
+    files = stoker.export_safetensors(step2, tmp_path / "hf", prefix="model.")
+    exported = stoker.load_safetensors(files[0])
+    assert sorted(exported) == ["emb", "w"]
+    assert torch.equal(exported["w"], job.expected("model.w", 2, (job.ROWS, job.COLS)).float())
+    split = stoker.export_safetensors(step2, tmp_path / "hf-split", max_file_size=1000)
+    assert len(split) > 1 and (tmp_path / "hf-split" / "model.safetensors.index.json").exists()
+
+
+def test_ranks_that_disagree_on_the_step_all_get_one_clear_error(tmp_path):
+    results = run(3, "disagree", tmp_path / "ckpt", results=tmp_path / "r")
+    for r in results:
+        assert r["error"] and "rank 0 step 5, rank 1 step 6, rank 2 step 7" in r["error"]
+    assert not list((tmp_path / "ckpt").glob("step-*"))
+
+
+def test_a_kill_of_any_rank_at_any_moment_leaves_a_complete_checkpoint(tmp_path):
+    """15 rounds, 3 ranks saving in a loop: SIGKILL one rank at a random
+    moment, then the others; the newest checkpoint always loads, complete
+    and verified, and a restarted job cleans up and saves again."""
+    ckpt = tmp_path / "ckpt"
+    rng = random.Random(30)
+    published = 0
+    next_step = 1
+    interrupted = 0  # kills that landed inside the victim's persist
+    for round_ in range(15):
+        procs = start(3, "loop", ckpt, next_step, results=tmp_path / "r")
+        time.sleep(rng.uniform(2.5, 4.0))  # torch's import, the group, then saves
+        # Odd rounds aim inside the victim's own writing (its save's temporary folder there, its part
+        # not yet); even rounds kill at a random moment of the loop (snapshot, gather, rank 0's commit).
+        victim = rng.randrange(3)
+        deadline = time.monotonic() + 20
+        temps = []
+        while time.monotonic() < deadline:
+            temps = [p for p in ckpt.iterdir() if p.name.startswith(".tmp-sharded")]
+            if temps and (round_ % 2 == 0 or not (temps[0] / ("rank-%05d.json" % victim)).exists()):
+                break
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.003 if round_ % 2 else 0.1))
+        temps = [p for p in ckpt.iterdir() if p.name.startswith(".tmp-sharded")]
+        os.kill(procs[victim].pid, signal.SIGKILL)
+        # Landed inside the victim's persist: its part was not yet durable.
+        interrupted += bool(temps) and not (temps[0] / ("rank-%05d.json" % victim)).exists()
+        time.sleep(rng.uniform(0, 0.2))
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.communicate()
+        newest = stoker.load_latest(ckpt)
+        if newest is not None:
+            job.check_loop(newest.state, newest.step)
+            published = newest.step
+            next_step = newest.step + 1
+        assert not [p for p in tmp_path.iterdir() if p.name not in ("ckpt", "r")], "written outside the folder"
+    assert published > 0, "no checkpoint was ever published"
+    print("kill rounds: %d of 15 interrupted a persist; newest step %d" % (interrupted, published))
+    assert interrupted >= 5, "too few kills landed inside a persist (%d) to test anything" % interrupted
+    # A new job removes the leftovers of interrupted saves on its first save.
+    run(3, "save", ckpt, next_step + 100, results=tmp_path / "r2")
+    assert not [p.name for p in ckpt.iterdir() if p.name.startswith(".tmp-")]
+    job.check_full(stoker.load_latest(ckpt).state, next_step + 100)
+
+
+def test_plan_writers_spreads_replicas_and_refuses_disagreement():
+    layout = [("a", "F32", (100,), (100,), (0,)), ("b", "F32", (50,), (50,), (0,)), ("c", "F32", (50,), (50,), (0,))]
+    masks, load = _sharded.plan_writers([layout, layout, layout])
+    assert [sum(m) for m in masks] == [1, 1, 1] and sorted(load) == [200, 200, 400]
+    assert all(sum(m[i] for m in masks) == 1 for i in range(3))  # each written once
+    # Pieces: each rank writes its own.
+    pieces = [[("w", "F32", (2,), (6,), (2 * r,))] for r in range(3)]
+    masks, _ = _sharded.plan_writers(pieces)
+    assert masks == [[True], [True], [True]]
+    with pytest.raises(ValueError, match="ranks 0 and 1 disagree on tensor 'a'"):
+        _sharded.plan_writers([layout, [("a", "F16", (100,), (100,), (0,))]])
+
+
+def test_shard_arguments_are_checked():
+    with pytest.raises(ValueError, match="does not fit in global_shape"):
+        stoker.Shard(torch.zeros(4), (6,), (3,))
+    with pytest.raises(ValueError, match="same length"):
+        stoker.Shard(torch.zeros(4), (6, 1), (0,))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        stoker.Shard([1, 2], (2,), (0,))
+    # A process alone refuses shards it cannot tile.
+    with pytest.raises(ValueError, match="not sharded"):
+        with stoker.Checkpointer("/tmp/stoker-shard-alone-%d" % os.getpid(), group=None) as ck:
+            ck.save(1, {"w": stoker.Shard(torch.zeros(2), (4,), (0,))})
