@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <string_view>
 #include <functional>
+#include <string_view>
 #include <utility>
 
 namespace stoker_python {
@@ -405,8 +405,8 @@ void BindStateFlatten(py::module_& m) {
           [](FlatState& flat, py::handle state, py::object tensor, py::object strided, py::object ordered_dict,
              py::dict dtype_names, bool cuda_usable, py::object shard_type, py::object convert_types,
              py::object convert) {
-            const TorchTypes torch{std::move(tensor),      std::move(strided),      std::move(ordered_dict),
-                                   std::move(dtype_names), cuda_usable,             std::move(shard_type),
+            const TorchTypes torch{std::move(tensor),        std::move(strided), std::move(ordered_dict),
+                                   std::move(dtype_names),   cuda_usable,        std::move(shard_type),
                                    std::move(convert_types), std::move(convert)};
             flat.Flatten(state, torch);
           },

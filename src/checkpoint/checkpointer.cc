@@ -66,7 +66,8 @@ struct Checkpointer::Impl {
   Status PersistSharded(const checkpoint::PersistJob& work, const std::string& temp, std::uint64_t* written) {
     const checkpoint::ShardedSaveInfo info{options.rank, options.world_size, work.save_id};
     const std::string temp_name = temp.substr(temp.rfind('/') + 1);
-    if (options.rank == 0) STOKER_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(*fs, options.directory, temp_name));
+    if (options.rank == 0)
+      STOKER_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(*fs, options.directory, temp_name));
     Status s = checkpoint::PersistRankPart(*fs, temp, work, arena, info, written);
     if (!s.ok()) {
       s = s.WithContext(fmt::format("rank {}", options.rank));
@@ -95,7 +96,8 @@ Result<std::unique_ptr<Checkpointer>> checkpoint::OpenCheckpointer(CheckpointOpt
   if (!(options.mtbf_seconds > 0) || !std::isfinite(options.mtbf_seconds))
     return Status::InvalidArgument(fmt::format("mtbf_seconds {} must be a positive number", options.mtbf_seconds));
   if (options.world_size == 0 || options.rank >= options.world_size)
-    return Status::InvalidArgument(fmt::format("rank {} is not in a world of size {}", options.rank, options.world_size));
+    return Status::InvalidArgument(
+        fmt::format("rank {} is not in a world of size {}", options.rank, options.world_size));
   if (!(options.commit_timeout_seconds > 0) || !std::isfinite(options.commit_timeout_seconds))
     return Status::InvalidArgument(
         fmt::format("commit_timeout_seconds {} must be a positive number", options.commit_timeout_seconds));

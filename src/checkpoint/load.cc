@@ -67,10 +67,10 @@ Result<LoadedCheckpoint> checkpoint::LoadCheckpointCounted(const std::string& st
   const std::string step_directory = Trimmed(step_directory_in);
   STOKER_ASSIGN_OR_RETURN(checkpoint::Manifest manifest, checkpoint::ReadManifest(fs, step_directory, work));
   if (!manifest.sharded_json.empty())
-    return Status::FailedPrecondition(fmt::format(
-        "'{}' is a sharded checkpoint (written by several ranks): read it with ShardedCheckpoint::Open "
-        "(Python: stoker.load_latest / load_checkpoint, which assemble it)",
-        step_directory));
+    return Status::FailedPrecondition(
+        fmt::format("'{}' is a sharded checkpoint (written by several ranks): read it with ShardedCheckpoint::Open "
+                    "(Python: stoker.load_latest / load_checkpoint, which assemble it)",
+                    step_directory));
   const auto slash = step_directory.rfind('/');
   const std::string folder = slash == std::string::npos ? step_directory : step_directory.substr(slash + 1);
   const auto named = checkpoint::ParseStepDirectoryName(folder);

@@ -27,6 +27,15 @@ struct FileEntry {
   Status open_error;
 };
 
+// One thread's last block read into memory, kept across requests: pieces
+// that follow each other in a file often share a block.
+struct BlockCache {
+  const FileEntry* file = nullptr;
+  std::uint64_t block = ~std::uint64_t{0};
+  std::uint64_t loaded = 0;
+  std::vector<std::byte> buffer;
+};
+
 std::uint64_t Volume(std::span<const std::uint64_t> shape) {
   return std::accumulate(shape.begin(), shape.end(), std::uint64_t{1}, std::multiplies<>());
 }
@@ -57,26 +66,40 @@ struct ShardedCheckpoint::Impl {
     return f.file.get();
   }
 
-  Status ReadOne(const RegionRequest& request, std::vector<std::byte>& block_buffer);
+  Status ReadOne(const RegionRequest& request, BlockCache& cache);
 };
 
 // A cursor over one file's blocks: reads a block, checks it, and serves
 // the ranges inside it; the requests' ranges come in ascending order.
 class BlockCursor {
  public:
-  BlockCursor(ShardedCheckpoint::Impl& m, FileEntry& f, ReadableFile& file, std::vector<std::byte>& buffer,
-              std::string_view tensor)
-      : m_(m), f_(f), file_(file), buffer_(buffer), tensor_(tensor) {}
+  BlockCursor(ShardedCheckpoint::Impl& m, FileEntry& f, ReadableFile& file, BlockCache& cache, std::string_view tensor)
+      : m_(m), f_(f), file_(file), cache_(cache), tensor_(tensor) {
+    if (cache_.file != &f_) {
+      cache_.file = &f_;
+      cache_.block = ~std::uint64_t{0};
+    }
+  }
 
   // Copies file bytes [offset, offset + out.size()) into `out`.
   Status Copy(std::uint64_t offset, std::span<std::byte> out) {
     const std::uint64_t block_bytes = m_.layout.block_bytes;
     while (!out.empty()) {
       const std::uint64_t block = offset / block_bytes;
-      if (block != current_) STOKER_RETURN_IF_ERROR(Load(block));
+      const std::uint64_t begin = block * block_bytes;
+      if (block != cache_.block && offset == begin && block < f_.blocks.size() && begin < f_.bytes &&
+          out.size() >= std::min(block_bytes, f_.bytes - begin)) {
+        // The whole block lands in `out`: read and check it there, no copy.
+        const std::size_t n = static_cast<std::size_t>(std::min(block_bytes, f_.bytes - begin));
+        STOKER_RETURN_IF_ERROR(Check(block, begin, out.first(n)));
+        out = out.subspan(n);
+        offset += n;
+        continue;
+      }
+      if (block != cache_.block) STOKER_RETURN_IF_ERROR(Load(block));
       const std::uint64_t in_block = offset - block * block_bytes;
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), loaded_ - in_block));
-      std::memcpy(out.data(), buffer_.data() + in_block, n);
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), cache_.loaded - in_block));
+      std::memcpy(out.data(), cache_.buffer.data() + in_block, n);
       out = out.subspan(n);
       offset += n;
     }
@@ -84,6 +107,20 @@ class BlockCursor {
   }
 
  private:
+  // Reads block `block` (starting at byte `begin`) into `into` and checks it.
+  Status Check(std::uint64_t block, std::uint64_t begin, std::span<std::byte> into) {
+    STOKER_RETURN_IF_ERROR(file_.ReadExactAt(begin, into));
+    m_.bytes_read.fetch_add(into.size(), std::memory_order_relaxed);
+    if (!m_.verify) return Status::Ok();
+    m_.blocks_checked.fetch_add(1, std::memory_order_relaxed);
+    if (Xxh3(into) != f_.blocks[block])
+      return Status::Corruption(fmt::format(
+          "'{}/{}' block {} (bytes {}..{}) fails its xxh3 checksum (reading tensor '{}'): the file changed after "
+          "it was written",
+          m_.path, f_.name, block, begin, begin + into.size(), tensor_));
+    return Status::Ok();
+  }
+
   Status Load(std::uint64_t block) {
     const std::uint64_t block_bytes = m_.layout.block_bytes;
     const std::uint64_t begin = block * block_bytes;
@@ -91,32 +128,22 @@ class BlockCursor {
       return Status::Corruption(fmt::format("'{}/{}': tensor '{}' points past the end of the file ({} bytes)", m_.path,
                                             f_.name, tensor_, f_.bytes));
     const std::uint64_t n = std::min(block_bytes, f_.bytes - begin);
-    buffer_.resize(static_cast<std::size_t>(block_bytes));
-    STOKER_RETURN_IF_ERROR(file_.ReadExactAt(begin, std::span(buffer_.data(), static_cast<std::size_t>(n))));
-    m_.bytes_read.fetch_add(n, std::memory_order_relaxed);
-    if (m_.verify) {
-      m_.blocks_checked.fetch_add(1, std::memory_order_relaxed);
-      if (Xxh3(std::span(buffer_.data(), static_cast<std::size_t>(n))) != f_.blocks[block])
-        return Status::Corruption(fmt::format(
-            "'{}/{}' block {} (bytes {}..{}) fails its xxh3 checksum (reading tensor '{}'): the file changed after "
-            "it was written",
-            m_.path, f_.name, block, begin, begin + n, tensor_));
-    }
-    current_ = block;
-    loaded_ = n;
+    cache_.buffer.resize(static_cast<std::size_t>(block_bytes));
+    cache_.block = ~std::uint64_t{0};  // (until it is checked)
+    STOKER_RETURN_IF_ERROR(Check(block, begin, std::span(cache_.buffer.data(), static_cast<std::size_t>(n))));
+    cache_.block = block;
+    cache_.loaded = n;
     return Status::Ok();
   }
 
   ShardedCheckpoint::Impl& m_;
   FileEntry& f_;
   ReadableFile& file_;
-  std::vector<std::byte>& buffer_;
+  BlockCache& cache_;
   std::string_view tensor_;
-  std::uint64_t current_ = ~std::uint64_t{0};
-  std::uint64_t loaded_ = 0;
 };
 
-Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, std::vector<std::byte>& buffer) {
+Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, BlockCache& buffer) {
   const auto found = by_name.find(request.name);
   if (found == by_name.end())
     return Status::InvalidArgument(fmt::format("sharded checkpoint '{}' has no tensor '{}'", path, request.name));
@@ -127,8 +154,8 @@ Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, std::vecto
   if (offsets.empty()) offsets.assign(ndim, 0);
   if (shape.empty()) shape = t.shape;
   if (offsets.size() != ndim || shape.size() != ndim)
-    return Status::InvalidArgument(fmt::format("tensor '{}' has {} dimensions; the region asked for has {}", t.name,
-                                               ndim, shape.size()));
+    return Status::InvalidArgument(
+        fmt::format("tensor '{}' has {} dimensions; the region asked for has {}", t.name, ndim, shape.size()));
   for (std::size_t d = 0; d < ndim; ++d)
     if (offsets[d] > t.shape[d] || shape[d] > t.shape[d] - offsets[d])
       return Status::InvalidArgument(fmt::format(
@@ -173,9 +200,9 @@ Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, std::vecto
         src = src * p.shape[d] + (index[d] - p.offsets[d]);
         dst = dst * shape[d] + (index[d] - offsets[d]);
       }
-      STOKER_RETURN_IF_ERROR(cursor.Copy(p.begin + src * element,
-                                         request.out.subspan(static_cast<std::size_t>(dst * element),
-                                                             static_cast<std::size_t>(run))));
+      STOKER_RETURN_IF_ERROR(
+          cursor.Copy(p.begin + src * element,
+                      request.out.subspan(static_cast<std::size_t>(dst * element), static_cast<std::size_t>(run))));
       std::size_t d = k;
       while (d > 0) {
         --d;
@@ -208,8 +235,8 @@ Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::st
   STOKER_ASSIGN_OR_RETURN(m->layout, checkpoint::DecodeShardedLayout(manifest.sharded_json, where));
   m->step = manifest.step;
   const auto slash = m->path.rfind('/');
-  if (const auto named = checkpoint::ParseStepDirectoryName(slash == std::string::npos ? m->path
-                                                                                        : m->path.substr(slash + 1));
+  if (const auto named =
+          checkpoint::ParseStepDirectoryName(slash == std::string::npos ? m->path : m->path.substr(slash + 1));
       named && *named != manifest.step)
     return Status::Corruption(
         fmt::format("'{}' is named step {} but its manifest says step {}", m->path, *named, manifest.step));
@@ -217,8 +244,8 @@ Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::st
     auto info = m->fs->Stat(m->path + "/" + f.name);
     if (!info.ok()) {
       if (info.error().code() == StatusCode::kNotFound)
-        return Status::Corruption(fmt::format("sharded checkpoint '{}' is missing '{}' named in its manifest", m->path,
-                                              f.name));
+        return Status::Corruption(
+            fmt::format("sharded checkpoint '{}' is missing '{}' named in its manifest", m->path, f.name));
       return info.error();
     }
     if (info->size != f.bytes)
@@ -229,8 +256,8 @@ Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::st
     entry->bytes = f.bytes;
     if (auto blocks = m->layout.blocks.find(f.name); blocks != m->layout.blocks.end()) {
       if (blocks->second.size() != (f.bytes + m->layout.block_bytes - 1) / m->layout.block_bytes)
-        return Status::Corruption(fmt::format("{}: '{}' has {} block checksums for {} bytes", where, f.name,
-                                              blocks->second.size(), f.bytes));
+        return Status::Corruption(
+            fmt::format("{}: '{}' has {} block checksums for {} bytes", where, f.name, blocks->second.size(), f.bytes));
       entry->blocks = blocks->second;
     }
     m->files.emplace(f.name, std::move(entry));
@@ -276,9 +303,8 @@ ShardedReadStats ShardedCheckpoint::stats() const {
 
 Result<CheckpointExtras> ShardedCheckpoint::RankExtras(std::uint32_t rank) const {
   if (rank >= impl_->layout.world_size)
-    return Status::InvalidArgument(
-        fmt::format("rank {} is not in the world of size {} that wrote '{}'", rank, impl_->layout.world_size,
-                    impl_->path));
+    return Status::InvalidArgument(fmt::format("rank {} is not in the world of size {} that wrote '{}'", rank,
+                                               impl_->layout.world_size, impl_->path));
   const std::string name = checkpoint::RankPartName(rank);
   const auto entry = impl_->files.find(name);
   if (entry == impl_->files.end())
@@ -292,9 +318,9 @@ Result<CheckpointExtras> ShardedCheckpoint::RankExtras(std::uint32_t rank) const
     if (f.name == name) expected = f;
   if (bytes.size() != expected.bytes || (impl_->verify && Xxh3(bytes) != expected.xxh3))
     return Status::Corruption(fmt::format("'{}' fails its size or xxh3 check against the manifest", path));
-  STOKER_ASSIGN_OR_RETURN(checkpoint::RankPart part,
-                          checkpoint::DecodeRankPart(
-                              std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path));
+  STOKER_ASSIGN_OR_RETURN(
+      checkpoint::RankPart part,
+      checkpoint::DecodeRankPart(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path));
   if (part.rank != rank) return Status::Corruption(fmt::format("'{}' says it is rank {}'s", path, part.rank));
   return std::move(part.base.extras);
 }
@@ -306,7 +332,7 @@ Status ShardedCheckpoint::ReadRegions(std::span<const RegionRequest> requests, s
   std::mutex error_mu;
   Status first_error;
   auto work = [&] {
-    std::vector<std::byte> buffer;
+    BlockCache buffer;
     for (;;) {
       const std::size_t i = next.fetch_add(1);
       if (i >= requests.size()) return;

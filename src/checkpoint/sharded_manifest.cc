@@ -91,7 +91,8 @@ bool ValidSaveId(std::string_view id) {
 Result<std::string> EncodeRankPart(const RankPart& part) {
   Json pieces = Json::array();
   for (const auto& p : part.pieces)
-    pieces.push_back(Json::array({p.name, p.file, TensorDTypeName(p.dtype), p.global_shape, p.offsets, p.shape, p.begin}));
+    pieces.push_back(
+        Json::array({p.name, p.file, TensorDTypeName(p.dtype), p.global_shape, p.offsets, p.shape, p.begin}));
   Json sharded = {{"rank", part.rank},
                   {"world_size", part.world_size},
                   {"save_id", part.save_id},
@@ -203,8 +204,8 @@ Result<ShardedLayout> DecodeShardedLayout(std::string_view text, std::string_vie
 
 Status CheckTiling(const ShardedTensorInfo& t, std::string_view where) {
   auto bad = [&](std::string what) {
-    return Status::Corruption(fmt::format("{}: tensor '{}' of shape [{}]: {}", where, t.name, fmt::join(t.shape, ","),
-                                          what));
+    return Status::Corruption(
+        fmt::format("{}: tensor '{}' of shape [{}]: {}", where, t.name, fmt::join(t.shape, ","), what));
   };
   if (t.pieces.empty()) return bad("no rank wrote any piece of it");
   // The sum of the volumes, each piece inside, no two overlapping: then the
@@ -240,8 +241,8 @@ Status CheckTiling(const ShardedTensorInfo& t, std::string_view where) {
     active.push_back(p);
   }
   if (covered != Volume(t.shape))
-    return bad(fmt::format("its pieces cover {} of its {} elements (a rank's pieces are missing?)", covered,
-                           Volume(t.shape)));
+    return bad(
+        fmt::format("its pieces cover {} of its {} elements (a rank's pieces are missing?)", covered, Volume(t.shape)));
   return Status::Ok();
 }
 
@@ -277,9 +278,9 @@ Result<Manifest> MergeRankParts(const std::vector<RankPart>& parts, const std::v
       out.files.push_back(f);
       const auto blocks = part.blocks.find(f.name);
       if (blocks == part.blocks.end() || blocks->second.size() != (f.bytes + part.block_bytes - 1) / part.block_bytes)
-        return Status::Corruption(
-            fmt::format("{}: rank {} gives {} block checksums for '{}' ({} bytes)", where, r,
-                        blocks == part.blocks.end() ? 0 : blocks->second.size(), f.name, f.bytes));
+        return Status::Corruption(fmt::format("{}: rank {} gives {} block checksums for '{}' ({} bytes)", where, r,
+                                              blocks == part.blocks.end() ? 0 : blocks->second.size(), f.name,
+                                              f.bytes));
       layout.blocks.emplace(f.name, blocks->second);
     }
     for (const auto& p : part.pieces) {
@@ -293,10 +294,10 @@ Result<Manifest> MergeRankParts(const std::vector<RankPart>& parts, const std::v
         t.dtype = p.dtype;
         t.shape = p.global_shape;
       } else if (t.dtype != p.dtype || t.shape != p.global_shape) {
-        return Status::Corruption(fmt::format(
-            "{}: ranks disagree on tensor '{}': rank {} has {} [{}], rank {} has {} [{}]", where, p.name,
-            t.pieces.front().rank, TensorDTypeName(t.dtype), fmt::join(t.shape, ","), r, TensorDTypeName(p.dtype),
-            fmt::join(p.global_shape, ",")));
+        return Status::Corruption(
+            fmt::format("{}: ranks disagree on tensor '{}': rank {} has {} [{}], rank {} has {} [{}]", where, p.name,
+                        t.pieces.front().rank, TensorDTypeName(t.dtype), fmt::join(t.shape, ","), r,
+                        TensorDTypeName(p.dtype), fmt::join(p.global_shape, ",")));
       }
       t.pieces.push_back({part.rank, p.file, p.offsets, p.shape, p.begin});
     }

@@ -21,8 +21,8 @@ Status EnsureTempFolder(FileSystem& fs, const std::string& temp) {
   return Status::Ok();
 }
 
-Status WriteSmallFileAtomically(FileSystem& fs, const std::string& temp, const std::string& name,
-                                std::string_view text, ManifestFile* out) {
+Status WriteSmallFileAtomically(FileSystem& fs, const std::string& temp, const std::string& name, std::string_view text,
+                                ManifestFile* out) {
   const std::string staging = temp + "/." + name + ".partial";
   (void)fs.Remove(staging);
   STOKER_RETURN_IF_ERROR(WriteHashedFile(fs, staging, name, std::as_bytes(std::span(text)), {}, out));
@@ -83,8 +83,8 @@ void RecordRankFailure(FileSystem& fs, const std::string& temp, std::uint32_t ra
   (void)WriteSmallFileAtomically(fs, temp, RankFailedName(rank), why.ToString(), &unused);
 }
 
-Status CommitShardedCheckpoint(FileSystem& fs, const std::string& directory, const std::string& temp,
-                               std::int64_t step, const ShardedSaveInfo& info, double timeout_seconds, Clock& clock,
+Status CommitShardedCheckpoint(FileSystem& fs, const std::string& directory, const std::string& temp, std::int64_t step,
+                               const ShardedSaveInfo& info, double timeout_seconds, Clock& clock,
                                bool replace_existing) {
   const std::uint32_t world = info.world_size;
   std::vector<RankPart> parts(world);
@@ -102,9 +102,9 @@ Status CommitShardedCheckpoint(FileSystem& fs, const std::string& directory, con
         if (bytes.error().code() != StatusCode::kNotFound) return bytes.error();
         auto failed = ReadWholeFile(fs, temp + "/" + RankFailedName(r));
         if (failed.ok())
-          return Status::Unavailable(fmt::format("rank {} failed to persist its part of step {}: {}", r, step,
-                                             std::string_view(reinterpret_cast<const char*>(failed->data()),
-                                                              failed->size())));
+          return Status::Unavailable(
+              fmt::format("rank {} failed to persist its part of step {}: {}", r, step,
+                          std::string_view(reinterpret_cast<const char*>(failed->data()), failed->size())));
         continue;
       }
       const std::string_view text(reinterpret_cast<const char*>(bytes->data()), bytes->size());

@@ -113,8 +113,8 @@ static Status CheckPiece(const TensorRef& t) {
   return Status::Ok();
 }
 
-Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes,
-                                  SnapshotPlan reuse, std::string_view file_stem) {
+Result<SnapshotPlan> PlanSnapshot(std::span<const TensorRef> tensors, std::uint64_t max_file_bytes, SnapshotPlan reuse,
+                                  std::string_view file_stem) {
   // The training loop waits for this, and states hold tens of thousands of
   // tensors: one validating pass, one sort by name (which also brings
   // duplicates together), one stable pass by element size.

@@ -97,8 +97,10 @@ std::vector<float> ReadW(ShardedCheckpoint& c, std::vector<std::uint64_t> offset
   std::vector<float> out(shape[0] * shape[1]);
   const RegionRequest request{"w", offsets, shape, std::as_writable_bytes(std::span(out))};
   Status s = c.ReadRegions(std::span(&request, 1));
-  if (status) *status = s;
-  else EXPECT_TRUE(s.ok()) << s.ToString();
+  if (status)
+    *status = s;
+  else
+    EXPECT_TRUE(s.ok()) << s.ToString();
   return out;
 }
 

@@ -9,7 +9,6 @@ wrote it and whatever layout reads it.
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
