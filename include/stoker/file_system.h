@@ -212,8 +212,20 @@ class FileSystem {
   // the file instead).
   [[nodiscard]] virtual Status AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
                                                  std::uint64_t version) {
-    (void)size, (void)chunk_bytes, (void)version;
-    return Status::Unimplemented(path + ": not a remote file system; map the file");
+    const ChunkedFileSpec one{path, size, version};
+    return AttachChunkedFiles(std::span(&one, 1), chunk_bytes);
+  }
+  // Several large files at once (a sharded checkpoint's), each as above;
+  // chunks are numbered across them in order.
+  struct ChunkedFileSpec {
+    std::string path;
+    std::uint64_t size = 0;
+    std::uint64_t version = 0;
+  };
+  [[nodiscard]] virtual Status AttachChunkedFiles(std::span<const ChunkedFileSpec> files, std::uint64_t chunk_bytes) {
+    (void)chunk_bytes;
+    return Status::Unimplemented((files.empty() ? std::string("files") : files[0].path) +
+                                 ": not a remote file system; map the file");
   }
   // The shard cache of a remote file system; nullptr for local ones.
   [[nodiscard]] virtual ShardCacheControl* shard_cache() { return nullptr; }

@@ -19,6 +19,7 @@
 
 #include "stoker/checkpoint.h"
 #include "stoker/file_system.h"
+#include "stoker/remote.h"
 #include "stoker/status.h"
 
 namespace stoker {
@@ -60,6 +61,10 @@ class ShardedCheckpoint {
   // FailedPrecondition when `step_directory` is a plain checkpoint.
   [[nodiscard]] static Result<std::unique_ptr<ShardedCheckpoint>> Open(const std::string& step_directory,
                                                                        const LoadOptions& options = {});
+  // The same, keeping `file_system` (options.file_system) alive with it.
+  [[nodiscard]] static Result<std::unique_ptr<ShardedCheckpoint>> Open(const std::string& step_directory,
+                                                                       const LoadOptions& options,
+                                                                       std::shared_ptr<FileSystem> file_system);
   ~ShardedCheckpoint();
   ShardedCheckpoint(const ShardedCheckpoint&) = delete;
   ShardedCheckpoint& operator=(const ShardedCheckpoint&) = delete;
@@ -87,6 +92,15 @@ class ShardedCheckpoint {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// A sharded checkpoint at `location`: a local step-N folder, or the URL
+// (http://, https://, s3://) of a step-N folder or of a checkpoint directory,
+// whose `latest` then names the step. Remote files are read by range
+// through the shard cache in chunks of one checksum block each, so a reader
+// fetches only the blocks its regions touch.
+[[nodiscard]] Result<std::unique_ptr<ShardedCheckpoint>> OpenShardedCheckpointAt(const std::string& location,
+                                                                                const LoadOptions& load = {},
+                                                                                const RemoteOptions& remote = {});
 
 // Whether `step_directory`'s manifest is a sharded checkpoint's.
 [[nodiscard]] Result<bool> IsShardedCheckpoint(const std::string& step_directory, FileSystem* file_system = nullptr);

@@ -174,11 +174,16 @@ py::dict ExtrasToPython(const stoker::CheckpointExtras& e) {
 
 class PySharded {
  public:
-  PySharded(const std::string& path, bool verify) {
+  // `path`: a step-N folder, or a URL of one or of a checkpoint directory.
+  PySharded(const std::string& path, bool verify, const std::optional<stoker::RemoteOptions>& remote) {
     stoker::LoadOptions o;
     o.verify_checksums = verify;
-    py::gil_scoped_release release;
-    checkpoint_ = Unwrap(stoker::ShardedCheckpoint::Open(path, o));
+    stoker::Result<std::unique_ptr<stoker::ShardedCheckpoint>> opened = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      opened = stoker::OpenShardedCheckpointAt(path, o, remote ? *remote : stoker::RemoteOptions{});
+    }
+    checkpoint_ = Unwrap(std::move(opened));  // (raising needs the GIL)
   }
   // [(name, safetensors dtype, global shape)]
   py::list Tensors() const {
@@ -312,7 +317,8 @@ void BindCheckpoint(py::module_& m) {
     return ToPython(std::move(r));
   });
   py::class_<PySharded>(m, "ShardedCheckpoint")
-      .def(py::init<const std::string&, bool>(), py::arg("path"), py::arg("verify") = true)
+      .def(py::init<const std::string&, bool, const std::optional<stoker::RemoteOptions>&>(), py::arg("path"),
+           py::arg("verify") = true, py::arg("remote") = py::none())
       .def_property_readonly("step", &PySharded::step)
       .def_property_readonly("world_size", &PySharded::world_size)
       .def_property_readonly("path", &PySharded::path)
@@ -321,8 +327,12 @@ void BindCheckpoint(py::module_& m) {
       .def("read_into", &PySharded::ReadInto, py::arg("requests"), py::arg("threads") = 0)
       .def("stats", &PySharded::Stats);
   m.def("is_sharded_checkpoint", [](const std::string& path) {
-    py::gil_scoped_release release;
-    return Unwrap(stoker::IsShardedCheckpoint(path));
+    stoker::Result<bool> sharded = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      sharded = stoker::IsShardedCheckpoint(path);
+    }
+    return Unwrap(std::move(sharded));
   });
   // step-N folders, newest first: (step, path, kind), kind "plain",
   // "sharded" or "unreadable" (no readable manifest).

@@ -272,7 +272,7 @@ def _names_in(node, out):
     return out
 
 
-def load(path, target=None, verify=True, rank=None, threads=0):
+def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
     """(step, state, extras, stats) of the sharded checkpoint at `path`.
     With `target` (this rank's structure of tensors and Shards) its tensors
     are filled in place with their blocks, reading only those bytes; the
@@ -283,7 +283,11 @@ def load(path, target=None, verify=True, rank=None, threads=0):
     from .checkpoint import _dtype_tables, _unflatten
     torch = _torch()
     _, from_name = _dtype_tables()
-    checkpoint = _native.ShardedCheckpoint(str(path), verify)
+    remote = None
+    if cache_dir is not None:
+        remote = _native.RemoteOptions()
+        remote.cache_dir = os.fspath(cache_dir)
+    checkpoint = _native.ShardedCheckpoint(str(path), verify, remote)
     if rank is None:
         dist = torch.distributed
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

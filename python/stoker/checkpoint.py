@@ -223,8 +223,8 @@ def _without_cyclic_gc():
             gc.enable()
 
 
-def _load_sharded(path, target, verify, rank):
-    step, state, extras, user, _ = _sharded.load(path, target=target, verify=verify, rank=rank)
+def _load_sharded(path, target, verify, rank, cache_dir=None):
+    step, state, extras, user, _ = _sharded.load(path, target=target, verify=verify, rank=rank, cache_dir=cache_dir)
     return Checkpoint(step=step, state=state, loader_state=extras["loader_state"],
                       extra=user.get("extra", dict(extras["metadata"])), metric=extras["metric"],
                       rng_states=dict(extras["rng_states"]), path=str(path), skipped=[])
@@ -243,7 +243,7 @@ def load_checkpoint(path, verify=True, target=None, rank=None):
         return _to_checkpoint(_native.load_checkpoint(str(path), verify))
 
 
-def load_latest(directory, skip_corrupt=False, verify=True, target=None, rank=None):
+def load_latest(directory, skip_corrupt=False, verify=True, target=None, rank=None, cache_dir=None):
     """The newest complete checkpoint in `directory`, or None when there is
     none. A corrupt newest one raises stoker.CorruptionError, or with
     skip_corrupt=True is skipped (and named in .skipped) for an older one.
@@ -255,8 +255,16 @@ def load_latest(directory, skip_corrupt=False, verify=True, target=None, rank=No
     only those bytes; .state is then the saved structure (of this rank, or
     of the last rank of a smaller job) holding the target's tensors. Without
     `target`, every tensor is assembled whole. `rank`: whose loader state,
-    RNG states and structure to return (default: this process's rank)."""
+    RNG states and structure to return (default: this process's rank).
+
+    `directory` may be a URL (http://, https://, s3://) of a sharded
+    checkpoint directory (its `latest` names the step) or of a step-N
+    folder: the blocks a rank's slices need are fetched by range through
+    the shard cache (in `cache_dir`, by default the loader's)."""
     from . import CorruptionError
+    if "://" in str(directory):
+        with _without_cyclic_gc():
+            return _load_sharded(str(directory), target, verify, rank, cache_dir=cache_dir)
     with _without_cyclic_gc():
         folders = _native.step_folders(str(directory).rstrip("/") or "/")
         if not any(kind == "sharded" for _, _, kind in folders):

@@ -43,6 +43,7 @@ std::uint64_t Volume(std::span<const std::uint64_t> shape) {
 }  // namespace
 
 struct ShardedCheckpoint::Impl {
+  std::shared_ptr<FileSystem> owned_fs;  // a remote one, kept alive with the checkpoint
   FileSystem* fs = nullptr;
   bool verify = true;
   std::string path;
@@ -220,9 +221,16 @@ Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, BlockCache
 ShardedCheckpoint::ShardedCheckpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShardedCheckpoint::~ShardedCheckpoint() = default;
 
-Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::string& step_directory_in,
+Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::string& step_directory,
                                                                    const LoadOptions& options) {
+  return Open(step_directory, options, nullptr);
+}
+
+Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::string& step_directory_in,
+                                                                   const LoadOptions& options,
+                                                                   std::shared_ptr<FileSystem> file_system) {
   auto m = std::make_unique<Impl>();
+  m->owned_fs = std::move(file_system);
   m->fs = options.file_system ? options.file_system : FileSystem::Default();
   m->verify = options.verify_checksums;
   m->path = step_directory_in;

@@ -46,16 +46,17 @@ class CachedShardFile final : public ReadableFile {
 // A large file read through the cache in chunks (AttachChunkedFile).
 class ChunkedFile final : public ReadableFile {
  public:
-  ChunkedFile(ShardCache* cache, std::uint64_t chunk_bytes, std::uint64_t size, std::string display)
-      : cache_(cache), chunk_bytes_(chunk_bytes), size_(size), display_(std::move(display)) {}
+  ChunkedFile(ShardCache* cache, std::uint32_t first_chunk, std::uint64_t chunk_bytes, std::uint64_t size,
+              std::string display)
+      : cache_(cache), first_chunk_(first_chunk), chunk_bytes_(chunk_bytes), size_(size), display_(std::move(display)) {}
   Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
     if (offset >= size_) return std::size_t{0};
     out = out.subspan(0, static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), size_ - offset)));
     std::size_t done = 0;
     while (done < out.size()) {
       const std::uint64_t at = offset + done;
-      const auto chunk = static_cast<std::uint32_t>(at / chunk_bytes_);
-      const std::uint64_t within = at - std::uint64_t{chunk} * chunk_bytes_;
+      const auto chunk = first_chunk_ + static_cast<std::uint32_t>(at / chunk_bytes_);
+      const std::uint64_t within = at - std::uint64_t{chunk - first_chunk_} * chunk_bytes_;
       const std::size_t n =
           static_cast<std::size_t>(std::min<std::uint64_t>(out.size() - done, cache_->shards()[chunk].size - within));
       STOKER_RETURN_IF_ERROR(cache_->ReadAt(chunk, within, out.subspan(done, n)));
@@ -68,6 +69,7 @@ class ChunkedFile final : public ReadableFile {
 
  private:
   ShardCache* cache_;
+  std::uint32_t first_chunk_;
   std::uint64_t chunk_bytes_, size_;
   std::string display_;
 };
@@ -92,26 +94,26 @@ Status RemoteFileSystem::AttachShards(std::span<const ShardFile> shards) {
   return CreateCache(std::move(descs), shards.empty() ? std::string() : shards[0].path);
 }
 
-Status RemoteFileSystem::AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
-                                           std::uint64_t version) {
+Status RemoteFileSystem::AttachChunkedFiles(std::span<const ChunkedFileSpec> files, std::uint64_t chunk_bytes) {
   if (cache_) return Status::Internal("the remote file system already serves a dataset");
   if (chunk_bytes == 0) return Status::InvalidArgument("the chunk size must be above zero");
-  if (size / chunk_bytes >= std::uint64_t{1} << 31)
-    return Status::InvalidArgument(
-        fmt::format("{}: {} bytes in chunks of {} are too many chunks", RedactUrl(path), size, chunk_bytes));
-  STOKER_ASSIGN_OR_RETURN(HttpRequest request, RequestFor(path, options_));
-  const std::string name = path.substr(path.rfind('/') + 1);
   std::vector<ShardDesc> descs;
-  for (std::uint64_t at = 0; at < size; at += chunk_bytes) {
-    ShardDesc d{request.url, name, std::min(chunk_bytes, size - at), version};
-    d.chunk = true;
-    d.offset = at;
-    descs.push_back(std::move(d));
+  for (const ChunkedFileSpec& file : files) {
+    if (file.size / chunk_bytes >= (std::uint64_t{1} << 31) - descs.size())
+      return Status::InvalidArgument(
+          fmt::format("{}: {} bytes in chunks of {} are too many chunks", RedactUrl(file.path), file.size, chunk_bytes));
+    STOKER_ASSIGN_OR_RETURN(HttpRequest request, RequestFor(file.path, options_));
+    const std::string name = file.path.substr(file.path.rfind('/') + 1);
+    chunked_[file.path] = {static_cast<std::uint32_t>(descs.size()), file.size};
+    for (std::uint64_t at = 0; at < file.size; at += chunk_bytes) {
+      ShardDesc d{request.url, name, std::min(chunk_bytes, file.size - at), file.version};
+      d.chunk = true;
+      d.offset = at;
+      descs.push_back(std::move(d));
+    }
   }
-  chunked_path_ = path;
-  chunked_size_ = size;
   chunk_bytes_ = chunk_bytes;
-  return CreateCache(std::move(descs), path);
+  return CreateCache(std::move(descs), files.empty() ? std::string() : files[0].path);
 }
 
 Status RemoteFileSystem::CreateCache(std::vector<ShardDesc> descs, const std::string& any_path) {
@@ -131,17 +133,22 @@ Status RemoteFileSystem::CreateCache(std::vector<ShardDesc> descs, const std::st
 }
 
 Result<std::unique_ptr<ReadableFile>> RemoteFileSystem::OpenForRead(const std::string& path) {
-  if (cache_ && !chunked_path_.empty() && path == chunked_path_)
-    return std::unique_ptr<ReadableFile>(
-        std::make_unique<ChunkedFile>(cache_.get(), chunk_bytes_, chunked_size_, RedactUrl(path)));
+  if (auto c = chunked_.find(path); cache_ && c != chunked_.end())
+    return std::unique_ptr<ReadableFile>(std::make_unique<ChunkedFile>(cache_.get(), c->second.first_chunk,
+                                                                       chunk_bytes_, c->second.size, RedactUrl(path)));
   auto it = by_path_.find(path);
-  if (it == by_path_.end() || !cache_)
-    return Status::NotFound(fmt::format("{}: not a shard of this dataset", RedactUrl(path)));
-  return std::unique_ptr<ReadableFile>(std::make_unique<CachedShardFile>(cache_.get(), it->second));
+  if (it != by_path_.end() && cache_)
+    return std::unique_ptr<ReadableFile>(std::make_unique<CachedShardFile>(cache_.get(), it->second));
+  if (by_path_.empty()) {
+    // Not a dataset's shard: a small object (an index, a checkpoint's manifests), fetched whole.
+    STOKER_ASSIGN_OR_RETURN(std::string local, FetchIndex(path));
+    return local_->OpenForRead(local);
+  }
+  return Status::NotFound(fmt::format("{}: not a shard of this dataset", RedactUrl(path)));
 }
 
 Result<std::unique_ptr<MappedFile>> RemoteFileSystem::Map(const std::string& path, MapAccess access) {
-  if (!chunked_path_.empty() && path == chunked_path_)
+  if (chunked_.contains(path))
     return Status::Unimplemented(fmt::format("{}: read in chunks through the cache, not mapped", RedactUrl(path)));
   if (auto it = by_path_.find(path); it != by_path_.end() && cache_) {
     // A shard: through the cache (the mapping outlives an eviction).
@@ -156,7 +163,7 @@ Result<std::unique_ptr<MappedFile>> RemoteFileSystem::Map(const std::string& pat
 }
 
 Result<FileInfo> RemoteFileSystem::Stat(const std::string& path) {
-  if (cache_ && !chunked_path_.empty() && path == chunked_path_) return FileInfo{FileType::kRegular, chunked_size_};
+  if (auto c = chunked_.find(path); cache_ && c != chunked_.end()) return FileInfo{FileType::kRegular, c->second.size};
   if (auto it = by_path_.find(path); it != by_path_.end() && cache_)
     return FileInfo{FileType::kRegular, cache_->shards()[it->second].size};
   STOKER_ASSIGN_OR_RETURN(std::string local, FetchIndex(path));
@@ -176,11 +183,14 @@ Result<std::string> RemoteFileSystem::FetchIndex(const std::string& path) {
   if (auto free = local_->FreeBytes(options_.cache.dir); free.ok())
     limit = std::min(limit, *free > options_.cache.min_free_bytes ? *free - options_.cache.min_free_bytes : 0);
   STOKER_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::Create(*local_, local));
+  // A stoker index or a Megatron .idx is checked by its magic as it arrives;
+  // other objects (a checkpoint's JSON manifests) are bounded by the cache alone.
+  const bool is_index = path.ends_with(kIndexFileName) || path.ends_with(".idx");
   std::vector<std::byte> head;  // the first bytes, until the header tells the size
   std::uint64_t declared = 0, received = 0;
   const auto sink = [&](std::span<const std::byte> data) -> Status {
     received += data.size();
-    if (declared == 0 && head.size() < index_format::kHeaderSize) {
+    if (is_index && declared == 0 && head.size() < index_format::kHeaderSize) {
       const std::size_t take = std::min(data.size(), index_format::kHeaderSize - head.size());
       head.insert(head.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(take));
       if (head.size() == index_format::kHeaderSize) {
@@ -210,7 +220,7 @@ Result<std::string> RemoteFileSystem::FetchIndex(const std::string& path) {
   Status s = FetchObject(*transport_, request, std::nullopt, sink, restart, RetryFor(options_));
   if (s.ok()) s = out.Commit();
   if (!s.ok()) {
-    if (s.code() == StatusCode::kNotFound)
+    if (s.code() == StatusCode::kNotFound && is_index)
       return Status::NotFound(fmt::format("{} (not a packed dataset: no {} there)", s.message(), kIndexFileName));
     return s;
   }

@@ -45,8 +45,7 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner, publi
   std::string DisplayName(const std::string& path) const override;
   ShardReadPlanner* read_planner() override { return this; }
   Status AttachShards(std::span<const ShardFile> shards) override;
-  Status AttachChunkedFile(const std::string& path, std::uint64_t size, std::uint64_t chunk_bytes,
-                           std::uint64_t version) override;
+  Status AttachChunkedFiles(std::span<const ChunkedFileSpec> files, std::uint64_t chunk_bytes) override;
   ShardCacheControl* shard_cache() override { return this; }
 
   // ShardReadPlanner.
@@ -63,15 +62,21 @@ class RemoteFileSystem final : public FileSystem, public ShardReadPlanner, publi
  private:
   Status CreateCache(std::vector<ShardDesc> descs, const std::string& any_path);
   // Downloads an object that is not a shard (a stoker index, a Megatron
-  // .idx) into the cache folder, once; returns its local path.
+  // .idx, a checkpoint's JSON manifests) into the cache folder, once;
+  // returns its local path. Indexes are checked by their magic and bounded
+  // by their header's size; anything else by the cache's limits.
   Result<std::string> FetchIndex(const std::string& url);
 
   RemoteOptions options_;
   FileSystem* local_;
   std::unique_ptr<HttpTransport> transport_;
   std::map<std::string, std::uint32_t> by_path_;  // shard location -> shard number
-  std::string chunked_path_;                      // AttachChunkedFile's file, when set
-  std::uint64_t chunked_size_ = 0, chunk_bytes_ = 0;
+  struct Chunked {
+    std::uint32_t first_chunk = 0;
+    std::uint64_t size = 0;
+  };
+  std::map<std::string, Chunked> chunked_;  // AttachChunkedFiles' files, by location
+  std::uint64_t chunk_bytes_ = 0;
   std::map<std::string, std::string> fetched_;  // object URL -> local file
   std::unique_ptr<ShardCache> cache_;           // after transport_: destroyed first
 };

@@ -111,8 +111,9 @@ def main():
     if mode == "save":
         steps = [int(s) for s in sys.argv[3].split(",")]
         ckpt = stoker.Checkpointer(directory, keep_last=int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+        scale = int(sys.argv[5]) if len(sys.argv) > 5 else 1
         for step in steps:
-            state = state_for(step, rank, world)
+            state = state_for(step, rank, world, scale=scale)
             assert ckpt.save(step, state)
             ckpt.wait()
         result["stats"] = ckpt.stats()

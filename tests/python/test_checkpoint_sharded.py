@@ -144,6 +144,35 @@ def test_a_kill_of_any_rank_at_any_moment_leaves_a_complete_checkpoint(tmp_path)
     job.check_full(stoker.load_latest(ckpt).state, next_step + 100)
 
 
+def test_a_checkpoint_behind_http_is_read_by_range_only_where_the_slices_are(tmp_path):
+    from remote_servers import Nginx
+    ckpt = tmp_path / "ckpt"
+    run(3, "save", ckpt, "4", 3, 100, results=tmp_path / "r")  # model.w 3700 x 2400: 3 blocks per rank's file
+    server = Nginx(tmp_path)
+    try:
+        rows, cols = job.ROWS * 100, job.COLS * 100
+        w = torch.zeros((10, cols))
+        emb = torch.zeros(job.EMB)
+        target = {"model": {"w": stoker.Shard(w, (rows, cols), (5, 0)), "emb": emb}}
+        loaded = stoker.load_latest(server.url + "/ckpt", target=target, cache_dir=tmp_path / "cache")
+        assert loaded.step == 4
+        assert torch.equal(w, job.expected("model.w", 4, (rows, cols))[5:15].float())
+        assert torch.equal(emb, job.expected("model.emb", 4, job.EMB).float())
+        assert loaded.state["optimizer"]["lr"] == 4.5
+        fetched = [path for _, _, path, _ in server.requests() if path.endswith(".safetensors")]
+        total_blocks = sum(-(-(ckpt / "step-4" / ("rank-%05d.safetensors" % r)).stat().st_size // (4 << 20))
+                           for r in range(3))
+        # rows 5-14 of model.w lie in rank 0's first block; emb, optimizer.m lie in one block each
+        assert 1 <= len(fetched) <= 3 < total_blocks, (fetched, total_blocks)
+        # A step folder's URL works too, and a missing one is named.
+        step = stoker.load_latest(server.url + "/ckpt/step-4", cache_dir=tmp_path / "cache")
+        job.check_full(step.state, 4, scale=100)
+        with pytest.raises(stoker.CorruptionError, match="step-9' has no manifest.json"):
+            stoker.load_latest(server.url + "/ckpt/step-9", cache_dir=tmp_path / "cache")
+    finally:
+        server.close()
+
+
 def test_plan_writers_spreads_replicas_and_refuses_disagreement():
     layout = [("a", "F32", (100,), (100,), (0,)), ("b", "F32", (50,), (50,), (0,)), ("c", "F32", (50,), (50,), (0,))]
     masks, load = _sharded.plan_writers([layout, layout, layout])
