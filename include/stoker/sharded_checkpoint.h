@@ -99,8 +99,8 @@ class ShardedCheckpoint {
 // through the shard cache in chunks of one checksum block each, so a reader
 // fetches only the blocks its regions touch.
 [[nodiscard]] Result<std::unique_ptr<ShardedCheckpoint>> OpenShardedCheckpointAt(const std::string& location,
-                                                                                const LoadOptions& load = {},
-                                                                                const RemoteOptions& remote = {});
+                                                                                 const LoadOptions& load = {},
+                                                                                 const RemoteOptions& remote = {});
 
 // Whether `step_directory`'s manifest is a sharded checkpoint's.
 [[nodiscard]] Result<bool> IsShardedCheckpoint(const std::string& step_directory, FileSystem* file_system = nullptr);

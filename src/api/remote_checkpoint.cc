@@ -12,9 +12,8 @@
 
 namespace stoker {
 
-Result<std::unique_ptr<ShardedCheckpoint>> OpenShardedCheckpointAt(const std::string& location,
-                                                                  const LoadOptions& load,
-                                                                  const RemoteOptions& remote_options) {
+Result<std::unique_ptr<ShardedCheckpoint>> OpenShardedCheckpointAt(const std::string& location, const LoadOptions& load,
+                                                                   const RemoteOptions& remote_options) {
   if (!IsRemoteLocation(location)) return ShardedCheckpoint::Open(location, load);
   STOKER_ASSIGN_OR_RETURN(remote::RemoteLocation opened, remote::OpenRemoteLocation(location, remote_options));
   std::shared_ptr<FileSystem> fs = opened.file_system;

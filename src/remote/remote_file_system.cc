@@ -48,7 +48,11 @@ class ChunkedFile final : public ReadableFile {
  public:
   ChunkedFile(ShardCache* cache, std::uint32_t first_chunk, std::uint64_t chunk_bytes, std::uint64_t size,
               std::string display)
-      : cache_(cache), first_chunk_(first_chunk), chunk_bytes_(chunk_bytes), size_(size), display_(std::move(display)) {}
+      : cache_(cache),
+        first_chunk_(first_chunk),
+        chunk_bytes_(chunk_bytes),
+        size_(size),
+        display_(std::move(display)) {}
   Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
     if (offset >= size_) return std::size_t{0};
     out = out.subspan(0, static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), size_ - offset)));
@@ -100,8 +104,8 @@ Status RemoteFileSystem::AttachChunkedFiles(std::span<const ChunkedFileSpec> fil
   std::vector<ShardDesc> descs;
   for (const ChunkedFileSpec& file : files) {
     if (file.size / chunk_bytes >= (std::uint64_t{1} << 31) - descs.size())
-      return Status::InvalidArgument(
-          fmt::format("{}: {} bytes in chunks of {} are too many chunks", RedactUrl(file.path), file.size, chunk_bytes));
+      return Status::InvalidArgument(fmt::format("{}: {} bytes in chunks of {} are too many chunks",
+                                                 RedactUrl(file.path), file.size, chunk_bytes));
     STOKER_ASSIGN_OR_RETURN(HttpRequest request, RequestFor(file.path, options_));
     const std::string name = file.path.substr(file.path.rfind('/') + 1);
     chunked_[file.path] = {static_cast<std::uint32_t>(descs.size()), file.size};
