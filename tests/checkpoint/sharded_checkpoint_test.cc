@@ -221,6 +221,50 @@ TEST(ShardedCheckpoint, ACorruptBlockIsNamedAndOtherBlocksStillRead) {
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+TEST(ShardedCheckpoint, MissingOrTruncatedFilesAreNamedAtOpen) {
+  TempDir dir;
+  Ranks ranks(dir.path());
+  for (const auto& s : ranks.Save(7, "m")) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::filesystem::resize_file(dir / "step-7/rank-00002.safetensors",
+                               std::filesystem::file_size(dir / "step-7/rank-00002.safetensors") - 1);
+  auto truncated = ShardedCheckpoint::Open(dir / "step-7");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(truncated.error().message().find("rank-00002.safetensors' has"), std::string::npos)
+      << truncated.error().ToString();
+  std::filesystem::remove(dir / "step-7/rank-00002.safetensors");
+  auto missing = ShardedCheckpoint::Open(dir / "step-7");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("missing 'rank-00002.safetensors'"), std::string::npos)
+      << missing.error().ToString();
+  // A folder renamed to another step is caught too.
+  std::filesystem::rename(dir / "step-7", dir / "step-8");
+  auto renamed = ShardedCheckpoint::Open(dir / "step-8");
+  ASSERT_FALSE(renamed.ok());
+  EXPECT_NE(renamed.error().message().find("named step 8 but its manifest says step 7"), std::string::npos);
+}
+
+TEST(ShardedCheckpoint, RetentionIsRankZerosAndKeepsTheNewest) {
+  TempDir dir;
+  Ranks ranks(dir.path());
+  for (std::int64_t step : {1, 2, 3}) {
+    for (const auto& s : ranks.Save(step, "keep" + std::to_string(step))) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // keep_last = 0 in Options(): all kept; a new set of ranks with keep_last = 2 prunes on its first save.
+  ranks.ckpt.clear();
+  for (std::uint32_t r = 0; r < kWorld; ++r) {
+    auto o = Options(dir.path(), r);
+    o.keep_last = 2;
+    ranks.ckpt.push_back(std::move(*Checkpointer::Open(o)));
+  }
+  for (const auto& s : ranks.Save(4, "keep4")) ASSERT_TRUE(s.ok()) << s.ToString();
+  auto listed = ListCheckpoints(dir.path());
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].step, 3);
+  EXPECT_EQ((*listed)[1].step, 4);
+}
+
 TEST(ShardedCheckpoint, AMissingRankLeavesThePreviousCheckpointAndItsFilesAreCleanedNextSave) {
   TempDir dir;
   Ranks ranks(dir.path(), /*timeout=*/0.3);
