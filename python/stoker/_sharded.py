@@ -221,6 +221,52 @@ class Group:
         return out
 
 
+def save(ckpt, step, state, loader, metric, extra, rng):
+    """Checkpointer.save() of a distributed job: the ranks agree on the
+    step, on skipping (when_busy="skip" and any rank still persisting) and,
+    when the layout changed, on who writes which piece; then each saves its
+    own pieces under the same save id."""
+    from . import _params
+    from .checkpoint import _capture_rng, flatten
+    step = _params.integer("step", step, 0)
+    loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
+    extra_json = None
+    if extra is not None:
+        try:
+            extra_json = json.dumps(extra, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+    group = ckpt._group
+    with ckpt._flat_lock:
+        flat = flatten(state, into=ckpt._flat)
+        try:
+            gathered = group.gather((step, flat.layout_digest, ckpt._native.busy()))
+            steps = sorted({g[0] for g in gathered})
+            if len(steps) > 1:
+                raise ValueError("the ranks disagree on the step to save: %s (every rank calls save() for the same "
+                                 "step)" % ", ".join("rank %d step %d" % (r, g[0]) for r, g in enumerate(gathered)))
+            if ckpt._when_busy == "skip" and any(g[2] for g in gathered):
+                ckpt._skipped_together = getattr(ckpt, "_skipped_together", 0) + 1
+                return False
+            key = tuple(g[1] for g in gathered)
+            if key != ckpt._plan_key:
+                masks, _ = plan_writers(group.gather(flat.layout()))
+                ckpt._writes, ckpt._plan_key = masks[group.rank], key
+            ckpt._saves += 1
+            save_id = "%s-%d" % (group.token, ckpt._saves)
+            for device in flat.devices:
+                _torch().cuda.current_stream(device).synchronize()
+            metadata = {"stoker.step": str(step), "stoker.rank": str(group.rank)}
+            started = ckpt._native.save(step, flat, loader_state, _capture_rng() if rng else {}, metadata,
+                                        None if metric is None else float(metric), extra_json,
+                                        ckpt._writes, save_id)
+            if started:
+                ckpt._last_save = (step, save_id)
+            return started
+        finally:
+            flat.release()
+
+
 def wait_published(directory, step, save_id, rank, timeout):
     """On a rank other than 0: blocks until rank 0 has published the save
     `save_id` (its temporary folder renamed to step-N) or given up on it."""

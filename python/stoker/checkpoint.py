@@ -418,7 +418,7 @@ class Checkpointer:
         its page-locked buffer (after torch's current stream finishes its
         queued work)."""
         if self._group is not None:
-            return self._save_sharded(step, state, loader, metric, extra, rng)
+            return _sharded.save(self, step, state, loader, metric, extra, rng)
         loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
         extra_json = None
         if extra is not None:
@@ -445,49 +445,6 @@ class Checkpointer:
         finally:
             if reuse:
                 self._flat_lock.release()
-
-    def _save_sharded(self, step, state, loader, metric, extra, rng):
-        """save() of a distributed job: the ranks agree on the step, on
-        skipping (when_busy="skip" and any rank still persisting) and, when
-        the layout changed, on who writes which piece; then each saves its
-        own pieces under the same save id."""
-        step = _params.integer("step", step, 0)
-        loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
-        extra_json = None
-        if extra is not None:
-            try:
-                extra_json = json.dumps(extra, allow_nan=False)
-            except (TypeError, ValueError) as e:
-                raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
-        group = self._group
-        with self._flat_lock:
-            flat = flatten(state, into=self._flat)
-            try:
-                gathered = group.gather((step, flat.layout_digest, self._native.busy()))
-                steps = sorted({g[0] for g in gathered})
-                if len(steps) > 1:
-                    raise ValueError("the ranks disagree on the step to save: %s (every rank calls save() for the same "
-                                     "step)" % ", ".join("rank %d step %d" % (r, g[0]) for r, g in enumerate(gathered)))
-                if self._when_busy == "skip" and any(g[2] for g in gathered):
-                    self._skipped_together = getattr(self, "_skipped_together", 0) + 1
-                    return False
-                key = tuple(g[1] for g in gathered)
-                if key != self._plan_key:
-                    masks, _ = _sharded.plan_writers(group.gather(flat.layout()))
-                    self._writes, self._plan_key = masks[group.rank], key
-                self._saves += 1
-                save_id = "%s-%d" % (group.token, self._saves)
-                for device in flat.devices:
-                    _torch().cuda.current_stream(device).synchronize()
-                metadata = {"stoker.step": str(step), "stoker.rank": str(group.rank)}
-                started = self._native.save(step, flat, loader_state, _capture_rng() if rng else {}, metadata,
-                                            None if metric is None else float(metric), extra_json,
-                                            self._writes, save_id)
-                if started:
-                    self._last_save = (step, save_id)
-                return started
-            finally:
-                flat.release()
 
     def wait(self):
         """Blocks until the checkpoint being persisted is durable; raises if it

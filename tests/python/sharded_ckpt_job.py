@@ -143,6 +143,29 @@ def main():
         except ValueError as e:
             result["error"] = str(e)
         ckpt.close()
+    elif mode == "skip":
+        # when_busy="skip": one rank still persisting makes every rank skip (rank 2 says it is busy).
+        ckpt = stoker.Checkpointer(directory, when_busy="skip")
+
+        class Busy:
+            def __init__(self, inner):
+                self.inner = inner
+
+            def busy(self):
+                return True
+
+            def __getattr__(self, name):
+                return getattr(self.inner, name)
+
+        real = ckpt._native
+        if rank == 2:
+            ckpt._native = Busy(real)
+        result["first"] = ckpt.save(1, state_for(1, rank, world))
+        ckpt._native = real
+        result["second"] = ckpt.save(2, state_for(2, rank, world))
+        ckpt.wait()
+        result["skipped"] = ckpt.stats()["skipped_busy"]
+        ckpt.close()
     elif mode == "loop":
         # Saves as fast as it can until killed; a larger state so that kills land inside persists.
         ckpt = stoker.Checkpointer(directory, keep_last=2, commit_timeout=30)

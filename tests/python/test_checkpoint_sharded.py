@@ -96,6 +96,12 @@ def test_ranks_that_disagree_on_the_step_all_get_one_clear_error(tmp_path):
     assert not list((tmp_path / "ckpt").glob("step-*"))
 
 
+def test_one_busy_rank_makes_every_rank_skip(tmp_path):
+    results = run(3, "skip", tmp_path / "ckpt", results=tmp_path / "r")
+    assert [(r["first"], r["second"], r["skipped"]) for r in results] == [(False, True, 1)] * 3
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-2"]
+
+
 def test_a_kill_of_any_rank_at_any_moment_leaves_a_complete_checkpoint(tmp_path):
     """15 rounds, 3 ranks saving in a loop: SIGKILL one rank at a random
     moment, then the others; the newest checkpoint always loads, complete
