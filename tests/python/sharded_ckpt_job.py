@@ -9,6 +9,7 @@ wrote it and whatever layout reads it.
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -165,6 +166,18 @@ def main():
         result["second"] = ckpt.save(2, state_for(2, rank, world))
         ckpt.wait()
         result["skipped"] = ckpt.stats()["skipped_busy"]
+        ckpt.close()
+    elif mode == "due":
+        # Time-based intervals: every rank gets rank 0's answer, asked every 50 steps.
+        ckpt = stoker.Checkpointer(directory, every_seconds=0.05 if rank == 0 else 1e6)
+        due = []
+        for step in range(1, 160):
+            if ckpt.due(step):
+                due.append(step)
+                ckpt.save(step, state_for(step, rank, world))
+            time.sleep(0.002)
+        ckpt.wait()
+        result["due"] = due
         ckpt.close()
     elif mode == "loop":
         # Saves as fast as it can until killed; a larger state so that kills land inside persists.

@@ -96,6 +96,12 @@ def test_ranks_that_disagree_on_the_step_all_get_one_clear_error(tmp_path):
     assert not list((tmp_path / "ckpt").glob("step-*"))
 
 
+def test_time_based_intervals_follow_rank_zero_on_every_rank(tmp_path):
+    results = run(3, "due", tmp_path / "ckpt", results=tmp_path / "r")
+    assert results[0]["due"] == [50, 100, 150]  # rank 0's policy wants one each time it is asked
+    assert all(r["due"] == results[0]["due"] for r in results)  # the others' (never) is overruled
+
+
 def test_one_busy_rank_makes_every_rank_skip(tmp_path):
     results = run(3, "skip", tmp_path / "ckpt", results=tmp_path / "r")
     assert [(r["first"], r["second"], r["skipped"]) for r in results] == [(False, True, 1)] * 3
