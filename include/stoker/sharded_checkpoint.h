@@ -85,6 +85,10 @@ class ShardedCheckpoint {
   // tensor when a block fails its checksum (with verify_checksums).
   [[nodiscard]] Status ReadRegions(std::span<const RegionRequest> requests, std::uint32_t threads = 0);
   [[nodiscard]] ShardedReadStats stats() const;
+  // Reads every file once, 4 MiB at a time, checking each block's and each
+  // file's xxh3 (what `stoker checkpoint verify` does); Corruption naming
+  // the file (and block) otherwise.
+  [[nodiscard]] Status VerifyFiles();
 
   struct Impl;
   explicit ShardedCheckpoint(std::unique_ptr<Impl> impl);

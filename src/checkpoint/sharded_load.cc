@@ -21,6 +21,7 @@ namespace {
 struct FileEntry {
   std::string name;
   std::uint64_t bytes = 0;
+  std::uint64_t xxh3 = 0;  // of the whole file
   std::vector<std::uint64_t> blocks;
   std::once_flag opened;
   std::unique_ptr<ReadableFile> file;
@@ -262,6 +263,7 @@ Result<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::st
     auto entry = std::make_unique<FileEntry>();
     entry->name = f.name;
     entry->bytes = f.bytes;
+    entry->xxh3 = f.xxh3;
     if (auto blocks = m->layout.blocks.find(f.name); blocks != m->layout.blocks.end()) {
       if (blocks->second.size() != (f.bytes + m->layout.block_bytes - 1) / m->layout.block_bytes)
         return Status::Corruption(
@@ -331,6 +333,33 @@ Result<CheckpointExtras> ShardedCheckpoint::RankExtras(std::uint32_t rank) const
       checkpoint::DecodeRankPart(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path));
   if (part.rank != rank) return Status::Corruption(fmt::format("'{}' says it is rank {}'s", path, part.rank));
   return std::move(part.base.extras);
+}
+
+Status ShardedCheckpoint::VerifyFiles() {
+  Impl& m = *impl_;
+  std::vector<std::byte> buffer(static_cast<std::size_t>(m.layout.block_bytes));
+  std::vector<FileEntry*> order;
+  for (auto& [name, entry] : m.files) order.push_back(entry.get());
+  std::sort(order.begin(), order.end(), [](const FileEntry* a, const FileEntry* b) { return a->name < b->name; });
+  for (FileEntry* f : order) {
+    STOKER_ASSIGN_OR_RETURN(ReadableFile * file, m.Open(*f));
+    Xxh3Stream whole;
+    std::uint64_t block = 0;
+    for (std::uint64_t at = 0; at < f->bytes; at += m.layout.block_bytes, ++block) {
+      const auto n = static_cast<std::size_t>(std::min(m.layout.block_bytes, f->bytes - at));
+      const std::span<std::byte> data(buffer.data(), n);
+      STOKER_RETURN_IF_ERROR(file->ReadExactAt(at, data));
+      m.bytes_read.fetch_add(n, std::memory_order_relaxed);
+      whole.Update(data);
+      if (!f->blocks.empty() && Xxh3(data) != f->blocks[block])
+        return Status::Corruption(
+            fmt::format("'{}/{}' block {} (bytes {}..{}) fails its xxh3 checksum", m.path, f->name, block, at, at + n));
+    }
+    if (whole.Digest() != f->xxh3)
+      return Status::Corruption(
+          fmt::format("'{}/{}' fails its xxh3 checksum: the file changed after it was written", m.path, f->name));
+  }
+  return Status::Ok();
 }
 
 Status ShardedCheckpoint::ReadRegions(std::span<const RegionRequest> requests, std::uint32_t threads) {

@@ -120,6 +120,7 @@ TEST(ShardedCheckpoint, ThreeRanksCommitOnceAndAnyLayoutReadsBack) {
   auto opened = ShardedCheckpoint::Open(dir / "step-10");
   ASSERT_TRUE(opened.ok()) << opened.error().ToString();
   ShardedCheckpoint& c = **opened;
+  ASSERT_TRUE(c.VerifyFiles().ok());
   EXPECT_EQ(c.step(), 10);
   EXPECT_EQ(c.world_size(), kWorld);
   ASSERT_EQ(c.tensors().size(), 3u);
@@ -203,6 +204,9 @@ TEST(ShardedCheckpoint, ACorruptBlockIsNamedAndOtherBlocksStillRead) {
   }
   auto c = ShardedCheckpoint::Open(dir / "step-3");
   ASSERT_TRUE(c.ok()) << c.error().ToString();
+  const Status verified = (*c)->VerifyFiles();
+  EXPECT_EQ(verified.code(), StatusCode::kCorruption);
+  EXPECT_NE(verified.message().find("rank-00001.safetensors' block 0"), std::string::npos) << verified.ToString();
   Status s;
   (void)ReadW(**c, {0, 0}, {kRows, kCols}, &s);
   ASSERT_FALSE(s.ok());

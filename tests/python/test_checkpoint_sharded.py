@@ -89,6 +89,20 @@ def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):
     assert len(split) > 1 and (tmp_path / "hf-split" / "model.safetensors.index.json").exists()
 
 
+def test_the_command_line_verifies_a_sharded_checkpoint(tmp_path, cli):
+    ckpt = tmp_path / "ckpt"
+    run(2, "save", ckpt, "3", results=tmp_path / "r")
+    ok = cli("checkpoint", "verify", ckpt)
+    assert "sharded over 2 ranks" in ok.stdout and ok.stdout.startswith("ok")
+    data = ckpt / "step-3" / "rank-00001.safetensors"
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0xff
+    data.write_bytes(bytes(raw))
+    bad = cli("checkpoint", "verify", ckpt, check=False)
+    assert bad.returncode == 1 and "CORRUPT" in bad.stdout and "rank-00001.safetensors' block 0" in bad.stdout
+    assert cli("checkpoint", "ls", ckpt).stdout.split()[:2] == ["step", "3"]
+
+
 def test_ranks_that_disagree_on_the_step_all_get_one_clear_error(tmp_path):
     results = run(3, "disagree", tmp_path / "ckpt", results=tmp_path / "r")
     for r in results:
