@@ -195,6 +195,9 @@ class Checkpointer {
   [[nodiscard]] Status Wait();
   // Whether a persist is in flight (a Save() now would wait or skip).
   [[nodiscard]] bool Busy() const;
+  // Whether the last persist failed and the next Save() or Wait() will
+  // return its error (sharded saves: the ranks agree to skip such a save).
+  [[nodiscard]] bool Failed() const;
   // Whether the interval policy wants a checkpoint at `step` now.
   [[nodiscard]] bool Due(std::int64_t step) const;
   [[nodiscard]] CheckpointStats stats() const;

@@ -85,6 +85,7 @@ class PyCheckpointer {
 
   bool Due(std::int64_t step) const { return checkpointer_->Due(step); }
   bool Busy() const { return checkpointer_->Busy(); }
+  bool Failed() const { return checkpointer_->Failed(); }
 
   py::dict Stats() const {
     const auto s = checkpointer_->stats();
@@ -282,6 +283,7 @@ void BindCheckpoint(py::module_& m) {
            py::arg("rng_states"), py::arg("metadata"), py::arg("metric"), py::arg("extra_json"),
            py::arg("write") = py::none(), py::arg("save_id") = std::string())
       .def("busy", &PyCheckpointer::Busy)
+      .def("failed", &PyCheckpointer::Failed)
       .def("wait", &PyCheckpointer::Wait)
       .def("due", &PyCheckpointer::Due)
       .def("stats", &PyCheckpointer::Stats)

@@ -12,11 +12,14 @@ larger tensor.
 import collections
 import hashlib
 import json
+import logging
 import os
 import secrets
 import time
 
 from . import _native
+
+log = logging.getLogger("stoker.checkpoint")
 
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E4M3FNUZ": 1, "F8_E5M2": 1, "F8_E5M2FNUZ": 1,
                 "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8,
@@ -190,19 +193,20 @@ class Group:
     def arrive(self):
         """Every rank has opened its checkpointer (rank 0's removed the
         leftovers of failed saves first), and all know the job's save token.
-        Through the store, with a timeout, so that a job constructing the
-        Checkpointer on one rank only gets an error instead of a hang."""
+        First through the store, with a timeout, so that a job constructing
+        the Checkpointer on one rank only gets an error instead of a hang;
+        then by the group itself (a gather of rank 0's fresh token), which
+        orders rank 0's clean-up before any rank's first save even where the
+        store outlives a restarted group and still holds an earlier count."""
         dist = _torch().distributed
         store = dist.distributed_c10d._get_default_store()
         digest = hashlib.sha1(os.path.abspath(self.directory).encode()).hexdigest()[:16]
         _CONSTRUCTED[digest] += 1
-        key = "stoker/checkpointer/%s/%d/%d" % (digest, self.world_size, _CONSTRUCTED[digest])
-        if self.rank == 0:
-            store.set(key + "/token", secrets.token_hex(6))
-        store.add(key + "/arrived", 1)
+        key = "stoker/checkpointer/%s/%d/%d/arrived" % (digest, self.world_size, _CONSTRUCTED[digest])
+        store.add(key, 1)
         deadline = time.monotonic() + min(self.timeout, 300)
         while True:
-            arrived = store.add(key + "/arrived", 0)
+            arrived = store.add(key, 0)
             if arrived >= self.world_size:
                 break
             if time.monotonic() > deadline:
@@ -213,7 +217,7 @@ class Group:
                     "pieces); pass group=None to save from one process alone" % (
                         arrived, self.world_size, self.directory, min(self.timeout, 300)))
             time.sleep(0.02)
-        self.token = store.get(key + "/token").decode()
+        self.token = self.gather(secrets.token_hex(6) if self.rank == 0 else None)[0]
 
     def gather(self, obj):
         out = [None] * self.world_size
@@ -240,11 +244,26 @@ def save(ckpt, step, state, loader, metric, extra, rng):
     with ckpt._flat_lock:
         flat = flatten(state, into=ckpt._flat)
         try:
-            gathered = group.gather((step, flat.layout_digest, ckpt._native.busy()))
+            if ckpt._when_busy == "wait":
+                # The previous persist ends first (as save() would wait for it anyway), so that its
+                # outcome is known to all ranks before they commit to this one.
+                while ckpt._native.busy():
+                    time.sleep(0.001)
+            gathered = group.gather((step, flat.layout_digest, ckpt._native.busy(), ckpt._native.failed()))
             steps = sorted({g[0] for g in gathered})
             if len(steps) > 1:
                 raise ValueError("the ranks disagree on the step to save: %s (every rank calls save() for the same "
                                  "step)" % ", ".join("rank %d step %d" % (r, g[0]) for r, g in enumerate(gathered)))
+            failed = [r for r, g in enumerate(gathered) if g[3]]
+            if failed:
+                # A rank whose last persist failed reports it now (raises); the others skip this save
+                # rather than write parts that rank 0 would wait for in vain.
+                if group.rank in failed:
+                    ckpt._native.wait()
+                log.warning("rank %d: checkpoint step %d skipped: the previous save failed on rank(s) %s",
+                            group.rank, step, ", ".join(map(str, failed)))
+                ckpt._skipped_together = getattr(ckpt, "_skipped_together", 0) + 1
+                return False
             if ckpt._when_busy == "skip" and any(g[2] for g in gathered):
                 ckpt._skipped_together = getattr(ckpt, "_skipped_together", 0) + 1
                 return False
@@ -273,7 +292,17 @@ def wait_published(directory, step, save_id, rank, timeout):
     temp = os.path.join(directory, ".tmp-sharded-step-%d-%s" % (step, save_id))
     deadline = time.monotonic() + timeout + 30
     delay = 0.002
+    failed_note = os.path.join(temp, "rank-00000.failed")
     while os.path.exists(temp):
+        if os.path.exists(failed_note):
+            from . import StokerError
+            try:
+                with open(failed_note) as f:
+                    why = f.read()
+            except OSError:
+                why = "(its note vanished)"
+            raise StokerError("rank %d: step %d was not published: rank 0 gave up on it: %s; the previous checkpoint "
+                              "stays the newest" % (rank, step, why))
         if time.monotonic() > deadline:
             from . import StokerError
             raise StokerError("rank %d: step %d was not published within %.0f s (is rank 0 alive?)"

@@ -69,14 +69,16 @@ struct Checkpointer::Impl {
     if (options.rank == 0)
       STOKER_RETURN_IF_ERROR(checkpoint::RemoveStaleTemporaries(*fs, options.directory, temp_name));
     Status s = checkpoint::PersistRankPart(*fs, temp, work, arena, info, written);
+    if (s.ok() && options.rank == 0)
+      s = checkpoint::CommitShardedCheckpoint(*fs, options.directory, temp, work.step, info,
+                                              options.commit_timeout_seconds, *clock, options.replace_existing);
     if (!s.ok()) {
       s = s.WithContext(fmt::format("rank {}", options.rank));
-      if (options.rank != 0) checkpoint::RecordRankFailure(*fs, temp, options.rank, s);
-      return s;
+      // Tells rank 0 to stop waiting for this part, or (rank 0's) the other
+      // ranks waiting for the publish that it will not come.
+      checkpoint::RecordRankFailure(*fs, temp, options.rank, s);
     }
-    if (options.rank != 0) return Status::Ok();
-    return checkpoint::CommitShardedCheckpoint(*fs, options.directory, temp, work.step, info,
-                                               options.commit_timeout_seconds, *clock, options.replace_existing);
+    return s;
   }
 };
 
@@ -259,6 +261,11 @@ Status Checkpointer::Wait() {
 bool Checkpointer::Busy() const {
   MutexLock l(impl_->mu);
   return impl_->in_flight;
+}
+
+bool Checkpointer::Failed() const {
+  MutexLock l(impl_->mu);
+  return !impl_->pending_error.ok();
 }
 
 bool Checkpointer::Due(std::int64_t step) const {

@@ -167,6 +167,33 @@ def main():
         ckpt.wait()
         result["skipped"] = ckpt.stats()["skipped_busy"]
         ckpt.close()
+    elif mode == "fail":
+        # Step 1 cannot be committed (rank 2's piece of model.w is misplaced: a gap); the others
+        # hear of it from rank 0 at once, the next save is skipped everywhere while rank 0 reports
+        # its error, and step 3 goes through.
+        ckpt = stoker.Checkpointer(directory, commit_timeout=120)
+        bad = state_for(1, rank, world)
+        if rank == 2:
+            shard = bad["model"]["w"]
+            bad["model"]["w"] = stoker.Shard(shard.tensor[:-1], shard.global_shape, shard.offsets)
+        started = time.monotonic()
+        assert ckpt.save(1, bad)
+        if rank != 0:
+            try:
+                ckpt.wait()
+                result["wait_error"] = None
+            except stoker.StokerError as e:
+                result["wait_error"] = str(e)
+            result["wait_s"] = time.monotonic() - started
+        try:
+            result["second"] = ckpt.save(2, state_for(2, rank, world))
+            result["save_error"] = None
+        except Exception as e:
+            result["second"] = None
+            result["save_error"] = "%s: %s" % (type(e).__name__, e)
+        assert ckpt.save(3, state_for(3, rank, world))
+        ckpt.wait()
+        ckpt.close()
     elif mode == "due":
         # Time-based intervals: every rank gets rank 0's answer, asked every 50 steps.
         ckpt = stoker.Checkpointer(directory, every_seconds=0.05 if rank == 0 else 1e6)
