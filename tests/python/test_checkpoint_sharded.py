@@ -79,6 +79,11 @@ def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):
     assert whole.rng_states and "torch" in whole.rng_states
     for rank in range(3):
         assert stoker.load_latest(ckpt, rank=rank).extra == {"stoker.step": "2", "stoker.rank": str(rank)}
+    # A target that is not contiguous memory (a transposed view) is filled through a host buffer.
+    view = torch.zeros((job.COLS, job.ROWS)).t()
+    assert not view.is_contiguous()
+    stoker.load_latest(ckpt, target={"model": {"w": view}})
+    assert torch.equal(view, job.expected("model.w", 2, (job.ROWS, job.COLS)).float())
     # The list and the Hugging Face export.
     assert [c["step"] for c in stoker.list_checkpoints(ckpt)] == [1, 2]
     files = stoker.export_safetensors(step2, tmp_path / "hf", prefix="model.")
