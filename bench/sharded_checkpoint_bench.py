@@ -221,13 +221,24 @@ def launch(args, phase, world):
 
 
 def read_once_seconds(path):
-    """Reads every file under `path` once (warm page cache: it was just written)."""
+    """Reads every file under `path` once into memory of its size, touched
+    beforehand (as a resumed job's parameters are), from the warm page cache:
+    what a loader that reads exactly the unique bytes, once, would take."""
+    sizes = [(os.path.join(root, name), os.path.getsize(os.path.join(root, name)))
+             for root, _, files in os.walk(path) for name in files]
+    memory = bytearray(sum(size for _, size in sizes))  # zero-filled: touched
+    view = memoryview(memory)
     t0 = time.perf_counter()
-    for root, _, files in os.walk(path):
-        for name in files:
-            with open(os.path.join(root, name), "rb", buffering=0) as f:
-                while f.readinto(bytearray(16 << 20)):
-                    pass
+    at = 0
+    for name, size in sizes:
+        with open(name, "rb", buffering=0) as f:
+            done = 0
+            while done < size:
+                n = f.readinto(view[at + done:at + size])
+                if not n:
+                    break
+                done += n
+        at += size
     return time.perf_counter() - t0
 
 
@@ -255,7 +266,7 @@ def main():
     disk_write = time.perf_counter() - t0
     os.remove(dd_path)
     step_dir = os.path.join(args.dir, "stoker", "step-%d" % (args.saves - 1))
-    read_once = read_once_seconds(step_dir)
+    read_once = min(read_once_seconds(step_dir) for _ in range(3))  # warm; the best of three (this VM is noisy)
     loaded = launch(args, "load", max(1, args.ranks - 1))
 
     def median_of(method, key):
@@ -266,7 +277,7 @@ def main():
               "read_unique_once_s": read_once, "methods": {}}
     print("%d ranks on gloo, %d MiB of state (half replicated), %d saves each (median after the first)"
           % (args.ranks, args.size_mib, args.saves))
-    print("disk: %.2f s to write the unique bytes sequentially (dd, fsync); %.2f s to read them once (warm)"
+    print("disk: %.2f s to write the unique bytes sequentially (dd, fsync); %.2f s to read them once (warm, best of 3)"
           % (disk_write, read_once))
     print("%-8s %10s %12s %14s" % ("method", "stall s", "durable s", "bytes written"))
     for method in ("stoker", "gather", "each", "dcp", "dcp_copy"):

@@ -41,6 +41,14 @@ std::uint64_t Volume(std::span<const std::uint64_t> shape) {
   return std::accumulate(shape.begin(), shape.end(), std::uint64_t{1}, std::multiplies<>());
 }
 
+// A request, checked: its tensor, and the box it wants.
+struct Region {
+  const ShardedTensorInfo* tensor = nullptr;
+  std::vector<std::uint64_t> offsets, shape;
+  std::span<std::byte> out;
+  [[nodiscard]] bool Overlaps(const ShardPiece& p) const;
+};
+
 }  // namespace
 
 struct ShardedCheckpoint::Impl {
@@ -68,7 +76,9 @@ struct ShardedCheckpoint::Impl {
     return f.file.get();
   }
 
-  Status ReadOne(const RegionRequest& request, BlockCache& cache);
+  Result<Region> Validate(const RegionRequest& request) const;
+  // Copies the part of region `r` that piece `p` holds.
+  Status CopyPiece(const Region& r, const ShardPiece& p, BlockCache& cache);
 };
 
 // A cursor over one file's blocks: reads a block, checks it, and serves
@@ -145,78 +155,82 @@ class BlockCursor {
   std::string_view tensor_;
 };
 
-Status ShardedCheckpoint::Impl::ReadOne(const RegionRequest& request, BlockCache& buffer) {
+Result<Region> ShardedCheckpoint::Impl::Validate(const RegionRequest& request) const {
   const auto found = by_name.find(request.name);
   if (found == by_name.end())
     return Status::InvalidArgument(fmt::format("sharded checkpoint '{}' has no tensor '{}'", path, request.name));
-  const ShardedTensorInfo& t = layout.tensors[found->second];
+  Region r;
+  r.tensor = &layout.tensors[found->second];
+  r.out = request.out;
+  const ShardedTensorInfo& t = *r.tensor;
   const std::size_t ndim = t.shape.size();
-  std::vector<std::uint64_t> offsets(request.offsets.begin(), request.offsets.end());
-  std::vector<std::uint64_t> shape(request.shape.begin(), request.shape.end());
-  if (offsets.empty()) offsets.assign(ndim, 0);
-  if (shape.empty()) shape = t.shape;
-  if (offsets.size() != ndim || shape.size() != ndim)
+  r.offsets.assign(request.offsets.begin(), request.offsets.end());
+  r.shape.assign(request.shape.begin(), request.shape.end());
+  if (r.offsets.empty()) r.offsets.assign(ndim, 0);
+  if (r.shape.empty()) r.shape = t.shape;
+  if (r.offsets.size() != ndim || r.shape.size() != ndim)
     return Status::InvalidArgument(
-        fmt::format("tensor '{}' has {} dimensions; the region asked for has {}", t.name, ndim, shape.size()));
+        fmt::format("tensor '{}' has {} dimensions; the region asked for has {}", t.name, ndim, r.shape.size()));
   for (std::size_t d = 0; d < ndim; ++d)
-    if (offsets[d] > t.shape[d] || shape[d] > t.shape[d] - offsets[d])
+    if (r.offsets[d] > t.shape[d] || r.shape[d] > t.shape[d] - r.offsets[d])
       return Status::InvalidArgument(fmt::format(
           "the region at [{}] of shape [{}] does not fit in tensor '{}' of shape [{}] (a target shard laid out for "
           "another model?)",
-          fmt::join(offsets, ","), fmt::join(shape, ","), t.name, fmt::join(t.shape, ",")));
+          fmt::join(r.offsets, ","), fmt::join(r.shape, ","), t.name, fmt::join(t.shape, ",")));
   const std::uint64_t element = TensorDTypeSize(t.dtype);
-  if (request.out.size() != Volume(shape) * element)
+  if (request.out.size() != Volume(r.shape) * element)
     return Status::InvalidArgument(fmt::format("tensor '{}': the region [{}] of {} needs {} bytes; the buffer has {}",
-                                               t.name, fmt::join(shape, ","), TensorDTypeName(t.dtype),
-                                               Volume(shape) * element, request.out.size()));
-  if (ndim == 0) {
-    const ShardPiece& p = t.pieces.front();
-    FileEntry& f = *files.at(p.file);
-    STOKER_ASSIGN_OR_RETURN(ReadableFile * file, Open(f));
-    BlockCursor cursor(*this, f, *file, buffer, t.name);
-    return cursor.Copy(p.begin, request.out);
-  }
+                                               t.name, fmt::join(r.shape, ","), TensorDTypeName(t.dtype),
+                                               Volume(r.shape) * element, request.out.size()));
+  return r;
+}
+
+bool Region::Overlaps(const ShardPiece& p) const {
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (std::max(offsets[d], p.offsets[d]) >= std::min(offsets[d] + shape[d], p.offsets[d] + p.shape[d])) return false;
+  return true;
+}
+
+Status ShardedCheckpoint::Impl::CopyPiece(const Region& r, const ShardPiece& p, BlockCache& buffer) {
+  const ShardedTensorInfo& t = *r.tensor;
+  const std::size_t ndim = t.shape.size();
+  const std::uint64_t element = TensorDTypeSize(t.dtype);
+  FileEntry& f = *files.at(p.file);
+  STOKER_ASSIGN_OR_RETURN(ReadableFile * file, Open(f));
+  BlockCursor cursor(*this, f, *file, buffer, t.name);
+  if (ndim == 0) return cursor.Copy(p.begin, r.out);
+  const auto& offsets = r.offsets;
+  const auto& shape = r.shape;
   std::vector<std::uint64_t> lo(ndim), hi(ndim), index(ndim);
-  for (const ShardPiece& p : t.pieces) {
-    bool empty = false;
-    for (std::size_t d = 0; d < ndim; ++d) {
-      lo[d] = std::max(offsets[d], p.offsets[d]);
-      hi[d] = std::min(offsets[d] + shape[d], p.offsets[d] + p.shape[d]);
-      empty |= lo[d] >= hi[d];
-    }
-    if (empty) continue;
-    // Runs: the innermost dimensions the intersection covers fully in both
-    // the piece and the region merge into one contiguous copy.
-    std::size_t k = ndim - 1;
-    while (k > 0 && hi[k] - lo[k] == p.shape[k] && hi[k] - lo[k] == shape[k]) --k;
-    std::uint64_t run = (hi[k] - lo[k]) * element;
-    for (std::size_t d = k + 1; d < ndim; ++d) run *= hi[d] - lo[d];
-    FileEntry& f = *files.at(p.file);
-    STOKER_ASSIGN_OR_RETURN(ReadableFile * file, Open(f));
-    BlockCursor cursor(*this, f, *file, buffer, t.name);
-    // Walk the outer dimensions [0, k) of the intersection in row-major order.
-    std::copy(lo.begin(), lo.end(), index.begin());
-    for (;;) {
-      std::uint64_t src = 0, dst = 0;
-      for (std::size_t d = 0; d < ndim; ++d) {
-        src = src * p.shape[d] + (index[d] - p.offsets[d]);
-        dst = dst * shape[d] + (index[d] - offsets[d]);
-      }
-      STOKER_RETURN_IF_ERROR(
-          cursor.Copy(p.begin + src * element,
-                      request.out.subspan(static_cast<std::size_t>(dst * element), static_cast<std::size_t>(run))));
-      std::size_t d = k;
-      while (d > 0) {
-        --d;
-        if (++index[d] < hi[d]) break;
-        index[d] = lo[d];
-        if (d == 0) goto done;
-      }
-      if (k == 0) break;
-    }
-  done:;
+  for (std::size_t d = 0; d < ndim; ++d) {
+    lo[d] = std::max(offsets[d], p.offsets[d]);
+    hi[d] = std::min(offsets[d] + shape[d], p.offsets[d] + p.shape[d]);
   }
-  return Status::Ok();
+  // Runs: the innermost dimensions the intersection covers fully in both
+  // the piece and the region merge into one contiguous copy.
+  std::size_t k = ndim - 1;
+  while (k > 0 && hi[k] - lo[k] == p.shape[k] && hi[k] - lo[k] == shape[k]) --k;
+  std::uint64_t run = (hi[k] - lo[k]) * element;
+  for (std::size_t d = k + 1; d < ndim; ++d) run *= hi[d] - lo[d];
+  // Walk the outer dimensions [0, k) of the intersection in row-major order.
+  std::copy(lo.begin(), lo.end(), index.begin());
+  for (;;) {
+    std::uint64_t src = 0, dst = 0;
+    for (std::size_t d = 0; d < ndim; ++d) {
+      src = src * p.shape[d] + (index[d] - p.offsets[d]);
+      dst = dst * shape[d] + (index[d] - offsets[d]);
+    }
+    STOKER_RETURN_IF_ERROR(cursor.Copy(p.begin + src * element, r.out.subspan(static_cast<std::size_t>(dst * element),
+                                                                              static_cast<std::size_t>(run))));
+    std::size_t d = k;
+    while (d > 0) {
+      --d;
+      if (++index[d] < hi[d]) break;
+      index[d] = lo[d];
+      if (d == 0) return Status::Ok();
+    }
+    if (k == 0) return Status::Ok();
+  }
 }
 
 ShardedCheckpoint::ShardedCheckpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -363,21 +377,57 @@ Status ShardedCheckpoint::VerifyFiles() {
 }
 
 Status ShardedCheckpoint::ReadRegions(std::span<const RegionRequest> requests, std::uint32_t threads) {
+  Impl& m = *impl_;
+  std::vector<Region> regions;
+  regions.reserve(requests.size());
+  for (const RegionRequest& request : requests) {
+    STOKER_ASSIGN_OR_RETURN(Region r, m.Validate(request));
+    regions.push_back(std::move(r));
+  }
+  // One job per (region, piece it overlaps), in file order: consecutive
+  // jobs then share the blocks at their boundaries and read each file
+  // front to back, however the requests were ordered.
+  struct Job {
+    const Region* region;
+    const ShardPiece* piece;
+  };
+  std::vector<Job> jobs;
+  for (const Region& r : regions)
+    for (const ShardPiece& p : r.tensor->pieces)
+      if (r.tensor->shape.empty() || r.Overlaps(p)) jobs.push_back({&r, &p});
+  std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+    return a.piece->file != b.piece->file ? a.piece->file < b.piece->file : a.piece->begin < b.piece->begin;
+  });
+  // Threads take runs of consecutive jobs of at least 64 MiB of pieces.
+  constexpr std::uint64_t kRunBytes = std::uint64_t{64} << 20;
+  std::vector<std::size_t> run_starts;
+  std::uint64_t in_run = kRunBytes;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    if (in_run >= kRunBytes || (i > 0 && jobs[i].piece->file != jobs[i - 1].piece->file)) {
+      run_starts.push_back(i);
+      in_run = 0;
+    }
+    in_run += Volume(jobs[i].piece->shape) * TensorDTypeSize(jobs[i].region->tensor->dtype);
+  }
+  run_starts.push_back(jobs.size());
+  const std::size_t runs = run_starts.size() - 1;
   if (threads == 0) threads = std::min(4u, std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<std::uint32_t>(std::min<std::size_t>(threads, std::max<std::size_t>(1, requests.size())));
+  threads = static_cast<std::uint32_t>(std::min<std::size_t>(threads, std::max<std::size_t>(1, runs)));
   std::atomic<std::size_t> next{0};
   std::mutex error_mu;
   Status first_error;
   auto work = [&] {
-    BlockCache buffer;
+    BlockCache cache;
     for (;;) {
-      const std::size_t i = next.fetch_add(1);
-      if (i >= requests.size()) return;
-      if (Status s = impl_->ReadOne(requests[i], buffer); !s.ok()) {
-        std::lock_guard l(error_mu);
-        if (first_error.ok()) first_error = std::move(s);
-        next.store(requests.size());
-        return;
+      const std::size_t run = next.fetch_add(1);
+      if (run >= runs) return;
+      for (std::size_t i = run_starts[run]; i < run_starts[run + 1]; ++i) {
+        if (Status s = m.CopyPiece(*jobs[i].region, *jobs[i].piece, cache); !s.ok()) {
+          std::lock_guard l(error_mu);
+          if (first_error.ok()) first_error = std::move(s);
+          next.store(runs);
+          return;
+        }
       }
     }
   };
