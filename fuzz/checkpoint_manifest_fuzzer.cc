@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (layout.ok()) {
       auto relayout = stoker::checkpoint::DecodeShardedLayout(stoker::checkpoint::EncodeShardedLayout(*layout),
                                                               "re-encoded layout");
-      if (!relayout.ok() || relayout->tensors.size() != layout->tensors.size() ||
-          relayout->blocks != layout->blocks || relayout->world_size != layout->world_size)
+      if (!relayout.ok() || relayout->tensors.size() != layout->tensors.size() || relayout->blocks != layout->blocks ||
+          relayout->world_size != layout->world_size)
         std::abort();
     }
   }
