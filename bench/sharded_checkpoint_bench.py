@@ -143,7 +143,7 @@ def worker(args):
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor import DTensor, Shard as DShard, Replicate
         except Exception as e:  # torch 1.13: no DCP / DTensor
-            out["dcp"] = {"skipped": "%s: %s" % (type(e).__name__, e)}
+            out["dcp"] = out["dcp_copy"] = {"skipped": "%s: %s" % (type(e).__name__, e)}
         else:
             mesh = init_device_mesh("cpu", (world,))
             state = {"model": dict({k: DTensor.from_local(v, mesh, [Replicate()]) for k, v in replicated.items()},
