@@ -204,7 +204,7 @@ class Group:
         _CONSTRUCTED[digest] += 1
         key = "stoker/checkpointer/%s/%d/%d/arrived" % (digest, self.world_size, _CONSTRUCTED[digest])
         store.add(key, 1)
-        deadline = time.monotonic() + min(self.timeout, 300)
+        deadline = time.monotonic() + min(self.timeout, 60)
         while True:
             arrived = store.add(key, 0)
             if arrived >= self.world_size:
@@ -214,8 +214,8 @@ class Group:
                 raise StokerError(
                     "only %d of the %d ranks constructed stoker.Checkpointer(%r) within %.0f s: in a "
                     "torch.distributed job every rank constructs it and calls save() (each writes its own "
-                    "pieces); pass group=None to save from one process alone" % (
-                        arrived, self.world_size, self.directory, min(self.timeout, 300)))
+                    "pieces); to save from one process alone (say, rank 0 only), pass group=None" % (
+                        arrived, self.world_size, self.directory, min(self.timeout, 60)))
             time.sleep(0.02)
         self.token = self.gather(secrets.token_hex(6) if self.rank == 0 else None)[0]
 

@@ -382,7 +382,12 @@ class Checkpointer:
             commit_timeout)
         self._commit_timeout = commit_timeout
         if self._group is not None:
-            self._group.arrive()
+            try:
+                self._group.arrive()
+            except BaseException:
+                self._native.close()  # its rank's lock goes now, not when collected
+                self._native = None
+                raise
 
     # Distributed saves agree on time-based intervals this often (a tiny
     # gather), following rank 0's policy.

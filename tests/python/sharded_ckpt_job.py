@@ -194,6 +194,18 @@ def main():
         assert ckpt.save(3, state_for(3, rank, world))
         ckpt.wait()
         ckpt.close()
+    elif mode == "alone":
+        # The old single-writer pattern under an initialised group: rank 0 alone constructs it.
+        if rank == 0:
+            started = time.monotonic()
+            try:
+                stoker.Checkpointer(directory, commit_timeout=2)
+                result["error"] = None
+            except stoker.StokerError as e:
+                result["error"] = str(e)
+            result["seconds"] = time.monotonic() - started
+            with stoker.Checkpointer(directory, group=None) as ckpt:  # what the error says to do
+                ckpt.save(1, {"w": torch.ones(3)})
     elif mode == "due":
         # Time-based intervals: every rank gets rank 0's answer, asked every 50 steps.
         ckpt = stoker.Checkpointer(directory, every_seconds=0.05 if rank == 0 else 1e6)

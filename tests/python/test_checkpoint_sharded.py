@@ -125,6 +125,13 @@ def test_a_save_rank_zero_cannot_commit_fails_fast_everywhere_and_the_next_goes_
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-3"]
 
 
+def test_a_checkpointer_made_on_rank_zero_alone_says_to_pass_group_none(tmp_path):
+    results = run(2, "alone", tmp_path / "ckpt", results=tmp_path / "r")
+    assert "only 1 of the 2 ranks constructed" in results[0]["error"] and "group=None" in results[0]["error"]
+    assert results[0]["seconds"] < 20
+    assert stoker.load_latest(tmp_path / "ckpt").step == 1
+
+
 def test_time_based_intervals_follow_rank_zero_on_every_rank(tmp_path):
     results = run(3, "due", tmp_path / "ckpt", results=tmp_path / "r")
     assert results[0]["due"] == [50, 100, 150]  # rank 0's policy wants one each time it is asked
