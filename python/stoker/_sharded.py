@@ -231,15 +231,9 @@ def save(ckpt, step, state, loader, metric, extra, rng):
     when the layout changed, on who writes which piece; then each saves its
     own pieces under the same save id."""
     from . import _params
-    from .checkpoint import _capture_rng, flatten
+    from .checkpoint import _capture_rng, _save_inputs, flatten
     step = _params.integer("step", step, 0)
-    loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
-    extra_json = None
-    if extra is not None:
-        try:
-            extra_json = json.dumps(extra, allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+    loader_state, extra_json = _save_inputs(loader, extra)
     group = ckpt._group
     with ckpt._flat_lock:
         flat = flatten(state, into=ckpt._flat)

@@ -320,6 +320,19 @@ def list_checkpoints(directory):
 
 # ---- saving -----------------------------------------------------------------------
 
+def _save_inputs(loader, extra):
+    """save()'s loader state (from a stoker.Loader or its state_dict()) and
+    `extra` as JSON (TypeError when it is not JSON-serialisable)."""
+    loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
+    extra_json = None
+    if extra is not None:
+        try:
+            extra_json = json.dumps(extra, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+    return loader_state, extra_json
+
+
 class Checkpointer:
     """Saves checkpoints to `directory` in the background.
 
@@ -424,13 +437,7 @@ class Checkpointer:
         queued work)."""
         if self._group is not None:
             return _sharded.save(self, step, state, loader, metric, extra, rng)
-        loader_state = loader.state_dict() if hasattr(loader, "state_dict") else loader
-        extra_json = None
-        if extra is not None:
-            try:
-                extra_json = json.dumps(extra, allow_nan=False)
-            except (TypeError, ValueError) as e:
-                raise TypeError("`extra` must be JSON-serialisable: %s" % e) from None
+        loader_state, extra_json = _save_inputs(loader, extra)
         metadata = {"stoker.step": str(step)}
         # One FlatState reused from save to save (its storage kept); a save
         # made meanwhile from another thread gets one of its own.
