@@ -200,7 +200,9 @@ class Group:
         store outlives a restarted group and still holds an earlier count."""
         dist = _torch().distributed
         store = dist.distributed_c10d._get_default_store()
-        digest = hashlib.sha1(os.path.abspath(self.directory).encode()).hexdigest()[:16]
+        # The directory as the program names it (the same on every rank), not its absolute path, which
+        # differs between machines that mount the shared folder in different places.
+        digest = hashlib.sha1(self.directory.encode()).hexdigest()[:16]
         _CONSTRUCTED[digest] += 1
         key = "stoker/checkpointer/%s/%d/%d/arrived" % (digest, self.world_size, _CONSTRUCTED[digest])
         store.add(key, 1)
