@@ -344,7 +344,7 @@ def _names_in(node, out):
 
 
 def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
-    """(step, state, extras, stats) of the sharded checkpoint at `path`.
+    """(step, state, extras, user document) of the sharded checkpoint at `path`.
     With `target` (this rank's structure of tensors and Shards) its tensors
     are filled in place with their blocks, reading only those bytes; the
     returned state is the saved structure (of this rank, or of the last
@@ -415,7 +415,7 @@ def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
         state = _unflatten(structure, filled)
     else:
         state = filled
-    return checkpoint.step, state, extras, user, checkpoint.stats()
+    return checkpoint.step, state, extras, user
 
 
 def export_safetensors(path, out_dir, prefix="", max_file_size=4 << 30):

@@ -224,7 +224,7 @@ def _without_cyclic_gc():
 
 
 def _load_sharded(path, target, verify, rank, cache_dir=None):
-    step, state, extras, user, _ = _sharded.load(path, target=target, verify=verify, rank=rank, cache_dir=cache_dir)
+    step, state, extras, user = _sharded.load(path, target=target, verify=verify, rank=rank, cache_dir=cache_dir)
     return Checkpoint(step=step, state=state, loader_state=extras["loader_state"],
                       extra=user.get("extra", dict(extras["metadata"])), metric=extras["metric"],
                       rng_states=dict(extras["rng_states"]), path=str(path), skipped=[])

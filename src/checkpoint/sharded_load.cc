@@ -394,7 +394,7 @@ Status ShardedCheckpoint::ReadRegions(std::span<const RegionRequest> requests, s
   std::vector<Job> jobs;
   for (const Region& r : regions)
     for (const ShardPiece& p : r.tensor->pieces)
-      if (r.tensor->shape.empty() || r.Overlaps(p)) jobs.push_back({&r, &p});
+      if (r.Overlaps(p)) jobs.push_back({&r, &p});  // (a scalar overlaps its one piece)
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
     return a.piece->file != b.piece->file ? a.piece->file < b.piece->file : a.piece->begin < b.piece->begin;
   });

@@ -234,7 +234,7 @@ def test_plan_writers_spreads_replicas_and_refuses_disagreement():
         _sharded.plan_writers([layout, [("a", "F16", (100,), (100,), (0,))]])
 
 
-def test_shard_arguments_are_checked():
+def test_shard_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match="does not fit in global_shape"):
         stoker.Shard(torch.zeros(4), (6,), (3,))
     with pytest.raises(ValueError, match="same length"):
@@ -243,5 +243,5 @@ def test_shard_arguments_are_checked():
         stoker.Shard([1, 2], (2,), (0,))
     # A process alone refuses shards it cannot tile.
     with pytest.raises(ValueError, match="not sharded"):
-        with stoker.Checkpointer("/tmp/stoker-shard-alone-%d" % os.getpid(), group=None) as ck:
+        with stoker.Checkpointer(tmp_path / "alone", group=None) as ck:
             ck.save(1, {"w": stoker.Shard(torch.zeros(2), (4,), (0,))})
