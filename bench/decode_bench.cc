@@ -99,16 +99,18 @@ int main(int argc, char** argv) {
     t.flip_probability = 0;
   }
   stoker::transform::OutputWriter writer(t.dtype, t.layout, t.normalize, t.mean, t.std);
+  const stoker::transform::Augmentation augmentation;  // no steps: the plain ImageNet path
   std::vector<std::byte> out(static_cast<std::size_t>(t.width) * t.height * 3 * 4);
   stoker::ImageScratch scratch;
   std::atomic<std::uint64_t> decode_ns{0}, transform_ns{0};
   // One untimed pass to warm caches and scratch buffers.
   for (std::size_t i = 0; i < std::min<std::size_t>(jpegs.size(), 20); ++i)
-    (void)stoker::DecodeAndTransform(jpegs[i], t, writer, 0, 0, i, out.data(), scratch, nullptr, nullptr, nullptr);
+    (void)stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, nullptr, nullptr,
+                                     nullptr);
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < jpegs.size(); ++i) {
-    auto s = stoker::DecodeAndTransform(jpegs[i], t, writer, 0, 0, i, out.data(), scratch, nullptr, &decode_ns,
-                                        &transform_ns);
+    auto s = stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, nullptr,
+                                        &decode_ns, &transform_ns);
     if (!s.ok()) fmt::print(stderr, "sample {}: {}\n", i, s.ToString());
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -126,7 +128,9 @@ int main(int argc, char** argv) {
     std::uint64_t counted = 0;
     for (std::size_t i = 0; i < jpegs.size(); ++i) {
       stoker::TransformTrace trace;
-      if (!stoker::DecodeAndTransform(jpegs[i], t, writer, 0, 0, i, out.data(), scratch, &trace, nullptr, nullptr).ok())
+      if (!stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, &trace, nullptr,
+                                      nullptr)
+               .ok())
         continue;
       double best = -1;
       for (int r = 0; r < 3; ++r) {  // best of 3: the machine's noise out

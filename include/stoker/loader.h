@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/augment.h"
 #include "stoker/dataset.h"
 #include "stoker/fields.h"
 #include "stoker/loader_state.h"
@@ -40,6 +41,7 @@ struct TransformOptions {
   enum class Kind : std::uint8_t {
     kRandomResizedCrop,  // train: RandomResizedCrop(size, scale, ratio) [+ RandomHorizontalFlip]
     kResizeCenterCrop,   // eval: Resize(resize) + CenterCrop(size)
+    kNone,               // no crop stage: before_crop's steps end at the output size (RandomCrop, CenterCrop, Resize)
   };
   Kind kind = Kind::kRandomResizedCrop;
   int height = 224, width = 224;  // output size
@@ -60,6 +62,13 @@ struct TransformOptions {
   // a small file can claim a huge image. The default is PIL's limit
   // (2 x Image.MAX_IMAGE_PIXELS, about 179 megapixels); 0 means no limit.
   std::uint64_t max_pixels = 178'956'970;
+  // Augmentation steps (stoker/augment.h), in order: before the crop on the
+  // whole decoded image (which then cannot use region-of-interest decoding),
+  // after the crop and flip on the output-sized image (they must keep its
+  // size), and after normalisation on the output tensor (RandomErasing).
+  // Each sample's steps draw from its own stream of (seed, epoch, sample),
+  // apart from the crop's and flip's, so adding steps changes no crop.
+  std::vector<TransformStep> before_crop, after_crop, after_normalize;
 };
 
 struct LoaderOptions {
@@ -170,6 +179,7 @@ struct TransformTrace {
   bool flipped = false;
   int decode_scale = 1;  // 1, 2, 4 or 8: DCT scaling used when decoding
   int source_width = 0, source_height = 0;
+  std::vector<StepParams> steps;  // what each augmentation step used, in order
 };
 
 struct TransformedImage {
@@ -183,6 +193,22 @@ struct TransformedImage {
 [[nodiscard]] Result<TransformedImage> TransformImage(std::span<const std::byte> jpeg,
                                                       const TransformOptions& transform, std::uint64_t seed,
                                                       std::uint64_t epoch, std::uint64_t sample);
+
+// The same for an encoded image (JPEG, PNG, WebP) or for RGB pixels, with
+// the augmentation steps' parameters given instead of drawn (`replay`, one
+// per step, as TransformTrace::steps reports them) when not null.
+struct TransformInput {
+  std::span<const std::byte> encoded;  // an encoded image, or (when empty)
+  std::span<const std::uint8_t> rgb;   // height rows of width * 3 bytes
+  int width = 0, height = 0;
+  std::uint64_t seed = 0, epoch = 0, sample = 0;
+  const std::vector<StepParams>* replay = nullptr;
+  // The crop box (x0, y0, x1, y1, as TransformTrace reports it; whole
+  // pixels for RandomResizedCrop) and flip to use instead of drawing them.
+  std::optional<std::array<double, 4>> box;
+  std::optional<bool> flip;
+};
+[[nodiscard]] Result<TransformedImage> TransformImage(const TransformInput& input, const TransformOptions& transform);
 
 // The order a Loader reads `dataset` in during `epoch`, all ranks together,
 // as dataset sample indices: kShuffle, kSequential, or kShardBlockShuffle

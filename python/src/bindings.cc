@@ -216,7 +216,8 @@ PYBIND11_MODULE(_native, m) {
       .value("skip", stoker::CorruptPolicy::kSkip);
   py::enum_<stoker::TransformOptions::Kind>(m, "TransformKind")
       .value("random_resized_crop", stoker::TransformOptions::Kind::kRandomResizedCrop)
-      .value("resize_center_crop", stoker::TransformOptions::Kind::kResizeCenterCrop);
+      .value("resize_center_crop", stoker::TransformOptions::Kind::kResizeCenterCrop)
+      .value("none", stoker::TransformOptions::Kind::kNone);
 
   py::class_<stoker::TransformOptions>(m, "TransformOptions")
       .def(py::init<>())
@@ -233,7 +234,10 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("dtype", &stoker::TransformOptions::dtype)
       .def_readwrite("layout", &stoker::TransformOptions::layout)
       .def_readwrite("dct_scaling", &stoker::TransformOptions::dct_scaling)
-      .def_readwrite("max_pixels", &stoker::TransformOptions::max_pixels);
+      .def_readwrite("max_pixels", &stoker::TransformOptions::max_pixels)
+      .def_readwrite("before_crop", &stoker::TransformOptions::before_crop)
+      .def_readwrite("after_crop", &stoker::TransformOptions::after_crop)
+      .def_readwrite("after_normalize", &stoker::TransformOptions::after_normalize);
 
   stoker_python::BindTokens(m);
   stoker_python::BindFields(m);  // FieldSpec, before LoaderOptions names it
@@ -418,18 +422,6 @@ PYBIND11_MODULE(_native, m) {
     d["note"] = s.note;
     return d;
   });
-  m.def("transform_image", [](py::bytes jpeg, const stoker::TransformOptions& t, std::uint64_t seed,
-                              std::uint64_t epoch, std::uint64_t sample) {
-    std::string_view data = jpeg;
-    auto result = Unwrap(
-        stoker::TransformImage({reinterpret_cast<const std::byte*>(data.data()), data.size()}, t, seed, epoch, sample));
-    py::dict trace;
-    trace["box"] = py::make_tuple(result.trace.x0, result.trace.y0, result.trace.x1, result.trace.y1);
-    trace["flipped"] = result.trace.flipped;
-    trace["decode_scale"] = result.trace.decode_scale;
-    trace["source_size"] = py::make_tuple(result.trace.source_width, result.trace.source_height);
-    return py::make_tuple(py::bytes(reinterpret_cast<const char*>(result.data.data()), result.data.size()), trace);
-  });
   m.def("parse_byte_size", [](const std::string& text) { return Unwrap(stoker::ParseByteSize(text)); });
   m.def("cuda_status", [] {
     const stoker::CudaAvailability a = stoker::QueryCuda();
@@ -441,6 +433,7 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def("num_samples", [](const std::string& path) { return Unwrap(stoker::OpenDataset(path))->num_samples(); });
   stoker_python::BindOrderTools(m);
+  stoker_python::BindAugment(m);
   stoker_python::BindDecoders(m);
   py::class_<stoker::RemoteOptions>(m, "RemoteOptions")
       .def(py::init<>())

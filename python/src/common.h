@@ -50,6 +50,7 @@ void BindOrderTools(py::module_& m);
 void BindDecoders(py::module_& m);
 void BindFields(py::module_& m);
 void BindTokens(py::module_& m);
+void BindAugment(py::module_& m);
 // A batch's typed fields, one list per spec (None without fields): per
 // sample a capsule tuple (tensor kinds; `owner` keeps the batch alive), an
 // int or float, a str (text, JSON), bytes, or None where absent.

@@ -1,14 +1,21 @@
-"""Transforms written as in torchvision, compiled into stoker's fused native
-pipeline (crop box, bilinear resize of just that box, flip, normalise and
-dtype conversion in one pass). Supported shapes:
+"""Transforms written as in torchvision, compiled into stoker's native
+pipeline. A Compose is read in stages:
 
-    Compose([RandomResizedCrop(size, scale, ratio), RandomHorizontalFlip(p)?, Normalize(mean, std)?])
-    Compose([Resize(size), CenterCrop(size), Normalize(mean, std)?])
+    [steps before the crop]  the whole decoded image (RandomRotation, ColorJitter, ...)
+    crop stage               RandomResizedCrop, or Resize(int) + CenterCrop, with an optional
+                             RandomHorizontalFlip fused into the final write
+    [steps after the crop]   on the output-sized image; they must keep its size
+    Normalize                optional (without it float outputs are v / 255, as after ToTensor)
+    [steps after Normalize]  on the output tensor: RandomErasing
 
+Without a crop stage, the steps must end at a fixed size (RandomCrop,
+CenterCrop or Resize((h, w))), as CIFAR's RandomCrop(32, padding=4) does.
+Each step matches torchvision's functional op on a PIL image
+(stoker.transforms.apply reports or replays the parameters drawn).
 ``ToTensor()`` may appear anywhere and does nothing (outputs are tensors).
-Without ``Normalize``, float outputs are ``v / 255`` as after ToTensor.
 """
 import math
+import numbers
 
 from . import _native
 
@@ -17,14 +24,49 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _pair(size):
-    if isinstance(size, int):
-        return size, size
+    if isinstance(size, numbers.Number):
+        return int(size), int(size)
     size = tuple(size)
     if len(size) == 1:
         return size[0], size[0]
     if len(size) != 2:
         raise ValueError("size must be an int or (height, width), not %r" % (size,))
     return size
+
+
+def _numbers(value):
+    if isinstance(value, bool):
+        return [1.0 if value else 0.0]
+    if isinstance(value, numbers.Number):
+        return [float(value)]
+    return [float(v) for v in value]
+
+
+def _interpolation(mode):
+    # torchvision's InterpolationMode, or its value as a string.
+    return str(getattr(mode, "value", mode)).lower()
+
+
+class _Step:
+    """A step stoker compiles: ``_name``, numeric ``_args`` and ``_words``."""
+
+    def _children(self):
+        return []
+
+    def _step(self):
+        args = [(k, _numbers(v)) for k, v in self._args.items() if v is not None]
+        words = [(k, str(v)) for k, v in getattr(self, "_words", {}).items() if v is not None]
+        return _native.TransformStep(self._name, args, words, [c._step() for c in self._children()])
+
+    def _check(self):
+        _native.check_step(self._step())  # refuse bad arguments now, as torchvision does
+
+    def _size(self, size):
+        """The (height, width) this step makes of ``size`` (None: unknown)."""
+        return size
+
+    def __repr__(self):
+        return "%s(%s)" % (self._name, ", ".join("%s=%r" % kv for kv in self._args.items() if kv[1] is not None))
 
 
 class RandomResizedCrop:
@@ -34,23 +76,192 @@ class RandomResizedCrop:
         self.ratio = tuple(ratio)
 
 
-class RandomHorizontalFlip:
+class RandomHorizontalFlip(_Step):
+    _name = "RandomHorizontalFlip"
+
     def __init__(self, p=0.5):
         if not 0.0 <= p <= 1.0:
             raise ValueError("p must be in [0, 1], not %r" % (p,))
         self.p = p
+        self._args = {"p": p}
 
 
-class Resize:
-    def __init__(self, size):
-        if not isinstance(size, int):
-            raise ValueError("only Resize(int) (the shorter side) is supported, not %r" % (size,))
-        self.size = size
+class RandomVerticalFlip(_Step):
+    _name = "RandomVerticalFlip"
+
+    def __init__(self, p=0.5):
+        self._args = {"p": p}
+        self._check()
 
 
-class CenterCrop:
+class Resize(_Step):
+    """Resize(int): the shorter side (before CenterCrop: the fused eval
+    transform); Resize((h, w)): that size. Bilinear, as Pillow resizes."""
+    _name = "Resize"
+
+    def __init__(self, size, interpolation="bilinear"):
+        if isinstance(size, numbers.Number) or len(tuple(size)) == 1:
+            self.size = int(size) if isinstance(size, numbers.Number) else int(tuple(size)[0])
+        else:
+            self.size = tuple(int(s) for s in size)
+        self._args = {"size": self.size}
+        self._words = {"interpolation": _interpolation(interpolation)}
+        self._check()
+
+    def _size(self, size):
+        return self.size if isinstance(self.size, tuple) else None
+
+
+class CenterCrop(_Step):
+    _name = "CenterCrop"
+
     def __init__(self, size):
         self.size = _pair(size)
+        self._args = {"size": self.size}
+
+    def _size(self, size):
+        return tuple(self.size)
+
+
+class Pad(_Step):
+    _name = "Pad"
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        self._args = {"padding": padding, "fill": fill}
+        self._words = {"padding_mode": padding_mode}
+        self._check()
+        p = _numbers(padding)
+        self._pad = {1: p * 4, 2: p * 2}.get(len(p), p)  # left, top, right, bottom
+
+    def _size(self, size):
+        l, t, r, b = self._pad
+        return None if size is None else (size[0] + int(t + b), size[1] + int(l + r))
+
+
+class RandomCrop(_Step):
+    _name = "RandomCrop"
+
+    def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
+        self.size = _pair(size)
+        self._args = {"size": self.size, "padding": padding, "pad_if_needed": bool(pad_if_needed), "fill": fill}
+        self._words = {"padding_mode": padding_mode}
+        self._check()
+
+    def _size(self, size):
+        return tuple(self.size)
+
+
+class RandomRotation(_Step):
+    _name = "RandomRotation"
+
+    def __init__(self, degrees, interpolation="nearest", expand=False, center=None, fill=0):
+        self.expand = bool(expand)
+        self._args = {"degrees": degrees, "expand": self.expand, "center": center, "fill": fill}
+        self._words = {"interpolation": _interpolation(interpolation)}
+        self._check()
+
+    def _size(self, size):
+        return None if self.expand else size
+
+
+class RandomAffine(_Step):
+    _name = "RandomAffine"
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None, interpolation="nearest", fill=0,
+                 center=None):
+        self._args = {"degrees": degrees, "translate": translate, "scale": scale, "shear": shear, "fill": fill,
+                      "center": center}
+        self._words = {"interpolation": _interpolation(interpolation)}
+        self._check()
+
+
+class ColorJitter(_Step):
+    _name = "ColorJitter"
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        self._args = {"brightness": brightness, "contrast": contrast, "saturation": saturation, "hue": hue}
+        self._check()
+
+
+class Grayscale(_Step):
+    """Grayscale(num_output_channels=3): batches hold three channels."""
+    _name = "Grayscale"
+
+    def __init__(self, num_output_channels=1):
+        self._args = {"num_output_channels": num_output_channels}
+        self._check()
+
+
+class RandomGrayscale(_Step):
+    _name = "RandomGrayscale"
+
+    def __init__(self, p=0.1):
+        self._args = {"p": p}
+        self._check()
+
+
+class GaussianBlur(_Step):
+    _name = "GaussianBlur"
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        self._args = {"kernel_size": kernel_size, "sigma": sigma}
+        self._check()
+
+
+class RandomErasing(_Step):
+    """On the normalised tensor: put it after Normalize, as in torchvision."""
+    _name = "RandomErasing"
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        random = isinstance(value, str)
+        self._args = {"p": p, "scale": scale, "ratio": ratio, "value": None if random else value}
+        self._words = {"value": value if random else None}
+        self._check()
+
+
+class RandomApply(_Step):
+    _name = "RandomApply"
+
+    def __init__(self, transforms, p=0.5):
+        self.transforms = list(transforms)
+        self._args = {"p": p}
+        self._check()
+
+    def _children(self):
+        return _as_steps(self.transforms, "RandomApply")
+
+    def _size(self, size):
+        out = _fold(self.transforms, size)
+        return size if out == size else None
+
+
+class RandomChoice(_Step):
+    _name = "RandomChoice"
+
+    def __init__(self, transforms, p=None):
+        self.transforms = list(transforms)
+        self._args = {"p": p}
+        self._check()
+
+    def _children(self):
+        return _as_steps(self.transforms, "RandomChoice")
+
+    def _size(self, size):
+        sizes = {_fold([t], size) for t in self.transforms}
+        return sizes.pop() if len(sizes) == 1 else None
+
+
+def _as_steps(transforms, where):
+    for t in transforms:
+        if not isinstance(t, _Step):
+            raise ValueError("%s cannot hold %s" % (where, type(t).__name__))
+    return transforms
+
+
+def _fold(steps, size):
+    for s in steps:
+        size = s._size(size)
+    return size
 
 
 class Normalize:
@@ -80,56 +291,133 @@ class Compose:
         self.dct_scaling = bool(dct_scaling)
         self._options()  # validate now, not at the first batch
 
+    def _crop_stage(self, ts):
+        for i, t in enumerate(ts):
+            if isinstance(t, RandomResizedCrop):
+                return i, 1
+            if isinstance(t, Resize) and isinstance(t.size, int) and i + 1 < len(ts) and \
+                    isinstance(ts[i + 1], CenterCrop):
+                return i, 2
+        return None, 0
+
     def _options(self):
         ts = list(self.transforms)
+        if not ts:
+            raise ValueError("Compose needs at least one transform (RandomResizedCrop, Resize + CenterCrop, ...)")
+        norms = [i for i, t in enumerate(ts) if isinstance(t, Normalize)]
+        if len(norms) > 1:
+            raise ValueError("Compose holds Normalize once")
         o = _native.TransformOptions()
         o.dct_scaling = self.dct_scaling
         o.normalize = False
         o.flip_probability = 0.0
-        if not ts:
-            raise ValueError("Compose needs RandomResizedCrop, or Resize followed by CenterCrop")
-        first = ts.pop(0)
-        if isinstance(first, RandomResizedCrop):
-            o.kind = _native.TransformKind.random_resized_crop
-            o.height, o.width = first.size
-            o.scale = list(first.scale)
-            o.ratio = list(first.ratio)
-            if ts and isinstance(ts[0], RandomHorizontalFlip):
-                o.flip_probability = ts.pop(0).p
-        elif isinstance(first, Resize):
-            if not ts or not isinstance(ts[0], CenterCrop):
-                raise ValueError("Resize must be followed by CenterCrop")
-            crop = ts.pop(0)
-            o.kind = _native.TransformKind.resize_center_crop
-            o.resize = first.size
-            o.height, o.width = crop.size
-            if ts and isinstance(ts[0], RandomHorizontalFlip):
-                o.flip_probability = ts.pop(0).p
+        tail = []
+        if norms:
+            n = ts[norms[0]]
+            o.normalize, o.mean, o.std = True, list(n.mean), list(n.std)
+            ts, tail = ts[:norms[0]], ts[norms[0] + 1:]
+        for t in ts + tail:
+            if not isinstance(t, (_Step, RandomResizedCrop)):
+                raise ValueError("stoker does not compile %s (see stoker.transforms for the steps it does)"
+                                 % type(t).__name__)
+        for t in tail:
+            if not isinstance(t, RandomErasing):
+                raise ValueError("%s cannot follow Normalize (only RandomErasing works on the normalised tensor)"
+                                 % type(t).__name__)
+        for t in ts:
+            if isinstance(t, RandomErasing):
+                raise ValueError("RandomErasing works on the normalised tensor: put it after Normalize")
+        at, length = self._crop_stage(ts)
+        if at is None:
+            size = _fold(ts, None)
+            if size is None:
+                raise ValueError("without RandomResizedCrop or Resize + CenterCrop, the steps must end at a fixed "
+                                 "size: end with RandomCrop, CenterCrop or Resize((h, w))")
+            o.kind = _native.TransformKind.none
+            o.height, o.width = size
+            before, after = ts, []
         else:
-            raise ValueError("Compose must start with RandomResizedCrop or Resize, not %s" % type(first).__name__)
-        if ts and isinstance(ts[0], Normalize):
-            n = ts.pop(0)
-            o.normalize = True
-            o.mean = list(n.mean)
-            o.std = list(n.std)
-        if ts:
-            raise ValueError("unsupported transform sequence: %s cannot follow here"
-                             % ", ".join(type(t).__name__ for t in ts))
+            stage = ts[at]
+            if length == 1:
+                o.kind = _native.TransformKind.random_resized_crop
+                o.height, o.width = stage.size
+                o.scale = list(stage.scale)
+                o.ratio = list(stage.ratio)
+            else:
+                o.kind = _native.TransformKind.resize_center_crop
+                o.resize = stage.size
+                o.height, o.width = ts[at + 1].size
+            before, after = ts[:at], ts[at + length:]
+            if after and isinstance(after[0], RandomHorizontalFlip):
+                o.flip_probability = after.pop(0).p  # fused into the final write
+            for t in before + after:
+                if isinstance(t, RandomResizedCrop):
+                    raise ValueError("Compose holds one RandomResizedCrop")
+            for t in after:
+                if t._size((o.height, o.width)) != (o.height, o.width):
+                    raise ValueError("%s after the crop would change the %dx%d output size (put it before the "
+                                     "crop)" % (type(t).__name__, o.width, o.height))
+        o.before_crop = [t._step() for t in before]
+        o.after_crop = [t._step() for t in after]
+        o.after_normalize = [t._step() for t in tail]
         return o
 
 
-def apply(jpeg, transform, dtype="float32", layout=None, seed=0, epoch=0, sample=0):
-    """Decodes and transforms one JPEG (bytes) exactly as a Loader with this
-    seed does to dataset sample ``sample`` in epoch ``epoch``. Returns
-    ``(tensor, trace)``; trace holds the source box, flip and decode scale."""
+def _pixels(image):
+    """(bytes, width, height) of an RGB image given as a PIL image, or a
+    uint8 array or tensor of shape [H, W, 3]."""
+    import numpy as np
+    if hasattr(image, "convert") and hasattr(image, "size"):  # PIL
+        image = np.asarray(image.convert("RGB"))
+    array = np.ascontiguousarray(np.asarray(image))
+    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3:
+        raise ValueError("pixels must be uint8 of shape [H, W, 3], not %s %s" % (array.dtype, array.shape))
+    return array.tobytes(), array.shape[1], array.shape[0]
+
+
+def apply(image, transform, dtype="float32", layout=None, seed=0, epoch=0, sample=0, params=None):
+    """Transforms one image exactly as a Loader with this seed does to
+    dataset sample ``sample`` in epoch ``epoch``.
+
+    ``image``: encoded bytes (JPEG, PNG, WebP), a PIL image, or uint8
+    pixels [H, W, 3]. ``transform``: a Compose (returns the output tensor,
+    as in a batch) or one step such as RandomRotation(30) (returns uint8
+    pixels [H, W, 3] at the step's output size; pixels or PIL input only).
+    ``params``: what to use instead of drawing it: a trace this function
+    returned (its crop box, flip and steps), or the list ``trace["steps"]``
+    (the steps only). Returns ``(tensor, trace)``; trace holds the source
+    box, flip, decode scale and every step's parameters."""
     import torch
     from . import _DTYPES, _dtype_name
+    box = flip = None
+    if isinstance(params, dict):
+        box = tuple(float(v) for v in params["box"]) if "box" in params else None
+        flip = bool(params["flipped"]) if "flipped" in params else None
+        params = params.get("steps")
+    replay = None if params is None else list(params)
+    if isinstance(transform, _Step):
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            raise ValueError("apply one step to pixels (a PIL image or a uint8 array); encoded bytes go through "
+                             "a Compose")
+        data, width, height = _pixels(image)
+        out, w, h, steps = _native.augment_image(data, width, height, [transform._step()], int(seed), int(epoch),
+                                                 int(sample), replay)
+        tensor = torch.frombuffer(bytearray(out), dtype=torch.uint8).reshape(h, w, 3)
+        return tensor, {"steps": steps, "source_size": (width, height)}
+    if not isinstance(transform, Compose):
+        raise TypeError("transform must be a stoker.transforms.Compose or one step, not %s" % type(transform).__name__)
     name = _dtype_name(dtype)
     o = transform._options()
     o.dtype = _DTYPES[name]
     layout = layout or ("NHWC" if name == "uint8" else "NCHW")
     o.layout = getattr(_native.Layout, layout)
-    data, trace = _native.transform_image(bytes(jpeg), o, int(seed), int(epoch), int(sample))
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        data, trace = _native.transform_image(bytes(image), o, int(seed), int(epoch), int(sample), replay=replay,
+                                              box=box, flip=flip)
+    else:
+        pixels, width, height = _pixels(image)
+        data, trace = _native.transform_image(None, o, int(seed), int(epoch), int(sample), pixels=pixels,
+                                              width=width, height=height, replay=replay, box=box, flip=flip)
     torch_dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                    "uint8": torch.uint8}[name]
     shape = (3, o.height, o.width) if layout == "NCHW" else (o.height, o.width, 3)

@@ -106,6 +106,12 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   if (!loader_options.fields.empty())
     return Status::Unimplemented(
         "typed fields (LoaderOptions::fields) are not carried to the GPU yet: use a Loader and copy the tensors");
+  const TransformOptions& t = loader_options.transform;
+  if (device_options.finish_on_device && (!t.before_crop.empty() || !t.after_crop.empty() ||
+                                          !t.after_normalize.empty() || t.kind == TransformOptions::Kind::kNone))
+    return Status::Unimplemented(
+        "augmentation steps (RandomRotation, ColorJitter, ...) run on the CPU for now: use gpu_preprocess=False "
+        "(the CPU finishes the images and the batch still goes to the GPU on stoker's own stream)");
   if (device_options.decode_on_device && !device_options.finish_on_device)
     return Status::InvalidArgument("decode_on_device needs finish_on_device (the GPU finishes what it decodes)");
   if (device_options.decode_on_device && (device_options.device_decode_bytes_per_sample < (64u << 10) ||

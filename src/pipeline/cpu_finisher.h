@@ -4,6 +4,7 @@
 
 #include "pipeline/sample_finisher.h"
 #include "stoker/loader.h"
+#include "transform/augmentation.h"
 #include "transform/transform.h"
 
 namespace stoker::pipeline {
@@ -21,6 +22,7 @@ class CpuFinisher final : public SampleFinisher {
  private:
   TransformOptions transform_;
   transform::OutputWriter writer_;
+  Result<transform::Augmentation> augmentation_;
   std::size_t sample_bytes_ = 0;
   std::uint32_t batch_size_ = 0;
 };

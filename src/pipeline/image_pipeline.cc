@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -10,7 +11,7 @@
 namespace stoker {
 
 Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
-                          std::uint64_t sample) {
+                          std::uint64_t sample, const transform::Augmentation::Record* given) {
   const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
   if (t.max_pixels > 0 && pixels > t.max_pixels)
     return Status::Corruption(fmt::format(
@@ -36,6 +37,18 @@ Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t
     plan.crop_h = static_cast<int>(plan.box.y1 - plan.box.y0);
   }
   plan.flip = t.flip_probability > 0 && rng.Uniform01() < t.flip_probability;
+  if (given != nullptr && given->flip) plan.flip = *given->flip;
+  if (given != nullptr && given->box && t.kind == TransformOptions::Kind::kRandomResizedCrop) {
+    const auto [x0, y0, x1, y1] = *given->box;
+    const bool whole = x0 == std::floor(x0) && y0 == std::floor(y0) && x1 == std::floor(x1) && y1 == std::floor(y1);
+    if (!whole || !(0 <= x0 && x0 < x1 && x1 <= W && 0 <= y0 && y0 < y1 && y1 <= H))
+      return Status::InvalidArgument(
+          fmt::format("crop box ({}, {}, {}, {}) must be whole pixels inside the {}x{} image", x0, y0, x1, y1, W, H));
+    plan.roi = {static_cast<int>(x0), static_cast<int>(y0), static_cast<int>(x1 - x0), static_cast<int>(y1 - y0)};
+    plan.box = {x0, y0, x1, y1};
+    plan.crop_w = plan.roi.width;
+    plan.crop_h = plan.roi.height;
+  }
   return plan;
 }
 
@@ -59,12 +72,13 @@ Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
 }  // namespace
 
 Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
-                  std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop) {
+                  std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop,
+                  const transform::Augmentation::Record* given) {
   const auto format = codec::DetectImageFormat(jpeg);
   const bool is_jpeg = !format || *format == codec::ImageFormat::kJpeg;  // not an image: JpegSize says why
   STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, is_jpeg ? codec::JpegSize(jpeg) : codec::ImageFileSize(jpeg));
   const int W = size.width, H = size.height;
-  STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(W, H, t, seed, epoch, sample));
+  STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(W, H, t, seed, epoch, sample, given));
   codec::Roi roi = plan.roi;
   const transform::FloatBox box = plan.box;
   const int crop_w = plan.crop_w, crop_h = plan.crop_h;
@@ -104,7 +118,7 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   crop.x1 = std::min(crop.x1, static_cast<double>(crop.view.width));
   crop.y1 = std::min(crop.y1, static_cast<double>(crop.view.height));
   crop.flip = flip;
-  crop.trace = {box.x0, box.y0, box.x1, box.y1, flip, scale, W, H};
+  crop.trace = {box.x0, box.y0, box.x1, box.y1, flip, scale, W, H, {}};
   return Status::Ok();
 }
 
@@ -118,33 +132,190 @@ Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScrat
   return Status::Ok();
 }
 
-Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
-                          const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
-                          std::uint64_t sample, std::byte* out, ImageScratch& scratch, TransformTrace* trace,
-                          std::atomic<std::uint64_t>* decode_ns, std::atomic<std::uint64_t>* transform_ns) {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  DecodedCrop crop;
-  STOKER_RETURN_IF_ERROR(DecodeCrop(jpeg, t, seed, epoch, sample, scratch, crop));
-  const auto t1 = Clock::now();
-  STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
-  writer.Write(scratch.resized.data(), t.width, t.height, crop.flip, out);
-  if (trace != nullptr) *trace = crop.trace;
-  if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
-  if (transform_ns)
-    transform_ns->fetch_add(static_cast<std::uint64_t>((Clock::now() - t1).count()), std::memory_order_relaxed);
+namespace {
+
+Status CheckPixelLimit(int W, int H, const TransformOptions& t) {
+  const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
+  if (t.max_pixels > 0 && pixels > t.max_pixels)
+    return Status::Corruption(fmt::format(
+        "image is {}x{} = {:.1f} megapixels, more than the limit of {:.1f} (max_pixels / max_image_pixels; a small "
+        "file claiming a huge image is a decompression bomb; raise the limit if the image is genuine)",
+        W, H, static_cast<double>(pixels) / 1e6, static_cast<double>(t.max_pixels) / 1e6));
   return Status::Ok();
 }
 
-Result<TransformedImage> TransformImage(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
-                                        std::uint64_t epoch, std::uint64_t sample) {
+// The whole image, decoded to RGB, into scratch.image (steps before the crop
+// need all of it).
+Status DecodeWholeImage(std::span<const std::byte> data, const TransformOptions& t, ImageScratch& scratch) {
+  const auto format = codec::DetectImageFormat(data);
+  const bool is_jpeg = !format || *format == codec::ImageFormat::kJpeg;
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, is_jpeg ? codec::JpegSize(data) : codec::ImageFileSize(data));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit(size.width, size.height, t));
+  if (is_jpeg) {
+    STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(data, codec::Roi{}, 1, scratch.decoded));
+  } else {
+    STOKER_RETURN_IF_ERROR(DecodeWhole(data, scratch));
+  }
+  auto& d = scratch.decoded;
+  scratch.image.width = d.width;
+  scratch.image.height = d.height;
+  scratch.image.channels = 3;
+  scratch.image.pixels.swap(d.pixels);
+  return Status::Ok();
+}
+
+// Steps after the crop, the fused write, steps on the tensor.
+Status FinishSample(const TransformOptions& t, const transform::OutputWriter& writer,
+                    const transform::Augmentation& augmentation, Rng& rng, bool flip, std::byte* out,
+                    ImageScratch& scratch, const transform::Augmentation::Record& record) {
+  if (augmentation.has_after()) {
+    transform::Image& image = scratch.image;
+    image.width = t.width;
+    image.height = t.height;
+    image.channels = 3;
+    image.pixels.swap(scratch.resized);
+    if (flip) {  // the flip comes before the steps that follow it
+      transform::TransposeImage(image, transform::Transpose::kFlipLeftRight, scratch.step_scratch);
+      std::swap(image, scratch.step_scratch);
+      flip = false;
+    }
+    STOKER_RETURN_IF_ERROR(augmentation.RunAfter(image, scratch.step_scratch, rng, record));
+    image.pixels.swap(scratch.resized);
+  }
+  writer.Write(scratch.resized.data(), t.width, t.height, flip, out);
+  if (augmentation.has_tensor()) {
+    const transform::TensorView view{out, t.dtype, t.layout, t.width, t.height, 3};
+    STOKER_RETURN_IF_ERROR(augmentation.RunTensor(view, rng, record));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter& writer,
+                        const transform::Augmentation& augmentation, std::uint64_t seed, std::uint64_t epoch,
+                        std::uint64_t sample, std::byte* out, ImageScratch& scratch, TransformTrace* trace,
+                        const transform::Augmentation::Record& record) {
+  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
+  Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
+  transform::Image& image = scratch.image;
+  const int W = image.width, H = image.height;
+  STOKER_RETURN_IF_ERROR(augmentation.RunBefore(image, scratch.step_scratch, rng, record));
+  TransformTrace local;
+  TransformTrace& tr = trace != nullptr ? *trace : local;
+  tr.source_width = W;
+  tr.source_height = H;
+  tr.decode_scale = 1;
+  bool flip = false;
+  if (t.kind == TransformOptions::Kind::kNone) {
+    if (image.width != t.width || image.height != t.height)
+      return Status::Internal(fmt::format("the steps made a {}x{} image, not the output size {}x{}", image.width,
+                                          image.height, t.width, t.height));
+    scratch.resized.swap(image.pixels);
+    tr.x1 = t.width;
+    tr.y1 = t.height;
+  } else {
+    STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(image.width, image.height, t, seed, epoch, sample, &record));
+    DecodedCrop crop;
+    crop.view = {image.pixels.data(), image.width, image.height, image.stride()};
+    crop.x0 = plan.box.x0;
+    crop.y0 = plan.box.y0;
+    crop.x1 = std::min(plan.box.x1, static_cast<double>(image.width));
+    crop.y1 = std::min(plan.box.y1, static_cast<double>(image.height));
+    if (plan.roi.width > 0) {  // torchvision crops first, so filter taps stop at the crop's edges
+      crop.view.data +=
+          static_cast<std::size_t>(plan.roi.y) * crop.view.stride + static_cast<std::size_t>(plan.roi.x) * 3;
+      crop.view.width = plan.roi.width;
+      crop.view.height = plan.roi.height;
+      crop.x0 = crop.y0 = 0;
+      crop.x1 = plan.roi.width;
+      crop.y1 = plan.roi.height;
+    }
+    STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+    flip = plan.flip;
+    tr.x0 = plan.box.x0;
+    tr.y0 = plan.box.y0;
+    tr.x1 = plan.box.x1;
+    tr.y1 = plan.box.y1;
+  }
+  tr.flipped = flip;
+  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, flip, out, scratch, record));
+  if (record.used != nullptr) tr.steps = *record.used;
+  return Status::Ok();
+}
+
+Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
+                          const transform::OutputWriter& writer, const transform::Augmentation& augmentation,
+                          std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample, std::byte* out,
+                          ImageScratch& scratch, TransformTrace* trace, std::atomic<std::uint64_t>* decode_ns,
+                          std::atomic<std::uint64_t>* transform_ns, const transform::Augmentation::Record& record) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto add = [](std::atomic<std::uint64_t>* counter, Clock::duration d) {
+    if (counter) counter->fetch_add(static_cast<std::uint64_t>(d.count()), std::memory_order_relaxed);
+  };
+  if (augmentation.has_before() || t.kind == TransformOptions::Kind::kNone) {
+    STOKER_RETURN_IF_ERROR(DecodeWholeImage(jpeg, t, scratch));
+    const auto t1 = Clock::now();
+    add(decode_ns, t1 - t0);
+    STOKER_RETURN_IF_ERROR(TransformDecoded(t, writer, augmentation, seed, epoch, sample, out, scratch, trace, record));
+    add(transform_ns, Clock::now() - t1);
+    return Status::Ok();
+  }
+  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
+  DecodedCrop crop;
+  STOKER_RETURN_IF_ERROR(DecodeCrop(jpeg, t, seed, epoch, sample, scratch, crop, &record));
+  const auto t1 = Clock::now();
+  add(decode_ns, t1 - t0);
+  STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+  Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
+  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, crop.flip, out, scratch, record));
+  if (trace != nullptr) {
+    *trace = crop.trace;
+    if (record.used != nullptr) trace->steps = *record.used;
+  }
+  add(transform_ns, Clock::now() - t1);
+  return Status::Ok();
+}
+
+Result<TransformedImage> TransformImage(const TransformInput& input, const TransformOptions& t) {
+  STOKER_ASSIGN_OR_RETURN(transform::Augmentation augmentation, transform::Augmentation::Create(t));
   transform::OutputWriter writer(t.dtype, t.layout, t.normalize, t.mean, t.std);
   TransformedImage result;
   result.data.resize(static_cast<std::size_t>(t.width) * t.height * 3 * transform::DTypeSize(t.dtype));
   ImageScratch scratch;
-  STOKER_RETURN_IF_ERROR(DecodeAndTransform(jpeg, t, writer, seed, epoch, sample, result.data.data(), scratch,
-                                            &result.trace, nullptr, nullptr));
+  std::vector<StepParams> used;
+  transform::Augmentation::Record record{input.replay, &used, input.box, input.flip};
+  if (!input.encoded.empty()) {
+    STOKER_RETURN_IF_ERROR(DecodeAndTransform(input.encoded, t, writer, augmentation, input.seed, input.epoch,
+                                              input.sample, result.data.data(), scratch, &result.trace, nullptr,
+                                              nullptr, record));
+    return result;
+  }
+  if (input.width <= 0 || input.height <= 0 ||
+      input.rgb.size() != static_cast<std::size_t>(input.width) * static_cast<std::size_t>(input.height) * 3)
+    return Status::InvalidArgument(fmt::format(
+        "RGB pixels of a {}x{} image need {} bytes, not {}", input.width, input.height,
+        static_cast<std::size_t>(std::max(input.width, 0)) * static_cast<std::size_t>(std::max(input.height, 0)) * 3,
+        input.rgb.size()));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit(input.width, input.height, t));
+  scratch.image.width = input.width;
+  scratch.image.height = input.height;
+  scratch.image.channels = 3;
+  scratch.image.pixels.assign(input.rgb.begin(), input.rgb.end());
+  STOKER_RETURN_IF_ERROR(TransformDecoded(t, writer, augmentation, input.seed, input.epoch, input.sample,
+                                          result.data.data(), scratch, &result.trace, record));
   return result;
+}
+
+Result<TransformedImage> TransformImage(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
+                                        std::uint64_t epoch, std::uint64_t sample) {
+  TransformInput input;
+  input.encoded = jpeg;
+  input.seed = seed;
+  input.epoch = epoch;
+  input.sample = sample;
+  return TransformImage(input, t);
 }
 
 }  // namespace stoker

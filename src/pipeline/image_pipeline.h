@@ -15,6 +15,8 @@
 #include "codec/jpeg.h"
 #include "codec/pixels.h"
 #include "stoker/loader.h"
+#include "transform/augmentation.h"
+#include "transform/image.h"
 #include "transform/resample.h"
 #include "transform/transform.h"
 
@@ -27,6 +29,7 @@ struct ImageScratch {
   std::vector<std::uint8_t> resized;
   codec::SourceImage source;  // PNG and WebP, decoded whole
   codec::Pixels converted;
+  transform::Image image, step_scratch;  // augmentation steps' images
 };
 
 // The decoded region of one sample and what the transform does with it: the
@@ -49,24 +52,38 @@ struct CropPlan {
   bool flip = false;
 };
 
-// Corruption when the image has more pixels than t.max_pixels.
+// Corruption when the image has more pixels than t.max_pixels. A box or
+// flip in `given` is used instead of drawn (InvalidArgument when the box is
+// not whole pixels inside the image).
 [[nodiscard]] Result<CropPlan> PlanCrop(int width, int height, const TransformOptions& t, std::uint64_t seed,
-                                        std::uint64_t epoch, std::uint64_t sample);
+                                        std::uint64_t epoch, std::uint64_t sample,
+                                        const transform::Augmentation::Record* given = nullptr);
 
 // JPEG header -> crop box and flip from the sample's random stream -> ROI
 // decode with DCT scaling. Decode errors are Corruption.
 [[nodiscard]] Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
-                                std::uint64_t epoch, std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop);
+                                std::uint64_t epoch, std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop,
+                                const transform::Augmentation::Record* given = nullptr);
 // Resamples the crop's box to the output size into scratch.resized (uint8 HWC).
 [[nodiscard]] Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch);
 
 // Writes one transformed image (out: height * width * 3 elements of the
 // output dtype, in the output layout). Decode errors are Corruption. Adds
 // the time spent decoding and transforming to the counters when given.
+// With augmentation steps before the crop (or no crop stage) the image is
+// decoded whole; `record` replays or reports the steps' parameters.
 [[nodiscard]] Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOptions& t,
-                                        const transform::OutputWriter& writer, std::uint64_t seed, std::uint64_t epoch,
-                                        std::uint64_t sample, std::byte* out, ImageScratch& scratch,
-                                        TransformTrace* trace, std::atomic<std::uint64_t>* decode_ns,
-                                        std::atomic<std::uint64_t>* transform_ns);
+                                        const transform::OutputWriter& writer,
+                                        const transform::Augmentation& augmentation, std::uint64_t seed,
+                                        std::uint64_t epoch, std::uint64_t sample, std::byte* out,
+                                        ImageScratch& scratch, TransformTrace* trace,
+                                        std::atomic<std::uint64_t>* decode_ns, std::atomic<std::uint64_t>* transform_ns,
+                                        const transform::Augmentation::Record& record = {});
+
+// The same from RGB pixels already in scratch.image (no decoding).
+[[nodiscard]] Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter& writer,
+                                      const transform::Augmentation& augmentation, std::uint64_t seed,
+                                      std::uint64_t epoch, std::uint64_t sample, std::byte* out, ImageScratch& scratch,
+                                      TransformTrace* trace, const transform::Augmentation::Record& record);
 
 }  // namespace stoker

@@ -1,4 +1,5 @@
 #include "pipeline/loader_setup.h"
+#include "transform/augmentation.h"
 
 #include <unistd.h>
 
@@ -42,6 +43,7 @@ Status ValidateTransform(const TransformOptions& t) {
       (t.resize < std::max(t.width, t.height) || t.resize > 65536))
     return Status::InvalidArgument(
         fmt::format("resize {} must be at least the crop {}x{} (and at most 65536)", t.resize, t.width, t.height));
+  STOKER_RETURN_IF_ERROR(transform::Augmentation::Create(t).status());
   if (t.normalize) {
     for (int c = 0; c < 3; ++c) {
       if (!std::isfinite(t.mean[c]))

@@ -1,0 +1,61 @@
+// The augmentation steps of one TransformOptions, made once per loader:
+// steps before the crop (on the decoded image), after the crop and flip (on
+// the output-sized image) and after normalisation (on the output tensor).
+// Each sample draws from its own stream, so results depend only on (seed,
+// epoch, sample), never on the thread or the timing.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/rng.h"
+#include "stoker/augment.h"
+#include "stoker/loader.h"
+#include "transform/step.h"
+
+namespace stoker::transform {
+
+class Augmentation {
+ public:
+  Augmentation() = default;
+  // Refuses unknown steps and arguments, tensor steps outside
+  // after_normalize (and image steps in it), steps after the crop that
+  // change the size, and (Kind::kNone) steps that do not end at the output
+  // size whatever the input.
+  [[nodiscard]] static Result<Augmentation> Create(const TransformOptions& t);
+
+  [[nodiscard]] bool empty() const { return before_.empty() && after_.empty() && tensor_.empty(); }
+  [[nodiscard]] bool has_before() const { return !before_.empty(); }
+  [[nodiscard]] bool has_after() const { return !after_.empty(); }
+  [[nodiscard]] bool has_tensor() const { return !tensor_.empty(); }
+  [[nodiscard]] std::size_t size() const { return before_.size() + after_.size() + tensor_.size(); }
+
+  // The sample's stream for its steps (apart from the crop's and flip's).
+  [[nodiscard]] static Rng SampleRng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample);
+
+  // A sample's parameters: to replay (`replay`, one per step in order: before,
+  // after, tensor; nullptr draws them) and to report (`used`, may be null).
+  // The crop stage's box (x0, y0, x1, y1 in source pixels) and flip may be
+  // given too.
+  struct Record {
+    const std::vector<StepParams>* replay = nullptr;
+    std::vector<StepParams>* used = nullptr;
+    std::optional<std::array<double, 4>> box;
+    std::optional<bool> flip;
+  };
+  // Refuses a replay whose count of steps differs from this transform's.
+  [[nodiscard]] Status CheckRecord(const Record& record) const;
+  [[nodiscard]] Status RunBefore(Image& image, Image& scratch, Rng& rng, const Record& record) const;
+  [[nodiscard]] Status RunAfter(Image& image, Image& scratch, Rng& rng, const Record& record) const;
+  [[nodiscard]] Status RunTensor(const TensorView& tensor, Rng& rng, const Record& record) const;
+
+ private:
+  using Steps = std::vector<std::shared_ptr<const Step>>;
+  [[nodiscard]] Status Run(const Steps& steps, std::size_t first, Image& image, Image& scratch, Rng& rng,
+                           const Record& record) const;
+  Steps before_, after_, tensor_;
+};
+
+}  // namespace stoker::transform

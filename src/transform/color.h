@@ -1,0 +1,30 @@
+// Colour adjustments with Pillow's arithmetic, as torchvision applies them to
+// PIL images: ImageEnhance's Brightness, Contrast and Color (a blend with a
+// degenerate image in single-precision float, truncated, clipped when
+// extrapolating), the hue shift through Pillow's HSV conversion, and
+// grayscale by ITU-R 601-2 in Pillow's integer form. RGB images (3 channels);
+// a 1-channel image is left as it is by the hue and saturation adjustments.
+#pragma once
+
+#include <cstdint>
+
+#include "transform/image.h"
+
+namespace stoker::transform {
+
+// Pillow's luma: (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
+[[nodiscard]] inline std::uint8_t Luma(const std::uint8_t* rgb) {
+  return static_cast<std::uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+}
+
+// Each adjusts `image` in place. Factors as torchvision's adjust_* take them.
+void AdjustBrightness(Image& image, double factor);
+void AdjustContrast(Image& image, double factor);
+void AdjustSaturation(Image& image, double factor);
+// hue_factor in [-0.5, 0.5].
+void AdjustHue(Image& image, double hue_factor);
+// Grayscale with the result in every channel (torchvision's
+// rgb_to_grayscale(num_output_channels=3)).
+void ToGrayscale(Image& image);
+
+}  // namespace stoker::transform

@@ -1,0 +1,436 @@
+// Geometric steps: flips, Pad, RandomCrop, CenterCrop, Resize,
+// RandomRotation, RandomAffine (torchvision.transforms on PIL images).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "transform/resample.h"
+#include "transform/step.h"
+
+namespace stoker::transform {
+namespace {
+
+// ---- flips ----
+
+class Flip final : public Step {
+ public:
+  Flip(bool vertical, double p) : vertical_(vertical), p_(p) {}
+  std::string_view name() const override { return vertical_ ? "RandomVerticalFlip" : "RandomHorizontalFlip"; }
+  std::vector<std::string_view> param_names() const override { return {"flip"}; }
+  StepParams Draw(Size, Rng& rng) const override { return MakeParams({rng.Uniform01() < p_ ? 1.0 : 0.0}); }
+  Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    if (p.values[0].second == 0) return Status::Ok();
+    TransposeImage(image, vertical_ ? Transpose::kFlipTopBottom : Transpose::kFlipLeftRight, scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  bool vertical_;
+  double p_;
+};
+
+// ---- padding ----
+
+enum class PadMode : std::uint8_t { kConstant, kEdge, kReflect, kSymmetric };
+
+struct Padding {
+  int left = 0, top = 0, right = 0, bottom = 0;
+};
+
+// numpy.pad's index for position i (may be outside [0, n)) of an axis of n.
+int PadIndex(int i, int n, PadMode mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case PadMode::kConstant:
+      return -1;
+    case PadMode::kEdge:
+      return std::clamp(i, 0, n - 1);
+    case PadMode::kReflect: {
+      if (n == 1) return 0;
+      const int m = 2 * (n - 1);
+      const int k = ((i % m) + m) % m;
+      return k < n ? k : m - k;
+    }
+    case PadMode::kSymmetric: {
+      const int m = 2 * n;
+      const int k = ((i % m) + m) % m;
+      return k < n ? k : m - 1 - k;
+    }
+  }
+  return -1;
+}
+
+void PadImage(const Image& in, const Padding& pad, PadMode mode, const Fill& fill, Image& out) {
+  const int c = in.channels;
+  out.Reset(in.width + pad.left + pad.right, in.height + pad.top + pad.bottom, c);
+  for (int y = 0; y < out.height; ++y) {
+    const int sy = PadIndex(y - pad.top, in.height, mode);
+    std::uint8_t* o = out.row(y);
+    for (int x = 0; x < out.width; ++x, o += c) {
+      const int sx = sy < 0 ? -1 : PadIndex(x - pad.left, in.width, mode);
+      if (sx < 0 || sy < 0) {
+        for (int b = 0; b < c; ++b) o[b] = fill[b];
+      } else {
+        std::memcpy(o, in.row(sy) + static_cast<std::size_t>(sx) * c, static_cast<std::size_t>(c));
+      }
+    }
+  }
+}
+
+Result<PadMode> ParsePadMode(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto word, args.Word("padding_mode"));
+  if (word.empty() || word == "constant") return PadMode::kConstant;
+  if (word == "edge") return PadMode::kEdge;
+  if (word == "reflect") return PadMode::kReflect;
+  if (word == "symmetric") return PadMode::kSymmetric;
+  return args.Error(fmt::format("padding_mode '{}' must be constant, edge, reflect or symmetric", word));
+}
+
+Result<std::optional<Padding>> ParsePadding(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto v, args.Numbers("padding", {1, 2, 4}));
+  if (!v) return std::optional<Padding>();
+  for (double x : *v)
+    if (!(x >= 0 && x <= 65536 && x == std::floor(x)))
+      return args.Error(fmt::format("padding must be whole numbers in [0, 65536], not {}", x));
+  const auto& p = *v;
+  Padding pad;
+  if (p.size() == 1) pad = {int(p[0]), int(p[0]), int(p[0]), int(p[0])};
+  if (p.size() == 2) pad = {int(p[0]), int(p[1]), int(p[0]), int(p[1])};
+  if (p.size() == 4) pad = {int(p[0]), int(p[1]), int(p[2]), int(p[3])};
+  return std::optional<Padding>(pad);
+}
+
+class Pad final : public Step {
+ public:
+  Pad(Padding pad, PadMode mode, Fill fill) : pad_(pad), mode_(mode), fill_(fill) {}
+  std::string_view name() const override { return "Pad"; }
+  std::optional<Size> OutputSize(Size in) const override {
+    return Size{in.width + pad_.left + pad_.right, in.height + pad_.top + pad_.bottom};
+  }
+  StepParams Draw(Size, Rng&) const override { return MakeParams({}); }
+  Status Apply(const StepParams&, Image& image, Image& scratch) const override {
+    PadImage(image, pad_, mode_, fill_, scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  Padding pad_;
+  PadMode mode_;
+  Fill fill_;
+};
+
+// Copies the box (left, top, size) of `in`, zeros where it leaves the
+// image (PIL's crop).
+void CropImage(const Image& in, int left, int top, Size size, Image& out) {
+  const int c = in.channels;
+  out.Reset(size.width, size.height, c);
+  std::fill(out.pixels.begin(), out.pixels.end(), 0);
+  const int x0 = std::max(0, left), x1 = std::min(in.width, left + size.width);
+  for (int y = 0; y < size.height; ++y) {
+    const int sy = top + y;
+    if (sy < 0 || sy >= in.height || x1 <= x0) continue;
+    std::memcpy(out.row(y) + static_cast<std::size_t>(x0 - left) * c, in.row(sy) + static_cast<std::size_t>(x0) * c,
+                static_cast<std::size_t>(x1 - x0) * c);
+  }
+}
+
+// ---- RandomCrop ----
+
+class RandomCrop final : public Step {
+ public:
+  RandomCrop(Size size, std::optional<Padding> padding, bool pad_if_needed, PadMode mode, Fill fill)
+      : size_(size), padding_(padding), pad_if_needed_(pad_if_needed), mode_(mode), fill_(fill) {}
+  std::string_view name() const override { return "RandomCrop"; }
+  std::vector<std::string_view> param_names() const override { return {"top", "left"}; }
+  std::optional<Size> OutputSize(Size) const override { return size_; }
+
+  StepParams Draw(Size in, Rng& rng) const override {
+    const Size padded = Padded(in);
+    int top = 0, left = 0;
+    if (padded.height >= size_.height && padded.width >= size_.width &&
+        !(padded.width == size_.width && padded.height == size_.height)) {
+      top = static_cast<int>(rng.IntInclusive(0, padded.height - size_.height));
+      left = static_cast<int>(rng.IntInclusive(0, padded.width - size_.width));
+    }
+    return MakeParams({static_cast<double>(top), static_cast<double>(left)});
+  }
+
+  Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    if (padding_) {
+      PadImage(image, *padding_, mode_, fill_, scratch);
+      std::swap(image, scratch);
+    }
+    if (pad_if_needed_ && image.width < size_.width) {
+      const int d = size_.width - image.width;
+      PadImage(image, {d, 0, d, 0}, mode_, fill_, scratch);
+      std::swap(image, scratch);
+    }
+    if (pad_if_needed_ && image.height < size_.height) {
+      const int d = size_.height - image.height;
+      PadImage(image, {0, d, 0, d}, mode_, fill_, scratch);
+      std::swap(image, scratch);
+    }
+    if (image.width < size_.width || image.height < size_.height)
+      return Status::Corruption(fmt::format(
+          "RandomCrop: the image is {}x{} (after padding), smaller than the crop {}x{} (pad_if_needed pads it)",
+          image.width, image.height, size_.width, size_.height));
+    const int top = static_cast<int>(p.values[0].second), left = static_cast<int>(p.values[1].second);
+    if (top < 0 || left < 0 || top + size_.height > image.height || left + size_.width > image.width)
+      return Status::InvalidArgument(
+          fmt::format("RandomCrop: top {} and left {} put the {}x{} crop outside the {}x{} image", top, left,
+                      size_.width, size_.height, image.width, image.height));
+    CropImage(image, left, top, size_, scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  Size Padded(Size in) const {
+    if (padding_) {
+      in.width += padding_->left + padding_->right;
+      in.height += padding_->top + padding_->bottom;
+    }
+    if (pad_if_needed_ && in.width < size_.width) in.width += 2 * (size_.width - in.width);
+    if (pad_if_needed_ && in.height < size_.height) in.height += 2 * (size_.height - in.height);
+    return in;
+  }
+
+  Size size_;
+  std::optional<Padding> padding_;
+  bool pad_if_needed_;
+  PadMode mode_;
+  Fill fill_;
+};
+
+// ---- CenterCrop (torchvision pads with zeros when the crop is larger) ----
+
+class CenterCrop final : public Step {
+ public:
+  explicit CenterCrop(Size size) : size_(size) {}
+  std::string_view name() const override { return "CenterCrop"; }
+  std::optional<Size> OutputSize(Size) const override { return size_; }
+  StepParams Draw(Size, Rng&) const override { return MakeParams({}); }
+  Status Apply(const StepParams&, Image& image, Image& scratch) const override {
+    const int cw = size_.width, ch = size_.height;
+    if (cw > image.width || ch > image.height) {
+      const int dw = std::max(0, cw - image.width), dh = std::max(0, ch - image.height);
+      PadImage(image, {dw / 2, dh / 2, (dw + 1) / 2, (dh + 1) / 2}, PadMode::kConstant, {0, 0, 0}, scratch);
+      std::swap(image, scratch);
+      if (image.width == cw && image.height == ch) return Status::Ok();
+    }
+    const int top = RoundHalfEvenInt((image.height - ch) / 2.0), left = RoundHalfEvenInt((image.width - cw) / 2.0);
+    CropImage(image, left, top, size_, scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  Size size_;
+};
+
+// ---- Resize (bilinear, Pillow's antialiased resize) ----
+
+class Resize final : public Step {
+ public:
+  Resize(std::optional<int> shorter, Size size) : shorter_(shorter), size_(size) {}
+  std::string_view name() const override { return "Resize"; }
+  std::optional<Size> OutputSize(Size in) const override {
+    if (!shorter_) return size_;
+    const int s = *shorter_;
+    if (in.width <= in.height) return Size{s, static_cast<int>(static_cast<double>(s) * in.height / in.width)};
+    return Size{static_cast<int>(static_cast<double>(s) * in.width / in.height), s};
+  }
+  StepParams Draw(Size, Rng&) const override { return MakeParams({}); }
+  Status Apply(const StepParams&, Image& image, Image& scratch) const override {
+    const Size out = *OutputSize(image.size());
+    if (out == image.size()) return Status::Ok();
+    if (image.channels != 3) return Status::Internal("Resize works on RGB images");
+    scratch.Reset(out.width, out.height, 3);
+    ResampleScratch resample;
+    const ImageView view{image.pixels.data(), image.width, image.height, image.stride()};
+    if (!ResampleBilinear(view, 0, 0, image.width, image.height, out.width, out.height, scratch.pixels.data(),
+                          resample))
+      return Status::Internal(
+          fmt::format("Resize: cannot resample {}x{} to {}x{}", image.width, image.height, out.width, out.height));
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  std::optional<int> shorter_;
+  Size size_;
+};
+
+// ---- RandomRotation ----
+
+class RandomRotation final : public Step {
+ public:
+  RandomRotation(std::array<double, 2> degrees, Interpolation interpolation, bool expand,
+                 std::optional<std::array<double, 2>> center, Fill fill)
+      : degrees_(degrees), interpolation_(interpolation), expand_(expand), center_(center), fill_(fill) {}
+  std::string_view name() const override { return "RandomRotation"; }
+  std::vector<std::string_view> param_names() const override { return {"angle"}; }
+  std::optional<Size> OutputSize(Size in) const override {
+    if (expand_) return std::nullopt;
+    return in;
+  }
+  StepParams Draw(Size, Rng& rng) const override { return MakeParams({rng.Uniform(degrees_[0], degrees_[1])}); }
+  Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    RotateImage(image, p.values[0].second, interpolation_, expand_, center_, fill_, scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  std::array<double, 2> degrees_;
+  Interpolation interpolation_;
+  bool expand_;
+  std::optional<std::array<double, 2>> center_;
+  Fill fill_;
+};
+
+// ---- RandomAffine ----
+
+class RandomAffine final : public Step {
+ public:
+  struct Options {
+    std::array<double, 2> degrees{};
+    std::optional<std::array<double, 2>> translate, scale;
+    std::optional<std::vector<double>> shear;  // 2 (x range) or 4 (x and y ranges)
+    Interpolation interpolation = Interpolation::kNearest;
+    std::optional<std::array<double, 2>> center;
+    Fill fill{};
+  };
+  explicit RandomAffine(Options o) : o_(std::move(o)) {}
+  std::string_view name() const override { return "RandomAffine"; }
+  std::vector<std::string_view> param_names() const override {
+    return {"angle", "translate_x", "translate_y", "scale", "shear_x", "shear_y"};
+  }
+  StepParams Draw(Size in, Rng& rng) const override {
+    const double angle = rng.Uniform(o_.degrees[0], o_.degrees[1]);
+    double tx = 0, ty = 0, scale = 1, shear_x = 0, shear_y = 0;
+    if (o_.translate) {
+      const double max_dx = (*o_.translate)[0] * in.width, max_dy = (*o_.translate)[1] * in.height;
+      tx = RoundHalfEvenInt(rng.Uniform(-max_dx, max_dx));
+      ty = RoundHalfEvenInt(rng.Uniform(-max_dy, max_dy));
+    }
+    if (o_.scale) scale = rng.Uniform((*o_.scale)[0], (*o_.scale)[1]);
+    if (o_.shear) {
+      shear_x = rng.Uniform((*o_.shear)[0], (*o_.shear)[1]);
+      if (o_.shear->size() == 4) shear_y = rng.Uniform((*o_.shear)[2], (*o_.shear)[3]);
+    }
+    return MakeParams({angle, tx, ty, scale, shear_x, shear_y});
+  }
+  Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
+    if (!(v(3) > 0)) return Status::InvalidArgument(fmt::format("RandomAffine: scale {} must be positive", v(3)));
+    const std::array<double, 2> center =
+        o_.center.value_or(std::array<double, 2>{image.width * 0.5, image.height * 0.5});
+    const AffineMatrix m = InverseAffineMatrix(center, v(0), {v(1), v(2)}, v(3), {v(4), v(5)});
+    WarpAffine(image, m, o_.interpolation, o_.fill, image.size(), scratch);
+    std::swap(image, scratch);
+    return Status::Ok();
+  }
+
+ private:
+  Options o_;
+};
+
+Result<std::optional<std::array<double, 2>>> Pair(StepArgs& args, std::string_view name) {
+  STOKER_ASSIGN_OR_RETURN(auto v, args.Numbers(name, {2}));
+  if (!v) return std::optional<std::array<double, 2>>();
+  return std::optional<std::array<double, 2>>({(*v)[0], (*v)[1]});
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Step>> MakeHorizontalFlip(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(double p, args.Probability("p", 0.5));
+  return std::unique_ptr<Step>(new Flip(false, p));
+}
+
+Result<std::unique_ptr<Step>> MakeVerticalFlip(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(double p, args.Probability("p", 0.5));
+  return std::unique_ptr<Step>(new Flip(true, p));
+}
+
+Result<std::unique_ptr<Step>> MakePad(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto padding, ParsePadding(args));
+  if (!padding) return args.Error("needs padding");
+  STOKER_ASSIGN_OR_RETURN(Fill fill, args.FillArg("fill"));
+  STOKER_ASSIGN_OR_RETURN(PadMode mode, ParsePadMode(args));
+  return std::unique_ptr<Step>(new Pad(*padding, mode, fill));
+}
+
+Result<std::unique_ptr<Step>> MakeRandomCrop(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto size, args.SizeArg("size"));
+  if (!size) return args.Error("needs size");
+  STOKER_ASSIGN_OR_RETURN(auto padding, ParsePadding(args));
+  STOKER_ASSIGN_OR_RETURN(double pad_if_needed, args.Number("pad_if_needed", 0));
+  STOKER_ASSIGN_OR_RETURN(Fill fill, args.FillArg("fill"));
+  STOKER_ASSIGN_OR_RETURN(PadMode mode, ParsePadMode(args));
+  return std::unique_ptr<Step>(new RandomCrop(*size, padding, pad_if_needed != 0, mode, fill));
+}
+
+Result<std::unique_ptr<Step>> MakeCenterCrop(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto size, args.SizeArg("size"));
+  if (!size) return args.Error("needs size");
+  return std::unique_ptr<Step>(new CenterCrop(*size));
+}
+
+Result<std::unique_ptr<Step>> MakeResize(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto v, args.Numbers("size", {1, 2}));
+  STOKER_ASSIGN_OR_RETURN(auto size, args.SizeArg("size"));
+  if (!size) return args.Error("needs size");
+  STOKER_ASSIGN_OR_RETURN(auto interpolation, args.InterpolationWord(Interpolation::kBilinear));
+  if (interpolation != Interpolation::kBilinear) return args.Error("only bilinear interpolation is compiled");
+  return std::unique_ptr<Step>(new Resize(v->size() == 1 ? std::optional<int>(size->width) : std::nullopt, *size));
+}
+
+Result<std::unique_ptr<Step>> MakeRandomRotation(StepArgs& args) {
+  STOKER_ASSIGN_OR_RETURN(auto degrees, args.Angle("degrees", {1, 2}));
+  if (!degrees) return args.Error("needs degrees");
+  STOKER_ASSIGN_OR_RETURN(auto interpolation, args.InterpolationWord(Interpolation::kNearest));
+  STOKER_ASSIGN_OR_RETURN(double expand, args.Number("expand", 0));
+  STOKER_ASSIGN_OR_RETURN(auto center, Pair(args, "center"));
+  STOKER_ASSIGN_OR_RETURN(Fill fill, args.FillArg("fill"));
+  return std::unique_ptr<Step>(new RandomRotation(*degrees, interpolation, expand != 0, center, fill));
+}
+
+Result<std::unique_ptr<Step>> MakeRandomAffine(StepArgs& args) {
+  RandomAffine::Options o;
+  STOKER_ASSIGN_OR_RETURN(auto degrees, args.Angle("degrees", {1, 2}));
+  if (!degrees) return args.Error("needs degrees");
+  o.degrees = *degrees;
+  STOKER_ASSIGN_OR_RETURN(o.translate, Pair(args, "translate"));
+  if (o.translate)
+    for (double t : *o.translate)
+      if (!(t >= 0 && t <= 1))
+        return args.Error(fmt::format("translation values should be between 0 and 1, not {}", t));
+  STOKER_ASSIGN_OR_RETURN(o.scale, Pair(args, "scale"));
+  if (o.scale) {
+    for (double s : *o.scale)
+      if (!(s > 0)) return args.Error(fmt::format("scale values should be positive, not {}", s));
+    if ((*o.scale)[0] > (*o.scale)[1]) return args.Error("scale range must have min <= max");
+  }
+  STOKER_ASSIGN_OR_RETURN(auto shear, args.Numbers("shear", {1, 2, 4}));
+  if (shear) {
+    if (shear->size() == 1) {
+      if ((*shear)[0] < 0) return args.Error("if shear is a single number, it must be positive");
+      shear = std::vector<double>{-(*shear)[0], (*shear)[0]};
+    }
+    for (std::size_t i = 0; i < shear->size(); i += 2)
+      if ((*shear)[i] > (*shear)[i + 1]) return args.Error("shear ranges must have min <= max");
+    o.shear = shear;
+  }
+  STOKER_ASSIGN_OR_RETURN(o.interpolation, args.InterpolationWord(Interpolation::kNearest));
+  STOKER_ASSIGN_OR_RETURN(o.center, Pair(args, "center"));
+  STOKER_ASSIGN_OR_RETURN(o.fill, args.FillArg("fill"));
+  return std::unique_ptr<Step>(new RandomAffine(std::move(o)));
+}
+
+}  // namespace stoker::transform

@@ -1,0 +1,284 @@
+#include "transform/warp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numbers>
+
+#include <fmt/format.h>
+
+namespace stoker::transform {
+namespace {
+
+// Pillow's COORD and FLOOR macros, made safe for values an int cannot hold
+// (those are outside any image either way).
+int Coord(double v) {
+  if (v < 0.0) return -1;
+  if (v >= 2147483647.0) return 2147483647;
+  return static_cast<int>(v);
+}
+int FloorInt(double v) {
+  if (v < 0.0) return v <= -2147483647.0 ? -2147483647 : static_cast<int>(std::floor(v));
+  return v >= 2147483647.0 ? 2147483647 : static_cast<int>(v);
+}
+
+void FillImage(Image& out, const Fill& fill) {
+  const int c = out.channels;
+  if (c == 1) {
+    std::memset(out.pixels.data(), fill[0], out.pixels.size());
+    return;
+  }
+  std::uint8_t* p = out.pixels.data();
+  const std::size_t n = static_cast<std::size_t>(out.width) * out.height;
+  for (std::size_t i = 0; i < n; ++i, p += c) std::memcpy(p, fill.data(), static_cast<std::size_t>(c));
+}
+
+void CopyPixel(const Image& in, int x, int y, std::uint8_t* out) {
+  std::memcpy(out, in.row(y) + static_cast<std::size_t>(x) * in.channels, static_cast<std::size_t>(in.channels));
+}
+
+// ImagingScaleAffine: no rotation or shear, nearest neighbour.
+void ScaleAffine(const Image& in, const AffineMatrix& a, Image& out) {
+  const int c = in.channels;
+  std::vector<int> xin(static_cast<std::size_t>(out.width), -1);
+  double xo = a[2] + a[0] * 0.5;
+  double yo = a[5] + a[4] * 0.5;
+  for (int x = 0; x < out.width; ++x) {
+    const int xi = Coord(xo);
+    if (xi >= 0 && xi < in.width) xin[static_cast<std::size_t>(x)] = xi;
+    xo += a[0];
+  }
+  for (int y = 0; y < out.height; ++y) {
+    const int yi = Coord(yo);
+    if (yi >= 0 && yi < in.height) {
+      std::uint8_t* o = out.row(y);
+      for (int x = 0; x < out.width; ++x) {
+        const int xi = xin[static_cast<std::size_t>(x)];
+        if (xi >= 0) CopyPixel(in, xi, yi, o + static_cast<std::size_t>(x) * c);
+      }
+    }
+    yo += a[4];
+  }
+}
+
+bool CheckFixed(const AffineMatrix& a, int x, int y) {
+  return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+// affine_fixed: nearest neighbour in 16.16 fixed point.
+void AffineFixed(const Image& in, const AffineMatrix& a, Image& out) {
+  auto fix = [](double v) { return FloorInt(v * 65536.0 + 0.5); };
+  const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+  int a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+  int a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+  const int c = in.channels;
+  for (int y = 0; y < out.height; ++y) {
+    int xx = a2, yy = a5;
+    std::uint8_t* o = out.row(y);
+    for (int x = 0; x < out.width; ++x, o += c) {
+      const int xi = xx >> 16;  // arithmetic shift: floor, as in Pillow
+      if (xi >= 0 && xi < in.width) {
+        const int yi = yy >> 16;
+        if (yi >= 0 && yi < in.height) CopyPixel(in, xi, yi, o);
+      }
+      xx += a0;
+      yy += a3;
+    }
+    a2 += a1;
+    a5 += a4;
+  }
+}
+
+// The floating-point nearest engine, for matrices the fixed point cannot hold.
+void AffineFloat(const Image& in, const AffineMatrix& a, Image& out) {
+  double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
+  double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+  const int c = in.channels;
+  for (int y = 0; y < out.height; ++y) {
+    double xx = xo, yy = yo;
+    std::uint8_t* o = out.row(y);
+    for (int x = 0; x < out.width; ++x, o += c) {
+      const int xi = Coord(xx);
+      if (xi >= 0 && xi < in.width) {
+        const int yi = Coord(yy);
+        if (yi >= 0 && yi < in.height) CopyPixel(in, xi, yi, o);
+      }
+      xx += a[0];
+      yy += a[3];
+    }
+    xo += a[1];
+    yo += a[4];
+  }
+}
+
+// ImagingGenericTransform with bilinear_filter8/32RGB.
+void AffineBilinear(const Image& in, const AffineMatrix& a, Image& out) {
+  const int c = in.channels;
+  const int W = in.width, H = in.height;
+  for (int y = 0; y < out.height; ++y) {
+    std::uint8_t* o = out.row(y);
+    const double yc = y + 0.5;
+    for (int x = 0; x < out.width; ++x, o += c) {
+      const double xc = x + 0.5;
+      double xin = a[0] * xc + a[1] * yc + a[2];
+      double yin = a[3] * xc + a[4] * yc + a[5];
+      if (xin < 0.0 || xin >= W || yin < 0.0 || yin >= H) continue;  // keeps the fill
+      xin -= 0.5;
+      yin -= 0.5;
+      const int xi = FloorInt(xin), yi = FloorInt(yin);
+      const double dx = xin - xi, dy = yin - yi;
+      const int x0 = std::clamp(xi, 0, W - 1) * c, x1 = std::clamp(xi + 1, 0, W - 1) * c;
+      const std::uint8_t* r0 = in.row(std::clamp(yi, 0, H - 1));
+      const bool has_next = yi + 1 >= 0 && yi + 1 < H;
+      const std::uint8_t* r1 = has_next ? in.row(yi + 1) : nullptr;
+      for (int b = 0; b < c; ++b) {
+        double v1 = r0[x0 + b] + (static_cast<int>(r0[x1 + b]) - static_cast<int>(r0[x0 + b])) * dx;
+        double v2 = v1;
+        if (has_next) v2 = r1[x0 + b] + (static_cast<int>(r1[x1 + b]) - static_cast<int>(r1[x0 + b])) * dx;
+        v1 = v1 + (v2 - v1) * dy;
+        o[b] = static_cast<std::uint8_t>(v1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+double RoundDecimal(double x, int ndigits) {
+  if (!std::isfinite(x)) return x;
+  const std::string text = fmt::format("{:.{}f}", x, ndigits);
+  return std::strtod(text.c_str(), nullptr);
+}
+
+std::array<double, 2> MapPoint(const AffineMatrix& m, double x, double y) {
+  return {m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]};
+}
+
+std::optional<AffineMatrix> InvertAffine(const AffineMatrix& m) {
+  const double det = m[0] * m[4] - m[1] * m[3];
+  if (det == 0 || !std::isfinite(det)) return std::nullopt;
+  const double i0 = m[4] / det, i1 = -m[1] / det, i3 = -m[3] / det, i4 = m[0] / det;
+  return AffineMatrix{i0, i1, -(i0 * m[2] + i1 * m[5]), i3, i4, -(i3 * m[2] + i4 * m[5])};
+}
+
+void WarpAffine(const Image& in, const AffineMatrix& m, Interpolation interpolation, const Fill& fill, Size out_size,
+                Image& out) {
+  out.Reset(out_size.width, out_size.height, in.channels);
+  FillImage(out, fill);
+  if (in.width <= 0 || in.height <= 0) return;
+  if (interpolation == Interpolation::kBilinear) {
+    AffineBilinear(in, m, out);
+  } else if (m[1] == 0 && m[3] == 0) {
+    ScaleAffine(in, m, out);
+  } else if (CheckFixed(m, 0, 0) && CheckFixed(m, out.width, out.height) && CheckFixed(m, 0, out.height) &&
+             CheckFixed(m, out.width, 0)) {
+    AffineFixed(in, m, out);
+  } else {
+    AffineFloat(in, m, out);
+  }
+}
+
+void TransposeImage(const Image& in, Transpose method, Image& out) {
+  const bool swaps = method == Transpose::kRotate90 || method == Transpose::kRotate270;
+  const int W = in.width, H = in.height, c = in.channels;
+  out.Reset(swaps ? H : W, swaps ? W : H, c);
+  for (int y = 0; y < H; ++y) {
+    const std::uint8_t* r = in.row(y);
+    for (int x = 0; x < W; ++x) {
+      int ox = x, oy = y;
+      switch (method) {
+        case Transpose::kFlipLeftRight:
+          ox = W - 1 - x;
+          break;
+        case Transpose::kFlipTopBottom:
+          oy = H - 1 - y;
+          break;
+        case Transpose::kRotate90:  // counter-clockwise
+          ox = y;
+          oy = W - 1 - x;
+          break;
+        case Transpose::kRotate180:
+          ox = W - 1 - x;
+          oy = H - 1 - y;
+          break;
+        case Transpose::kRotate270:
+          ox = H - 1 - y;
+          oy = x;
+          break;
+      }
+      std::memcpy(out.row(oy) + static_cast<std::size_t>(ox) * c, r + static_cast<std::size_t>(x) * c,
+                  static_cast<std::size_t>(c));
+    }
+  }
+}
+
+RotationPlan PlanRotation(Size in, double angle, bool expand, const std::optional<std::array<double, 2>>& center) {
+  const double w = in.width, h = in.height;
+  const double cx = center ? (*center)[0] : w / 2.0, cy = center ? (*center)[1] : h / 2.0;
+  const double radians = -(angle * (std::numbers::pi / 180.0));
+  AffineMatrix m{RoundDecimal(std::cos(radians), 15),  RoundDecimal(std::sin(radians), 15), 0.0,
+                 RoundDecimal(-std::sin(radians), 15), RoundDecimal(std::cos(radians), 15), 0.0};
+  auto map = [&m](double x, double y) -> std::array<double, 2> {
+    return {m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5]};
+  };
+  const auto t = map(-cx, -cy);
+  m[2] = t[0] + cx;
+  m[5] = t[1] + cy;
+  RotationPlan plan{m, in};
+  if (expand) {
+    double min_x = INFINITY, max_x = -INFINITY, min_y = INFINITY, max_y = -INFINITY;
+    for (const auto& [x, y] : std::array<std::array<double, 2>, 4>{{{0, 0}, {w, 0}, {w, h}, {0, h}}}) {
+      const auto p = map(x, y);
+      min_x = std::min(min_x, p[0]);
+      max_x = std::max(max_x, p[0]);
+      min_y = std::min(min_y, p[1]);
+      max_y = std::max(max_y, p[1]);
+    }
+    const int nw = static_cast<int>(std::ceil(max_x) - std::floor(min_x));
+    const int nh = static_cast<int>(std::ceil(max_y) - std::floor(min_y));
+    const auto shift = map(-(nw - w) / 2.0, -(nh - h) / 2.0);
+    plan.matrix[2] = shift[0];
+    plan.matrix[5] = shift[1];
+    plan.size = {nw, nh};
+  }
+  return plan;
+}
+
+void RotateImage(const Image& in, double angle, Interpolation interpolation, bool expand,
+                 const std::optional<std::array<double, 2>>& center, const Fill& fill, Image& out) {
+  // Python's angle % 360.0 (the result takes the divisor's sign).
+  double a = std::fmod(angle, 360.0);
+  if (a != 0 && a < 0) a += 360.0;
+  if (!center) {
+    if (a == 0) {
+      out = in;
+      return;
+    }
+    if (a == 180) return TransposeImage(in, Transpose::kRotate180, out);
+    if ((a == 90 || a == 270) && (expand || in.width == in.height))
+      return TransposeImage(in, a == 90 ? Transpose::kRotate90 : Transpose::kRotate270, out);
+  }
+  const RotationPlan plan = PlanRotation(in.size(), a, expand, center);
+  WarpAffine(in, plan.matrix, interpolation, fill, plan.size, out);
+}
+
+AffineMatrix InverseAffineMatrix(std::array<double, 2> center, double angle, std::array<double, 2> translate,
+                                 double scale, std::array<double, 2> shear) {
+  constexpr double kDegToRad = std::numbers::pi / 180.0;
+  const double rot = angle * kDegToRad, sx = shear[0] * kDegToRad, sy = shear[1] * kDegToRad;
+  const double cx = center[0], cy = center[1], tx = translate[0], ty = translate[1];
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  AffineMatrix m{d, -b, 0.0, -c, a, 0.0};
+  for (double& v : m) v = v / scale;
+  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+  return m;
+}
+
+}  // namespace stoker::transform
