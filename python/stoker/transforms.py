@@ -219,6 +219,47 @@ class RandomErasing(_Step):
         self._check()
 
 
+def _fill_arg(fill):
+    return 0 if fill is None else fill
+
+
+class RandAugment(_Step):
+    """torchvision's RandAugment. trace parameters: op0, magnitude0, ... (op
+    indexes AUGMENT_OPS; the magnitude is signed)."""
+    _name = "RandAugment"
+
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation="nearest", fill=None):
+        self._args = {"num_ops": num_ops, "magnitude": magnitude, "num_magnitude_bins": num_magnitude_bins,
+                      "fill": _fill_arg(fill)}
+        self._words = {"interpolation": _interpolation(interpolation)}
+        self._check()
+
+
+class TrivialAugmentWide(_Step):
+    _name = "TrivialAugmentWide"
+
+    def __init__(self, num_magnitude_bins=31, interpolation="nearest", fill=None):
+        self._args = {"num_magnitude_bins": num_magnitude_bins, "fill": _fill_arg(fill)}
+        self._words = {"interpolation": _interpolation(interpolation)}
+        self._check()
+
+
+class AutoAugment(_Step):
+    """policy: "imagenet" (default), "cifar10", "svhn" or torchvision's AutoAugmentPolicy."""
+    _name = "AutoAugment"
+
+    def __init__(self, policy="imagenet", interpolation="nearest", fill=None):
+        self._args = {"fill": _fill_arg(fill)}
+        self._words = {"policy": str(getattr(policy, "value", policy)).lower(),
+                       "interpolation": _interpolation(interpolation)}
+        self._check()
+
+
+# What the op indexes of RandAugment, TrivialAugmentWide and AutoAugment name.
+AUGMENT_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+               "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert")
+
+
 class RandomApply(_Step):
     _name = "RandomApply"
 

@@ -1,8 +1,10 @@
 #include "transform/color.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace stoker::transform {
 namespace {
@@ -147,6 +149,128 @@ void ToGrayscale(Image& image) {
   const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
   std::uint8_t* p = image.pixels.data();
   for (std::size_t i = 0; i < n; ++i, p += 3) p[0] = p[1] = p[2] = Luma(p);
+}
+
+namespace {
+
+// Applies a lookup table per channel (`tables` holds 256 entries per channel).
+void ApplyTables(Image& image, const std::vector<std::uint8_t>& tables) {
+  const int c = image.channels;
+  const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
+  std::uint8_t* p = image.pixels.data();
+  for (std::size_t i = 0; i < n; ++i, p += c)
+    for (int b = 0; b < c; ++b) p[b] = tables[static_cast<std::size_t>(b) * 256 + p[b]];
+}
+
+void ApplyTable(Image& image, const std::array<std::uint8_t, 256>& table) {
+  for (auto& v : image.pixels) v = table[v];
+}
+
+std::vector<std::array<std::uint64_t, 256>> Histograms(const Image& image) {
+  std::vector<std::array<std::uint64_t, 256>> h(static_cast<std::size_t>(image.channels));
+  for (auto& one : h) one.fill(0);
+  const int c = image.channels;
+  const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
+  const std::uint8_t* p = image.pixels.data();
+  for (std::size_t i = 0; i < n; ++i, p += c)
+    for (int b = 0; b < c; ++b) ++h[static_cast<std::size_t>(b)][p[b]];
+  return h;
+}
+
+}  // namespace
+
+void AdjustSharpness(Image& image, double factor, Image& scratch) {
+  const float alpha = static_cast<float>(factor);
+  if (alpha == 1.0f) return;
+  const int W = image.width, H = image.height, c = image.channels;
+  scratch = image;  // borders (and images under 3x3) keep their pixels, as Pillow's filter does
+  if (W >= 3 && H >= 3) {
+    // SMOOTH: (1 1 1 / 1 5 1 / 1 1 1) / 13, offset 0.5 for rounding, rows y+1, y, y-1 in that order.
+    const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;  // Pillow divides the float kernel by the float divisor
+    const float k[9] = {k1, k1, k1, k1, k5, k1, k1, k1, k1};
+    for (int y = 1; y < H - 1; ++y) {
+      const std::uint8_t* rows[3] = {image.row(y + 1), image.row(y), image.row(y - 1)};
+      std::uint8_t* out = scratch.row(y);
+      for (int x = 1; x < W - 1; ++x)
+        for (int b = 0; b < c; ++b) {
+          float ss = 0.5f;
+          for (int r = 0; r < 3; ++r) {
+            const std::uint8_t* in = rows[r];
+            ss += static_cast<float>(in[(x - 1) * c + b]) * k[r * 3] +
+                  static_cast<float>(in[x * c + b]) * k[r * 3 + 1] +
+                  static_cast<float>(in[(x + 1) * c + b]) * k[r * 3 + 2];
+          }
+          out[x * c + b] = ss <= 0.0f ? 0 : (ss >= 255.0f ? 255 : static_cast<std::uint8_t>(ss));
+        }
+    }
+  }
+  // Image.blend(degenerate, image, factor).
+  const bool interpolate = alpha >= 0 && alpha <= 1.0f;
+  for (std::size_t i = 0; i < image.pixels.size(); ++i)
+    image.pixels[i] =
+        alpha == 0.0f ? scratch.pixels[i] : BlendValue(scratch.pixels[i], image.pixels[i], alpha, interpolate);
+}
+
+void Posterize(Image& image, int bits) {
+  std::array<std::uint8_t, 256> table{};
+  const int mask = ~((1 << (8 - std::clamp(bits, 0, 8))) - 1);
+  for (int i = 0; i < 256; ++i) table[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i & mask);
+  ApplyTable(image, table);
+}
+
+void Solarize(Image& image, double threshold) {
+  std::array<std::uint8_t, 256> table{};
+  for (int i = 0; i < 256; ++i)
+    table[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i < threshold ? i : 255 - i);
+  ApplyTable(image, table);
+}
+
+void Invert(Image& image) {
+  for (auto& v : image.pixels) v = static_cast<std::uint8_t>(255 - v);
+}
+
+void AutoContrast(Image& image) {
+  const auto histograms = Histograms(image);
+  std::vector<std::uint8_t> tables(histograms.size() * 256);
+  for (std::size_t b = 0; b < histograms.size(); ++b) {
+    const auto& h = histograms[b];
+    int lo = 0, hi = 255;
+    while (lo < 255 && h[static_cast<std::size_t>(lo)] == 0) ++lo;
+    while (hi > 0 && h[static_cast<std::size_t>(hi)] == 0) --hi;
+    for (int ix = 0; ix < 256; ++ix) {
+      int v = ix;
+      if (hi > lo) {
+        const double scale = 255.0 / (hi - lo);
+        const double offset = -lo * scale;
+        v = std::clamp(static_cast<int>(ix * scale + offset), 0, 255);
+      }
+      tables[b * 256 + static_cast<std::size_t>(ix)] = static_cast<std::uint8_t>(v);
+    }
+  }
+  ApplyTables(image, tables);
+}
+
+void Equalize(Image& image) {
+  const auto histograms = Histograms(image);
+  std::vector<std::uint8_t> tables(histograms.size() * 256);
+  for (std::size_t b = 0; b < histograms.size(); ++b) {
+    const auto& h = histograms[b];
+    std::uint64_t total = 0, last = 0, used = 0;
+    for (auto count : h)
+      if (count) {
+        total += count;
+        last = count;
+        ++used;
+      }
+    const std::uint64_t step = used <= 1 ? 0 : (total - last) / 255;
+    std::uint64_t n = step / 2;
+    for (std::size_t i = 0; i < 256; ++i) {
+      tables[b * 256 + i] =
+          step == 0 ? static_cast<std::uint8_t>(i) : static_cast<std::uint8_t>(std::min<std::uint64_t>(n / step, 255));
+      n += h[i];
+    }
+  }
+  ApplyTables(image, tables);
 }
 
 }  // namespace stoker::transform

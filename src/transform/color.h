@@ -27,4 +27,14 @@ void AdjustHue(Image& image, double hue_factor);
 // rgb_to_grayscale(num_output_channels=3)).
 void ToGrayscale(Image& image);
 
+// ImageEnhance.Sharpness: a blend with the image through Pillow's SMOOTH
+// 3x3 filter (float arithmetic as Pillow's, borders kept).
+void AdjustSharpness(Image& image, double factor, Image& scratch);
+// ImageOps, per channel through lookup tables as Pillow builds them.
+void Posterize(Image& image, int bits);         // keeps the `bits` high bits, 1..8
+void Solarize(Image& image, double threshold);  // inverts values >= threshold
+void Invert(Image& image);
+void AutoContrast(Image& image);  // each channel stretched to 0..255
+void Equalize(Image& image);      // each channel's histogram equalised
+
 }  // namespace stoker::transform

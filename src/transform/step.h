@@ -112,6 +112,9 @@ Result<std::unique_ptr<Step>> MakeGaussianBlur(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeRandomErasing(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeRandomApply(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeRandomChoice(StepArgs& args);
+Result<std::unique_ptr<Step>> MakeRandAugment(StepArgs& args);
+Result<std::unique_ptr<Step>> MakeTrivialAugmentWide(StepArgs& args);
+Result<std::unique_ptr<Step>> MakeAutoAugment(StepArgs& args);
 
 // Python's round() (half to even) to an int.
 [[nodiscard]] inline int RoundHalfEvenInt(double x) {

@@ -31,6 +31,9 @@ constexpr std::array kSteps = {
     Entry{"RandomErasing", MakeRandomErasing},
     Entry{"RandomApply", MakeRandomApply},
     Entry{"RandomChoice", MakeRandomChoice},
+    Entry{"RandAugment", MakeRandAugment},
+    Entry{"TrivialAugmentWide", MakeTrivialAugmentWide},
+    Entry{"AutoAugment", MakeAutoAugment},
 };
 
 }  // namespace
