@@ -90,6 +90,10 @@ class Loader:
     ``Bytes``; see ``stoker.fields``) a dict per batch, over a packed dataset (a
     folder with ``index.stoker``), or over an ImageFolder tree of loose image
     files (indexed in memory at creation; packed shards read faster).
+    ``transform`` is a ``stoker.transforms.Compose`` (torchvision's names and
+    arguments, compiled natively); ``batch_transform`` (such as
+    ``stoker.transforms.MixUp`` or ``CutMix``) maps each ``(images, labels)``
+    batch, on its device, before it is yielded.
 
     ``batch_size`` is per rank, as in DataLoader (64 by default); ``rank``
     and ``world_size`` default to torchrun's ``RANK`` and ``WORLD_SIZE``.
@@ -153,8 +157,12 @@ class Loader:
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
                  autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None, map=None,
-                 collate=None):
+                 collate=None, batch_transform=None):
         specs, self._transformed = [], None
+        if batch_transform is not None and (not callable(batch_transform) or fields is not None):
+            raise ValueError("batch_transform (MixUp, CutMix, or any f(images, labels) -> (images, labels)) is for "
+                             "the (images, labels) loader: with fields=, call it on the dict's tensors")
+        self._batch_transform = batch_transform
         _fields.check_hooks(map, collate)
         if (map is not None or collate is not None) and fields is None:
             raise ValueError("map= and collate= work on typed fields: give fields= too")
@@ -375,6 +383,8 @@ class Loader:
             images, labels = from_dlpack(item[0]), from_dlpack(item[1])
             if on_device:
                 labels = labels.to(images.device, non_blocking=True)
+            if self._batch_transform is not None:
+                images, labels = self._batch_transform(images, labels)
             if not self._with_indices:
                 yield images, labels
                 continue

@@ -1,0 +1,145 @@
+#include "transform/step.h"
+
+#include <gtest/gtest.h>
+
+#include "transform/augmentation.h"
+
+namespace stoker::transform {
+namespace {
+
+TransformStep StepOf(std::string name, std::vector<std::pair<std::string, std::vector<double>>> args = {},
+                     std::vector<std::pair<std::string, std::string>> words = {}) {
+  return TransformStep{std::move(name), std::move(args), std::move(words), {}};
+}
+
+Image Gradient(int w, int h) {
+  Image im;
+  im.Reset(w, h, 3);
+  for (std::size_t i = 0; i < im.pixels.size(); ++i) im.pixels[i] = static_cast<std::uint8_t>(i * 31 % 251);
+  return im;
+}
+
+TEST(StepRegistry, RefusesUnknownStepsAndArgumentsByName) {
+  auto unknown = MakeStep(StepOf("RandomPerspective"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("RandomPerspective"), std::string::npos);
+  EXPECT_NE(unknown.error().message().find("RandomRotation"), std::string::npos);  // lists what exists
+  auto typo = MakeStep(StepOf("RandomRotation", {{"degrees", {10}}, {"degres", {5}}}));
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.error().message().find("degres"), std::string::npos);
+  auto missing = MakeStep(StepOf("RandomRotation"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("degrees"), std::string::npos);
+  auto count = MakeStep(StepOf("RandomRotation", {{"degrees", {1, 2, 3}}}));
+  ASSERT_FALSE(count.ok());
+  EXPECT_NE(count.error().message().find("1 or 2"), std::string::npos);
+  auto nan = MakeStep(StepOf("ColorJitter", {{"brightness", {std::nan("")}}}));
+  EXPECT_FALSE(nan.ok());
+  EXPECT_TRUE(MakeStep(StepOf("RandomRotation", {{"degrees", {10}}}, {{"interpolation", "bilinear"}})).ok());
+}
+
+TEST(Steps, DrawsDependOnlyOnTheStream) {
+  auto step = MakeStep(StepOf("RandomAffine", {{"degrees", {30}}, {"translate", {0.2, 0.2}}, {"scale", {0.5, 2}}}));
+  ASSERT_TRUE(step.ok());
+  Rng a(1, 2), b(1, 2), c(1, 3);
+  const StepParams pa = (*step)->Draw({100, 80}, a), pb = (*step)->Draw({100, 80}, b), pc = (*step)->Draw({100, 80}, c);
+  EXPECT_EQ(pa.values, pb.values);
+  EXPECT_NE(pa.values, pc.values);
+  ASSERT_EQ(pa.values.size(), 6u);
+  EXPECT_EQ(pa.values[0].first, "angle");
+  EXPECT_LE(std::abs(pa.values[0].second), 30);
+  EXPECT_LE(std::abs(pa.values[1].second), 20);  // translate_x within 0.2 * width
+}
+
+TEST(Steps, ReplayTakesGivenParametersInAnyOrder) {
+  auto step = MakeStep(StepOf("RandomCrop", {{"size", {4, 6}}}));
+  ASSERT_TRUE(step.ok());
+  Image im = Gradient(10, 8), scratch;
+  const Image original = im;
+  StepParams given{"RandomCrop", {{"left", 3}, {"top", 2}}, {}};
+  Rng rng(0, 0);
+  StepParams used;
+  ASSERT_TRUE((*step)->Run(im, scratch, rng, &given, used).ok());
+  ASSERT_EQ(im.width, 6);
+  ASSERT_EQ(im.height, 4);
+  EXPECT_EQ(im.row(0)[0], original.row(2)[3 * 3]);
+  EXPECT_EQ(used.values[0].first, "top");
+  StepParams outside{"RandomCrop", {{"top", 5}, {"left", 0}}, {}};
+  Image again = original;
+  EXPECT_FALSE((*step)->Run(again, scratch, rng, &outside, used).ok());
+}
+
+TEST(Steps, RandomApplyReplaysItsChildren) {
+  TransformStep apply = StepOf("RandomApply", {{"p", {0.5}}});
+  apply.children.push_back(StepOf("RandomVerticalFlip", {{"p", {0.5}}}));
+  auto step = MakeStep(apply);
+  ASSERT_TRUE(step.ok());
+  Image im = Gradient(3, 2), scratch;
+  const Image original = im;
+  StepParams given{"RandomApply", {{"applied", 1}}, {StepParams{"RandomVerticalFlip", {{"flip", 1}}, {}}}};
+  Rng rng(0, 0);
+  StepParams used;
+  ASSERT_TRUE((*step)->Run(im, scratch, rng, &given, used).ok());
+  EXPECT_EQ(im.row(0)[0], original.row(1)[0]);
+  ASSERT_EQ(used.children.size(), 1u);
+  StepParams without_children{"RandomApply", {{"applied", 1}}, {}};
+  EXPECT_FALSE((*step)->Run(im, scratch, rng, &without_children, used).ok());
+  TransformStep empty = StepOf("RandomApply");
+  EXPECT_FALSE(MakeStep(empty).ok());
+}
+
+TEST(Steps, RandomErasingWritesItsBoxInEveryLayoutAndDtype) {
+  auto step = MakeStep(StepOf("RandomErasing", {{"p", {1}}, {"value", {1, 2, 3}}}));
+  ASSERT_TRUE(step.ok());
+  ASSERT_TRUE((*step)->on_tensor());
+  std::vector<float> nchw(3 * 4 * 5, -1.0f);
+  const TensorView view{nchw.data(), DType::kFloat32, Layout::kNCHW, 5, 4, 3};
+  StepParams given{
+      "RandomErasing", {{"erase", 1}, {"top", 1}, {"left", 2}, {"height", 2}, {"width", 3}, {"noise_seed", 0}}, {}};
+  Rng rng(0, 0);
+  StepParams used;
+  ASSERT_TRUE((*step)->RunTensor(view, rng, &given, used).ok());
+  EXPECT_EQ(nchw[0 * 20 + 1 * 5 + 2], 1.0f);
+  EXPECT_EQ(nchw[2 * 20 + 2 * 5 + 4], 3.0f);
+  EXPECT_EQ(nchw[1 * 20 + 0 * 5 + 2], -1.0f);  // row 0 untouched
+  StepParams too_big = given;
+  too_big.values[4].second = 4;  // width 4 from column 2 leaves a 5-wide image
+  EXPECT_FALSE((*step)->RunTensor(view, rng, &too_big, used).ok());
+  // Drawn boxes stay inside and are smaller than the image.
+  for (std::uint64_t s = 0; s < 200; ++s) {
+    Rng r(s, 1);
+    const StepParams p = (*step)->Draw({5, 4}, r);
+    if (p.values[0].second == 0) continue;
+    EXPECT_LE(p.values[1].second + p.values[3].second, 4);
+    EXPECT_LE(p.values[2].second + p.values[4].second, 5);
+  }
+}
+
+TEST(Augmentation, RefusesStepsInTheWrongStage) {
+  TransformOptions t;
+  t.width = t.height = 32;
+  t.after_crop = {StepOf("RandomErasing")};
+  EXPECT_FALSE(Augmentation::Create(t).ok());
+  t.after_crop = {StepOf("RandomRotation", {{"degrees", {10}}, {"expand", {1}}})};
+  auto grows = Augmentation::Create(t);
+  ASSERT_FALSE(grows.ok());
+  EXPECT_NE(grows.error().message().find("change the 32x32"), std::string::npos);
+  t.after_crop = {StepOf("RandomRotation", {{"degrees", {10}}})};
+  EXPECT_TRUE(Augmentation::Create(t).ok());
+  t.after_normalize = {StepOf("ColorJitter", {{"brightness", {0.2}}})};
+  EXPECT_FALSE(Augmentation::Create(t).ok());
+  t.after_normalize = {StepOf("RandomErasing")};
+  EXPECT_TRUE(Augmentation::Create(t).ok());
+  TransformOptions none;
+  none.kind = TransformOptions::Kind::kNone;
+  none.width = none.height = 32;
+  none.before_crop = {StepOf("ColorJitter", {{"brightness", {0.2}}})};
+  EXPECT_FALSE(Augmentation::Create(none).ok());  // nothing fixes the size
+  none.before_crop.push_back(StepOf("RandomCrop", {{"size", {32}}, {"pad_if_needed", {1}}}));
+  EXPECT_TRUE(Augmentation::Create(none).ok());
+  none.before_crop.push_back(StepOf("Pad", {{"padding", {1}}}));
+  EXPECT_FALSE(Augmentation::Create(none).ok());  // ends at 34x34
+}
+
+}  // namespace
+}  // namespace stoker::transform
