@@ -1,11 +1,14 @@
 // Fuzzes the loader's field decoders on arbitrary bytes, every kind: the
 // text number parsers, UTF-8 checking, JSON checking (deep nesting, huge
-// numbers, truncation), .npy, and whole-image decoding in each mode. A
-// malformed field must give an error, never a crash or a wrong success.
+// numbers, truncation), .npy, whole-image decoding in each mode, and the
+// targets' decoders (boxes and keypoints from .npy or JSON lists of numbers,
+// masks). A malformed field must give an error, never a crash or a wrong
+// success.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "codec/number_array.h"
 #include "pipeline/field_decoders.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -13,8 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   stoker::pipeline::FieldDecodeOptions options;
   options.max_pixels = 1 << 20;
-  for (FieldKind kind : {FieldKind::kInt, FieldKind::kFloat, FieldKind::kText, FieldKind::kJson, FieldKind::kBytes,
-                         FieldKind::kArray, FieldKind::kImage}) {
+  for (FieldKind kind :
+       {FieldKind::kInt, FieldKind::kFloat, FieldKind::kText, FieldKind::kJson, FieldKind::kBytes, FieldKind::kArray,
+        FieldKind::kImage, FieldKind::kBoxes, FieldKind::kKeypoints, FieldKind::kMask}) {
     stoker::FieldSpec spec;
     spec.name = "f";
     spec.kind = kind;
@@ -27,6 +31,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       __builtin_trap();
     if (s.ok() && (kind == FieldKind::kInt || kind == FieldKind::kFloat) && value.tensor.data.size() != 8)
       __builtin_trap();
+    if (s.ok() && kind == FieldKind::kBoxes &&
+        (value.tensor.shape.size() != 2 || value.tensor.shape[1] != 4 ||
+         value.tensor.data.size() != static_cast<std::size_t>(value.tensor.shape[0]) * 16))
+      __builtin_trap();
+  }
+  // The JSON number lists on their own: a success is rectangular.
+  const auto numbers = stoker::codec::ParseNumberArray({reinterpret_cast<const char*>(data), size});
+  if (numbers.ok()) {
+    std::size_t expected = 1;
+    for (auto d : numbers->shape) expected *= d;
+    if (numbers->values.size() != expected) __builtin_trap();
   }
   return 0;
 }

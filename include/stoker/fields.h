@@ -22,6 +22,11 @@ enum class FieldKind : std::uint8_t {
   kJson,    // JSON (checked to parse) -> its text
   kBytes,   // anything -> its bytes, as stored
   kCustom,  // a decoder of your own, by FieldSpec::decoder (stoker/field_extension.h)
+  // Targets (.npy, or JSON nested lists of numbers) that move with the
+  // transformed image when FieldSpec::follows is set:
+  kBoxes,      // float32 [N, 4] in FieldSpec::box_format; moved boxes enclose their moved corners
+  kKeypoints,  // float32 [N, 2], [N, K, 2] or [N, K, 3] (x, y[, visibility: not moved])
+  kMask,       // a label map (PNG, ... decoded as "L") -> uint8 [H, W], moved with nearest sampling
 };
 [[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
 // The kind WebDataset's conventions give a key, by its last extension:
@@ -45,6 +50,16 @@ struct FieldSpec {
   bool transformed = false;
   // kCustom: the name of a decoder a loaded extension registered.
   std::string decoder;
+  // kBoxes, kKeypoints, kMask: moved with the transformed image (every
+  // crop, flip, rotation, affine and resize it gets), clamped to it (boxes:
+  // one left without area is dropped, with its label). Needs a transformed
+  // image field; a mask must be that image's size.
+  bool follows = false;
+  std::string box_format = "xyxy";  // kBoxes: "xyxy", "xywh" or "cxcywh" (output in the same format)
+  // kBoxes: the name of another field (an Array, one label per box along
+  // its first dimension) whose entries are dropped with their boxes.
+  std::string labels;
+  std::uint8_t fill = 0;  // kMask: pixels moved in from outside the image
 };
 
 // One sample's decoded field.

@@ -129,7 +129,10 @@ py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void
           }
           [[fallthrough]];
         case stoker::FieldKind::kImage:
-        case stoker::FieldKind::kArray: {
+        case stoker::FieldKind::kArray:
+        case stoker::FieldKind::kBoxes:
+        case stoker::FieldKind::kKeypoints:
+        case stoker::FieldKind::kMask: {
           // Types torch 1.13 cannot take are widened (a copy, owned by the capsule).
           const auto type = v.tensor.type;
           if (type == stoker::ElementType::kUInt16 || type == stoker::ElementType::kUInt32 ||
@@ -164,7 +167,10 @@ void BindFields(py::module_& m) {
       .value("text", stoker::FieldKind::kText)
       .value("json", stoker::FieldKind::kJson)
       .value("bytes", stoker::FieldKind::kBytes)
-      .value("custom", stoker::FieldKind::kCustom);
+      .value("custom", stoker::FieldKind::kCustom)
+      .value("boxes", stoker::FieldKind::kBoxes)
+      .value("keypoints", stoker::FieldKind::kKeypoints)
+      .value("mask", stoker::FieldKind::kMask);
   py::class_<stoker::FieldSpec>(m, "FieldSpec")
       .def(py::init<>())
       .def_readwrite("name", &stoker::FieldSpec::name)
@@ -173,7 +179,11 @@ void BindFields(py::module_& m) {
       .def_readwrite("optional", &stoker::FieldSpec::optional)
       .def_readwrite("mode", &stoker::FieldSpec::mode)
       .def_readwrite("transformed", &stoker::FieldSpec::transformed)
-      .def_readwrite("decoder", &stoker::FieldSpec::decoder);
+      .def_readwrite("decoder", &stoker::FieldSpec::decoder)
+      .def_readwrite("follows", &stoker::FieldSpec::follows)
+      .def_readwrite("box_format", &stoker::FieldSpec::box_format)
+      .def_readwrite("labels", &stoker::FieldSpec::labels)
+      .def_readwrite("fill", &stoker::FieldSpec::fill);
   m.def("load_field_extension", [](const std::string& path) { Check(stoker::LoadFieldExtension(path)); });
   m.def("field_extension_decoders", [] { return stoker::FieldExtensionDecoders(); });
 }

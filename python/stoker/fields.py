@@ -233,6 +233,112 @@ class Custom(_Field):
             out[name] = items
 
 
+def _follows(follows):
+    if follows in (None, False):
+        return False
+    if follows in ("image", True):
+        return True
+    raise ValueError("follows is \"image\" (the transformed image) or None, not %r" % (follows,))
+
+
+class _Target(_Field):
+    """Boxes and keypoints: per sample a float32 tensor; a list per batch,
+    or with ``pad=value`` one tensor padded to the batch's largest count and
+    ``<name>_count`` (int64 [B])."""
+
+    def __init__(self, keys, follows, pad, optional):
+        super().__init__(keys, optional)
+        self.follows = _follows(follows)
+        if pad is not None and not isinstance(pad, (int, float)):
+            raise TypeError("pad is a number or None, not %r" % (pad,))
+        self.pad = pad
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        spec.follows = self.follows
+        return spec
+
+    _sample = Image._sample
+
+    def _assemble(self, values, torch, name, out):
+        tensors = [self._sample(v) for v in values]
+        if self.pad is None or any(t is None for t in tensors) or not tensors:
+            out[name] = tensors
+            return
+        counts = [t.shape[0] for t in tensors]
+        batch = torch.full([len(tensors), max(counts)] + list(tensors[0].shape[1:]), self.pad, dtype=torch.float32)
+        for i, t in enumerate(tensors):
+            batch[i, :counts[i]] = t
+        out[name] = batch
+        out[name + "_count"] = torch.tensor(counts, dtype=torch.int64)
+
+
+class Boxes(_Target):
+    """Boxes (N x 4) from a ``.npy`` or a JSON list of lists, in ``format``
+    "xyxy", "xywh" or "cxcywh" (kept on output). With ``follows="image"``
+    they move with the transformed image, as torchvision.transforms.v2 moves
+    BoundingBoxes: a moved box encloses its four moved corners, is clamped
+    to the image after every step, and is dropped when left without area,
+    together with its entry in ``labels`` (the name of an Array field, one
+    label per box)."""
+    kind = "boxes"
+
+    def __init__(self, key="boxes.npy;boxes.json", format="xyxy", follows="image", labels=None, pad=None,
+                 optional=False):
+        super().__init__(key, follows, pad, optional)
+        self.format = _params.choice("format", format, ("xyxy", "xywh", "cxcywh"))
+        if labels is not None and (not isinstance(labels, str) or not labels):
+            raise TypeError("labels names an Array field of the loader, not %r" % (labels,))
+        self.labels = labels
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        spec.box_format = self.format
+        spec.labels = self.labels or ""
+        return spec
+
+
+class Keypoints(_Target):
+    """Keypoints from a ``.npy`` or JSON: N x 2, N x K x 2 or N x K x 3 (the
+    third value, a visibility, does not move). With ``follows="image"`` they
+    move with the transformed image and may leave it (compare with its
+    size)."""
+    kind = "keypoints"
+
+    def __init__(self, key="keypoints.npy;keypoints.json", follows="image", pad=None, optional=False):
+        super().__init__(key, follows, pad, optional)
+
+
+class Mask(_Field):
+    """A label map (PNG or another image, read as 8-bit "L"), the size of
+    its image. With ``follows="image"`` it takes every crop, flip,
+    rotation, affine and resize the transformed image takes, with
+    nearest-neighbour sampling (torchvision.transforms.v2's masks); pixels
+    moved in from outside take ``fill``. Following masks come as one uint8
+    [B, H, W] tensor; others as a list of [H, W] tensors."""
+    kind = "mask"
+
+    def __init__(self, key="seg.png;mask.png", follows="image", fill=0, optional=False):
+        super().__init__(key, optional)
+        self.follows = _follows(follows)
+        self.fill = _params.integer("fill", fill, 0, 255)
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        spec.follows = self.follows
+        spec.fill = self.fill
+        return spec
+
+    _sample = Image._sample
+
+    def _assemble(self, values, torch, name, out):
+        tensors = [self._sample(v) for v in values]
+        if tensors and all(t is not None for t in tensors) and len({tuple(t.shape) for t in tensors}) == 1:
+            out[name] = torch.stack(tensors)
+        else:
+            out[name] = tensors
+
+
 def load_field_extension(path):
     """Loads a shared library of field decoders (stoker/field_extension.h)
     for ``stoker.Custom(key, decoder=name)``; returns the names loaded so far.
@@ -245,14 +351,15 @@ def load_field_extension(path):
 def native_specs(fields):
     """(specs, transformed name or None, its transform) for LoaderOptions."""
     if not isinstance(fields, dict) or not fields:
-        raise TypeError("fields is a non-empty dict of name -> stoker.Image/Int/Float/Array/Text/Json/Bytes")
+        raise TypeError("fields is a non-empty dict of name -> stoker.Image/Int/Float/Array/Text/Json/Bytes/Boxes/"
+                        "Keypoints/Mask")
     specs, transformed, transform = [], None, None
     for name, field in fields.items():
         if not isinstance(name, str) or not name:
             raise TypeError("field names are non-empty strings, not %r" % (name,))
         if not isinstance(field, _Field):
-            raise TypeError("fields[%r] must be a stoker.Image, Int, Float, Array, Text, Json, Bytes or Custom, not %r"
-                            % (name, field))
+            raise TypeError("fields[%r] must be a stoker.Image, Int, Float, Array, Text, Json, Bytes, Boxes, "
+                            "Keypoints, Mask or Custom, not %r" % (name, field))
         if isinstance(field, Image) and field.transform is not None:
             if transformed is not None:
                 raise ValueError("only one Image may have a transform (%r and %r do)" % (transformed, name))

@@ -26,6 +26,12 @@ std::string_view FieldKindName(FieldKind kind) {
       return "bytes";
     case FieldKind::kCustom:
       return "custom";
+    case FieldKind::kBoxes:
+      return "boxes";
+    case FieldKind::kKeypoints:
+      return "keypoints";
+    case FieldKind::kMask:
+      return "mask";
   }
   return "?";
 }

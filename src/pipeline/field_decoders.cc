@@ -11,6 +11,7 @@
 #include "codec/image_decode.h"
 #include "codec/npy.h"
 #include "pipeline/field_extension.h"
+#include "pipeline/target_fields.h"
 
 namespace stoker {
 
@@ -216,6 +217,8 @@ constexpr Entry kDecoders[] = {
     {FieldKind::kFloat, DecodeFloatField}, {FieldKind::kArray, DecodeArrayField},
     {FieldKind::kText, DecodeTextField},   {FieldKind::kJson, DecodeJsonField},
     {FieldKind::kBytes, DecodeBytesField}, {FieldKind::kCustom, DecodeCustomField},
+    {FieldKind::kBoxes, DecodeBoxesField}, {FieldKind::kKeypoints, DecodeKeypointsField},
+    {FieldKind::kMask, DecodeMaskField},
 };
 
 }  // namespace

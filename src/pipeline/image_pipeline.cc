@@ -190,6 +190,22 @@ Status FinishSample(const TransformOptions& t, const transform::OutputWriter& wr
   return Status::Ok();
 }
 
+// The crop stage's part of the record (`source` is the image the crop stage received).
+void RecordCrop(const TransformOptions& t, const CropPlan& plan, transform::Size source, transform::SampleGeometry& g) {
+  g.out = {t.width, t.height};
+  g.flip = plan.flip;
+  if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
+    g.crop = transform::SampleGeometry::Crop::kBox;
+    g.box = {plan.box.x0, plan.box.y0, plan.box.x1, plan.box.y1};
+  } else {
+    const auto p = transform::PlanResizeCenterCrop(source.width, source.height, t.resize, t.width, t.height);
+    g.crop = transform::SampleGeometry::Crop::kResizeThenCenter;
+    g.resized = {p.resized_w, p.resized_h};
+    g.crop_left = p.left;
+    g.crop_top = p.top;
+  }
+}
+
 }  // namespace
 
 Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter& writer,
@@ -200,6 +216,11 @@ Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter
   Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
   transform::Image& image = scratch.image;
   const int W = image.width, H = image.height;
+  if (record.geometry != nullptr) {
+    record.geometry->Clear();
+    record.geometry->valid = true;
+    record.geometry->source = {W, H};
+  }
   STOKER_RETURN_IF_ERROR(augmentation.RunBefore(image, scratch.step_scratch, rng, record));
   TransformTrace local;
   TransformTrace& tr = trace != nullptr ? *trace : local;
@@ -214,8 +235,10 @@ Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter
     scratch.resized.swap(image.pixels);
     tr.x1 = t.width;
     tr.y1 = t.height;
+    if (record.geometry != nullptr) record.geometry->out = {t.width, t.height};
   } else {
     STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(image.width, image.height, t, seed, epoch, sample, &record));
+    if (record.geometry != nullptr) RecordCrop(t, plan, image.size(), *record.geometry);
     DecodedCrop crop;
     crop.view = {image.pixels.data(), image.width, image.height, image.stride()};
     crop.x0 = plan.box.x0;
@@ -254,11 +277,14 @@ Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOption
   auto add = [](std::atomic<std::uint64_t>* counter, Clock::duration d) {
     if (counter) counter->fetch_add(static_cast<std::uint64_t>(d.count()), std::memory_order_relaxed);
   };
+  transform::Augmentation::Record with_geometry = record;
+  if (scratch.record_geometry && with_geometry.geometry == nullptr) with_geometry.geometry = &scratch.geometry;
   if (augmentation.has_before() || t.kind == TransformOptions::Kind::kNone) {
     STOKER_RETURN_IF_ERROR(DecodeWholeImage(jpeg, t, scratch));
     const auto t1 = Clock::now();
     add(decode_ns, t1 - t0);
-    STOKER_RETURN_IF_ERROR(TransformDecoded(t, writer, augmentation, seed, epoch, sample, out, scratch, trace, record));
+    STOKER_RETURN_IF_ERROR(
+        TransformDecoded(t, writer, augmentation, seed, epoch, sample, out, scratch, trace, with_geometry));
     add(transform_ns, Clock::now() - t1);
     return Status::Ok();
   }
@@ -267,9 +293,19 @@ Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOption
   STOKER_RETURN_IF_ERROR(DecodeCrop(jpeg, t, seed, epoch, sample, scratch, crop, &record));
   const auto t1 = Clock::now();
   add(decode_ns, t1 - t0);
+  if (with_geometry.geometry != nullptr) {
+    transform::SampleGeometry& g = *with_geometry.geometry;
+    g.Clear();
+    g.valid = true;
+    g.source = {crop.trace.source_width, crop.trace.source_height};
+    CropPlan plan;
+    plan.box = {crop.trace.x0, crop.trace.y0, crop.trace.x1, crop.trace.y1};
+    plan.flip = crop.flip;
+    RecordCrop(t, plan, g.source, g);
+  }
   STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
   Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
-  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, crop.flip, out, scratch, record));
+  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, crop.flip, out, scratch, with_geometry));
   if (trace != nullptr) {
     *trace = crop.trace;
     if (record.used != nullptr) trace->steps = *record.used;

@@ -30,6 +30,10 @@ struct ImageScratch {
   codec::SourceImage source;  // PNG and WebP, decoded whole
   codec::Pixels converted;
   transform::Image image, step_scratch;  // augmentation steps' images
+  // Set by the loader when targets follow the image: each sample's
+  // transform then records what it did in `geometry`.
+  bool record_geometry = false;
+  transform::SampleGeometry geometry;
 };
 
 // The decoded region of one sample and what the transform does with it: the

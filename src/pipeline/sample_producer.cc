@@ -21,6 +21,9 @@ using Clock = std::chrono::steady_clock;
 // numbers are no number. Text may hold anything (numbers, JSON).
 bool KindsAgree(FieldKind spec, FieldKind recorded) {
   if (spec == FieldKind::kBytes || spec == FieldKind::kCustom || recorded == FieldKind::kBytes) return true;
+  if (spec == FieldKind::kBoxes || spec == FieldKind::kKeypoints)
+    return recorded == FieldKind::kArray || recorded == FieldKind::kJson || recorded == FieldKind::kText;
+  if (spec == FieldKind::kMask) return recorded == FieldKind::kImage;
   if (spec == FieldKind::kImage || spec == FieldKind::kArray) return recorded == spec;
   if (recorded == FieldKind::kImage || recorded == FieldKind::kArray) return false;
   if (spec == FieldKind::kInt) return recorded != FieldKind::kFloat && recorded != FieldKind::kJson;
@@ -116,6 +119,8 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                  fmt::join(dataset->field_names(), ", ")));
     }
   }
+  STOKER_ASSIGN_OR_RETURN(p->follower_,
+                          TargetFollower::Create(p->field_specs_, wants_image && !options.fields.empty()));
   p->dataset_ = std::move(dataset);
   p->options_ = options;
   p->finisher_ = finisher;
@@ -265,6 +270,7 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
         const Dataset::FieldRead& read = input.reads[index];
         s = read.status;
         if (s.ok()) {
+          scratch.image.record_geometry = !follower_.empty();
           s = finisher_->Finish(read.bytes, context, buffer, scratch.image, *counters_);
           if (!s.ok())
             s = s.WithContext(fmt::format(
@@ -284,6 +290,7 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
         }
         s = DecodeField(*read.sample, f, read.field, read.bytes, &value);
       }
+      if (s.ok() && !follower_.empty()) s = Follow(*input.infos[index], columns, index, scratch);
       if (nf > 0) LoaderCounters::Add(counters_->decode_ns, Clock::now() - t0);
     } else {
       auto label = ProduceOne(out.sample, context, buffer, columns, scratch);
@@ -309,6 +316,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
     checked = true;
     counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
+    scratch.image.record_geometry = !follower_.empty();
     Status s = finisher_->Finish(scratch.encoded, context, buffer, scratch.image, *counters_);
     if (!s.ok())
       return s.WithContext(fmt::format("sample '{}' (field '{}' at {}:{})", Printable(info.key),
@@ -328,7 +336,15 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
     counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     STOKER_RETURN_IF_ERROR(DecodeField(info, f, *field, scratch.encoded, &value));
   }
+  if (!follower_.empty()) STOKER_RETURN_IF_ERROR(Follow(info, columns, context.index, scratch));
   return info.label;
+}
+
+Status SampleProducer::Follow(const SampleInfo& info, FieldColumns& columns, std::size_t index,
+                              ProducerScratch& scratch) const {
+  Status s = follower_.Apply(scratch.image.geometry, columns, index, scratch.target, scratch.target_scratch);
+  if (s.ok()) return s;
+  return s.WithContext(fmt::format("sample '{}' in {}", Printable(info.key), dataset_->shards()[info.shard].path));
 }
 
 }  // namespace stoker::pipeline

@@ -14,6 +14,7 @@
 #include "pipeline/field_decoders.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/sample_finisher.h"
+#include "pipeline/target_fields.h"
 #include "stoker/dataset.h"
 #include "stoker/loader.h"
 
@@ -39,6 +40,7 @@ using FieldColumns = std::vector<std::vector<FieldValue>>;
 struct ProducerScratch {
   std::vector<std::byte> encoded;
   ImageScratch image;
+  transform::Image target, target_scratch;  // masks following the image
 };
 
 class SampleProducer {
@@ -81,6 +83,9 @@ class SampleProducer {
   [[nodiscard]] Status MissingField(const SampleInfo& info, std::size_t f) const;
   [[nodiscard]] Status DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
                                    std::span<const std::byte> bytes, FieldValue* out) const;
+  // Moves the sample's following targets as its image moved.
+  [[nodiscard]] Status Follow(const SampleInfo& info, FieldColumns& columns, std::size_t index,
+                              ProducerScratch& scratch) const;
   [[nodiscard]] Result<std::int64_t> ProduceOne(std::uint64_t sample, SampleContext context, std::byte* buffer,
                                                 FieldColumns& columns, ProducerScratch& scratch);
 
@@ -90,6 +95,7 @@ class SampleProducer {
   std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
   std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
   std::vector<FieldDecodeOptions> field_options_;           // per spec
+  TargetFollower follower_;                                 // boxes, keypoints, masks that follow the image
   SampleFinisher* finisher_ = nullptr;
   LoaderCounters* counters_ = nullptr;
 };

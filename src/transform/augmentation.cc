@@ -55,11 +55,13 @@ Rng Augmentation::SampleRng(std::uint64_t seed, std::uint64_t epoch, std::uint64
 }
 
 Status Augmentation::Run(const Steps& steps, std::size_t first, Image& image, Image& scratch, Rng& rng,
-                         const Record& record) const {
+                         const Record& record, std::vector<SampleGeometry::Move>* moves) const {
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const StepParams* replay = record.replay ? &(*record.replay)[first + i] : nullptr;
     StepParams used;
+    const Size in = image.size();
     STOKER_RETURN_IF_ERROR(steps[i]->Run(image, scratch, rng, replay, used));
+    if (moves != nullptr) moves->push_back({steps[i].get(), used, in});
     if (record.used) record.used->push_back(std::move(used));
   }
   return Status::Ok();
@@ -73,11 +75,11 @@ Status Augmentation::CheckRecord(const Record& record) const {
 }
 
 Status Augmentation::RunBefore(Image& image, Image& scratch, Rng& rng, const Record& record) const {
-  return Run(before_, 0, image, scratch, rng, record);
+  return Run(before_, 0, image, scratch, rng, record, record.geometry ? &record.geometry->before : nullptr);
 }
 
 Status Augmentation::RunAfter(Image& image, Image& scratch, Rng& rng, const Record& record) const {
-  return Run(after_, before_.size(), image, scratch, rng, record);
+  return Run(after_, before_.size(), image, scratch, rng, record, record.geometry ? &record.geometry->after : nullptr);
 }
 
 Status Augmentation::RunTensor(const TensorView& tensor, Rng& rng, const Record& record) const {

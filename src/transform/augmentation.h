@@ -14,6 +14,7 @@
 #include "stoker/augment.h"
 #include "stoker/loader.h"
 #include "transform/step.h"
+#include "transform/targets.h"
 
 namespace stoker::transform {
 
@@ -44,6 +45,8 @@ class Augmentation {
     std::vector<StepParams>* used = nullptr;
     std::optional<std::array<double, 4>> box;
     std::optional<bool> flip;
+    // When set, what the steps did, for targets that follow the image.
+    SampleGeometry* geometry = nullptr;
   };
   // Refuses a replay whose count of steps differs from this transform's.
   [[nodiscard]] Status CheckRecord(const Record& record) const;
@@ -54,7 +57,7 @@ class Augmentation {
  private:
   using Steps = std::vector<std::shared_ptr<const Step>>;
   [[nodiscard]] Status Run(const Steps& steps, std::size_t first, Image& image, Image& scratch, Rng& rng,
-                           const Record& record) const;
+                           const Record& record, std::vector<SampleGeometry::Move>* moves) const;
   Steps before_, after_, tensor_;
 };
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,19 @@ class Step {
   // The size an input of `in` pixels comes out at; nullopt when that
   // depends on the drawn parameters (RandomRotation with expand).
   [[nodiscard]] virtual std::optional<Size> OutputSize(Size in) const { return in; }
+  // The size these parameters make of `in` (RandomRotation with expand: its
+  // canvas for the drawn angle).
+  [[nodiscard]] virtual Size OutputSizeFor(const StepParams&, Size in) const { return OutputSize(in).value_or(in); }
+  // Targets that follow the image (boxes, keypoints, masks): steps that move
+  // pixels move them the same way; the others leave them as they are.
+  // Points are (x, y) pairs in continuous pixel coordinates (the image
+  // spans [0, W] x [0, H]).
+  virtual void MapPoints(const StepParams&, Size, std::span<double>) const {}
+  // A label map (1 channel), moved with nearest-neighbour sampling; pixels
+  // from outside the image take `fill`.
+  [[nodiscard]] virtual Status ApplyToMask(const StepParams&, Image&, Image&, std::uint8_t) const {
+    return Status::Ok();
+  }
   // Draws this sample's parameters for an input of `in` pixels.
   [[nodiscard]] virtual StepParams Draw(Size in, Rng& rng) const = 0;
   // Image steps: transforms `image` (`scratch` is free to use). Corruption

@@ -143,6 +143,29 @@ Status ApplyOp(int op, double magnitude, Interpolation interpolation, const Fill
   }
 }
 
+// The Pillow matrix of a geometric operation (none for the others).
+std::optional<AffineMatrix> OpMatrix(int op, double magnitude, Size size) {
+  constexpr double kRadToDeg = 180.0 / std::numbers::pi;
+  const std::array<double, 2> middle{size.width * 0.5, size.height * 0.5};
+  switch (op) {
+    case kShearX:
+      return InverseAffineMatrix({0, 0}, 0.0, {0, 0}, 1.0, {std::atan(magnitude) * kRadToDeg, 0.0});
+    case kShearY:
+      return InverseAffineMatrix({0, 0}, 0.0, {0, 0}, 1.0, {0.0, std::atan(magnitude) * kRadToDeg});
+    case kTranslateX:
+      return InverseAffineMatrix(middle, 0.0, {std::trunc(magnitude), 0}, 1.0, {0, 0});
+    case kTranslateY:
+      return InverseAffineMatrix(middle, 0.0, {0, std::trunc(magnitude)}, 1.0, {0, 0});
+    case kRotate: {
+      double a = std::fmod(magnitude, 360.0);
+      if (a != 0 && a < 0) a += 360.0;
+      return PlanRotation(size, a, false, std::nullopt).matrix;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
 // A sequence of (operation, magnitude, applied) slots.
 class OpSequence : public Step {
  public:
@@ -168,8 +191,31 @@ class OpSequence : public Step {
     }
     return Status::Ok();
   }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    ForEachMove(p, in, [&](const AffineMatrix& m) { MapPointsForward(m, xy); });
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    ForEachMove(p, mask.size(), [&](const AffineMatrix& m) {
+      WarpAffine(mask, m, Interpolation::kNearest, {fill, fill, fill}, mask.size(), scratch);
+      std::swap(mask, scratch);
+    });
+    return Status::Ok();
+  }
 
  private:
+  // Calls `move` with each applied geometric operation's matrix, in order.
+  template <typename Move>
+  void ForEachMove(const StepParams& p, Size size, Move move) const {
+    const std::size_t per = with_applied_ ? 3 : 2;
+    for (int k = 0; k < slots_; ++k) {
+      const std::size_t at = static_cast<std::size_t>(k) * per;
+      if (at + 1 >= p.values.size() || (with_applied_ && p.values[at + 2].second == 0)) continue;
+      const double op = p.values[at].second;
+      if (!(op >= 0 && op < static_cast<double>(int{kOpCount}))) continue;
+      if (auto m = OpMatrix(static_cast<int>(op), p.values[at + 1].second, size)) move(*m);
+    }
+  }
+
   int slots_;
   bool with_applied_;
   Interpolation interpolation_;

@@ -31,6 +31,29 @@ std::optional<Size> ChainSize(const Steps& steps, Size in) {
   return size;
 }
 
+// Targets through the children a container applied, each on the size it received.
+void MapThrough(const Steps& steps, std::span<const std::size_t> which, const StepParams& p, Size in,
+                std::span<double> xy) {
+  for (std::size_t k = 0; k < which.size() && k < p.children.size(); ++k) {
+    const Step& step = *steps[which[k]];
+    step.MapPoints(p.children[k], in, xy);
+    in = step.OutputSizeFor(p.children[k], in);
+  }
+}
+
+Status MaskThrough(const Steps& steps, std::span<const std::size_t> which, const StepParams& p, Image& mask,
+                   Image& scratch, std::uint8_t fill) {
+  for (std::size_t k = 0; k < which.size() && k < p.children.size(); ++k)
+    STOKER_RETURN_IF_ERROR(steps[which[k]]->ApplyToMask(p.children[k], mask, scratch, fill));
+  return Status::Ok();
+}
+
+Size SizeThrough(const Steps& steps, std::span<const std::size_t> which, const StepParams& p, Size in) {
+  for (std::size_t k = 0; k < which.size() && k < p.children.size(); ++k)
+    in = steps[which[k]]->OutputSizeFor(p.children[k], in);
+  return in;
+}
+
 // The value `key` of replayed params, checked.
 Result<double> ReplayValue(const StepParams& given, std::string_view step, std::string_view key) {
   if (given.name != step)
@@ -73,8 +96,21 @@ class RandomApply final : public Step {
   Status Apply(const StepParams&, Image&, Image&) const override {
     return Status::Internal("RandomApply runs through Run");
   }
+  Size OutputSizeFor(const StepParams& p, Size in) const override { return SizeThrough(steps_, All(p), p, in); }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    MapThrough(steps_, All(p), p, in, xy);
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    return MaskThrough(steps_, All(p), p, mask, scratch, fill);
+  }
 
  private:
+  std::vector<std::size_t> All(const StepParams& p) const {
+    std::vector<std::size_t> all;
+    if (p.values.empty() || p.values[0].second == 0) return all;
+    for (std::size_t i = 0; i < steps_.size(); ++i) all.push_back(i);
+    return all;
+  }
   Steps steps_;
   double p_;
 };
@@ -115,8 +151,19 @@ class RandomChoice final : public Step {
   Status Apply(const StepParams&, Image&, Image&) const override {
     return Status::Internal("RandomChoice runs through Run");
   }
+  Size OutputSizeFor(const StepParams& p, Size in) const override { return SizeThrough(steps_, Chosen(p), p, in); }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    MapThrough(steps_, Chosen(p), p, in, xy);
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    return MaskThrough(steps_, Chosen(p), p, mask, scratch, fill);
+  }
 
  private:
+  std::vector<std::size_t> Chosen(const StepParams& p) const {
+    if (p.values.empty()) return {};
+    return {static_cast<std::size_t>(p.values[0].second)};
+  }
   std::size_t Pick(Rng& rng) const {
     const double u = rng.Uniform01() * cumulative_.back();
     for (std::size_t i = 0; i < cumulative_.size(); ++i)

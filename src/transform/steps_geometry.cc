@@ -12,6 +12,17 @@
 namespace stoker::transform {
 namespace {
 
+void ShiftPoints(std::span<double> xy, double dx, double dy) {
+  for (std::size_t i = 0; i + 1 < xy.size(); i += 2) {
+    xy[i] += dx;
+    xy[i + 1] += dy;
+  }
+}
+
+Fill MaskFill(std::uint8_t fill) {
+  return {fill, fill, fill};
+}
+
 // ---- flips ----
 
 class Flip final : public Step {
@@ -25,6 +36,13 @@ class Flip final : public Step {
     TransposeImage(image, vertical_ ? Transpose::kFlipTopBottom : Transpose::kFlipLeftRight, scratch);
     std::swap(image, scratch);
     return Status::Ok();
+  }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    if (p.values[0].second == 0) return;
+    for (std::size_t i = vertical_ ? 1 : 0; i < xy.size(); i += 2) xy[i] = (vertical_ ? in.height : in.width) - xy[i];
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t) const override {
+    return Apply(p, mask, scratch);
   }
 
  private:
@@ -116,6 +134,12 @@ class Pad final : public Step {
     std::swap(image, scratch);
     return Status::Ok();
   }
+  void MapPoints(const StepParams&, Size, std::span<double> xy) const override { ShiftPoints(xy, pad_.left, pad_.top); }
+  Status ApplyToMask(const StepParams&, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    PadImage(mask, pad_, mode_, MaskFill(fill), scratch);
+    std::swap(mask, scratch);
+    return Status::Ok();
+  }
 
  private:
   Padding pad_;
@@ -160,18 +184,38 @@ class RandomCrop final : public Step {
   }
 
   Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    return Crop(p, image, scratch, fill_);
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    return Crop(p, mask, scratch, MaskFill(fill));
+  }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    double dx = 0, dy = 0;
     if (padding_) {
-      PadImage(image, *padding_, mode_, fill_, scratch);
+      dx += padding_->left;
+      dy += padding_->top;
+      in.width += padding_->left + padding_->right;
+      in.height += padding_->top + padding_->bottom;
+    }
+    if (pad_if_needed_ && in.width < size_.width) dx += size_.width - in.width;
+    if (pad_if_needed_ && in.height < size_.height) dy += size_.height - in.height;
+    ShiftPoints(xy, dx - p.values[1].second, dy - p.values[0].second);
+  }
+
+ private:
+  Status Crop(const StepParams& p, Image& image, Image& scratch, const Fill& fill) const {
+    if (padding_) {
+      PadImage(image, *padding_, mode_, fill, scratch);
       std::swap(image, scratch);
     }
     if (pad_if_needed_ && image.width < size_.width) {
       const int d = size_.width - image.width;
-      PadImage(image, {d, 0, d, 0}, mode_, fill_, scratch);
+      PadImage(image, {d, 0, d, 0}, mode_, fill, scratch);
       std::swap(image, scratch);
     }
     if (pad_if_needed_ && image.height < size_.height) {
       const int d = size_.height - image.height;
-      PadImage(image, {0, d, 0, d}, mode_, fill_, scratch);
+      PadImage(image, {0, d, 0, d}, mode_, fill, scratch);
       std::swap(image, scratch);
     }
     if (image.width < size_.width || image.height < size_.height)
@@ -188,7 +232,6 @@ class RandomCrop final : public Step {
     return Status::Ok();
   }
 
- private:
   Size Padded(Size in) const {
     if (padding_) {
       in.width += padding_->left + padding_->right;
@@ -214,6 +257,21 @@ class CenterCrop final : public Step {
   std::string_view name() const override { return "CenterCrop"; }
   std::optional<Size> OutputSize(Size) const override { return size_; }
   StepParams Draw(Size, Rng&) const override { return MakeParams({}); }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t) const override {
+    return Apply(p, mask, scratch);  // torchvision pads with zeros here too
+  }
+  void MapPoints(const StepParams&, Size in, std::span<double> xy) const override {
+    const int cw = size_.width, ch = size_.height;
+    double dx = 0, dy = 0;
+    if (cw > in.width || ch > in.height) {
+      const int dw = std::max(0, cw - in.width), dh = std::max(0, ch - in.height);
+      dx = dw / 2;
+      dy = dh / 2;
+      in = {in.width + dw, in.height + dh};
+      if (in.width == cw && in.height == ch) return ShiftPoints(xy, dx, dy);
+    }
+    ShiftPoints(xy, dx - RoundHalfEvenInt((in.width - cw) / 2.0), dy - RoundHalfEvenInt((in.height - ch) / 2.0));
+  }
   Status Apply(const StepParams&, Image& image, Image& scratch) const override {
     const int cw = size_.width, ch = size_.height;
     if (cw > image.width || ch > image.height) {
@@ -259,6 +317,21 @@ class Resize final : public Step {
     std::swap(image, scratch);
     return Status::Ok();
   }
+  void MapPoints(const StepParams&, Size in, std::span<double> xy) const override {
+    const Size out = *OutputSize(in);
+    const double sx = static_cast<double>(out.width) / in.width, sy = static_cast<double>(out.height) / in.height;
+    for (std::size_t i = 0; i + 1 < xy.size(); i += 2) {
+      xy[i] *= sx;
+      xy[i + 1] *= sy;
+    }
+  }
+  Status ApplyToMask(const StepParams&, Image& mask, Image& scratch, std::uint8_t) const override {
+    const Size out = *OutputSize(mask.size());
+    if (out == mask.size()) return Status::Ok();
+    ResizeNearest(mask, out, scratch);
+    std::swap(mask, scratch);
+    return Status::Ok();
+  }
 
  private:
   std::optional<int> shorter_;
@@ -266,6 +339,13 @@ class Resize final : public Step {
 };
 
 // ---- RandomRotation ----
+
+// Python's angle % 360.0, as Image.rotate takes it.
+double NormalAngle(const StepParams& p) {
+  double a = std::fmod(p.values[0].second, 360.0);
+  if (a != 0 && a < 0) a += 360.0;
+  return a;
+}
 
 class RandomRotation final : public Step {
  public:
@@ -282,6 +362,17 @@ class RandomRotation final : public Step {
   Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
     RotateImage(image, p.values[0].second, interpolation_, expand_, center_, fill_, scratch);
     std::swap(image, scratch);
+    return Status::Ok();
+  }
+  Size OutputSizeFor(const StepParams& p, Size in) const override {
+    return expand_ ? PlanRotation(in, NormalAngle(p), true, center_).size : in;
+  }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    MapPointsForward(PlanRotation(in, NormalAngle(p), expand_, center_).matrix, xy);
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    RotateImage(mask, p.values[0].second, Interpolation::kNearest, expand_, center_, MaskFill(fill), scratch);
+    std::swap(mask, scratch);
     return Status::Ok();
   }
 
@@ -326,17 +417,29 @@ class RandomAffine final : public Step {
     return MakeParams({angle, tx, ty, scale, shear_x, shear_y});
   }
   Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
+    return Warp(p, image, scratch, o_.interpolation, o_.fill);
+  }
+  Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t fill) const override {
+    return Warp(p, mask, scratch, Interpolation::kNearest, MaskFill(fill));
+  }
+  void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
+    if (p.values[3].second > 0) MapPointsForward(Matrix(p, in), xy);
+  }
+
+ private:
+  AffineMatrix Matrix(const StepParams& p, Size in) const {
     const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
-    if (!(v(3) > 0)) return Status::InvalidArgument(fmt::format("RandomAffine: scale {} must be positive", v(3)));
-    const std::array<double, 2> center =
-        o_.center.value_or(std::array<double, 2>{image.width * 0.5, image.height * 0.5});
-    const AffineMatrix m = InverseAffineMatrix(center, v(0), {v(1), v(2)}, v(3), {v(4), v(5)});
-    WarpAffine(image, m, o_.interpolation, o_.fill, image.size(), scratch);
+    const std::array<double, 2> center = o_.center.value_or(std::array<double, 2>{in.width * 0.5, in.height * 0.5});
+    return InverseAffineMatrix(center, v(0), {v(1), v(2)}, v(3), {v(4), v(5)});
+  }
+  Status Warp(const StepParams& p, Image& image, Image& scratch, Interpolation interpolation, const Fill& fill) const {
+    if (!(p.values[3].second > 0))
+      return Status::InvalidArgument(fmt::format("RandomAffine: scale {} must be positive", p.values[3].second));
+    WarpAffine(image, Matrix(p, image.size()), interpolation, fill, image.size(), scratch);
     std::swap(image, scratch);
     return Status::Ok();
   }
 
- private:
   Options o_;
 };
 

@@ -55,17 +55,20 @@ Box RandomResizedCropBox(int width, int height, double scale_min, double scale_m
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
-FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int crop_h) {
+ResizeCenterCrop PlanResizeCenterCrop(int width, int height, int resize, int crop_w, int crop_h) {
   int new_w = resize, new_h = resize;
   if (width <= height) {
     new_h = static_cast<int>(static_cast<double>(resize) * height / width);
   } else {
     new_w = static_cast<int>(static_cast<double>(resize) * width / height);
   }
-  const double sx = static_cast<double>(width) / new_w, sy = static_cast<double>(height) / new_h;
-  const int top = RoundHalfEven((new_h - crop_h) / 2.0);
-  const int left = RoundHalfEven((new_w - crop_w) / 2.0);
-  return {left * sx, top * sy, (left + crop_w) * sx, (top + crop_h) * sy};
+  return {new_w, new_h, RoundHalfEven((new_w - crop_w) / 2.0), RoundHalfEven((new_h - crop_h) / 2.0)};
+}
+
+FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int crop_h) {
+  const ResizeCenterCrop p = PlanResizeCenterCrop(width, height, resize, crop_w, crop_h);
+  const double sx = static_cast<double>(width) / p.resized_w, sy = static_cast<double>(height) / p.resized_h;
+  return {p.left * sx, p.top * sy, (p.left + crop_w) * sx, (p.top + crop_h) * sy};
 }
 
 OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::array<float, 3> mean,

@@ -37,6 +37,11 @@ struct FloatBox {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 };
 [[nodiscard]] FloatBox ResizeCenterCropBox(int width, int height, int resize, int crop_w, int crop_h);
+// The same as Resize's output size and the crop's top-left in it.
+struct ResizeCenterCrop {
+  int resized_w = 0, resized_h = 0, left = 0, top = 0;
+};
+[[nodiscard]] ResizeCenterCrop PlanResizeCenterCrop(int width, int height, int resize, int crop_w, int crop_h);
 
 // Per-channel lookup tables from a uint8 value to the output element:
 // (v / 255 - mean) / std, in the output dtype. Built once per loader.

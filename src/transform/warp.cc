@@ -162,6 +162,34 @@ std::optional<AffineMatrix> InvertAffine(const AffineMatrix& m) {
   return AffineMatrix{i0, i1, -(i0 * m[2] + i1 * m[5]), i3, i4, -(i3 * m[2] + i4 * m[5])};
 }
 
+void MapPointsForward(const AffineMatrix& m, std::span<double> xy) {
+  const auto forward = InvertAffine(m);
+  if (!forward) return;
+  for (std::size_t i = 0; i + 1 < xy.size(); i += 2) {
+    const auto p = MapPoint(*forward, xy[i], xy[i + 1]);
+    xy[i] = p[0];
+    xy[i + 1] = p[1];
+  }
+}
+
+void ResizeNearest(const Image& in, Size out_size, Image& out) {
+  out.Reset(out_size.width, out_size.height, in.channels);
+  const float sx = static_cast<float>(in.width) / static_cast<float>(out_size.width);
+  const float sy = static_cast<float>(in.height) / static_cast<float>(out_size.height);
+  const int c = in.channels;
+  std::vector<int> xs(static_cast<std::size_t>(out_size.width));
+  for (int x = 0; x < out_size.width; ++x)
+    xs[static_cast<std::size_t>(x)] = std::min(static_cast<int>(std::floor(static_cast<float>(x) * sx)), in.width - 1);
+  for (int y = 0; y < out_size.height; ++y) {
+    const int sy_index = std::min(static_cast<int>(std::floor(static_cast<float>(y) * sy)), in.height - 1);
+    const std::uint8_t* r = in.row(sy_index);
+    std::uint8_t* o = out.row(y);
+    for (int x = 0; x < out_size.width; ++x)
+      std::memcpy(o + static_cast<std::size_t>(x) * c,
+                  r + static_cast<std::size_t>(xs[static_cast<std::size_t>(x)]) * c, static_cast<std::size_t>(c));
+  }
+}
+
 void WarpAffine(const Image& in, const AffineMatrix& m, Interpolation interpolation, const Fill& fill, Size out_size,
                 Image& out) {
   out.Reset(out_size.width, out_size.height, in.channels);

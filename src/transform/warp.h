@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "transform/image.h"
 
@@ -58,6 +59,16 @@ struct RotationPlan {
 [[nodiscard]] std::array<double, 2> MapPoint(const AffineMatrix& m, double x, double y);
 // The inverse of an invertible affine map (for moving targets forward).
 [[nodiscard]] std::optional<AffineMatrix> InvertAffine(const AffineMatrix& m);
+
+// Moves points (x, y pairs) forward through the warp whose Pillow matrix
+// (output -> input) is `m`: what a box corner or keypoint does when the
+// image is warped. Leaves them when `m` cannot be inverted.
+void MapPointsForward(const AffineMatrix& m, std::span<double> xy);
+
+// Nearest-neighbour resize with torch's rule (F.interpolate(mode="nearest"),
+// which torchvision.transforms.v2 uses for masks): source index
+// floor(i * in / out) in float32.
+void ResizeNearest(const Image& in, Size out_size, Image& out);
 
 // Python's round(x, ndigits) (correctly rounded through decimal).
 [[nodiscard]] double RoundDecimal(double x, int ndigits);

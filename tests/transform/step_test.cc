@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "transform/augmentation.h"
+#include "transform/targets.h"
 
 namespace stoker::transform {
 namespace {
@@ -139,6 +140,43 @@ TEST(Augmentation, RefusesStepsInTheWrongStage) {
   EXPECT_TRUE(Augmentation::Create(none).ok());
   none.before_crop.push_back(StepOf("Pad", {{"padding", {1}}}));
   EXPECT_FALSE(Augmentation::Create(none).ok());  // ends at 34x34
+}
+
+}  // namespace
+}  // namespace stoker::transform
+
+namespace stoker::transform {
+namespace {
+
+TEST(Targets, MasksAndBoxesFollowAnAffineStepAfterTheCrop) {
+  auto step = MakeStep(StepOf("RandomAffine", {{"degrees", {10}}}));
+  ASSERT_TRUE(step.ok());
+  SampleGeometry g;
+  g.valid = true;
+  g.source = {20, 20};
+  g.crop = SampleGeometry::Crop::kBox;
+  g.box = {0, 0, 20, 20};
+  g.out = {20, 20};
+  // A shift by 5 to the right, nothing else.
+  StepParams shift{"RandomAffine",
+                   {{"angle", 0}, {"translate_x", 5}, {"translate_y", 0}, {"scale", 1}, {"shear_x", 0}, {"shear_y", 0}},
+                   {}};
+  g.after.push_back({step->get(), shift, {20, 20}});
+  Image mask, scratch;
+  mask.Reset(20, 20, 1);
+  std::fill(mask.pixels.begin(), mask.pixels.end(), 0);
+  for (int y = 4; y < 8; ++y)
+    for (int x = 2; x < 6; ++x) mask.row(y)[x] = 3;
+  ASSERT_TRUE(FollowMask(g, mask, scratch, 9).ok());
+  EXPECT_EQ(mask.row(5)[8], 3);                      // moved 5 to the right
+  EXPECT_EQ(mask.row(5)[6], 0);                      // from column 1
+  EXPECT_EQ(mask.row(5)[4], 9);                      // moved in from outside: the fill
+  std::vector<float> box{2, 4, 6, 8, 17, 0, 19, 3};  // the second leaves the image
+  const auto keep = FollowBoxes(g, box);
+  EXPECT_TRUE(keep[0]);
+  EXPECT_FALSE(keep[1]);
+  EXPECT_FLOAT_EQ(box[0], 7);
+  EXPECT_FLOAT_EQ(box[2], 11);
 }
 
 }  // namespace
