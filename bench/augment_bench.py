@@ -17,6 +17,7 @@ processes or threads.
         --images demo/images-40x125 --packed demo/packed-40x125 [--batches 40] [--json out.json]
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -120,12 +121,9 @@ def main():
     results = {}
     for recipe in args.recipes.split(","):
         for name in ("torchvision", "stoker", "albumentations"):
-            if name == "albumentations":
-                try:
-                    import albumentations  # noqa: F401
-                except ImportError as error:
-                    print("albumentations column skipped: %s" % error)
-                    continue
+            if name == "albumentations" and importlib.util.find_spec("albumentations") is None:
+                print("albumentations column skipped: not installed (pip install albumentations)")
+                continue
             argv = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--column", "%s:%s" % (recipe, name)]
             out = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
             lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]

@@ -38,6 +38,7 @@ class CorruptPolicy:
 class TransformKind:
     random_resized_crop: TransformKind
     resize_center_crop: TransformKind
+    none: TransformKind
     name: str
     value: int
     def __init__(self, value: int) -> None: ...
@@ -57,7 +58,23 @@ class TransformOptions:
     layout: Layout
     dct_scaling: bool
     max_pixels: int
+    before_crop: list[TransformStep]
+    after_crop: list[TransformStep]
+    after_normalize: list[TransformStep]
     def __init__(self) -> None: ...
+
+class TransformStep:
+    name: str
+    args: list[tuple[str, list[float]]]
+    words: list[tuple[str, str]]
+    children: list[TransformStep]
+    def __init__(self, name: str, args: list[tuple[str, list[float]]] = ..., words: list[tuple[str, str]] = ...,
+                 children: list[TransformStep] = ...) -> None: ...
+
+def check_step(step: TransformStep) -> None: ...
+def augment_image(pixels: bytes, width: int, height: int, steps: list[TransformStep], seed: int = 0,
+                  epoch: int = 0, sample: int = 0,
+                  replay: list[dict[str, Any]] | None = None) -> tuple[bytes, int, int, list[dict[str, Any]]]: ...
 
 class FieldKind:
     image: FieldKind
@@ -68,6 +85,9 @@ class FieldKind:
     json: FieldKind
     bytes: FieldKind
     custom: FieldKind
+    boxes: FieldKind
+    keypoints: FieldKind
+    mask: FieldKind
     name: str
     value: int
     def __init__(self, value: int) -> None: ...
@@ -80,6 +100,10 @@ class FieldSpec:
     mode: str
     transformed: bool
     decoder: str
+    follows: bool
+    box_format: str
+    labels: str
+    fill: int
     def __init__(self) -> None: ...
 
 class LoaderOptions:
@@ -235,8 +259,11 @@ def _set_exceptions(stoker_error: type, corruption_error: type) -> None: ...
 def cuda_status() -> dict[str, Any]: ...
 def pack(source: str, out: str, shard_bytes: int, overwrite: bool, max_side: int,
          quality: int, shuffle_seed: int | None, file_columns: list[str]) -> dict[str, Any]: ...
-def transform_image(jpeg: bytes, transform: TransformOptions, seed: int, epoch: int,
-                    sample: int) -> tuple[bytes, dict[str, Any]]: ...
+def transform_image(encoded: bytes | None, options: TransformOptions, seed: int = 0, epoch: int = 0,
+                    sample: int = 0, pixels: bytes | None = None, width: int = 0, height: int = 0,
+                    replay: list[dict[str, Any]] | None = None,
+                    box: tuple[float, float, float, float] | None = None,
+                    flip: bool | None = None) -> tuple[bytes, dict[str, Any]]: ...
 def parse_byte_size(text: str) -> int: ...
 def num_samples(path: str) -> int: ...
 def dataset_layout(path: str) -> dict[str, Any]: ...

@@ -18,7 +18,9 @@ import math
 import numbers
 
 from . import _native
-from .mix import CutMix, MixUp  # noqa: F401  (batch-level, as torchvision.transforms.v2)
+from . import mix as _mix
+
+MixUp, CutMix = _mix.MixUp, _mix.CutMix  # batch-level, as torchvision.transforms.v2
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
