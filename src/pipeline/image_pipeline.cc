@@ -206,6 +206,104 @@ void RecordCrop(const TransformOptions& t, const CropPlan& plan, transform::Size
   }
 }
 
+// Steps before a RandomResizedCrop that are all warps (rotation, affine,
+// flips): their parameters are drawn from the header's size, the crop is
+// planned on the size they make, and only the source region the warps read
+// for that crop is decoded; each warp draws only the part of its output the
+// next one (finally the crop) reads. Pixel for pixel what decoding and
+// warping the whole image gives (the draws are the same: a pure function of
+// the sample). False when it does not apply (the caller takes the whole
+// image): another format, a crop stage other than RandomResizedCrop, or a
+// draw that is no warp (a rotation by a multiple of 90 degrees).
+Result<bool> TransformParts(std::span<const std::byte> data, const TransformOptions& t,
+                            const transform::OutputWriter& writer, const transform::Augmentation& augmentation,
+                            std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample, std::byte* out,
+                            ImageScratch& scratch, TransformTrace* trace, std::atomic<std::uint64_t>* decode_ns,
+                            std::atomic<std::uint64_t>* transform_ns, const transform::Augmentation::Record& record) {
+  using Clock = std::chrono::steady_clock;
+  if (t.kind != TransformOptions::Kind::kRandomResizedCrop || !augmentation.before_draws_parts()) return false;
+  const auto format = codec::DetectImageFormat(data);
+  if (format && *format != codec::ImageFormat::kJpeg) return false;
+  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize source, codec::JpegSize(data));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit(source.width, source.height, t));
+  const auto& steps = augmentation.before_steps();
+  const std::size_t n = steps.size();
+  Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
+  std::vector<StepParams> params(n);
+  std::vector<transform::Step::PartWarp> warps(n);
+  std::vector<transform::Size> sizes(n + 1);
+  sizes[0] = {source.width, source.height};
+  for (std::size_t i = 0; i < n; ++i) {
+    if (record.replay != nullptr) {
+      STOKER_ASSIGN_OR_RETURN(params[i], steps[i]->Canonical((*record.replay)[i]));
+    } else {
+      params[i] = steps[i]->Draw(sizes[i], rng);
+    }
+    auto warp = steps[i]->WarpFor(params[i], sizes[i]);
+    if (!warp) return false;
+    warps[i] = *warp;
+    sizes[i + 1] = warp->out;
+  }
+  STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(sizes[n].width, sizes[n].height, t, seed, epoch, sample, &record));
+  std::vector<transform::Rect> regions(n + 1);
+  regions[n] = {plan.roi.x, plan.roi.y, plan.roi.width, plan.roi.height};
+  for (std::size_t i = n; i-- > 0;) {
+    regions[i] = transform::InputRegion(warps[i].matrix, sizes[i], regions[i + 1]);
+    if (regions[i].width == 0) return false;  // the crop sees only fill: rare, the whole path draws it
+  }
+  // The source region, with one iMCU (16 px) around it so that chroma
+  // upsampling at its edge sees what a whole decode would.
+  const transform::Rect& r = regions[0];
+  const int left = std::max(0, r.x - 16), top = std::max(0, r.y - 16);
+  const int right = std::min(source.width, r.x + r.width + 16), bottom = std::min(source.height, r.y + r.height + 16);
+  const auto t0 = Clock::now();
+  STOKER_RETURN_IF_ERROR(
+      codec::DecodeJpeg(data, codec::Roi{left, top, right - left, bottom - top}, 1, scratch.decoded));
+  const auto t1 = Clock::now();
+  if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
+  auto& d = scratch.decoded;
+  transform::Image* current = &scratch.image;
+  transform::Image* next = &scratch.step_scratch;
+  current->width = d.width;
+  current->height = d.height;
+  current->channels = 3;
+  current->pixels.swap(d.pixels);
+  int ox = d.origin_x, oy = d.origin_y;
+  for (std::size_t i = 0; i < n; ++i) {
+    transform::WarpAffineRegion(*current, ox, oy, sizes[i], warps[i].matrix, warps[i].interpolation, warps[i].fill,
+                                sizes[i + 1], regions[i + 1], *next);
+    std::swap(current, next);
+    ox = regions[i + 1].x;
+    oy = regions[i + 1].y;
+  }
+  // `current` is now exactly the crop box of the image the steps made.
+  DecodedCrop crop;
+  crop.view = {current->pixels.data(), current->width, current->height, current->stride()};
+  crop.x1 = current->width;
+  crop.y1 = current->height;
+  STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+  if (record.geometry != nullptr) {
+    transform::SampleGeometry& g = *record.geometry;
+    g.Clear();
+    g.valid = true;
+    g.source = sizes[0];
+    for (std::size_t i = 0; i < n; ++i) g.before.push_back({steps[i].get(), params[i], sizes[i]});
+    RecordCrop(t, plan, sizes[n], g);
+  }
+  if (record.used != nullptr)
+    for (const auto& p : params) record.used->push_back(p);
+  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, plan.flip, out, scratch, record));
+  if (trace != nullptr) {
+    *trace = TransformTrace{plan.box.x0, plan.box.y0,  plan.box.x1,   plan.box.y1, plan.flip,
+                            1,           source.width, source.height, {}};
+    if (record.used != nullptr) trace->steps = *record.used;
+  }
+  if (transform_ns)
+    transform_ns->fetch_add(static_cast<std::uint64_t>((Clock::now() - t1).count()), std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace
 
 Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter& writer,
@@ -279,6 +377,11 @@ Status DecodeAndTransform(std::span<const std::byte> jpeg, const TransformOption
   };
   transform::Augmentation::Record with_geometry = record;
   if (scratch.record_geometry && with_geometry.geometry == nullptr) with_geometry.geometry = &scratch.geometry;
+  if (augmentation.has_before() && scratch.draw_parts) {
+    STOKER_ASSIGN_OR_RETURN(bool drawn, TransformParts(jpeg, t, writer, augmentation, seed, epoch, sample, out, scratch,
+                                                       trace, decode_ns, transform_ns, with_geometry));
+    if (drawn) return Status::Ok();
+  }
   if (augmentation.has_before() || t.kind == TransformOptions::Kind::kNone) {
     STOKER_RETURN_IF_ERROR(DecodeWholeImage(jpeg, t, scratch));
     const auto t1 = Clock::now();

@@ -34,6 +34,10 @@ struct ImageScratch {
   // transform then records what it did in `geometry`.
   bool record_geometry = false;
   transform::SampleGeometry geometry;
+  // Steps before the crop that are warps draw only the crop's part of the
+  // image (decoding only the source region they read); false takes the
+  // whole image, for tests comparing the two.
+  bool draw_parts = true;
 };
 
 // The decoded region of one sample and what the transform does with it: the

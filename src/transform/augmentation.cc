@@ -50,6 +50,13 @@ Result<Augmentation> Augmentation::Create(const TransformOptions& t) {
   return a;
 }
 
+bool Augmentation::before_draws_parts() const {
+  if (before_.empty()) return false;
+  for (const auto& step : before_)
+    if (!step->draws_parts()) return false;
+  return true;
+}
+
 Rng Augmentation::SampleRng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample) {
   return Rng(seed ^ 0x6175676d656e7421ull, SplitMix64(epoch) ^ sample);
 }

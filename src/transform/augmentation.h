@@ -33,6 +33,11 @@ class Augmentation {
   [[nodiscard]] bool has_tensor() const { return !tensor_.empty(); }
   [[nodiscard]] std::size_t size() const { return before_.size() + after_.size() + tensor_.size(); }
 
+  // The steps before the crop, and whether each is a warp that can draw
+  // only a part of its output (the loader then decodes only what they read).
+  [[nodiscard]] const std::vector<std::shared_ptr<const Step>>& before_steps() const { return before_; }
+  [[nodiscard]] bool before_draws_parts() const;
+
   // The sample's stream for its steps (apart from the crop's and flip's).
   [[nodiscard]] static Rng SampleRng(std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample);
 

@@ -53,6 +53,19 @@ class Step {
   [[nodiscard]] virtual Status ApplyToMask(const StepParams&, Image&, Image&, std::uint8_t) const {
     return Status::Ok();
   }
+  // Steps that are one affine warp of the image (rotation, affine, flips)
+  // can draw only the part of their output a crop needs, from only the
+  // part of their input it reads (WarpAffineRegion).
+  struct PartWarp {
+    AffineMatrix matrix{};
+    Interpolation interpolation = Interpolation::kNearest;
+    Fill fill{};
+    Size out;
+  };
+  [[nodiscard]] virtual bool draws_parts() const { return false; }
+  // The warp these parameters make; nullopt when this draw is not one (a
+  // rotation by a multiple of 90 degrees takes Pillow's transpose).
+  [[nodiscard]] virtual std::optional<PartWarp> WarpFor(const StepParams&, Size) const { return std::nullopt; }
   // Draws this sample's parameters for an input of `in` pixels.
   [[nodiscard]] virtual StepParams Draw(Size in, Rng& rng) const = 0;
   // Image steps: transforms `image` (`scratch` is free to use). Corruption

@@ -44,6 +44,19 @@ class Flip final : public Step {
   Status ApplyToMask(const StepParams& p, Image& mask, Image& scratch, std::uint8_t) const override {
     return Apply(p, mask, scratch);
   }
+  bool draws_parts() const override { return true; }
+  // Pillow's scale engine with these matrices gives exactly the transpose.
+  std::optional<PartWarp> WarpFor(const StepParams& p, Size in) const override {
+    AffineMatrix m{1, 0, 0, 0, 1, 0};
+    if (p.values[0].second != 0) {
+      if (vertical_) {
+        m = {1, 0, 0, 0, -1, static_cast<double>(in.height)};
+      } else {
+        m = {-1, 0, static_cast<double>(in.width), 0, 1, 0};
+      }
+    }
+    return PartWarp{m, Interpolation::kNearest, {0, 0, 0}, in};
+  }
 
  private:
   bool vertical_;
@@ -375,6 +388,15 @@ class RandomRotation final : public Step {
     std::swap(mask, scratch);
     return Status::Ok();
   }
+  bool draws_parts() const override { return true; }
+  std::optional<PartWarp> WarpFor(const StepParams& p, Size in) const override {
+    const double a = NormalAngle(p);
+    // Image.rotate's fast paths (transposes) are not warps.
+    if (!center_ && (a == 0 || a == 180 || ((a == 90 || a == 270) && (expand_ || in.width == in.height))))
+      return std::nullopt;
+    const RotationPlan plan = PlanRotation(in, a, expand_, center_);
+    return PartWarp{plan.matrix, interpolation_, fill_, plan.size};
+  }
 
  private:
   std::array<double, 2> degrees_;
@@ -424,6 +446,11 @@ class RandomAffine final : public Step {
   }
   void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
     if (p.values[3].second > 0) MapPointsForward(Matrix(p, in), xy);
+  }
+  bool draws_parts() const override { return true; }
+  std::optional<PartWarp> WarpFor(const StepParams& p, Size in) const override {
+    if (!(p.values[3].second > 0)) return std::nullopt;  // Apply names the bad scale
+    return PartWarp{Matrix(p, in), o_.interpolation, o_.fill, in};
   }
 
  private:

@@ -34,28 +34,47 @@ void FillImage(Image& out, const Fill& fill) {
   for (std::size_t i = 0; i < n; ++i, p += c) std::memcpy(p, fill.data(), static_cast<std::size_t>(c));
 }
 
-void CopyPixel(const Image& in, int x, int y, std::uint8_t* out) {
-  std::memcpy(out, in.row(y) + static_cast<std::size_t>(x) * in.channels, static_cast<std::size_t>(in.channels));
-}
+// What the engines share: the input (possibly a part of a larger one whose
+// top-left is at `ox`, `oy`), the full sizes, and the output region drawn.
+struct Job {
+  const Image& in;
+  int ox, oy;
+  Size in_size, out_size;
+  Rect rect;
+  Image& out;  // rect.width x rect.height
 
-// ImagingScaleAffine: no rotation or shear, nearest neighbour.
-void ScaleAffine(const Image& in, const AffineMatrix& a, Image& out) {
-  const int c = in.channels;
-  std::vector<int> xin(static_cast<std::size_t>(out.width), -1);
+  void Copy(int x, int y, std::uint8_t* dst) const {
+    const std::uint8_t* src = in.row(y - oy) + static_cast<std::size_t>(x - ox) * in.channels;
+    if (in.channels == 3) {  // the common case, without a call
+      dst[0] = src[0];
+      dst[1] = src[1];
+      dst[2] = src[2];
+      return;
+    }
+    std::memcpy(dst, src, static_cast<std::size_t>(in.channels));
+  }
+  std::uint8_t* Out(int x, int y) const {
+    return out.row(y - rect.y) + static_cast<std::size_t>(x - rect.x) * out.channels;
+  }
+};
+
+// ImagingScaleAffine: no rotation or shear, nearest neighbour. Positions
+// accumulate from the first column and row, as in Pillow.
+void ScaleAffine(const Job& j, const AffineMatrix& a) {
+  std::vector<int> xin(static_cast<std::size_t>(j.rect.x + j.rect.width), -1);
   double xo = a[2] + a[0] * 0.5;
   double yo = a[5] + a[4] * 0.5;
-  for (int x = 0; x < out.width; ++x) {
+  for (int x = 0; x < j.rect.x + j.rect.width; ++x) {
     const int xi = Coord(xo);
-    if (xi >= 0 && xi < in.width) xin[static_cast<std::size_t>(x)] = xi;
+    if (xi >= 0 && xi < j.in_size.width) xin[static_cast<std::size_t>(x)] = xi;
     xo += a[0];
   }
-  for (int y = 0; y < out.height; ++y) {
+  for (int y = 0; y < j.rect.y + j.rect.height; ++y) {
     const int yi = Coord(yo);
-    if (yi >= 0 && yi < in.height) {
-      std::uint8_t* o = out.row(y);
-      for (int x = 0; x < out.width; ++x) {
+    if (y >= j.rect.y && yi >= 0 && yi < j.in_size.height) {
+      for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x) {
         const int xi = xin[static_cast<std::size_t>(x)];
-        if (xi >= 0) CopyPixel(in, xi, yi, o + static_cast<std::size_t>(x) * c);
+        if (xi >= 0) j.Copy(xi, yi, j.Out(x, y));
       }
     }
     yo += a[4];
@@ -66,43 +85,45 @@ bool CheckFixed(const AffineMatrix& a, int x, int y) {
   return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
 }
 
-// affine_fixed: nearest neighbour in 16.16 fixed point.
-void AffineFixed(const Image& in, const AffineMatrix& a, Image& out) {
-  auto fix = [](double v) { return FloorInt(v * 65536.0 + 0.5); };
-  const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
-  int a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
-  int a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
-  const int c = in.channels;
-  for (int y = 0; y < out.height; ++y) {
-    int xx = a2, yy = a5;
-    std::uint8_t* o = out.row(y);
-    for (int x = 0; x < out.width; ++x, o += c) {
+// affine_fixed: nearest neighbour in 16.16 fixed point. Pillow adds a0, a3
+// per column and a1, a4 per row in ints: starting a region at (x, y) adds
+// them x and y times at once, exactly.
+void AffineFixed(const Job& j, const AffineMatrix& a) {
+  auto fix = [](double v) { return static_cast<std::int64_t>(FloorInt(v * 65536.0 + 0.5)); };
+  const std::int64_t a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+  const std::int64_t a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
+  const std::int64_t a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
+  const int c = j.out.channels;
+  for (int y = j.rect.y; y < j.rect.y + j.rect.height; ++y) {
+    auto xx = static_cast<std::int32_t>(a2 + a1 * y + a0 * j.rect.x);
+    auto yy = static_cast<std::int32_t>(a5 + a4 * y + a3 * j.rect.x);
+    std::uint8_t* o = j.Out(j.rect.x, y);
+    for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x, o += c) {
       const int xi = xx >> 16;  // arithmetic shift: floor, as in Pillow
-      if (xi >= 0 && xi < in.width) {
+      if (xi >= 0 && xi < j.in_size.width) {
         const int yi = yy >> 16;
-        if (yi >= 0 && yi < in.height) CopyPixel(in, xi, yi, o);
+        if (yi >= 0 && yi < j.in_size.height) j.Copy(xi, yi, o);
       }
-      xx += a0;
-      yy += a3;
+      xx += static_cast<std::int32_t>(a0);
+      yy += static_cast<std::int32_t>(a3);
     }
-    a2 += a1;
-    a5 += a4;
   }
 }
 
-// The floating-point nearest engine, for matrices the fixed point cannot hold.
-void AffineFloat(const Image& in, const AffineMatrix& a, Image& out) {
+// The floating-point nearest engine, for matrices the fixed point cannot
+// hold; positions accumulate from the first column and row, as in Pillow.
+void AffineFloat(const Job& j, const AffineMatrix& a) {
   double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
   double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
-  const int c = in.channels;
-  for (int y = 0; y < out.height; ++y) {
+  for (int y = 0; y < j.rect.y + j.rect.height; ++y) {
     double xx = xo, yy = yo;
-    std::uint8_t* o = out.row(y);
-    for (int x = 0; x < out.width; ++x, o += c) {
-      const int xi = Coord(xx);
-      if (xi >= 0 && xi < in.width) {
-        const int yi = Coord(yy);
-        if (yi >= 0 && yi < in.height) CopyPixel(in, xi, yi, o);
+    for (int x = 0; x < j.rect.x + j.rect.width; ++x) {
+      if (y >= j.rect.y && x >= j.rect.x) {
+        const int xi = Coord(xx);
+        if (xi >= 0 && xi < j.in_size.width) {
+          const int yi = Coord(yy);
+          if (yi >= 0 && yi < j.in_size.height) j.Copy(xi, yi, j.Out(x, y));
+        }
       }
       xx += a[0];
       yy += a[3];
@@ -112,14 +133,15 @@ void AffineFloat(const Image& in, const AffineMatrix& a, Image& out) {
   }
 }
 
-// ImagingGenericTransform with bilinear_filter8/32RGB.
-void AffineBilinear(const Image& in, const AffineMatrix& a, Image& out) {
-  const int c = in.channels;
-  const int W = in.width, H = in.height;
-  for (int y = 0; y < out.height; ++y) {
-    std::uint8_t* o = out.row(y);
+// ImagingGenericTransform with bilinear_filter8/32RGB (each pixel computed
+// on its own, so any region is exact).
+void AffineBilinear(const Job& j, const AffineMatrix& a) {
+  const int c = j.out.channels;
+  const int W = j.in_size.width, H = j.in_size.height;
+  for (int y = j.rect.y; y < j.rect.y + j.rect.height; ++y) {
+    std::uint8_t* o = j.Out(j.rect.x, y);
     const double yc = y + 0.5;
-    for (int x = 0; x < out.width; ++x, o += c) {
+    for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x, o += c) {
       const double xc = x + 0.5;
       double xin = a[0] * xc + a[1] * yc + a[2];
       double yin = a[3] * xc + a[4] * yc + a[5];
@@ -128,10 +150,10 @@ void AffineBilinear(const Image& in, const AffineMatrix& a, Image& out) {
       yin -= 0.5;
       const int xi = FloorInt(xin), yi = FloorInt(yin);
       const double dx = xin - xi, dy = yin - yi;
-      const int x0 = std::clamp(xi, 0, W - 1) * c, x1 = std::clamp(xi + 1, 0, W - 1) * c;
-      const std::uint8_t* r0 = in.row(std::clamp(yi, 0, H - 1));
+      const int x0 = (std::clamp(xi, 0, W - 1) - j.ox) * c, x1 = (std::clamp(xi + 1, 0, W - 1) - j.ox) * c;
+      const std::uint8_t* r0 = j.in.row(std::clamp(yi, 0, H - 1) - j.oy);
       const bool has_next = yi + 1 >= 0 && yi + 1 < H;
-      const std::uint8_t* r1 = has_next ? in.row(yi + 1) : nullptr;
+      const std::uint8_t* r1 = has_next ? j.in.row(yi + 1 - j.oy) : nullptr;
       for (int b = 0; b < c; ++b) {
         double v1 = r0[x0 + b] + (static_cast<int>(r0[x1 + b]) - static_cast<int>(r0[x0 + b])) * dx;
         double v2 = v1;
@@ -192,19 +214,46 @@ void ResizeNearest(const Image& in, Size out_size, Image& out) {
 
 void WarpAffine(const Image& in, const AffineMatrix& m, Interpolation interpolation, const Fill& fill, Size out_size,
                 Image& out) {
-  out.Reset(out_size.width, out_size.height, in.channels);
+  WarpAffineRegion(in, 0, 0, in.size(), m, interpolation, fill, out_size, Rect{0, 0, out_size.width, out_size.height},
+                   out);
+}
+
+void WarpAffineRegion(const Image& in, int in_x, int in_y, Size in_size, const AffineMatrix& m,
+                      Interpolation interpolation, const Fill& fill, Size out_size, Rect out_rect, Image& out) {
+  out.Reset(out_rect.width, out_rect.height, in.channels);
   FillImage(out, fill);
-  if (in.width <= 0 || in.height <= 0) return;
+  if (in_size.width <= 0 || in_size.height <= 0 || out_rect.width <= 0 || out_rect.height <= 0) return;
+  const Job job{in, in_x, in_y, in_size, out_size, out_rect, out};
   if (interpolation == Interpolation::kBilinear) {
-    AffineBilinear(in, m, out);
+    AffineBilinear(job, m);
   } else if (m[1] == 0 && m[3] == 0) {
-    ScaleAffine(in, m, out);
-  } else if (CheckFixed(m, 0, 0) && CheckFixed(m, out.width, out.height) && CheckFixed(m, 0, out.height) &&
-             CheckFixed(m, out.width, 0)) {
-    AffineFixed(in, m, out);
+    ScaleAffine(job, m);
+  } else if (CheckFixed(m, 0, 0) && CheckFixed(m, out_size.width, out_size.height) &&
+             CheckFixed(m, 0, out_size.height) && CheckFixed(m, out_size.width, 0)) {
+    AffineFixed(job, m);
   } else {
-    AffineFloat(in, m, out);
+    AffineFloat(job, m);
   }
+}
+
+Rect InputRegion(const AffineMatrix& m, Size in_size, Rect out_rect) {
+  double min_x = INFINITY, max_x = -INFINITY, min_y = INFINITY, max_y = -INFINITY;
+  for (const double x : {out_rect.x + 0.5, out_rect.x + out_rect.width - 0.5})
+    for (const double y : {out_rect.y + 0.5, out_rect.y + out_rect.height - 0.5}) {
+      const auto p = MapPoint(m, x, y);
+      min_x = std::min(min_x, p[0]);
+      max_x = std::max(max_x, p[0]);
+      min_y = std::min(min_y, p[1]);
+      max_y = std::max(max_y, p[1]);
+    }
+  // Two pixels of slack: nearest sampling's rounding, bilinear's neighbour.
+  const double lo_x = std::max(0.0, std::floor(min_x) - 2),
+               hi_x = std::min<double>(in_size.width, std::floor(max_x) + 3);
+  const double lo_y = std::max(0.0, std::floor(min_y) - 2),
+               hi_y = std::min<double>(in_size.height, std::floor(max_y) + 3);
+  if (!(lo_x < hi_x && lo_y < hi_y)) return Rect{0, 0, 0, 0};
+  return Rect{static_cast<int>(lo_x), static_cast<int>(lo_y), static_cast<int>(hi_x - lo_x),
+              static_cast<int>(hi_y - lo_y)};
 }
 
 void TransposeImage(const Image& in, Transpose method, Image& out) {

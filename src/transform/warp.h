@@ -29,6 +29,19 @@ using Fill = std::array<std::uint8_t, 3>;
 void WarpAffine(const Image& in, const AffineMatrix& m, Interpolation interpolation, const Fill& fill, Size out_size,
                 Image& out);
 
+struct Rect {
+  int x = 0, y = 0, width = 0, height = 0;
+};
+// The same warp, drawing only `out_rect` of the out_size output (into `out`,
+// out_rect's size), pixel for pixel what WarpAffine draws there. `in` may
+// be just a part of an input of `in_size`, its top-left at (in_x, in_y):
+// it must hold InputRegion(m, in_size, out_rect).
+void WarpAffineRegion(const Image& in, int in_x, int in_y, Size in_size, const AffineMatrix& m,
+                      Interpolation interpolation, const Fill& fill, Size out_size, Rect out_rect, Image& out);
+// The input pixels the warp reads to draw `out_rect` (within the input;
+// empty when it maps outside).
+[[nodiscard]] Rect InputRegion(const AffineMatrix& m, Size in_size, Rect out_rect);
+
 enum class Transpose : std::uint8_t { kFlipLeftRight, kFlipTopBottom, kRotate90, kRotate180, kRotate270 };
 // Image.transpose(method).
 void TransposeImage(const Image& in, Transpose method, Image& out);

@@ -340,3 +340,28 @@ def test_loader_batch_transform(packed):
     assert torch.allclose(labels.sum(1), torch.ones(8))
     with pytest.raises(ValueError, match="batch_transform"):
         stoker.Loader(packed, batch_transform=T.CutMix(num_classes=6), fields={"image": stoker.Image()})
+
+
+def test_warps_before_the_crop_decode_only_what_the_crop_needs_with_the_same_pixels(demo_images):
+    # Encoded input takes the partial path (decode the source region the warps read, draw only the crop's
+    # part of each warp); pixels already decoded take the whole image. They must agree exactly.
+    recipes = [T.Compose([T.RandomRotation(15), T.RandomResizedCrop(160), T.RandomHorizontalFlip()]),
+               T.Compose([T.RandomRotation(30, interpolation="bilinear", expand=True), T.RandomVerticalFlip(),
+                          T.RandomAffine(10, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=5),
+                          T.RandomResizedCrop(96), T.ColorJitter(0.3)], dct_scaling=False),
+               T.Compose([T.RandomAffine(20, interpolation="bilinear", fill=100),
+                          T.RandomResizedCrop(48, scale=(0.01, 0.05))])]
+    for k, path in enumerate(sorted(demo_images.rglob("*.JPEG"))[:16]):
+        jpeg = path.read_bytes()
+        pixels = stoker.decode_image(jpeg).numpy()
+        for transform in recipes:
+            partial, trace = T.apply(jpeg, transform, dtype="uint8", sample=k)
+            whole, whole_trace = T.apply(pixels, transform, dtype="uint8", sample=k)
+            assert torch.equal(partial, whole) and trace["box"] == whole_trace["box"], (path, transform)
+    # A rotation by exactly 90 degrees is Pillow's transpose, not a warp: the whole path, same result.
+    jpeg = sorted(demo_images.rglob("*.JPEG"))[0].read_bytes()
+    square = T.Compose([T.RandomRotation(90, expand=True), T.RandomResizedCrop(64)])
+    replay = {"steps": [{"name": "RandomRotation", "angle": 90.0}]}
+    a, _ = T.apply(jpeg, square, dtype="uint8", params=replay)
+    b, _ = T.apply(stoker.decode_image(jpeg).numpy(), square, dtype="uint8", params=replay)
+    assert torch.equal(a, b)

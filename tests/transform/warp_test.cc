@@ -1,9 +1,11 @@
 #include "transform/warp.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
+#include "core/rng.h"
 #include "transform/color.h"
 
 namespace stoker::transform {
@@ -143,6 +145,56 @@ TEST(Color, LookupTableOperations) {
   AutoContrast(copy);  // one value: unchanged
   Equalize(copy);
   EXPECT_EQ(copy.pixels, flat.pixels);
+}
+
+}  // namespace
+}  // namespace stoker::transform
+
+namespace stoker::transform {
+namespace {
+
+// A part of an image (rows y..y+h, columns x..x+w).
+Image Part(const Image& in, Rect r) {
+  Image out;
+  out.Reset(r.width, r.height, in.channels);
+  for (int y = 0; y < r.height; ++y)
+    std::memcpy(out.row(y), in.row(r.y + y) + static_cast<std::size_t>(r.x) * in.channels,
+                static_cast<std::size_t>(r.width) * in.channels);
+  return out;
+}
+
+TEST(Warp, ARegionFromThePixelsItReadsIsThatPartOfTheWholeWarp) {
+  const Image in = Gradient(97, 61);
+  Rng rng(7, 7);
+  int regions = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    AffineMatrix m;
+    const int kind = trial % 4;
+    if (kind == 0) {  // rotation (fixed point, nearest)
+      m = PlanRotation(in.size(), rng.Uniform(-40, 40), trial % 8 == 0, std::nullopt).matrix;
+    } else if (kind == 1) {  // scale and shift only (Pillow's scale engine)
+      m = {rng.Uniform(0.5, 2), 0, rng.Uniform(-20, 20), 0, rng.Uniform(0.5, 2), rng.Uniform(-20, 20)};
+    } else if (kind == 2) {  // huge offsets: the floating-point engine
+      m = {1, 0.01, 40000, -0.01, 1, 0};
+    } else {
+      m = InverseAffineMatrix({48, 30}, rng.Uniform(-30, 30), {3, -2}, rng.Uniform(0.7, 1.3), {5, -3});
+    }
+    const Size out_size{97 + trial % 13, 61 + trial % 7};
+    for (auto interpolation : {Interpolation::kNearest, Interpolation::kBilinear}) {
+      Image whole, part;
+      WarpAffine(in, m, interpolation, {1, 2, 3}, out_size, whole);
+      const int w = 1 + static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.width)));
+      const int h = 1 + static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.height)));
+      const Rect rect{static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.width - w + 1))),
+                      static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.height - h + 1))), w, h};
+      const Rect needed = InputRegion(m, in.size(), rect);
+      const Image source = needed.width > 0 ? Part(in, needed) : Image{};
+      WarpAffineRegion(source, needed.x, needed.y, in.size(), m, interpolation, {1, 2, 3}, out_size, rect, part);
+      ASSERT_EQ(part.pixels, Part(whole, rect).pixels) << "trial " << trial << " kind " << kind;
+      regions += needed.width > 0;
+    }
+  }
+  EXPECT_GT(regions, 300);
 }
 
 }  // namespace
