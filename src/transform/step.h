@@ -143,6 +143,11 @@ Result<std::unique_ptr<Step>> MakeRandAugment(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeTrivialAugmentWide(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeAutoAugment(StepArgs& args);
 
+// A mask's fill as a Fill (every channel the same).
+[[nodiscard]] inline Fill MaskFill(std::uint8_t fill) {
+  return {fill, fill, fill};
+}
+
 // Python's round() (half to even) to an int.
 [[nodiscard]] inline int RoundHalfEvenInt(double x) {
   return static_cast<int>(std::nearbyint(x));
