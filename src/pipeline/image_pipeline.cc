@@ -241,7 +241,9 @@ Result<bool> TransformParts(std::span<const std::byte> data, const TransformOpti
       params[i] = steps[i]->Draw(sizes[i], rng);
     }
     auto warp = steps[i]->WarpFor(params[i], sizes[i]);
-    if (!warp) return false;
+    if (!warp || static_cast<std::uint64_t>(warp->out.width) * static_cast<std::uint64_t>(warp->out.height) >
+                     transform::kMaxStepPixels)
+      return false;  // the whole path takes it (and names a canvas over the limit)
     warps[i] = *warp;
     sizes[i + 1] = warp->out;
   }

@@ -143,6 +143,10 @@ Result<std::unique_ptr<Step>> MakeRandAugment(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeTrivialAugmentWide(StepArgs& args);
 Result<std::unique_ptr<Step>> MakeAutoAugment(StepArgs& args);
 
+// No step makes an image of more pixels than this (Pillow's decompression
+// bomb limit, 2 x Image.MAX_IMAGE_PIXELS).
+inline constexpr std::uint64_t kMaxStepPixels = 178'956'970;
+
 // A mask's fill as a Fill (every channel the same).
 [[nodiscard]] inline Fill MaskFill(std::uint8_t fill) {
   return {fill, fill, fill};

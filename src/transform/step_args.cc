@@ -53,6 +53,12 @@ Status Step::Run(Image& image, Image& scratch, Rng& rng, const StepParams* repla
   } else {
     used = Draw(image.size(), rng);
   }
+  // A step may grow the image (Pad, expand, CenterCrop beyond it): never past Pillow's pixel limit.
+  const Size out = OutputSizeFor(used, image.size());
+  if (static_cast<std::uint64_t>(std::max(out.width, 0)) * static_cast<std::uint64_t>(std::max(out.height, 0)) >
+      kMaxStepPixels)
+    return Status::Corruption(fmt::format("{} would make a {}x{} image of a {}x{} one, over the limit of {} pixels",
+                                          name(), out.width, out.height, image.width, image.height, kMaxStepPixels));
   return Apply(used, image, scratch);
 }
 

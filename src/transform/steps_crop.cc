@@ -214,6 +214,10 @@ class RandomCrop final : public Step {
 
  private:
   Status Crop(const StepParams& p, Image& image, Image& scratch, const Fill& fill) const {
+    const Size padded = Padded(image.size());
+    if (static_cast<std::uint64_t>(padded.width) * static_cast<std::uint64_t>(padded.height) > kMaxStepPixels)
+      return Status::Corruption(fmt::format("RandomCrop: padding a {}x{} image to {}x{} passes the limit of {} pixels",
+                                            image.width, image.height, padded.width, padded.height, kMaxStepPixels));
     if (padding_) {
       PadImage(image, *padding_, mode_, fill, scratch);
       std::swap(image, scratch);

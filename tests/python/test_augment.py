@@ -250,6 +250,11 @@ def test_replays_are_checked(photos):
         T.apply(photos[0], T.RandomRotation(5), params=[{"name": "ColorJitter"}])
     with pytest.raises(stoker.CorruptionError, match="smaller than the crop"):
         T.apply(photos[0].resize((20, 20)), T.RandomCrop(32))
+    # No step grows an image past Pillow's pixel limit (a pad of 60,000 would make 14 GB).
+    with pytest.raises(stoker.CorruptionError, match="over the limit"):
+        T.apply(photos[0].resize((20, 20)), T.Pad(60000))
+    with pytest.raises(stoker.CorruptionError, match="limit"):
+        T.apply(photos[0].resize((20, 20)), T.RandomCrop(8, padding=60000))
 
 
 def test_random_apply_and_choice(photos):
