@@ -240,6 +240,7 @@ Result<bool> TransformParts(std::span<const std::byte> data, const TransformOpti
     } else {
       params[i] = steps[i]->Draw(sizes[i], rng);
     }
+    STOKER_RETURN_IF_ERROR(steps[i]->CheckValues(params[i]));
     auto warp = steps[i]->WarpFor(params[i], sizes[i]);
     if (!warp || static_cast<std::uint64_t>(warp->out.width) * static_cast<std::uint64_t>(warp->out.height) >
                      transform::kMaxStepPixels)

@@ -18,7 +18,7 @@ std::uint8_t Clip8(int v) {
 inline std::uint8_t BlendValue(int degenerate, int value, float alpha, bool interpolate) {
   const float v = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
   if (interpolate) return static_cast<std::uint8_t>(v);
-  if (v <= 0.0f) return 0;
+  if (!(v > 0.0f)) return 0;  // also NaN (an infinite factor times 0): defined, as a value
   if (v >= 255.0f) return 255;
   return static_cast<std::uint8_t>(v);
 }

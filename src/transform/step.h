@@ -37,6 +37,9 @@ class Step {
   [[nodiscard]] virtual std::vector<std::string_view> param_names() const { return {}; }
   // True for steps on the normalised output tensor (RandomErasing).
   [[nodiscard]] virtual bool on_tensor() const { return false; }
+  // Whether a parameter may be NaN, meaning "not drawn" (ColorJitter's
+  // components left out); otherwise every value must be finite.
+  [[nodiscard]] virtual bool allows_absent_values() const { return false; }
   // The size an input of `in` pixels comes out at; nullopt when that
   // depends on the drawn parameters (RandomRotation with expand).
   [[nodiscard]] virtual std::optional<Size> OutputSize(Size in) const { return in; }
@@ -82,6 +85,9 @@ class Step {
   [[nodiscard]] virtual Status Run(Image& image, Image& scratch, Rng& rng, const StepParams* replay,
                                    StepParams& used) const;
   [[nodiscard]] Status RunTensor(const TensorView& tensor, Rng& rng, const StepParams* replay, StepParams& used) const;
+
+  // Refuses values that are not finite (NaN only where allows_absent_values).
+  [[nodiscard]] Status CheckValues(const StepParams& p) const;
 
  protected:
   [[nodiscard]] StepParams MakeParams(std::vector<double> values) const;

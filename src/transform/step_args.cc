@@ -53,6 +53,7 @@ Status Step::Run(Image& image, Image& scratch, Rng& rng, const StepParams* repla
   } else {
     used = Draw(image.size(), rng);
   }
+  STOKER_RETURN_IF_ERROR(CheckValues(used));
   // A step may grow the image (Pad, expand, CenterCrop beyond it): never past Pillow's pixel limit.
   const Size out = OutputSizeFor(used, image.size());
   if (static_cast<std::uint64_t>(std::max(out.width, 0)) * static_cast<std::uint64_t>(std::max(out.height, 0)) >
@@ -62,12 +63,21 @@ Status Step::Run(Image& image, Image& scratch, Rng& rng, const StepParams* repla
   return Apply(used, image, scratch);
 }
 
+Status Step::CheckValues(const StepParams& p) const {
+  for (const auto& [key, value] : p.values) {
+    if (std::isfinite(value) || (std::isnan(value) && allows_absent_values())) continue;
+    return Status::InvalidArgument(fmt::format("{}: parameter '{}' is {}, not a finite number", name(), key, value));
+  }
+  return Status::Ok();
+}
+
 Status Step::RunTensor(const TensorView& tensor, Rng& rng, const StepParams* replay, StepParams& used) const {
   if (replay != nullptr) {
     STOKER_ASSIGN_OR_RETURN(used, Canonical(*replay));
   } else {
     used = Draw({tensor.width, tensor.height}, rng);
   }
+  STOKER_RETURN_IF_ERROR(CheckValues(used));
   return ApplyTensor(used, tensor);
 }
 

@@ -20,6 +20,7 @@ class ColorJitter final : public Step {
   ColorJitter(Range brightness, Range contrast, Range saturation, Range hue)
       : ranges_{brightness, contrast, saturation, hue} {}
   std::string_view name() const override { return "ColorJitter"; }
+  bool allows_absent_values() const override { return true; }
   std::vector<std::string_view> param_names() const override {
     return {"order0", "order1", "order2", "order3", "brightness", "contrast", "saturation", "hue"};
   }

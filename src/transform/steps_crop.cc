@@ -236,7 +236,11 @@ class RandomCrop final : public Step {
       return Status::Corruption(fmt::format(
           "RandomCrop: the image is {}x{} (after padding), smaller than the crop {}x{} (pad_if_needed pads it)",
           image.width, image.height, size_.width, size_.height));
-    const int top = static_cast<int>(p.values[0].second), left = static_cast<int>(p.values[1].second);
+    const double top_value = p.values[0].second, left_value = p.values[1].second;
+    if (!(top_value >= 0 && top_value <= image.height && left_value >= 0 && left_value <= image.width))
+      return Status::InvalidArgument(fmt::format("RandomCrop: top {} and left {} put the crop outside the {}x{} image",
+                                                 top_value, left_value, image.width, image.height));
+    const int top = static_cast<int>(top_value), left = static_cast<int>(left_value);
     if (top < 0 || left < 0 || top + size_.height > image.height || left + size_.width > image.width)
       return Status::InvalidArgument(
           fmt::format("RandomCrop: top {} and left {} put the {}x{} crop outside the {}x{} image", top, left,

@@ -49,9 +49,11 @@ class RandomErasing final : public Step {
     const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
     if (v(0) == 0) return Status::Ok();
     for (int i = 1; i <= 5; ++i)
-      if (!(v(i) >= 0 && v(i) == std::floor(v(i))))
+      if (!(v(i) >= 0 && v(i) <= 9007199254740992.0 && v(i) == std::floor(v(i))))
         return Status::InvalidArgument(fmt::format("RandomErasing: {} must be a whole number >= 0, not {}",
                                                    param_names()[static_cast<std::size_t>(i)], v(i)));
+    for (int i = 1; i <= 4; ++i)
+      if (v(i) > 65536) return Status::InvalidArgument("RandomErasing: the box leaves the image");
     const int top = static_cast<int>(v(1)), left = static_cast<int>(v(2));
     const int h = static_cast<int>(v(3)), w = static_cast<int>(v(4));
     if (top + h > t.height || left + w > t.width)

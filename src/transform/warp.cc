@@ -14,11 +14,12 @@ namespace {
 // Pillow's COORD and FLOOR macros, made safe for values an int cannot hold
 // (those are outside any image either way).
 int Coord(double v) {
-  if (v < 0.0) return -1;
+  if (!(v >= 0.0)) return -1;  // NaN too: outside
   if (v >= 2147483647.0) return 2147483647;
   return static_cast<int>(v);
 }
 int FloorInt(double v) {
+  if (std::isnan(v)) return -2147483647;
   if (v < 0.0) return v <= -2147483647.0 ? -2147483647 : static_cast<int>(std::floor(v));
   return v >= 2147483647.0 ? 2147483647 : static_cast<int>(v);
 }
@@ -145,7 +146,7 @@ void AffineBilinear(const Job& j, const AffineMatrix& a) {
       const double xc = x + 0.5;
       double xin = a[0] * xc + a[1] * yc + a[2];
       double yin = a[3] * xc + a[4] * yc + a[5];
-      if (xin < 0.0 || xin >= W || yin < 0.0 || yin >= H) continue;  // keeps the fill
+      if (!(xin >= 0.0 && xin < W && yin >= 0.0 && yin < H)) continue;  // keeps the fill (NaN too)
       xin -= 0.5;
       yin -= 0.5;
       const int xi = FloorInt(xin), yi = FloorInt(yin);
