@@ -106,8 +106,24 @@ void HsvToRgb(const std::uint8_t* in, std::uint8_t* out) {
 
 }  // namespace
 
+namespace {
+
+// A blend with a constant degenerate value depends on the value alone: one
+// lookup table, computed with the same float arithmetic, for the image.
+void BlendConstant(Image& image, double factor, std::uint8_t degenerate) {
+  const float alpha = static_cast<float>(factor);
+  if (alpha == 1.0f) return;
+  const bool interpolate = alpha >= 0 && alpha <= 1.0f;
+  std::array<std::uint8_t, 256> table{};
+  for (int v = 0; v < 256; ++v)
+    table[static_cast<std::size_t>(v)] = alpha == 0.0f ? degenerate : BlendValue(degenerate, v, alpha, interpolate);
+  for (auto& v : image.pixels) v = table[v];
+}
+
+}  // namespace
+
 void AdjustBrightness(Image& image, double factor) {
-  Blend(image, factor, [](const std::uint8_t*, int) -> std::uint8_t { return 0; });
+  BlendConstant(image, factor, 0);
 }
 
 void AdjustContrast(Image& image, double factor) {
@@ -122,7 +138,7 @@ void AdjustContrast(Image& image, double factor) {
     for (int j = 0; j < 256; ++j) sum += static_cast<double>(j) * static_cast<double>(histogram[j]);
     mean = n == 0 ? 0 : static_cast<std::uint8_t>(static_cast<int>(sum / static_cast<double>(n) + 0.5));
   }
-  Blend(image, factor, [mean](const std::uint8_t*, int) { return mean; });
+  BlendConstant(image, factor, mean);
 }
 
 void AdjustSaturation(Image& image, double factor) {
@@ -189,19 +205,21 @@ void AdjustSharpness(Image& image, double factor, Image& scratch) {
     const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;  // Pillow divides the float kernel by the float divisor
     const float k[9] = {k1, k1, k1, k1, k5, k1, k1, k1, k1};
     for (int y = 1; y < H - 1; ++y) {
-      const std::uint8_t* rows[3] = {image.row(y + 1), image.row(y), image.row(y - 1)};
+      const std::uint8_t* below = image.row(y + 1);
+      const std::uint8_t* middle = image.row(y);
+      const std::uint8_t* above = image.row(y - 1);
       std::uint8_t* out = scratch.row(y);
-      for (int x = 1; x < W - 1; ++x)
-        for (int b = 0; b < c; ++b) {
-          float ss = 0.5f;
-          for (int r = 0; r < 3; ++r) {
-            const std::uint8_t* in = rows[r];
-            ss += static_cast<float>(in[(x - 1) * c + b]) * k[r * 3] +
-                  static_cast<float>(in[x * c + b]) * k[r * 3 + 1] +
-                  static_cast<float>(in[(x + 1) * c + b]) * k[r * 3 + 2];
-          }
-          out[x * c + b] = ss <= 0.0f ? 0 : (ss >= 255.0f ? 255 : static_cast<std::uint8_t>(ss));
-        }
+      for (int i = c; i < (W - 1) * c; ++i) {
+        // Pillow's order: offset, then rows y+1, y, y-1, each left, centre, right.
+        float ss = 0.5f;
+        ss += static_cast<float>(below[i - c]) * k[0] + static_cast<float>(below[i]) * k[1] +
+              static_cast<float>(below[i + c]) * k[2];
+        ss += static_cast<float>(middle[i - c]) * k[3] + static_cast<float>(middle[i]) * k[4] +
+              static_cast<float>(middle[i + c]) * k[5];
+        ss += static_cast<float>(above[i - c]) * k[6] + static_cast<float>(above[i]) * k[7] +
+              static_cast<float>(above[i + c]) * k[8];
+        out[i] = ss <= 0.0f ? 0 : (ss >= 255.0f ? 255 : static_cast<std::uint8_t>(ss));
+      }
     }
   }
   // Image.blend(degenerate, image, factor).
