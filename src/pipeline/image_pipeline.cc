@@ -293,6 +293,7 @@ Result<bool> TransformParts(std::span<const std::byte> data, const TransformOpti
     g.source = sizes[0];
     for (std::size_t i = 0; i < n; ++i) g.before.push_back({steps[i].get(), params[i], sizes[i]});
     RecordCrop(t, plan, sizes[n], g);
+    g.regions = regions;
   }
   if (record.used != nullptr)
     for (const auto& p : params) record.used->push_back(p);

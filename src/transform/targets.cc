@@ -94,21 +94,41 @@ Status FollowMask(const SampleGeometry& g, Image& mask, Image& scratch, std::uin
     return Status::InvalidArgument(
         fmt::format("the mask is {}x{}, its image {}x{}: a mask follows an image of its size", mask.width, mask.height,
                     g.source.width, g.source.height));
-  for (const auto& m : g.before) STOKER_RETURN_IF_ERROR(m.step->ApplyToMask(m.params, mask, scratch, fill));
-  if (g.crop == SampleGeometry::Crop::kBox) {
-    const int x0 = static_cast<int>(g.box[0]), y0 = static_cast<int>(g.box[1]);
-    const int w = static_cast<int>(g.box[2] - g.box[0]), h = static_cast<int>(g.box[3] - g.box[1]);
-    scratch.Reset(w, h, mask.channels);
-    for (int y = 0; y < h; ++y)
-      std::copy_n(mask.row(y0 + y) + static_cast<std::size_t>(x0) * mask.channels,
-                  static_cast<std::size_t>(w) * mask.channels, scratch.row(y));
-    ResizeNearest(scratch, g.out, mask);
-  } else if (g.crop == SampleGeometry::Crop::kResizeThenCenter) {
-    ResizeNearest(mask, g.resized, scratch);
-    mask.Reset(g.out.width, g.out.height, scratch.channels);
-    for (int y = 0; y < g.out.height; ++y)
-      std::copy_n(scratch.row(g.crop_top + y) + static_cast<std::size_t>(g.crop_left) * scratch.channels,
-                  static_cast<std::size_t>(g.out.width) * scratch.channels, mask.row(y));
+  const bool in_parts =
+      g.crop == SampleGeometry::Crop::kBox && !g.before.empty() && g.regions.size() == g.before.size() + 1;
+  if (in_parts) {
+    // Only the crop's part of each warp, as the image drew it (nearest, the
+    // mask's fill); the last part is the crop box itself.
+    int ox = 0, oy = 0;
+    for (std::size_t i = 0; i < g.before.size(); ++i) {
+      const auto& m = g.before[i];
+      const auto warp = m.step->WarpFor(m.params, m.in);
+      if (!warp) return Status::Internal("a warp the image drew in part is no warp for its mask");
+      WarpAffineRegion(mask, ox, oy, m.in, warp->matrix, Interpolation::kNearest, MaskFill(fill), warp->out,
+                       g.regions[i + 1], scratch);
+      std::swap(mask, scratch);
+      ox = g.regions[i + 1].x;
+      oy = g.regions[i + 1].y;
+    }
+    ResizeNearest(mask, g.out, scratch);
+    std::swap(mask, scratch);
+  } else {
+    for (const auto& m : g.before) STOKER_RETURN_IF_ERROR(m.step->ApplyToMask(m.params, mask, scratch, fill));
+    if (g.crop == SampleGeometry::Crop::kBox) {
+      const int x0 = static_cast<int>(g.box[0]), y0 = static_cast<int>(g.box[1]);
+      const int w = static_cast<int>(g.box[2] - g.box[0]), h = static_cast<int>(g.box[3] - g.box[1]);
+      scratch.Reset(w, h, mask.channels);
+      for (int y = 0; y < h; ++y)
+        std::copy_n(mask.row(y0 + y) + static_cast<std::size_t>(x0) * mask.channels,
+                    static_cast<std::size_t>(w) * mask.channels, scratch.row(y));
+      ResizeNearest(scratch, g.out, mask);
+    } else if (g.crop == SampleGeometry::Crop::kResizeThenCenter) {
+      ResizeNearest(mask, g.resized, scratch);
+      mask.Reset(g.out.width, g.out.height, scratch.channels);
+      for (int y = 0; y < g.out.height; ++y)
+        std::copy_n(scratch.row(g.crop_top + y) + static_cast<std::size_t>(g.crop_left) * scratch.channels,
+                    static_cast<std::size_t>(g.out.width) * scratch.channels, mask.row(y));
+    }
   }
   if (g.flip) {
     TransposeImage(mask, Transpose::kFlipLeftRight, scratch);

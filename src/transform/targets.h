@@ -16,6 +16,7 @@
 #include "stoker/status.h"
 #include "transform/image.h"
 #include "transform/step.h"
+#include "transform/warp.h"
 
 namespace stoker::transform {
 
@@ -36,6 +37,10 @@ struct SampleGeometry {
   Size out;                 // after the crop stage
   bool flip = false;        // the crop stage's horizontal flip
   std::vector<Move> after;  // steps after the crop
+  // When the image drew only the crop's part of the warps before the crop:
+  // the region of each warp's input it read, and the crop (one more than
+  // `before`). Masks then draw only those parts too.
+  std::vector<Rect> regions;
 
   void Clear() {
     valid = false;
@@ -43,6 +48,7 @@ struct SampleGeometry {
     after.clear();
     crop = Crop::kNone;
     flip = false;
+    regions.clear();
   }
 };
 
