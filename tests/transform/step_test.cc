@@ -181,3 +181,36 @@ TEST(Targets, MasksAndBoxesFollowAnAffineStepAfterTheCrop) {
 
 }  // namespace
 }  // namespace stoker::transform
+
+namespace stoker::transform {
+namespace {
+
+TEST(Targets, AMaskDrawnInPartsEqualsTheWholeWarpCropped) {
+  auto rotation = MakeStep(StepOf("RandomRotation", {{"degrees", {25}}}));
+  ASSERT_TRUE(rotation.ok());
+  Image mask, scratch;
+  mask.Reset(60, 40, 1);
+  for (std::size_t i = 0; i < mask.pixels.size(); ++i) mask.pixels[i] = static_cast<std::uint8_t>(i * 7 % 5);
+  for (double angle : {-20.0, 3.5, 17.0}) {
+    SampleGeometry whole;
+    whole.valid = true;
+    whole.source = {60, 40};
+    const StepParams p{"RandomRotation", {{"angle", angle}}, {}};
+    whole.before.push_back({rotation->get(), p, {60, 40}});
+    whole.crop = SampleGeometry::Crop::kBox;
+    whole.box = {11, 7, 41, 33};
+    whole.out = {20, 16};
+    SampleGeometry parts = whole;
+    const auto warp = (*rotation)->WarpFor(p, {60, 40});
+    ASSERT_TRUE(warp.has_value());
+    const Rect crop{11, 7, 30, 26};
+    parts.regions = {InputRegion(warp->matrix, {60, 40}, crop), crop};
+    Image a = mask, b = mask;
+    ASSERT_TRUE(FollowMask(whole, a, scratch, 9).ok());
+    ASSERT_TRUE(FollowMask(parts, b, scratch, 9).ok());
+    EXPECT_EQ(a.pixels, b.pixels) << angle;
+  }
+}
+
+}  // namespace
+}  // namespace stoker::transform
