@@ -9,15 +9,23 @@
 #include "core/rng.h"
 
 namespace stoker {
+namespace {
 
-Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
-                          std::uint64_t sample, const transform::Augmentation::Record* given) {
+Status CheckPixelLimit(int W, int H, const TransformOptions& t) {
   const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
   if (t.max_pixels > 0 && pixels > t.max_pixels)
     return Status::Corruption(fmt::format(
         "image is {}x{} = {:.1f} megapixels, more than the limit of {:.1f} (max_pixels / max_image_pixels; a small "
         "file claiming a huge image is a decompression bomb; raise the limit if the image is genuine)",
         W, H, static_cast<double>(pixels) / 1e6, static_cast<double>(t.max_pixels) / 1e6));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
+                          std::uint64_t sample, const transform::Augmentation::Record* given) {
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit(W, H, t));
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
   // does not depend on which thread runs the sample, or when.
   Rng rng(seed ^ 0x5f3759df5f3759dfull, SplitMix64(epoch) ^ sample);
@@ -133,16 +141,6 @@ Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScrat
 }
 
 namespace {
-
-Status CheckPixelLimit(int W, int H, const TransformOptions& t) {
-  const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
-  if (t.max_pixels > 0 && pixels > t.max_pixels)
-    return Status::Corruption(fmt::format(
-        "image is {}x{} = {:.1f} megapixels, more than the limit of {:.1f} (max_pixels / max_image_pixels; a small "
-        "file claiming a huge image is a decompression bomb; raise the limit if the image is genuine)",
-        W, H, static_cast<double>(pixels) / 1e6, static_cast<double>(t.max_pixels) / 1e6));
-  return Status::Ok();
-}
 
 // The whole image, decoded to RGB, into scratch.image (steps before the crop
 // need all of it).
