@@ -19,8 +19,7 @@ class Parser {
 
   Result<NumberArray> Run() {
     NumberArray out;
-    std::vector<std::size_t> shape;
-    STOKER_RETURN_IF_ERROR(Value(0, shape, out.values));
+    STOKER_RETURN_IF_ERROR(Value(0, out.values));
     SkipSpace();
     if (at_ != text_.size()) return Error("text after the array");
     // The lengths of the lists down to the numbers (or to the deepest list
@@ -46,7 +45,7 @@ class Parser {
     deepest_list_ = std::max(deepest_list_, depth);
     return Status::Ok();
   }
-  Status Value(int depth, std::vector<std::size_t>& path, std::vector<double>& values) {
+  Status Value(int depth, std::vector<double>& values) {
     SkipSpace();
     if (at_ >= text_.size()) return Error("end of text");
     if (text_[at_] == '[') {
@@ -61,9 +60,7 @@ class Parser {
         return Length(depth, 0);
       }
       for (;;) {
-        path.push_back(count);
-        STOKER_RETURN_IF_ERROR(Value(depth + 1, path, values));
-        path.pop_back();
+        STOKER_RETURN_IF_ERROR(Value(depth + 1, values));
         ++count;
         SkipSpace();
         if (at_ >= text_.size()) return Error("end of text inside a list");
