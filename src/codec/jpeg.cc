@@ -9,61 +9,15 @@
 #include <string_view>
 
 #include <fmt/format.h>
-// jpeglib.h needs size_t and FILE first.
-#include <jpeglib.h>
+
+#include "codec/jpeg_internal.h"
 
 namespace stoker::codec {
 namespace {
 
-// libjpeg reports errors by calling error_exit, which must not return: we
-// longjmp back to the decoding function. Only trivially destructible locals
-// live between setjmp and longjmp.
-struct ErrorManager {
-  jpeg_error_mgr base;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-void ErrorExit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Warnings (msg_level -1) mean corrupt data that libjpeg would paper over,
-// e.g. a truncated file filled with grey: treat them as errors, so a damaged
-// sample is never passed on silently. Trace messages (>= 0) are ignored.
-void EmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level < 0) ErrorExit(cinfo);
-}
-
-// A libjpeg decompressor with our error handling, destroyed on scope exit.
-// Functions using it check created(), then call setjmp(err.jump) in their own
-// frame, so a longjmp never skips its destructor.
-struct Decompressor {
-  jpeg_decompress_struct cinfo{};
-  ErrorManager err{};
-  bool created = false;
-  Decompressor() {
-    cinfo.err = jpeg_std_error(&err.base);
-    err.base.error_exit = ErrorExit;
-    err.base.emit_message = EmitMessage;
-    // Creation fails when the headers we were compiled with do not match the
-    // library loaded at run time ("Wrong JPEG library version"): report it
-    // rather than jump through an unset jmp_buf.
-    if (setjmp(err.jump)) return;
-    jpeg_create_decompress(&cinfo);
-    created = true;
-  }
-  ~Decompressor() {
-    if (created) jpeg_destroy_decompress(&cinfo);
-  }
-  [[nodiscard]] Status CreationError() const {
-    return Status::Internal(fmt::format("libjpeg could not be initialised: {}", err.message));
-  }
-  Decompressor(const Decompressor&) = delete;
-  Decompressor& operator=(const Decompressor&) = delete;
-};
+using jpeg_internal::Compressor;
+using jpeg_internal::Decompressor;
+using jpeg_internal::ErrorManager;
 
 // Adobe CMYK JPEGs store inverted values.
 void CmykToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, int width) {
@@ -166,27 +120,6 @@ Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRe
 }
 
 namespace {
-
-struct Compressor {
-  jpeg_compress_struct cinfo{};
-  ErrorManager err{};
-  bool created = false;
-  unsigned char* buffer = nullptr;  // jpeg_mem_dest's, malloc'd
-  unsigned long size = 0;
-  Compressor() {
-    cinfo.err = jpeg_std_error(&err.base);
-    err.base.error_exit = ErrorExit;
-    if (setjmp(err.jump)) return;
-    jpeg_create_compress(&cinfo);
-    created = true;
-  }
-  ~Compressor() {
-    if (created) jpeg_destroy_compress(&cinfo);
-    std::free(buffer);
-  }
-  Compressor(const Compressor&) = delete;
-  Compressor& operator=(const Compressor&) = delete;
-};
 
 bool EncodeImpl(Compressor* c, const std::uint8_t* rgb, int width, int height, int quality) {
   if (setjmp(c->err.jump)) return false;

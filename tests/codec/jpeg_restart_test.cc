@@ -1,0 +1,337 @@
+#include "codec/jpeg_restart.h"
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "codec/jpeg_internal.h"
+#include "core/rng.h"
+
+namespace stoker::codec {
+namespace {
+
+struct EncodeSpec {
+  int width = 0, height = 0;
+  int components = 3;
+  int h = 2, v = 2;  // luma sampling (chroma 1x1)
+  bool progressive = false;
+  bool arithmetic = false;
+  bool optimize = false;
+  std::string app1;     // an APP1 (EXIF-like) payload to keep, when not empty
+  std::string comment;  // a COM payload, when not empty
+};
+
+EncodeSpec Spec(int width, int height, int components = 3, int h = 2, int v = 2) {
+  EncodeSpec s;
+  s.width = width;
+  s.height = height;
+  s.components = components;
+  s.h = h;
+  s.v = v;
+  return s;
+}
+
+// Pixels with edges and texture, so the entropy-coded data is not trivial.
+std::vector<std::uint8_t> Pixels(int width, int height, int components, std::uint64_t seed) {
+  Rng rng(seed, 1);
+  std::vector<std::uint8_t> p(static_cast<std::size_t>(width) * height * components);
+  for (int y = 0; y < height; ++y)
+    for (int x = 0; x < width; ++x)
+      for (int c = 0; c < components; ++c) {
+        const int smooth = (x * (c + 1) * 3 + y * (2 - c % 2) * 5) % 256;
+        const int noise = static_cast<int>(rng.Next() % 40);
+        p[(static_cast<std::size_t>(y) * width + x) * components + c] =
+            static_cast<std::uint8_t>(((x / 37 + y / 29) % 2 ? smooth : 255 - smooth) / 2 + noise);
+      }
+  return p;
+}
+
+std::vector<std::byte> Encode(const EncodeSpec& s, std::uint64_t seed = 7) {
+  const std::vector<std::uint8_t> pixels = Pixels(s.width, s.height, s.components, seed);
+  jpeg_internal::Compressor c;
+  EXPECT_TRUE(c.created);
+  if (setjmp(c.err.jump)) {
+    ADD_FAILURE() << "encoding failed: " << c.err.message;
+    return {};
+  }
+  jpeg_mem_dest(&c.cinfo, &c.buffer, &c.size);
+  c.cinfo.image_width = static_cast<JDIMENSION>(s.width);
+  c.cinfo.image_height = static_cast<JDIMENSION>(s.height);
+  c.cinfo.input_components = s.components;
+  c.cinfo.in_color_space = s.components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&c.cinfo);
+  jpeg_set_quality(&c.cinfo, 90, TRUE);
+  if (s.components == 3) {
+    c.cinfo.comp_info[0].h_samp_factor = s.h;
+    c.cinfo.comp_info[0].v_samp_factor = s.v;
+  }
+  if (s.progressive) jpeg_simple_progression(&c.cinfo);
+  c.cinfo.arith_code = s.arithmetic ? TRUE : FALSE;
+  c.cinfo.optimize_coding = s.optimize ? TRUE : FALSE;
+  jpeg_start_compress(&c.cinfo, TRUE);
+  if (!s.app1.empty())
+    jpeg_write_marker(&c.cinfo, JPEG_APP0 + 1, reinterpret_cast<const JOCTET*>(s.app1.data()),
+                      static_cast<unsigned>(s.app1.size()));
+  if (!s.comment.empty())
+    jpeg_write_marker(&c.cinfo, JPEG_COM, reinterpret_cast<const JOCTET*>(s.comment.data()),
+                      static_cast<unsigned>(s.comment.size()));
+  while (c.cinfo.next_scanline < c.cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(pixels.data() + std::size_t{c.cinfo.next_scanline} * s.width * s.components);
+    jpeg_write_scanlines(&c.cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&c.cinfo);
+  const auto* begin = reinterpret_cast<const std::byte*>(c.buffer);
+  return std::vector<std::byte>(begin, begin + c.size);
+}
+
+RestartOffsets View(const std::vector<std::uint32_t>& table) {
+  return {reinterpret_cast<const std::byte*>(table.data()), static_cast<std::uint32_t>(table.size())};
+}
+
+DecodedRegion Whole(std::span<const std::byte> jpeg, int scale) {
+  DecodedRegion out;
+  EXPECT_TRUE(DecodeJpeg(jpeg, Roi{}, scale, out).ok());
+  return out;
+}
+
+// Every pixel of `region` inside `roi` and at least `margin` (scaled) pixels
+// from the region's edges that are not the image's equals the whole decode's.
+void ExpectSamePixels(const DecodedRegion& whole, const DecodedRegion& region, Roi roi, int scale,
+                      const std::string& what) {
+  const int s = scale, margin = 16;
+  ASSERT_EQ(region.scale, s) << what;
+  const int ox = region.origin_x / s, oy = region.origin_y / s;
+  const int x0 = std::max(roi.x / s, ox + (ox > 0 ? margin : 0));
+  const int y0 = std::max(roi.y / s, oy + (oy > 0 ? margin : 0));
+  const int x1 =
+      std::min({(roi.x + roi.width) / s, ox + region.width - (ox + region.width < whole.width ? margin : 0)});
+  const int y1 =
+      std::min({(roi.y + roi.height) / s, oy + region.height - (oy + region.height < whole.height ? margin : 0)});
+  ASSERT_LE(ox, roi.x / s) << what;
+  ASSERT_LE(oy, roi.y / s) << what;
+  ASSERT_GE(ox + region.width, std::min(whole.width, (roi.x + roi.width) / s)) << what;
+  ASSERT_GE(oy + region.height, std::min(whole.height, (roi.y + roi.height) / s)) << what;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const auto a = whole.pixels[(static_cast<std::size_t>(y) * whole.width + x) * 3 + c];
+        const auto b = region.pixels[(static_cast<std::size_t>(y - oy) * region.width + (x - ox)) * 3 + c];
+        ASSERT_EQ(a, b) << what << " at (" << x << ", " << y << ") channel " << c;
+      }
+}
+
+TEST(SeekableJpeg, TheRewriteDecodesToTheOriginalsPixelsAndItsTableIsFound) {
+  const std::vector<EncodeSpec> specs = {
+      Spec(517, 389),
+      Spec(64, 48),
+      Spec(1000, 40),
+      Spec(333, 251, 3, 1, 1),
+      Spec(333, 251, 3, 2, 1),
+      Spec(301, 203, 1, 1, 1),
+      Spec(16, 16),
+      Spec(9, 700),
+      Spec(700, 9),
+      Spec(256, 256, 3, 1, 2),
+  };
+  for (const EncodeSpec& spec : specs) {
+    const std::string what = std::to_string(spec.width) + "x" + std::to_string(spec.height) + " components " +
+                             std::to_string(spec.components) + " sampling " + std::to_string(spec.h) + "x" +
+                             std::to_string(spec.v);
+    const std::vector<std::byte> original = Encode(spec);
+    SeekableJpeg seekable = MakeSeekableJpeg(original);
+    ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten) << what << ": " << seekable.why;
+    const DecodedRegion a = Whole(original, 1), b = Whole(seekable.bytes, 1);
+    EXPECT_EQ(a.pixels, b.pixels) << what;
+    auto layout = ReadScanLayout(seekable.bytes);
+    ASSERT_TRUE(layout.ok()) << what << ": " << layout.status().ToString();
+    EXPECT_GT(layout->restart_interval, 0u) << what;
+    EXPECT_EQ(layout->mcus_per_row % layout->restart_interval, 0u) << what;
+    const std::uint64_t intervals = layout->mcus_per_row / layout->restart_interval * std::uint64_t(layout->mcu_rows);
+    ASSERT_EQ(seekable.table.size(), intervals + 1) << what;
+    auto found = FindRestartTable(seekable.bytes);
+    ASSERT_TRUE(found.ok()) << what;
+    EXPECT_EQ(*found, seekable.table) << what;
+    // Optimised Huffman tables pay for the markers on these images.
+    EXPECT_LT(seekable.bytes.size(), original.size() + original.size() / 50 + 64) << what;
+  }
+}
+
+TEST(SeekableJpeg, EveryRegionDecodesAsTheWholeFileDoesAtEveryScale) {
+  const std::vector<EncodeSpec> specs = {Spec(517, 389), Spec(333, 251, 3, 1, 1), Spec(301, 203, 1, 1, 1),
+                                         Spec(480, 360, 3, 2, 1)};
+  Rng rng(42, 0);
+  int used = 0;
+  for (const EncodeSpec& spec : specs) {
+    SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
+    ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten) << seekable.why;
+    for (int scale : {1, 2, 4, 8}) {
+      const DecodedRegion whole = Whole(seekable.bytes, scale);
+      std::vector<std::byte> stream;
+      for (int trial = 0; trial < 40; ++trial) {
+        Roi roi;
+        roi.width = 1 + static_cast<int>(rng.Next() % spec.width);
+        roi.height = 1 + static_cast<int>(rng.Next() % spec.height);
+        roi.x = static_cast<int>(rng.Next() % (spec.width - roi.width + 1));
+        roi.y = static_cast<int>(rng.Next() % (spec.height - roi.height + 1));
+        DecodedRegion region;
+        auto use = DecodeJpegSeekable(seekable.bytes, View(seekable.table), roi, scale, region, stream);
+        const std::string what = std::to_string(spec.width) + "x" + std::to_string(spec.height) + " scale " +
+                                 std::to_string(scale) + " roi " + std::to_string(roi.x) + "," + std::to_string(roi.y) +
+                                 " " + std::to_string(roi.width) + "x" + std::to_string(roi.height);
+        ASSERT_TRUE(use.ok()) << what << ": " << use.status().ToString();
+        ASSERT_NE(*use, SeekUse::kDisagrees) << what;
+        used += *use == SeekUse::kUsed;
+        ExpectSamePixels(whole, region, roi, scale, what);
+      }
+    }
+  }
+  EXPECT_GT(used, 300);  // most random regions skip intervals
+}
+
+TEST(SeekableJpeg, AStreamOfTheRegionsIntervalsIsSmallerThanTheFile) {
+  SeekableJpeg seekable = MakeSeekableJpeg(Encode(Spec(800, 600)));
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  std::vector<std::byte> stream;
+  DecodedRegion region;
+  auto use = DecodeJpegSeekable(seekable.bytes, View(seekable.table), Roi{400, 300, 200, 150}, 1, region, stream);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(*use, SeekUse::kUsed);
+  // A quarter of the width and of the height, widened to whole intervals.
+  EXPECT_LT(stream.size(), seekable.bytes.size() / 5);
+  EXPECT_EQ(region.full.width, 800);
+  EXPECT_EQ(region.full.height, 600);
+}
+
+TEST(SeekableJpeg, TheWholeImageOrARegionAtTheTopLeftNeedsNoTable) {
+  SeekableJpeg seekable = MakeSeekableJpeg(Encode(Spec(400, 300)));
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  std::vector<std::byte> stream;
+  DecodedRegion region;
+  auto use = DecodeJpegSeekable(seekable.bytes, View(seekable.table), Roi{}, 1, region, stream);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(*use, SeekUse::kNotUseful);
+  use = DecodeJpegSeekable(seekable.bytes, View(seekable.table), Roi{0, 0, 400, 100}, 1, region, stream);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(*use, SeekUse::kNotUseful);
+  use = DecodeJpegSeekable(seekable.bytes, {}, Roi{100, 100, 100, 100}, 1, region, stream);
+  ASSERT_TRUE(use.ok());
+  EXPECT_EQ(*use, SeekUse::kNotUseful);
+}
+
+TEST(SeekableJpeg, ATableThatDisagreesWithTheFileFallsBackToTheWholeFileWithTheSamePixels) {
+  const std::vector<std::byte> original = Encode(Spec(517, 389));
+  SeekableJpeg seekable = MakeSeekableJpeg(original);
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  const Roi roi{200, 150, 150, 120};
+  const DecodedRegion whole = Whole(seekable.bytes, 1);
+  const std::vector<std::uint32_t>& good = seekable.table;
+  std::vector<std::vector<std::uint32_t>> bad;
+  {
+    auto t = good;  // one interval shifted by eight (the same RST number)
+    t[20] = t[28];
+    bad.push_back(t);
+  }
+  {
+    auto t = good;
+    t[10] += 1;
+    bad.push_back(t);
+  }
+  {
+    auto t = good;
+    t.pop_back();
+    bad.push_back(t);
+  }
+  {
+    auto t = good;
+    t.back() -= 2;
+    bad.push_back(t);
+  }
+  {
+    auto t = good;
+    t[0] += 4;
+    bad.push_back(t);
+  }
+  {
+    auto t = good;
+    t[5] = 0xFFFFFFF0u;
+    bad.push_back(t);
+  }
+  bad.push_back(*FindRestartTable(MakeSeekableJpeg(Encode(Spec(517, 389), 99)).bytes));  // another image's table
+  std::vector<std::byte> stream;
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    DecodedRegion region;
+    auto use = DecodeJpegSeekable(seekable.bytes, View(bad[i]), roi, 1, region, stream);
+    ASSERT_TRUE(use.ok()) << i;
+    if (i + 1 == bad.size()) {
+      // Another image of the same size and coder may share every offset only by chance: whatever it does, the
+      // pixels are right or it fell back.
+    } else {
+      EXPECT_EQ(*use, SeekUse::kDisagrees) << i;
+    }
+    ExpectSamePixels(whole, region, roi, 1, "bad table " + std::to_string(i));
+  }
+  // A file whose data was edited (same size, one interval's bytes flipped) does not decode either way.
+  std::vector<std::byte> edited = seekable.bytes;
+  for (std::uint32_t k = good[40]; k < good[41] - 2; ++k) edited[k] = std::byte{0x55};
+  DecodedRegion region;
+  auto use = DecodeJpegSeekable(edited, View(good), Roi{0, 0, 517, 389}, 1, region, stream);
+  EXPECT_FALSE(use.ok() && *use == SeekUse::kUsed);
+}
+
+TEST(SeekableJpeg, WhatCannotBeRewrittenIsKeptAndSaysWhy) {
+  EncodeSpec progressive = Spec(300, 200);
+  progressive.progressive = true;
+  EXPECT_EQ(MakeSeekableJpeg(Encode(progressive)).outcome, SeekableOutcome::kProgressive);
+  EncodeSpec arithmetic = Spec(300, 200);
+  arithmetic.arithmetic = true;
+  const auto arith = Encode(arithmetic);
+  if (!arith.empty()) {
+    EXPECT_EQ(MakeSeekableJpeg(arith).outcome, SeekableOutcome::kArithmetic);
+  }
+  std::vector<std::byte> truncated = Encode(Spec(300, 200));
+  truncated.resize(truncated.size() / 2);
+  SeekableJpeg t = MakeSeekableJpeg(truncated);
+  EXPECT_EQ(t.outcome, SeekableOutcome::kUndecodable);
+  EXPECT_FALSE(t.why.empty());
+  EXPECT_TRUE(t.bytes.empty());
+  const std::string png = "\x89PNG\r\n\x1a\n0000";
+  std::vector<std::byte> png_bytes(png.size());
+  std::memcpy(png_bytes.data(), png.data(), png.size());
+  EXPECT_EQ(MakeSeekableJpeg(png_bytes).outcome, SeekableOutcome::kOther);
+  EXPECT_EQ(MakeSeekableJpeg({}).outcome, SeekableOutcome::kUndecodable);
+}
+
+TEST(SeekableJpeg, MetadataMarkersAreKept) {
+  EncodeSpec spec = Spec(200, 100);
+  spec.app1 = std::string("Exif\0\0MM\0*\0\0\0\x08orientation-and-more", 36);
+  spec.comment = "a comment that must survive";
+  SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  const std::string bytes(reinterpret_cast<const char*>(seekable.bytes.data()), seekable.bytes.size());
+  EXPECT_NE(bytes.find(spec.app1), std::string::npos);
+  EXPECT_NE(bytes.find(spec.comment), std::string::npos);
+  EXPECT_EQ(bytes.find("JFIF"), bytes.rfind("JFIF"));  // one JFIF header, not two
+}
+
+TEST(SeekableJpeg, TheRestartIntervalDividesTheRowIntoAboutEight) {
+  EXPECT_EQ(ChooseRestartInterval(32, 16), 4);    // 500 px at 4:2:0: 8 intervals of 64 px
+  EXPECT_EQ(ChooseRestartInterval(250, 16), 25);  // 4000 px: 10 of 400 px
+  EXPECT_EQ(ChooseRestartInterval(31, 16), 31);   // a prime count: whole rows
+  EXPECT_EQ(ChooseRestartInterval(2, 16), 2);     // small images: whole rows
+  EXPECT_EQ(ChooseRestartInterval(63, 8), 9);     // grey: 7 of 72 px
+  EXPECT_EQ(ChooseRestartInterval(1, 16), 1);
+}
+
+TEST(SeekableJpeg, ScanLayoutRefusesWhatItCannotSeek) {
+  EncodeSpec progressive = Spec(64, 64);
+  progressive.progressive = true;
+  EXPECT_FALSE(ReadScanLayout(Encode(progressive)).ok());
+  EXPECT_FALSE(FindRestartTable(Encode(Spec(64, 64))).ok());  // no restart interval
+  const std::vector<std::byte> nothing(3);
+  EXPECT_FALSE(ReadScanLayout(nothing).ok());
+}
+
+}  // namespace
+}  // namespace stoker::codec
