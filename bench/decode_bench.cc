@@ -89,10 +89,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<std::vector<std::byte>> jpegs;
+  // A seekable pack's restart tables (pack --seekable-jpeg), used as the loader uses them.
+  std::vector<std::span<const std::byte>> tables;
   for (std::uint64_t i = 0; i < std::min(limit, (*dataset)->num_samples()); ++i) {
     auto bytes = (*dataset)->ReadField(i, *field);
-    if (bytes.ok()) jpegs.push_back(std::move(bytes).value());
+    if (!bytes.ok()) continue;
+    jpegs.push_back(std::move(bytes).value());
+    tables.push_back((*dataset)->RestartTable(i, *field));
   }
+  std::uint64_t seekable_used = 0;
+  auto set_table = [&](stoker::ImageScratch& s, std::size_t i) {
+    s.restarts = {tables[i].data(), static_cast<std::uint32_t>(tables[i].size() / 4)};
+    s.seek_use.reset();
+  };
   stoker::TransformOptions t;  // the ImageNet training transform, float32 NCHW
   if (eval) {
     t.kind = stoker::TransformOptions::Kind::kResizeCenterCrop;
@@ -104,14 +113,18 @@ int main(int argc, char** argv) {
   stoker::ImageScratch scratch;
   std::atomic<std::uint64_t> decode_ns{0}, transform_ns{0};
   // One untimed pass to warm caches and scratch buffers.
-  for (std::size_t i = 0; i < std::min<std::size_t>(jpegs.size(), 20); ++i)
+  for (std::size_t i = 0; i < std::min<std::size_t>(jpegs.size(), 20); ++i) {
+    set_table(scratch, i);
     (void)stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, nullptr, nullptr,
                                      nullptr);
+  }
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < jpegs.size(); ++i) {
+    set_table(scratch, i);
     auto s = stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, nullptr,
                                         &decode_ns, &transform_ns);
     if (!s.ok()) fmt::print(stderr, "sample {}: {}\n", i, s.ToString());
+    seekable_used += scratch.seek_use == stoker::codec::SeekUse::kUsed;
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double rate = static_cast<double>(jpegs.size()) / wall;
@@ -122,12 +135,16 @@ int main(int argc, char** argv) {
       static_cast<double>(decode_ns.load()) / 1e6 / static_cast<double>(jpegs.size()),
       static_cast<double>(transform_ns.load()) / 1e6 / static_cast<double>(jpegs.size()));
   fmt::print("ceiling for {} cores: {:.0f} images/s\n", cores, rate * cores);
+  if ((*dataset)->seekable_payloads() > 0)
+    fmt::print("seekable pack: {} of {} crops decoded from only their restart intervals\n", seekable_used,
+               jpegs.size());
   if (split) {
     // Entropy decoding alone, and each sample's crop rows (the same crops as above).
     double entropy_all = 0, entropy_to_crop_end = 0, entropy_in_crop = 0, entropy_in_box = 0;
     std::uint64_t counted = 0;
     for (std::size_t i = 0; i < jpegs.size(); ++i) {
       stoker::TransformTrace trace;
+      scratch.restarts = {};
       if (!stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, &trace, nullptr,
                                       nullptr)
                .ok())

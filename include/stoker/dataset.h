@@ -100,6 +100,15 @@ class Dataset {
   // e.g. images re-encoded by --max-side/--quality); empty when it stored
   // them as they were.
   [[nodiscard]] std::string_view pack_note() const;
+  // How many payloads are seekable JPEGs with a restart table in the index
+  // (`stoker pack --seekable-jpeg`).
+  [[nodiscard]] std::uint64_t seekable_payloads() const;
+  // The restart table of sample `sample`'s field `field`: intervals + 1
+  // little-endian u32 byte offsets into the payload, where each restart
+  // interval's entropy-coded data starts and then where the last ends
+  // (docs/format.md); empty when the index records none. The loader checks
+  // a table against the JPEG before using it.
+  [[nodiscard]] std::span<const std::byte> RestartTable(std::uint64_t sample, std::size_t field) const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 
@@ -166,7 +175,8 @@ struct DatasetSummary {
   // Tar members the index leaves out as WebDataset does (no extension,
   // links, directories, __*__ names), as `stoker index` counted them.
   std::uint64_t skipped_members = 0;
-  std::string pack_note;  // Dataset::pack_note()
+  std::string pack_note;                // Dataset::pack_note()
+  std::uint64_t seekable_payloads = 0;  // Dataset::seekable_payloads()
   std::uint64_t num_shards = 0;
   std::uint64_t shard_bytes = 0;  // sum of shard file sizes
   struct Field {

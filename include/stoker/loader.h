@@ -165,6 +165,12 @@ struct LoaderStats {
   bool pinned_memory = false;                    // batch buffers are page-locked (CUDA present)
   std::uint64_t read_requests = 0;               // after merging neighbouring samples
   std::string read_method;                       // "io_uring" or "pread"
+  // Seekable packs (`pack --seekable-jpeg`): samples whose crop was decoded
+  // from only the restart intervals it covers, and samples whose restart
+  // table disagreed with the JPEG (a shard edited after packing) and were
+  // decoded whole instead: the pixels are right either way.
+  std::uint64_t seekable_decodes = 0;
+  std::uint64_t seekable_fallbacks = 0;
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.

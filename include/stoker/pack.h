@@ -43,6 +43,15 @@ struct PackOptions {
   // decode is an error naming the sample and its file.
   std::uint32_t max_side = 0;
   int quality = 90;  // 1-100, for re-encoded images
+  // Seekable JPEGs: each baseline JPEG (after max_side, when set) is
+  // re-written losslessly (its DCT coefficients written back with a restart
+  // marker every few MCUs and optimised Huffman tables, metadata kept), the
+  // result checked to decode to exactly the original's pixels, and the
+  // offset of every restart interval recorded in the index, so that the
+  // loader entropy-decodes only the part of an image a crop covers.
+  // Progressive, arithmetic-coded and CMYK JPEGs, and files that do not
+  // decode, are stored unchanged and counted (PackSummary, the index's note).
+  bool seekable_jpeg = false;
   // Write the samples in a random order (deterministic for `shuffle_seed`)
   // instead of the source's; an ImageFolder tree's is class by class, so
   // each shard would hold one or two classes. Mixed shards let shard-aware
@@ -70,7 +79,14 @@ struct PackSummary {
   std::uint64_t images_reencoded = 0;
   std::uint64_t reencoded_bytes_before = 0;
   std::uint64_t reencoded_bytes_after = 0;
-  std::string note;  // what the index records (JSON), empty without max_side
+  // With seekable_jpeg: JPEGs re-written seekable, JPEGs kept as they were
+  // (progressive, arithmetic, CMYK, undecodable), and the re-written ones'
+  // bytes before and after.
+  std::uint64_t seekable_jpegs = 0;
+  std::uint64_t seekable_kept = 0;
+  std::uint64_t seekable_bytes_before = 0;
+  std::uint64_t seekable_bytes_after = 0;
+  std::string note;  // what the index records (JSON), empty without max_side or seekable_jpeg
 };
 
 // Packs `source` into `out_dir` as shard-NNNNNN.tar files plus index.stoker.

@@ -293,6 +293,8 @@ PYBIND11_MODULE(_native, m) {
         d["pinned_memory"] = s.pinned_memory;
         d["read_requests"] = s.read_requests;
         d["read_method"] = s.read_method;
+        d["seekable_decodes"] = s.seekable_decodes;
+        d["seekable_fallbacks"] = s.seekable_fallbacks;
         return d;
       });
 
@@ -395,8 +397,9 @@ PYBIND11_MODULE(_native, m) {
 
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
                    std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed,
-                   std::vector<std::string> file_columns) {
+                   std::vector<std::string> file_columns, bool seekable_jpeg) {
     stoker::PackOptions options;
+    options.seekable_jpeg = seekable_jpeg;
     options.file_columns = std::move(file_columns);
     options.target_shard_bytes = shard_bytes;
     options.overwrite = overwrite;
@@ -419,6 +422,10 @@ PYBIND11_MODULE(_native, m) {
     d["images_reencoded"] = s.images_reencoded;
     d["reencoded_bytes_before"] = s.reencoded_bytes_before;
     d["reencoded_bytes_after"] = s.reencoded_bytes_after;
+    d["seekable_jpegs"] = s.seekable_jpegs;
+    d["seekable_kept"] = s.seekable_kept;
+    d["seekable_bytes_before"] = s.seekable_bytes_before;
+    d["seekable_bytes_after"] = s.seekable_bytes_after;
     d["note"] = s.note;
     return d;
   });

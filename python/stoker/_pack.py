@@ -6,7 +6,7 @@ from .checkpoint import parse_size
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
-         shuffle_seed=0, file_columns=()):
+         shuffle_seed=0, file_columns=(), seekable_jpeg=False):
     """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
     indexed shards (see `stoker pack --help`). Returns a summary dict.
     ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
@@ -20,7 +20,11 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     sample besides ``path``, e.g. ``["mask"]``; each becomes the field
     ``<column>.<extension>`` (``mask.png``), read with
     ``stoker.Image(keys="mask.png")``. The index records every field's kind
-    (``stoker inspect`` shows them)."""
+    (``stoker inspect`` shows them). ``seekable_jpeg``: re-write baseline
+    JPEGs losslessly with restart markers (same pixels, checked for every
+    image) and record where each restart interval starts, so the loader
+    entropy-decodes only the part a crop covers; progressive, arithmetic,
+    CMYK and undecodable JPEGs are stored as they are and counted."""
     size = parse_size(shard_size)
     side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
     if quality is not None and side == 0:
@@ -30,4 +34,5 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     if isinstance(file_columns, str) or not all(isinstance(c, str) for c in file_columns):
         raise TypeError("file_columns must be a list of column names, such as [\"mask\"], not %r" % (file_columns,))
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
-                        seed if _params.boolean("shuffle", shuffle) else None, list(file_columns))
+                        seed if _params.boolean("shuffle", shuffle) else None, list(file_columns),
+                        _params.boolean("seekable_jpeg", seekable_jpeg))

@@ -144,9 +144,9 @@ Result<std::vector<std::uint32_t>> FindRestartTable(std::span<const std::byte> j
 int ChooseRestartInterval(int mcus_per_row, int mcu_width) {
   int best = mcus_per_row, best_distance = INT32_MAX;
   for (int r = 1; r < mcus_per_row; ++r) {
-    if (mcus_per_row % r != 0 || r * mcu_width < 48) continue;
+    if (mcus_per_row % r != 0 || r * mcu_width < 32) continue;
     const int per_row = mcus_per_row / r;
-    const int distance = std::abs(per_row - 8);
+    const int distance = std::abs(per_row - 16);
     if (distance <= best_distance) {  // ties go to the longer interval
       best = r;
       best_distance = distance;

@@ -104,6 +104,15 @@ bool Dataset::loose_files() const {
 std::uint64_t Dataset::num_samples() const {
   return impl_->view.num_samples();
 }
+std::uint64_t Dataset::seekable_payloads() const {
+  return impl_->view.num_restart_tables();
+}
+
+std::span<const std::byte> Dataset::RestartTable(std::uint64_t sample, std::size_t field) const {
+  if (field > UINT32_MAX) return {};
+  return impl_->view.restart_table(sample, static_cast<std::uint32_t>(field));
+}
+
 const std::vector<std::string>& Dataset::field_names() const {
   return impl_->view.field_names();
 }

@@ -48,11 +48,16 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
                     [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
 }
 
-// One sample's field payloads, in the sample's field order.
-using LoadedSample = std::vector<std::vector<std::byte>>;
+// One sample's field payloads, in the sample's field order, and the
+// restart tables a rewriter gave them (empty for none).
+struct LoadedSample {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<std::vector<std::uint32_t>> restarts;
+};
 
 Result<LoadedSample> LoadSample(FileSystem& fs, const SourceSample& sample) {
-  LoadedSample out;
+  LoadedSample loaded;
+  auto& out = loaded.payloads;
   out.reserve(sample.fields.size());
   for (const auto& f : sample.fields) {
     switch (f.kind) {
@@ -78,7 +83,8 @@ Result<LoadedSample> LoadSample(FileSystem& fs, const SourceSample& sample) {
       }
     }
   }
-  return out;
+  loaded.restarts.resize(out.size());
+  return loaded;
 }
 
 // Reads samples on `threads` threads, at most `window` ahead of the consumer,
@@ -130,7 +136,7 @@ class OrderedParallelReader {
       if (loaded.ok() && rewriter_ != nullptr) {
         const SourceSample& sample = samples_[i];
         for (std::size_t f = 0; f < sample.fields.size(); ++f) {
-          Result<bool> rewritten = rewriter_->Rewrite(sample.fields[f].name, (*loaded)[f]);
+          Result<bool> rewritten = rewriter_->Rewrite(sample.fields[f].name, loaded->payloads[f], loaded->restarts[f]);
           if (!rewritten.ok()) {
             loaded = Result<LoadedSample>(rewritten.error().WithContext(
                 fmt::format("sample '{}' ({}), field '{}'", sample.key, sample.origin, sample.fields[f].name)));
@@ -393,7 +399,8 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
   std::string headers;
   std::vector<index_format::IndexBuilder::Field> fields;
   for (const SourceSample& sample : listing.samples) {
-    STOKER_ASSIGN_OR_RETURN(LoadedSample loaded, reader.Next());
+    STOKER_ASSIGN_OR_RETURN(LoadedSample next, reader.Next());
+    const auto& loaded = next.payloads;
     // Lay the sample out as tar members: header, data, padding for each field.
     std::vector<std::string> member_headers(sample.fields.size());
     std::uint64_t sample_bytes = 0;
@@ -414,8 +421,8 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
     static constexpr std::byte kPadding[tar::kBlockSize] = {};
     for (std::size_t f = 0; f < sample.fields.size(); ++f) {
       STOKER_RETURN_IF_ERROR(writer.Append(AsBytes(member_headers[f])));
-      fields.push_back(
-          {sample.fields[f].name, writer.offset(), loaded[f].size(), index_format::KindCode(sample.fields[f].content)});
+      fields.push_back({sample.fields[f].name, writer.offset(), loaded[f].size(),
+                        index_format::KindCode(sample.fields[f].content), next.restarts[f]});
       STOKER_RETURN_IF_ERROR(writer.Append(loaded[f]));
       STOKER_RETURN_IF_ERROR(writer.Append(std::span(kPadding).first(tar::PaddingAfter(loaded[f].size()))));
       checksum.Update(loaded[f]);

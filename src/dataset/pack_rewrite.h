@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,9 +18,12 @@ class FieldRewriter {
  public:
   virtual ~FieldRewriter() = default;
   // May replace `bytes`, the payload of field `field` of sample `key`;
-  // returns whether it did. Called from pack's reader threads at once.
-  // Errors name what is wrong with the payload (pack adds the sample).
-  [[nodiscard]] virtual Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes) const = 0;
+  // returns whether it did. It may also give the payload a restart table
+  // (a seekable JPEG's, recorded in the index; `restarts` arrives empty).
+  // Called from pack's reader threads at once. Errors name what is wrong
+  // with the payload (pack adds the sample).
+  [[nodiscard]] virtual Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
+                                             std::vector<std::uint32_t>& restarts) const = 0;
   // After the pack: what was done, as JSON for the index's note, and the
   // figures for the summary.
   [[nodiscard]] virtual std::string Note() const = 0;

@@ -173,6 +173,7 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   summary.num_shards = dataset.shards().size();
   summary.skipped_members = dataset.skipped_members();
   summary.pack_note = std::string(dataset.pack_note());
+  summary.seekable_payloads = dataset.seekable_payloads();
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;
   for (std::size_t f = 0; f < dataset.field_names().size(); ++f) {
     const std::string& name = dataset.field_names()[f];

@@ -109,20 +109,35 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
       !AddOk(view.records_offset_, records_bytes, &end) || view.keys_offset_ != end)
     return corrupt("sample count does not match the size of the record section");
   const auto flags = Load<std::uint32_t>(h + header::kFlagsOff);
-  if (version < 3 ? flags != 0 : (flags & ~kFlagNote) != 0)
-    return corrupt(fmt::format("unknown header flags {:#x}", flags));
+  const std::uint32_t known_flags =
+      version < 3 ? 0 : (version < kVersionWithRestarts ? kFlagNote : kFlagNote | kFlagRestarts);
+  if ((flags & ~known_flags) != 0) return corrupt(fmt::format("unknown header flags {:#x}", flags));
   if (!AddOk(view.keys_offset_, view.keys_size_, &end)) return corrupt("key section runs past the end");
   if (flags & kFlagNote) {
     // u64 size, then the note's bytes, ending the file.
     if (end > bytes.size() || bytes.size() - end < 8) return corrupt("note section runs past the end");
     const auto note_size = Load<std::uint64_t>(bytes.data() + end);
-    if (note_size > kMaxNoteBytes || note_size != bytes.size() - end - 8)
-      return corrupt("note section does not end the file");
+    if (note_size > kMaxNoteBytes || note_size > bytes.size() - end - 8)
+      return corrupt("note section runs past the end");
     view.note_ = {reinterpret_cast<const char*>(bytes.data() + end + 8), note_size};
     if (view.note_.find('\0') != std::string_view::npos) return corrupt("note contains a NUL byte");
+    end += 8 + note_size;
+  }
+  if (flags & kFlagRestarts) {
+    // u64 entries E, u64 offsets T, E entries of 24 bytes, T u32 offsets, ending the file.
+    if (end > bytes.size() || bytes.size() - end < 16) return corrupt("restart section runs past the end");
+    view.restart_entries_ = Load<std::uint64_t>(bytes.data() + end);
+    view.restart_offsets_ = Load<std::uint64_t>(bytes.data() + end + 8);
+    std::uint64_t entry_bytes = 0, offset_bytes = 0, section = 0;
+    if (!MulOk(view.restart_entries_, kRestartEntrySize, &entry_bytes) ||
+        !MulOk(view.restart_offsets_, 4, &offset_bytes) || !AddOk(entry_bytes, offset_bytes, &section) ||
+        section != bytes.size() - end - 16)
+      return corrupt("restart section does not end the file");
+    view.restart_section_ = bytes.data() + end + 16;
     end = bytes.size();
   }
-  if (end != bytes.size()) return corrupt("key section does not end the file");
+  if (end != bytes.size())
+    return corrupt(flags & kFlagNote ? "note section does not end the file" : "key section does not end the file");
   if (MetaChecksum(bytes.subspan(0, view.records_offset_)) != Load<std::uint64_t>(h + header::kMetaChecksumOff))
     return corrupt("header checksum mismatch");
 
@@ -230,6 +245,29 @@ void IndexBuilder::SetShardContents(std::uint32_t shard, std::uint64_t size, std
   shards_.at(shard).checksum = checksum;
 }
 
+std::span<const std::byte> IndexView::restart_table(std::uint64_t sample, std::uint32_t field) const {
+  // Entries are sorted by (sample, field): a binary search. A damaged
+  // section gives no table or one the reader refuses, never a wild read.
+  std::uint64_t lo = 0, hi = restart_entries_;
+  while (lo < hi) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    const std::byte* e = restart_section_ + mid * kRestartEntrySize;
+    const auto s = Load<std::uint64_t>(e);
+    const auto f = Load<std::uint32_t>(e + 8);
+    if (s == sample && f == field) {
+      const auto entries = Load<std::uint32_t>(e + 12);
+      const auto first = Load<std::uint64_t>(e + 16);
+      if (entries < 2 || first > restart_offsets_ || restart_offsets_ - first < entries) return {};
+      return {restart_section_ + restart_entries_ * kRestartEntrySize + first * 4, std::size_t{entries} * 4};
+    }
+    if (s < sample || (s == sample && f < field))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return {};
+}
+
 Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                std::span<const Field> fields) {
   if (shard >= shards_.size() || shard + 1 != shards_.size())
@@ -243,6 +281,12 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
       if (fields[i].name == fields[j].name)
         return Status::InvalidArgument(fmt::format("sample '{}' has field '{}' twice", key, fields[i].name));
     }
+    const std::size_t restarts = fields[i].restarts.size();
+    if (restarts == 1 || restarts > UINT32_MAX)
+      return Status::InvalidArgument(
+          fmt::format("sample '{}' field '{}': a restart table of {} offsets", key, fields[i].name, restarts));
+  }
+  for (std::size_t i = 0; i < fields.size(); ++i) {
     auto it = std::find(field_names_.begin(), field_names_.end(), fields[i].name);
     std::uint32_t id = static_cast<std::uint32_t>(it - field_names_.begin());
     if (it == field_names_.end()) {
@@ -257,6 +301,11 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     totals.samples++;
     totals.bytes += fields[i].size;
     slots_.push_back({id, fields[i].offset, fields[i].size});
+    if (!fields[i].restarts.empty()) {
+      restarts_.push_back(
+          {samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), restart_offsets_.size()});
+      restart_offsets_.insert(restart_offsets_.end(), fields[i].restarts.begin(), fields[i].restarts.end());
+    }
   }
   keys_.append(key);
   samples_.push_back(s);
@@ -295,19 +344,24 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
         fmt::format("index note of {} bytes is over the limit {}", note_.size(), kMaxNoteBytes));
   if (note_.find('\0') != std::string::npos) return Status::InvalidArgument("index note contains a NUL byte");
   const std::uint64_t note_off = keys_off + keys_.size();
-  const std::uint64_t file_size = note_off + (note_.empty() ? 0 : 8 + note_.size());
+  const std::uint64_t restarts_off = note_off + (note_.empty() ? 0 : 8 + note_.size());
+  const std::uint64_t file_size =
+      restarts_off +
+      (restarts_.empty() ? 0 : 16 + restarts_.size() * std::uint64_t{kRestartEntrySize} + restart_offsets_.size() * 4);
+  std::uint32_t flags = note_.empty() ? 0 : kFlagNote;
+  if (!restarts_.empty()) flags |= kFlagRestarts;
 
   std::vector<std::byte> out(file_size);
   std::byte* h = out.data();
   std::memcpy(h, kMagic, sizeof(kMagic));
-  Store<std::uint32_t>(h + header::kVersionOff, kVersion);
+  Store<std::uint32_t>(h + header::kVersionOff, restarts_.empty() ? kVersionWithoutRestarts : kVersion);
   Store<std::uint32_t>(h + header::kHeaderSizeOff, kHeaderSize);
   Store<std::uint64_t>(h + header::kFileSizeOff, file_size);
   Store<std::uint64_t>(h + header::kNumSamplesOff, samples_.size());
   Store<std::uint32_t>(h + header::kNumFieldsOff, num_fields);
   Store<std::uint32_t>(h + header::kNumShardsOff, static_cast<std::uint32_t>(shards_.size()));
   Store<std::uint32_t>(h + header::kRecordSizeOff, record_size);
-  Store<std::uint32_t>(h + header::kFlagsOff, note_.empty() ? 0 : kFlagNote);
+  Store<std::uint32_t>(h + header::kFlagsOff, flags);
   Store<std::uint64_t>(h + header::kFieldsOff, fields_off);
   Store<std::uint64_t>(h + header::kShardsOff, shards_off);
   Store<std::uint64_t>(h + header::kStringsOff, strings_off);
@@ -358,6 +412,31 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   if (!note_.empty()) {
     Store<std::uint64_t>(out.data() + note_off, note_.size());
     std::memcpy(out.data() + note_off + 8, note_.data(), note_.size());
+  }
+  if (!restarts_.empty()) {
+    // Sorted by (sample, field in name order); each table's offsets follow in that order.
+    std::vector<std::size_t> by_key(restarts_.size());
+    std::iota(by_key.begin(), by_key.end(), std::size_t{0});
+    std::sort(by_key.begin(), by_key.end(), [&](std::size_t a, std::size_t b) {
+      const Restarts &x = restarts_[a], &y = restarts_[b];
+      return x.sample != y.sample ? x.sample < y.sample : rank[x.field_id] < rank[y.field_id];
+    });
+    std::byte* p = out.data() + restarts_off;
+    Store<std::uint64_t>(p, restarts_.size());
+    Store<std::uint64_t>(p + 8, restart_offsets_.size());
+    std::byte* entries = p + 16;
+    std::byte* offsets = entries + restarts_.size() * std::uint64_t{kRestartEntrySize};
+    std::uint64_t next = 0;
+    for (std::size_t i = 0; i < by_key.size(); ++i) {
+      const Restarts& r = restarts_[by_key[i]];
+      std::byte* e = entries + i * kRestartEntrySize;
+      Store<std::uint64_t>(e, r.sample);
+      Store<std::uint32_t>(e + 8, rank[r.field_id]);
+      Store<std::uint32_t>(e + 12, r.entries);
+      Store<std::uint64_t>(e + 16, next);
+      std::memcpy(offsets + next * 4, restart_offsets_.data() + r.first, std::size_t{r.entries} * 4);
+      next += r.entries;
+    }
   }
   Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));
   Store<std::uint64_t>(h + header::kMetaChecksumOff,

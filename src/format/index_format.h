@@ -21,10 +21,17 @@ inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
 // (header flag kFlagNote): what `stoker pack` did to the samples, as JSON.
 // Version 4 widens the field table's entries to 32 bytes: each field's kind
 // (what its bytes are), how many samples have it and their total size.
-// Writers write version 4; readers take 1-4.
-inline constexpr std::uint32_t kVersion = 4;
+// Version 5 adds the restart section after the note (header flag
+// kFlagRestarts): where each restart interval of a seekable JPEG starts.
+// Writers write version 5 when there is a restart section, else 4; readers
+// take 1-5.
+inline constexpr std::uint32_t kVersion = 5;
+inline constexpr std::uint32_t kVersionWithoutRestarts = 4;
 inline constexpr std::uint32_t kVersionWithFieldStats = 4;
+inline constexpr std::uint32_t kVersionWithRestarts = 5;
 inline constexpr std::uint32_t kFlagNote = 1;
+inline constexpr std::uint32_t kFlagRestarts = 2;
+inline constexpr std::uint32_t kRestartEntrySize = 24;
 inline constexpr std::uint64_t kMaxNoteBytes = 1 << 20;
 inline constexpr std::uint32_t kOldestVersion = 1;
 inline constexpr std::uint32_t kHeaderSize = 128;
@@ -112,6 +119,13 @@ class IndexView {
   // What the packer did to the samples, as JSON (version 3); empty if nothing.
   [[nodiscard]] std::string_view note() const { return note_; }
   [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
+  // How many (sample, field) payloads have a restart table (version 5).
+  [[nodiscard]] std::uint64_t num_restart_tables() const { return restart_entries_; }
+  // The restart table of sample `sample`'s field `field` (field-table
+  // order): intervals + 1 little-endian u32 offsets from the payload's
+  // start; empty when the index records none. Readers check a table against
+  // the payload before trusting it.
+  [[nodiscard]] std::span<const std::byte> restart_table(std::uint64_t sample, std::uint32_t field) const;
   [[nodiscard]] const std::string& where() const { return where_; }
 
   struct Record {
@@ -139,6 +153,9 @@ class IndexView {
   std::uint64_t data_checksum_ = 0;
   std::uint64_t skipped_members_ = 0;
   std::string_view note_;
+  std::uint64_t restart_entries_ = 0;           // entries of the restart section
+  std::uint64_t restart_offsets_ = 0;           // u32 offsets after them
+  const std::byte* restart_section_ = nullptr;  // the first entry
   std::vector<std::string> field_names_;
   std::vector<FieldEntry> fields_;
   std::vector<ShardEntry> shards_;
@@ -157,6 +174,9 @@ class IndexBuilder {
     // disagree widen the field's kind: int and float make float, numbers
     // and text make text, any other mix makes bytes.
     std::uint8_t kind = kKindNotRecorded;
+    // A seekable JPEG's restart table (intervals + 1 offsets from the
+    // payload's start); empty for none.
+    std::span<const std::uint32_t> restarts = {};
   };
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);
@@ -198,6 +218,14 @@ class IndexBuilder {
   std::vector<FieldTotals> field_totals_;  // by id
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;
+  struct Restarts {
+    std::uint64_t sample;
+    std::uint32_t field_id;
+    std::uint32_t entries;
+    std::uint64_t first;  // into restart_offsets_
+  };
+  std::vector<Restarts> restarts_;
+  std::vector<std::uint32_t> restart_offsets_;
   std::string keys_;
   std::uint64_t skipped_members_ = 0;
   std::string note_;

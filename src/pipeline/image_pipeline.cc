@@ -79,6 +79,15 @@ Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
 
 }  // namespace
 
+constexpr int kRegionMargin = 4;  // scaled pixels around a decoded region
+
+Status DecodeJpegRegion(std::span<const std::byte> jpeg, codec::Roi roi, int scale, ImageScratch& scratch) {
+  if (scratch.restarts.empty()) return codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded);
+  STOKER_ASSIGN_OR_RETURN(scratch.seek_use, codec::DecodeJpegSeekable(jpeg, scratch.restarts, roi, scale,
+                                                                      scratch.decoded, scratch.seek_stream));
+  return Status::Ok();
+}
+
 Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
                   std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop,
                   const transform::Augmentation::Record* given) {
@@ -96,15 +105,18 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
     while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
   }
   if (roi.width > 0) {
-    // Decode one iMCU (16 px) beyond the box on each side: chroma upsampling
-    // at the edge of a partial decode needs its neighbours, and without them
-    // edge pixels would differ from a full decode.
-    const int margin = 16 * scale;
+    // Decode 4 scaled pixels beyond the box on each side: chroma upsampling
+    // at the edge of a partial decode needs its neighbours (one pixel), the
+    // resampler reaches one past a fractional box, and without them edge
+    // pixels would differ from a full decode (tests/codec/jpeg_restart_test's
+    // AMarginOfFourScaledPixelsKeepsTheBoxExact). A wider margin costs
+    // decode work: a seekable JPEG's region grows by whole intervals.
+    const int margin = kRegionMargin * scale;
     const int left = std::max(0, roi.x - margin), top = std::max(0, roi.y - margin);
     const int right = std::min(W, roi.x + roi.width + margin), bottom = std::min(H, roi.y + roi.height + margin);
     roi = {left, top, right - left, bottom - top};
   }
-  STOKER_RETURN_IF_ERROR(is_jpeg ? codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded) : DecodeWhole(jpeg, scratch));
+  STOKER_RETURN_IF_ERROR(is_jpeg ? DecodeJpegRegion(jpeg, roi, scale, scratch) : DecodeWhole(jpeg, scratch));
 
   const auto& d = scratch.decoded;
   const double s = d.scale;
@@ -253,14 +265,14 @@ Result<bool> TransformParts(std::span<const std::byte> data, const TransformOpti
     regions[i] = transform::InputRegion(warps[i].matrix, sizes[i], regions[i + 1]);
     if (regions[i].width == 0) return false;  // the crop sees only fill: rare, the whole path draws it
   }
-  // The source region, with one iMCU (16 px) around it so that chroma
-  // upsampling at its edge sees what a whole decode would.
+  // The source region, with the margin around it that chroma upsampling at
+  // its edge needs to see what a whole decode would.
   const transform::Rect& r = regions[0];
-  const int left = std::max(0, r.x - 16), top = std::max(0, r.y - 16);
-  const int right = std::min(source.width, r.x + r.width + 16), bottom = std::min(source.height, r.y + r.height + 16);
+  const int m = kRegionMargin;
+  const int left = std::max(0, r.x - m), top = std::max(0, r.y - m);
+  const int right = std::min(source.width, r.x + r.width + m), bottom = std::min(source.height, r.y + r.height + m);
   const auto t0 = Clock::now();
-  STOKER_RETURN_IF_ERROR(
-      codec::DecodeJpeg(data, codec::Roi{left, top, right - left, bottom - top}, 1, scratch.decoded));
+  STOKER_RETURN_IF_ERROR(DecodeJpegRegion(data, codec::Roi{left, top, right - left, bottom - top}, 1, scratch));
   const auto t1 = Clock::now();
   if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
   auto& d = scratch.decoded;

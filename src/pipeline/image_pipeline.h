@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "codec/image_decode.h"
 #include "codec/jpeg.h"
+#include "codec/jpeg_restart.h"
 #include "codec/pixels.h"
 #include "stoker/loader.h"
 #include "transform/augmentation.h"
@@ -38,7 +40,18 @@ struct ImageScratch {
   // image (decoding only the source region they read); false takes the
   // whole image, for tests comparing the two.
   bool draw_parts = true;
+  // Set by the loader per sample when the index holds the JPEG's restart
+  // table (a seekable pack): region decodes then entropy-decode only the
+  // intervals the region covers. `seek_use` says what the last decode did.
+  codec::RestartOffsets restarts;
+  std::vector<std::byte> seek_stream;
+  std::optional<codec::SeekUse> seek_use;
 };
+
+// A JPEG's region as codec::DecodeJpeg decodes it, through the restart
+// table in scratch.restarts when there is one (scratch.seek_use says how).
+[[nodiscard]] Status DecodeJpegRegion(std::span<const std::byte> jpeg, codec::Roi roi, int scale,
+                                      ImageScratch& scratch);
 
 // The decoded region of one sample and what the transform does with it: the
 // box to resample (in `view`'s pixels, possibly fractional) and the flip.

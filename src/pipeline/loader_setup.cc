@@ -152,6 +152,8 @@ LoaderStats StatsFromCounters(const LoaderCounters& c) {
   const auto calls = c.next_calls.load();
   s.mean_ready_batches = calls ? static_cast<double>(c.ready_sum.load()) / static_cast<double>(calls) : 0;
   s.read_requests = c.read_requests.load();
+  s.seekable_decodes = c.seekable_decodes.load();
+  s.seekable_fallbacks = c.seekable_fallbacks.load();
   return s;
 }
 

@@ -16,6 +16,8 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.decode_seconds -= earlier.decode_seconds;
   d.transform_seconds -= earlier.transform_seconds;
   d.read_requests -= earlier.read_requests;
+  d.seekable_decodes -= earlier.seekable_decodes;
+  d.seekable_fallbacks -= earlier.seekable_fallbacks;
   return d;
 }
 

@@ -121,6 +121,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
   }
   STOKER_ASSIGN_OR_RETURN(p->follower_,
                           TargetFollower::Create(p->field_specs_, wants_image && !options.fields.empty()));
+  p->seekable_ = dataset->seekable_payloads() > 0;
   p->dataset_ = std::move(dataset);
   p->options_ = options;
   p->finisher_ = finisher;
@@ -270,8 +271,7 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
         const Dataset::FieldRead& read = input.reads[index];
         s = read.status;
         if (s.ok()) {
-          scratch.image.record_geometry = !follower_.empty();
-          s = finisher_->Finish(read.bytes, context, buffer, scratch.image, *counters_);
+          s = FinishImage(read.bytes, read.field, context, buffer, scratch.image);
           if (!s.ok())
             s = s.WithContext(fmt::format(
                 "sample '{}' (field '{}' at {}:{})", Printable(read.sample->key), dataset_->field_names()[read.field],
@@ -304,6 +304,22 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
   return first_error.WithContext(fmt::format("{} samples in a row are corrupt", kMaxSubstitutes + 1));
 }
 
+Status SampleProducer::FinishImage(std::span<const std::byte> bytes, std::size_t field, const SampleContext& context,
+                                   std::byte* buffer, ImageScratch& image) {
+  image.record_geometry = !follower_.empty();
+  if (!seekable_) return finisher_->Finish(bytes, context, buffer, image, *counters_);
+  const auto table = dataset_->RestartTable(context.sample, field);
+  image.restarts = {table.data(), static_cast<std::uint32_t>(table.size() / 4)};
+  image.seek_use.reset();
+  Status s = finisher_->Finish(bytes, context, buffer, image, *counters_);
+  image.restarts = {};
+  if (image.seek_use == codec::SeekUse::kUsed)
+    counters_->seekable_decodes.fetch_add(1, std::memory_order_relaxed);
+  else if (image.seek_use == codec::SeekUse::kDisagrees)
+    counters_->seekable_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
 Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleContext context, std::byte* buffer,
                                                 FieldColumns& columns, ProducerScratch& scratch) {
   const auto t0 = Clock::now();
@@ -316,8 +332,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
     checked = true;
     counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
-    scratch.image.record_geometry = !follower_.empty();
-    Status s = finisher_->Finish(scratch.encoded, context, buffer, scratch.image, *counters_);
+    Status s = FinishImage(scratch.encoded, *field, context, buffer, scratch.image);
     if (!s.ok())
       return s.WithContext(fmt::format("sample '{}' (field '{}' at {}:{})", Printable(info.key),
                                        dataset_->field_names()[*field], dataset_->shards()[info.shard].path,

@@ -73,6 +73,10 @@ class SampleProducer {
   [[nodiscard]] const std::vector<FieldSpec>& field_specs() const { return field_specs_; }
   // Whether samples have a transformed image (Batch::images()).
   [[nodiscard]] bool has_image() const { return !image_fields_.empty(); }
+  // The finisher on one sample's image (field `field` of context.sample),
+  // with its restart table when the index has one; counts seekable decodes.
+  [[nodiscard]] Status FinishImage(std::span<const std::byte> bytes, std::size_t field, const SampleContext& context,
+                                   std::byte* buffer, ImageScratch& image);
 
  private:
   SampleProducer() = default;
@@ -92,6 +96,7 @@ class SampleProducer {
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
   std::vector<std::size_t> image_fields_;                   // candidates present in the dataset, in preference order
+  bool seekable_ = false;                                   // the index holds restart tables
   std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
   std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
   std::vector<FieldDecodeOptions> field_options_;           // per spec

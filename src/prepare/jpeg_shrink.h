@@ -40,7 +40,8 @@ class JpegShrinker final : public pack_internal::FieldRewriter {
   // InvalidArgument for max_side 0 or quality outside 1-100.
   [[nodiscard]] static Result<std::unique_ptr<JpegShrinker>> Create(std::uint32_t max_side, int quality);
 
-  [[nodiscard]] Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes) const override;
+  [[nodiscard]] Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
+                                     std::vector<std::uint32_t>& restarts) const override;
   [[nodiscard]] std::string Note() const override;
   void Report(PackSummary& summary) const override;
 

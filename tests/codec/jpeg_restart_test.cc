@@ -315,12 +315,12 @@ TEST(SeekableJpeg, MetadataMarkersAreKept) {
   EXPECT_EQ(bytes.find("JFIF"), bytes.rfind("JFIF"));  // one JFIF header, not two
 }
 
-TEST(SeekableJpeg, TheRestartIntervalDividesTheRowIntoAboutEight) {
-  EXPECT_EQ(ChooseRestartInterval(32, 16), 4);    // 500 px at 4:2:0: 8 intervals of 64 px
+TEST(SeekableJpeg, TheRestartIntervalDividesTheRowIntoAboutSixteen) {
+  EXPECT_EQ(ChooseRestartInterval(32, 16), 2);    // 500 px at 4:2:0: 16 intervals of 32 px
   EXPECT_EQ(ChooseRestartInterval(250, 16), 25);  // 4000 px: 10 of 400 px
   EXPECT_EQ(ChooseRestartInterval(31, 16), 31);   // a prime count: whole rows
   EXPECT_EQ(ChooseRestartInterval(2, 16), 2);     // small images: whole rows
-  EXPECT_EQ(ChooseRestartInterval(63, 8), 9);     // grey: 7 of 72 px
+  EXPECT_EQ(ChooseRestartInterval(63, 8), 7);     // grey: 9 of 56 px
   EXPECT_EQ(ChooseRestartInterval(1, 16), 1);
 }
 
@@ -331,6 +331,66 @@ TEST(SeekableJpeg, ScanLayoutRefusesWhatItCannotSeek) {
   EXPECT_FALSE(FindRestartTable(Encode(Spec(64, 64))).ok());  // no restart interval
   const std::vector<std::byte> nothing(3);
   EXPECT_FALSE(ReadScanLayout(nothing).ok());
+}
+
+}  // namespace
+}  // namespace stoker::codec
+
+namespace stoker::codec {
+namespace {
+
+// What the loader relies on: a region decoded with a margin of 4 * scale
+// pixels around a box holds the whole decode's pixels over the box and one
+// scaled pixel around it (the resampler's reach), with or without a table.
+TEST(SeekableJpeg, AMarginOfFourScaledPixelsKeepsTheBoxExact) {
+  const std::vector<EncodeSpec> specs = {Spec(517, 389), Spec(333, 251, 3, 1, 1), Spec(301, 203, 1, 1, 1),
+                                         Spec(480, 360, 3, 2, 1), Spec(290, 410, 3, 1, 2)};
+  Rng rng(5, 0);
+  for (const EncodeSpec& spec : specs) {
+    SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
+    ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten) << seekable.why;
+    for (int scale : {1, 2, 4, 8}) {
+      const DecodedRegion whole = Whole(seekable.bytes, scale);
+      std::vector<std::byte> stream;
+      for (int trial = 0; trial < 30; ++trial) {
+        Roi box;
+        box.width = 8 + static_cast<int>(rng.Next() % (spec.width - 8));
+        box.height = 8 + static_cast<int>(rng.Next() % (spec.height - 8));
+        box.x = static_cast<int>(rng.Next() % (spec.width - box.width + 1));
+        box.y = static_cast<int>(rng.Next() % (spec.height - box.height + 1));
+        const int m = 4 * scale;
+        const int left = std::max(0, box.x - m), top = std::max(0, box.y - m);
+        const int right = std::min(spec.width, box.x + box.width + m);
+        const int bottom = std::min(spec.height, box.y + box.height + m);
+        const Roi roi{left, top, right - left, bottom - top};
+        // The box in scaled pixels, one more around it, inside the image.
+        const int x0 = std::max(0, box.x / scale - 1), y0 = std::max(0, box.y / scale - 1);
+        const int x1 = std::min(whole.width, (box.x + box.width + scale - 1) / scale + 1);
+        const int y1 = std::min(whole.height, (box.y + box.height + scale - 1) / scale + 1);
+        for (bool with_table : {false, true}) {
+          DecodedRegion region;
+          if (with_table) {
+            ASSERT_TRUE(DecodeJpegSeekable(seekable.bytes, View(seekable.table), roi, scale, region, stream).ok());
+          } else {
+            ASSERT_TRUE(DecodeJpeg(seekable.bytes, roi, scale, region).ok());
+          }
+          const int ox = region.origin_x / scale, oy = region.origin_y / scale;
+          ASSERT_LE(ox, x0);
+          ASSERT_LE(oy, y0);
+          ASSERT_GE(ox + region.width, x1);
+          ASSERT_GE(oy + region.height, y1);
+          for (int y = y0; y < y1; ++y)
+            for (int x = x0; x < x1; ++x)
+              for (int c = 0; c < 3; ++c)
+                ASSERT_EQ(whole.pixels[(static_cast<std::size_t>(y) * whole.width + x) * 3 + c],
+                          region.pixels[(static_cast<std::size_t>(y - oy) * region.width + (x - ox)) * 3 + c])
+                    << spec.width << "x" << spec.height << " components " << spec.components << " sampling " << spec.h
+                    << "x" << spec.v << " scale " << scale << (with_table ? " table" : " plain") << " at (" << x << ", "
+                    << y << ")";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

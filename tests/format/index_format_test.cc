@@ -253,6 +253,64 @@ TEST(IndexFormat, CarriesANote) {
   EXPECT_FALSE(b.Finish().ok());
 }
 
+// Seekable JPEGs' restart tables after the note, in version 5 only.
+TEST(IndexFormat, CarriesRestartTables) {
+  IndexBuilder b;
+  auto s0 = b.AddShard("shard-000000.tar");
+  const std::vector<std::uint32_t> t0 = {600, 700, 800, 950}, t2 = {10, 20}, t2b = {5, 6, 7};
+  // Fields arrive in another order than the name order the index uses.
+  std::vector<IndexBuilder::Field> f0 = {{"jpg", 512, 1000, 0, t0}, {"cls", 1536, 1}};
+  std::vector<IndexBuilder::Field> f1 = {{"jpg", 2048, 10}};
+  std::vector<IndexBuilder::Field> f2 = {{"png", 4096, 30, 0, t2b}, {"jpg", 3072, 30, 0, t2}};
+  ASSERT_TRUE(b.AddSample(s0, "zero", 1, 7, f0).ok());
+  ASSERT_TRUE(b.AddSample(s0, "one", 1, 7, f1).ok());
+  ASSERT_TRUE(b.AddSample(s0, "two", 1, 7, f2).ok());
+  b.SetShardContents(s0, 8192, 1);
+  b.SetNote(R"({"seekable_jpeg":{}})");
+  ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
+  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 5u);
+  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "idx"));
+  EXPECT_EQ(view.note(), R"({"seekable_jpeg":{}})");
+  EXPECT_EQ(view.num_restart_tables(), 3u);
+  // Field order: cls, jpg, png.
+  auto table = [&](std::uint64_t sample, std::uint32_t field) {
+    std::vector<std::uint32_t> out;
+    const auto t = view.restart_table(sample, field);
+    for (std::size_t i = 0; i < t.size(); i += 4) out.push_back(Load<std::uint32_t>(t.data() + i));
+    return out;
+  };
+  EXPECT_EQ(table(0, 1), t0);
+  EXPECT_TRUE(table(0, 0).empty());
+  EXPECT_TRUE(table(1, 1).empty());
+  EXPECT_EQ(table(2, 1), t2);
+  EXPECT_EQ(table(2, 2), t2b);
+  EXPECT_TRUE(table(3, 1).empty());
+
+  // The section must end the file exactly, and only version 5 knows its flag.
+  auto longer = bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(IndexView::Open(longer, "idx").ok());
+  auto count = bytes;
+  const std::size_t section = bytes.size() - (16 + 3 * kRestartEntrySize + 9 * 4);
+  count[section] = std::byte{4};
+  EXPECT_FALSE(IndexView::Open(count, "idx").ok());
+  EXPECT_FALSE(IndexView::Open(AsVersion(bytes, 4), "idx").ok());
+  // An entry whose offsets run past the section gives no table, never a wild read.
+  auto wild = bytes;
+  const std::uint64_t far = 1000;
+  std::memcpy(wild.data() + section + 16 + 16, &far, 8);
+  ASSERT_OK_AND_ASSIGN(IndexView wild_view, IndexView::Open(wild, "idx"));
+  EXPECT_TRUE(wild_view.restart_table(0, 1).empty());
+  // Without tables the writer stays at version 4, for older readers.
+  IndexBuilder plain;
+  auto p0 = plain.AddShard("shard-000000.tar");
+  ASSERT_TRUE(plain.AddSample(p0, "k", 1, 7, f1).ok());
+  ASSERT_OK_AND_ASSIGN(auto plain_bytes, plain.Finish());
+  EXPECT_EQ(Load<std::uint32_t>(plain_bytes.data() + header::kVersionOff), 4u);
+  std::vector<IndexBuilder::Field> one = {{"jpg", 2048, 10, 0, std::span<const std::uint32_t>(t0).first(1)}};
+  EXPECT_FALSE(plain.AddSample(p0, "short", 1, 7, one).ok());
+}
+
 TEST(IndexFormat, ValidatesRecords) {
   auto bytes = SmallIndex();
   auto records = Load<std::uint64_t>(bytes.data() + header::kRecordsOff);

@@ -18,6 +18,7 @@ struct PackArgs {
   int quality = 90;
   std::optional<std::uint64_t> shuffle_seed;
   std::vector<std::string> file_columns;
+  bool seekable_jpeg = false;
 };
 int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);

@@ -32,6 +32,7 @@ int RunPack(const PackArgs& args) {
   options.shuffle = args.shuffle_seed.has_value();
   options.shuffle_seed = args.shuffle_seed.value_or(0);
   options.file_columns = args.file_columns;
+  options.seekable_jpeg = args.seekable_jpeg;
   const std::uint32_t max_side = args.max_side;
   const int quality = args.quality;
   std::optional<stoker::ProgressBar> bar;
@@ -51,6 +52,16 @@ int RunPack(const PackArgs& args) {
     fmt::print("re-encoded {} JPEGs over {} px at quality {}: {} -> {}\n", summary->images_reencoded, max_side, quality,
                stoker::FormatBytes(summary->reencoded_bytes_before),
                stoker::FormatBytes(summary->reencoded_bytes_after));
+  if (args.seekable_jpeg) {
+    const double before = static_cast<double>(summary->seekable_bytes_before);
+    const double change =
+        before > 0 ? 100.0 * (static_cast<double>(summary->seekable_bytes_after) - before) / before : 0;
+    fmt::print(
+        "seekable JPEGs: {} re-written losslessly with restart intervals ({} -> {}, {:+.1f}%), {} kept as they "
+        "were (progressive, arithmetic, CMYK or not decodable; `stoker inspect` counts them)\n",
+        summary->seekable_jpegs, stoker::FormatBytes(summary->seekable_bytes_before),
+        stoker::FormatBytes(summary->seekable_bytes_after), change, summary->seekable_kept);
+  }
   fmt::print("index: {}\n", Printable(summary->index_path));
   return kExitOk;
 }
@@ -207,6 +218,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     // What pack did to the samples (--max-side), as the index records it.
     out["pack"] = s.pack_note.empty() ? nlohmann::json(nullptr)
                                       : nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
+    out["seekable_payloads"] = s.seekable_payloads;
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
     for (const auto& f : s.fields)
@@ -244,15 +256,34 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     };
     const auto max_side = num("max_side"), quality = num("quality"), reencoded = num("images_reencoded"),
                kept = num("images_kept"), before = num("reencoded_bytes_before"), after = num("reencoded_bytes_after");
+    bool shown = false;
     if (max_side && quality && reencoded && kept && before && after) {
       fmt::print(
           "packed   images over {} px re-encoded at quality {} ({} of {} JPEGs; {} -> {}; EXIF orientation "
           "applied)\n",
           *max_side, *quality, *reencoded, *reencoded + *kept, stoker::FormatBytes(*before),
           stoker::FormatBytes(*after));
-    } else {
-      fmt::print("packed   {}\n", Printable(s.pack_note));
+      shown = true;
     }
+    if (note.is_object() && note.contains("seekable_jpeg") && note["seekable_jpeg"].is_object()) {
+      const auto& seek = note["seekable_jpeg"];
+      auto count = [&](const char* key) -> std::uint64_t {
+        return seek.contains(key) && seek[key].is_number_unsigned() ? seek[key].get<std::uint64_t>() : 0;
+      };
+      const std::uint64_t kept_total = count("kept_progressive") + count("kept_arithmetic") + count("kept_cmyk") +
+                                       count("kept_undecodable") + count("kept_other");
+      const double b = static_cast<double>(count("rewritten_bytes_before"));
+      const double a = static_cast<double>(count("rewritten_bytes_after"));
+      fmt::print(
+          "seekable {} of {} JPEGs re-written with restart intervals, lossless ({} -> {}, {:+.1f}%; {} restart tables "
+          "in the index); kept as they were: {} progressive, {} arithmetic, {} CMYK, {} not decodable, {} other\n",
+          count("images_rewritten"), count("images_rewritten") + kept_total,
+          stoker::FormatBytes(count("rewritten_bytes_before")), stoker::FormatBytes(count("rewritten_bytes_after")),
+          b > 0 ? 100 * (a - b) / b : 0.0, s.seekable_payloads, count("kept_progressive"), count("kept_arithmetic"),
+          count("kept_cmyk"), count("kept_undecodable"), count("kept_other"));
+      shown = true;
+    }
+    if (!shown) fmt::print("packed   {}\n", Printable(s.pack_note));
   }
   const bool any_by_convention =
       std::any_of(s.fields.begin(), s.fields.end(), [](const auto& f) { return !f.kind_recorded; });

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100))
       ->needs(max_side_opt)
       ->capture_default_str();
+  bool seekable_jpeg = false;
+  pack->add_flag("--seekable-jpeg", seekable_jpeg,
+                 "Re-write baseline JPEGs losslessly with restart markers (same pixels, checked) and record where "
+                 "each restart interval starts, so the loader decodes only what a crop covers");
   bool shuffle = false;
   std::uint64_t shuffle_seed = 0;
   auto* shuffle_flag = pack->add_flag("--shuffle", shuffle,
@@ -266,7 +270,7 @@ int main(int argc, char** argv) {
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
   if (pack->parsed())
     return RunPack({source, out, shard_size, threads, force, max_side, quality,
-                    shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns});
+                    shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg});
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images);
   if (verify->parsed()) return RunVerify(dataset, remote, json, decode);
