@@ -20,6 +20,11 @@ void Exercise(std::span<const std::byte> bytes) {
     for (std::size_t f = 0; f < view->field_names().size(); ++f) (void)rec->field(f);
     volatile char sink = rec->key.empty() ? 0 : rec->key.back();  // the key must be readable
     (void)sink;
+    for (std::uint32_t f = 0; f < view->field_names().size() && f < 4; ++f) {
+      const auto table = view->restart_table(i, f);  // a seekable JPEG's restart table: readable to its end
+      volatile std::byte last = table.empty() ? std::byte{0} : table.back();
+      (void)last;
+    }
   }
 }
 

@@ -1,0 +1,52 @@
+// Fuzzes seekable JPEGs: the interval assembly under hostile restart
+// tables, and the rewrite. The input is 8 bytes of region and scale, a
+// table length, the table (u32 offsets), then a JPEG. The region is decoded
+// with that table and with the table the JPEG's own markers give; neither
+// may crash or read out of bounds, and a table that agrees must give the
+// plain decode's box. Small inputs are also re-written as pack does.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "codec/jpeg_restart.h"
+
+namespace {
+
+std::uint16_t U16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | p[1] << 8); }
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace stoker::codec;
+  if (size < 10) return 0;
+  Roi roi{U16(data) % 2048, U16(data + 2) % 2048, 1 + U16(data + 4) % 2048, 1 + U16(data + 6) % 2048};
+  const int scale = 1 << (data[8] % 4);
+  const std::size_t entries = std::min<std::size_t>(data[9], (size - 10) / 4);
+  std::vector<std::uint32_t> table(entries);
+  if (entries > 0) std::memcpy(table.data(), data + 10, entries * 4);
+  std::span<const std::byte> jpeg(reinterpret_cast<const std::byte*>(data) + 10 + entries * 4, size - 10 - entries * 4);
+  // Refuse images the decoder would spend long on (a fuzzer's time, not a bug).
+  auto layout = ReadScanLayout(jpeg);
+  if (layout.ok() && std::uint64_t(layout->width) * layout->height > 4'000'000) return 0;
+  DecodedRegion out;
+  std::vector<std::byte> stream;
+  const RestartOffsets given{reinterpret_cast<const std::byte*>(table.data()), static_cast<std::uint32_t>(entries)};
+  (void)DecodeJpegSeekable(jpeg, given, roi, scale, out, stream);
+  auto found = FindRestartTable(jpeg);
+  if (found.ok()) {
+    const RestartOffsets own{reinterpret_cast<const std::byte*>(found->data()), static_cast<std::uint32_t>(found->size())};
+    (void)DecodeJpegSeekable(jpeg, own, roi, scale, out, stream);
+  }
+  if (jpeg.size() < 4096) {
+    SeekableJpeg seekable = MakeSeekableJpeg(jpeg);
+    if (seekable.outcome == SeekableOutcome::kRewritten) {
+      const RestartOffsets own{reinterpret_cast<const std::byte*>(seekable.table.data()),
+                               static_cast<std::uint32_t>(seekable.table.size())};
+      auto use = DecodeJpegSeekable(seekable.bytes, own, roi, scale, out, stream);
+      if (!use.ok() || *use == SeekUse::kDisagrees) __builtin_trap();  // its own table must fit
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,127 @@
+"""Seekable JPEGs (`pack --seekable-jpeg`): lossless on disk, the loader's
+batches identical to a plain pack's, tables that disagree decoded whole."""
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import stoker
+
+T = stoker.transforms
+
+
+@pytest.fixture(scope="module")
+def packs(cli, demo_images, tmp_path_factory):
+    root = tmp_path_factory.mktemp("seekable")
+    src = root / "src"
+    # The demo tree plus what cannot be made seekable: progressive, CMYK, not a JPEG at all.
+    import shutil
+    shutil.copytree(demo_images, src)
+    first = sorted(src.rglob("*.JPEG"))[0]
+    img = Image.open(first).convert("RGB")
+    img.save(first.parent / "zz_progressive.JPEG", quality=90, progressive=True)
+    img.convert("CMYK").save(first.parent / "zz_cmyk.JPEG", quality=90)
+    cli("pack", src, root / "plain", "--shard-size", "1MiB")
+    out = cli("pack", src, root / "seekable", "--shard-size", "1MiB", "--seekable-jpeg").stdout
+    assert "re-written losslessly with restart intervals" in out, out
+    return src, root / "plain", root / "seekable", out
+
+
+def test_the_summary_and_inspect_count_what_was_rewritten_and_kept(cli, packs):
+    src, plain, seekable, out = packs
+    n = len(list(src.rglob("*.JPEG")))
+    assert "seekable JPEGs: %d re-written" % (n - 2) in out and "2 kept as they were" in out, out
+    info = json.loads(cli("inspect", seekable, "--json").stdout)
+    assert info["seekable_payloads"] == n - 2
+    note = info["pack"]["seekable_jpeg"]
+    assert note["images_rewritten"] == n - 2 and note["kept_progressive"] == 1 and note["kept_cmyk"] == 1
+    assert note["rewritten_bytes_after"] < note["rewritten_bytes_before"] * 1.02
+    text = cli("inspect", seekable).stdout
+    assert "seekable %d of %d JPEGs re-written" % (n - 2, n) in text and "1 progressive" in text, text
+    assert json.loads(cli("inspect", plain, "--json").stdout)["seekable_payloads"] == 0
+    cli("verify", seekable)  # checksums, tar members and offsets all agree
+
+
+def test_the_stored_jpegs_decode_to_the_originals_pixels_with_any_decoder(packs):
+    src, _, seekable, _ = packs
+    originals = {p.relative_to(src).with_suffix("").as_posix(): p for p in src.rglob("*.JPEG")}
+    checked = 0
+    for shard in sorted(seekable.glob("shard-*.tar")):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                if not member.name.endswith(".jpeg"):
+                    continue
+                stored = tar.extractfile(member).read()
+                original = originals[member.name[: -len(".jpeg")]]
+                a = np.asarray(Image.open(io.BytesIO(stored)).convert("RGB"))
+                b = np.asarray(Image.open(original).convert("RGB"))
+                assert np.array_equal(a, b), member.name
+                if "zz_" not in member.name:
+                    assert b"\xff\xdd" in stored  # a restart interval
+                checked += 1
+    assert checked == len(originals)
+
+
+def batches(path, transform, epochs=1, **kw):
+    loader = stoker.Loader(path, batch_size=8, transform=transform, seed=11, log_epochs=False, **kw)
+    out = []
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        out += [(x.clone(), y.clone()) for x, y in loader]
+    return out, loader.stats()
+
+
+@pytest.mark.parametrize("name", ["train", "train_no_dct", "rotation", "eval"])
+def test_the_loaders_batches_are_those_of_the_plain_pack(packs, name):
+    _, plain, seekable, _ = packs
+    transform = {
+        "train": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)]),
+        "train_no_dct": T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip()], dct_scaling=False),
+        "rotation": T.Compose([T.RandomRotation(20), T.RandomResizedCrop(112), T.RandomHorizontalFlip()]),
+        "eval": T.Compose([T.Resize(256), T.CenterCrop(224)]),
+    }[name]
+    a, _ = batches(plain, transform, epochs=2)
+    b, stats = batches(seekable, transform, epochs=2)
+    assert len(a) == len(b)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(ya, yb)
+        assert torch.equal(xa, xb)
+    assert stats["seekable_fallbacks"] == 0
+    if name == "eval":
+        assert stats["seekable_decodes"] == 0  # the whole image is resized: nothing to skip
+    else:
+        assert stats["seekable_decodes"] > stats["samples"] // 2, stats
+
+
+def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(packs, tmp_path):
+    _, _, seekable, _ = packs
+    import shutil
+    edited = tmp_path / "edited"
+    shutil.copytree(seekable, edited)
+    index = edited / "index.stoker"
+    data = bytearray(index.read_bytes())
+    # The offsets end the file: move every one of the last 2000 by one byte (the loader does not check the
+    # index's data checksum; verify does).
+    for at in range(len(data) - 8000, len(data), 4):
+        value = int.from_bytes(data[at:at + 4], "little")
+        data[at:at + 4] = (value + 1).to_bytes(4, "little")
+    index.write_bytes(bytes(data))
+    transform = T.Compose([T.RandomResizedCrop(160), T.RandomHorizontalFlip()])
+    a, _ = batches(seekable, transform)
+    b, stats = batches(edited, transform)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert stats["seekable_fallbacks"] > 0, stats
+
+
+def test_the_python_pack_takes_seekable_jpeg(demo_images, tmp_path):
+    summary = stoker.pack(demo_images, tmp_path / "p", seekable_jpeg=True)
+    assert summary["seekable_jpegs"] == summary["samples"] and summary["seekable_kept"] == 0
+    assert summary["seekable_bytes_after"] > 0
+    assert json.loads(summary["note"])["seekable_jpeg"]["images_rewritten"] == summary["samples"]
+    with pytest.raises(TypeError):
+        stoker.pack(demo_images, tmp_path / "q", seekable_jpeg="yes")
