@@ -2,8 +2,8 @@
 // tables, and the rewrite. The input is 8 bytes of region and scale, a
 // table length, the table (u32 offsets), then a JPEG. The region is decoded
 // with that table and with the table the JPEG's own markers give; neither
-// may crash or read out of bounds, and a table that agrees must give the
-// plain decode's box. Small inputs are also re-written as pack does.
+// may crash or read out of bounds, and a re-written JPEG's own table must
+// decode wherever the plain decode does. Small inputs are also re-written as pack does.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -45,7 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const RestartOffsets own{reinterpret_cast<const std::byte*>(seekable.table.data()),
                                static_cast<std::uint32_t>(seekable.table.size())};
       auto use = DecodeJpegSeekable(seekable.bytes, own, roi, scale, out, stream);
-      if (!use.ok() || *use == SeekUse::kDisagrees) __builtin_trap();  // its own table must fit
+      // Its own table must fit: wherever the plain decode works, the seekable one does, from the table.
+      DecodedRegion plain;
+      if (DecodeJpeg(seekable.bytes, roi, scale, plain).ok() && (!use.ok() || *use == SeekUse::kDisagrees))
+        __builtin_trap();
     }
   }
   return 0;
