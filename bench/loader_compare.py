@@ -8,7 +8,8 @@ Each column runs in a fresh process (torch, torchvision and stoker imported
 in each), so none inherits the memory another left behind.
 
     PYTHONPATH=build/release/python .venv/bin/python bench/loader_compare.py \\
-        --images demo/images-40x125 --packed demo/packed-40x125 [--batches 60] [--json out.json]
+        --images demo/images-40x125 --packed demo/packed-40x125 [--seekable demo/seekable-40x125] \\
+        [--batches 60] [--json out.json]
 """
 import argparse
 import json
@@ -202,6 +203,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", required=True, help="the ImageFolder tree")
     parser.add_argument("--packed", required=True, help="the same images packed by stoker")
+    parser.add_argument("--seekable", help="also the same images packed with stoker pack --seekable-jpeg")
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -250,7 +252,10 @@ def main():
                                     persistent_workers=True, drop_last=True)))
 
     transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    for source, label in ((args.packed, "packed shards"), (args.images, "loose files")):
+    sources = [(args.packed, "packed shards"), (args.images, "loose files")]
+    if args.seekable:
+        sources.append((args.seekable, "seekable pack"))
+    for source, label in sources:
         measure("stoker.Loader (%s, %d threads)" % (label, args.workers), lambda source=source: forever(
             stoker.Loader(source, batch_size=args.batch_size, transform=transform, num_threads=args.workers)))
 

@@ -14,7 +14,9 @@
 
 namespace {
 
-std::uint16_t U16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | p[1] << 8); }
+std::uint16_t U16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | p[1] << 8);
+}
 
 }  // namespace
 
@@ -36,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)DecodeJpegSeekable(jpeg, given, roi, scale, out, stream);
   auto found = FindRestartTable(jpeg);
   if (found.ok()) {
-    const RestartOffsets own{reinterpret_cast<const std::byte*>(found->data()), static_cast<std::uint32_t>(found->size())};
+    const RestartOffsets own{reinterpret_cast<const std::byte*>(found->data()),
+                             static_cast<std::uint32_t>(found->size())};
     (void)DecodeJpegSeekable(jpeg, own, roi, scale, out, stream);
   }
   if (jpeg.size() < 4096) {

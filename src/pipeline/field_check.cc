@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "codec/jpeg_restart.h"
 #include "core/mutex.h"
 #include "pipeline/field_decoders.h"
 #include "stoker/text.h"
@@ -18,6 +20,31 @@ constexpr std::uint64_t kSamplesPerRead = 64;
 
 bool Decodable(FieldKind kind) {
   return kind != FieldKind::kBytes && kind != FieldKind::kCustom;
+}
+
+}  // namespace
+
+namespace {
+
+// A seekable JPEG's restart table (pack --seekable-jpeg) must be exactly the
+// one its markers give; the loader would otherwise decode it whole.
+Status CheckRestartTable(const Dataset& dataset, const SampleInfo& info, std::size_t field,
+                         std::span<const std::byte> bytes) {
+  if (dataset.seekable_payloads() == 0) return Status::Ok();
+  const auto table = dataset.RestartTable(info.index, field);
+  if (table.empty()) return Status::Ok();
+  auto found = codec::FindRestartTable(bytes);
+  if (!found.ok())
+    return Status::Corruption(
+        fmt::format("the index has a restart table, but the JPEG's markers give none ({}); the "
+                    "loader decodes it whole",
+                    found.status().message()));
+  if (found->size() * 4 != table.size() || std::memcmp(found->data(), table.data(), table.size()) != 0)
+    return Status::Corruption(
+        fmt::format("the index's restart table ({} intervals) disagrees with the JPEG's markers "
+                    "({} intervals); the loader decodes it whole",
+                    table.size() / 4 - 1, found->size() - 1));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -98,6 +125,10 @@ Result<DecodeCheckReport> CheckFieldsDecode(const Dataset& dataset, const Decode
                                         FieldKindName(spec.kind), s.message())}});
         } else {
           decoded.fetch_add(1, std::memory_order_relaxed);
+          if (Status t = CheckRestartTable(dataset, info, read.field, read.bytes); !t.ok())
+            found.push_back({{info.index, read.field},
+                             {where(), std::string(info.key),
+                              fmt::format("field '{}': {}", Printable(names[read.field]), t.message())}});
         }
       }
       done.fetch_add(last - first);

@@ -97,7 +97,7 @@ def test_the_loaders_batches_are_those_of_the_plain_pack(packs, name):
         assert stats["seekable_decodes"] > stats["samples"] // 2, stats
 
 
-def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(packs, tmp_path):
+def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(cli, packs, tmp_path):
     _, _, seekable, _ = packs
     import shutil
     edited = tmp_path / "edited"
@@ -116,6 +116,10 @@ def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(packs
     for (xa, ya), (xb, yb) in zip(a, b):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert stats["seekable_fallbacks"] > 0, stats
+    # verify names each such sample (and the index's data checksum).
+    result = cli("verify", edited, "--decode", check=False)
+    assert result.returncode != 0
+    assert "disagrees with the JPEG's markers" in result.stderr and "shard-0000" in result.stderr, result.stderr
 
 
 def test_the_python_pack_takes_seekable_jpeg(demo_images, tmp_path):
