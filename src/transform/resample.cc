@@ -117,46 +117,88 @@ __attribute__((target("sse4.1"))) void HorizontalPassSse41(const std::uint8_t* l
   }
 }
 
-// Two output pixels per 256-bit register (three channels each, one lane
-// idle), same integer arithmetic. Pixels whose taps reach the row's last
-// pixel go through the SSE4.1 path, which never reads past the row.
+// Two output pixels per 256-bit register, two taps per multiply: each
+// coefficient k (0 to 2^22) is split into 11-bit halves, k = kh * 2^11 + kl,
+// so that pixel x coefficient products fit 16-bit multiply-adds
+// (_mm256_madd_epi16 sums a tap pair per channel); the sums recombine to
+// exactly Pillow's 32-bit arithmetic. Pixels whose taps reach the row's
+// end go through the SSE4.1 path, which never reads past the row.
+constexpr int kSplitBits = 11;
+
+// The coefficients as the AVX2 pass reads them: per output pixel pair and
+// tap pair, the low and high halves, each as 8 int16 pairs (4 per pixel).
+void SplitCoefficients(const std::int32_t* coeffs, int ksize, int out_w, std::vector<std::int32_t>& split) {
+  const int pairs = (ksize + 1) / 2;
+  split.assign(static_cast<std::size_t>((out_w + 1) / 2) * pairs * 16, 0);
+  auto coefficient = [&](int xx, int x) -> std::int32_t {
+    return xx < out_w && x < ksize ? coeffs[static_cast<std::size_t>(xx) * ksize + x] : 0;
+  };
+  for (int i = 0; i < (out_w + 1) / 2; ++i)
+    for (int j = 0; j < pairs; ++j) {
+      std::int32_t* lo = split.data() + (static_cast<std::size_t>(i) * pairs + j) * 16;
+      std::int32_t* hi = lo + 8;
+      for (int half = 0; half < 2; ++half) {
+        const std::int32_t a = coefficient(2 * i + half, 2 * j), b = coefficient(2 * i + half, 2 * j + 1);
+        const std::uint32_t l = static_cast<std::uint32_t>(a & ((1 << kSplitBits) - 1)) |
+                                static_cast<std::uint32_t>(b & ((1 << kSplitBits) - 1)) << 16;
+        const std::uint32_t h =
+            static_cast<std::uint32_t>(a >> kSplitBits) | static_cast<std::uint32_t>(b >> kSplitBits) << 16;
+        for (int c = 0; c < 4; ++c) {
+          lo[4 * half + c] = static_cast<std::int32_t>(l);
+          hi[4 * half + c] = static_cast<std::int32_t>(h);
+        }
+      }
+    }
+}
+
+// Whether the split form is exact: every coefficient in 0 .. 2^22 (the
+// triangle filter's are), so that each half fits an int16.
+bool SplitIsExact(const std::vector<std::int32_t>& coeffs) {
+  return std::all_of(coeffs.begin(), coeffs.end(), [](std::int32_t k) { return k >= 0 && k <= (1 << kPrecisionBits); });
+}
+
 __attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line, int width, const int* bounds,
-                                                        const std::int32_t* coeffs, int ksize, int out_w,
-                                                        std::uint8_t* dst) {
+                                                        const std::int32_t* coeffs, const std::int32_t* split,
+                                                        int ksize, int out_w, std::uint8_t* dst) {
+  const int pairs = (ksize + 1) / 2;
+  // (r0 r1 g0 g1 b0 b1) of two neighbouring RGB pixels, widened to int16.
+  const __m128i order = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
   int xx = 0;
   for (; xx + 1 < out_w; xx += 2) {
     const int xmin0 = bounds[2 * xx], xmax0 = bounds[2 * xx + 1];
     const int xmin1 = bounds[2 * xx + 2], xmax1 = bounds[2 * xx + 3];
-    const int n = std::max(xmax0, xmax1);  // weights past a pixel's own taps are zero
-    if (xmin0 + n > width - 1 || xmin1 + n > width - 1) {
+    const int n = (std::max(xmax0, xmax1) + 1) / 2;  // tap pairs; weights past a pixel's own taps are zero
+    // An 8-byte load at tap 2j reads pixels 2j, 2j + 1 and two bytes of 2j + 2.
+    if (std::max(xmin0, xmin1) + 2 * n + 1 > width) {
       HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, 2,
                           dst + 3 * xx);
       continue;
     }
-    const std::int32_t* k0 = coeffs + static_cast<std::size_t>(xx) * ksize;
-    const std::int32_t* k1 = k0 + ksize;
     const std::uint8_t* p0 = line + static_cast<std::size_t>(xmin0) * 3;
     const std::uint8_t* p1 = line + static_cast<std::size_t>(xmin1) * 3;
-    __m256i acc = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
-    for (int x = 0; x < n; ++x) {
-      std::int32_t a, b;
-      std::memcpy(&a, p0 + 3 * x, 4);
-      std::memcpy(&b, p1 + 3 * x, 4);
-      const __m256i px = _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
-      const __m256i w = _mm256_setr_epi32(k0[x], k0[x], k0[x], k0[x], k1[x], k1[x], k1[x], k1[x]);
-      acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, w));
+    const std::int32_t* k = split + static_cast<std::size_t>(xx / 2) * pairs * 16;
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (int j = 0; j < n; ++j) {
+      const __m128i a = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0 + 6 * j)), order);
+      const __m128i b = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1 + 6 * j)), order);
+      const __m256i px = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(a, b));
+      lo =
+          _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j))));
+      hi = _mm256_add_epi32(
+          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j + 8))));
     }
+    __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
+    acc = _mm256_add_epi32(acc, _mm256_set1_epi32(1 << (kPrecisionBits - 1)));
     acc = _mm256_srai_epi32(acc, kPrecisionBits);
-    acc = _mm256_max_epi32(_mm256_min_epi32(acc, _mm256_set1_epi32(255)), _mm256_setzero_si256());
-    alignas(32) std::int32_t out[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out), acc);
-    std::uint8_t* d = dst + 3 * xx;
-    d[0] = static_cast<std::uint8_t>(out[0]);
-    d[1] = static_cast<std::uint8_t>(out[1]);
-    d[2] = static_cast<std::uint8_t>(out[2]);
-    d[3] = static_cast<std::uint8_t>(out[4]);
-    d[4] = static_cast<std::uint8_t>(out[5]);
-    d[5] = static_cast<std::uint8_t>(out[6]);
+    // Saturating packs clamp to 0-255 as Pillow does; then (A.rgb, B.rgb) in
+    // the low 6 bytes, stored with 8 (the 2 past them are the next pixel's,
+    // written after, or the slack the caller leaves after the row).
+    const __m256i words = _mm256_packs_epi32(acc, acc);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const __m256i both = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+    const __m128i rgb = _mm_shuffle_epi8(_mm256_castsi256_si128(both),
+                                         _mm_setr_epi8(0, 1, 2, 4, 5, 6, 7, 7, -1, -1, -1, -1, -1, -1, -1, -1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 3 * xx), rgb);
   }
   if (xx < out_w) {
     HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, out_w - xx,
@@ -165,11 +207,18 @@ __attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line
 }
 #endif
 
-HorizontalPass HorizontalPassFor() {
+bool HasAvx2() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+HorizontalPass HorizontalPassFor() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   static const bool sse41 = __builtin_cpu_supports("sse4.1");
-  if (avx2) return HorizontalPassAvx2;
   if (sse41) return HorizontalPassSse41;
 #endif
   return HorizontalPassScalar;
@@ -191,12 +240,25 @@ STOKER_SIMD_CLONES bool ResampleBilinear(const ImageView& src, double x0, double
   const int rows = std::max(0, row_last - row_first);
 
   const int hk = PrecomputeCoeffs(src.width, x0, x1, out_w, scratch.bounds, scratch.coeffs);
-  scratch.temp.resize(static_cast<std::size_t>(rows) * out_w * 3);
-  HorizontalPass hpass = HorizontalPassFor();
-  for (int r = 0; r < rows; ++r) {
-    const std::uint8_t* line = src.data + static_cast<std::size_t>(row_first + r) * src.stride;
-    hpass(line, src.width, scratch.bounds.data(), scratch.coeffs.data(), hk, out_w,
-          scratch.temp.data() + static_cast<std::size_t>(r) * out_w * 3);
+  // 8 bytes of slack: the AVX2 pass stores 8 bytes for a pixel pair's 6.
+  scratch.temp.resize(static_cast<std::size_t>(rows) * out_w * 3 + 8);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (HasAvx2() && SplitIsExact(scratch.coeffs)) {
+    SplitCoefficients(scratch.coeffs.data(), hk, out_w, scratch.split);
+    for (int r = 0; r < rows; ++r) {
+      const std::uint8_t* line = src.data + static_cast<std::size_t>(row_first + r) * src.stride;
+      HorizontalPassAvx2(line, src.width, scratch.bounds.data(), scratch.coeffs.data(), scratch.split.data(), hk, out_w,
+                         scratch.temp.data() + static_cast<std::size_t>(r) * out_w * 3);
+    }
+  } else
+#endif
+  {
+    HorizontalPass hpass = HorizontalPassFor();
+    for (int r = 0; r < rows; ++r) {
+      const std::uint8_t* line = src.data + static_cast<std::size_t>(row_first + r) * src.stride;
+      hpass(line, src.width, scratch.bounds.data(), scratch.coeffs.data(), hk, out_w,
+            scratch.temp.data() + static_cast<std::size_t>(r) * out_w * 3);
+    }
   }
   // Vertical pass.
   const std::size_t row_bytes = static_cast<std::size_t>(out_w) * 3;

@@ -29,6 +29,7 @@ struct ImageView {
 // Reusable scratch so that per-sample resampling does not allocate.
 struct ResampleScratch {
   std::vector<std::int32_t> coeffs, vcoeffs;
+  std::vector<std::int32_t> split;  // coeffs in the AVX2 pass's layout
   std::vector<int> bounds, vbounds;
   std::vector<std::uint8_t> temp;
   std::vector<std::int32_t> accumulator;
