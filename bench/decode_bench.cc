@@ -4,13 +4,13 @@
 //
 //   stoker_decode_bench DATASET [--threads-for-ceiling N] [--images N] [--eval] [--split]
 //
-// --split also times libjpeg's entropy (Huffman) decoding alone over each
-// whole image (jpeg_read_coefficients: no IDCT, no colour conversion) and
-// estimates, from each sample's crop, the share of stoker's decode that is
-// entropy decoding (today: every MCU row down to the crop's last row) and
-// what decoding only the crop's rows would save (issue 32: restart
-// markers). The estimate assumes entropy-coded bytes spread evenly over
-// the image's rows.
+// --split times each phase on its own, per image: libjpeg's entropy
+// (Huffman) decoding alone (jpeg_read_coefficients: no IDCT, no colour
+// conversion) of what the crop's decode reads (on a seekable pack, the
+// stream of its intervals; otherwise every row down to the crop's last,
+// estimated from the whole image's time with bytes taken as spread evenly
+// over the rows), the rest of the decode (IDCT, upsampling, colour), the
+// resample, and the flip + normalise + write.
 #include <algorithm>
 #include <chrono>
 #include <csetjmp>
@@ -139,44 +139,65 @@ int main(int argc, char** argv) {
     fmt::print("seekable pack: {} of {} crops decoded from only their restart intervals\n", seekable_used,
                jpegs.size());
   if (split) {
-    // Entropy decoding alone, and each sample's crop rows (the same crops as above).
-    double entropy_all = 0, entropy_to_crop_end = 0, entropy_in_crop = 0, entropy_in_box = 0;
+    // Where the time goes, per image: each phase timed on its own (best of
+    // 3, the machine's noise out) over the same crops as above.
+    double entropy = 0, decode = 0, resample = 0, entropy_whole = 0;
     std::uint64_t counted = 0;
-    for (std::size_t i = 0; i < jpegs.size(); ++i) {
-      stoker::TransformTrace trace;
-      scratch.restarts = {};
-      if (!stoker::DecodeAndTransform(jpegs[i], t, writer, augmentation, 0, 0, i, out.data(), scratch, &trace, nullptr,
-                                      nullptr)
-               .ok())
-        continue;
+    auto best_of_3 = [](auto&& f) {
       double best = -1;
-      for (int r = 0; r < 3; ++r) {  // best of 3: the machine's noise out
-        const double e = EntropyDecodeSeconds(jpegs[i]);
-        if (e >= 0 && (best < 0 || e < best)) best = e;
+      for (int r = 0; r < 3; ++r) {
+        const auto s0 = std::chrono::steady_clock::now();
+        if (!f()) return -1.0;
+        const double e = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        if (best < 0 || e < best) best = e;
       }
-      if (best < 0 || trace.source_height <= 0) continue;
-      const double h = trace.source_height;
-      entropy_all += best;
-      entropy_to_crop_end += best * std::clamp(trace.y1 / h, 0.0, 1.0);
-      entropy_in_crop += best * std::clamp((trace.y1 - trace.y0) / h, 0.0, 1.0);
-      entropy_in_box += best * std::clamp((trace.y1 - trace.y0) / h, 0.0, 1.0) *
-                        std::clamp((trace.x1 - trace.x0) / std::max(1, trace.source_width), 0.0, 1.0);
+      return best;
+    };
+    for (std::size_t i = 0; i < jpegs.size(); ++i) {
+      stoker::DecodedCrop crop;
+      const double d = best_of_3([&] {
+        set_table(scratch, i);
+        return stoker::DecodeCrop(jpegs[i], t, 0, 0, i, scratch, crop).ok();
+      });
+      if (d < 0) continue;
+      const bool seeked = scratch.seek_use == stoker::codec::SeekUse::kUsed;
+      const std::vector<std::byte> stream = seeked ? scratch.seek_stream : std::vector<std::byte>{};
+      const double r = best_of_3([&] { return stoker::ResizeCrop(crop, t, scratch).ok(); });
+      double whole = -1;
+      for (int k = 0; k < 3; ++k) {
+        const double e = EntropyDecodeSeconds(jpegs[i]);
+        if (e >= 0 && (whole < 0 || e < whole)) whole = e;
+      }
+      double e = -1;
+      if (seeked) {
+        for (int k = 0; k < 3; ++k) {
+          const double x = EntropyDecodeSeconds(stream);
+          if (x >= 0 && (e < 0 || x < e)) e = x;
+        }
+      } else if (whole >= 0 && crop.trace.source_height > 0) {
+        // libjpeg entropy-decodes every row down to the region's last:
+        // estimated, bytes taken as spread evenly over the rows.
+        e = whole * std::clamp((crop.trace.y1 + 4.0 * crop.trace.decode_scale) / crop.trace.source_height, 0.0, 1.0);
+      }
+      if (e < 0 || whole < 0) continue;
+      decode += d;
+      entropy += e;
+      entropy_whole += whole;
+      resample += r;
       ++counted;
     }
     const double n = static_cast<double>(std::max<std::uint64_t>(counted, 1));
-    const double decode_ms = static_cast<double>(decode_ns.load()) / 1e6 / static_cast<double>(jpegs.size());
+    const double transform_ms = static_cast<double>(transform_ns.load()) / 1e6 / static_cast<double>(jpegs.size());
     fmt::print(
-        "entropy decoding ({} images, best of 3 each): whole image {:.2f} ms; down to the crop's last row (what "
-        "stoker's decode does today, estimated) {:.2f} ms = {:.0f}% of its {:.2f} ms decode; the crop's rows "
-        "alone {:.2f} ms; decoding only those would save {:.2f} ms per image ({:.0f}% of decode + transform)\n",
-        counted, 1e3 * entropy_all / n, 1e3 * entropy_to_crop_end / n, 100 * 1e3 * entropy_to_crop_end / n / decode_ms,
-        decode_ms, 1e3 * entropy_in_crop / n, 1e3 * (entropy_to_crop_end - entropy_in_crop) / n,
-        100 * 1e3 * (entropy_to_crop_end - entropy_in_crop) / n / (1000.0 / rate));
-    fmt::print(
-        "with restart intervals shorter than a row (columns skipped too): the crop's box alone {:.2f} ms, saving "
-        "{:.2f} ms per image ({:.0f}% of decode + transform)\n",
-        1e3 * entropy_in_box / n, 1e3 * (entropy_to_crop_end - entropy_in_box) / n,
-        100 * 1e3 * (entropy_to_crop_end - entropy_in_box) / n / (1000.0 / rate));
+        "per image, {} images{}: entropy decoding {:.3f} ms{} (the whole image's: {:.3f}); IDCT, upsampling and "
+        "colour {:.3f} ms; resample {:.3f} ms; flip, normalise and write {:.3f} ms (the main loop's transform time "
+        "less resample)\n",
+        counted, (*dataset)->seekable_payloads() > 0 ? " (seekable pack)" : "", 1e3 * entropy / n,
+        (*dataset)->seekable_payloads() > 0
+            ? " (of the intervals decoded; rows to the crop's end estimated where none were skipped)"
+            : " (down to the crop's last row, estimated)",
+        1e3 * entropy_whole / n, 1e3 * (decode - entropy) / n, 1e3 * resample / n,
+        std::max(0.0, transform_ms - 1e3 * resample / n));
   }
   return 0;
 }
