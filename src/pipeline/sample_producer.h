@@ -73,13 +73,13 @@ class SampleProducer {
   [[nodiscard]] const std::vector<FieldSpec>& field_specs() const { return field_specs_; }
   // Whether samples have a transformed image (Batch::images()).
   [[nodiscard]] bool has_image() const { return !image_fields_.empty(); }
+
+ private:
+  SampleProducer() = default;
   // The finisher on one sample's image (field `field` of context.sample),
   // with its restart table when the index has one; counts seekable decodes.
   [[nodiscard]] Status FinishImage(std::span<const std::byte> bytes, std::size_t field, const SampleContext& context,
                                    std::byte* buffer, ImageScratch& image);
-
- private:
-  SampleProducer() = default;
   [[nodiscard]] std::optional<std::size_t> ImageFieldOf(const SampleInfo& info) const;
   [[nodiscard]] Status NoImageField(const SampleInfo& info) const;
   // The dataset field spec `f` reads for `info`, or nullopt (absent).

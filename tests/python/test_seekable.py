@@ -2,6 +2,8 @@
 batches identical to a plain pack's, tables that disagree decoded whole."""
 import io
 import json
+import os
+import sys
 import tarfile
 
 import numpy as np
@@ -44,6 +46,15 @@ def test_the_summary_and_inspect_count_what_was_rewritten_and_kept(cli, packs):
     assert "seekable %d of %d JPEGs re-written" % (n - 2, n) in text and "1 progressive" in text, text
     assert json.loads(cli("inspect", plain, "--json").stdout)["seekable_payloads"] == 0
     cli("verify", seekable)  # checksums, tar members and offsets all agree
+
+
+def test_a_seekable_pack_is_deterministic(cli, packs, tmp_path):
+    src, _, seekable, _ = packs
+    cli("pack", src, tmp_path / "again", "--shard-size", "1MiB", "--seekable-jpeg", "--threads", "1")
+    names = sorted(p.name for p in seekable.iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "again").iterdir())
+    for name in names:
+        assert (seekable / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
 
 
 def test_the_stored_jpegs_decode_to_the_originals_pixels_with_any_decoder(packs):
@@ -120,6 +131,22 @@ def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(cli, 
     result = cli("verify", edited, "--decode", check=False)
     assert result.returncode != 0
     assert "disagrees with the JPEG's markers" in result.stderr and "shard-0000" in result.stderr, result.stderr
+
+
+def test_a_remote_seekable_pack_decodes_from_its_intervals(packs, tmp_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    import remote_servers
+    _, _, seekable, _ = packs
+    server = remote_servers.Nginx(seekable)
+    try:
+        transform = T.Compose([T.RandomResizedCrop(128), T.RandomHorizontalFlip()])
+        local, _ = batches(seekable, transform)
+        remote, stats = batches(server.url, transform, cache_dir=tmp_path / "cache")
+    finally:
+        server.close()
+    for (xa, ya), (xb, yb) in zip(local, remote, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert stats["seekable_decodes"] > stats["samples"] // 2 and stats["seekable_fallbacks"] == 0, stats
 
 
 def test_the_python_pack_takes_seekable_jpeg(demo_images, tmp_path):
