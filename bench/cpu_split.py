@@ -6,10 +6,12 @@ time in steady state (README, "Where each image's CPU time goes"):
     sleep 15; perf record -a -F 499 -o split.perf -- sleep 20
     perf report -i split.perf --no-children --sort dso,sym --stdio
 
-LOADER is `stoker` (a packed dataset) or `dataloader` (torch DataLoader over
-a torchvision ImageFolder tree); both use the ImageNet training transform,
+LOADER is `stoker` (a packed dataset), `dataloader` (torch DataLoader over
+a torchvision ImageFolder tree) or `dali` (DALI's CPU pipeline over the tree,
+as bench/loader_compare.py builds it); all use the ImageNet training transform,
 batch 64, 2 threads or workers. Prints the images/s of the window 15-35 s.
 """
+import os
 import sys
 import time
 
@@ -27,6 +29,16 @@ def main():
         import stoker.transforms as T
         transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
         loader = stoker.Loader(path, batch_size=64, transform=transform, num_threads=2, log_epochs=False)
+    elif kind == "dali":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from loader_compare import dali_batches
+
+        def epochs():
+            batches = dali_batches(path, 64, 2)
+            while True:
+                yield [next(batches) for _ in range(50)]
+        loader = epochs()
+        loader = type("Dali", (), {"__iter__": lambda self, it=loader: iter(next(it))})()
     else:
         transform = tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(),
                                 tv.Normalize(MEAN, STD)])
