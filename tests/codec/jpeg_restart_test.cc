@@ -305,7 +305,8 @@ TEST(SeekableJpeg, WhatCannotBeRewrittenIsKeptAndSaysWhy) {
 
 TEST(SeekableJpeg, MetadataMarkersAreKept) {
   EncodeSpec spec = Spec(200, 100);
-  spec.app1 = std::string("Exif\0\0MM\0*\0\0\0\x08orientation-and-more", 36);
+  static constexpr char kExif[] = "Exif\0\0MM\0*\0\0\0\x08orientation-and-more";
+  spec.app1 = std::string(kExif, sizeof(kExif) - 1);
   spec.comment = "a comment that must survive";
   SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
   ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
