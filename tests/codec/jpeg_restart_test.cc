@@ -122,6 +122,16 @@ void ExpectSamePixels(const DecodedRegion& whole, const DecodedRegion& region, R
       }
 }
 
+// A box inside the image, each side at least `min_side` pixels.
+Roi RandomBox(const EncodeSpec& spec, int min_side, Rng& rng) {
+  Roi box;
+  box.width = min_side + static_cast<int>(rng.Next() % static_cast<std::uint64_t>(spec.width - min_side + 1));
+  box.height = min_side + static_cast<int>(rng.Next() % static_cast<std::uint64_t>(spec.height - min_side + 1));
+  box.x = static_cast<int>(rng.Next() % static_cast<std::uint64_t>(spec.width - box.width + 1));
+  box.y = static_cast<int>(rng.Next() % static_cast<std::uint64_t>(spec.height - box.height + 1));
+  return box;
+}
+
 TEST(SeekableJpeg, TheRewriteDecodesToTheOriginalsPixelsAndItsTableIsFound) {
   const std::vector<EncodeSpec> specs = {
       Spec(517, 389),
@@ -170,11 +180,7 @@ TEST(SeekableJpeg, EveryRegionDecodesAsTheWholeFileDoesAtEveryScale) {
       const DecodedRegion whole = Whole(seekable.bytes, scale);
       std::vector<std::byte> stream;
       for (int trial = 0; trial < 40; ++trial) {
-        Roi roi;
-        roi.width = 1 + static_cast<int>(rng.Next() % spec.width);
-        roi.height = 1 + static_cast<int>(rng.Next() % spec.height);
-        roi.x = static_cast<int>(rng.Next() % (spec.width - roi.width + 1));
-        roi.y = static_cast<int>(rng.Next() % (spec.height - roi.height + 1));
+        const Roi roi = RandomBox(spec, 1, rng);
         DecodedRegion region;
         auto use = DecodeJpegSeekable(seekable.bytes, View(seekable.table), roi, scale, region, stream);
         const std::string what = std::to_string(spec.width) + "x" + std::to_string(spec.height) + " scale " +
@@ -354,11 +360,7 @@ TEST(SeekableJpeg, AMarginOfFourScaledPixelsKeepsTheBoxExact) {
       const DecodedRegion whole = Whole(seekable.bytes, scale);
       std::vector<std::byte> stream;
       for (int trial = 0; trial < 30; ++trial) {
-        Roi box;
-        box.width = 8 + static_cast<int>(rng.Next() % (spec.width - 8));
-        box.height = 8 + static_cast<int>(rng.Next() % (spec.height - 8));
-        box.x = static_cast<int>(rng.Next() % (spec.width - box.width + 1));
-        box.y = static_cast<int>(rng.Next() % (spec.height - box.height + 1));
+        const Roi box = RandomBox(spec, 8, rng);
         const int m = 4 * scale;
         const int left = std::max(0, box.x - m), top = std::max(0, box.y - m);
         const int right = std::min(spec.width, box.x + box.width + m);
