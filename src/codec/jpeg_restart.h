@@ -73,6 +73,7 @@ enum class SeekableOutcome : std::uint8_t {
   kUndecodable,  // does not decode (`why`)
   kOther,        // 12-bit, lossless, a layout libjpeg cannot write as one scan... (`why`)
 };
+inline constexpr std::size_t kSeekableOutcomes = 6;
 [[nodiscard]] std::string_view SeekableOutcomeName(SeekableOutcome outcome);
 
 struct SeekableJpeg {

@@ -7,6 +7,10 @@
 
 namespace stoker::prepare {
 
+// by_outcome_ is indexed by the outcome: re-written first, then the reasons kept.
+static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kRewritten) == 0);
+static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kOther) + 1 == codec::kSeekableOutcomes);
+
 Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std::byte>& bytes,
                                          std::vector<std::uint32_t>& restarts) const {
   bool changed = false;
@@ -15,29 +19,11 @@ Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std
   }
   if (field != "jpg" && field != "jpeg") return changed;
   codec::SeekableJpeg seekable = codec::MakeSeekableJpeg(bytes);
-  switch (seekable.outcome) {
-    case codec::SeekableOutcome::kRewritten:
-      break;
-    case codec::SeekableOutcome::kProgressive:
-      progressive_.fetch_add(1, std::memory_order_relaxed);
-      return changed;
-    case codec::SeekableOutcome::kArithmetic:
-      arithmetic_.fetch_add(1, std::memory_order_relaxed);
-      return changed;
-    case codec::SeekableOutcome::kCmyk:
-      cmyk_.fetch_add(1, std::memory_order_relaxed);
-      return changed;
-    case codec::SeekableOutcome::kUndecodable:
-      undecodable_.fetch_add(1, std::memory_order_relaxed);
-      return changed;
-    case codec::SeekableOutcome::kOther:
-      other_.fetch_add(1, std::memory_order_relaxed);
-      return changed;
-  }
+  by_outcome_[static_cast<std::size_t>(seekable.outcome)].fetch_add(1, std::memory_order_relaxed);
+  if (seekable.outcome != codec::SeekableOutcome::kRewritten) return changed;
   bytes_before_.fetch_add(bytes.size(), std::memory_order_relaxed);
   bytes_after_.fetch_add(seekable.bytes.size(), std::memory_order_relaxed);
   intervals_.fetch_add(seekable.table.size() - 1, std::memory_order_relaxed);
-  rewritten_.fetch_add(1, std::memory_order_relaxed);
   bytes = std::move(seekable.bytes);
   restarts = std::move(seekable.table);
   return true;
@@ -49,25 +35,25 @@ std::string SeekableJpegWriter::Note() const {
     auto parsed = nlohmann::ordered_json::parse(before_->Note(), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_object()) note = std::move(parsed);
   }
-  note["seekable_jpeg"] = {
+  nlohmann::ordered_json seekable = {
       {"method", "lossless (coefficients re-written with restart intervals, Huffman tables optimised)"},
-      {"images_rewritten", rewritten_.load()},
+      {"images_rewritten", by_outcome_[0].load()},
       {"restart_intervals", intervals_.load()},
-      {"kept_progressive", progressive_.load()},
-      {"kept_arithmetic", arithmetic_.load()},
-      {"kept_cmyk", cmyk_.load()},
-      {"kept_undecodable", undecodable_.load()},
-      {"kept_other", other_.load()},
-      {"rewritten_bytes_before", bytes_before_.load()},
-      {"rewritten_bytes_after", bytes_after_.load()},
   };
+  for (std::size_t i = 1; i < codec::kSeekableOutcomes; ++i)  // kept_progressive, ... kept_other
+    seekable["kept_" + std::string(codec::SeekableOutcomeName(static_cast<codec::SeekableOutcome>(i)))] =
+        by_outcome_[i].load();
+  seekable["rewritten_bytes_before"] = bytes_before_.load();
+  seekable["rewritten_bytes_after"] = bytes_after_.load();
+  note["seekable_jpeg"] = std::move(seekable);
   return note.dump();
 }
 
 void SeekableJpegWriter::Report(PackSummary& summary) const {
   if (before_ != nullptr) before_->Report(summary);
-  summary.seekable_jpegs = rewritten_.load();
-  summary.seekable_kept = progressive_.load() + arithmetic_.load() + cmyk_.load() + undecodable_.load() + other_.load();
+  summary.seekable_jpegs = by_outcome_[0].load();
+  summary.seekable_kept = 0;
+  for (std::size_t i = 1; i < codec::kSeekableOutcomes; ++i) summary.seekable_kept += by_outcome_[i].load();
   summary.seekable_bytes_before = bytes_before_.load();
   summary.seekable_bytes_after = bytes_after_.load();
 }

@@ -6,10 +6,12 @@
 // seam.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 
+#include "codec/jpeg_restart.h"
 #include "dataset/pack_rewrite.h"
 #include "stoker/status.h"
 
@@ -29,8 +31,9 @@ class SeekableJpegWriter final : public pack_internal::FieldRewriter {
 
  private:
   const pack_internal::FieldRewriter* before_;
-  mutable std::atomic<std::uint64_t> rewritten_{0}, progressive_{0}, arithmetic_{0}, cmyk_{0}, undecodable_{0},
-      other_{0}, bytes_before_{0}, bytes_after_{0}, intervals_{0};
+  // JPEGs by outcome (codec::SeekableOutcome): re-written, or kept and why.
+  mutable std::array<std::atomic<std::uint64_t>, codec::kSeekableOutcomes> by_outcome_{};
+  mutable std::atomic<std::uint64_t> bytes_before_{0}, bytes_after_{0}, intervals_{0};
 };
 
 }  // namespace stoker::prepare
