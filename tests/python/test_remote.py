@@ -456,8 +456,12 @@ def test_ctrl_c_interrupts_a_loader_waiting_for_data(packed, proxy, tmp_path):
             proxy.add_fault(name, "stall", seconds=60)
     # torch is imported before "ready", as a training script has it: a SIGINT landing inside torch's own
     # import (the loader's first batch imports it) aborts in torch's C++ init, not in stoker's wait.
+    # Python installs its KeyboardInterrupt handler only when SIGINT is not ignored at start, and a shell
+    # starts background jobs (`scripts/test &`, nohup) with SIGINT ignored: the script asks for the handler
+    # a training script run from a terminal has.
     script = textwrap.dedent("""
-        import sys, torch, stoker
+        import signal, sys, torch, stoker
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = stoker.Loader(sys.argv[1], batch_size=4, num_threads=1, cache_dir=sys.argv[2],
                                stall_timeout_seconds=120, log_epochs=False)
         print("ready", flush=True)
