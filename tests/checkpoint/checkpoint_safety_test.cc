@@ -19,7 +19,7 @@ using testing::TempDir;
 using testing::WriteFile;
 namespace fs = std::filesystem;
 
-CheckpointOptions Options(const std::string& dir) {
+CheckpointOptions SafetyOptions(const std::string& dir) {
   CheckpointOptions o;
   o.directory = dir;
   o.copy_threads = 1;
@@ -48,7 +48,7 @@ TEST(CheckpointSafety, DeletionsNeverFollowLinksOutOfTheDirectory) {
   fs::create_directory_symlink(dir / "outside", ck_dir + "/.tmp-nested/link");
   fs::create_symlink(dir / "outside/precious.txt", ck_dir + "/latest.tmp");
   {
-    auto options = Options(ck_dir);
+    auto options = SafetyOptions(ck_dir);
     options.keep_last = 1;
     ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(options));
     EXPECT_FALSE(fs::exists(fs::symlink_status(ck_dir + "/.tmp-step-3-99-0")));
@@ -65,7 +65,7 @@ TEST(CheckpointSafety, DeletionsNeverFollowLinksOutOfTheDirectory) {
   }
   {
     // Replacing a step that is a link: the link is moved aside and removed.
-    auto options = Options(ck_dir);
+    auto options = SafetyOptions(ck_dir);
     options.keep_last = 0;
     options.replace_existing = true;
     ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(options));
@@ -81,7 +81,7 @@ TEST(CheckpointSafety, DeletionsNeverFollowLinksOutOfTheDirectory) {
 TEST(CheckpointSafety, SavingAnExistingStepIsRefusedUnlessAskedFor) {
   TempDir dir;
   {
-    ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(Options(dir.path())));
+    ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(SafetyOptions(dir.path())));
     ASSERT_OK(SaveFloats(*ck, 5, 1.0f));
     Status again = SaveFloats(*ck, 5, 2.0f);
     ASSERT_EQ(again.code(), StatusCode::kAlreadyExists);
@@ -90,7 +90,7 @@ TEST(CheckpointSafety, SavingAnExistingStepIsRefusedUnlessAskedFor) {
   }
   ASSERT_OK_AND_ASSIGN(auto first, LoadCheckpoint(dir / "step-5"));
   EXPECT_EQ(reinterpret_cast<const float*>(first.tensors[0].data.data())[0], 1.0f);
-  auto options = Options(dir.path());
+  auto options = SafetyOptions(dir.path());
   options.replace_existing = true;
   ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(options));
   ASSERT_OK(SaveFloats(*ck, 5, 2.0f));
@@ -101,7 +101,7 @@ TEST(CheckpointSafety, SavingAnExistingStepIsRefusedUnlessAskedFor) {
 TEST(CheckpointSafety, FoldersWhoseNameOrManifestLieAreNotCheckpoints) {
   TempDir dir;
   {
-    ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(Options(dir.path())));
+    ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(SafetyOptions(dir.path())));
     ASSERT_OK(SaveFloats(*ck, 5));
   }
   fs::copy(dir / "step-5", dir / "step-9", fs::copy_options::recursive);  // manifest says 5
@@ -130,7 +130,7 @@ TEST(CheckpointSafety, FoldersWhoseNameOrManifestLieAreNotCheckpoints) {
 
 TEST(CheckpointSafety, AStructureNamingAMissingTensorIsCorrupt) {
   TempDir dir;
-  ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(Options(dir.path())));
+  ASSERT_OK_AND_ASSIGN(auto ck, Checkpointer::Open(SafetyOptions(dir.path())));
   std::vector<float> data(4, 1);
   const TensorRef refs[] = {{"model.w", TensorDType::kFloat32, {4}, data.data()}};
   CheckpointExtras extras;
@@ -147,7 +147,7 @@ TEST(CheckpointSafety, AStructureNamingAMissingTensorIsCorrupt) {
 TEST(CheckpointSafety, TheSecondsIntervalRunsOnTheClockSeam) {
   TempDir dir;
   testing::FakeClock clock;
-  auto options = Options(dir.path());
+  auto options = SafetyOptions(dir.path());
   options.interval_mode = IntervalMode::kSeconds;
   options.every_seconds = 600;
   ASSERT_OK_AND_ASSIGN(auto ck, checkpoint::OpenCheckpointer(options, {nullptr, &clock}));
@@ -164,14 +164,14 @@ TEST(CheckpointSafety, TheSecondsIntervalRunsOnTheClockSeam) {
 
 TEST(CheckpointSafety, BadOptionsAreRefused) {
   TempDir dir;
-  auto o = Options(dir.path());
+  auto o = SafetyOptions(dir.path());
   o.every_seconds = std::nan("");
   EXPECT_FALSE(Checkpointer::Open(o).ok());
-  o = Options(dir.path());
+  o = SafetyOptions(dir.path());
   o.copy_threads = 100000;
   EXPECT_FALSE(Checkpointer::Open(o).ok());
   WriteFile(dir / "a-file", "x");
-  auto not_dir = Checkpointer::Open(Options(dir / "a-file"));
+  auto not_dir = Checkpointer::Open(SafetyOptions(dir / "a-file"));
   ASSERT_FALSE(not_dir.ok());
 }
 

@@ -129,7 +129,7 @@ class TinyHttpServer {
   std::thread acceptor_;
 };
 
-std::string Pattern(std::size_t size, unsigned seed) {
+std::string PatternText(std::size_t size, unsigned seed) {
   std::string s(size, '\0');
   for (std::size_t i = 0; i < size; ++i) s[i] = static_cast<char>((i * 131 + seed * 17 + (i >> 9)) & 0xff);
   return s;
@@ -169,7 +169,7 @@ TEST(CurlTransport, ManyThreadsShareOneLoopAndItsConnections) {
   auto transport = MakeTransportOrNull();
   if (!transport) GTEST_SKIP() << "built without libcurl";
   std::map<std::string, std::string> objects;
-  for (unsigned k = 0; k < 8; ++k) objects[fmt::format("/shard-{}.tar", k)] = Pattern(300'000 + k * 4099, k);
+  for (unsigned k = 0; k < 8; ++k) objects[fmt::format("/shard-{}.tar", k)] = PatternText(300'000 + k * 4099, k);
   TinyHttpServer server(objects);
   constexpr int kThreads = 8, kRounds = 4;
   std::atomic<int> failures{0};
@@ -198,7 +198,7 @@ TEST(CurlTransport, ManyThreadsShareOneLoopAndItsConnections) {
 TEST(CurlTransport, RangesErrorsAndSinkFailures) {
   auto transport = MakeTransportOrNull();
   if (!transport) GTEST_SKIP() << "built without libcurl";
-  const std::string body = Pattern(200'000, 7);
+  const std::string body = PatternText(200'000, 7);
   TinyHttpServer server({{"/a.tar", body}});
 
   Fetched tail = Get(*transport, server.Url("/a.tar"), 150'000);

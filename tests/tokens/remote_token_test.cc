@@ -69,7 +69,7 @@ struct Corpus {
   }
 };
 
-std::vector<TokenBatch> Epoch(std::shared_ptr<const TokenDataset> d, std::uint64_t epoch) {
+std::vector<TokenBatch> TokenEpoch(std::shared_ptr<const TokenDataset> d, std::uint64_t epoch) {
   TokenLoaderOptions o;
   o.seq_len = 512;
   o.global_batch_size = 4;
@@ -133,7 +133,7 @@ TEST(RemoteTokenDataset, TheLoaderGivesTheLocalBatchesWithACacheSmallerThanTheCo
   auto d = c.Open(/*capacity=*/3 * kChunk, &fs);  // a third of the corpus or less
   ASSERT_TRUE(d);
   ASSERT_GT(c.bin_size(), 6 * kChunk);
-  for (std::uint64_t epoch : {0, 1}) ExpectSameBatches(Epoch(d, epoch), Epoch(here, epoch));
+  for (std::uint64_t epoch : {0, 1}) ExpectSameBatches(TokenEpoch(d, epoch), TokenEpoch(here, epoch));
   const RemoteStats stats = d->remote_stats();
   EXPECT_GT(stats.evictions, 0u);
   EXPECT_GT(stats.hits, 0u);  // read ahead of the reader

@@ -13,7 +13,7 @@ TransformStep StepOf(std::string name, std::vector<std::pair<std::string, std::v
   return TransformStep{std::move(name), std::move(args), std::move(words), {}};
 }
 
-Image Gradient(int w, int h) {
+Image StepGradient(int w, int h) {
   Image im;
   im.Reset(w, h, 3);
   for (std::size_t i = 0; i < im.pixels.size(); ++i) im.pixels[i] = static_cast<std::uint8_t>(i * 31 % 251);
@@ -55,7 +55,7 @@ TEST(Steps, DrawsDependOnlyOnTheStream) {
 TEST(Steps, ReplayTakesGivenParametersInAnyOrder) {
   auto step = MakeStep(StepOf("RandomCrop", {{"size", {4, 6}}}));
   ASSERT_TRUE(step.ok());
-  Image im = Gradient(10, 8), scratch;
+  Image im = StepGradient(10, 8), scratch;
   const Image original = im;
   StepParams given{"RandomCrop", {{"left", 3}, {"top", 2}}, {}};
   Rng rng(0, 0);
@@ -75,7 +75,7 @@ TEST(Steps, RandomApplyReplaysItsChildren) {
   apply.children.push_back(StepOf("RandomVerticalFlip", {{"p", {0.5}}}));
   auto step = MakeStep(apply);
   ASSERT_TRUE(step.ok());
-  Image im = Gradient(3, 2), scratch;
+  Image im = StepGradient(3, 2), scratch;
   const Image original = im;
   StepParams given{"RandomApply", {{"applied", 1}}, {StepParams{"RandomVerticalFlip", {{"flip", 1}}, {}}}};
   Rng rng(0, 0);
