@@ -42,6 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                              static_cast<std::uint32_t>(found->size())};
     (void)DecodeJpegSeekable(jpeg, own, roi, scale, out, stream);
   }
+  // What `stoker index` records is a table FindRestartTable found, or none.
+  const auto existing = ExistingRestartTable(jpeg);
+  if (existing.has_value() && (!found.ok() || *existing != *found)) __builtin_trap();
   if (jpeg.size() < 4096) {
     SeekableJpeg seekable = MakeSeekableJpeg(jpeg);
     if (seekable.outcome == SeekableOutcome::kRewritten) {

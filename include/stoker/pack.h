@@ -125,6 +125,11 @@ struct IndexSummary {
   // Members left out as WebDataset leaves them out: no extension, links,
   // folders and other non-files, `__*__` names. Each is named in `warnings`.
   std::uint64_t skipped_members = 0;
+  // JPEGs written with restart intervals (e.g. `jpegtran -restart`) whose
+  // restart table went into the index, so the loader decodes only what a
+  // crop keeps, as for `pack --seekable-jpeg`: intervals that divide the
+  // image's MCU rows, at most 64 to a row.
+  std::uint64_t seekable_payloads = 0;
   std::vector<std::string> warnings;
   std::string index_path;
 };
@@ -135,7 +140,9 @@ struct IndexSummary {
 // library yields: members it skips (no extension, links, folders, `__*__`)
 // are left out, each named in a warning and counted (`inspect` shows the
 // count). A field repeated in one sample, or a `.cls` that is not a decimal
-// integer, is an error naming the shard, offset and key.
+// integer, is an error naming the shard, offset and key. A `jpg`/`jpeg`
+// payload that already has restart intervals gets its restart table in the
+// index (see IndexSummary::seekable_payloads); no payload is changed.
 [[nodiscard]] Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
                                                const IndexOptions& options = {});
 

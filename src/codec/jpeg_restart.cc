@@ -141,6 +141,16 @@ Result<std::vector<std::uint32_t>> FindRestartTable(std::span<const std::byte> j
   }
 }
 
+std::optional<std::vector<std::uint32_t>> ExistingRestartTable(std::span<const std::byte> jpeg) {
+  Result<ScanLayout> layout = ReadScanLayout(jpeg);
+  if (!layout.ok() || layout->restart_interval == 0 ||
+      layout->mcus_per_row > kMaxIndexedIntervalsPerRow * static_cast<std::int64_t>(layout->restart_interval))
+    return std::nullopt;
+  Result<std::vector<std::uint32_t>> table = FindRestartTable(jpeg);
+  if (!table.ok()) return std::nullopt;
+  return std::move(table).value();
+}
+
 int ChooseRestartInterval(int mcus_per_row, int mcu_width) {
   int best = mcus_per_row, best_distance = INT32_MAX;
   for (int r = 1; r < mcus_per_row; ++r) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,15 @@ struct ScanLayout {
 // when the markers are out of sequence, the scan is followed by another, or
 // the interval count is not what the header says.
 [[nodiscard]] Result<std::vector<std::uint32_t>> FindRestartTable(std::span<const std::byte> jpeg);
+
+// The restart table to index for a JPEG as it is, not re-written (`stoker
+// index` over shards written elsewhere, e.g. by `jpegtran -restart`): the
+// table FindRestartTable gives when the JPEG has one and it has at most
+// kMaxIndexedIntervalsPerRow intervals to an MCU row (finer ones, down to an
+// MCU each, would cost the index more than a crop saves); nothing otherwise,
+// as for most JPEGs, which have no restart interval.
+inline constexpr int kMaxIndexedIntervalsPerRow = 64;
+[[nodiscard]] std::optional<std::vector<std::uint32_t>> ExistingRestartTable(std::span<const std::byte> jpeg);
 
 // Restart interval, in MCUs, for an image `mcus_per_row` MCUs of
 // `mcu_width` pixels wide: a divisor of the row, giving intervals of at least

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "dataset/index_shards.h"
+
 #include "core/hash.h"
 #include "format/index_format.h"
 #include "format/webdataset.h"
@@ -13,7 +15,7 @@
 #include "stoker/pack.h"
 #include "stoker/text.h"
 
-namespace stoker {
+namespace stoker::index_internal {
 namespace {
 
 namespace fs_std = std::filesystem;
@@ -23,7 +25,8 @@ constexpr std::uint64_t kNamedSkips = 20;
 
 }  // namespace
 
-Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns, const IndexOptions& options) {
+Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns, const IndexOptions& options,
+                                     const RestartTableFinder& find_restarts) {
   FileSystem& fs = *options.file_system;
   std::vector<std::string> paths;
   for (const auto& pattern : shard_patterns) {
@@ -47,6 +50,7 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
 
   index_format::IndexBuilder builder;
   std::vector<index_format::IndexBuilder::Field> fields;
+  std::vector<std::vector<std::uint32_t>> restarts;  // the fields' tables (their spans point here)
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const std::string& path = paths[i];
     STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
@@ -61,11 +65,20 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
           Xxh3Stream checksum;
           std::int64_t label = kNoLabel;
           fields.clear();
+          restarts.resize(sorted.size());
           for (const auto* f : sorted) {
             auto data = bytes.subspan(f->data_offset, f->size);
             checksum.Update(data);
-            fields.push_back(
-                {f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name))});
+            std::vector<std::uint32_t>& table = restarts[fields.size()];
+            table.clear();
+            if (find_restarts) {
+              if (auto found = find_restarts(f->name, data)) {
+                table = std::move(*found);
+                summary.seekable_payloads++;
+              }
+            }
+            fields.push_back({f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name)),
+                              table});
             if (f->name == "cls") {
               auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
               if (!parsed) {
@@ -98,4 +111,4 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
   return summary;
 }
 
-}  // namespace stoker
+}  // namespace stoker::index_internal

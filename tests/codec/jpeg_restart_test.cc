@@ -19,6 +19,7 @@ struct EncodeSpec {
   bool progressive = false;
   bool arithmetic = false;
   bool optimize = false;
+  int restart_interval = 0;  // in MCUs (libjpeg's own encoder, as `cjpeg -restart NB`)
   std::string app1;     // an APP1 (EXIF-like) payload to keep, when not empty
   std::string comment;  // a COM payload, when not empty
 };
@@ -70,6 +71,7 @@ std::vector<std::byte> Encode(const EncodeSpec& s, std::uint64_t seed = 7) {
   if (s.progressive) jpeg_simple_progression(&c.cinfo);
   c.cinfo.arith_code = s.arithmetic ? TRUE : FALSE;
   c.cinfo.optimize_coding = s.optimize ? TRUE : FALSE;
+  c.cinfo.restart_interval = static_cast<unsigned>(s.restart_interval);
   jpeg_start_compress(&c.cinfo, TRUE);
   if (!s.app1.empty())
     jpeg_write_marker(&c.cinfo, JPEG_APP0 + 1, reinterpret_cast<const JOCTET*>(s.app1.data()),
@@ -194,6 +196,42 @@ TEST(SeekableJpeg, EveryRegionDecodesAsTheWholeFileDoesAtEveryScale) {
     }
   }
   EXPECT_GT(used, 300);  // most random regions skip intervals
+}
+
+TEST(SeekableJpeg, AJpegWrittenWithRestartIntervalsElsewhereHasItsTableFoundForTheIndex) {
+  EncodeSpec spec = Spec(640, 480);  // 40 MCUs to a row, 30 rows
+  spec.restart_interval = 5;
+  const std::vector<std::byte> jpeg = Encode(spec);
+  const auto table = ExistingRestartTable(jpeg);
+  ASSERT_TRUE(table.has_value());
+  EXPECT_EQ(table->size(), 8u * 30 + 1);
+  Rng rng(3, 0);
+  const DecodedRegion whole = Whole(jpeg, 1);
+  std::vector<std::byte> stream;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Roi roi = RandomBox(spec, 16, rng);
+    DecodedRegion region;
+    auto use = DecodeJpegSeekable(jpeg, View(*table), roi, 1, region, stream);
+    ASSERT_TRUE(use.ok()) << use.status().ToString();
+    ASSERT_NE(*use, SeekUse::kDisagrees);
+    ExpectSamePixels(whole, region, roi, 1, "trial " + std::to_string(trial));
+  }
+  spec.restart_interval = 1;  // an interval per MCU: 40 to a row, still indexed
+  EXPECT_EQ(ExistingRestartTable(Encode(spec)).value_or(std::vector<std::uint32_t>{}).size(), 40u * 30 + 1);
+  EncodeSpec wide = Spec(1280, 64);  // 80 MCUs to a row: an interval per MCU costs the index more than it saves
+  wide.restart_interval = 1;
+  EXPECT_FALSE(ExistingRestartTable(Encode(wide)).has_value());
+  wide.restart_interval = 2;
+  EXPECT_TRUE(ExistingRestartTable(Encode(wide)).has_value());
+  spec.restart_interval = 3;  // does not divide the row: intervals do not tile the image
+  EXPECT_FALSE(ExistingRestartTable(Encode(spec)).has_value());
+  EXPECT_FALSE(ExistingRestartTable(Encode(Spec(640, 480))).has_value());  // no restart interval, as most JPEGs
+  EncodeSpec progressive = Spec(640, 480);
+  progressive.progressive = true;
+  progressive.restart_interval = 5;
+  EXPECT_FALSE(ExistingRestartTable(Encode(progressive)).has_value());
+  const std::vector<std::byte> truncated(jpeg.begin(), jpeg.begin() + static_cast<std::ptrdiff_t>(jpeg.size() / 2));
+  EXPECT_FALSE(ExistingRestartTable(truncated).has_value());
 }
 
 TEST(SeekableJpeg, AStreamOfTheRegionsIntervalsIsSmallerThanTheFile) {

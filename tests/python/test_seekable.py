@@ -133,6 +133,32 @@ def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(cli, 
     assert "disagrees with the JPEG's markers" in result.stderr and "shard-0000" in result.stderr, result.stderr
 
 
+def test_stoker_index_finds_the_restart_tables_of_shards_written_elsewhere(cli, packs, tmp_path):
+    # The seekable pack's shards without its index, as shards another tool wrote from JPEGs with restart
+    # intervals (`jpegtran -restart`): `stoker index` finds every table pack recorded, and the loader seeks.
+    import shutil
+    _, _, seekable, _ = packs
+    for shard in seekable.glob("shard-*.tar"):
+        shutil.copy(shard, tmp_path / shard.name)
+    last = len(list(seekable.glob("shard-*.tar"))) - 1
+    out = cli("index", str(tmp_path / ("shard-{000000..%06d}.tar" % last))).stdout
+    packed = json.loads(cli("inspect", seekable, "--json").stdout)["seekable_payloads"]
+    assert "%d JPEGs have restart intervals" % packed in out, out
+    assert json.loads(cli("inspect", tmp_path, "--json").stdout)["seekable_payloads"] == packed
+    assert "seekable %d JPEGs carry restart tables" % packed in cli("inspect", tmp_path).stdout
+    cli("verify", tmp_path, "--decode")  # every table agrees with its JPEG's markers
+    transform = T.Compose([T.RandomResizedCrop(128), T.RandomHorizontalFlip()])
+    a, _ = batches(seekable, transform)
+    b, stats = batches(tmp_path, transform)
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert stats["seekable_decodes"] > stats["samples"] // 2 and stats["seekable_fallbacks"] == 0, stats
+    # A plain pack's JPEGs have no restart interval: nothing is found.
+    _, plain, _, _ = packs
+    assert "restart intervals" not in cli("index", str(plain / "shard-000000.tar"),
+                                          "--output", str(tmp_path / "plain.stoker")).stdout
+
+
 def test_a_remote_seekable_pack_decodes_from_its_intervals(packs, tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     import remote_servers

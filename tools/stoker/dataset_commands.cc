@@ -84,6 +84,9 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   if (summary->skipped_members)
     fmt::print("; left out {} members as WebDataset does (no extension, links, folders, __*__)",
                summary->skipped_members);
+  if (summary->seekable_payloads)
+    fmt::print("; {} JPEGs have restart intervals: their restart tables are indexed (seekable)",
+               summary->seekable_payloads);
   fmt::print("\nindex: {}\n", Printable(summary->index_path));
   return kExitOk;
 }
@@ -246,6 +249,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   if (s.skipped_members)
     fmt::print("skipped  {} tar members left out as WebDataset does (no extension, links, folders, __*__)\n",
                s.skipped_members);
+  bool seekable_shown = false;  // by pack's note
   if (!s.pack_note.empty()) {
     // A note that is not the JSON pack writes is shown as it is.
     const auto note = nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
@@ -281,10 +285,13 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
           stoker::FormatBytes(count("rewritten_bytes_before")), stoker::FormatBytes(count("rewritten_bytes_after")),
           b > 0 ? 100 * (a - b) / b : 0.0, s.seekable_payloads, count("kept_progressive"), count("kept_arithmetic"),
           count("kept_cmyk"), count("kept_undecodable"), count("kept_other"));
-      shown = true;
+      shown = seekable_shown = true;
     }
     if (!shown) fmt::print("packed   {}\n", Printable(s.pack_note));
   }
+  if (s.seekable_payloads > 0 && !seekable_shown)
+    fmt::print("seekable {} JPEGs carry restart tables in the index (written with restart intervals elsewhere)\n",
+               s.seekable_payloads);
   const bool any_by_convention =
       std::any_of(s.fields.begin(), s.fields.end(), [](const auto& f) { return !f.kind_recorded; });
   fmt::print("fields   (kind: {}; the loader's fields= decodes it so)\n",

@@ -1,0 +1,30 @@
+// `stoker index` with a seam for what the dataset layer cannot see: the
+// restart tables of seekable JPEGs are found by the codec, a layer beside
+// this one, and handed in by the public IndexShards() (src/api).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/pack.h"
+#include "stoker/status.h"
+
+namespace stoker::index_internal {
+
+// The restart table to record for payload `payload` of field `field`, or
+// nothing. Called for every payload; must be cheap for those it ignores.
+using RestartTableFinder =
+    std::function<std::optional<std::vector<std::uint32_t>>(std::string_view field, std::span<const std::byte> payload)>;
+
+// IndexShards() with `find_restarts` (may be empty: no tables).
+[[nodiscard]] Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns,
+                                                   const IndexOptions& options,
+                                                   const RestartTableFinder& find_restarts);
+
+}  // namespace stoker::index_internal
