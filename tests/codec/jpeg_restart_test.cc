@@ -20,8 +20,8 @@ struct EncodeSpec {
   bool arithmetic = false;
   bool optimize = false;
   int restart_interval = 0;  // in MCUs (libjpeg's own encoder, as `cjpeg -restart NB`)
-  std::string app1;     // an APP1 (EXIF-like) payload to keep, when not empty
-  std::string comment;  // a COM payload, when not empty
+  std::string app1;          // an APP1 (EXIF-like) payload to keep, when not empty
+  std::string comment;       // a COM payload, when not empty
 };
 
 EncodeSpec Spec(int width, int height, int components = 3, int h = 2, int v = 2) {
