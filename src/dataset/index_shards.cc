@@ -1,12 +1,12 @@
 // stoker index: an index for shards written by anything else (GNU tar,
 // webdataset's TarWriter, ...), holding exactly the samples the webdataset
 // library would yield from them.
+#include "dataset/index_shards.h"
+
 #include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
-
-#include "dataset/index_shards.h"
 
 #include "core/hash.h"
 #include "format/index_format.h"
