@@ -2,6 +2,7 @@
 // restart-table finder plugged in, so JPEGs written with restart intervals
 // elsewhere (`jpegtran -restart`) are seekable as `pack --seekable-jpeg`
 // makes them.
+#include "codec/jpeg.h"
 #include "codec/jpeg_restart.h"
 #include "dataset/index_shards.h"
 #include "stoker/pack.h"
@@ -12,8 +13,7 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
   return index_internal::IndexShardsWith(
       shard_patterns, options,
       [](std::string_view field, std::span<const std::byte> payload) -> std::optional<std::vector<std::uint32_t>> {
-        // The fields pack --seekable-jpeg re-writes, and the loader seeks in.
-        if (field != "jpg" && field != "jpeg") return std::nullopt;
+        if (!codec::IsJpegField(field)) return std::nullopt;
         return codec::ExistingRestartTable(payload);
       });
 }

@@ -21,6 +21,13 @@ struct ImageSize {
 // Reads the JPEG header only. Another image format (PNG, WebP, GIF, BMP,
 // TIFF, PGM/PPM), recognised by its magic bytes, is Unimplemented naming it;
 // anything else that is not a JPEG is Corruption.
+// Whether a sample's field `field` (its WebDataset extension) holds a JPEG
+// that pack may re-write and the index may give a restart table: `jpg` or
+// `jpeg`.
+[[nodiscard]] inline bool IsJpegField(std::string_view field) {
+  return field == "jpg" || field == "jpeg";
+}
+
 [[nodiscard]] Result<ImageSize> JpegSize(std::span<const std::byte> jpeg);
 // "PNG", "WebP", ... when `data` starts like an image of another format.
 [[nodiscard]] std::optional<std::string_view> OtherImageFormat(std::span<const std::byte> data);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec/jpeg.h"
 #include "codec/jpeg_restart.h"
 
 namespace stoker::prepare {
@@ -17,7 +18,7 @@ Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std
   if (before_ != nullptr) {
     STOKER_ASSIGN_OR_RETURN(changed, before_->Rewrite(field, bytes, restarts));
   }
-  if (field != "jpg" && field != "jpeg") return changed;
+  if (!codec::IsJpegField(field)) return changed;
   codec::SeekableJpeg seekable = codec::MakeSeekableJpeg(bytes);
   by_outcome_[static_cast<std::size_t>(seekable.outcome)].fetch_add(1, std::memory_order_relaxed);
   if (seekable.outcome != codec::SeekableOutcome::kRewritten) return changed;
