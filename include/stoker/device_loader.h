@@ -82,6 +82,12 @@ struct DeviceLoaderStats {
   double submit_seconds = 0;
   // finish_on_device: crops resized on the CPU because their batch ran out of room.
   std::uint64_t device_fallbacks = 0;
+  // finish_on_device with augmentation steps: samples whose warps before the
+  // crop ran on the CPU (a chain the GPU's kernel does not evaluate per
+  // pixel), and samples whose steps after the crop did (a step without pixel
+  // ops, such as GaussianBlur, makes that every sample).
+  std::uint64_t device_cpu_warps = 0;
+  std::uint64_t device_cpu_steps = 0;
 
   // decode_on_device: the decoder in use ("nvJPEG 12.4, hardware decoder
   // ..."), or, when none could be used, "CPU: " and why.

@@ -333,6 +333,8 @@ PYBIND11_MODULE(_native, m) {
              d["copied_bytes"] = s.copied_bytes;
              d["submit_s"] = s.submit_seconds;
              d["device_fallbacks"] = s.device_fallbacks;
+             d["device_cpu_warps"] = s.device_cpu_warps;
+             d["device_cpu_steps"] = s.device_cpu_steps;
              if (!s.device_decoder.empty()) {
                d["decoder"] = s.device_decoder;
                d["decoded_on_device"] = s.decoded_on_device;

@@ -8,12 +8,8 @@
 #include <fmt/format.h>
 
 namespace stoker::device {
-namespace {
-
-// Reserves `bytes` of an area whose use is `used`, if they fit within
-// `capacity`: one image too large for the area leaves the rest of the batch
-// their room (a plain fetch_add would not).
-bool Reserve(std::atomic<std::uint64_t>& used, std::uint64_t bytes, std::uint64_t capacity, std::uint64_t& at) {
+bool DeviceFinisher::Reserve(std::atomic<std::uint64_t>& used, std::uint64_t bytes, std::uint64_t capacity,
+                             std::uint64_t& at) {
   std::uint64_t current = used.load(std::memory_order_relaxed);
   do {
     if (current + bytes > capacity) return false;
@@ -21,8 +17,6 @@ bool Reserve(std::atomic<std::uint64_t>& used, std::uint64_t bytes, std::uint64_
   at = current;
   return true;
 }
-
-}  // namespace
 
 DeviceFinisher::DeviceFinisher(const TransformOptions& transform, float input_factor)
     : transform_(transform),
@@ -38,8 +32,17 @@ void DeviceFinisher::EnableDeviceDecode(const codec::GpuDecodeCaps& caps, std::s
 Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
   if (!(input_factor_ >= 0 && input_factor_ <= 64))
     return Status::InvalidArgument(fmt::format("device_input_factor {} must be between 0 and 64", input_factor_));
+  const TransformOptions& t = transform_;
+  augment_ = !t.before_crop.empty() || !t.after_crop.empty() || !t.after_normalize.empty() ||
+             t.kind == TransformOptions::Kind::kNone;
+  if (augment_) {
+    STOKER_RETURN_IF_ERROR(CheckAugmentation(t));
+    STOKER_ASSIGN_OR_RETURN(augmentation_, transform::Augmentation::Create(t));
+  }
+  batch_size_ = batch_size;
   compressed_offset_ = batch_size * sizeof(ImageDesc);
-  const std::size_t tables = compressed_offset_ + (device_decode_ ? batch_size * sizeof(CompressedImage) : 0);
+  augment_offset_ = compressed_offset_ + (device_decode_ ? batch_size * sizeof(CompressedImage) : 0);
+  const std::size_t tables = augment_offset_ + (augment_ ? batch_size * sizeof(AugmentDesc) : 0);
   desc_bytes_ = (tables + 63) / 64 * 64;
   decode_capacity_ = device_decode_ ? decode_bytes_per_sample_ * batch_size : 0;
   decode_used_ = std::make_unique<std::atomic<std::uint64_t>[]>(slots);
@@ -136,6 +139,7 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
                               std::byte* buffer, ImageScratch& scratch, pipeline::LoaderCounters& counters) {
   using Clock = std::chrono::steady_clock;
   const TransformOptions& t = transform_;
+  if (augment_) return FinishAugmented(encoded, context, buffer, scratch, counters);
   const auto t0 = Clock::now();
   if (device_decode_) {
     Status error;
@@ -147,9 +151,19 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
   DecodedCrop crop;
   STOKER_RETURN_IF_ERROR(DecodeCrop(encoded, t, context.seed, context.epoch, context.sample, scratch, crop));
   const auto t1 = Clock::now();
-  std::byte* pixels = buffer + desc_bytes_;
   ImageDesc desc;
+  STOKER_RETURN_IF_ERROR(PlaceCrop(crop, context, buffer, scratch, desc));
   desc.flip = crop.flip ? 1 : 0;
+  std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
+  pipeline::LoaderCounters::Add(counters.decode_ns, t1 - t0);
+  pipeline::LoaderCounters::Add(counters.transform_ns, Clock::now() - t1);
+  return Status::Ok();
+}
+
+Status DeviceFinisher::PlaceCrop(const DecodedCrop& crop, const pipeline::SampleContext& context, std::byte* buffer,
+                                 ImageScratch& scratch, ImageDesc& desc) {
+  const TransformOptions& t = transform_;
+  std::byte* pixels = buffer + desc_bytes_;
   // Only the box's pixels travel: the rectangle of whole pixels it touches.
   const int rx0 = std::max(0, static_cast<int>(std::floor(crop.x0)));
   const int ry0 = std::max(0, static_cast<int>(std::floor(crop.y0)));
@@ -183,9 +197,6 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
     desc.x1 = static_cast<float>(t.width);
     desc.y1 = static_cast<float>(t.height);
   }
-  std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
-  pipeline::LoaderCounters::Add(counters.decode_ns, t1 - t0);
-  pipeline::LoaderCounters::Add(counters.transform_ns, Clock::now() - t1);
   return Status::Ok();
 }
 

@@ -15,6 +15,15 @@
 // before the kernel resamples its box. What the GPU's decoder does not take
 // (PlanGpuDecode's reasons), and what does not fit the decode area, is
 // decoded here as before, counted by reason.
+//
+// With augmentation steps (device_finisher_augment.cc) each sample also
+// gets an AugmentDesc (a third table) for the augmentation kernels
+// (device/augment_math.h): warps before the crop that the kernel evaluates
+// from the source region they read, colour ops after the crop, flips and
+// RandomErasing's boxes. What the kernels cannot run is run here first: a
+// warp chain Pillow's engines would not compute per pixel (counted), steps
+// before the crop that are not warps, and steps after the crop without
+// pixel ops (then every sample is resized and stepped here).
 #pragma once
 
 #include <atomic>
@@ -24,9 +33,12 @@
 
 #include "codec/jpeg_traits.h"
 #include "core/mutex.h"
+#include "device/augment_math.h"
 #include "device/preprocess_math.h"
+#include "pipeline/image_pipeline.h"
 #include "pipeline/sample_finisher.h"
 #include "stoker/loader.h"
+#include "transform/augmentation.h"
 
 namespace stoker::device {
 
@@ -79,6 +91,21 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   // Crops resized on the CPU because their batch ran out of room.
   [[nodiscard]] std::uint64_t fallbacks() const { return fallbacks_.load(std::memory_order_relaxed); }
 
+  // Augmentation (after Prepare): whether the augmentation kernels finish
+  // the batches, where their AugmentDesc table is in a batch buffer, and
+  // the device staging a batch needs.
+  [[nodiscard]] bool augments() const { return augment_; }
+  [[nodiscard]] std::size_t augment_table_offset() const { return augment_offset_; }
+  [[nodiscard]] std::size_t staging_bytes() const { return augment_ ? image_bytes_ * batch_size_ : 0; }
+  // Samples whose warps before the crop ran here (a chain the kernel does
+  // not evaluate per pixel), and samples whose steps after the crop did.
+  [[nodiscard]] std::uint64_t cpu_warps() const { return cpu_warps_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t cpu_steps() const { return cpu_steps_.load(std::memory_order_relaxed); }
+  // Unimplemented when the kernels cannot run a step of `t` and the CPU
+  // cannot run it for them (a step on the normalised tensor without pixel
+  // ops: RandomErasing's random values), naming the step.
+  [[nodiscard]] static Status CheckAugmentation(const TransformOptions& t);
+
  private:
   TransformOptions transform_;
   float input_factor_;
@@ -86,6 +113,29 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   std::size_t desc_bytes_ = 0, fallback_bytes_ = 0, pixel_capacity_ = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> pixel_used_;  // per slot, from the start of the pixel area
   std::atomic<std::uint64_t> fallbacks_{0};
+
+  // Reserves `bytes` of an area whose use is `used`, if they fit within
+  // `capacity`: one image too large for the area leaves the rest of the
+  // batch their room (a plain fetch_add would not).
+  static bool Reserve(std::atomic<std::uint64_t>& used, std::uint64_t bytes, std::uint64_t capacity, std::uint64_t& at);
+  // Copies the crop's pixels into the batch's pixel area and describes them
+  // in `desc`, or (no room left) resizes them here into the sample's
+  // fallback image.
+  [[nodiscard]] Status PlaceCrop(const DecodedCrop& crop, const pipeline::SampleContext& context, std::byte* buffer,
+                                 ImageScratch& scratch, ImageDesc& desc);
+  // Augmentation (device_finisher_augment.cc).
+  [[nodiscard]] Status FinishAugmented(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
+                                       std::byte* buffer, ImageScratch& scratch, pipeline::LoaderCounters& counters);
+  // Places the sample's crop for the kernels (or its finished image), with
+  // its warps when the kernel evaluates them; `flip` is the crop stage's.
+  [[nodiscard]] Status PlaceAugmentedSource(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
+                                            std::byte* buffer, ImageScratch& scratch, Rng& rng, ImageDesc& desc,
+                                            AugmentDesc& augment, bool& flip);
+  transform::Augmentation augmentation_;
+  bool augment_ = false;
+  std::uint32_t batch_size_ = 0;
+  std::size_t augment_offset_ = 0;
+  std::atomic<std::uint64_t> cpu_warps_{0}, cpu_steps_{0};
 
   // GPU decode.
   [[nodiscard]] bool RouteToDevice(std::span<const std::byte> encoded, const pipeline::SampleContext& context,

@@ -106,12 +106,6 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
   if (!loader_options.fields.empty())
     return Status::Unimplemented(
         "typed fields (LoaderOptions::fields) are not carried to the GPU yet: use a Loader and copy the tensors");
-  const TransformOptions& t = loader_options.transform;
-  if (device_options.finish_on_device && (!t.before_crop.empty() || !t.after_crop.empty() ||
-                                          !t.after_normalize.empty() || t.kind == TransformOptions::Kind::kNone))
-    return Status::Unimplemented(
-        "augmentation steps (RandomRotation, ColorJitter, ...) run on the CPU for now: use gpu_preprocess=False "
-        "(the CPU finishes the images and the batch still goes to the GPU on stoker's own stream)");
   if (device_options.decode_on_device && !device_options.finish_on_device)
     return Status::InvalidArgument("decode_on_device needs finish_on_device (the GPU finishes what it decodes)");
   if (device_options.decode_on_device && (device_options.device_decode_bytes_per_sample < (64u << 10) ||
@@ -154,6 +148,7 @@ Result<std::unique_ptr<DeviceLoader>> device::CreateDeviceLoader(std::shared_ptr
     impl->output = impl->finisher->output();
     options.output_bytes = static_cast<std::size_t>(impl->loader->batch_capacity()) * OutputImageBytes(impl->output);
     options.decode_bytes = impl->finisher->decode_area_bytes();
+    options.staging_bytes = impl->finisher->staging_bytes();
   }
   impl->runtime = &runtime;
   impl->device_index = device_index;
@@ -211,6 +206,7 @@ Result<DeviceBatchView> DeviceLoader::Impl::SubmitLocked(Batch host) {
     job.count = static_cast<std::int32_t>(host.size());
     job.output = output;
     job.pixels_offset = finisher->pixels_offset();
+    if (finisher->augments()) job.augment_offset = static_cast<std::int64_t>(finisher->augment_table_offset());
     if (gpu_decode) {
       const std::span<const std::byte> host_batch{bytes, host.image_bytes()};
       device::GpuDecodeStage* stage = gpu_decode.get();
@@ -338,6 +334,8 @@ DeviceLoaderStats DeviceLoader::stats() const {
   DeviceLoaderStats s = impl_->stats;
   s.batches = impl_->delivered.load(std::memory_order_relaxed);
   s.device_fallbacks = impl_->finisher ? impl_->finisher->fallbacks() : 0;
+  s.device_cpu_warps = impl_->finisher ? impl_->finisher->cpu_warps() : 0;
+  s.device_cpu_steps = impl_->finisher ? impl_->finisher->cpu_steps() : 0;
   s.device_decoder = impl_->device_decoder;
   if (impl_->finisher && impl_->finisher->decodes_on_device()) {
     const device::DeviceDecodeRouting r = impl_->finisher->routing();

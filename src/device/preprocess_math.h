@@ -89,17 +89,43 @@ STOKER_HOST_DEVICE inline std::uint64_t OutputImageBytes(const OutputDesc& o) {
   return static_cast<std::uint64_t>(o.width) * static_cast<std::uint64_t>(o.height) * 3 * element;
 }
 
-// Computes output pixel (ox, oy) of one image and stores it into `out` (the
-// image's first element) in the output type and layout. `decoded` is the
-// decode area (images with source 1); may be null when none uses it.
-STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const std::uint8_t* decoded,
-                                               const ImageDesc& image, const OutputDesc& o, std::int32_t ox,
-                                               std::int32_t oy, void* out) {
-  // The flip mirrors where output pixel ox samples from.
-  const std::int32_t sample_x = image.flip ? o.width - 1 - ox : ox;
-  const Taps tx = AxisTaps(sample_x, o.width, image.x0, image.x1, image.width);
+// Index of channel c of output pixel (ox, oy) in the output's layout.
+STOKER_HOST_DEVICE inline std::int64_t OutputIndex(const OutputDesc& o, std::int32_t ox, std::int32_t oy, int c) {
+  const std::int64_t plane = static_cast<std::int64_t>(o.width) * o.height;
+  return o.channels_last ? (static_cast<std::int64_t>(oy) * o.width + ox) * 3 + c
+                         : c * plane + static_cast<std::int64_t>(oy) * o.width + ox;
+}
+
+// Stores value `v` (0..255) of channel c at output pixel (ox, oy): rounded
+// (uint8), or scaled to 0..1 and normalised, in the output's type.
+STOKER_HOST_DEVICE inline void StoreValue(const OutputDesc& o, std::int32_t ox, std::int32_t oy, int c, float v,
+                                          void* out) {
+  const std::int64_t index = OutputIndex(o, ox, oy, c);
+  if (o.type == OutputType::kUint8) {
+    float r = v + 0.5f;
+    r = r < 0 ? 0 : (r > 255 ? 255 : r);
+    static_cast<std::uint8_t*>(out)[index] = static_cast<std::uint8_t>(r);
+    return;
+  }
+  const float x = o.normalize ? (v * (1.0f / 255.0f) - o.mean[c]) * o.inv_std[c] : v * (1.0f / 255.0f);
+  if (o.type == OutputType::kFloat32) {
+    static_cast<float*>(out)[index] = x;
+  } else if (o.type == OutputType::kFloat16) {
+    static_cast<std::uint16_t*>(out)[index] = FloatToHalfBits(x);
+  } else {
+    static_cast<std::uint16_t*>(out)[index] = FloatToBFloat16Bits(x);
+  }
+}
+
+// The resampled value (0..255 per channel) of output pixel (ox, oy) of
+// `o` from the crop box of `image`: `fetch(i, j, rgb)` gives the box's
+// pixel (i, j) of an image of image.width x image.height as three floats.
+// The flip is applied by the caller (it mirrors ox).
+template <typename Fetch>
+STOKER_HOST_DEVICE inline void ResampleAt(const ImageDesc& image, const OutputDesc& o, std::int32_t ox, std::int32_t oy,
+                                          const Fetch& fetch, float rgb[3]) {
+  const Taps tx = AxisTaps(ox, o.width, image.x0, image.x1, image.width);
   const Taps ty = AxisTaps(oy, o.height, image.y0, image.y1, image.height);
-  const std::uint8_t* src = (image.source == 1 ? decoded : pixels) + image.offset;
   float acc[3] = {0, 0, 0};
   float weight_sum = 0;
   for (std::int32_t j = ty.first; j <= ty.last; ++j) {
@@ -107,13 +133,14 @@ STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const
     if (wy == 0) continue;
     float row[3] = {0, 0, 0};
     float row_weight = 0;
-    const std::uint8_t* line = src + (static_cast<std::uint64_t>(j) * image.width) * 3;
     for (std::int32_t i = tx.first; i <= tx.last; ++i) {
       const float wx = TapWeight(tx, i);
       if (wx == 0) continue;
-      row[0] += wx * static_cast<float>(line[i * 3 + 0]);
-      row[1] += wx * static_cast<float>(line[i * 3 + 1]);
-      row[2] += wx * static_cast<float>(line[i * 3 + 2]);
+      float v[3];
+      fetch(i, j, v);
+      row[0] += wx * v[0];
+      row[1] += wx * v[1];
+      row[2] += wx * v[2];
       row_weight += wx;
     }
     acc[0] += wy * row[0];
@@ -122,26 +149,33 @@ STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const
     weight_sum += wy * row_weight;
   }
   const float inv = weight_sum > 0 ? 1.0f / weight_sum : 0.0f;
-  const std::int64_t plane = static_cast<std::int64_t>(o.width) * o.height;
-  for (int c = 0; c < 3; ++c) {
-    const float v = acc[c] * inv;  // 0..255
-    const std::int64_t index = o.channels_last ? (static_cast<std::int64_t>(oy) * o.width + ox) * 3 + c
-                                               : c * plane + static_cast<std::int64_t>(oy) * o.width + ox;
-    if (o.type == OutputType::kUint8) {
-      float r = v + 0.5f;
-      r = r < 0 ? 0 : (r > 255 ? 255 : r);
-      static_cast<std::uint8_t*>(out)[index] = static_cast<std::uint8_t>(r);
-      continue;
-    }
-    const float x = o.normalize ? (v * (1.0f / 255.0f) - o.mean[c]) * o.inv_std[c] : v * (1.0f / 255.0f);
-    if (o.type == OutputType::kFloat32) {
-      static_cast<float*>(out)[index] = x;
-    } else if (o.type == OutputType::kFloat16) {
-      static_cast<std::uint16_t*>(out)[index] = FloatToHalfBits(x);
-    } else {
-      static_cast<std::uint16_t*>(out)[index] = FloatToBFloat16Bits(x);
-    }
+  for (int c = 0; c < 3; ++c) rgb[c] = acc[c] * inv;
+}
+
+// Pixels of packed RGB rows (`width` pixels each).
+struct PackedRows {
+  const std::uint8_t* pixels;
+  std::int32_t width;
+  STOKER_HOST_DEVICE void operator()(std::int32_t i, std::int32_t j, float v[3]) const {
+    const std::uint8_t* p = pixels + (static_cast<std::uint64_t>(j) * width + i) * 3;
+    v[0] = static_cast<float>(p[0]);
+    v[1] = static_cast<float>(p[1]);
+    v[2] = static_cast<float>(p[2]);
   }
+};
+
+// Computes output pixel (ox, oy) of one image and stores it into `out` (the
+// image's first element) in the output type and layout. `decoded` is the
+// decode area (images with source 1); may be null when none uses it.
+STOKER_HOST_DEVICE inline void PreprocessPixel(const std::uint8_t* pixels, const std::uint8_t* decoded,
+                                               const ImageDesc& image, const OutputDesc& o, std::int32_t ox,
+                                               std::int32_t oy, void* out) {
+  // The flip mirrors where output pixel ox samples from.
+  const std::int32_t sample_x = image.flip ? o.width - 1 - ox : ox;
+  const PackedRows rows{(image.source == 1 ? decoded : pixels) + image.offset, image.width};
+  float rgb[3];
+  ResampleAt(image, o, sample_x, oy, rows, rgb);
+  for (int c = 0; c < 3; ++c) StoreValue(o, ox, oy, c, rgb[c], out);
 }
 
 }  // namespace stoker::device

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "device/augment_math.h"
 #include "device/preprocess_math.h"
 #include "stoker/status.h"
 
@@ -59,6 +60,13 @@ class DeviceRuntime {
   [[nodiscard]] virtual Status LaunchPreprocess(const std::uint8_t* device_pixels, const std::uint8_t* device_decoded,
                                                 const ImageDesc* device_images, std::int32_t count,
                                                 const OutputDesc& output, void* device_out, StreamHandle stream) = 0;
+  // The augmentation kernels (device/augment_math.h): stage 1 resizes each
+  // image (through its warps) into `device_staging` (output-sized RGB, one
+  // per image), stage 2 runs its colour ops there and writes the output.
+  [[nodiscard]] virtual Status LaunchAugment(const std::uint8_t* device_pixels, const std::uint8_t* device_decoded,
+                                             const ImageDesc* device_images, const AugmentDesc* device_augments,
+                                             std::int32_t count, const OutputDesc& output, std::uint8_t* device_staging,
+                                             void* device_out, StreamHandle stream) = 0;
 };
 
 // The CUDA runtime when stoker was built with CUDA and a device is usable;

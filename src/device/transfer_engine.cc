@@ -7,7 +7,8 @@ namespace stoker::device {
 struct TransferEngine::Slot {
   DeviceMemory input;
   DeviceMemory output;
-  DeviceMemory decode;  // the GPU JPEG decoder's output area
+  DeviceMemory decode;   // the GPU JPEG decoder's output area
+  DeviceMemory staging;  // the augmentation kernels' uint8 images
   Event copy_start, copied, ready, released;
   bool held = false;           // by the consumer (between Submit and Release)
   bool ever_released = false;  // `released` has been recorded: the next copy must wait on it
@@ -37,6 +38,13 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::Create(DeviceRuntime& ru
                         "device_decode_bytes_per_sample)",
                         i, options.buffers, options.decode_bytes));
       slot->decode = std::move(*decode);
+    }
+    if (options.staging_bytes > 0) {
+      auto staging = MakeDeviceMemory(runtime, options.staging_bytes);
+      if (!staging.ok())
+        return staging.error().WithContext(
+            fmt::format("augmentation staging area {} of {} ({} bytes)", i, options.buffers, options.staging_bytes));
+      slot->staging = std::move(*staging);
     }
     STOKER_ASSIGN_OR_RETURN(slot->copy_start, MakeEvent(runtime, options.timing));
     STOKER_ASSIGN_OR_RETURN(slot->copied, MakeEvent(runtime, options.timing));
@@ -126,9 +134,18 @@ Result<DeviceBatch> TransferEngine::Submit(std::span<const std::byte> host, cons
         if (decoded == nullptr) return Status::InvalidArgument("GPU decode needs an engine created with decode_bytes");
         STOKER_RETURN_IF_ERROR(job->decode(decoded, static_cast<std::byte*>(slot.input.get()), stream));
       }
-      STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
-                                                       reinterpret_cast<const ImageDesc*>(base), job->count,
-                                                       job->output, slot.output.get(), stream));
+      if (job->augment_offset >= 0) {
+        if (slot.staging.get() == nullptr)
+          return Status::InvalidArgument("the augmentation kernels need an engine created with staging_bytes");
+        STOKER_RETURN_IF_ERROR(runtime_.LaunchAugment(
+            base + job->pixels_offset, decoded, reinterpret_cast<const ImageDesc*>(base),
+            reinterpret_cast<const AugmentDesc*>(base + job->augment_offset), job->count, job->output,
+            static_cast<std::uint8_t*>(slot.staging.get()), slot.output.get(), stream));
+      } else {
+        STOKER_RETURN_IF_ERROR(runtime_.LaunchPreprocess(base + job->pixels_offset, decoded,
+                                                         reinterpret_cast<const ImageDesc*>(base), job->count,
+                                                         job->output, slot.output.get(), stream));
+      }
       batch.data = slot.output.get();
       batch.bytes = options_.output_bytes;
     }

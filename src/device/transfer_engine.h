@@ -40,6 +40,9 @@ struct TransferOptions {
   // Bytes of each slot's decode area, where the GPU's JPEG decoder writes
   // whole images for the kernel (0: none).
   std::size_t decode_bytes = 0;
+  // Bytes of each slot's staging area for the augmentation kernels (an
+  // output-sized RGB image per sample; 0: none).
+  std::size_t staging_bytes = 0;
 };
 
 // What the kernel needs to finish a batch on the device. The host batch
@@ -48,6 +51,9 @@ struct PreprocessJob {
   std::int32_t count = 0;
   OutputDesc output;
   std::uint64_t pixels_offset = 0;  // where the pixel area starts in the host batch
+  // Where `count` AugmentDesc records start in the host batch, when the
+  // augmentation kernels finish it (needs staging_bytes); -1: the plain kernel.
+  std::int64_t augment_offset = -1;
   // GPU decode: called after the copy is enqueued and before the kernel,
   // with the slot's decode area, the slot's copy of the host batch (device
   // memory: the ImageDesc records the kernel reads, which the decode may

@@ -142,6 +142,26 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   return Status::Ok();
 }
 
+DecodedCrop CropOf(const transform::Image& image, const CropPlan& plan) {
+  DecodedCrop crop;
+  crop.view = {image.pixels.data(), image.width, image.height, image.stride()};
+  crop.x0 = plan.box.x0;
+  crop.y0 = plan.box.y0;
+  crop.x1 = std::min(plan.box.x1, static_cast<double>(image.width));
+  crop.y1 = std::min(plan.box.y1, static_cast<double>(image.height));
+  if (plan.roi.width > 0) {  // torchvision crops first, so filter taps stop at the crop's edges
+    crop.view.data +=
+        static_cast<std::size_t>(plan.roi.y) * crop.view.stride + static_cast<std::size_t>(plan.roi.x) * 3;
+    crop.view.width = plan.roi.width;
+    crop.view.height = plan.roi.height;
+    crop.x0 = crop.y0 = 0;
+    crop.x1 = plan.roi.width;
+    crop.y1 = plan.roi.height;
+  }
+  crop.flip = plan.flip;
+  return crop;
+}
+
 Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch) {
   scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
   if (!transform::ResampleBilinear(crop.view, crop.x0, crop.y0, crop.x1, crop.y1, t.width, t.height,
@@ -154,8 +174,110 @@ Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScrat
 
 namespace {
 
-// The whole image, decoded to RGB, into scratch.image (steps before the crop
-// need all of it).
+// The crop stage's part of the record (`source` is the image the crop stage received).
+void RecordCrop(const TransformOptions& t, const CropPlan& plan, transform::Size source, transform::SampleGeometry& g) {
+  g.out = {t.width, t.height};
+  g.flip = plan.flip;
+  if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
+    g.crop = transform::SampleGeometry::Crop::kBox;
+    g.box = {plan.box.x0, plan.box.y0, plan.box.x1, plan.box.y1};
+  } else {
+    const auto p = transform::PlanResizeCenterCrop(source.width, source.height, t.resize, t.width, t.height);
+    g.crop = transform::SampleGeometry::Crop::kResizeThenCenter;
+    g.resized = {p.resized_w, p.resized_h};
+    g.crop_left = p.left;
+    g.crop_top = p.top;
+  }
+}
+
+}  // namespace
+
+Result<std::optional<PartWarpPlan>> PlanPartWarps(std::span<const std::byte> data, const TransformOptions& t,
+                                                  const transform::Augmentation& augmentation, std::uint64_t seed,
+                                                  std::uint64_t epoch, std::uint64_t sample, Rng& rng,
+                                                  const transform::Augmentation::Record& record) {
+  using Plan = std::optional<PartWarpPlan>;
+  if (t.kind != TransformOptions::Kind::kRandomResizedCrop || !augmentation.before_draws_parts()) return Plan();
+  const auto format = codec::DetectImageFormat(data);
+  if (format && *format != codec::ImageFormat::kJpeg) return Plan();
+  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
+  STOKER_ASSIGN_OR_RETURN(codec::ImageSize source, codec::JpegSize(data));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit(source.width, source.height, t));
+  const auto& steps = augmentation.before_steps();
+  const std::size_t n = steps.size();
+  PartWarpPlan plan;
+  plan.params.resize(n);
+  plan.warps.resize(n);
+  plan.sizes.resize(n + 1);
+  plan.sizes[0] = {source.width, source.height};
+  for (std::size_t i = 0; i < n; ++i) {
+    if (record.replay != nullptr) {
+      STOKER_ASSIGN_OR_RETURN(plan.params[i], steps[i]->Canonical((*record.replay)[i]));
+    } else {
+      plan.params[i] = steps[i]->Draw(plan.sizes[i], rng);
+    }
+    STOKER_RETURN_IF_ERROR(steps[i]->CheckValues(plan.params[i]));
+    auto warp = steps[i]->WarpFor(plan.params[i], plan.sizes[i]);
+    if (!warp || static_cast<std::uint64_t>(warp->out.width) * static_cast<std::uint64_t>(warp->out.height) >
+                     transform::kMaxStepPixels)
+      return Plan();  // the whole path takes it (and names a canvas over the limit)
+    plan.warps[i] = *warp;
+    plan.sizes[i + 1] = warp->out;
+  }
+  STOKER_ASSIGN_OR_RETURN(plan.crop,
+                          PlanCrop(plan.sizes[n].width, plan.sizes[n].height, t, seed, epoch, sample, &record));
+  plan.regions.resize(n + 1);
+  plan.regions[n] = {plan.crop.roi.x, plan.crop.roi.y, plan.crop.roi.width, plan.crop.roi.height};
+  for (std::size_t i = n; i-- > 0;) {
+    plan.regions[i] = transform::InputRegion(plan.warps[i].matrix, plan.sizes[i], plan.regions[i + 1]);
+    if (plan.regions[i].width == 0) return Plan();  // the crop sees only fill: rare, the whole path draws it
+  }
+  // The source region, with the margin around it that chroma upsampling at
+  // its edge needs to see what a whole decode would.
+  const transform::Rect& r = plan.regions[0];
+  const int m = kRegionMargin;
+  const int left = std::max(0, r.x - m), top = std::max(0, r.y - m);
+  const int right = std::min(source.width, r.x + r.width + m), bottom = std::min(source.height, r.y + r.height + m);
+  plan.source_roi = codec::Roi{left, top, right - left, bottom - top};
+  return Plan(std::move(plan));
+}
+
+void DrawPartWarps(const PartWarpPlan& plan, ImageScratch& scratch) {
+  auto& d = scratch.decoded;
+  transform::Image* current = &scratch.image;
+  transform::Image* next = &scratch.step_scratch;
+  current->width = d.width;
+  current->height = d.height;
+  current->channels = 3;
+  current->pixels.swap(d.pixels);
+  int ox = d.origin_x, oy = d.origin_y;
+  for (std::size_t i = 0; i < plan.warps.size(); ++i) {
+    const auto& w = plan.warps[i];
+    transform::WarpAffineRegion(*current, ox, oy, plan.sizes[i], w.matrix, w.interpolation, w.fill, plan.sizes[i + 1],
+                                plan.regions[i + 1], *next);
+    std::swap(current, next);
+    ox = plan.regions[i + 1].x;
+    oy = plan.regions[i + 1].y;
+  }
+  if (current != &scratch.image) std::swap(scratch.image, scratch.step_scratch);
+}
+
+void RecordPartWarps(const TransformOptions& t, const transform::Augmentation& augmentation, const PartWarpPlan& plan,
+                     const transform::Augmentation::Record& record) {
+  if (record.geometry != nullptr) {
+    transform::SampleGeometry& g = *record.geometry;
+    g.Clear();
+    g.valid = true;
+    g.source = plan.sizes[0];
+    const auto& steps = augmentation.before_steps();
+    for (std::size_t i = 0; i < steps.size(); ++i) g.before.push_back({steps[i].get(), plan.params[i], plan.sizes[i]});
+    RecordCrop(t, plan.crop, plan.sizes.back(), g);
+    g.regions = plan.regions;
+  }
+  if (record.used != nullptr)
+    for (const auto& p : plan.params) record.used->push_back(p);
+}
+
 Status DecodeWholeImage(std::span<const std::byte> data, const TransformOptions& t, ImageScratch& scratch) {
   const auto format = codec::DetectImageFormat(data);
   const bool is_jpeg = !format || *format == codec::ImageFormat::kJpeg;
@@ -173,6 +295,8 @@ Status DecodeWholeImage(std::span<const std::byte> data, const TransformOptions&
   scratch.image.pixels.swap(d.pixels);
   return Status::Ok();
 }
+
+namespace {
 
 // Steps after the crop, the fused write, steps on the tensor.
 Status FinishSample(const TransformOptions& t, const transform::OutputWriter& writer,
@@ -200,117 +324,35 @@ Status FinishSample(const TransformOptions& t, const transform::OutputWriter& wr
   return Status::Ok();
 }
 
-// The crop stage's part of the record (`source` is the image the crop stage received).
-void RecordCrop(const TransformOptions& t, const CropPlan& plan, transform::Size source, transform::SampleGeometry& g) {
-  g.out = {t.width, t.height};
-  g.flip = plan.flip;
-  if (t.kind == TransformOptions::Kind::kRandomResizedCrop) {
-    g.crop = transform::SampleGeometry::Crop::kBox;
-    g.box = {plan.box.x0, plan.box.y0, plan.box.x1, plan.box.y1};
-  } else {
-    const auto p = transform::PlanResizeCenterCrop(source.width, source.height, t.resize, t.width, t.height);
-    g.crop = transform::SampleGeometry::Crop::kResizeThenCenter;
-    g.resized = {p.resized_w, p.resized_h};
-    g.crop_left = p.left;
-    g.crop_top = p.top;
-  }
-}
-
-// Steps before a RandomResizedCrop that are all warps (rotation, affine,
-// flips): their parameters are drawn from the header's size, the crop is
-// planned on the size they make, and only the source region the warps read
-// for that crop is decoded; each warp draws only the part of its output the
-// next one (finally the crop) reads. Pixel for pixel what decoding and
-// warping the whole image gives (the draws are the same: a pure function of
-// the sample). False when it does not apply (the caller takes the whole
-// image): another format, a crop stage other than RandomResizedCrop, or a
-// draw that is no warp (a rotation by a multiple of 90 degrees).
 Result<bool> TransformParts(std::span<const std::byte> data, const TransformOptions& t,
                             const transform::OutputWriter& writer, const transform::Augmentation& augmentation,
                             std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample, std::byte* out,
                             ImageScratch& scratch, TransformTrace* trace, std::atomic<std::uint64_t>* decode_ns,
                             std::atomic<std::uint64_t>* transform_ns, const transform::Augmentation::Record& record) {
   using Clock = std::chrono::steady_clock;
-  if (t.kind != TransformOptions::Kind::kRandomResizedCrop || !augmentation.before_draws_parts()) return false;
-  const auto format = codec::DetectImageFormat(data);
-  if (format && *format != codec::ImageFormat::kJpeg) return false;
-  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
-  STOKER_ASSIGN_OR_RETURN(codec::ImageSize source, codec::JpegSize(data));
-  STOKER_RETURN_IF_ERROR(CheckPixelLimit(source.width, source.height, t));
-  const auto& steps = augmentation.before_steps();
-  const std::size_t n = steps.size();
   Rng rng = transform::Augmentation::SampleRng(seed, epoch, sample);
-  std::vector<StepParams> params(n);
-  std::vector<transform::Step::PartWarp> warps(n);
-  std::vector<transform::Size> sizes(n + 1);
-  sizes[0] = {source.width, source.height};
-  for (std::size_t i = 0; i < n; ++i) {
-    if (record.replay != nullptr) {
-      STOKER_ASSIGN_OR_RETURN(params[i], steps[i]->Canonical((*record.replay)[i]));
-    } else {
-      params[i] = steps[i]->Draw(sizes[i], rng);
-    }
-    STOKER_RETURN_IF_ERROR(steps[i]->CheckValues(params[i]));
-    auto warp = steps[i]->WarpFor(params[i], sizes[i]);
-    if (!warp || static_cast<std::uint64_t>(warp->out.width) * static_cast<std::uint64_t>(warp->out.height) >
-                     transform::kMaxStepPixels)
-      return false;  // the whole path takes it (and names a canvas over the limit)
-    warps[i] = *warp;
-    sizes[i + 1] = warp->out;
-  }
-  STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(sizes[n].width, sizes[n].height, t, seed, epoch, sample, &record));
-  std::vector<transform::Rect> regions(n + 1);
-  regions[n] = {plan.roi.x, plan.roi.y, plan.roi.width, plan.roi.height};
-  for (std::size_t i = n; i-- > 0;) {
-    regions[i] = transform::InputRegion(warps[i].matrix, sizes[i], regions[i + 1]);
-    if (regions[i].width == 0) return false;  // the crop sees only fill: rare, the whole path draws it
-  }
-  // The source region, with the margin around it that chroma upsampling at
-  // its edge needs to see what a whole decode would.
-  const transform::Rect& r = regions[0];
-  const int m = kRegionMargin;
-  const int left = std::max(0, r.x - m), top = std::max(0, r.y - m);
-  const int right = std::min(source.width, r.x + r.width + m), bottom = std::min(source.height, r.y + r.height + m);
+  STOKER_ASSIGN_OR_RETURN(std::optional<PartWarpPlan> planned,
+                          PlanPartWarps(data, t, augmentation, seed, epoch, sample, rng, record));
+  if (!planned) return false;
+  const PartWarpPlan& plan = *planned;
   const auto t0 = Clock::now();
-  STOKER_RETURN_IF_ERROR(DecodeJpegRegion(data, codec::Roi{left, top, right - left, bottom - top}, 1, scratch));
+  STOKER_RETURN_IF_ERROR(DecodeJpegRegion(data, plan.source_roi, 1, scratch));
   const auto t1 = Clock::now();
   if (decode_ns) decode_ns->fetch_add(static_cast<std::uint64_t>((t1 - t0).count()), std::memory_order_relaxed);
-  auto& d = scratch.decoded;
-  transform::Image* current = &scratch.image;
-  transform::Image* next = &scratch.step_scratch;
-  current->width = d.width;
-  current->height = d.height;
-  current->channels = 3;
-  current->pixels.swap(d.pixels);
-  int ox = d.origin_x, oy = d.origin_y;
-  for (std::size_t i = 0; i < n; ++i) {
-    transform::WarpAffineRegion(*current, ox, oy, sizes[i], warps[i].matrix, warps[i].interpolation, warps[i].fill,
-                                sizes[i + 1], regions[i + 1], *next);
-    std::swap(current, next);
-    ox = regions[i + 1].x;
-    oy = regions[i + 1].y;
-  }
-  // `current` is now exactly the crop box of the image the steps made.
+  DrawPartWarps(plan, scratch);
+  // scratch.image is now exactly the crop box of the image the steps made.
+  const transform::Image& current = scratch.image;
   DecodedCrop crop;
-  crop.view = {current->pixels.data(), current->width, current->height, current->stride()};
-  crop.x1 = current->width;
-  crop.y1 = current->height;
+  crop.view = {current.pixels.data(), current.width, current.height, current.stride()};
+  crop.x1 = current.width;
+  crop.y1 = current.height;
   STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
-  if (record.geometry != nullptr) {
-    transform::SampleGeometry& g = *record.geometry;
-    g.Clear();
-    g.valid = true;
-    g.source = sizes[0];
-    for (std::size_t i = 0; i < n; ++i) g.before.push_back({steps[i].get(), params[i], sizes[i]});
-    RecordCrop(t, plan, sizes[n], g);
-    g.regions = regions;
-  }
-  if (record.used != nullptr)
-    for (const auto& p : params) record.used->push_back(p);
-  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, plan.flip, out, scratch, record));
+  RecordPartWarps(t, augmentation, plan, record);
+  STOKER_RETURN_IF_ERROR(FinishSample(t, writer, augmentation, rng, plan.crop.flip, out, scratch, record));
   if (trace != nullptr) {
-    *trace = TransformTrace{plan.box.x0, plan.box.y0,  plan.box.x1,   plan.box.y1, plan.flip,
-                            1,           source.width, source.height, {}};
+    *trace = TransformTrace{plan.crop.box.x0,    plan.crop.box.y0,     plan.crop.box.x1,
+                            plan.crop.box.y1,    plan.crop.flip,       1,
+                            plan.sizes[0].width, plan.sizes[0].height, {}};
     if (record.used != nullptr) trace->steps = *record.used;
   }
   if (transform_ns)
@@ -351,22 +393,7 @@ Status TransformDecoded(const TransformOptions& t, const transform::OutputWriter
   } else {
     STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(image.width, image.height, t, seed, epoch, sample, &record));
     if (record.geometry != nullptr) RecordCrop(t, plan, image.size(), *record.geometry);
-    DecodedCrop crop;
-    crop.view = {image.pixels.data(), image.width, image.height, image.stride()};
-    crop.x0 = plan.box.x0;
-    crop.y0 = plan.box.y0;
-    crop.x1 = std::min(plan.box.x1, static_cast<double>(image.width));
-    crop.y1 = std::min(plan.box.y1, static_cast<double>(image.height));
-    if (plan.roi.width > 0) {  // torchvision crops first, so filter taps stop at the crop's edges
-      crop.view.data +=
-          static_cast<std::size_t>(plan.roi.y) * crop.view.stride + static_cast<std::size_t>(plan.roi.x) * 3;
-      crop.view.width = plan.roi.width;
-      crop.view.height = plan.roi.height;
-      crop.x0 = crop.y0 = 0;
-      crop.x1 = plan.roi.width;
-      crop.y1 = plan.roi.height;
-    }
-    STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
+    STOKER_RETURN_IF_ERROR(ResizeCrop(CropOf(image, plan), t, scratch));
     flip = plan.flip;
     tr.x0 = plan.box.x0;
     tr.y0 = plan.box.y0;

@@ -16,6 +16,7 @@
 #include "codec/jpeg.h"
 #include "codec/jpeg_restart.h"
 #include "codec/pixels.h"
+#include "core/rng.h"
 #include "stoker/loader.h"
 #include "transform/augmentation.h"
 #include "transform/image.h"
@@ -85,8 +86,49 @@ struct CropPlan {
 [[nodiscard]] Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed,
                                 std::uint64_t epoch, std::uint64_t sample, ImageScratch& scratch, DecodedCrop& crop,
                                 const transform::Augmentation::Record* given = nullptr);
+// The crop `plan` makes of an image already in memory (after steps before
+// the crop): a RandomResizedCrop's box becomes the view, so the resampler's
+// taps stop at its edges as torchvision's crop-then-resize does.
+[[nodiscard]] DecodedCrop CropOf(const transform::Image& image, const CropPlan& plan);
 // Resamples the crop's box to the output size into scratch.resized (uint8 HWC).
 [[nodiscard]] Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch);
+
+// The whole image, decoded to RGB, into scratch.image (steps before the
+// crop need all of it). Corruption past t.max_pixels.
+[[nodiscard]] Status DecodeWholeImage(std::span<const std::byte> data, const TransformOptions& t,
+                                      ImageScratch& scratch);
+
+// Steps before a RandomResizedCrop that are all warps (rotation, affine,
+// flips) are drawn from the JPEG header's size, the crop is planned on the
+// size they make, and only the source region the warps read for that crop
+// is decoded; each warp draws only the part of its output the next one
+// (finally the crop) reads. Pixel for pixel what decoding and warping the
+// whole image gives (the draws are the same: a pure function of the sample).
+struct PartWarpPlan {
+  std::vector<StepParams> params;                // per step before the crop
+  std::vector<transform::Step::PartWarp> warps;  // per step
+  std::vector<transform::Size> sizes;            // the input of each step, then the crop stage's
+  CropPlan crop;                                 // on sizes.back()
+  std::vector<transform::Rect> regions;          // what each step's input is read for, then the crop's box
+  codec::Roi source_roi;                         // regions[0] with the decode margin
+};
+// Draws the steps from `rng` (the sample's stream) or takes record.replay;
+// nullopt when the plan does not apply (the whole image then takes the
+// steps): another format, a crop stage other than RandomResizedCrop, a draw
+// that is no warp (a rotation by a multiple of 90 degrees), a crop that sees
+// only fill.
+[[nodiscard]] Result<std::optional<PartWarpPlan>> PlanPartWarps(std::span<const std::byte> data,
+                                                                const TransformOptions& t,
+                                                                const transform::Augmentation& augmentation,
+                                                                std::uint64_t seed, std::uint64_t epoch,
+                                                                std::uint64_t sample, Rng& rng,
+                                                                const transform::Augmentation::Record& record);
+// With the plan's source_roi decoded into scratch.decoded: the warps, into
+// scratch.image, which then holds exactly the crop's box.
+void DrawPartWarps(const PartWarpPlan& plan, ImageScratch& scratch);
+// Reports the plan's draws and geometry into `record` (used, geometry).
+void RecordPartWarps(const TransformOptions& t, const transform::Augmentation& augmentation, const PartWarpPlan& plan,
+                     const transform::Augmentation::Record& record);
 
 // Writes one transformed image (out: height * width * 3 elements of the
 // output dtype, in the output layout). Decode errors are Corruption. Adds

@@ -1,5 +1,7 @@
 #include "transform/augmentation.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace stoker::transform {
@@ -87,6 +89,43 @@ Status Augmentation::RunBefore(Image& image, Image& scratch, Rng& rng, const Rec
 
 Status Augmentation::RunAfter(Image& image, Image& scratch, Rng& rng, const Record& record) const {
   return Run(after_, before_.size(), image, scratch, rng, record, record.geometry ? &record.geometry->after : nullptr);
+}
+
+bool Augmentation::after_describes_pixels() const {
+  return std::all_of(after_.begin(), after_.end(), [](const auto& s) { return s->describes_pixels(); });
+}
+
+bool Augmentation::tensor_describes_pixels() const {
+  return std::all_of(tensor_.begin(), tensor_.end(), [](const auto& s) { return s->describes_pixels(); });
+}
+
+Status Augmentation::PlanAfter(Size out, Rng& rng, const Record& record, PixelProgram& program) const {
+  for (std::size_t i = 0; i < after_.size(); ++i) {
+    const StepParams* replay = record.replay ? &(*record.replay)[before_.size() + i] : nullptr;
+    StepParams used;
+    STOKER_RETURN_IF_ERROR(after_[i]->Plan(out, rng, replay, used, program));
+    if (record.geometry != nullptr) record.geometry->after.push_back({after_[i].get(), used, out});
+    if (record.used) record.used->push_back(std::move(used));
+  }
+  return Status::Ok();
+}
+
+Status Augmentation::PlanTensor(Size out, Rng& rng, const Record& record, PixelProgram& program) const {
+  for (std::size_t i = 0; i < tensor_.size(); ++i) {
+    const StepParams* replay = record.replay ? &(*record.replay)[before_.size() + after_.size() + i] : nullptr;
+    StepParams used;
+    const std::size_t first = program.erases.size();
+    STOKER_RETURN_IF_ERROR(tensor_[i]->Plan(out, rng, replay, used, program));
+    for (std::size_t e = first; e < program.erases.size(); ++e) {
+      const TensorErase& b = program.erases[e];
+      if (b.top + b.height > out.height || b.left + b.width > out.width)
+        return Status::InvalidArgument(fmt::format("{}: the {}x{} box at ({}, {}) leaves the {}x{} image",
+                                                   tensor_[i]->name(), b.width, b.height, b.left, b.top, out.width,
+                                                   out.height));
+    }
+    if (record.used) record.used->push_back(std::move(used));
+  }
+  return Status::Ok();
 }
 
 Status Augmentation::RunTensor(const TensorView& tensor, Rng& rng, const Record& record) const {

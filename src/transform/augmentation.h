@@ -59,6 +59,18 @@ class Augmentation {
   [[nodiscard]] Status RunAfter(Image& image, Image& scratch, Rng& rng, const Record& record) const;
   [[nodiscard]] Status RunTensor(const TensorView& tensor, Rng& rng, const Record& record) const;
 
+  // For an engine that applies pixel ops itself (the GPU's augmentation
+  // kernel): whether every step after the crop, and every step on the
+  // tensor, can be described as them.
+  [[nodiscard]] bool after_describes_pixels() const;
+  [[nodiscard]] bool tensor_describes_pixels() const;
+  // Draw what RunAfter / RunTensor would (the same parameters from the same
+  // stream, recorded the same way) for an output of `out` pixels, and
+  // describe them into `program` instead of applying them. PlanTensor
+  // refuses an erasure outside `out` (a replayed box), as RunTensor does.
+  [[nodiscard]] Status PlanAfter(Size out, Rng& rng, const Record& record, PixelProgram& program) const;
+  [[nodiscard]] Status PlanTensor(Size out, Rng& rng, const Record& record, PixelProgram& program) const;
+
  private:
   using Steps = std::vector<std::shared_ptr<const Step>>;
   [[nodiscard]] Status Run(const Steps& steps, std::size_t first, Image& image, Image& scratch, Rng& rng,

@@ -17,6 +17,7 @@
 #include "stoker/status.h"
 #include "stoker/types.h"
 #include "transform/image.h"
+#include "transform/pixel_ops.h"
 #include "transform/warp.h"
 
 namespace stoker::transform {
@@ -85,6 +86,19 @@ class Step {
   [[nodiscard]] virtual Status Run(Image& image, Image& scratch, Rng& rng, const StepParams* replay,
                                    StepParams& used) const;
   [[nodiscard]] Status RunTensor(const TensorView& tensor, Rng& rng, const StepParams* replay, StepParams& used) const;
+
+  // For another engine (the GPU's augmentation kernel): whether any drawn
+  // parameters of this step can be described as pixel operations.
+  [[nodiscard]] virtual bool describes_pixels() const { return false; }
+  // Appends what `params` do as pixel operations (or, on the tensor,
+  // erasures); a step without them sets program.unsupported. Refuses
+  // parameters Apply would refuse.
+  [[nodiscard]] virtual Status DescribePixels(const StepParams& params, PixelProgram& program) const;
+  // Draws the parameters as Run does (the same use of `rng`, the same
+  // checks) for an input of `in` pixels and describes them into `program`
+  // instead of applying them.
+  [[nodiscard]] virtual Status Plan(Size in, Rng& rng, const StepParams* replay, StepParams& used,
+                                    PixelProgram& program) const;
 
   // Refuses values that are not finite (NaN only where allows_absent_values).
   [[nodiscard]] Status CheckValues(const StepParams& p) const;

@@ -81,6 +81,21 @@ Status Step::RunTensor(const TensorView& tensor, Rng& rng, const StepParams* rep
   return ApplyTensor(used, tensor);
 }
 
+Status Step::DescribePixels(const StepParams&, PixelProgram& program) const {
+  if (program.unsupported.empty()) program.unsupported = name();
+  return Status::Ok();
+}
+
+Status Step::Plan(Size in, Rng& rng, const StepParams* replay, StepParams& used, PixelProgram& program) const {
+  if (replay != nullptr) {
+    STOKER_ASSIGN_OR_RETURN(used, Canonical(*replay));
+  } else {
+    used = Draw(in, rng);
+  }
+  STOKER_RETURN_IF_ERROR(CheckValues(used));
+  return DescribePixels(used, program);
+}
+
 Status StepArgs::Error(std::string_view message) const {
   return Status::InvalidArgument(fmt::format("{}: {}", step_.name, message));
 }

@@ -31,14 +31,17 @@ class ColorJitter final : public Step {
     for (const auto& r : ranges_) values.push_back(r ? rng.Uniform((*r)[0], (*r)[1]) : kNone);
     return MakeParams(std::move(values));
   }
+  bool describes_pixels() const override { return true; }
+  Status DescribePixels(const StepParams& p, PixelProgram& program) const override {
+    return ForEach(p, [&program](int which, double factor) {
+      static constexpr PixelOp::Kind kKinds[] = {PixelOp::Kind::kBrightness, PixelOp::Kind::kContrast,
+                                                 PixelOp::Kind::kSaturation, PixelOp::Kind::kHue};
+      program.ops.push_back({kKinds[which], factor});
+    });
+  }
   Status Apply(const StepParams& p, Image& image, Image&) const override {
-    for (int k = 0; k < 4; ++k) {
-      const double which = p.values[static_cast<std::size_t>(k)].second;
-      if (!(which >= 0 && which <= 3 && which == std::floor(which)))
-        return Status::InvalidArgument(fmt::format("ColorJitter: order values must be 0..3, not {}", which));
-      const double factor = p.values[4 + static_cast<std::size_t>(which)].second;
-      if (std::isnan(factor)) continue;
-      switch (static_cast<int>(which)) {
+    return ForEach(p, [&image](int which, double factor) {
+      switch (which) {
         case 0:
           AdjustBrightness(image, factor);
           break;
@@ -49,16 +52,30 @@ class ColorJitter final : public Step {
           AdjustSaturation(image, factor);
           break;
         default:
-          if (!(factor >= -0.5 && factor <= 0.5))
-            return Status::InvalidArgument(fmt::format("ColorJitter: hue {} is not in [-0.5, 0.5]", factor));
           AdjustHue(image, factor);
           break;
       }
+    });
+  }
+
+ private:
+  // Calls `adjust(which, factor)` for each adjustment drawn, in the drawn
+  // order, after checking the parameters.
+  template <typename Adjust>
+  static Status ForEach(const StepParams& p, Adjust adjust) {
+    for (int k = 0; k < 4; ++k) {
+      const double which = p.values[static_cast<std::size_t>(k)].second;
+      if (!(which >= 0 && which <= 3 && which == std::floor(which)))
+        return Status::InvalidArgument(fmt::format("ColorJitter: order values must be 0..3, not {}", which));
+      const double factor = p.values[4 + static_cast<std::size_t>(which)].second;
+      if (std::isnan(factor)) continue;
+      if (which == 3 && !(factor >= -0.5 && factor <= 0.5))
+        return Status::InvalidArgument(fmt::format("ColorJitter: hue {} is not in [-0.5, 0.5]", factor));
+      adjust(static_cast<int>(which), factor);
     }
     return Status::Ok();
   }
 
- private:
   std::array<Range, 4> ranges_;
 };
 
@@ -97,6 +114,11 @@ class Grayscale final : public Step {
   }
   Status Apply(const StepParams& p, Image& image, Image&) const override {
     if (!p_ || p.values[0].second != 0) ToGrayscale(image);
+    return Status::Ok();
+  }
+  bool describes_pixels() const override { return true; }
+  Status DescribePixels(const StepParams& p, PixelProgram& program) const override {
+    if (!p_ || p.values[0].second != 0) program.ops.push_back({PixelOp::Kind::kGrayscale, 1});
     return Status::Ok();
   }
 

@@ -54,6 +54,12 @@ Size SizeThrough(const Steps& steps, std::span<const std::size_t> which, const S
   return in;
 }
 
+bool AllDescribe(const Steps& steps) {
+  for (const auto& s : steps)
+    if (!s->describes_pixels()) return false;
+  return true;
+}
+
 // The value `key` of replayed params, checked.
 Result<double> ReplayValue(const StepParams& given, std::string_view step, std::string_view key) {
   if (given.name != step)
@@ -76,15 +82,7 @@ class RandomApply final : public Step {
   StepParams Draw(Size, Rng& rng) const override { return MakeParams({rng.Uniform01() < p_ ? 1.0 : 0.0}); }
   Status Run(Image& image, Image& scratch, Rng& rng, const StepParams* replay, StepParams& used) const override {
     bool applied = false;
-    if (replay != nullptr) {
-      STOKER_ASSIGN_OR_RETURN(double v, ReplayValue(*replay, name(), "applied"));
-      applied = v != 0;
-      if (applied && replay->children.size() != steps_.size())
-        return Status::InvalidArgument(fmt::format("RandomApply parameters need {} inner steps' parameters, not {}",
-                                                   steps_.size(), replay->children.size()));
-    } else {
-      applied = rng.Uniform01() < p_;
-    }
+    STOKER_RETURN_IF_ERROR(Applied(rng, replay, applied));
     used = MakeParams({applied ? 1.0 : 0.0});
     if (!applied) return Status::Ok();
     used.children.resize(steps_.size());
@@ -96,6 +94,20 @@ class RandomApply final : public Step {
   Status Apply(const StepParams&, Image&, Image&) const override {
     return Status::Internal("RandomApply runs through Run");
   }
+  bool describes_pixels() const override { return AllDescribe(steps_); }
+  Status Plan(Size in, Rng& rng, const StepParams* replay, StepParams& used, PixelProgram& program) const override {
+    bool applied = false;
+    STOKER_RETURN_IF_ERROR(Applied(rng, replay, applied));
+    used = MakeParams({applied ? 1.0 : 0.0});
+    if (!applied) return Status::Ok();
+    used.children.resize(steps_.size());
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      STOKER_RETURN_IF_ERROR(
+          steps_[i]->Plan(in, rng, replay ? &replay->children[i] : nullptr, used.children[i], program));
+      in = steps_[i]->OutputSizeFor(used.children[i], in);
+    }
+    return Status::Ok();
+  }
   Size OutputSizeFor(const StepParams& p, Size in) const override { return SizeThrough(steps_, All(p), p, in); }
   void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
     MapThrough(steps_, All(p), p, in, xy);
@@ -105,6 +117,19 @@ class RandomApply final : public Step {
   }
 
  private:
+  // Whether the children apply: drawn, or replayed (and then checked).
+  Status Applied(Rng& rng, const StepParams* replay, bool& applied) const {
+    if (replay == nullptr) {
+      applied = rng.Uniform01() < p_;
+      return Status::Ok();
+    }
+    STOKER_ASSIGN_OR_RETURN(double v, ReplayValue(*replay, name(), "applied"));
+    applied = v != 0;
+    if (applied && replay->children.size() != steps_.size())
+      return Status::InvalidArgument(fmt::format("RandomApply parameters need {} inner steps' parameters, not {}",
+                                                 steps_.size(), replay->children.size()));
+    return Status::Ok();
+  }
   std::vector<std::size_t> All(const StepParams& p) const {
     std::vector<std::size_t> all;
     if (p.values.empty() || p.values[0].second == 0) return all;
@@ -133,20 +158,18 @@ class RandomChoice final : public Step {
   StepParams Draw(Size, Rng& rng) const override { return MakeParams({static_cast<double>(Pick(rng))}); }
   Status Run(Image& image, Image& scratch, Rng& rng, const StepParams* replay, StepParams& used) const override {
     std::size_t index = 0;
-    if (replay != nullptr) {
-      STOKER_ASSIGN_OR_RETURN(double v, ReplayValue(*replay, name(), "index"));
-      if (!(v >= 0 && v < static_cast<double>(steps_.size()) && v == std::floor(v)))
-        return Status::InvalidArgument(
-            fmt::format("RandomChoice index {} is not one of its {} steps", v, steps_.size()));
-      index = static_cast<std::size_t>(v);
-      if (replay->children.size() != 1)
-        return Status::InvalidArgument("RandomChoice parameters need the chosen step's parameters");
-    } else {
-      index = Pick(rng);
-    }
+    STOKER_RETURN_IF_ERROR(Choose(rng, replay, index));
     used = MakeParams({static_cast<double>(index)});
     used.children.resize(1);
     return steps_[index]->Run(image, scratch, rng, replay ? &replay->children[0] : nullptr, used.children[0]);
+  }
+  bool describes_pixels() const override { return AllDescribe(steps_); }
+  Status Plan(Size in, Rng& rng, const StepParams* replay, StepParams& used, PixelProgram& program) const override {
+    std::size_t index = 0;
+    STOKER_RETURN_IF_ERROR(Choose(rng, replay, index));
+    used = MakeParams({static_cast<double>(index)});
+    used.children.resize(1);
+    return steps_[index]->Plan(in, rng, replay ? &replay->children[0] : nullptr, used.children[0], program);
   }
   Status Apply(const StepParams&, Image&, Image&) const override {
     return Status::Internal("RandomChoice runs through Run");
@@ -163,6 +186,20 @@ class RandomChoice final : public Step {
   std::vector<std::size_t> Chosen(const StepParams& p) const {
     if (p.values.empty()) return {};
     return {static_cast<std::size_t>(p.values[0].second)};
+  }
+  // The step to run: drawn, or replayed (and then checked).
+  Status Choose(Rng& rng, const StepParams* replay, std::size_t& index) const {
+    if (replay == nullptr) {
+      index = Pick(rng);
+      return Status::Ok();
+    }
+    STOKER_ASSIGN_OR_RETURN(double v, ReplayValue(*replay, name(), "index"));
+    if (!(v >= 0 && v < static_cast<double>(steps_.size()) && v == std::floor(v)))
+      return Status::InvalidArgument(fmt::format("RandomChoice index {} is not one of its {} steps", v, steps_.size()));
+    index = static_cast<std::size_t>(v);
+    if (replay->children.size() != 1)
+      return Status::InvalidArgument("RandomChoice parameters need the chosen step's parameters");
+    return Status::Ok();
   }
   std::size_t Pick(Rng& rng) const {
     const double u = rng.Uniform01() * cumulative_.back();

@@ -34,6 +34,12 @@ class Flip final : public Step {
     std::swap(image, scratch);
     return Status::Ok();
   }
+  bool describes_pixels() const override { return true; }
+  Status DescribePixels(const StepParams& p, PixelProgram& program) const override {
+    if (p.values[0].second != 0)
+      program.ops.push_back({vertical_ ? PixelOp::Kind::kFlipTopBottom : PixelOp::Kind::kFlipLeftRight, 1});
+    return Status::Ok();
+  }
   void MapPoints(const StepParams& p, Size in, std::span<double> xy) const override {
     if (p.values[0].second == 0) return;
     for (std::size_t i = vertical_ ? 1 : 0; i < xy.size(); i += 2) xy[i] = (vertical_ ? in.height : in.width) - xy[i];

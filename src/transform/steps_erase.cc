@@ -45,15 +45,29 @@ class RandomErasing final : public Step {
     }
     return MakeParams({0, 0, 0, 0, 0, 0});  // torchvision erases nothing after 10 misses
   }
+  // Noise ("random") is drawn in sequence from the sample's stream, which
+  // another engine cannot split between its threads.
+  bool describes_pixels() const override { return !o_.value.empty(); }
+  Status DescribePixels(const StepParams& p, PixelProgram& program) const override {
+    if (o_.value.empty()) {
+      if (program.unsupported.empty()) program.unsupported = name();
+      return Status::Ok();
+    }
+    if (p.values[0].second == 0) return Status::Ok();
+    STOKER_RETURN_IF_ERROR(CheckBox(p));
+    TensorErase e{static_cast<int>(p.values[1].second),
+                  static_cast<int>(p.values[2].second),
+                  static_cast<int>(p.values[3].second),
+                  static_cast<int>(p.values[4].second),
+                  {}};
+    for (std::size_t c = 0; c < 3; ++c) e.value[c] = static_cast<float>(o_.value[o_.value.size() == 1 ? 0 : c]);
+    program.erases.push_back(e);
+    return Status::Ok();
+  }
   Status ApplyTensor(const StepParams& p, const TensorView& t) const override {
     const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
     if (v(0) == 0) return Status::Ok();
-    for (int i = 1; i <= 5; ++i)
-      if (!(v(i) >= 0 && v(i) <= 9007199254740992.0 && v(i) == std::floor(v(i))))
-        return Status::InvalidArgument(fmt::format("RandomErasing: {} must be a whole number >= 0, not {}",
-                                                   param_names()[static_cast<std::size_t>(i)], v(i)));
-    for (int i = 1; i <= 4; ++i)
-      if (v(i) > 65536) return Status::InvalidArgument("RandomErasing: the box leaves the image");
+    STOKER_RETURN_IF_ERROR(CheckBox(p));
     const int top = static_cast<int>(v(1)), left = static_cast<int>(v(2));
     const int h = static_cast<int>(v(3)), w = static_cast<int>(v(4));
     if (top + h > t.height || left + w > t.width)
@@ -92,6 +106,16 @@ class RandomErasing final : public Step {
   }
 
  private:
+  Status CheckBox(const StepParams& p) const {
+    const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
+    for (int i = 1; i <= 5; ++i)
+      if (!(v(i) >= 0 && v(i) <= 9007199254740992.0 && v(i) == std::floor(v(i))))
+        return Status::InvalidArgument(fmt::format("RandomErasing: {} must be a whole number >= 0, not {}",
+                                                   param_names()[static_cast<std::size_t>(i)], v(i)));
+    for (int i = 1; i <= 4; ++i)
+      if (v(i) > 65536) return Status::InvalidArgument("RandomErasing: the box leaves the image");
+    return Status::Ok();
+  }
   Options o_;
 };
 

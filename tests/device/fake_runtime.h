@@ -122,6 +122,18 @@ class FakeDeviceRuntime : public device::DeviceRuntime {
     return Status::Ok();
   }
 
+  Status LaunchAugment(const std::uint8_t* pixels, const std::uint8_t* decoded, const device::ImageDesc* images,
+                       const device::AugmentDesc* augments, std::int32_t count, const device::OutputDesc& output,
+                       std::uint8_t* staging, void* out, device::StreamHandle s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!IsDeviceMemory(staging, static_cast<std::size_t>(count) * output.width * output.height * 3))
+      return Status::Internal("augmentation staging that is not device memory");
+    device::AugmentOnCpu(pixels, std::span(images, static_cast<std::size_t>(count)), augments, output, staging, out,
+                         decoded);
+    log.push_back(fmt::format("augment {} images on stream {}", count, Id(s)));
+    return Status::Ok();
+  }
+
   // A line in the log from a test double beside the runtime (the fake JPEG decoder).
   void Log(std::string line) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -93,6 +93,13 @@ class CudaRuntimeImpl final : public DeviceRuntime {
                      LaunchPreprocessKernel(pixels, decoded, images, count, output, out, OutputImageBytes(output), s)),
                  "preprocessing kernel launch");
   }
+  Status LaunchAugment(const std::uint8_t* pixels, const std::uint8_t* decoded, const ImageDesc* images,
+                       const AugmentDesc* augments, std::int32_t count, const OutputDesc& output, std::uint8_t* staging,
+                       void* out, StreamHandle s) override {
+    return Check(static_cast<cudaError_t>(LaunchAugmentKernels(pixels, decoded, images, augments, count, output,
+                                                               staging, out, OutputImageBytes(output), s)),
+                 "augmentation kernel launch");
+  }
 
  private:
   int count_;
