@@ -6,6 +6,11 @@ NCHW, each column in a fresh process (loader_compare.py's harness):
                   Normalize, RandomErasing
   detection-style (image only): RandomRotation(15), RandomResizedCrop(224),
                   RandomHorizontalFlip, Normalize
+  jitter (--recipes jitter): RandomRotation(15, bilinear), RandomResizedCrop(224),
+                  RandomHorizontalFlip, ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize,
+                  RandomErasing(value=0): what the GPU's augmentation kernels
+                  run with gpu_preprocess=True (bench/augment_host_bench.cc
+                  measures the host's share of it there)
 
 Columns: torch DataLoader over ImageFolder with torchvision's transforms,
 stoker.Loader on packed shards with the same transforms, and a DataLoader
@@ -41,6 +46,10 @@ def torchvision_recipe(recipe):
     if recipe == "classification":
         return tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.RandAugment(2, 9), tv.ToTensor(),
                            tv.Normalize(MEAN, STD), tv.RandomErasing()])
+    if recipe == "jitter":
+        return tv.Compose([tv.RandomRotation(15, interpolation=tv.InterpolationMode.BILINEAR), tv.RandomResizedCrop(224),
+                           tv.RandomHorizontalFlip(), tv.ColorJitter(0.4, 0.4, 0.4, 0.1), tv.ToTensor(),
+                           tv.Normalize(MEAN, STD), tv.RandomErasing(value=0)])
     return tv.Compose([tv.RandomRotation(15), tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ToTensor(),
                        tv.Normalize(MEAN, STD)])
 
@@ -49,6 +58,10 @@ def stoker_recipe(recipe):
     if recipe == "classification":
         return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.RandAugment(2, 9), T.ToTensor(),
                           T.Normalize(MEAN, STD), T.RandomErasing()])
+    if recipe == "jitter":
+        return T.Compose([T.RandomRotation(15, interpolation="bilinear"), T.RandomResizedCrop(224),
+                          T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.ToTensor(),
+                          T.Normalize(MEAN, STD), T.RandomErasing(value=0)])
     return T.Compose([T.RandomRotation(15), T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                       T.Normalize(MEAN, STD)])
 
@@ -70,6 +83,12 @@ class AlbumentationsFolder(torch.utils.data.Dataset):
                    A.AutoContrast(p=1) if hasattr(A, "AutoContrast") else A.RandomBrightnessContrast(p=1)]
             self.transform = A.Compose([A.RandomResizedCrop(224, 224), A.HorizontalFlip(), A.SomeOf(ops, n=2),
                                         A.Normalize(MEAN, STD), A.CoarseDropout(p=0.5), ToTensorV2()])
+        elif recipe == "jitter":
+            self.transform = A.Compose([A.Rotate(limit=15, interpolation=cv2.INTER_LINEAR,
+                                                 border_mode=cv2.BORDER_CONSTANT, p=1),
+                                        A.RandomResizedCrop(224, 224), A.HorizontalFlip(),
+                                        A.ColorJitter(0.4, 0.4, 0.4, 0.1, p=1), A.Normalize(MEAN, STD),
+                                        A.CoarseDropout(p=0.5), ToTensorV2()])
         else:
             self.transform = A.Compose([A.Rotate(limit=15, border_mode=cv2.BORDER_CONSTANT, p=1),
                                         A.RandomResizedCrop(224, 224), A.HorizontalFlip(), A.Normalize(MEAN, STD),

@@ -84,6 +84,13 @@ Status GpuDecodeStage::ReplaceCorrupt(const ImageDesc* descs, std::int32_t count
     patched.push_back(descs[by]);
     STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(device_batch + static_cast<std::size_t>(k) * sizeof(ImageDesc),
                                                       &patched.back(), sizeof(ImageDesc), stream));
+    if (layout_.augments()) {  // and with its augmentation (the host batch holds it until the copy completes)
+      const std::size_t table = layout_.augment_table_offset();
+      const auto* host = reinterpret_cast<const std::byte*>(descs);
+      STOKER_RETURN_IF_ERROR(runtime_.CopyToDeviceAsync(
+          device_batch + table + static_cast<std::size_t>(k) * sizeof(AugmentDesc),
+          host + table + static_cast<std::size_t>(by) * sizeof(AugmentDesc), sizeof(AugmentDesc), stream));
+    }
     replacements_.push_back({k, by});
     ++counts_.corrupt_skipped;
   }

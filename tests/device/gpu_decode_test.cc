@@ -351,6 +351,19 @@ TEST(GpuDecode, WithSkipAnImageNeitherDecodesIsReplacedByTheNextGoodOneOfItsBatc
   EXPECT_EQ(got.stats.decode_corrupt_skipped, 2u);
   EXPECT_EQ(got.stats.decoded_on_device, 2u);
 
+  // With augmentation steps the replacement takes the good image's drawn
+  // steps too (its AugmentDesc), so the two places hold the same image.
+  options.transform.after_crop = {TransformStep{"ColorJitter", {{"brightness", {0.6}}, {"hue", {0.2}}}, {}, {}}};
+  testing::FakeDeviceRuntime fake_augmented;
+  auto augmented_state = RefusingState(fake_augmented, cut);
+  LoaderRun augmented = RunGpuDecode(dataset, options, GpuDecode(), fake_augmented, Opens(augmented_state));
+  ASSERT_EQ(augmented.epoch.indices, (std::vector<std::uint64_t>{0, 2, 2, 2}));
+  auto augmented_pixels = [&](std::size_t k) { return std::span(augmented.epoch.pixels).subspan(k * image, image); };
+  EXPECT_TRUE(std::ranges::equal(augmented_pixels(1), augmented_pixels(2)));
+  EXPECT_TRUE(std::ranges::equal(augmented_pixels(3), augmented_pixels(2)));
+  EXPECT_FALSE(std::ranges::equal(augmented_pixels(2), pixels(2)));  // jittered
+  options.transform.after_crop.clear();
+
   // A batch whose every image is corrupt has nothing to replace them with.
   TempDir bad_dir;
   WriteFile(bad_dir / "src/a/0.jpg", cut);
