@@ -1,6 +1,7 @@
 // The augmentation steps the GPU runs, written once for its kernels and
 // their CPU twin (as preprocess_math.h is): plain C++17, no stoker headers
-// but core/half.h, so both evaluate the same arithmetic in the same order.
+// but core/half.h and transform/color_pixel.h (the colour arithmetic the
+// CPU steps use too), so both evaluate the same arithmetic in the same order.
 //
 // Per image, on top of ImageDesc's crop + resize:
 //   1. warps before the crop (RandomRotation, RandomAffine, flips), each with
@@ -21,6 +22,7 @@
 #include <cstdint>
 
 #include "device/preprocess_math.h"
+#include "transform/color_pixel.h"
 
 namespace stoker::device {
 
@@ -235,83 +237,11 @@ STOKER_HOST_DEVICE inline void ResizeToStaging(const std::uint8_t* pixels, const
   }
 }
 
-// ---- colour ops (transform/color.cc) ----
+// ---- colour ops (transform/color_pixel.h, as transform/color.cc applies them) ----
 
-STOKER_HOST_DEVICE inline std::uint8_t PillowLuma(const std::uint8_t* rgb) {
-  return static_cast<std::uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
-}
-
-STOKER_HOST_DEVICE inline std::uint8_t Clip8I(int v) {
-  return static_cast<std::uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
-}
-
-// ImagingBlend(degenerate, value, alpha) as Pillow computes it, in C float.
-STOKER_HOST_DEVICE inline std::uint8_t BlendTo(int degenerate, int value, float alpha) {
-  if (alpha == 1.0f) return static_cast<std::uint8_t>(value);
-  if (alpha == 0.0f) return static_cast<std::uint8_t>(degenerate);
-  const float v = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
-  if (alpha >= 0 && alpha <= 1.0f) return static_cast<std::uint8_t>(v);
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  return static_cast<std::uint8_t>(v);
-}
-
-// Pillow's rgb2hsv_row, shift of the hue, hsv2rgb (float and double mixed as there).
-STOKER_HOST_DEVICE inline void ShiftHue(std::uint8_t* p, std::uint8_t shift) {
-  const std::uint8_t r = p[0], g = p[1], b = p[2];
-  const std::uint8_t maxc = r > g ? (r > b ? r : b) : (g > b ? g : b);
-  const std::uint8_t minc = r < g ? (r < b ? r : b) : (g < b ? g : b);
-  std::uint8_t h8 = 0, s8 = 0;
-  if (minc != maxc) {
-    const float cr = static_cast<float>(maxc - minc);
-    const float s = cr / static_cast<float>(maxc);
-    const float rc = static_cast<float>(maxc - r) / cr;
-    const float gc = static_cast<float>(maxc - g) / cr;
-    const float bc = static_cast<float>(maxc - b) / cr;
-    float h;
-    if (r == maxc) {
-      h = bc - gc;
-    } else if (g == maxc) {
-      h = static_cast<float>(2.0 + rc - bc);
-    } else {
-      h = static_cast<float>(4.0 + gc - rc);
-    }
-    h = static_cast<float>(fmod((h / 6.0 + 1.0), 1.0));
-    h8 = Clip8I(static_cast<int>(h * 255.0));
-    s8 = Clip8I(static_cast<int>(s * 255.0));
-  }
-  const std::uint8_t hue = static_cast<std::uint8_t>(h8 + shift), v = maxc;
-  if (s8 == 0) {
-    p[0] = p[1] = p[2] = v;
-    return;
-  }
-  const int i = static_cast<int>(floor(static_cast<float>(hue) * 6.0 / 255.0));
-  const float f = static_cast<float>(static_cast<float>(hue) * 6.0 / 255.0 - static_cast<float>(i));
-  const float fs = static_cast<float>(static_cast<float>(s8) / 255.0);
-  const std::uint8_t up = Clip8I(static_cast<int>(round(static_cast<float>(v) * (1.0 - fs))));
-  const std::uint8_t uq = Clip8I(static_cast<int>(round(static_cast<float>(v) * (1.0 - fs * f))));
-  const std::uint8_t ut = Clip8I(static_cast<int>(round(static_cast<float>(v) * (1.0 - fs * (1.0 - f)))));
-  switch (i % 6) {
-    case 0:
-      p[0] = v, p[1] = ut, p[2] = up;
-      break;
-    case 1:
-      p[0] = uq, p[1] = v, p[2] = up;
-      break;
-    case 2:
-      p[0] = up, p[1] = v, p[2] = ut;
-      break;
-    case 3:
-      p[0] = up, p[1] = uq, p[2] = v;
-      break;
-    case 4:
-      p[0] = ut, p[1] = up, p[2] = v;
-      break;
-    default:
-      p[0] = v, p[1] = up, p[2] = uq;
-      break;
-  }
-}
+using transform::BlendTo;
+using transform::PillowLuma;
+using transform::ShiftHue;
 
 // Applies colour op `op` to one staging pixel. `mean`: the image's mean
 // luma as AdjustContrast rounds it (used by kOpContrast only).

@@ -13,11 +13,12 @@
 #include <string>
 #include <utility>
 
-#include "device/augment_math.h"
 #include "device/preprocess_math.h"
 #include "stoker/status.h"
 
 namespace stoker::device {
+
+struct AugmentDesc;  // device/augment_math.h (the augmentation kernels' per-image record)
 
 // Opaque handles (cudaStream_t, cudaEvent_t underneath).
 using StreamHandle = void*;

@@ -8,13 +8,14 @@
 
 #include <cstdint>
 
+#include "transform/color_pixel.h"
 #include "transform/image.h"
 
 namespace stoker::transform {
 
 // Pillow's luma: (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
 [[nodiscard]] inline std::uint8_t Luma(const std::uint8_t* rgb) {
-  return static_cast<std::uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+  return PillowLuma(rgb);
 }
 
 // Each adjusts `image` in place. Factors as torchvision's adjust_* take them.
