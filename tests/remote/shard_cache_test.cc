@@ -27,14 +27,14 @@ constexpr std::uint64_t kShard = 64 << 10;
 // Free space as a test says (the real folder's otherwise).
 class FreeSpaceFileSystem final : public ::stoker::testing::FaultFileSystem {};
 
-struct Fixture {
+struct CacheFixture {
   ::stoker::testing::TempDir dir;
   ::stoker::testing::FakeClock clock;  // backoff, refresh intervals and failure memory run on it
   FakeTransport transport;
   std::vector<ShardDesc> shards;
   std::vector<std::vector<std::byte>> data;
 
-  explicit Fixture(int n) {
+  explicit CacheFixture(int n) {
     for (int i = 0; i < n; ++i) {
       data.push_back(Pattern(kShard, static_cast<unsigned>(i + 10)));
       const std::string url = "http://store/d/shard-" + std::to_string(i) + ".tar";
@@ -77,7 +77,7 @@ Status ReadWhole(ShardCache& cache, std::uint32_t shard, std::vector<std::byte>&
 }
 
 TEST(ShardCache, ReadAheadFollowsThePlanWithinTheCapacityAndFetchesEachShardOnce) {
-  Fixture f(12);
+  CacheFixture f(12);
   auto cache = f.Open(/*capacity_shards=*/3);
   std::vector<std::uint32_t> plan(12);
   for (std::uint32_t i = 0; i < 12; ++i) plan[i] = i;
@@ -97,7 +97,7 @@ TEST(ShardCache, ReadAheadFollowsThePlanWithinTheCapacityAndFetchesEachShardOnce
 }
 
 TEST(ShardCache, WithoutAPlanEvictionIsLeastRecentlyUsed) {
-  Fixture f(3);
+  CacheFixture f(3);
   auto cache = f.Open(/*capacity_shards=*/2, /*connections=*/1);
   std::vector<std::byte> bytes;
   for (std::uint32_t s : {0u, 1u, 0u, 2u, 0u}) ASSERT_TRUE(ReadWhole(*cache, s, bytes).ok());
@@ -109,7 +109,7 @@ TEST(ShardCache, WithoutAPlanEvictionIsLeastRecentlyUsed) {
 }
 
 TEST(ShardCache, AMissEvictsTheShardNeededFurthestAhead) {
-  Fixture f(3);
+  CacheFixture f(3);
   auto cache = f.Open(/*capacity_shards=*/2, /*connections=*/1);
   std::vector<std::byte> bytes;
   ASSERT_TRUE(ReadWhole(*cache, 0, bytes).ok());
@@ -125,7 +125,7 @@ TEST(ShardCache, AMissEvictsTheShardNeededFurthestAhead) {
 }
 
 TEST(ShardCache, ABodyThatFailsTheChecksumNeverBecomesAnEntry) {
-  Fixture f(2);
+  CacheFixture f(2);
   f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kCorrupt, 100));
   f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kCorrupt, 200));
   f.transport.AddFault(f.shards[1].url, MakeFault(Fault::Kind::kCorrupt, 300));  // once: retried
@@ -143,7 +143,7 @@ TEST(ShardCache, ABodyThatFailsTheChecksumNeverBecomesAnEntry) {
 }
 
 TEST(ShardCache, EntriesSurviveTheProcessAndAreAdopted) {
-  Fixture f(2);
+  CacheFixture f(2);
   std::vector<std::byte> bytes;
   {
     auto cache = f.Open(4);
@@ -156,7 +156,7 @@ TEST(ShardCache, EntriesSurviveTheProcessAndAreAdopted) {
 }
 
 TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
-  Fixture f(1);
+  CacheFixture f(1);
   ShardCacheOptions o;
   o.cache.dir = f.dir.path();
   o.cache.capacity_bytes = 4 * kShard;
@@ -175,7 +175,7 @@ TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
 }
 
 TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
-  Fixture f(8);
+  CacheFixture f(8);
   auto a = f.Open(/*capacity_shards=*/3, 1);
   auto b = f.Open(/*capacity_shards=*/3, 1);
   std::vector<std::byte> bytes;
@@ -195,7 +195,7 @@ TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
 }
 
 TEST(ShardCache, AStoppingReaderAndAClosingCacheDoNotWaitForAStalledDownload) {
-  Fixture f(2);
+  CacheFixture f(2);
   f.transport.AddFault(f.shards[0].url, MakeFault(Fault::Kind::kStall));
   auto cache = f.Open(2, 2, /*real_clock=*/true);
   std::atomic<bool> reader_stopping{false};
@@ -225,7 +225,7 @@ TEST(ShardCache, AStoppingReaderAndAClosingCacheDoNotWaitForAStalledDownload) {
 }
 
 TEST(ShardCache, AnotherLiveProcesssDownloadCountsAgainstTheCap) {
-  Fixture f(4);
+  CacheFixture f(4);
   // A partial file of a live process (pid 1 always is) for shard 3: its
   // download will need room too.
   const std::string other =
@@ -260,7 +260,7 @@ TEST(ShardCache, AnotherLiveProcesssDownloadCountsAgainstTheCap) {
 // starting a new cycle; a new epoch (ResetPlan) or the failure memory's end
 // tries again.
 TEST(ShardCache, AFailedShardFailsItsReadersAtOnceUntilTheNextEpoch) {
-  Fixture f(2);
+  CacheFixture f(2);
   for (int i = 0; i < 100; ++i) f.transport.AddFault(f.shards[0].url, StatusFault(500));
   ShardCacheOptions o;
   o.cache.dir = f.dir.path();
@@ -290,7 +290,7 @@ TEST(ShardCache, AFailedShardFailsItsReadersAtOnceUntilTheNextEpoch) {
 }
 
 TEST(ShardCache, ConcurrentReadersOfOneShardShareOneDownload) {
-  Fixture f(1);
+  CacheFixture f(1);
   auto cache = f.Open(2, 4);
   std::vector<std::jthread> readers;
   std::atomic<int> ok{0};
