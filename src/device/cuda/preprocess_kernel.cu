@@ -30,8 +30,11 @@ __global__ void ResizeToStagingKernel(const std::uint8_t* pixels, const std::uin
 }
 
 // One block per image: each colour op over the whole staging image (a
-// contrast first sums the luma), then the final write.
-__global__ void ColourAndWriteKernel(const AugmentDesc* augments, OutputDesc output, std::uint8_t* staging, char* out,
+// contrast first sums the luma), then the final write. The launch bound
+// keeps the registers within what a block of this size may have.
+constexpr int kColourThreads = 512;
+
+__global__ void __launch_bounds__(kColourThreads) ColourAndWriteKernel(const AugmentDesc* augments, OutputDesc output, std::uint8_t* staging, char* out,
                                      std::uint64_t out_image_bytes) {
   __shared__ unsigned long long luma_sum;
   const std::int32_t image = static_cast<std::int32_t>(blockIdx.x);
@@ -72,7 +75,7 @@ int LaunchAugmentKernels(const std::uint8_t* pixels, const std::uint8_t* decoded
   ResizeToStagingKernel<<<grid, kThreads, 0, s>>>(pixels, decoded, images, augments, output, staging);
   const cudaError_t first = cudaGetLastError();
   if (first != cudaSuccess) return static_cast<int>(first);
-  ColourAndWriteKernel<<<static_cast<unsigned>(count), 1024, 0, s>>>(augments, output, staging, static_cast<char*>(out),
+  ColourAndWriteKernel<<<static_cast<unsigned>(count), kColourThreads, 0, s>>>(augments, output, staging, static_cast<char*>(out),
                                                                     out_image_bytes);
   return static_cast<int>(cudaGetLastError());
 }
