@@ -49,6 +49,10 @@ struct TransformOptions {
   std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0};
   double flip_probability = 0.5;  // 0 disables the flip
   int resize = 256;               // kResizeCenterCrop: the shorter side before cropping
+  // The crop stage's resize (RandomResizedCrop's, or Resize's before
+  // CenterCrop): Pillow's BILINEAR or BICUBIC, as torchvision asks it of PIL.
+  enum class Interpolation : std::uint8_t { kBilinear, kBicubic };
+  Interpolation interpolation = Interpolation::kBilinear;
   bool normalize = true;
   std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
   std::array<float, 3> std = {0.229f, 0.224f, 0.225f};

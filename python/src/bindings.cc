@@ -218,6 +218,9 @@ PYBIND11_MODULE(_native, m) {
       .value("random_resized_crop", stoker::TransformOptions::Kind::kRandomResizedCrop)
       .value("resize_center_crop", stoker::TransformOptions::Kind::kResizeCenterCrop)
       .value("none", stoker::TransformOptions::Kind::kNone);
+  py::enum_<stoker::TransformOptions::Interpolation>(m, "ResizeInterpolation")
+      .value("bilinear", stoker::TransformOptions::Interpolation::kBilinear)
+      .value("bicubic", stoker::TransformOptions::Interpolation::kBicubic);
 
   py::class_<stoker::TransformOptions>(m, "TransformOptions")
       .def(py::init<>())
@@ -228,6 +231,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("ratio", &stoker::TransformOptions::ratio)
       .def_readwrite("flip_probability", &stoker::TransformOptions::flip_probability)
       .def_readwrite("resize", &stoker::TransformOptions::resize)
+      .def_readwrite("interpolation", &stoker::TransformOptions::interpolation)
       .def_readwrite("normalize", &stoker::TransformOptions::normalize)
       .def_readwrite("mean", &stoker::TransformOptions::mean)
       .def_readwrite("std", &stoker::TransformOptions::std)

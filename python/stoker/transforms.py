@@ -72,11 +72,21 @@ class _Step:
         return "%s(%s)" % (self._name, ", ".join("%s=%r" % kv for kv in self._args.items() if kv[1] is not None))
 
 
+def _resize_interpolation(mode, where):
+    """The crop stage's resize: Pillow's bilinear or bicubic, as torchvision asks it of PIL."""
+    word = _interpolation(mode)
+    if word not in ("bilinear", "bicubic"):
+        raise ValueError("%s: interpolation %r is not supported (bilinear or bicubic)" % (where, word))
+    return word
+
+
 class RandomResizedCrop:
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
+                 antialias=None):
         self.size = _pair(size)
         self.scale = tuple(scale)
         self.ratio = tuple(ratio)
+        self.interpolation = _resize_interpolation(interpolation, "RandomResizedCrop")
 
 
 class RandomHorizontalFlip(_Step):
@@ -387,10 +397,13 @@ class Compose:
                 o.height, o.width = stage.size
                 o.scale = list(stage.scale)
                 o.ratio = list(stage.ratio)
+                o.interpolation = getattr(_native.ResizeInterpolation, stage.interpolation)
             else:
                 o.kind = _native.TransformKind.resize_center_crop
                 o.resize = stage.size
                 o.height, o.width = ts[at + 1].size
+                o.interpolation = getattr(_native.ResizeInterpolation,
+                                          _resize_interpolation(stage._words["interpolation"], "Resize"))
             before, after = ts[:at], ts[at + length:]
             if after and isinstance(after[0], RandomHorizontalFlip):
                 o.flip_probability = after.pop(0).p  # fused into the final write

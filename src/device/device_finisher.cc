@@ -33,8 +33,10 @@ Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
   if (!(input_factor_ >= 0 && input_factor_ <= 64))
     return Status::InvalidArgument(fmt::format("device_input_factor {} must be between 0 and 64", input_factor_));
   const TransformOptions& t = transform_;
+  // A bicubic resize is the CPU's too (the kernels resample with a triangle
+  // filter): it takes the augmentation path, which resizes here.
   augment_ = !t.before_crop.empty() || !t.after_crop.empty() || !t.after_normalize.empty() ||
-             t.kind == TransformOptions::Kind::kNone;
+             t.kind == TransformOptions::Kind::kNone || t.interpolation != TransformOptions::Interpolation::kBilinear;
   if (augment_) {
     STOKER_RETURN_IF_ERROR(CheckAugmentation(t));
     STOKER_ASSIGN_OR_RETURN(augmentation_, transform::Augmentation::Create(t));

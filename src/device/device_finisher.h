@@ -124,6 +124,9 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   [[nodiscard]] Status PlaceCrop(const DecodedCrop& crop, const pipeline::SampleContext& context, std::byte* buffer,
                                  ImageScratch& scratch, ImageDesc& desc);
   // Augmentation (device_finisher_augment.cc).
+  // Whether the resize and the steps after the crop run here: a step there
+  // has no pixel ops, or the resize is not the kernels' (bicubic).
+  [[nodiscard]] bool resizes_here() const;
   [[nodiscard]] Status FinishAugmented(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
                                        std::byte* buffer, ImageScratch& scratch, pipeline::LoaderCounters& counters);
   // Places the sample's crop for the kernels (or its finished image), with

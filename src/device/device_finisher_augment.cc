@@ -28,12 +28,17 @@ Status DeviceFinisher::CheckAugmentation(const TransformOptions& t) {
   return Status::Ok();
 }
 
+bool DeviceFinisher::resizes_here() const {
+  return !augmentation_.after_describes_pixels() ||
+         transform_.interpolation != TransformOptions::Interpolation::kBilinear;
+}
+
 Status DeviceFinisher::PlaceAugmentedSource(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
                                             std::byte* buffer, ImageScratch& scratch, Rng& rng, ImageDesc& desc,
                                             AugmentDesc& augment, bool& flip) {
   const TransformOptions& t = transform_;
   const bool none = t.kind == TransformOptions::Kind::kNone;
-  const bool cpu_after = !augmentation_.after_describes_pixels();
+  const bool cpu_after = resizes_here();
   const transform::Augmentation::Record record;
   DecodedCrop crop;  // what the kernels resample, unless they warp the source themselves
   auto whole = [&crop](const transform::Image& image) {
@@ -147,8 +152,7 @@ Status DeviceFinisher::FinishAugmented(std::span<const std::byte> encoded, const
   bool flip = false;
   Rng rng = transform::Augmentation::SampleRng(context.seed, context.epoch, context.sample);
   bool placed = false;
-  if (device_decode_ && !augmentation_.has_before() && t.kind != TransformOptions::Kind::kNone &&
-      augmentation_.after_describes_pixels()) {
+  if (device_decode_ && !augmentation_.has_before() && t.kind != TransformOptions::Kind::kNone && !resizes_here()) {
     Status error;
     if (RouteToDevice(encoded, context, buffer, error)) {
       STOKER_RETURN_IF_ERROR(error);
@@ -165,8 +169,7 @@ Status DeviceFinisher::FinishAugmented(std::span<const std::byte> encoded, const
   const transform::Size out{t.width, t.height};
   const transform::Augmentation::Record record;
   transform::PixelProgram program;
-  if (augmentation_.after_describes_pixels())
-    STOKER_RETURN_IF_ERROR(augmentation_.PlanAfter(out, rng, record, program));
+  if (!resizes_here()) STOKER_RETURN_IF_ERROR(augmentation_.PlanAfter(out, rng, record, program));
   STOKER_RETURN_IF_ERROR(augmentation_.PlanTensor(out, rng, record, program));
   STOKER_RETURN_IF_ERROR(DescribeProgram(program, flip, augment));
   desc.flip = 0;  // the final write flips

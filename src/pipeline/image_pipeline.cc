@@ -164,8 +164,11 @@ DecodedCrop CropOf(const transform::Image& image, const CropPlan& plan) {
 
 Status ResizeCrop(const DecodedCrop& crop, const TransformOptions& t, ImageScratch& scratch) {
   scratch.resized.resize(static_cast<std::size_t>(t.width) * t.height * 3);
-  if (!transform::ResampleBilinear(crop.view, crop.x0, crop.y0, crop.x1, crop.y1, t.width, t.height,
-                                   scratch.resized.data(), scratch.resample)) {
+  const auto filter = t.interpolation == TransformOptions::Interpolation::kBicubic
+                          ? transform::ResampleFilter::kBicubic
+                          : transform::ResampleFilter::kBilinear;
+  if (!transform::Resample(crop.view, crop.x0, crop.y0, crop.x1, crop.y1, t.width, t.height, scratch.resized.data(),
+                           scratch.resample, filter)) {
     return Status::Internal(fmt::format("cannot resample box ({}, {})-({}, {}) of a {}x{} image", crop.x0, crop.y0,
                                         crop.x1, crop.y1, crop.view.width, crop.view.height));
   }

@@ -18,13 +18,23 @@ double Triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Pillow's bicubic_filter (a = -0.5).
+double Bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 // Pillow's precompute_coeffs + normalize_coeffs_8bpc. Returns the kernel size;
 // bounds holds (xmin, count) per output pixel.
-int PrecomputeCoeffs(int in_size, double in0, double in1, int out_size, std::vector<int>& bounds,
+int PrecomputeCoeffs(int in_size, double in0, double in1, int out_size, ResampleFilter filter, std::vector<int>& bounds,
                      std::vector<std::int32_t>& coeffs) {
+  const bool cubic = filter == ResampleFilter::kBicubic;
   const double scale = (in1 - in0) / out_size;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 1.0 * filterscale;
+  const double support = (cubic ? 2.0 : 1.0) * filterscale;
   const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   bounds.resize(static_cast<std::size_t>(out_size) * 2);
   coeffs.assign(static_cast<std::size_t>(out_size) * ksize, 0);
@@ -44,7 +54,8 @@ int PrecomputeCoeffs(int in_size, double in0, double in1, int out_size, std::vec
     double ww = 0.0;
     int x = 0;
     for (; x < xmax; ++x) {
-      const double w = Triangle((x + xmin - center + 0.5) * ss);
+      const double at = (x + xmin - center + 0.5) * ss;
+      const double w = cubic ? Bicubic(at) : Triangle(at);
       k[x] = w;
       ww += w;
     }
@@ -152,7 +163,8 @@ void SplitCoefficients(const std::int32_t* coeffs, int ksize, int out_w, std::ve
 }
 
 // Whether the split form is exact: every coefficient in 0 .. 2^22 (the
-// triangle filter's are), so that each half fits an int16.
+// triangle filter's are; the bicubic's negative lobes take the SSE4.1
+// pass), so that each half fits an int16.
 bool SplitIsExact(const std::vector<std::int32_t>& coeffs) {
   return std::all_of(coeffs.begin(), coeffs.end(), [](std::int32_t k) { return k >= 0 && k <= (1 << kPrecisionBits); });
 }
@@ -226,20 +238,20 @@ HorizontalPass HorizontalPassFor() {
 
 }  // namespace
 
-STOKER_SIMD_CLONES bool ResampleBilinear(const ImageView& src, double x0, double y0, double x1, double y1, int out_w,
-                                         int out_h, std::uint8_t* out, ResampleScratch& scratch) {
+STOKER_SIMD_CLONES bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, int out_w, int out_h,
+                                 std::uint8_t* out, ResampleScratch& scratch, ResampleFilter filter) {
   if (out_w <= 0 || out_h <= 0 || !(x1 > x0) || !(y1 > y0) || x0 < 0 || y0 < 0 || x1 > src.width || y1 > src.height)
     return false;
   // Horizontal pass over the rows the vertical pass will need.
   std::vector<int>& vbounds = scratch.vbounds;
   std::vector<std::int32_t>& vcoeffs = scratch.vcoeffs;
-  const int vk = PrecomputeCoeffs(src.height, y0, y1, out_h, vbounds, vcoeffs);
+  const int vk = PrecomputeCoeffs(src.height, y0, y1, out_h, filter, vbounds, vcoeffs);
   const int row_first = vbounds[0];
   const int row_last =
       vbounds[static_cast<std::size_t>(out_h - 1) * 2] + vbounds[static_cast<std::size_t>(out_h - 1) * 2 + 1];
   const int rows = std::max(0, row_last - row_first);
 
-  const int hk = PrecomputeCoeffs(src.width, x0, x1, out_w, scratch.bounds, scratch.coeffs);
+  const int hk = PrecomputeCoeffs(src.width, x0, x1, out_w, filter, scratch.bounds, scratch.coeffs);
   // 8 bytes of slack: the AVX2 pass stores 8 bytes for a pixel pair's 6.
   scratch.temp.resize(static_cast<std::size_t>(rows) * out_w * 3 + 8);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

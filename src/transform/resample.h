@@ -35,12 +35,21 @@ struct ResampleScratch {
   std::vector<std::int32_t> accumulator;
 };
 
+// Pillow's resampling filters (Image.resize's BILINEAR and BICUBIC: the
+// triangle of support 1, the cubic convolution with a = -0.5 of support 2).
+enum class ResampleFilter : std::uint8_t { kBilinear, kBicubic };
+
 // Resamples the box [x0, x1) x [y0, y1) of `src` (float coordinates, as
 // Pillow's `box` argument) to out_w x out_h RGB pixels, written to `out`
-// with rows of out_w * 3 bytes. Filter taps are clipped to `src`'s bounds.
-// Any reduction works (the filter widens with it, as Pillow's). Returns false
-// (writing nothing) when the box is empty or lies outside `src`.
-[[nodiscard]] bool ResampleBilinear(const ImageView& src, double x0, double y0, double x1, double y1, int out_w,
-                                    int out_h, std::uint8_t* out, ResampleScratch& scratch);
+// with rows of out_w * 3 bytes, with Pillow's fixed-point arithmetic.
+// Filter taps are clipped to `src`'s bounds. Any reduction works (the
+// filter widens with it, as Pillow's). Returns false (writing nothing) when
+// the box is empty or lies outside `src`.
+[[nodiscard]] bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, int out_w, int out_h,
+                            std::uint8_t* out, ResampleScratch& scratch, ResampleFilter filter);
+[[nodiscard]] inline bool ResampleBilinear(const ImageView& src, double x0, double y0, double x1, double y1, int out_w,
+                                           int out_h, std::uint8_t* out, ResampleScratch& scratch) {
+  return Resample(src, x0, y0, x1, y1, out_w, out_h, out, scratch, ResampleFilter::kBilinear);
+}
 
 }  // namespace stoker::transform

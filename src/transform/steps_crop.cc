@@ -318,7 +318,8 @@ class CenterCrop final : public Step {
 
 class Resize final : public Step {
  public:
-  Resize(std::optional<int> shorter, Size size) : shorter_(shorter), size_(size) {}
+  Resize(std::optional<int> shorter, Size size, ResampleFilter filter)
+      : shorter_(shorter), size_(size), filter_(filter) {}
   std::string_view name() const override { return "Resize"; }
   std::optional<Size> OutputSize(Size in) const override {
     if (!shorter_) return size_;
@@ -334,8 +335,8 @@ class Resize final : public Step {
     scratch.Reset(out.width, out.height, 3);
     ResampleScratch resample;
     const ImageView view{image.pixels.data(), image.width, image.height, image.stride()};
-    if (!ResampleBilinear(view, 0, 0, image.width, image.height, out.width, out.height, scratch.pixels.data(),
-                          resample))
+    if (!Resample(view, 0, 0, image.width, image.height, out.width, out.height, scratch.pixels.data(), resample,
+                  filter_))
       return Status::Internal(
           fmt::format("Resize: cannot resample {}x{} to {}x{}", image.width, image.height, out.width, out.height));
     std::swap(image, scratch);
@@ -360,6 +361,7 @@ class Resize final : public Step {
  private:
   std::optional<int> shorter_;
   Size size_;
+  ResampleFilter filter_;
 };
 
 }  // namespace
@@ -402,9 +404,12 @@ Result<std::unique_ptr<Step>> MakeResize(StepArgs& args) {
   STOKER_ASSIGN_OR_RETURN(auto v, args.Numbers("size", {1, 2}));
   STOKER_ASSIGN_OR_RETURN(auto size, args.SizeArg("size"));
   if (!size) return args.Error("needs size");
-  STOKER_ASSIGN_OR_RETURN(auto interpolation, args.InterpolationWord(Interpolation::kBilinear));
-  if (interpolation != Interpolation::kBilinear) return args.Error("only bilinear interpolation is compiled");
-  return std::unique_ptr<Step>(new Resize(v->size() == 1 ? std::optional<int>(size->width) : std::nullopt, *size));
+  STOKER_ASSIGN_OR_RETURN(auto word, args.Word("interpolation"));
+  if (!word.empty() && word != "bilinear" && word != "bicubic")
+    return args.Error(fmt::format("interpolation '{}' is not supported (bilinear or bicubic)", word));
+  const ResampleFilter filter = word == "bicubic" ? ResampleFilter::kBicubic : ResampleFilter::kBilinear;
+  return std::unique_ptr<Step>(
+      new Resize(v->size() == 1 ? std::optional<int>(size->width) : std::nullopt, *size, filter));
 }
 
 }  // namespace stoker::transform

@@ -300,6 +300,29 @@ TEST(AugmentKernels, StepsTheKernelsCannotRunAreRunOnTheCpuOrRefused) {
   EXPECT_LT(worst, 1e-4f) << "resized and stepped here, only normalised there";
   EXPECT_GE((*loader)->stats().device_cpu_steps, 30u);
 
+  // A bicubic resize is the CPU's too: resized here, normalised there.
+  options.transform.after_crop.clear();
+  options.transform.interpolation = TransformOptions::Interpolation::kBicubic;
+  auto bicubic_cpu = Loader::Create(dataset, options);
+  ASSERT_TRUE(bicubic_cpu.ok());
+  const Epoch bicubic_on_cpu = RunEpoch(**bicubic_cpu);
+  testing::FakeDeviceRuntime fake_bicubic;
+  auto bicubic = device::CreateDeviceLoader(dataset, options, fake_bicubic, 0, on_gpu);
+  ASSERT_TRUE(bicubic.ok()) << bicubic.error().ToString();
+  const Epoch bicubic_finished = DrainDeviceEpoch(**bicubic);
+  ASSERT_EQ(bicubic_finished.pixels.size(), bicubic_on_cpu.pixels.size());
+  const auto* u = reinterpret_cast<const float*>(bicubic_finished.pixels.data());
+  const auto* v = reinterpret_cast<const float*>(bicubic_on_cpu.pixels.data());
+  float bicubic_worst = 0;
+  for (std::size_t i = 0; i < bicubic_finished.pixels.size() / 4; ++i)
+    bicubic_worst = std::max(bicubic_worst, std::abs(u[i] - v[i]));
+  EXPECT_LT(bicubic_worst, 1e-4f);
+  EXPECT_GE((*bicubic)->stats().device_cpu_steps, 30u);
+  options.transform.interpolation = TransformOptions::Interpolation::kBilinear;
+  auto bilinear_cpu = Loader::Create(dataset, options);
+  ASSERT_TRUE(bilinear_cpu.ok());
+  EXPECT_NE(RunEpoch(**bilinear_cpu).pixels, bicubic_on_cpu.pixels);  // the filter took effect
+
   // Random noise is drawn in sequence: refused with the way out.
   options.transform.after_crop.clear();
   options.transform.after_normalize = {KernelStepOf("RandomErasing", {}, {{"value", "random"}})};

@@ -418,8 +418,12 @@ TEST_F(DevicePluginTest, AnEndedContainersTenantFolderAndLimitsAreSwept) {
   devices->set_resource_name("stoker.io/gpu-memory");
   devices->add_device_ids(card0 + "_m0");
   kubelet_->SetAllocated(listed);
+  // A sweep removes the folder, then the limits: wait for both (checking
+  // the limits as soon as the folder went raced the sweep's second step).
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::filesystem::exists(state + "/tenants/" + ended) && std::chrono::steady_clock::now() < deadline)
+  while ((std::filesystem::exists(state + "/tenants/" + ended) ||
+          std::filesystem::exists(state + "/limits/" + ended + ".memory")) &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(50ms);
   EXPECT_FALSE(std::filesystem::exists(state + "/tenants/" + ended));
   EXPECT_FALSE(std::filesystem::exists(state + "/limits/" + ended + ".memory"));

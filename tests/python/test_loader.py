@@ -58,6 +58,36 @@ def test_random_resized_crop_and_flip_match_torchvision_for_the_same_box(demo_im
     assert 0 < flips < 12
 
 
+def test_bicubic_resize_matches_torchvision(demo_images):
+    """interpolation=BICUBIC (ViT and DeiT recipes): RandomResizedCrop, Resize + CenterCrop and a Resize step
+    resample with Pillow's bicubic filter, as torchvision asks it of PIL."""
+    bicubic = tv.InterpolationMode.BICUBIC
+    rrc = T.Compose([T.RandomResizedCrop(224, interpolation=bicubic)], dct_scaling=False)
+    evaluation = T.Compose([T.Resize(256, interpolation=bicubic), T.CenterCrop(224)], dct_scaling=False)
+    step = T.Compose([T.Resize((150, 170), interpolation="bicubic")], dct_scaling=False)
+    unlike_bilinear = 0
+    for i, path in enumerate(jpeg_files(demo_images)[:8]):
+        jpeg = path.read_bytes()
+        img = Image.open(io.BytesIO(jpeg)).convert("RGB")
+        ours, trace = T.apply(jpeg, rrc, dtype="uint8", seed=5, sample=i)
+        x0, y0, x1, y1 = (int(v) for v in trace["box"])
+        ref = np.asarray(tv.functional.resized_crop(img, y0, x0, y1 - y0, x1 - x0, [224, 224], interpolation=bicubic))
+        assert np.abs(ours.numpy().astype(int) - ref.astype(int)).max() <= 1, path
+        bilinear = np.asarray(img.crop((x0, y0, x1, y1)).resize((224, 224), Image.BILINEAR))
+        unlike_bilinear += np.abs(ours.numpy().astype(int) - bilinear.astype(int)).max() > 1
+        ours, _ = T.apply(jpeg, evaluation, dtype="uint8")
+        ref = np.asarray(tv.Compose([tv.Resize(256, interpolation=bicubic), tv.CenterCrop(224)])(img))
+        assert np.abs(ours.numpy().astype(int) - ref.astype(int)).max() <= 1, path
+        ours, _ = T.apply(jpeg, step, dtype="uint8")
+        ref = np.asarray(img.resize((170, 150), Image.BICUBIC))
+        assert np.abs(ours.numpy().astype(int) - ref.astype(int)).max() <= 1, path
+    assert unlike_bilinear == 8  # the filter took effect
+    for make in (lambda: T.RandomResizedCrop(224, interpolation="nearest"),
+                 lambda: T.Compose([T.Resize(256, interpolation=tv.InterpolationMode.LANCZOS), T.CenterCrop(224)])):
+        with pytest.raises(ValueError, match="is not supported"):
+            make()
+
+
 def test_normalize_and_dtypes(demo_images):
     jpeg = jpeg_files(demo_images)[0].read_bytes()
     mean, std = T.IMAGENET_MEAN, T.IMAGENET_STD
