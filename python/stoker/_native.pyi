@@ -43,6 +43,13 @@ class TransformKind:
     value: int
     def __init__(self, value: int) -> None: ...
 
+class ResizeInterpolation:
+    bilinear: ResizeInterpolation
+    bicubic: ResizeInterpolation
+    name: str
+    value: int
+    def __init__(self, value: int) -> None: ...
+
 class TransformOptions:
     kind: TransformKind
     height: int
@@ -51,6 +58,7 @@ class TransformOptions:
     ratio: list[float]
     flip_probability: float
     resize: int
+    interpolation: ResizeInterpolation
     normalize: bool
     mean: list[float]
     std: list[float]
