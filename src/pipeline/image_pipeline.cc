@@ -9,9 +9,8 @@
 #include "core/rng.h"
 
 namespace stoker {
-namespace {
 
-Status CheckPixelLimit(int W, int H, const TransformOptions& t) {
+Status CheckImagePixels(int W, int H, const TransformOptions& t) {
   const std::uint64_t pixels = static_cast<std::uint64_t>(W) * static_cast<std::uint64_t>(H);
   if (t.max_pixels > 0 && pixels > t.max_pixels)
     return Status::Corruption(fmt::format(
@@ -21,11 +20,9 @@ Status CheckPixelLimit(int W, int H, const TransformOptions& t) {
   return Status::Ok();
 }
 
-}  // namespace
-
 Result<CropPlan> PlanCrop(int W, int H, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
                           std::uint64_t sample, const transform::Augmentation::Record* given) {
-  STOKER_RETURN_IF_ERROR(CheckPixelLimit(W, H, t));
+  STOKER_RETURN_IF_ERROR(CheckImagePixels(W, H, t));
   // Augmentation randomness: a pure function of (seed, epoch, sample), so it
   // does not depend on which thread runs the sample, or when.
   Rng rng(seed ^ 0x5f3759df5f3759dfull, SplitMix64(epoch) ^ sample);
@@ -78,8 +75,6 @@ Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
 }
 
 }  // namespace
-
-constexpr int kRegionMargin = 4;  // scaled pixels around a decoded region
 
 Status DecodeJpegRegion(std::span<const std::byte> jpeg, codec::Roi roi, int scale, ImageScratch& scratch) {
   if (scratch.restarts.empty()) return codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded);
@@ -195,76 +190,6 @@ void RecordCrop(const TransformOptions& t, const CropPlan& plan, transform::Size
 
 }  // namespace
 
-Result<std::optional<PartWarpPlan>> PlanPartWarps(std::span<const std::byte> data, const TransformOptions& t,
-                                                  const transform::Augmentation& augmentation, std::uint64_t seed,
-                                                  std::uint64_t epoch, std::uint64_t sample, Rng& rng,
-                                                  const transform::Augmentation::Record& record) {
-  using Plan = std::optional<PartWarpPlan>;
-  if (t.kind != TransformOptions::Kind::kRandomResizedCrop || !augmentation.before_draws_parts()) return Plan();
-  const auto format = codec::DetectImageFormat(data);
-  if (format && *format != codec::ImageFormat::kJpeg) return Plan();
-  STOKER_RETURN_IF_ERROR(augmentation.CheckRecord(record));
-  STOKER_ASSIGN_OR_RETURN(codec::ImageSize source, codec::JpegSize(data));
-  STOKER_RETURN_IF_ERROR(CheckPixelLimit(source.width, source.height, t));
-  const auto& steps = augmentation.before_steps();
-  const std::size_t n = steps.size();
-  PartWarpPlan plan;
-  plan.params.resize(n);
-  plan.warps.resize(n);
-  plan.sizes.resize(n + 1);
-  plan.sizes[0] = {source.width, source.height};
-  for (std::size_t i = 0; i < n; ++i) {
-    if (record.replay != nullptr) {
-      STOKER_ASSIGN_OR_RETURN(plan.params[i], steps[i]->Canonical((*record.replay)[i]));
-    } else {
-      plan.params[i] = steps[i]->Draw(plan.sizes[i], rng);
-    }
-    STOKER_RETURN_IF_ERROR(steps[i]->CheckValues(plan.params[i]));
-    auto warp = steps[i]->WarpFor(plan.params[i], plan.sizes[i]);
-    if (!warp || static_cast<std::uint64_t>(warp->out.width) * static_cast<std::uint64_t>(warp->out.height) >
-                     transform::kMaxStepPixels)
-      return Plan();  // the whole path takes it (and names a canvas over the limit)
-    plan.warps[i] = *warp;
-    plan.sizes[i + 1] = warp->out;
-  }
-  STOKER_ASSIGN_OR_RETURN(plan.crop,
-                          PlanCrop(plan.sizes[n].width, plan.sizes[n].height, t, seed, epoch, sample, &record));
-  plan.regions.resize(n + 1);
-  plan.regions[n] = {plan.crop.roi.x, plan.crop.roi.y, plan.crop.roi.width, plan.crop.roi.height};
-  for (std::size_t i = n; i-- > 0;) {
-    plan.regions[i] = transform::InputRegion(plan.warps[i].matrix, plan.sizes[i], plan.regions[i + 1]);
-    if (plan.regions[i].width == 0) return Plan();  // the crop sees only fill: rare, the whole path draws it
-  }
-  // The source region, with the margin around it that chroma upsampling at
-  // its edge needs to see what a whole decode would.
-  const transform::Rect& r = plan.regions[0];
-  const int m = kRegionMargin;
-  const int left = std::max(0, r.x - m), top = std::max(0, r.y - m);
-  const int right = std::min(source.width, r.x + r.width + m), bottom = std::min(source.height, r.y + r.height + m);
-  plan.source_roi = codec::Roi{left, top, right - left, bottom - top};
-  return Plan(std::move(plan));
-}
-
-void DrawPartWarps(const PartWarpPlan& plan, ImageScratch& scratch) {
-  auto& d = scratch.decoded;
-  transform::Image* current = &scratch.image;
-  transform::Image* next = &scratch.step_scratch;
-  current->width = d.width;
-  current->height = d.height;
-  current->channels = 3;
-  current->pixels.swap(d.pixels);
-  int ox = d.origin_x, oy = d.origin_y;
-  for (std::size_t i = 0; i < plan.warps.size(); ++i) {
-    const auto& w = plan.warps[i];
-    transform::WarpAffineRegion(*current, ox, oy, plan.sizes[i], w.matrix, w.interpolation, w.fill, plan.sizes[i + 1],
-                                plan.regions[i + 1], *next);
-    std::swap(current, next);
-    ox = plan.regions[i + 1].x;
-    oy = plan.regions[i + 1].y;
-  }
-  if (current != &scratch.image) std::swap(scratch.image, scratch.step_scratch);
-}
-
 void RecordPartWarps(const TransformOptions& t, const transform::Augmentation& augmentation, const PartWarpPlan& plan,
                      const transform::Augmentation::Record& record) {
   if (record.geometry != nullptr) {
@@ -285,7 +210,7 @@ Status DecodeWholeImage(std::span<const std::byte> data, const TransformOptions&
   const auto format = codec::DetectImageFormat(data);
   const bool is_jpeg = !format || *format == codec::ImageFormat::kJpeg;
   STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, is_jpeg ? codec::JpegSize(data) : codec::ImageFileSize(data));
-  STOKER_RETURN_IF_ERROR(CheckPixelLimit(size.width, size.height, t));
+  STOKER_RETURN_IF_ERROR(CheckImagePixels(size.width, size.height, t));
   if (is_jpeg) {
     STOKER_RETURN_IF_ERROR(codec::DecodeJpeg(data, codec::Roi{}, 1, scratch.decoded));
   } else {
@@ -481,7 +406,7 @@ Result<TransformedImage> TransformImage(const TransformInput& input, const Trans
         "RGB pixels of a {}x{} image need {} bytes, not {}", input.width, input.height,
         static_cast<std::size_t>(std::max(input.width, 0)) * static_cast<std::size_t>(std::max(input.height, 0)) * 3,
         input.rgb.size()));
-  STOKER_RETURN_IF_ERROR(CheckPixelLimit(input.width, input.height, t));
+  STOKER_RETURN_IF_ERROR(CheckImagePixels(input.width, input.height, t));
   scratch.image.width = input.width;
   scratch.image.height = input.height;
   scratch.image.channels = 3;

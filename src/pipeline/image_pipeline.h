@@ -25,6 +25,15 @@
 
 namespace stoker {
 
+// Scaled pixels decoded around a region: chroma upsampling at its edge needs
+// its neighbours (tests/codec/jpeg_restart_test's
+// AMarginOfFourScaledPixelsKeepsTheBoxExact).
+inline constexpr int kRegionMargin = 4;
+
+// Corruption when a width x height image has more pixels than t.max_pixels
+// (a small file claiming a huge image is a decompression bomb).
+[[nodiscard]] Status CheckImagePixels(int width, int height, const TransformOptions& t);
+
 // Per-thread buffers, reused for every sample.
 struct ImageScratch {
   codec::DecodedRegion decoded;
