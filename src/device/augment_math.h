@@ -136,19 +136,28 @@ STOKER_HOST_DEVICE inline const std::uint8_t* SourcePixel(const std::uint8_t* re
   return region + (static_cast<std::uint64_t>(ry) * a.region_width + rx) * 3;
 }
 
-// Pixel (x, y) of stage k's output, through nearest stages k..0.
-STOKER_HOST_DEVICE inline void NearestChain(const std::uint8_t* region, const AugmentDesc& a, int k, std::int32_t x,
-                                            std::int32_t y, std::uint8_t v[3]) {
-  for (int s = k; s >= 0; --s) {
+// Maps pixel (x, y) of stage `from`'s output down through the nearest
+// stages from..to (inclusive, descending) to the pixel of stage to's input
+// it reads; false, with that stage's fill in v, when one maps outside.
+STOKER_HOST_DEVICE inline bool MapNearest(const AugmentDesc& a, int from, int to, std::int32_t& x, std::int32_t& y,
+                                          std::uint8_t v[3]) {
+  for (int s = from; s >= to; --s) {
     const WarpStage& w = a.warps[s];
     std::int32_t xi = 0, yi = 0;
     if (!NearestSource(w, x, y, xi, yi)) {
       v[0] = w.fill[0], v[1] = w.fill[1], v[2] = w.fill[2];
-      return;
+      return false;
     }
     x = xi;
     y = yi;
   }
+  return true;
+}
+
+// Pixel (x, y) of stage k's output, through nearest stages k..0.
+STOKER_HOST_DEVICE inline void NearestChain(const std::uint8_t* region, const AugmentDesc& a, int k, std::int32_t x,
+                                            std::int32_t y, std::uint8_t v[3]) {
+  if (!MapNearest(a, k, 0, x, y, v)) return;
   const std::uint8_t* p = SourcePixel(region, a, x, y);
   v[0] = p[0], v[1] = p[1], v[2] = p[2];
 }
@@ -157,18 +166,11 @@ STOKER_HOST_DEVICE inline void NearestChain(const std::uint8_t* region, const Au
 // WarpAffineRegion calls draws there.
 STOKER_HOST_DEVICE inline void WarpedPixel(const std::uint8_t* region, const AugmentDesc& a, std::int32_t x,
                                            std::int32_t y, std::uint8_t v[3]) {
-  for (int s = a.warp_count - 1; s >= 0; --s) {
+  int s = a.warp_count - 1;
+  while (s >= 0 && a.warps[s].engine != kWarpBilinear) --s;  // the bilinear stage, if any
+  if (!MapNearest(a, a.warp_count - 1, s + 1, x, y, v)) return;
+  if (s >= 0) {
     const WarpStage& w = a.warps[s];
-    if (w.engine != kWarpBilinear) {
-      std::int32_t xi = 0, yi = 0;
-      if (!NearestSource(w, x, y, xi, yi)) {
-        v[0] = w.fill[0], v[1] = w.fill[1], v[2] = w.fill[2];
-        return;
-      }
-      x = xi;
-      y = yi;
-      continue;
-    }
     // AffineBilinear for one pixel; its four neighbours come through the
     // (nearest) stages below.
     const double xc = x + 0.5, yc = y + 0.5;

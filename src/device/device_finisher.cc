@@ -191,15 +191,21 @@ Status DeviceFinisher::PlaceCrop(const DecodedCrop& crop, const pipeline::Sample
     // output-sized fallback image; the GPU still flips and normalises.
     STOKER_RETURN_IF_ERROR(ResizeCrop(crop, t, scratch));
     fallbacks_.fetch_add(1, std::memory_order_relaxed);
-    desc.offset = static_cast<std::uint64_t>(context.index) * image_bytes_;
-    std::memcpy(pixels + desc.offset, scratch.resized.data(), image_bytes_);
-    desc.width = t.width;
-    desc.height = t.height;
-    desc.x0 = desc.y0 = 0;
-    desc.x1 = static_cast<float>(t.width);
-    desc.y1 = static_cast<float>(t.height);
+    PlaceFinished(scratch.resized.data(), context, buffer, desc);
   }
   return Status::Ok();
+}
+
+void DeviceFinisher::PlaceFinished(const std::uint8_t* rgb, const pipeline::SampleContext& context, std::byte* buffer,
+                                   ImageDesc& desc) const {
+  const TransformOptions& t = transform_;
+  desc.offset = static_cast<std::uint64_t>(context.index) * image_bytes_;
+  std::memcpy(buffer + desc_bytes_ + desc.offset, rgb, image_bytes_);
+  desc.width = t.width;
+  desc.height = t.height;
+  desc.x0 = desc.y0 = 0;
+  desc.x1 = static_cast<float>(t.width);
+  desc.y1 = static_cast<float>(t.height);
 }
 
 }  // namespace stoker::device

@@ -123,6 +123,10 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   // fallback image.
   [[nodiscard]] Status PlaceCrop(const DecodedCrop& crop, const pipeline::SampleContext& context, std::byte* buffer,
                                  ImageScratch& scratch, ImageDesc& desc);
+  // Copies an output-sized RGB image finished here into the sample's
+  // fallback slot and describes it (the kernels then only normalise it).
+  void PlaceFinished(const std::uint8_t* rgb, const pipeline::SampleContext& context, std::byte* buffer,
+                     ImageDesc& desc) const;
   // Augmentation (device_finisher_augment.cc).
   // Whether the resize and the steps after the crop run here: a step there
   // has no pixel ops, or the resize is not the kernels' (bicubic).

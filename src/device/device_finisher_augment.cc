@@ -132,13 +132,7 @@ Status DeviceFinisher::PlaceAugmentedSource(std::span<const std::byte> encoded, 
   }
   STOKER_RETURN_IF_ERROR(augmentation_.RunAfter(image, scratch.step_scratch, rng, record));
   cpu_steps_.fetch_add(1, std::memory_order_relaxed);
-  desc.offset = static_cast<std::uint64_t>(context.index) * image_bytes_;
-  std::memcpy(buffer + desc_bytes_ + desc.offset, image.pixels.data(), image_bytes_);
-  desc.width = t.width;
-  desc.height = t.height;
-  desc.x0 = desc.y0 = 0;
-  desc.x1 = static_cast<float>(t.width);
-  desc.y1 = static_cast<float>(t.height);
+  PlaceFinished(image.pixels.data(), context, buffer, desc);
   return Status::Ok();
 }
 
