@@ -38,8 +38,8 @@ Status DeviceFinisher::Prepare(std::uint32_t slots, std::uint32_t batch_size) {
   augment_ = !t.before_crop.empty() || !t.after_crop.empty() || !t.after_normalize.empty() ||
              t.kind == TransformOptions::Kind::kNone || t.interpolation != TransformOptions::Interpolation::kBilinear;
   if (augment_) {
-    STOKER_RETURN_IF_ERROR(CheckAugmentation(t));
     STOKER_ASSIGN_OR_RETURN(augmentation_, transform::Augmentation::Create(t));
+    STOKER_RETURN_IF_ERROR(CheckAugmentation());
   }
   batch_size_ = batch_size;
   compressed_offset_ = batch_size * sizeof(ImageDesc);

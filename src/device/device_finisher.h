@@ -101,10 +101,6 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   // not evaluate per pixel), and samples whose steps after the crop did.
   [[nodiscard]] std::uint64_t cpu_warps() const { return cpu_warps_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t cpu_steps() const { return cpu_steps_.load(std::memory_order_relaxed); }
-  // Unimplemented when the kernels cannot run a step of `t` and the CPU
-  // cannot run it for them (a step on the normalised tensor without pixel
-  // ops: RandomErasing's random values), naming the step.
-  [[nodiscard]] static Status CheckAugmentation(const TransformOptions& t);
 
  private:
   TransformOptions transform_;
@@ -128,6 +124,10 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   void PlaceFinished(const std::uint8_t* rgb, const pipeline::SampleContext& context, std::byte* buffer,
                      ImageDesc& desc) const;
   // Augmentation (device_finisher_augment.cc).
+  // Unimplemented when the kernels cannot run a step of augmentation_ and
+  // the CPU cannot run it for them (a step on the normalised tensor without
+  // pixel ops: RandomErasing's random values), naming the step.
+  [[nodiscard]] Status CheckAugmentation() const;
   // Whether the resize and the steps after the crop run here: a step there
   // has no pixel ops, or the resize is not the kernels' (bicubic).
   [[nodiscard]] bool resizes_here() const;

@@ -14,9 +14,9 @@
 #include "device/device_finisher.h"
 
 namespace stoker::device {
-Status DeviceFinisher::CheckAugmentation(const TransformOptions& t) {
-  STOKER_ASSIGN_OR_RETURN(transform::Augmentation augmentation, transform::Augmentation::Create(t));
-  if (!augmentation.tensor_describes_pixels())
+Status DeviceFinisher::CheckAugmentation() const {
+  const TransformOptions& t = transform_;
+  if (!augmentation_.tensor_describes_pixels())
     return Status::Unimplemented(
         "RandomErasing(value=\"random\") does not run in the GPU's augmentation kernels (its noise is drawn in "
         "sequence from the sample's stream): give it a fixed value, or use gpu_preprocess=False");
