@@ -70,7 +70,8 @@ TEST(Tar, ToleratesMissingEndMarker) {
 
 TEST(Tar, ReadsGnuLongNameAndBase256Size) {
   // A GNU 'L' header carrying the name, then the member.
-  std::string name = std::string(150, 'n') + ".bin";
+  std::string name(150, 'n');  // appended, as above
+  name += ".bin";
   std::string archive;
   ASSERT_TRUE(AppendFileHeader(archive, "././@LongLink", name.size() + 1).ok());
   archive[156] = 'L';

@@ -321,7 +321,9 @@ TEST_F(Interposer, ALongKernelIsPaidBackNotFree) {
       da, db, 100 * da / (da + db), 100 * db / (da + db));
   std::printf("[ long kernel ] a: %s\n[ long kernel ] b: %s\n", ja.dump().c_str(), jb.dump().c_str());
   EXPECT_LT(da / (da + db), 0.75);  // over 20 s: 44/56; the first kernel is paid for after it ran
-  EXPECT_GT(db, 2.5);
+  // Release: 3.8 s. Under TSan every 1 ms launch and sync of the 70% tenant
+  // costs more host time, 2.3-3.4 s; before the fix it had 0.04 s.
+  EXPECT_GT(db, STOKER_TEST_SANITIZED ? 1.5 : 2.5);
 }
 
 TEST_F(Interposer, StreamCaptureSurvivesComputeTurnsComingAndGoing) {
