@@ -128,10 +128,9 @@ class BlockCursor {
     std::uint64_t sum = 0;
     if (m_.verify && m_.local) {
       // Hashed piece by piece as each is read, while it is still in the
-      // core's cache: hashing the whole block after reading it was a second
-      // pass over memory (a 1 GiB resharded load: 0.30 s -> see
-      // bench/sharded_checkpoint_bench.py). Remote files are read whole: a
-      // read may be a request.
+      // core's L2: hashing the 4 MiB block after reading it was a second
+      // pass through the slower caches. Remote files are read whole: a read
+      // may be a request.
       Xxh3Stream hash;
       for (std::size_t at = 0; at < into.size(); at += kHashedReadBytes) {
         const auto piece = into.subspan(at, std::min(kHashedReadBytes, into.size() - at));
