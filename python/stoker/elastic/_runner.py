@@ -306,7 +306,7 @@ class _Runner(_saved.Saving, Membership):
         self.committed_position = self.loader.state_dict()
         info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
                 "rank": g.rank, "loss": float(flat[-1]) / batch_samples,
-                "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None}
+                "samples": (ids[:batch_samples] - 1).tolist() if indices is not None else None}
         self.last_commit = info
         if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
             self.on_commit(dict(info))

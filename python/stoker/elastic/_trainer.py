@@ -343,8 +343,9 @@ class Trainer:
         r.committed_position = r.loader.state_dict()
         info = {"step": r.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size, "rank": g.rank,
                 "stepped": stepped,
-                "samples": [int(i) - 1 for i in ids[:batch_samples]] if indices is not None else None,
-                "rank_samples": [int(i) for i in indices] if indices is not None else None}
+                # tolist(), not int() per element: 0.5-0.9 ms a step of 48 samples (bench/elastic_overhead.py)
+                "samples": (ids[:batch_samples] - 1).tolist() if indices is not None else None,
+                "rank_samples": indices.tolist() if indices is not None else None}
         r.last_commit = info
         # The step's wall time (commit to commit), which sets how often snapshots may be taken.
         now = time.monotonic()
