@@ -7,11 +7,12 @@
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
-#if defined(__x86_64__)
+#if defined(STOKER_XXH_DISPATCH) && defined(__x86_64__)
 // libxxhash's dispatching entry points use the widest vector unit the CPU
 // has, found at run time: with AVX2, 36.7 GB/s against the 11.7 GB/s of the
 // SSE2 code an inlined xxhash compiles to for a baseline x86-64 (on data in
-// L2; the checkpoint's blocks, the packs' payloads, downloads).
+// L2; the checkpoint's blocks, the packs' payloads, downloads). The build
+// checks that the library has them (CMakeLists.txt).
 #include <xxh_x86dispatch.h>
 #endif
 
