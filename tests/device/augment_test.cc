@@ -208,17 +208,6 @@ TEST(AugmentKernels, TheFinalWriteFlipsNormalisesAndErases) {
   EXPECT_NE(refused.ToString().find("gpu_preprocess=False"), std::string::npos) << refused.ToString();
 }
 
-// The largest difference between two float32 epochs of the same size.
-float LargestFloatDifference(const Epoch& a, const Epoch& b) {
-  EXPECT_EQ(a.pixels.size(), b.pixels.size());
-  const auto* x = reinterpret_cast<const float*>(a.pixels.data());
-  const auto* y = reinterpret_cast<const float*>(b.pixels.data());
-  float worst = 0;
-  for (std::size_t i = 0; i < std::min(a.pixels.size(), b.pixels.size()) / 4; ++i)
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
-
 // A detection-style recipe before the crop plus colour after it and an
 // erasure after Normalize.
 TransformOptions AugmentedRecipe() {
@@ -304,7 +293,7 @@ TEST(AugmentKernels, StepsTheKernelsCannotRunAreRunOnTheCpuOrRefused) {
   ASSERT_TRUE(loader.ok()) << loader.error().ToString();
   const Epoch finished = DrainDeviceEpoch(**loader);
   ASSERT_EQ(finished.pixels.size(), on_cpu.pixels.size());
-  EXPECT_LT(LargestFloatDifference(finished, on_cpu), 1e-4f) << "resized and stepped here, only normalised there";
+  EXPECT_LT(MaxFloatDifference(finished, on_cpu), 1e-4) << "resized and stepped here, only normalised there";
   EXPECT_GE((*loader)->stats().device_cpu_steps, 30u);
 
   // A bicubic resize is the CPU's too: resized here, normalised there.
@@ -318,7 +307,7 @@ TEST(AugmentKernels, StepsTheKernelsCannotRunAreRunOnTheCpuOrRefused) {
   ASSERT_TRUE(bicubic.ok()) << bicubic.error().ToString();
   const Epoch bicubic_finished = DrainDeviceEpoch(**bicubic);
   ASSERT_EQ(bicubic_finished.pixels.size(), bicubic_on_cpu.pixels.size());
-  EXPECT_LT(LargestFloatDifference(bicubic_finished, bicubic_on_cpu), 1e-4f);
+  EXPECT_LT(MaxFloatDifference(bicubic_finished, bicubic_on_cpu), 1e-4);
   EXPECT_GE((*bicubic)->stats().device_cpu_steps, 30u);
   options.transform.interpolation = TransformOptions::Interpolation::kBilinear;
   auto bilinear_cpu = Loader::Create(dataset, options);

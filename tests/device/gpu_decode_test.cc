@@ -136,16 +136,6 @@ LoaderRun RunGpuDecode(std::shared_ptr<const Dataset> dataset, const LoaderOptio
   return r;
 }
 
-double MaxDifference(const Epoch& a, const Epoch& b) {
-  EXPECT_EQ(a.pixels.size(), b.pixels.size());
-  const auto* x = reinterpret_cast<const float*>(a.pixels.data());
-  const auto* y = reinterpret_cast<const float*>(b.pixels.data());
-  double worst = 0;
-  for (std::size_t i = 0; i < std::min(a.pixels.size(), b.pixels.size()) / 4; ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
-  return worst;
-}
-
 LoaderOptions ExactOptions() {
   LoaderOptions o = SmallOptions();
   // Without DCT scaling the CPU decodes the box's region at full size, so
@@ -183,7 +173,7 @@ TEST(GpuDecode, GivesTheCpuDecodePathsImagesWithTheDecodeOnTheCopyStream) {
     state->fake = &fake;
     LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
     ASSERT_EQ(got.epoch.indices, expected.indices);
-    EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5) << "random crop " << random_crop;
+    EXPECT_LE(MaxFloatDifference(got.epoch, expected), 1e-5) << "random crop " << random_crop;
     EXPECT_EQ(got.stats.device_decoder, "fake nvJPEG");
     EXPECT_EQ(got.stats.decoded_on_device, 30u);
     EXPECT_GE(got.stats.decoded_on_hardware, 30u);  // baseline 4:2:0: the hardware decoder's (batches ahead count too)
@@ -263,7 +253,7 @@ TEST(GpuDecode, RoutesWhatTheGpuDoesNotTakeToTheCpuByReason) {
     device.device_input_factor = 16;                   // room for the compressed bytes beside the CPU's crops
     LoaderRun got = RunGpuDecode(dataset, options, device, fake, Opens(state));
     ASSERT_EQ(got.epoch.indices, expected.indices);
-    EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5);
+    EXPECT_LE(MaxFloatDifference(got.epoch, expected), 1e-5);
     EXPECT_EQ(got.stats.decoded_on_device, 5u) << "hardware " << hardware;  // colour, progressive, grey
     // The finisher's counts include batches the loader prepared ahead (of the next epoch).
     EXPECT_GE(got.stats.decode_no_room, 2u);
@@ -292,7 +282,7 @@ TEST(GpuDecode, ARefusedBatchIsDecodedImageByImageAndOnTheCpuWhenTheGpuRefusesAn
   }
   LoaderRun got = RunGpuDecode(dataset, options, GpuDecode(), fake, Opens(state));
   ASSERT_EQ(got.epoch.indices, expected.indices);
-  EXPECT_LE(MaxDifference(got.epoch, expected), 1e-5);
+  EXPECT_LE(MaxFloatDifference(got.epoch, expected), 1e-5);
   EXPECT_EQ(got.stats.decode_batch_failures, 8u);
   EXPECT_EQ(got.stats.decode_cpu_after_error, 2u);
   EXPECT_EQ(got.stats.decoded_on_device, 28u);

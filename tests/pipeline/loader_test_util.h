@@ -4,6 +4,8 @@
 
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +75,17 @@ struct Epoch {
   std::vector<std::int64_t> labels;
   std::vector<std::byte> pixels;
 };
+
+// The largest difference between two float32 epochs of the same size.
+inline double MaxFloatDifference(const Epoch& a, const Epoch& b) {
+  EXPECT_EQ(a.pixels.size(), b.pixels.size());
+  const auto* x = reinterpret_cast<const float*>(a.pixels.data());
+  const auto* y = reinterpret_cast<const float*>(b.pixels.data());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.pixels.size(), b.pixels.size()) / 4; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(x[i]) - y[i]));
+  return worst;
+}
 
 inline Epoch RunEpoch(Loader& loader) {
   Epoch e;
