@@ -150,6 +150,16 @@ struct CheckpointOptions {
   // long after its own are (that rank died or hangs); the save fails and
   // the previous checkpoint stays the newest.
   double commit_timeout_seconds = 600;
+  // Save() records where each tensor lies in the snapshot buffer, for
+  // LastSnapshot() (the Python package's in-memory copies on a peer).
+  bool describe_snapshots = false;
+};
+
+// One tensor of the last snapshot: its index in the span given to Save(),
+// and its bytes in the snapshot buffer.
+struct SnapshotTensor {
+  std::size_t source = 0;
+  std::span<const std::byte> data;
 };
 
 enum class SaveOutcome : std::uint8_t { kStarted, kSkippedBusy };
@@ -198,6 +208,12 @@ class Checkpointer {
   // Whether the last persist failed and the next Save() or Wait() will
   // return its error (sharded saves: the ranks agree to skip such a save).
   [[nodiscard]] bool Failed() const;
+  // The last Save()'s snapshot (CheckpointOptions::describe_snapshots; empty
+  // otherwise and before the first save), for keeping a copy elsewhere. The
+  // bytes stay valid and unchanged until the next Save() begins (the
+  // snapshot buffer is reused), whether or not the persist has finished:
+  // the caller must not call Save() while it still reads them.
+  [[nodiscard]] std::vector<SnapshotTensor> LastSnapshot() const;
   // Whether the interval policy wants a checkpoint at `step` now.
   [[nodiscard]] bool Due(std::int64_t step) const;
   [[nodiscard]] CheckpointStats stats() const;

@@ -7,6 +7,8 @@
 #include <charconv>
 #include <tuple>
 
+#include <xxhash.h>
+
 #include "common.h"
 #include "state_flatten.h"
 #include "stoker/checkpoint.h"
@@ -81,6 +83,15 @@ class PyCheckpointer {
       s = checkpointer_->Wait();
     }
     Check(s);
+  }
+
+  // [(index among the tensors saved, address, bytes)] of the last snapshot:
+  // valid until the next save() (describe_snapshots=True).
+  py::list LastSnapshot() const {
+    py::list out;
+    for (const stoker::SnapshotTensor& t : checkpointer_->LastSnapshot())
+      out.append(py::make_tuple(t.source, reinterpret_cast<std::uintptr_t>(t.data.data()), t.data.size()));
+    return out;
   }
 
   bool Due(std::int64_t step) const { return checkpointer_->Due(step); }
@@ -242,7 +253,7 @@ void BindCheckpoint(py::module_& m) {
                        bool higher_is_better, const std::string& when_busy, std::uint64_t max_file_bytes,
                        const std::string& interval, std::uint64_t every_steps, double every_seconds,
                        double mtbf_seconds, std::uint32_t copy_threads, bool replace_existing, std::uint32_t rank,
-                       std::uint32_t world_size, double commit_timeout_seconds) {
+                       std::uint32_t world_size, double commit_timeout_seconds, bool describe_snapshots) {
              stoker::CheckpointOptions o;
              o.directory = directory;
              o.keep_last = keep_last;
@@ -273,21 +284,32 @@ void BindCheckpoint(py::module_& m) {
              o.rank = rank;
              o.world_size = world_size;
              o.commit_timeout_seconds = commit_timeout_seconds;
+             o.describe_snapshots = describe_snapshots;
              return std::make_unique<PyCheckpointer>(std::move(o));
            }),
            py::arg("directory"), py::arg("keep_last"), py::arg("keep_best"), py::arg("higher_is_better"),
            py::arg("when_busy"), py::arg("max_file_bytes"), py::arg("interval"), py::arg("every_steps"),
            py::arg("every_seconds"), py::arg("mtbf_seconds"), py::arg("copy_threads"), py::arg("replace_existing"),
-           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("commit_timeout_s") = 600.0)
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("commit_timeout_s") = 600.0,
+           py::arg("describe_snapshots") = false)
       .def("save", &PyCheckpointer::Save, py::arg("step"), py::arg("flat"), py::arg("loader_state"),
            py::arg("rng_states"), py::arg("metadata"), py::arg("metric"), py::arg("extra_json"),
            py::arg("write") = py::none(), py::arg("save_id") = std::string())
+      .def("last_snapshot", &PyCheckpointer::LastSnapshot)
       .def("busy", &PyCheckpointer::Busy)
       .def("failed", &PyCheckpointer::Failed)
       .def("wait", &PyCheckpointer::Wait)
       .def("due", &PyCheckpointer::Due)
       .def("stats", &PyCheckpointer::Stats)
       .def("close", &PyCheckpointer::Close);
+
+  // xxh3-64 of a buffer's bytes (the in-memory checkpoint copies' checksum).
+  m.def("xxh3", [](const py::buffer& data) {
+    const py::buffer_info info = data.request();
+    const auto bytes = static_cast<std::size_t>(info.size * info.itemsize);
+    py::gil_scoped_release release;
+    return static_cast<std::uint64_t>(XXH3_64bits(info.ptr, bytes));
+  });
 
   m.def("load_checkpoint", [](const std::string& path, bool verify) {
     stoker::LoadOptions o;

@@ -240,12 +240,16 @@ def save(ckpt, step, state, loader, metric, extra, rng):
     with ckpt._flat_lock:
         flat = flatten(state, into=ckpt._flat)
         try:
+            peers = ckpt._peers
             if ckpt._when_busy == "wait":
                 # The previous persist ends first (as save() would wait for it anyway), so that its
                 # outcome is known to all ranks before they commit to this one.
                 while ckpt._native.busy():
                     time.sleep(0.001)
-            gathered = group.gather((step, flat.layout_digest, ckpt._native.busy(), ckpt._native.failed()))
+                if peers is not None:
+                    peers.wait()  # it reads the snapshot buffer this save refills
+            busy = ckpt._native.busy() or (peers is not None and peers.busy())
+            gathered = group.gather((step, flat.layout_digest, busy, ckpt._native.failed()))
             steps = sorted({g[0] for g in gathered})
             if len(steps) > 1:
                 raise ValueError("the ranks disagree on the step to save: %s (every rank calls save() for the same "
@@ -265,18 +269,25 @@ def save(ckpt, step, state, loader, metric, extra, rng):
                 return False
             key = tuple(g[1] for g in gathered)
             if key != ckpt._plan_key:
-                masks, _ = plan_writers(group.gather(flat.layout()))
+                layouts = group.gather(flat.layout())
+                masks, _ = plan_writers(layouts)
                 ckpt._writes, ckpt._plan_key = masks[group.rank], key
+                ckpt._written = [t for t, w in zip(layouts[group.rank], ckpt._writes) if w]
             ckpt._saves += 1
             save_id = "%s-%d" % (group.token, ckpt._saves)
             for device in flat.devices:
                 _torch().cuda.current_stream(device).synchronize()
             metadata = {"stoker.step": str(step), "stoker.rank": str(group.rank)}
-            started = ckpt._native.save(step, flat, loader_state, _capture_rng() if rng else {}, metadata,
+            rng_states = _capture_rng() if rng else {}
+            started = ckpt._native.save(step, flat, loader_state, rng_states, metadata,
                                         None if metric is None else float(metric), extra_json,
                                         ckpt._writes, save_id)
             if started:
                 ckpt._last_save = (step, save_id)
+                if peers is not None:
+                    peers.start(ckpt._native, step, save_id, ckpt._written, {
+                        "loader_state": loader_state, "rng_states": rng_states, "metric": None if metric is None else float(metric),
+                        "metadata": metadata, "structure": flat.structure, "extra_json": extra_json})
             return started
         finally:
             flat.release()

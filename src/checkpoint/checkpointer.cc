@@ -50,6 +50,7 @@ struct Checkpointer::Impl {
   CheckpointStats stats GUARDED_BY(mu);
   IntervalPolicy policy GUARDED_BY(mu);
   std::uint64_t temp_counter GUARDED_BY(mu) = 0;
+  std::vector<SnapshotTensor> last_snapshot GUARDED_BY(mu);  // describe_snapshots
   std::thread worker;
 
   explicit Impl(CheckpointOptions o)
@@ -235,6 +236,15 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
       job.pieces.back().data = nullptr;
     }
   }
+  std::vector<SnapshotTensor> described;
+  if (m.options.describe_snapshots) {
+    for (const checkpoint::FilePlan& file : plan.files)
+      for (std::size_t i = 0; i < file.tensors.size(); ++i) {
+        const safetensors::TensorLayout& t = file.tensors[i];
+        described.push_back({file.sources[i], std::span<const std::byte>(m.arena.data() + file.arena_offset + t.begin,
+                                                                         t.end - t.begin)});
+      }
+  }
   job.plan = std::move(plan);
   job.extras = extras;
   job.snapshot_done = m.clock->Now();
@@ -247,6 +257,7 @@ Result<SaveOutcome> Checkpointer::Save(std::int64_t step, std::span<const Tensor
     m.stats.pinned_snapshot = m.arena.pinned();
     m.policy.OnSaveStarted(step, m.Now());
     m.job = std::move(job);
+    if (m.options.describe_snapshots) m.last_snapshot = std::move(described);
   }
   m.changed.NotifyAll();
   return SaveOutcome::kStarted;
@@ -261,6 +272,11 @@ Status Checkpointer::Wait() {
 bool Checkpointer::Busy() const {
   MutexLock l(impl_->mu);
   return impl_->in_flight;
+}
+
+std::vector<SnapshotTensor> Checkpointer::LastSnapshot() const {
+  MutexLock l(impl_->mu);
+  return impl_->last_snapshot;
 }
 
 bool Checkpointer::Failed() const {

@@ -2,6 +2,7 @@
 // Checkpointer on one directory), their commit, and reads of any layout.
 #include "stoker/sharded_checkpoint.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -370,6 +371,46 @@ TEST(ShardedCheckpoint, BadArgumentsAreRefusedNamingWhat) {
   auto refused = (*p)->Save(1, shard, {});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message().find("not sharded"), std::string::npos);
+}
+
+// describe_snapshots: each tensor saved, by its index in the span given to
+// Save(), with its bytes in the snapshot buffer, unchanged by the persist
+// and by the caller changing its tensors after Save() returned.
+TEST(ShardedCheckpoint, TheLastSnapshotDescribesEachTensorsBytes) {
+  TempDir dir;
+  auto o = Options(dir.path(), 0);
+  o.world_size = 1;
+  o.describe_snapshots = true;
+  auto ck = Checkpointer::Open(o);
+  ASSERT_TRUE(ck.ok()) << ck.error().ToString();
+  EXPECT_TRUE((*ck)->LastSnapshot().empty());
+  RankState state(1, 7);
+  std::vector<TensorRef> refs{{"b", TensorDType::kInt64, {700}, state.b.data()},
+                              {"w", TensorDType::kFloat32, {2, kCols}, state.w.data()},
+                              {"s", TensorDType::kFloat64, {}, &state.s}};
+  ASSERT_TRUE((*ck)->Save(7, refs, {}).ok());
+  const RankState expected(1, 7);
+  state = RankState(1, 8);  // the caller's tensors move on; the snapshot does not
+  ASSERT_TRUE((*ck)->Wait().ok());
+  const auto snapshot = (*ck)->LastSnapshot();
+  ASSERT_EQ(snapshot.size(), 3u);
+  std::vector<bool> seen(3);
+  for (const SnapshotTensor& t : snapshot) {
+    ASSERT_LT(t.source, 3u);
+    seen[t.source] = true;
+    const void* want = t.source == 0   ? static_cast<const void*>(expected.b.data())
+                       : t.source == 1 ? static_cast<const void*>(expected.w.data())
+                                       : static_cast<const void*>(&expected.s);
+    const std::size_t bytes = t.source == 0 ? 700 * 8 : t.source == 1 ? 2 * kCols * 4 : 8;
+    ASSERT_EQ(t.data.size(), bytes) << t.source;
+    EXPECT_EQ(std::memcmp(t.data.data(), want, bytes), 0) << t.source;
+  }
+  EXPECT_EQ(seen, std::vector<bool>(3, true));
+  // Without the option, nothing is described.
+  TempDir other;
+  auto plain = Checkpointer::Open(Options(other.path(), 0));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE((*plain)->LastSnapshot().empty());
 }
 
 }  // namespace

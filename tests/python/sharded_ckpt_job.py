@@ -226,6 +226,44 @@ def main():
             ckpt.save(loop.step, loop.state)
             ckpt.wait()
             loop.advance()
+    elif mode == "peer_save":
+        # replicate_to_peer: machine r's memory is the folder MEMORY/machine-r.
+        steps, memory = [int(s) for s in sys.argv[3].split(",")], sys.argv[4]
+        fail_rank, fail_step = map(int, sys.argv[5].split(":")) if len(sys.argv) > 5 else (-1, -1)
+        if rank == fail_rank:  # this rank's memory is full when it copies step fail_step
+            import errno
+            from stoker import _peer_copy
+            real_file = _peer_copy._File
+
+            def full_at_fail_step(path, size):
+                if "-step%d-" % fail_step in os.path.basename(path):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return real_file(path, size)
+            _peer_copy._File = full_at_fail_step
+        ckpt = stoker.Checkpointer(directory, replicate_to_peer=True,
+                                   peer_memory_dir=os.path.join(memory, "machine-%d" % rank))
+        for step in steps:
+            assert ckpt.save(step, state_for(step, rank, world), extra={"rank": rank, "step": step})
+            ckpt.wait()
+        result["stats"] = {k: v for k, v in ckpt.stats().items() if k.startswith(("peer", "last_peer"))}
+        ckpt.close()
+    elif mode == "peer_load":
+        # Rank r of this job runs on machine MACHINES[r]; model.w cut by columns, as "load" does.
+        memory, machines = sys.argv[3], sys.argv[4].split(",")
+        c_begin, c_end = cols_of(rank, world, COLS)
+        w = torch.full((ROWS, c_end - c_begin), -1.0)
+        emb = torch.zeros(EMB)
+        target = {"model": {"w": stoker.Shard(w, (ROWS, COLS), (0, c_begin)), "emb": emb}}
+        loaded = stoker.load_latest(directory, target=target, from_peers=True,
+                                    memory_dir=os.path.join(memory, "machine-%s" % machines[rank]))
+        step = loaded.step
+        assert torch.equal(w, expected("model.w", step, (ROWS, COLS))[:, c_begin:c_end].float())
+        assert torch.equal(emb, expected("model.emb", step, EMB).float())
+        # Not in the target: assembled whole from the pieces, as the saved structure names it.
+        assert torch.equal(loaded.state["optimizer"]["m"], expected("optimizer.m", step, (MOMENT_ROWS, 3)))
+        assert loaded.state["model"]["w"].tensor is w and loaded.state["optimizer"]["lr"] == 0.5 + step
+        assert loaded.state["epoch"] == step // 10
+        result.update(step=step, path=loaded.path, extra=loaded.extra, rng=sorted(loaded.rng_states))
     dist.barrier()
     with open(os.path.join(os.environ["RESULT_DIR"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)

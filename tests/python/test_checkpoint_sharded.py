@@ -2,13 +2,10 @@
 processes, as torchrun starts them) save their own pieces; other world sizes
 and layouts read them back; SIGKILL of a rank at random points never leaves
 a checkpoint that does not load."""
-import json
 import os
 import pathlib
 import random
 import signal
-import socket
-import subprocess
 import sys
 import time
 
@@ -18,38 +15,9 @@ import torch
 import stoker
 from stoker import _sharded
 
-JOB = pathlib.Path(__file__).with_name("sharded_ckpt_job.py")
-sys.path.insert(0, str(JOB.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import sharded_ckpt_job as job  # noqa: E402
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(world, mode, directory, *args, results):
-    port = _free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), RESULT_DIR=str(results), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable, str(JOB), mode, str(directory), *map(str, args)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    return procs
-
-
-def run(world, mode, directory, *args, results, timeout=120):
-    results.mkdir(exist_ok=True)
-    procs = start(world, mode, directory, *args, results=results)
-    outputs = []
-    for p in procs:
-        out, _ = p.communicate(timeout=timeout)
-        outputs.append(out.decode(errors="replace"))
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, "rank %d of %s failed:\n%s" % (rank, mode, out)
-    return [json.loads((results / ("result-%d.json" % r)).read_text()) for r in range(world)]
+from sharded_harness import run, start  # noqa: E402
 
 
 def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):

@@ -1,0 +1,292 @@
+"""Restoring a sharded checkpoint from the in-memory copies on peers
+(stoker._peer_copy makes them): load_latest(..., from_peers=True).
+
+Every rank of the group lists the complete, verified copies its machine
+holds; the newest step whose copies cover every rank that wrote it (and
+which is not older than the newest checkpoint in storage) is chosen; each
+copy is served by one rank holding it (itself where it can); then every
+rank sends the blocks the others' targets need and fills its own. All
+ranks reach the same decisions from the same gathered facts.
+"""
+import json
+import logging
+import mmap
+import os
+
+from . import _native
+from ._peer_copy import _BLOCK_ALIGN, _entries, _global_rank, _round_up, memory_dir_for, transfer_group
+from ._sharded import Shard, _named_leaves, _names_in
+
+log = logging.getLogger("stoker.checkpoint")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class _Held:
+    """A verified copy on this machine, mapped copy-on-write (a target
+    written later never changes it)."""
+
+    def __init__(self, folder, name):
+        with open(os.path.join(folder, name + ".json")) as f:
+            self.meta = json.load(f)
+        path = os.path.join(folder, name + ".bin")
+        size = self.meta["bytes"]
+        self.map = None
+        if size:
+            with open(path, "rb") as f:
+                if os.fstat(f.fileno()).st_size != size:
+                    raise ValueError("%s has %d bytes, not the %d its description says"
+                                     % (path, os.fstat(f.fileno()).st_size, size))
+                self.map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+        checksum = "%016x" % _native.xxh3(self.map if self.map is not None else b"")
+        if checksum != self.meta["xxh3"]:
+            self.close()
+            raise ValueError("%s fails its checksum (xxh3 %s, not %s)" % (path, checksum, self.meta["xxh3"]))
+
+    def piece(self, entry):
+        """The piece `entry` of the description as a tensor of its dtype and shape."""
+        torch = _torch()
+        from .checkpoint import _dtype_tables
+        _, from_name = _dtype_tables()
+        _, dtype, shape, _, _, begin, nbytes = entry
+        if not nbytes:
+            return torch.empty(shape, dtype=from_name[dtype])
+        raw = torch.frombuffer(self.map, dtype=torch.uint8, count=nbytes, offset=begin)
+        return raw.view(from_name[dtype]).view(shape)
+
+    def close(self):
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+
+
+def _scan(folder):
+    """{(step, save id, source): _Held} of this machine's usable copies; a
+    damaged one is named in the log and left out."""
+    held = {}
+    for name, (_, source, step, save_id) in sorted(_entries(folder)):
+        key = (step, save_id, source)
+        if key in held:
+            continue  # the same copy held twice on this machine
+        try:
+            copy = _Held(folder, name)
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("in-memory checkpoint copy %s/%s is unusable: %s", folder, name, e)
+            continue
+        held[key] = copy
+    return held
+
+
+def _newest_durable(directory):
+    from .checkpoint import list_checkpoints
+    try:
+        steps = [c["step"] for c in list_checkpoints(directory)]
+    except Exception:
+        return None
+    return max(steps) if steps else None
+
+
+def _choose(summaries, durable):
+    """The (step, save id, world size) to restore, and for each of its
+    sources the rank serving it; or (None, why)."""
+    saves = {}
+    for rank, summary in enumerate(summaries):
+        for step, save_id, source, world in summary:
+            entry = saves.setdefault((step, save_id), {"world": world, "holders": {}})
+            entry["holders"].setdefault(source, []).append(rank)
+    complete = [key for key, e in saves.items() if set(e["holders"]) == set(range(e["world"]))]
+    if not complete:
+        partial = ", ".join("step %d: %d of %d ranks' copies" % (k[0], len(e["holders"]), e["world"])
+                            for k, e in sorted(saves.items()))
+        return None, "no step's copies are complete in memory (%s)" % (partial or "there are none")
+    step, save_id = max(complete)
+    if durable is not None and durable > step:
+        return None, "storage holds a newer step (%d) than memory (%d)" % (durable, step)
+    entry = saves[(step, save_id)]
+    return (step, save_id, entry["world"], {s: min(h) for s, h in entry["holders"].items()}), None
+
+
+def _blocks(requests_by_rank, pieces):
+    """For every requesting rank, in order: (request index, source, piece
+    index, lo, hi) of each intersection of a piece with a request, and
+    per request the elements covered (to find gaps)."""
+    by_name = {}
+    for source, entries in pieces.items():
+        for i, entry in enumerate(entries):
+            by_name.setdefault(entry[0], []).append((source, i, entry))
+    plans = []
+    for requests in requests_by_rank:
+        plan, covered = [], []
+        for r, (name, offsets, shape) in enumerate(requests):
+            total = 0
+            for source, i, entry in by_name.get(name, ()):
+                lo = [max(o, p) for o, p in zip(offsets, entry[4])]
+                hi = [min(o + n, p + m) for o, n, p, m in zip(offsets, shape, entry[4], entry[2])]
+                if all(a < b for a, b in zip(lo, hi)):  # a 0-d tensor: one element, always
+                    plan.append((r, source, i, lo, hi))
+                    count = 1
+                    for a, b in zip(lo, hi):
+                        count *= b - a
+                    total += count
+            covered.append(total)
+        plans.append((plan, covered))
+    return plans
+
+
+def _region(tensor, origin, lo, hi):
+    return tensor[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, origin))]
+
+
+def restore(directory, target, group, memory_dir, rank=None):
+    """load_latest(from_peers=True): a Checkpoint restored from the peers'
+    memory, or None (logged why) when storage must be read instead. Every
+    rank of `group` calls it together."""
+    torch = _torch()
+    dist = torch.distributed
+    from .checkpoint import Checkpoint, _dtype_tables, _unflatten
+    _, from_name = _dtype_tables()
+    group = transfer_group(group)
+    me, world = dist.get_rank(group), dist.get_world_size(group)
+    folder = memory_dir_for(directory, memory_dir)
+    held = _scan(folder)
+    try:
+        summaries = [None] * world
+        dist.all_gather_object(summaries, [(k[0], k[1], k[2], c.meta["world_size"]) for k, c in held.items()],
+                               group=group)
+        choice, why = _choose(summaries, _newest_durable(directory))
+        if choice is None:
+            log.warning("rank %d: restoring %s from storage, not from the in-memory copies: %s", me, directory, why)
+            return None
+        step, save_id, saved_world, serving = choice
+        metas = [None] * world
+        dist.all_gather_object(metas, {s: held[(step, save_id, s)].meta for s, r in serving.items() if r == me},
+                               group=group)
+        meta = {int(s): m for served in metas for s, m in served.items()}
+        pieces = {s: m["pieces"] for s, m in meta.items()}
+        saved = {}
+        for entries in pieces.values():
+            for name, dtype, _, global_shape, _, _, _ in entries:
+                saved[name] = (dtype, tuple(global_shape))
+        extras = meta[min(me if rank is None else rank, saved_world - 1)]["extras"]
+        structure = json.loads(extras["structure"]) if extras.get("structure") else None
+
+        # This rank's requests: the target's tensors and Shards, and what the structure names besides, whole.
+        fills, requests = [], []
+
+        def request(name, tensor, offsets):
+            if name not in saved:
+                from . import CorruptionError
+                raise CorruptionError("step %d in memory has no tensor %r, which the target asks for" % (step, name))
+            dtype, global_shape = saved[name]
+            if from_name.get(dtype) != tensor.dtype:
+                raise TypeError("tensor %r is %s in the checkpoint; the target's is %s" % (name, dtype, tensor.dtype))
+            if offsets is None and tuple(tensor.shape) != global_shape:
+                raise ValueError("tensor %r has shape %s in the checkpoint; the target's is %s (a Shard of it?)"
+                                 % (name, list(global_shape), list(tensor.shape)))
+            fills.append((tensor, list(offsets or [0] * tensor.dim())))
+            requests.append((name, fills[-1][1], list(tensor.shape)))
+
+        filled = {}
+        if target is not None:
+            for name, leaf in _named_leaves(target, "", {}).items():
+                if isinstance(leaf, Shard):
+                    if name in saved and tuple(saved[name][1]) != tuple(leaf.global_shape):
+                        raise ValueError("tensor %r has global shape %s in the checkpoint; the target's Shard says %s"
+                                         % (name, list(saved[name][1]), list(leaf.global_shape)))
+                    request(name, leaf.tensor, leaf.offsets)
+                else:
+                    request(name, leaf, None)
+                filled[name] = leaf
+        for name in (_names_in(structure, []) if structure is not None else sorted(saved)):
+            if name in filled or name not in saved:
+                continue
+            dtype, shape = saved[name]
+            filled[name] = torch.empty(shape, dtype=from_name[dtype])
+            request(name, filled[name], None)
+
+        everyone = [None] * world
+        dist.all_gather_object(everyone, requests, group=group)
+        plans = _blocks(everyone, pieces)
+        for r, (name, _, shape) in enumerate(requests):
+            count = 1
+            for n in shape:
+                count *= n
+            if plans[me][1][r] != count:
+                from . import CorruptionError
+                raise CorruptionError("the copies of step %d in memory cover %d of the %d elements of %r this rank "
+                                      "needs" % (step, plans[me][1][r], count, name))
+        _transfer(me, world, group, plans, pieces, serving, held, (step, save_id), fills, requests)
+    finally:
+        for copy in held.values():
+            copy.close()
+    state = _unflatten(structure, filled) if structure is not None else filled
+    user_extra = json.loads(extras["extra_json"]) if extras.get("extra_json") else dict(extras.get("metadata") or {})
+    log.info("rank %d: restored step %d from the in-memory copies (%s)", me, step, folder)
+    return Checkpoint(step=step, state=state, loader_state=extras.get("loader_state"), extra=user_extra,
+                      metric=extras.get("metric"), rng_states=dict(extras.get("rng_states") or {}),
+                      path="memory:%s" % folder, skipped=[])
+
+
+def _transfer(me, world, group, plans, pieces, serving, held, save, fills, requests):
+    """Sends the blocks this rank serves to the ranks needing them and
+    fills this rank's targets from its own copies and what it receives."""
+    torch = _torch()
+    dist = torch.distributed
+    from .checkpoint import _dtype_tables
+    _, from_name = _dtype_tables()
+
+    def element_bytes(entry):
+        return torch.empty(0, dtype=from_name[entry[1]]).element_size()
+
+    def block_bytes(entry, lo, hi):
+        count = element_bytes(entry)
+        for a, b in zip(lo, hi):
+            count *= b - a
+        return count
+
+    def source_block(source, i, lo, hi):
+        entry = pieces[source][i]
+        return _region(held[(save[0], save[1], source)].piece(entry), entry[4], lo, hi)
+
+    works, inbound = [], []
+    for q in range(world):
+        if q == me:
+            continue
+        mine = [b for b in plans[q][0] if serving[b[1]] == me]
+        if mine:
+            size = sum(_round_up(block_bytes(pieces[s][i], lo, hi), _BLOCK_ALIGN) for _, s, i, lo, hi in mine)
+            buffer = torch.empty(size, dtype=torch.uint8)
+            position = 0
+            for _, s, i, lo, hi in mine:
+                n = block_bytes(pieces[s][i], lo, hi)
+                if n:
+                    buffer[position:position + n].copy_(source_block(s, i, lo, hi).contiguous().reshape(-1)
+                                                        .view(torch.uint8))
+                position += _round_up(n, _BLOCK_ALIGN)
+            works.append(dist.isend(buffer, _global_rank(group, q), group=group, tag=11))
+        theirs = [b for b in plans[me][0] if serving[b[1]] == q]
+        if theirs:
+            size = sum(_round_up(block_bytes(pieces[s][i], lo, hi), _BLOCK_ALIGN) for _, s, i, lo, hi in theirs)
+            buffer = torch.empty(size, dtype=torch.uint8)
+            works.append(dist.irecv(buffer, _global_rank(group, q), group=group, tag=11))
+            inbound.append((theirs, buffer))
+    for r, s, i, lo, hi in plans[me][0]:
+        if serving[s] == me:
+            tensor, origin = fills[r]
+            _region(tensor, origin, lo, hi).copy_(source_block(s, i, lo, hi))
+    for work in works:
+        work.wait()
+    for blocks, buffer in inbound:
+        position = 0
+        for r, s, i, lo, hi in blocks:
+            entry = pieces[s][i]
+            n = block_bytes(entry, lo, hi)
+            tensor, origin = fills[r]
+            if n:
+                block = buffer[position:position + n].view(from_name[entry[1]]).view([b - a for a, b in zip(lo, hi)])
+                _region(tensor, origin, lo, hi).copy_(block)
+            position += _round_up(n, _BLOCK_ALIGN)
+
