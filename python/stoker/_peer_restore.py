@@ -3,9 +3,9 @@
 
 Every rank of the group lists the complete, verified copies its machine
 holds; the newest step whose copies cover every rank that wrote it (and
-which is not older than the newest checkpoint in storage) is chosen; each
-copy is served by one rank holding it (itself where it can); then every
-rank sends the blocks the others' targets need and fills its own. All
+which is not older than the newest checkpoint in storage) is chosen; a
+rank whose machine holds a copy serves itself, the others are spread over
+its holders; then every rank sends the blocks the others' targets need and fills its own. All
 ranks reach the same decisions from the same gathered facts.
 """
 import json
@@ -91,7 +91,7 @@ def _newest_durable(directory):
 
 def _choose(summaries, durable):
     """The (step, save id, world size) to restore, and for each of its
-    sources the rank serving it; or (None, why)."""
+    sources the ranks holding it (sorted); or (None, why)."""
     saves = {}
     for rank, summary in enumerate(summaries):
         for step, save_id, source, world in summary:
@@ -106,7 +106,14 @@ def _choose(summaries, durable):
     if durable is not None and durable > step:
         return None, "storage holds a newer step (%d) than memory (%d)" % (durable, step)
     entry = saves[(step, save_id)]
-    return (step, save_id, entry["world"], {s: min(h) for s, h in entry["holders"].items()}), None
+    return (step, save_id, entry["world"], {s: sorted(h) for s, h in entry["holders"].items()}), None
+
+
+def _server(holders, rank, source):
+    """The rank that sends `source`'s blocks to `rank`: itself where its
+    machine holds the copy, else one of the holders, spread by rank."""
+    held_by = holders[source]
+    return rank if rank in held_by else held_by[rank % len(held_by)]
 
 
 def _blocks(requests_by_rank, pieces):
@@ -160,9 +167,9 @@ def restore(directory, target, group, memory_dir, rank=None):
         if choice is None:
             log.warning("rank %d: restoring %s from storage, not from the in-memory copies: %s", me, directory, why)
             return None
-        step, save_id, saved_world, serving = choice
+        step, save_id, saved_world, holders = choice
         metas = [None] * world
-        dist.all_gather_object(metas, {s: held[(step, save_id, s)].meta for s, r in serving.items() if r == me},
+        dist.all_gather_object(metas, {s: held[(step, save_id, s)].meta for s, h in holders.items() if h[0] == me},
                                group=group)
         meta = {int(s): m for served in metas for s, m in served.items()}
         pieces = {s: m["pieces"] for s, m in meta.items()}
@@ -218,7 +225,7 @@ def restore(directory, target, group, memory_dir, rank=None):
                 from . import CorruptionError
                 raise CorruptionError("the copies of step %d in memory cover %d of the %d elements of %r this rank "
                                       "needs" % (step, plans[me][1][r], count, name))
-        _transfer(me, world, group, plans, pieces, serving, held, (step, save_id), fills, requests)
+        _transfer(me, world, group, plans, pieces, holders, held, (step, save_id), fills, requests)
     finally:
         for copy in held.values():
             copy.close()
@@ -230,63 +237,95 @@ def restore(directory, target, group, memory_dir, rank=None):
                       path="memory:%s" % folder, skipped=[])
 
 
-def _transfer(me, world, group, plans, pieces, serving, held, save, fills, requests):
+_DIRECT_BYTES = 1 << 20  # a block this large travels on its own, from the copy straight into the target
+
+
+def _transfer(me, world, group, plans, pieces, holders, held, save, fills, requests):
     """Sends the blocks this rank serves to the ranks needing them and
-    fills this rank's targets from its own copies and what it receives."""
+    fills this rank's targets from its own copies and what it receives.
+    Between two ranks, blocks of at least _DIRECT_BYTES go one message each
+    (from the mapped copy when the block is a whole piece, into the target
+    when its region is contiguous host memory); the smaller ones go packed
+    in one buffer. Both sides derive the same messages from the same plan."""
     torch = _torch()
     dist = torch.distributed
     from .checkpoint import _dtype_tables
     _, from_name = _dtype_tables()
+    sizes = {}
 
-    def element_bytes(entry):
-        return torch.empty(0, dtype=from_name[entry[1]]).element_size()
-
-    def block_bytes(entry, lo, hi):
-        count = element_bytes(entry)
+    def block_bytes(source, i, lo, hi):
+        entry = pieces[source][i]
+        size = sizes.get(entry[1])
+        if size is None:
+            size = sizes[entry[1]] = torch.empty(0, dtype=from_name[entry[1]]).element_size()
         for a, b in zip(lo, hi):
-            count *= b - a
-        return count
+            size *= b - a
+        return size
 
     def source_block(source, i, lo, hi):
         entry = pieces[source][i]
         return _region(held[(save[0], save[1], source)].piece(entry), entry[4], lo, hi)
 
-    works, inbound = [], []
+    def as_bytes(tensor):
+        return tensor.reshape(-1).view(torch.uint8)
+
+    def split(blocks):
+        direct, packed = [], []
+        for block in blocks:
+            (direct if block_bytes(*block[1:]) >= _DIRECT_BYTES else packed).append(block)
+        return direct, packed
+
+    works, inbound, keep = [], [], []
     for q in range(world):
         if q == me:
             continue
-        mine = [b for b in plans[q][0] if serving[b[1]] == me]
-        if mine:
-            size = sum(_round_up(block_bytes(pieces[s][i], lo, hi), _BLOCK_ALIGN) for _, s, i, lo, hi in mine)
-            buffer = torch.empty(size, dtype=torch.uint8)
+        direct, packed = split([b for b in plans[q][0] if _server(holders, q, b[1]) == me])
+        for k, (_, s, i, lo, hi) in enumerate(direct):
+            block = source_block(s, i, lo, hi)
+            if not block.is_contiguous():
+                block = block.contiguous()
+            keep.append(block)
+            works.append(dist.isend(as_bytes(block), _global_rank(group, q), group=group, tag=100 + k))
+        if packed:
+            buffer = torch.empty(sum(_round_up(block_bytes(*b[1:]), _BLOCK_ALIGN) for b in packed), dtype=torch.uint8)
             position = 0
-            for _, s, i, lo, hi in mine:
-                n = block_bytes(pieces[s][i], lo, hi)
+            for _, s, i, lo, hi in packed:
+                n = block_bytes(s, i, lo, hi)
                 if n:
-                    buffer[position:position + n].copy_(source_block(s, i, lo, hi).contiguous().reshape(-1)
-                                                        .view(torch.uint8))
+                    buffer[position:position + n].copy_(as_bytes(source_block(s, i, lo, hi).contiguous()))
                 position += _round_up(n, _BLOCK_ALIGN)
             works.append(dist.isend(buffer, _global_rank(group, q), group=group, tag=11))
-        theirs = [b for b in plans[me][0] if serving[b[1]] == q]
-        if theirs:
-            size = sum(_round_up(block_bytes(pieces[s][i], lo, hi), _BLOCK_ALIGN) for _, s, i, lo, hi in theirs)
-            buffer = torch.empty(size, dtype=torch.uint8)
+        direct, packed = split([b for b in plans[me][0] if _server(holders, me, b[1]) == q])
+        for k, (r, s, i, lo, hi) in enumerate(direct):
+            tensor, origin = fills[r]
+            region = _region(tensor, origin, lo, hi)
+            landing = region if region.device.type == "cpu" and region.is_contiguous() else None
+            if landing is None:
+                landing = torch.empty(region.shape, dtype=region.dtype)
+                inbound.append(("beside", [(r, s, i, lo, hi)], landing))
+            works.append(dist.irecv(as_bytes(landing), _global_rank(group, q), group=group, tag=100 + k))
+        if packed:
+            buffer = torch.empty(sum(_round_up(block_bytes(*b[1:]), _BLOCK_ALIGN) for b in packed), dtype=torch.uint8)
             works.append(dist.irecv(buffer, _global_rank(group, q), group=group, tag=11))
-            inbound.append((theirs, buffer))
+            inbound.append(("packed", packed, buffer))
     for r, s, i, lo, hi in plans[me][0]:
-        if serving[s] == me:
+        if _server(holders, me, s) == me:
             tensor, origin = fills[r]
             _region(tensor, origin, lo, hi).copy_(source_block(s, i, lo, hi))
     for work in works:
         work.wait()
-    for blocks, buffer in inbound:
+    for kind, blocks, buffer in inbound:
+        if kind == "beside":  # a direct block whose target region is not contiguous host memory
+            r, _, _, lo, hi = blocks[0]
+            tensor, origin = fills[r]
+            _region(tensor, origin, lo, hi).copy_(buffer)
+            continue
         position = 0
         for r, s, i, lo, hi in blocks:
-            entry = pieces[s][i]
-            n = block_bytes(entry, lo, hi)
+            n = block_bytes(s, i, lo, hi)
             tensor, origin = fills[r]
             if n:
-                block = buffer[position:position + n].view(from_name[entry[1]]).view([b - a for a, b in zip(lo, hi)])
+                block = buffer[position:position + n].view(from_name[pieces[s][i][1]]).view(
+                    [b - a for a, b in zip(lo, hi)])
                 _region(tensor, origin, lo, hi).copy_(block)
             position += _round_up(n, _BLOCK_ALIGN)
-

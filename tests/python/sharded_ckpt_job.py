@@ -250,6 +250,9 @@ def main():
     elif mode == "peer_load":
         # Rank r of this job runs on machine MACHINES[r]; model.w cut by columns, as "load" does.
         memory, machines = sys.argv[3], sys.argv[4].split(",")
+        if len(sys.argv) > 5:  # blocks this large travel on their own, into their targets where contiguous
+            from stoker import _peer_restore
+            _peer_restore._DIRECT_BYTES = int(sys.argv[5])
         c_begin, c_end = cols_of(rank, world, COLS)
         w = torch.full((ROWS, c_end - c_begin), -1.0)
         emb = torch.zeros(EMB)

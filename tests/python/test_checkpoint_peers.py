@@ -58,7 +58,9 @@ def test_a_damaged_copy_is_named_and_not_used(tmp_path):
     raw[100] ^= 0xFF
     bad.write_bytes(bytes(raw))
     shutil.move(str(ckpt), str(tmp_path / "elsewhere"))
-    loaded = run(2, "peer_load", ckpt, memory, "0,1", results=tmp_path / "r2")
+    # Blocks of 256 bytes and more travel on their own (emb, optimizer.m: into their targets; model.w's
+    # column blocks: beside them), the smaller ones packed.
+    loaded = run(2, "peer_load", ckpt, memory, "0,1", 256, results=tmp_path / "r2")
     assert [r["step"] for r in loaded] == [3, 3] and loaded[0]["path"].startswith("memory:")
     assert "fails its checksum" in loaded[0]["output"] and bad.name[:-4] in loaded[0]["output"]
 
@@ -97,7 +99,11 @@ def test_the_choice_needs_every_source_and_prefers_the_newest():
                  [(2, "a-2", 1, 3), (1, "a-1", 1, 3), (1, "a-1", 2, 3)],
                  [(2, "a-2", 1, 3)]]
     choice, why = _peer_restore._choose(summaries, durable=1)
-    assert why is None and choice == (2, "a-2", 3, {0: 0, 1: 1, 2: 0})
+    assert why is None and choice == (2, "a-2", 3, {0: [0], 1: [1, 2], 2: [0]})
+    holders = choice[3]
+    # A rank holding a copy serves itself; the others are spread over the holders.
+    assert [_peer_restore._server(holders, r, 1) for r in range(4)] == [1, 1, 2, 2]
+    assert [_peer_restore._server(holders, r, 0) for r in range(3)] == [0, 0, 0]
     choice, why = _peer_restore._choose([summaries[0], [], []], durable=None)
     assert choice is None and "step 2: 2 of 3 ranks' copies" in why
     choice, why = _peer_restore._choose(summaries, durable=3)
