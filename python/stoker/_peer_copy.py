@@ -322,10 +322,21 @@ class PeerCopies:
                                % (self.next_rank, step))
 
     def _remove_older(self, step, save_id):
-        """Removes the copies this rank held of other saves, and those of
-        holders beyond the current world (left by a larger earlier job). A
+        """Removes the copies this rank held of other saves (and any it
+        left half written when killed), and those of holders beyond the
+        current world (left by a larger earlier job). A
         restore then finds either this step complete or, where another
         rank's copy of it failed, too little in memory and reads storage."""
+        partial = ".copy-h%05d-" % self.rank  # what a killed process of this rank left half written
+        try:
+            leftovers = [n for n in os.listdir(self.folder) if n.startswith(partial) and ("-" + save_id + ".") not in n]
+        except OSError:
+            leftovers = []
+        for name in leftovers:
+            try:
+                os.unlink(os.path.join(self.folder, name))
+            except OSError:
+                pass
         for entry in _entries(self.folder):
             holder, _, entry_step, entry_save = entry[1]
             if (holder == self.rank or holder >= self.world_size) and (entry_step, entry_save) != (step, save_id):

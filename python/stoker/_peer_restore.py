@@ -223,8 +223,8 @@ def restore(directory, target, group, memory_dir, rank=None):
                 count *= n
             if plans[me][1][r] != count:
                 from . import CorruptionError
-                raise CorruptionError("the copies of step %d in memory cover %d of the %d elements of %r this rank "
-                                      "needs" % (step, plans[me][1][r], count, name))
+                raise CorruptionError("rank %d: the copies of step %d in memory cover %d of the %d elements of %r "
+                                      "it needs" % (me, step, plans[me][1][r], count, name))
         _transfer(me, world, group, plans, pieces, holders, held, (step, save_id), fills, requests)
     finally:
         for copy in held.values():

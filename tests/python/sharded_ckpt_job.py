@@ -267,6 +267,23 @@ def main():
         assert loaded.state["model"]["w"].tensor is w and loaded.state["optimizer"]["lr"] == 0.5 + step
         assert loaded.state["epoch"] == step // 10
         result.update(step=step, path=loaded.path, extra=loaded.extra, rng=sorted(loaded.rng_states))
+    elif mode == "peer_loop":
+        # Saves with copies on peers as fast as it can until killed (the kill loop's larger state).
+        ckpt = stoker.Checkpointer(directory, keep_last=2, commit_timeout=30, replicate_to_peer=True,
+                                   peer_memory_dir=os.path.join(sys.argv[4], "machine-%d" % rank))
+        loop = LoopState(int(sys.argv[3]), rank, world)
+        while True:
+            ckpt.save(loop.step, loop.state)
+            ckpt.wait()
+            loop.advance()
+    elif mode == "peer_loop_load":
+        rows, cols = ROWS * LOOP_SCALE, COLS * LOOP_SCALE
+        target = {"model": {"w": torch.empty(rows, cols), "emb": torch.empty(EMB)},
+                  "optimizer": {"m": torch.empty(MOMENT_ROWS, 3, dtype=torch.float64)}}
+        loaded = stoker.load_latest(directory, target=target, from_peers=True,
+                                    memory_dir=os.path.join(sys.argv[3], "machine-%d" % rank))
+        check_loop(loaded.state, loaded.step)
+        result.update(step=loaded.step, path=loaded.path)
     dist.barrier()
     with open(os.path.join(os.environ["RESULT_DIR"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)

@@ -2,9 +2,13 @@
 machine memory, and a restarted job (another world size, a machine lost)
 restored from them without reading storage; too little in memory, a
 damaged copy or a newer checkpoint in storage fall back to storage."""
+import os
 import pathlib
+import random
 import shutil
+import signal
 import sys
+import time
 
 import pytest
 
@@ -12,7 +16,7 @@ import stoker
 from stoker import _peer_restore
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from sharded_harness import run  # noqa: E402
+from sharded_harness import run, start  # noqa: E402
 
 
 def _copies(machine):
@@ -21,7 +25,11 @@ def _copies(machine):
 
 def test_a_lost_machine_is_restored_from_its_peer_under_another_world_size(tmp_path):
     ckpt, memory = tmp_path / "ckpt", tmp_path / "memory"
+    # What a killed rank 0 left half written on its machine goes with its next copy.
+    (memory / "machine-0").mkdir(parents=True)
+    (memory / "machine-0" / ".copy-h00000-s00000-step9-dead0000-1.bin").write_bytes(b"half")
     saved = run(3, "peer_save", ckpt, "1,2", memory, results=tmp_path / "r1")
+    assert not (memory / "machine-0" / ".copy-h00000-s00000-step9-dead0000-1.bin").exists()
     for r in saved:
         stats = r["stats"]
         assert stats["peer_copies"] == 2 and stats["peer_copy_failures"] == 0, stats
@@ -124,3 +132,31 @@ def test_replicate_to_peer_needs_a_group(tmp_path):
         stoker.Checkpointer(tmp_path / "c", group=None, replicate_to_peer=True)
     with pytest.raises(ValueError, match="collective"):
         stoker.load_latest(tmp_path / "c", from_peers=True)
+
+
+def test_a_kill_of_any_rank_while_copying_never_restores_a_wrong_state(tmp_path):
+    """Four rounds of three ranks saving with copies in a loop, one SIGKILLed
+    at a random moment, then the rest: every restart restores (from memory
+    where it is complete, else from storage) exactly one step's state."""
+    ckpt, memory = tmp_path / "ckpt", tmp_path / "memory"
+    rng = random.Random(31)
+    next_step, sources = 1, []
+    for round_ in range(4):
+        procs = start(3, "peer_loop", ckpt, next_step, memory, results=tmp_path / "r")
+        deadline = time.monotonic() + 90  # torch's import and the group, then the round's first publish
+        while not (ckpt / ("step-%d" % next_step)).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (ckpt / ("step-%d" % next_step)).exists(), "round %d published nothing in 90 s" % round_
+        time.sleep(rng.uniform(0, 1.5))  # then a random moment of saving and copying
+        os.kill(procs[rng.randrange(3)].pid, signal.SIGKILL)
+        time.sleep(rng.uniform(0, 0.2))
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.communicate()
+        loaded = run(3, "peer_loop_load", ckpt, memory, results=tmp_path / ("l%d" % round_))
+        assert len({r["step"] for r in loaded}) == 1, loaded
+        sources.append("memory" if loaded[0]["path"].startswith("memory:") else "storage")
+        next_step = loaded[0]["step"] + 1
+    print("restored from: %s" % ", ".join(sources))
