@@ -43,8 +43,10 @@ def body(ddp, images, labels, weight_of, micro):
     torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
     opt.step(); sched.step(); opt.zero_grad()
 EPOCHS = 20
-if mode == "trainer":
-    trainer = stoker.elastic.Trainer(model, opt, stoker.Loader(data, **kw), epochs=EPOCHS, scheduler=sched)
+if mode in ("trainer", "straggler"):
+    policy = stoker.elastic.StragglerPolicy(action="warn") if mode == "straggler" else None
+    trainer = stoker.elastic.Trainer(model, opt, stoker.Loader(data, **kw), epochs=EPOCHS, scheduler=sched,
+                                     straggler=policy)
     last = None
     for images, labels, _ in trainer:
         now = time.perf_counter()
@@ -83,6 +85,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--extra", type=float, help="one setting of extra compute per step (seconds)")
+    ap.add_argument("--straggler", action="store_true",
+                    help="also the Trainer with StragglerPolicy(action='warn'): the cost of its timing comm hook")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="stoker-elastic-overhead-")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), os.path.join(work, "img"),
@@ -97,7 +101,7 @@ def main():
     for extra in (0.0, 0.05) if args.extra is None else (args.extra,):
         per_mode = {}
         for _ in range(args.repeats):
-            for mode in ("plain", "trainer"):
+            for mode in ("plain", "trainer") + (("straggler",) if args.straggler else ()):
                 out = os.path.join(work, "r-%s-%s-%f" % (mode, time.monotonic(), extra))
                 run = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", "--standalone",
                                       "--nproc-per-node", str(args.workers), "--max-restarts", "0", script, mode,
@@ -111,6 +115,13 @@ def main():
         rows.append({"extra_compute_ms": 1000 * extra, "plain_step_ms": plain, "trainer_step_ms": trainer,
                      "overhead": trainer / plain - 1, "plain_runs": per_mode["plain"],
                      "trainer_runs": per_mode["trainer"]})
+        if args.straggler:
+            timed = statistics.median(per_mode["straggler"])
+            rows[-1].update(straggler_step_ms=timed, straggler_runs=per_mode["straggler"])
+            print("extra compute %3.0f ms: Trainer with StragglerPolicy %.2f ms a step (%+.1f%% over plain DDP, "
+                  "%+.1f%% over the Trainer); runs %s" % (1000 * extra, timed, 100 * (timed / plain - 1),
+                                                          100 * (timed / trainer - 1),
+                                                          ["%.2f" % x for x in per_mode["straggler"]]), flush=True)
         print("extra compute %3.0f ms: plain DDP %.2f ms a step, Trainer %.2f ms (%+.1f%%); runs %s vs %s" % (
             1000 * extra, plain, trainer, 100 * (trainer / plain - 1), ["%.2f" % x for x in per_mode["plain"]],
             ["%.2f" % x for x in per_mode["trainer"]]), flush=True)

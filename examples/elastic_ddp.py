@@ -40,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (to kill workers mid-run)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
+    p.add_argument("--straggler", metavar="FACTOR:STEPS", help="evict a worker slower than FACTOR x the others' "
+                   "median for STEPS steps in a row (stoker.elastic.StragglerPolicy)")
+    p.add_argument("--slow", metavar="LOCAL_RANK:SECONDS", help="the worker of this local rank computes SECONDS "
+                   "longer each step (to try --straggler)")
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
     p.add_argument("--device", default="cpu", help="where the model trains (cuda: DDP on gloo reduces CUDA "
                                                    "tensors through the host)")
@@ -141,11 +145,21 @@ def main(argv=None):
             finally:
                 os.close(fd)
 
+    straggler = None
+    if args.straggler:
+        factor, steps = args.straggler.split(":")
+        straggler = stoker.elastic.StragglerPolicy(factor=float(factor), steps=int(steps))
+    slow = 0.0
+    if args.slow:
+        local_rank, seconds = args.slow.split(":")
+        slow = float(seconds) if os.environ.get("LOCAL_RANK") == local_rank else 0.0
     trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=args.epochs, scheduler=scheduler,
-                                     scaler=scaler, on_commit=log_step, timeout=args.timeout)
+                                     scaler=scaler, on_commit=log_step, timeout=args.timeout, straggler=straggler)
     for images, labels, _ in trainer:
         with trainer.step():
             images, labels = images.to(args.device, non_blocking=True), labels.to(args.device, non_blocking=True)
+            if slow:
+                time.sleep(slow)  # a slower machine: before the backward pass, so DDP waits for it
             for x, y, weight in trainer.accumulate(images, labels, parts=2):
                 with torch.autocast("cuda", dtype=torch.float16) if args.amp else contextlib.nullcontext():
                     loss = nn.functional.cross_entropy(trainer.model(x), y % 10) * weight
@@ -162,7 +176,7 @@ def main(argv=None):
                 optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-    if args.save_params and trainer.rank == 0 and not trainer.summary.left_behind:
+    if args.save_params and trainer.rank == 0 and not trainer.summary.left_behind and not trainer.summary.evicted:
         torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.save_params + ".tmp")
         os.replace(args.save_params + ".tmp", args.save_params)
     logging.getLogger("stoker.elastic").info("done: %r", trainer.summary)

@@ -184,3 +184,49 @@ def test_dict_batches_train_as_tuples_do(packed):
             opt.step()
             opt.zero_grad()
     assert sorted(i for c in commits for i in c["samples"]) == list(range(NUM_SAMPLES))
+
+
+def test_trainer_evicts_a_straggler_and_goes_on_without_it(packed, ddp_reference, tmp_path):
+    """examples/elastic_ddp.py, three workers; the one of local rank 2 computes 0.2 s longer each step
+    (before its backward pass, so DDP makes the others wait for it). StragglerPolicy(1.5, 4) judges from
+    the second step (the first has no previous time) and evicts it after four slow steps in a row; the
+    other two re-form at once and go on: each sample still once, the replicas equal, the schedule kept, and
+    the uninterrupted run's parameters reached."""
+    port = _free_port()
+    main = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3",
+                    "--min-workers", "1", "--max-workers", "3"] + _ddp_args(packed, tmp_path, "straggler", 0)
+                   + ["--straggler", "1.5:4", "--slow", "2:0.2"])
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    assert "was a straggler" in out and "this worker leaves the job" in out, out[-4000:]
+    assert "evicted=" in out  # the evicted worker's summary says why
+    lines = _ddp_check(packed, tmp_path, "straggler")
+    sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
+    assert sizes[0] == 3 and sizes[-1] == 2, sizes
+    # Four judged steps in a row: the earliest verdict is at the commit of step 4; DDP's bucket rebuild in
+    # its second iteration (a broadcast in the forward pass) makes the others wait there once, which ends
+    # a streak, so it usually comes two steps later (and a fast worker descheduled on a busy machine can
+    # end one more).
+    steps_of_three = sorted({r["step"] for r in lines if r["world_size"] == 3})
+    assert steps_of_three == list(range(len(steps_of_three))) and 5 <= len(steps_of_three) <= 11, out[-6000:]
+    _assert_params_match(ddp_reference, tmp_path / "straggler.pt")
+
+
+def test_straggler_policy_needs_a_streak_of_one_rank():
+    policy = elastic.StragglerPolicy(factor=1.5, steps=3)
+    assert policy.observe([0.1, 0.1, 0.3]) is None
+    assert policy.observe([0.1, 0.1, 0.3]) is None
+    verdict = policy.observe([0.1, 0.12, 0.3])  # the others' median is 0.11
+    assert verdict[0] == 2 and abs(verdict[1] - (3 + 3 + 0.3 / 0.11) / 3) < 1e-9
+    # The streak restarts after a verdict, after a fast step, and when another rank is the slow one.
+    for times in ([0.1, 0.1, 0.3], [0.1, 0.1, 0.3], [0.1, 0.1, 0.14], [0.3, 0.1, 0.1], [0.3, 0.1, 0.1]):
+        assert policy.observe(times) is None
+    assert policy.observe([0.3, 0.1, 0.1])[0] == 0
+    assert policy.observe([None, 0.1, 0.3]) is None  # an unknown time ends a streak
+    assert elastic.StragglerPolicy(steps=1, min_seconds=0.05).observe([0.001, 0.001, 0.04]) is None
+    with pytest.raises(ValueError, match="factor"):
+        elastic.StragglerPolicy(factor=1.0)
+    with pytest.raises(ValueError, match="action"):
+        elastic.StragglerPolicy(action="kill")
+    with pytest.raises(TypeError, match="StragglerPolicy"):
+        elastic.Trainer(torch.nn.Linear(2, 2), None, None, epochs=1, straggler=2.0)

@@ -28,8 +28,9 @@ class PeerFailure(RuntimeError):
     exits so that the agent restarts the group."""
 
 
-from .policy import BatchPolicy, rank_share  # noqa: E402
+from .policy import BatchPolicy, StragglerPolicy, rank_share  # noqa: E402
 from ._runner import RunSummary, detect_mode, run  # noqa: E402
 from ._trainer import Trainer  # noqa: E402
 
-__all__ = ["run", "Trainer", "BatchPolicy", "RunSummary", "ElasticError", "PeerFailure", "rank_share", "detect_mode"]
+__all__ = ["run", "Trainer", "BatchPolicy", "StragglerPolicy", "RunSummary", "ElasticError", "PeerFailure",
+           "rank_share", "detect_mode"]

@@ -44,10 +44,12 @@ class RunSummary:
         self.restored_step = None
         self.recovery_seconds = []
         self.left_behind = False  # the group finished the job without this worker (it hung, or came late)
+        self.evicted = None  # why this worker left as a straggler (Trainer(straggler=...)), or None
 
     def __repr__(self):
-        return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r)"
-                % (self.steps, self.reconfigurations, self.recomputed_steps, self.world_sizes, self.restored_step))
+        return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r%s)"
+                % (self.steps, self.reconfigurations, self.recomputed_steps, self.world_sizes, self.restored_step,
+                   ", evicted=%r" % self.evicted if self.evicted else ""))
 
 
 def detect_mode():

@@ -28,6 +28,7 @@ Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
 (see its help): the same modes, the same exactly-once loader.
 """
 import contextlib
+import logging
 import time
 import types
 
@@ -35,7 +36,9 @@ from . import ElasticError, PeerFailure
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._runner import _Runner, _join_timeout
-from .policy import rank_share
+from .policy import StragglerPolicy, rank_share
+
+log = logging.getLogger("stoker.elastic")
 
 # What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
 _PEER_TROUBLE = ("gloo", "Connection closed", "Connection reset", "Timed out", "timed out", "timeout", "NCCL",
@@ -82,11 +85,17 @@ class Trainer:
     epoch, batch, world_size, rank, samples (the global batch's ids),
     rank_samples (this rank's), stepped (False when a scaler skipped the
     optimizer step)}. ``ddp``: keyword arguments for DistributedDataParallel.
+    ``straggler``: a StragglerPolicy, which evicts (or names) a worker that
+    is slower than the others step after step (None: a slow worker is only
+    waited for, up to ``timeout`` per collective).
     The rest as stoker.elastic.run."""
 
     def __init__(self, model, optimizer, loader, *, epochs, scheduler=None, scaler=None, policy=None,
                  checkpointer=None, on_commit=None, ddp=None, timeout=30.0, mode=None, join_timeout=None,
-                 rendezvous_timeout=600.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2):
+                 rendezvous_timeout=600.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2,
+                 straggler=None):
+        if straggler is not None and not isinstance(straggler, StragglerPolicy):
+            raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
         extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
         self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
                           snapshot_dir, snapshot_every, snapshot_copies, mode,
@@ -103,7 +112,13 @@ class Trainer:
         self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
         self._handed_out = 0.0  # when the batch in flight was asked of the loader
         self._it, self._it_at = None, None  # the loader's iterator, and the (loader, epoch) it is for
+        self._straggler = straggler
+        self._grad_ready = None  # when the last gradient was computed (the straggler policy's clock)
+        self._own_time = None  # this rank's own time for its last committed step (ditto)
+        self._evict = None  # (rank, why): the straggler policy's decision, carried out before the next batch
         self._wrap_optimizer_step()
+        if straggler is not None:
+            self._clock_gradients()
 
     @property
     def summary(self):
@@ -208,6 +223,16 @@ class Trainer:
                     r._on_failure(failure)
                     self._rebuild()
                     continue
+                if self._evict is not None:
+                    rank, why = self._evict
+                    self._evict, self._batch, self.model = None, None, None
+                    if r.group.rank == rank:
+                        self._leave(why)
+                        finished = True
+                        return
+                    r._reconfigure(why)
+                    self._rebuild()
+                    continue
                 if self._join:
                     self._join, self._batch = False, None
                     self.model = None
@@ -259,6 +284,9 @@ class Trainer:
         loader was moved (resharded, rewound): a new iterator follows."""
         self._it = None
         g = self._r.group
+        self._own_time = None
+        if self._straggler is not None:
+            self._straggler.reset()  # the ranks are other workers now
         if g.world_size == 1:
             self.model = self.module
             return
@@ -298,7 +326,11 @@ class Trainer:
         import torch
         r, g = self._r, self._r.group
         _, _, batch_samples, first, end, indices = self._batch
-        ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
+        timed = self._straggler is not None and g.world_size > 1
+        ids = torch.zeros(batch_samples + 2 + (g.world_size if timed else 0), dtype=torch.int64)
+        if timed and self._own_time is not None:
+            # The last step's own time, in microseconds: after the sum every rank has every rank's.
+            ids[batch_samples + 2 + g.rank] = max(1, int(self._own_time * 1e6))
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
         if g.rank == 0 and r.rendezvous is not None:
@@ -347,6 +379,8 @@ class Trainer:
                 "samples": (ids[:batch_samples] - 1).tolist() if indices is not None else None,
                 "rank_samples": indices.tolist() if indices is not None else None}
         r.last_commit = info
+        if self._straggler is not None and g.world_size > 1:
+            self._judge_stragglers(ids[batch_samples + 2:batch_samples + 2 + g.world_size].tolist())
         # The step's wall time (commit to commit), which sets how often snapshots may be taken.
         now = time.monotonic()
         if self._last_commit_time is not None:
@@ -358,3 +392,60 @@ class Trainer:
         self._to_save = info  # saved once the body is done: after the scheduler's step that follows
         if r.rendezvous is not None and int(ids[batch_samples]) > r.rendezvous.joins_seen:
             self._join = True
+
+    # -- the straggler policy ------------------------------------------------------------------------------------
+
+    def _clock_gradients(self):
+        """Notes when each parameter's gradient is computed: the last one in a
+        backward pass marks the end of this rank's own work. Tensor hooks, in
+        the autograd engine: DDP's all-reduce runs apart from them, so the
+        time DDP waits for a slow peer is not in it. (Not a DDP comm hook: on
+        torch 1.13 a Python one leaves a callback on the gloo collective,
+        which crashes the process at exit when a peer died during it.)"""
+        trainer = self
+
+        def stamp(grad):
+            trainer._grad_ready = time.monotonic()
+            return grad
+        for p in self.module.parameters():
+            if p.requires_grad:
+                p.register_hook(stamp)
+
+    def _judge_stragglers(self, micros):
+        """At a commit: the ranks' own times of the previous step (the same
+        list on every rank) go to the policy; this step's own time is kept
+        for the next step's collective."""
+        r, g = self._r, self._r.group
+        ready, self._grad_ready = self._grad_ready, None
+        self._own_time = ready - self._handed_out if ready is not None and ready >= self._handed_out else None
+        verdict = self._straggler.observe([m / 1e6 if m > 0 else None for m in micros])
+        if verdict is None:
+            return
+        rank, ratio = verdict
+        why = ("rank %d was a straggler: its own time (batch to last gradient) was %.2fx the others' median "
+               "for %d steps in a row" % (rank, ratio, self._straggler.steps))
+        if self._straggler.action == "warn":
+            if g.rank == 0:
+                log.warning("%s (StragglerPolicy(action='warn'): it stays)", why)
+            return
+        if r.mode != "in_process":
+            if g.rank == 0:
+                log.warning("%s; it stays: evicting needs the in-process mode (stoker.elastic.launch --in-process)",
+                            why)
+            return
+        minimum = r.rendezvous.min_size if r.rendezvous is not None else 1
+        if g.world_size - 1 < minimum:
+            if g.rank == 0:
+                log.warning("%s; it stays: without it the group would have %d workers, below the minimum %d", why,
+                            g.world_size - 1, minimum)
+            return
+        self._evict = (rank, why + "; it is evicted")
+
+    def _leave(self, why):
+        """This worker was judged a straggler: it leaves the job. Marked gone
+        in the store, so the others re-form at once without waiting for it."""
+        r = self._r
+        r.summary.evicted = why
+        log.warning("rank %d of %d: %s; this worker leaves the job", r.group.rank, r.group.world_size, why)
+        if r.rendezvous is not None:
+            r.rendezvous.store.set("dead/" + r.rendezvous.id, "evicted as a straggler")

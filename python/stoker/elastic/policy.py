@@ -20,7 +20,7 @@ The rule (documented in the README's "Elastic training"):
 import logging
 import math
 
-__all__ = ["BatchPolicy", "rank_share"]
+__all__ = ["BatchPolicy", "StragglerPolicy", "rank_share"]
 
 _LR_RULES = (None, "linear", "sqrt")
 
@@ -108,3 +108,71 @@ def apply_lr_factor(optimizer, old_factor, new_factor, reason, scheduler=None):
         scheduler.base_lrs = [lr * ratio for lr in base_lrs]
     logging.getLogger("stoker.elastic").info("learning rate x%.4g (%s): %s", new_factor, reason,
                                              ", ".join("%.6g" % g["lr"] for g in optimizer.param_groups))
+
+
+class StragglerPolicy:
+    """When a worker counts as a straggler, and what is done about it
+    (stoker.elastic.Trainer(straggler=...), in-process mode).
+
+    A rank's time for a step is its own: from asking the loader for the
+    batch to the moment its backward pass computed its last gradient (tensor
+    hooks on the parameters), so the time DDP spends waiting for a slow peer
+    is not in it, and a slow loader or a slow device is (a collective in the
+    forward pass, such as DDP's buffer broadcast or its one bucket rebuild
+    in the second iteration, makes the others wait there, which ends a
+    streak). The ranks exchange these times inside the
+    commit's collective (no message of its own), so every rank reaches the
+    same decision at the same step. A rank whose time exceeds ``factor``
+    times the median of the others' for ``steps`` committed steps in a row
+    is a straggler: ``action="evict"`` makes it leave (the others re-form
+    without it at once, as after a failure but without waiting for a
+    timeout; not below the launcher's minimum of workers, then it is only
+    named), ``action="warn"`` only names it in a warning, every ``steps``
+    steps while it lasts. Steps whose times are below ``min_seconds`` are
+    not judged (tiny steps are noise)."""
+
+    def __init__(self, factor=1.5, steps=50, action="evict", min_seconds=0.0):
+        if not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 1:
+            raise ValueError("StragglerPolicy(factor=%r): a number above 1 (1.5: 50%% slower than the others)"
+                             % (factor,))
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise ValueError("StragglerPolicy(steps=%r): a positive number of steps" % (steps,))
+        if action not in ("evict", "warn"):
+            raise ValueError("StragglerPolicy(action=%r): 'evict' or 'warn'" % (action,))
+        if not isinstance(min_seconds, (int, float)) or not min_seconds >= 0:
+            raise ValueError("StragglerPolicy(min_seconds=%r): a number of seconds >= 0" % (min_seconds,))
+        self.factor, self.steps, self.action, self.min_seconds = float(factor), steps, action, float(min_seconds)
+        self.reset()
+
+    def __repr__(self):
+        return "StragglerPolicy(factor=%g, steps=%d, action=%r, min_seconds=%g)" % (
+            self.factor, self.steps, self.action, self.min_seconds)
+
+    def reset(self):
+        """Forgets the streak (the group changed: ranks mean other workers)."""
+        self._rank, self._count, self._ratios = None, 0, []
+
+    def observe(self, times):
+        """`times`: each rank's own time for one step, in seconds (None:
+        unknown). Returns (rank, ratio to the others' median, averaged over
+        the streak) when a streak of ``steps`` completes, else None."""
+        known = [(t, r) for r, t in enumerate(times) if t is not None]
+        if len(known) < 2 or len(known) != len(times):
+            self.reset()
+            return None
+        slowest, rank = max(known)
+        others = sorted(t for t, r in known if r != rank)
+        middle = len(others) // 2
+        median = others[middle] if len(others) % 2 else (others[middle - 1] + others[middle]) / 2
+        if slowest < self.min_seconds or median <= 0 or slowest <= self.factor * median:
+            self.reset()
+            return None
+        if rank != self._rank:
+            self._rank, self._count, self._ratios = rank, 0, []
+        self._count += 1
+        self._ratios.append(slowest / median)
+        if self._count < self.steps:
+            return None
+        ratio = sum(self._ratios) / len(self._ratios)
+        self.reset()
+        return rank, ratio
