@@ -10,6 +10,7 @@ ShardedTensor, where torch has them) is the block at given offsets of a
 larger tensor.
 """
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -330,9 +331,25 @@ def wait_published(directory, step, save_id, rank, timeout):
 
 # ---- loading ------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _distributed_types():
+    return convert_types()
+
+
 def _named_leaves(node, path, out):
-    """Tensors and Shards of a target state by the names save() gives them."""
+    """Tensors and Shards of a target state by the names save() gives them.
+    A DTensor or ShardedTensor (where torch has them) is what this rank
+    holds of it: a Shard, or (replicated) its local tensor, filled in place."""
     torch = _torch()
+    types = _distributed_types()
+    if types is not None and isinstance(node, types):
+        node = convert(node)
+        if isinstance(node, list):
+            if len(node) != 1:
+                raise TypeError("target %r is a ShardedTensor with %d local shards on this rank; load_latest fills "
+                                "one piece per tensor and rank (give each piece as a stoker.Shard under its own "
+                                "name, or one shard per rank)" % (path, len(node)))
+            node = node[0]
     if isinstance(node, (Shard, torch.Tensor)):
         out[path or "tensor"] = node
     elif isinstance(node, dict):

@@ -104,6 +104,33 @@ def check_full(state, step, scale=1):
     assert state["optimizer"]["lr"] == 0.5 + step and state["epoch"] == step // 10
 
 
+def fsdp_expected(name, shape):
+    count = 1
+    for n in shape:
+        count *= n
+    return torch.arange(count, dtype=torch.float32).reshape(shape) * 0.001 + len(name)
+
+
+def fsdp_model(world):
+    """A small MLP whose every parameter has known values, sharded by FSDP2 over a CPU mesh of `world`."""
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    model = nn.Sequential(nn.Linear(37, 64), nn.ReLU(), nn.Linear(64, 11))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(fsdp_expected(name, tuple(p.shape)))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
 def main():
     mode, directory = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -284,6 +311,27 @@ def main():
                                     memory_dir=os.path.join(sys.argv[3], "machine-%d" % rank))
         check_loop(loaded.state, loaded.step)
         result.update(step=loaded.step, path=loaded.path)
+    elif mode in ("fsdp_save", "fsdp_load"):
+        # FSDP2 (torch >= 2.4): its state_dict() holds DTensors sharded over this world; saved, then
+        # loaded into another world's FSDP2 model in place, from storage or from the peers' memory.
+        model = fsdp_model(world)
+        memory = os.path.join(sys.argv[3], "machine-%d" % rank)
+        if mode == "fsdp_save":
+            ckpt = stoker.Checkpointer(directory, replicate_to_peer=True, peer_memory_dir=memory)
+            assert ckpt.save(7, {"model": model.state_dict()})
+            ckpt.wait()
+            ckpt.close()
+        else:
+            state = model.state_dict()
+            for value in state.values():
+                value.to_local().zero_()
+            loaded = stoker.load_latest(directory, target={"model": state}, from_peers=sys.argv[4] == "peers",
+                                        memory_dir=memory)
+            assert loaded is not None, "no checkpoint in storage or in memory"
+            for name, value in model.state_dict().items():
+                assert torch.equal(value.full_tensor(), fsdp_expected(name, tuple(value.shape))), name
+            result.update(step=loaded.step, path=loaded.path,
+                          local_shapes={k: list(v.to_local().shape) for k, v in state.items()})
     dist.barrier()
     with open(os.path.join(os.environ["RESULT_DIR"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)
