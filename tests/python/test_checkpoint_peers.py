@@ -1,7 +1,8 @@
 """replicate_to_peer: each rank's pieces kept in its own and a peer's
 machine memory, and a restarted job (another world size, a machine lost)
 restored from them without reading storage; too little in memory, a
-damaged copy or a newer checkpoint in storage fall back to storage."""
+damaged copy, a failed copy or a newer checkpoint in storage fall back to
+storage or to another holder."""
 import os
 import pathlib
 import random
@@ -86,19 +87,10 @@ def test_a_copy_that_fails_is_counted_never_raised_and_nobody_waits_for_it(tmp_p
     assert "rank 1 made no copy of step 2" in errors[2]
     assert [r["stats"]["last_peer_copy_step"] for r in saved] == [1, 1, 1]
     assert [c["step"] for c in stoker.list_checkpoints(ckpt)] == [1, 2]  # storage unaffected
-    # Memory holds all of step 1 but not step 2: storage's step 2 is read.
+    # Memory holds all of step 1 but not step 2: storage's step 2, newer, is read.
     loaded = run(3, "peer_load", ckpt, memory, "0,1,2", results=tmp_path / "r2")
     assert [r["step"] for r in loaded] == [2, 2, 2]
     assert "storage holds a newer step (2) than memory (1)" in loaded[0]["output"]
-
-
-def test_storage_newer_than_memory_wins(tmp_path):
-    ckpt, memory = tmp_path / "ckpt", tmp_path / "memory"
-    run(2, "peer_save", ckpt, "4", memory, results=tmp_path / "r1")
-    run(2, "save", ckpt, "5", results=tmp_path / "r2")  # without copies in memory
-    loaded = run(2, "peer_load", ckpt, memory, "0,1", results=tmp_path / "r3")
-    assert [r["step"] for r in loaded] == [5, 5] and loaded[0]["path"].endswith("step-5")
-    assert "storage holds a newer step (5) than memory (4)" in loaded[0]["output"]
 
 
 def test_the_choice_needs_every_source_and_prefers_the_newest():
@@ -135,13 +127,13 @@ def test_replicate_to_peer_needs_a_group(tmp_path):
 
 
 def test_a_kill_of_any_rank_while_copying_never_restores_a_wrong_state(tmp_path):
-    """Four rounds of three ranks saving with copies in a loop, one SIGKILLed
+    """Three rounds of three ranks saving with copies in a loop, one SIGKILLed
     at a random moment, then the rest: every restart restores (from memory
     where it is complete, else from storage) exactly one step's state."""
     ckpt, memory = tmp_path / "ckpt", tmp_path / "memory"
     rng = random.Random(31)
     next_step, sources = 1, []
-    for round_ in range(4):
+    for round_ in range(3):
         procs = start(3, "peer_loop", ckpt, next_step, memory, results=tmp_path / "r")
         deadline = time.monotonic() + 90  # torch's import and the group, then the round's first publish
         while not (ckpt / ("step-%d" % next_step)).exists() and time.monotonic() < deadline:
