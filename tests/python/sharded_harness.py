@@ -41,3 +41,12 @@ def run(world, mode, directory, *args, results, timeout=120):
     for result, out in zip(loaded, outputs):
         result["output"] = out
     return loaded
+
+
+def published_since(ckpt, step):
+    """Whether a step-N folder with N >= step is there (retention may have removed step-`step` already)."""
+    try:
+        names = [p.name for p in ckpt.iterdir()]
+    except FileNotFoundError:
+        return False
+    return any(n.startswith("step-") and n[5:].isdigit() and int(n[5:]) >= step for n in names)

@@ -17,7 +17,7 @@ import stoker
 from stoker import _peer_restore
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from sharded_harness import run, start  # noqa: E402
+from sharded_harness import published_since, run, start  # noqa: E402
 
 
 def _copies(machine):
@@ -136,9 +136,9 @@ def test_a_kill_of_any_rank_while_copying_never_restores_a_wrong_state(tmp_path)
     for round_ in range(3):
         procs = start(3, "peer_loop", ckpt, next_step, memory, results=tmp_path / "r")
         deadline = time.monotonic() + 90  # torch's import and the group, then the round's first publish
-        while not (ckpt / ("step-%d" % next_step)).exists() and time.monotonic() < deadline:
+        while not published_since(ckpt, next_step) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert (ckpt / ("step-%d" % next_step)).exists(), "round %d published nothing in 90 s" % round_
+        assert published_since(ckpt, next_step), "round %d published nothing in 90 s" % round_
         time.sleep(rng.uniform(0, 1.5))  # then a random moment of saving and copying
         os.kill(procs[rng.randrange(3)].pid, signal.SIGKILL)
         time.sleep(rng.uniform(0, 0.2))

@@ -17,7 +17,7 @@ from stoker import _sharded
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import sharded_ckpt_job as job  # noqa: E402
-from sharded_harness import run, start  # noqa: E402
+from sharded_harness import published_since, run, start  # noqa: E402
 
 
 def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):
@@ -123,7 +123,13 @@ def test_a_kill_of_any_rank_at_any_moment_leaves_a_complete_checkpoint(tmp_path)
     interrupted = 0  # kills that landed inside the victim's persist
     for round_ in range(15):
         procs = start(3, "loop", ckpt, next_step, results=tmp_path / "r")
-        time.sleep(rng.uniform(2.5, 4.0))  # torch's import, the group, then saves (hundreds of them in all)
+        # torch's import and the group, then the round's first publish (on a busy machine that can take longer
+        # than a fixed pause: CI runs three tests at a time), then saves go on (hundreds of them in all).
+        deadline = time.monotonic() + 90
+        while not published_since(ckpt, next_step) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert published_since(ckpt, next_step), "round %d published nothing in 90 s" % round_
+        time.sleep(rng.uniform(0, 1.0))
         # Odd rounds aim inside the victim's own writing (its save's temporary folder there, its part
         # not yet); even rounds kill at a random moment of the loop (snapshot, gather, rank 0's commit).
         victim = rng.randrange(3)
