@@ -127,13 +127,13 @@ def test_replicate_to_peer_needs_a_group(tmp_path):
 
 
 def test_a_kill_of_any_rank_while_copying_never_restores_a_wrong_state(tmp_path):
-    """Three rounds of three ranks saving with copies in a loop, one SIGKILLed
+    """Two rounds of three ranks saving with copies in a loop, one SIGKILLed
     at a random moment, then the rest: every restart restores (from memory
     where it is complete, else from storage) exactly one step's state."""
     ckpt, memory = tmp_path / "ckpt", tmp_path / "memory"
     rng = random.Random(31)
     next_step, sources = 1, []
-    for round_ in range(3):
+    for round_ in range(2):
         procs = start(3, "peer_loop", ckpt, next_step, memory, results=tmp_path / "r")
         deadline = time.monotonic() + 90  # torch's import and the group, then the round's first publish
         while not published_since(ckpt, next_step) and time.monotonic() < deadline:
