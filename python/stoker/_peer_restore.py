@@ -15,7 +15,7 @@ import os
 
 from . import _native
 from ._peer_copy import _BLOCK_ALIGN, _entries, _global_rank, _round_up, memory_dir_for, transfer_group
-from ._sharded import Shard, _named_leaves, _names_in
+from ._sharded import target_tensors
 
 log = logging.getLogger("stoker.checkpoint")
 
@@ -153,8 +153,7 @@ def restore(directory, target, group, memory_dir, rank=None):
     rank of `group` calls it together."""
     torch = _torch()
     dist = torch.distributed
-    from .checkpoint import Checkpoint, _dtype_tables, _unflatten
-    _, from_name = _dtype_tables()
+    from .checkpoint import Checkpoint, _unflatten
     group = transfer_group(group)
     me, world = dist.get_rank(group), dist.get_world_size(group)
     folder = memory_dir_for(directory, memory_dir)
@@ -181,38 +180,9 @@ def restore(directory, target, group, memory_dir, rank=None):
         structure = json.loads(extras["structure"]) if extras.get("structure") else None
 
         # This rank's requests: the target's tensors and Shards, and what the structure names besides, whole.
-        fills, requests = [], []
-
-        def request(name, tensor, offsets):
-            if name not in saved:
-                from . import CorruptionError
-                raise CorruptionError("step %d in memory has no tensor %r, which the target asks for" % (step, name))
-            dtype, global_shape = saved[name]
-            if from_name.get(dtype) != tensor.dtype:
-                raise TypeError("tensor %r is %s in the checkpoint; the target's is %s" % (name, dtype, tensor.dtype))
-            if offsets is None and tuple(tensor.shape) != global_shape:
-                raise ValueError("tensor %r has shape %s in the checkpoint; the target's is %s (a Shard of it?)"
-                                 % (name, list(global_shape), list(tensor.shape)))
-            fills.append((tensor, list(offsets or [0] * tensor.dim())))
-            requests.append((name, fills[-1][1], list(tensor.shape)))
-
-        filled = {}
-        if target is not None:
-            for name, leaf in _named_leaves(target, "", {}).items():
-                if isinstance(leaf, Shard):
-                    if name in saved and tuple(saved[name][1]) != tuple(leaf.global_shape):
-                        raise ValueError("tensor %r has global shape %s in the checkpoint; the target's Shard says %s"
-                                         % (name, list(saved[name][1]), list(leaf.global_shape)))
-                    request(name, leaf.tensor, leaf.offsets)
-                else:
-                    request(name, leaf, None)
-                filled[name] = leaf
-        for name in (_names_in(structure, []) if structure is not None else sorted(saved)):
-            if name in filled or name not in saved:
-                continue
-            dtype, shape = saved[name]
-            filled[name] = torch.empty(shape, dtype=from_name[dtype])
-            request(name, filled[name], None)
+        entries, filled = target_tensors(target, saved, structure, "step %d in memory" % step)
+        fills = [(tensor, list(offsets or [0] * tensor.dim())) for _, tensor, offsets in entries]
+        requests = [(name, fill[1], list(tensor.shape)) for (name, tensor, _), fill in zip(entries, fills)]
 
         everyone = [None] * world
         dist.all_gather_object(everyone, requests, group=group)

@@ -371,6 +371,52 @@ def _names_in(node, out):
     return out
 
 
+def target_tensors(target, saved, structure, where):
+    """What a load fills, for the sharded loader and the restore from
+    peers: [(name, tensor, offsets or None for whole)] for the target's
+    tensors and Shards, checked against `saved` ({name: (dtype, global
+    shape)}), then for each tensor `structure` names beyond them (every
+    saved one without a structure) a new whole tensor; and {name: leaf} to
+    rebuild the state from. `where` names the checkpoint in errors."""
+    from . import CorruptionError
+    from .checkpoint import _dtype_tables
+    torch = _torch()
+    _, from_name = _dtype_tables()
+    entries, filled = [], {}
+
+    def add(name, tensor, offsets):
+        if name not in saved:
+            raise CorruptionError("%s has no tensor %r, which the target asks for" % (where, name))
+        dtype, shape = saved[name]
+        if from_name.get(dtype) != tensor.dtype:
+            raise TypeError("tensor %r is %s in the checkpoint; the target's is %s" % (name, dtype, tensor.dtype))
+        if offsets is None and tuple(tensor.shape) != tuple(shape):
+            raise ValueError("tensor %r has shape %s in the checkpoint; the target's is %s (a Shard of it?)"
+                             % (name, list(shape), list(tensor.shape)))
+        entries.append((name, tensor, offsets))
+
+    if target is not None:
+        for name, leaf in _named_leaves(target, "", {}).items():
+            if isinstance(leaf, Shard):
+                if name in saved and tuple(saved[name][1]) != tuple(leaf.global_shape):
+                    raise ValueError("tensor %r has global shape %s in the checkpoint; the target's Shard says %s"
+                                     % (name, list(saved[name][1]), list(leaf.global_shape)))
+                add(name, leaf.tensor, leaf.offsets)
+            else:
+                add(name, leaf, None)
+            filled[name] = leaf
+    for name in (_names_in(structure, []) if structure is not None else list(saved)):
+        if name in filled or name not in saved:
+            continue
+        dtype, shape = saved[name]
+        if dtype not in from_name:
+            raise TypeError("tensor %r has dtype %s, which this torch (%s) cannot represent"
+                            % (name, dtype, torch.__version__))
+        filled[name] = torch.empty(tuple(shape), dtype=from_name[dtype])
+        add(name, filled[name], None)
+    return entries, filled
+
+
 def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
     """(step, state, extras, user document) of the sharded checkpoint at `path`.
     With `target` (this rank's structure of tensors and Shards) its tensors
@@ -379,9 +425,8 @@ def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
     rank when the job was smaller), with the target's tensors in it and any
     tensor the target lacks loaded whole. Without, every tensor is loaded
     whole (one process assembling a checkpoint of many)."""
-    from .checkpoint import _dtype_tables, _unflatten
+    from .checkpoint import _unflatten
     torch = _torch()
-    _, from_name = _dtype_tables()
     remote = None
     if cache_dir is not None:
         remote = _native.RemoteOptions()
@@ -393,49 +438,17 @@ def load(path, target=None, verify=True, rank=None, threads=0, cache_dir=None):
     extras = checkpoint.rank_extras(min(rank, checkpoint.world_size - 1))
     user = json.loads(extras["user_json"]) if extras["user_json"] else {}
     saved = {name: (dtype, shape) for name, dtype, shape in checkpoint.tensors()}
-    filled = {}
+    structure = user.get("structure")
+    entries, filled = target_tensors(target, saved, structure, "the checkpoint %s" % (path,))
     requests = []
     copies = []  # (target tensor, host buffer) for targets that cannot be filled in place
-
-    def request(name, tensor, offsets):
-        if name not in saved:
-            from . import CorruptionError
-            raise CorruptionError("the checkpoint %s has no tensor %r, which the target asks for" % (path, name))
-        dtype, shape = saved[name]
-        if from_name.get(dtype) != tensor.dtype:
-            raise TypeError("tensor %r is %s in the checkpoint; the target's is %s" % (name, dtype, tensor.dtype))
-        if offsets is None and tuple(tensor.shape) != tuple(shape):
-            raise ValueError("tensor %r has shape %s in the checkpoint; the target's is %s (a Shard of it?)"
-                             % (name, list(shape), list(tensor.shape)))
+    for name, tensor, offsets in entries:
         buffer = tensor
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
             buffer = torch.empty(tensor.shape, dtype=tensor.dtype)
             copies.append((tensor, buffer))
         requests.append((name, list(offsets or ()), list(tensor.shape), buffer.data_ptr(),
                          buffer.numel() * buffer.element_size()))
-
-    if target is not None:
-        for name, leaf in _named_leaves(target, "", {}).items():
-            if isinstance(leaf, Shard):
-                if tuple(saved.get(name, (None, leaf.global_shape))[1]) != tuple(leaf.global_shape):
-                    raise ValueError("tensor %r has global shape %s in the checkpoint; the target's Shard says %s"
-                                     % (name, list(saved[name][1]), list(leaf.global_shape)))
-                request(name, leaf.tensor, leaf.offsets)
-            else:
-                request(name, leaf, None)
-            filled[name] = leaf
-    structure = user.get("structure")
-    wanted = _names_in(structure, []) if structure is not None else list(saved)
-    for name in wanted:
-        if name in filled or name not in saved:
-            continue
-        dtype, shape = saved[name]
-        if dtype not in from_name:
-            raise TypeError("tensor %r has dtype %s, which this torch (%s) cannot represent"
-                            % (name, dtype, torch.__version__))
-        tensor = torch.empty(tuple(shape), dtype=from_name[dtype])
-        filled[name] = tensor
-        request(name, tensor, None)
     checkpoint.read_into(requests, threads)
     for tensor, buffer in copies:
         tensor.copy_(buffer)
