@@ -15,7 +15,7 @@ import os
 
 from . import _native
 from ._peer_copy import _BLOCK_ALIGN, _entries, _global_rank, _round_up, memory_dir_for, transfer_group
-from ._sharded import target_tensors
+from ._sharded_load import target_tensors
 
 log = logging.getLogger("stoker.checkpoint")
 

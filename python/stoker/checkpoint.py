@@ -40,6 +40,7 @@ __all__ = ["Checkpointer", "Checkpoint", "Shard", "load_checkpoint", "load_lates
            "list_checkpoints", "export_safetensors", "restore_rng", "parse_size"]
 
 from . import _sharded
+from . import _sharded_load
 from ._sharded import Shard
 
 
@@ -223,7 +224,7 @@ def _without_cyclic_gc():
 
 
 def _load_sharded(path, target, verify, rank, cache_dir=None):
-    step, state, extras, user = _sharded.load(path, target=target, verify=verify, rank=rank, cache_dir=cache_dir)
+    step, state, extras, user = _sharded_load.load(path, target=target, verify=verify, rank=rank, cache_dir=cache_dir)
     return Checkpoint(step=step, state=state, loader_state=extras["loader_state"],
                       extra=user.get("extra", dict(extras["metadata"])), metric=extras["metric"],
                       rng_states=dict(extras["rng_states"]), path=str(path), skipped=[])
@@ -319,7 +320,7 @@ def export_safetensors(path, out_dir, prefix="", max_file_size="4GiB"):
     model.safetensors.index.json), for inference tools. `prefix`: export only
     the tensors whose names start with it, without it ("model."). Returns
     the paths written."""
-    return _sharded.export_safetensors(str(path), str(out_dir), prefix=prefix,
+    return _sharded_load.export_safetensors(str(path), str(out_dir), prefix=prefix,
                                        max_file_size=parse_size(max_file_size))
 
 

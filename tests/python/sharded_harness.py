@@ -6,6 +6,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 JOB = pathlib.Path(__file__).with_name("sharded_ckpt_job.py")
 
@@ -50,3 +51,13 @@ def published_since(ckpt, step):
     except FileNotFoundError:
         return False
     return any(n.startswith("step-") and n[5:].isdigit() and int(n[5:]) >= step for n in names)
+
+
+def stop_after_kill(procs, rng):
+    """After one rank was SIGKILLed: a moment (up to 0.2 s) for the others to notice, then the rest go too."""
+    time.sleep(rng.uniform(0, 0.2))
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.communicate()

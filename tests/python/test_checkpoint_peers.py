@@ -17,7 +17,7 @@ import stoker
 from stoker import _peer_restore
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from sharded_harness import published_since, run, start  # noqa: E402
+from sharded_harness import published_since, run, start, stop_after_kill  # noqa: E402
 
 
 def _copies(machine):
@@ -141,12 +141,7 @@ def test_a_kill_of_any_rank_while_copying_never_restores_a_wrong_state(tmp_path)
         assert published_since(ckpt, next_step), "round %d published nothing in 90 s" % round_
         time.sleep(rng.uniform(0, 1.5))  # then a random moment of saving and copying
         os.kill(procs[rng.randrange(3)].pid, signal.SIGKILL)
-        time.sleep(rng.uniform(0, 0.2))
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in procs:
-            p.communicate()
+        stop_after_kill(procs, rng)
         loaded = run(3, "peer_loop_load", ckpt, memory, results=tmp_path / ("l%d" % round_))
         assert len({r["step"] for r in loaded}) == 1, loaded
         sources.append("memory" if loaded[0]["path"].startswith("memory:") else "storage")

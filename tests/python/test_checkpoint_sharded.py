@@ -17,7 +17,7 @@ from stoker import _sharded
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import sharded_ckpt_job as job  # noqa: E402
-from sharded_harness import published_since, run, start  # noqa: E402
+from sharded_harness import published_since, run, start, stop_after_kill  # noqa: E402
 
 
 def test_three_ranks_save_replicas_once_and_two_ranks_reshard_on_load(tmp_path):
@@ -145,12 +145,7 @@ def test_a_kill_of_any_rank_at_any_moment_leaves_a_complete_checkpoint(tmp_path)
         os.kill(procs[victim].pid, signal.SIGKILL)
         # Landed inside the victim's persist: its part was not yet durable.
         interrupted += bool(temps) and not (temps[0] / ("rank-%05d.json" % victim)).exists()
-        time.sleep(rng.uniform(0, 0.2))
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for p in procs:
-            p.communicate()
+        stop_after_kill(procs, rng)
         newest = stoker.load_latest(ckpt)
         if newest is not None:
             job.check_loop(newest.state, newest.step)
