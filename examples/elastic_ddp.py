@@ -39,6 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (to kill workers mid-run)")
+    p.add_argument("--pause-while", metavar="PATH", help="before each step, wait while PATH exists (lets a test or "
+                   "a demo hold the job still, e.g. while a joining worker starts)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
     p.add_argument("--straggler", metavar="FACTOR:STEPS", help="evict a worker slower than FACTOR x the others' "
                    "median for STEPS steps in a row (stoker.elastic.StragglerPolicy)")
@@ -156,6 +158,8 @@ def main(argv=None):
     trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=args.epochs, scheduler=scheduler,
                                      scaler=scaler, on_commit=log_step, timeout=args.timeout, straggler=straggler)
     for images, labels, _ in trainer:
+        while args.pause_while and os.path.exists(args.pause_while):
+            time.sleep(0.05)
         with trainer.step():
             images, labels = images.to(args.device, non_blocking=True), labels.to(args.device, non_blocking=True)
             if slow:

@@ -1,10 +1,12 @@
 """stoker.elastic.Trainer end to end: the program's own DDP loop (examples/elastic_ddp.py) under the
 launchers, a worker killed, hung or added; and a batch whose optimizer step was skipped."""
+import datetime
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,15 +49,30 @@ def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed
 def test_trainer_takes_in_a_joining_worker(packed, ddp_reference, tmp_path):
     port = _free_port()
     common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "3"]
-    main = _launch(common + ["--nproc-per-node", "2"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    gate = tmp_path / "hold"
+    held = _ddp_args(packed, tmp_path, "join", 0.5) + ["--pause-while", str(gate)]
+    main = _launch(common + ["--nproc-per-node", "2"] + held)
     _wait_for_steps(tmp_path / "join.jsonl", 4, main)
-    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _ddp_args(packed, tmp_path, "join", 0.5))
+    # The job holds still until the joiner has asked to join: a loaded machine can take longer to start
+    # it than the rest of the run lasts.
+    gate.touch()
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + held)
+    _wait_for_join_request(port, joiner)
+    gate.unlink()
     out, joiner_out = _finish(main), _finish(joiner)
     assert main.returncode == 0 and joiner.returncode == 0, out[-3000:] + joiner_out[-3000:]
     lines = _ddp_check(packed, tmp_path, "join")
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
     assert sizes[0] == 2 and sizes[-1] == 3, sizes
     _assert_params_match(ddp_reference, tmp_path / "join.pt")
+
+
+def _wait_for_join_request(port, joiner, timeout=120):
+    store = torch.distributed.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=30))
+    deadline = time.monotonic() + timeout
+    while int(store.add("joins", 0)) < 1:
+        assert joiner.poll() is None and time.monotonic() < deadline, "the joiner never asked to join"
+        time.sleep(0.1)
 
 
 def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
