@@ -35,7 +35,7 @@ namespace {
 using namespace std::chrono_literals;
 namespace api = ::v1beta1;
 
-constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+constexpr std::uint64_t kOneGiB = std::uint64_t{1} << 30;
 
 // The kubelet's side: its Registration service and pod-resources API.
 class FakeKubelet final : public api::Registration::Service, public ::v1::PodResourcesLister::Service {
@@ -159,7 +159,7 @@ class DevicePluginTest : public ::testing::Test {
     static const std::string state = "/dev/shm/stoker-fake-gpu-kube-" + std::to_string(::getpid());
     ::setenv("FAKE_GPU_STATE", state.c_str(), 1);
     ::setenv("FAKE_GPU_DEVICES", "2", 1);
-    ::setenv("FAKE_GPU_MEMORY", std::to_string(16 * kGiB).c_str(), 1);
+    ::setenv("FAKE_GPU_MEMORY", std::to_string(16 * kOneGiB).c_str(), 1);
     ::setenv("FAKE_GPU_NUMA", "0,1", 1);
   }
   static void TearDownTestSuite() { ::unlink(std::getenv("FAKE_GPU_STATE")); }
@@ -286,7 +286,7 @@ TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsRe
   const auto& envs = granted.container_responses(0).envs();
   EXPECT_EQ(envs.at("CUDA_VISIBLE_DEVICES"), card1);
   EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), card1);
-  EXPECT_EQ(envs.at("STOKER_GPU_MEMORY_LIMIT"), std::to_string(8 * kGiB));
+  EXPECT_EQ(envs.at("STOKER_GPU_MEMORY_LIMIT"), std::to_string(8 * kOneGiB));
   EXPECT_EQ(envs.at("LD_PRELOAD"), "/usr/local/stoker/libstoker-share.so");
   EXPECT_EQ(envs.at("STOKER_GPU_LEDGER"), "/run/stoker/ledger");
   const std::string tenant = envs.at("STOKER_GPU_TENANT");
@@ -309,7 +309,7 @@ TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsRe
   EXPECT_EQ(st.st_mode & 07777, 0644u);
   std::ifstream pinned(response.mounts(2).host_path());
   const std::string text((std::istreambuf_iterator<char>(pinned)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("STOKER_GPU_MEMORY_LIMIT=" + std::to_string(8 * kGiB) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("STOKER_GPU_MEMORY_LIMIT=" + std::to_string(8 * kOneGiB) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("STOKER_GPU_TENANT=" + tenant + "\n"), std::string::npos) << text;
   // The same container's compute now prefers card 1, though binpack alone would pick card 0.
   api::PreferredAllocationRequest compute_request;

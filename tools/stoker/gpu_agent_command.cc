@@ -26,7 +26,7 @@
 namespace stoker_cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
+std::atomic<bool> g_agent_stop{false};
 
 void Log(const std::string& line) {
   char when[32];
@@ -52,12 +52,12 @@ int RunGpuAgent(const GpuAgentArgs& args) {
   Log(fmt::format("keeping {}{}", dir, changed->empty() ? " (already in order)" : ""));
   if (args.once) return 0;
   struct sigaction action {};
-  action.sa_handler = [](int) { g_stop = true; };
+  action.sa_handler = [](int) { g_agent_stop = true; };
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGINT, &action, nullptr);
   std::set<std::pair<int, std::string>> reported;  // (pid, card) logged as unlimited
   std::string last_summary;
-  while (!g_stop) {
+  while (!g_agent_stop) {
     auto view = stoker::ReadGpuLedger();  // frees dead processes' slots and charges
     std::size_t processes = 0;
     if (view.ok()) {
@@ -88,7 +88,7 @@ int RunGpuAgent(const GpuAgentArgs& args) {
         }
       std::erase_if(reported, [&](const auto& r) { return !seen.count(r); });
     }
-    for (double waited = 0; waited < args.interval_seconds && !g_stop; waited += 0.1)
+    for (double waited = 0; waited < args.interval_seconds && !g_agent_stop; waited += 0.1)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   Log("stopped");

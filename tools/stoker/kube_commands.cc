@@ -18,10 +18,10 @@
 namespace stoker_cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
+std::atomic<bool> g_extender_stop{false};
 
 void OnSignal(int) {
-  g_stop = true;
+  g_extender_stop = true;
 }
 
 void StopOnSignals() {
@@ -63,7 +63,7 @@ int RunGpuExtenderCommand(const GpuExtenderArgs& args) {
   s.fetch_timeout_seconds = args.fetch_timeout;
   s.cache_seconds = args.cache_seconds;
   StopOnSignals();
-  const stoker::Status status = stoker::RunGpuSchedulerExtender(s, [] { return g_stop.load(); });
+  const stoker::Status status = stoker::RunGpuSchedulerExtender(s, [] { return g_extender_stop.load(); });
   return status.ok() ? 0 : Fail(status);
 }
 
