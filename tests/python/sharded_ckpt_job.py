@@ -131,6 +131,20 @@ def fsdp_model(world):
     return model
 
 
+def fsdp1_model():
+    """The same MLP wrapped by FSDP1 (FullyShardedDataParallel, flat parameters over the default group, on
+    the CPU), each layer a unit of its own."""
+    from torch import nn
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    model = nn.Sequential(nn.Linear(37, 64), nn.ReLU(), nn.Linear(64, 11))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(fsdp_expected(name, tuple(p.shape)))
+    kw = dict(use_orig_params=True, device_id=torch.device("cpu"))  # without it FSDP1 asks for an accelerator
+    model[0], model[2] = FSDP(model[0], **kw), FSDP(model[2], **kw)
+    return FSDP(model, **kw)
+
+
 def main():
     mode, directory = sys.argv[1], sys.argv[2]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -332,6 +346,29 @@ def main():
                 assert torch.equal(value.full_tensor(), fsdp_expected(name, tuple(value.shape))), name
             result.update(step=loaded.step, path=loaded.path,
                           local_shapes={k: list(v.to_local().shape) for k, v in state.items()})
+    elif mode in ("fsdp1_save", "fsdp1_load"):
+        # FSDP1's SHARDED_STATE_DICT: ShardedTensors (or DTensors, as the torch has it) over this world.
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, StateDictType
+        model = fsdp1_model()
+        with FSDP.state_dict_type(model, StateDictType.SHARDED_STATE_DICT):
+            state = model.state_dict()
+            if mode == "fsdp1_save":
+                ckpt = stoker.Checkpointer(directory)
+                assert ckpt.save(7, {"model": state})
+                ckpt.wait()
+                ckpt.close()
+            else:
+                for value in state.values():
+                    local = value.to_local() if hasattr(value, "to_local") else value.local_tensor()
+                    local.zero_()
+                loaded = stoker.load_latest(directory, target={"model": state})
+                model.load_state_dict(state)
+                result.update(step=loaded.step, kinds=sorted({type(v).__name__ for v in state.values()}))
+        if mode == "fsdp1_load":
+            with FSDP.summon_full_params(model):
+                for name, value in model.named_parameters():
+                    name = name.replace("_fsdp_wrapped_module.", "")
+                    assert torch.equal(value, fsdp_expected(name, tuple(value.shape))), name
     dist.barrier()
     with open(os.path.join(os.environ["RESULT_DIR"], "result-%d.json" % rank), "w") as f:
         json.dump(result, f)

@@ -1,4 +1,4 @@
-"""FSDP2 state (DTensors) through sharded checkpoints, where torch has it
+"""FSDP2 state (DTensors), and FSDP1 sharded state dicts, through sharded checkpoints, where torch has it
 (torch >= 2.4; skipped on Debian's 1.13, run by scripts/gpu-check's
 ckpt_sharded part on torch 2.x): saved by 3 ranks, loaded in place into a
 2-rank FSDP2 model's state_dict(), from storage and from the peers' memory."""
@@ -33,3 +33,14 @@ def test_fsdp2_state_reshards_in_place_from_storage_and_from_peers(tmp_path):
     shutil.move(str(ckpt), str(tmp_path / "elsewhere"))
     loaded = run(2, "fsdp_load", ckpt, memory, "peers", results=tmp_path / "r3")
     assert [r["step"] for r in loaded] == [7, 7] and loaded[0]["path"].startswith("memory:")
+
+
+def test_fsdp1_sharded_state_dict_reshards_in_place(tmp_path):
+    """FSDP1 (FullyShardedDataParallel) with StateDictType.SHARDED_STATE_DICT: saved by 3 ranks, loaded
+    in place into a 2-rank FSDP1 model's sharded state, then load_state_dict(); the full parameters are
+    the saved ones."""
+    ckpt = tmp_path / "ckpt"
+    run(3, "fsdp1_save", ckpt, results=tmp_path / "r1")
+    loaded = run(2, "fsdp1_load", ckpt, results=tmp_path / "r2")
+    assert [r["step"] for r in loaded] == [7, 7]
+    assert loaded[0]["kinds"] in (["ShardedTensor"], ["DTensor"]), loaded[0]["kinds"]  # sharded, not gathered
