@@ -42,8 +42,9 @@ def parse_args(argv=None):
     p.add_argument("--pause-while", metavar="PATH", help="before each step, wait while PATH exists (lets a test or "
                    "a demo hold the job still, e.g. while a joining worker starts)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
-    p.add_argument("--straggler", metavar="FACTOR:STEPS", help="evict a worker slower than FACTOR x the others' "
-                   "median for STEPS steps in a row (stoker.elastic.StragglerPolicy)")
+    p.add_argument("--straggler", metavar="FACTOR:STEPS[:MIN_SECONDS]", help="evict a worker slower than FACTOR x "
+                   "the others' median for STEPS steps in a row, steps under MIN_SECONDS not judged "
+                   "(stoker.elastic.StragglerPolicy)")
     p.add_argument("--slow", metavar="LOCAL_RANK:SECONDS", help="the worker of this local rank computes SECONDS "
                    "longer each step (to try --straggler)")
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
@@ -149,8 +150,9 @@ def main(argv=None):
 
     straggler = None
     if args.straggler:
-        factor, steps = args.straggler.split(":")
-        straggler = stoker.elastic.StragglerPolicy(factor=float(factor), steps=int(steps))
+        factor, steps, min_seconds = (args.straggler + ":0").split(":")[:3]
+        straggler = stoker.elastic.StragglerPolicy(factor=float(factor), steps=int(steps),
+                                                   min_seconds=float(min_seconds))
     slow = 0.0
     if args.slow:
         local_rank, seconds = args.slow.split(":")

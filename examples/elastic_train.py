@@ -37,6 +37,11 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (to kill workers mid-run)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds before a silent peer counts as failed")
+    p.add_argument("--straggler", metavar="FACTOR:STEPS[:MIN_SECONDS]", help="evict a worker slower than FACTOR x "
+                   "the others' median for STEPS steps in a row, steps under MIN_SECONDS not judged "
+                   "(stoker.elastic.StragglerPolicy)")
+    p.add_argument("--slow", metavar="LOCAL_RANK:SECONDS", help="the worker of this local rank computes SECONDS "
+                   "longer each step (to try --straggler)")
     p.add_argument("--snapshot-copies", type=int, default=2,
                    help="under torchrun: local ranks keeping an in-memory snapshot per step (0: none, resume from "
                         "--checkpoint-dir only)")
@@ -137,9 +142,19 @@ def main(argv=None):
     checkpointer = dict(directory=args.checkpoint_dir, keep_last=2, every_steps=args.checkpoint_every) \
         if args.checkpoint_dir else None
 
+    straggler = None
+    if args.straggler:
+        factor, steps, min_seconds = (args.straggler + ":0").split(":")[:3]
+        straggler = stoker.elastic.StragglerPolicy(factor=float(factor), steps=int(steps),
+                                                   min_seconds=float(min_seconds))
+    slow = 0.0
+    if args.slow:
+        local_rank, seconds = args.slow.split(":")
+        slow = float(seconds) if os.environ.get("LOCAL_RANK") == local_rank else 0.0
+
     def train_step(images, labels):
-        if args.step_delay:
-            time.sleep(args.step_delay)
+        if args.step_delay or slow:
+            time.sleep(args.step_delay + slow)
         return nn.functional.cross_entropy(model(images), labels % 10)
 
     try:
@@ -147,7 +162,7 @@ def main(argv=None):
                                      epochs=args.epochs,
                                      checkpointer=checkpointer, on_commit=StepLog(args.log) if args.log else None,
                                      timeout=args.timeout, rendezvous_timeout=args.rendezvous_timeout,
-                                     snapshot_copies=args.snapshot_copies)
+                                     snapshot_copies=args.snapshot_copies, straggler=straggler)
     except stoker.elastic.ElasticError as e:
         logging.getLogger("stoker.elastic").error("elastic training stopped: %s", e)
         return 2
@@ -156,8 +171,10 @@ def main(argv=None):
             f.write(json.dumps({"pid": os.getpid(), "steps": summary.steps, "reconfigurations": summary.reconfigurations,
                                 "recomputed_steps": summary.recomputed_steps,
                                 "world_sizes": summary.world_sizes, "restored_step": summary.restored_step,
-                                "recovery_seconds": summary.recovery_seconds}) + "\n")
-    if args.save_params and summary.world_sizes and not summary.left_behind and _is_rank0(loader):
+                                "recovery_seconds": summary.recovery_seconds, "evicted": summary.evicted,
+                                "local_rank": os.environ.get("LOCAL_RANK")}) + "\n")
+    if args.save_params and summary.world_sizes and not summary.left_behind and not summary.evicted and \
+            _is_rank0(loader):
         torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.save_params + ".tmp")
         os.replace(args.save_params + ".tmp", args.save_params)
     logging.getLogger("stoker.elastic").info("done: %r", summary)

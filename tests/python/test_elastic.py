@@ -143,6 +143,33 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
     assert "Timed out" not in out and "timed out" not in out, "a survivor waited for the timeout:\n" + out[-4000:]
 
 
+def test_run_evicts_a_straggler_and_goes_on_without_it(packed, reference, tmp_path):
+    """run(straggler=StragglerPolicy(1.5, 3, min_seconds=0.1)), three workers; the one of local rank 2
+    computes 0.2 s longer each step (min_seconds: the two left, healthy, take a few ms a step, and on a busy
+    machine one of them is 1.5x the other for three steps in a row now and then). Its own time (batch to the end of its backward, before the reduction that makes the others
+    wait for it) is judged at each commit, so it is evicted at the third step's commit; the other two go
+    on at once: each sample still once, and the uninterrupted run's parameters reached."""
+    port = _free_port()
+    main = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3",
+                    "--min-workers", "1", "--max-workers", "3"]
+                   + _example_args(packed, tmp_path, "straggler", 0, ["--straggler", "1.5:3:0.1", "--slow", "2:0.2"]))
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    assert "was a straggler" in out and "this worker leaves the job" in out, out[-4000:]
+    lines = _check_log(tmp_path, "straggler")
+    sizes = [r["world_size"] for r in lines]
+    assert sizes[0] == 3 and sizes[-1] == 2, sizes
+    # Three slow steps in a row: the verdict comes at the commit of step 2 (a fast worker descheduled on a
+    # busy machine can end a streak, and so delay it).
+    steps_of_three = sorted({r["step"] for r in lines if r["world_size"] == 3})
+    assert steps_of_three == list(range(len(steps_of_three))) and 3 <= len(steps_of_three) <= 8, out[-6000:]
+    _assert_params_match(reference, tmp_path / "straggler.pt")
+    evicted = [s for s in _summaries(tmp_path, "straggler") if s["evicted"]]
+    # The slow worker (its group rank is the rendezvous's to give).
+    assert len(evicted) == 1 and evicted[0]["local_rank"] == "2", _summaries(tmp_path, "straggler")
+    assert "timed out" not in out.lower(), "a worker waited for the timeout:\n" + out[-4000:]
+
+
 def test_in_process_leaves_a_hung_worker_behind(packed, reference, tmp_path):
     """A worker that stops answering (SIGSTOP) is noticed by its silent
     heartbeat, the others go on without it, and when it wakes up (before its

@@ -22,7 +22,8 @@ from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._membership import Membership, _test_stall
 from ._reduce import pack_gradients, unpack_gradients
-from .policy import BatchPolicy, apply_lr_factor, rank_share
+from ._stragglers import StragglerWatch
+from .policy import BatchPolicy, StragglerPolicy, apply_lr_factor, rank_share
 
 log = logging.getLogger("stoker.elastic")
 
@@ -44,7 +45,7 @@ class RunSummary:
         self.restored_step = None
         self.recovery_seconds = []
         self.left_behind = False  # the group finished the job without this worker (it hung, or came late)
-        self.evicted = None  # why this worker left as a straggler (Trainer(straggler=...)), or None
+        self.evicted = None  # why this worker left as a straggler (straggler=StragglerPolicy(...)), or None
 
     def __repr__(self):
         return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r%s)"
@@ -106,6 +107,7 @@ class _Runner(_saved.Saving, Membership):
         self.members = []
         self.snapshots = None
         self.snapshot_every = snapshot_every
+        self.straggler = None  # a StragglerWatch (run(straggler=...)); Trainer keeps its own
         self.join_timeout, self.rendezvous_timeout = join_timeout, rendezvous_timeout
         self.snapshot_base = None
         self.snapshot_own = None
@@ -212,12 +214,18 @@ class _Runner(_saved.Saving, Membership):
             self._begin()
             while True:
                 try:
-                    if not self._train_until_change():
-                        break
+                    change = self._train_until_change()
                 except PeerFailure as e:
                     self._on_failure(e)
                     continue
-                self._reconfigure("a worker asked to join")
+                if change is None:
+                    break
+                evicted, why = change
+                if evicted is not None and evicted == self.group.rank:
+                    self.straggler.leave(why)
+                    finished = True
+                    return self.summary
+                self._reconfigure(why)
             self._done()
             finished = True
         except JobFinished as e:
@@ -231,15 +239,17 @@ class _Runner(_saved.Saving, Membership):
         return self.summary
 
     def _train_until_change(self):
-        """Trains until the end (False) or until a join is requested (True);
-        raises PeerFailure when a collective fails."""
+        """Trains until the end (None) or until the group must change:
+        (rank evicted as a straggler or None, why). Raises PeerFailure when
+        a collective fails."""
         torch = _torch()
         while True:
             position = self._next_position()
             if position is None:
-                return False
-            if not self._one_step(torch, *position):
-                return True
+                return None
+            change = self._one_step(torch, *position)
+            if change is not None:
+                return change
 
     def _next_position(self):
         """(epoch, batch index, samples in the epoch) of the next batch to
@@ -283,8 +293,12 @@ class _Runner(_saved.Saving, Membership):
             (loss * (n / batch_samples)).backward()
             loss_sum += loss.detach().double() * n
             at += n
+        own_time = time.monotonic() - began  # this rank's own time: batch to backward's end, before any wait
         flat = pack_gradients(torch, params, loss_sum, device)
-        ids = torch.zeros(batch_samples + 2, dtype=torch.int64)
+        timed = self.straggler.slots(g.world_size) if self.straggler is not None else 0
+        ids = torch.zeros(batch_samples + 2 + timed, dtype=torch.int64)
+        if timed:
+            self.straggler.write(ids, batch_samples + 2, g.rank, own_time)
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
         if g.rank == 0 and self.rendezvous is not None:
@@ -315,9 +329,13 @@ class _Runner(_saved.Saving, Membership):
         elapsed = time.monotonic() - step_start
         self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
         self._save(info)
+        if timed:
+            verdict = self.straggler.judge(ids[batch_samples + 2:].tolist(), "batch to the end of its backward")
+            if verdict is not None:
+                return verdict
         if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
-            return False
-        return True
+            return None, "a worker asked to join"
+        return None
 
 
 
@@ -337,7 +355,7 @@ def _exit_on_sigterm(signum, frame):
 
 def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpointer=None, on_commit=None,
         extra_state=None, timeout=30.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2, mode=None,
-        join_timeout=None, rendezvous_timeout=600.0, on_commit_all_ranks=False):
+        join_timeout=None, rendezvous_timeout=600.0, on_commit_all_ranks=False, straggler=None):
     """Trains ``epochs`` epochs of ``loader`` elastically and returns a RunSummary.
 
     ``train_step(images, labels)`` returns the mean loss of the samples it is
@@ -376,9 +394,16 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     steps, by default as often as keeps their whole cost (the wait and the
     background write) within 1% of step time and at least every 30 s
     (measured), or from the checkpointer), or one plain process.
+
+    ``straggler``: a StragglerPolicy, which evicts (or names) a worker that
+    stays slower than the others (its own time: from taking its batch to
+    the end of its backward pass, before the gradients' reduction).
     """
+    if straggler is not None and not isinstance(straggler, StragglerPolicy):
+        raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
     runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                      timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
                      _join_timeout(timeout, join_timeout), rendezvous_timeout)
     runner.on_commit_all_ranks = on_commit_all_ranks
+    runner.straggler = None if straggler is None else StragglerWatch(straggler, runner)
     return runner.run()

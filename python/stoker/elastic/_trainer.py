@@ -36,6 +36,7 @@ from . import ElasticError, PeerFailure
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._runner import _Runner, _join_timeout
+from ._stragglers import StragglerWatch
 from .policy import StragglerPolicy, rank_share
 
 log = logging.getLogger("stoker.elastic")
@@ -112,7 +113,7 @@ class Trainer:
         self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
         self._handed_out = 0.0  # when the batch in flight was asked of the loader
         self._it, self._it_at = None, None  # the loader's iterator, and the (loader, epoch) it is for
-        self._straggler = straggler
+        self._straggler = None if straggler is None else StragglerWatch(straggler, self._r)
         self._grad_ready = None  # when the last gradient was computed (the straggler policy's clock)
         self._own_time = None  # this rank's own time for its last committed step (ditto)
         self._evict = None  # (rank, why): the straggler policy's decision, carried out before the next batch
@@ -227,7 +228,7 @@ class Trainer:
                     rank, why = self._evict
                     self._evict, self._batch, self.model = None, None, None
                     if r.group.rank == rank:
-                        self._leave(why)
+                        self._straggler.leave(why)
                         finished = True
                         return
                     r._reconfigure(why)
@@ -285,8 +286,6 @@ class Trainer:
         self._it = None
         g = self._r.group
         self._own_time = None
-        if self._straggler is not None:
-            self._straggler.reset()  # the ranks are other workers now
         if g.world_size == 1:
             self.model = self.module
             return
@@ -326,11 +325,10 @@ class Trainer:
         import torch
         r, g = self._r, self._r.group
         _, _, batch_samples, first, end, indices = self._batch
-        timed = self._straggler is not None and g.world_size > 1
-        ids = torch.zeros(batch_samples + 2 + (g.world_size if timed else 0), dtype=torch.int64)
-        if timed and self._own_time is not None:
-            # The last step's own time, in microseconds: after the sum every rank has every rank's.
-            ids[batch_samples + 2 + g.rank] = max(1, int(self._own_time * 1e6))
+        timed = self._straggler.slots(g.world_size) if self._straggler is not None else 0
+        ids = torch.zeros(batch_samples + 2 + timed, dtype=torch.int64)
+        if timed:
+            self._straggler.write(ids, batch_samples + 2, g.rank, self._own_time)  # the last step's own time
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
         if g.rank == 0 and r.rendezvous is not None:
@@ -380,7 +378,10 @@ class Trainer:
                 "rank_samples": indices.tolist() if indices is not None else None}
         r.last_commit = info
         if self._straggler is not None and g.world_size > 1:
-            self._judge_stragglers(ids[batch_samples + 2:batch_samples + 2 + g.world_size].tolist())
+            ready, self._grad_ready = self._grad_ready, None
+            self._own_time = ready - self._handed_out if ready is not None and ready >= self._handed_out else None
+            self._evict = self._straggler.judge(ids[batch_samples + 2:batch_samples + 2 + g.world_size].tolist(),
+                                                "batch to last gradient")
         # The step's wall time (commit to commit), which sets how often snapshots may be taken.
         now = time.monotonic()
         if self._last_commit_time is not None:
@@ -410,42 +411,3 @@ class Trainer:
         for p in self.module.parameters():
             if p.requires_grad:
                 p.register_hook(stamp)
-
-    def _judge_stragglers(self, micros):
-        """At a commit: the ranks' own times of the previous step (the same
-        list on every rank) go to the policy; this step's own time is kept
-        for the next step's collective."""
-        r, g = self._r, self._r.group
-        ready, self._grad_ready = self._grad_ready, None
-        self._own_time = ready - self._handed_out if ready is not None and ready >= self._handed_out else None
-        verdict = self._straggler.observe([m / 1e6 if m > 0 else None for m in micros])
-        if verdict is None:
-            return
-        rank, ratio = verdict
-        why = ("rank %d was a straggler: its own time (batch to last gradient) was %.2fx the others' median "
-               "for %d steps in a row" % (rank, ratio, self._straggler.steps))
-        if self._straggler.action == "warn":
-            if g.rank == 0:
-                log.warning("%s (StragglerPolicy(action='warn'): it stays)", why)
-            return
-        if r.mode != "in_process":
-            if g.rank == 0:
-                log.warning("%s; it stays: evicting needs the in-process mode (stoker.elastic.launch --in-process)",
-                            why)
-            return
-        minimum = r.rendezvous.min_size if r.rendezvous is not None else 1
-        if g.world_size - 1 < minimum:
-            if g.rank == 0:
-                log.warning("%s; it stays: without it the group would have %d workers, below the minimum %d", why,
-                            g.world_size - 1, minimum)
-            return
-        self._evict = (rank, why + "; it is evicted")
-
-    def _leave(self, why):
-        """This worker was judged a straggler: it leaves the job. Marked gone
-        in the store, so the others re-form at once without waiting for it."""
-        r = self._r
-        r.summary.evicted = why
-        log.warning("rank %d of %d: %s; this worker leaves the job", r.group.rank, r.group.world_size, why)
-        if r.rendezvous is not None:
-            r.rendezvous.store.set("dead/" + r.rendezvous.id, "evicted as a straggler")

@@ -112,11 +112,13 @@ def apply_lr_factor(optimizer, old_factor, new_factor, reason, scheduler=None):
 
 class StragglerPolicy:
     """When a worker counts as a straggler, and what is done about it
-    (stoker.elastic.Trainer(straggler=...), in-process mode).
+    (stoker.elastic.Trainer(straggler=...) or run(straggler=...); evicting
+    needs the in-process mode).
 
     A rank's time for a step is its own: from asking the loader for the
     batch to the moment its backward pass computed its last gradient (tensor
-    hooks on the parameters), so the time DDP spends waiting for a slow peer
+    hooks on the parameters; under run(), when its backward pass returns,
+    before the reduction), so the time DDP spends waiting for a slow peer
     is not in it, and a slow loader or a slow device is (a collective in the
     forward pass, such as DDP's buffer broadcast or its one bucket rebuild
     in the second iteration, makes the others wait there, which ends a

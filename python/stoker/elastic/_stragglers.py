@@ -1,0 +1,67 @@
+"""The straggler policy's part of a step, shared by run() and Trainer: each
+rank's own time travels in the commit's collective (one int64 slot per
+rank, summed, so every rank reads every rank's), the policy judges the same
+list on every rank, and the verdict is carried out alike everywhere: the
+straggler leaves (marked gone in the store, so the others re-form at once),
+the others re-form without it."""
+import logging
+
+log = logging.getLogger("stoker.elastic")
+
+
+class StragglerWatch:
+    def __init__(self, policy, runner):
+        self.policy, self.runner = policy, runner
+        self._generation = None  # the group the streak was counted in
+
+    def slots(self, world_size):
+        """How many int64 slots the commit's collective carries for the times."""
+        return world_size if world_size > 1 else 0
+
+    @staticmethod
+    def write(ids, offset, rank, seconds):
+        """This rank's own time into its slot (microseconds; 0 means unknown)."""
+        if seconds is not None:
+            ids[offset + rank] = max(1, int(seconds * 1e6))
+
+    def judge(self, micros, clock):
+        """At a commit: every rank's own time (the same list on every rank,
+        in microseconds). Returns (rank, why) when that rank is to be
+        evicted, else None (warnings, and a straggler kept because of the
+        mode or the minimum, are logged by rank 0). ``clock`` names what was
+        timed, for the messages."""
+        r, g = self.runner, self.runner.group
+        if g.generation != self._generation:  # the ranks are other workers now
+            self.policy.reset()
+            self._generation = g.generation
+        verdict = self.policy.observe([m / 1e6 if m > 0 else None for m in micros])
+        if verdict is None:
+            return None
+        rank, ratio = verdict
+        why = ("rank %d was a straggler: its own time (%s) was %.2fx the others' median for %d steps in a row"
+               % (rank, clock, ratio, self.policy.steps))
+        if self.policy.action == "warn":
+            if g.rank == 0:
+                log.warning("%s (StragglerPolicy(action='warn'): it stays)", why)
+            return None
+        if r.mode != "in_process":
+            if g.rank == 0:
+                log.warning("%s; it stays: evicting needs the in-process mode (stoker.elastic.launch --in-process)",
+                            why)
+            return None
+        minimum = r.rendezvous.min_size if r.rendezvous is not None else 1
+        if g.world_size - 1 < minimum:
+            if g.rank == 0:
+                log.warning("%s; it stays: without it the group would have %d workers, below the minimum %d", why,
+                            g.world_size - 1, minimum)
+            return None
+        return rank, why + "; it is evicted"
+
+    def leave(self, why):
+        """This worker was judged a straggler: it leaves the job. Marked gone
+        in the store, so the others re-form at once without waiting for it."""
+        r = self.runner
+        r.summary.evicted = why
+        log.warning("rank %d of %d: %s; this worker leaves the job", r.group.rank, r.group.world_size, why)
+        if r.rendezvous is not None:
+            r.rendezvous.store.set("dead/" + r.rendezvous.id, "evicted as a straggler")
