@@ -142,11 +142,7 @@ def main(argv=None):
     checkpointer = dict(directory=args.checkpoint_dir, keep_last=2, every_steps=args.checkpoint_every) \
         if args.checkpoint_dir else None
 
-    straggler = None
-    if args.straggler:
-        factor, steps, min_seconds = (args.straggler + ":0").split(":")[:3]
-        straggler = stoker.elastic.StragglerPolicy(factor=float(factor), steps=int(steps),
-                                                   min_seconds=float(min_seconds))
+    straggler = stoker.elastic.StragglerPolicy.from_spec(args.straggler) if args.straggler else None
     slow = 0.0
     if args.slow:
         local_rank, seconds = args.slow.split(":")

@@ -230,6 +230,14 @@ def test_trainer_evicts_a_straggler_and_goes_on_without_it(packed, ddp_reference
     _assert_params_match(ddp_reference, tmp_path / "straggler.pt")
 
 
+def test_straggler_policy_from_a_command_lines_spec():
+    assert repr(elastic.StragglerPolicy.from_spec("1.5:50")) == repr(elastic.StragglerPolicy(1.5, 50))
+    assert elastic.StragglerPolicy.from_spec("2:3:0.1", action="warn").min_seconds == 0.1
+    for bad in ("1.5", "1.5:x", "1.5:3:0.1:9", "0.5:3", ""):
+        with pytest.raises(ValueError, match="FACTOR:STEPS"):
+            elastic.StragglerPolicy.from_spec(bad)
+
+
 def test_straggler_policy_needs_a_streak_of_one_rank():
     policy = elastic.StragglerPolicy(factor=1.5, steps=3)
     assert policy.observe([0.1, 0.1, 0.3]) is None

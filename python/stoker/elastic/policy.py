@@ -146,6 +146,18 @@ class StragglerPolicy:
         self.factor, self.steps, self.action, self.min_seconds = float(factor), steps, action, float(min_seconds)
         self.reset()
 
+    @classmethod
+    def from_spec(cls, spec, action="evict"):
+        """From a command line's "FACTOR:STEPS[:MIN_SECONDS]" ("1.5:50")."""
+        parts = str(spec).split(":")
+        try:
+            if len(parts) not in (2, 3):
+                raise ValueError
+            return cls(float(parts[0]), int(parts[1]), action, float(parts[2]) if len(parts) == 3 else 0.0)
+        except ValueError as e:
+            raise ValueError("straggler %r: FACTOR:STEPS[:MIN_SECONDS], as 1.5:50 or 1.5:50:0.1%s" % (
+                spec, " (%s)" % e if str(e) else "")) from None
+
     def __repr__(self):
         return "StragglerPolicy(factor=%g, steps=%d, action=%r, min_seconds=%g)" % (
             self.factor, self.steps, self.action, self.min_seconds)
