@@ -146,9 +146,10 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
 def test_run_evicts_a_straggler_and_goes_on_without_it(packed, reference, tmp_path):
     """run(straggler=StragglerPolicy(1.5, 3, min_seconds=0.1)), three workers; the one of local rank 2
     computes 0.2 s longer each step (min_seconds: the two left, healthy, take a few ms a step, and on a busy
-    machine one of them is 1.5x the other for three steps in a row now and then). Its own time (batch to the end of its backward, before the reduction that makes the others
-    wait for it) is judged at each commit, so it is evicted at the third step's commit; the other two go
-    on at once: each sample still once, and the uninterrupted run's parameters reached."""
+    machine one of them is 1.5x the other for three steps in a row now and then). Its own time (batch to
+    the end of its backward, before the reduction that makes the others wait for it) is judged at each
+    commit, so it is evicted at the third step's commit; the other two go on at once: each sample still
+    once, and the uninterrupted run's parameters reached."""
     port = _free_port()
     main = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3",
                     "--min-workers", "1", "--max-workers", "3"]
