@@ -6,8 +6,11 @@
 // `stoker gpu ls` are built on them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -106,9 +109,31 @@ struct GpuLedgerView {
 // What `stoker gpu agent` makes of a node's state folder `dir` (empty:
 // GpuStateDir()), as root: the folder root's, sticky and world-writable
 // (so that no user can squat it before anyone needs it), and the compute
-// schedule `turns` made 0666. What it changed, one line each; an error
-// for a symbolic link or another kind of file where the folder should be.
+// schedule `turns` root's and read-only to users (the agent's turns broker
+// writes it; processes with a compute share wait for the broker). What it
+// changed, one line each; an error for a symbolic link or another kind of
+// file where the folder should be.
 [[nodiscard]] Result<std::vector<std::string>> PrepareGpuStateDir(const std::string& dir = "");
+
+// The node's compute schedule kept by its agent (docs/gpu-sharing.md,
+// "Turns between users"): serves processes under the interposer over a
+// Unix socket until destroyed. Only the agent writes the schedule; each
+// process acts for its own tenant only, named with its uid (the kernel's
+// word), or by its bare name when it passes the pinned limits file the
+// device plugin wrote for that tenant under `limits_dir`.
+struct GpuTurnsBrokerOptions {
+  std::string turns_path;                       // made root's, 0644
+  std::string socket_path;                      // made 0666
+  std::string limits_dir;                       // "<limits_dir>/<tenant>.compute"; empty: names always carry the uid
+  std::function<void(const std::string&)> log;  // refusals and the like, a line each
+};
+class GpuTurnsBroker {
+ public:
+  virtual ~GpuTurnsBroker() = default;
+  // Processes served now.
+  [[nodiscard]] virtual std::size_t clients() const = 0;
+};
+[[nodiscard]] Result<std::unique_ptr<GpuTurnsBroker>> StartGpuTurnsBroker(const GpuTurnsBrokerOptions& options);
 
 // Whether process `pid` (as this process sees PIDs) runs under the GPU
 // interposer: it holds a stoker ledger open (found through /proc/<pid>/fd,

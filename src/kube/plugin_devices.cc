@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "core/hash.h"
 #include "place/placement.h"
+#include "share/ledger.h"
 
 namespace stoker::kube {
 
@@ -279,12 +281,18 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
       }
       pin("STOKER_GPU_COMPUTE_SHARE", std::to_string(least));
       pin("STOKER_GPU_COMPUTE_SHARES", fmt::format("{}", fmt::join(parts, ",")));
-      // The node's schedule, shared by every container with a share; its
-      // tenant there is this grant's own.
+      // The node's schedule, kept by this plugin's turns broker: read-only
+      // here, turns asked for over the broker's socket. Its tenant there is
+      // this grant's own, which only this container can claim (it passes
+      // its pinned limits file, below, to the broker).
       const std::string turns = settings.ledger_host_dir + "/turns";
-      grant.host_paths.push_back({ContainerGrant::HostPath::kSharedFile, turns, ""});
-      grant.mounts.push_back({settings.turns_container_path, turns, false});
+      const std::string broker = settings.ledger_host_dir + "/broker";
+      grant.host_paths.push_back({ContainerGrant::HostPath::kAgentFile, turns, ""});
+      grant.host_paths.push_back({ContainerGrant::HostPath::kRootFolder, broker, ""});
+      grant.mounts.push_back({settings.turns_container_path, turns, true});
+      grant.mounts.push_back({settings.turns_container_path + ".d", broker, true});
       pin("STOKER_GPU_TURNS", settings.turns_container_path);
+      pin("STOKER_GPU_TURNS_SOCKET", settings.turns_container_path + ".d/turns.sock");
       pin("STOKER_GPU_TURNS_TENANT", tenant);
       break;
     }
@@ -310,10 +318,20 @@ Status PrepareHost(const ContainerGrant& grant) {
         fs::create_directory(path, ec);
         if (!ec && ::chmod(p.path.c_str(), 01777) != 0) ec = std::error_code(errno, std::generic_category());
         break;
-      case ContainerGrant::HostPath::kSharedFile: {
-        const int fd = ::open(p.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-        if (fd < 0 || ::fchmod(fd, 0666) != 0) ec = std::error_code(errno, std::generic_category());
-        if (fd >= 0) ::close(fd);
+      case ContainerGrant::HostPath::kRootFolder:
+        fs::create_directory(path, ec);
+        if (!ec && ::chmod(p.path.c_str(), 0755) != 0) ec = std::error_code(errno, std::generic_category());
+        break;
+      case ContainerGrant::HostPath::kAgentFile: {
+        // The turns broker made it when the plugin started; made again here
+        // if it went missing (a ledger is made whole, then renamed in).
+        share::LedgerFile kept;
+        kept.mode = 0644;
+        std::string error;
+        std::unique_ptr<share::Ledger> made(share::Ledger::Open(p.path, &error, kept));
+        if (made == nullptr) return Status::IOError(fmt::format("preparing {}: {}", p.path, error));
+        if (::chown(p.path.c_str(), 0, 0) != 0 || ::chmod(p.path.c_str(), 0644) != 0)
+          ec = std::error_code(errno, std::generic_category());
         break;
       }
       case ContainerGrant::HostPath::kRootFile: {

@@ -104,7 +104,10 @@ struct ContainerGrant {
   // PrepareHost): folders (sticky, world-writable: the container's user is
   // unknown), shared files (0666), and root's files with their text (0644).
   struct HostPath {
-    enum Kind { kSharedFolder, kSharedFile, kRootFile } kind = kSharedFolder;
+    // kSharedFolder: sticky, world-writable; kRootFolder: root's, 0755;
+    // kAgentFile: root's, 0644, written by the plugin alone (the compute
+    // schedule); kRootFile: root's, 0644, written whole with `text`.
+    enum Kind { kSharedFolder, kRootFolder, kAgentFile, kRootFile } kind = kSharedFolder;
     std::string path, text;
   };
   std::vector<HostPath> host_paths;

@@ -96,7 +96,7 @@ void Ledger::RecomputeTenants() {
   }
 }
 
-bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std::string* error) {
+bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std::string* error, std::int32_t pid) {
   if (tenant.empty() || tenant.size() >= kTenantNameBytes) {
     *error = "the tenant name must have 1 to 79 characters";
     return false;
@@ -144,7 +144,7 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
   }
   LedgerSlot& slot = layout_->slots[slot_];
   std::memset(&slot, 0, sizeof(slot));
-  slot.pid = static_cast<std::int32_t>(::getpid());
+  slot.pid = pid != 0 ? pid : static_cast<std::int32_t>(::getpid());
   slot.tenant = static_cast<std::uint32_t>(t);
   slot.started_unix = NowUnix();
   __atomic_store_n(&slot.in_use, 1u, __ATOMIC_RELEASE);

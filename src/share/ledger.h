@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "share/ledger_lock.h"
+#include "share/turn_schedule.h"
 
 namespace stoker::share {
 
@@ -177,7 +178,7 @@ struct LedgerFile {
   bool must_own = false;  // refuse a file another user owns (a user's own ledger)
 };
 
-class Ledger {
+class Ledger final : public TurnSchedule {
  public:
   // Opens the ledger at `path`, creating it if missing, and claims a
   // process slot (held until the ledger is closed or the process ends).
@@ -188,35 +189,39 @@ class Ledger {
   // whatever happens), named `name` in messages: one reached through
   // another process's /proc/<pid>/fd.
   static Ledger* OpenDescriptor(int fd, const std::string& name, std::string* error);
-  ~Ledger();
+  ~Ledger() override;
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
   // Registers this process's slot under `tenant` (created if new, with
   // `compute_share`). False with `*error` when the tenant table is full or
   // the tenant's share disagrees with another of its processes.
-  bool Register(std::string_view tenant, std::uint32_t compute_share, std::string* error);
+  // `pid`: the process the slot stands for, when not this one (the node
+  // agent holds a slot of the compute schedule for each process it serves).
+  bool Register(std::string_view tenant, std::uint32_t compute_share, std::string* error, std::int32_t pid = 0);
+  // The tenant's index in the table (valid once registered).
+  [[nodiscard]] std::uint32_t tenant_index() const { return tenant_; }
   // Gives the slot back (normal exit); its charges leave the tenant.
-  void Unregister();
+  void Unregister() override;
   // After fork, in the child, at once (async-signal-safe: munmap, close):
   // drops the child's references to the parent's file description, whose
   // slot lock would otherwise keep a killed parent's slot and charge alive
   // for as long as the child lives. The ledger is unusable until
   // ReopenAfterFork.
-  void DetachAfterFork();
+  void DetachAfterFork() override;
   // Then, when the child first needs the ledger: opens the file anew and
   // takes a slot of its own under the parent's tenant.
-  bool ReopenAfterFork(std::string* error);
+  bool ReopenAfterFork(std::string* error) override;
 
   // The device entry for `uuid` (added if new). -1 when the table is full.
-  int Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes);
+  int Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes) override;
   // Sets this tenant's quota on device `d`, or checks it equals one set by
   // another of its processes. kNoQuota: none.
   bool SetQuota(int d, std::uint64_t quota, std::string* error);
   // Sets this tenant's compute share on device `d` (percent; 0: the
   // registered share applies), or checks it equals one another of its
   // processes set.
-  bool SetComputeShare(int d, std::uint32_t share, std::string* error);
+  bool SetComputeShare(int d, std::uint32_t share, std::string* error) override;
 
   // Admission: charges `bytes` on device `d` to this process and tenant,
   // or returns false (and counts a refusal) when that would pass the
@@ -246,15 +251,15 @@ class Ledger {
   // waits (marked). With `work_conserving`, a tenant out of budget still
   // gets short, uncharged turns while no other tenant waits for its devices.
   bool AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint64_t* until_ns,
-                     bool work_conserving = false);
+                     bool work_conserving = false) override;
   // Whether this process's tenant holds `d` (no lock: the fast path).
-  [[nodiscard]] bool HoldsDevice(int d) const;
-  [[nodiscard]] std::uint64_t HoldUntil(int d) const;
+  [[nodiscard]] bool HoldsDevice(int d) const override;
+  [[nodiscard]] std::uint64_t HoldUntil(int d) const override;
   // Gives `d` up at `now_ns`, charging the time held, and hands the
   // devices free to the waiting tenants with the most budget left.
   // `work_running`: work of the turn still runs (its time comes later,
   // through ChargeOverrun).
-  void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running = false);
+  void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running = false) override;
   // Charges this process's tenant for work it queued in its turn on `d`
   // that ran on after the turn was given back at `released_ns`, until
   // `done_ns`, less the time the tenant itself waited for a turn meanwhile
@@ -264,17 +269,18 @@ class Ledger {
   // turn). A tenant's debt stops at StuckAfter(period): it is paid back in
   // bounded time, whatever happened.
   void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns, std::uint64_t waited_at_release,
-                     std::uint64_t period_ns);
+                     std::uint64_t period_ns) override;
   // How long this process's tenant has waited for turns in all, the wait
   // under way included.
-  [[nodiscard]] std::uint64_t WaitedNs(std::uint64_t now_ns);
+  [[nodiscard]] std::uint64_t WaitedNs(std::uint64_t now_ns) override;
   // At the end of its turn on `d`, when no other tenant wants its devices:
   // goes on without giving them back (the time so far is charged; a new
   // turn, or a lent one when the budget is spent and lending is allowed).
   // False: give the device back (ReleaseDevice).
-  bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving, std::uint64_t* until_ns);
+  bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
+                  std::uint64_t* until_ns) override;
   // Nanoseconds until this process's tenant has budget on `d` again (0: now).
-  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns);
+  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns) override;
   [[nodiscard]] std::uint64_t TenantCharged(int d);
   // Every tenant's charge on device `d` together.
   [[nodiscard]] std::uint64_t DeviceCharged(int d);

@@ -16,6 +16,7 @@
 #include "share/ledger_host_pids.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
+#include "share/turns_broker.h"
 #include "stoker/gpu_share.h"
 
 namespace stoker {
@@ -240,20 +241,50 @@ Result<std::vector<std::string>> PrepareGpuStateDir(const std::string& given) {
     if (::chmod(dir.c_str(), 01777) != 0) return Status::FromErrno(errno, fmt::format("chmod {}", dir));
     changed.push_back(fmt::format("{}: mode {:o} -> 1777", dir, st.st_mode & 07777));
   }
-  // The compute schedule, which every user's processes write.
-  share::LedgerFile shared;
-  shared.mode = 0666;
+  // The compute schedule: the agent's turns broker writes it, users read
+  // it (and ask the broker for turns).
+  share::LedgerFile kept;
+  kept.mode = 0644;
   std::string error;
   const std::string turns = dir + "/turns";
   const bool existed = ::lstat(turns.c_str(), &st) == 0;
-  std::unique_ptr<share::Ledger> ledger(share::Ledger::Open(turns, &error, shared));
+  if (existed && (S_ISLNK(st.st_mode) || !S_ISREG(st.st_mode)))
+    return Status::FailedPrecondition(fmt::format("{} is not a regular file: remove it", turns));
+  std::unique_ptr<share::Ledger> ledger(share::Ledger::Open(turns, &error, kept));
   if (ledger == nullptr) return Status::FailedPrecondition(error);
   if (!existed) changed.push_back(fmt::format("made {}", turns));
-  if (::lstat(turns.c_str(), &st) == 0 && (st.st_mode & 07777) != 0666) {
-    if (::chmod(turns.c_str(), 0666) != 0) return Status::FromErrno(errno, fmt::format("chmod {}", turns));
-    changed.push_back(fmt::format("{}: mode {:o} -> 666", turns, st.st_mode & 07777));
+  if (::lstat(turns.c_str(), &st) == 0 && (st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0644)) {
+    if (::chown(turns.c_str(), ::geteuid(), ::getegid()) != 0 || ::chmod(turns.c_str(), 0644) != 0)
+      return Status::FromErrno(errno, fmt::format("making {} the agent's", turns));
+    changed.push_back(fmt::format("{}: uid {} mode {:o} -> the agent's, 644 (users ask the agent for turns)", turns,
+                                  st.st_uid, st.st_mode & 07777));
   }
   return changed;
+}
+
+namespace {
+
+class TurnsBrokerHandle final : public GpuTurnsBroker {
+ public:
+  explicit TurnsBrokerHandle(std::unique_ptr<share::TurnsBroker> broker) : broker_(std::move(broker)) {}
+  std::size_t clients() const override { return broker_->clients(); }
+
+ private:
+  std::unique_ptr<share::TurnsBroker> broker_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GpuTurnsBroker>> StartGpuTurnsBroker(const GpuTurnsBrokerOptions& options) {
+  share::TurnsBroker::Options o;
+  o.turns_path = options.turns_path;
+  o.socket_path = options.socket_path;
+  o.limits_dir = options.limits_dir;
+  o.log = options.log;
+  std::string error;
+  auto broker = share::TurnsBroker::Start(o, &error);
+  if (broker == nullptr) return Status::FailedPrecondition("the compute schedule's broker: " + error);
+  return std::unique_ptr<GpuTurnsBroker>(new TurnsBrokerHandle(std::move(broker)));
 }
 
 std::size_t RecordGpuHostPids(const std::vector<int>& pids) {

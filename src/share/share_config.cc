@@ -134,8 +134,10 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
           std::string("STOKER_GPU_TURNS_TENANT='") + v + "' must be 1-63 characters of letters, digits, '.', '_', '-'";
       return false;
     }
+    config->broker_tenant = config->turns_tenant;
   } else {
     config->turns_tenant = config->tenant + "@uid" + std::to_string(::getuid());
+    config->broker_tenant = config->tenant;  // the agent adds "@uid<uid>" itself
   }
   auto absolute = [&](const char* name, const std::string& path) {
     if (path[0] == '/') return true;
@@ -162,6 +164,13 @@ bool ParseShareConfig(const std::function<const char*(const char*)>& get, ShareC
     config->turns_in_state_dir = true;
   } else {
     config->turns_path = config->ledger_path;  // one file holds both, as a single ledger did
+  }
+  if (const char* v = get("STOKER_GPU_TURNS_SOCKET"); v && *v) {
+    config->turns_socket = v;
+    config->turns_socket_named = true;
+    if (!absolute("STOKER_GPU_TURNS_SOCKET", config->turns_socket)) return false;
+  } else if (config->turns_in_state_dir) {
+    config->turns_socket = config->state_dir + "/turns.sock";
   }
   if (const char* v = get("STOKER_GPU_MEMORY_LIMIT"); v && *v) {
     if (!ParseLimit("STOKER_GPU_MEMORY_LIMIT", v, &config->default_limit, error)) return false;

@@ -18,6 +18,9 @@
 //                                     is set, or the node's, in the folder)
 //   STOKER_GPU_TURNS_TENANT=name      the tenant's name in the compute
 //                                     schedule (else "<tenant>@uid<uid>")
+//   STOKER_GPU_TURNS_SOCKET=/path     the node agent's socket for turns
+//                                     (else turns.sock in the state folder,
+//                                     used when the agent keeps `turns`)
 //   STOKER_GPU_COMPUTE_MODE=turns|mps how the share is applied
 //   STOKER_GPU_COMPUTE_STRICT=1       the share caps even an idle device
 //
@@ -26,7 +29,9 @@
 // per user, ledger-uid<uid> (mode 0600, refused when another user owns it:
 // no user can read or change another's quotas and charges, and none is
 // refused because another came first), and the node's compute schedule,
-// turns (mode 0666: the one file users share).
+// turns. Where the agent runs, turns is root's and read-only to users, who
+// ask the agent for turns over turns.sock (turns_broker.h); elsewhere (one
+// user's machine) processes make it 0666 and write it themselves.
 //
 // Plain C++ and the C library only: this code also runs inside the
 // interposer, loaded into users' processes.
@@ -48,6 +53,14 @@ struct ShareConfig {
   std::string state_dir;     // STOKER_GPU_DIR, else kDefaultStateDir
   std::string ledger_path;   // STOKER_GPU_LEDGER, else <state_dir>/ledger-uid<uid>
   std::string turns_path;    // STOKER_GPU_TURNS, else the ledger's path or <state_dir>/turns
+  // The node agent's socket: STOKER_GPU_TURNS_SOCKET (then always used),
+  // else <state_dir>/turns.sock (used when the agent keeps turns_path).
+  std::string turns_socket;
+  bool turns_socket_named = false;  // by STOKER_GPU_TURNS_SOCKET
+  // The name this process gives the agent: STOKER_GPU_TURNS_TENANT, else
+  // the tenant (the agent adds the caller's uid unless a pinned limits file
+  // vouches for the name).
+  std::string broker_tenant;
   // The ledger is this user's in the state folder (made there if missing,
   // and refused when another user owns it).
   bool ledger_in_state_dir = false;

@@ -23,6 +23,7 @@
 
 #include "share/ledger.h"
 #include "share/ledger_host_pids.h"
+#include "share/turns_broker.h"
 
 namespace {
 
@@ -475,6 +476,39 @@ TEST_F(Interposer, APoolAllocationIsAdmittedForWhatThePoolGrowsBy) {
   EXPECT_EQ(j["third"], 2) << "CUDA_ERROR_OUT_OF_MEMORY";
   EXPECT_LE(j["max_charged"].get<std::uint64_t>(), j["quota"].get<std::uint64_t>());
   EXPECT_EQ(j["charged"], j["used"]);
+}
+
+TEST_F(Interposer, TenantsGetTheirComputeSharesThroughTheNodeAgent) {
+  // The same split where the node agent keeps the schedule: the probes find
+  // `turns` root's and read-only, ask the agent (here, this process) for
+  // turns over its socket, and read their turns from a read-only mapping.
+  const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
+  ASSERT_EQ(::system(("rm -rf " + state + " && mkdir -p " + state).c_str()), 0);
+  stoker::share::TurnsBroker::Options options;
+  options.turns_path = state + "/turns";
+  options.socket_path = state + "/turns.sock";
+  std::string error;
+  auto broker = stoker::share::TurnsBroker::Start(options, &error);
+  ASSERT_NE(broker, nullptr) << error;
+  env_.erase("STOKER_GPU_LEDGER");
+  env_["STOKER_GPU_DIR"] = state;
+  const std::string a = "/tmp/stoker-compute-a-" + tag_, b = "/tmp/stoker-compute-b-" + tag_;
+  StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=30 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", a);
+  StartProbe("STOKER_GPU_TENANT=b STOKER_GPU_COMPUTE_SHARE=70 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", b);
+  ::sleep(2);
+  EXPECT_EQ(broker->clients(), 2u);  // both asked the agent
+  ::sleep(4);
+  const auto ja = ReadResult(a), jb = ReadResult(b);
+  ASSERT_FALSE(ja.is_discarded() || jb.is_discarded());
+  const double da = ja["device_seconds"], db = jb["device_seconds"];
+  std::printf("[ compute ] through the agent: 30%% tenant %.3f s, 70%% tenant %.3f s of device time; split %.1f/%.1f\n",
+              da, db, 100 * da / (da + db), 100 * db / (da + db));
+  EXPECT_NEAR(da / (da + db), 0.30, STOKER_TEST_SANITIZED ? 0.08 : 0.05);
+  struct stat st {};
+  ASSERT_EQ(::stat((state + "/turns").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  broker.reset();
+  EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
 }
 
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {

@@ -1,7 +1,8 @@
 // `stoker gpu agent`: the node's keeper of the GPU state folder (run by
 // systemd on bare metal; the device plugin does the same for Kubernetes).
-// It makes the folder root's and sticky before any user can squat it, makes
-// the compute schedule, and then watches: dead processes' charges go back
+// It makes the folder root's and sticky before any user can squat it, keeps
+// the compute schedule (the only writer of `turns`: processes ask it for
+// turns over turns.sock), and watches: dead processes' charges go back
 // at every look, every process a card lists that runs without the
 // interposer is logged once as unlimited, and processes in containers are
 // told their PIDs in the node's namespace (which NVML lists). Admission never waits on it: if
@@ -50,7 +51,18 @@ int RunGpuAgent(const GpuAgentArgs& args) {
   if (!changed.ok()) return Fail(changed.error());
   for (const auto& line : *changed) Log(line);
   Log(fmt::format("keeping {}{}", dir, changed->empty() ? " (already in order)" : ""));
-  if (args.once) return 0;
+  if (args.once) {
+    Log("compute shares take turns through the running agent: start `stoker gpu agent` without --once");
+    return 0;
+  }
+  // The node's compute schedule: only this process writes it.
+  stoker::GpuTurnsBrokerOptions turns;
+  turns.turns_path = dir + "/turns";
+  turns.socket_path = dir + "/turns.sock";
+  turns.log = [](const std::string& line) { Log("turns: " + line); };
+  auto broker = stoker::StartGpuTurnsBroker(turns);
+  if (!broker.ok()) return Fail(broker.error());
+  Log(fmt::format("compute turns served at {}", turns.socket_path));
   struct sigaction action {};
   action.sa_handler = [](int) { g_agent_stop = true; };
   ::sigaction(SIGTERM, &action, nullptr);
@@ -91,6 +103,7 @@ int RunGpuAgent(const GpuAgentArgs& args) {
     for (double waited = 0; waited < args.interval_seconds && !g_agent_stop; waited += 0.1)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  broker->reset();  // processes under a compute share now wait for the next agent
   Log("stopped");
   return 0;
 }

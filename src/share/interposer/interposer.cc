@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "share/brokered_turns.h"
 #include "share/interposer/entry_points.h"
 #include "share/interposer/real_driver.h"
 #include "share/pinned_limits.h"
@@ -139,16 +140,36 @@ void Interposer::Initialise() {
   }
   turns_ = ledger_;
   if (config_.turns_path != config_.ledger_path && config_.HasComputeShare() && !config_.compute_by_mps) {
-    // The node's schedule, shared by every user: tenants there are named
-    // with their user, so that two users' tenants never merge.
-    LedgerFile shared;
-    shared.mode = 0666;
-    shared.make_dir = config_.turns_in_state_dir;
-    turns_ = Ledger::Open(config_.turns_path, &error, shared);
-    if (turns_ == nullptr || !turns_->Register(config_.turns_tenant, config_.compute_share, &error)) {
-      error_ = "the compute schedule: " + error;
-      turns_ = ledger_;
-      return;
+    const bool brokered =
+        config_.turns_socket_named || (!config_.turns_socket.empty() && TurnsAreBrokered(config_.turns_path));
+    if (brokered) {
+      // The node agent keeps the schedule: it is asked, never written.
+      BrokeredTurns::Options options;
+      options.socket_path = config_.turns_socket;
+      options.turns_path = config_.turns_path;
+      options.tenant = config_.broker_tenant;
+      options.compute_share = config_.compute_share;
+      const std::string compute_pin = std::string(kPinnedLimitsPath) + ".d/compute";
+      if (config_.pinned_from.find(compute_pin) != std::string::npos) options.proof_path = compute_pin;
+      turns_ = BrokeredTurns::Open(options, &error);
+      if (turns_ == nullptr) {
+        error_ = "the compute schedule: " + error;
+        turns_ = ledger_;
+        return;
+      }
+    } else {
+      // The node's schedule, shared by every user: tenants there are named
+      // with their user, so that two users' tenants never merge.
+      LedgerFile shared;
+      shared.mode = 0666;
+      shared.make_dir = config_.turns_in_state_dir;
+      Ledger* turns = Ledger::Open(config_.turns_path, &error, shared);
+      if (turns == nullptr || !turns->Register(config_.turns_tenant, config_.compute_share, &error)) {
+        error_ = "the compute schedule: " + error;
+        delete turns;
+        return;
+      }
+      turns_ = turns;
     }
   }
   ok_ = true;

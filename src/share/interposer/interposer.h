@@ -82,9 +82,10 @@ class Interposer {
   bool CheckLimitOrdinals();
   const DriverCalls& driver() const { return calls_; }
   Ledger& ledger() { return *ledger_; }
-  // The compute schedule: the memory ledger itself, or the node's turns
-  // file where each user has a ledger of their own.
-  Ledger& turns() { return *turns_; }
+  // The compute schedule: the memory ledger itself, the node's turns file
+  // where each user has a ledger of their own, or the node agent's
+  // (brokered_turns.h) where it keeps that file.
+  TurnSchedule& turns() { return *turns_; }
   const ShareConfig& config() const { return config_; }
 
   // The device of the calling thread's current context; false when there
@@ -212,7 +213,7 @@ class Interposer {
   bool error_printed_ = false;
   ShareConfig config_;
   Ledger* ledger_ = nullptr;
-  Ledger* turns_ = nullptr;  // ledger_, or a ledger of its own
+  TurnSchedule* turns_ = nullptr;  // ledger_, or a schedule of its own
   DriverCalls calls_;
   struct DeviceEntry {
     bool known = false;

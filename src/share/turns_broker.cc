@@ -1,0 +1,309 @@
+#include "share/turns_broker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "share/ledger.h"
+#include "share/share_config.h"
+#include "share/turns_protocol.h"
+
+namespace stoker::share {
+namespace {
+
+std::uint64_t NowNs() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string Errno(const char* what, const std::string& path) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof(buffer), "%s '%s': %s", what, path.c_str(), std::strerror(errno));
+  return buffer;
+}
+
+// A period a process asks for, held to what the schedule was made for: a
+// client cannot stretch its turns by naming a longer one.
+std::uint64_t ClampPeriod(std::uint64_t period_ns) {
+  return std::clamp<std::uint64_t>(period_ns, 1'000'000, 10'000'000'000);
+}
+
+struct Client {
+  int fd = -1;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  std::unique_ptr<Ledger> ledger;  // opened at kHello
+  std::string tenant;
+};
+
+void CopyError(TurnsReply* reply, const std::string& text) {
+  std::snprintf(reply->error, sizeof(reply->error), "%s", text.c_str());
+}
+
+// The tenant `request` may act as, or empty with `*error`.
+std::string TenantFor(const Client& client, const TurnsRequest& request, int proof_fd, const std::string& limits_dir,
+                      std::string* error) {
+  char name_buffer[kTenantNameBytes];
+  std::memcpy(name_buffer, request.tenant, sizeof(name_buffer));
+  name_buffer[sizeof(name_buffer) - 1] = '\0';
+  const std::string name = name_buffer;
+  if (!ValidTenantName(name)) {
+    *error = "tenant '" + name + "' must be 1-63 characters of A-Z a-z 0-9 . _ -";
+    return "";
+  }
+  if (proof_fd < 0) return name + "@uid" + std::to_string(client.uid);
+  // The bare name: only for the process that can show the pinned limits
+  // file written for that tenant (the container it was mounted into).
+  struct stat passed {
+  }, pinned{};
+  const std::string path = limits_dir + "/" + name + ".compute";
+  if (limits_dir.empty() || ::fstat(proof_fd, &passed) != 0 || ::stat(path.c_str(), &pinned) != 0 ||
+      !S_ISREG(passed.st_mode) || passed.st_dev != pinned.st_dev || passed.st_ino != pinned.st_ino) {
+    *error = "the pinned limits file this process passed is not tenant '" + name + "'s" +
+             (limits_dir.empty() ? std::string(" (this agent keeps no pinned limits)") : " (" + path + ")");
+    return "";
+  }
+  return name;
+}
+
+}  // namespace
+
+std::unique_ptr<TurnsBroker> TurnsBroker::Start(const Options& options, std::string* error) {
+  std::unique_ptr<TurnsBroker> broker(new TurnsBroker(options));
+  // The schedule: made if missing, then writable by its owner (root) only.
+  {
+    LedgerFile file;
+    file.mode = 0644;
+    std::unique_ptr<Ledger> probe(Ledger::Open(options.turns_path, error, file));
+    if (probe == nullptr) return nullptr;
+    if (::chown(options.turns_path.c_str(), ::geteuid(), ::getegid()) != 0 ||
+        ::chmod(options.turns_path.c_str(), 0644) != 0) {
+      *error = Errno("making the compute schedule writable by its owner only:", options.turns_path);
+      return nullptr;
+    }
+  }
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (options.socket_path.size() >= sizeof(address.sun_path)) {
+    *error = "the socket path '" + options.socket_path + "' is too long for a Unix socket";
+    return nullptr;
+  }
+  std::memcpy(address.sun_path, options.socket_path.c_str(), options.socket_path.size() + 1);
+  broker->listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (broker->listen_fd_ < 0) {
+    *error = Errno("making a socket for", options.socket_path);
+    return nullptr;
+  }
+  // A socket left by an agent that ended: replaced (a live agent's too: the
+  // newest one serves).
+  struct stat st {};
+  if (::lstat(options.socket_path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *error = "'" + options.socket_path + "' exists and is not a socket: remove it";
+      return nullptr;
+    }
+    ::unlink(options.socket_path.c_str());
+  }
+  if (::bind(broker->listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::chmod(options.socket_path.c_str(), 0666) != 0 || ::listen(broker->listen_fd_, 128) != 0) {
+    *error = Errno("listening on", options.socket_path);
+    return nullptr;
+  }
+  if (::pipe2(broker->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    *error = Errno("making a pipe for", options.socket_path);
+    return nullptr;
+  }
+  // Two descriptors per process served (its socket, its schedule's file).
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < 2 * kMaxSlots + 64) {
+    limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 2 * kMaxSlots + 64);
+    (void)::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  broker->thread_ = std::thread([b = broker.get()] { b->Serve(); });
+  return broker;
+}
+
+TurnsBroker::~TurnsBroker() {
+  if (thread_.joinable()) {
+    const char byte = 0;
+    (void)!::write(wake_[1], &byte, 1);
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    // Only our own socket: a newer agent may have replaced it.
+    struct stat st {};
+    if (::lstat(options_.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(options_.socket_path.c_str());
+  }
+  for (int fd : wake_)
+    if (fd >= 0) ::close(fd);
+}
+
+void TurnsBroker::Serve() {
+  std::vector<Client> clients;
+  std::vector<pollfd> fds;
+  auto log = [this](const std::string& line) {
+    if (options_.log) options_.log(line);
+  };
+  auto drop = [&](std::size_t i) {
+    if (clients[i].ledger != nullptr) clients[i].ledger->Unregister();
+    ::close(clients[i].fd);
+    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+    clients_.store(clients.size(), std::memory_order_relaxed);
+  };
+  for (;;) {
+    fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    for (const Client& c : clients) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      log(Errno("waiting on", options_.socket_path));
+      break;
+    }
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) break;
+        ucred cred{};
+        socklen_t length = sizeof(cred);
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || clients.size() >= kMaxSlots) {
+          ::close(fd);
+          continue;
+        }
+        clients.push_back({fd, cred.uid, cred.pid, nullptr, ""});
+      }
+      clients_.store(clients.size(), std::memory_order_relaxed);
+    }
+    // Newest first, so a drop does not shift the ones still to serve.
+    for (std::size_t i = fds.size() - 1; i >= 2; --i) {
+      if (fds[i].revents == 0) continue;
+      const std::size_t at = i - 2;
+      Client& client = clients[at];
+      TurnsRequest request{};
+      iovec io{&request, sizeof(request)};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      msghdr message{};
+      message.msg_iov = &io;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      const ssize_t n = ::recvmsg(client.fd, &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      int passed_fd = -1;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+          std::memcpy(&passed_fd, CMSG_DATA(c), sizeof(int));
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n != static_cast<ssize_t>(sizeof(request)) || (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        if (passed_fd >= 0) ::close(passed_fd);
+        drop(at);  // closed (the process ended), or not our protocol
+        continue;
+      }
+      TurnsReply reply{};
+      reply.version = kTurnsProtocolVersion;
+      const auto op = static_cast<TurnsOp>(request.op);
+      bool keep = true;
+      const int d = request.device;
+      const std::uint64_t now = NowNs();
+      if (request.version != kTurnsProtocolVersion) {
+        CopyError(&reply, "the GPU agent speaks version " + std::to_string(kTurnsProtocolVersion) +
+                              " of the compute schedule's protocol, this process version " +
+                              std::to_string(request.version) + ": run the agent and the jobs from one stoker release");
+        keep = false;
+      } else if (op == TurnsOp::kHello) {
+        std::string error;
+        const std::string tenant = client.ledger == nullptr
+                                       ? TenantFor(client, request, passed_fd, options_.limits_dir, &error)
+                                       : std::string();
+        if (client.ledger != nullptr) error = "this connection already said hello";
+        if (!tenant.empty()) {
+          LedgerFile file;
+          file.mode = 0644;
+          std::unique_ptr<Ledger> ledger(Ledger::Open(options_.turns_path, &error, file));
+          if (ledger != nullptr &&
+              ledger->Register(tenant, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error,
+                               client.pid)) {
+            client.ledger = std::move(ledger);
+            client.tenant = tenant;
+            reply.ok = 1;
+            reply.value = static_cast<std::int32_t>(client.ledger->tenant_index());
+          }
+        }
+        if (!reply.ok) {
+          CopyError(&reply, error);
+          keep = false;
+          log("refused pid " + std::to_string(client.pid) + " (uid " + std::to_string(client.uid) + "): " + error);
+        }
+      } else if (client.ledger == nullptr) {
+        keep = false;  // every call comes after a hello
+      } else if (op != TurnsOp::kDevice && op != TurnsOp::kWaited &&
+                 (d < 0 || d >= static_cast<std::int32_t>(kMaxDevices))) {
+        CopyError(&reply, "no device " + std::to_string(d) + " in the compute schedule");
+        keep = false;
+      } else {
+        Ledger& ledger = *client.ledger;
+        switch (op) {
+          case TurnsOp::kDevice:
+            reply.value = ledger.Device(request.uuid, request.a);
+            reply.ok = reply.value >= 0;
+            if (!reply.ok) CopyError(&reply, "the compute schedule has no room for another device");
+            break;
+          case TurnsOp::kSetShare: {
+            std::string error;
+            reply.ok =
+                ledger.SetComputeShare(d, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error);
+            if (!reply.ok) CopyError(&reply, error);
+            break;
+          }
+          case TurnsOp::kAcquire:
+            reply.ok = ledger.AcquireDevice(d, now, ClampPeriod(request.b), &reply.a, request.flag != 0);
+            break;
+          case TurnsOp::kRelease:
+            ledger.ReleaseDevice(d, now, ClampPeriod(request.b), request.flag != 0);
+            reply.ok = 1;
+            break;
+          case TurnsOp::kExtend:
+            reply.ok = ledger.ExtendTurn(d, now, ClampPeriod(request.b), request.flag != 0, &reply.a);
+            break;
+          case TurnsOp::kBudgetWait:
+            reply.a = ledger.BudgetWait(d, now);
+            reply.ok = 1;
+            break;
+          case TurnsOp::kWaited:
+            reply.a = ledger.WaitedNs(now);
+            reply.ok = 1;
+            break;
+          case TurnsOp::kOverrun: {
+            // The process's clock is the agent's (CLOCK_MONOTONIC), but
+            // never a time still to come.
+            const std::uint64_t released = std::min(request.a, now), done = std::min(request.b, now);
+            ledger.ChargeOverrun(d, released, std::max(done, released), request.c, ClampPeriod(request.d));
+            reply.ok = 1;
+            break;
+          }
+          default:
+            keep = false;
+        }
+      }
+      if (passed_fd >= 0) ::close(passed_fd);
+      // A process that does not read its replies is not waited on.
+      if (::send(client.fd, &reply, sizeof(reply), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(reply)))
+        keep = false;
+      if (!keep) drop(at);
+    }
+  }
+  while (!clients.empty()) drop(clients.size() - 1);
+}
+
+}  // namespace stoker::share
