@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -19,6 +21,7 @@
 #include "kube/tenant_sweep.h"
 #include "podresources_v1.grpc.pb.h"
 #include "share/ledger_host_pids.h"
+#include "stoker/gpu_share.h"
 
 namespace stoker::kube {
 namespace {
@@ -117,6 +120,7 @@ class DevicePlugin::Impl {
   } last_grant_;
   std::vector<Served> served_;
   std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<GpuTurnsBroker> turns_broker_;  // with compute shares advertised
   std::thread health_;
 };
 
@@ -213,7 +217,27 @@ Status DevicePlugin::Impl::Begin() {
   if (!inventory.ok()) return inventory.error().WithContext("reading the node's GPUs");
   if (inventory->cards.empty()) return Status::NotFound(fmt::format("{} found no GPU on this node", inventory->source));
   cards_ = inventory->cards;
-  for (Resource r : Advertised(options_.settings)) {
+  const auto advertised = Advertised(options_.settings);
+  if (std::find(advertised.begin(), advertised.end(), Resource::kCompute) != advertised.end()) {
+    // The node's compute schedule, kept by this process: containers read it
+    // (mounted read-only) and ask for turns over the broker's socket, whose
+    // folder they mount read-only (a socket made anew is seen there).
+    const std::string& host = options_.settings.ledger_host_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(host + "/broker", ec);
+    if (ec) return Status::IOError(fmt::format("making {}/broker: {}", host, ec.message()));
+    GpuTurnsBrokerOptions turns;
+    turns.turns_path = host + "/turns";
+    turns.socket_path = host + "/broker/turns.sock";
+    turns.limits_dir = host + "/limits";
+    turns.log = [log = options_.log](const std::string& line) {
+      if (log) log("turns: " + line);
+    };
+    auto broker = StartGpuTurnsBroker(turns);
+    if (!broker.ok()) return broker.error();
+    turns_broker_ = std::move(*broker);
+  }
+  for (Resource r : advertised) {
     served_.push_back({r, options_.kubelet_dir + "/" + SocketName(r), nullptr, nullptr});
     if (Status s = Serve(served_.back()); !s.ok()) return s;
     if (Status s = Register(served_.back()); !s.ok()) return s;

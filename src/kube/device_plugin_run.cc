@@ -3,14 +3,11 @@
 // that the stoker CLI and the Python module do not load gRPC.
 #include <unistd.h>
 
-#include <filesystem>
-
 #include <fmt/format.h>
 
 #include "kube/device_plugin.h"
 #include "kube/run_util.h"
 #include "stoker/gpu_kube.h"
-#include "stoker/gpu_share.h"
 
 namespace stoker {
 namespace {
@@ -48,19 +45,6 @@ Status RunGpuDevicePlugin(const GpuDevicePluginSettings& settings, const std::fu
   options.tenant_sweep_seconds = settings.tenant_sweep_seconds;
   options.tenant_grace_seconds = settings.tenant_grace_seconds;
   options.log = [](const std::string& line) { kube::Log("device-plugin", line); };
-  // The node's compute schedule, kept by this process: containers read it
-  // (mounted read-only) and ask for turns over the broker's socket, whose
-  // folder they mount read-only (a socket made anew is seen there).
-  GpuTurnsBrokerOptions turns;
-  turns.turns_path = settings.ledger_host_dir + "/turns";
-  turns.socket_path = settings.ledger_host_dir + "/broker/turns.sock";
-  turns.limits_dir = settings.ledger_host_dir + "/limits";
-  turns.log = [](const std::string& line) { kube::Log("device-plugin", "turns: " + line); };
-  std::error_code ec;
-  std::filesystem::create_directories(settings.ledger_host_dir + "/broker", ec);
-  if (ec) return Status::IOError(fmt::format("making {}/broker: {}", settings.ledger_host_dir, ec.message()));
-  auto broker = StartGpuTurnsBroker(turns);
-  if (!broker.ok()) return broker.error();
   auto plugin = kube::DevicePlugin::Start(std::move(options));
   if (!plugin.ok()) return plugin.error();
   if ((*plugin)->status_port())

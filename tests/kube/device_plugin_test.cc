@@ -197,6 +197,13 @@ class DevicePluginTest : public ::testing::Test {
 
 TEST_F(DevicePluginTest, RegistersEachResourceAndListsTheCardsAsDevices) {
   StartPlugin();
+  // It keeps the node's compute schedule: containers read it and ask its
+  // broker for turns.
+  struct stat st {};
+  ASSERT_EQ(::stat((options_.settings.ledger_host_dir + "/turns").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  ASSERT_EQ(::stat((options_.settings.ledger_host_dir + "/broker/turns.sock").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
   const auto registrations = kubelet_->WaitForRegistrations(2);
   ASSERT_EQ(registrations.size(), 2u);
   EXPECT_EQ(registrations[0].resource_name(), "stoker.io/gpu-memory");
@@ -352,7 +359,8 @@ TEST_F(DevicePluginTest, AfterAKubeletRestartThePluginRegistersAgain) {
   ASSERT_EQ(first.size(), 2u);
   // A restarting kubelet removes every socket in its folder.
   kubelet_.reset();
-  for (const auto& entry : std::filesystem::directory_iterator(dir_)) std::filesystem::remove(entry.path());
+  for (const auto& entry : std::filesystem::directory_iterator(dir_))
+    if (entry.is_socket()) std::filesystem::remove(entry.path());
   kubelet_ = std::make_unique<FakeKubelet>(dir_);
   const auto again = kubelet_->WaitForRegistrations(2);
   ASSERT_EQ(again.size(), 2u);

@@ -191,10 +191,19 @@ TEST(PluginDevices, EachContainerSeesOnlyItsTenantsStateAndPinnedLimits) {
   ASSERT_NE(pinned, nullptr);
   EXPECT_TRUE(pinned->read_only);
   EXPECT_EQ(MountAt(*memory, "/run/stoker-turns"), nullptr);
-  // Compute: the node's schedule, under a tenant of its own there; its own pinned file.
+  // Compute: the node's schedule, read-only, under a tenant of its own
+  // there, and the plugin's turns broker (its folder, read-only); its own
+  // pinned file, which vouches for the tenant's name to the broker.
   EXPECT_EQ(compute->envs.at("STOKER_GPU_TURNS"), "/run/stoker-turns");
+  EXPECT_EQ(compute->envs.at("STOKER_GPU_TURNS_SOCKET"), "/run/stoker-turns.d/turns.sock");
   EXPECT_EQ(compute->envs.at("STOKER_GPU_TURNS_TENANT").rfind("k8s-", 0), 0u);
-  ASSERT_NE(MountAt(*compute, "/run/stoker-turns"), nullptr);
+  const auto* turns = MountAt(*compute, "/run/stoker-turns");
+  ASSERT_NE(turns, nullptr);
+  EXPECT_TRUE(turns->read_only);
+  const auto* broker = MountAt(*compute, "/run/stoker-turns.d");
+  ASSERT_NE(broker, nullptr);
+  EXPECT_EQ(broker->host_path, s.ledger_host_dir + "/broker");
+  EXPECT_TRUE(broker->read_only);
   EXPECT_EQ(MountAt(*compute, "/run/stoker"), nullptr);
   ASSERT_NE(MountAt(*compute, "/etc/stoker/gpu-limits.d/compute"), nullptr);
   // Both: the same interposer and preload mounts (the kubelet merges identical mounts).
@@ -212,7 +221,10 @@ TEST(PluginDevices, EachContainerSeesOnlyItsTenantsStateAndPinnedLimits) {
     ASSERT_EQ(::stat(folder->host_path.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 01777u);
     ASSERT_EQ(::stat((s.ledger_host_dir + "/turns").c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 07777, 0666u);
+    EXPECT_EQ(st.st_mode & 07777, 0644u);  // written by the plugin's broker alone
+    EXPECT_EQ(st.st_uid, 0u);
+    ASSERT_EQ(::stat((s.ledger_host_dir + "/broker").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0755u);
     ASSERT_EQ(::stat(pinned->host_path.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0644u);
     EXPECT_EQ(st.st_uid, 0u);
