@@ -1,7 +1,10 @@
 // The GPU-sharing parsers: the interposer's settings (every variable from
 // one input), the ledger file (opened as a ledger, any bytes), program
 // headers (CheckPreloadable reads ELF and #! lines), and the pinned limits
-// file (KEY=VALUE lines over the environment's settings).
+// file (KEY=VALUE lines over the environment's settings), and the node
+// agent's turns broker (requests of up to three processes, of two users,
+// any bytes: afterwards, every place they took is given back).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +18,8 @@
 #include "share/ledger.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
+#include "share/turns_broker.h"
+#include "share/turns_protocol.h"
 #include "stoker/gpu_share.h"
 
 namespace {
@@ -36,7 +41,7 @@ void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t si
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::uint8_t what = data[0] % 4;
+  const std::uint8_t what = data[0] % 5;
   ++data;
   --size;
   if (what == 0) {
@@ -98,6 +103,46 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!ok && error.empty()) __builtin_trap();  // a refusal always says why
     if (ok && (config.compute_share > 100 || config.LimitFor(0) > (4ull << 30))) __builtin_trap();  // never looser
     ::unlink(path.c_str());
+  } else if (what == 4) {
+    namespace share = stoker::share;
+    static const std::string dir = [] {
+      char name[] = "/tmp/stoker-share-fuzz-turns-XXXXXX";
+      std::string made = ::mkdtemp(name);
+      ::mkdir((made + "/limits").c_str(), 0700);
+      if (FILE* f = std::fopen((made + "/limits/k8s-a.compute").c_str(), "w")) std::fclose(f);
+      return made;
+    }();
+    const std::string turns = dir + "/turns";
+    const int pinned = ::open((dir + "/limits/k8s-a.compute").c_str(), O_RDONLY | O_CLOEXEC);
+    std::unique_ptr<share::TurnsSession> sessions[3];
+    for (int i = 0; i < 3; ++i)
+      sessions[i] = std::make_unique<share::TurnsSession>(turns, dir + "/limits", i == 2 ? 1001 : 0, 100 + i);
+    // Each request: a byte naming the session (and whether the pinned file
+    // comes along), then a request's bytes; the version made right most of
+    // the time, so that the calls behind it are reached.
+    std::uint64_t now = 1'000'000'000;
+    while (size >= 1 + sizeof(share::TurnsRequest)) {
+      const std::uint8_t who = data[0];
+      share::TurnsRequest request;
+      std::memcpy(&request, data + 1, sizeof(request));
+      if (who & 0x80) request.version = share::kTurnsProtocolVersion;
+      data += 1 + sizeof(request);
+      size -= 1 + sizeof(request);
+      now += 1'000'000 * (who & 0x0f);
+      share::TurnsReply reply;
+      std::string refusal;
+      const bool keep = sessions[who % 3]->Handle(request, (who & 0x40) ? pinned : -1, now, &reply, &refusal);
+      if (reply.error[sizeof(reply.error) - 1] != '\0') __builtin_trap();  // always terminated
+      if (!keep) sessions[who % 3] = std::make_unique<share::TurnsSession>(turns, dir + "/limits", 0, 200);
+    }
+    for (auto& s : sessions) s->Close();
+    if (pinned >= 0) ::close(pinned);
+    share::LedgerReport report;
+    std::string error;
+    if (::access(turns.c_str(), F_OK) == 0) {
+      if (!share::Ledger::Report(turns, &report, &error)) __builtin_trap();
+      if (!report.tenants.empty()) __builtin_trap();  // every place given back
+    }
   } else {
     const std::string path = TempPath("program");
     WriteFile(path, data, size, 0755);

@@ -88,8 +88,12 @@ BrokeredTurns* BrokeredTurns::Open(const Options& options, std::string* error) {
     return nullptr;
   }
   turns->layout_ = layout;
-  std::lock_guard<std::mutex> lock(turns->mu_);
-  if (!turns->Ready(error) && turns->refused_) {
+  bool refused = false;
+  {
+    std::lock_guard<std::mutex> lock(turns->mu_);
+    refused = !turns->Ready(error) && turns->refused_;
+  }
+  if (refused) {
     delete turns;
     return nullptr;
   }
@@ -105,7 +109,11 @@ void BrokeredTurns::Disconnect(const char* why) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   __atomic_store_n(&tenant_index_plus1_, 0u, __ATOMIC_RELEASE);
-  for (std::uint32_t i = 0; i < known_count_; ++i) __atomic_store_n(&known_[i].remote, -1, __ATOMIC_RELEASE);
+  for (std::uint32_t i = 0; i < known_count_; ++i) {
+    __atomic_store_n(&known_[i].remote, -1, __ATOMIC_RELEASE);
+    known_[i].waiting = false;
+    known_[i].budget_ready_ns = 0;
+  }
   next_attempt_ns_ = NowNs() + kReconnectNs;
   if (!said_waiting_ && why != nullptr) {
     std::fprintf(stderr,
@@ -237,6 +245,8 @@ int BrokeredTurns::Device(const std::uint8_t uuid[16], std::uint64_t physical_by
   k.physical_bytes = physical_bytes;
   k.share = 0;
   k.remote = -1;
+  k.waiting = false;
+  k.budget_ready_ns = 0;
   std::string error;
   if (Ready(&error)) {
     TurnsRequest request = NewRequest(TurnsOp::kDevice);
@@ -274,12 +284,30 @@ bool BrokeredTurns::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t per
   std::lock_guard<std::mutex> lock(mu_);
   std::string error;
   if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || !Ready(&error)) return false;
-  TurnsRequest request = NewRequest(TurnsOp::kAcquire, known_[d].remote);
+  Known& k = known_[d];
+  if (k.waiting) {
+    // Already waiting in the agent's schedule: while another tenant's turn
+    // runs, asking again is pointless (the agent hands us the device when
+    // that turn is given back, or lets us take it from a holder stuck past
+    // its time, which asking after `hold_until` does).
+    const LedgerDevice& device = layout_->devices[k.remote];
+    const std::uint32_t holder = __atomic_load_n(&device.holder, __ATOMIC_ACQUIRE);
+    const std::uint32_t me = __atomic_load_n(&tenant_index_plus1_, __ATOMIC_ACQUIRE);
+    if (holder != 0 && holder != me && now_ns < __atomic_load_n(&device.hold_until_ns, __ATOMIC_ACQUIRE)) return false;
+    // Out of budget: not before it has some again.
+    if (now_ns < k.budget_ready_ns) return false;
+  }
+  TurnsRequest request = NewRequest(TurnsOp::kAcquire, k.remote);
   request.a = now_ns;
   request.b = period_ns;
   request.flag = work_conserving;
   TurnsReply reply{};
-  if (!Call(request, &reply) || !reply.ok) return false;
+  if (!Call(request, &reply)) return false;
+  k.waiting = !reply.ok;
+  if (!reply.ok) {
+    k.budget_ready_ns = now_ns + reply.a;
+    return false;
+  }
   *until_ns = reply.a;
   return true;
 }
@@ -347,12 +375,10 @@ bool BrokeredTurns::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period
 }
 
 std::uint64_t BrokeredTurns::BudgetWait(int d, std::uint64_t now_ns) {
+  // What the agent said with its last refusal (no round trip).
   std::lock_guard<std::mutex> lock(mu_);
   if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || fd_ < 0 || known_[d].remote < 0) return 0;
-  TurnsRequest request = NewRequest(TurnsOp::kBudgetWait, known_[d].remote);
-  request.a = now_ns;
-  TurnsReply reply{};
-  return Call(request, &reply) ? reply.a : 0;
+  return known_[d].budget_ready_ns > now_ns ? known_[d].budget_ready_ns - now_ns : 0;
 }
 
 void BrokeredTurns::Unregister() {
@@ -372,7 +398,11 @@ void BrokeredTurns::DetachAfterFork() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   __atomic_store_n(&tenant_index_plus1_, 0u, __ATOMIC_RELEASE);
-  for (std::uint32_t i = 0; i < known_count_; ++i) __atomic_store_n(&known_[i].remote, -1, __ATOMIC_RELEASE);
+  for (std::uint32_t i = 0; i < known_count_; ++i) {
+    __atomic_store_n(&known_[i].remote, -1, __ATOMIC_RELEASE);
+    known_[i].waiting = false;
+    known_[i].budget_ready_ns = 0;
+  }
   next_attempt_ns_ = 0;
 }
 

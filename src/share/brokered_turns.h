@@ -80,6 +80,10 @@ class BrokeredTurns final : public TurnSchedule {
     std::uint32_t share;  // 0: the tenant's
     // Read by HoldsDevice on every launch: atomic.
     std::int32_t remote;
+    // The agent refused our last ask (we wait in its schedule), and when
+    // our tenant has budget again by its word (mu_).
+    bool waiting;
+    std::uint64_t budget_ready_ns;
   };
 
   Options options_;

@@ -44,8 +44,7 @@ struct Client {
   int fd = -1;
   uid_t uid = 0;
   pid_t pid = 0;
-  std::unique_ptr<Ledger> ledger;  // opened at kHello
-  std::string tenant;
+  std::unique_ptr<TurnsSession> session;
 };
 
 void CopyError(TurnsReply* reply, const std::string& text) {
@@ -53,7 +52,7 @@ void CopyError(TurnsReply* reply, const std::string& text) {
 }
 
 // The tenant `request` may act as, or empty with `*error`.
-std::string TenantFor(const Client& client, const TurnsRequest& request, int proof_fd, const std::string& limits_dir,
+std::string TenantFor(uid_t uid, const TurnsRequest& request, int proof_fd, const std::string& limits_dir,
                       std::string* error) {
   char name_buffer[kTenantNameBytes];
   std::memcpy(name_buffer, request.tenant, sizeof(name_buffer));
@@ -63,7 +62,7 @@ std::string TenantFor(const Client& client, const TurnsRequest& request, int pro
     *error = "tenant '" + name + "' must be 1-63 characters of A-Z a-z 0-9 . _ -";
     return "";
   }
-  if (proof_fd < 0) return name + "@uid" + std::to_string(client.uid);
+  if (proof_fd < 0) return name + "@uid" + std::to_string(uid);
   // The bare name: only for the process that can show the pinned limits
   // file written for that tenant (the container it was mounted into).
   struct stat passed {
@@ -79,6 +78,101 @@ std::string TenantFor(const Client& client, const TurnsRequest& request, int pro
 }
 
 }  // namespace
+
+TurnsSession::TurnsSession(std::string turns_path, std::string limits_dir, uid_t uid, pid_t pid)
+    : turns_path_(std::move(turns_path)), limits_dir_(std::move(limits_dir)), uid_(uid), pid_(pid) {}
+
+TurnsSession::~TurnsSession() {
+  Close();
+}
+
+void TurnsSession::Close() {
+  if (ledger_ != nullptr) ledger_->Unregister();
+  ledger_.reset();
+}
+
+bool TurnsSession::Handle(const TurnsRequest& request, int passed_fd, std::uint64_t now, TurnsReply* out,
+                          std::string* refusal) {
+  TurnsReply& reply = *out;
+  reply = TurnsReply{};
+  reply.version = kTurnsProtocolVersion;
+  const auto op = static_cast<TurnsOp>(request.op);
+  const int d = request.device;
+  if (request.version != kTurnsProtocolVersion) {
+    CopyError(&reply, "the GPU agent speaks version " + std::to_string(kTurnsProtocolVersion) +
+                          " of the compute schedule's protocol, this process version " +
+                          std::to_string(request.version) + ": run the agent and the jobs from one stoker release");
+    return false;
+  }
+  if (op == TurnsOp::kHello) {
+    std::string error = "this connection already said hello";
+    const std::string tenant = ledger_ == nullptr ? TenantFor(uid_, request, passed_fd, limits_dir_, &error) : "";
+    if (!tenant.empty()) {
+      LedgerFile file;
+      file.mode = 0644;
+      std::unique_ptr<Ledger> ledger(Ledger::Open(turns_path_, &error, file));
+      if (ledger != nullptr &&
+          ledger->Register(tenant, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error, pid_)) {
+        ledger_ = std::move(ledger);
+        tenant_ = tenant;
+        reply.ok = 1;
+        reply.value = static_cast<std::int32_t>(ledger_->tenant_index());
+        return true;
+      }
+    }
+    CopyError(&reply, error);
+    *refusal = error;
+    return false;
+  }
+  if (ledger_ == nullptr) return false;  // every call comes after a hello
+  if (op != TurnsOp::kDevice && op != TurnsOp::kWaited && (d < 0 || d >= static_cast<std::int32_t>(kMaxDevices))) {
+    CopyError(&reply, "no device " + std::to_string(d) + " in the compute schedule");
+    return false;
+  }
+  Ledger& ledger = *ledger_;
+  switch (op) {
+    case TurnsOp::kDevice:
+      reply.value = ledger.Device(request.uuid, request.a);
+      reply.ok = reply.value >= 0;
+      if (!reply.ok) CopyError(&reply, "the compute schedule has no room for another device");
+      return true;
+    case TurnsOp::kSetShare: {
+      std::string error;
+      reply.ok = ledger.SetComputeShare(d, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error);
+      if (!reply.ok) CopyError(&reply, error);
+      return true;
+    }
+    case TurnsOp::kAcquire:
+      reply.ok = ledger.AcquireDevice(d, now, ClampPeriod(request.b), &reply.a, request.flag != 0);
+      if (!reply.ok) reply.a = ledger.BudgetWait(d, now);  // how long asking again is pointless
+      return true;
+    case TurnsOp::kRelease:
+      ledger.ReleaseDevice(d, now, ClampPeriod(request.b), request.flag != 0);
+      reply.ok = 1;
+      return true;
+    case TurnsOp::kExtend:
+      reply.ok = ledger.ExtendTurn(d, now, ClampPeriod(request.b), request.flag != 0, &reply.a);
+      return true;
+    case TurnsOp::kBudgetWait:
+      reply.a = ledger.BudgetWait(d, now);
+      reply.ok = 1;
+      return true;
+    case TurnsOp::kWaited:
+      reply.a = ledger.WaitedNs(now);
+      reply.ok = 1;
+      return true;
+    case TurnsOp::kOverrun: {
+      // The process's clock is the agent's (CLOCK_MONOTONIC), but never a
+      // time still to come.
+      const std::uint64_t released = std::min(request.a, now), done = std::min(request.b, now);
+      ledger.ChargeOverrun(d, released, std::max(done, released), request.c, ClampPeriod(request.d));
+      reply.ok = 1;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
 
 std::unique_ptr<TurnsBroker> TurnsBroker::Start(const Options& options, std::string* error) {
   std::unique_ptr<TurnsBroker> broker(new TurnsBroker(options));
@@ -158,7 +252,7 @@ void TurnsBroker::Serve() {
     if (options_.log) options_.log(line);
   };
   auto drop = [&](std::size_t i) {
-    if (clients[i].ledger != nullptr) clients[i].ledger->Unregister();
+    clients[i].session->Close();
     ::close(clients[i].fd);
     clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
     clients_.store(clients.size(), std::memory_order_relaxed);
@@ -178,11 +272,21 @@ void TurnsBroker::Serve() {
         if (fd < 0) break;
         ucred cred{};
         socklen_t length = sizeof(cred);
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || clients.size() >= kMaxSlots) {
+        const auto of_uid = [&] {
+          return std::count_if(clients.begin(), clients.end(), [&](const Client& c) { return c.uid == cred.uid; });
+        };
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || clients.size() >= kMaxSlots ||
+            of_uid() >= static_cast<std::ptrdiff_t>(kMaxClientsPerUid)) {
+          // One user cannot take every place in the schedule from the others.
+          if (length == sizeof(cred) && clients.size() < kMaxSlots)
+            log("refused a connection of uid " + std::to_string(cred.uid) + ": it has " +
+                std::to_string(kMaxClientsPerUid) + " already");
           ::close(fd);
           continue;
         }
-        clients.push_back({fd, cred.uid, cred.pid, nullptr, ""});
+        clients.push_back(
+            {fd, cred.uid, cred.pid,
+             std::make_unique<TurnsSession>(options_.turns_path, options_.limits_dir, cred.uid, cred.pid)});
       }
       clients_.store(clients.size(), std::memory_order_relaxed);
     }
@@ -211,91 +315,10 @@ void TurnsBroker::Serve() {
         continue;
       }
       TurnsReply reply{};
-      reply.version = kTurnsProtocolVersion;
-      const auto op = static_cast<TurnsOp>(request.op);
-      bool keep = true;
-      const int d = request.device;
-      const std::uint64_t now = NowNs();
-      if (request.version != kTurnsProtocolVersion) {
-        CopyError(&reply, "the GPU agent speaks version " + std::to_string(kTurnsProtocolVersion) +
-                              " of the compute schedule's protocol, this process version " +
-                              std::to_string(request.version) + ": run the agent and the jobs from one stoker release");
-        keep = false;
-      } else if (op == TurnsOp::kHello) {
-        std::string error;
-        const std::string tenant = client.ledger == nullptr
-                                       ? TenantFor(client, request, passed_fd, options_.limits_dir, &error)
-                                       : std::string();
-        if (client.ledger != nullptr) error = "this connection already said hello";
-        if (!tenant.empty()) {
-          LedgerFile file;
-          file.mode = 0644;
-          std::unique_ptr<Ledger> ledger(Ledger::Open(options_.turns_path, &error, file));
-          if (ledger != nullptr &&
-              ledger->Register(tenant, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error,
-                               client.pid)) {
-            client.ledger = std::move(ledger);
-            client.tenant = tenant;
-            reply.ok = 1;
-            reply.value = static_cast<std::int32_t>(client.ledger->tenant_index());
-          }
-        }
-        if (!reply.ok) {
-          CopyError(&reply, error);
-          keep = false;
-          log("refused pid " + std::to_string(client.pid) + " (uid " + std::to_string(client.uid) + "): " + error);
-        }
-      } else if (client.ledger == nullptr) {
-        keep = false;  // every call comes after a hello
-      } else if (op != TurnsOp::kDevice && op != TurnsOp::kWaited &&
-                 (d < 0 || d >= static_cast<std::int32_t>(kMaxDevices))) {
-        CopyError(&reply, "no device " + std::to_string(d) + " in the compute schedule");
-        keep = false;
-      } else {
-        Ledger& ledger = *client.ledger;
-        switch (op) {
-          case TurnsOp::kDevice:
-            reply.value = ledger.Device(request.uuid, request.a);
-            reply.ok = reply.value >= 0;
-            if (!reply.ok) CopyError(&reply, "the compute schedule has no room for another device");
-            break;
-          case TurnsOp::kSetShare: {
-            std::string error;
-            reply.ok =
-                ledger.SetComputeShare(d, static_cast<std::uint32_t>(std::min<std::uint64_t>(request.a, 100)), &error);
-            if (!reply.ok) CopyError(&reply, error);
-            break;
-          }
-          case TurnsOp::kAcquire:
-            reply.ok = ledger.AcquireDevice(d, now, ClampPeriod(request.b), &reply.a, request.flag != 0);
-            break;
-          case TurnsOp::kRelease:
-            ledger.ReleaseDevice(d, now, ClampPeriod(request.b), request.flag != 0);
-            reply.ok = 1;
-            break;
-          case TurnsOp::kExtend:
-            reply.ok = ledger.ExtendTurn(d, now, ClampPeriod(request.b), request.flag != 0, &reply.a);
-            break;
-          case TurnsOp::kBudgetWait:
-            reply.a = ledger.BudgetWait(d, now);
-            reply.ok = 1;
-            break;
-          case TurnsOp::kWaited:
-            reply.a = ledger.WaitedNs(now);
-            reply.ok = 1;
-            break;
-          case TurnsOp::kOverrun: {
-            // The process's clock is the agent's (CLOCK_MONOTONIC), but
-            // never a time still to come.
-            const std::uint64_t released = std::min(request.a, now), done = std::min(request.b, now);
-            ledger.ChargeOverrun(d, released, std::max(done, released), request.c, ClampPeriod(request.d));
-            reply.ok = 1;
-            break;
-          }
-          default:
-            keep = false;
-        }
-      }
+      std::string refusal;
+      bool keep = client.session->Handle(request, passed_fd, NowNs(), &reply, &refusal);
+      if (!refusal.empty())
+        log("refused pid " + std::to_string(client.pid) + " (uid " + std::to_string(client.uid) + "): " + refusal);
       if (passed_fd >= 0) ::close(passed_fd);
       // A process that does not read its replies is not waited on.
       if (::send(client.fd, &reply, sizeof(reply), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(reply)))

@@ -28,6 +28,37 @@
 
 namespace stoker::share {
 
+class Ledger;
+struct TurnsReply;
+struct TurnsRequest;
+
+// One process's conversation with the broker: what its requests do to the
+// schedule. Apart from the socket so that it can be fuzzed (every byte of
+// a request comes from a process the agent does not trust).
+class TurnsSession {
+ public:
+  TurnsSession(std::string turns_path, std::string limits_dir, uid_t uid, pid_t pid);
+  ~TurnsSession();
+  TurnsSession(const TurnsSession&) = delete;
+  TurnsSession& operator=(const TurnsSession&) = delete;
+  // Carries out `request` (with `passed_fd`, a descriptor that came with
+  // it, or -1; not taken) at `now_ns`, filling `*reply`. False: the
+  // connection is to be closed (after the reply, when one is due), with
+  // `*refusal` naming why when an operator should hear of it.
+  bool Handle(const TurnsRequest& request, int passed_fd, std::uint64_t now_ns, TurnsReply* reply,
+              std::string* refusal);
+  // Gives this process's place in the schedule back.
+  void Close();
+  [[nodiscard]] const std::string& tenant() const { return tenant_; }
+
+ private:
+  std::string turns_path_, limits_dir_;
+  uid_t uid_;
+  pid_t pid_;
+  std::unique_ptr<Ledger> ledger_;  // opened at kHello
+  std::string tenant_;
+};
+
 class TurnsBroker {
  public:
   struct Options {
@@ -46,6 +77,9 @@ class TurnsBroker {
   TurnsBroker(const TurnsBroker&) = delete;
   TurnsBroker& operator=(const TurnsBroker&) = delete;
 
+  // A user's processes served at once (the schedule has kMaxSlots places
+  // for every user together).
+  static constexpr std::size_t kMaxClientsPerUid = 1024;
   // Connections being served now.
   [[nodiscard]] std::size_t clients() const { return clients_.load(std::memory_order_relaxed); }
 

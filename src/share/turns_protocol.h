@@ -25,7 +25,7 @@ enum class TurnsOp : std::uint32_t {
   kHello = 1,   // tenant, a: compute share, a descriptor may come along -> value: tenant index
   kDevice,      // uuid, a: physical bytes -> value: device index
   kSetShare,    // device, a: share
-  kAcquire,     // device, a: now, b: period, flag: work conserving -> ok: acquired, a: until
+  kAcquire,     // device, a: now, b: period, flag: work conserving -> ok: acquired, a: until (else: budget wait)
   kRelease,     // device, a: now, b: period, flag: work running
   kExtend,      // device, a: now, b: period, flag: work conserving -> ok: extended, a: until
   kBudgetWait,  // device, a: now -> a: ns

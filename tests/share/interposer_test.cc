@@ -102,6 +102,10 @@ class Interposer : public ::testing::Test {
     return nlohmann::json::parse(text.substr(at), nullptr, false);
   }
 
+  // The two-jobs-on-two-cards scenario (below); `turns_path`: the
+  // schedule to read, when not the test's ledger.
+  void RunTwoJobsOnTwoCards(const std::string& turns_path);
+
   std::string tag_;
   std::map<std::string, std::string> env_;
 };
@@ -511,12 +515,33 @@ TEST_F(Interposer, TenantsGetTheirComputeSharesThroughTheNodeAgent) {
   EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
 }
 
+// Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
+// collective ends only when its peer on the other card has launched its
+// own. With turns per card, job A could hold card 0 and job B card 1, each
+// waiting for the other until the 1 s stuck timer (100 collectives took
+// 38 s); with a tenant's turn on all its cards at once, none waits. Once
+// with the turns in the ledger's file, once through the node agent.
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
-  // Two NCCL-like jobs, a rank on each of two cards, 50% each: a rank's
-  // collective ends only when its peer on the other card has launched its
-  // own. With turns per card, job A could hold card 0 and job B card 1,
-  // each waiting for the other until the 1 s stuck timer (100 collectives
-  // took 38 s); with a tenant's turn on all its cards at once, none waits.
+  RunTwoJobsOnTwoCards("");
+}
+
+TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOtherThroughTheNodeAgent) {
+  const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
+  ASSERT_EQ(::system(("rm -rf " + state + " && mkdir -p " + state).c_str()), 0);
+  stoker::share::TurnsBroker::Options options;
+  options.turns_path = state + "/turns";
+  options.socket_path = state + "/turns.sock";
+  std::string error;
+  auto broker = stoker::share::TurnsBroker::Start(options, &error);
+  ASSERT_NE(broker, nullptr) << error;
+  env_.erase("STOKER_GPU_LEDGER");
+  env_["STOKER_GPU_DIR"] = state;
+  RunTwoJobsOnTwoCards(options.turns_path);
+  broker.reset();
+  EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
+}
+
+void Interposer::RunTwoJobsOnTwoCards(const std::string& turns_path) {
   const std::string probe = std::string(STOKER_FAKE_GPU) + "/probe/share_probe";
   std::vector<std::string> outs;
   std::string command;
@@ -542,7 +567,9 @@ TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
   }
   stoker::share::LedgerReport report;
   std::string error;
-  ASSERT_TRUE(stoker::share::Ledger::Report(env_["STOKER_GPU_LEDGER"], &report, &error)) << error;
+  ASSERT_TRUE(
+      stoker::share::Ledger::Report(turns_path.empty() ? env_["STOKER_GPU_LEDGER"] : turns_path, &report, &error))
+      << error;
   std::uint64_t stuck = 0;
   for (const auto& d : report.devices) stuck += d.stuck_takeovers;
   std::printf(

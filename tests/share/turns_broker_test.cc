@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,7 +47,10 @@ class TurnsBrokerTest : public ::testing::Test {
     options_.turns_path = dir_ + "/turns";
     options_.socket_path = dir_ + "/turns.sock";
     options_.limits_dir = dir_ + "/limits";
-    options_.log = [this](const std::string& line) { log_.push_back(line); };
+    options_.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);  // the broker's thread
+      log_.push_back(line);
+    };
   }
   void TearDown() override {
     broker_.reset();
@@ -85,6 +90,7 @@ class TurnsBrokerTest : public ::testing::Test {
 
   std::string dir_;
   TurnsBroker::Options options_;
+  std::mutex log_mu_;
   std::vector<std::string> log_;
   std::unique_ptr<TurnsBroker> broker_;
 };
@@ -142,6 +148,7 @@ TEST_F(TurnsBrokerTest, TheScheduleIsTheAgentsAndNamesCarryTheCallersUid) {
   for (const auto& t : Report().tenants) names.push_back(t.name);
   EXPECT_EQ(names.size(), 2u);
   EXPECT_NE(std::find(names.begin(), names.end(), "k8s-0123456789abcdef"), names.end());
+  std::lock_guard<std::mutex> lock(log_mu_);
   EXPECT_EQ(log_.size(), 2u);  // the two refusals, named for the operator
 }
 
@@ -204,6 +211,42 @@ TEST_F(TurnsBrokerTest, WithoutTheAgentLaunchesWaitAndGoOnWhenItIsBack) {
     shares.emplace_back(t.name, t.compute_shares.empty() ? 0 : t.compute_shares[0]);
   ASSERT_EQ(shares.size(), 2u);
   for (const auto& [name, share] : shares) EXPECT_EQ(share, 40u) << name;
+}
+
+TEST_F(TurnsBrokerTest, AForkedChildTakesAPlaceOfItsOwn) {
+  StartBroker();
+  std::string error;
+  auto a = Client("a", 50, &error);
+  ASSERT_NE(a, nullptr) << error;
+  const int d = a->Device(kCard, 1ull << 30);
+  ASSERT_TRUE(a->SetComputeShare(d, 50, &error)) << error;
+  std::uint64_t until = 0;
+  ASSERT_TRUE(a->AcquireDevice(d, Now(), kPeriodNs, &until, true));
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // The parent's connection is not the child's: it asks for its own,
+    // under the same tenant, which holds the device already.
+    a->DetachAfterFork();
+    std::string e;
+    const bool reopened = a->ReopenAfterFork(&e);
+    const bool holds = a->AcquireDevice(d, Now(), kPeriodNs, &until, true) && a->HoldsDevice(d);
+    ::_exit(reopened && holds ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  // The parent's place is untouched by the child's coming and going (the
+  // agent sees the child's connection close a moment later).
+  EXPECT_TRUE(a->HoldsDevice(d));
+  LedgerReport report;
+  for (int i = 0; i < 200; ++i) {
+    report = Report();
+    if (report.tenants.size() == 1 && report.tenants[0].processes.size() == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(report.tenants.size(), 1u);
+  EXPECT_EQ(report.tenants[0].processes.size(), 1u);
+  EXPECT_TRUE(a->HoldsDevice(d));
 }
 
 TEST_F(TurnsBrokerTest, AnotherReleasesProtocolAndAShareThatDisagreesAreRefusedByName) {
