@@ -3,7 +3,8 @@
 // headers (CheckPreloadable reads ELF and #! lines), and the pinned limits
 // file (KEY=VALUE lines over the environment's settings), and the node
 // agent's turns broker (requests of up to three processes, of two users,
-// any bytes: afterwards, every place they took is given back).
+// any bytes: afterwards, every place they took is given back), and the
+// code image formats module loads are keyed by (fatbin, ELF, PTX).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "share/code_image.h"
 #include "share/ledger.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
@@ -41,7 +43,7 @@ void WriteFile(const std::string& path, const std::uint8_t* data, std::size_t si
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::uint8_t what = data[0] % 5;
+  const std::uint8_t what = data[0] % 6;
   ++data;
   --size;
   if (what == 0) {
@@ -143,6 +145,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (!share::Ledger::Report(turns, &report, &error)) __builtin_trap();
       if (!report.tenants.empty()) __builtin_trap();  // every place given back
     }
+  } else if (what == 5) {
+    // Read only within the image, as the driver would; a length past it is refused.
+    const std::uint64_t length = stoker::share::CodeImageLength(data, size);
+    if (length > size) __builtin_trap();
+    if (length > 0 && stoker::share::CodeBytesKey(data, length) == 0) __builtin_trap();
   } else {
     const std::string path = TempPath("program");
     WriteFile(path, data, size, 0755);

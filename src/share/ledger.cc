@@ -296,6 +296,46 @@ void Ledger::LearnContextBytes(int d, std::uint64_t bytes) {
     __atomic_store_n(&layout_->devices[d].context_bytes, bytes, __ATOMIC_RELAXED);
 }
 
+namespace {
+
+std::uint64_t CodeKeyOn(std::uint64_t key, int d) {
+  const std::uint64_t k = key ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(d + 1));
+  return k == 0 ? 1 : k;
+}
+
+}  // namespace
+
+std::uint64_t Ledger::CodeBytes(int d, std::uint64_t key) {
+  if (key == 0 || d < 0 || !Active() || !Lock()) return 0;
+  const std::uint64_t k = CodeKeyOn(key, d);
+  std::uint64_t bytes = 0;
+  for (auto& e : layout_->code_sizes)
+    if (e.key == k) {
+      bytes = e.bytes;
+      e.used_unix = NowUnix();
+      break;
+    }
+  Unlock();
+  return bytes;
+}
+
+void Ledger::LearnCodeBytes(int d, std::uint64_t key, std::uint64_t bytes) {
+  if (key == 0 || d < 0 || bytes == 0 || !Active() || !Lock()) return;
+  const std::uint64_t k = CodeKeyOn(key, d);
+  LedgerCodeSize* slot = nullptr;
+  for (auto& e : layout_->code_sizes) {
+    if (e.key == k) {
+      slot = &e;
+      break;
+    }
+    if (slot == nullptr || (slot->key != 0 && (e.key == 0 || e.used_unix < slot->used_unix))) slot = &e;
+  }
+  slot->key = k;
+  slot->bytes = bytes;
+  slot->used_unix = NowUnix();
+  Unlock();
+}
+
 std::uint64_t Ledger::TenantCharged(int d) {
   if (!Active() || d < 0 || !Lock()) return 0;
   const std::uint64_t v = layout_->tenants[tenant_].charged[d];

@@ -40,7 +40,7 @@
 namespace stoker::share {
 
 inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 3;
+inline constexpr std::uint32_t kLedgerVersion = 4;
 inline constexpr std::uint32_t kMaxDevices = 16;
 // A node's tenants: a Kubernetes node hands out one per memory unit (8
 // cards of 141 GiB at 1 GiB units: 1,128), each with its processes.
@@ -51,6 +51,8 @@ inline constexpr std::uint32_t kMaxSlots = 4096;  // below 65535: the lock word 
 inline constexpr std::uint64_t kLockBoundNs = 500'000'000;
 inline constexpr std::size_t kTenantNameBytes = 80;  // NUL-terminated: a name and "@uid<uid>"
 inline constexpr std::uint64_t kNoQuota = ~std::uint64_t{0};
+// Code images whose load was measured (Ledger::CodeBytes).
+inline constexpr std::uint32_t kMaxCodeSizes = 1024;
 
 // The layout, byte for byte (little-endian, no pointers; docs/gpu-sharing.md).
 struct LedgerHeader {
@@ -136,11 +138,20 @@ struct LedgerSlot {
   std::int32_t host_pid;
   std::uint32_t reserved;
 };
+// What loading a module or library of the same code took on a device
+// when last measured (code_image.h's key, mixed with the device), so the
+// next load is admitted before the driver makes it (version 4).
+struct LedgerCodeSize {
+  std::uint64_t key;  // 0: free
+  std::uint64_t bytes;
+  std::uint64_t used_unix;  // the least recently used goes when the table is full
+};
 struct LedgerLayout {
   LedgerHeader header;
   LedgerDevice devices[kMaxDevices];
   LedgerTenant tenants[kMaxTenants];
   LedgerSlot slots[kMaxSlots];
+  LedgerCodeSize code_sizes[kMaxCodeSizes];
 };
 
 // What `stoker gpu ls` shows.
@@ -239,6 +250,10 @@ class Ledger final : public TurnSchedule {
   // recording a measurement (no lock: one word).
   [[nodiscard]] std::uint64_t ContextBytes(int d) const;
   void LearnContextBytes(int d, std::uint64_t bytes);
+  // What loading the code keyed `key` (code_image.h) took on device `d`
+  // when last measured (0: never), and recording a measurement.
+  [[nodiscard]] std::uint64_t CodeBytes(int d, std::uint64_t key);
+  void LearnCodeBytes(int d, std::uint64_t key, std::uint64_t bytes);
 
   // The compute schedule (tenants with a compute share): one tenant at a
   // time launches on a device, for at most its share of each `period_ns`;

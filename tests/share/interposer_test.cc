@@ -250,6 +250,34 @@ TEST_F(Interposer, AContextThatWouldPassTheQuotaIsRefusedBeforeItIsMade) {
     for (auto charged : t.charged) EXPECT_LE(charged, 500ull << 20);
 }
 
+TEST_F(Interposer, AModuleWhoseCodeWasLoadedBeforeIsAdmittedBeforeItLoads) {
+  // Modules take 200 MiB on the fake device here. A first process (no
+  // quota) loads the code and the ledger learns what it took. A process
+  // of a tenant held to 600 MiB, with its 300 MiB context and 200 MB of its
+  // own, loads the same code: refused before the driver loads it. Code
+  // never loaded before is still measured after the load: it goes through
+  // and the tenant ends over its quota, as every module did before.
+  env_["FAKE_CUDA_MODULE_BYTES"] = std::to_string(200ull << 20);
+  const ProbeRun first = Probe("module --image '// kernels A'", {{"STOKER_GPU_TENANT", "learner"}});
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_EQ(first.json()["load"], 0);
+  const std::map<std::string, std::string> held = {{"STOKER_GPU_TENANT", "held"},
+                                                   {"STOKER_GPU_MEMORY_LIMIT", "600MiB"}};
+  const ProbeRun known = Probe("module --image '// kernels A' --bytes 200000000", held);
+  ASSERT_EQ(known.status, 0) << known.out;
+  EXPECT_EQ(known.json()["load"], 2);          // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(known.json()["loaded_bytes"], 0);  // the driver never loaded it
+  EXPECT_LE(known.json()["tenant"].get<std::uint64_t>(), 600ull << 20);
+  const ProbeRun unknown = Probe("module --image '// kernels B' --bytes 200000000", held);
+  ASSERT_EQ(unknown.status, 0) << unknown.out;
+  EXPECT_EQ(unknown.json()["load"], 0);
+  EXPECT_GT(unknown.json()["tenant"].get<std::uint64_t>(), 600ull << 20);
+  // Within the quota, known code loads and is charged once.
+  const ProbeRun fits = Probe("module --image '// kernels A'", held);
+  EXPECT_EQ(fits.json()["load"], 0);
+  EXPECT_EQ(fits.json()["tenant"].get<std::uint64_t>(), (300ull << 20) + (200ull << 20));
+}
+
 TEST_F(Interposer, VisibleDevicesByIndexOrUuidCarryTheirOwnQuota) {
   for (const char* visible : {"1", "GPU-2021"}) {
     const ProbeRun run = Probe("visible", {{"CUDA_VISIBLE_DEVICES", visible}, {"STOKER_GPU_MEMORY_LIMIT_0", "1GiB"}});

@@ -353,6 +353,27 @@ int Alloc(const Driver& d) {
   return r == CUDA_SUCCESS ? 0 : 2;
 }
 
+// --- modules: admitted before the load for what the same code took -----
+// Allocates --bytes, then loads the PTX text --image (its bytes are its
+// key); prints what the load returned and what it took on the fake device.
+
+int Module(const Driver& d) {
+  Check(d.Init(0), "cuInit");
+  (void)NewContext(d, 0);
+  const int physical = PhysicalOf(d, 0);
+  CUdeviceptr p = 0;
+  if (Arg("bytes", 0) > 0) Check(d.MemAlloc(&p, Arg("bytes", 0)), "cuMemAlloc");
+  const std::string image = g_args.count("image") ? g_args["image"] : "// fake module";
+  const std::uint64_t before = FakeProcessUsed(physical);
+  CUmodule m = nullptr;
+  const CUresult r = d.ModuleLoadData(&m, image.c_str());
+  const Charges c = LedgerCharges(d, 0);
+  std::printf("{\"load\": %d, \"loaded_bytes\": %llu, \"tenant\": %llu, \"quota\": %llu}\n", static_cast<int>(r),
+              static_cast<unsigned long long>(FakeProcessUsed(physical) - before),
+              static_cast<unsigned long long>(c.tenant), static_cast<unsigned long long>(c.quota));
+  return 0;
+}
+
 // --- arrays: what the driver says they take; sparse tiles hold handles ----
 
 int Arrays(const Driver& d) {
@@ -548,6 +569,7 @@ int main(int argc, char** argv) {
   if (mode == "report") return Report(d);
   if (mode == "fork") return Fork(d);
   if (mode == "alloc") return Alloc(d);
+  if (mode == "module") return Module(d);
   if (mode == "orphan") return Orphan(d);
   if (mode == "limit") return Limit(d);
   if (mode == "visible") return Visible(d);

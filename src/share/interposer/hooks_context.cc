@@ -2,6 +2,7 @@
 // before and after, then reconciled with NVML's per-process view where it
 // has one), and graph memory (the device's graph reservation, read after
 // each launch, upload, trim and destruction).
+#include "share/code_image.h"
 #include "share/interposer/hook_prologue.h"
 
 using stoker::share::Dev;
@@ -63,24 +64,51 @@ CUresult ReleasePrimary(Interposer& ip, CUdevice device, bool reset, Release rel
   return r;
 }
 
-// Modules and libraries: measured around the load in the current context.
+// Modules and libraries: admitted before the load for what the same code
+// (`key`, code_image.h; 0: unknown) took when last loaded on that device
+// by any process of the user, then measured around the load in the current
+// context and that measurement learned.
 template <typename Load>
-CUresult LoadCode(Interposer& ip, void** out, Load load) {
+CUresult LoadCode(Interposer& ip, void** out, std::uint64_t key, Load load) {
   Dev dev;
   CUcontext ctx = nullptr;
   if (!ip.CurrentDevice(&dev, &ctx)) return load(out);
+  const std::uint64_t expected = key != 0 ? ip.ledger().CodeBytes(dev.ledger, key) : 0;
+  if (expected > 0 && !ip.Admit(dev, expected)) return CUDA_ERROR_OUT_OF_MEMORY;
   std::uint64_t measured = 0;
   void* handle = nullptr;
-  const CUresult r = ip.Measure(dev, &measured, [&] { return load(&handle); });
-  if (r != CUDA_SUCCESS) return r;
+  const CUresult r = ip.Measure(
+      dev, &measured, [&] { return load(&handle); }, expected);
+  if (r != CUDA_SUCCESS) {
+    if (expected > 0) ip.ledger().Uncharge(dev.ledger, expected);
+    return r;
+  }
   if (out) *out = handle;
   {
     std::lock_guard<std::mutex> lock(ip.mu);
-    ip.AddOverhead(dev, measured);
+    ip.AddOverhead(dev, measured, /*reserved=*/expected);
     ip.modules[handle] = {ctx, dev, measured};
   }
+  if (key != 0) ip.ledger().LearnCodeBytes(dev.ledger, key, measured);
   ip.Reconcile(dev.ordinal);
   return r;
+}
+
+// What shapes a JIT load besides the image: the options that change the
+// code made, with their values (others, such as log buffers, whose values
+// are pointers that differ from call to call, by name only).
+std::uint64_t JitVariant(unsigned int n, const CUjit_option* options, void* const* values) {
+  std::uint64_t v = n;
+  for (unsigned int i = 0; options != nullptr && i < n && i < 64; ++i) {
+    const CUjit_option o = options[i];
+    const bool shapes_code = o == CU_JIT_MAX_REGISTERS || o == CU_JIT_THREADS_PER_BLOCK ||
+                             o == CU_JIT_OPTIMIZATION_LEVEL || o == CU_JIT_TARGET || o == CU_JIT_FALLBACK_STRATEGY ||
+                             o == CU_JIT_GENERATE_DEBUG_INFO || o == CU_JIT_GENERATE_LINE_INFO ||
+                             o == CU_JIT_CACHE_MODE;
+    v = v * 1099511628211ull + static_cast<std::uint64_t>(o) * 31;
+    if (shapes_code && values != nullptr) v += static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(values[i]));
+  }
+  return v;
 }
 
 template <typename Unload>
@@ -213,25 +241,26 @@ STOKER_HOOK CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
   return ReleasePrimary(ip, device, true, [&] { return real(device); });
 }
 
-#define STOKER_LOAD(handle_type, out, call) \
-  LoadCode(ip, reinterpret_cast<void**>(out), [&](void** h) { return call(reinterpret_cast<handle_type*>(h)); })
+#define STOKER_LOAD(handle_type, out, key, call) \
+  LoadCode(ip, reinterpret_cast<void**>(out), key, [&](void** h) { return call(reinterpret_cast<handle_type*>(h)); })
 
 STOKER_HOOK CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* path) {
   STOKER_PROLOGUE(cuModuleLoad, PFN_cuModuleLoad_v2000)
-  return STOKER_LOAD(CUmodule, module, [&](CUmodule* m) { return real(m, path); });
+  return STOKER_LOAD(CUmodule, module, stoker::share::CodeFileKey(path), [&](CUmodule* m) { return real(m, path); });
 }
 STOKER_HOOK CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   STOKER_PROLOGUE(cuModuleLoadData, PFN_cuModuleLoadData_v2000)
-  return STOKER_LOAD(CUmodule, module, [&](CUmodule* m) { return real(m, image); });
+  return STOKER_LOAD(CUmodule, module, stoker::share::CodeImageKey(image), [&](CUmodule* m) { return real(m, image); });
 }
 STOKER_HOOK CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
                                                 CUjit_option* options, void** values) {
   STOKER_PROLOGUE(cuModuleLoadDataEx, PFN_cuModuleLoadDataEx_v2010)
-  return STOKER_LOAD(CUmodule, module, [&](CUmodule* m) { return real(m, image, n, options, values); });
+  return STOKER_LOAD(CUmodule, module, stoker::share::CodeImageKey(image, JitVariant(n, options, values)),
+                     [&](CUmodule* m) { return real(m, image, n, options, values); });
 }
 STOKER_HOOK CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule* module, const void* image) {
   STOKER_PROLOGUE(cuModuleLoadFatBinary, PFN_cuModuleLoadFatBinary_v2000)
-  return STOKER_LOAD(CUmodule, module, [&](CUmodule* m) { return real(m, image); });
+  return STOKER_LOAD(CUmodule, module, stoker::share::CodeImageKey(image), [&](CUmodule* m) { return real(m, image); });
 }
 STOKER_HOOK CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   STOKER_PROLOGUE(cuModuleUnload, PFN_cuModuleUnload_v2000)
@@ -242,18 +271,22 @@ STOKER_HOOK CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* c
                                                CUlibraryOption* library_options, void** library_values,
                                                unsigned int library_count) {
   STOKER_PROLOGUE(cuLibraryLoadData, PFN_cuLibraryLoadData_v12000)
-  return STOKER_LOAD(CUlibrary, library, [&](CUlibrary* l) {
-    return real(l, code, jit_options, jit_values, jit_count, library_options, library_values, library_count);
-  });
+  return STOKER_LOAD(
+      CUlibrary, library, stoker::share::CodeImageKey(code, JitVariant(jit_count, jit_options, jit_values)),
+      [&](CUlibrary* l) {
+        return real(l, code, jit_options, jit_values, jit_count, library_options, library_values, library_count);
+      });
 }
 STOKER_HOOK CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* path, CUjit_option* jit_options,
                                                    void** jit_values, unsigned int jit_count,
                                                    CUlibraryOption* library_options, void** library_values,
                                                    unsigned int library_count) {
   STOKER_PROLOGUE(cuLibraryLoadFromFile, PFN_cuLibraryLoadFromFile_v12000)
-  return STOKER_LOAD(CUlibrary, library, [&](CUlibrary* l) {
-    return real(l, path, jit_options, jit_values, jit_count, library_options, library_values, library_count);
-  });
+  return STOKER_LOAD(
+      CUlibrary, library, stoker::share::CodeFileKey(path, JitVariant(jit_count, jit_options, jit_values)),
+      [&](CUlibrary* l) {
+        return real(l, path, jit_options, jit_values, jit_count, library_options, library_values, library_count);
+      });
 }
 STOKER_HOOK CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   STOKER_PROLOGUE(cuLibraryUnload, PFN_cuLibraryUnload_v12000)
