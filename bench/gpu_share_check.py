@@ -17,6 +17,9 @@ Runs, each in processes of its own under `stoker gpu run`:
   nccl       NCCL, world size 1, an all-reduce under the quota
   overhead   ResNet-50 bf16 training steps with and without the interposer
   compute    two tenants at 30% and 70%: the throughput each gets
+  compute_agent  the same through `stoker gpu agent`'s turns broker (the
+             node's schedule kept by the agent, asked over its socket; on
+             the fake driver, the probe's 1 ms kernels)
   graph_shared  CUDA graphs captured (20 times) and replayed by a tenant at 30%
              while a 70% tenant computes: the compute turns end and start
              during the captures, which must stay valid and replay right
@@ -40,7 +43,8 @@ import time
 
 GiB = 1 << 30
 MiB = 1 << 20
-PARTS = ["resolve", "property", "accounting", "fill", "graph", "pair", "nccl", "overhead", "compute", "graph_shared", "place"]
+PARTS = ["resolve", "property", "accounting", "fill", "graph", "pair", "nccl", "overhead", "compute", "compute_agent",
+         "graph_shared", "place"]
 
 
 def run(cmd, env=None, timeout=300):
@@ -357,6 +361,50 @@ class Check:
         return {"matmuls": counts, "share_of_30_percent_tenant": round(split * 100, 1),
                 "ok": abs(split - 0.30) <= 0.05}
 
+    def compute_agent(self):
+        if os.geteuid() != 0:
+            return {"ok": None, "skipped": "the agent runs as root"}
+        state = "/dev/shm/stoker-gpu-check-agent-%d" % os.getpid()
+        env = {k: v for k, v in self.env.items() if k != "STOKER_GPU_LEDGER"}
+        env["STOKER_GPU_DIR"] = state
+        agent = subprocess.Popen([self.args.stoker, "gpu", "agent", "--dir", state, "--interval", "1"], env=env,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(state + "/turns.sock") and time.time() < deadline and agent.poll() is None:
+                time.sleep(0.05)
+            if not os.path.exists(state + "/turns.sock"):
+                return {"ok": False, "error": "the agent serves no turns", "log": agent.stderr.read()[-400:]}
+            results = {}
+            fake = {"PROBE_SECONDS": "4000", "PROBE_KERNEL_US": "1000"}
+
+            def one(name, share):
+                # Without STOKER_GPU_LEDGER: each user's ledger and the agent's turns in the state folder.
+                command = [sys.executable, "-c", textwrap.dedent(self.COMPUTE)] if self.cuda else \
+                    [self.args.probe, "compute"]
+                r, seconds = run([self.args.stoker, "gpu", "run", "--quiet", "--no-place", "--compute", share,
+                                  "--tenant", name, "--", *command], env=dict(env, **({} if self.cuda else fake)))
+                results[name] = (r, seconds, last_json(r.stdout))
+            threads = [threading.Thread(target=one, args=("c30", "30")),
+                       threading.Thread(target=one, args=("c70", "70"))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            key = "matmuls" if self.cuda else "device_seconds"
+            counts = {k: (v[2] or {}).get(key) for k, v in results.items()}
+            if not all(counts.values()):
+                return {"ok": False, "errors": {k: (v[0].stdout + v[0].stderr)[-300:] for k, v in results.items()}}
+            split = counts["c30"] / (counts["c30"] + counts["c70"])
+            return {key: counts, "share_of_30_percent_tenant": round(split * 100, 1), "ok": abs(split - 0.30) <= 0.05}
+        finally:
+            agent.terminate()
+            try:
+                agent.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+            subprocess.run(["rm", "-rf", state])
+
     GRAPH_SHARED = """
         import json, torch
         torch.manual_seed(0)
@@ -436,7 +484,7 @@ class Check:
 
     def main(self, parts):
         for part in parts:
-            needs_gpu = part not in ("resolve", "property", "accounting")
+            needs_gpu = part not in ("resolve", "property", "accounting", "compute_agent")
             if needs_gpu and not self.cuda:
                 self.results[part] = {"ok": None, "skipped": "no CUDA device"}
                 continue
