@@ -83,6 +83,13 @@ std::uint64_t CodeBytesKey(const void* image, std::uint64_t length, std::uint64_
 }
 
 std::uint64_t CodeImageKey(const void* image, std::uint64_t variant) {
+  // The wrapper the CUDA runtime registers ({magic, version, data, ...}):
+  // the fatbin it points to, which the driver reads the same way.
+  if (image != nullptr && Load(static_cast<const std::uint8_t*>(image), 4) == kFatbinWrapperMagic) {
+    const void* data = nullptr;
+    std::memcpy(&data, static_cast<const std::uint8_t*>(image) + 8, sizeof(data));
+    image = data;
+  }
   return CodeBytesKey(image, CodeImageLength(image, SIZE_MAX), variant);
 }
 

@@ -21,6 +21,7 @@
 namespace stoker::share {
 
 inline constexpr std::uint32_t kFatbinMagic = 0xBA55ED50u;
+inline constexpr std::uint32_t kFatbinWrapperMagic = 0x466243B1u;  // the runtime's wrapper around a fatbin
 // Images longer than this are not believed (a corrupt header).
 inline constexpr std::uint64_t kMaxCodeImageBytes = 4ull << 30;
 
@@ -31,7 +32,7 @@ inline constexpr std::uint64_t kMaxCodeImageBytes = 4ull << 30;
 std::uint64_t CodeImageLength(const void* image, std::size_t available);
 
 // The key of the image at `image` (0: none), read as the driver will read
-// it. `variant` mixes in what else shapes the load (JIT options).
+// it (through the runtime's fatbin wrapper to the fatbin). `variant` mixes in what else shapes the load (JIT options).
 std::uint64_t CodeImageKey(const void* image, std::uint64_t variant = 0);
 // The same for the bytes [image, image + length) already known.
 std::uint64_t CodeBytesKey(const void* image, std::uint64_t length, std::uint64_t variant = 0);

@@ -66,6 +66,18 @@ TEST(CodeImage, KeysTellCodeApartAndAgreeOnTheSameCode) {
   EXPECT_NE(CodeBytesKey(a.data(), a.size()), CodeBytesKey(a.data(), a.size() - 1));
   EXPECT_NE(CodeBytesKey(a.data(), a.size(), 1), CodeBytesKey(a.data(), a.size(), 2));  // JIT options
   EXPECT_EQ(CodeImageKey(nullptr), 0u);
+  // The runtime's wrapper is keyed as the fatbin it points to.
+  std::vector<std::uint8_t> fatbin(16 + 100, 7);
+  Put(fatbin, 0, kFatbinMagic, 4);
+  Put(fatbin, 6, 16, 2);
+  Put(fatbin, 8, 100, 8);
+  struct {
+    std::uint32_t magic, version;
+    const void* data;
+    void* filename;
+  } wrapper{kFatbinWrapperMagic, 1, fatbin.data(), nullptr};
+  EXPECT_NE(CodeImageKey(fatbin.data()), 0u);
+  EXPECT_EQ(CodeImageKey(&wrapper), CodeImageKey(fatbin.data()));
   // Files: by path, size and modification.
   const std::string path = "/tmp/stoker-code-image-" + std::to_string(::getpid());
   std::ofstream(path) << "ptx";
