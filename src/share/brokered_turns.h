@@ -63,7 +63,9 @@ class BrokeredTurns final : public TurnSchedule {
   static constexpr std::uint64_t kReconnectNs = 100'000'000;
 
  private:
-  explicit BrokeredTurns(Options options) : options_(std::move(options)) {}
+  explicit BrokeredTurns(Options options) : options_(std::move(options)) {
+    for (auto& k : known_) k.remote = -1;
+  }
   // Connected and known to the agent, connecting if it is time to try.
   // False while the agent does not answer. mu_ held.
   bool Ready(std::string* error);

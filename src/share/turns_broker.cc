@@ -62,16 +62,17 @@ std::string TenantFor(uid_t uid, const TurnsRequest& request, int proof_fd, cons
     *error = "tenant '" + name + "' must be 1-63 characters of A-Z a-z 0-9 . _ -";
     return "";
   }
-  if (proof_fd < 0) return name + "@uid" + std::to_string(uid);
+  // An agent that keeps no pinned limits (bare metal) vouches for no bare
+  // name: a pinned file passed to it changes nothing.
+  if (proof_fd < 0 || limits_dir.empty()) return name + "@uid" + std::to_string(uid);
   // The bare name: only for the process that can show the pinned limits
   // file written for that tenant (the container it was mounted into).
   struct stat passed {
   }, pinned{};
   const std::string path = limits_dir + "/" + name + ".compute";
-  if (limits_dir.empty() || ::fstat(proof_fd, &passed) != 0 || ::stat(path.c_str(), &pinned) != 0 ||
-      !S_ISREG(passed.st_mode) || passed.st_dev != pinned.st_dev || passed.st_ino != pinned.st_ino) {
-    *error = "the pinned limits file this process passed is not tenant '" + name + "'s" +
-             (limits_dir.empty() ? std::string(" (this agent keeps no pinned limits)") : " (" + path + ")");
+  if (::fstat(proof_fd, &passed) != 0 || ::stat(path.c_str(), &pinned) != 0 || !S_ISREG(passed.st_mode) ||
+      passed.st_dev != pinned.st_dev || passed.st_ino != pinned.st_ino) {
+    *error = "the pinned limits file this process passed is not tenant '" + name + "'s (" + path + ")";
     return "";
   }
   return name;

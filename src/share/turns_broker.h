@@ -66,7 +66,8 @@ class TurnsBroker {
     std::string socket_path;  // made 0666: anyone may ask (the kernel says who asks)
     // Where the device plugin writes pinned limits, "<dir>/<tenant>.compute":
     // a process that passes that file may use the bare tenant name (a
-    // container's grant). Empty: names always carry the caller's uid.
+    // container's grant). Empty: names always carry the caller's uid (a
+    // file passed changes nothing).
     std::string limits_dir;
     std::function<void(const std::string&)> log;  // one line per event worth an operator's eye; may be empty
   };

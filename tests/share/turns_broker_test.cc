@@ -148,8 +148,22 @@ TEST_F(TurnsBrokerTest, TheScheduleIsTheAgentsAndNamesCarryTheCallersUid) {
   for (const auto& t : Report().tenants) names.push_back(t.name);
   EXPECT_EQ(names.size(), 2u);
   EXPECT_NE(std::find(names.begin(), names.end(), "k8s-0123456789abcdef"), names.end());
-  std::lock_guard<std::mutex> lock(log_mu_);
-  EXPECT_EQ(log_.size(), 2u);  // the two refusals, named for the operator
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    EXPECT_EQ(log_.size(), 2u);  // the two refusals, named for the operator
+  }
+  // An agent that keeps no pinned limits (bare metal) takes the file as
+  // no proof: the name carries the uid, and the process is not refused.
+  {
+    broker_.reset();
+    options_.limits_dir.clear();
+    StartBroker();
+    auto bare = Client("k8s-0123456789abcdef", 50, &error, pinned);
+    ASSERT_NE(bare, nullptr) << error;
+    bool found = false;
+    for (const auto& t : Report().tenants) found |= t.name == "k8s-0123456789abcdef@uid" + std::to_string(::getuid());
+    EXPECT_TRUE(found);
+  }
 }
 
 TEST_F(TurnsBrokerTest, TurnsPassBetweenTenantsAndAnEndedProcessGivesItsTurnBack) {
