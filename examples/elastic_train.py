@@ -40,6 +40,8 @@ def parse_args(argv=None):
     p.add_argument("--straggler", metavar="FACTOR:STEPS[:MIN_SECONDS]", help="evict a worker slower than FACTOR x "
                    "the others' median for STEPS steps in a row, steps under MIN_SECONDS not judged "
                    "(stoker.elastic.StragglerPolicy)")
+    p.add_argument("--pause-while", metavar="PATH", help="before each step, wait while PATH exists (lets a test "
+                   "hold every worker at the same point, outside any collective, while a joiner starts)")
     p.add_argument("--slow", metavar="LOCAL_RANK:SECONDS", help="the worker of this local rank computes SECONDS "
                    "longer each step (to try --straggler)")
     p.add_argument("--snapshot-copies", type=int, default=2,
@@ -149,6 +151,8 @@ def main(argv=None):
         slow = float(seconds) if os.environ.get("LOCAL_RANK") == local_rank else 0.0
 
     def train_step(images, labels):
+        while args.pause_while and os.path.exists(args.pause_while):
+            time.sleep(0.05)  # heartbeats go on; no collective is in flight here
         if args.step_delay or slow:
             time.sleep(args.step_delay + slow)
         return nn.functional.cross_entropy(model(images), labels % 10)

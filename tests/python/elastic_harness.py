@@ -172,3 +172,14 @@ def _tiny_loader(packed, batch):
     import stoker.transforms as T
     return stoker.Loader(packed, global_batch_size=batch, with_indices=True, log_epochs=False, num_threads=1,
                          transform=T.Compose([T.Resize(8), T.CenterCrop(8)]))
+
+
+def _wait_for_join_request(port, joiner, timeout=120):
+    """Until the in-process rendezvous at `port` has a join request (the joiner reached it)."""
+    import datetime
+    import torch.distributed
+    store = torch.distributed.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=30))
+    deadline = time.monotonic() + timeout
+    while int(store.add("joins", 0)) < 1:
+        assert joiner.poll() is None and time.monotonic() < deadline, "the joiner never asked to join"
+        time.sleep(0.1)

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from elastic_harness import (EPOCHS, NUM_SAMPLES, _assert_params_match, _check_log, _env, _example_args, _finish,
-                             _free_port, _launch, _lines, _summaries, _tiny_loader, _wait_for_steps, _workers)
+                             _free_port, _launch, _lines, _summaries, _tiny_loader, _wait_for_join_request,
+                             _wait_for_steps, _workers)
 from elastic_harness import packed, reference  # noqa: F401 - fixtures
 
 torch = pytest.importorskip("torch")
@@ -119,13 +120,20 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
     common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "4"]
     # Steps of 1 s leave the joiner (a new Python process importing torch) time to arrive before the end;
     # --join makes it fail, rather than start a job of its own, if it came too late.
-    main = _launch(common + ["--nproc-per-node", "4"] + _example_args(packed, tmp_path, "run", 1.0))
+    # Every worker waits before its step while the gate exists (no collective is in flight there): the joiner
+    # is let in however long it takes to start, rather than raced against the job's last steps.
+    gate = tmp_path / "gate"
+    pause = ["--pause-while", str(gate)]
+    main = _launch(common + ["--nproc-per-node", "4"] + _example_args(packed, tmp_path, "run", 1.0, pause))
     log = tmp_path / "run.jsonl"
     _wait_for_steps(log, 3, main)
     victim = _workers(main, 4)[1]
     os.kill(victim, signal.SIGKILL)
     _wait_for_steps(log, 4, main)
-    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 1.0))
+    gate.touch()
+    joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + _example_args(packed, tmp_path, "run", 1.0, pause))
+    _wait_for_join_request(port, joiner)
+    gate.unlink()
     out = _finish(main)
     joiner_out = _finish(joiner)
     assert main.returncode == 0, out[-4000:]

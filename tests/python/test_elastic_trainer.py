@@ -1,18 +1,16 @@
 """stoker.elastic.Trainer end to end: the program's own DDP loop (examples/elastic_ddp.py) under the
 launchers, a worker killed, hung or added; and a batch whose optimizer step was skipped."""
-import datetime
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import SOURCE_DIR
 from elastic_harness import (NUM_SAMPLES, _assert_params_match, _ddp_args, _ddp_check, _ddp_workers, _env, _finish,
-                             _free_port, _launch, _tiny_loader, _wait_for_steps)
+                             _free_port, _launch, _tiny_loader, _wait_for_join_request, _wait_for_steps)
 from elastic_harness import ddp_reference, packed  # noqa: F401 - fixtures
 
 torch = pytest.importorskip("torch")
@@ -65,14 +63,6 @@ def test_trainer_takes_in_a_joining_worker(packed, ddp_reference, tmp_path):
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
     assert sizes[0] == 2 and sizes[-1] == 3, sizes
     _assert_params_match(ddp_reference, tmp_path / "join.pt")
-
-
-def _wait_for_join_request(port, joiner, timeout=120):
-    store = torch.distributed.TCPStore("127.0.0.1", port, None, False, timeout=datetime.timedelta(seconds=30))
-    deadline = time.monotonic() + timeout
-    while int(store.add("joins", 0)) < 1:
-        assert joiner.poll() is None and time.monotonic() < deadline, "the joiner never asked to join"
-        time.sleep(0.1)
 
 
 def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
