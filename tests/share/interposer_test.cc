@@ -97,6 +97,11 @@ class Interposer : public ::testing::Test {
     while (f && std::fgets(buffer.data(), buffer.size(), f)) text += buffer.data();
     if (f) std::fclose(f);
     ::unlink(path.c_str());
+    // A background probe's sanitizer report (the interposer is built with
+    // the sanitizer in those presets) fails the test, as a foreground
+    // probe's exit status does.
+    for (const char* report : {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "runtime error:"})
+      if (text.find(report) != std::string::npos) ADD_FAILURE() << path << ":\n" << text;
     const auto at = text.rfind('{');
     if (at == std::string::npos) return nlohmann::json(nlohmann::json::value_t::discarded);
     return nlohmann::json::parse(text.substr(at), nullptr, false);
