@@ -189,7 +189,9 @@ bool BrokeredTurns::Ready(std::string* error) {
   TurnsReply reply{};
   if (!sent || !WaitFor(fd_, POLLIN, kCallTimeoutMs) ||
       ::recv(fd_, &reply, sizeof(reply), 0) != static_cast<ssize_t>(sizeof(reply))) {
-    Disconnect("no answer to hello");
+    Disconnect(
+        "it closed the connection unanswered: it serves as many of this user's processes as it takes, or "
+        "is stopping");
     *error = "the agent did not answer";
     return false;
   }

@@ -263,6 +263,36 @@ TEST_F(TurnsBrokerTest, AForkedChildTakesAPlaceOfItsOwn) {
   EXPECT_TRUE(a->HoldsDevice(d));
 }
 
+TEST_F(TurnsBrokerTest, OneUserCannotTakeEveryPlaceAndTheOneOverWaitsForAPlace) {
+  // A user's processes beyond TurnsBroker::kMaxClientsPerUid wait (the
+  // agent closes their connection and says so); they are not refused for
+  // good, and get in once one of the user's others ends.
+  StartBroker();
+  std::string error;
+  std::vector<std::unique_ptr<BrokeredTurns>> clients;
+  for (std::size_t i = 0; i < TurnsBroker::kMaxClientsPerUid; ++i) {
+    clients.push_back(Client("many", 10, &error));
+    ASSERT_NE(clients.back(), nullptr) << i << ": " << error;
+  }
+  EXPECT_EQ(broker_->clients(), TurnsBroker::kMaxClientsPerUid);
+  auto over = Client("many", 10, &error);
+  ASSERT_NE(over, nullptr) << error;  // waiting, not refused
+  const int d = over->Device(kCard, 1ull << 30);
+  ASSERT_TRUE(over->SetComputeShare(d, 10, &error)) << error;
+  std::uint64_t until = 0;
+  EXPECT_FALSE(over->AcquireDevice(d, Now(), kPeriodNs, &until, true));
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    ASSERT_FALSE(log_.empty());
+    EXPECT_NE(log_.back().find("refused a connection of uid"), std::string::npos) << log_.back();
+  }
+  clients.pop_back();  // one of the user's processes ends
+  EXPECT_TRUE(AcquireWithin(*over, d, 3.0));
+  const LedgerReport report = Report();
+  ASSERT_EQ(report.tenants.size(), 1u);
+  EXPECT_EQ(report.tenants[0].processes.size(), TurnsBroker::kMaxClientsPerUid);
+}
+
 TEST_F(TurnsBrokerTest, AnotherReleasesProtocolAndAShareThatDisagreesAreRefusedByName) {
   StartBroker();
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
