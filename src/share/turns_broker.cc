@@ -277,11 +277,11 @@ void TurnsBroker::Serve() {
           return std::count_if(clients.begin(), clients.end(), [&](const Client& c) { return c.uid == cred.uid; });
         };
         if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || clients.size() >= kMaxSlots ||
-            of_uid() >= static_cast<std::ptrdiff_t>(kMaxClientsPerUid)) {
+            of_uid() >= static_cast<std::ptrdiff_t>(options_.max_clients_per_uid)) {
           // One user cannot take every place in the schedule from the others.
           if (length == sizeof(cred) && clients.size() < kMaxSlots)
             log("refused a connection of uid " + std::to_string(cred.uid) + ": it has " +
-                std::to_string(kMaxClientsPerUid) + " already");
+                std::to_string(options_.max_clients_per_uid) + " already");
           ::close(fd);
           continue;
         }

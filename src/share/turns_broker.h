@@ -61,6 +61,9 @@ class TurnsSession {
 
 class TurnsBroker {
  public:
+  // A user's processes served at once by default (the schedule has
+  // kMaxSlots places for every user together).
+  static constexpr std::size_t kMaxClientsPerUid = 1024;
   struct Options {
     std::string turns_path;   // the schedule: made root's and 0644 if missing or writable by others
     std::string socket_path;  // made 0666: anyone may ask (the kernel says who asks)
@@ -70,6 +73,8 @@ class TurnsBroker {
     // file passed changes nothing).
     std::string limits_dir;
     std::function<void(const std::string&)> log;  // one line per event worth an operator's eye; may be empty
+    // A user's processes served at once; one over it waits for a place.
+    std::size_t max_clients_per_uid = kMaxClientsPerUid;
   };
   // Prepares the schedule and the socket and starts serving. Null with
   // `*error` when either cannot be made.
@@ -78,9 +83,6 @@ class TurnsBroker {
   TurnsBroker(const TurnsBroker&) = delete;
   TurnsBroker& operator=(const TurnsBroker&) = delete;
 
-  // A user's processes served at once (the schedule has kMaxSlots places
-  // for every user together).
-  static constexpr std::size_t kMaxClientsPerUid = 1024;
   // Connections being served now.
   [[nodiscard]] std::size_t clients() const { return clients_.load(std::memory_order_relaxed); }
 
