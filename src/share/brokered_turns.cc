@@ -126,8 +126,11 @@ void BrokeredTurns::Disconnect(const char* why) {
 
 bool BrokeredTurns::Call(TurnsRequest request, TurnsReply* reply) {
   if (fd_ < 0) return false;
-  if (!WaitFor(fd_, POLLOUT, kCallTimeoutMs) ||
-      ::send(fd_, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
+  if (!WaitFor(fd_, POLLOUT, kCallTimeoutMs)) {
+    Disconnect("it took no request within 2 s");
+    return false;
+  }
+  if (::send(fd_, &request, sizeof(request), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
     Disconnect(std::strerror(errno));
     return false;
   }
