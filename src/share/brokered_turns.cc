@@ -14,14 +14,10 @@
 #include <cstring>
 #include <new>
 
+#include "share/ledger_internal.h"
+
 namespace stoker::share {
 namespace {
-
-std::uint64_t NowNs() {
-  struct timespec ts {};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 TurnsRequest NewRequest(TurnsOp op, int d = -1) {
   TurnsRequest request{};
@@ -114,7 +110,7 @@ void BrokeredTurns::Disconnect(const char* why) {
     known_[i].waiting = false;
     known_[i].budget_ready_ns = 0;
   }
-  next_attempt_ns_ = NowNs() + kReconnectNs;
+  next_attempt_ns_ = internal::NowMonotonicNs() + kReconnectNs;
   if (!said_waiting_ && why != nullptr) {
     std::fprintf(stderr,
                  "stoker: the GPU agent's compute schedule at '%s' does not answer (%s): launches under a compute "
@@ -149,7 +145,7 @@ bool BrokeredTurns::Call(TurnsRequest request, TurnsReply* reply) {
 bool BrokeredTurns::Ready(std::string* error) {
   if (fd_ >= 0) return true;
   if (refused_) return false;
-  const std::uint64_t now = NowNs();
+  const std::uint64_t now = internal::NowMonotonicNs();
   if (now < next_attempt_ns_) return false;
   next_attempt_ns_ = now + kReconnectNs;
   sockaddr_un address{};

@@ -46,6 +46,12 @@ inline void UnlockByte(int fd, off_t at) {
   (void)SetByteLock(fd, at, F_UNLCK);
 }
 
+inline std::uint64_t NowMonotonicNs() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 inline std::uint64_t NowUnix() {
   struct timespec ts {};
   clock_gettime(CLOCK_REALTIME, &ts);

@@ -16,23 +16,12 @@
 #include <vector>
 
 #include "share/ledger.h"
+#include "share/ledger_internal.h"
 #include "share/share_config.h"
 #include "share/turns_protocol.h"
 
 namespace stoker::share {
 namespace {
-
-std::uint64_t NowNs() {
-  struct timespec ts {};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-std::string Errno(const char* what, const std::string& path) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof(buffer), "%s '%s': %s", what, path.c_str(), std::strerror(errno));
-  return buffer;
-}
 
 // A period a process asks for, held to what the schedule was made for: a
 // client cannot stretch its turns by naming a longer one.
@@ -185,7 +174,7 @@ std::unique_ptr<TurnsBroker> TurnsBroker::Start(const Options& options, std::str
     if (probe == nullptr) return nullptr;
     if (::chown(options.turns_path.c_str(), ::geteuid(), ::getegid()) != 0 ||
         ::chmod(options.turns_path.c_str(), 0644) != 0) {
-      *error = Errno("making the compute schedule writable by its owner only:", options.turns_path);
+      *error = internal::Errno("making the compute schedule writable by its owner only:", options.turns_path);
       return nullptr;
     }
   }
@@ -198,7 +187,7 @@ std::unique_ptr<TurnsBroker> TurnsBroker::Start(const Options& options, std::str
   std::memcpy(address.sun_path, options.socket_path.c_str(), options.socket_path.size() + 1);
   broker->listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (broker->listen_fd_ < 0) {
-    *error = Errno("making a socket for", options.socket_path);
+    *error = internal::Errno("making a socket for", options.socket_path);
     return nullptr;
   }
   // A socket left by an agent that ended: replaced (a live agent's too: the
@@ -213,11 +202,11 @@ std::unique_ptr<TurnsBroker> TurnsBroker::Start(const Options& options, std::str
   }
   if (::bind(broker->listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
       ::chmod(options.socket_path.c_str(), 0666) != 0 || ::listen(broker->listen_fd_, 128) != 0) {
-    *error = Errno("listening on", options.socket_path);
+    *error = internal::Errno("listening on", options.socket_path);
     return nullptr;
   }
   if (::pipe2(broker->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    *error = Errno("making a pipe for", options.socket_path);
+    *error = internal::Errno("making a pipe for", options.socket_path);
     return nullptr;
   }
   // Two descriptors per process served (its socket, its schedule's file).
@@ -263,7 +252,7 @@ void TurnsBroker::Serve() {
     for (const Client& c : clients) fds.push_back({c.fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      log(Errno("waiting on", options_.socket_path));
+      log(internal::Errno("waiting on", options_.socket_path));
       break;
     }
     if (fds[0].revents != 0) break;
@@ -317,7 +306,7 @@ void TurnsBroker::Serve() {
       }
       TurnsReply reply{};
       std::string refusal;
-      bool keep = client.session->Handle(request, passed_fd, NowNs(), &reply, &refusal);
+      bool keep = client.session->Handle(request, passed_fd, internal::NowMonotonicNs(), &reply, &refusal);
       if (!refusal.empty())
         log("refused pid " + std::to_string(client.pid) + " (uid " + std::to_string(client.uid) + "): " + refusal);
       if (passed_fd >= 0) ::close(passed_fd);

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -105,6 +106,21 @@ class Interposer : public ::testing::Test {
     const auto at = text.rfind('{');
     if (at == std::string::npos) return nlohmann::json(nlohmann::json::value_t::discarded);
     return nlohmann::json::parse(text.substr(at), nullptr, false);
+  }
+
+  // The node agent's turns broker (in this process) on a fresh state
+  // folder `state`, which the probes then use (each user's ledger there,
+  // and the agent's turns).
+  void StartAgent(const std::string& state, std::unique_ptr<stoker::share::TurnsBroker>* broker) {
+    ASSERT_EQ(::system(("rm -rf " + state + " && mkdir -p " + state).c_str()), 0);
+    stoker::share::TurnsBroker::Options options;
+    options.turns_path = state + "/turns";
+    options.socket_path = state + "/turns.sock";
+    std::string error;
+    *broker = stoker::share::TurnsBroker::Start(options, &error);
+    ASSERT_NE(*broker, nullptr) << error;
+    env_.erase("STOKER_GPU_LEDGER");
+    env_["STOKER_GPU_DIR"] = state;
   }
 
   // The two-jobs-on-two-cards scenario (below); `turns_path`: the
@@ -520,15 +536,8 @@ TEST_F(Interposer, TenantsGetTheirComputeSharesThroughTheNodeAgent) {
   // `turns` root's and read-only, ask the agent (here, this process) for
   // turns over its socket, and read their turns from a read-only mapping.
   const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
-  ASSERT_EQ(::system(("rm -rf " + state + " && mkdir -p " + state).c_str()), 0);
-  stoker::share::TurnsBroker::Options options;
-  options.turns_path = state + "/turns";
-  options.socket_path = state + "/turns.sock";
-  std::string error;
-  auto broker = stoker::share::TurnsBroker::Start(options, &error);
-  ASSERT_NE(broker, nullptr) << error;
-  env_.erase("STOKER_GPU_LEDGER");
-  env_["STOKER_GPU_DIR"] = state;
+  std::unique_ptr<stoker::share::TurnsBroker> broker;
+  ASSERT_NO_FATAL_FAILURE(StartAgent(state, &broker));
   const std::string a = "/tmp/stoker-compute-a-" + tag_, b = "/tmp/stoker-compute-b-" + tag_;
   StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=30 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", a);
   StartProbe("STOKER_GPU_TENANT=b STOKER_GPU_COMPUTE_SHARE=70 PROBE_SECONDS=4000 PROBE_KERNEL_US=1000", "compute", b);
@@ -560,16 +569,9 @@ TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
 
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOtherThroughTheNodeAgent) {
   const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
-  ASSERT_EQ(::system(("rm -rf " + state + " && mkdir -p " + state).c_str()), 0);
-  stoker::share::TurnsBroker::Options options;
-  options.turns_path = state + "/turns";
-  options.socket_path = state + "/turns.sock";
-  std::string error;
-  auto broker = stoker::share::TurnsBroker::Start(options, &error);
-  ASSERT_NE(broker, nullptr) << error;
-  env_.erase("STOKER_GPU_LEDGER");
-  env_["STOKER_GPU_DIR"] = state;
-  RunTwoJobsOnTwoCards(options.turns_path);
+  std::unique_ptr<stoker::share::TurnsBroker> broker;
+  ASSERT_NO_FATAL_FAILURE(StartAgent(state, &broker));
+  RunTwoJobsOnTwoCards(state + "/turns");
   broker.reset();
   EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
 }
