@@ -236,6 +236,10 @@ bool BrokeredTurns::Ready(std::string* error) {
   return true;
 }
 
+bool BrokeredTurns::Served(int d) const {
+  return d >= 0 && static_cast<std::uint32_t>(d) < known_count_ && fd_ >= 0 && known_[d].remote >= 0;
+}
+
 int BrokeredTurns::Device(const std::uint8_t uuid[16], std::uint64_t physical_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (std::uint32_t i = 0; i < known_count_; ++i)
@@ -330,7 +334,7 @@ void BrokeredTurns::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t per
   std::lock_guard<std::mutex> lock(mu_);
   // Without the agent there is nothing to give back: it gave our turns
   // back when our connection closed.
-  if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || fd_ < 0 || known_[d].remote < 0) return;
+  if (!Served(d)) return;
   TurnsRequest request = NewRequest(TurnsOp::kRelease, known_[d].remote);
   request.a = now_ns;
   request.b = period_ns;
@@ -342,7 +346,7 @@ void BrokeredTurns::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t per
 void BrokeredTurns::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns,
                                   std::uint64_t waited_at_release, std::uint64_t period_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || fd_ < 0 || known_[d].remote < 0) return;
+  if (!Served(d)) return;
   TurnsRequest request = NewRequest(TurnsOp::kOverrun, known_[d].remote);
   request.a = released_ns;
   request.b = done_ns;
@@ -364,7 +368,7 @@ std::uint64_t BrokeredTurns::WaitedNs(std::uint64_t now_ns) {
 bool BrokeredTurns::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
                                std::uint64_t* until_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || fd_ < 0 || known_[d].remote < 0) return false;
+  if (!Served(d)) return false;
   TurnsRequest request = NewRequest(TurnsOp::kExtend, known_[d].remote);
   request.a = now_ns;
   request.b = period_ns;
@@ -378,7 +382,7 @@ bool BrokeredTurns::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period
 std::uint64_t BrokeredTurns::BudgetWait(int d, std::uint64_t now_ns) {
   // What the agent said with its last refusal (no round trip).
   std::lock_guard<std::mutex> lock(mu_);
-  if (d < 0 || static_cast<std::uint32_t>(d) >= known_count_ || fd_ < 0 || known_[d].remote < 0) return 0;
+  if (!Served(d)) return 0;
   return known_[d].budget_ready_ns > now_ns ? known_[d].budget_ready_ns - now_ns : 0;
 }
 

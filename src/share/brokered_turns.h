@@ -73,6 +73,8 @@ class BrokeredTurns final : public TurnSchedule {
   // mu_ held.
   bool Call(TurnsRequest request, TurnsReply* reply);
   void Disconnect(const char* why);  // mu_ held
+  // Device `d` is ours and the agent, connected, knows it. mu_ held.
+  [[nodiscard]] bool Served(int d) const;
 
   // This process's devices, by our own index (the one the gate holds):
   // the agent's index for each while connected (-1: not yet asked).

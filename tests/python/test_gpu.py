@@ -129,14 +129,21 @@ def as_user(uid, *command):
     return ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", *command]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as two users")
-def test_two_users_share_a_node_without_refusing_or_touching_each_other(gpu):
-    state = "/dev/shm/stoker-gpu-two-users-%d-%d" % (os.getpid(), time.monotonic_ns())
+def two_users_node(gpu, name):
+    """A state folder of its own (each user's ledger and leases there, no file named by hand) and the fake
+    device made writable by both users' processes: (folder, environment)."""
+    state = "/dev/shm/stoker-gpu-%s-%d-%d" % (name, os.getpid(), time.monotonic_ns())
     env = {k: v for k, v in gpu["env"].items() if k not in ("STOKER_GPU_LEASES", "STOKER_GPU_LEDGER")}
     env["STOKER_GPU_DIR"] = state
-    with open(env["FAKE_GPU_STATE"], "wb"):  # the fake device, which both users' processes share
+    with open(env["FAKE_GPU_STATE"], "wb"):
         pass
     os.chmod(env["FAKE_GPU_STATE"], 0o666)
+    return state, env
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as two users")
+def test_two_users_share_a_node_without_refusing_or_touching_each_other(gpu):
+    state, env = two_users_node(gpu, "two-users")
     first = subprocess.Popen(as_user(1001, gpu["bin"], "gpu", "run", "--memory", "1GiB", "--tenant", "team", "--quiet",
                                      "--", gpu["probe"], "churn", "--bytes", "100000000"),
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -297,12 +304,7 @@ def test_the_agent_takes_the_state_folder_back_and_logs_unlimited_processes(gpu)
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to act as two users")
 def test_two_users_take_turns_through_the_agent_and_neither_can_write_the_schedule(gpu):
-    state = "/dev/shm/stoker-gpu-turns-%d-%d" % (os.getpid(), time.monotonic_ns())
-    env = {k: v for k, v in gpu["env"].items() if k not in ("STOKER_GPU_LEASES", "STOKER_GPU_LEDGER")}
-    env["STOKER_GPU_DIR"] = state
-    with open(env["FAKE_GPU_STATE"], "wb"):  # the fake device, which both users' processes share
-        pass
-    os.chmod(env["FAKE_GPU_STATE"], 0o666)
+    state, env = two_users_node(gpu, "turns")
     turns, socket_path = os.path.join(state, "turns"), os.path.join(state, "turns.sock")
 
     def start_agent():

@@ -188,11 +188,13 @@ TEST_F(TurnsBrokerTest, TurnsPassBetweenTenantsAndAnEndedProcessGivesItsTurnBack
   EXPECT_FALSE(a->HoldsDevice(da));
   ASSERT_TRUE(AcquireWithin(*b, db, 2.0));
   EXPECT_TRUE(b->HoldsDevice(db));
-  // b's process ends holding the turn (its connection closes): a gets it.
+  // b's process ends holding the turn (its connection closes): a, which
+  // asked meanwhile and waits, gets it, and the agent counted its wait.
+  EXPECT_FALSE(a->AcquireDevice(da, Now(), kPeriodNs, &until, true));
   b.reset();
   ASSERT_TRUE(AcquireWithin(*a, da, 2.0));
   EXPECT_TRUE(a->HoldsDevice(da));
-  EXPECT_GE(a->WaitedNs(Now()), 0u);
+  EXPECT_GT(a->WaitedNs(Now()), 0u);
 }
 
 TEST_F(TurnsBrokerTest, WithoutTheAgentLaunchesWaitAndGoOnWhenItIsBack) {
