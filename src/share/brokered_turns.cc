@@ -379,7 +379,7 @@ bool BrokeredTurns::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period
   return true;
 }
 
-std::uint64_t BrokeredTurns::BudgetWait(int d, std::uint64_t now_ns) {
+std::uint64_t BrokeredTurns::BudgetWait(int d, std::uint64_t now_ns, std::uint64_t /*period_ns*/) {
   // What the agent said with its last refusal (no round trip).
   std::lock_guard<std::mutex> lock(mu_);
   if (!Served(d)) return 0;

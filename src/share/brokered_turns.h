@@ -55,7 +55,7 @@ class BrokeredTurns final : public TurnSchedule {
   [[nodiscard]] std::uint64_t WaitedNs(std::uint64_t now_ns) override;
   bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
                   std::uint64_t* until_ns) override;
-  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns) override;
+  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns, std::uint64_t period_ns) override;
   void Unregister() override;
   void DetachAfterFork() override;
   bool ReopenAfterFork(std::string* error) override;

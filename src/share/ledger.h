@@ -295,7 +295,7 @@ class Ledger final : public TurnSchedule {
   bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
                   std::uint64_t* until_ns) override;
   // Nanoseconds until this process's tenant has budget on `d` again (0: now).
-  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns) override;
+  [[nodiscard]] std::uint64_t BudgetWait(int d, std::uint64_t now_ns, std::uint64_t period_ns) override;
   [[nodiscard]] std::uint64_t TenantCharged(int d);
   // Every tenant's charge on device `d` together.
   [[nodiscard]] std::uint64_t DeviceCharged(int d);
@@ -334,8 +334,23 @@ class Ledger final : public TurnSchedule {
   void Unlock();
   // Frees slots whose process is gone; true when any was freed. Lock held.
   bool ReclaimDeadSlots();
-  void RecomputeTenants();                                                                 // lock held
-  void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns);  // lock held
+  void RecomputeTenants();  // lock held
+  // The shares (percent) of the tenants that want a device, strict and
+  // lending apart: a tenant wants it while it holds it, waits for it (in
+  // `need`, may be null), has work running on it, or asked for it or gave
+  // it back within a period; tenant `also` counts in any case.
+  struct Demand {
+    std::uint32_t strict = 0, lending = 0;
+  };
+  [[nodiscard]] Demand DemandOn(std::uint32_t d, const std::uint32_t* need, std::uint32_t also, std::uint64_t now_ns,
+                                std::uint64_t period_ns) const;  // lock held
+  // The rate (basis points of the device's time) at which tenant `t`'s
+  // budget on device `d` grows: its share, and for a lending tenant its
+  // part of what the shares of the tenants in `demand` leave. Lock held.
+  [[nodiscard]] std::uint32_t RateOn(std::uint32_t t, std::uint32_t d, const Demand& demand) const;
+  void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns,
+             std::uint32_t rate_bp);                                     // lock held
+  void TopUpSelf(int d, std::uint64_t now_ns, std::uint64_t period_ns);  // this tenant, at its rate; lock held
   // Tenant `t`'s share of device `d` (percent). Lock held.
   [[nodiscard]] std::uint32_t ShareOn(std::uint32_t t, std::uint32_t d) const;
   // Grants turns to waiting tenants whose devices are all free, the most

@@ -7,8 +7,25 @@
 namespace stoker::share {
 namespace {
 
+// Rates are in basis points: 1/100 of a percent of a device's time.
+constexpr std::uint64_t kWholeDevice = 10'000;
+
+// The most budget a tenant keeps, and its longest turn: its share of a
+// period (however fast its budget grows, so that a tenant that starts to
+// want the device waits at most that long).
 std::int64_t Window(std::uint32_t share, std::uint64_t period_ns) {
   return static_cast<std::int64_t>(period_ns / 100 * share);
+}
+
+// A turn with budget: as long as the budget, within the window, and never
+// shorter than a twentieth of the period (or the window, if shorter). A
+// turn costs a drain at its end; turns of a few microseconds cost more
+// than they give, and tenants whose budgets grow between turns at rates
+// that add up to the whole device would otherwise drift to them. The time
+// past the budget is paid as debt.
+std::uint64_t TurnLength(std::int64_t budget_ns, std::int64_t window_ns, std::uint64_t period_ns) {
+  const std::int64_t shortest = std::min(window_ns, static_cast<std::int64_t>(period_ns / 20));
+  return static_cast<std::uint64_t>(std::max(shortest, std::min(budget_ns, window_ns)));
 }
 
 // A holder that has not given the device back this long after its time is
@@ -20,17 +37,50 @@ std::uint64_t StuckAfter(std::uint64_t period_ns) {
 
 }  // namespace
 
-void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns) {
+Ledger::Demand Ledger::DemandOn(std::uint32_t d, const std::uint32_t* need, std::uint32_t also, std::uint64_t now_ns,
+                                std::uint64_t period_ns) const {
+  Demand demand;
+  const std::uint32_t bit = 1u << d;
+  const std::uint32_t holder = layout_->devices[d].holder;
+  for (std::uint32_t t = 0; t < kMaxTenants; ++t) {
+    const LedgerTenant& tenant = layout_->tenants[t];
+    if (!tenant.in_use) continue;
+    const bool wants = t == also || holder == t + 1 || (need != nullptr && (need[t] & bit)) || (tenant.running & bit) ||
+                       (tenant.last_want_ns[d] != 0 && now_ns < tenant.last_want_ns[d] + period_ns);
+    if (!wants) continue;
+    (tenant.strict ? demand.strict : demand.lending) += ShareOn(t, d);
+  }
+  return demand;
+}
+
+std::uint32_t Ledger::RateOn(std::uint32_t t, std::uint32_t d, const Demand& demand) const {
+  const std::uint64_t share_bp = std::uint64_t{ShareOn(t, d)} * 100;
+  // Strict tenants are held to their shares. The rest of the device, what
+  // no share of a tenant that wants it reserves, goes to the lending ones
+  // in proportion to their shares: tenants that all want the device never
+  // leave it idle because their shares add up to less than 100%.
+  if (layout_->tenants[t].strict || demand.lending == 0 || demand.strict + demand.lending >= 100) return share_bp;
+  return static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(kWholeDevice, share_bp * (100 - demand.strict) / demand.lending));
+}
+
+void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint32_t rate_bp) {
   LedgerTenant& t = layout_->tenants[tenant];
-  const std::uint32_t share = ShareOn(tenant, static_cast<std::uint32_t>(d));
-  const std::int64_t window = Window(share, period_ns);
+  const std::int64_t window = Window(ShareOn(tenant, static_cast<std::uint32_t>(d)), period_ns);
   if (t.budget_at_ns[d] == 0) {
     t.budget_ns[d] = window;
   } else if (now_ns > t.budget_at_ns[d]) {
-    const auto earned = static_cast<std::int64_t>((now_ns - t.budget_at_ns[d]) / 100 * share);
+    // (Past a few periods the budget is full anyway: the product stays small.)
+    const std::uint64_t elapsed = std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000);
+    const auto earned = static_cast<std::int64_t>(elapsed * rate_bp / kWholeDevice);
     t.budget_ns[d] = std::min(window, t.budget_ns[d] + earned);
   }
   t.budget_at_ns[d] = now_ns;
+}
+
+void Ledger::TopUpSelf(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
+  const auto device = static_cast<std::uint32_t>(d);
+  TopUp(tenant_, d, now_ns, period_ns, RateOn(tenant_, device, DemandOn(device, nullptr, tenant_, now_ns, period_ns)));
 }
 
 namespace {
@@ -55,6 +105,16 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
   auto wanted_by_others = [&](std::uint32_t t, std::uint32_t devices) {
     return WantedByOthers(t, devices, need, now_ns, period_ns);
   };
+  // Each device's demand, found once (every candidate is among it).
+  Demand demand[kMaxDevices];
+  std::uint32_t demand_known = 0;
+  auto rate_on = [&](std::uint32_t t, std::uint32_t d) {
+    if (!(demand_known & (1u << d))) {
+      demand[d] = DemandOn(d, need, kMaxTenants, now_ns, period_ns);
+      demand_known |= 1u << d;
+    }
+    return RateOn(t, d, demand[d]);
+  };
   for (;;) {
     int best = -1;
     std::int64_t best_budget = 0;
@@ -68,7 +128,7 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
         const std::uint32_t holder = layout_->devices[d].holder;
         if (holder != 0 && holder != t + 1) all_free = false;
         if (holder == 0) any_to_grant = true;
-        TopUp(t, static_cast<int>(d), now_ns, period_ns);
+        TopUp(t, static_cast<int>(d), now_ns, period_ns, rate_on(t, d));
         budget = std::min(budget, layout_->tenants[t].budget_ns[d]);
       }
       if (!all_free || !any_to_grant) continue;
@@ -94,9 +154,8 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
         device.next_from_ns = now_ns;
         device.next_until_ns = 0;
       }
-      device.hold_until_ns =
-          now_ns + (best_borrows ? BorrowedTurn(period_ns)
-                                 : static_cast<std::uint64_t>(std::min(layout_->tenants[t].budget_ns[d], window)));
+      device.hold_until_ns = now_ns + (best_borrows ? BorrowedTurn(period_ns)
+                                                    : TurnLength(layout_->tenants[t].budget_ns[d], window, period_ns));
       __atomic_store_n(&device.holder, t + 1, __ATOMIC_RELEASE);
     }
     for (auto& slot : layout_->slots)
@@ -134,7 +193,10 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
       const LedgerSlot& slot = layout_->slots[s];
       waiting = slot.in_use && slot.tenant != tenant_ && (slot.waiting & (1u << d)) && SlotAlive(s);
     }
-    TopUp(tenant_, d, now_ns, period_ns);
+    const auto device_index = static_cast<std::uint32_t>(d);
+    const std::uint32_t rate =
+        RateOn(tenant_, device_index, DemandOn(device_index, nullptr, tenant_, now_ns, period_ns));
+    TopUp(tenant_, d, now_ns, period_ns, rate);
     const std::int64_t spent = !device.borrowed && now_ns > device.hold_started_ns
                                    ? static_cast<std::int64_t>(now_ns - device.hold_started_ns)
                                    : 0;
@@ -145,8 +207,7 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
       device.borrowed = has_budget ? 0 : 1;
       device.hold_until_ns =
           now_ns + (has_budget
-                        ? static_cast<std::uint64_t>(std::min(
-                              me.budget_ns[d], Window(ShareOn(tenant_, static_cast<std::uint32_t>(d)), period_ns)))
+                        ? TurnLength(me.budget_ns[d], Window(ShareOn(tenant_, device_index), period_ns), period_ns)
                         : BorrowedTurn(period_ns));
       extended = true;
     }
@@ -216,7 +277,7 @@ void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
     }
     LedgerTenant& t = layout_->tenants[tenant_];
     t.last_want_ns[d] = now_ns;
-    TopUp(tenant_, d, now_ns, period_ns);
+    TopUpSelf(d, now_ns, period_ns);
     if (!device.borrowed && now_ns > device.hold_started_ns)
       t.budget_ns[d] -= static_cast<std::int64_t>(now_ns - device.hold_started_ns);
     __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
@@ -262,7 +323,7 @@ void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_
   const std::uint64_t waited = waited_now > waited_at_release ? waited_now - waited_at_release : 0;
   const std::uint64_t span = done_ns > from ? done_ns - from : 0;
   const std::uint64_t ns = span > waited ? span - waited : 0;
-  TopUp(tenant_, d, done_ns, period_ns);
+  TopUpSelf(d, done_ns, period_ns);
   me.budget_ns[d] =
       std::max(me.budget_ns[d] - static_cast<std::int64_t>(ns), -static_cast<std::int64_t>(StuckAfter(period_ns)));
   layout_->tenants[tenant_].running &= ~(1u << d);
@@ -287,15 +348,17 @@ void Ledger::ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_
   Unlock();
 }
 
-std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns) {
+std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns, std::uint64_t period_ns) {
   if (!Active() || d < 0 || !Lock()) return 0;
   const LedgerTenant& t = layout_->tenants[tenant_];
-  const std::uint32_t share = ShareOn(tenant_, static_cast<std::uint32_t>(d));
+  const auto device = static_cast<std::uint32_t>(d);
+  const std::uint64_t rate = RateOn(tenant_, device, DemandOn(device, nullptr, tenant_, now_ns, period_ns));
   std::uint64_t wait = 0;
-  if (share > 0 && t.budget_at_ns[d] != 0) {
-    const std::int64_t elapsed = now_ns > t.budget_at_ns[d] ? static_cast<std::int64_t>(now_ns - t.budget_at_ns[d]) : 0;
-    const std::int64_t budget = t.budget_ns[d] + elapsed / 100 * share;
-    if (budget <= 0) wait = static_cast<std::uint64_t>((-budget + 1) * 100 / share);
+  if (rate > 0 && t.budget_at_ns[d] != 0) {
+    const std::uint64_t elapsed =
+        now_ns > t.budget_at_ns[d] ? std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000) : 0;
+    const std::int64_t budget = t.budget_ns[d] + static_cast<std::int64_t>(elapsed * rate / kWholeDevice);
+    if (budget <= 0) wait = (static_cast<std::uint64_t>(-budget) + 1) * kWholeDevice / rate;
   }
   Unlock();
   return wait;

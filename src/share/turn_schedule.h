@@ -36,7 +36,7 @@ class TurnSchedule {
   [[nodiscard]] virtual std::uint64_t WaitedNs(std::uint64_t now_ns) = 0;
   virtual bool ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_conserving,
                           std::uint64_t* until_ns) = 0;
-  [[nodiscard]] virtual std::uint64_t BudgetWait(int d, std::uint64_t now_ns) = 0;
+  [[nodiscard]] virtual std::uint64_t BudgetWait(int d, std::uint64_t now_ns, std::uint64_t period_ns) = 0;
   // Leaves the schedule (normal exit).
   virtual void Unregister() = 0;
   // In a forked child, at once (async-signal-safe), then when it first

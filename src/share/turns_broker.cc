@@ -134,7 +134,7 @@ bool TurnsSession::Handle(const TurnsRequest& request, int passed_fd, std::uint6
     }
     case TurnsOp::kAcquire:
       reply.ok = ledger.AcquireDevice(d, now, ClampPeriod(request.b), &reply.a, request.flag != 0);
-      if (!reply.ok) reply.a = ledger.BudgetWait(d, now);  // how long asking again is pointless
+      if (!reply.ok) reply.a = ledger.BudgetWait(d, now, ClampPeriod(request.b));  // how long asking again is pointless
       return true;
     case TurnsOp::kRelease:
       ledger.ReleaseDevice(d, now, ClampPeriod(request.b), request.flag != 0);
@@ -144,7 +144,7 @@ bool TurnsSession::Handle(const TurnsRequest& request, int passed_fd, std::uint6
       reply.ok = ledger.ExtendTurn(d, now, ClampPeriod(request.b), request.flag != 0, &reply.a);
       return true;
     case TurnsOp::kBudgetWait:
-      reply.a = ledger.BudgetWait(d, now);
+      reply.a = ledger.BudgetWait(d, now, ClampPeriod(request.b));
       reply.ok = 1;
       return true;
     case TurnsOp::kWaited:

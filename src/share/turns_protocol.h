@@ -28,7 +28,7 @@ enum class TurnsOp : std::uint32_t {
   kAcquire,     // device, a: now, b: period, flag: work conserving -> ok: acquired, a: until (else: budget wait)
   kRelease,     // device, a: now, b: period, flag: work running
   kExtend,      // device, a: now, b: period, flag: work conserving -> ok: extended, a: until
-  kBudgetWait,  // device, a: now -> a: ns
+  kBudgetWait,  // device, a: now, b: period -> a: ns
   kWaited,      // a: now -> a: ns
   kOverrun,     // device, a: released, b: done, c: waited at release, d: period
 };

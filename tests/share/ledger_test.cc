@@ -248,6 +248,67 @@ TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
   EXPECT_GT(static_cast<double>(lent) / static_cast<double>(now - lent_start), 0.99);
 }
 
+// Two tenants both want device 0 all the time for 10 s (0.1 ms steps from
+// `*now`, advanced), each lending or strict: the time each held it, as a
+// fraction of the whole.
+struct HeldParts {
+  double a, b;
+};
+HeldParts BothAlwaysWant(Ledger* a, Ledger* b, bool a_lends, bool b_lends, std::uint64_t* now) {
+  const std::uint64_t period = 100'000'000, step_ns = 100'000;
+  std::uint64_t held[2] = {};
+  Ledger* ledgers[2] = {a, b};
+  const bool lends[2] = {a_lends, b_lends};
+  const std::uint64_t start = *now;
+  for (int step = 0; step < 100'000; ++step, *now += step_ns) {
+    for (int t = 0; t < 2; ++t) {
+      std::uint64_t until = 0;
+      Ledger* l = ledgers[t];
+      if (l->HoldsDevice(0) || l->AcquireDevice(0, *now, period, &until, lends[t])) {
+        if (*now >= l->HoldUntil(0) && !l->ExtendTurn(0, *now, period, lends[t], &until))
+          l->ReleaseDevice(0, *now, period);
+        else
+          held[t] += step_ns;
+      }
+    }
+  }
+  const auto total = static_cast<double>(*now - start);
+  return {static_cast<double>(held[0]) / total, static_cast<double>(held[1]) / total};
+}
+
+TEST_F(LedgerTest, TimeNoShareReservesGoesToTheTenantsThatWantItInProportionToTheirShares) {
+  // 20% and 40%: 40% of the device is nobody's. Before, both always
+  // wanting it, neither could borrow it while the other wanted it, and it
+  // sat idle 40% of the time. Lending (the default), they now split the
+  // rest 1:2.
+  auto a = Open("a", kNoQuota, 20), b = Open("b", kNoQuota, 40);
+  std::uint64_t now = 1'000'000'000;
+  const HeldParts lent = BothAlwaysWant(a.get(), b.get(), /*a_lends=*/true, /*b_lends=*/true, &now);
+  std::printf("[ schedule ] lending: a (20%%) %.1f%%, b (40%%) %.1f%%, idle %.1f%%\n", lent.a * 100, lent.b * 100,
+              (1 - lent.a - lent.b) * 100);
+  EXPECT_GT(lent.a + lent.b, 0.97);
+  EXPECT_NEAR(lent.a, 1.0 / 3, 0.03);
+  EXPECT_NEAR(lent.b, 2.0 / 3, 0.03);
+  // Strict (STOKER_GPU_COMPUTE_STRICT=1): each held to its share, the rest
+  // left idle.
+  const HeldParts strict = BothAlwaysWant(a.get(), b.get(), false, false, &now);
+  std::printf("[ schedule ] strict: a (20%%) %.1f%%, b (40%%) %.1f%%\n", strict.a * 100, strict.b * 100);
+  EXPECT_NEAR(strict.a, 0.20, 0.02);
+  EXPECT_NEAR(strict.b, 0.40, 0.02);
+  // A strict tenant keeps to its share; the lending one takes the rest.
+  const HeldParts mixed = BothAlwaysWant(a.get(), b.get(), /*a_lends=*/false, /*b_lends=*/true, &now);
+  std::printf("[ schedule ] a strict (20%%) %.1f%%, b lending (40%%) %.1f%%\n", mixed.a * 100, mixed.b * 100);
+  EXPECT_NEAR(mixed.a, 0.20, 0.02);
+  EXPECT_GT(mixed.a + mixed.b, 0.97);
+  // Shares that add up to 100% or more are kept as they are.
+  auto c = Open("c", kNoQuota, 70);
+  a.reset();
+  const HeldParts full = BothAlwaysWant(b.get(), c.get(), true, true, &now);
+  std::printf("[ schedule ] b (40%%) %.1f%%, c (70%%) %.1f%%\n", full.a * 100, full.b * 100);
+  EXPECT_NEAR(full.a / (full.a + full.b), 40.0 / 110, 0.03);
+  EXPECT_GT(full.a + full.b, 0.97);
+}
+
 TEST_F(LedgerTest, ATenantsShareCanDifferByCard) {
   // Tenant a: 70% by default, 30% on card 1 (a grant of different parts of
   // two cards). Beside b at 70% on card 1, a gets 30% of card 1's time.
@@ -320,12 +381,12 @@ TEST_F(LedgerTest, OverrunsArePaidForButNotTheTenantsOwnWaitAndDebtIsBounded) {
   // Charged 65 - 50 = 15 ms of overrun besides its 5 ms turn: 30 ms left of
   // its 50 ms window (plus what it earned meanwhile, capped at the window).
   a->ReleaseDevice(0, t + 70 * ms, period);
-  EXPECT_EQ(a->BudgetWait(0, t + 70 * ms), 0u) << "the wait for its own turn was charged as device time";
+  EXPECT_EQ(a->BudgetWait(0, t + 70 * ms, period), 0u) << "the wait for its own turn was charged as device time";
   // A debt, however large, is paid back in bounded time (10 s of overrun
   // at 50%: at most StuckAfter, 1 s, of debt, paid in 2 s).
   a->ChargeOverrun(0, t + 100 * ms, t + 10'100 * ms, a->WaitedNs(t + 100 * ms), period);
-  EXPECT_LE(a->BudgetWait(0, t + 10'100 * ms), 2'010 * ms);
-  EXPECT_GT(a->BudgetWait(0, t + 10'100 * ms), 1'900 * ms);
+  EXPECT_LE(a->BudgetWait(0, t + 10'100 * ms, period), 2'010 * ms);
+  EXPECT_GT(a->BudgetWait(0, t + 10'100 * ms, period), 1'900 * ms);
 }
 
 TEST_F(LedgerTest, ATenantsTurnCoversAllItsDevicesSoNoTwoTenantsWaitOnEachOther) {

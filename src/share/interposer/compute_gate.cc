@@ -127,7 +127,7 @@ int ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool
       }
     }
     // Another tenant's turn, our budget spent, or our turn ending: wait.
-    const std::uint64_t budget_wait = turn.held ? 0 : ip.turns().BudgetWait(dev.turns, now);
+    const std::uint64_t budget_wait = turn.held ? 0 : ip.turns().BudgetWait(dev.turns, now, period);
     const std::uint64_t wait = std::clamp<std::uint64_t>(budget_wait, kPollNs, period);
     changed_.wait_for(lock, std::chrono::nanoseconds(wait));
   }
