@@ -5,8 +5,10 @@
 //  - HoldsDevice, on every launch inside a turn: a load from the mapping
 //    either way;
 //  - with CLIENTS other processes asking at once (threads, a connection
-//    each), a turn's round trips as one process sees them.
-// Usage: stoker_turns_bench [ITERATIONS] [CLIENTS]
+//    each), a turn's round trips as one process sees them;
+//  - with RESIDENT processes connected, what one more process arriving
+//    (connect, hello, its device) and leaving costs the agent's one thread.
+// Usage: stoker_turns_bench [ITERATIONS] [CLIENTS] [RESIDENT]
 #include <time.h>
 #include <unistd.h>
 
@@ -67,6 +69,7 @@ std::pair<double, double> Measure(share::TurnSchedule& turns, int d, int iterati
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 20000;
   const int others = argc > 2 ? std::atoi(argv[2]) : 8;
+  const int resident = argc > 3 ? std::atoi(argv[3]) : 1000;
   const std::string dir = "/dev/shm/stoker-turns-bench-" + std::to_string(::getpid());
   (void)std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
   std::string error;
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
   share::TurnsBroker::Options options;
   options.turns_path = dir + "/turns";
   options.socket_path = dir + "/turns.sock";
+  options.max_clients_per_uid = static_cast<std::size_t>(resident) + 64;
   auto broker = share::TurnsBroker::Start(options, &error);
   if (!broker) {
     std::fprintf(stderr, "%s\n", error.c_str());
@@ -130,6 +134,33 @@ int main(int argc, char** argv) {
   for (auto& t : threads) t.join();
   std::printf("through the agent, %d other processes asking nonstop: a turn taken and given back %.2f us\n", others,
               cycle / 1e3);
+  // Processes arriving and leaving beside RESIDENT connected ones (each
+  // arrival waits for the agent to have served the last departure: one
+  // thread serves both).
+  std::vector<std::unique_ptr<share::BrokeredTurns>> connected;
+  for (int i = 0; i < resident; ++i) {
+    share::BrokeredTurns::Options r = o;
+    r.tenant = "resident" + std::to_string(i % 64);
+    connected.emplace_back(share::BrokeredTurns::Open(r, &error));
+    if (!connected.back() || connected.back()->Device(kCard, 1ull << 30) < 0) {
+      std::fprintf(stderr, "resident %d: %s\n", i, error.c_str());
+      return 1;
+    }
+  }
+  const int churn = 200;
+  const std::uint64_t churn_start = Now();
+  for (int i = 0; i < churn; ++i) {
+    share::BrokeredTurns::Options c = o;
+    c.tenant = "arriving" + std::to_string(i);
+    std::unique_ptr<share::BrokeredTurns> arriving(share::BrokeredTurns::Open(c, &error));
+    if (!arriving || arriving->Device(kCard, 1ull << 30) < 0) {
+      std::fprintf(stderr, "arriving %d: %s\n", i, error.c_str());
+      return 1;
+    }
+  }
+  std::printf("through the agent, %d processes connected: one more arriving and leaving %.1f us\n", resident,
+              static_cast<double>(Now() - churn_start) / churn / 1e3);
+  connected.clear();
   turns.reset();
   broker.reset();
   (void)std::system(("rm -rf " + dir).c_str());

@@ -75,6 +75,7 @@ bool Ledger::ReclaimDeadSlots() {
     std::memset(&slot, 0, sizeof(slot));
     any = true;
   }
+  layout_->header.swept_ns = internal::NowMonotonicNs();
   // Tenants without a live process go too.
   bool used[kMaxTenants] = {};
   for (const auto& slot : layout_->slots)
@@ -86,6 +87,11 @@ bool Ledger::ReclaimDeadSlots() {
         if (device.holder == t + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
     }
   return any;
+}
+
+void Ledger::SweepWhenDue() {
+  const std::uint64_t now_ns = internal::NowMonotonicNs(), swept = layout_->header.swept_ns;
+  if (swept == 0 || now_ns > swept + 1'000'000'000 || now_ns < swept) (void)ReclaimDeadSlots();
 }
 
 void Ledger::RecomputeTenants() {
@@ -109,12 +115,25 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
     *error = "the ledger at '" + path_ + "' was closed in this process (forked child not reopened)";
     return false;
   }
-  (void)ReclaimDeadSlots();
   int t = -1, free_t = -1;
-  for (std::uint32_t i = 0; i < kMaxTenants; ++i) {
-    LedgerTenant& e = layout_->tenants[i];
-    if (e.in_use && std::string_view(e.name) == tenant) t = static_cast<int>(i);
-    if (!e.in_use && free_t < 0) free_t = static_cast<int>(i);
+  auto find = [&] {
+    t = free_t = -1;
+    for (std::uint32_t i = 0; i < kMaxTenants; ++i) {
+      LedgerTenant& e = layout_->tenants[i];
+      if (e.in_use && std::string_view(e.name) == tenant) t = static_cast<int>(i);
+      if (!e.in_use && free_t < 0) free_t = static_cast<int>(i);
+    }
+  };
+  find();
+  // Dead processes' slots are swept once a second, and at once when they
+  // may be in the way (a tenant left by dead processes with another share,
+  // or no room). Swept at every arrival and departure, an agent serving a
+  // thousand processes spent 6.5 ms on each.
+  const std::uint64_t swept = layout_->header.swept_ns;
+  SweepWhenDue();
+  if (layout_->header.swept_ns != swept) find();
+  if ((t >= 0 && layout_->tenants[t].compute_share != compute_share) || (t < 0 && free_t < 0)) {
+    if (ReclaimDeadSlots()) find();
   }
   if (t >= 0 && layout_->tenants[t].compute_share != compute_share) {
     char detail[256];
@@ -165,7 +184,17 @@ void Ledger::Unregister() {
     t.charged[d] = t.charged[d] >= slot.charged[d] ? t.charged[d] - slot.charged[d] : 0;
   std::memset(&slot, 0, sizeof(slot));  // the slot stays claimed (its byte locked) until the ledger closes
   registered_ = false;
-  (void)ReclaimDeadSlots();  // the tenant goes with its last process
+  // The tenant goes with its last process (one left by dead processes goes
+  // with the next sweep: see Register).
+  SweepWhenDue();
+  bool others = false;
+  for (std::uint32_t s = 0; s < kMaxSlots && !others; ++s)
+    others = layout_->slots[s].in_use && layout_->slots[s].tenant == tenant_;
+  if (!others) {
+    std::memset(&t, 0, sizeof(LedgerTenant));
+    for (auto& device : layout_->devices)  // its turns end with it
+      if (device.holder == tenant_ + 1) __atomic_store_n(&device.holder, 0u, __ATOMIC_RELEASE);
+  }
   Unlock();
 }
 

@@ -61,6 +61,9 @@ struct LedgerHeader {
   std::uint32_t max_devices, max_tenants, max_slots;
   std::uint64_t layout_bytes;
   std::uint64_t repairs;  // recomputations after a holder died
+  // When dead processes' slots were last swept (CLOCK_MONOTONIC; 0: never).
+  // In what was padding before: files of version 4 read it as 0.
+  std::uint64_t swept_ns;
   alignas(64) LedgerLockWord lock;
 };
 struct LedgerDevice {
@@ -333,7 +336,13 @@ class Ledger final : public TurnSchedule {
   bool Lock();
   void Unlock();
   // Frees slots whose process is gone; true when any was freed. Lock held.
+  // A sweep asks the kernel about every live slot's lock, and each question
+  // walks the file's list of locks: O(processes^2).
   bool ReclaimDeadSlots();
+  // The same, when the last sweep is over a second old: processes that
+  // come and go, and turns asked for, pay for it at most once a second in
+  // all. Lock held.
+  void SweepWhenDue();
   void RecomputeTenants();  // lock held
   // The shares (percent) of the tenants that want a device, strict and
   // lending apart: a tenant wants it while it holds it, waits for it (in

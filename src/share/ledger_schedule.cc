@@ -95,13 +95,23 @@ std::uint64_t BorrowedTurn(std::uint64_t period_ns) {
 
 void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
   // Each waiting tenant's need: the devices its processes use or wait for.
-  // (Only live processes: a dead one's wish must not take a turn.)
+  // A dead process's wish must not take a turn, but asking the kernel about
+  // every waiting slot walks its list of locks each time (O(processes^2)):
+  // only the tenant chosen is checked, below; the sweeps free the others.
   std::uint32_t need[kMaxTenants] = {};
   for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
     const LedgerSlot& slot = layout_->slots[s];
-    if (slot.in_use && slot.waiting && slot.tenant < kMaxTenants && (static_cast<int>(s) == slot_ || SlotAlive(s)))
+    if (slot.in_use && slot.waiting && slot.tenant < kMaxTenants)
       need[slot.tenant] |= slot.waiting | layout_->tenants[slot.tenant].devices_used;
   }
+  auto has_live_wish = [&](std::uint32_t t) {
+    for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+      const LedgerSlot& slot = layout_->slots[s];
+      if (slot.in_use && slot.waiting && slot.tenant == t && (static_cast<int>(s) == slot_ || SlotAlive(s)))
+        return true;
+    }
+    return false;
+  };
   auto wanted_by_others = [&](std::uint32_t t, std::uint32_t devices) {
     return WantedByOthers(t, devices, need, now_ns, period_ns);
   };
@@ -143,6 +153,10 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
     }
     if (best < 0) return;
     const auto t = static_cast<std::uint32_t>(best);
+    if (!has_live_wish(t)) {
+      need[t] = 0;
+      continue;
+    }
     for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
       if (!(need[t] & (1u << d)) || layout_->devices[d].holder != 0) continue;
       LedgerDevice& device = layout_->devices[d];
@@ -247,6 +261,7 @@ bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
         }
       }
     }
+    SweepWhenDue();  // processes that died waiting, or left work running
     Schedule(now_ns, period_ns);
     held = device.holder == tenant_ + 1;
     if (!held) MarkWaiting(tenant_, 1u << d, now_ns);

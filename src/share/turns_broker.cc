@@ -1,7 +1,7 @@
 #include "share/turns_broker.h"
 
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "share/ledger.h"
@@ -236,55 +237,88 @@ TurnsBroker::~TurnsBroker() {
 }
 
 void TurnsBroker::Serve() {
-  std::vector<Client> clients;
-  std::vector<pollfd> fds;
   auto log = [this](const std::string& line) {
     if (options_.log) options_.log(line);
   };
-  auto drop = [&](std::size_t i) {
-    clients[i].session->Close();
-    ::close(clients[i].fd);
-    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+  // epoll, not poll: a round costs the connections with a message, not
+  // every connection (a thousand processes made each round trip walk them
+  // all). Level-triggered, at most kBatch a round: each connection with a
+  // message gets one served per round, so none can starve the others.
+  constexpr int kBatch = 256;
+  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) {
+    log(internal::Errno("making an epoll set for", options_.socket_path));
+    return;
+  }
+  auto watch = [&](int fd) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    return ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0;
+  };
+  if (!watch(wake_[0]) || !watch(listen_fd_)) {
+    log(internal::Errno("watching", options_.socket_path));
+    ::close(epoll_fd);
+    return;
+  }
+  std::unordered_map<int, Client> clients;  // by socket
+  std::unordered_map<uid_t, std::size_t> of_uid;
+  auto drop = [&](int fd) {
+    auto it = clients.find(fd);
+    if (it == clients.end()) return;
+    it->second.session->Close();
+    if (--of_uid[it->second.uid] == 0) of_uid.erase(it->second.uid);
+    ::close(fd);  // (leaves the epoll set with it)
+    clients.erase(it);
     clients_.store(clients.size(), std::memory_order_relaxed);
   };
-  for (;;) {
-    fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
-    for (const Client& c : clients) fds.push_back({c.fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+  epoll_event events[kBatch];
+  bool stopping = false;
+  while (!stopping) {
+    const int ready = ::epoll_wait(epoll_fd, events, kBatch, -1);
+    if (ready < 0) {
       if (errno == EINTR) continue;
       log(internal::Errno("waiting on", options_.socket_path));
       break;
     }
-    if (fds[0].revents != 0) break;
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;
-        ucred cred{};
-        socklen_t length = sizeof(cred);
-        const auto of_uid = [&] {
-          return std::count_if(clients.begin(), clients.end(), [&](const Client& c) { return c.uid == cred.uid; });
-        };
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0 || clients.size() >= kMaxSlots ||
-            of_uid() >= static_cast<std::ptrdiff_t>(options_.max_clients_per_uid)) {
-          // One user cannot take every place in the schedule from the others.
-          if (length == sizeof(cred) && clients.size() < kMaxSlots)
-            log("refused a connection of uid " + std::to_string(cred.uid) + ": it has " +
-                std::to_string(options_.max_clients_per_uid) + " already");
-          ::close(fd);
-          continue;
-        }
-        clients.push_back(
-            {fd, cred.uid, cred.pid,
-             std::make_unique<TurnsSession>(options_.turns_path, options_.limits_dir, cred.uid, cred.pid)});
+    for (int e = 0; e < ready; ++e) {
+      const int fd = events[e].data.fd;
+      if (fd == wake_[0]) {
+        stopping = true;
+        break;
       }
-      clients_.store(clients.size(), std::memory_order_relaxed);
-    }
-    // Newest first, so a drop does not shift the ones still to serve.
-    for (std::size_t i = fds.size() - 1; i >= 2; --i) {
-      if (fds[i].revents == 0) continue;
-      const std::size_t at = i - 2;
-      Client& client = clients[at];
+      if (fd == listen_fd_) {
+        for (;;) {
+          const int accepted = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          if (accepted < 0) break;
+          ucred cred{};
+          socklen_t length = sizeof(cred);
+          const bool known = ::getsockopt(accepted, SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0;
+          const auto uid_count = known && of_uid.count(cred.uid) ? of_uid[cred.uid] : 0;
+          if (!known || clients.size() >= kMaxSlots || uid_count >= options_.max_clients_per_uid) {
+            // One user cannot take every place in the schedule from the others.
+            if (known && clients.size() < kMaxSlots)
+              log("refused a connection of uid " + std::to_string(cred.uid) + ": it has " +
+                  std::to_string(options_.max_clients_per_uid) + " already");
+            ::close(accepted);
+            continue;
+          }
+          if (!watch(accepted)) {
+            log(internal::Errno("watching a connection to", options_.socket_path));
+            ::close(accepted);
+            continue;
+          }
+          clients.emplace(accepted, Client{accepted, cred.uid, cred.pid,
+                                           std::make_unique<TurnsSession>(options_.turns_path, options_.limits_dir,
+                                                                          cred.uid, cred.pid)});
+          ++of_uid[cred.uid];
+        }
+        clients_.store(clients.size(), std::memory_order_relaxed);
+        continue;
+      }
+      auto it = clients.find(fd);
+      if (it == clients.end()) continue;  // dropped earlier this round
+      Client& client = it->second;
       TurnsRequest request{};
       iovec io{&request, sizeof(request)};
       alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
@@ -301,7 +335,7 @@ void TurnsBroker::Serve() {
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (n != static_cast<ssize_t>(sizeof(request)) || (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
         if (passed_fd >= 0) ::close(passed_fd);
-        drop(at);  // closed (the process ended), or not our protocol
+        drop(fd);  // closed (the process ended), or not our protocol
         continue;
       }
       TurnsReply reply{};
@@ -313,10 +347,11 @@ void TurnsBroker::Serve() {
       // A process that does not read its replies is not waited on.
       if (::send(client.fd, &reply, sizeof(reply), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(reply)))
         keep = false;
-      if (!keep) drop(at);
+      if (!keep) drop(fd);
     }
   }
-  while (!clients.empty()) drop(clients.size() - 1);
+  while (!clients.empty()) drop(clients.begin()->first);
+  ::close(epoll_fd);
 }
 
 }  // namespace stoker::share
