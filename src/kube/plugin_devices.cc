@@ -246,6 +246,22 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
     grant.envs[key] = value;
     pinned += key + "=" + value + "\n";
   };
+  // The node's schedule, kept by this plugin's turns broker: read-only in
+  // the container, turns asked for over the broker's socket. A container
+  // with a memory grant only takes turns too, for the time compute grants
+  // on its card leave, while they want the card (before, it launched over
+  // their turns). The kubelet merges these mounts, identical in every
+  // grant, when a container has both kinds.
+  auto schedule = [&] {
+    const std::string turns = settings.ledger_host_dir + "/turns";
+    const std::string broker = settings.ledger_host_dir + "/broker";
+    grant.host_paths.push_back({ContainerGrant::HostPath::kAgentFile, turns, ""});
+    grant.host_paths.push_back({ContainerGrant::HostPath::kRootFolder, broker, ""});
+    grant.mounts.push_back({settings.turns_container_path, turns, true});
+    grant.mounts.push_back({settings.turns_container_path + ".d", broker, true});
+    pin("STOKER_GPU_TURNS", settings.turns_container_path);
+    pin("STOKER_GPU_TURNS_SOCKET", settings.turns_container_path + ".d/turns.sock");
+  };
   switch (resource) {
     case Resource::kWholeCards:
     case Resource::kMemory: {
@@ -258,6 +274,7 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
       grant.mounts.push_back({settings.ledger_container_dir, folder, false});
       pin("STOKER_GPU_LEDGER", settings.ledger_container_dir + "/ledger");
       if (resource == Resource::kMemory) {
+        schedule();
         if (grant.cards.size() == 1) {
           pin("STOKER_GPU_MEMORY_LIMIT", std::to_string(units_by_card.begin()->second * settings.memory_unit));
         } else {
@@ -281,18 +298,10 @@ Result<ContainerGrant> GrantFor(Resource resource, const std::vector<std::string
       }
       pin("STOKER_GPU_COMPUTE_SHARE", std::to_string(least));
       pin("STOKER_GPU_COMPUTE_SHARES", fmt::format("{}", fmt::join(parts, ",")));
-      // The node's schedule, kept by this plugin's turns broker: read-only
-      // here, turns asked for over the broker's socket. Its tenant there is
-      // this grant's own, which only this container can claim (it passes
-      // its pinned limits file, below, to the broker).
-      const std::string turns = settings.ledger_host_dir + "/turns";
-      const std::string broker = settings.ledger_host_dir + "/broker";
-      grant.host_paths.push_back({ContainerGrant::HostPath::kAgentFile, turns, ""});
-      grant.host_paths.push_back({ContainerGrant::HostPath::kRootFolder, broker, ""});
-      grant.mounts.push_back({settings.turns_container_path, turns, true});
-      grant.mounts.push_back({settings.turns_container_path + ".d", broker, true});
-      pin("STOKER_GPU_TURNS", settings.turns_container_path);
-      pin("STOKER_GPU_TURNS_SOCKET", settings.turns_container_path + ".d/turns.sock");
+      // Its tenant in the schedule is this grant's own, which only this
+      // container can claim (it passes its pinned limits file, below, to
+      // the broker).
+      schedule();
       pin("STOKER_GPU_TURNS_TENANT", tenant);
       break;
     }

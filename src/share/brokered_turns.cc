@@ -330,6 +330,14 @@ std::uint64_t BrokeredTurns::HoldUntil(int d) const {
   return remote >= 0 ? __atomic_load_n(&layout_->devices[remote].hold_until_ns, __ATOMIC_ACQUIRE) : 0;
 }
 
+bool BrokeredTurns::SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const {
+  if (d < 0 || d >= static_cast<int>(kMaxDevices)) return false;
+  const std::int32_t remote = __atomic_load_n(&known_[d].remote, __ATOMIC_ACQUIRE);
+  if (remote < 0) return false;
+  const std::uint64_t wanted = __atomic_load_n(&layout_->devices[remote].shares_wanted_ns, __ATOMIC_ACQUIRE);
+  return wanted != 0 && now_ns < wanted + period_ns;
+}
+
 void BrokeredTurns::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running) {
   std::lock_guard<std::mutex> lock(mu_);
   // Without the agent there is nothing to give back: it gave our turns

@@ -49,6 +49,7 @@ class BrokeredTurns final : public TurnSchedule {
                      bool work_conserving) override;
   [[nodiscard]] bool HoldsDevice(int d) const override;
   [[nodiscard]] std::uint64_t HoldUntil(int d) const override;
+  [[nodiscard]] bool SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const override;
   void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running) override;
   void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns, std::uint64_t waited_at_release,
                      std::uint64_t period_ns) override;

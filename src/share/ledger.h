@@ -40,7 +40,7 @@
 namespace stoker::share {
 
 inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 4;
+inline constexpr std::uint32_t kLedgerVersion = 5;
 inline constexpr std::uint32_t kMaxDevices = 16;
 // A node's tenants: a Kubernetes node hands out one per memory unit (8
 // cards of 141 GiB at 1 GiB units: 1,128), each with its processes.
@@ -89,6 +89,10 @@ struct LedgerDevice {
   // What a context took on it when last measured: a new context is
   // admitted against the quota for that much before it is made.
   std::uint64_t context_bytes;
+  // When a tenant with a share on it last asked for it, held it or gave it
+  // back (0: never): while that is within a period, the processes of
+  // tenants without a share take turns on it too (SharesWant).
+  std::uint64_t shares_wanted_ns;
 };
 struct LedgerTenant {
   char name[kTenantNameBytes];
@@ -273,6 +277,7 @@ class Ledger final : public TurnSchedule {
   // Whether this process's tenant holds `d` (no lock: the fast path).
   [[nodiscard]] bool HoldsDevice(int d) const override;
   [[nodiscard]] std::uint64_t HoldUntil(int d) const override;
+  [[nodiscard]] bool SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const override;
   // Gives `d` up at `now_ns`, charging the time held, and hands the
   // devices free to the waiting tenants with the most budget left.
   // `work_running`: work of the turn still runs (its time comes later,
@@ -349,17 +354,22 @@ class Ledger final : public TurnSchedule {
   // `need`, may be null), has work running on it, or asked for it or gave
   // it back within a period; tenant `also` counts in any case.
   struct Demand {
-    std::uint32_t strict = 0, lending = 0;
+    std::uint32_t strict = 0, lending = 0;  // shares, percent
+    std::uint32_t without_share = 0;        // tenants
   };
   [[nodiscard]] Demand DemandOn(std::uint32_t d, const std::uint32_t* need, std::uint32_t also, std::uint64_t now_ns,
                                 std::uint64_t period_ns) const;  // lock held
   // The rate (basis points of the device's time) at which tenant `t`'s
-  // budget on device `d` grows: its share, and for a lending tenant its
-  // part of what the shares of the tenants in `demand` leave. Lock held.
+  // budget on device `d` grows: its share; for a tenant without a share,
+  // an equal part of what the shares of the tenants in `demand` leave; for
+  // a lending tenant, where no tenant without a share wants the device,
+  // its part of that rest in proportion to its share. Lock held.
   [[nodiscard]] std::uint32_t RateOn(std::uint32_t t, std::uint32_t d, const Demand& demand) const;
   void TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns,
              std::uint32_t rate_bp);                                     // lock held
   void TopUpSelf(int d, std::uint64_t now_ns, std::uint64_t period_ns);  // this tenant, at its rate; lock held
+  // This tenant, if it has a share on device `d`, wants it (SharesWant).
+  void NoteShareWants(int d, std::uint64_t now_ns);  // lock held
   // Tenant `t`'s share of device `d` (percent). Lock held.
   [[nodiscard]] std::uint32_t ShareOn(std::uint32_t t, std::uint32_t d) const;
   // Grants turns to waiting tenants whose devices are all free, the most

@@ -12,9 +12,13 @@ constexpr std::uint64_t kWholeDevice = 10'000;
 
 // The most budget a tenant keeps, and its longest turn: its share of a
 // period (however fast its budget grows, so that a tenant that starts to
-// want the device waits at most that long).
+// want the device waits at most that long); for a tenant without a share,
+// its rate's part of a period.
 std::int64_t Window(std::uint32_t share, std::uint64_t period_ns) {
   return static_cast<std::int64_t>(period_ns / 100 * share);
+}
+std::int64_t WindowAt(std::uint32_t share, std::uint32_t rate_bp, std::uint64_t period_ns) {
+  return share != 0 ? Window(share, period_ns) : static_cast<std::int64_t>(period_ns * rate_bp / kWholeDevice);
 }
 
 // A turn with budget: as long as the budget, within the window, and never
@@ -48,32 +52,48 @@ Ledger::Demand Ledger::DemandOn(std::uint32_t d, const std::uint32_t* need, std:
     const bool wants = t == also || holder == t + 1 || (need != nullptr && (need[t] & bit)) || (tenant.running & bit) ||
                        (tenant.last_want_ns[d] != 0 && now_ns < tenant.last_want_ns[d] + period_ns);
     if (!wants) continue;
-    (tenant.strict ? demand.strict : demand.lending) += ShareOn(t, d);
+    const std::uint32_t share = ShareOn(t, d);
+    if (share == 0)
+      ++demand.without_share;
+    else
+      (tenant.strict ? demand.strict : demand.lending) += share;
   }
   return demand;
 }
 
 std::uint32_t Ledger::RateOn(std::uint32_t t, std::uint32_t d, const Demand& demand) const {
   const std::uint64_t share_bp = std::uint64_t{ShareOn(t, d)} * 100;
-  // Strict tenants are held to their shares. The rest of the device, what
-  // no share of a tenant that wants it reserves, goes to the lending ones
-  // in proportion to their shares: tenants that all want the device never
-  // leave it idle because their shares add up to less than 100%.
-  if (layout_->tenants[t].strict || demand.lending == 0 || demand.strict + demand.lending >= 100) return share_bp;
+  const std::uint32_t reserved = demand.strict + demand.lending;
+  // The rest of the device, what no share of a tenant that wants it
+  // reserves, goes first to the tenants without a share that want it, in
+  // equal parts (with none left, they only borrow the device when no one
+  // else wants it); else to the lending ones in proportion to their shares:
+  // tenants that all want the device never leave it idle because their
+  // shares add up to less than 100%. Strict tenants are held to theirs.
+  if (share_bp == 0) {
+    if (reserved >= 100 || demand.without_share == 0) return 0;
+    return static_cast<std::uint32_t>((100 - reserved) * 100 / demand.without_share);
+  }
+  if (layout_->tenants[t].strict || demand.lending == 0 || demand.without_share != 0 || reserved >= 100)
+    return static_cast<std::uint32_t>(share_bp);
   return static_cast<std::uint32_t>(
       std::min<std::uint64_t>(kWholeDevice, share_bp * (100 - demand.strict) / demand.lending));
 }
 
 void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint64_t period_ns, std::uint32_t rate_bp) {
   LedgerTenant& t = layout_->tenants[tenant];
-  const std::int64_t window = Window(ShareOn(tenant, static_cast<std::uint32_t>(d)), period_ns);
+  const std::int64_t window = WindowAt(ShareOn(tenant, static_cast<std::uint32_t>(d)), rate_bp, period_ns);
   if (t.budget_at_ns[d] == 0) {
     t.budget_ns[d] = window;
   } else if (now_ns > t.budget_at_ns[d]) {
     // (Past a few periods the budget is full anyway: the product stays small.)
     const std::uint64_t elapsed = std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000);
     const auto earned = static_cast<std::int64_t>(elapsed * rate_bp / kWholeDevice);
-    t.budget_ns[d] = std::min(window, t.budget_ns[d] + earned);
+    // The window stops its growth but takes nothing away: a window that
+    // shrank (a rate that fell as others came to want the device) would
+    // otherwise turn the turn under way into debt.
+    const std::int64_t grown = t.budget_ns[d] + earned;
+    t.budget_ns[d] = grown <= window ? grown : std::max(window, t.budget_ns[d]);
   }
   t.budget_at_ns[d] = now_ns;
 }
@@ -160,7 +180,7 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
     for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
       if (!(need[t] & (1u << d)) || layout_->devices[d].holder != 0) continue;
       LedgerDevice& device = layout_->devices[d];
-      const std::int64_t window = Window(ShareOn(t, d), period_ns);
+      const std::int64_t window = WindowAt(ShareOn(t, d), rate_on(t, d), period_ns);
       device.hold_started_ns = now_ns;
       device.borrowed = best_borrows ? 1 : 0;
       if (device.running_since_ns != 0 && device.next_tenant == 0) {
@@ -198,6 +218,7 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
   if (!Active() || d < 0 || !Lock()) return false;
   LedgerDevice& device = layout_->devices[d];
   LedgerTenant& me = layout_->tenants[tenant_];
+  NoteShareWants(d, now_ns);
   bool extended = false;
   if (device.holder == tenant_ + 1 &&
       !WantedByOthers(tenant_, me.devices_used | (1u << d), nullptr, now_ns, period_ns)) {
@@ -220,9 +241,9 @@ bool Ledger::ExtendTurn(int d, std::uint64_t now_ns, std::uint64_t period_ns, bo
       device.hold_started_ns = now_ns;
       device.borrowed = has_budget ? 0 : 1;
       device.hold_until_ns =
-          now_ns + (has_budget
-                        ? TurnLength(me.budget_ns[d], Window(ShareOn(tenant_, device_index), period_ns), period_ns)
-                        : BorrowedTurn(period_ns));
+          now_ns + (has_budget ? TurnLength(me.budget_ns[d], WindowAt(ShareOn(tenant_, device_index), rate, period_ns),
+                                            period_ns)
+                               : BorrowedTurn(period_ns));
       extended = true;
     }
   }
@@ -238,6 +259,7 @@ bool Ledger::AcquireDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns,
   me.devices_used |= 1u << d;
   me.strict = work_conserving ? 0 : 1;
   me.last_want_ns[d] = now_ns;
+  NoteShareWants(d, now_ns);
   LedgerDevice& device = layout_->devices[d];
   bool held = device.holder == tenant_ + 1;
   if (!held) {
@@ -276,6 +298,18 @@ bool Ledger::HoldsDevice(int d) const {
   return Active() && d >= 0 && __atomic_load_n(&layout_->devices[d].holder, __ATOMIC_ACQUIRE) == tenant_ + 1;
 }
 
+bool Ledger::SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const {
+  if (!Active() || d < 0) return false;
+  const std::uint64_t wanted = __atomic_load_n(&layout_->devices[d].shares_wanted_ns, __ATOMIC_ACQUIRE);
+  return wanted != 0 && now_ns < wanted + period_ns;
+}
+
+void Ledger::NoteShareWants(int d, std::uint64_t now_ns) {
+  if (ShareOn(tenant_, static_cast<std::uint32_t>(d)) == 0) return;
+  LedgerDevice& device = layout_->devices[d];
+  if (now_ns > device.shares_wanted_ns) __atomic_store_n(&device.shares_wanted_ns, now_ns, __ATOMIC_RELEASE);
+}
+
 std::uint64_t Ledger::HoldUntil(int d) const {
   return d >= 0 ? __atomic_load_n(&layout_->devices[d].hold_until_ns, __ATOMIC_ACQUIRE) : 0;
 }
@@ -283,6 +317,7 @@ std::uint64_t Ledger::HoldUntil(int d) const {
 void Ledger::ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running) {
   if (!Active() || d < 0 || !Lock()) return;
   LedgerDevice& device = layout_->devices[d];
+  NoteShareWants(d, now_ns);
   if (device.holder == tenant_ + 1) {
     if (device.next_tenant == tenant_ + 1 && device.next_until_ns == 0) device.next_until_ns = now_ns;
     if (work_running) {
@@ -368,7 +403,9 @@ std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns, std::uint64_t peri
   const LedgerTenant& t = layout_->tenants[tenant_];
   const auto device = static_cast<std::uint32_t>(d);
   const std::uint64_t rate = RateOn(tenant_, device, DemandOn(device, nullptr, tenant_, now_ns, period_ns));
-  std::uint64_t wait = 0;
+  // Without a rate (a tenant without a share on a device the shares fill)
+  // only a borrowed turn can come: asking again sooner is pointless.
+  std::uint64_t wait = rate == 0 ? BorrowedTurn(period_ns) : 0;
   if (rate > 0 && t.budget_at_ns[d] != 0) {
     const std::uint64_t elapsed =
         now_ns > t.budget_at_ns[d] ? std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000) : 0;

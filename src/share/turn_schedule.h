@@ -30,6 +30,10 @@ class TurnSchedule {
   // The fast path, on every launch: no lock, no system call.
   [[nodiscard]] virtual bool HoldsDevice(int d) const = 0;
   [[nodiscard]] virtual std::uint64_t HoldUntil(int d) const = 0;
+  // Whether a tenant with a share on device `d` wanted it within a period
+  // of `now_ns`: the processes of a tenant without a share on it then take
+  // turns too (else they launch freely). No lock, no system call.
+  [[nodiscard]] virtual bool SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const = 0;
   virtual void ReleaseDevice(int d, std::uint64_t now_ns, std::uint64_t period_ns, bool work_running) = 0;
   virtual void ChargeOverrun(int d, std::uint64_t released_ns, std::uint64_t done_ns, std::uint64_t waited_at_release,
                              std::uint64_t period_ns) = 0;

@@ -299,7 +299,7 @@ TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsRe
   const std::string tenant = envs.at("STOKER_GPU_TENANT");
   EXPECT_EQ(tenant.rfind("k8s-", 0), 0u);
   const auto& response = granted.container_responses(0);
-  ASSERT_EQ(response.mounts_size(), 3);
+  ASSERT_EQ(response.mounts_size(), 5);
   EXPECT_EQ(response.mounts(0).host_path(), "/opt/stoker/lib");
   EXPECT_TRUE(response.mounts(0).read_only());
   // The tenant's own folder, made on the host before the answer: no other container sees it.
@@ -309,12 +309,18 @@ TEST_F(DevicePluginTest, PreferredAllocationsKeepAContainerOnOneCardAndPairItsRe
   struct stat st {};
   ASSERT_EQ(::stat(response.mounts(1).host_path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 01777u);
-  // The pinned limits: root's, read-only in the container, what the environment says.
-  EXPECT_EQ(response.mounts(2).container_path(), "/etc/stoker/gpu-limits.d/memory");
+  // The node's compute schedule, read-only: the container takes turns
+  // beside compute grants on its card.
+  EXPECT_EQ(response.mounts(2).container_path(), "/run/stoker-turns");
   EXPECT_TRUE(response.mounts(2).read_only());
-  ASSERT_EQ(::stat(response.mounts(2).host_path().c_str(), &st), 0);
+  EXPECT_EQ(response.mounts(3).container_path(), "/run/stoker-turns.d");
+  EXPECT_TRUE(response.mounts(3).read_only());
+  // The pinned limits: root's, read-only in the container, what the environment says.
+  EXPECT_EQ(response.mounts(4).container_path(), "/etc/stoker/gpu-limits.d/memory");
+  EXPECT_TRUE(response.mounts(4).read_only());
+  ASSERT_EQ(::stat(response.mounts(4).host_path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0644u);
-  std::ifstream pinned(response.mounts(2).host_path());
+  std::ifstream pinned(response.mounts(4).host_path());
   const std::string text((std::istreambuf_iterator<char>(pinned)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("STOKER_GPU_MEMORY_LIMIT=" + std::to_string(8 * kOneGiB) + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("STOKER_GPU_TENANT=" + tenant + "\n"), std::string::npos) << text;

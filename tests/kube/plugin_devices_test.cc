@@ -190,7 +190,16 @@ TEST(PluginDevices, EachContainerSeesOnlyItsTenantsStateAndPinnedLimits) {
   const auto* pinned = MountAt(*memory, "/etc/stoker/gpu-limits.d/memory");
   ASSERT_NE(pinned, nullptr);
   EXPECT_TRUE(pinned->read_only);
-  EXPECT_EQ(MountAt(*memory, "/run/stoker-turns"), nullptr);
+  // Memory only: the node's schedule too, read-only (it takes turns beside
+  // compute grants), under its own name with its user there.
+  EXPECT_EQ(memory->envs.at("STOKER_GPU_TURNS"), "/run/stoker-turns");
+  EXPECT_EQ(memory->envs.count("STOKER_GPU_TURNS_TENANT"), 0u);
+  for (const char* path : {"/run/stoker-turns", "/run/stoker-turns.d"}) {
+    const auto* mount = MountAt(*memory, path);
+    ASSERT_NE(mount, nullptr) << path;
+    EXPECT_TRUE(mount->read_only) << path;
+    EXPECT_EQ(mount->host_path, MountAt(*compute, path)->host_path) << "the kubelet merges identical mounts";
+  }
   // Compute: the node's schedule, read-only, under a tenant of its own
   // there, and the plugin's turns broker (its folder, read-only); its own
   // pinned file, which vouches for the tenant's name to the broker.
@@ -232,7 +241,9 @@ TEST(PluginDevices, EachContainerSeesOnlyItsTenantsStateAndPinnedLimits) {
     EXPECT_EQ(st.st_mode & 022, 0u) << "limits/ is root's alone";
     std::ifstream file(pinned->host_path);
     const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(text, "STOKER_GPU_TENANT=" + tenant + "\nSTOKER_GPU_LEDGER=/run/stoker/ledger\nSTOKER_GPU_MEMORY_LIMIT=" +
+    EXPECT_EQ(text, "STOKER_GPU_TENANT=" + tenant +
+                        "\nSTOKER_GPU_LEDGER=/run/stoker/ledger\nSTOKER_GPU_TURNS=/run/stoker-turns\n"
+                        "STOKER_GPU_TURNS_SOCKET=/run/stoker-turns.d/turns.sock\nSTOKER_GPU_MEMORY_LIMIT=" +
                         std::to_string(2 * kGiB) + "\n");
     std::ifstream preload(s.ledger_host_dir + "/ld.so.preload");
     std::string line;

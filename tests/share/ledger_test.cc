@@ -340,6 +340,41 @@ TEST_F(LedgerTest, TimeNoShareReservesGoesToTheTenantsThatWantItInProportionToTh
   EXPECT_GT(full.a + full.b, 0.97);
 }
 
+TEST_F(LedgerTest, ATenantWithoutAShareTakesTurnsForWhatTheSharesLeave) {
+  // Before, a tenant without a share was not in the schedule: its launches
+  // went over the others' turns. Now it takes turns while a tenant with a
+  // share wants the device, for the time the shares leave.
+  const std::uint64_t period = 100'000'000;
+  auto a = Open("a", kNoQuota, 30), z = Open("z", kNoQuota, 0);
+  std::uint64_t now = 1'000'000'000;
+  EXPECT_FALSE(z->SharesWant(0, now, period)) << "no tenant with a share has asked yet";
+  const HeldParts parts = BothAlwaysWant(a.get(), z.get(), true, true, &now);
+  std::printf("[ schedule ] a (30%%) %.1f%%, z (no share) %.1f%%\n", parts.a * 100, parts.b * 100);
+  EXPECT_NEAR(parts.a, 0.30, 0.02);
+  EXPECT_NEAR(parts.b, 0.70, 0.03);
+  EXPECT_TRUE(z->SharesWant(0, now, period));
+  EXPECT_FALSE(z->SharesWant(0, now + 2 * period, period)) << "a's wish is a period old: z launches freely again";
+  // Shares that fill the device leave it nothing while they want it.
+  auto b = Open("b", kNoQuota, 70);
+  const std::uint64_t start = now;
+  std::uint64_t z_held = 0, until = 0;
+  Ledger* ledgers[3] = {a.get(), b.get(), z.get()};
+  for (int step = 0; step < 50'000; ++step, now += 100'000) {
+    for (int t = 0; t < 3; ++t) {
+      Ledger* l = ledgers[t];
+      if (l->HoldsDevice(0) || l->AcquireDevice(0, now, period, &until, true)) {
+        if (now >= l->HoldUntil(0) && !l->ExtendTurn(0, now, period, true, &until))
+          l->ReleaseDevice(0, now, period);
+        else if (t == 2)
+          z_held += 100'000;
+      }
+    }
+  }
+  std::printf("[ schedule ] beside 30%% and 70%%, z held the device %.1f%% of the time\n",
+              100.0 * static_cast<double>(z_held) / static_cast<double>(now - start));
+  EXPECT_LT(static_cast<double>(z_held) / static_cast<double>(now - start), 0.02);
+}
+
 TEST_F(LedgerTest, ATenantsShareCanDifferByCard) {
   // Tenant a: 70% by default, 30% on card 1 (a grant of different parts of
   // two cards). Beside b at 70% on card 1, a gets 30% of card 1's time.

@@ -1,5 +1,7 @@
 #include "share/interposer/compute_gate.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -20,6 +22,14 @@ thread_local Dev tls_dev;
 // once per stream and turn, not once per launch.
 thread_local CUstream tls_noted_stream = nullptr;
 thread_local std::uint64_t tls_noted_until = 0;
+
+// The clock's tick (a few ms) is fine against a period, and it costs a
+// third of the precise clock on every launch of a process without a share.
+std::uint64_t CoarseNowNs() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 void CountLaunch(Interposer& ip) {
   if (++tls_launches == 1024) {
@@ -46,7 +56,7 @@ ComputeGate& ComputeGate::Get() {
 int ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
   CountLaunch(ip);
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  if (!ip.config().HasComputeShare() || ip.config().compute_by_mps || period == 0) return -1;
+  if (!ip.scheduled() || period == 0) return -1;
   // The thread's device, cached by context.
   CUcontext ctx = nullptr;
   if (ip.driver().ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return -1;
@@ -58,7 +68,9 @@ int ComputeGate::Enter(Interposer& ip, CUstream stream, bool per_thread) {
     tls_noted_until = 0;
   }
   const Dev dev = tls_dev;
-  if (dev.compute_share == 0) return -1;  // no share on this card: not in its schedule
+  // Without a share on this card: in its schedule only while a tenant with
+  // a share wants it (before, never: its launches went over their turns).
+  if (dev.compute_share == 0 && !ip.turns().SharesWant(dev.turns, CoarseNowNs(), period)) return -1;
   // Counted before the turn is looked at (both sequentially consistent):
   // a keeper ending the turn either sees this launch in flight or has
   // already cleared until_ns_, which sends it to the slow path.
@@ -92,7 +104,8 @@ int ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool
   // not wait on one).
   if (Capturing(ip.driver(), per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream)) return -1;
   const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-  const bool work_conserving = !ip.config().compute_strict;
+  // (Strict holds a share; without one a process always lends.)
+  const bool work_conserving = !ip.config().compute_strict || dev.compute_share == 0;
   const std::uint64_t start = MonotonicNs();
   std::unique_lock<std::mutex> lock(mu_);
   if (!keeper_started_) {
@@ -167,7 +180,8 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
         // the device, the turn goes on (no drain, no gap).
         std::uint64_t until = 0;
         const std::uint64_t period = std::uint64_t{ip.config().compute_period_ms} * 1'000'000;
-        if (ip.turns().ExtendTurn(turn.dev.turns, now, period, !ip.config().compute_strict, &until)) {
+        if (ip.turns().ExtendTurn(turn.dev.turns, now, period,
+                                  !ip.config().compute_strict || turn.dev.compute_share == 0, &until)) {
           turn.until_ns = until;
           __atomic_store_n(&until_ns_[o], until, __ATOMIC_RELEASE);
           next = std::min(next, until);

@@ -17,7 +17,10 @@
 // With STOKER_GPU_COMPUTE_STRICT unset, a tenant out of budget still gets
 // short turns while no other tenant waits (the device is otherwise idle).
 //
-// Without a share, Enter() only counts the launch (a thread-local add).
+// A process without a share on a card takes turns there too, while a tenant
+// with a share wants the card (Ledger::SharesWant: within a period), for
+// the time the shares leave; otherwise Enter() only counts the launch and
+// reads that mark (a thread-local add, a coarse clock read and a load).
 #pragma once
 
 #include <condition_variable>

@@ -139,7 +139,21 @@ void Interposer::Initialise() {
     return;
   }
   turns_ = ledger_;
-  if (config_.turns_path != config_.ledger_path && config_.HasComputeShare() && !config_.compute_by_mps) {
+  scheduled_ = !config_.compute_by_mps;
+  // A process without a compute share is in the node's schedule too: it
+  // takes turns on a card while a tenant with a share wants that card (see
+  // ComputeGate). Where it cannot be, it launches freely, as before, and
+  // says so once; a process with a share cannot run without it.
+  const bool has_share = config_.HasComputeShare();
+  auto without_schedule = [&](const std::string& why) {
+    std::fprintf(stderr,
+                 "stoker-share: note: %s; this process (pid %d) has no compute share and launches without taking "
+                 "turns, also beside tenants with a share\n",
+                 why.c_str(), static_cast<int>(::getpid()));
+    turns_ = ledger_;
+    scheduled_ = false;
+  };
+  if (config_.turns_path != config_.ledger_path && !config_.compute_by_mps) {
     const bool brokered =
         config_.turns_socket_named || (!config_.turns_socket.empty() && TurnsAreBrokered(config_.turns_path));
     if (brokered) {
@@ -153,9 +167,13 @@ void Interposer::Initialise() {
       if (config_.pinned_from.find(compute_pin) != std::string::npos) options.proof_path = compute_pin;
       turns_ = BrokeredTurns::Open(options, &error);
       if (turns_ == nullptr) {
-        error_ = "the compute schedule: " + error;
-        turns_ = ledger_;
-        return;
+        if (!has_share) {
+          without_schedule("the compute schedule: " + error);
+        } else {
+          error_ = "the compute schedule: " + error;
+          turns_ = ledger_;
+          return;
+        }
       }
     } else {
       // The node's schedule, shared by every user: tenants there are named
@@ -165,11 +183,16 @@ void Interposer::Initialise() {
       shared.make_dir = config_.turns_in_state_dir;
       Ledger* turns = Ledger::Open(config_.turns_path, &error, shared);
       if (turns == nullptr || !turns->Register(config_.turns_tenant, config_.compute_share, &error)) {
-        error_ = "the compute schedule: " + error;
         delete turns;
-        return;
+        if (!has_share) {
+          without_schedule("the compute schedule: " + error);
+        } else {
+          error_ = "the compute schedule: " + error;
+          return;
+        }
+      } else {
+        turns_ = turns;
       }
-      turns_ = turns;
     }
   }
   ok_ = true;

@@ -73,6 +73,7 @@ class Interposer {
   static Interposer& Get();
 
   [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] bool scheduled() const { return scheduled_; }
   // What a hooked call answers when the interposer is not usable (and the
   // reason, printed once).
   CUresult Refuse();
@@ -209,6 +210,9 @@ class Interposer {
   void AfterForkInChild();
 
   bool ok_ = false;
+  // Whether this process's launches go through the compute schedule (a
+  // process without a share whose schedule could not be opened: no).
+  bool scheduled_ = false;
   std::string error_;
   bool error_printed_ = false;
   ShareConfig config_;
