@@ -126,6 +126,7 @@ class Interposer : public ::testing::Test {
   // The two-jobs-on-two-cards scenario (below); `turns_path`: the
   // schedule to read, when not the test's ledger.
   void RunTwoJobsOnTwoCards(const std::string& turns_path);
+  void RunAJobWithoutAShareBesideOneWithAShare(bool through_agent);
 
   std::string tag_;
   std::map<std::string, std::string> env_;
@@ -374,28 +375,47 @@ TEST_F(Interposer, TimeTheSharesLeaveGoesToTheTenantsThatWantTheDevice) {
   EXPECT_NEAR(da / (da + db), 1.0 / 3, STOKER_TEST_SANITIZED ? 0.08 : 0.05);
 }
 
-TEST_F(Interposer, AJobWithoutAShareTakesTurnsBesideOneWithAShare) {
-  // A 70% tenant and a job with a memory quota only, both launching 1 ms
-  // kernels for 4 s, in the default layout (the node's turns file). Before,
-  // the job without a share was not in the schedule and launched over the
-  // 70% tenant's turns: the device, running work in order, split about
-  // evenly. Now it takes turns for the 30% the share leaves.
+// A 70% tenant and a job with a memory quota only, both launching 1 ms
+// kernels for 4 s, in the default layout (the node's turns file, or the
+// node agent's). Before, the job without a share was not in the schedule
+// and launched over the 70% tenant's turns: the device, running work in
+// order, split about evenly (48.7/51.3). Now it takes turns for the 30% the
+// share leaves.
+void Interposer::RunAJobWithoutAShareBesideOneWithAShare(bool through_agent) {
   const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
-  env_.erase("STOKER_GPU_LEDGER");
-  env_["STOKER_GPU_DIR"] = state;
+  std::unique_ptr<stoker::share::TurnsBroker> broker;
+  if (through_agent) {
+    ASSERT_NO_FATAL_FAILURE(StartAgent(state, &broker));
+  } else {
+    env_.erase("STOKER_GPU_LEDGER");
+    env_["STOKER_GPU_DIR"] = state;
+  }
   const std::string a = "/tmp/stoker-noshare-a-" + tag_, z = "/tmp/stoker-noshare-z-" + tag_;
   const std::string common = " PROBE_SECONDS=4000 PROBE_KERNEL_US=1000";
   StartProbe("STOKER_GPU_TENANT=a STOKER_GPU_COMPUTE_SHARE=70" + common, "compute", a);
   StartProbe("STOKER_GPU_TENANT=z STOKER_GPU_MEMORY_LIMIT=4GiB" + common, "compute", z);
-  ::sleep(6);
+  ::sleep(2);
+  if (broker) {
+    EXPECT_EQ(broker->clients(), 2u);  // both asked the agent
+  }
+  ::sleep(4);
   const auto ja = ReadResult(a), jz = ReadResult(z);
   ASSERT_FALSE(ja.is_discarded() || jz.is_discarded());
   const double da = ja["device_seconds"], dz = jz["device_seconds"];
-  std::printf("[ no share ] 70%% tenant: %.2f s, tenant without a share: %.2f s; split %.1f/%.1f\n", da, dz,
-              100 * da / (da + dz), 100 * dz / (da + dz));
+  std::printf("[ no share ]%s 70%% tenant: %.2f s, tenant without a share: %.2f s; split %.1f/%.1f\n",
+              through_agent ? " through the agent:" : "", da, dz, 100 * da / (da + dz), 100 * dz / (da + dz));
   EXPECT_NEAR(da / (da + dz), 0.70, STOKER_TEST_SANITIZED ? 0.08 : 0.05);
   EXPECT_GT(da + dz, STOKER_TEST_SANITIZED ? 2.9 : 3.4) << "the device sat idle";
+  broker.reset();
   EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
+}
+
+TEST_F(Interposer, AJobWithoutAShareTakesTurnsBesideOneWithAShare) {
+  RunAJobWithoutAShareBesideOneWithAShare(false);
+}
+
+TEST_F(Interposer, AJobWithoutAShareTakesTurnsBesideOneWithAShareThroughTheNodeAgent) {
+  RunAJobWithoutAShareBesideOneWithAShare(true);
 }
 
 TEST_F(Interposer, ALongKernelIsPaidBackNotFree) {
