@@ -42,7 +42,8 @@ struct PluginSettings {
   // memory ledger, at ledger_container_dir); the pinned limits it writes
   // for each grant, limits/<tenant>.<resource>, mounted read-only at
   // /etc/stoker/gpu-limits.d/<resource>; and the compute schedule, turns,
-  // mounted at turns_container_path by containers given a compute share.
+  // mounted at turns_container_path by containers given memory or a
+  // compute share (both take turns).
   // Liveness is by file locks: PID namespaces do not matter.
   std::string ledger_host_dir = "/run/stoker";
   std::string ledger_container_dir = "/run/stoker";
