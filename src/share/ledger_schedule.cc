@@ -32,6 +32,13 @@ std::uint64_t TurnLength(std::int64_t budget_ns, std::int64_t window_ns, std::ui
   return static_cast<std::uint64_t>(std::max(shortest, std::min(budget_ns, window_ns)));
 }
 
+// What `elapsed_ns` earns at `rate_bp`: exact (the product fits 64 bits
+// below 2^40 ns, 18 minutes); past that, to within 10 µs.
+std::int64_t Earned(std::uint64_t elapsed_ns, std::uint64_t rate_bp) {
+  return static_cast<std::int64_t>(elapsed_ns < (std::uint64_t{1} << 40) ? elapsed_ns * rate_bp / kWholeDevice
+                                                                         : elapsed_ns / kWholeDevice * rate_bp);
+}
+
 // A holder that has not given the device back this long after its time is
 // stuck (stopped, or draining a kernel that never ends): others may take
 // the device rather than wait forever.
@@ -86,9 +93,7 @@ void Ledger::TopUp(std::uint32_t tenant, int d, std::uint64_t now_ns, std::uint6
   if (t.budget_at_ns[d] == 0) {
     t.budget_ns[d] = window;
   } else if (now_ns > t.budget_at_ns[d]) {
-    // (Past a few periods the budget is full anyway: the product stays small.)
-    const std::uint64_t elapsed = std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000);
-    const auto earned = static_cast<std::int64_t>(elapsed * rate_bp / kWholeDevice);
+    const std::int64_t earned = Earned(now_ns - t.budget_at_ns[d], rate_bp);
     // The window stops its growth but takes nothing away: a window that
     // shrank (a rate that fell as others came to want the device) would
     // otherwise turn the turn under way into debt.
@@ -407,9 +412,8 @@ std::uint64_t Ledger::BudgetWait(int d, std::uint64_t now_ns, std::uint64_t peri
   // only a borrowed turn can come: asking again sooner is pointless.
   std::uint64_t wait = rate == 0 ? BorrowedTurn(period_ns) : 0;
   if (rate > 0 && t.budget_at_ns[d] != 0) {
-    const std::uint64_t elapsed =
-        now_ns > t.budget_at_ns[d] ? std::min(now_ns - t.budget_at_ns[d], 4 * period_ns + 1'000'000'000) : 0;
-    const std::int64_t budget = t.budget_ns[d] + static_cast<std::int64_t>(elapsed * rate / kWholeDevice);
+    const std::uint64_t elapsed = now_ns > t.budget_at_ns[d] ? now_ns - t.budget_at_ns[d] : 0;
+    const std::int64_t budget = t.budget_ns[d] + Earned(elapsed, rate);
     if (budget <= 0) wait = (static_cast<std::uint64_t>(-budget) + 1) * kWholeDevice / rate;
   }
   Unlock();
