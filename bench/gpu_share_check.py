@@ -20,6 +20,10 @@ Runs, each in processes of its own under `stoker gpu run`:
   compute_agent  the same through `stoker gpu agent`'s turns broker (the
              node's schedule kept by the agent, asked over its socket; on
              the fake driver, the probe's 1 ms kernels)
+  compute_noshare  a tenant at 70% beside a job with a memory quota only,
+             through the agent: the job without a share takes turns for
+             the 30% the share leaves (before, it launched over the 70%
+             tenant's turns)
   graph_shared  CUDA graphs captured (20 times) and replayed by a tenant at 30%
              while a 70% tenant computes: the compute turns end and start
              during the captures, which must stay valid and replay right
@@ -44,7 +48,7 @@ import time
 GiB = 1 << 30
 MiB = 1 << 20
 PARTS = ["resolve", "property", "accounting", "fill", "graph", "pair", "nccl", "overhead", "compute", "compute_agent",
-         "graph_shared", "place"]
+         "compute_noshare", "graph_shared", "place"]
 
 
 def run(cmd, env=None, timeout=300):
@@ -362,6 +366,14 @@ class Check:
                 "ok": abs(split - 0.30) <= 0.05}
 
     def compute_agent(self):
+        return self._pair_through_agent(("c30", ["--compute", "30"]), ("c70", ["--compute", "70"]), 0.30)
+
+    def compute_noshare(self):
+        return self._pair_through_agent(("c70", ["--compute", "70"]), ("memory_only", ["--memory", "8GiB"]), 0.70)
+
+    def _pair_through_agent(self, first, second, first_share):
+        """Two jobs under `stoker gpu run` at once, the node's schedule kept by a real `stoker gpu agent`: the
+        first job's part of the work done, against `first_share`."""
         if os.geteuid() != 0:
             return {"ok": None, "skipped": "the agent runs as root"}
         state = "/dev/shm/stoker-gpu-check-agent-%d" % os.getpid()
@@ -378,15 +390,14 @@ class Check:
             results = {}
             fake = {"PROBE_SECONDS": "4000", "PROBE_KERNEL_US": "1000"}
 
-            def one(name, share):
+            def one(name, limits):
                 # Without STOKER_GPU_LEDGER: each user's ledger and the agent's turns in the state folder.
                 command = [sys.executable, "-c", textwrap.dedent(self.COMPUTE)] if self.cuda else \
                     [self.args.probe, "compute"]
-                r, seconds = run([self.args.stoker, "gpu", "run", "--quiet", "--no-place", "--compute", share,
-                                  "--tenant", name, "--", *command], env=dict(env, **({} if self.cuda else fake)))
+                r, seconds = run([self.args.stoker, "gpu", "run", "--quiet", "--no-place", *limits, "--tenant", name,
+                                  "--", *command], env=dict(env, **({} if self.cuda else fake)))
                 results[name] = (r, seconds, last_json(r.stdout))
-            threads = [threading.Thread(target=one, args=("c30", "30")),
-                       threading.Thread(target=one, args=("c70", "70"))]
+            threads = [threading.Thread(target=one, args=job) for job in (first, second)]
             for t in threads:
                 t.start()
             for t in threads:
@@ -395,8 +406,9 @@ class Check:
             counts = {k: (v[2] or {}).get(key) for k, v in results.items()}
             if not all(counts.values()):
                 return {"ok": False, "errors": {k: (v[0].stdout + v[0].stderr)[-300:] for k, v in results.items()}}
-            split = counts["c30"] / (counts["c30"] + counts["c70"])
-            return {key: counts, "share_of_30_percent_tenant": round(split * 100, 1), "ok": abs(split - 0.30) <= 0.05}
+            split = counts[first[0]] / (counts[first[0]] + counts[second[0]])
+            return {key: counts, "share_of_%s" % first[0]: round(split * 100, 1),
+                    "ok": abs(split - first_share) <= 0.05}
         finally:
             agent.terminate()
             try:
@@ -484,7 +496,7 @@ class Check:
 
     def main(self, parts):
         for part in parts:
-            needs_gpu = part not in ("resolve", "property", "accounting", "compute_agent")
+            needs_gpu = part not in ("resolve", "property", "accounting", "compute_agent", "compute_noshare")
             if needs_gpu and not self.cuda:
                 self.results[part] = {"ok": None, "skipped": "no CUDA device"}
                 continue
