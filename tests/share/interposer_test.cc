@@ -382,7 +382,9 @@ TEST_F(Interposer, TimeTheSharesLeaveGoesToTheTenantsThatWantTheDevice) {
 // order, split about evenly (48.7/51.3). Now it takes turns for the 30% the
 // share leaves.
 void Interposer::RunAJobWithoutAShareBesideOneWithAShare(bool through_agent) {
-  const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
+  // (Short: a Unix socket path has at most 107 bytes.)
+  const std::string state =
+      "/dev/shm/stoker-noshare-" + std::to_string(::getpid()) + (through_agent ? "-agent" : "-file");
   std::unique_ptr<stoker::share::TurnsBroker> broker;
   if (through_agent) {
     ASSERT_NO_FATAL_FAILURE(StartAgent(state, &broker));
@@ -633,7 +635,9 @@ TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOther) {
 }
 
 TEST_F(Interposer, TwoJobsOnTheSameTwoCardsNeverWaitOnEachOtherThroughTheNodeAgent) {
-  const std::string state = "/dev/shm/stoker-gpu-state-" + tag_;
+  // (Short: with a 7-digit pid, the test's name made the socket's path
+  // longer than a Unix socket's 107 bytes.)
+  const std::string state = "/dev/shm/stoker-two-jobs-" + std::to_string(::getpid());
   std::unique_ptr<stoker::share::TurnsBroker> broker;
   ASSERT_NO_FATAL_FAILURE(StartAgent(state, &broker));
   RunTwoJobsOnTwoCards(state + "/turns");
