@@ -112,10 +112,12 @@ void BrokeredTurns::Disconnect(const char* why) {
   }
   next_attempt_ns_ = internal::NowMonotonicNs() + kReconnectNs;
   if (!said_waiting_ && why != nullptr) {
-    std::fprintf(stderr,
-                 "stoker: the GPU agent's compute schedule at '%s' does not answer (%s): launches under a compute "
-                 "share wait until it does\n",
-                 options_.socket_path.c_str(), why);
+    // (A process without a share waits for no turn while the agent is
+    // away: the mark of share tenants wanting a card goes stale.)
+    std::fprintf(stderr, "stoker: the GPU agent's compute schedule at '%s' does not answer (%s): %s\n",
+                 options_.socket_path.c_str(), why,
+                 options_.has_share ? "launches under a compute share wait until it does"
+                                    : "this process (no compute share) launches without turns until it does");
     said_waiting_ = true;
   }
 }
@@ -229,6 +231,7 @@ bool BrokeredTurns::Ready(std::string* error) {
       }
     }
     __atomic_store_n(&known_[i].remote, reply.value, __ATOMIC_RELEASE);
+    __atomic_store_n(&known_[i].mark, reply.value, __ATOMIC_RELEASE);
   }
   if (said_waiting_) std::fprintf(stderr, "stoker: the GPU agent's compute schedule answers again\n");
   said_waiting_ = false;
@@ -250,6 +253,7 @@ int BrokeredTurns::Device(const std::uint8_t uuid[16], std::uint64_t physical_by
   k.physical_bytes = physical_bytes;
   k.share = 0;
   k.remote = -1;
+  k.mark = -1;
   k.waiting = false;
   k.budget_ready_ns = 0;
   std::string error;
@@ -261,6 +265,7 @@ int BrokeredTurns::Device(const std::uint8_t uuid[16], std::uint64_t physical_by
     if (Call(request, &reply)) {
       if (!reply.ok) return -1;
       __atomic_store_n(&k.remote, reply.value, __ATOMIC_RELEASE);
+      __atomic_store_n(&k.mark, reply.value, __ATOMIC_RELEASE);
     }
   }
   return static_cast<int>(known_count_++);
@@ -332,9 +337,17 @@ std::uint64_t BrokeredTurns::HoldUntil(int d) const {
 
 bool BrokeredTurns::SharesWant(int d, std::uint64_t now_ns, std::uint64_t period_ns) const {
   if (d < 0 || d >= static_cast<int>(kMaxDevices)) return false;
-  const std::int32_t remote = __atomic_load_n(&known_[d].remote, __ATOMIC_ACQUIRE);
-  if (remote < 0) return false;
-  const std::uint64_t wanted = __atomic_load_n(&layout_->devices[remote].shares_wanted_ns, __ATOMIC_ACQUIRE);
+  const Known& k = known_[d];
+  std::int32_t at = __atomic_load_n(&k.mark, __ATOMIC_ACQUIRE);
+  if (at < 0) {
+    for (std::uint32_t i = 0; i < kMaxDevices && at < 0; ++i)
+      if (__atomic_load_n(&layout_->devices[i].in_use, __ATOMIC_ACQUIRE) &&
+          std::memcmp(layout_->devices[i].uuid, k.uuid, 16) == 0)
+        at = static_cast<std::int32_t>(i);
+    if (at < 0) return false;
+    __atomic_store_n(&k.mark, at, __ATOMIC_RELEASE);
+  }
+  const std::uint64_t wanted = __atomic_load_n(&layout_->devices[at].shares_wanted_ns, __ATOMIC_ACQUIRE);
   return wanted != 0 && now_ns < wanted + period_ns;
 }
 

@@ -31,6 +31,9 @@ class BrokeredTurns final : public TurnSchedule {
     std::string turns_path;   // the schedule, mapped read-only
     std::string tenant;       // this process's tenant (the agent adds "@uid<uid>")
     std::uint32_t compute_share = 0;
+    // Whether the process has a share on any card (else it takes turns only
+    // beside tenants with one, and never waits for the agent).
+    bool has_share = true;
     // A pinned limits file the device plugin wrote for this tenant: passed
     // to the agent, it vouches for the bare tenant name. Empty: none.
     std::string proof_path;
@@ -65,7 +68,7 @@ class BrokeredTurns final : public TurnSchedule {
 
  private:
   explicit BrokeredTurns(Options options) : options_(std::move(options)) {
-    for (auto& k : known_) k.remote = -1;
+    for (auto& k : known_) k.remote = k.mark = -1;
   }
   // Connected and known to the agent, connecting if it is time to try.
   // False while the agent does not answer. mu_ held.
@@ -85,6 +88,12 @@ class BrokeredTurns final : public TurnSchedule {
     std::uint32_t share;  // 0: the tenant's
     // Read by HoldsDevice on every launch: atomic.
     std::int32_t remote;
+    // Its index in the mapped schedule for SharesWant (atomic): kept while
+    // the agent is away (the mark then goes stale, and a process without a
+    // share launches freely), and found by UUID in the mapping when the
+    // agent never answered (such a process asks nothing until the mark says
+    // a tenant with a share wants the card).
+    mutable std::int32_t mark;
     // The agent refused our last ask (we wait in its schedule), and when
     // our tenant has budget again by its word (mu_).
     bool waiting;

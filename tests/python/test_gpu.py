@@ -331,17 +331,18 @@ def test_two_users_take_turns_through_the_agent_and_neither_can_write_the_schedu
         probe = subprocess.run(as_user(1001, sys.executable, "-c", "open(%r, 'r+b')" % turns), capture_output=True,
                                text=True)
         assert probe.returncode != 0 and "Permission denied" in probe.stderr, probe.stderr
-        # Two users, the same tenant name, 30% and 70%: each asks the agent, as a tenant of its own.
-        for uid, share in ((1001, 30), (1002, 70)):
+        # Two users, the same tenant name, 30% and 70%: each asks the agent, as a tenant of its own; a third
+        # with a memory quota only takes turns beside them, through the agent too.
+        for uid, limit in ((1001, ["--compute", "30"]), (1002, ["--compute", "70"]), (1003, ["--memory", "1GiB"])):
             runs.append(subprocess.Popen(
-                as_user(uid, gpu["bin"], "gpu", "run", "--compute", str(share), "--tenant", "team", "--no-place",
+                as_user(uid, gpu["bin"], "gpu", "run", *limit, "--tenant", "team", "--no-place",
                         "--quiet", "--", gpu["probe"], "compute"),
                 env=dict(env, PROBE_SECONDS="4000", PROBE_KERNEL_US="1000"), stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True))
         time.sleep(1.5)
         with open(turns, "rb") as f:
             names = f.read()
-        assert b"team@uid1001\0" in names and b"team@uid1002\0" in names
+        assert b"team@uid1001\0" in names and b"team@uid1002\0" in names and b"team@uid1003\0" in names
         # The agent stops for a while: launches wait (never unlimited), and go on when it is back.
         log = stop_agent(agent)
         time.sleep(0.5)
@@ -349,9 +350,12 @@ def test_two_users_take_turns_through_the_agent_and_neither_can_write_the_schedu
         outs = [r.communicate(timeout=60) for r in runs]
         for r, (out, err) in zip(runs, outs):
             assert r.returncode == 0, err
-            assert "does not answer" in err and "launches under a compute share wait" in err, err
-            assert "answers again" in err, err
+            assert "does not answer" in err and "answers again" in err, err
+        assert all("launches under a compute share wait" in err for _, err in outs[:2]), outs
+        # Without a share, the process waits for no turn while the agent is away.
+        assert "launches without turns until it does" in outs[2][1], outs[2][1]
         seconds = [json.loads(out.strip().splitlines()[-1])["device_seconds"] for out, _ in outs]
+        assert seconds[2] > 0.1, seconds
         # The split itself is measured in the C++ suite, alone on the machine; here, both ran, the 70% more.
         assert all(s > 0.1 for s in seconds) and seconds[0] < seconds[1], seconds
         assert "refused" not in log, log

@@ -139,6 +139,10 @@ int ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool
         }
       }
     }
+    // Without a share on the card, a process waits only while a tenant with
+    // one wants it (none does any more, or the agent that keeps the mark is
+    // away): it then goes ahead without a turn.
+    if (dev.compute_share == 0 && !turn.held && !ip.turns().SharesWant(dev.turns, now, period)) return -1;
     // Another tenant's turn, our budget spent, or our turn ending: wait.
     const std::uint64_t budget_wait = turn.held ? 0 : ip.turns().BudgetWait(dev.turns, now, period);
     const std::uint64_t wait = std::clamp<std::uint64_t>(budget_wait, kPollNs, period);

@@ -163,6 +163,7 @@ void Interposer::Initialise() {
       options.turns_path = config_.turns_path;
       options.tenant = config_.broker_tenant;
       options.compute_share = config_.compute_share;
+      options.has_share = has_share;
       const std::string compute_pin = std::string(kPinnedLimitsPath) + ".d/compute";
       if (config_.pinned_from.find(compute_pin) != std::string::npos) options.proof_path = compute_pin;
       turns_ = BrokeredTurns::Open(options, &error);
