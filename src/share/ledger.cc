@@ -131,8 +131,9 @@ bool Ledger::Register(std::string_view tenant, std::uint32_t compute_share, std:
   // thousand processes spent 6.5 ms on each.
   const std::uint64_t swept = layout_->header.swept_ns;
   SweepWhenDue();
-  if (layout_->header.swept_ns != swept) find();
-  if ((t >= 0 && layout_->tenants[t].compute_share != compute_share) || (t < 0 && free_t < 0)) {
+  if (layout_->header.swept_ns != swept) {
+    find();
+  } else if ((t >= 0 && layout_->tenants[t].compute_share != compute_share) || (t < 0 && free_t < 0)) {
     if (ReclaimDeadSlots()) find();
   }
   if (t >= 0 && layout_->tenants[t].compute_share != compute_share) {

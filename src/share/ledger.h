@@ -62,7 +62,6 @@ struct LedgerHeader {
   std::uint64_t layout_bytes;
   std::uint64_t repairs;  // recomputations after a holder died
   // When dead processes' slots were last swept (CLOCK_MONOTONIC; 0: never).
-  // In what was padding before: files of version 4 read it as 0.
   std::uint64_t swept_ns;
   alignas(64) LedgerLockWord lock;
 };
@@ -350,7 +349,8 @@ class Ledger final : public TurnSchedule {
   void SweepWhenDue();
   void RecomputeTenants();  // lock held
   // The shares (percent) of the tenants that want a device, strict and
-  // lending apart: a tenant wants it while it holds it, waits for it (in
+  // lending apart, and how many tenants without a share there want it: a
+  // tenant wants it while it holds it, waits for it (in
   // `need`, may be null), has work running on it, or asked for it or gave
   // it back within a period; tenant `also` counts in any case.
   struct Demand {
