@@ -9,19 +9,27 @@
 namespace stoker::transform {
 namespace {
 
-// Blends every value of `image` with a degenerate image given per pixel by
-// `degenerate(pixel, channel)`.
-template <typename Degenerate>
-void Blend(Image& image, double factor, Degenerate degenerate) {
-  const float alpha = static_cast<float>(factor);
-  if (alpha == 1.0f) return;  // Pillow copies the image itself
-  const int c = image.channels;
-  const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
-  std::uint8_t* p = image.pixels.data();
-  for (std::size_t i = 0; i < n; ++i, p += c) {
-    std::uint8_t base[3];
-    for (int b = 0; b < c; ++b) base[b] = degenerate(p, b);
-    for (int b = 0; b < c; ++b) p[b] = BlendTo(base[b], p[b], alpha);
+// values[i] = BlendTo(degenerate[i], values[i], alpha) for n values, the
+// branches on alpha taken once so that each loop vectorises (the same float
+// operations in the same order as BlendTo).
+void BlendValues(const std::uint8_t* degenerate, std::uint8_t* values, std::size_t n, float alpha) {
+  if (alpha == 1.0f) return;
+  if (alpha == 0.0f) {
+    std::memcpy(values, degenerate, n);
+    return;
+  }
+  if (alpha >= 0 && alpha <= 1.0f) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const int d = degenerate[i];
+      const float v = static_cast<float>(d) + alpha * static_cast<float>(values[i] - d);
+      values[i] = static_cast<std::uint8_t>(v);
+    }
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const int d = degenerate[i];
+    const float v = static_cast<float>(d) + alpha * static_cast<float>(values[i] - d);
+    values[i] = !(v > 0.0f) ? 0 : (v >= 255.0f ? 255 : static_cast<std::uint8_t>(v));
   }
 }
 
@@ -58,7 +66,19 @@ void AdjustContrast(Image& image, double factor) {
 
 void AdjustSaturation(Image& image, double factor) {
   if (image.channels != 3) return;
-  Blend(image, factor, [](const std::uint8_t* p, int) { return Luma(p); });
+  const float alpha = static_cast<float>(factor);
+  if (alpha == 1.0f) return;  // Pillow copies the image itself
+  // Row by row: the grey image's row (luma in every channel), then the blend.
+  std::vector<std::uint8_t> grey(image.stride());
+  for (int y = 0; y < image.height; ++y) {
+    std::uint8_t* row = image.row(y);
+    for (int x = 0; x < image.width; ++x) {
+      const std::uint8_t l = Luma(row + 3 * static_cast<std::size_t>(x));
+      grey[3 * static_cast<std::size_t>(x)] = grey[3 * static_cast<std::size_t>(x) + 1] =
+          grey[3 * static_cast<std::size_t>(x) + 2] = l;
+    }
+    BlendValues(grey.data(), row, grey.size(), alpha);
+  }
 }
 
 void AdjustHue(Image& image, double hue_factor) {
@@ -133,8 +153,7 @@ void AdjustSharpness(Image& image, double factor, Image& scratch) {
     }
   }
   // Image.blend(degenerate, image, factor).
-  for (std::size_t i = 0; i < image.pixels.size(); ++i)
-    image.pixels[i] = BlendTo(scratch.pixels[i], image.pixels[i], alpha);
+  BlendValues(scratch.pixels.data(), image.pixels.data(), image.pixels.size(), alpha);
 }
 
 void Posterize(Image& image, int bits) {

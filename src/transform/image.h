@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace stoker::transform {
@@ -30,5 +32,34 @@ struct Image {
   [[nodiscard]] std::uint8_t* row(int y) { return pixels.data() + static_cast<std::size_t>(y) * stride(); }
   [[nodiscard]] const std::uint8_t* row(int y) const { return pixels.data() + static_cast<std::size_t>(y) * stride(); }
 };
+
+// Copies one pixel of `Channels` bytes (0: `channels`, known only at run
+// time). Loops over pixels take the channel count as a template argument
+// (DispatchChannels), so the usual 1, 3 and 4 channels copy without a call
+// to memcpy per pixel.
+template <int Channels>
+inline void CopyPixel(std::uint8_t* dst, const std::uint8_t* src, int channels) {
+  if constexpr (Channels > 0) {
+    std::memcpy(dst, src, Channels);
+  } else {
+    std::memcpy(dst, src, static_cast<std::size_t>(channels));
+  }
+}
+
+// Calls `body(std::integral_constant<int, C>{})` with C = `channels` for 1, 3
+// and 4 channels, C = 0 otherwise.
+template <typename Body>
+inline void DispatchChannels(int channels, Body&& body) {
+  switch (channels) {
+    case 1:
+      return body(std::integral_constant<int, 1>{});
+    case 3:
+      return body(std::integral_constant<int, 3>{});
+    case 4:
+      return body(std::integral_constant<int, 4>{});
+    default:
+      return body(std::integral_constant<int, 0>{});
+  }
+}
 
 }  // namespace stoker::transform

@@ -100,18 +100,20 @@ int PadIndex(int i, int n, PadMode mode) {
 void PadImage(const Image& in, const Padding& pad, PadMode mode, const Fill& fill, Image& out) {
   const int c = in.channels;
   out.Reset(in.width + pad.left + pad.right, in.height + pad.top + pad.bottom, c);
-  for (int y = 0; y < out.height; ++y) {
-    const int sy = PadIndex(y - pad.top, in.height, mode);
-    std::uint8_t* o = out.row(y);
-    for (int x = 0; x < out.width; ++x, o += c) {
-      const int sx = sy < 0 ? -1 : PadIndex(x - pad.left, in.width, mode);
-      if (sx < 0 || sy < 0) {
-        for (int b = 0; b < c; ++b) o[b] = fill[b];
-      } else {
-        std::memcpy(o, in.row(sy) + static_cast<std::size_t>(sx) * c, static_cast<std::size_t>(c));
+  DispatchChannels(c, [&](auto channels) {
+    for (int y = 0; y < out.height; ++y) {
+      const int sy = PadIndex(y - pad.top, in.height, mode);
+      std::uint8_t* o = out.row(y);
+      for (int x = 0; x < out.width; ++x, o += c) {
+        const int sx = sy < 0 ? -1 : PadIndex(x - pad.left, in.width, mode);
+        if (sx < 0 || sy < 0) {
+          for (int b = 0; b < c; ++b) o[b] = b < 3 ? fill[b] : 0;
+        } else {
+          CopyPixel<channels()>(o, in.row(sy) + static_cast<std::size_t>(sx) * c, c);
+        }
       }
     }
-  }
+  });
 }
 
 Result<PadMode> ParsePadMode(StepArgs& args) {

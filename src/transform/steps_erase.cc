@@ -64,6 +64,25 @@ class RandomErasing final : public Step {
     program.erases.push_back(e);
     return Status::Ok();
   }
+  // `n` values of the tensor from element `at` set to `value`.
+  static void FillRow(const TensorView& t, std::size_t at, std::size_t n, float value) {
+    switch (t.dtype) {
+      case DType::kFloat32:
+        std::fill_n(static_cast<float*>(t.data) + at, n, value);
+        break;
+      case DType::kFloat16:
+        std::fill_n(static_cast<std::uint16_t*>(t.data) + at, n, FloatToHalfBits(value));
+        break;
+      case DType::kBFloat16:
+        std::fill_n(static_cast<std::uint16_t*>(t.data) + at, n, FloatToBFloat16Bits(value));
+        break;
+      case DType::kUint8:
+        std::fill_n(static_cast<std::uint8_t*>(t.data) + at, n,
+                    static_cast<std::uint8_t>(std::clamp(value, 0.0f, 255.0f)));
+        break;
+    }
+  }
+
   Status ApplyTensor(const StepParams& p, const TensorView& t) const override {
     const auto v = [&p](int i) { return p.values[static_cast<std::size_t>(i)].second; };
     if (v(0) == 0) return Status::Ok();
@@ -78,6 +97,17 @@ class RandomErasing final : public Step {
       const double u1 = 1.0 - noise.Uniform01(), u2 = noise.Uniform01();
       return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2));
     };
+    if (!o_.value.empty() && t.layout == Layout::kNCHW) {  // a constant per channel: whole rows at once
+      for (int c = 0; c < t.channels; ++c) {
+        const auto value = static_cast<float>(o_.value[o_.value.size() == 1 ? 0 : c]);
+        for (int y = top; y < top + h; ++y) {
+          const std::size_t at = static_cast<std::size_t>(c) * t.width * t.height +
+                                 static_cast<std::size_t>(y) * t.width + static_cast<std::size_t>(left);
+          FillRow(t, at, static_cast<std::size_t>(w), value);
+        }
+      }
+      return Status::Ok();
+    }
     for (int c = 0; c < t.channels; ++c) {
       for (int y = top; y < top + h; ++y) {
         for (int x = left; x < left + w; ++x) {

@@ -26,13 +26,17 @@ int FloorInt(double v) {
 
 void FillImage(Image& out, const Fill& fill) {
   const int c = out.channels;
-  if (c == 1) {
+  if (out.pixels.empty()) return;
+  if (c == 1 || std::all_of(fill.begin(), fill.begin() + std::min<int>(c, static_cast<int>(fill.size())),
+                            [&](std::uint8_t v) { return v == fill[0]; })) {
     std::memset(out.pixels.data(), fill[0], out.pixels.size());
     return;
   }
-  std::uint8_t* p = out.pixels.data();
-  const std::size_t n = static_cast<std::size_t>(out.width) * out.height;
-  for (std::size_t i = 0; i < n; ++i, p += c) std::memcpy(p, fill.data(), static_cast<std::size_t>(c));
+  // One row pixel by pixel, then copies of it.
+  std::uint8_t* first = out.row(0);
+  for (int x = 0; x < out.width; ++x)
+    for (int b = 0; b < c; ++b) first[static_cast<std::size_t>(x) * c + b] = b < 3 ? fill[b] : 0;
+  for (int y = 1; y < out.height; ++y) std::memcpy(out.row(y), first, out.stride());
 }
 
 // What the engines share: the input (possibly a part of a larger one whose
@@ -44,38 +48,71 @@ struct Job {
   Rect rect;
   Image& out;  // rect.width x rect.height
 
-  void Copy(int x, int y, std::uint8_t* dst) const {
-    const std::uint8_t* src = in.row(y - oy) + static_cast<std::size_t>(x - ox) * in.channels;
-    if (in.channels == 3) {  // the common case, without a call
-      dst[0] = src[0];
-      dst[1] = src[1];
-      dst[2] = src[2];
-      return;
-    }
-    std::memcpy(dst, src, static_cast<std::size_t>(in.channels));
-  }
   std::uint8_t* Out(int x, int y) const {
     return out.row(y - rect.y) + static_cast<std::size_t>(x - rect.x) * out.channels;
   }
 };
 
+// A job's pixels as plain local values for the nearest engines' inner
+// loops: a store through a uint8_t pointer may alias anything the compiler
+// cannot prove local, so reading the Images' fields there would reload
+// them for every pixel.
+template <int C>
+struct Pixels {
+  const std::uint8_t* in;    // the input part's pixels
+  std::ptrdiff_t in_offset;  // of the full input's (0, 0) from `in` (ox, oy: may be negative)
+  std::ptrdiff_t in_stride;
+  std::uint8_t* out;          // the output region's pixels
+  std::ptrdiff_t out_offset;  // of the full output's (0, 0) from `out`
+  std::ptrdiff_t out_stride;
+  int channels;
+
+  explicit Pixels(const Job& j)
+      : in(j.in.pixels.data()),
+        in_offset(-(static_cast<std::ptrdiff_t>(j.oy) * static_cast<std::ptrdiff_t>(j.in.stride()) +
+                    static_cast<std::ptrdiff_t>(j.ox) * j.in.channels)),
+        in_stride(static_cast<std::ptrdiff_t>(j.in.stride())),
+        out(j.out.pixels.data()),
+        out_offset(-(static_cast<std::ptrdiff_t>(j.rect.y) * static_cast<std::ptrdiff_t>(j.out.stride()) +
+                     static_cast<std::ptrdiff_t>(j.rect.x) * j.out.channels)),
+        out_stride(static_cast<std::ptrdiff_t>(j.out.stride())),
+        channels(j.in.channels) {}
+  [[nodiscard]] int c() const { return C > 0 ? C : channels; }
+  // The output pixel (x, y), in full-output coordinates inside the region.
+  [[nodiscard]] std::uint8_t* Out(int x, int y) const {
+    return out + (out_offset + static_cast<std::ptrdiff_t>(y) * out_stride + static_cast<std::ptrdiff_t>(x) * c());
+  }
+  // Copies input pixel (x, y), in full-input coordinates inside the part held.
+  void Copy(int x, int y, std::uint8_t* dst) const {
+    CopyPixel<C>(dst,
+                 in + (in_offset + static_cast<std::ptrdiff_t>(y) * in_stride + static_cast<std::ptrdiff_t>(x) * c()),
+                 channels);
+  }
+};
+
 // ImagingScaleAffine: no rotation or shear, nearest neighbour. Positions
 // accumulate from the first column and row, as in Pillow.
+template <int C>
 void ScaleAffine(const Job& j, const AffineMatrix& a) {
-  std::vector<int> xin(static_cast<std::size_t>(j.rect.x + j.rect.width), -1);
+  const Pixels<C> px(j);
+  const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
+  const int in_w = j.in_size.width, in_h = j.in_size.height;
+  std::vector<int> xin(static_cast<std::size_t>(rx1), -1);
   double xo = a[2] + a[0] * 0.5;
   double yo = a[5] + a[4] * 0.5;
-  for (int x = 0; x < j.rect.x + j.rect.width; ++x) {
+  for (int x = 0; x < rx1; ++x) {
     const int xi = Coord(xo);
-    if (xi >= 0 && xi < j.in_size.width) xin[static_cast<std::size_t>(x)] = xi;
+    if (xi >= 0 && xi < in_w) xin[static_cast<std::size_t>(x)] = xi;
     xo += a[0];
   }
-  for (int y = 0; y < j.rect.y + j.rect.height; ++y) {
+  const int* columns = xin.data();
+  for (int y = 0; y < ry1; ++y) {
     const int yi = Coord(yo);
-    if (y >= j.rect.y && yi >= 0 && yi < j.in_size.height) {
-      for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x) {
-        const int xi = xin[static_cast<std::size_t>(x)];
-        if (xi >= 0) j.Copy(xi, yi, j.Out(x, y));
+    if (y >= ry && yi >= 0 && yi < in_h) {
+      std::uint8_t* o = px.Out(rx, y);
+      for (int x = rx; x < rx1; ++x, o += px.c()) {
+        const int xi = columns[x];
+        if (xi >= 0) px.Copy(xi, yi, o);
       }
     }
     yo += a[4];
@@ -89,41 +126,47 @@ bool CheckFixed(const AffineMatrix& a, int x, int y) {
 // affine_fixed: nearest neighbour in 16.16 fixed point. Pillow adds a0, a3
 // per column and a1, a4 per row in ints: starting a region at (x, y) adds
 // them x and y times at once, exactly.
+template <int C>
 void AffineFixed(const Job& j, const AffineMatrix& a) {
   auto fix = [](double v) { return static_cast<std::int64_t>(FloorInt(v * 65536.0 + 0.5)); };
   const std::int64_t a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
   const std::int64_t a2 = fix(a[2] + a[0] * 0.5 + a[1] * 0.5);
   const std::int64_t a5 = fix(a[5] + a[3] * 0.5 + a[4] * 0.5);
-  const int c = j.out.channels;
-  for (int y = j.rect.y; y < j.rect.y + j.rect.height; ++y) {
-    auto xx = static_cast<std::int32_t>(a2 + a1 * y + a0 * j.rect.x);
-    auto yy = static_cast<std::int32_t>(a5 + a4 * y + a3 * j.rect.x);
-    std::uint8_t* o = j.Out(j.rect.x, y);
-    for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x, o += c) {
+  const Pixels<C> px(j);
+  const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
+  const int in_w = j.in_size.width, in_h = j.in_size.height;
+  const auto dx = static_cast<std::int32_t>(a0), dy = static_cast<std::int32_t>(a3);
+  for (int y = ry; y < ry1; ++y) {
+    auto xx = static_cast<std::int32_t>(a2 + a1 * y + a0 * rx);
+    auto yy = static_cast<std::int32_t>(a5 + a4 * y + a3 * rx);
+    std::uint8_t* o = px.Out(rx, y);
+    for (int x = rx; x < rx1; ++x, o += px.c()) {
       const int xi = xx >> 16;  // arithmetic shift: floor, as in Pillow
-      if (xi >= 0 && xi < j.in_size.width) {
-        const int yi = yy >> 16;
-        if (yi >= 0 && yi < j.in_size.height) j.Copy(xi, yi, o);
-      }
-      xx += static_cast<std::int32_t>(a0);
-      yy += static_cast<std::int32_t>(a3);
+      const int yi = yy >> 16;
+      if (xi >= 0 && xi < in_w && yi >= 0 && yi < in_h) px.Copy(xi, yi, o);
+      xx += dx;
+      yy += dy;
     }
   }
 }
 
 // The floating-point nearest engine, for matrices the fixed point cannot
 // hold; positions accumulate from the first column and row, as in Pillow.
+template <int C>
 void AffineFloat(const Job& j, const AffineMatrix& a) {
+  const Pixels<C> px(j);
+  const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
+  const int in_w = j.in_size.width, in_h = j.in_size.height;
   double xo = a[2] + a[1] * 0.5 + a[0] * 0.5;
   double yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
-  for (int y = 0; y < j.rect.y + j.rect.height; ++y) {
+  for (int y = 0; y < ry1; ++y) {
     double xx = xo, yy = yo;
-    for (int x = 0; x < j.rect.x + j.rect.width; ++x) {
-      if (y >= j.rect.y && x >= j.rect.x) {
+    for (int x = 0; x < rx1; ++x) {
+      if (y >= ry && x >= rx) {
         const int xi = Coord(xx);
-        if (xi >= 0 && xi < j.in_size.width) {
+        if (xi >= 0 && xi < in_w) {
           const int yi = Coord(yy);
-          if (yi >= 0 && yi < j.in_size.height) j.Copy(xi, yi, j.Out(x, y));
+          if (yi >= 0 && yi < in_h) px.Copy(xi, yi, px.Out(x, y));
         }
       }
       xx += a[0];
@@ -137,12 +180,16 @@ void AffineFloat(const Job& j, const AffineMatrix& a) {
 // ImagingGenericTransform with bilinear_filter8/32RGB (each pixel computed
 // on its own, so any region is exact).
 void AffineBilinear(const Job& j, const AffineMatrix& a) {
+  // Locals, not the Images' fields, in the loop (see Pixels).
   const int c = j.out.channels;
-  const int W = j.in_size.width, H = j.in_size.height;
-  for (int y = j.rect.y; y < j.rect.y + j.rect.height; ++y) {
-    std::uint8_t* o = j.Out(j.rect.x, y);
+  const int W = j.in_size.width, H = j.in_size.height, ox = j.ox, oy = j.oy;
+  const std::uint8_t* in = j.in.pixels.data();
+  const auto in_stride = static_cast<std::ptrdiff_t>(j.in.stride());
+  const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
+  for (int y = ry; y < ry1; ++y) {
+    std::uint8_t* o = j.Out(rx, y);
     const double yc = y + 0.5;
-    for (int x = j.rect.x; x < j.rect.x + j.rect.width; ++x, o += c) {
+    for (int x = rx; x < rx1; ++x, o += c) {
       const double xc = x + 0.5;
       double xin = a[0] * xc + a[1] * yc + a[2];
       double yin = a[3] * xc + a[4] * yc + a[5];
@@ -151,10 +198,10 @@ void AffineBilinear(const Job& j, const AffineMatrix& a) {
       yin -= 0.5;
       const int xi = FloorInt(xin), yi = FloorInt(yin);
       const double dx = xin - xi, dy = yin - yi;
-      const int x0 = (std::clamp(xi, 0, W - 1) - j.ox) * c, x1 = (std::clamp(xi + 1, 0, W - 1) - j.ox) * c;
-      const std::uint8_t* r0 = j.in.row(std::clamp(yi, 0, H - 1) - j.oy);
+      const int x0 = (std::clamp(xi, 0, W - 1) - ox) * c, x1 = (std::clamp(xi + 1, 0, W - 1) - ox) * c;
+      const std::uint8_t* r0 = in + (std::clamp(yi, 0, H - 1) - oy) * in_stride;
       const bool has_next = yi + 1 >= 0 && yi + 1 < H;
-      const std::uint8_t* r1 = has_next ? j.in.row(yi + 1 - j.oy) : nullptr;
+      const std::uint8_t* r1 = has_next ? in + (yi + 1 - oy) * in_stride : nullptr;
       for (int b = 0; b < c; ++b) {
         double v1 = r0[x0 + b] + (static_cast<int>(r0[x1 + b]) - static_cast<int>(r0[x0 + b])) * dx;
         double v2 = v1;
@@ -207,9 +254,11 @@ void ResizeNearest(const Image& in, Size out_size, Image& out) {
     const int sy_index = std::min(static_cast<int>(std::floor(static_cast<float>(y) * sy)), in.height - 1);
     const std::uint8_t* r = in.row(sy_index);
     std::uint8_t* o = out.row(y);
-    for (int x = 0; x < out_size.width; ++x)
-      std::memcpy(o + static_cast<std::size_t>(x) * c,
-                  r + static_cast<std::size_t>(xs[static_cast<std::size_t>(x)]) * c, static_cast<std::size_t>(c));
+    DispatchChannels(c, [&](auto channels) {
+      for (int x = 0; x < out_size.width; ++x)
+        CopyPixel<channels()>(o + static_cast<std::size_t>(x) * c,
+                              r + static_cast<std::size_t>(xs[static_cast<std::size_t>(x)]) * c, c);
+    });
   }
 }
 
@@ -228,12 +277,12 @@ void WarpAffineRegion(const Image& in, int in_x, int in_y, Size in_size, const A
   if (interpolation == Interpolation::kBilinear) {
     AffineBilinear(job, m);
   } else if (m[1] == 0 && m[3] == 0) {
-    ScaleAffine(job, m);
+    DispatchChannels(in.channels, [&](auto c) { ScaleAffine<c()>(job, m); });
   } else if (CheckFixed(m, 0, 0) && CheckFixed(m, out_size.width, out_size.height) &&
              CheckFixed(m, 0, out_size.height) && CheckFixed(m, out_size.width, 0)) {
-    AffineFixed(job, m);
+    DispatchChannels(in.channels, [&](auto c) { AffineFixed<c()>(job, m); });
   } else {
-    AffineFloat(job, m);
+    DispatchChannels(in.channels, [&](auto c) { AffineFloat<c()>(job, m); });
   }
 }
 
@@ -257,38 +306,40 @@ Rect InputRegion(const AffineMatrix& m, Size in_size, Rect out_rect) {
               static_cast<int>(hi_y - lo_y)};
 }
 
-void TransposeImage(const Image& in, Transpose method, Image& out) {
-  const bool swaps = method == Transpose::kRotate90 || method == Transpose::kRotate270;
-  const int W = in.width, H = in.height, c = in.channels;
-  out.Reset(swaps ? H : W, swaps ? W : H, c);
+namespace {
+
+template <int C>
+void TransposePixels(const Image& in, Transpose method, Image& out) {
+  const int W = in.width, H = in.height, c = C > 0 ? C : in.channels;
+  const auto at = [c](int x) { return static_cast<std::size_t>(x) * c; };
   for (int y = 0; y < H; ++y) {
     const std::uint8_t* r = in.row(y);
-    for (int x = 0; x < W; ++x) {
-      int ox = x, oy = y;
-      switch (method) {
-        case Transpose::kFlipLeftRight:
-          ox = W - 1 - x;
-          break;
-        case Transpose::kFlipTopBottom:
-          oy = H - 1 - y;
-          break;
-        case Transpose::kRotate90:  // counter-clockwise
-          ox = y;
-          oy = W - 1 - x;
-          break;
-        case Transpose::kRotate180:
-          ox = W - 1 - x;
-          oy = H - 1 - y;
-          break;
-        case Transpose::kRotate270:
-          ox = H - 1 - y;
-          oy = x;
-          break;
+    switch (method) {
+      case Transpose::kFlipTopBottom:
+        std::memcpy(out.row(H - 1 - y), r, in.stride());
+        break;
+      case Transpose::kFlipLeftRight:
+      case Transpose::kRotate180: {
+        std::uint8_t* o = out.row(method == Transpose::kFlipLeftRight ? y : H - 1 - y);
+        for (int x = 0; x < W; ++x) CopyPixel<C>(o + at(W - 1 - x), r + at(x), c);
+        break;
       }
-      std::memcpy(out.row(oy) + static_cast<std::size_t>(ox) * c, r + static_cast<std::size_t>(x) * c,
-                  static_cast<std::size_t>(c));
+      case Transpose::kRotate90:  // counter-clockwise: (x, y) goes to (y, W - 1 - x)
+        for (int x = 0; x < W; ++x) CopyPixel<C>(out.row(W - 1 - x) + at(y), r + at(x), c);
+        break;
+      case Transpose::kRotate270:  // (x, y) goes to (H - 1 - y, x)
+        for (int x = 0; x < W; ++x) CopyPixel<C>(out.row(x) + at(H - 1 - y), r + at(x), c);
+        break;
     }
   }
+}
+
+}  // namespace
+
+void TransposeImage(const Image& in, Transpose method, Image& out) {
+  const bool swaps = method == Transpose::kRotate90 || method == Transpose::kRotate270;
+  out.Reset(swaps ? in.height : in.width, swaps ? in.width : in.height, in.channels);
+  DispatchChannels(in.channels, [&](auto channels) { TransposePixels<channels()>(in, method, out); });
 }
 
 RotationPlan PlanRotation(Size in, double angle, bool expand, const std::optional<std::array<double, 2>>& center) {
