@@ -81,13 +81,123 @@ void AdjustSaturation(Image& image, double factor) {
   }
 }
 
+namespace {
+
+// ShiftHue with every division taken from tables, filled once by the same
+// functions (color_pixel.h), so the result is ShiftHue's for every colour
+// (tests/transform: Color.HueTablesGiveTheArithmeticsResultForEveryColour).
+// What each term depends on:
+// - the hue byte: which channel rgb2hsv finds largest (it tests r, then
+//   g), which of the other two is the smallest (the first equal to it),
+//   the range (largest - smallest) and the largest minus the remaining one;
+// - the saturation byte: the largest channel and the range;
+// - hsv2rgb's sector and fraction: the hue; fs: the saturation; p: the
+//   value and the saturation.
+// The rest of hsv2rgb (two products and roundings) runs per pixel.
+class HueTables {
+ public:
+  static const HueTables& Get() {
+    static const HueTables tables;
+    return tables;
+  }
+
+  void Shift(std::uint8_t* p, std::uint8_t shift) const {
+    const std::uint8_t r = p[0], g = p[1], b = p[2];
+    const std::uint8_t v = std::max({r, g, b}), minc = std::min({r, g, b});
+    if (v == minc) return;  // grey stays itself
+    int which = 0, rest = 0;
+    Classify(r, g, b, v, minc, which, rest);
+    const int range = v - minc;
+    const std::uint8_t s8 = saturation_[static_cast<std::size_t>(v) * 256 + range];
+    if (s8 == 0) {
+      p[0] = p[1] = p[2] = v;
+      return;
+    }
+    const std::uint8_t h8 = hue_[(static_cast<std::size_t>(which) * 256 + range) * 256 + rest];
+    const auto hue = static_cast<std::uint8_t>(h8 + shift);
+    const float fs = fs_[s8], f = fraction_[hue];
+    // PillowHsvToRgb's switch on the sector as a permutation of (v, p, q, t):
+    // colours do not predict a branch.
+    const std::uint8_t terms[4] = {v, p_[static_cast<std::size_t>(v) * 256 + s8], PillowHsvQ(v, fs, f),
+                                   PillowHsvT(v, fs, f)};
+    const std::uint8_t* order = kSectorOrder[sector_[hue]];
+    p[0] = terms[order[0]];
+    p[1] = terms[order[1]];
+    p[2] = terms[order[2]];
+  }
+
+ private:
+  HueTables() : hue_(6 * 256 * 256), saturation_(256 * 256), p_(256 * 256) {
+    for (int range = 1; range < 256; ++range) {
+      for (int rest = 0; rest <= range; ++rest) {
+        // A colour of each kind with this range and rest (largest = range,
+        // smallest = 0); the hue depends on nothing else.
+        const int m = range - rest;
+        const std::uint8_t colours[6][3] = {{U(range), 0, U(m)}, {U(range), U(m), 0}, {0, U(range), U(m)},
+                                            {U(m), U(range), 0}, {0, U(m), U(range)}, {U(m), 0, U(range)}};
+        for (int kind = 0; kind < 6; ++kind) {
+          const std::uint8_t* c = colours[kind];
+          int which = 0, got = 0;
+          Classify(c[0], c[1], c[2], static_cast<std::uint8_t>(range), 0, which, got);
+          if (which != kind || got != rest) continue;  // no colour of this kind has this rest
+          std::uint8_t h8 = 0, s8 = 0;
+          PillowHueSaturation(c[0], c[1], c[2], h8, s8);
+          hue_[(static_cast<std::size_t>(kind) * 256 + range) * 256 + rest] = h8;
+        }
+      }
+      for (int v = range; v < 256; ++v) {
+        std::uint8_t h8 = 0, s8 = 0;
+        PillowHueSaturation(U(v), U(v - range), U(v - range), h8, s8);
+        saturation_[static_cast<std::size_t>(v) * 256 + range] = s8;
+      }
+    }
+    for (int x = 0; x < 256; ++x) {
+      sector_[static_cast<std::size_t>(x)] = PillowHueSector(U(x)) % 6;
+      fraction_[static_cast<std::size_t>(x)] = PillowHueFraction(U(x));
+      fs_[static_cast<std::size_t>(x)] = PillowSaturationFraction(U(x));
+    }
+    for (int v = 0; v < 256; ++v)
+      for (int s8 = 0; s8 < 256; ++s8)
+        p_[static_cast<std::size_t>(v) * 256 + s8] = PillowHsvP(U(v), fs_[static_cast<std::size_t>(s8)]);
+  }
+
+  static std::uint8_t U(int x) { return static_cast<std::uint8_t>(x); }
+
+  // PillowHsvToRgb's outputs for each sector (i mod 6), as indices into
+  // (v, p, q, t).
+  static constexpr std::uint8_t kSectorOrder[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+
+  // The kind of colour (0-5) and its rest, as rgb2hsv's tests meet it: the
+  // largest is r, else g, else b (kinds 0-1, 2-3, 4-5); of the other two,
+  // the first equal to the smallest is the smallest (even kinds), and the
+  // rest is the largest minus the remaining one. Selects, not branches.
+  static void Classify(std::uint8_t r, std::uint8_t g, std::uint8_t b, std::uint8_t v, std::uint8_t minc, int& which,
+                       int& rest) {
+    const bool r_max = r == v, g_max = !r_max && g == v, b_max = !r_max && !g_max;
+    const int first = r_max ? g : r, second = b_max ? g : b;  // the other two, in rgb order
+    const bool first_min = first == minc;
+    which = (r_max ? 0 : (g_max ? 2 : 4)) + (first_min ? 0 : 1);
+    rest = v - (first_min ? second : first);
+  }
+
+  std::vector<std::uint8_t> hue_;         // [kind][range][rest]
+  std::vector<std::uint8_t> saturation_;  // [largest][range]
+  std::vector<std::uint8_t> p_;           // [value][saturation]
+  std::array<int, 256> sector_{};
+  std::array<float, 256> fraction_{};
+  std::array<float, 256> fs_{};
+};
+
+}  // namespace
+
 void AdjustHue(Image& image, double hue_factor) {
   if (image.channels != 3) return;
   // np.uint8(hue_factor * 255): truncation toward zero, then modulo 256.
   const auto shift = static_cast<std::uint8_t>(static_cast<int>(hue_factor * 255));
+  const HueTables& tables = HueTables::Get();
   const std::size_t n = static_cast<std::size_t>(image.width) * image.height;
   std::uint8_t* p = image.pixels.data();
-  for (std::size_t i = 0; i < n; ++i, p += 3) ShiftHue(p, shift);
+  for (std::size_t i = 0; i < n; ++i, p += 3) tables.Shift(p, shift);
 }
 
 void ToGrayscale(Image& image) {

@@ -7,6 +7,7 @@
 
 #include "core/rng.h"
 #include "transform/color.h"
+#include "transform/color_pixel.h"
 
 namespace stoker::transform {
 namespace {
@@ -124,6 +125,36 @@ TEST(Color, HueShiftLeavesGrayAlone) {
   std::fill(gray.pixels.begin(), gray.pixels.end(), 120);
   AdjustHue(gray, 0.3);
   for (auto v : gray.pixels) EXPECT_EQ(v, 120);
+}
+
+// AdjustHue takes its divisions from tables (color.cc's HueTables): every
+// one of the 16.7M colours must come out as Pillow's arithmetic, written
+// out per pixel in ShiftHue, gives it.
+TEST(Color, HueTablesGiveTheArithmeticsResultForEveryColour) {
+  Image all;
+  all.Reset(4096, 4096, 3);
+  for (std::uint32_t i = 0; i < 4096u * 4096u; ++i) {
+    all.pixels[3 * std::size_t{i}] = static_cast<std::uint8_t>(i >> 16);
+    all.pixels[3 * std::size_t{i} + 1] = static_cast<std::uint8_t>(i >> 8);
+    all.pixels[3 * std::size_t{i} + 2] = static_cast<std::uint8_t>(i);
+  }
+  for (const double factor : {0.0, -0.37}) {
+    Image tabled = all;
+    AdjustHue(tabled, factor);
+    const auto shift = static_cast<std::uint8_t>(static_cast<int>(factor * 255));
+    std::size_t differ = 0;
+    for (std::uint32_t i = 0; i < 4096u * 4096u; ++i) {
+      std::uint8_t expected[3] = {all.pixels[3 * std::size_t{i}], all.pixels[3 * std::size_t{i} + 1],
+                                  all.pixels[3 * std::size_t{i} + 2]};
+      ShiftHue(expected, shift);
+      if (std::memcmp(expected, &tabled.pixels[3 * std::size_t{i}], 3) != 0 && differ++ < 5)
+        ADD_FAILURE() << "factor " << factor << ": colour " << std::hex << i << " gives "
+                      << int{tabled.pixels[3 * std::size_t{i}]} << "," << int{tabled.pixels[3 * std::size_t{i} + 1]}
+                      << "," << int{tabled.pixels[3 * std::size_t{i} + 2]} << " where the arithmetic gives "
+                      << int{expected[0]} << "," << int{expected[1]} << "," << int{expected[2]};
+    }
+    EXPECT_EQ(differ, 0u) << "factor " << factor;
+  }
 }
 
 TEST(Color, LookupTableOperations) {
