@@ -8,6 +8,11 @@
 
 #include <fmt/format.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define STOKER_WARP_AVX2 1
+#endif
+
 namespace stoker::transform {
 namespace {
 
@@ -177,6 +182,45 @@ void AffineFloat(const Job& j, const AffineMatrix& a) {
   }
 }
 
+#ifdef STOKER_WARP_AVX2
+bool HasAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+// A tap's 4 bytes (its 3 channels and one more) as int32 lanes.
+__attribute__((target("avx2"))) inline __m128i LoadTap(const std::uint8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
+}
+
+// One bilinear pixel of a 3-channel image, its channels in the lanes of AVX
+// doubles: per channel the same int difference, products and sums as the
+// scalar loop in AffineBilinear, in the same order (no FMA: the target is
+// avx2 alone), so the bytes are that loop's. `a`, `b` are the taps left and
+// right on the upper row, `c`, `d` on the lower one (the upper ones again
+// where there is none: the scalar loop's v2 = v1). Each tap is read as 4
+// bytes, the fourth not used: the caller keeps them inside the buffer.
+__attribute__((target("avx2"))) void BilinearPixel3(const std::uint8_t* a, const std::uint8_t* b, const std::uint8_t* c,
+                                                    const std::uint8_t* d, double dx, double dy, std::uint8_t* out) {
+  const __m128i ia = LoadTap(a), ib = LoadTap(b), ic = LoadTap(c), id = LoadTap(d);
+  const __m256d vdx = _mm256_set1_pd(dx);
+  const __m256d v1 =
+      _mm256_add_pd(_mm256_cvtepi32_pd(ia), _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_sub_epi32(ib, ia)), vdx));
+  const __m256d v2 =
+      _mm256_add_pd(_mm256_cvtepi32_pd(ic), _mm256_mul_pd(_mm256_cvtepi32_pd(_mm_sub_epi32(id, ic)), vdx));
+  const __m256d v = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), _mm256_set1_pd(dy)));
+  // Truncation, as the scalar cast; the values are in [0, 255].
+  const __m128i lanes = _mm256_cvttpd_epi32(v);
+  const auto packed = static_cast<std::uint32_t>(_mm_cvtsi128_si32(
+      _mm_shuffle_epi8(lanes, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1))));
+  out[0] = static_cast<std::uint8_t>(packed);
+  out[1] = static_cast<std::uint8_t>(packed >> 8);
+  out[2] = static_cast<std::uint8_t>(packed >> 16);
+}
+#endif
+
 // ImagingGenericTransform with bilinear_filter8/32RGB (each pixel computed
 // on its own, so any region is exact).
 void AffineBilinear(const Job& j, const AffineMatrix& a) {
@@ -186,6 +230,10 @@ void AffineBilinear(const Job& j, const AffineMatrix& a) {
   const std::uint8_t* in = j.in.pixels.data();
   const auto in_stride = static_cast<std::ptrdiff_t>(j.in.stride());
   const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
+#ifdef STOKER_WARP_AVX2
+  const bool vector_pixels = c == 3 && j.in.channels == 3 && HasAvx2() && j.in.pixels.size() >= 4;
+  const std::uint8_t* vector_end = in + j.in.pixels.size() - 3;  // a tap before it has 4 bytes to read
+#endif
   for (int y = ry; y < ry1; ++y) {
     std::uint8_t* o = j.Out(rx, y);
     const double yc = y + 0.5;
@@ -202,6 +250,15 @@ void AffineBilinear(const Job& j, const AffineMatrix& a) {
       const std::uint8_t* r0 = in + (std::clamp(yi, 0, H - 1) - oy) * in_stride;
       const bool has_next = yi + 1 >= 0 && yi + 1 < H;
       const std::uint8_t* r1 = has_next ? in + (yi + 1 - oy) * in_stride : nullptr;
+#ifdef STOKER_WARP_AVX2
+      // The lower right tap is the last one in memory: 4 bytes there must
+      // stay inside the buffer (only the buffer's last pixel does not).
+      if (vector_pixels && (has_next ? r1 : r0) + x1 < vector_end) {
+        const std::uint8_t* lower = has_next ? r1 : r0;
+        BilinearPixel3(r0 + x0, r0 + x1, lower + x0, lower + x1, dx, dy, o);
+        continue;
+      }
+#endif
       for (int b = 0; b < c; ++b) {
         double v1 = r0[x0 + b] + (static_cast<int>(r0[x1 + b]) - static_cast<int>(r0[x0 + b])) * dx;
         double v2 = v1;
