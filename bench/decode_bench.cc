@@ -89,17 +89,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<std::vector<std::byte>> jpegs;
-  // A seekable pack's restart tables (pack --seekable-jpeg), used as the loader uses them.
-  std::vector<std::span<const std::byte>> tables;
+  std::vector<std::uint64_t> sample_of;  // each JPEG's sample
   for (std::uint64_t i = 0; i < std::min(limit, (*dataset)->num_samples()); ++i) {
     auto bytes = (*dataset)->ReadField(i, *field);
     if (!bytes.ok()) continue;
     jpegs.push_back(std::move(bytes).value());
-    tables.push_back((*dataset)->RestartTable(i, *field));
+    sample_of.push_back(i);
   }
   std::uint64_t seekable_used = 0;
+  // A seekable pack's restart table (pack --seekable-jpeg), taken from the index per sample as the loader does.
   auto set_table = [&](stoker::ImageScratch& s, std::size_t i) {
-    s.restarts = {tables[i].data(), static_cast<std::uint32_t>(tables[i].size() / 4)};
+    s.restarts = {};
+    if ((*dataset)->RestartTable(sample_of[i], *field, s.restart_table))
+      s.restarts = {reinterpret_cast<const std::byte*>(s.restart_table.data()),
+                    static_cast<std::uint32_t>(s.restart_table.size())};
     s.seek_use.reset();
   };
   stoker::TransformOptions t;  // the ImageNet training transform, float32 NCHW

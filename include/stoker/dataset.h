@@ -103,12 +103,13 @@ class Dataset {
   // How many payloads are seekable JPEGs with a restart table in the index
   // (`stoker pack --seekable-jpeg`).
   [[nodiscard]] std::uint64_t seekable_payloads() const;
-  // The restart table of sample `sample`'s field `field`: intervals + 1
-  // little-endian u32 byte offsets into the payload, where each restart
+  // The restart table of sample `sample`'s field `field` into `table`:
+  // intervals + 1 byte offsets into the payload, where each restart
   // interval's entropy-coded data starts and then where the last ends
-  // (docs/format.md); empty when the index records none. The loader checks
-  // a table against the JPEG before using it.
-  [[nodiscard]] std::span<const std::byte> RestartTable(std::uint64_t sample, std::size_t field) const;
+  // (docs/format.md). False (`table` empty) when the index records none or
+  // its entry is damaged. The loader checks a table against the JPEG before
+  // using it.
+  [[nodiscard]] bool RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table) const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 

@@ -72,7 +72,7 @@ inline constexpr int kMaxIndexedIntervalsPerRow = 64;
 // 32 pixels and about 16 to a row; the whole row when no divisor fits. (On
 // ImageNet-like photos, 16 to a row decodes a random crop in 8% less time
 // than 8 to a row, for 0.5% more bytes; finer intervals skip more of what a
-// crop leaves out, but each costs a marker and 4 bytes of index.)
+// crop leaves out, but each costs a marker and about 2 bytes of index.)
 [[nodiscard]] int ChooseRestartInterval(int mcus_per_row, int mcu_width);
 
 enum class SeekableOutcome : std::uint8_t {

@@ -108,9 +108,10 @@ std::uint64_t Dataset::seekable_payloads() const {
   return impl_->view.num_restart_tables();
 }
 
-std::span<const std::byte> Dataset::RestartTable(std::uint64_t sample, std::size_t field) const {
-  if (field > UINT32_MAX) return {};
-  return impl_->view.restart_table(sample, static_cast<std::uint32_t>(field));
+bool Dataset::RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table) const {
+  table.clear();
+  if (field > UINT32_MAX) return false;
+  return impl_->view.restart_table(sample, static_cast<std::uint32_t>(field), table);
 }
 
 const std::vector<std::string>& Dataset::field_names() const {

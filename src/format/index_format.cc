@@ -124,14 +124,16 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     end += 8 + note_size;
   }
   if (flags & kFlagRestarts) {
-    // u64 entries E, u64 offsets T, E entries of 24 bytes, T u32 offsets, ending the file.
+    // u64 entries E, u64 pool size T, E entries of 24 bytes, then the pool
+    // (T u32 offsets in version 5, T bytes of varints in 6), ending the file.
     if (end > bytes.size() || bytes.size() - end < 16) return corrupt("restart section runs past the end");
     view.restart_entries_ = Load<std::uint64_t>(bytes.data() + end);
-    view.restart_offsets_ = Load<std::uint64_t>(bytes.data() + end + 8);
-    std::uint64_t entry_bytes = 0, offset_bytes = 0, section = 0;
+    view.restart_pool_ = Load<std::uint64_t>(bytes.data() + end + 8);
+    view.restart_varints_ = version >= kVersionWithVarintRestarts;
+    std::uint64_t entry_bytes = 0, pool_bytes = 0, section = 0;
     if (!MulOk(view.restart_entries_, kRestartEntrySize, &entry_bytes) ||
-        !MulOk(view.restart_offsets_, 4, &offset_bytes) || !AddOk(entry_bytes, offset_bytes, &section) ||
-        section != bytes.size() - end - 16)
+        !MulOk(view.restart_pool_, view.restart_varints_ ? 1 : 4, &pool_bytes) ||
+        !AddOk(entry_bytes, pool_bytes, &section) || section != bytes.size() - end - 16)
       return corrupt("restart section does not end the file");
     view.restart_section_ = bytes.data() + end + 16;
     end = bytes.size();
@@ -245,7 +247,8 @@ void IndexBuilder::SetShardContents(std::uint32_t shard, std::uint64_t size, std
   shards_.at(shard).checksum = checksum;
 }
 
-std::span<const std::byte> IndexView::restart_table(std::uint64_t sample, std::uint32_t field) const {
+bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table) const {
+  table.clear();
   // Entries are sorted by (sample, field): a binary search. A damaged
   // section gives no table or one the reader refuses, never a wild read.
   std::uint64_t lo = 0, hi = restart_entries_;
@@ -257,15 +260,61 @@ std::span<const std::byte> IndexView::restart_table(std::uint64_t sample, std::u
     if (s == sample && f == field) {
       const auto entries = Load<std::uint32_t>(e + 12);
       const auto first = Load<std::uint64_t>(e + 16);
-      if (entries < 2 || first > restart_offsets_ || restart_offsets_ - first < entries) return {};
-      return {restart_section_ + restart_entries_ * kRestartEntrySize + first * 4, std::size_t{entries} * 4};
+      // A varint takes at least a byte: a count the pool cannot hold is refused before any allocation.
+      if (entries < 2 || first > restart_pool_ || restart_pool_ - first < entries) return false;
+      const std::byte* pool = restart_section_ + restart_entries_ * kRestartEntrySize;
+      if (restart_varints_)
+        return ReadRestartVarints({pool + first, static_cast<std::size_t>(restart_pool_ - first)}, entries, table);
+      table.resize(entries);
+      std::memcpy(table.data(), pool + first * 4, std::size_t{entries} * 4);  // little-endian, as the host
+      return true;
     }
     if (s < sample || (s == sample && f < field))
       lo = mid + 1;
     else
       hi = mid;
   }
-  return {};
+  return false;
+}
+
+void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std::byte>& out) {
+  std::uint32_t previous = 0;
+  for (const std::uint32_t value : table) {
+    std::uint32_t v = value - previous;  // callers give tables that do not decrease
+    previous = value;
+    while (v >= 0x80) {
+      out.push_back(static_cast<std::byte>((v & 0x7F) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<std::byte>(v));
+  }
+}
+
+bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, std::vector<std::uint32_t>& table) {
+  table.clear();
+  if (count > bytes.size()) return false;  // each value takes a byte at least
+  table.reserve(count);
+  std::size_t at = 0;
+  std::uint64_t value = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::uint64_t delta = 0;
+    for (int shift = 0;; shift += 7) {
+      if (at == bytes.size() || shift > 28) {
+        table.clear();
+        return false;
+      }
+      const auto b = static_cast<std::uint8_t>(bytes[at++]);
+      delta |= std::uint64_t{b & 0x7Fu} << shift;
+      if ((b & 0x80) == 0) break;
+    }
+    value += delta;
+    if (value > UINT32_MAX) {
+      table.clear();
+      return false;
+    }
+    table.push_back(static_cast<std::uint32_t>(value));
+  }
+  return true;
 }
 
 Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
@@ -285,6 +334,9 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     if (restarts == 1 || restarts > UINT32_MAX)
       return Status::InvalidArgument(
           fmt::format("sample '{}' field '{}': a restart table of {} offsets", key, fields[i].name, restarts));
+    if (!std::is_sorted(fields[i].restarts.begin(), fields[i].restarts.end()))
+      return Status::InvalidArgument(
+          fmt::format("sample '{}' field '{}': a restart table whose offsets decrease", key, fields[i].name));
   }
   for (std::size_t i = 0; i < fields.size(); ++i) {
     auto it = std::find(field_names_.begin(), field_names_.end(), fields[i].name);
@@ -302,9 +354,10 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     totals.bytes += fields[i].size;
     slots_.push_back({id, fields[i].offset, fields[i].size});
     if (!fields[i].restarts.empty()) {
-      restarts_.push_back(
-          {samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), restart_offsets_.size()});
-      restart_offsets_.insert(restart_offsets_.end(), fields[i].restarts.begin(), fields[i].restarts.end());
+      const std::uint64_t first = restart_varints_.size();
+      AppendRestartVarints(fields[i].restarts, restart_varints_);
+      restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), first,
+                           restart_varints_.size() - first});
     }
   }
   keys_.append(key);
@@ -347,7 +400,7 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
   const std::uint64_t restarts_off = note_off + (note_.empty() ? 0 : 8 + note_.size());
   const std::uint64_t file_size =
       restarts_off +
-      (restarts_.empty() ? 0 : 16 + restarts_.size() * std::uint64_t{kRestartEntrySize} + restart_offsets_.size() * 4);
+      (restarts_.empty() ? 0 : 16 + restarts_.size() * std::uint64_t{kRestartEntrySize} + restart_varints_.size());
   std::uint32_t flags = note_.empty() ? 0 : kFlagNote;
   if (!restarts_.empty()) flags |= kFlagRestarts;
 
@@ -423,9 +476,9 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
     });
     std::byte* p = out.data() + restarts_off;
     Store<std::uint64_t>(p, restarts_.size());
-    Store<std::uint64_t>(p + 8, restart_offsets_.size());
+    Store<std::uint64_t>(p + 8, restart_varints_.size());
     std::byte* entries = p + 16;
-    std::byte* offsets = entries + restarts_.size() * std::uint64_t{kRestartEntrySize};
+    std::byte* pool = entries + restarts_.size() * std::uint64_t{kRestartEntrySize};
     std::uint64_t next = 0;
     for (std::size_t i = 0; i < by_key.size(); ++i) {
       const Restarts& r = restarts_[by_key[i]];
@@ -434,8 +487,8 @@ Result<std::vector<std::byte>> IndexBuilder::Finish() const {
       Store<std::uint32_t>(e + 8, rank[r.field_id]);
       Store<std::uint32_t>(e + 12, r.entries);
       Store<std::uint64_t>(e + 16, next);
-      std::memcpy(offsets + next * 4, restart_offsets_.data() + r.first, std::size_t{r.entries} * 4);
-      next += r.entries;
+      std::memcpy(pool + next, restart_varints_.data() + r.first, r.bytes);
+      next += r.bytes;
     }
   }
   Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));

@@ -22,13 +22,16 @@ inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
 // Version 4 widens the field table's entries to 32 bytes: each field's kind
 // (what its bytes are), how many samples have it and their total size.
 // Version 5 adds the restart section after the note (header flag
-// kFlagRestarts): where each restart interval of a seekable JPEG starts.
-// Writers write version 5 when there is a restart section, else 4; readers
-// take 1-5.
-inline constexpr std::uint32_t kVersion = 5;
+// kFlagRestarts): where each restart interval of a seekable JPEG starts, as
+// u32s. Version 6 keeps each table as LEB128 varints instead: its first
+// offset, then each offset's difference from the one before (about 2 bytes
+// an interval where version 5 took 4). Writers write version 6 when there
+// is a restart section, else 4; readers take 1-6.
+inline constexpr std::uint32_t kVersion = 6;
 inline constexpr std::uint32_t kVersionWithoutRestarts = 4;
 inline constexpr std::uint32_t kVersionWithFieldStats = 4;
 inline constexpr std::uint32_t kVersionWithRestarts = 5;
+inline constexpr std::uint32_t kVersionWithVarintRestarts = 6;
 inline constexpr std::uint32_t kFlagNote = 1;
 inline constexpr std::uint32_t kFlagRestarts = 2;
 inline constexpr std::uint32_t kRestartEntrySize = 24;
@@ -119,13 +122,14 @@ class IndexView {
   // What the packer did to the samples, as JSON (version 3); empty if nothing.
   [[nodiscard]] std::string_view note() const { return note_; }
   [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
-  // How many (sample, field) payloads have a restart table (version 5).
+  // How many (sample, field) payloads have a restart table (version 5-6).
   [[nodiscard]] std::uint64_t num_restart_tables() const { return restart_entries_; }
   // The restart table of sample `sample`'s field `field` (field-table
-  // order): intervals + 1 little-endian u32 offsets from the payload's
-  // start; empty when the index records none. Readers check a table against
-  // the payload before trusting it.
-  [[nodiscard]] std::span<const std::byte> restart_table(std::uint64_t sample, std::uint32_t field) const;
+  // order) into `table`: intervals + 1 offsets from the payload's start.
+  // False (and `table` empty) when the index records none or its entry is
+  // damaged; never a wild read. Readers check a table against the payload
+  // before trusting it.
+  [[nodiscard]] bool restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table) const;
   [[nodiscard]] const std::string& where() const { return where_; }
 
   struct Record {
@@ -154,12 +158,23 @@ class IndexView {
   std::uint64_t skipped_members_ = 0;
   std::string_view note_;
   std::uint64_t restart_entries_ = 0;           // entries of the restart section
-  std::uint64_t restart_offsets_ = 0;           // u32 offsets after them
+  std::uint64_t restart_pool_ = 0;              // after them: u32 offsets (version 5) or varint bytes (6)
+  bool restart_varints_ = false;                // version 6
   const std::byte* restart_section_ = nullptr;  // the first entry
   std::vector<std::string> field_names_;
   std::vector<FieldEntry> fields_;
   std::vector<ShardEntry> shards_;
 };
+
+// A restart table as version 6 keeps it (LEB128: 7 bits a byte, low first,
+// the high bit set on all but a value's last byte): the first offset, then
+// each difference from the one before. `table` must not decrease.
+void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std::byte>& out);
+// Reads `count` values so written from `bytes` into `table` (replacing its
+// contents). False when they run past the end, a varint takes more than 5
+// bytes or does not fit 32 bits, or an offset does not.
+[[nodiscard]] bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count,
+                                      std::vector<std::uint32_t>& table);
 
 // Builds an index in memory. Samples must arrive grouped by shard, in shard
 // order. Field ids are assigned by first appearance and sorted by name at
@@ -175,7 +190,7 @@ class IndexBuilder {
     // and text make text, any other mix makes bytes.
     std::uint8_t kind = kKindNotRecorded;
     // A seekable JPEG's restart table (intervals + 1 offsets from the
-    // payload's start); empty for none.
+    // payload's start, not decreasing); empty for none.
     std::span<const std::uint32_t> restarts = {};
   };
   // Returns the shard id.
@@ -222,10 +237,11 @@ class IndexBuilder {
     std::uint64_t sample;
     std::uint32_t field_id;
     std::uint32_t entries;
-    std::uint64_t first;  // into restart_offsets_
+    std::uint64_t first;  // into restart_varints_
+    std::uint64_t bytes;  // of varints there
   };
   std::vector<Restarts> restarts_;
-  std::vector<std::uint32_t> restart_offsets_;
+  std::vector<std::byte> restart_varints_;
   std::string keys_;
   std::uint64_t skipped_members_ = 0;
   std::string note_;

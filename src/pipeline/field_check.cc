@@ -31,19 +31,19 @@ namespace {
 Status CheckRestartTable(const Dataset& dataset, const SampleInfo& info, std::size_t field,
                          std::span<const std::byte> bytes) {
   if (dataset.seekable_payloads() == 0) return Status::Ok();
-  const auto table = dataset.RestartTable(info.index, field);
-  if (table.empty()) return Status::Ok();
+  std::vector<std::uint32_t> table;
+  if (!dataset.RestartTable(info.index, field, table)) return Status::Ok();
   auto found = codec::FindRestartTable(bytes);
   if (!found.ok())
     return Status::Corruption(
         fmt::format("the index has a restart table, but the JPEG's markers give none ({}); the "
                     "loader decodes it whole",
                     found.status().message()));
-  if (found->size() * 4 != table.size() || std::memcmp(found->data(), table.data(), table.size()) != 0)
+  if (*found != table)
     return Status::Corruption(
         fmt::format("the index's restart table ({} intervals) disagrees with the JPEG's markers "
                     "({} intervals); the loader decodes it whole",
-                    table.size() / 4 - 1, found->size() - 1));
+                    table.size() - 1, found->size() - 1));
   return Status::Ok();
 }
 

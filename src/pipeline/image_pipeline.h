@@ -54,6 +54,7 @@ struct ImageScratch {
   // table (a seekable pack): region decodes then entropy-decode only the
   // intervals the region covers. `seek_use` says what the last decode did.
   codec::RestartOffsets restarts;
+  std::vector<std::uint32_t> restart_table;  // what `restarts` views, decoded from the index
   std::vector<std::byte> seek_stream;
   std::optional<codec::SeekUse> seek_use;
 };

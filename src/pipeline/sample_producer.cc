@@ -308,8 +308,10 @@ Status SampleProducer::FinishImage(std::span<const std::byte> bytes, std::size_t
                                    std::byte* buffer, ImageScratch& image) {
   image.record_geometry = !follower_.empty();
   if (!seekable_) return finisher_->Finish(bytes, context, buffer, image, *counters_);
-  const auto table = dataset_->RestartTable(context.sample, field);
-  image.restarts = {table.data(), static_cast<std::uint32_t>(table.size() / 4)};
+  image.restarts = {};
+  if (dataset_->RestartTable(context.sample, field, image.restart_table))
+    image.restarts = {reinterpret_cast<const std::byte*>(image.restart_table.data()),
+                      static_cast<std::uint32_t>(image.restart_table.size())};
   image.seek_use.reset();
   Status s = finisher_->Finish(bytes, context, buffer, image, *counters_);
   image.restarts = {};

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/hash.h"
 #include "test_util.h"
 
 namespace stoker::index_format {
@@ -253,11 +254,59 @@ TEST(IndexFormat, CarriesANote) {
   EXPECT_FALSE(b.Finish().ok());
 }
 
-// Seekable JPEGs' restart tables after the note, in version 5 only.
+// Rewrites a version-6 index's restart section as version 5 laid it out:
+// the pool as u32 offsets, not varints.
+std::vector<std::byte> AsRestartVersion5(const std::vector<std::byte>& v6) {
+  const auto records_off = Load<std::uint64_t>(v6.data() + header::kRecordsOff);
+  // The section ends the file: find it from its own counts.
+  std::size_t at = 0;
+  for (std::size_t start = records_off; start + 16 <= v6.size(); ++start) {
+    const auto entries = Load<std::uint64_t>(v6.data() + start), pool = Load<std::uint64_t>(v6.data() + start + 8);
+    if (entries < 1000 && pool < v6.size() && start + 16 + entries * kRestartEntrySize + pool == v6.size()) {
+      at = start;
+      break;
+    }
+  }
+  EXPECT_NE(at, 0u);
+  const auto entries = Load<std::uint64_t>(v6.data() + at);
+  const std::byte* pool = v6.data() + at + 16 + entries * kRestartEntrySize;
+  std::vector<std::byte> out(v6.begin(),
+                             v6.begin() + static_cast<std::ptrdiff_t>(at + 16 + entries * kRestartEntrySize));
+  std::uint64_t next = 0;
+  std::vector<std::uint32_t> all;
+  for (std::uint64_t i = 0; i < entries; ++i) {
+    std::byte* e = out.data() + at + 16 + i * kRestartEntrySize;
+    const auto count = Load<std::uint32_t>(e + 12);
+    const auto first = Load<std::uint64_t>(e + 16);
+    std::vector<std::uint32_t> table;
+    EXPECT_TRUE(ReadRestartVarints({pool + first, static_cast<std::size_t>(v6.size() - (pool - v6.data()) - first)},
+                                   count, table));
+    std::memcpy(e + 16, &next, 8);
+    all.insert(all.end(), table.begin(), table.end());
+    next += count;
+  }
+  std::memcpy(out.data() + at + 8, &next, 8);
+  const auto* raw = reinterpret_cast<const std::byte*>(all.data());
+  out.insert(out.end(), raw, raw + all.size() * 4);
+  const std::uint32_t version = 5;
+  const std::uint64_t size = out.size();
+  std::memcpy(out.data() + header::kVersionOff, &version, 4);
+  std::memcpy(out.data() + header::kFileSizeOff, &size, 8);
+  const std::uint64_t data = Xxh3(std::span<const std::byte>(out).subspan(records_off));
+  std::memcpy(out.data() + header::kDataChecksumOff, &data, 8);
+  const std::uint64_t meta = MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off));
+  std::memcpy(out.data() + header::kMetaChecksumOff, &meta, 8);
+  return out;
+}
+
+// Seekable JPEGs' restart tables after the note: varints in version 6, u32s
+// in version 5 (still read).
 TEST(IndexFormat, CarriesRestartTables) {
   IndexBuilder b;
   auto s0 = b.AddShard("shard-000000.tar");
-  const std::vector<std::uint32_t> t0 = {600, 700, 800, 950}, t2 = {10, 20}, t2b = {5, 6, 7};
+  // Differences of every varint length, up to the largest offset.
+  const std::vector<std::uint32_t> t0 = {600, 700, 800, 950, 20000, 3000000, 400000000, UINT32_MAX}, t2 = {10, 20},
+                                   t2b = {5, 5, 7};
   // Fields arrive in another order than the name order the index uses.
   std::vector<IndexBuilder::Field> f0 = {{"jpg", 512, 1000, 0, t0}, {"cls", 1536, 1}};
   std::vector<IndexBuilder::Field> f1 = {{"jpg", 2048, 10}};
@@ -268,39 +317,52 @@ TEST(IndexFormat, CarriesRestartTables) {
   b.SetShardContents(s0, 8192, 1);
   b.SetNote(R"({"seekable_jpeg":{}})");
   ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
-  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 5u);
-  ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(bytes, "idx"));
-  EXPECT_EQ(view.note(), R"({"seekable_jpeg":{}})");
-  EXPECT_EQ(view.num_restart_tables(), 3u);
-  // Field order: cls, jpg, png.
-  auto table = [&](std::uint64_t sample, std::uint32_t field) {
-    std::vector<std::uint32_t> out;
-    const auto t = view.restart_table(sample, field);
-    for (std::size_t i = 0; i < t.size(); i += 4) out.push_back(Load<std::uint32_t>(t.data() + i));
-    return out;
-  };
-  EXPECT_EQ(table(0, 1), t0);
-  EXPECT_TRUE(table(0, 0).empty());
-  EXPECT_TRUE(table(1, 1).empty());
-  EXPECT_EQ(table(2, 1), t2);
-  EXPECT_EQ(table(2, 2), t2b);
-  EXPECT_TRUE(table(3, 1).empty());
+  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 6u);
+  // t0's differences take 2, 1, 1, 2, 3, 4, 5 and 5 bytes; t2's and t2b's a byte each.
+  const std::size_t pool = 23 + 2 + 3;
+  const std::size_t section = bytes.size() - (16 + 3 * kRestartEntrySize + pool);
+  EXPECT_EQ(Load<std::uint64_t>(bytes.data() + section + 8), pool);
+  for (const auto& index : {bytes, AsRestartVersion5(bytes)}) {
+    ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(index, "idx"));
+    EXPECT_EQ(view.note(), R"({"seekable_jpeg":{}})");
+    EXPECT_EQ(view.num_restart_tables(), 3u);
+    // Field order: cls, jpg, png.
+    auto table = [&](std::uint64_t sample, std::uint32_t field) {
+      std::vector<std::uint32_t> out = {99};
+      const bool found = view.restart_table(sample, field, out);
+      EXPECT_EQ(found, !out.empty());
+      return out;
+    };
+    EXPECT_EQ(table(0, 1), t0);
+    EXPECT_TRUE(table(0, 0).empty());
+    EXPECT_TRUE(table(1, 1).empty());
+    EXPECT_EQ(table(2, 1), t2);
+    EXPECT_EQ(table(2, 2), t2b);
+    EXPECT_TRUE(table(3, 1).empty());
+  }
 
-  // The section must end the file exactly, and only version 5 knows its flag.
+  // The section must end the file exactly, and only versions 5-6 know its flag.
   auto longer = bytes;
   longer.push_back(std::byte{0});
   EXPECT_FALSE(IndexView::Open(longer, "idx").ok());
   auto count = bytes;
-  const std::size_t section = bytes.size() - (16 + 3 * kRestartEntrySize + 9 * 4);
   count[section] = std::byte{4};
   EXPECT_FALSE(IndexView::Open(count, "idx").ok());
   EXPECT_FALSE(IndexView::Open(AsVersion(bytes, 4), "idx").ok());
-  // An entry whose offsets run past the section gives no table, never a wild read.
+  std::vector<std::uint32_t> out;
+  // An entry whose table starts past the pool gives no table, never a wild read.
   auto wild = bytes;
   const std::uint64_t far = 1000;
   std::memcpy(wild.data() + section + 16 + 16, &far, 8);
   ASSERT_OK_AND_ASSIGN(IndexView wild_view, IndexView::Open(wild, "idx"));
-  EXPECT_TRUE(wild_view.restart_table(0, 1).empty());
+  EXPECT_FALSE(wild_view.restart_table(0, 1, out));
+  EXPECT_TRUE(out.empty());
+  // Nor one whose count reads past the pool's end (the last table, sample 2's png, takes the pool's last bytes).
+  auto overlong = bytes;
+  const std::uint32_t more = 4;
+  std::memcpy(overlong.data() + section + 16 + 2 * kRestartEntrySize + 12, &more, 4);
+  ASSERT_OK_AND_ASSIGN(IndexView overlong_view, IndexView::Open(overlong, "idx"));
+  EXPECT_FALSE(overlong_view.restart_table(2, 2, out));
   // Without tables the writer stays at version 4, for older readers.
   IndexBuilder plain;
   auto p0 = plain.AddShard("shard-000000.tar");
@@ -309,6 +371,34 @@ TEST(IndexFormat, CarriesRestartTables) {
   EXPECT_EQ(Load<std::uint32_t>(plain_bytes.data() + header::kVersionOff), 4u);
   std::vector<IndexBuilder::Field> one = {{"jpg", 2048, 10, 0, std::span<const std::uint32_t>(t0).first(1)}};
   EXPECT_FALSE(plain.AddSample(p0, "short", 1, 7, one).ok());
+  const std::vector<std::uint32_t> down = {600, 599};
+  std::vector<IndexBuilder::Field> decreasing = {{"jpg", 2048, 10, 0, down}};
+  EXPECT_FALSE(plain.AddSample(p0, "down", 1, 7, decreasing).ok());
+}
+
+// Restart varints that do not hold a table are refused, whatever the bytes.
+TEST(IndexFormat, RestartVarintsRefuseWhatDoesNotDecode) {
+  std::vector<std::uint32_t> table;
+  auto bytes = [](std::initializer_list<int> v) {
+    std::vector<std::byte> b;
+    for (int x : v) b.push_back(static_cast<std::byte>(x));
+    return b;
+  };
+  EXPECT_TRUE(ReadRestartVarints(bytes({0x7F, 0x81, 0x01}), 2, table));
+  EXPECT_EQ(table, (std::vector<std::uint32_t>{127, 256}));
+  EXPECT_FALSE(ReadRestartVarints(bytes({0x7F, 0x81}), 2, table)) << "cut inside a varint";
+  EXPECT_TRUE(table.empty());
+  EXPECT_FALSE(ReadRestartVarints(bytes({0x7F}), 2, table)) << "fewer values than the count";
+  EXPECT_FALSE(ReadRestartVarints(bytes({0x80, 0x80, 0x80, 0x80, 0x80, 0x01}), 1, table)) << "six bytes";
+  EXPECT_FALSE(ReadRestartVarints(bytes({0xFF, 0xFF, 0xFF, 0xFF, 0x1F}), 1, table)) << "over 32 bits";
+  EXPECT_TRUE(ReadRestartVarints(bytes({0xFF, 0xFF, 0xFF, 0xFF, 0x0F}), 1, table));
+  EXPECT_EQ(table, std::vector<std::uint32_t>{UINT32_MAX});
+  EXPECT_FALSE(ReadRestartVarints(bytes({0xFF, 0xFF, 0xFF, 0xFF, 0x0F, 0x01}), 2, table)) << "a sum over 32 bits";
+  std::vector<std::byte> written;
+  const std::vector<std::uint32_t> any = {0, 0, 1, 128, 16511, 16512, UINT32_MAX - 1, UINT32_MAX};
+  AppendRestartVarints(any, written);
+  ASSERT_TRUE(ReadRestartVarints(written, static_cast<std::uint32_t>(any.size()), table));
+  EXPECT_EQ(table, any);
 }
 
 TEST(IndexFormat, ValidatesRecords) {
