@@ -368,7 +368,7 @@ namespace {
 template <int C>
 void TransposePixels(const Image& in, Transpose method, Image& out) {
   const int W = in.width, H = in.height, c = C > 0 ? C : in.channels;
-  const auto at = [c](int x) { return static_cast<std::size_t>(x) * c; };
+  const auto at = [&](int x) { return static_cast<std::size_t>(x) * c; };
   for (int y = 0; y < H; ++y) {
     const std::uint8_t* r = in.row(y);
     switch (method) {
