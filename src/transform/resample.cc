@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "transform/cpu_features.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -218,15 +220,6 @@ __attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line
   }
 }
 #endif
-
-bool HasAvx2() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
-}
 
 HorizontalPass HorizontalPassFor() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

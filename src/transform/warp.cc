@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "transform/cpu_features.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define STOKER_WARP_AVX2 1
@@ -183,11 +185,6 @@ void AffineFloat(const Job& j, const AffineMatrix& a) {
 }
 
 #ifdef STOKER_WARP_AVX2
-bool HasAvx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
-
 // A tap's 4 bytes (its 3 channels and one more) as int32 lanes.
 __attribute__((target("avx2"))) inline __m128i LoadTap(const std::uint8_t* p) {
   std::int32_t v;
