@@ -229,7 +229,8 @@ void AffineBilinear(const Job& j, const AffineMatrix& a) {
   const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
 #ifdef STOKER_WARP_AVX2
   const bool vector_pixels = c == 3 && j.in.channels == 3 && HasAvx2() && j.in.pixels.size() >= 4;
-  const std::uint8_t* vector_end = in + j.in.pixels.size() - 3;  // a tap before it has 4 bytes to read
+  // A tap before it has 4 bytes to read (none without vector pixels: the buffer may be empty).
+  const std::uint8_t* vector_end = vector_pixels ? in + (j.in.pixels.size() - 3) : in;
 #endif
   for (int y = ry; y < ry1; ++y) {
     std::uint8_t* o = j.Out(rx, y);
