@@ -112,6 +112,16 @@ std::optional<BulkMembers> FindBulkMembers(std::string_view text) {
   }
 }
 
+// An integer member, or a JSON type error: a float such as 1e126 would be
+// converted to the integer type with undefined behaviour (found by
+// checkpoint_manifest_fuzzer).
+template <typename T>
+T IntegerOf(const Json& v) {
+  if (!v.is_number_integer())
+    throw Json::type_error::create(302, fmt::format("type must be an integer, but is {}", v.type_name()), &v);
+  return v.get<T>();
+}
+
 }  // namespace
 
 std::string StepDirectoryName(std::int64_t step) {
@@ -199,18 +209,18 @@ Result<Manifest> DecodeManifest(std::string_view text, std::string_view path, sa
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object (truncated or overwritten?)");
   try {
     if (j.value("format", "") != kFormatName) return bad("not a stoker checkpoint manifest");
-    if (j.value("version", 0) != kFormatVersion)
-      return bad(fmt::format("version {} is not supported (this stoker reads version {})", j.value("version", 0),
-                             kFormatVersion));
+    const auto version = j.contains("version") ? IntegerOf<std::int64_t>(j.at("version")) : 0;
+    if (version != kFormatVersion)
+      return bad(fmt::format("version {} is not supported (this stoker reads version {})", version, kFormatVersion));
     Manifest m;
-    m.step = j.at("step").get<std::int64_t>();
+    m.step = IntegerOf<std::int64_t>(j.at("step"));
     m.created_unix_seconds = j.value("created_unix_s", 0.0);
-    m.tensor_count = j.at("tensor_count").get<std::uint64_t>();
-    m.tensor_bytes = j.at("tensor_bytes").get<std::uint64_t>();
+    m.tensor_count = IntegerOf<std::uint64_t>(j.at("tensor_count"));
+    m.tensor_bytes = IntegerOf<std::uint64_t>(j.at("tensor_bytes"));
     for (const auto& f : j.at("files")) {
       ManifestFile file;
       file.name = f.at("name").get<std::string>();
-      file.bytes = f.at("bytes").get<std::uint64_t>();
+      file.bytes = IntegerOf<std::uint64_t>(f.at("bytes"));
       auto hash = ParseHex64(f.at("xxh3").get<std::string>());
       if (!hash) return bad(fmt::format("file '{}' has a malformed xxh3", file.name));
       file.xxh3 = *hash;
@@ -220,11 +230,11 @@ Result<Manifest> DecodeManifest(std::string_view text, std::string_view path, sa
     }
     if (const auto& s = j.at("loader_state"); !s.is_null()) {
       LoaderState state;
-      state.seed = s.at("seed").get<std::uint64_t>();
-      state.epoch = s.at("epoch").get<std::uint64_t>();
-      state.global_batch_size = s.at("global_batch_size").get<std::uint64_t>();
-      state.batches_consumed = s.at("batches_consumed").get<std::uint64_t>();
-      state.num_samples = s.at("num_samples").get<std::uint64_t>();
+      state.seed = IntegerOf<std::uint64_t>(s.at("seed"));
+      state.epoch = IntegerOf<std::uint64_t>(s.at("epoch"));
+      state.global_batch_size = IntegerOf<std::uint64_t>(s.at("global_batch_size"));
+      state.batches_consumed = IntegerOf<std::uint64_t>(s.at("batches_consumed"));
+      state.num_samples = IntegerOf<std::uint64_t>(s.at("num_samples"));
       m.extras.loader_state = state;
     }
     m.extras.rng_states = j.at("rng_states").get<std::map<std::string, std::string>>();

@@ -116,6 +116,20 @@ TEST(LoadWork, EveryJsonTextIsParsedOnceAndLookupsAreLinear) {
   }
 }
 
+// Integers written as floats out of every integer's range (checkpoint_manifest_fuzzer
+// found 1e126 as the version) are refused as malformed, never converted.
+TEST(ManifestUserDocument, IntegersOutOfRangeAsFloatsAreRefused) {
+  for (const std::string& bad : {std::string(R"("version":1e126,"step":7)"), std::string(R"("version":1,"step":1e300)"),
+                                 std::string(R"("version":1,"step":-2.5e40)")}) {
+    const std::string text = R"({"format":"stoker-checkpoint",)" + bad +
+                             R"(,"tensor_count":0,"tensor_bytes":0,"files":[],"loader_state":null,"rng_states":{},)"
+                             R"("metadata":{},"metric":null,"user":null})";
+    auto decoded = checkpoint::DecodeManifest(text, "m.json");
+    ASSERT_FALSE(decoded.ok()) << bad;
+    EXPECT_NE(decoded.error().ToString().find("m.json"), std::string::npos) << decoded.error().ToString();
+  }
+}
+
 // The manifest's user document is cut out of the text, not parsed: it comes
 // back byte for byte, whatever its strings hold; a "user" key spelled with
 // escapes is still found (by the tree parse), and a malformed document is
