@@ -34,8 +34,8 @@ int FloorInt(double v) {
 void FillImage(Image& out, const Fill& fill) {
   const int c = out.channels;
   if (out.pixels.empty()) return;
-  if (c == 1 || std::all_of(fill.begin(), fill.begin() + std::min<int>(c, static_cast<int>(fill.size())),
-                            [&](std::uint8_t v) { return v == fill[0]; })) {
+  // Channels past the fill's three take 0 (below), so only up to three may be one memset.
+  if (c <= 3 && std::all_of(fill.begin(), fill.begin() + c, [&](std::uint8_t v) { return v == fill[0]; })) {
     std::memset(out.pixels.data(), fill[0], out.pixels.size());
     return;
   }
@@ -466,3 +466,5 @@ AffineMatrix InverseAffineMatrix(std::array<double, 2> center, double angle, std
 }
 
 }  // namespace stoker::transform
+
+#undef STOKER_WARP_AVX2  // the file may share a unity build with others
