@@ -130,6 +130,68 @@ bool CheckFixed(const AffineMatrix& a, int x, int y) {
   return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
 }
 
+#ifdef STOKER_WARP_AVX2
+// Stores 8 gathered pixels (each in an int32 lane, C bytes of it used) as
+// 8 * C contiguous bytes, writing no byte past them.
+template <int C>
+__attribute__((target("avx2"))) inline void StorePixels8(__m256i lanes, std::uint8_t* out) {
+  if constexpr (C == 4) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lanes);
+  } else if constexpr (C == 3) {
+    // Each 128-bit half's 4 pixels as 12 bytes, then the halves' 3 dwords side by side: 24 bytes.
+    const __m256i packed =
+        _mm256_shuffle_epi8(lanes, _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4,
+                                                    5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+    const __m256i joined = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(joined));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 16), _mm256_extracti128_si256(joined, 1));
+  } else {
+    static_assert(C == 1);
+    const __m256i packed =
+        _mm256_shuffle_epi8(lanes, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4,
+                                                    8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m256i joined = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(joined));
+  }
+}
+
+// affine_fixed's positions for `n` pixels of a row whose every position
+// falls inside the input, 8 at a time: lane k of a block holds the block's
+// xx + k * dx, which the scalar loop reaches by adding dx k times (int32
+// arithmetic wraps the same either way), floored by the same arithmetic
+// shift, and each pixel is gathered as 4 bytes at `in` + its offset (the
+// caller keeps every offset + 4 inside the buffer). Returns how many pixels
+// it drew (a multiple of 8); the scalar loop draws the rest.
+template <int C>
+__attribute__((target("avx2"))) int FixedRunAvx2(const std::uint8_t* in, std::int32_t in_offset, std::int32_t in_stride,
+                                                 std::int32_t xx, std::int32_t yy, std::int32_t dx, std::int32_t dy,
+                                                 int n, std::uint8_t* out) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i vx = _mm256_add_epi32(_mm256_set1_epi32(xx), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dx)));
+  __m256i vy = _mm256_add_epi32(_mm256_set1_epi32(yy), _mm256_mullo_epi32(lane, _mm256_set1_epi32(dy)));
+  const __m256i step_x = _mm256_slli_epi32(_mm256_set1_epi32(dx), 3);
+  const __m256i step_y = _mm256_slli_epi32(_mm256_set1_epi32(dy), 3);
+  const __m256i stride = _mm256_set1_epi32(in_stride), base = _mm256_set1_epi32(in_offset);
+  int done = 0;
+  for (; done + 8 <= n; done += 8, out += 8 * C) {
+    const __m256i xi = _mm256_srai_epi32(vx, 16), yi = _mm256_srai_epi32(vy, 16);
+    __m256i column;
+    if constexpr (C == 1) {
+      column = xi;
+    } else if constexpr (C == 3) {
+      column = _mm256_add_epi32(xi, _mm256_slli_epi32(xi, 1));
+    } else {
+      column = _mm256_slli_epi32(xi, 2);
+    }
+    const __m256i offset = _mm256_add_epi32(_mm256_add_epi32(base, _mm256_mullo_epi32(yi, stride)), column);
+    StorePixels8<C>(_mm256_i32gather_epi32(reinterpret_cast<const int*>(in), offset, 1), out);
+    vx = _mm256_add_epi32(vx, step_x);
+    vy = _mm256_add_epi32(vy, step_y);
+  }
+  return done;
+}
+#endif
+
 // affine_fixed: nearest neighbour in 16.16 fixed point. Pillow adds a0, a3
 // per column and a1, a4 per row in ints: starting a region at (x, y) adds
 // them x and y times at once, exactly.
@@ -143,14 +205,70 @@ void AffineFixed(const Job& j, const AffineMatrix& a) {
   const int rx = j.rect.x, ry = j.rect.y, rx1 = j.rect.x + j.rect.width, ry1 = j.rect.y + j.rect.height;
   const int in_w = j.in_size.width, in_h = j.in_size.height;
   const auto dx = static_cast<std::int32_t>(a0), dy = static_cast<std::int32_t>(a3);
+  const auto inside = [&](std::int32_t xx, std::int32_t yy) {
+    const int xi = xx >> 16, yi = yy >> 16;  // arithmetic shift: floor, as in Pillow
+    return xi >= 0 && xi < in_w && yi >= 0 && yi < in_h;
+  };
+#ifdef STOKER_WARP_AVX2
+  // Offsets are int32 lanes: the input part must be smaller than 2 GiB.
+  const bool vector_rows = (C == 1 || C == 3 || C == 4) && HasAvx2() && j.in.pixels.size() >= 4 &&
+                           j.in.pixels.size() < (std::size_t{1} << 31);
+#endif
   for (int y = ry; y < ry1; ++y) {
     auto xx = static_cast<std::int32_t>(a2 + a1 * y + a0 * rx);
     auto yy = static_cast<std::int32_t>(a5 + a4 * y + a3 * rx);
     std::uint8_t* o = px.Out(rx, y);
-    for (int x = rx; x < rx1; ++x, o += px.c()) {
-      const int xi = xx >> 16;  // arithmetic shift: floor, as in Pillow
-      const int yi = yy >> 16;
-      if (xi >= 0 && xi < in_w && yi >= 0 && yi < in_h) px.Copy(xi, yi, o);
+    int x = rx;
+#ifdef STOKER_WARP_AVX2
+    if constexpr (C == 1 || C == 3 || C == 4) {
+      if (vector_rows) {
+        // The columns whose positions fall inside are one run: xx >> 16 and
+        // yy >> 16 each move one way along a row, so each bound holds on an
+        // interval of it. Outside the run the output keeps its fill.
+        while (x < rx1 && !inside(xx, yy)) {
+          ++x;
+          o += C;
+          xx += dx;
+          yy += dy;
+        }
+        const auto at = [&](int column, std::int32_t start) {  // a position `column - x` steps on, wrapping
+          return static_cast<std::int32_t>(static_cast<std::uint32_t>(start) +
+                                           static_cast<std::uint32_t>(column - x) * static_cast<std::uint32_t>(dx));
+        };
+        const auto at_y = [&](int column, std::int32_t start) {
+          return static_cast<std::int32_t>(static_cast<std::uint32_t>(start) +
+                                           static_cast<std::uint32_t>(column - x) * static_cast<std::uint32_t>(dy));
+        };
+        int end = rx1;
+        while (end > x && !inside(at(end - 1, xx), at_y(end - 1, yy))) --end;
+        if (end - x >= 8) {
+          // Every gathered tap reads 4 bytes, which must stay inside the
+          // buffer. Each coordinate moves one way along the run, so its
+          // extremes are at the run's ends.
+          const std::int64_t x0 = at(x, xx) >> 16, x1 = at(end - 1, xx) >> 16;
+          const std::int64_t y0 = at_y(x, yy) >> 16, y1 = at_y(end - 1, yy) >> 16;
+          const std::int64_t first = px.in_offset + std::min(y0, y1) * px.in_stride + std::min(x0, x1) * C;
+          const std::int64_t last = px.in_offset + std::max(y0, y1) * px.in_stride + std::max(x0, x1) * C;
+          if (first >= 0 && last + 4 <= static_cast<std::int64_t>(j.in.pixels.size())) {
+            const int done = FixedRunAvx2<C>(px.in, static_cast<std::int32_t>(px.in_offset),
+                                             static_cast<std::int32_t>(px.in_stride), xx, yy, dx, dy, end - x, o);
+            xx = at(x + done, xx);
+            yy = at_y(x + done, yy);
+            x += done;
+            o += static_cast<std::ptrdiff_t>(done) * C;
+          }
+        }
+        for (; x < end; ++x, o += C) {
+          px.Copy(xx >> 16, yy >> 16, o);
+          xx += dx;
+          yy += dy;
+        }
+        continue;
+      }
+    }
+#endif
+    for (; x < rx1; ++x, o += px.c()) {
+      if (inside(xx, yy)) px.Copy(xx >> 16, yy >> 16, o);
       xx += dx;
       yy += dy;
     }

@@ -251,6 +251,63 @@ TEST(Warp, TheBilinearEngineIsPillowsFilterPixelForPixel) {
   }
 }
 
+// Pillow's affine_fixed for one output pixel, written out plainly: the
+// position computed for this pixel alone in 64-bit ints (the engine adds the
+// steps along the row, 8 lanes at a time where it can).
+std::array<std::uint8_t, 4> FixedReference(const Image& in, const AffineMatrix& a, int x, int y,
+                                           const std::array<std::uint8_t, 4>& fill) {
+  auto fix = [](double v) { return static_cast<std::int64_t>(std::floor(v * 65536.0 + 0.5)); };
+  const std::int64_t xx = fix(a[2] + a[0] * 0.5 + a[1] * 0.5) + fix(a[1]) * y + fix(a[0]) * x;
+  const std::int64_t yy = fix(a[5] + a[3] * 0.5 + a[4] * 0.5) + fix(a[4]) * y + fix(a[3]) * x;
+  const std::int64_t xi = xx >> 16, yi = yy >> 16;
+  if (xi < 0 || xi >= in.width || yi < 0 || yi >= in.height) return fill;
+  std::array<std::uint8_t, 4> out{};
+  for (int b = 0; b < in.channels; ++b)
+    out[static_cast<std::size_t>(b)] = in.row(static_cast<int>(yi))[xi * in.channels + b];
+  return out;
+}
+
+TEST(Warp, TheFixedPointEngineIsPillowsAffineFixedPixelForPixel) {
+  Rng rng(5, 9);
+  for (const int channels : {3, 1, 4}) {
+    for (int trial = 0; trial < 60; ++trial) {
+      Image in;
+      in.Reset(9 + static_cast<int>(rng.Below(70)), 9 + static_cast<int>(rng.Below(50)), channels);
+      for (auto& v : in.pixels) v = static_cast<std::uint8_t>(rng.Below(256));
+      // Rotations (either way, past 90 degrees: both coordinates moving
+      // either way along a row), shears and scales, some shifted far enough
+      // that whole rows fall outside: all in the fixed-point engine's range.
+      const AffineMatrix m = InverseAffineMatrix({in.width / 2.0, in.height / 2.0}, rng.Uniform(-170, 170),
+                                                 {rng.Uniform(-8, 8), rng.Uniform(-8, 8)}, rng.Uniform(0.4, 2.5),
+                                                 {rng.Uniform(-25, 25), rng.Uniform(-25, 25)});
+      ASSERT_TRUE(m[1] != 0 || m[3] != 0);
+      const Size out_size{in.width + static_cast<int>(rng.Below(9)), in.height + static_cast<int>(rng.Below(9))};
+      const std::array<std::uint8_t, 4> fill{9, 8, 7, 0};
+      Image whole;
+      WarpAffine(in, m, Interpolation::kNearest, {9, 8, 7}, out_size, whole);
+      for (int y = 0; y < out_size.height; ++y)
+        for (int x = 0; x < out_size.width; ++x) {
+          const auto expected = FixedReference(in, m, x, y, fill);
+          for (int b = 0; b < channels; ++b)
+            ASSERT_EQ(whole.row(y)[x * channels + b], expected[static_cast<std::size_t>(b)])
+                << "channels " << channels << " trial " << trial << " at " << x << "," << y << " channel " << b;
+        }
+      // A region drawn from just the pixels it reads: the part's buffer ends
+      // where the region's reads do (its last pixel read as the last 4 bytes).
+      const int w = 1 + static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.width)));
+      const int h = 1 + static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.height)));
+      const Rect rect{static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.width - w + 1))),
+                      static_cast<int>(rng.Below(static_cast<std::uint64_t>(out_size.height - h + 1))), w, h};
+      const Rect needed = InputRegion(m, in.size(), rect);
+      const Image source = needed.width > 0 ? Part(in, needed) : Image{0, 0, channels, {}};
+      Image part;
+      WarpAffineRegion(source, needed.x, needed.y, in.size(), m, Interpolation::kNearest, {9, 8, 7}, out_size, rect,
+                       part);
+      ASSERT_EQ(part.pixels, Part(whole, rect).pixels) << "channels " << channels << " trial " << trial;
+    }
+  }
+}
+
 TEST(Warp, ARegionFromThePixelsItReadsIsThatPartOfTheWholeWarp) {
   const Image in = Gradient(97, 61);
   Rng rng(7, 7);
