@@ -10,6 +10,10 @@
    needs CUDA), 2 ranks on gloo (CUDA tensors through the host; NCCL
    refuses two ranks on one GPU), one SIGKILLed mid-run: each sample once,
    replicas' parameters and loss scales equal, StepLR on schedule.
+3. The in-process mode's own NCCL group for DDP (one rank, one GPU), aborted
+   at step 3 by the armed watch's fault hook as if a member were gone: the
+   step fails, the next generation makes a new NCCL group, each sample once
+   (dry run: 2 ranks over a gloo device group, no fault).
 
     PYTHONPATH=build/gpu/python python3 bench/elastic_gpu_check.py --json OUT.json
     PYTHONPATH=build/release/python .venv/bin/python bench/elastic_gpu_check.py --dry-run   # CPU, gloo
@@ -107,6 +111,36 @@ def main():
                                     "check": check.stdout.strip(), "seconds": time.monotonic() - t0,
                                     "tail": None if main_proc.returncode == 0 else output[-2000:]}
     print("Trainer, model on %s, 2 ranks, one killed: %s" % (device, results["trainer_on_device"]), flush=True)
+
+    # 3. The in-process mode's own device group, made per generation: on the GPU, NCCL with one rank
+    # (NCCL refuses two ranks on one GPU), aborted from the armed watch at step 3 as if a member were
+    # gone; the step fails, the next generation forms a new NCCL group and training goes on, each sample
+    # once. The dry run: 2 ranks over a gloo device group, no fault (gloo's groups cannot be aborted).
+    log = os.path.join(work, "device_group.jsonl")
+    port = free_port()
+    env = dict(os.environ, STOKER_ELASTIC_DEVICE_BACKEND="gloo" if args.dry_run else "nccl")
+    if not args.dry_run:
+        env["STOKER_ELASTIC_TEST_ABORT_AT_STEP"] = "3"
+    ranks = 2 if args.dry_run else 1
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                        "127.0.0.1:%d" % port, "--nproc-per-node", str(ranks), "--min-workers", "1",
+                        "--max-workers", str(ranks), example, "--data", data, "--epochs", "2", "--log", log,
+                        "--device", device, "--timeout", "10"], capture_output=True, text=True, env=env, timeout=300)
+    output = r.stdout + r.stderr
+    check = subprocess.run([sys.executable, example, "--check", log, "--data", data, "--epochs", "2"],
+                           capture_output=True, text=True)
+    backend_name = env["STOKER_ELASTIC_DEVICE_BACKEND"]
+    groups = output.count("(device group: %s)" % backend_name)
+    aborted = "aborting the device group" in output
+    ok = r.returncode == 0 and check.returncode == 0 and groups >= 1 and (args.dry_run or (aborted and groups >= 2))
+    results["device_group_abort_reform"] = {"ok": ok, "backend": backend_name, "ranks": ranks,
+                                            "groups_formed": groups, "aborted": aborted,
+                                            "check": check.stdout.strip(), "seconds": time.monotonic() - t0,
+                                            "tail": None if ok else output[-3000:]}
+    print("in-process device group (%s, %d rank(s))%s: %s" % (
+        backend_name, ranks, "" if args.dry_run else ", aborted at step 3", results["device_group_abort_reform"]),
+        flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

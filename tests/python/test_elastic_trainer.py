@@ -17,27 +17,35 @@ torch = pytest.importorskip("torch")
 import stoker.elastic as elastic  # noqa: E402
 
 
-@pytest.mark.parametrize("how", ["kill", "stop", "torchrun"])
+@pytest.mark.parametrize("how", ["kill", "stop", "torchrun", "device_group"])
 def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed, ddp_reference, tmp_path, how):
     """examples/elastic_ddp.py (its own loop: DDP, StepLR, clipping, 2 micro-batches) under the
     in-process launcher, a worker SIGKILLed or SIGSTOPped mid-run; and under the torchrun path, a worker
     SIGKILLed (all restart from the in-memory snapshots, taken after the scheduler's step). Every rank
     logs every committed step: each sample once per epoch, the replicas' parameter digests equal at
     every step, the learning rate on StepLR's schedule by global step across the failure, and the final
-    parameters an uninterrupted process's."""
+    parameters an uninterrupted process's. "device_group": the in-process kill with DDP over a device
+    group made per generation (gloo standing in for NCCL, whose GPU part is scripts/gpu-check's
+    elastic_nccl)."""
     port = _free_port()
     launch = ["--standalone", "--nproc-per-node", "3"] if how == "torchrun" else [
         "--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "1",
         "--max-workers", "3", "--kill-silent-after", "6"]
+    env = _env()
+    if how == "device_group":
+        env["STOKER_ELASTIC_DEVICE_BACKEND"] = "gloo"
     main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch"] + launch +
                             _ddp_args(packed, tmp_path, how, 0.25),
-                            env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
     victim = _ddp_workers(main, 3)[2]
     os.kill(victim, signal.SIGSTOP if how == "stop" else signal.SIGKILL)
     out = _finish(main)
     assert main.returncode == 0, out[-4000:]
+    if how == "device_group":
+        # Both generations' groups: 3 ranks, then the 2 survivors'.
+        assert "rank 0 of 3 (device group: gloo)" in out and "rank 0 of 2 (device group: gloo)" in out, out[-4000:]
     lines = _ddp_check(packed, tmp_path, how)
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
     assert sizes[0] == 3 and sizes[-1] == (3 if how == "torchrun" else 2), sizes
@@ -246,3 +254,70 @@ def test_straggler_policy_needs_a_streak_of_one_rank():
         elastic.StragglerPolicy(action="kill")
     with pytest.raises(TypeError, match="StragglerPolicy"):
         elastic.Trainer(torch.nn.Linear(2, 2), None, None, epochs=1, straggler=2.0)
+
+
+def test_the_armed_watch_calls_its_abort_once_when_a_member_is_gone():
+    """The watch an abortable device group (NCCL) arms in the heartbeat thread: it calls its abort
+    within the heartbeat timeout (1 s here) of the member after this worker going silent, marks the
+    generation for the others, fires once; a mark left by another member's watch, and the group going
+    on without this worker, fire it too. Alive members do not, nor anything once the job finished."""
+    import datetime
+    import threading
+    import time
+    from torch.distributed import TCPStore
+    from stoker.elastic._rendezvous import Rendezvous
+    port = _free_port()
+    store = TCPStore("127.0.0.1", port, None, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+    watch = Rendezvous("127.0.0.1:%d" % port, 1, 2, heartbeat_interval=0.1, heartbeat_timeout=1.0)
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(0.1):
+            store.add("hb/peer-b", 1)
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+
+    def wait_for(fired, seconds):
+        start = time.monotonic()
+        while not fired and time.monotonic() - start < seconds:
+            time.sleep(0.02)
+        return time.monotonic() - start
+    try:
+        fired = []
+        watch.arm("peer-b", 1, fired.append)
+        time.sleep(2.5)
+        assert fired == [], fired  # its heartbeat moves
+        stop.set()
+        took = wait_for(fired, 6.0)
+        assert len(fired) == 1 and "peer-b stopped answering" in fired[0], fired
+        assert took < 3.0, took  # heartbeat_timeout 1 s, a check every 0.5 s
+        assert watch.aborted_why == fired[0]
+        assert store.get("g1/gone").decode() == fired[0]  # the others' watches read it
+        time.sleep(1.0)
+        assert len(fired) == 1  # once
+
+        marked = []
+        watch.arm(None, 2, marked.append)  # alone: no successor to watch, only the mark
+        time.sleep(1.0)
+        assert marked == []
+        store.set("g2/gone", "peer-c died (its launcher reaped it)")
+        wait_for(marked, 3.0)
+        assert marked == ["peer-c died (its launcher reaped it)"]
+
+        left = []
+        watch.arm(None, 3, left.append)
+        store.add("gen", 5)
+        wait_for(left, 3.0)
+        assert len(left) == 1 and "went on to generation 5" in left[0], left
+        watch.disarm()
+        assert watch.aborted_why is None
+
+        finished = []  # the job is done: a member leaving then is no failure
+        watch.arm(None, 6, finished.append)
+        store.set("finished", "10")
+        store.set("g6/gone", "peer-d stopped answering")
+        time.sleep(1.5)
+        assert finished == []
+    finally:
+        stop.set()
+        watch.close()

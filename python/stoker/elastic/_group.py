@@ -35,8 +35,11 @@ class Group:
     for it."""
 
     def __init__(self, pg, rank, world_size, generation, watch=None, poll=0.5, device_pg=None, probe=None,
-                 commit_pg=None):
+                 commit_pg=None, owns_device_pg=False):
         self.pg, self.rank, self.world_size, self.generation = pg, rank, world_size, generation
+        # The in-process mode makes a device group per generation (and aborts it on failure); torchrun's is the
+        # program's own default group, never aborted here.
+        self.owns_device_pg = owns_device_pg
         self.watch, self.poll = watch, poll
         # The commit's small collective runs on a gloo group of its own: on ``pg`` it would queue beside
         # DDP's all-reduce (measured: +3% of a 63 ms step on 3 CPU workers, +0.7% on its own group).
@@ -128,12 +131,114 @@ class _Pending:
             raise self.group._failure(e) from e
 
 
+def _as_process_group(backend, store, rank, world_size, timeout, kind):
+    """``backend`` (a ProcessGroupGloo or ProcessGroupNCCL made here) as a
+    ProcessGroup that DistributedDataParallel takes. On torch 1.x the
+    backend is one; from torch 2.0 it is a ``Backend``, which DDP refuses,
+    and is registered into a ProcessGroup as torch's own new_group does
+    (torch 2.0-2.5: ProcessGroup options name the backend; 2.6 on: a
+    default backend type is set)."""
+    dist = _dist()
+    process_group = dist.ProcessGroup
+    if isinstance(backend, process_group) or not hasattr(process_group, "_register_backend"):
+        return backend
+    import torch
+    backend_type = getattr(process_group.BackendType, kind.upper())
+    if hasattr(process_group, "_set_default_backend"):
+        pg = process_group(store, rank, world_size)
+        pg._set_default_backend(backend_type)
+    else:
+        pg = process_group(store, rank, world_size,
+                           process_group.Options(backend=kind, timeout=datetime.timedelta(seconds=timeout)))
+    if hasattr(backend, "_set_sequence_number_for_group"):
+        backend._set_sequence_number_for_group()
+    devices = ["cuda"] if kind == "nccl" else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        pg._register_backend(torch.device(device), backend_type, backend)
+    return pg
+
+
 def make_gloo(store, prefix, rank, world_size, timeout):
     dist = _dist()
     if world_size == 1:
         return None
-    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, world_size,
-                                 datetime.timedelta(seconds=timeout))
+    prefixed = dist.PrefixStore(prefix, store)
+    backend = dist.ProcessGroupGloo(prefixed, rank, world_size, datetime.timedelta(seconds=timeout))
+    return _as_process_group(backend, prefixed, rank, world_size, timeout, "gloo")
+
+
+def make_device_group(backend, store, prefix, rank, world_size, timeout, at_world_one=False):
+    """The in-process mode's group for the model's own collectives (DDP's
+    gradients), one per generation: NCCL for a model on a GPU, or gloo
+    (its plumbing, tested on CPU). None for world size 1, unless
+    ``at_world_one`` (an NCCL group asked for by name: DDP then runs over it
+    alone, which is what a one-GPU check of abort and re-form needs)."""
+    if backend is None or (world_size == 1 and not (at_world_one and backend == "nccl")):
+        return None
+    if backend == "gloo":
+        return make_gloo(store, prefix, rank, world_size, timeout)
+    if backend != "nccl":
+        raise ValueError("device_backend is 'nccl', 'gloo' or None, not %r" % (backend,))
+    dist = _dist()
+    if not dist.is_nccl_available():
+        raise RuntimeError("device_backend='nccl': this torch was built without NCCL")
+    prefixed = dist.PrefixStore(prefix, store)
+    span = datetime.timedelta(seconds=timeout)
+    options = getattr(dist.ProcessGroupNCCL, "Options", None)
+    if options is not None:
+        opts = options()
+        if hasattr(opts, "_timeout"):
+            opts._timeout = span
+        backend = dist.ProcessGroupNCCL(prefixed, rank, world_size, opts)
+    else:
+        backend = dist.ProcessGroupNCCL(prefixed, rank, world_size, span)
+    return _as_process_group(backend, prefixed, rank, world_size, timeout, "nccl")
+
+
+def _abort_method(pg):
+    """The callable that aborts ``pg``'s communicators, or None: the group's
+    own abort() (torch 2.6 on), its CUDA backend's abort(), or NCCL's
+    _shutdown() (torch 2.0-2.5, which aborts its communicators)."""
+    if pg is None:
+        return None
+    if hasattr(pg, "abort"):
+        return pg.abort
+    candidates = [pg]
+    get_backend = getattr(pg, "_get_backend", None)
+    if get_backend is not None:
+        try:
+            import torch
+            candidates.append(get_backend(torch.device("cuda")))
+        except Exception:  # noqa: BLE001 - no CUDA backend in this group
+            pass
+    for candidate in candidates:
+        if hasattr(candidate, "abort"):
+            return candidate.abort
+        if type(candidate).__name__ == "ProcessGroupNCCL" and hasattr(candidate, "_shutdown"):
+            return candidate._shutdown
+    return None
+
+
+def abort_group(pg):
+    """Aborts a process group's communicators, so that every collective in
+    flight on it (an NCCL kernel waiting for a dead peer would wait forever)
+    ends with an error, from any thread. True when the group could be
+    aborted: NCCL's can; gloo's cannot on torch 1.13 (its collectives fail
+    when a peer's connection closes, or at their timeout)."""
+    abort = _abort_method(pg)
+    if abort is None:
+        return False
+    try:
+        abort()
+        return True
+    except Exception as e:  # noqa: BLE001 - an abort that fails leaves the group to its timeout
+        log.warning("could not abort a process group: %s", e)
+        return False
+
+
+def can_abort(pg):
+    """Whether abort_group(pg) can end its collectives (without doing it)."""
+    return _abort_method(pg) is not None
 
 
 def connect_store(endpoint, timeout, is_master=False):

@@ -11,7 +11,7 @@ import os
 import time
 
 from . import ElasticError, PeerFailure
-from ._group import Group
+from ._group import Group, abort_group
 from ._rendezvous import Rendezvous
 
 log = logging.getLogger("stoker.elastic")
@@ -60,8 +60,25 @@ class Membership:
                 if int(self.rendezvous.store.add("gen", 0)) > 0:
                     self.rendezvous.request_join()  # a group is running: ask it to make room
             previous_generation = self.group.generation if self.group is not None else 0
+            self.rendezvous.device_backend, self.rendezvous.device_backend_explicit = self._device_backend()
             self.group, self.members = self.rendezvous.next_group(self.members or None, previous_generation)
         self.summary.world_sizes.append(self.group.world_size)
+
+    def _device_backend(self):
+        """(backend, asked by name) of the in-process mode's device group:
+        ``device_backend=`` (or STOKER_ELASTIC_DEVICE_BACKEND) "nccl", "gloo"
+        or "none"; by default NCCL for a model on a GPU where torch has it,
+        none otherwise (the gloo group then takes the model's collectives)."""
+        choice = os.environ.get("STOKER_ELASTIC_DEVICE_BACKEND") or getattr(self, "device_backend", None)
+        if choice in (None, "", "auto"):
+            import torch.distributed as dist
+            on_gpu = self._device().type == "cuda"
+            return ("nccl" if on_gpu and dist.is_nccl_available() else None), False
+        if choice == "none":
+            return None, False
+        if choice not in ("nccl", "gloo"):
+            raise ElasticError("device_backend is 'nccl', 'gloo', 'none' or 'auto', not %r" % (choice,))
+        return choice, True
 
     def _agree_and_sync(self):
         """Agree on the newest state among the group and give it to everyone.
@@ -125,9 +142,17 @@ class Membership:
         # timeout, so it is kept until then.
         now = time.monotonic()
         self.graveyard = [(t, pg) for t, pg in self.graveyard if now - t < self.timeout + 5.0]
+        if self.rendezvous is not None:
+            self.rendezvous.disarm()
         if in_flight:
             self.graveyard.append((now, self.group.pg))
             self.graveyard.append((now, self.group.commit_pg))
+        if self.group.owns_device_pg and self.group.device_pg is not None:
+            # NCCL's communicators are aborted (a kernel waiting for the dead peer ends); a gloo device group
+            # cannot be, and goes the way of the others.
+            if not abort_group(self.group.device_pg) and in_flight:
+                self.graveyard.append((now, self.group.device_pg))
+            self.group.device_pg = None
         self.group.pg = self.group.commit_pg = None
         gc.collect()
         self.summary.reconfigurations += 1
@@ -162,6 +187,7 @@ class Membership:
     def _done(self):
         """The epochs are trained: workers still trying to join are told to stop."""
         if self.rendezvous is not None:
+            self.rendezvous.disarm()
             self.rendezvous.finish(self.step)
 
     def _refuse_commit_if_away(self, since):

@@ -10,6 +10,9 @@ Store keys of the in-process rendezvous (all under the launcher's store):
   joins               bumped by every worker that asks to join a running group
   hb/<id>             a worker's heartbeat counter (bumped by a thread)
   dead/<id>           set by the launcher when it reaps a worker
+  g<N>/gone           why a member of generation N is gone, set by the first
+                      worker whose watch saw it (an abortable device group:
+                      the others read it and abort theirs too)
   finished            the last step, set by the group when the job is done: a
                       worker still trying to join (woken from a hang, or late)
                       then stops instead of waiting for a group that will not come
@@ -24,7 +27,8 @@ import threading
 import time
 
 from . import ElasticError, PeerFailure
-from ._group import Group, JobFinished, _peek, connect_store, make_gloo, worker_id
+from ._group import Group, JobFinished, _peek, abort_group, can_abort, connect_store, make_device_group, make_gloo, \
+    worker_id
 from ._store_calls import _Caller
 
 log = logging.getLogger("stoker.elastic")
@@ -67,6 +71,14 @@ class Rendezvous:
         self._seen_beats = {}  # what the heartbeat thread's checks saw, published for the rendezvous
         self.joins_seen = 0
         self._joins_wanted, self._joins_read = False, None  # pending_joins(): asked for, and the last read
+        # The device group (NCCL) for the model's collectives, made per generation: None, "nccl" or "gloo";
+        # explicit: asked for by name (an NCCL group then forms at world size 1 too).
+        self.device_backend, self.device_backend_explicit = None, False
+        # (successor, generation, on_gone) while a group with an abortable device group runs: the heartbeat
+        # thread watches the member after this one and the generation's "gone" mark, and calls on_gone(why)
+        # once. An NCCL collective waiting for a dead peer never ends by itself: the abort ends it.
+        self._armed = None
+        self.aborted_why = None  # why the armed watch aborted the device group, for the failure's message
         self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_interval,), daemon=True,
                                       name="stoker-elastic-heartbeat")
         self._beat.start()
@@ -84,7 +96,8 @@ class Rendezvous:
         caller = _Caller(lambda: connect_store(self.endpoint, self.rendezvous_timeout),
                          patience=self.heartbeat_timeout / 2)
         beats = {}  # member -> (heartbeat count, when it last moved), this thread's own
-        last_check = 0.0
+        armed_beats = {}
+        last_check = last_armed_check = 0.0
         while True:
             self._wake.wait(interval)  # a tick, or the main thread asking for a check at once
             self._wake.clear()
@@ -112,8 +125,60 @@ class Rendezvous:
                     beats = seen
                     self._seen_beats = dict(beats)
                     self._verdict = (members, generation, why)
+                armed = self._armed
+                if armed is not None and now - last_armed_check >= 0.45:
+                    last_armed_check = now
+                    seen = dict(armed_beats)
+                    why, mine = caller.run(lambda store: self._armed_check(store, armed[0], armed[1], seen))
+                    armed_beats = seen
+                    if why is not None and self._armed is armed:
+                        if mine:  # the others' watches read it at their next check (O(N) store calls a tick)
+                            caller.run(lambda store: store.compare_set("g%d/gone" % armed[1], "", why))
+                        self._fire(armed, why)
             except Exception:  # noqa: BLE001 - the store is unreachable: the main thread's own calls say so
                 pass
+
+    def _armed_check(self, store, successor, generation, beats):
+        """(why, found here) for the armed watch: the successor gone, another
+        member's watch having marked the generation, or the group gone on;
+        nothing once the job has finished (a member that finished first
+        leaves, and the others need no collective after their last commit).
+        At most 4 store calls, 5 when something is found."""
+        why = self._gone(store, [successor], beats) if successor is not None else None
+        mine = why is not None
+        if why is None:
+            why = _peek(store, "g%d/gone" % generation) or self._went_on(store, generation)
+        if why is not None and _peek(store, "finished") is not None:
+            return None, False
+        return why, mine
+
+    def arm(self, successor, generation, on_gone):
+        """Watches ``successor`` (the member after this worker; None alone)
+        and generation ``generation``'s "gone" mark from the heartbeat
+        thread, every 0.5 s, and calls ``on_gone(why)`` there once when
+        either says a member is gone."""
+        self._armed = (successor, generation, on_gone)
+        self.aborted_why = None
+
+    def disarm(self):
+        self._armed = None
+        self.aborted_why = None
+
+    def _fire(self, armed, why):
+        if self._armed is not armed:
+            return
+        self._armed = None
+        self.aborted_why = why
+        try:
+            armed[2](why)
+        except Exception as e:  # noqa: BLE001 - never on the heartbeat thread's account
+            log.warning("aborting the device group failed: %s", e)
+
+    def fire_armed(self, why):
+        """Calls the armed watch's on_gone now (the tests' fault injection)."""
+        armed = self._armed
+        if armed is not None:
+            self._fire(armed, why)
 
     def _local_heartbeat(self, interval):
         while not self._stop.wait(interval):
@@ -240,12 +305,23 @@ class Rendezvous:
                 try:
                     pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
                     commit_pg = make_gloo(self.store, "pg%d-commit" % generation, index, size, self.timeout)
+                    device_pg = make_device_group(self.device_backend, self.store, "pg%d-device" % generation, index,
+                                                  size, self.timeout, at_world_one=self.device_backend_explicit)
                 except RuntimeError as e:  # a member died while the group connected
                     raise PeerFailure("generation %d could not connect: %s" % (generation, e)) from e
-                log.info("generation %d: rank %d of %d", generation, index, size)
+                log.info("generation %d: rank %d of %d%s", generation, index, size,
+                         " (device group: %s)" % self.device_backend if device_pg is not None else "")
                 others = [m for m in members if m != self.id]
+                if can_abort(device_pg):
+                    successor = members[(index + 1) % size] if size > 1 else None
+
+                    def on_gone(why, pg=device_pg, generation=generation):
+                        log.warning("generation %d: %s; aborting the device group", generation, why)
+                        abort_group(pg)
+                    self.arm(successor, generation, on_gone)
                 return Group(pg, index, size, generation, watch=self.watch(others, generation),
-                             probe=lambda: self.probe(others), commit_pg=commit_pg), members
+                             probe=lambda: self.probe(others), commit_pg=commit_pg, device_pg=device_pg,
+                             owns_device_pg=device_pg is not None), members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
             previous = None

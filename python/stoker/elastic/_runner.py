@@ -104,6 +104,7 @@ class _Runner(_saved.Saving, Membership):
         self.in_flight = False
         self.group = None
         self.rendezvous = None
+        self.device_backend = None  # the in-process mode's device group (see run())
         self.members = []
         self.snapshots = None
         self.snapshot_every = snapshot_every
@@ -355,7 +356,8 @@ def _exit_on_sigterm(signum, frame):
 
 def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpointer=None, on_commit=None,
         extra_state=None, timeout=30.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2, mode=None,
-        join_timeout=None, rendezvous_timeout=600.0, on_commit_all_ranks=False, straggler=None):
+        join_timeout=None, rendezvous_timeout=600.0, on_commit_all_ranks=False, straggler=None,
+        device_backend=None):
     """Trains ``epochs`` epochs of ``loader`` elastically and returns a RunSummary.
 
     ``train_step(images, labels)`` returns the mean loss of the samples it is
@@ -398,6 +400,13 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     ``straggler``: a StragglerPolicy, which evicts (or names) a worker that
     stays slower than the others (its own time: from taking its batch to
     the end of its backward pass, before the gradients' reduction).
+
+    ``device_backend`` (in-process mode): the group for the gradients of a
+    model on a GPU, made anew each generation: "nccl" (the default for a
+    model on a GPU), "gloo", or "none" (the host's gloo group takes them).
+    On a failure the NCCL group is aborted, from the heartbeat thread as soon
+    as a member is found gone, so that a collective waiting for a dead peer
+    ends instead of hanging; the survivors then form the next generation.
     """
     if straggler is not None and not isinstance(straggler, StragglerPolicy):
         raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
@@ -405,5 +414,6 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
                      timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
                      _join_timeout(timeout, join_timeout), rendezvous_timeout)
     runner.on_commit_all_ranks = on_commit_all_ranks
+    runner.device_backend = device_backend
     runner.straggler = None if straggler is None else StragglerWatch(straggler, runner)
     return runner.run()

@@ -29,6 +29,7 @@ Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
 """
 import contextlib
 import logging
+import os
 import time
 import types
 
@@ -88,13 +89,15 @@ class Trainer:
     optimizer step)}. ``ddp``: keyword arguments for DistributedDataParallel.
     ``straggler``: a StragglerPolicy, which evicts (or names) a worker that
     is slower than the others step after step (None: a slow worker is only
-    waited for, up to ``timeout`` per collective).
+    waited for, up to ``timeout`` per collective). ``device_backend``: the
+    group DDP runs over in the in-process mode (NCCL by default for a model
+    on a GPU, aborted on failure: see stoker.elastic.run).
     The rest as stoker.elastic.run."""
 
     def __init__(self, model, optimizer, loader, *, epochs, scheduler=None, scaler=None, policy=None,
                  checkpointer=None, on_commit=None, ddp=None, timeout=30.0, mode=None, join_timeout=None,
                  rendezvous_timeout=600.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2,
-                 straggler=None):
+                 straggler=None, device_backend=None):
         if straggler is not None and not isinstance(straggler, StragglerPolicy):
             raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
         extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
@@ -102,6 +105,7 @@ class Trainer:
                           snapshot_dir, snapshot_every, snapshot_copies, mode,
                           _join_timeout(timeout, join_timeout), rendezvous_timeout)
         self._r.on_commit_all_ranks = True
+        self._r.device_backend = device_backend
         self.module, self.model, self.optimizer = model, model, optimizer
         self._ddp_kwargs = dict(ddp or {})
         self._failure = None
@@ -152,10 +156,13 @@ class Trainer:
         except PeerFailure as e:
             self._failure = e
         except RuntimeError as e:
-            if not any(s in str(e) for s in _PEER_TROUBLE) and not self._peer_gone():
+            aborted = self._r.rendezvous.aborted_why if self._r.rendezvous is not None else None
+            if not any(s in str(e) for s in _PEER_TROUBLE) and not self._peer_gone() and aborted is None:
                 raise
-            self._failure = PeerFailure("generation %d: %s" % (self._r.group.generation,
-                                                               str(e).splitlines()[0][:300]))
+            why = str(e).splitlines()[0][:300]
+            if aborted is not None:
+                why = "%s (the device group was aborted: %s)" % (why, aborted)
+            self._failure = PeerFailure("generation %d: %s" % (self._r.group.generation, why))
 
     def _peer_gone(self):
         """Whether the group's watch (heartbeats, the launcher's marks) sees a member gone, asked now."""
@@ -277,6 +284,7 @@ class Trainer:
         self._handed_out = asked
         self._committed = False
         self._start_ids()
+        _test_abort(r)
         return item
 
     def _rebuild(self):
@@ -286,12 +294,15 @@ class Trainer:
         self._it = None
         g = self._r.group
         self._own_time = None
-        if g.world_size == 1:
+        if g.world_size == 1 and not g.owns_device_pg:  # alone (a one-rank NCCL group only when asked for)
             self.model = self.module
             return
         from torch.nn.parallel import DistributedDataParallel
         try:
-            self.model = DistributedDataParallel(self.module, process_group=g.pg, **self._ddp_kwargs)
+            # The gradients over the device group where there is one (NCCL: the in-process mode's own, or the
+            # program's under torchrun), the host's gloo group otherwise.
+            pg = g.device_pg if g.device_pg is not None else g.pg
+            self.model = DistributedDataParallel(self.module, process_group=pg, **self._ddp_kwargs)
         except RuntimeError as e:  # its constructor's collectives met a failed peer: the loop re-forms
             if not any(s in str(e) for s in _PEER_TROUBLE) and not self._peer_gone():
                 raise
@@ -411,3 +422,13 @@ class Trainer:
         for p in self.module.parameters():
             if p.requires_grad:
                 p.register_hook(stamp)
+
+
+def _test_abort(r):
+    """Fault injection for the GPU check: the armed watch fires as the batch
+    of step STOKER_ELASTIC_TEST_ABORT_AT_STEP is handed out, once (the
+    device group is aborted as if a member were gone; the step then fails
+    and the group re-forms)."""
+    spec = os.environ.get("STOKER_ELASTIC_TEST_ABORT_AT_STEP")
+    if spec and int(spec) == r.step + 1 and r.rendezvous is not None and r.summary.reconfigurations == 0:
+        r.rendezvous.fire_armed("test fault: aborting the device group at step %d" % (r.step + 1))

@@ -118,7 +118,9 @@ def torchrun_argv(args):
         argv.append("--standalone")
     if args.rdzv_backend or args.standalone or lo != hi:
         argv += ["--rdzv_conf", ",".join("%s=%s" % kv for kv in conf.items())]
-    return argv + [args.script] + list(args.script_args)
+    # "--" before the script: torchrun's parser abbreviates options, so a script's own "--log" would be taken
+    # for an ambiguous prefix of torchrun's --log-dir / --logs-specs (torch 2.x) and refused.
+    return argv + ["--", args.script] + list(args.script_args)
 
 
 def _run_torchrun(args):
