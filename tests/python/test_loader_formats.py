@@ -30,7 +30,7 @@ def sources(demo_images):
         rgba.putalpha(200)
         out.append(("png rgba", encoded(rgba, "PNG")))
         out.append(("png palette", encoded(rgb.convert("P"), "PNG")))
-        gray16 = Image.fromarray((np.asarray(rgb.convert("L")).astype(np.int32) * 257), "I")
+        gray16 = Image.fromarray(np.asarray(rgb.convert("L")).astype(np.uint16) * 257)  # I;16: Pillow 13 writes it
         out.append(("png gray16", encoded(gray16, "PNG")))
         out.append(("webp", encoded(rgb, "WEBP", quality=90)))
         out.append(("webp lossless", encoded(rgb, "WEBP", lossless=True)))
