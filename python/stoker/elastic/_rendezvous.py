@@ -78,6 +78,7 @@ class Rendezvous:
         # thread watches the member after this one and the generation's "gone" mark, and calls on_gone(why)
         # once. An NCCL collective waiting for a dead peer never ends by itself: the abort ends it.
         self._armed = None
+        self._fire_lock = threading.Lock()
         self.aborted_why = None  # why the armed watch aborted the device group, for the failure's message
         self._beat = threading.Thread(target=self._heartbeat, args=(heartbeat_interval,), daemon=True,
                                       name="stoker-elastic-heartbeat")
@@ -165,10 +166,11 @@ class Rendezvous:
         self.aborted_why = None
 
     def _fire(self, armed, why):
-        if self._armed is not armed:
-            return
-        self._armed = None
-        self.aborted_why = why
+        with self._fire_lock:  # the heartbeat thread and fire_armed() may both find it armed
+            if self._armed is not armed:
+                return
+            self._armed = None
+            self.aborted_why = why
         try:
             armed[2](why)
         except Exception as e:  # noqa: BLE001 - never on the heartbeat thread's account
