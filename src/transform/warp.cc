@@ -169,29 +169,26 @@ void AffineFixed(const Job& j, const AffineMatrix& a) {
           xx += dx;
           yy += dy;
         }
-        const auto at = [&](int column, std::int32_t start) {  // a position `column - x` steps on, wrapping
+        // A position `column - x` steps of `delta` on from `start` (x's), wrapping as the int32 sums do.
+        const auto at = [&](int column, std::int32_t start, std::int32_t delta) {
           return static_cast<std::int32_t>(static_cast<std::uint32_t>(start) +
-                                           static_cast<std::uint32_t>(column - x) * static_cast<std::uint32_t>(dx));
-        };
-        const auto at_y = [&](int column, std::int32_t start) {
-          return static_cast<std::int32_t>(static_cast<std::uint32_t>(start) +
-                                           static_cast<std::uint32_t>(column - x) * static_cast<std::uint32_t>(dy));
+                                           static_cast<std::uint32_t>(column - x) * static_cast<std::uint32_t>(delta));
         };
         int end = rx1;
-        while (end > x && !inside(at(end - 1, xx), at_y(end - 1, yy))) --end;
+        while (end > x && !inside(at(end - 1, xx, dx), at(end - 1, yy, dy))) --end;
         if (end - x >= 8) {
           // Every gathered tap reads 4 bytes, which must stay inside the
           // buffer. Each coordinate moves one way along the run, so its
           // extremes are at the run's ends.
-          const std::int64_t x0 = at(x, xx) >> 16, x1 = at(end - 1, xx) >> 16;
-          const std::int64_t y0 = at_y(x, yy) >> 16, y1 = at_y(end - 1, yy) >> 16;
+          const std::int64_t x0 = at(x, xx, dx) >> 16, x1 = at(end - 1, xx, dx) >> 16;
+          const std::int64_t y0 = at(x, yy, dy) >> 16, y1 = at(end - 1, yy, dy) >> 16;
           const std::int64_t first = px.in_offset + std::min(y0, y1) * px.in_stride + std::min(x0, x1) * C;
           const std::int64_t last = px.in_offset + std::max(y0, y1) * px.in_stride + std::max(x0, x1) * C;
           if (first >= 0 && last + 4 <= static_cast<std::int64_t>(j.in.pixels.size())) {
             const int done = FixedRunAvx2(C, px.in, static_cast<std::int32_t>(px.in_offset),
                                           static_cast<std::int32_t>(px.in_stride), xx, yy, dx, dy, end - x, o);
-            xx = at(x + done, xx);
-            yy = at_y(x + done, yy);
+            xx = at(x + done, xx, dx);
+            yy = at(x + done, yy, dy);
             x += done;
             o += static_cast<std::ptrdiff_t>(done) * C;
           }
