@@ -1,5 +1,6 @@
 // A FileSystem that passes through to the real one but injects faults:
-// a full disk after N bytes, files that vanish, reads that come up short.
+// a full disk after N bytes, files that vanish, reads that come up short,
+// reads held until the test releases them.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,12 @@ class FaultFileSystem : public FileSystem {
   std::string short_reads_for_suffix;
   // What FreeBytes reports (unset: the real file system's answer).
   std::optional<std::uint64_t> free_bytes;
+  // While true, ReadBatch waits (a loader's reads stall until released).
+  std::atomic<bool> reads_held{false};
+  void ReleaseReads() {
+    reads_held = false;
+    reads_held.notify_all();
+  }
 
   Result<std::unique_ptr<ReadableFile>> OpenForRead(const std::string& path) override {
     if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
@@ -55,7 +62,11 @@ class FaultFileSystem : public FileSystem {
     if (free_bytes) return *free_bytes;
     return base_->FreeBytes(path);
   }
-  // ReadBatch: the default, one ReadExactAt per request through the faulty files.
+  // The default, one ReadExactAt per request through the faulty files, once released.
+  void ReadBatch(std::span<ReadRequest> requests) override {
+    reads_held.wait(true);
+    FileSystem::ReadBatch(requests);
+  }
 
  private:
   class FaultyWriter : public WritableFile {

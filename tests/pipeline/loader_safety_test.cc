@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fault_file_system.h"
 #include "format/index_format.h"
 #include "pipeline/loader_test_util.h"
 
@@ -112,7 +113,14 @@ TEST(LoaderSafety, LimitsAndRanksAreCheckedWithMessagesNamingTheOption) {
 
 TEST(LoaderSafety, NextWithATimeoutSaysSoAndLosesNothing) {
   TempDir dir;
-  auto dataset = MakeDataset(dir);
+  MakeDataset(dir);
+  // Reads are held until the first timeout has been seen, so that one is
+  // certain however the threads are scheduled.
+  testing::FaultFileSystem fs;
+  fs.reads_held = true;
+  auto opened = Dataset::Open(dir / "out", &fs);
+  ASSERT_TRUE(opened.ok()) << opened.error().ToString();
+  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
   auto o = SmallOptions();
   o.threads = 1;
   auto loader = Loader::Create(dataset, o);
@@ -124,6 +132,7 @@ TEST(LoaderSafety, NextWithATimeoutSaysSoAndLosesNothing) {
     if (!next.ok()) {
       ASSERT_EQ(next.error().code(), StatusCode::kDeadlineExceeded) << next.error().ToString();
       ++timeouts;
+      fs.ReleaseReads();
       continue;
     }
     if (!next->has_value()) break;
