@@ -332,11 +332,13 @@ def _agents(rdzv, packed, tmp_path, name, n, delay):
             for _ in range(n)]
 
 
-def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name):
+def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name, whole_node):
     """Two nodes (agents) start, a third joins (2 -> 3), then that node is
-    lost whole, agent and worker (3 -> 2). The first agent starts alone: with
-    c10d it hosts the rendezvous store, whose loss would end the job (etcd has
-    no such single point)."""
+    lost (3 -> 2): whole, agent and worker, or its agent alone (SIGKILL, the
+    OOM killer), which leaves the worker running as an orphan on torch >= 2.0
+    (workers have their own session); the orphan must leave the job. The
+    first agent starts alone: with c10d it hosts the rendezvous store, whose
+    loss would end the job (etcd has no such single point)."""
     agents = _agents(rdzv, packed, tmp_path, name, 1, 0.4)
     time.sleep(1.5)
     agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)
@@ -345,13 +347,24 @@ def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name):
     agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)  # a third node joins: 2 -> 3
     deadline = time.monotonic() + 120
     while 3 not in [r["world_size"] for r in _lines(log)]:
-        assert time.monotonic() < deadline, "the third agent never joined"
+        if time.monotonic() > deadline:
+            for a in agents:
+                _kill_node(a)
+            pytest.fail("the third agent never joined (world sizes %s):\n%s" % (
+                [r["world_size"] for r in _lines(log)],
+                "\n".join("agent %d:\n%s" % (i, a.communicate()[0][-2500:]) for i, a in enumerate(agents))))
         assert agents[0].poll() is None, agents[0].stdout.read()[-4000:]
         time.sleep(0.1)
-    os.killpg(agents[2].pid, signal.SIGKILL)  # a whole node is lost: 3 -> 2
+    if whole_node:
+        _kill_node(agents[2])
+    else:
+        os.kill(agents[2].pid, signal.SIGKILL)
     agents[2].wait()
     outs = [_finish(a, timeout=180) for a in agents[:2]]
-    _finish(agents[2])
+    lost_out = _finish(agents[2], timeout=30)  # its output ends when the orphan's does
+    if not whole_node:
+        assert "the torchrun agent (pid %d) that started this worker is gone" % agents[2].pid in lost_out, \
+            lost_out[-4000:]
     for a, out in zip(agents[:2], outs):
         assert a.returncode == 0, out[-4000:]
     lines = _check_log(tmp_path, name)
@@ -363,10 +376,20 @@ def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name):
     return outs
 
 
+def _kill_node(agent):
+    """Kills an agent and its workers, which torch >= 2.0 starts in sessions of their own."""
+    workers = _workers(agent, at_least=0) if agent.poll() is None else []
+    for pid in [agent.pid] + workers:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_torchrun_c10d_nodes_join_and_leave(packed, reference, tmp_path):
     port = _free_port()
     _torchrun_join_and_leave(["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id",
-                              "c10d-%d" % port], packed, reference, tmp_path, "c10d")
+                              "c10d-%d" % port], packed, reference, tmp_path, "c10d", whole_node=False)
 
 
 @pytest.fixture
@@ -398,7 +421,7 @@ def test_torchrun_etcd_nodes_join_and_leave(packed, reference, tmp_path, etcd):
     # A new id per job, as torchrun asks: a job resumes from the snapshots its id names.
     _torchrun_join_and_leave(["--rdzv-backend", "etcd", "--rdzv-endpoint", etcd, "--rdzv-id",
                               "etcd-%d" % _free_port()],
-                             packed, reference, tmp_path, "etcd")
+                             packed, reference, tmp_path, "etcd", whole_node=True)
 
 
 def test_launcher_refuses_bad_flags():
@@ -557,3 +580,13 @@ def test_a_programs_nccl_group_gets_only_cuda_tensors():
     alone = Group(gloo, 0, 2, 0)  # gloo only: CUDA tensors too (through the host)
     alone.allreduce(CudaTensor())
     assert gloo.seen[-1] == ("allreduce", True)
+
+
+def test_the_launcher_unshares_the_store_only_on_the_torch_versions_that_need_it():
+    from stoker.elastic._torchrun_compat import shares_store_by_restart_count
+    assert shares_store_by_restart_count("2.4.0")
+    assert shares_store_by_restart_count("2.5.1+cu124")
+    assert not shares_store_by_restart_count("1.13.1")
+    assert not shares_store_by_restart_count("2.3.1")
+    assert not shares_store_by_restart_count("2.6.0")
+    assert not shares_store_by_restart_count("2.11.0a0+git")

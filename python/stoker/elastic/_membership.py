@@ -3,11 +3,14 @@ rendezvous' generations), agreeing on the newest committed step and handing
 its state to whoever is behind or new, re-forming after a failure or a join,
 and the start and end of a run. Mixed into _Runner, whose attributes it
 uses."""
+import contextlib
 import ctypes
 import gc
 import io
 import logging
 import os
+import signal
+import threading
 import time
 
 from . import ElasticError, PeerFailure
@@ -30,24 +33,32 @@ class Membership:
             # torch's own env:// initialisation knows how each version shares the store between rounds.
             import datetime
             import torch.distributed as dist
+            span = datetime.timedelta(seconds=self.timeout)
             if not dist.is_initialized():
+                # The round's workers start at their own pace (importing torch 2 alone takes seconds, more on a
+                # busy host): forming waits longer than a collective. A peer that dies meanwhile makes its
+                # agent restart the round, which ends this wait sooner.
+                forming = min(self.rendezvous_timeout, max(self.timeout, 60.0))
+                _warn_if_store_shared_by_restart_count()
                 try:
-                    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=self.timeout))
+                    with _sigterm_ends_at_once():  # the agent ending the round must not wait for this wait
+                        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=forming))
                 except RuntimeError as e:
                     raise PeerFailure("could not form the group of this round: %s" % e) from e
-            pg, device_pg = dist.distributed_c10d._get_default_group(), None
-            if dist.get_backend(pg) != "gloo":
+            default_pg, device_pg = dist.distributed_c10d._get_default_group(), None
+            if dist.get_backend(default_pg) != "gloo":
                 # The program's own group (NCCL) takes CUDA tensors only: the runner's host tensors (sample
                 # ids, agreement, the state's bytes) go through a gloo group beside it, the gradients through
                 # the program's group.
-                device_pg = pg
-                pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+                device_pg = default_pg
             commit_pg = None
-            if dist.get_world_size() > 1:
-                try:
-                    commit_pg = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
-                except RuntimeError as e:
-                    raise PeerFailure("could not form the commit's group of this round: %s" % e) from e
+            try:
+                # The runner's own groups, with the collective timeout (the default group has the forming one).
+                pg = dist.new_group(backend="gloo", timeout=span)
+                if dist.get_world_size() > 1:
+                    commit_pg = dist.new_group(backend="gloo", timeout=span)
+            except RuntimeError as e:
+                raise PeerFailure("could not form the runner's groups of this round: %s" % e) from e
             self.group = Group(pg, dist.get_rank(), dist.get_world_size(),
                                int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), device_pg=device_pg,
                                commit_pg=commit_pg)
@@ -223,6 +234,35 @@ class Membership:
                       "(step %d)", self.group.rank if self.group else "?", error, self.step)
             raise SystemExit(1)
         self._reconfigure(str(error), getattr(error, "in_flight", False))
+
+
+@contextlib.contextmanager
+def _sigterm_ends_at_once():
+    """While forming, SIGTERM ends the process at once: Python's handler
+    would run only after the C++ wait returns, and a new process has no
+    snapshot to finish writing yet."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _warn_if_store_shared_by_restart_count():
+    """Under plain torchrun 2.4 or 2.5 (stoker.elastic.launch fixes it): see
+    _torchrun_compat.shares_store_by_restart_count."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    torch = _torch()
+    from ._torchrun_compat import shares_store_by_restart_count
+    if shares_store_by_restart_count(torch.__version__):
+        log.warning("torch %s's torchrun shares its store with the workers under each agent's own restart count, "
+                    "so after a failure the workers of a round can miss one another (pytorch/pytorch#135712, "
+                    "fixed in torch 2.6): launch with stoker.elastic.launch or set "
+                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun", torch.__version__)
 
 
 def _test_stall(step):

@@ -112,6 +112,8 @@ class _Runner(_saved.Saving, Membership):
         self.join_timeout, self.rendezvous_timeout = join_timeout, rendezvous_timeout
         self.snapshot_base = None
         self.snapshot_own = None
+        # The torchrun agent that started this worker (its parent), watched at each step: see _next_position.
+        self.agent_pid = os.getppid() if self.mode == "torchrun" and os.environ.get("TORCHELASTIC_RUN_ID") else None
         if self.mode == "torchrun":
             # In memory (tmpfs), so that restarted workers resume from the last step, not the last checkpoint.
             # One folder per agent and local rank: several agents may share a machine.
@@ -122,7 +124,7 @@ class _Runner(_saved.Saving, Membership):
             if local_rank < snapshot_copies:
                 from ..checkpoint import Checkpointer
                 self.snapshot_own = os.path.join(self.snapshot_base, "%s-%d-local%d" % (
-                    socket.gethostname(), os.getppid(), local_rank))
+                    socket.gethostname(), self.agent_pid or os.getppid(), local_rank))
                 self.snapshots = Checkpointer(self.snapshot_own, keep_last=2, when_busy="wait", group=None)
 
     # ---- state ---------------------------------------------------------------------
@@ -256,6 +258,7 @@ class _Runner(_saved.Saving, Membership):
         """(epoch, batch index, samples in the epoch) of the next batch to
         train, moving to the next epoch (and its loader) at an epoch's end;
         None when the run's epochs are done."""
+        self._leave_if_agent_gone()
         while True:
             st = self.loader.state_dict()
             epoch, consumed = int(st["epoch"]), int(st["batches_consumed"])
@@ -268,6 +271,19 @@ class _Runner(_saved.Saving, Membership):
             if epoch >= self.epochs:
                 return None
             return epoch, consumed, int(st["num_samples"])
+
+    def _leave_if_agent_gone(self):
+        """A worker whose torchrun agent was killed (SIGKILL, the OOM killer)
+        runs on as an orphan since torch 2.0 starts workers in their own
+        session: no agent would restart it after a failure, and the other
+        agents would wait for its dead agent at their exit barrier. It leaves,
+        so that the others re-form without its node from the last snapshot."""
+        if self.agent_pid is None or os.getppid() == self.agent_pid:
+            return
+        log.error("rank %s: the torchrun agent (pid %d) that started this worker is gone; this worker leaves the "
+                  "job, and the others go on without its node from the last snapshot (step %d)",
+                  self.group.rank if self.group else "?", self.agent_pid, self.step)
+        raise SystemExit(1)
 
     def _one_step(self, torch, epoch, batch_index, num_samples):
         g = self.group
