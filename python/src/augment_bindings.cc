@@ -8,6 +8,7 @@
 #include "common.h"
 #include "stoker/augment.h"
 #include "stoker/loader.h"
+#include "stoker/pillow.h"
 
 namespace stoker_python {
 namespace {
@@ -66,6 +67,13 @@ void BindAugment(py::module_& m) {
       .def_readonly("children", &stoker::TransformStep::children);
 
   m.def("check_step", [](const stoker::TransformStep& step) { Check(stoker::CheckTransformStep(step)); });
+  // 13: Pillow >= 13's resize pass order; 12: earlier releases' (stoker/pillow.h).
+  m.def("set_pillow_resize_order", [](int major) {
+    stoker::SetPillowResizeOrder(major >= 13 ? stoker::PillowResizeOrder::kPillow13
+                                             : stoker::PillowResizeOrder::kBefore13);
+  });
+  m.def("pillow_resize_order",
+        [] { return stoker::GetPillowResizeOrder() == stoker::PillowResizeOrder::kPillow13 ? 13 : 12; });
 
   m.def(
       "augment_image",

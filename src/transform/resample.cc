@@ -1,16 +1,19 @@
 #include "transform/resample.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
+#include "stoker/pillow.h"
 #include "transform/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-namespace stoker::transform {
+namespace stoker {
+namespace transform {
 namespace {
 
 constexpr int kPrecisionBits = 32 - 8 - 2;  // as Pillow's Resample.c
@@ -229,63 +232,117 @@ HorizontalPass HorizontalPassFor() {
   return HorizontalPassScalar;
 }
 
+// The vertical pass: output row yy of `dst` (rows `dst_stride` bytes apart)
+// weighs rows vbounds[2 yy] - row_offset, ... of `base` (rows `stride`
+// bytes apart), `row_bytes` bytes of each.
+STOKER_SIMD_CLONES void VerticalPass(const std::uint8_t* base, std::size_t stride, std::size_t row_bytes,
+                                     const std::vector<int>& vbounds, int row_offset,
+                                     const std::vector<std::int32_t>& vcoeffs, int vk, int out_h, std::uint8_t* dst,
+                                     std::size_t dst_stride, std::vector<std::int32_t>& accumulator) {
+  accumulator.resize(row_bytes);
+  for (int yy = 0; yy < out_h; ++yy) {
+    const int ymin = vbounds[static_cast<std::size_t>(yy) * 2] - row_offset;
+    const int ymax = vbounds[static_cast<std::size_t>(yy) * 2 + 1];
+    const std::int32_t* k = vcoeffs.data() + static_cast<std::size_t>(yy) * vk;
+    std::uint8_t* out = dst + static_cast<std::size_t>(yy) * dst_stride;
+    // Row-wise accumulation: contiguous, and the compiler vectorises it.
+    std::fill(accumulator.begin(), accumulator.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < ymax; ++y) {
+      const std::uint8_t* row = base + static_cast<std::size_t>(ymin + y) * stride;
+      const std::int32_t weight = k[y];
+      std::int32_t* acc = accumulator.data();
+      for (std::size_t c = 0; c < row_bytes; ++c) acc[c] += row[c] * weight;
+    }
+    const std::int32_t* acc = accumulator.data();
+    for (std::size_t c = 0; c < row_bytes; ++c)  // branch-free so that it vectorises
+      out[c] = static_cast<std::uint8_t>(std::clamp(acc[c] >> kPrecisionBits, 0, 255));
+  }
+}
+
+// The horizontal pass over `rows` lines of `width` pixels (`stride` bytes
+// apart) into rows of out_w pixels (`dst_stride` bytes apart). The AVX2
+// path stores 2 bytes past a row's last pixel: the caller leaves them.
+void HorizontalPassRows(const std::uint8_t* lines, std::size_t stride, int width, int rows, int hk, int out_w,
+                        std::uint8_t* dst, std::size_t dst_stride, ResampleScratch& scratch) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (HasAvx2() && SplitIsExact(scratch.coeffs)) {
+    SplitCoefficients(scratch.coeffs.data(), hk, out_w, scratch.split);
+    for (int r = 0; r < rows; ++r)
+      HorizontalPassAvx2(lines + static_cast<std::size_t>(r) * stride, width, scratch.bounds.data(),
+                         scratch.coeffs.data(), scratch.split.data(), hk, out_w,
+                         dst + static_cast<std::size_t>(r) * dst_stride);
+    return;
+  }
+#endif
+  HorizontalPass hpass = HorizontalPassFor();
+  for (int r = 0; r < rows; ++r)
+    hpass(lines + static_cast<std::size_t>(r) * stride, width, scratch.bounds.data(), scratch.coeffs.data(), hk, out_w,
+          dst + static_cast<std::size_t>(r) * dst_stride);
+}
+
+std::atomic<PillowResizeOrder> pillow_resize_order{PillowResizeOrder::kPillow13};
+
+// Pillow 13's ImagingResampleInner: the vertical pass goes first when the
+// height shrinks by more than twice as many pixels as the width.
+bool VerticalPassFirst(int in_w, int in_h, int out_w, int out_h) {
+  if (pillow_resize_order.load(std::memory_order_relaxed) != PillowResizeOrder::kPillow13) return false;
+  const int shrink_h = in_h - out_h, shrink_w = in_w - out_w;
+  return shrink_h > 0 && shrink_h > shrink_w * 2;
+}
+
 }  // namespace
 
-STOKER_SIMD_CLONES bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, int out_w, int out_h,
-                                 std::uint8_t* out, ResampleScratch& scratch, ResampleFilter filter) {
+bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, int out_w, int out_h, std::uint8_t* out,
+              ResampleScratch& scratch, ResampleFilter filter) {
   if (out_w <= 0 || out_h <= 0 || !(x1 > x0) || !(y1 > y0) || x0 < 0 || y0 < 0 || x1 > src.width || y1 > src.height)
     return false;
-  // Horizontal pass over the rows the vertical pass will need.
   std::vector<int>& vbounds = scratch.vbounds;
   std::vector<std::int32_t>& vcoeffs = scratch.vcoeffs;
   const int vk = PrecomputeCoeffs(src.height, y0, y1, out_h, filter, vbounds, vcoeffs);
+  const int hk = PrecomputeCoeffs(src.width, x0, x1, out_w, filter, scratch.bounds, scratch.coeffs);
+  const std::size_t out_row = static_cast<std::size_t>(out_w) * 3;
+  // The image Pillow resizes is the box (torchvision crops, then resizes).
+  if (VerticalPassFirst(static_cast<int>(std::lround(x1 - x0)), static_cast<int>(std::lround(y1 - y0)), out_w, out_h)) {
+    // Vertical pass over the columns the horizontal pass will read.
+    const int col_first = scratch.bounds[0];
+    const int col_last = scratch.bounds[static_cast<std::size_t>(out_w - 1) * 2] +
+                         scratch.bounds[static_cast<std::size_t>(out_w - 1) * 2 + 1];
+    const int cols = std::max(1, col_last - col_first);
+    for (int xx = 0; xx < out_w; ++xx) scratch.bounds[static_cast<std::size_t>(xx) * 2] -= col_first;
+    const std::size_t temp_row = static_cast<std::size_t>(cols) * 3;
+    scratch.temp.resize(static_cast<std::size_t>(out_h) * temp_row);
+    VerticalPass(src.data + static_cast<std::size_t>(col_first) * 3, src.stride, temp_row, vbounds, 0, vcoeffs, vk,
+                 out_h, scratch.temp.data(), temp_row, scratch.accumulator);
+    // The horizontal pass writes 2 bytes past a row: the next row's, or, for the last, a spare line's.
+    HorizontalPassRows(scratch.temp.data(), temp_row, cols, out_h - 1, hk, out_w, out, out_row, scratch);
+    scratch.line.resize(out_row + 8);
+    HorizontalPassRows(scratch.temp.data() + static_cast<std::size_t>(out_h - 1) * temp_row, temp_row, cols, 1, hk,
+                       out_w, scratch.line.data(), out_row, scratch);
+    std::memcpy(out + static_cast<std::size_t>(out_h - 1) * out_row, scratch.line.data(), out_row);
+    return true;
+  }
+  // Horizontal pass over the rows the vertical pass will need.
   const int row_first = vbounds[0];
   const int row_last =
       vbounds[static_cast<std::size_t>(out_h - 1) * 2] + vbounds[static_cast<std::size_t>(out_h - 1) * 2 + 1];
   const int rows = std::max(0, row_last - row_first);
-
-  const int hk = PrecomputeCoeffs(src.width, x0, x1, out_w, filter, scratch.bounds, scratch.coeffs);
   // 8 bytes of slack: the AVX2 pass stores 8 bytes for a pixel pair's 6.
-  scratch.temp.resize(static_cast<std::size_t>(rows) * out_w * 3 + 8);
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (HasAvx2() && SplitIsExact(scratch.coeffs)) {
-    SplitCoefficients(scratch.coeffs.data(), hk, out_w, scratch.split);
-    for (int r = 0; r < rows; ++r) {
-      const std::uint8_t* line = src.data + static_cast<std::size_t>(row_first + r) * src.stride;
-      HorizontalPassAvx2(line, src.width, scratch.bounds.data(), scratch.coeffs.data(), scratch.split.data(), hk, out_w,
-                         scratch.temp.data() + static_cast<std::size_t>(r) * out_w * 3);
-    }
-  } else
-#endif
-  {
-    HorizontalPass hpass = HorizontalPassFor();
-    for (int r = 0; r < rows; ++r) {
-      const std::uint8_t* line = src.data + static_cast<std::size_t>(row_first + r) * src.stride;
-      hpass(line, src.width, scratch.bounds.data(), scratch.coeffs.data(), hk, out_w,
-            scratch.temp.data() + static_cast<std::size_t>(r) * out_w * 3);
-    }
-  }
-  // Vertical pass.
-  const std::size_t row_bytes = static_cast<std::size_t>(out_w) * 3;
-  scratch.accumulator.resize(row_bytes);
-  for (int yy = 0; yy < out_h; ++yy) {
-    const int ymin = vbounds[static_cast<std::size_t>(yy) * 2] - row_first;
-    const int ymax = vbounds[static_cast<std::size_t>(yy) * 2 + 1];
-    const std::int32_t* k = vcoeffs.data() + static_cast<std::size_t>(yy) * vk;
-    std::uint8_t* dst = out + static_cast<std::size_t>(yy) * row_bytes;
-    // Row-wise accumulation: contiguous, and the compiler vectorises it.
-    std::fill(scratch.accumulator.begin(), scratch.accumulator.end(), 1 << (kPrecisionBits - 1));
-    for (int y = 0; y < ymax; ++y) {
-      const std::uint8_t* row = scratch.temp.data() + static_cast<std::size_t>(ymin + y) * row_bytes;
-      const std::int32_t weight = k[y];
-      std::int32_t* acc = scratch.accumulator.data();
-      for (std::size_t c = 0; c < row_bytes; ++c) acc[c] += row[c] * weight;
-    }
-    const std::int32_t* acc = scratch.accumulator.data();
-    for (std::size_t c = 0; c < row_bytes; ++c)  // branch-free so that it vectorises
-      dst[c] = static_cast<std::uint8_t>(std::clamp(acc[c] >> kPrecisionBits, 0, 255));
-  }
+  scratch.temp.resize(static_cast<std::size_t>(rows) * out_row + 8);
+  HorizontalPassRows(src.data + static_cast<std::size_t>(row_first) * src.stride, src.stride, src.width, rows, hk,
+                     out_w, scratch.temp.data(), out_row, scratch);
+  VerticalPass(scratch.temp.data(), out_row, out_row, vbounds, row_first, vcoeffs, vk, out_h, out, out_row,
+               scratch.accumulator);
   return true;
 }
 
-}  // namespace stoker::transform
+}  // namespace transform
+
+void SetPillowResizeOrder(PillowResizeOrder order) {
+  transform::pillow_resize_order.store(order, std::memory_order_relaxed);
+}
+
+PillowResizeOrder GetPillowResizeOrder() {
+  return transform::pillow_resize_order.load(std::memory_order_relaxed);
+}
+
+}  // namespace stoker

@@ -1,7 +1,8 @@
-// Bilinear resampling with Pillow's semantics (Image.resize(..., BILINEAR),
-// which torchvision uses for PIL images): a triangle filter widened by the
-// downscale factor (antialiasing), separable, horizontal pass first, 8-bit
-// fixed-point arithmetic with rounding, uint8 between the passes.
+// Bilinear and bicubic resampling with Pillow's semantics (Image.resize,
+// which torchvision uses for PIL images): a filter widened by the downscale
+// factor (antialiasing), separable, 8-bit fixed-point arithmetic with
+// rounding, uint8 between the passes, in the order of the Pillow release
+// chosen with SetPillowResizeOrder (stoker/pillow.h).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,7 @@ struct ResampleScratch {
   std::vector<std::int32_t> split;  // coeffs in the AVX2 pass's layout
   std::vector<int> bounds, vbounds;
   std::vector<std::uint8_t> temp;
+  std::vector<std::uint8_t> line;  // the last output row of a vertical-first resize
   std::vector<std::int32_t> accumulator;
 };
 

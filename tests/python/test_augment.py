@@ -196,6 +196,28 @@ def test_compose_runs_every_stage_as_torchvision_does(demo_images, photos):
         assert torch.equal(again, ours) and not torch.equal(other, ours)
 
 
+def test_resizes_follow_the_installed_pillows_pass_order():
+    """Pillow 13 runs the vertical pass first when the height shrinks by more
+    than twice as many pixels as the width; stoker follows the installed
+    Pillow, so a 174x196 -> 160x160 resize (such a shape) is torchvision's
+    exactly, and the other release's order is not."""
+    import PIL
+    installed = 13 if int(PIL.__version__.split(".")[0]) >= 13 else 12
+    assert T.resize_like_pillow() == installed
+    rng = np.random.default_rng(5)
+    img = Image.fromarray(rng.integers(0, 256, (196, 174, 3), dtype=np.uint8))
+    ref = torch.from_numpy(np.array(F.resize(img, [160, 160], interpolation=InterpolationMode.BILINEAR)))
+    ours, _ = T.apply(img, T.Resize((160, 160)))
+    assert torch.equal(ours, ref)
+    try:
+        T.resize_like_pillow(25 - installed)  # the other one
+        other, _ = T.apply(img, T.Resize((160, 160)))
+    finally:
+        T.resize_like_pillow(installed)
+    assert not torch.equal(other, ref)
+    assert int((other.int() - ref.int()).abs().max()) == 1
+
+
 def test_without_a_crop_stage_the_steps_fix_the_size(photos):
     cifar = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor()])
     img = photos[0].resize((32, 32))

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "stoker/pillow.h"
 #include "transform/resample.h"
 
 namespace stoker::transform {
@@ -45,10 +46,12 @@ TEST(ResizeCenterCrop, MatchesTorchvisionArithmetic) {
 }
 
 // Pillow's Resample.c, written plainly (double weights, 22-bit fixed point,
-// horizontal pass then vertical, uint8 between): what every SIMD path must
-// reproduce exactly.
+// one pass then the other, uint8 between): what every SIMD path must
+// reproduce exactly. Pillow <= 12 runs the horizontal pass first; Pillow 13
+// the vertical one when the height shrinks by more than twice as many
+// pixels as the width.
 std::vector<std::uint8_t> PillowBilinear(const std::vector<std::uint8_t>& src, int w, int h, double x0, double y0,
-                                         double x1, double y1, int ow, int oh) {
+                                         double x1, double y1, int ow, int oh, bool vertical_first = false) {
   constexpr int kBits = 22;
   auto coeffs = [&](int in_size, double in0, double in1, int out_size, std::vector<int>& lo, std::vector<int>& n,
                     std::vector<std::vector<std::int32_t>>& k) {
@@ -79,45 +82,100 @@ std::vector<std::uint8_t> PillowBilinear(const std::vector<std::uint8_t>& src, i
   std::vector<std::vector<std::int32_t>> hk, vk;
   coeffs(w, x0, x1, ow, hlo, hn, hk);
   coeffs(h, y0, y1, oh, vlo, vn, vk);
-  std::vector<std::uint8_t> mid(static_cast<std::size_t>(h) * ow * 3), out(static_cast<std::size_t>(oh) * ow * 3);
   auto clamp8 = [](std::int64_t v) { return static_cast<std::uint8_t>(std::clamp<std::int64_t>(v >> kBits, 0, 255)); };
-  for (int y = 0; y < h; ++y)
-    for (int o = 0; o < ow; ++o)
-      for (int c = 0; c < 3; ++c) {
-        std::int64_t acc = 1 << (kBits - 1);
-        for (int t = 0; t < hn[o]; ++t)
-          acc += std::int64_t{src[(static_cast<std::size_t>(y) * w + hlo[o] + t) * 3 + c]} * hk[o][t];
-        mid[(static_cast<std::size_t>(y) * ow + o) * 3 + c] = clamp8(acc);
-      }
-  for (int o = 0; o < oh; ++o)
-    for (int x = 0; x < ow; ++x)
-      for (int c = 0; c < 3; ++c) {
-        std::int64_t acc = 1 << (kBits - 1);
-        for (int t = 0; t < vn[o]; ++t)
-          acc += std::int64_t{mid[(static_cast<std::size_t>(vlo[o] + t) * ow + x) * 3 + c]} * vk[o][t];
-        out[(static_cast<std::size_t>(o) * ow + x) * 3 + c] = clamp8(acc);
-      }
-  return out;
+  // in (iw x ih) -> out (ow x ih)
+  auto horizontal = [&](const std::vector<std::uint8_t>& in, int iw, int ih) {
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(ih) * ow * 3);
+    for (int y = 0; y < ih; ++y)
+      for (int o = 0; o < ow; ++o)
+        for (int c = 0; c < 3; ++c) {
+          std::int64_t acc = 1 << (kBits - 1);
+          for (int t = 0; t < hn[o]; ++t)
+            acc += std::int64_t{in[(static_cast<std::size_t>(y) * iw + hlo[o] + t) * 3 + c]} * hk[o][t];
+          out[(static_cast<std::size_t>(y) * ow + o) * 3 + c] = clamp8(acc);
+        }
+    return out;
+  };
+  // in (iw x h) -> out (iw x oh)
+  auto vertical = [&](const std::vector<std::uint8_t>& in, int iw) {
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(oh) * iw * 3);
+    for (int o = 0; o < oh; ++o)
+      for (int x = 0; x < iw; ++x)
+        for (int c = 0; c < 3; ++c) {
+          std::int64_t acc = 1 << (kBits - 1);
+          for (int t = 0; t < vn[o]; ++t)
+            acc += std::int64_t{in[(static_cast<std::size_t>(vlo[o] + t) * iw + x) * 3 + c]} * vk[o][t];
+          out[(static_cast<std::size_t>(o) * iw + x) * 3 + c] = clamp8(acc);
+        }
+    return out;
+  };
+  if (vertical_first) return horizontal(vertical(src, w), w, oh);
+  return vertical(horizontal(src, w, h), ow);
 }
 
-TEST(Resample, EveryPathGivesPillowsArithmeticExactly) {
+// Pillow 13's choice, on the image it resizes (torchvision's crop: the box).
+bool Pillow13VerticalFirst(double x0, double y0, double x1, double y1, int ow, int oh) {
+  const int dh = static_cast<int>(std::lround(y1 - y0)) - oh, dw = static_cast<int>(std::lround(x1 - x0)) - ow;
+  return dh > 0 && dh > 2 * dw;
+}
+
+// Sets the process-wide order for one test, and puts the default back.
+struct PillowOrderScope {
+  explicit PillowOrderScope(PillowResizeOrder order) { SetPillowResizeOrder(order); }
+  ~PillowOrderScope() { SetPillowResizeOrder(PillowResizeOrder::kPillow13); }
+};
+
+TEST(Resample, EveryPathGivesPillowsArithmeticExactlyInEitherReleasesPassOrder) {
+  ASSERT_EQ(GetPillowResizeOrder(), PillowResizeOrder::kPillow13);  // the default
   Rng rng(9, 1);
   const int w = 517, h = 389;
   std::vector<std::uint8_t> src(static_cast<std::size_t>(w) * h * 3);
   for (auto& b : src) b = static_cast<std::uint8_t>(rng.Next() % 4 == 0 ? 255 : rng.Next() % 256);  // many 255s
   const ImageView view{src.data(), w, h, static_cast<std::size_t>(w) * 3};
   ResampleScratch scratch;
-  for (int trial = 0; trial < 60; ++trial) {
+  int vertical_first = 0, orders_differ = 0;
+  for (int trial = 0; trial < 80; ++trial) {
     const double x0 = static_cast<double>(rng.Next() % 2000) / 10, y0 = static_cast<double>(rng.Next() % 1500) / 10;
     const double x1 = x0 + 1 + static_cast<double>(rng.Next() % static_cast<std::uint64_t>((w - x0 - 1) * 10)) / 10;
     const double y1 = y0 + 1 + static_cast<double>(rng.Next() % static_cast<std::uint64_t>((h - y0 - 1) * 10)) / 10;
     // Downscales of up to 40x, upscales, odd and even sizes.
     const int ow = 1 + static_cast<int>(rng.Next() % 300), oh = 1 + static_cast<int>(rng.Next() % 300);
-    std::vector<std::uint8_t> ours(static_cast<std::size_t>(ow) * oh * 3);
+    std::vector<std::uint8_t> ours(static_cast<std::size_t>(ow) * oh * 3), before13(ours.size());
+    {
+      PillowOrderScope order(PillowResizeOrder::kBefore13);
+      ASSERT_TRUE(ResampleBilinear(view, x0, y0, x1, y1, ow, oh, before13.data(), scratch));
+    }
+    ASSERT_EQ(before13, PillowBilinear(src, w, h, x0, y0, x1, y1, ow, oh))
+        << "Pillow 12: box " << x0 << "," << y0 << "-" << x1 << "," << y1 << " to " << ow << "x" << oh;
+    const bool vfirst = Pillow13VerticalFirst(x0, y0, x1, y1, ow, oh);
     ASSERT_TRUE(ResampleBilinear(view, x0, y0, x1, y1, ow, oh, ours.data(), scratch));
-    ASSERT_EQ(ours, PillowBilinear(src, w, h, x0, y0, x1, y1, ow, oh))
-        << "box " << x0 << "," << y0 << "-" << x1 << "," << y1 << " to " << ow << "x" << oh;
+    ASSERT_EQ(ours, PillowBilinear(src, w, h, x0, y0, x1, y1, ow, oh, vfirst))
+        << "Pillow 13 (vertical first: " << vfirst << "): box " << x0 << "," << y0 << "-" << x1 << "," << y1 << " to "
+        << ow << "x" << oh;
+    vertical_first += vfirst;
+    orders_differ += ours != before13;
   }
+  // Both orders ran, and the order shows in the pixels.
+  EXPECT_GE(vertical_first, 10);
+  EXPECT_LE(vertical_first, 70);
+  EXPECT_GE(orders_differ, 5);
+}
+
+// torchvision's RandomResizedCrop of a 174x196 crop to 160x160: the height
+// shrinks by 36, more than twice the width's 14, so Pillow 13 runs the
+// vertical pass first; this shape is where Pillow 12 and 13 were seen to
+// differ (by one level on a quarter of the values).
+TEST(Resample, ACropResizedAsPillow13DoesIsNotPillow12s) {
+  Rng rng(3, 7);
+  const int w = 174, h = 196;
+  std::vector<std::uint8_t> src(static_cast<std::size_t>(w) * h * 3);
+  for (auto& b : src) b = static_cast<std::uint8_t>(rng.Next() % 256);
+  const ImageView view{src.data(), w, h, static_cast<std::size_t>(w) * 3};
+  ResampleScratch scratch;
+  std::vector<std::uint8_t> ours(160 * 160 * 3);
+  ASSERT_TRUE(ResampleBilinear(view, 0, 0, w, h, 160, 160, ours.data(), scratch));
+  EXPECT_EQ(ours, PillowBilinear(src, w, h, 0, 0, w, h, 160, 160, /*vertical_first=*/true));
+  EXPECT_NE(ours, PillowBilinear(src, w, h, 0, 0, w, h, 160, 160, /*vertical_first=*/false));
 }
 
 TEST(Resample, IdentityAndConstantImages) {
