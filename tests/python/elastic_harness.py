@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -69,7 +70,7 @@ def _wait_for_steps(path, n, proc, timeout=90):
         if len(_lines(path)) >= n:
             return
         if proc.poll() is not None:
-            pytest.fail("the run ended (%s) before step %d:\n%s" % (proc.returncode, n, proc.stdout.read()[-4000:]))
+            pytest.fail("the run ended (%s) before step %d:\n%s" % (proc.returncode, n, proc.output()[-4000:]))
         time.sleep(0.05)
     pytest.fail("step %d not logged within %d s" % (n, timeout))
 
@@ -89,8 +90,37 @@ def _workers(launcher, at_least=1):
     if len(pids) < at_least:
         os.killpg(launcher.pid, signal.SIGKILL)
         pytest.fail("%d workers running, expected at least %d:\n%s" % (len(pids), at_least,
-                                                                       launcher.stdout.read()[-4000:]))
+                                                                       launcher.output()[-4000:]))
     return sorted(pids)
+
+
+class Drained(subprocess.Popen):
+    """A run whose output is read as it comes: a pipe nobody reads blocks its
+    writer once it holds 64 KB (torch 2.x's C++ stack traces fill one fast),
+    so a test waiting on one run must not leave another's pipe unread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._chunks = []
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self):
+        for line in self.stdout:
+            self._chunks.append(line)
+
+    def output(self):
+        return "".join(self._chunks)
+
+    def communicate(self, input=None, timeout=None):
+        """Waits for the process and the end of its output (which a child
+        that outlives it, holding the pipe, delays)."""
+        start = time.monotonic()
+        self.wait(timeout)
+        self._reader.join(None if timeout is None else max(0.0, timeout - (time.monotonic() - start)))
+        if self._reader.is_alive():
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.output(), None
 
 
 def _finish(proc, timeout=120):
@@ -132,8 +162,8 @@ def reference(packed, tmp_path_factory):
 
 
 def _launch(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **kw)
+    return Drained([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), text=True,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **kw)
 
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from elastic_harness import (EPOCHS, NUM_SAMPLES, _assert_params_match, _check_log, _env, _example_args, _finish,
+from elastic_harness import (EPOCHS, NUM_SAMPLES, Drained, _assert_params_match, _check_log, _env, _example_args, _finish,
                              _free_port, _launch, _lines, _summaries, _tiny_loader, _wait_for_join_request,
                              _wait_for_steps, _workers)
 from elastic_harness import packed, reference  # noqa: F401 - fixtures
@@ -251,11 +251,11 @@ def test_a_worker_that_was_away_does_not_commit_what_the_others_abandoned(packed
     count once."""
     port = _free_port()
     env_fault = dict(STOKER_ELASTIC_TEST_STOP_BEFORE_COMMIT="4", STOKER_ELASTIC_TEST_DIE_LOCAL_RANK="2")
-    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
-                             "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "2",
-                             "--max-workers", "3", "--kill-silent-after", "0"] +
-                            _example_args(packed, tmp_path, "away", 0.5, ["--timeout", "30"]),
-                            env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
+    main = Drained([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                    "127.0.0.1:%d" % port, "--nproc-per-node", "3", "--min-workers", "2",
+                    "--max-workers", "3", "--kill-silent-after", "0"] +
+                   _example_args(packed, tmp_path, "away", 0.5, ["--timeout", "30"]),
+                   env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     log = tmp_path / "away.jsonl"
     deadline = time.monotonic() + 90
@@ -263,7 +263,7 @@ def test_a_worker_that_was_away_does_not_commit_what_the_others_abandoned(packed
     while victim is None and time.monotonic() < deadline and main.poll() is None:
         time.sleep(0.1)
         victim = _stopped(_workers(main, 0))
-    assert victim is not None, "the worker never stopped itself:\n" + main.stdout.read()[-3000:]
+    assert victim is not None, "the worker never stopped itself:\n" + main.output()[-3000:]
     seen = len(_lines(log))
     while not any(r["world_size"] == 2 for r in _lines(log)[seen:]) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -281,11 +281,11 @@ def test_in_process_survives_a_failure_during_reconfiguration(packed, reference,
     the rest form generation 3 and finish."""
     port = _free_port()
     env_fault = dict(STOKER_ELASTIC_TEST_DIE_AT_GENERATION="2", STOKER_ELASTIC_TEST_DIE_LOCAL_RANK="2")
-    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
-                             "127.0.0.1:%d" % port, "--nproc-per-node", "4", "--min-workers", "1",
-                             "--max-workers", "4"] + _example_args(packed, tmp_path, "fault", 0.25),
-                            env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    main = Drained([sys.executable, "-m", "stoker.elastic.launch", "--in-process", "--rdzv-endpoint",
+                    "127.0.0.1:%d" % port, "--nproc-per-node", "4", "--min-workers", "1",
+                    "--max-workers", "4"] + _example_args(packed, tmp_path, "fault", 0.25),
+                   env=dict(_env(), **env_fault), text=True, stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT, start_new_session=True)
     log = tmp_path / "fault.jsonl"
     _wait_for_steps(log, 3, main)
     os.kill(_workers(main, 4)[0], signal.SIGKILL)
@@ -353,7 +353,7 @@ def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name, whole_node
             pytest.fail("the third agent never joined (world sizes %s):\n%s" % (
                 [r["world_size"] for r in _lines(log)],
                 "\n".join("agent %d:\n%s" % (i, a.communicate()[0][-2500:]) for i, a in enumerate(agents))))
-        assert agents[0].poll() is None, agents[0].stdout.read()[-4000:]
+        assert agents[0].poll() is None, agents[0].output()[-4000:]
         time.sleep(0.1)
     if whole_node:
         _kill_node(agents[2])

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from elastic_harness import (_assert_params_match, _check_log, _ddp_args, _ddp_check, _env, _example_args, _finish,
-                             _lines, _wait_for_steps)
+from elastic_harness import (Drained, _assert_params_match, _check_log, _ddp_args, _ddp_check, _env, _example_args,
+                             _finish, _lines, _wait_for_steps)
 from elastic_harness import ddp_reference, packed, reference  # noqa: F401 - fixtures
 
 A_ADDR, B_ADDR = "10.213.0.1", "10.213.0.2"
@@ -45,8 +45,8 @@ class TwoHosts:
 
     def run(self, side, argv):
         env = dict(_env(), GLOO_SOCKET_IFNAME=self.dev[side])
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[side], sys.executable, *argv], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        return Drained(["ip", "netns", "exec", self.ns[side], sys.executable, *argv], env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
     def cut(self):
         self._ip("-n", self.ns["b"], "link", "set", self.dev["b"], "down")
@@ -85,7 +85,7 @@ def _wait_for_world(path, size, proc, after=0, timeout=60):
             return time.monotonic() - start
         if proc.poll() is not None:
             pytest.fail("the run ended (%s) before world size %d:\n%s" % (proc.returncode, size,
-                                                                          proc.stdout.read()[-4000:]))
+                                                                          proc.output()[-4000:]))
         time.sleep(0.05)
     pytest.fail("no step with world size %d within %d s" % (size, timeout))
 

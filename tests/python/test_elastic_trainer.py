@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import SOURCE_DIR
-from elastic_harness import (NUM_SAMPLES, _assert_params_match, _ddp_args, _ddp_check, _ddp_workers, _env, _finish,
+from elastic_harness import (Drained, NUM_SAMPLES, _assert_params_match, _ddp_args, _ddp_check, _ddp_workers, _env, _finish,
                              _free_port, _launch, _tiny_loader, _wait_for_join_request, _wait_for_steps)
 from elastic_harness import ddp_reference, packed  # noqa: F401 - fixtures
 
@@ -34,10 +34,8 @@ def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed
     env = _env()
     if how == "device_group":
         env["STOKER_ELASTIC_DEVICE_BACKEND"] = "gloo"
-    main = subprocess.Popen([sys.executable, "-m", "stoker.elastic.launch"] + launch +
-                            _ddp_args(packed, tmp_path, how, 0.25),
-                            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    main = Drained([sys.executable, "-m", "stoker.elastic.launch"] + launch + _ddp_args(packed, tmp_path, how, 0.25),
+                   env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
     victim = _ddp_workers(main, 3)[2]
     os.kill(victim, signal.SIGSTOP if how == "stop" else signal.SIGKILL)

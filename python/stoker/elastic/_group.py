@@ -2,7 +2,9 @@
 (gloo, or NCCL where asked, and a small gloo group of the commit's own),
 each failure a PeerFailure, waits that watch the members (the in-process
 rendezvous, _rendezvous.py, gives the watch)."""
+import collections
 import datetime
+import gc
 import logging
 import os
 import socket
@@ -47,6 +49,19 @@ class Group:
         self.probe = probe if probe is not None else watch  # the watch's answer, asked of the store now
         # A device group (the program's NCCL group) takes the CUDA tensors; ``pg`` (gloo) the host's.
         self.device_pg = device_pg
+        # The tensors of the last collectives, held until the process groups are gone: see close().
+        self._used = collections.deque(maxlen=8)
+
+    def close(self):
+        """Drops the host process groups, then the tensors of the last
+        collectives. A gloo thread lets go of a finished collective a moment
+        after wait() returns; were it the tensor's last owner, freeing it
+        would take the GIL (torch 2.x ties a tensor to its Python object),
+        which the group's destructor, joining that thread, holds: a
+        deadlock, seen at a re-formation on torch 2.5."""
+        self.pg = self.commit_pg = None
+        gc.collect()
+        self._used.clear()
 
     def _for(self, tensor):
         return self.device_pg if self.device_pg is not None and getattr(tensor, "is_cuda", False) else self.pg
@@ -93,6 +108,7 @@ class Group:
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
         try:
             pg = self.commit_pg if commit and self.commit_pg is not None else self._for(tensor)
+            self._used.append(tensor)
             return _Pending(self, pg.allreduce([tensor], opts))
         except RuntimeError as e:
             raise self._failure(e) from e
@@ -104,6 +120,7 @@ class Group:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
         try:
+            self._used.append(tensor)
             _Pending(self, self._for(tensor).broadcast([tensor], opts)).wait()
         except PeerFailure:
             raise

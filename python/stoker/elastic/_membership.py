@@ -5,7 +5,6 @@ and the start and end of a run. Mixed into _Runner, whose attributes it
 uses."""
 import contextlib
 import ctypes
-import gc
 import io
 import logging
 import os
@@ -164,8 +163,7 @@ class Membership:
             if not abort_group(self.group.device_pg) and in_flight:
                 self.graveyard.append((now, self.group.device_pg))
             self.group.device_pg = None
-        self.group.pg = self.group.commit_pg = None
-        gc.collect()
+        self.group.close()
         self.summary.reconfigurations += 1
         deadline = start + self.rendezvous_timeout
         while True:
@@ -223,6 +221,8 @@ class Membership:
             if pg is not None and now - when < self.timeout + 5.0:
                 ctypes.pythonapi.Py_IncRef(ctypes.py_object(pg))  # a reference never given back
         self.graveyard = []
+        if self.group is not None and self.mode == "in_process":
+            self.group.close()  # now, in a safe order, rather than wherever the interpreter's exit drops it
 
     def _left_behind(self, error):
         log.warning("%s; nothing left to do", error)
