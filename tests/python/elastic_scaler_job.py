@@ -9,7 +9,7 @@ the optimizer's step and halves the scale), and the scale doubles after
 every 2 good steps. The GPU check runs examples/elastic_ddp.py --amp with
 the real GradScaler.
 
-    python elastic_scaler_job.py --data DATA --log LOG [--step-delay S]
+    python elastic_scaler_job.py --data DATA --log LOG [--step-delay S] [--pause-while PATH]
 
 Every rank appends {"step", "rank", "world_size", "stepped", "scale",
 "growth"} per committed step to LOG.
@@ -61,6 +61,7 @@ def main():
     p.add_argument("--data", required=True)
     p.add_argument("--log", required=True)
     p.add_argument("--step-delay", type=float, default=0.0)
+    p.add_argument("--pause-while", metavar="PATH", help="before each step, wait while PATH exists")
     args = p.parse_args()
     import stoker
     import stoker.elastic
@@ -87,6 +88,8 @@ def main():
     trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=2, scaler=scaler, on_commit=log_step,
                                      timeout=5)
     for images, labels, _ in trainer:
+        while args.pause_while and os.path.exists(args.pause_while):
+            time.sleep(0.05)
         with trainer.step():
             loss = torch.nn.functional.cross_entropy(trainer.model(images), labels % 4)
             scaler.scale(loss * trainer.loss_weight(len(labels))).backward()

@@ -120,10 +120,14 @@ def test_trainer_carries_the_scalers_state_to_a_joining_worker(packed, tmp_path)
     port = _free_port()
     log = tmp_path / "run.jsonl"
     common = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1", "--max-workers", "3"]
-    job = [SCALER_JOB, "--data", packed, "--log", str(log), "--step-delay", "0.4"]
+    gate = tmp_path / "hold"
+    job = [SCALER_JOB, "--data", packed, "--log", str(log), "--step-delay", "0.4", "--pause-while", str(gate)]
     main = _launch(common + ["--nproc-per-node", "2"] + job)
     _wait_for_steps(log, 6, main)  # 3 steps x 2 ranks
+    gate.touch()  # the job holds still until the joiner has asked to join (torch 2 takes seconds to import)
     joiner = _launch(common + ["--join", "--nproc-per-node", "1"] + job)
+    _wait_for_join_request(port, joiner)
+    gate.unlink()
     out, joiner_out = _finish(main), _finish(joiner)
     assert main.returncode == 0 and joiner.returncode == 0, out[-3000:] + joiner_out[-3000:]
     steps = _scaler_steps(log)
