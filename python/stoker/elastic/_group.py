@@ -49,8 +49,9 @@ class Group:
         self.probe = probe if probe is not None else watch  # the watch's answer, asked of the store now
         # A device group (the program's NCCL group) takes the CUDA tensors; ``pg`` (gloo) the host's.
         self.device_pg = device_pg
-        # The tensors of the last collectives, held until the process groups are gone: see close().
-        self._used = collections.deque(maxlen=8)
+        # The host tensors of the last few collectives (a step's gradients and ids, the commit's), held until
+        # the process groups are gone: see close(). Few, since each may be as large as the model's gradients.
+        self._used = collections.deque(maxlen=3)
 
     def close(self):
         """Drops the host process groups, then the tensors of the last
@@ -62,6 +63,10 @@ class Group:
         self.pg = self.commit_pg = None
         gc.collect()
         self._used.clear()
+
+    def _hold(self, tensor):
+        if not getattr(tensor, "is_cuda", False):  # gloo's threads; CUDA tensors go to the device group
+            self._used.append(tensor)
 
     def _for(self, tensor):
         return self.device_pg if self.device_pg is not None and getattr(tensor, "is_cuda", False) else self.pg
@@ -108,7 +113,7 @@ class Group:
         opts.reduceOp = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
         try:
             pg = self.commit_pg if commit and self.commit_pg is not None else self._for(tensor)
-            self._used.append(tensor)
+            self._hold(tensor)
             return _Pending(self, pg.allreduce([tensor], opts))
         except RuntimeError as e:
             raise self._failure(e) from e
@@ -120,7 +125,7 @@ class Group:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
         try:
-            self._used.append(tensor)
+            self._hold(tensor)
             _Pending(self, self._for(tensor).broadcast([tensor], opts)).wait()
         except PeerFailure:
             raise
