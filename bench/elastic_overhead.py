@@ -8,7 +8,10 @@ steps/s from step 10 on, with and without extra compute per step.
 
 Each rank's time per step; the Trainer adds one small collective a step
 (the commit: sample ids, members, joins) and its snapshot (as often as
-keeps it within 1% of step time).
+keeps it within 1% of step time). With --torchft, also the same loop on
+torchft 0.2 (one replica group per torchrun, a lighthouse, torchft's DDP
+and optimizer wrapper, the same loader shares): run this with a Python
+that has torch >= 2.7 and torchft (see bench/elastic_recovery.py).
 """
 import argparse
 import json
@@ -33,7 +36,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
 kw = dict(global_batch_size=48, with_indices=True, num_threads=1, log_epochs=False,
           transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
-times = []
+times, participants = [], []  # torchft: replica groups in each step's quorum
 def body(ddp, images, labels, weight_of, micro):
     t0 = time.perf_counter()
     for i, (x, y, w) in enumerate(micro(images, labels)):
@@ -56,6 +59,44 @@ if mode in ("trainer", "straggler"):
             body(trainer.model, images, labels, trainer.loss_weight,
                  lambda a, b: trainer.accumulate(a, b, parts=2))
     rank = trainer.rank
+elif mode == "torchft":
+    from datetime import timedelta
+    import torchft
+    rank, world = int(os.environ["REPLICA_GROUP_ID"]), int(os.environ["NUM_REPLICA_GROUPS"])
+    state = lambda: {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict()}
+    def load(s):
+        model.load_state_dict(s["model"]); opt.load_state_dict(s["opt"]); sched.load_state_dict(s["sched"])
+    manager = torchft.Manager(pg=torchft.ProcessGroupGloo(timeout=timedelta(seconds=30)), min_replica_size=1,
+                              load_state_dict=load, state_dict=state, replica_id="overhead_%d" % rank,
+                              init_sync=False)
+    ddp = torchft.DistributedDataParallel(manager, model)
+    loader = stoker.Loader(data, rank=rank, world_size=world, **kw)
+    barrier = out + ".start"
+    os.makedirs(barrier, exist_ok=True); open(os.path.join(barrier, str(rank)), "w").close()
+    while len(os.listdir(barrier)) < world: time.sleep(0.05)  # the first quorum has every replica group
+    def micro(images, labels):
+        n = len(labels); half = n // 2
+        with ddp.no_sync():
+            yield images[:half], labels[:half], half * world / 48
+        yield images[half:], labels[half:], (n - half) * world / 48
+    last = None
+    for epoch in range(EPOCHS):
+        loader.set_epoch(epoch)
+        for images, labels, _ in loader:
+            now = time.perf_counter()
+            if last is not None: times.append(now - last)
+            last = now
+            manager.start_quorum()  # as torchft.Optimizer.zero_grad() does, before the forward pass
+            for x, y, w in micro(images, labels):
+                (nn.functional.cross_entropy(ddp(x), y % 10) * w).backward()
+            if extra:
+                time.sleep(extra)
+            torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
+            if manager.should_commit():
+                opt.step(); sched.step()
+            opt.zero_grad()
+            participants.append(manager.num_participants())
+    manager.shutdown(wait=False)
 else:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -76,8 +117,33 @@ else:
             body(ddp, images, labels, None, micro)
 steady = times[10:]
 with open("%s.%d" % (out, rank), "w") as f:
-    json.dump({"mode": mode, "step_ms": 1000 * statistics.median(steady), "steps": len(times) + 1}, f)
+    json.dump({"mode": mode, "step_ms": 1000 * statistics.median(steady), "steps": len(times) + 1,
+               "participants": sorted(set(participants))}, f)
 """
+
+
+def run_torchft(script, data, extra, out, workers):
+    """A lighthouse and one single-process torchrun per replica group, as torchft's README runs them."""
+    from elastic_recovery import free_port
+    port = free_port()
+    lighthouse = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse"), "--bind",
+                                   "[::]:%d" % port, "--min_replicas", str(max(1, workers // 2 + 1)), "--quorum_tick_ms", "100",
+                                   "--join_timeout_ms", "10000"], stdout=subprocess.DEVNULL,
+                                  stderr=open(out + ".lighthouse.log", "w"))
+    try:
+        runs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                  "1", "--", script, "torchft", data, str(extra), out],
+                                 env=dict(os.environ, TORCHFT_LIGHTHOUSE="http://localhost:%d" % port,
+                                          REPLICA_GROUP_ID=str(r), NUM_REPLICA_GROUPS=str(workers)),
+                                 stdout=open("%s.replica%d.log" % (out, r), "w"), stderr=subprocess.STDOUT)
+                for r in range(workers)]
+        for r, p in enumerate(runs):
+            if p.wait() != 0:
+                with open("%s.replica%d.log" % (out, r)) as f:
+                    raise SystemExit("torchft run failed:\n%s" % f.read()[-3000:])
+    finally:
+        lighthouse.kill()
+        lighthouse.wait()
 
 
 def main():
@@ -87,6 +153,7 @@ def main():
     ap.add_argument("--extra", type=float, help="one setting of extra compute per step (seconds)")
     ap.add_argument("--straggler", action="store_true",
                     help="also the Trainer with StragglerPolicy(action='warn'): the cost of its timing comm hook")
+    ap.add_argument("--torchft", action="store_true", help="also the same loop on torchft")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="stoker-elastic-overhead-")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), os.path.join(work, "img"),
@@ -101,15 +168,21 @@ def main():
     for extra in (0.0, 0.05) if args.extra is None else (args.extra,):
         per_mode = {}
         for _ in range(args.repeats):
-            for mode in ("plain", "trainer") + (("straggler",) if args.straggler else ()):
+            for mode in ("plain", "trainer") + (("straggler",) if args.straggler else ()) + (
+                    ("torchft",) if args.torchft else ()):
                 out = os.path.join(work, "r-%s-%s-%f" % (mode, time.monotonic(), extra))
-                run = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", "--standalone",
-                                      "--nproc-per-node", str(args.workers), "--max-restarts", "0", script, mode,
-                                      data, str(extra),
-                                      out], capture_output=True, text=True)
-                if run.returncode != 0:
-                    raise SystemExit("%s run failed:\n%s" % (mode, run.stdout[-3000:] + run.stderr[-3000:]))
-                ms = [json.load(open("%s.%d" % (out, r)))["step_ms"] for r in range(args.workers)]
+                if mode == "torchft":
+                    run_torchft(script, data, extra, out, args.workers)
+                else:
+                    run = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", "--standalone",
+                                          "--nproc-per-node", str(args.workers), "--max-restarts", "0", script,
+                                          mode, data, str(extra), out], capture_output=True, text=True)
+                    if run.returncode != 0:
+                        raise SystemExit("%s run failed:\n%s" % (mode, run.stdout[-3000:] + run.stderr[-3000:]))
+                runs = [json.load(open("%s.%d" % (out, r))) for r in range(args.workers)]
+                if mode == "torchft" and any(r["participants"] != [args.workers] for r in runs):
+                    raise SystemExit("torchft: a step's quorum lacked a replica group: %s" % runs)
+                ms = [r["step_ms"] for r in runs]
                 per_mode.setdefault(mode, []).append(statistics.median(ms))
         plain, trainer = statistics.median(per_mode["plain"]), statistics.median(per_mode["trainer"])
         rows.append({"extra_compute_ms": 1000 * extra, "plain_step_ms": plain, "trainer_step_ms": trainer,
@@ -122,6 +195,11 @@ def main():
                   "%+.1f%% over the Trainer); runs %s" % (1000 * extra, timed, 100 * (timed / plain - 1),
                                                           100 * (timed / trainer - 1),
                                                           ["%.2f" % x for x in per_mode["straggler"]]), flush=True)
+        if args.torchft:
+            ft = statistics.median(per_mode["torchft"])
+            rows[-1].update(torchft_step_ms=ft, torchft_runs=per_mode["torchft"])
+            print("extra compute %3.0f ms: torchft %.2f ms a step (%+.1f%% over plain DDP); runs %s" % (
+                1000 * extra, ft, 100 * (ft / plain - 1), ["%.2f" % x for x in per_mode["torchft"]]), flush=True)
         print("extra compute %3.0f ms: plain DDP %.2f ms a step, Trainer %.2f ms (%+.1f%%); runs %s vs %s" % (
             1000 * extra, plain, trainer, 100 * (trainer / plain - 1), ["%.2f" % x for x in per_mode["plain"]],
             ["%.2f" % x for x in per_mode["trainer"]]), flush=True)

@@ -5,7 +5,12 @@ trainer_in_process and trainer_torchrun, examples/elastic_ddp.py),
 stoker's torchrun path (tuned launcher, in-memory snapshots), plain
 torchrun with its defaults (resuming from the last checkpoint on disk), and
 the peer without stoker at all (case plain_ddp_torchrun: the same DDP loop
-written for torchrun with torch.save checkpoints, bench/plain_ddp.py).
+written for torchrun with torch.save checkpoints, bench/plain_ddp.py), and
+torchft (case torchft: the same loop on torchft 0.2, one replica group per
+torchrun and a lighthouse, bench/torchft_ddp.py; needs torch >= 2.7 and
+torchft in the Python that runs this, e.g. a scratch venv:
+`python3 -m venv V; V/bin/pip install torch==2.7.1 torchvision==0.22.1
+torchft==0.2.0 "numpy<2"`).
 
     PYTHONPATH=build/release/python .venv/bin/python bench/elastic_recovery.py [--workers 3] [--repeats 3]
 
@@ -36,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "elastic_train.py")
 DDP_EXAMPLE = os.path.join(ROOT, "examples", "elastic_ddp.py")  # the program's own DDP loop: stoker.elastic.Trainer
 PLAIN_DDP = os.path.join(ROOT, "bench", "plain_ddp.py")  # the same loop without stoker: torch.save, torchrun
+TORCHFT_DDP = os.path.join(ROOT, "bench", "torchft_ddp.py")  # the same loop on torchft
 
 
 def free_port():
@@ -63,7 +69,8 @@ def children(pid):
         try:
             with open("/proc/%s/cmdline" % p, "rb") as f:
                 cmdline = f.read()
-                if any(s in cmdline for s in (b"elastic_train.py", b"elastic_ddp.py", b"plain_ddp.py")):
+                if any(s in cmdline for s in (b"elastic_train.py", b"elastic_ddp.py", b"plain_ddp.py",
+                                              b"torchft_ddp.py")):
                     pids.append(int(p))
         except FileNotFoundError:
             pass
@@ -85,20 +92,42 @@ class Timed:
         return lines
 
 
+def start_torchft(cmd, env, replicas, lighthouse_args):
+    """A lighthouse, then one torchrun per replica group (each restarts its own worker), as torchft's README
+    runs its train_ddp.py example. Returns (the torchruns, the lighthouse)."""
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")
+    lighthouse = subprocess.Popen([exe, "--bind", "[::]:%d" % port, "--min_replicas", "1"] + lighthouse_args,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    procs = []
+    for r in range(replicas):
+        renv = dict(env, TORCHFT_LIGHTHOUSE="http://localhost:%d" % port, REPLICA_GROUP_ID=str(r),
+                    NUM_REPLICA_GROUPS=str(replicas))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+             "--max-restarts", "3", "--"] + cmd, env=renv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+    return procs, lighthouse
+
+
 def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, step_delay, kill_after=4,
-             agents=1, example=EXAMPLE):
+             agents=1, example=EXAMPLE, lighthouse_args=None):
     log = os.path.join(workdir, name + ".jsonl")
     if os.path.exists(log):
         os.remove(log)
     env = dict(os.environ, **env_extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH"), os.path.join(ROOT, "examples")] if p)
-    source = os.path.join(os.path.dirname(data), "img") if example == PLAIN_DDP else data
-    cmd = [sys.executable, "-m", "stoker.elastic.launch"] + launch_args + [
-        example, "--images" if example == PLAIN_DDP else "--data", source, "--epochs", "3", "--global-batch", "16",
-        "--log", log, "--step-delay", str(step_delay), "--timeout", "10"] + example_extra
+    images = example in (PLAIN_DDP, TORCHFT_DDP)  # the peers read the unpacked images
+    source = os.path.join(os.path.dirname(data), "img") if images else data
+    program = [example, "--images" if images else "--data", source, "--epochs", "3", "--global-batch", "16",
+               "--log", log, "--step-delay", str(step_delay), "--timeout", "10"] + example_extra
+    cmd = [sys.executable, "-m", "stoker.elastic.launch"] + launch_args + program
     per_step = example == EXAMPLE  # the DDP example logs a line per step and rank
-    procs = []
-    for i in range(agents):
+    procs, lighthouse = [], None
+    if example == TORCHFT_DDP:
+        procs, lighthouse = start_torchft(program, env, agents, lighthouse_args or [])
+        agents = len(procs)
+    for i in range(0 if lighthouse else agents):
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       start_new_session=True))
         if i == 0 and agents > 1:
@@ -113,7 +142,7 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
     before = watch.poll()
     last_before = max(r["step"] for r in before)
     if kill == "worker":
-        victim = children(procs[0].pid)[-1]
+        victim = children(procs[-1 if lighthouse else 0].pid)[-1]
         os.kill(victim, signal.SIGKILL)
     else:  # a whole node: the last agent's process group
         os.killpg(procs[-1].pid, signal.SIGKILL)
@@ -126,6 +155,8 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
     pids_before, world_before = {r.get("pid") for r in before}, max(r["world_size"] for r in before)
 
     def by_new_group(rec):
+        if not rec.get("committed", True):
+            return False  # torchft logs the steps whose commit failed too
         return per_step or rec["world_size"] != world_before or rec.get("pid") not in pids_before
     while any(p.poll() is None for p in procs[: agents - 1 if kill == "node" else agents]):
         watch.poll()
@@ -139,7 +170,7 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
                 os.killpg(p.pid, signal.SIGKILL)
             raise RuntimeError("%s: did not finish" % name)
         time.sleep(0.01)
-    for p in procs:
+    for p in procs + ([lighthouse] if lighthouse else []):
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -160,10 +191,18 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
             for k in sorted(dedup):
                 f.write(json.dumps(dedup[k]) + "\n")
         problems = check(clean, n, 3, 16)
+    elif lighthouse:  # samples trained by a participating replica in a committed step, replicas equal, LR
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        from torchft_ddp import check as check_torchft
+        problems = check_torchft(log, n, 3, 0.05)
     else:  # every rank's lines: samples once, replicas equal, the LR schedule (elastic_ddp.py --check)
         from elastic_ddp import check as check_ddp
         problems = check_ddp(log, n, 3, 16, 0.05)
-    recomputed = len({rec["step"] for rec in read_log(log)[len(before):] if rec["step"] <= last_before})
+    recomputed = len({rec["step"] for rec in read_log(log)[len(before):]
+                      if rec["step"] <= last_before and rec.get("committed", True)})
+    # Every worker training again (torchft: the restarted replica group participating in a committed step).
+    rejoined = next((t for t, rec in watch.stamps if t > killed_at and rec.get("committed", True)
+                     and rec.get("participating", True) and rec.get("pid") not in pids_before), None)
     if first_after is None:
         raise RuntimeError("%s: no step after the kill" % name)
     t_after, rec_after = first_after
@@ -174,6 +213,7 @@ def run_case(name, launch_args, example_extra, data, workdir, kill, env_extra, s
     return {"case": name, "recovery_s": round(max(recovery, 0.0), 2),
             "back_s": None if back is None else round(max(back - killed_at - step_delay, 0.0), 2),
             "recomputed_steps": recomputed,
+            "rejoined_s": None if rejoined is None else round(max(rejoined - killed_at - step_delay, 0.0), 2),
             "first_step_after": rec_after["step"], "world_after": rec_after["world_size"],
             "exactly_once": not problems, "problems": problems}
 
@@ -226,6 +266,17 @@ def main():
             launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults,
             example_extra=["--checkpoint", os.path.join(work, "plain%d.pt" % port), "--checkpoint-every", "10"],
             kill="worker", env_extra=default_env, example=PLAIN_DDP, kill_after=14),
+        # The peer for the replica dimension: torchft, the lighthouse as its README starts it (a quorum every
+        # 100 ms, stragglers waited for 10 s, a silent replica dead after 5 s), then with 1 s heartbeats.
+        "torchft": lambda port: dict(
+            launch_args=[], example_extra=["--start-barrier", os.path.join(work, "ft%d" % port)], kill="worker",
+            env_extra=default_env, example=TORCHFT_DDP, agents=n,
+            lighthouse_args=["--quorum_tick_ms", "100", "--join_timeout_ms", "10000"]),
+        "torchft_fast": lambda port: dict(
+            launch_args=[], example_extra=["--start-barrier", os.path.join(work, "ftf%d" % port)], kill="worker",
+            env_extra=default_env, example=TORCHFT_DDP, agents=n,
+            lighthouse_args=["--quorum_tick_ms", "100", "--join_timeout_ms", "10000", "--heartbeat_timeout_ms",
+                             "1000"]),
         "torchrun_defaults": lambda port: dict(
             launch_args=["--standalone", "--nproc-per-node", str(n)] + defaults, example_extra=ckpt("d%d" % port),
             kill="worker", env_extra=default_env),
@@ -248,13 +299,18 @@ def main():
                         "median_back_s": statistics.median(x["back_s"] for x in runs),
                         "recoveries_s": [x["recovery_s"] for x in runs],
                         "recomputed_steps": [x["recomputed_steps"] for x in runs],
-                        "exactly_once": all(x["exactly_once"] for x in runs)})
-    print("\n%-24s %10s %12s  %-22s %-16s %s" % ("case", "median s", "back at s", "recoveries s",
-                                                 "steps recomputed", "each sample once"))
+                        "rejoined_s": [x["rejoined_s"] for x in runs],
+                        "exactly_once": all(x["exactly_once"] for x in runs),
+                        "problems": sorted({p for x in runs for p in x["problems"]})})
+    print("\n%-24s %10s %12s  %-22s %-16s %-20s %s" % ("case", "median s", "back at s", "recoveries s",
+                                                       "steps recomputed", "all workers again s", "each sample once"))
     for r in results:
-        print("%-24s %10.2f %12.2f  %-22s %-16s %s" % (r["case"], r["median_recovery_s"], r["median_back_s"],
-                                               ",".join("%.2f" % x for x in r["recoveries_s"]),
-                                               ",".join(map(str, r["recomputed_steps"])), r["exactly_once"]))
+        print("%-24s %10.2f %12.2f  %-22s %-16s %-20s %s" % (
+            r["case"], r["median_recovery_s"], r["median_back_s"], ",".join("%.2f" % x for x in r["recoveries_s"]),
+            ",".join(map(str, r["recomputed_steps"])),
+            ",".join("-" if x is None else "%.2f" % x for x in r["rejoined_s"]), r["exactly_once"]))
+        for p in r["problems"][:6]:
+            print("    " + p)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
