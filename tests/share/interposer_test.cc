@@ -598,6 +598,27 @@ TEST_F(Interposer, APoolAllocationIsAdmittedForWhatThePoolGrowsBy) {
   EXPECT_EQ(j["charged"], j["used"]);
 }
 
+TEST_F(Interposer, APoolsFirstGrowthIsAdmittedBeforeItHappens) {
+  // Under 20 MiB, the first 1 MiB from the device's pool makes the pool
+  // reserve a 32 MiB chunk. Before any growth was seen, the interposer
+  // admitted the 1 MiB and charged the 32 MiB after the fact: 12 MiB over
+  // the quota. A fresh pool is now measured first (a pool of its own, one
+  // byte, given back), and the first growth is admitted in that chunk.
+  const ProbeRun run = Probe("pool", {{"STOKER_GPU_MEMORY_LIMIT", "20MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(run.status, 0);
+  const auto j = run.json();
+  EXPECT_EQ(j["first"], 2) << "admitted although the pool's growth is past the quota";
+  EXPECT_LE(j["max_charged"].get<std::uint64_t>(), j["quota"].get<std::uint64_t>());
+  EXPECT_EQ(j["charged"], 0u);
+  EXPECT_EQ(j["used"], 0u) << "the measuring pool was not given back";
+  // Under 40 MiB the same chunk fits: admitted, and charged what the pool
+  // holds (APoolAllocationIsAdmittedForWhatThePoolGrowsBy goes on from here).
+  const ProbeRun fits = Probe("pool", {{"STOKER_GPU_MEMORY_LIMIT", "40MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}});
+  ASSERT_EQ(fits.status, 0);
+  EXPECT_EQ(fits.json()["first"], 0);
+  EXPECT_EQ(fits.json()["charged"], 32u << 20);
+}
+
 TEST_F(Interposer, TenantsGetTheirComputeSharesThroughTheNodeAgent) {
   // The same split where the node agent keeps the schedule: the probes find
   // `turns` root's and read-only, ask the agent (here, this process) for

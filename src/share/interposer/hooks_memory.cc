@@ -5,9 +5,12 @@
 #include <algorithm>
 
 #include "share/interposer/hook_prologue.h"
+#include "share/interposer/pool_probe.h"
 
 using stoker::share::Dev;
 using stoker::share::Interposer;
+using stoker::share::kMaxOrdinals;
+using stoker::share::MeasurePoolChunk;
 
 namespace {
 
@@ -190,11 +193,29 @@ Interposer::Pool& PoolRecord(Interposer& ip, CUmemoryPool pool, const Dev& dev) 
   return p;
 }
 
+// The chunk a fresh pool on `dev` grows by (pool_probe.h), measured on the
+// first pool allocation on the device; 0 when it cannot be measured.
+std::uint64_t FreshPoolChunk(Interposer& ip, const Dev& dev) {
+  if (dev.ordinal < 0 || static_cast<std::uint32_t>(dev.ordinal) >= kMaxOrdinals) return 0;
+  std::lock_guard<std::mutex> probing(ip.pool_probe_mu);
+  {
+    std::lock_guard<std::mutex> lock(ip.mu);
+    if (ip.pool_chunk_measured[dev.ordinal]) return ip.pool_chunk[dev.ordinal];
+  }
+  const std::uint64_t chunk = MeasurePoolChunk(dev.ordinal);
+  std::lock_guard<std::mutex> lock(ip.mu);
+  ip.pool_chunk_measured[dev.ordinal] = true;
+  ip.pool_chunk[dev.ordinal] = chunk;
+  return chunk;
+}
+
 // Allocates from `pool` through `allocate`: admitted for what the pool must
 // grow by (nothing while its free reservation holds the request: that is
-// charged already; else the shortfall in the chunks the pool grows by),
-// then the pool's reservation (what the driver holds) charged. Where the
-// pool cannot be read, the request itself is admitted and charged.
+// charged already; else the shortfall in the chunks the pool grows by: the
+// smallest growth seen on this pool, or before any, what a fresh pool on
+// the device was measured to reserve), then the pool's reservation (what
+// the driver holds) charged. Where the pool cannot be read, the request
+// itself is admitted and charged.
 template <typename Allocate>
 CUresult AllocateFromPool(Interposer& ip, CUmemoryPool pool, const Dev& current, std::uint64_t bytes,
                           Allocate allocate) {
@@ -215,6 +236,8 @@ CUresult AllocateFromPool(Interposer& ip, CUmemoryPool pool, const Dev& current,
                      get(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used_before) == CUDA_SUCCESS;
   const std::uint64_t free_before = reserved_before > used_before ? reserved_before - used_before : 0;
   const std::uint64_t shortfall = known ? (bytes > free_before ? bytes - free_before : 0) : bytes;
+  // The probe needs a context on the pool's device: the current one.
+  if (known && shortfall > 0 && chunk == 0 && dev.ordinal == current.ordinal) chunk = FreshPoolChunk(ip, dev);
   const std::uint64_t growth = known && chunk > 0 ? (shortfall + chunk - 1) / chunk * chunk : shortfall;
   if (growth > 0 && !ip.Admit(dev, growth)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr ptr = 0;

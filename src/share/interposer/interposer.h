@@ -146,6 +146,11 @@ class Interposer {
   int primary_refs[kMaxOrdinals] = {};
   CUcontext primary[kMaxOrdinals] = {};
   std::uint64_t graph_charged[kMaxOrdinals] = {};
+  // What a fresh pool on each device reserves for its first allocation
+  // (pool_probe.h), measured once: 0 until then, or where it failed.
+  std::uint64_t pool_chunk[kMaxOrdinals] = {};
+  bool pool_chunk_measured[kMaxOrdinals] = {};
+  std::mutex pool_probe_mu;  // one probe at a time (held without `mu`)
   // Graph executables with memory nodes (their own or a child graph's), and
   // what those nodes allocate together: a launch is admitted for what the
   // device's graph reservation would have to grow by, and the reservation
