@@ -143,6 +143,14 @@ struct Model {
   std::map<CUgraphExec, Graph> execs;
   std::uint64_t graph_reserved[fake_gpu::kMaxDevices] = {};
   std::uint64_t graph_in_use[fake_gpu::kMaxDevices] = {};
+  // Graph launches with memory not yet ended (FAKE_CUDA_GRAPH_US > 0):
+  // device, stream, memory, when they end.
+  struct GraphRun {
+    int physical;
+    CUstream stream;
+    std::uint64_t bytes, end_ns;
+  };
+  std::vector<GraphRun> graph_runs;
   std::map<CUstream, Stream> streams;
   std::map<CUevent, Event> events;
   std::map<CUmodule, Module> modules;
@@ -1348,31 +1356,47 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsi
   M().execs[*e] = M().graphs[g];
   return CUDA_SUCCESS;
 }
-CUresult GraphLaunch(CUgraphExec e) {
+// A graph runs on its stream for FAKE_CUDA_GRAPH_US (0: ends at once).
+// Its memory comes from the device's graph pool; graphs running at once on
+// other streams hold theirs, so the pool holds the sum (one stream's graphs
+// run one after another and reuse it).
+CUresult GraphLaunch(CUgraphExec e, CUstream stream, bool runs = true) {
   LOCKED;
   auto it = M().execs.find(e);
   if (it == M().execs.end()) return CUDA_ERROR_INVALID_VALUE;
   const int p = it->second.physical;
-  const std::uint64_t need = it->second.mem_bytes;
   Model& m = M();
+  const std::uint64_t micros = fake_gpu::EnvU64("FAKE_CUDA_GRAPH_US", 0);
+  const std::uint64_t now = NowNs();
+  Stream* st = nullptr;
+  if (auto s = m.streams.find(stream); s != m.streams.end()) st = &s->second;
+  const std::uint64_t start = std::max(now, st ? st->end_ns : 0);
+  std::erase_if(m.graph_runs, [&](const Model::GraphRun& r) { return r.end_ns <= now; });
+  std::uint64_t need = it->second.mem_bytes;
+  for (const Model::GraphRun& r : m.graph_runs)
+    if (r.physical == p && r.stream != stream && r.end_ns > start) need += r.bytes;
   if (need > m.graph_reserved[p]) {
     if (ChargePhysical(p, need - m.graph_reserved[p]) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     m.graph_reserved[p] = need;
   }
   m.graph_in_use[p] = std::max(m.graph_in_use[p], need);
+  if (runs && micros > 0 && it->second.mem_bytes > 0) {
+    m.graph_runs.push_back({p, stream, it->second.mem_bytes, start + micros * 1000});
+    if (st) st->end_ns = start + micros * 1000;
+  }
   return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream) {
-  return GraphLaunch(e);
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+  return GraphLaunch(e, s);
 }
-FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream) {
-  return GraphLaunch(e);
+FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
+  return GraphLaunch(e, s);
 }
-FAKE_EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream) {
-  return GraphLaunch(e);
+FAKE_EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream s) {
+  return GraphLaunch(e, s, /*runs=*/false);  // reserves, runs nothing
 }
-FAKE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream) {
-  return GraphLaunch(e);
+FAKE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s) {
+  return GraphLaunch(e, s, /*runs=*/false);
 }
 FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
   LOCKED;

@@ -559,6 +559,30 @@ TEST_F(Interposer, AGraphWhoseMemoryPassesTheQuotaIsRefusedBeforeItRuns) {
   EXPECT_EQ(j["charged"], 0u);
 }
 
+TEST_F(Interposer, GraphsRunningAtOnceAreAdmittedForTheirMemoryTogether) {
+  // Two graphs of 300 MiB each, the second launched into another stream
+  // while the first runs (200 ms each): the device's graph pool must hold
+  // both. Under a 500 MiB quota the second was admitted for the 300 MiB the
+  // pool already held, then charged after the fact: 600 MiB. Now it is
+  // refused; launched again once the first has ended, it fits.
+  const ProbeRun run = Probe(
+      "graphs --concurrent 314572800",
+      {{"STOKER_GPU_MEMORY_LIMIT", "500MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}, {"FAKE_CUDA_GRAPH_US", "200000"}});
+  ASSERT_EQ(run.status, 0) << run.out;
+  const auto j = run.json();
+  EXPECT_EQ(j["beside_result"], 2) << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(j["after_result"], 0);
+  EXPECT_LE(j["max_charged"].get<std::uint64_t>(), j["quota"].get<std::uint64_t>());
+  EXPECT_EQ(j["charged"], j["used"]);
+  // Under 700 MiB both run at once, charged together.
+  const ProbeRun wide = Probe(
+      "graphs --concurrent 314572800",
+      {{"STOKER_GPU_MEMORY_LIMIT", "700MiB"}, {"FAKE_CUDA_CONTEXT_BYTES", "0"}, {"FAKE_CUDA_GRAPH_US", "200000"}});
+  ASSERT_EQ(wide.status, 0) << wide.out;
+  EXPECT_EQ(wide.json()["beside_result"], 0);
+  EXPECT_EQ(wide.json()["max_charged"], 600u << 20);
+}
+
 TEST_F(Interposer, ANeighboursAllocationIsNotTakenForOurContext) {
   // A 300 MiB context is made while another process's 500 MiB land on the
   // device. Measured device-wide, the context was learned as 800 MiB: the

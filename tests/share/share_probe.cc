@@ -499,6 +499,31 @@ int Graphs(const Driver& d) {
                 static_cast<unsigned long long>(FakeProcessUsed(physical)));
     return 0;
   }
+  // Two graphs of --concurrent BYTES each, launched into two streams so
+  // that they run at once (the fake: FAKE_CUDA_GRAPH_US), then again one
+  // after the other on one stream.
+  if (const std::uint64_t each = Arg("concurrent", 0); each > 0) {
+    CUstream one = nullptr, two = nullptr;
+    Check(d.StreamCreate(&one, 0), "cuStreamCreate");
+    Check(d.StreamCreate(&two, 0), "cuStreamCreate");
+    const CUgraphExec a = instantiate(each), b = instantiate(each);
+    Check(d.GraphLaunch(a, one), "cuGraphLaunch");
+    const CUresult beside = d.GraphLaunch(b, two);
+    std::uint64_t max_charged = LedgerCharges(d, 0).process;
+    Check(d.StreamSynchronize(one), "cuStreamSynchronize");
+    Check(d.StreamSynchronize(two), "cuStreamSynchronize");
+    const CUresult after = d.GraphLaunch(b, one);
+    max_charged = std::max(max_charged, LedgerCharges(d, 0).process);
+    Check(d.StreamSynchronize(one), "cuStreamSynchronize");
+    const Charges c = LedgerCharges(d, 0);
+    std::printf(
+        "{\"beside_result\": %d, \"after_result\": %d, \"max_charged\": %llu, \"charged\": %llu, "
+        "\"used\": %llu, \"quota\": %llu}\n",
+        static_cast<int>(beside), static_cast<int>(after), static_cast<unsigned long long>(max_charged),
+        static_cast<unsigned long long>(c.process), static_cast<unsigned long long>(FakeProcessUsed(physical)),
+        static_cast<unsigned long long>(c.quota));
+    return 0;
+  }
   const CUgraphExec small = instantiate(100ull << 20), big = instantiate(300ull << 20), none = instantiate(0);
   // Two launches in a row, the second growing the reservation: each is
   // read after its launch (before, at most one read every 5 ms).

@@ -1,7 +1,10 @@
 // Launches: every path that puts work on a device (kernels, cooperative
 // kernels, graphs, the legacy grid launches) passes the compute gate.
+#include <algorithm>
+
 #include "share/interposer/compute_gate.h"
 #include "share/interposer/hook_prologue.h"
+#include "share/interposer/real_driver.h"
 
 using stoker::share::ComputeGate;
 
@@ -48,12 +51,68 @@ STOKER_LAUNCH(cuLaunchGridAsync, PFN_cuLaunchGridAsync_v2000, (CUfunction f, int
 
 namespace {
 
+using GraphRun = stoker::share::Interposer::GraphRun;
+
+// Where a launch into `stream` runs, as an identity: a per-thread default
+// stream is its thread's own.
+const void* StreamIdentity(CUstream stream, bool per_thread) {
+  static thread_local char own;
+  if (stream == CU_STREAM_PER_THREAD || (per_thread && stream == nullptr)) return &own;
+  return stream;
+}
+
+// The memory of graph launches on `ordinal` that may still be running
+// beside a launch into `stream` (on other streams: one stream's graphs run
+// one after another and reuse their memory). Ended ones are dropped; their
+// events are queried in relaxed capture mode, so that this thread's query
+// cannot invalidate another thread's capture. graph_mu held.
+std::uint64_t RunningBeside(stoker::share::Interposer& ip, int ordinal, const void* stream) {
+  if (ip.graph_runs.empty()) return 0;
+  static const auto destroy =
+      reinterpret_cast<PFN_cuEventDestroy_v4000>(stoker::share::DriverSymbol("cuEventDestroy_v2"));
+  const auto& d = ip.driver();
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (d.exchange_capture_mode != nullptr) (void)d.exchange_capture_mode(&mode);
+  std::erase_if(ip.graph_runs, [&](const GraphRun& run) {
+    if (d.event_query(run.done) == CUDA_ERROR_NOT_READY) return false;
+    if (destroy != nullptr) (void)destroy(run.done);
+    return true;
+  });
+  if (d.exchange_capture_mode != nullptr) (void)d.exchange_capture_mode(&mode);
+  std::uint64_t bytes = 0;
+  for (const GraphRun& run : ip.graph_runs)
+    if (run.ordinal == ordinal && run.stream != stream) bytes += run.bytes;
+  return bytes;
+}
+
+// After a launch of a graph with `bytes` of memory into `stream`: an event
+// marks its end. Nothing where the stream is being captured (the launch
+// did not run) or the driver lacks events. graph_mu held.
+void NoteRun(stoker::share::Interposer& ip, int ordinal, CUstream stream, const void* identity, std::uint64_t bytes) {
+  const auto& d = ip.driver();
+  if (d.event_create == nullptr || d.event_record == nullptr || d.event_query == nullptr) return;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.stream_is_capturing != nullptr && d.stream_is_capturing(stream, &status) == CUDA_SUCCESS &&
+      status != CU_STREAM_CAPTURE_STATUS_NONE)
+    return;
+  CUevent done = nullptr;
+  if (d.event_create(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  if (d.event_record(done, stream) != CUDA_SUCCESS) {
+    static const auto destroy =
+        reinterpret_cast<PFN_cuEventDestroy_v4000>(stoker::share::DriverSymbol("cuEventDestroy_v2"));
+    if (destroy != nullptr) (void)destroy(done);
+    return;
+  }
+  ip.graph_runs.push_back({ordinal, identity, bytes, done});
+}
+
 // Graph launches pass the gate. Those of executables with memory nodes are
-// admitted for what the device's graph reservation would grow by (refused
-// with CUDA_ERROR_OUT_OF_MEMORY over the quota: before, charged after the
-// fact), and followed by a read of the reservation; others read nothing.
-// Where the driver cannot list nodes, every launch is followed by a read,
-// at most every few milliseconds.
+// admitted for what the device's graph reservation would grow by to hold
+// their memory and that of the graphs still running on other streams
+// (refused with CUDA_ERROR_OUT_OF_MEMORY over the quota: before, charged
+// after the fact), and followed by a read of the reservation; others read
+// nothing. Where the driver cannot list nodes, every launch is followed by
+// a read, at most every few milliseconds.
 template <typename Launch>
 CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream stream, bool per_thread, Launch launch) {
   std::uint64_t bytes = 0;
@@ -68,10 +127,22 @@ CUresult LaunchGraph(stoker::share::Interposer& ip, CUgraphExec exec, CUstream s
   stoker::share::Dev dev;
   const bool nodes_known = ip.graph_nodes_known.load(std::memory_order_relaxed);
   const bool on_device = (with_memory || !nodes_known) && ip.CurrentDevice(&dev);
-  if (with_memory && on_device && !ip.AdmitGraphLaunch(dev, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const void* identity = StreamIdentity(stream, per_thread);
+  if (with_memory && on_device) {
+    std::uint64_t beside = 0;
+    {
+      std::lock_guard<std::mutex> lock(ip.graph_mu);
+      beside = RunningBeside(ip, dev.ordinal, identity);
+    }
+    if (!ip.AdmitGraphLaunch(dev, bytes + beside)) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const int counted = ComputeGate::Get().Enter(ip, stream, per_thread);
   const CUresult r = launch();
   ComputeGate::Get().Leave(counted);
+  if (r == CUDA_SUCCESS && with_memory && on_device) {
+    std::lock_guard<std::mutex> lock(ip.graph_mu);
+    NoteRun(ip, dev.ordinal, stream, identity, bytes);
+  }
   bool refresh = with_memory;
   if (!refresh && !nodes_known) {
     static std::uint64_t last_refresh_ns = 0;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "share/interposer/cuda_api.h"
 #include "share/ledger.h"
@@ -158,6 +159,17 @@ class Interposer {
   // Its own lock: read on every graph launch.
   std::mutex graph_mu;
   std::unordered_map<CUgraphExec, std::uint64_t> graphs_with_memory;
+  // Launches of those executables that may still be running: an event is
+  // recorded after each on its stream. Graphs running at once on different
+  // streams hold their memory together, so a launch is admitted for its
+  // own memory plus theirs. graph_mu.
+  struct GraphRun {
+    int ordinal = -1;
+    const void* stream = nullptr;  // the stream's identity (a per-thread default stream: its thread's)
+    std::uint64_t bytes = 0;
+    CUevent done = nullptr;
+  };
+  std::vector<GraphRun> graph_runs;
   // False when the driver cannot list a graph's nodes: every launch is
   // then followed by a read, at most every few milliseconds.
   std::atomic<bool> graph_nodes_known{true};
