@@ -214,26 +214,26 @@ void PutU16(std::vector<std::byte>& b, std::size_t at, int value) {
 
 }  // namespace
 
-Result<SeekUse> DecodeJpegSeekable(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi, int scale,
-                                   DecodedRegion& out, std::vector<std::byte>& stream) {
-  auto whole = [&](SeekUse use) -> Result<SeekUse> {
-    STOKER_RETURN_IF_ERROR(DecodeJpeg(jpeg, roi, scale, out));
-    return use;
-  };
-  if (table.empty() || roi.width <= 0 || roi.height <= 0) return whole(SeekUse::kNotUseful);
+SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi,
+                                      std::vector<std::byte>& stream) {
+  SeekableRegion region;
+  if (table.empty() || roi.width <= 0 || roi.height <= 0) return region;
   Result<ScanLayout> read = ReadScanLayout(jpeg);
-  if (!read.ok() || !TableAgrees(jpeg, *read, table)) return whole(SeekUse::kDisagrees);
+  if (!read.ok() || !TableAgrees(jpeg, *read, table)) {
+    region.use = SeekUse::kDisagrees;
+    return region;
+  }
   const ScanLayout& L = *read;
-  if (roi.x < 0 || roi.y < 0 || roi.x >= L.width || roi.y >= L.height) return whole(SeekUse::kNotUseful);
+  if (roi.x < 0 || roi.y < 0 || roi.x >= L.width || roi.y >= L.height) return region;
   const int r = static_cast<int>(L.restart_interval);
   const int right = std::min(roi.x + roi.width, L.width), bottom = std::min(roi.y + roi.height, L.height);
   const int c0 = roi.x / L.mcu_width / r * r;
   const int c1 = std::min(L.mcus_per_row, ((right + L.mcu_width - 1) / L.mcu_width + r - 1) / r * r);
   const int q0 = roi.y / L.mcu_height;
   const int q1 = (bottom + L.mcu_height - 1) / L.mcu_height;
-  // Starting at the top with every column: DecodeJpeg stops after the last
-  // row anyway, and reads no more.
-  if (c0 == 0 && c1 == L.mcus_per_row && q0 == 0) return whole(SeekUse::kNotUseful);
+  // Starting at the top with every column: a region decode stops after the
+  // last row anyway, and reads no more.
+  if (c0 == 0 && c1 == L.mcus_per_row && q0 == 0) return region;
 
   const int sub_width = c1 == L.mcus_per_row ? L.width - c0 * L.mcu_width : (c1 - c0) * L.mcu_width;
   const int sub_height = q1 == L.mcu_rows ? L.height - q0 * L.mcu_height : (q1 - q0) * L.mcu_height;
@@ -271,14 +271,31 @@ Result<SeekUse> DecodeJpegSeekable(std::span<const std::byte> jpeg, RestartOffse
   stream[at++] = std::byte{0xFF};
   stream[at++] = std::byte{kEoi};
   stream.resize(at);
+  region.use = SeekUse::kUsed;
+  region.x = c0 * L.mcu_width;
+  region.y = q0 * L.mcu_height;
+  region.width = sub_width;
+  region.height = sub_height;
+  region.full = {L.width, L.height};
+  return region;
+}
 
-  const int dx = c0 * L.mcu_width, dy = q0 * L.mcu_height;
-  const Roi sub{roi.x - dx, roi.y - dy, std::min(right, dx + sub_width) - roi.x,
-                std::min(bottom, dy + sub_height) - roi.y};
+Result<SeekUse> DecodeJpegSeekable(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi, int scale,
+                                   DecodedRegion& out, std::vector<std::byte>& stream) {
+  auto whole = [&](SeekUse use) -> Result<SeekUse> {
+    STOKER_RETURN_IF_ERROR(DecodeJpeg(jpeg, roi, scale, out));
+    return use;
+  };
+  const SeekableRegion region = AssembleSeekableRegion(jpeg, table, roi, stream);
+  if (region.use != SeekUse::kUsed) return whole(region.use);
+  const int right = std::min(roi.x + roi.width, region.full.width);
+  const int bottom = std::min(roi.y + roi.height, region.full.height);
+  const Roi sub{roi.x - region.x, roi.y - region.y, std::min(right, region.x + region.width) - roi.x,
+                std::min(bottom, region.y + region.height) - roi.y};
   if (!DecodeJpeg(stream, sub, scale, out).ok()) return whole(SeekUse::kDisagrees);
-  out.origin_x += dx;
-  out.origin_y += dy;
-  out.full = {L.width, L.height};
+  out.origin_x += region.x;
+  out.origin_y += region.y;
+  out.full = region.full;
   return SeekUse::kUsed;
 }
 

@@ -107,6 +107,25 @@ enum class SeekUse : std::uint8_t {
   kDisagrees,  // the table does not fit the JPEG (edited after packing?): decoded whole instead
 };
 
+// A region of a seekable JPEG as a JPEG of its own: the JPEG's header with
+// the frame's size changed, then the intervals covering `roi` (widened to
+// whole intervals and MCU rows), their markers renumbered, then EOI. Any
+// decoder (libjpeg, nvJPEG) decodes it to the sub-image at (x, y) of
+// width x height, the same pixels as the whole image's there except within
+// one iMCU of the sub-image's edges that are not the image's (chroma
+// upsampling at its borders: callers ask for a margin around what they
+// need). `use` says whether `stream` holds it: kNotUseful where the region
+// needs every interval down to its last row (or is empty), kDisagrees where
+// the table does not fit the JPEG (every offset is checked against its
+// markers). `stream` is reused to avoid allocations.
+struct SeekableRegion {
+  SeekUse use = SeekUse::kNotUseful;
+  int x = 0, y = 0, width = 0, height = 0;
+  ImageSize full;  // the whole image
+};
+[[nodiscard]] SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi,
+                                                    std::vector<std::byte>& stream);
+
 // DecodeJpeg of a JPEG with a restart table: a stream of the JPEG's header
 // (the frame's size changed) and the intervals covering `roi`, widened to
 // whole intervals, their markers renumbered, goes to libjpeg, so entropy

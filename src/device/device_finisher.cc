@@ -71,7 +71,7 @@ DeviceDecodeRouting DeviceFinisher::routing() const {
 }
 
 bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
-                                   std::byte* buffer, Status& error) {
+                                   std::byte* buffer, ImageScratch& scratch, Status& error) {
   auto* table = reinterpret_cast<CompressedImage*>(buffer + compressed_offset_);
   table[context.index] = CompressedImage{};
   auto traits = codec::ReadJpegTraits(encoded);
@@ -88,30 +88,52 @@ bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pip
     error = crop.error();
     return true;
   }
-  // Rows of the whole image, packed, each image's start 256-byte aligned as the decoders prefer.
-  const std::uint64_t decoded = (static_cast<std::uint64_t>(traits->width) * traits->height * 3 + 255) / 256 * 256;
+  // The whole image, or with a restart table the sub-image of the intervals
+  // the crop's region needs (the CPU path's margin around the box: edge
+  // pixels then decode as in the whole image).
+  std::span<const std::byte> jpeg = encoded;
+  int x = 0, y = 0, width = traits->width, height = traits->height;
+  if (!scratch.restarts.empty() && crop->roi.width > 0) {
+    const codec::Roi& box = crop->roi;
+    const int left = std::max(0, box.x - kRegionMargin), top = std::max(0, box.y - kRegionMargin);
+    const int right = std::min(width, box.x + box.width + kRegionMargin);
+    const int bottom = std::min(height, box.y + box.height + kRegionMargin);
+    const codec::SeekableRegion region = codec::AssembleSeekableRegion(
+        encoded, scratch.restarts, {left, top, right - left, bottom - top}, scratch.seek_stream);
+    scratch.seek_use = region.use;
+    if (region.use == codec::SeekUse::kUsed) {
+      jpeg = scratch.seek_stream;
+      x = region.x;
+      y = region.y;
+      width = region.width;
+      height = region.height;
+    }
+  }
+  // Rows of the image, packed, each image's start 256-byte aligned as the decoders prefer.
+  const std::uint64_t decoded = (static_cast<std::uint64_t>(width) * height * 3 + 255) / 256 * 256;
   std::uint64_t at = 0, compressed_at = 0;
   if (!Reserve(decode_used_[context.slot], decoded, decode_capacity_, at) ||
-      !Reserve(pixel_used_[context.slot], encoded.size(), pixel_capacity_, compressed_at)) {
+      !Reserve(pixel_used_[context.slot], jpeg.size(), pixel_capacity_, compressed_at)) {
     no_room_.fetch_add(1, std::memory_order_relaxed);
-    return false;  // (a decode-area reservation made here stays unused)
+    scratch.seek_use.reset();  // decoded on the CPU, which says how it used the table
+    return false;              // (a decode-area reservation made here stays unused)
   }
-  std::memcpy(buffer + desc_bytes_ + compressed_at, encoded.data(), encoded.size());
+  std::memcpy(buffer + desc_bytes_ + compressed_at, jpeg.data(), jpeg.size());
   CompressedImage& ref = table[context.index];
   ref.offset = compressed_at;
-  ref.length = encoded.size();
-  ref.width = traits->width;
-  ref.height = traits->height;
+  ref.length = jpeg.size();
+  ref.width = width;
+  ref.height = height;
   ref.hardware = plan.route == codec::DecodeRoute::kHardware ? 1 : 0;
   ImageDesc desc;
   desc.source = 1;
   desc.offset = at;
-  desc.width = traits->width;
-  desc.height = traits->height;
-  desc.x0 = static_cast<float>(crop->box.x0);
-  desc.y0 = static_cast<float>(crop->box.y0);
-  desc.x1 = static_cast<float>(std::min(crop->box.x1, static_cast<double>(traits->width)));
-  desc.y1 = static_cast<float>(std::min(crop->box.y1, static_cast<double>(traits->height)));
+  desc.width = width;
+  desc.height = height;
+  desc.x0 = static_cast<float>(crop->box.x0 - x);
+  desc.y0 = static_cast<float>(crop->box.y0 - y);
+  desc.x1 = static_cast<float>(std::min(crop->box.x1 - x, static_cast<double>(width)));
+  desc.y1 = static_cast<float>(std::min(crop->box.y1 - y, static_cast<double>(height)));
   desc.flip = crop->flip ? 1 : 0;
   std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
   if (ref.hardware) on_hardware_.fetch_add(1, std::memory_order_relaxed);
@@ -145,7 +167,7 @@ Status DeviceFinisher::Finish(std::span<const std::byte> encoded, const pipeline
   const auto t0 = Clock::now();
   if (device_decode_) {
     Status error;
-    if (RouteToDevice(encoded, context, buffer, error)) {
+    if (RouteToDevice(encoded, context, buffer, scratch, error)) {
       pipeline::LoaderCounters::Add(counters.decode_ns, Clock::now() - t0);  // header parse and copy
       return error;
     }

@@ -145,8 +145,13 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   std::atomic<std::uint64_t> cpu_warps_{0}, cpu_steps_{0};
 
   // GPU decode.
+  // A seekable JPEG (a restart table in scratch.restarts) whose crop leaves
+  // whole intervals out goes as the JPEG of the intervals its region needs
+  // (codec::AssembleSeekableRegion): the GPU's decoder (and the CPU's, for
+  // nvJPEG's Huffman stage) reads and decodes only those. scratch.seek_use
+  // says which.
   [[nodiscard]] bool RouteToDevice(std::span<const std::byte> encoded, const pipeline::SampleContext& context,
-                                   std::byte* buffer, Status& error);
+                                   std::byte* buffer, ImageScratch& scratch, Status& error);
   bool device_decode_ = false;
   codec::GpuDecodeCaps caps_;
   std::size_t decode_bytes_per_sample_ = 0, decode_capacity_ = 0, compressed_offset_ = 0;

@@ -148,7 +148,7 @@ Status DeviceFinisher::FinishAugmented(std::span<const std::byte> encoded, const
   bool placed = false;
   if (device_decode_ && !augmentation_.has_before() && t.kind != TransformOptions::Kind::kNone && !resizes_here()) {
     Status error;
-    if (RouteToDevice(encoded, context, buffer, error)) {
+    if (RouteToDevice(encoded, context, buffer, scratch, error)) {
       STOKER_RETURN_IF_ERROR(error);
       std::memcpy(&desc, buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), sizeof(desc));
       flip = desc.flip != 0;

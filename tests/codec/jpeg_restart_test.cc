@@ -248,6 +248,39 @@ TEST(SeekableJpeg, AStreamOfTheRegionsIntervalsIsSmallerThanTheFile) {
   EXPECT_EQ(region.full.height, 600);
 }
 
+TEST(SeekableJpeg, ARegionsStreamIsAJpegOfItsOwnForAnyDecoder) {
+  // What the GPU path hands nvJPEG: decoded whole, as a file of its own, it
+  // is the sub-image at the region's place (away from its inner edges).
+  const EncodeSpec spec = Spec(480, 360);
+  SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  const DecodedRegion whole = Whole(seekable.bytes, 1);
+  Rng rng(11, 0);
+  int used = 0;
+  std::vector<std::byte> stream;
+  for (int i = 0; i < 40; ++i) {
+    const Roi roi = RandomBox(spec, 24, rng);
+    const SeekableRegion region = AssembleSeekableRegion(seekable.bytes, View(seekable.table), roi, stream);
+    if (region.use != SeekUse::kUsed) continue;
+    ++used;
+    ASSERT_LE(region.x, roi.x);
+    ASSERT_LE(region.y, roi.y);
+    DecodedRegion alone;
+    ASSERT_TRUE(DecodeJpeg(stream, Roi{}, 1, alone).ok());
+    ASSERT_EQ(alone.width, region.width);
+    ASSERT_EQ(alone.height, region.height);
+    alone.origin_x = region.x;  // where it sits in the whole image
+    alone.origin_y = region.y;
+    ExpectSamePixels(whole, alone, roi, 1, "region " + std::to_string(i));
+  }
+  EXPECT_GT(used, 20);
+  // A table that does not fit the file: nothing assembled, said so.
+  std::vector<std::uint32_t> shifted = seekable.table;
+  shifted[3] += 1;
+  EXPECT_EQ(AssembleSeekableRegion(seekable.bytes, View(shifted), Roi{200, 150, 100, 100}, stream).use,
+            SeekUse::kDisagrees);
+}
+
 TEST(SeekableJpeg, TheWholeImageOrARegionAtTheTopLeftNeedsNoTable) {
   SeekableJpeg seekable = MakeSeekableJpeg(Encode(Spec(400, 300)));
   ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
