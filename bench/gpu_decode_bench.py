@@ -100,18 +100,28 @@ def torchvision_gpu_pipeline(samples, batch, workers):
     return gen()
 
 
-def parity(packed, transform, batches=4):
-    def take(decode):
-        loader = stoker_loader(packed, 64, decode, transform, seed=1, num_threads=4)
+def parity(packed, transform, batches=4, other=None):
+    """decode="gpu" against the CPU decode; with `other` (a seekable pack of
+    the same images), decode="gpu" there against decode="gpu" here: the
+    regions' own JPEGs against the whole files."""
+    def take(decode, where=packed):
+        loader = stoker_loader(where, 64, decode, transform, seed=1, num_threads=4)
         out = []
         for i, (x, _) in enumerate(loader):
             out.append(x.float().cpu())
             if i + 1 == batches:
                 break
         return torch.cat(out), loader.stats()
+    std = torch.tensor(STD).view(1, 1, 1, 3)  # NHWC
+    if other is not None:
+        whole, _ = take("gpu")
+        regions, stats = take("gpu", other)
+        levels = (regions - whole).abs() * std * 255
+        return {"max_levels": levels.max().item(), "mean_levels": levels.mean().item(),
+                "seekable_decodes": stats.get("seekable_decodes"), "seekable_fallbacks": stats.get("seekable_fallbacks"),
+                "decoded_on_device": stats.get("decoded_on_device")}
     cpu, _ = take("cpu")
     gpu, stats = take("gpu")
-    std = torch.tensor(STD).view(1, 1, 1, 3)  # NHWC
     levels = (gpu - cpu).abs() * std * 255
     return {"max_levels": levels.max().item(), "mean_levels": levels.mean().item(),
             "decoder": stats.get("decoder"), "decoded_on_device": stats.get("decoded_on_device"),
@@ -130,6 +140,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--decode-batches", type=int, default=20)
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--seekable", help="a `stoker pack --seekable-jpeg` pack of the same images: decode='gpu' "
+                        "from it (each crop's intervals only) beside the plain pack")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -140,9 +152,15 @@ def main():
 
     # 1. Decode (+ crop/resize/normalise) throughput, no model.
     samples = torchvision.datasets.ImageFolder(args.images).samples
-    for name, make in (("stoker decode='gpu'", lambda: stoker_loader(args.packed, args.batch_size, "gpu", transform)),
-                       ("stoker decode='cpu', gpu_preprocess",
-                        lambda: stoker_loader(args.packed, args.batch_size, "cpu", transform))):
+    variants = [("stoker decode='gpu'", lambda: stoker_loader(args.packed, args.batch_size, "gpu", transform)),
+                ("stoker decode='cpu', gpu_preprocess",
+                 lambda: stoker_loader(args.packed, args.batch_size, "cpu", transform))]
+    if args.seekable:
+        variants += [("stoker decode='gpu', seekable pack",
+                      lambda: stoker_loader(args.seekable, args.batch_size, "gpu", transform)),
+                     ("stoker decode='cpu', gpu_preprocess, seekable pack",
+                      lambda: stoker_loader(args.seekable, args.batch_size, "cpu", transform))]
+    for name, make in variants:
         loader = make()
         rate = throughput(forever(loader), args.decode_batches)
         result["decode_images_per_s"][name] = rate
@@ -156,6 +174,10 @@ def main():
     # 2. Parity and routing.
     result["parity"] = parity(args.packed, transform)
     print("parity, decode='gpu' vs CPU decode:", json.dumps(result["parity"]), flush=True)
+    if args.seekable:
+        result["seekable_parity"] = parity(args.packed, transform, other=args.seekable)
+        print("parity, decode='gpu' from the seekable pack vs the plain pack:", json.dumps(result["seekable_parity"]),
+              flush=True)
 
     # 3. Training a lighter model.
     def make_model():
