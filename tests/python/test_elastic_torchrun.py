@@ -139,10 +139,13 @@ def test_torchrun_etcd_nodes_join_and_leave(packed, reference, tmp_path, etcd):
 
 
 def test_the_launcher_unshares_the_store_only_on_the_torch_versions_that_need_it():
-    from stoker.elastic._torchrun_compat import shares_store_by_restart_count
-    assert shares_store_by_restart_count("2.4.0")
-    assert shares_store_by_restart_count("2.5.1+cu124")
-    assert not shares_store_by_restart_count("1.13.1")
-    assert not shares_store_by_restart_count("2.3.1")
-    assert not shares_store_by_restart_count("2.6.0")
-    assert not shares_store_by_restart_count("2.11.0a0+git")
+    # Shared from 2.4 on: under a restart-count prefix in 2.4-2.5, one server for every round since (a
+    # restarted round read the last round's gloo addresses on 2.9.1 and timed out after 300 s).
+    from stoker.elastic._torchrun_compat import shares_rendezvous_store
+    assert shares_rendezvous_store("2.4.0")
+    assert shares_rendezvous_store("2.5.1+cu124")
+    assert shares_rendezvous_store("2.6.0")
+    assert shares_rendezvous_store("2.9.1+cu128")
+    assert shares_rendezvous_store("2.11.0a0+git")
+    assert not shares_rendezvous_store("1.13.1")
+    assert not shares_rendezvous_store("2.3.1")

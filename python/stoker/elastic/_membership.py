@@ -38,7 +38,7 @@ class Membership:
                 # busy host): forming waits longer than a collective. A peer that dies meanwhile makes its
                 # agent restart the round, which ends this wait sooner.
                 forming = min(self.rendezvous_timeout, max(self.timeout, 60.0))
-                _warn_if_store_shared_by_restart_count()
+                _warn_if_store_shared()
                 try:
                     with _sigterm_ends_at_once():  # the agent ending the round must not wait for this wait
                         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=forming))
@@ -251,18 +251,19 @@ def _sigterm_ends_at_once():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _warn_if_store_shared_by_restart_count():
-    """Under plain torchrun 2.4 or 2.5 (stoker.elastic.launch fixes it): see
-    _torchrun_compat.shares_store_by_restart_count."""
+def _warn_if_store_shared():
+    """Under plain torchrun 2.4 or later (stoker.elastic.launch fixes it):
+    see _torchrun_compat.shares_rendezvous_store."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return
     torch = _torch()
-    from ._torchrun_compat import shares_store_by_restart_count
-    if shares_store_by_restart_count(torch.__version__):
-        log.warning("torch %s's torchrun shares its store with the workers under each agent's own restart count, "
-                    "so after a failure the workers of a round can miss one another (pytorch/pytorch#135712, "
-                    "fixed in torch 2.6): launch with stoker.elastic.launch or set "
-                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun", torch.__version__)
+    from ._torchrun_compat import shares_rendezvous_store
+    if shares_rendezvous_store(torch.__version__):
+        log.warning("torch %s's torchrun shares its rendezvous store with the workers across rounds, so after a "
+                    "failure the workers of a restarted round can read the last round's addresses and fail to "
+                    "meet (pytorch/pytorch#135712 on 2.4-2.5; one store server for every round since): launch "
+                    "with stoker.elastic.launch or set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun",
+                    torch.__version__)
 
 
 def _test_stall(step):

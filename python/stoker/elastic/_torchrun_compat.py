@@ -9,14 +9,18 @@ Python 3.11, and exposes the rendezvous keep-alive as settings.
   apart, hard-coded: 15 s of every recovery from a lost node.
   ``$STOKER_RDZV_KEEP_ALIVE_S`` and ``$STOKER_RDZV_KEEP_ALIVE_ATTEMPTS``
   (defaults 1 and 3) set them.
-- torch 2.4 and 2.5 share the c10d rendezvous's store with the workers,
-  under a prefix of each agent's own restart count. Only the agent whose
-  worker failed counts a restart, so after a failure the workers of one
-  round use different prefixes (they never meet) or read an earlier
-  round's addresses (gloo "connectFullMesh failed"): pytorch/pytorch#135712,
-  fixed in 2.6. On those versions the launcher sets
-  ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (rank 0's worker hosts each
-  round's store, as before 2.4) unless it is set already.
+- torch 2.4 and later share the c10d rendezvous's store with the workers.
+  2.4 and 2.5 put each round's keys under each agent's own restart count,
+  and only the agent whose worker failed counts a restart, so after a
+  failure the workers of one round use different prefixes (they never
+  meet) or read an earlier round's addresses: pytorch/pytorch#135712. 2.6
+  dropped the prefix, but the store server is still the first round's: the
+  workers of a restarted round find the last round's gloo addresses there
+  and connect to dead ports ("connectFullMesh failed ... Connection
+  refused", then a 300 s connect timeout; seen on 2.9.1). The launcher
+  sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` on every version that
+  shares (rank 0's worker hosts each round's store, as before 2.4) unless
+  it is set already.
 """
 import datetime
 import os
@@ -67,16 +71,16 @@ def _patch_keep_alive():
     return True
 
 
-def shares_store_by_restart_count(version):
+def shares_rendezvous_store(version):
     """Whether this torch version's c10d rendezvous shares its store with the
-    workers under a per-agent restart-count prefix (2.4 and 2.5)."""
+    workers across rounds (2.4 and later; see the module's help)."""
     major_minor = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-    return (2, 4) <= major_minor < (2, 6)
+    return major_minor >= (2, 4)
 
 
 def _unshare_store():
     import torch
-    if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in os.environ or not shares_store_by_restart_count(torch.__version__):
+    if "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in os.environ or not shares_rendezvous_store(torch.__version__):
         return False
     os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     return True
