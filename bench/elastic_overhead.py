@@ -37,27 +37,42 @@ sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
 kw = dict(global_batch_size=48, with_indices=True, num_threads=1, log_epochs=False,
           transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
 times, participants = [], []  # torchft: replica groups in each step's quorum
-def body(ddp, images, labels, weight_of, micro):
-    t0 = time.perf_counter()
-    for i, (x, y, w) in enumerate(micro(images, labels)):
+def step(ddp, images, labels, micro, start=None, commits=None):
+    if start: start()  # torchft: the step's quorum, before the forward pass
+    for x, y, w in micro(images, labels):
         (nn.functional.cross_entropy(ddp(x), y % 10) * w).backward()
     if extra:
         time.sleep(extra)
     torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-    opt.step(); sched.step(); opt.zero_grad()
+    if commits is None or commits():
+        opt.step(); sched.step()
+    opt.zero_grad()
+def halves(ddp, world):  # 2 micro-batches, the first without DDP's all-reduce
+    def micro(images, labels):
+        n = len(labels); half = n // 2
+        with ddp.no_sync():
+            yield images[:half], labels[:half], half * world / 48
+        yield images[half:], labels[half:], (n - half) * world / 48
+    return micro
+def timed(batches):  # each step's time, batch to batch
+    last = None
+    for b in batches:
+        now = time.perf_counter()
+        if last is not None: times.append(now - last)
+        last = now
+        yield b
+def epochs(loader):
+    for epoch in range(EPOCHS):
+        loader.set_epoch(epoch)
+        yield from loader
 EPOCHS = 20
 if mode in ("trainer", "straggler"):
     policy = stoker.elastic.StragglerPolicy(action="warn") if mode == "straggler" else None
     trainer = stoker.elastic.Trainer(model, opt, stoker.Loader(data, **kw), epochs=EPOCHS, scheduler=sched,
                                      straggler=policy)
-    last = None
-    for images, labels, _ in trainer:
-        now = time.perf_counter()
-        if last is not None: times.append(now - last)
-        last = now
+    for images, labels, _ in timed(trainer):
         with trainer.step():
-            body(trainer.model, images, labels, trainer.loss_weight,
-                 lambda a, b: trainer.accumulate(a, b, parts=2))
+            step(trainer.model, images, labels, lambda a, b: trainer.accumulate(a, b, parts=2))
     rank = trainer.rank
 elif mode == "torchft":
     from datetime import timedelta
@@ -74,47 +89,19 @@ elif mode == "torchft":
     barrier = out + ".start"
     os.makedirs(barrier, exist_ok=True); open(os.path.join(barrier, str(rank)), "w").close()
     while len(os.listdir(barrier)) < world: time.sleep(0.05)  # the first quorum has every replica group
-    def micro(images, labels):
-        n = len(labels); half = n // 2
-        with ddp.no_sync():
-            yield images[:half], labels[:half], half * world / 48
-        yield images[half:], labels[half:], (n - half) * world / 48
-    last = None
-    for epoch in range(EPOCHS):
-        loader.set_epoch(epoch)
-        for images, labels, _ in loader:
-            now = time.perf_counter()
-            if last is not None: times.append(now - last)
-            last = now
-            manager.start_quorum()  # as torchft.Optimizer.zero_grad() does, before the forward pass
-            for x, y, w in micro(images, labels):
-                (nn.functional.cross_entropy(ddp(x), y % 10) * w).backward()
-            if extra:
-                time.sleep(extra)
-            torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
-            if manager.should_commit():
-                opt.step(); sched.step()
-            opt.zero_grad()
-            participants.append(manager.num_participants())
+    micro = halves(ddp, world)
+    for images, labels, _ in timed(epochs(loader)):
+        step(ddp, images, labels, micro, manager.start_quorum, manager.should_commit)
+        participants.append(manager.num_participants())
     manager.shutdown(wait=False)
 else:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     loader = stoker.Loader(data, rank=rank, world_size=world, **kw)
     ddp = nn.parallel.DistributedDataParallel(model)
-    def micro(images, labels):
-        n = len(labels); half = n // 2
-        with ddp.no_sync():
-            yield images[:half], labels[:half], half * world / 48
-        yield images[half:], labels[half:], (n - half) * world / 48
-    last = None
-    for epoch in range(EPOCHS):
-        loader.set_epoch(epoch)
-        for images, labels, _ in loader:
-            now = time.perf_counter()
-            if last is not None: times.append(now - last)
-            last = now
-            body(ddp, images, labels, None, micro)
+    micro = halves(ddp, world)
+    for images, labels, _ in timed(epochs(loader)):
+        step(ddp, images, labels, micro)
 steady = times[10:]
 with open("%s.%d" % (out, rank), "w") as f:
     json.dump({"mode": mode, "step_ms": 1000 * statistics.median(steady), "steps": len(times) + 1,
