@@ -61,6 +61,13 @@ const void* StreamIdentity(CUstream stream, bool per_thread) {
   return stream;
 }
 
+// Events are destroyed through the driver (the interposer does not hook it).
+void DestroyEvent(CUevent event) {
+  static const auto destroy =
+      reinterpret_cast<PFN_cuEventDestroy_v4000>(stoker::share::DriverSymbol("cuEventDestroy_v2"));
+  if (destroy != nullptr) (void)destroy(event);
+}
+
 // The memory of graph launches on `ordinal` that may still be running
 // beside a launch into `stream` (on other streams: one stream's graphs run
 // one after another and reuse their memory). Ended ones are dropped; their
@@ -68,14 +75,12 @@ const void* StreamIdentity(CUstream stream, bool per_thread) {
 // cannot invalidate another thread's capture. graph_mu held.
 std::uint64_t RunningBeside(stoker::share::Interposer& ip, int ordinal, const void* stream) {
   if (ip.graph_runs.empty()) return 0;
-  static const auto destroy =
-      reinterpret_cast<PFN_cuEventDestroy_v4000>(stoker::share::DriverSymbol("cuEventDestroy_v2"));
   const auto& d = ip.driver();
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (d.exchange_capture_mode != nullptr) (void)d.exchange_capture_mode(&mode);
   std::erase_if(ip.graph_runs, [&](const GraphRun& run) {
     if (d.event_query(run.done) == CUDA_ERROR_NOT_READY) return false;
-    if (destroy != nullptr) (void)destroy(run.done);
+    DestroyEvent(run.done);
     return true;
   });
   if (d.exchange_capture_mode != nullptr) (void)d.exchange_capture_mode(&mode);
@@ -98,9 +103,7 @@ void NoteRun(stoker::share::Interposer& ip, int ordinal, CUstream stream, const 
   CUevent done = nullptr;
   if (d.event_create(&done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
   if (d.event_record(done, stream) != CUDA_SUCCESS) {
-    static const auto destroy =
-        reinterpret_cast<PFN_cuEventDestroy_v4000>(stoker::share::DriverSymbol("cuEventDestroy_v2"));
-    if (destroy != nullptr) (void)destroy(done);
+    DestroyEvent(done);
     return;
   }
   ip.graph_runs.push_back({ordinal, identity, bytes, done});
