@@ -13,13 +13,11 @@ check applies: the global batch of a step is every rank's share, which
 DistributedSampler's order lets each rank compute.
 """
 import argparse
-import hashlib
-import json
 import os
 import sys
 import time
 
-STEP_SIZE, GAMMA = 3, 0.7
+from ddp_job import append_line, backward_in_two, digest, image_folder, make_job
 
 
 def main():
@@ -38,21 +36,12 @@ def main():
     import datetime
     import torch
     import torch.distributed as dist
-    import torchvision
-    import torchvision.transforms as T
-    from torch import nn
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
-                          nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
-    dataset = torchvision.datasets.ImageFolder(args.images, T.Compose([T.Resize(16), T.CenterCrop(16),
-                                                                       T.ToTensor()]))
+    model, optimizer, scheduler = make_job(args.lr)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    dataset = image_folder(args.images)
     per_rank = args.global_batch // world
     sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=world, rank=rank, seed=0)
     steps_per_epoch = -(-sampler.num_samples // per_rank)
@@ -65,11 +54,6 @@ def main():
         scheduler.load_state_dict(state["scheduler"])
         step = state["step"]
 
-    def digest():
-        h = hashlib.sha256()
-        for q in model.parameters():
-            h.update(q.detach().numpy().tobytes())
-        return h.hexdigest()
 
     for epoch in range(step // steps_per_epoch, args.epochs):
         sampler.set_epoch(epoch)
@@ -83,14 +67,7 @@ def main():
         for b in range(skip, steps_per_epoch):
             mine = order[b * per_rank:(b + 1) * per_rank]
             batch = [i for share in everyone for i in share[b * per_rank:(b + 1) * per_rank]]
-            images = torch.stack([dataset[i][0] for i in mine])
-            labels = torch.tensor([dataset[i][1] for i in mine])
-            half = (len(mine) + 1) // 2
-            with ddp.no_sync():
-                loss = nn.functional.cross_entropy(ddp(images[:half]), labels[:half] % 10) * half / len(mine)
-                loss.backward()
-            loss = nn.functional.cross_entropy(ddp(images[half:]), labels[half:] % 10) * (len(mine) - half) / len(mine)
-            loss.backward()
+            backward_in_two(ddp, dataset, mine)
             if args.step_delay:
                 time.sleep(args.step_delay)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -99,11 +76,9 @@ def main():
             scheduler.step()
             optimizer.zero_grad()
             if args.log:
-                line = json.dumps({"step": step, "epoch": epoch, "rank": rank, "pid": os.getpid(), "world_size": world,
-                                   "lr": lr, "samples": mine, "batch": batch, "params_sha256": digest()}) + "\n"
-                fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                os.write(fd, line.encode())
-                os.close(fd)
+                append_line(args.log, {"step": step, "epoch": epoch, "rank": rank, "pid": os.getpid(),
+                                       "world_size": world, "lr": lr, "samples": mine, "batch": batch,
+                                       "params_sha256": digest(model)})
             step += 1
             if rank == 0 and step % args.checkpoint_every == 0:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),

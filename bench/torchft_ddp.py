@@ -23,13 +23,12 @@ more than once: torchft.DistributedSampler's share of a replica group
 that is away is not trained ("inherently lossy", its docstring says).
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
 
-STEP_SIZE, GAMMA = 3, 0.7
+from ddp_job import GAMMA, STEP_SIZE, append_line, backward_in_two, digest, image_folder, make_job
 
 
 def check(log_path, num_samples, epochs, lr):
@@ -79,18 +78,10 @@ def main():
 
     from datetime import timedelta
     import torch
-    import torchvision
-    import torchvision.transforms as T
-    from torch import nn
     from torchft import DistributedDataParallel, DistributedSampler, Manager, ProcessGroupGloo
 
     replica = int(os.environ.get("REPLICA_GROUP_ID", 0))
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
-                          nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
+    model, optimizer, scheduler = make_job(args.lr)
 
     def state_dict():
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -105,19 +96,12 @@ def main():
                       load_state_dict=load_state_dict, state_dict=state_dict, replica_id="bench_%d" % replica,
                       timeout=timedelta(seconds=30), init_sync=False)  # every replica seeds its model alike
     ddp = DistributedDataParallel(manager, model)
-    dataset = torchvision.datasets.ImageFolder(args.images, T.Compose([T.Resize(16), T.CenterCrop(16),
-                                                                       T.ToTensor()]))
+    dataset = image_folder(args.images)
     sampler = DistributedSampler(dataset, replica_rank=replica, num_replica_groups=args.replica_groups,
                                  group_rank=0, num_replicas=1, shuffle=True, seed=0)
     per_replica = args.global_batch // args.replica_groups
     steps_per_epoch = -(-sampler.num_samples // per_replica)
     shares = {}
-
-    def digest():
-        h = hashlib.sha256()
-        for q in model.parameters():
-            h.update(q.detach().numpy().tobytes())
-        return h.hexdigest()
 
     if args.start_barrier:
         os.makedirs(args.start_barrier, exist_ok=True)
@@ -135,14 +119,7 @@ def main():
             sampler.set_epoch(epoch)
             shares[epoch] = list(sampler)
         mine = shares[epoch][b * per_replica:(b + 1) * per_replica]
-        images = torch.stack([dataset[i][0] for i in mine])
-        labels = torch.tensor([dataset[i][1] for i in mine])
-        half = (len(mine) + 1) // 2
-        with ddp.no_sync():
-            loss = nn.functional.cross_entropy(ddp(images[:half]), labels[:half] % 10) * half / len(mine)
-            loss.backward()
-        loss = nn.functional.cross_entropy(ddp(images[half:]), labels[half:] % 10) * (len(mine) - half) / len(mine)
-        loss.backward()
+        backward_in_two(ddp, dataset, mine)
         if args.step_delay:
             time.sleep(args.step_delay)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -152,16 +129,13 @@ def main():
         lr = optimizer.param_groups[0]["lr"]
         if committed:
             step = manager.current_step() - 1  # healed: the step the peers committed
-        if committed:
             optimizer.step()
             scheduler.step()
         if args.log:
-            line = json.dumps({"step": step, "epoch": step // steps_per_epoch, "rank": replica, "pid": os.getpid(),
-                               "world_size": world, "participating": participating, "committed": committed,
-                               "lr": lr, "samples": mine, "params_sha256": digest()}) + "\n"
-            fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(fd, line.encode())
-            os.close(fd)
+            append_line(args.log, {"step": step, "epoch": step // steps_per_epoch, "rank": replica,
+                                   "pid": os.getpid(), "world_size": world, "participating": participating,
+                                   "committed": committed, "lr": lr, "samples": mine,
+                                   "params_sha256": digest(model)})
     manager.shutdown(wait=False)
     return 0
 
