@@ -390,10 +390,13 @@ def test_stoker_doctor_runs_a_script_unchanged_and_reports(stoker_bin, tmp_path)
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
     out = tmp_path / "doctor"
-    env = dict(os.environ, STOKER_PYTHON=sys.executable, STOKER_DOCTOR_WARMUP="0")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, STOKER_PYTHON=sys.executable, STOKER_DOCTOR_WARMUP="0", TMPDIR=str(temp))
     run = subprocess.run([stoker_bin, "doctor", "--out", str(out), "--", sys.executable, str(script),
                           str(tmp_path / "ckpt.pt")], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 3, run.stderr  # the command's own status
+    assert list(temp.iterdir()) == []  # the folder that attached the doctor went with the command
     assert "input-bound" in run.stdout, run.stdout + run.stderr
     assert "checkpoint" in run.stdout
     reports = list(out.glob("rank-*.json"))
@@ -410,11 +413,15 @@ def test_stoker_doctor_runs_a_script_unchanged_and_reports(stoker_bin, tmp_path)
 def test_stoker_doctor_says_when_no_loop_reported(stoker_bin, tmp_path):
     import subprocess
     import sys
-    env = dict(os.environ, STOKER_PYTHON=sys.executable, STOKER_DOCTOR_WARMUP="0")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, STOKER_PYTHON=sys.executable, STOKER_DOCTOR_WARMUP="0", TMPDIR=str(temp))
     run = subprocess.run([stoker_bin, "doctor", "--", sys.executable, "-c", "print('hello')"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "hello" in run.stdout
     assert "no Python process reported a training loop" in run.stderr
+    # Neither the folder that attached the doctor nor an empty report folder of its own is left behind.
+    assert list(temp.iterdir()) == []
     run = subprocess.run([stoker_bin, "doctor", "--", "/nonexistent/program"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 127 and "cannot run /nonexistent/program" in run.stderr

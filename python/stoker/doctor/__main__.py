@@ -8,6 +8,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,26 +47,22 @@ def main(argv=None):
         parser.error("no COMMAND after --")
     out = args.out or tempfile.mkdtemp(prefix="stoker-doctor-")
     os.makedirs(out, exist_ok=True)
+    # The folder whose sitecustomize attaches the doctor: only the command's processes need it, so it goes
+    # when the command ends (one doctor run used to leave one behind in the temporary folder).
     site = tempfile.mkdtemp(prefix="stoker-doctor-site-")
-    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-        f.write(SITECUSTOMIZE)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([site, package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["STOKER_DOCTOR_OUT"] = out
-    if args.prometheus_port is not None:
-        env["STOKER_DOCTOR_PORT"] = str(args.prometheus_port)
     try:
-        status = subprocess.call(command, env=env)
-    except FileNotFoundError as e:
-        print("stoker doctor: cannot run %s: %s" % (command[0], e), file=sys.stderr)
-        return 127
-    except KeyboardInterrupt:
-        status = 130
+        status = _run(command, site, out, args.prometheus_port)
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
     reports = sorted(glob.glob(os.path.join(out, "rank-*.json")))
     if not reports:
+        if args.out is None and not os.listdir(out):
+            os.rmdir(out)  # a folder of our own, left empty: nothing to look at
+            where = ""
+        else:
+            where = "; reports would be in %s" % out
         print("stoker doctor: no Python process reported a training loop (no DataLoader or stoker.Loader "
-              "iterated); reports would be in %s" % out, file=sys.stderr)
+              "iterated)%s" % where, file=sys.stderr)
     loaded = []
     for path in reports:
         with open(path) as f:
@@ -84,6 +81,25 @@ def main(argv=None):
     if reports:
         print("reports and traces (Perfetto, chrome://tracing): %s" % out)
     return status
+
+
+def _run(command, site, out, prometheus_port):
+    """Runs the command with the doctor attached; its exit status."""
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(SITECUSTOMIZE)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([site, package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["STOKER_DOCTOR_OUT"] = out
+    if prometheus_port is not None:
+        env["STOKER_DOCTOR_PORT"] = str(prometheus_port)
+    try:
+        return subprocess.call(command, env=env)
+    except FileNotFoundError as e:
+        print("stoker doctor: cannot run %s: %s" % (command[0], e), file=sys.stderr)
+        return 127
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
