@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "transform/cpu_features.h"
 
 namespace stoker::transform {
 namespace {
@@ -82,17 +83,68 @@ OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::arra
       f32_[c][v] = x;
       u16_[c][v] = dtype == DType::kBFloat16 ? FloatToBFloat16Bits(x) : FloatToHalfBits(x);
     }
+    constants_.mean[c] = mean[c];
+    constants_.std[c] = std[c];
   }
+  constants_.normalize = normalize;
+  planes_avx2_ = layout == Layout::kNCHW && PlanesAvx2MatchTables();
 }
 
-STOKER_SIMD_CLONES void OutputWriter::Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const {
+bool OutputWriter::PlanesAvx2MatchTables() const {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!HasAvx2() || !__builtin_cpu_supports("f16c")) return false;
+  // Every byte value in every channel, once forwards and once flipped: the
+  // vector path is used only where it writes exactly the tables' elements.
+  std::array<std::uint8_t, 256 * 3> ramp;
+  for (int v = 0; v < 256; ++v)
+    for (int c = 0; c < 3; ++c) ramp[static_cast<std::size_t>(v) * 3 + c] = static_cast<std::uint8_t>(v ^ (c * 85));
+  std::array<std::uint32_t, 256 * 3> fast, plain;
+  for (const bool flip : {false, true}) {
+    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, ramp.data(), 256, 1, 32, flip, fast.data());
+    WriteScalar(ramp.data(), 256, 1, flip, 0, plain.data());
+    if (std::memcmp(fast.data(), plain.data(), 256 * 3 * DTypeSize(dtype_)) != 0) return false;
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
+PlaneFormat OutputWriter::PlaneFormatOf(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return PlaneFormat::kUint8;
+    case DType::kFloat32:
+      return PlaneFormat::kFloat32;
+    case DType::kFloat16:
+      return PlaneFormat::kFloat16;
+    case DType::kBFloat16:
+      return PlaneFormat::kBFloat16;
+  }
+  return PlaneFormat::kUint8;
+}
+
+void OutputWriter::Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const {
+  int x_from = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (planes_avx2_) {
+    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, out_w / 8, flip, dst);
+    x_from = out_w / 8 * 8;
+    if (x_from == out_w) return;
+  }
+#endif
+  WriteScalar(rgb, out_w, out_h, flip, x_from, dst);
+}
+
+STOKER_SIMD_CLONES void OutputWriter::WriteScalar(const std::uint8_t* rgb, int out_w, int out_h, bool flip, int x_from,
+                                                  void* dst) const {
   const std::size_t plane = static_cast<std::size_t>(out_w) * out_h;
   auto src_index = [&](int y, int x) {
     return (static_cast<std::size_t>(y) * out_w + static_cast<std::size_t>(flip ? out_w - 1 - x : x)) * 3;
   };
   auto write_all = [&](auto* out, auto convert) {
     for (int y = 0; y < out_h; ++y) {
-      for (int x = 0; x < out_w; ++x) {
+      for (int x = x_from; x < out_w; ++x) {
         const std::uint8_t* p = rgb + src_index(y, x);
         const std::size_t pixel = static_cast<std::size_t>(y) * out_w + x;
         for (int c = 0; c < 3; ++c) {
@@ -104,7 +156,7 @@ STOKER_SIMD_CLONES void OutputWriter::Write(const std::uint8_t* rgb, int out_w, 
   };
   switch (dtype_) {
     case DType::kUint8:
-      if (layout_ == Layout::kNHWC && !flip) {
+      if (layout_ == Layout::kNHWC && !flip && x_from == 0) {
         std::memcpy(dst, rgb, plane * 3);
         return;
       }

@@ -2,10 +2,14 @@
 #include "core/half.h"
 
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "stoker/pillow.h"
+#include "transform/cpu_features.h"
 #include "transform/resample.h"
 
 namespace stoker::transform {
@@ -231,6 +235,55 @@ TEST(Output, NormalisesIntoEveryDtypeAndLayout) {
   for (int i = 0; i < 6; ++i) {
     EXPECT_NEAR(BFloat16BitsToFloat(ob[i]), of[i], std::fabs(of[i]) / 128);
     EXPECT_NEAR(HalfBitsToFloat(oh[i]), of[i], std::fabs(of[i]) / 1024 + 1e-4);
+  }
+}
+
+// The planar writer's vector path against the definition, element by
+// element and bit for bit: every dtype, widths that are and are not
+// multiples of its 8-pixel blocks, flipped or not, normalised or not.
+TEST(Output, PlanarWritesAreTheDefinitionsBitsWhicheverPathWritesThem) {
+  std::mt19937 gen(7);
+  const std::array<float, 3> mean = {0.485f, 0.456f, 0.406f}, sd = {0.229f, 0.224f, 0.225f};
+  for (const DType dtype : {DType::kUint8, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const bool normalize : {true, false}) {
+      const OutputWriter writer(dtype, Layout::kNCHW, normalize, mean, sd);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+      if (HasAvx2() && __builtin_cpu_supports("f16c")) {
+        EXPECT_TRUE(writer.vectorised());  // the path under test
+      }
+#endif
+      for (const int w : {224, 227, 13, 8, 5}) {
+        for (const bool flip : {false, true}) {
+          const int h = 3;
+          std::vector<std::uint8_t> rgb(static_cast<std::size_t>(w) * h * 3);
+          for (auto& b : rgb) b = static_cast<std::uint8_t>(gen());
+          const std::size_t n = rgb.size(), size = DTypeSize(dtype);
+          std::vector<std::uint8_t> got(n * size + 16, 0xAB), want(n * size);
+          writer.Write(rgb.data(), w, h, flip, got.data());
+          for (int c = 0; c < 3; ++c)
+            for (int y = 0; y < h; ++y)
+              for (int x = 0; x < w; ++x) {
+                const std::uint8_t v = rgb[(static_cast<std::size_t>(y) * w + (flip ? w - 1 - x : x)) * 3 + c];
+                float f = static_cast<float>(v) / 255.0f;
+                if (normalize) f = (f - mean[c]) / sd[c];
+                const std::size_t at = (static_cast<std::size_t>(c) * w * h + static_cast<std::size_t>(y) * w + x);
+                std::uint8_t* out = want.data() + at * size;
+                if (dtype == DType::kUint8) {
+                  *out = v;
+                } else if (dtype == DType::kFloat32) {
+                  std::memcpy(out, &f, 4);
+                } else {
+                  const std::uint16_t bits = dtype == DType::kFloat16 ? FloatToHalfBits(f) : FloatToBFloat16Bits(f);
+                  std::memcpy(out, &bits, 2);
+                }
+              }
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
+              << "dtype " << static_cast<int>(dtype) << " width " << w << " flip " << flip << " normalize "
+              << normalize;
+          for (std::size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xAB) << "wrote past the output";
+        }
+      }
+    }
   }
 }
 

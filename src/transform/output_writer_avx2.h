@@ -1,0 +1,36 @@
+// OutputWriter's (transform.h) vector path for planar outputs (NCHW): 8
+// pixels at a time, each channel's bytes picked out of the RGB row with
+// shuffles (in reverse order when flipped), and each value computed as the
+// writer's tables were: float(v) / 255, less the mean, over the std, in
+// IEEE single precision (the divisions are exact-rounded in vector lanes
+// as in scalar code, so the floats are the tables'), then rounded to nearest
+// even for float16 (F16C) or bfloat16. The writer checks every byte value
+// against its tables once before using it. Built on x86-64 with GCC or
+// Clang only; callers check HasAvx2() and F16C first.
+#pragma once
+
+#include <cstdint>
+
+namespace stoker::transform {
+
+enum class PlaneFormat { kUint8, kFloat32, kFloat16, kBFloat16 };
+
+struct PlaneConstants {
+  float mean[3] = {0, 0, 0};
+  float std[3] = {1, 1, 1};
+  bool normalize = false;
+};
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Writes the first `blocks` * 8 pixels of each of the out_h rows of an
+// out_w-wide RGB image (rows out_w * 3 bytes apart) into the three planes
+// at `dst` (elements of `format`, each plane out_w * out_h of them), as
+// pixels x = 0 .. 8 * blocks - 1 of the output: when `flip`, output pixel
+// x is source pixel out_w - 1 - x. Reads no byte outside the rows it
+// takes pixels from; the caller writes the columns past 8 * blocks.
+__attribute__((target("avx2,f16c"))) void WritePlanesAvx2(PlaneFormat format, const PlaneConstants& k,
+                                                          const std::uint8_t* rgb, int out_w, int out_h, int blocks,
+                                                          bool flip, void* dst);
+#endif
+
+}  // namespace stoker::transform
