@@ -174,53 +174,103 @@ bool SplitIsExact(const std::vector<std::int32_t>& coeffs) {
   return std::all_of(coeffs.begin(), coeffs.end(), [](std::int32_t k) { return k >= 0 && k <= (1 << kPrecisionBits); });
 }
 
-__attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line, int width, const int* bounds,
-                                                        const std::int32_t* coeffs, const std::int32_t* split,
-                                                        int ksize, int out_w, std::uint8_t* dst) {
-  const int pairs = (ksize + 1) / 2;
+// What the AVX2 pass reads for each output pixel pair (2i, 2i + 1), the
+// same for every row, so worked out once per resample: the two pixels'
+// first source bytes, the tap pairs to read (weights past a pixel's own
+// taps are zero), and whether an 8-byte load at the last tap pair would
+// pass the row's end (such pairs take the SSE4.1 pass). An odd last pixel
+// has no pair: the SSE4.1 pass writes it.
+struct PairPlan {
+  std::int32_t offset0, offset1, taps, near_end;
+};
+static_assert(sizeof(PairPlan) == 4 * sizeof(std::int32_t));
+
+void PlanPairs(const int* bounds, int width, int out_w, std::vector<std::int32_t>& plan) {
+  plan.resize(static_cast<std::size_t>(out_w / 2) * 4);
+  for (int i = 0; i < out_w / 2; ++i) {
+    const int xmin0 = bounds[4 * i], xmax0 = bounds[4 * i + 1];
+    const int xmin1 = bounds[4 * i + 2], xmax1 = bounds[4 * i + 3];
+    const int n = (std::max(xmax0, xmax1) + 1) / 2;
+    // An 8-byte load at tap 2j reads pixels 2j, 2j + 1 and two bytes of 2j + 2.
+    const bool near_end = std::max(xmin0, xmin1) + 2 * n + 1 > width;
+    std::int32_t* p = plan.data() + 4 * static_cast<std::size_t>(i);
+    p[0] = xmin0 * 3;
+    p[1] = xmin1 * 3;
+    p[2] = n;
+    p[3] = near_end ? 1 : 0;
+  }
+}
+
+// The sums of a pixel pair, shifted back from fixed point: int32 lanes
+// (A.r A.g A.b 0 | B.r B.g B.b 0).
+__attribute__((target("avx2"), always_inline)) inline __m256i PairSums(const std::uint8_t* line, const PairPlan& pp,
+                                                                       const std::int32_t* k) {
   // (r0 r1 g0 g1 b0 b1) of two neighbouring RGB pixels, widened to int16.
   const __m128i order = _mm_setr_epi8(0, 3, 1, 4, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const std::uint8_t* p0 = line + pp.offset0;
+  const std::uint8_t* p1 = line + pp.offset1;
+  __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+  for (int j = 0; j < pp.taps; ++j) {
+    const __m128i a = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0 + 6 * j)), order);
+    const __m128i b = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1 + 6 * j)), order);
+    const __m256i px = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(a, b));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j))));
+    hi = _mm256_add_epi32(hi,
+                          _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j + 8))));
+  }
+  __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
+  acc = _mm256_add_epi32(acc, _mm256_set1_epi32(1 << (kPrecisionBits - 1)));
+  return _mm256_srai_epi32(acc, kPrecisionBits);
+}
+
+__attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line, int width, const int* bounds,
+                                                        const std::int32_t* coeffs, const std::int32_t* split,
+                                                        const std::int32_t* pair_plan, int ksize, int out_w,
+                                                        std::uint8_t* dst) {
+  const int pairs = (ksize + 1) / 2;
+  const auto* plan = reinterpret_cast<const PairPlan*>(pair_plan);
+  auto sse41 = [&](int xx, int count) {
+    HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, count,
+                        dst + 3 * xx);
+  };
   int xx = 0;
+  // Four pixels (two pairs) at a time: one pack and one store for both.
+  for (; xx + 3 < out_w; xx += 4) {
+    const PairPlan& first = plan[xx / 2];
+    const PairPlan& second = plan[xx / 2 + 1];
+    if (first.near_end || second.near_end) break;  // the pairs below handle the row's end
+    const __m256i a = PairSums(line, first, split + static_cast<std::size_t>(xx / 2) * pairs * 16);
+    const __m256i b = PairSums(line, second, split + static_cast<std::size_t>(xx / 2 + 1) * pairs * 16);
+    // Saturating packs clamp to 0-255 as Pillow does. Within 128-bit halves: dwords (P0 P2 | P1 P3), each
+    // a pixel's r g b 0; the permute orders them P0 P1 P2 P3 and the shuffle drops the zero bytes.
+    const __m256i words = _mm256_packs_epi32(a, b);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const __m128i four =
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
+    const __m128i rgb = _mm_shuffle_epi8(four, _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 3 * xx), rgb);
+    const std::int32_t last = _mm_cvtsi128_si32(_mm_srli_si128(rgb, 8));
+    std::memcpy(dst + 3 * xx + 8, &last, 4);
+  }
   for (; xx + 1 < out_w; xx += 2) {
-    const int xmin0 = bounds[2 * xx], xmax0 = bounds[2 * xx + 1];
-    const int xmin1 = bounds[2 * xx + 2], xmax1 = bounds[2 * xx + 3];
-    const int n = (std::max(xmax0, xmax1) + 1) / 2;  // tap pairs; weights past a pixel's own taps are zero
-    // An 8-byte load at tap 2j reads pixels 2j, 2j + 1 and two bytes of 2j + 2.
-    if (std::max(xmin0, xmin1) + 2 * n + 1 > width) {
-      HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, 2,
-                          dst + 3 * xx);
+    const PairPlan& pair = plan[xx / 2];
+    if (pair.near_end) {
+      sse41(xx, 2);
       continue;
     }
-    const std::uint8_t* p0 = line + static_cast<std::size_t>(xmin0) * 3;
-    const std::uint8_t* p1 = line + static_cast<std::size_t>(xmin1) * 3;
-    const std::int32_t* k = split + static_cast<std::size_t>(xx / 2) * pairs * 16;
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (int j = 0; j < n; ++j) {
-      const __m128i a = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0 + 6 * j)), order);
-      const __m128i b = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1 + 6 * j)), order);
-      const __m256i px = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(a, b));
-      lo =
-          _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j))));
-      hi = _mm256_add_epi32(
-          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j + 8))));
-    }
-    __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(hi, kSplitBits), lo);
-    acc = _mm256_add_epi32(acc, _mm256_set1_epi32(1 << (kPrecisionBits - 1)));
-    acc = _mm256_srai_epi32(acc, kPrecisionBits);
-    // Saturating packs clamp to 0-255 as Pillow does; then (A.rgb, B.rgb) in
-    // the low 6 bytes, stored with 8 (the 2 past them are the next pixel's,
-    // written after, or the slack the caller leaves after the row).
+    const __m256i acc = PairSums(line, pair, split + static_cast<std::size_t>(xx / 2) * pairs * 16);
     const __m256i words = _mm256_packs_epi32(acc, acc);
     const __m256i bytes = _mm256_packus_epi16(words, words);
     const __m256i both = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
     const __m128i rgb = _mm_shuffle_epi8(_mm256_castsi256_si128(both),
-                                         _mm_setr_epi8(0, 1, 2, 4, 5, 6, 7, 7, -1, -1, -1, -1, -1, -1, -1, -1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + 3 * xx), rgb);
+                                         _mm_setr_epi8(0, 1, 2, 4, 5, 6, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    // 6 bytes: 4 and 2.
+    const std::int32_t head = _mm_cvtsi128_si32(rgb);
+    const std::int16_t tail = static_cast<std::int16_t>(_mm_extract_epi16(rgb, 2));
+    std::memcpy(dst + 3 * xx, &head, 4);
+    std::memcpy(dst + 3 * xx + 4, &tail, 2);
   }
-  if (xx < out_w) {
-    HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, out_w - xx,
-                        dst + 3 * xx);
-  }
+  if (xx < out_w) sse41(xx, out_w - xx);
 }
 #endif
 
@@ -313,16 +363,17 @@ STOKER_SIMD_CLONES void VerticalPass(const std::uint8_t* base, std::size_t strid
 }
 
 // The horizontal pass over `rows` lines of `width` pixels (`stride` bytes
-// apart) into rows of out_w pixels (`dst_stride` bytes apart). The AVX2
-// path stores 2 bytes past a row's last pixel: the caller leaves them.
+// apart) into rows of out_w pixels (`dst_stride` bytes apart), writing no
+// byte past a row's last pixel.
 void HorizontalPassRows(const std::uint8_t* lines, std::size_t stride, int width, int rows, int hk, int out_w,
                         std::uint8_t* dst, std::size_t dst_stride, ResampleScratch& scratch) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (HasAvx2() && SplitIsExact(scratch.coeffs)) {
     SplitCoefficients(scratch.coeffs.data(), hk, out_w, scratch.split);
+    PlanPairs(scratch.bounds.data(), width, out_w, scratch.pair_plan);
     for (int r = 0; r < rows; ++r)
       HorizontalPassAvx2(lines + static_cast<std::size_t>(r) * stride, width, scratch.bounds.data(),
-                         scratch.coeffs.data(), scratch.split.data(), hk, out_w,
+                         scratch.coeffs.data(), scratch.split.data(), scratch.pair_plan.data(), hk, out_w,
                          dst + static_cast<std::size_t>(r) * dst_stride);
     return;
   }
@@ -366,12 +417,7 @@ bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, 
     scratch.temp.resize(static_cast<std::size_t>(out_h) * temp_row);
     VerticalPass(src.data + static_cast<std::size_t>(col_first) * 3, src.stride, temp_row, vbounds, 0, vcoeffs, vk,
                  out_h, scratch.temp.data(), temp_row, scratch.accumulator);
-    // The horizontal pass writes 2 bytes past a row: the next row's, or, for the last, a spare line's.
-    HorizontalPassRows(scratch.temp.data(), temp_row, cols, out_h - 1, hk, out_w, out, out_row, scratch);
-    scratch.line.resize(out_row + 8);
-    HorizontalPassRows(scratch.temp.data() + static_cast<std::size_t>(out_h - 1) * temp_row, temp_row, cols, 1, hk,
-                       out_w, scratch.line.data(), out_row, scratch);
-    std::memcpy(out + static_cast<std::size_t>(out_h - 1) * out_row, scratch.line.data(), out_row);
+    HorizontalPassRows(scratch.temp.data(), temp_row, cols, out_h, hk, out_w, out, out_row, scratch);
     return true;
   }
   // Horizontal pass over the rows the vertical pass will need.
@@ -379,8 +425,7 @@ bool Resample(const ImageView& src, double x0, double y0, double x1, double y1, 
   const int row_last =
       vbounds[static_cast<std::size_t>(out_h - 1) * 2] + vbounds[static_cast<std::size_t>(out_h - 1) * 2 + 1];
   const int rows = std::max(0, row_last - row_first);
-  // 8 bytes of slack: the AVX2 pass stores 8 bytes for a pixel pair's 6.
-  scratch.temp.resize(static_cast<std::size_t>(rows) * out_row + 8);
+  scratch.temp.resize(static_cast<std::size_t>(rows) * out_row);
   HorizontalPassRows(src.data + static_cast<std::size_t>(row_first) * src.stride, src.stride, src.width, rows, hk,
                      out_w, scratch.temp.data(), out_row, scratch);
   VerticalPass(scratch.temp.data(), out_row, out_row, vbounds, row_first, vcoeffs, vk, out_h, out, out_row,

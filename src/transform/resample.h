@@ -30,10 +30,10 @@ struct ImageView {
 // Reusable scratch so that per-sample resampling does not allocate.
 struct ResampleScratch {
   std::vector<std::int32_t> coeffs, vcoeffs;
-  std::vector<std::int32_t> split;  // coeffs in the AVX2 pass's layout
+  std::vector<std::int32_t> split;      // coeffs in the AVX2 pass's layout
+  std::vector<std::int32_t> pair_plan;  // the AVX2 pass's reads per output pixel pair, the same for every row
   std::vector<int> bounds, vbounds;
   std::vector<std::uint8_t> temp;
-  std::vector<std::uint8_t> line;  // the last output row of a vertical-first resize
   std::vector<std::int32_t> accumulator;
 };
 
