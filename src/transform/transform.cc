@@ -92,7 +92,7 @@ OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::arra
 
 bool OutputWriter::PlanesAvx2MatchTables() const {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (!HasAvx2() || !__builtin_cpu_supports("f16c")) return false;
+  if (!HasAvx2() || !HasF16c()) return false;
   // Every byte value in every channel, once forwards and once flipped: the
   // vector path is used only where it writes exactly the tables' elements.
   std::array<std::uint8_t, 256 * 3> ramp;

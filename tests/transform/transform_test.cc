@@ -248,7 +248,7 @@ TEST(Output, PlanarWritesAreTheDefinitionsBitsWhicheverPathWritesThem) {
     for (const bool normalize : {true, false}) {
       const OutputWriter writer(dtype, Layout::kNCHW, normalize, mean, sd);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-      if (HasAvx2() && __builtin_cpu_supports("f16c")) {
+      if (HasAvx2() && HasF16c()) {
         EXPECT_TRUE(writer.vectorised());  // the path under test
       }
 #endif
