@@ -1,6 +1,7 @@
 #include "transform/transform.h"
 #include "core/half.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -152,7 +153,13 @@ TEST(Resample, EveryPathGivesPillowsArithmeticExactlyInEitherReleasesPassOrder) 
     ASSERT_EQ(before13, PillowBilinear(src, w, h, x0, y0, x1, y1, ow, oh))
         << "Pillow 12: box " << x0 << "," << y0 << "-" << x1 << "," << y1 << " to " << ow << "x" << oh;
     const bool vfirst = Pillow13VerticalFirst(x0, y0, x1, y1, ow, oh);
-    ASSERT_TRUE(ResampleBilinear(view, x0, y0, x1, y1, ow, oh, ours.data(), scratch));
+    // Guard bytes after the output: the passes write no byte past it.
+    std::vector<std::uint8_t> guarded(ours.size() + 32, 0xAB);
+    ASSERT_TRUE(ResampleBilinear(view, x0, y0, x1, y1, ow, oh, guarded.data(), scratch));
+    ASSERT_TRUE(std::all_of(guarded.begin() + static_cast<std::ptrdiff_t>(ours.size()), guarded.end(),
+                            [](std::uint8_t b) { return b == 0xAB; }))
+        << "wrote past the output: " << ow << "x" << oh;
+    ours.assign(guarded.begin(), guarded.begin() + static_cast<std::ptrdiff_t>(ours.size()));
     ASSERT_EQ(ours, PillowBilinear(src, w, h, x0, y0, x1, y1, ow, oh, vfirst))
         << "Pillow 13 (vertical first: " << vfirst << "): box " << x0 << "," << y0 << "-" << x1 << "," << y1 << " to "
         << ow << "x" << oh;
