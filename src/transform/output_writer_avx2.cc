@@ -32,12 +32,41 @@ __attribute__((target("avx2"))) ChannelShuffles MakeShuffles(bool flip) {
   return s;
 }
 
+// Stores 8 output elements at element index `at` of `dst` from the 8 bytes
+// in the low half of `bytes`: as they are (uint8), or v / 255, less `mean`,
+// over `sd` (lane by lane), in the output's float format.
+template <PlaneFormat F>
+__attribute__((target("avx2,f16c"), always_inline)) inline void Store8(__m128i bytes, __m256 mean, __m256 sd,
+                                                                       bool normalize, void* dst, std::size_t at) {
+  if constexpr (F == PlaneFormat::kUint8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(static_cast<std::uint8_t*>(dst) + at), bytes);
+  } else {
+    __m256 v = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), _mm256_set1_ps(255.0f));
+    if (normalize) v = _mm256_div_ps(_mm256_sub_ps(v, mean), sd);
+    if constexpr (F == PlaneFormat::kFloat32) {
+      _mm256_storeu_ps(static_cast<float*>(dst) + at, v);
+    } else if constexpr (F == PlaneFormat::kFloat16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + at),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      // Round to nearest even on the top 16 bits (the values are finite: no NaN case).
+      const __m256i bits = _mm256_castps_si256(v);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      const __m256i top =
+          _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+      // 8 values in 16 bits: pack each half (lanes 0-3 | 4-7), then the halves' low quadwords together.
+      const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(top, top), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + at),
+                       _mm256_castsi256_si128(packed));
+    }
+  }
+}
+
 template <PlaneFormat F>
 __attribute__((target("avx2,f16c"))) void Planes(const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h,
                                                  int blocks, bool flip, void* dst) {
   const std::size_t plane = static_cast<std::size_t>(out_w) * static_cast<std::size_t>(out_h);
   const ChannelShuffles shuffles = MakeShuffles(flip);
-  const __m256 k255 = _mm256_set1_ps(255.0f);
   __m256 mean[3], sd[3];
   for (int c = 0; c < 3; ++c) {
     mean[c] = _mm256_set1_ps(k.mean[c]);
@@ -48,36 +77,71 @@ __attribute__((target("avx2,f16c"))) void Planes(const PlaneConstants& k, const 
     const std::size_t row_start = static_cast<std::size_t>(y) * out_w;
     for (int block = 0; block < blocks; ++block) {
       const int x = 8 * block;
-      const int source = flip ? out_w - 8 - x : x;  // the 8 source pixels, reversed below when flipped
+      const int source = flip ? out_w - 8 - x : x;  // the 8 source pixels, reversed by the shuffles when flipped
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 3 * source));
       const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 3 * source + 16));
       for (int c = 0; c < 3; ++c) {
         const __m128i bytes =
             _mm_or_si128(_mm_shuffle_epi8(lo, shuffles.first[c]), _mm_shuffle_epi8(hi, shuffles.second[c]));
-        const std::size_t at = c * plane + row_start + static_cast<std::size_t>(x);
-        if constexpr (F == PlaneFormat::kUint8) {
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(static_cast<std::uint8_t*>(dst) + at), bytes);
-          continue;
-        } else {
-          __m256 v = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), k255);
-          if (k.normalize) v = _mm256_div_ps(_mm256_sub_ps(v, mean[c]), sd[c]);
-          if constexpr (F == PlaneFormat::kFloat32) {
-            _mm256_storeu_ps(static_cast<float*>(dst) + at, v);
-          } else if constexpr (F == PlaneFormat::kFloat16) {
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + at),
-                             _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-          } else {
-            // Round to nearest even on the top 16 bits (the values are finite: no NaN case).
-            const __m256i bits = _mm256_castps_si256(v);
-            const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-            const __m256i top =
-                _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
-            // 8 values in 16 bits: pack each half (lanes 0-3 | 4-7), then the halves' low quadwords together.
-            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(top, top), 0x08);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(dst) + at),
-                             _mm256_castsi256_si128(packed));
-          }
-        }
+        Store8<F>(bytes, mean[c], sd[c], k.normalize, dst, c * plane + row_start + static_cast<std::size_t>(x));
+      }
+    }
+  }
+}
+
+// The shuffles that put 8 RGB pixels' 24 bytes (loaded as 16 + 8) in output
+// order as three groups of 8, the pixels reversed when flipped (each
+// pixel's channels stay in order).
+struct GroupShuffles {
+  __m128i first[3], second[3];
+};
+
+__attribute__((target("avx2"))) GroupShuffles MakeGroupShuffles(bool flip) {
+  GroupShuffles s;
+  for (int g = 0; g < 3; ++g) {
+    alignas(16) std::int8_t a[16], b[16];
+    for (int i = 0; i < 16; ++i) a[i] = b[i] = -1;
+    for (int i = 0; i < 8; ++i) {
+      const int j = 8 * g + i;  // output byte of the block
+      const int byte = flip ? 3 * (7 - j / 3) + j % 3 : j;
+      if (byte < 16)
+        a[i] = static_cast<std::int8_t>(byte);
+      else
+        b[i] = static_cast<std::int8_t>(byte - 16);
+    }
+    s.first[g] = _mm_load_si128(reinterpret_cast<const __m128i*>(a));
+    s.second[g] = _mm_load_si128(reinterpret_cast<const __m128i*>(b));
+  }
+  return s;
+}
+
+template <PlaneFormat F>
+__attribute__((target("avx2,f16c"))) void Interleaved(const PlaneConstants& k, const std::uint8_t* rgb, int out_w,
+                                                      int out_h, int blocks, bool flip, void* dst) {
+  const GroupShuffles shuffles = MakeGroupShuffles(flip);
+  // Element j of a block is channel j % 3: the three groups' constants.
+  __m256 mean[3], sd[3];
+  for (int g = 0; g < 3; ++g) {
+    alignas(32) float m[8], d[8];
+    for (int i = 0; i < 8; ++i) {
+      m[i] = k.mean[(8 * g + i) % 3];
+      d[i] = k.std[(8 * g + i) % 3];
+    }
+    mean[g] = _mm256_load_ps(m);
+    sd[g] = _mm256_load_ps(d);
+  }
+  for (int y = 0; y < out_h; ++y) {
+    const std::uint8_t* row = rgb + static_cast<std::size_t>(y) * out_w * 3;
+    const std::size_t row_start = static_cast<std::size_t>(y) * out_w * 3;
+    for (int block = 0; block < blocks; ++block) {
+      const int x = 8 * block;
+      const int source = flip ? out_w - 8 - x : x;
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 3 * source));
+      const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 3 * source + 16));
+      for (int g = 0; g < 3; ++g) {
+        const __m128i bytes =
+            _mm_or_si128(_mm_shuffle_epi8(lo, shuffles.first[g]), _mm_shuffle_epi8(hi, shuffles.second[g]));
+        Store8<F>(bytes, mean[g], sd[g], k.normalize, dst, row_start + 3 * static_cast<std::size_t>(x) + 8 * g);
       }
     }
   }
@@ -96,6 +160,20 @@ void WritePlanesAvx2(PlaneFormat format, const PlaneConstants& k, const std::uin
       return Planes<PlaneFormat::kFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
     case PlaneFormat::kBFloat16:
       return Planes<PlaneFormat::kBFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
+  }
+}
+
+void WriteInterleavedAvx2(PlaneFormat format, const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h,
+                          int blocks, bool flip, void* dst) {
+  switch (format) {
+    case PlaneFormat::kUint8:
+      return Interleaved<PlaneFormat::kUint8>(k, rgb, out_w, out_h, blocks, flip, dst);
+    case PlaneFormat::kFloat32:
+      return Interleaved<PlaneFormat::kFloat32>(k, rgb, out_w, out_h, blocks, flip, dst);
+    case PlaneFormat::kFloat16:
+      return Interleaved<PlaneFormat::kFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
+    case PlaneFormat::kBFloat16:
+      return Interleaved<PlaneFormat::kBFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
   }
 }
 

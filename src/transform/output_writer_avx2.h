@@ -1,6 +1,6 @@
-// OutputWriter's (transform.h) vector path for planar outputs (NCHW): 8
-// pixels at a time, each channel's bytes picked out of the RGB row with
-// shuffles (in reverse order when flipped), and each value computed as the
+// OutputWriter's (transform.h) vector paths, planar (NCHW) and interleaved
+// (NHWC): 8 pixels at a time, their bytes put in output order with
+// shuffles (pixels in reverse order when flipped), and each value computed as the
 // writer's tables were: float(v) / 255, less the mean, over the std, in
 // IEEE single precision (the divisions are exact-rounded in vector lanes
 // as in scalar code, so the floats are the tables'), then rounded to nearest
@@ -31,6 +31,11 @@ struct PlaneConstants {
 __attribute__((target("avx2,f16c"))) void WritePlanesAvx2(PlaneFormat format, const PlaneConstants& k,
                                                           const std::uint8_t* rgb, int out_w, int out_h, int blocks,
                                                           bool flip, void* dst);
+// The same for an interleaved output (NHWC: out_w * out_h pixels of 3
+// elements).
+__attribute__((target("avx2,f16c"))) void WriteInterleavedAvx2(PlaneFormat format, const PlaneConstants& k,
+                                                               const std::uint8_t* rgb, int out_w, int out_h,
+                                                               int blocks, bool flip, void* dst);
 #endif
 
 }  // namespace stoker::transform

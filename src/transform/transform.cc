@@ -87,10 +87,10 @@ OutputWriter::OutputWriter(DType dtype, Layout layout, bool normalize, std::arra
     constants_.std[c] = std[c];
   }
   constants_.normalize = normalize;
-  planes_avx2_ = layout == Layout::kNCHW && PlanesAvx2MatchTables();
+  vector_path_ = VectorPathMatchesTables();
 }
 
-bool OutputWriter::PlanesAvx2MatchTables() const {
+bool OutputWriter::VectorPathMatchesTables() const {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (!HasAvx2() || !HasF16c()) return false;
   // Every byte value in every channel, once forwards and once flipped: the
@@ -100,13 +100,24 @@ bool OutputWriter::PlanesAvx2MatchTables() const {
     for (int c = 0; c < 3; ++c) ramp[static_cast<std::size_t>(v) * 3 + c] = static_cast<std::uint8_t>(v ^ (c * 85));
   std::array<std::uint32_t, 256 * 3> fast, plain;
   for (const bool flip : {false, true}) {
-    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, ramp.data(), 256, 1, 32, flip, fast.data());
+    WriteVector(ramp.data(), 256, 1, 32, flip, fast.data());
     WriteScalar(ramp.data(), 256, 1, flip, 0, plain.data());
     if (std::memcmp(fast.data(), plain.data(), 256 * 3 * DTypeSize(dtype_)) != 0) return false;
   }
   return true;
 #else
   return false;
+#endif
+}
+
+void OutputWriter::WriteVector(const std::uint8_t* rgb, int out_w, int out_h, int blocks, bool flip, void* dst) const {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (layout_ == Layout::kNCHW)
+    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, blocks, flip, dst);
+  else
+    WriteInterleavedAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, blocks, flip, dst);
+#else
+  (void)rgb, (void)out_w, (void)out_h, (void)blocks, (void)flip, (void)dst;
 #endif
 }
 
@@ -125,10 +136,14 @@ PlaneFormat OutputWriter::PlaneFormatOf(DType dtype) {
 }
 
 void OutputWriter::Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const {
+  if (dtype_ == DType::kUint8 && layout_ == Layout::kNHWC && !flip) {
+    std::memcpy(dst, rgb, static_cast<std::size_t>(out_w) * out_h * 3);
+    return;
+  }
   int x_from = 0;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (planes_avx2_) {
-    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, out_w / 8, flip, dst);
+  if (vector_path_) {
+    WriteVector(rgb, out_w, out_h, out_w / 8, flip, dst);
     x_from = out_w / 8 * 8;
     if (x_from == out_w) return;
   }

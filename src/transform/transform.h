@@ -51,18 +51,21 @@ class OutputWriter {
   OutputWriter(DType dtype, Layout layout, bool normalize, std::array<float, 3> mean, std::array<float, 3> std);
   // Writes an out_w x out_h RGB image (rows of out_w * 3 bytes) to `dst`
   // (one sample's slot in the batch), mirrored horizontally when `flip`.
-  // Planar outputs take a vector path (output_writer_avx2.h) where the CPU
-  // has one and it reproduces the tables for every byte value.
+  // Takes a vector path (output_writer_avx2.h) where the CPU has one and it
+  // reproduces the tables for every byte value (the uint8 NHWC output
+  // without a flip is a copy).
   void Write(const std::uint8_t* rgb, int out_w, int out_h, bool flip, void* dst) const;
   [[nodiscard]] DType dtype() const { return dtype_; }
   [[nodiscard]] Layout layout() const { return layout_; }
   // Whether Write takes the vector path (for tests and benchmarks).
-  [[nodiscard]] bool vectorised() const { return planes_avx2_; }
+  [[nodiscard]] bool vectorised() const { return vector_path_; }
 
  private:
   // The table lookups, for columns x_from .. out_w - 1 of every row.
   void WriteScalar(const std::uint8_t* rgb, int out_w, int out_h, bool flip, int x_from, void* dst) const;
-  [[nodiscard]] bool PlanesAvx2MatchTables() const;
+  [[nodiscard]] bool VectorPathMatchesTables() const;
+  // The vector path's first `blocks` * 8 pixels of every row.
+  void WriteVector(const std::uint8_t* rgb, int out_w, int out_h, int blocks, bool flip, void* dst) const;
   static PlaneFormat PlaneFormatOf(DType dtype);
 
   DType dtype_;
@@ -70,7 +73,7 @@ class OutputWriter {
   std::array<std::array<float, 256>, 3> f32_{};
   std::array<std::array<std::uint16_t, 256>, 3> u16_{};
   PlaneConstants constants_;
-  bool planes_avx2_ = false;
+  bool vector_path_ = false;
 };
 
 }  // namespace stoker::transform

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -245,15 +246,16 @@ TEST(Output, NormalisesIntoEveryDtypeAndLayout) {
   }
 }
 
-// The planar writer's vector path against the definition, element by
-// element and bit for bit: every dtype, widths that are and are not
+// The writer's vector paths against the definition, element by element and
+// bit for bit: every dtype and layout, widths that are and are not
 // multiples of its 8-pixel blocks, flipped or not, normalised or not.
-TEST(Output, PlanarWritesAreTheDefinitionsBitsWhicheverPathWritesThem) {
+TEST(Output, WritesAreTheDefinitionsBitsWhicheverPathWritesThem) {
   std::mt19937 gen(7);
   const std::array<float, 3> mean = {0.485f, 0.456f, 0.406f}, sd = {0.229f, 0.224f, 0.225f};
   for (const DType dtype : {DType::kUint8, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (const bool normalize : {true, false}) {
-      const OutputWriter writer(dtype, Layout::kNCHW, normalize, mean, sd);
+    for (const auto& [normalize, layout] : {std::pair{true, Layout::kNCHW}, std::pair{false, Layout::kNCHW},
+                                            std::pair{true, Layout::kNHWC}, std::pair{false, Layout::kNHWC}}) {
+      const OutputWriter writer(dtype, layout, normalize, mean, sd);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
       if (HasAvx2() && HasF16c()) {
         EXPECT_TRUE(writer.vectorised());  // the path under test
@@ -273,7 +275,9 @@ TEST(Output, PlanarWritesAreTheDefinitionsBitsWhicheverPathWritesThem) {
                 const std::uint8_t v = rgb[(static_cast<std::size_t>(y) * w + (flip ? w - 1 - x : x)) * 3 + c];
                 float f = static_cast<float>(v) / 255.0f;
                 if (normalize) f = (f - mean[c]) / sd[c];
-                const std::size_t at = (static_cast<std::size_t>(c) * w * h + static_cast<std::size_t>(y) * w + x);
+                const std::size_t pixel = static_cast<std::size_t>(y) * w + x;
+                const std::size_t at =
+                    layout == Layout::kNCHW ? static_cast<std::size_t>(c) * w * h + pixel : pixel * 3 + c;
                 std::uint8_t* out = want.data() + at * size;
                 if (dtype == DType::kUint8) {
                   *out = v;
