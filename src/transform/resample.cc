@@ -180,24 +180,16 @@ bool SplitIsExact(const std::vector<std::int32_t>& coeffs) {
 // taps are zero), and whether an 8-byte load at the last tap pair would
 // pass the row's end (such pairs take the SSE4.1 pass). An odd last pixel
 // has no pair: the SSE4.1 pass writes it.
-struct PairPlan {
-  std::int32_t offset0, offset1, taps, near_end;
-};
-static_assert(sizeof(PairPlan) == 4 * sizeof(std::int32_t));
+using PairPlan = ResampleScratch::PairPlan;
 
-void PlanPairs(const int* bounds, int width, int out_w, std::vector<std::int32_t>& plan) {
-  plan.resize(static_cast<std::size_t>(out_w / 2) * 4);
+void PlanPairs(const int* bounds, int width, int out_w, std::vector<PairPlan>& plan) {
+  plan.resize(static_cast<std::size_t>(out_w / 2));
   for (int i = 0; i < out_w / 2; ++i) {
     const int xmin0 = bounds[4 * i], xmax0 = bounds[4 * i + 1];
     const int xmin1 = bounds[4 * i + 2], xmax1 = bounds[4 * i + 3];
     const int n = (std::max(xmax0, xmax1) + 1) / 2;
     // An 8-byte load at tap 2j reads pixels 2j, 2j + 1 and two bytes of 2j + 2.
-    const bool near_end = std::max(xmin0, xmin1) + 2 * n + 1 > width;
-    std::int32_t* p = plan.data() + 4 * static_cast<std::size_t>(i);
-    p[0] = xmin0 * 3;
-    p[1] = xmin1 * 3;
-    p[2] = n;
-    p[3] = near_end ? 1 : 0;
+    plan[static_cast<std::size_t>(i)] = {xmin0 * 3, xmin1 * 3, n, std::max(xmin0, xmin1) + 2 * n + 1 > width};
   }
 }
 
@@ -225,10 +217,8 @@ __attribute__((target("avx2"), always_inline)) inline __m256i PairSums(const std
 
 __attribute__((target("avx2"))) void HorizontalPassAvx2(const std::uint8_t* line, int width, const int* bounds,
                                                         const std::int32_t* coeffs, const std::int32_t* split,
-                                                        const std::int32_t* pair_plan, int ksize, int out_w,
-                                                        std::uint8_t* dst) {
+                                                        const PairPlan* plan, int ksize, int out_w, std::uint8_t* dst) {
   const int pairs = (ksize + 1) / 2;
-  const auto* plan = reinterpret_cast<const PairPlan*>(pair_plan);
   auto sse41 = [&](int xx, int count) {
     HorizontalPassSse41(line, width, bounds + 2 * xx, coeffs + static_cast<std::size_t>(xx) * ksize, ksize, count,
                         dst + 3 * xx);
@@ -282,9 +272,6 @@ HorizontalPass HorizontalPassFor() {
   return HorizontalPassScalar;
 }
 
-// The vertical pass: output row yy of `dst` (rows `dst_stride` bytes apart)
-// weighs rows vbounds[2 yy] - row_offset, ... of `base` (rows `stride`
-// bytes apart), `row_bytes` bytes of each.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // The vertical pass's first `chunks` * 32 bytes of each output row, with
 // the accumulators in registers across the taps (the scalar loop keeps them
@@ -327,14 +314,16 @@ __attribute__((target("avx2"))) void VerticalChunksAvx2(const std::uint8_t* base
 }
 #endif
 
+// The vertical pass: output row yy of `dst` (rows `dst_stride` bytes apart)
+// weighs rows vbounds[2 yy] - row_offset, ... of `base` (rows `stride`
+// bytes apart), `row_bytes` bytes of each.
 STOKER_SIMD_CLONES void VerticalPass(const std::uint8_t* base, std::size_t stride, std::size_t row_bytes,
                                      const std::vector<int>& vbounds, int row_offset,
                                      const std::vector<std::int32_t>& vcoeffs, int vk, int out_h, std::uint8_t* dst,
                                      std::size_t dst_stride, std::vector<std::int32_t>& accumulator) {
-  std::size_t done = 0;  // bytes of each row the vector path wrote
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (HasAvx2()) {
-    done = row_bytes / 32 * 32;
+    const std::size_t done = row_bytes / 32 * 32;  // bytes of each row the vector path writes
     VerticalChunksAvx2(base, stride, vbounds, row_offset, vcoeffs, vk, out_h, row_bytes / 32, dst, dst_stride);
     if (done == row_bytes) return;
     base += done;

@@ -30,8 +30,13 @@ struct ImageView {
 // Reusable scratch so that per-sample resampling does not allocate.
 struct ResampleScratch {
   std::vector<std::int32_t> coeffs, vcoeffs;
-  std::vector<std::int32_t> split;      // coeffs in the AVX2 pass's layout
-  std::vector<std::int32_t> pair_plan;  // the AVX2 pass's reads per output pixel pair, the same for every row
+  std::vector<std::int32_t> split;  // coeffs in the AVX2 pass's layout
+  // The AVX2 horizontal pass's reads per output pixel pair (resample.cc's PlanPairs), the same for every row.
+  struct PairPlan {
+    std::int32_t offset0, offset1, taps;
+    bool near_end;
+  };
+  std::vector<PairPlan> pair_plan;
   std::vector<int> bounds, vbounds;
   std::vector<std::uint8_t> temp;
   std::vector<std::int32_t> accumulator;
