@@ -8,28 +8,49 @@
 namespace stoker::transform {
 namespace {
 
-// The shuffles that gather channel c of 8 RGB pixels (24 bytes, loaded as 16
-// + 8) into 8 bytes, pixel order reversed when flipped.
-struct ChannelShuffles {
-  __m128i first[3], second[3];
+// Eight bytes of a block of 8 RGB pixels (24 bytes, loaded as 16 + 8):
+// the two shuffles whose results, or-ed, put source byte `bytes[i]` in
+// byte i.
+struct Shuffle {
+  __m128i first, second;
 };
 
-__attribute__((target("avx2"))) ChannelShuffles MakeShuffles(bool flip) {
-  ChannelShuffles s;
-  for (int c = 0; c < 3; ++c) {
-    alignas(16) std::int8_t a[16], b[16];
-    for (int i = 0; i < 16; ++i) a[i] = b[i] = -1;  // -1: a zero byte
-    for (int i = 0; i < 8; ++i) {
-      const int byte = 3 * (flip ? 7 - i : i) + c;
-      if (byte < 16)
-        a[i] = static_cast<std::int8_t>(byte);
-      else
-        b[i] = static_cast<std::int8_t>(byte - 16);
-    }
-    s.first[c] = _mm_load_si128(reinterpret_cast<const __m128i*>(a));
-    s.second[c] = _mm_load_si128(reinterpret_cast<const __m128i*>(b));
+__attribute__((target("avx2"))) Shuffle MakeShuffle(const int (&bytes)[8]) {
+  alignas(16) std::int8_t a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = b[i] = -1;  // -1: a zero byte
+  for (int i = 0; i < 8; ++i) {
+    if (bytes[i] < 16)
+      a[i] = static_cast<std::int8_t>(bytes[i]);
+    else
+      b[i] = static_cast<std::int8_t>(bytes[i] - 16);
   }
-  return s;
+  return {_mm_load_si128(reinterpret_cast<const __m128i*>(a)), _mm_load_si128(reinterpret_cast<const __m128i*>(b))};
+}
+
+__attribute__((target("avx2"), always_inline)) inline __m128i Apply(const Shuffle& s, __m128i lo, __m128i hi) {
+  return _mm_or_si128(_mm_shuffle_epi8(lo, s.first), _mm_shuffle_epi8(hi, s.second));
+}
+
+// Planar: channel c of the 8 pixels, in reverse pixel order when flipped.
+__attribute__((target("avx2"))) void ChannelShuffles(bool flip, Shuffle (&out)[3]) {
+  for (int c = 0; c < 3; ++c) {
+    int bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = 3 * (flip ? 7 - i : i) + c;
+    out[c] = MakeShuffle(bytes);
+  }
+}
+
+// Interleaved: the 24 bytes in output order as three groups of 8, the
+// pixels reversed when flipped (each pixel's channels stay in order).
+__attribute__((target("avx2"))) void GroupShuffles(bool flip, Shuffle (&out)[3]) {
+  for (int g = 0; g < 3; ++g) {
+    int bytes[8];
+    for (int i = 0; i < 8; ++i) {
+      const int j = 8 * g + i;  // output byte of the block
+      bytes[i] = flip ? 3 * (7 - j / 3) + j % 3 : j;
+    }
+    out[g] = MakeShuffle(bytes);
+  }
 }
 
 // Stores 8 output elements at element index `at` of `dst` from the 8 bytes
@@ -66,7 +87,8 @@ template <PlaneFormat F>
 __attribute__((target("avx2,f16c"))) void Planes(const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h,
                                                  int blocks, bool flip, void* dst) {
   const std::size_t plane = static_cast<std::size_t>(out_w) * static_cast<std::size_t>(out_h);
-  const ChannelShuffles shuffles = MakeShuffles(flip);
+  Shuffle shuffles[3];
+  ChannelShuffles(flip, shuffles);
   __m256 mean[3], sd[3];
   for (int c = 0; c < 3; ++c) {
     mean[c] = _mm256_set1_ps(k.mean[c]);
@@ -81,44 +103,18 @@ __attribute__((target("avx2,f16c"))) void Planes(const PlaneConstants& k, const 
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 3 * source));
       const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 3 * source + 16));
       for (int c = 0; c < 3; ++c) {
-        const __m128i bytes =
-            _mm_or_si128(_mm_shuffle_epi8(lo, shuffles.first[c]), _mm_shuffle_epi8(hi, shuffles.second[c]));
-        Store8<F>(bytes, mean[c], sd[c], k.normalize, dst, c * plane + row_start + static_cast<std::size_t>(x));
+        Store8<F>(Apply(shuffles[c], lo, hi), mean[c], sd[c], k.normalize, dst,
+                  c * plane + row_start + static_cast<std::size_t>(x));
       }
     }
   }
 }
 
-// The shuffles that put 8 RGB pixels' 24 bytes (loaded as 16 + 8) in output
-// order as three groups of 8, the pixels reversed when flipped (each
-// pixel's channels stay in order).
-struct GroupShuffles {
-  __m128i first[3], second[3];
-};
-
-__attribute__((target("avx2"))) GroupShuffles MakeGroupShuffles(bool flip) {
-  GroupShuffles s;
-  for (int g = 0; g < 3; ++g) {
-    alignas(16) std::int8_t a[16], b[16];
-    for (int i = 0; i < 16; ++i) a[i] = b[i] = -1;
-    for (int i = 0; i < 8; ++i) {
-      const int j = 8 * g + i;  // output byte of the block
-      const int byte = flip ? 3 * (7 - j / 3) + j % 3 : j;
-      if (byte < 16)
-        a[i] = static_cast<std::int8_t>(byte);
-      else
-        b[i] = static_cast<std::int8_t>(byte - 16);
-    }
-    s.first[g] = _mm_load_si128(reinterpret_cast<const __m128i*>(a));
-    s.second[g] = _mm_load_si128(reinterpret_cast<const __m128i*>(b));
-  }
-  return s;
-}
-
 template <PlaneFormat F>
 __attribute__((target("avx2,f16c"))) void Interleaved(const PlaneConstants& k, const std::uint8_t* rgb, int out_w,
                                                       int out_h, int blocks, bool flip, void* dst) {
-  const GroupShuffles shuffles = MakeGroupShuffles(flip);
+  Shuffle shuffles[3];
+  GroupShuffles(flip, shuffles);
   // Element j of a block is channel j % 3: the three groups' constants.
   __m256 mean[3], sd[3];
   for (int g = 0; g < 3; ++g) {
@@ -139,9 +135,8 @@ __attribute__((target("avx2,f16c"))) void Interleaved(const PlaneConstants& k, c
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 3 * source));
       const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + 3 * source + 16));
       for (int g = 0; g < 3; ++g) {
-        const __m128i bytes =
-            _mm_or_si128(_mm_shuffle_epi8(lo, shuffles.first[g]), _mm_shuffle_epi8(hi, shuffles.second[g]));
-        Store8<F>(bytes, mean[g], sd[g], k.normalize, dst, row_start + 3 * static_cast<std::size_t>(x) + 8 * g);
+        Store8<F>(Apply(shuffles[g], lo, hi), mean[g], sd[g], k.normalize, dst,
+                  row_start + 3 * static_cast<std::size_t>(x) + 8 * g);
       }
     }
   }
