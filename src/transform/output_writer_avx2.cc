@@ -142,33 +142,28 @@ __attribute__((target("avx2,f16c"))) void Interleaved(const PlaneConstants& k, c
   }
 }
 
-}  // namespace
-
-void WritePlanesAvx2(PlaneFormat format, const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h,
-                     int blocks, bool flip, void* dst) {
-  switch (format) {
-    case PlaneFormat::kUint8:
-      return Planes<PlaneFormat::kUint8>(k, rgb, out_w, out_h, blocks, flip, dst);
-    case PlaneFormat::kFloat32:
-      return Planes<PlaneFormat::kFloat32>(k, rgb, out_w, out_h, blocks, flip, dst);
-    case PlaneFormat::kFloat16:
-      return Planes<PlaneFormat::kFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
-    case PlaneFormat::kBFloat16:
-      return Planes<PlaneFormat::kBFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
-  }
+template <PlaneFormat F>
+void Rows(bool planar, const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h, int blocks, bool flip,
+          void* dst) {
+  if (planar)
+    Planes<F>(k, rgb, out_w, out_h, blocks, flip, dst);
+  else
+    Interleaved<F>(k, rgb, out_w, out_h, blocks, flip, dst);
 }
 
-void WriteInterleavedAvx2(PlaneFormat format, const PlaneConstants& k, const std::uint8_t* rgb, int out_w, int out_h,
-                          int blocks, bool flip, void* dst) {
+}  // namespace
+
+void WriteRowsAvx2(PlaneFormat format, bool planar, const PlaneConstants& k, const std::uint8_t* rgb, int out_w,
+                   int out_h, int blocks, bool flip, void* dst) {
   switch (format) {
     case PlaneFormat::kUint8:
-      return Interleaved<PlaneFormat::kUint8>(k, rgb, out_w, out_h, blocks, flip, dst);
+      return Rows<PlaneFormat::kUint8>(planar, k, rgb, out_w, out_h, blocks, flip, dst);
     case PlaneFormat::kFloat32:
-      return Interleaved<PlaneFormat::kFloat32>(k, rgb, out_w, out_h, blocks, flip, dst);
+      return Rows<PlaneFormat::kFloat32>(planar, k, rgb, out_w, out_h, blocks, flip, dst);
     case PlaneFormat::kFloat16:
-      return Interleaved<PlaneFormat::kFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
+      return Rows<PlaneFormat::kFloat16>(planar, k, rgb, out_w, out_h, blocks, flip, dst);
     case PlaneFormat::kBFloat16:
-      return Interleaved<PlaneFormat::kBFloat16>(k, rgb, out_w, out_h, blocks, flip, dst);
+      return Rows<PlaneFormat::kBFloat16>(planar, k, rgb, out_w, out_h, blocks, flip, dst);
   }
 }
 

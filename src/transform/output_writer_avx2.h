@@ -23,19 +23,15 @@ struct PlaneConstants {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // Writes the first `blocks` * 8 pixels of each of the out_h rows of an
-// out_w-wide RGB image (rows out_w * 3 bytes apart) into the three planes
-// at `dst` (elements of `format`, each plane out_w * out_h of them), as
-// pixels x = 0 .. 8 * blocks - 1 of the output: when `flip`, output pixel
-// x is source pixel out_w - 1 - x. Reads no byte outside the rows it
-// takes pixels from; the caller writes the columns past 8 * blocks.
-__attribute__((target("avx2,f16c"))) void WritePlanesAvx2(PlaneFormat format, const PlaneConstants& k,
-                                                          const std::uint8_t* rgb, int out_w, int out_h, int blocks,
-                                                          bool flip, void* dst);
-// The same for an interleaved output (NHWC: out_w * out_h pixels of 3
-// elements).
-__attribute__((target("avx2,f16c"))) void WriteInterleavedAvx2(PlaneFormat format, const PlaneConstants& k,
-                                                               const std::uint8_t* rgb, int out_w, int out_h,
-                                                               int blocks, bool flip, void* dst);
+// out_w-wide RGB image (rows out_w * 3 bytes apart) to `dst`, elements of
+// `format`: into three planes of out_w * out_h elements when `planar`
+// (NCHW), else as out_w * out_h pixels of 3 elements (NHWC). Output pixel x
+// (x = 0 .. 8 * blocks - 1) is source pixel x, or out_w - 1 - x when
+// `flip`. Reads no byte outside the rows it takes pixels from; the caller
+// writes the columns past 8 * blocks.
+__attribute__((target("avx2,f16c"))) void WriteRowsAvx2(PlaneFormat format, bool planar, const PlaneConstants& k,
+                                                        const std::uint8_t* rgb, int out_w, int out_h, int blocks,
+                                                        bool flip, void* dst);
 #endif
 
 }  // namespace stoker::transform

@@ -112,10 +112,7 @@ bool OutputWriter::VectorPathMatchesTables() const {
 
 void OutputWriter::WriteVector(const std::uint8_t* rgb, int out_w, int out_h, int blocks, bool flip, void* dst) const {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (layout_ == Layout::kNCHW)
-    WritePlanesAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, blocks, flip, dst);
-  else
-    WriteInterleavedAvx2(PlaneFormatOf(dtype_), constants_, rgb, out_w, out_h, blocks, flip, dst);
+  WriteRowsAvx2(PlaneFormatOf(dtype_), layout_ == Layout::kNCHW, constants_, rgb, out_w, out_h, blocks, flip, dst);
 #else
   (void)rgb, (void)out_w, (void)out_h, (void)blocks, (void)flip, (void)dst;
 #endif
