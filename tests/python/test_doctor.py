@@ -425,6 +425,8 @@ def test_stoker_doctor_says_when_no_loop_reported(stoker_bin, tmp_path):
     run = subprocess.run([stoker_bin, "doctor", "--", "/nonexistent/program"], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 127 and "cannot run /nonexistent/program" in run.stderr
+    assert "no Python process reported" not in run.stderr  # nothing ran: nothing to report on
+    assert list(temp.iterdir()) == []
 
 
 def test_what_if_replays_a_batch_to_check_the_input_bound_prediction():

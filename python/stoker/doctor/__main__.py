@@ -52,6 +52,11 @@ def main(argv=None):
     site = tempfile.mkdtemp(prefix="stoker-doctor-site-")
     try:
         status = _run(command, site, out, args.prometheus_port)
+    except FileNotFoundError as e:
+        print("stoker doctor: cannot run %s: %s" % (command[0], e), file=sys.stderr)
+        if args.out is None and not os.listdir(out):
+            os.rmdir(out)
+        return 127
     finally:
         shutil.rmtree(site, ignore_errors=True)
     reports = sorted(glob.glob(os.path.join(out, "rank-*.json")))
@@ -84,7 +89,7 @@ def main(argv=None):
 
 
 def _run(command, site, out, prometheus_port):
-    """Runs the command with the doctor attached; its exit status."""
+    """Runs the command with the doctor attached; its exit status (FileNotFoundError: it could not start)."""
     with open(os.path.join(site, "sitecustomize.py"), "w") as f:
         f.write(SITECUSTOMIZE)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,9 +100,6 @@ def _run(command, site, out, prometheus_port):
         env["STOKER_DOCTOR_PORT"] = str(prometheus_port)
     try:
         return subprocess.call(command, env=env)
-    except FileNotFoundError as e:
-        print("stoker doctor: cannot run %s: %s" % (command[0], e), file=sys.stderr)
-        return 127
     except KeyboardInterrupt:
         return 130
 
