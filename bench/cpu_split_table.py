@@ -24,10 +24,10 @@ import sys
 
 IDLE = re.compile(r"safe_halt|default_idle|intel_idle|cpuidle|acpi_idle|poll_idle|mwait_idle")
 READ_KERNEL = re.compile(r"copy_to_iter|copy_page_to_iter|filemap_|ext4_|^io_|^__io_|xas_|generic_file_read")
-ENTROPY = re.compile(r"^decode_mcu|jpeg_fill_bit_buffer|jpeg_huff_decode|process_restart")
+ENTROPY = re.compile(r"^decode_mcu|jpeg_fill_bit_buffer|jpeg_huff_decode|jpeg_make_d_derived_tbl|process_restart")
 RESAMPLE = re.compile(r"HorizontalPass|VerticalPass|VerticalChunks|PrecomputeCoeffs|SplitCoefficients|transform::Resample|"
                       r"ImagingResample|precompute_coeffs|normalize_coeffs|[Rr]esampl")
-WRITE = re.compile(r"OutputWriter|WritePlanes|::Planes<|ImagingFlip|ImagingCrop|ImagingPack|ImagingCopy|SliceFlipNormalize")
+WRITE = re.compile(r"OutputWriter|WriteRows|::Planes<|::Interleaved<|ImagingFlip|ImagingCrop|ImagingPack|ImagingCopy|SliceFlipNormalize")
 SEEKABLE = re.compile(r"Seekable|RestartTable|AssembleSeekable")
 
 STAGES = [
