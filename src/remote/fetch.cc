@@ -13,6 +13,10 @@
 namespace stoker::remote {
 namespace {
 
+// Less time than this left before the deadline: no attempt starts, and a
+// failure this close to it was the deadline's.
+constexpr double kShortestAttemptSeconds = 0.05;
+
 bool Retryable(long status) {
   return status == 408 || status == 429 || status >= 500;
 }
@@ -133,6 +137,10 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
   std::string last_error;
   int changes = 0;
   const std::uint32_t attempts = std::max<std::uint32_t>(1, policy.max_attempts);
+  // Whether the deadline, not the count of attempts, ended the download:
+  // what the final error names.
+  bool deadline_ended = false;
+  const auto deadline_left = [&] { return policy.deadline_seconds - SecondsBetween(started, clock.Now()); };
 
   auto start_over = [&]() -> Status {
     ++st.restarts;
@@ -154,8 +162,12 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     ++st.attempts;
     HttpRequest req = request;
     if (policy.deadline_seconds > 0) {
-      const double left = policy.deadline_seconds - SecondsBetween(started, clock.Now());
-      if (left <= 0) break;
+      const double left = deadline_left();
+      // An attempt with a few milliseconds left could only time out.
+      if (left < kShortestAttemptSeconds) {
+        deadline_ended = true;
+        break;
+      }
       req.timeout_seconds = req.timeout_seconds > 0 ? std::min(req.timeout_seconds, left) : left;
     }
     if (received > 0) {
@@ -212,9 +224,13 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
       if (!changed && e.code() != StatusCode::kUnavailable) return e;
       last_error = std::string(e.message());
       if (last_error.starts_with(url + ": ")) last_error.erase(0, url.size() + 2);
+      // A transfer cut by the deadline's timeout ends a little before it
+      // (the transport counts whole milliseconds): near enough is the deadline.
       if (e.code() == StatusCode::kUnavailable && policy.deadline_seconds > 0 &&
-          SecondsBetween(started, clock.Now()) >= policy.deadline_seconds)
+          deadline_left() < kShortestAttemptSeconds) {
+        deadline_ended = true;
         break;
+      }
       if (changed) STOKER_RETURN_IF_ERROR(object_changed());
     } else {
       const HttpResponse& r = *response;
@@ -253,9 +269,9 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
                                 policy.backoff_initial_seconds * std::ldexp(1.0, static_cast<int>(attempt)));
     double delay = cap * jitter.Uniform01();  // full jitter
     if (retry_after >= 0) delay = std::max(delay, retry_after);
-    if (policy.deadline_seconds > 0) {
-      const double left = policy.deadline_seconds - SecondsBetween(started, clock.Now());
-      if (delay >= left) break;  // the next attempt could not start in time
+    if (policy.deadline_seconds > 0 && delay + kShortestAttemptSeconds > deadline_left()) {
+      deadline_ended = true;  // the next attempt could not start in time
+      break;
     }
     if (request.cancel == nullptr) {
       clock.SleepFor(Clock::Seconds(delay));
@@ -269,7 +285,7 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
     }
   }
   const double spent = SecondsBetween(started, clock.Now());
-  if (policy.deadline_seconds > 0 && st.attempts < attempts)
+  if (deadline_ended)
     return Status::Unavailable(
         fmt::format("{}: gave up after {} attempts in {:.1f} s (the deadline is {:.0f} s); last: {}", url, st.attempts,
                     spent, policy.deadline_seconds, last_error));

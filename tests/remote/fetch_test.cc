@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "fake_clock.h"
 #include "remote/fake_transport.h"
 
@@ -215,6 +217,41 @@ TEST(Fetch, TheDeadlineBoundsEveryAttemptAndWait) {
   for (double s : d.sleeps) slept += s;
   EXPECT_LE(slept, 100.0);
   EXPECT_EQ(d.stats.attempts, 4u);  // at 0, 30, 60 and 90 s; the next could not start before 100 s
+}
+
+// A transport that counts whole milliseconds ends a transfer cut by the
+// deadline's timeout just before the deadline. That is still the deadline
+// (the error says so), and no further attempt starts with a millisecond
+// left (as one did, and then the error blamed the count of attempts).
+TEST(Fetch, ATransferCutByTheDeadlineIsTheDeadlines) {
+  struct TimingOut final : HttpTransport {
+    stoker::testing::FakeClock* clock = nullptr;
+    std::vector<double> timeouts;
+    Result<HttpResponse> Get(const HttpRequest& request, const BodySink&) override {
+      timeouts.push_back(request.timeout_seconds);
+      clock->AdvanceSeconds(std::floor(request.timeout_seconds * 1000) / 1000 - 0.0004);
+      return Status::Unavailable(fmt::format("{}: Operation timed out (Timeout was reached)", request.url));
+    }
+  };
+  for (double timeout : {0.0, 2.0}) {
+    stoker::testing::FakeClock clock;
+    TimingOut t;
+    t.clock = &clock;
+    RetryPolicy policy;
+    policy.max_attempts = 2;
+    policy.clock = &clock;
+    policy.deadline_seconds = 3;
+    HttpRequest request;
+    request.url = kUrl;
+    request.timeout_seconds = timeout;
+    const Status s = FetchObject(
+        t, request, std::nullopt, [](std::span<const std::byte>) { return Status::Ok(); }, [] { return Status::Ok(); },
+        policy, nullptr);
+    ASSERT_EQ(s.code(), StatusCode::kUnavailable);
+    EXPECT_NE(s.message().find("the deadline is 3 s"), std::string::npos) << s.message();
+    for (double seconds : t.timeouts) EXPECT_GE(seconds, 0.05) << "an attempt that could only time out";
+    EXPECT_EQ(t.timeouts.size(), timeout == 0 ? 1u : 2u) << "timeout " << timeout;
+  }
 }
 
 // A redirect is not followed, and the error says where it points (secrets
