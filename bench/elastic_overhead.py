@@ -8,7 +8,7 @@ steps/s from step 10 on, with and without extra compute per step.
 
 Each rank's time per step; the Trainer adds one small collective a step
 (the commit: sample ids, members, joins) and its snapshot (as often as
-keeps it within 1% of step time). With --torchft, also the same loop on
+keeps it within 0.5% of step time). With --torchft, also the same loop on
 torchft 0.2 (one replica group per torchrun, a lighthouse, torchft's DDP
 and optimizer wrapper, the same loader shares): run this with a Python
 that has torch >= 2.7 and torchft (see bench/elastic_recovery.py).

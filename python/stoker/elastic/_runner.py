@@ -410,7 +410,7 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     (processes restart; state comes from in-memory snapshots in /dev/shm,
     by the first ``snapshot_copies`` local ranks, every ``snapshot_every``
     steps, by default as often as keeps their whole cost (the wait and the
-    background write) within 1% of step time and at least every 30 s
+    background write) within 0.5% of step time and at least every 30 s
     (measured), or from the checkpointer), or one plain process.
 
     ``straggler``: a StragglerPolicy, which evicts (or names) a worker that

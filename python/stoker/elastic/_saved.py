@@ -10,6 +10,10 @@ import time
 
 log = logging.getLogger("stoker.elastic")
 
+# The share of step time that in-memory snapshots may cost (the wait and the
+# background write, measured); the commit's collective takes about as much.
+SNAPSHOT_SHARE = 0.005
+
 
 def saved_dirs(snapshot_base, checkpoint_dir):
     dirs = []
@@ -137,7 +141,8 @@ class Saving:
         """Every ``snapshot_every`` steps, or, by default, as often as keeps a
         snapshot's whole cost (the training thread's wait plus its
         background write, which competes for the CPU with the loader and
-        the training) within 1% of step time, and at least every 30 s of
+        the training) within half a percent of step time (the other half of
+        the 1% an elastic step may cost is the commit's), and at least every 30 s of
         training (the work a restart may redo). Measured from the last
         snapshot; the first step is always snapshotted."""
         if self.snapshots is None:
@@ -150,7 +155,7 @@ class Saving:
             persist = float(self.snapshots.stats().get("last_persist_s") or 0.0)
         except Exception:  # noqa: BLE001 - a test double without stats
             persist = 0.0
-        interval = max(1, int((self.snapshot_cost + persist) / (0.01 * self.step_seconds) + 0.999))
+        interval = max(1, int((self.snapshot_cost + persist) / (SNAPSHOT_SHARE * self.step_seconds) + 0.999))
         interval = min(interval, max(1, int(30.0 / self.step_seconds)))
         return self.step - self.last_snapshot_step >= interval
 
