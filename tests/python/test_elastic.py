@@ -462,3 +462,34 @@ def test_a_programs_nccl_group_gets_only_cuda_tensors():
     alone = Group(gloo, 0, 2, 0)  # gloo only: CUDA tensors too (through the host)
     alone.allreduce(CudaTensor())
     assert gloo.seen[-1] == ("allreduce", True)
+
+
+def test_a_wrapped_or_sharded_model_is_refused_before_any_step(packed):
+    """The runner wraps the module in DDP over each group it forms: a DDP
+    the program made, an FSDP module (whose shards that DDP would overwrite
+    with rank 0's) or DTensor parameters are refused with what to pass."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    loader = stoker.Loader(packed, global_batch_size=8, num_threads=1)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
+    wrapped = nn.parallel.DistributedDataParallel(model, process_group=pg)
+    with pytest.raises(TypeError, match=r"takes the module itself, not DistributedDataParallel\(module\): the model"):
+        elastic.Trainer(wrapped, opt, loader, epochs=1)
+    inside = nn.Sequential(wrapped, nn.ReLU())
+    with pytest.raises(TypeError, match="its submodule '0' is wrapped in DDP"):
+        elastic.run(lambda *a: None, model=inside, optimizer=opt, loader=loader, epochs=1)
+
+    # FSDP by its class, as the check knows it (torch 1.13's FSDP does not import on Python 3.11).
+    class FullyShardedDataParallel(nn.Module):
+        pass
+    FullyShardedDataParallel.__module__ = "torch.distributed.fsdp.fully_sharded_data_parallel"
+    sharded = nn.Sequential(nn.Linear(4, 4))
+    sharded.add_module("block", FullyShardedDataParallel())
+    with pytest.raises(TypeError, match="its submodule 'block' is sharded by FSDP"):
+        elastic.Trainer(sharded, opt, loader, epochs=1)
+    # A plain module of the same name elsewhere is the program's own.
+    FullyShardedDataParallel.__module__ = "my_models"
+    elastic.Trainer(sharded, opt, loader, epochs=1)

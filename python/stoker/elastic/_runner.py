@@ -21,6 +21,7 @@ from . import _saved
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._membership import Membership, _test_stall
+from ._model_check import refuse_wrapped_or_sharded
 from ._reduce import pack_gradients, unpack_gradients
 from ._stragglers import StragglerWatch
 from .policy import BatchPolicy, StragglerPolicy, apply_lr_factor, rank_share
@@ -64,6 +65,7 @@ def detect_mode():
 class _Runner(_saved.Saving, Membership):
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                  timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout):
+        refuse_wrapped_or_sharded(model)
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
         self.epochs, self.on_commit, self.extra_state = epochs, on_commit, extra_state
         # A Checkpointer (one process), or its arguments: then whichever rank is rank 0 opens it (the
