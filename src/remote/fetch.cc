@@ -159,17 +159,18 @@ Status FetchObject(HttpTransport& transport, const HttpRequest& request, std::op
   const bool ranged = request.range_start.has_value() && request.range_end.has_value();
   const std::uint64_t base = ranged ? *request.range_start : 0;
   for (std::uint32_t attempt = 0; attempt < attempts; ++attempt) {
-    ++st.attempts;
     HttpRequest req = request;
     if (policy.deadline_seconds > 0) {
       const double left = deadline_left();
-      // An attempt with a few milliseconds left could only time out.
-      if (left < kShortestAttemptSeconds) {
+      // Another attempt with a few milliseconds left could only time out
+      // (the first runs whatever the deadline).
+      if (attempt > 0 && left < kShortestAttemptSeconds) {
         deadline_ended = true;
         break;
       }
       req.timeout_seconds = req.timeout_seconds > 0 ? std::min(req.timeout_seconds, left) : left;
     }
+    ++st.attempts;
     if (received > 0) {
       req.range_start = base + received;
       req.if_match = etag;

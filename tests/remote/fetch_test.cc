@@ -251,6 +251,8 @@ TEST(Fetch, ATransferCutByTheDeadlineIsTheDeadlines) {
     EXPECT_NE(s.message().find("the deadline is 3 s"), std::string::npos) << s.message();
     for (double seconds : t.timeouts) EXPECT_GE(seconds, 0.05) << "an attempt that could only time out";
     EXPECT_EQ(t.timeouts.size(), timeout == 0 ? 1u : 2u) << "timeout " << timeout;
+    EXPECT_NE(s.message().find(fmt::format("after {} attempts", t.timeouts.size())), std::string::npos)
+        << s.message();  // the attempts made, not one more
   }
 }
 
