@@ -6,7 +6,9 @@ steps/s from step 10 on, with and without extra compute per step.
 
     PYTHONPATH=build/release/python .venv/bin/python bench/elastic_overhead.py [--repeats 3]
 
-Each rank's time per step; the Trainer adds one small collective a step
+Each rank's time per step, and its process's CPU time per step (every
+thread: the loader's, gloo's, the snapshot's background write; steadier
+than wall time on a shared 2-core VM). The Trainer adds one small collective a step
 (the commit: sample ids, members, joins) and its snapshot (as often as
 keeps it within 0.5% of step time). With --torchft, also the same loop on
 torchft 0.2 (one replica group per torchrun, a lighthouse, torchft's DDP
@@ -36,7 +38,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
 kw = dict(global_batch_size=48, with_indices=True, num_threads=1, log_epochs=False,
           transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
-times, participants = [], []  # torchft: replica groups in each step's quorum
+times, cpu, participants = [], [], []  # torchft: replica groups in each step's quorum
 def step(ddp, images, labels, micro, start=None, commits=None):
     if start: start()  # torchft: the step's quorum, before the forward pass
     for x, y, w in micro(images, labels):
@@ -54,12 +56,13 @@ def halves(ddp, world):  # 2 micro-batches, the first without DDP's all-reduce
             yield images[:half], labels[:half], half * world / 48
         yield images[half:], labels[half:], (n - half) * world / 48
     return micro
-def timed(batches):  # each step's time, batch to batch
-    last = None
+def timed(batches):  # each step's time and the process's CPU time (every thread's), batch to batch
+    last = last_cpu = None
     for b in batches:
-        now = time.perf_counter()
-        if last is not None: times.append(now - last)
-        last = now
+        now, now_cpu = time.perf_counter(), time.process_time()
+        if last is not None:
+            times.append(now - last); cpu.append(now_cpu - last_cpu)
+        last, last_cpu = now, now_cpu
         yield b
 def epochs(loader):
     for epoch in range(EPOCHS):
@@ -104,7 +107,8 @@ else:
         step(ddp, images, labels, micro)
 steady = times[10:]
 with open("%s.%d" % (out, rank), "w") as f:
-    json.dump({"mode": mode, "step_ms": 1000 * statistics.median(steady), "steps": len(times) + 1,
+    json.dump({"mode": mode, "step_ms": 1000 * statistics.median(steady),
+               "cpu_ms": 1000 * statistics.mean(cpu[10:]), "steps": len(times) + 1,
                "participants": sorted(set(participants))}, f)
 """
 
@@ -153,7 +157,7 @@ def main():
         f.write(WORKER)
     rows = []
     for extra in (0.0, 0.05) if args.extra is None else (args.extra,):
-        per_mode = {}
+        per_mode, cpu_per_mode = {}, {}  # each run's median step (wall) and mean CPU a rank's step
         for _ in range(args.repeats):
             for mode in ("plain", "trainer") + (("straggler",) if args.straggler else ()) + (
                     ("torchft",) if args.torchft else ()):
@@ -171,10 +175,13 @@ def main():
                     raise SystemExit("torchft: a step's quorum lacked a replica group: %s" % runs)
                 ms = [r["step_ms"] for r in runs]
                 per_mode.setdefault(mode, []).append(statistics.median(ms))
+                cpu_per_mode.setdefault(mode, []).append(statistics.mean(r["cpu_ms"] for r in runs))
         plain, trainer = statistics.median(per_mode["plain"]), statistics.median(per_mode["trainer"])
         rows.append({"extra_compute_ms": 1000 * extra, "plain_step_ms": plain, "trainer_step_ms": trainer,
                      "overhead": trainer / plain - 1, "plain_runs": per_mode["plain"],
-                     "trainer_runs": per_mode["trainer"]})
+                     "trainer_runs": per_mode["trainer"],
+                     "plain_cpu_ms": statistics.median(cpu_per_mode["plain"]),
+                     "trainer_cpu_ms": statistics.median(cpu_per_mode["trainer"])})
         if args.straggler:
             timed = statistics.median(per_mode["straggler"])
             rows[-1].update(straggler_step_ms=timed, straggler_runs=per_mode["straggler"])
@@ -187,9 +194,11 @@ def main():
             rows[-1].update(torchft_step_ms=ft, torchft_runs=per_mode["torchft"])
             print("extra compute %3.0f ms: torchft %.2f ms a step (%+.1f%% over plain DDP); runs %s" % (
                 1000 * extra, ft, 100 * (ft / plain - 1), ["%.2f" % x for x in per_mode["torchft"]]), flush=True)
-        print("extra compute %3.0f ms: plain DDP %.2f ms a step, Trainer %.2f ms (%+.1f%%); runs %s vs %s" % (
-            1000 * extra, plain, trainer, 100 * (trainer / plain - 1), ["%.2f" % x for x in per_mode["plain"]],
-            ["%.2f" % x for x in per_mode["trainer"]]), flush=True)
+        print("extra compute %3.0f ms: plain DDP %.2f ms a step, Trainer %.2f ms (%+.1f%%); runs %s vs %s; "
+              "CPU a rank's step (every thread of the process) %.2f vs %.2f ms" % (
+                  1000 * extra, plain, trainer, 100 * (trainer / plain - 1),
+                  ["%.2f" % x for x in per_mode["plain"]], ["%.2f" % x for x in per_mode["trainer"]],
+                  rows[-1]["plain_cpu_ms"], rows[-1]["trainer_cpu_ms"]), flush=True)
     print(json.dumps(rows))
 
 
