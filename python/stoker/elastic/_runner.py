@@ -383,7 +383,9 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     fields (``fields=``) it is ``train_step(batch)``, the dict batch's
     slice (each value sliced; the ids under ``"__index__"``). run() does the backward
     pass (scaled so that gradients are the global batch's mean), reduces the
-    gradients across the group, and steps ``optimizer``. ``loader`` is a
+    gradients across the group, and steps ``optimizer``. ``model`` is the
+    module, whole on every rank (one wrapped in DDP or sharded by FSDP or
+    DTensors is refused with a TypeError). ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
     to report sample ids), or a function global_batch_size -> Loader when
     ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 (every

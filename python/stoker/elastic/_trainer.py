@@ -79,8 +79,9 @@ class _Extra:
 class Trainer:
     """Elastic training of the program's own loop (see the module's help).
 
-    ``model``: the module (not yet wrapped in DDP); ``optimizer``: its
-    optimizer (one); ``loader``: a stoker.Loader with ``global_batch_size``
+    ``model``: the module, whole on every rank (not wrapped in DDP, not
+    sharded by FSDP or DTensors: those are refused with a TypeError);
+    ``optimizer``: its optimizer (one); ``loader``: a stoker.Loader with ``global_batch_size``
     (``with_indices=True`` to report sample ids); ``scheduler``, ``scaler``:
     an LR scheduler and a GradScaler whose states travel with the model.
     ``on_commit(info)`` runs on every rank after each committed step: {step,
