@@ -18,11 +18,10 @@ def refuse_wrapped_or_sharded(model):
     if model is None or not hasattr(model, "modules"):
         return
     for name, module in model.named_modules():
+        where = "the model" if not name else "its submodule '%s'" % name
         for cls in type(module).__mro__:
-            if not cls.__module__.startswith("torch.nn.parallel") and not cls.__module__.startswith(
-                    "torch.distributed"):
+            if not cls.__module__.startswith(("torch.nn.parallel", "torch.distributed")):
                 continue
-            where = "the model" if not name else "its submodule '%s'" % name
             if cls.__name__ == "DistributedDataParallel":
                 raise TypeError(
                     "stoker.elastic takes the module itself, not DistributedDataParallel(module): %s is wrapped "
