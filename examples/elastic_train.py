@@ -49,6 +49,8 @@ def parse_args(argv=None):
                         "--checkpoint-dir only)")
     p.add_argument("--rendezvous-timeout", type=float, default=600.0,
                    help="seconds to wait for the minimum number of workers")
+    p.add_argument("--shard", action="store_true", help="shard the model within each replica group (FSDP2 over "
+                   "stoker.elastic.replica_group_mesh(); launch with --in-process --replica-group-size N; torch >= 2.6)")
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
     p.add_argument("--summary", help="each worker appends its RunSummary as a JSON line here")
     return p.parse_args(argv)
@@ -78,7 +80,8 @@ class StepLog:
         if self.last_step() >= info["step"]:
             return
         line = json.dumps({"step": info["step"], "epoch": info["epoch"], "world_size": info["world_size"],
-                           "samples": info["samples"], "loss": round(info["loss"], 6)}) + "\n"
+                           "samples": info["samples"], "loss": round(info["loss"], 6),
+                           "t": round(time.time(), 4), "cpu": round(time.process_time(), 4)}) + "\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())  # one write: a killed writer leaves no torn line
@@ -135,6 +138,13 @@ def main(argv=None):
     s = args.image_size
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
                           nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10))
+    if args.shard:
+        from torch.distributed.fsdp import fully_shard
+        mesh = stoker.elastic.replica_group_mesh("cpu")
+        for layer in model:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     transform = T.Compose([T.RandomResizedCrop(s), T.RandomHorizontalFlip(),
                            T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
@@ -173,10 +183,13 @@ def main(argv=None):
                                 "world_sizes": summary.world_sizes, "restored_step": summary.restored_step,
                                 "recovery_seconds": summary.recovery_seconds, "evicted": summary.evicted,
                                 "local_rank": os.environ.get("LOCAL_RANK")}) + "\n")
-    if args.save_params and summary.world_sizes and not summary.left_behind and not summary.evicted and \
-            _is_rank0(loader):
-        torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.save_params + ".tmp")
-        os.replace(args.save_params + ".tmp", args.save_params)
+    if args.save_params and summary.world_sizes and not summary.left_behind and not summary.evicted:
+        # A sharded model's full tensors are gathered by every worker of the group (a collective).
+        params = {k: v.full_tensor() if hasattr(v, "full_tensor") else v.clone()
+                  for k, v in model.state_dict().items()} if args.shard or _is_rank0(loader) else None
+        if _is_rank0(loader):
+            torch.save(params, args.save_params + ".tmp")
+            os.replace(args.save_params + ".tmp", args.save_params)
     logging.getLogger("stoker.elastic").info("done: %r", summary)
     return 0
 

@@ -161,8 +161,8 @@ def reference(packed, tmp_path_factory):
     return torch.load(tmp / "ref.pt")
 
 
-def _launch(args, **kw):
-    return Drained([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), text=True,
+def _launch(args, env=None, **kw):
+    return Drained([sys.executable, "-m", "stoker.elastic.launch", *args], env=env or _env(), text=True,
                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, **kw)
 
 

@@ -30,7 +30,8 @@ class PeerFailure(RuntimeError):
 
 from .policy import BatchPolicy, StragglerPolicy, rank_share  # noqa: E402
 from ._runner import RunSummary, detect_mode, run  # noqa: E402
+from ._sharded import replica_group_mesh  # noqa: E402
 from ._trainer import Trainer  # noqa: E402
 
-__all__ = ["run", "Trainer", "BatchPolicy", "StragglerPolicy", "RunSummary", "ElasticError", "PeerFailure",
+__all__ = ["run", "Trainer", "replica_group_mesh", "BatchPolicy", "StragglerPolicy", "RunSummary", "ElasticError", "PeerFailure",
            "rank_share", "detect_mode"]

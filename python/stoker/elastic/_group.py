@@ -52,6 +52,8 @@ class Group:
         # The host tensors of the last few collectives (a step's gradients and ids, the commit's), held until
         # the process groups are gone: see close(). Few, since each may be as large as the model's gradients.
         self._used = collections.deque(maxlen=3)
+        # With replica groups (a sharded model): the Group of the workers holding this worker's shard.
+        self.replica = None
 
     def close(self):
         """Drops the host process groups, then the tensors of the last
@@ -60,6 +62,10 @@ class Group:
         would take the GIL (torch 2.x ties a tensor to its Python object),
         which the group's destructor, joining that thread, holds: a
         deadlock, seen at a re-formation on torch 2.5."""
+        if self.replica is not None:
+            if getattr(self.replica, "siblings", None) is not None:
+                self.replica.siblings.close()
+            self.replica.close()
         self.pg = self.commit_pg = None
         gc.collect()
         self._used.clear()

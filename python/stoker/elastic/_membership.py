@@ -94,6 +94,8 @@ class Membership:
         """Agree on the newest state among the group and give it to everyone.
         Every decision here comes from a reduction, so all ranks take the
         same branch."""
+        if self.sharded:
+            return self._agree_and_sync_sharded()
         torch = _torch()
         g = self.group
         _test_fault(g.generation)
@@ -111,19 +113,7 @@ class Membership:
         behind = reduce(int(self.step != src_step), "max")
         if g.world_size > 1 and (behind or src_step < 0):
             # Someone is behind or new, or everyone starts fresh (random inits differ): send the source's state.
-            payload = self._serialize() if g.rank == src else None
-            size = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
-            g.broadcast(size, src)
-            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
-                torch.empty(int(size[0]), dtype=torch.uint8)
-            g.broadcast(data, src)
-            if g.rank != src:
-                # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
-                # the group's store and network are the job's own, as for torch's own collectives.
-                kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
-                # Onto this rank's own device: the source's tensors may be on another GPU.
-                received = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self._device(), **kwargs)
-                self._apply(received["state"], received["loader"], received["meta"])
+            self._broadcast_state(g, src)
         if self.rendezvous is not None:
             self.rendezvous.joins_seen = reduce(self.rendezvous.joins_seen, "max")
         self._reshard()
@@ -137,6 +127,23 @@ class Membership:
             info = dict(self.last_commit)
             info["replayed"] = True
             self.on_commit(info)
+
+    def _broadcast_state(self, g, src):
+        """Sends rank ``src``'s state to every other rank of ``g``, which applies it."""
+        torch = _torch()
+        payload = self._serialize() if g.rank == src else None
+        size = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
+        g.broadcast(size, src)
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
+            torch.empty(int(size[0]), dtype=torch.uint8)
+        g.broadcast(data, src)
+        if g.rank != src:
+            # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
+            # the group's store and network are the job's own, as for torch's own collectives.
+            kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
+            # Onto this rank's own device: the source's tensors may be on another GPU.
+            received = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self._device(), **kwargs)
+            self._apply(received["state"], received["loader"], received["meta"])
 
     def _reconfigure(self, why, in_flight=False):
         start = time.monotonic()
@@ -157,6 +164,10 @@ class Membership:
         if in_flight:
             self.graveyard.append((now, self.group.pg))
             self.graveyard.append((now, self.group.commit_pg))
+            if self.group.replica is not None:
+                self.graveyard.append((now, self.group.replica.pg))
+                if getattr(self.group.replica, "siblings", None) is not None:
+                    self.graveyard.append((now, self.group.replica.siblings.pg))
         if self.group.owns_device_pg and self.group.device_pg is not None:
             # NCCL's communicators are aborted (a kernel waiting for the dead peer ends); a gloo device group
             # cannot be, and goes the way of the others.

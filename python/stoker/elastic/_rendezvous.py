@@ -29,7 +29,14 @@ import time
 from . import ElasticError, PeerFailure
 from ._group import Group, JobFinished, _peek, abort_group, can_abort, connect_store, make_device_group, make_gloo, \
     worker_id
+from ._sharded import replica_group
 from ._store_calls import _Caller
+
+
+class GroupLeft(Exception):
+    """This worker's replica group lost a member (its shard is gone): the
+    others went on without the group, and this worker leaves so that its
+    launcher starts the group again."""
 
 log = logging.getLogger("stoker.elastic")
 
@@ -62,6 +69,12 @@ class Rendezvous:
         self.heartbeat_timeout, self.settle = heartbeat_timeout, settle
         self.id = worker_id()
         self.store = connect_store(endpoint, rendezvous_timeout)
+        # Replica groups (launch --replica-group-size): (group id, index, size) of this worker, published
+        # under rgm/<id> so that whoever closes a generation admits whole groups only.
+        self.replica = replica_group()
+        self._specs = {}
+        if self.replica is not None:
+            self.store.set("rgm/" + self.id, "%s:%d:%d" % self.replica)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.last_beat_ok = time.monotonic()  # when this worker's heartbeat last reached the store
@@ -280,7 +293,50 @@ class Rendezvous:
         closed = _peek(self.store, "g%d/close" % generation)
         if closed is None:
             return []
-        return [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(int(closed.split(":", 1)[0]))]
+        members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(int(closed.split(":", 1)[0]))]
+        return self._admitted(members) if self.replica is not None else members
+
+    # ---- replica groups ----------------------------------------------------------------------------
+
+    def _spec(self, store, who):
+        """(group id, index, size) of a registrant (a worker outside any
+        replica group counts as a group of its own)."""
+        spec = self._specs.get(who)
+        if spec is None:
+            value = _peek(store, "rgm/" + who)
+            if value is None:
+                spec = (who, 0, 1)
+            else:
+                gid, index, size = value.rsplit(":", 2)
+                spec = (gid, int(index), int(size))
+            self._specs[who] = spec
+        return spec
+
+    def _admitted(self, registrants, store=None):
+        """The registrants of whole replica groups, in registration order."""
+        store = store or self.store
+        count = {}
+        for who in registrants:
+            gid, _, size = self._spec(store, who)
+            count[gid] = count.get(gid, 0) + 1
+        return [who for who in registrants if count[self._spec(store, who)[0]] == self._spec(store, who)[2]]
+
+    def _groups_to_wait_for(self, store, registered, previous, alive, now):
+        """Replica groups some of whose workers registered but not all,
+        which may still come: not those that had a member in the last
+        generation that is gone (a group that lost a shard leaves whole)."""
+        seen = {}
+        for who in registered:
+            gid, _, size = self._spec(store, who)
+            seen.setdefault(gid, [0, size])[0] += 1
+        incomplete = {gid for gid, (n, size) in seen.items() if n < size}
+        if not incomplete:
+            return []
+        for who in previous or []:
+            gid = self._spec(store, who)[0]
+            if gid in incomplete and who not in registered and not alive(who, now):
+                incomplete.discard(gid)
+        return sorted(incomplete)
 
     def next_group(self, previous=None, previous_generation=0):
         """Registers for the next generation and returns (Group, members) once
@@ -289,6 +345,7 @@ class Rendezvous:
         of generation ``previous_generation``, this worker's last group."""
         start = time.monotonic()
         self._wait_for_own_heartbeat(start)
+        was_member = previous is not None
         while True:
             current = int(self.store.add("gen", 0))
             if previous is not None and current != previous_generation:
@@ -302,8 +359,20 @@ class Rendezvous:
             self.store.set("g%d/m%d" % (generation, index), self.id)
             size = self._wait_close(generation, previous, start, current)
             if index < size:
-                self.joins_seen = int(self.store.add("joins", 0))
                 members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
+                if self.replica is not None:
+                    members = self._admitted(members)
+                    if self.id not in members:
+                        if was_member:
+                            raise GroupLeft("generation %d closed without this worker's replica group %s (a "
+                                            "member is gone)" % (generation, self.replica[0]))
+                        log.info("generation %d closed before this worker's replica group was whole; joining the "
+                                 "next", generation)
+                        previous = None
+                        self.request_join()
+                        continue
+                    index, size = members.index(self.id), len(members)
+                self.joins_seen = int(self.store.add("joins", 0))
                 try:
                     pg = make_gloo(self.store, "pg%d" % generation, index, size, self.timeout)
                     commit_pg = make_gloo(self.store, "pg%d-commit" % generation, index, size, self.timeout)
@@ -321,13 +390,48 @@ class Rendezvous:
                         log.warning("generation %d: %s; aborting the device group", generation, why)
                         abort_group(pg)
                     self.arm(successor, generation, on_gone)
-                return Group(pg, index, size, generation, watch=self.watch(others, generation),
-                             probe=lambda: self.probe(others), commit_pg=commit_pg, device_pg=device_pg,
-                             owns_device_pg=device_pg is not None), members
+                group = Group(pg, index, size, generation, watch=self.watch(others, generation),
+                              probe=lambda: self.probe(others), commit_pg=commit_pg, device_pg=device_pg,
+                              owns_device_pg=device_pg is not None)
+                if self.replica is not None:
+                    group.replica = self._replica_dimension(members, generation, others)
+                return group, members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
             previous = None
             self.request_join()
+
+    def _replica_dimension(self, members, generation, others):
+        """The group of the workers holding this worker's shard, one in each
+        replica group of the generation (a Group; its ``shard`` and
+        ``group_size`` say which shard of how many)."""
+        _, shard, group_size = self.replica
+        sizes = {self._spec(self.store, m)[2] for m in members}
+        if sizes != {group_size}:
+            raise ElasticError("generation %d has replica groups of %s workers: every launcher's "
+                               "--replica-group-size must be the same" % (generation, sorted(sizes)))
+        peers = [m for m in members if self._spec(self.store, m)[1] == shard]
+        position = peers.index(self.id)
+        try:
+            pg = make_gloo(self.store, "pg%d-r%d" % (generation, shard), position, len(peers), self.timeout)
+            device_pg = make_device_group(self.device_backend, self.store, "pg%d-r%d-device" % (generation, shard),
+                                          position, len(peers), self.timeout)
+        except RuntimeError as e:
+            raise PeerFailure("generation %d: the group of shard %d could not connect: %s" % (generation, shard,
+                                                                                              e)) from e
+        replica = Group(pg, position, len(peers), generation, watch=self.watch(others, generation),
+                        probe=lambda: self.probe(others), device_pg=device_pg, owns_device_pg=device_pg is not None)
+        replica.shard, replica.group_size = shard, group_size
+        # The replica group's own small group, whose watched check before each step keeps a worker out of FSDP's
+        # collectives (which nothing watches) when a sibling has left the generation.
+        gid = self.replica[0]
+        try:
+            siblings = make_gloo(self.store, "pg%d-s%s" % (generation, gid), shard, group_size, self.timeout)
+        except RuntimeError as e:
+            raise PeerFailure("generation %d: replica group %s could not connect: %s" % (generation, gid, e)) from e
+        replica.siblings = Group(siblings, shard, group_size, generation, watch=self.watch(others, generation),
+                                 probe=lambda: self.probe(others))
+        return replica
 
     def _wait_for_own_heartbeat(self, start):
         """Waits until this worker's heartbeat reaches the store again. After
@@ -429,6 +533,10 @@ class Rendezvous:
                 registered.add(who)
                 known += 1
             waiting_for = [m for m in expected_old if m not in registered and alive(m, now)]
+            if self.replica is not None and waiting_for:
+                # A member whose replica group lost a worker will not come (it leaves when it learns of it).
+                broken = {self._spec(self.store, m)[0] for m in expected_old if not alive(m, now)}
+                waiting_for = [m for m in waiting_for if self._spec(self.store, m)[0] not in broken]
             ready = False
             if running and any(m not in registered and alive(m, now) for m in running):
                 pass  # a newcomer: the running group's members close this generation when they come
@@ -442,6 +550,14 @@ class Rendezvous:
                                     ", ".join(waiting_for), self.join_timeout)
                 else:
                     ready = now - last_change >= self.settle  # a first meeting: wait for arrivals to settle
+            if ready and self.replica is not None:
+                incomplete = self._groups_to_wait_for(self.store, [m for m in registered], expected_old,
+                                                      alive, now)
+                if incomplete and now - opened <= self.join_timeout:
+                    ready = False  # a replica group still coming: close with it whole
+                elif incomplete:
+                    log.warning("generation %d closes without replica groups %s: not whole within %.0f s",
+                                generation, ", ".join(incomplete), self.join_timeout)
             if ready:
                 mine = "%d:%s" % (count, self.id)
                 winner = self.store.compare_set("g%d/close" % generation, "", mine).decode()

@@ -20,13 +20,18 @@ from . import ElasticError, PeerFailure
 from . import _saved
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
+from ._rendezvous import GroupLeft
 from ._membership import Membership, _test_stall
 from ._model_check import refuse_wrapped_or_sharded
 from ._reduce import pack_gradients, unpack_gradients
+from ._sharded import check_sharded, is_sharded, load_local_state, local_state
+from ._sharded_steps import ShardedSteps
 from ._stragglers import StragglerWatch
 from .policy import BatchPolicy, StragglerPolicy, apply_lr_factor, rank_share
 
 log = logging.getLogger("stoker.elastic")
+
+_GROUP_LEFT_EXIT = 75  # a replica group lost a member: its launcher restarts the group
 
 
 def _torch():
@@ -62,10 +67,24 @@ def detect_mode():
     return "single"
 
 
-class _Runner(_saved.Saving, Membership):
+class _Runner(_saved.Saving, Membership, ShardedSteps):
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
-                 timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout):
-        refuse_wrapped_or_sharded(model)
+                 timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout,
+                 allow_sharded=False):
+        # run(): a model sharded by FSDP2 over replica_group_mesh() trains sharded within its replica group;
+        # anything else sharded or wrapped is refused.
+        self.sharded = allow_sharded and is_sharded(model)
+        if self.sharded:
+            check_sharded(model)
+            mode = mode or detect_mode()
+            if mode != "in_process":
+                raise ElasticError("a sharded model trains under stoker.elastic.launch --in-process "
+                                   "--replica-group-size N (this is the %s mode)" % mode)
+            if checkpointer is not None:
+                raise ElasticError("checkpointer= does not take a sharded model yet: save it from on_commit (for "
+                                   "example with torch.distributed.checkpoint, each group's rank 0 once a while)")
+        else:
+            refuse_wrapped_or_sharded(model)
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
         self.epochs, self.on_commit, self.extra_state = epochs, on_commit, extra_state
         # A Checkpointer (one process), or its arguments: then whichever rank is rank 0 opens it (the
@@ -140,7 +159,10 @@ class _Runner(_saved.Saving, Membership):
         return _torch().device("cpu")
 
     def _state(self):
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.sharded:
+            state = local_state(self.model, self.optimizer)  # this worker's shards, sent to the same shard's holder
+        else:
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.extra_state is not None:
             state["extra"] = self.extra_state.state_dict()
         return state
@@ -152,8 +174,11 @@ class _Runner(_saved.Saving, Membership):
     def _apply(self, state, loader_state, meta):
         # The optimizer's and the scheduler's states hold the learning rates as the source had them (its
         # schedule and the batch policy's factor included): nothing is set on top of them.
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            load_local_state(self.model, self.optimizer, state)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.extra_state is not None and "extra" in state:
             self.extra_state.load_state_dict(state["extra"])
         self.step = int(meta["step"])
@@ -236,6 +261,20 @@ class _Runner(_saved.Saving, Membership):
         except JobFinished as e:
             self._left_behind(e)
             finished = True
+        except ElasticError as e:
+            finished = False
+            if self.sharded and self.rendezvous is not None:
+                try:  # the launchers start no replica group again: it would meet the same end
+                    self.rendezvous.store.set("fatal", str(e))
+                except Exception:  # noqa: BLE001 - the store is gone: so are the launchers
+                    pass
+            raise
+        except GroupLeft as e:
+            log.error("rank %s: %s; leaving, so that the launcher starts this replica group again (it joins the "
+                      "running job and receives its shards from a live group)",
+                      self.group.rank if self.group else "?", e)
+            finished = False
+            raise SystemExit(_GROUP_LEFT_EXIT) from None
         except BaseException:
             finished = False
             raise
@@ -288,6 +327,8 @@ class _Runner(_saved.Saving, Membership):
         raise SystemExit(1)
 
     def _one_step(self, torch, epoch, batch_index, num_samples):
+        if self.sharded:
+            return self._sharded_step(torch, epoch, batch_index, num_samples)
         g = self.group
         B = self.loader.global_batch_size
         batch_samples = min(B, num_samples - batch_index * B)
@@ -432,8 +473,11 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
         raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
     runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                      timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
-                     _join_timeout(timeout, join_timeout), rendezvous_timeout)
+                     _join_timeout(timeout, join_timeout), rendezvous_timeout, allow_sharded=True)
     runner.on_commit_all_ranks = on_commit_all_ranks
     runner.device_backend = device_backend
+    if straggler is not None and runner.sharded:
+        raise ElasticError("straggler= does not take a sharded model yet (a straggler's whole replica group would "
+                           "have to leave)")
     runner.straggler = None if straggler is None else StragglerWatch(straggler, runner)
     return runner.run()

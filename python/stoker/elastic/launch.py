@@ -64,6 +64,11 @@ def _parser():
              "(without it, a launcher that finds no store hosts one and starts the job)")
     opt("min-workers", type=int, default=None, help="--in-process: the smallest group")
     opt("max-workers", type=int, default=None, help="--in-process: the largest group")
+    opt("replica-group-size", type=int, default=0,
+        help="--in-process: the workers form replica groups of this many (in order of local rank), over which "
+             "a model is sharded (stoker.elastic.replica_group_mesh() and FSDP2's fully_shard); when one fails, "
+             "its group is stopped and started again, and joins the others (up to --max-restarts times, "
+             "default 100)")
     opt("kill-silent-after", type=float, default=10.0,
         help="--in-process: SIGKILL a worker whose heartbeat stopped this many seconds ago (hung, stopped); "
              "the others go on without it after 3 s either way (0: never)")
@@ -187,12 +192,14 @@ def _run_in_process(args):
     beat_dir = tempfile.mkdtemp(prefix="stoker-elastic-beats-")
     env.update(STOKER_ELASTIC_STORE=endpoint, STOKER_ELASTIC_NNODES_WORKERS="%d:%d" % (min_workers, max_workers),
                STOKER_ELASTIC_MIN_WORLD_SIZE=str(min_workers), STOKER_ELASTIC_BEAT_DIR=beat_dir)
+    group_size = args.replica_group_size or 0
+    if group_size and (group_size < 1 or nproc % group_size):
+        raise SystemExit("stoker.elastic.launch: --replica-group-size %d does not divide --nproc-per-node %d"
+                         % (group_size, nproc))
     children = {}
+    workers = _Workers(args, env, store, children, group_size)
     for i in range(nproc):
-        env_i = dict(env, LOCAL_RANK=str(i))
-        proc = subprocess.Popen([sys.executable, args.script] + list(args.script_args), env=env_i)
-        children[proc.pid] = proc
-        store.add("active", 1)
+        workers.start(i)
 
     def forward(signum, frame):
         for proc in children.values():
@@ -202,12 +209,81 @@ def _run_in_process(args):
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     try:
-        return _supervise(args, store, hosting, children, beat_dir)
+        return _supervise(args, store, hosting, children, beat_dir, workers)
     finally:
         shutil.rmtree(beat_dir, ignore_errors=True)
 
 
-def _supervise(args, store, hosting, children, beat_dir):
+class _Workers:
+    """Starts the launcher's workers and, with replica groups, starts a
+    group again once every worker of it has exited after one failed: the
+    others are killed at the first failure (the group's shards are
+    incomplete without it), and the new group joins the running job."""
+
+    def __init__(self, args, env, store, children, group_size):
+        self.args, self.env, self.store, self.children = args, env, store, children
+        self.group_size = group_size
+        self.incarnation = {}  # group -> how many times it was started
+        self.members = {}  # group -> pids of its current incarnation
+        self.stopping = set()  # groups whose workers are being stopped, to be started again
+        self.restarts = 0
+        self.max_restarts = int(args.max_restarts) if args.max_restarts is not None else 100
+
+    def start(self, local_rank):
+        env = dict(self.env, LOCAL_RANK=str(local_rank))
+        if self.group_size:
+            group = local_rank // self.group_size
+            incarnation = self.incarnation.get(group, 0)
+            env.update(LOCAL_WORLD_SIZE=str(self.group_size), STOKER_ELASTIC_REPLICA_GROUP="%s-%d-g%d.%d:%d:%d" % (
+                socket.gethostname(), os.getpid(), group, incarnation, local_rank % self.group_size,
+                self.group_size))
+        proc = subprocess.Popen([sys.executable, self.args.script] + list(self.args.script_args), env=env)
+        proc.local_rank = local_rank
+        self.children[proc.pid] = proc
+        self.store.add("active", 1)
+        if self.group_size:
+            self.members.setdefault(group, []).append(proc.pid)
+        return proc
+
+    def exited(self, proc, codes):
+        """A worker exited (its code is in ``codes``): with replica groups, a
+        failure stops its group, and the group starts again once all of it
+        has exited."""
+        if not self.group_size:
+            return
+        group = proc.local_rank // self.group_size
+        if proc.pid not in self.members.get(group, ()):
+            return
+        if proc.returncode != 0 and group not in self.stopping:
+            self.stopping.add(group)
+            for pid in self.members[group]:
+                other = self.children[pid]
+                if pid not in codes and other.poll() is None:
+                    other.kill()
+            log.warning("stoker.elastic.launch: replica group %d lost worker %d (exit %d); stopping the group",
+                        group, proc.pid, proc.returncode)
+        if group in self.stopping and all(pid in codes for pid in self.members[group]):
+            self.stopping.discard(group)
+            from ._group import _peek
+            fatal = _peek(self.store, "fatal")
+            if fatal is not None:
+                log.error("stoker.elastic.launch: replica group %d is not started again: the job stopped (%s)", group,
+                          fatal)
+                return
+            if self.restarts >= self.max_restarts:
+                log.error("stoker.elastic.launch: replica group %d is not started again: %d restarts "
+                          "(--max-restarts)", group, self.restarts)
+                return
+            self.restarts += 1
+            self.incarnation[group] = self.incarnation.get(group, 0) + 1
+            self.members[group] = []
+            log.warning("stoker.elastic.launch: starting replica group %d again (restart %d); it joins the job",
+                        group, self.restarts)
+            for local_rank in range(group * self.group_size, (group + 1) * self.group_size):
+                self.start(local_rank)
+
+
+def _supervise(args, store, hosting, children, beat_dir, workers):
     codes = {}
     host = socket.gethostname()
     beats = {}  # pid -> (file's mtime, when it last moved), or None once the worker removed its file
@@ -217,7 +293,7 @@ def _supervise(args, store, hosting, children, beat_dir):
         check = now >= next_check  # heartbeats every 0.5 s
         if check:
             next_check = now + 0.5
-        for pid, proc in children.items():
+        for pid, proc in list(children.items()):
             if pid in codes:
                 continue
             if proc.poll() is None:
@@ -233,6 +309,7 @@ def _supervise(args, store, hosting, children, beat_dir):
                 store.set("dead/%s-%d" % (host, pid), str(proc.returncode))
                 log.warning("stoker.elastic.launch: worker %d exited with %d; the others go on without it", pid,
                             proc.returncode)
+            workers.exited(proc, codes)
         time.sleep(0.05)
     if hosting:
         # Workers of other launchers may still use the store: keep it until they are done.
@@ -268,6 +345,8 @@ def main(argv=None):
     args = parser.parse_args(argv[:i] + ["--"] + argv[i:]) if i < len(argv) else parser.parse_args(argv)
     _nproc(args.nproc_per_node)
     _nodes(args.nnodes)
+    if args.replica_group_size and not args.in_process:
+        parser.error("--replica-group-size goes with --in-process")
     if args.join and not args.in_process:
         parser.error("--join goes with --in-process (torchrun's agents join through the rendezvous)")
     if args.in_process:

@@ -1,0 +1,217 @@
+"""The runner's step and state agreement for a model sharded within replica
+groups (see _sharded.py). Mixed into _Runner, whose attributes it uses.
+
+A step: the group's FSDP2 forward and backward (the gradients reduce-scattered
+within the group), then the gradient shards summed across the groups over the
+workers holding the same shard, then the sample ids and the loss over every
+worker. A worker commits when that last reduction completed. One that
+completed its shard's reduction but not the last one keeps the reduced shard
+(``pending``): any worker that completed the last reduction had every
+worker's input, so every worker had finished its shard's reduction; if
+anyone committed, such a worker commits the same step when the survivors
+agree on it. So every shard of the newest committed step survives on the
+workers of every live group, and a new group receives each shard from the
+worker holding it in the lowest live group.
+"""
+import time
+
+from . import ElasticError
+from ._batches import batch_parts, slice_batch
+from ._group import _peek
+from ._membership import _test_fault, _test_stall
+from ._sharded import pack_local_gradients, unpack_local_gradients
+from .policy import rank_share
+
+
+class ShardedSteps:
+    pending = None  # (step, reduced gradient shards, the loader's position after it) awaiting the commit
+    _filler = None  # one sample of an earlier batch, for a worker whose share of a batch is empty
+    _marked_committed = False
+    _sibling_check = None  # (the siblings' Group, its collective started at the last commit)
+
+    def _sharded_step(self, torch, epoch, batch_index, num_samples):
+        g = self.group
+        r = g.replica
+        B = self.loader.global_batch_size
+        batch_samples = min(B, num_samples - batch_index * B)
+        first, end = rank_share(batch_samples, g.world_size, g.rank)
+        self.in_flight = True
+        began = time.monotonic()
+        item = next(iter(self.loader))
+        batch, samples, indices = batch_parts(item)
+        if samples != end - first:
+            raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
+                               % (samples, end - first, g.rank, g.world_size, batch_index))
+        # Every sibling is still in this generation (none left after a commit it lost, see the module's help):
+        # a watched wait here, since FSDP's own collectives would wait for a sibling that left until their timeout.
+        # Started at the last commit, it has long completed by now unless a sibling left.
+        check, self._sibling_check = self._sibling_check, None
+        if check is not None and check[0] is r.siblings:
+            check[1].wait()
+        params = self._params()
+        for p in params:
+            p.grad = None
+        device = self._device()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        step_start = time.monotonic()
+        # Every worker of a replica group runs the forward and backward passes, even with no samples: FSDP2's
+        # all-gathers and reduce-scatters need the whole group. A worker without samples gives a zero loss.
+        # A worker without samples (a last batch smaller than the world) runs one it trained before with a weight
+        # of zero.
+        if samples:
+            self._filler = _copied(slice_batch(batch, 0, 1))  # the loader reuses its buffers
+            parts = [(slice_batch(batch, at, at + n), n) for at, n in _offsets(self.policy.micro_batches(samples))]
+        elif self._filler is None:
+            raise ElasticError("rank %d has no sample in batch %d and none from an earlier batch to run its model's "
+                               "sharded passes on (give the epoch's first batch at least one sample a worker)"
+                               % (g.rank, batch_index))
+        else:
+            parts = [(self._filler, 0)]
+        for part, n in parts:
+            loss = self.train_step(part) if isinstance(part, dict) else self.train_step(*part)
+            (loss * (n / batch_samples)).backward()
+            if n:
+                loss_sum += loss.detach().double() * n
+        flat = pack_local_gradients(torch, params, r.group_size, device)
+        r.allreduce(flat, "sum")
+        self.pending = (self.step + 1, flat, self.loader.state_dict())
+        # Sample ids (+1), the pending joins, a presence count and the loss sum, in float64 (exact below 2^53).
+        ids = torch.zeros(batch_samples + 3, dtype=torch.float64)
+        if indices is not None:
+            ids[first:end] = indices.cpu().to(torch.float64) + 1
+        if g.rank == 0 and self.rendezvous is not None:
+            ids[batch_samples] = self.rendezvous.pending_joins()
+        ids[batch_samples + 1] = 1
+        ids[batch_samples + 2] = float(loss_sum)
+        _test_stall(self.step + 1)
+        g.allreduce(ids, "sum")
+        if int(ids[batch_samples + 1]) != g.world_size:
+            raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
+                                                                                  self.step + 1, g.world_size))
+        try:
+            self._refuse_commit_if_away(began)
+        except BaseException:
+            self.pending = None  # what it would commit may mix halves the others abandoned
+            raise
+        _test_lost_commit(self.step + 1)
+        self._commit_pending()
+        pending = r.siblings.allreduce_async(torch.ones(1), "sum")
+        if pending is not None:
+            self._sibling_check = (r.siblings, pending)
+        info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
+                "rank": g.rank, "loss": float(ids[batch_samples + 2]) / batch_samples,
+                "samples": (ids[:batch_samples] - 1).to(torch.int64).tolist() if indices is not None else None}
+        self.last_commit = info
+        if g.rank == 0 and not self._marked_committed and self.rendezvous is not None:
+            # Once a run: a group started later knows from it that a state exists, and never starts afresh.
+            self.rendezvous.store.set("committed", "1")
+            self._marked_committed = True
+        if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
+            self.on_commit(dict(info))
+        elapsed = time.monotonic() - step_start
+        self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
+        if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
+            return None, "a worker asked to join"
+        return None
+
+    def _commit_pending(self):
+        step, flat, position = self.pending
+        params = self._params()
+        unpack_local_gradients(_torch(), params, flat)
+        self.optimizer.step()
+        for p in params:
+            p.grad = None
+        self.pending = None
+        self.step = step
+        self.summary.steps += 1
+        self.in_flight = False
+        self.committed_position = position
+
+    def _agree_and_sync_sharded(self):
+        """Agree on the newest committed step; a worker that has its reduced
+        shard for it commits it now; then, for each shard, whoever is behind
+        (a new group) receives it from the lowest worker holding it."""
+        torch = _torch()
+        g = self.group
+        r = g.replica
+        _test_fault(g.generation)
+
+        def reduce(group, value, op):
+            return int(group.allreduce(torch.tensor([value], dtype=torch.int64), op)[0])
+
+        hi = reduce(g, self.step, "max")
+        if self.pending is not None and self.pending[0] == hi and self.step == hi - 1:
+            self._commit_pending()  # the others committed it: so every survivor has its reduced shard
+            self.last_commit = None
+        self.pending = None
+        no_source = 1 << 30
+        src = reduce(r, r.rank if self.step == hi else no_source, "min")
+        if src == no_source:
+            if hi >= 0:
+                raise ElasticError("generation %d: no live worker holds shard %d of step %d (every group holding it "
+                                   "failed at once)" % (g.generation, r.shard, hi))
+            src = 0  # a fresh start: the first group's initialisation for every group
+        if hi < 0 and self.rendezvous is not None and _peek(self.rendezvous.store, "committed") is not None:
+            raise ElasticError("generation %d: the job committed steps, but no live worker holds them (every replica "
+                               "group failed); starting afresh would train its samples again" % g.generation)
+        behind = reduce(r, int(self.step != hi or hi < 0), "max")
+        if r.world_size > 1 and behind:
+            self._broadcast_state(r, src)
+        if self.rendezvous is not None:
+            self.rendezvous.joins_seen = reduce(g, self.rendezvous.joins_seen, "max")
+        self._reshard()
+        if self.committed_position is not None:
+            self.loader.load_state_dict(self.committed_position)
+        # Rank 0 replays the last commit's report; one that committed it late (without the step's sample ids)
+        # receives the report from the lowest rank that committed it in the step.
+        holder = reduce(g, g.rank if self.last_commit is not None and self.last_commit.get("step") == hi
+                        else no_source, "min")
+        if holder != no_source and holder != 0 and hi >= 0:
+            self.last_commit = _broadcast_object(torch, g, self.last_commit if g.rank == holder else None, holder)
+        if g.rank == 0 and self.last_commit is not None and self.on_commit is not None and \
+                not self.on_commit_all_ranks:
+            info = dict(self.last_commit)
+            info["replayed"] = True
+            self.on_commit(info)
+
+
+def _broadcast_object(torch, g, value, src):
+    """``value`` (JSON: numbers, strings, lists, dicts) from rank ``src`` to every rank of ``g``."""
+    import json
+    payload = json.dumps(value).encode() if g.rank == src else b""
+    size = g.broadcast(torch.tensor([len(payload)], dtype=torch.int64), src)
+    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if g.rank == src else \
+        torch.empty(int(size[0]), dtype=torch.uint8)
+    g.broadcast(data, src)
+    return json.loads(bytes(data.tolist()).decode())
+
+
+def _test_lost_commit(step):
+    """Fault injection for the tests: this worker behaves as if the commit's
+    collective of ``step`` failed here after completing on the others."""
+    import os
+    spec = os.environ.get("STOKER_ELASTIC_TEST_LOSE_COMMIT")
+    if spec and int(spec) == step and os.environ.get("LOCAL_RANK") == os.environ.get(
+            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
+        from . import PeerFailure
+        raise PeerFailure("test fault: the commit's collective of step %d failed on this worker alone" % step)
+
+
+def _copied(batch):
+    def copy(value):
+        return value.clone() if hasattr(value, "clone") else list(value) if isinstance(value, list) else value
+    if isinstance(batch, dict):
+        return {k: copy(v) for k, v in batch.items()}
+    return tuple(copy(v) for v in batch)
+
+
+def _offsets(sizes):
+    at = 0
+    for n in sizes:
+        yield at, n
+        at += n
+
+
+def _torch():
+    import torch
+    return torch
