@@ -195,6 +195,7 @@ def main():
     ap.add_argument("--extra", type=float, default=0.1, help="seconds of sleep a step (a GPU's compute)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs of the overhead runs (25 steps each)")
     ap.add_argument("--parts", default="recovery,overhead")
+    ap.add_argument("--photos", help="the demo data's source photographs (scripts/make_demo_data.py --photos)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import stoker
@@ -202,7 +203,8 @@ def main():
         data = args.data
         if data is None:
             subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), tmp + "/img",
-                            "--classes", "4", "--per-class", "100", "--jobs", "2"], check=True, capture_output=True)
+                            "--classes", "4", "--per-class", "100", "--jobs", "2"] +
+                           (["--photos", args.photos] if args.photos else []), check=True, capture_output=True)
             stoker.pack(tmp + "/img", tmp + "/packed")
             data = tmp + "/packed"
         num_samples = stoker._native.num_samples(data)

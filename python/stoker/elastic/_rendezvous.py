@@ -62,6 +62,8 @@ class Rendezvous(ReplicaGroups):
     worker cut off from the store is alive and rejoins when the network
     returns; its launcher must not kill it)."""
 
+    replica = None  # (group id, index, size) with replica groups (launch --replica-group-size)
+
     def __init__(self, endpoint, min_size, max_size, timeout=30.0, join_timeout=10.0, rendezvous_timeout=600.0,
                  heartbeat_interval=0.25, heartbeat_timeout=3.0, settle=1.0):
         self.endpoint = endpoint
