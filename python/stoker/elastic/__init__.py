@@ -8,7 +8,8 @@ exactly once.
                                  checkpointer=dict(directory="ckpt", every_steps=500))
 
 Or keep your own loop and DistributedDataParallel model:
-``stoker.elastic.Trainer`` (its help has the loop).
+``stoker.elastic.Trainer`` (its help has the loop). A model sharded with
+FSDP2 within replica groups: ``stoker.elastic.replica_group_mesh()``.
 
 Run it with ``python -m stoker.elastic.launch`` (torchrun's flags; add
 ``--in-process`` so that survivors re-form the group instead of restarting),

@@ -426,7 +426,12 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     pass (scaled so that gradients are the global batch's mean), reduces the
     gradients across the group, and steps ``optimizer``. ``model`` is the
     module, whole on every rank (one wrapped in DDP or sharded by FSDP or
-    DTensors is refused with a TypeError). ``loader`` is a
+    DTensors is refused with a TypeError), or sharded with FSDP2's
+    ``fully_shard`` over ``stoker.elastic.replica_group_mesh()`` under
+    ``stoker.elastic.launch --in-process --replica-group-size N`` (the
+    gradient shards are then reduced across the replica groups, and a group
+    that loses a worker is started again and rejoins; no ``checkpointer``
+    or ``straggler`` yet). ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
     to report sample ids), or a function global_batch_size -> Loader when
     ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 (every
