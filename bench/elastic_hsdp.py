@@ -198,6 +198,11 @@ def main():
     ap.add_argument("--photos", help="the demo data's source photographs (scripts/make_demo_data.py --photos)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    import torch
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except Exception:  # noqa: BLE001 - absent before 2.6; torch 1.13's fsdp fails to import on Python 3.11
+        raise SystemExit("bench/elastic_hsdp.py needs FSDP2 (torch >= 2.6); this is torch %s" % torch.__version__)
     import stoker
     with tempfile.TemporaryDirectory() as tmp:
         data = args.data
