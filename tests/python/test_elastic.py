@@ -474,7 +474,9 @@ def test_a_wrapped_or_sharded_model_is_refused_before_any_step(packed):
     loader = stoker.Loader(packed, global_batch_size=8, num_threads=1)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    pg = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
+    from stoker.elastic._group import _as_process_group  # torch 2.x's DDP takes a ProcessGroup, not a backend
+    store = dist.HashStore()
+    pg = _as_process_group(dist.ProcessGroupGloo(store, 0, 1), store, 0, 1, 30.0, "gloo")
     wrapped = nn.parallel.DistributedDataParallel(model, process_group=pg)
     with pytest.raises(TypeError, match=r"takes the module itself, not DistributedDataParallel\(module\): the model"):
         elastic.Trainer(wrapped, opt, loader, epochs=1)

@@ -326,20 +326,28 @@ class _Runner(_saved.Saving, Membership, ShardedSteps):
                   self.group.rank if self.group else "?", self.agent_pid, self.step)
         raise SystemExit(1)
 
-    def _one_step(self, torch, epoch, batch_index, num_samples):
-        if self.sharded:
-            return self._sharded_step(torch, epoch, batch_index, num_samples)
+    def _take_batch(self, batch_index, num_samples):
+        """This rank's share of global batch ``batch_index``: (samples in the
+        global batch, first and end positions of the share, the batch as
+        batch_parts gives it, its samples, its sample ids, when it was asked
+        for). The step is in flight from here."""
         g = self.group
         B = self.loader.global_batch_size
         batch_samples = min(B, num_samples - batch_index * B)
         first, end = rank_share(batch_samples, g.world_size, g.rank)
         self.in_flight = True
         began = time.monotonic()
-        item = next(iter(self.loader))
-        batch, samples, indices = batch_parts(item)
+        batch, samples, indices = batch_parts(next(iter(self.loader)))
         if samples != end - first:
             raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
                                % (samples, end - first, g.rank, g.world_size, batch_index))
+        return batch_samples, first, end, batch, samples, indices, began
+
+    def _one_step(self, torch, epoch, batch_index, num_samples):
+        if self.sharded:
+            return self._sharded_step(torch, epoch, batch_index, num_samples)
+        g = self.group
+        batch_samples, first, end, batch, samples, indices, began = self._take_batch(batch_index, num_samples)
         params = self._params()
         for p in params:
             p.grad = None

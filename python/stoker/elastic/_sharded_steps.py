@@ -16,11 +16,10 @@ worker holding it in the lowest live group.
 import time
 
 from . import ElasticError
-from ._batches import batch_parts, slice_batch
+from ._batches import slice_batch
 from ._group import _peek
 from ._membership import _test_fault, _test_stall
 from ._sharded import pack_local_gradients, unpack_local_gradients
-from .policy import rank_share
 
 
 class ShardedSteps:
@@ -32,16 +31,7 @@ class ShardedSteps:
     def _sharded_step(self, torch, epoch, batch_index, num_samples):
         g = self.group
         r = g.replica
-        B = self.loader.global_batch_size
-        batch_samples = min(B, num_samples - batch_index * B)
-        first, end = rank_share(batch_samples, g.world_size, g.rank)
-        self.in_flight = True
-        began = time.monotonic()
-        item = next(iter(self.loader))
-        batch, samples, indices = batch_parts(item)
-        if samples != end - first:
-            raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
-                               % (samples, end - first, g.rank, g.world_size, batch_index))
+        batch_samples, first, end, batch, samples, indices, began = self._take_batch(batch_index, num_samples)
         # Every sibling is still in this generation (none left after a commit it lost, see the module's help):
         # a watched wait here, since FSDP's own collectives would wait for a sibling that left until their timeout.
         # Started at the last commit, it has long completed by now unless a sibling left.
