@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from elastic_harness import (_assert_params_match, _check_log, _env, _example_args, _finish, _free_port,
+from elastic_harness import (EXAMPLE, _assert_params_match, _check_log, _env, _example_args, _finish, _free_port,
                              _launch, _summaries, _wait_for_steps, _workers)
 from elastic_harness import packed, reference  # noqa: F401 - fixtures
 
@@ -265,3 +265,23 @@ def _check_log_partial(tmp_path):
     with open(tmp_path / "run.jsonl") as f:
         return [json.loads(line) for line in f]
 
+
+
+@needs_fsdp2
+def test_workers_without_samples_in_a_last_batch_still_run_their_group(packed, tmp_path):  # noqa: F811
+    """A global batch of 33 over 100 samples leaves a last batch of one
+    sample for 4 workers: three have none, yet FSDP's collectives need
+    their groups whole (they run an earlier sample with weight zero). The
+    parameters match one process's."""
+    import json
+    args = ["--data", packed, "--epochs", "2", "--global-batch", "33", "--timeout", "5"]
+    subprocess.run([sys.executable, EXAMPLE, *args, "--save-params", str(tmp_path / "ref.pt")], check=True,
+                   env=_env(), capture_output=True)
+    proc = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "4",
+                    "--replica-group-size", "2", "--min-workers", "4", "--max-workers", "4", EXAMPLE, *args,
+                    "--shard", "--log", str(tmp_path / "run.jsonl"), "--save-params", str(tmp_path / "run.pt")])
+    out = _finish(proc, timeout=180)
+    assert proc.returncode == 0, out[-6000:]
+    lines = [json.loads(line) for line in open(tmp_path / "run.jsonl")]
+    assert [len(r["samples"]) for r in lines if r["epoch"] == 0] == [33, 33, 33, 1], lines
+    _assert_params_match(torch.load(tmp_path / "ref.pt"), tmp_path / "run.pt")
