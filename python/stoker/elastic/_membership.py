@@ -168,12 +168,13 @@ class Membership:
                 self.graveyard.append((now, self.group.replica.pg))
                 if getattr(self.group.replica, "siblings", None) is not None:
                     self.graveyard.append((now, self.group.replica.siblings.pg))
-        if self.group.owns_device_pg and self.group.device_pg is not None:
-            # NCCL's communicators are aborted (a kernel waiting for the dead peer ends); a gloo device group
-            # cannot be, and goes the way of the others.
-            if not abort_group(self.group.device_pg) and in_flight:
-                self.graveyard.append((now, self.group.device_pg))
-            self.group.device_pg = None
+        for owner in (self.group, self.group.replica):
+            if owner is not None and owner.owns_device_pg and owner.device_pg is not None:
+                # NCCL's communicators are aborted (a kernel waiting for the dead peer ends); a gloo device group
+                # cannot be, and goes the way of the others.
+                if not abort_group(owner.device_pg) and in_flight:
+                    self.graveyard.append((now, owner.device_pg))
+                owner.device_pg = None
         self.group.close()
         self.summary.reconfigurations += 1
         deadline = start + self.rendezvous_timeout

@@ -344,18 +344,23 @@ class Rendezvous(ReplicaGroups):
                 log.info("generation %d: rank %d of %d%s", generation, index, size,
                          " (device group: %s)" % self.device_backend if device_pg is not None else "")
                 others = [m for m in members if m != self.id]
-                if can_abort(device_pg):
-                    successor = members[(index + 1) % size] if size > 1 else None
-
-                    def on_gone(why, pg=device_pg, generation=generation):
-                        log.warning("generation %d: %s; aborting the device group", generation, why)
-                        abort_group(pg)
-                    self.arm(successor, generation, on_gone)
                 group = Group(pg, index, size, generation, watch=self.watch(others, generation),
                               probe=lambda: self.probe(others), commit_pg=commit_pg, device_pg=device_pg,
                               owns_device_pg=device_pg is not None)
                 if self.replica is not None:
                     group.replica = self._replica_dimension(members, generation, others)
+                # Device groups (NCCL) to abort when a member is found gone: the generation's, and with replica
+                # groups the one of this worker's shard.
+                abortable = [p for p in (device_pg, group.replica.device_pg if group.replica else None)
+                             if can_abort(p)]
+                if abortable:
+                    successor = members[(index + 1) % size] if size > 1 else None
+
+                    def on_gone(why, pgs=tuple(abortable), generation=generation):
+                        log.warning("generation %d: %s; aborting the device group", generation, why)
+                        for device_group in pgs:
+                            abort_group(device_group)
+                    self.arm(successor, generation, on_gone)
                 return group, members
             log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
                      size)
