@@ -34,10 +34,6 @@ from ._sharded import replica_group
 from ._store_calls import _Caller
 
 
-class GroupLeft(Exception):
-    """This worker's replica group lost a member (its shard is gone): the
-    others went on without the group, and this worker leaves so that its
-    launcher starts the group again."""
 
 log = logging.getLogger("stoker.elastic")
 
@@ -322,13 +318,8 @@ class Rendezvous(ReplicaGroups):
             if index < size:
                 members = [self.store.get("g%d/m%d" % (generation, i)).decode() for i in range(size)]
                 if self.replica is not None:
-                    members = self._admitted(members)
-                    if self.id not in members:
-                        if was_member:
-                            raise GroupLeft("generation %d closed without this worker's replica group %s (a "
-                                            "member is gone)" % (generation, self.replica[0]))
-                        log.info("generation %d closed before this worker's replica group was whole; joining the "
-                                 "next", generation)
+                    members = self._admitted_or_leave(members, generation, was_member)
+                    if members is None:  # its group was not whole yet: the next generation
                         previous = None
                         self.request_join()
                         continue

@@ -3,11 +3,34 @@ a model sharded within each group): a generation admits whole groups only,
 waits for a group still coming but not for one that lost a member, and
 gives each worker the groups of its shard's holders and of its siblings.
 Mixed into Rendezvous, whose store and watch it uses."""
+import logging
+
 from . import ElasticError, PeerFailure
 from ._group import Group, _peek, make_device_group, make_gloo
 
+log = logging.getLogger("stoker.elastic")
+
+
+class GroupLeft(Exception):
+    """This worker's replica group lost a member (its shard is gone): the
+    others went on without the group, and this worker leaves so that its
+    launcher starts the group again."""
+
 
 class ReplicaGroups:
+    def _admitted_or_leave(self, registrants, generation, was_member):
+        """The generation's members (whole groups) when this worker is one;
+        None when its group was not whole yet (a joiner: try the next one);
+        GroupLeft when it was a member before and its group broke."""
+        members = self._admitted(registrants)
+        if self.id in members:
+            return members
+        if was_member:
+            raise GroupLeft("generation %d closed without this worker's replica group %s (a member is gone)"
+                            % (generation, self.replica[0]))
+        log.info("generation %d closed before this worker's replica group was whole; joining the next", generation)
+        return None
+
     def _spec(self, store, who):
         """(group id, index, size) of a registrant (a worker outside any
         replica group counts as a group of its own)."""

@@ -20,7 +20,7 @@ from . import ElasticError, PeerFailure
 from . import _saved
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
-from ._rendezvous import GroupLeft
+from ._replica_groups import GroupLeft
 from ._membership import Membership, _test_stall
 from ._model_check import refuse_wrapped_or_sharded
 from ._reduce import pack_gradients, unpack_gradients
