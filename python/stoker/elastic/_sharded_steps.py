@@ -44,10 +44,9 @@ class ShardedSteps:
         device = self._device()
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         step_start = time.monotonic()
-        # Every worker of a replica group runs the forward and backward passes, even with no samples: FSDP2's
-        # all-gathers and reduce-scatters need the whole group. A worker without samples gives a zero loss.
-        # A worker without samples (a last batch smaller than the world) runs one it trained before with a weight
-        # of zero.
+        # Every worker of a replica group runs the forward and backward passes, even with no samples (a last batch
+        # smaller than the world): FSDP2's all-gathers and reduce-scatters need the whole group. Such a worker
+        # runs a sample of an earlier batch with a weight of zero.
         if samples:
             self._filler = _copied(slice_batch(batch, 0, 1))  # the loader reuses its buffers
             parts = [(slice_batch(batch, at, at + n), n) for at, n in _offsets(self.policy.micro_batches(samples))]
@@ -92,8 +91,8 @@ class ShardedSteps:
                 "rank": g.rank, "loss": float(ids[batch_samples + 2]) / batch_samples,
                 "samples": (ids[:batch_samples] - 1).to(torch.int64).tolist() if indices is not None else None}
         self.last_commit = info
-        if g.rank == 0 and not self._marked_committed and self.rendezvous is not None:
-            # Once a run: a group started later knows from it that a state exists, and never starts afresh.
+        if not self._marked_committed and self.rendezvous is not None:
+            # Once a worker: a group started later knows from it that a state exists, and never starts afresh.
             self.rendezvous.store.set("committed", "1")
             self._marked_committed = True
         if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
