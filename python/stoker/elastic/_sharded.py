@@ -1,8 +1,8 @@
 """Sharded models (FSDP2 within a replica group, HSDP across groups) for
 stoker.elastic's in-process mode.
 
-A **replica group** is the workers of one launcher started with
-``--replica-group``: its model is sharded over them with torch's
+A **replica group** is N workers of a launcher started with
+``--replica-group-size N``: its model is sharded over them with torch's
 ``fully_shard`` on the mesh replica_group_mesh() gives, which torch's FSDP2
 drives (all-gather before forward, reduce-scatter of the gradients after
 backward) over the group's own process group. The runner reduces each
@@ -16,6 +16,7 @@ import datetime
 import os
 
 from . import ElasticError
+from ._reduce import reduction_dtype
 
 _GROUP_ENV = "STOKER_ELASTIC_REPLICA_GROUP"  # "<group id>:<this worker's index>:<workers in the group>"
 
@@ -24,7 +25,7 @@ _mesh = None  # this process's replica group mesh, once made
 
 def replica_group():
     """(group id, this worker's index in it, the group's size) from the
-    launcher (--replica-group), or None."""
+    launcher (--replica-group-size N), or None."""
     spec = os.environ.get(_GROUP_ENV)
     if not spec:
         return None
@@ -32,18 +33,18 @@ def replica_group():
         group_id, index, size = spec.rsplit(":", 2)
         index, size = int(index), int(size)
     except ValueError:
-        raise ElasticError("%s=%r is not GROUP:INDEX:SIZE (set by stoker.elastic.launch --replica-group)"
+        raise ElasticError("%s=%r is not GROUP:INDEX:SIZE (set by stoker.elastic.launch --replica-group-size N)"
                            % (_GROUP_ENV, spec)) from None
     if not group_id or not 0 <= index < size:
-        raise ElasticError("%s=%r: index out of the group (set by stoker.elastic.launch --replica-group)"
+        raise ElasticError("%s=%r: index out of the group (set by stoker.elastic.launch --replica-group-size N)"
                            % (_GROUP_ENV, spec))
     return group_id, index, size
 
 
 def replica_group_mesh(device_type=None, timeout=60.0):
-    """The DeviceMesh of this worker's replica group (the workers of its
+    """The DeviceMesh of this worker's replica group (N workers of its
     launcher, started with ``stoker.elastic.launch --in-process
-    --replica-group``), to shard the model over it before run()::
+    --replica-group-size N``), to shard the model over it before run()::
 
         mesh = stoker.elastic.replica_group_mesh()
         for block in model.blocks:
@@ -62,7 +63,7 @@ def replica_group_mesh(device_type=None, timeout=60.0):
     spec = replica_group()
     if spec is None or not os.environ.get("STOKER_ELASTIC_STORE"):
         raise ElasticError("replica_group_mesh() needs the workers of stoker.elastic.launch --in-process "
-                           "--replica-group (its workers are the replica group the model is sharded over)")
+                           "--replica-group-size N (its workers are the replica group the model is sharded over)")
     import torch
     import torch.distributed as dist
     try:
@@ -87,19 +88,12 @@ def replica_group_mesh(device_type=None, timeout=60.0):
     return _mesh
 
 
-def _fsdp2_class_names(model):
-    found = []
-    for module in model.modules():
-        for cls in type(module).__mro__:
-            if cls.__name__ == "FSDPModule" and cls.__module__.startswith("torch.distributed"):
-                found.append(module)
-                break
-    return found
-
-
 def is_sharded(model):
     """Whether ``model`` holds modules sharded by FSDP2's fully_shard."""
-    return model is not None and hasattr(model, "modules") and bool(_fsdp2_class_names(model))
+    if model is None or not hasattr(model, "modules"):
+        return False
+    return any(cls.__name__ == "FSDPModule" and cls.__module__.startswith("torch.distributed")
+               for module in model.modules() for cls in type(module).__mro__)
 
 
 def check_sharded(model):
@@ -107,8 +101,8 @@ def check_sharded(model):
     replica group mesh (made by replica_group_mesh())."""
     if _mesh is None:
         raise ElasticError("the model is sharded by fully_shard, but not over stoker.elastic.replica_group_mesh(): "
-                           "launch with stoker.elastic.launch --in-process --replica-group and shard the model on "
-                           "the mesh replica_group_mesh() returns, so that a failed group can be replaced")
+                           "launch with stoker.elastic.launch --in-process --replica-group-size N and shard the "
+                           "model on the mesh replica_group_mesh() returns, so that a failed group can be replaced")
     for name, p in model.named_parameters():
         mesh = getattr(p, "device_mesh", None)
         if mesh is None:
@@ -133,10 +127,7 @@ def pack_local_gradients(torch, params, group_size, device):
     group, and the runner's loss scaling already makes the sum over every
     worker the global batch's mean."""
     shards = [local(p) for p in params]
-    dtypes = {p.grad.dtype for p in params if p.grad is not None}
-    dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
-    if dtype not in (torch.float32, torch.float64):
-        dtype = torch.float32
+    dtype = reduction_dtype(torch, params)
     parts = [local(p.grad).reshape(-1).to(dtype) if p.grad is not None else
              torch.zeros(s.numel(), dtype=dtype, device=device) for p, s in zip(params, shards)]
     flags = torch.tensor([p.grad is not None for p in params], dtype=dtype).to(device)
