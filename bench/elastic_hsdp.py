@@ -17,6 +17,12 @@ examples/elastic_train.py --shard, on the CPU (gloo):
   HSDP (fully_shard over a 2-D mesh: replicate x shard, no elasticity),
   with --extra seconds of sleep a step standing for a GPU's compute (the
   CPU then free, as on a GPU machine).
+- **checkpoint** (run(checkpointer=dict(...)), written by the oldest
+  group, each worker its shards): a step's time with a checkpoint every
+  --every steps against none, same runs otherwise; and every group failing
+  at once (a worker of each SIGKILLed at step 6): seconds from the kill to
+  the restarted groups restoring the newest checkpoint, the steps trained
+  again, samples and final parameters as for recovery.
 """
 import argparse
 import json
@@ -119,31 +125,51 @@ def _stamp(line):
     return time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000.0
 
 
-def recovery(data, num_samples, tmp, repeats, delay):
+def _reference(data, tmp, batch, epochs):
+    """The final parameters of one unsharded process (made once)."""
     import torch
+    path = os.path.join(tmp, "ref.pt")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable] + _example(data, tmp, "ref", batch, 0, epochs), check=True, env=_env(),
+                       capture_output=True)
+    return torch.load(path)
+
+
+def _param_diff(reference, path):
+    import torch
+    got = torch.load(path)
+    return max((got[k] - v).abs().max().item() for k, v in reference.items())
+
+
+def _wait_logged(path, steps, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while len(_lines(path)) < steps and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+
+
+def _workers(proc):
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    return sorted(int(p) for p in children)
+
+
+def recovery(data, num_samples, tmp, repeats, delay):
     from elastic_train import check
     batch, epochs = 16, 2
-    subprocess.run([sys.executable] + _example(data, tmp, "ref", batch, 0, epochs) + [], check=True, env=_env(),
-                   capture_output=True)
-    reference = torch.load(os.path.join(tmp, "ref.pt"))
+    reference = _reference(data, tmp, batch, epochs)
     runs = []
     for i in range(repeats):
         name = "kill%d" % i
         log_path = os.path.join(tmp, name + ".log")
         proc = _launch(_example(data, tmp, name, batch, delay, epochs) + ["--shard"], log_path)
         steps = os.path.join(tmp, name + ".jsonl")
-        deadline = time.monotonic() + 120
-        while len(_lines(steps)) < 4 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.02)
-        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        victim = sorted(int(p) for p in children)[-1]
+        _wait_logged(steps, 4, proc)
+        victim = _workers(proc)[-1]
         killed = time.time()
         os.kill(victim, signal.SIGKILL)
         proc.wait(timeout=300)
         text = open(log_path).read()
         problems = check(steps, num_samples, epochs, batch) if proc.returncode == 0 else ["exit %d" % proc.returncode]
-        got = torch.load(os.path.join(tmp, name + ".pt")) if proc.returncode == 0 else None
-        diff = max((got[k] - v).abs().max().item() for k, v in reference.items()) if got else None
+        diff = _param_diff(reference, os.path.join(tmp, name + ".pt")) if proc.returncode == 0 else None
         goes_on = [_stamp(l) for l in text.splitlines() if "training goes on at step" in l and "with 2 workers" in l]
         rejoined = [_stamp(l) for l in text.splitlines() if "training goes on at step" in l and "with 4 workers" in l]
         sizes = [r["world_size"] for r in _lines(steps)]
@@ -184,6 +210,58 @@ def overhead(data, tmp, repeats, extra, batch, epochs):
     return results, cpu
 
 
+def checkpoint(data, num_samples, tmp, repeats, extra, every):
+    from elastic_train import check
+    batch, epochs = 16, 2
+    steady = {"none": [], "every": []}  # the mean step from step 5 (a save's cost lands in one step of --every)
+    saves = []
+    for i in range(repeats):
+        for kind in ("none", "every"):
+            name = "steady_%s%d" % (kind, i)
+            flags = ["--shard"] + (["--checkpoint-dir", os.path.join(tmp, name + "_ckpt"), "--checkpoint-every",
+                                    str(every)] if kind == "every" else [])
+            proc = _launch(_example(data, tmp, name, batch, extra, epochs) + flags, os.path.join(tmp, name + ".log"))
+            proc.wait(timeout=900)
+            lines = _lines(os.path.join(tmp, name + ".jsonl"))
+            steady[kind].append(statistics.mean(_gaps([r["t"] for r in lines])[4:]))
+            if kind == "every":  # the writing group's training threads, each save
+                saves += [t for r in _lines(os.path.join(tmp, name + "_summary.jsonl"))
+                          for t in r.get("checkpoint_seconds", [])]
+        print(json.dumps({"mean_step_ms_no_checkpoint": round(steady["none"][-1] * 1000, 2),
+                          "mean_step_ms_checkpoint_every_%d" % every: round(steady["every"][-1] * 1000, 2)}),
+              flush=True)
+    reference = _reference(data, tmp, batch, epochs)
+    runs = []
+    for i in range(repeats):
+        name = "lost%d" % i
+        log_path = os.path.join(tmp, name + ".log")
+        proc = _launch(_example(data, tmp, name, batch, 0.3, epochs) + [
+            "--shard", "--checkpoint-dir", os.path.join(tmp, name + "_ckpt"), "--checkpoint-every", str(every)],
+            log_path)
+        steps = os.path.join(tmp, name + ".jsonl")
+        _wait_logged(steps, 7, proc)
+        workers = _workers(proc)  # local ranks 0-1 and 2-3: a worker of each group
+        last = max(r["step"] for r in _lines(steps))
+        killed = time.time()
+        for victim in (workers[1], workers[3]):
+            os.kill(victim, signal.SIGKILL)
+        proc.wait(timeout=300)
+        text = open(log_path).read()
+        problems = check(steps, num_samples, epochs, batch) if proc.returncode == 0 else ["exit %d" % proc.returncode]
+        restoring = [(_stamp(l), int(re.search(r"restoring step (\d+)", l).group(1))) for l in text.splitlines()
+                     if "every replica group failed: restoring step" in l]
+        runs.append({"exit": proc.returncode, "problems": problems,
+                     "max_param_diff": _param_diff(reference, os.path.join(tmp, name + ".pt"))
+                     if proc.returncode == 0 else None,
+                     "to_restoring_s": round(restoring[0][0] - killed, 3) if restoring else None,
+                     "restored_step": restoring[0][1] if restoring else None, "last_logged_step": last,
+                     "steps_trained_again_at_least": last - restoring[0][1] if restoring else None})
+        print(json.dumps(runs[-1]), flush=True)
+    return {"steady_step_s": steady, "every_steps": every, "all_groups_lost": runs,
+            "save_s": {"count": len(saves), "median": statistics.median(saves) if saves else None,
+                       "max": max(saves) if saves else None}}
+
+
 def _gaps(values):
     return [b - a for a, b in zip(values, values[1:])]
 
@@ -194,7 +272,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--extra", type=float, default=0.1, help="seconds of sleep a step (a GPU's compute)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs of the overhead runs (25 steps each)")
-    ap.add_argument("--parts", default="recovery,overhead")
+    ap.add_argument("--parts", default="recovery,overhead,checkpoint")
+    ap.add_argument("--every", type=int, default=5, help="steps between checkpoints in the checkpoint part")
     ap.add_argument("--photos", help="the demo data's source photographs (scripts/make_demo_data.py --photos)")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -227,6 +306,15 @@ def main():
             print("step: stoker sharded %.2f ms, torch HSDP %.2f ms: %+.1f%%; rank 0's CPU a step: %.2f ms against "
                   "%.2f ms (%+.2f ms)" % (a * 1000, b * 1000, 100 * (a / b - 1), ca * 1000, cb * 1000,
                                          (ca - cb) * 1000))
+        if "checkpoint" in args.parts:
+            c = checkpoint(data, num_samples, tmp, args.repeats, args.extra, args.every)
+            result["checkpoint"] = c
+            a, b = (statistics.median(c["steady_step_s"][k]) for k in ("every", "none"))
+            print("mean step with a checkpoint every %d steps: %.2f ms against %.2f ms without (%+.1f%%); a save "
+                  "on the training thread: median %s ms of %d" % (
+                      args.every, a * 1000, b * 1000, 100 * (a / b - 1),
+                      "%.2f" % (c["save_s"]["median"] * 1000) if c["save_s"]["median"] is not None else "-",
+                      c["save_s"]["count"]))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=2)

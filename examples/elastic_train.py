@@ -182,6 +182,7 @@ def main(argv=None):
                                 "recomputed_steps": summary.recomputed_steps,
                                 "world_sizes": summary.world_sizes, "restored_step": summary.restored_step,
                                 "recovery_seconds": summary.recovery_seconds, "evicted": summary.evicted,
+                                "checkpoint_seconds": summary.checkpoint_seconds,
                                 "local_rank": os.environ.get("LOCAL_RANK")}) + "\n")
     if args.save_params and summary.world_sizes and not summary.left_behind and not summary.evicted:
         # A sharded model's full tensors are gathered by every worker of the group (a collective).

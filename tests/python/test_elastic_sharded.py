@@ -285,3 +285,80 @@ def test_workers_without_samples_in_a_last_batch_still_run_their_group(packed, t
     lines = [json.loads(line) for line in open(tmp_path / "run.jsonl")]
     assert [len(r["samples"]) for r in lines if r["epoch"] == 0] == [33, 33, 33, 1], lines
     _assert_params_match(torch.load(tmp_path / "ref.pt"), tmp_path / "run.pt")
+
+
+# ---- persistent checkpoints of a sharded model ---------------------------------------------------
+
+
+def test_the_oldest_replica_group_writes_the_checkpoints():
+    from stoker.elastic._sharded_checkpoint import writer_key
+    # The generation a group first trained in comes first; its place by group id breaks a tie.
+    assert writer_key(3, 0) > writer_key(2, 7) > writer_key(2, 1)
+
+
+def test_a_sharded_run_refuses_to_resume_from_a_plain_checkpoint(tmp_path):
+    import stoker
+    from stoker.elastic._sharded_checkpoint import sharded_steps
+    assert sharded_steps(tmp_path / "none yet") == {}
+    with stoker.Checkpointer(str(tmp_path / "plain"), group=None) as ckpt:
+        ckpt.save(4, {"model": {"w": torch.ones(2)}})
+    with pytest.raises(elastic.ElasticError, match=r"step 4\) was written by a run of a whole model"):
+        sharded_steps(tmp_path / "plain")
+
+
+def _resume_args(tmp_path, every):
+    return ["--shard", "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", str(every)]
+
+
+@needs_fsdp2
+def test_a_sharded_job_resumes_from_its_checkpoint_when_every_group_fails(packed, reference, tmp_path):  # noqa: F811
+    """One group of two, checkpointing every 2 steps: a worker is SIGKILLed,
+    so no live worker holds the job's state. The group started again resumes
+    from the newest checkpoint (not from scratch, and without stopping the
+    job); the steps after it are trained again from the same position, so
+    the parameters are the one-process run's."""
+    port = _free_port()
+    args = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", "2",
+            "--replica-group-size", "2", "--min-workers", "2", "--max-workers", "2"]
+    proc = _launch(args + _example_args(packed, tmp_path, "run", 0.3, _resume_args(tmp_path, 2)))
+    _wait_for_steps(tmp_path / "run.jsonl", 5, proc)
+    os.kill(_workers(proc, 2)[0], signal.SIGKILL)
+    out = _finish(proc, timeout=240)
+    assert proc.returncode == 0, out[-6000:]
+    assert "every replica group failed: restoring step" in out, out[-6000:]
+    assert "the steps after it are trained again" in out, out[-6000:]
+    _check_log(tmp_path, "run")
+    _assert_params_match(reference, tmp_path / "run.pt")
+    restored = [s["restored_step"] for s in _summaries(tmp_path, "run")]
+    assert len(restored) == 2 and restored[0] == restored[1] and restored[0] >= 2 and restored[0] % 2 == 0, restored
+
+
+@needs_fsdp2
+def test_a_sharded_job_started_again_resumes_from_its_newest_checkpoint(packed, reference, tmp_path):  # noqa: F811
+    """A job of two groups of two trains one epoch (steps 0-6, a checkpoint
+    every 4: steps 0 and 4 written by one group, each worker its shards);
+    the checkpoint reads back whole for other tools. A new job on the same
+    directory with the full epochs resumes from step 4, trains steps 5 and
+    6 again, and ends where one uninterrupted process does."""
+    import stoker
+
+    def launch(extra):
+        args = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "4",
+                "--replica-group-size", "2", "--min-workers", "4", "--max-workers", "4"]
+        proc = _launch(args + _example_args(packed, tmp_path, "run", 0.0, _resume_args(tmp_path, 4) + extra))
+        out = _finish(proc, timeout=240)
+        assert proc.returncode == 0, out[-6000:]
+        return out
+
+    launch(["--epochs", "1"])
+    steps = [c["step"] for c in stoker.list_checkpoints(str(tmp_path / "ckpt"))]
+    assert steps == [0, 4], steps
+    whole = stoker.load_latest(str(tmp_path / "ckpt"))
+    assert whole.step == 4
+    assert {k: tuple(v.shape) for k, v in whole.state["model"].items()} == \
+        {k: tuple(v.shape) for k, v in reference.items()}
+    out = launch([])
+    assert "a new start: restoring step 4 from" in out, out[-6000:]
+    _check_log(tmp_path, "run")
+    _assert_params_match(reference, tmp_path / "run.pt")
+    assert [s["restored_step"] for s in _summaries(tmp_path, "run")][-4:] == [4] * 4, _summaries(tmp_path, "run")

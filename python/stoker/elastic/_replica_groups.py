@@ -92,6 +92,9 @@ class ReplicaGroups:
         replica = Group(pg, position, len(peers), generation, watch=self.watch(others, generation),
                         probe=lambda: self.probe(others), device_pg=device_pg, owns_device_pg=device_pg is not None)
         replica.shard, replica.group_size = shard, group_size
+        # The group's place among the generation's groups by id: the same on each of its workers (the persistent
+        # checkpoints' writer is chosen by it, see _sharded_checkpoint.py).
+        replica.group_order = sorted({self._spec(self.store, m)[0] for m in members}).index(self.replica[0])
         # The replica group's own small group, whose watched check before each step keeps a worker out of FSDP's
         # collectives (which nothing watches) when a sibling has left the generation.
         gid = self.replica[0]

@@ -26,6 +26,7 @@ from ._model_check import refuse_wrapped_or_sharded
 from ._reduce import pack_gradients, unpack_gradients
 from ._sharded import check_sharded, is_sharded, load_local_state, local_state
 from ._sharded_steps import ShardedSteps
+from ._sharded_checkpoint import ShardedCheckpoints
 from ._stragglers import StragglerWatch
 from .policy import BatchPolicy, StragglerPolicy, apply_lr_factor, rank_share
 
@@ -52,6 +53,7 @@ class RunSummary:
         self.recovery_seconds = []
         self.left_behind = False  # the group finished the job without this worker (it hung, or came late)
         self.evicted = None  # why this worker left as a straggler (straggler=StragglerPolicy(...)), or None
+        self.checkpoint_seconds = []  # the training thread's time in each persistent checkpoint this process saved
 
     def __repr__(self):
         return ("RunSummary(steps=%d, reconfigurations=%d, recomputed_steps=%d, world_sizes=%r, restored_step=%r%s)"
@@ -67,7 +69,7 @@ def detect_mode():
     return "single"
 
 
-class _Runner(_saved.Saving, Membership, ShardedSteps):
+class _Runner(_saved.Saving, Membership, ShardedSteps, ShardedCheckpoints):
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                  timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout,
                  allow_sharded=False):
@@ -80,9 +82,10 @@ class _Runner(_saved.Saving, Membership, ShardedSteps):
             if mode != "in_process":
                 raise ElasticError("a sharded model trains under stoker.elastic.launch --in-process "
                                    "--replica-group-size N (this is the %s mode)" % mode)
-            if checkpointer is not None:
-                raise ElasticError("checkpointer= does not take a sharded model yet: save it from on_commit (for "
-                                   "example with torch.distributed.checkpoint, each group's rank 0 once a while)")
+            if checkpointer is not None and not isinstance(checkpointer, dict):
+                raise ElasticError("with a sharded model give checkpointer=dict(directory=..., every_steps=...): "
+                                   "the job's oldest replica group opens it over its own process group and saves "
+                                   "its shards (a Checkpointer made by the program would be one process's)")
         else:
             refuse_wrapped_or_sharded(model)
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
@@ -179,6 +182,11 @@ class _Runner(_saved.Saving, Membership, ShardedSteps):
         else:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+        self._apply_progress(state, loader_state, meta)
+
+    def _apply_progress(self, state, loader_state, meta):
+        """_apply's part beyond the model and optimizer: the extra state, the
+        step and last commit, the LR factor and the loader's position."""
         if self.extra_state is not None and "extra" in state:
             self.extra_state.load_state_dict(state["extra"])
         self.step = int(meta["step"])
@@ -438,8 +446,9 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     ``fully_shard`` over ``stoker.elastic.replica_group_mesh()`` under
     ``stoker.elastic.launch --in-process --replica-group-size N`` (the
     gradient shards are then reduced across the replica groups, and a group
-    that loses a worker is started again and rejoins; no ``checkpointer``
-    or ``straggler`` yet). ``loader`` is a
+    that loses a worker is started again and rejoins; ``checkpointer`` as a
+    dict, opened by the job's oldest group, whose workers save their shards;
+    no ``straggler`` yet). ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
     to report sample ids), or a function global_batch_size -> Loader when
     ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 (every

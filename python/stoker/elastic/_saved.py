@@ -173,7 +173,9 @@ class Saving:
             self.snapshot_cost = time.monotonic() - start
             self.last_snapshot_step = self.step
         if need_ckpt:
+            start = time.monotonic()
             ckpt.save(self.step, state, loader=self.loader, extra=extra)
+            self.summary.checkpoint_seconds.append(time.monotonic() - start)
 
     def _close(self, finished):
         if self.checkpoint_args is not None and self.checkpointer is not None:

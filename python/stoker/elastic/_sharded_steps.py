@@ -97,6 +97,7 @@ class ShardedSteps:
             self._marked_committed = True
         if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
             self.on_commit(dict(info))
+        self._save_sharded_checkpoint()
         elapsed = time.monotonic() - step_start
         self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
         if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
@@ -133,6 +134,12 @@ class ShardedSteps:
             self._commit_pending()  # the others committed it: so every survivor has its reduced shard
             self.last_commit = None
         self.pending = None
+        lost = hi < 0 and self.rendezvous is not None and _peek(self.rendezvous.store, "committed") is not None
+        if self.checkpoint_args is not None:
+            self._choose_checkpoint_writer(reduce)
+            restored = self._restore_sharded_checkpoint(reduce, hi, lost)
+            if restored is not None:
+                hi, lost = restored, False
         no_source = 1 << 30
         src = reduce(r, r.rank if self.step == hi else no_source, "min")
         if src == no_source:
@@ -140,9 +147,12 @@ class ShardedSteps:
                 raise ElasticError("generation %d: no live worker holds shard %d of step %d (every group holding it "
                                    "failed at once)" % (g.generation, r.shard, hi))
             src = 0  # a fresh start: the first group's initialisation for every group
-        if hi < 0 and self.rendezvous is not None and _peek(self.rendezvous.store, "committed") is not None:
+        if lost:
             raise ElasticError("generation %d: the job committed steps, but no live worker holds them (every replica "
-                               "group failed); starting afresh would train its samples again" % g.generation)
+                               "group failed); starting afresh would train its samples again%s" % (
+                                   g.generation, "" if self.checkpoint_args is not None else
+                                   " (with run(checkpointer=dict(directory=...)) the job resumes from its newest "
+                                   "checkpoint instead)"))
         behind = reduce(r, int(self.step != hi or hi < 0), "max")
         if r.world_size > 1 and behind:
             self._broadcast_state(r, src)
