@@ -164,6 +164,30 @@ def test_launcher_restarts_a_replica_group_whole_unless_the_job_stopped(tmp_path
         assert "is not started again: the job stopped (the test's own stop)" in out, out
 
 
+_MISCONFIGURED = textwrap.dedent("""
+    import sys, torch, stoker.elastic
+    model = torch.nn.Linear(2, 2)
+    stoker.elastic.run(lambda x, y: None, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                       loader=None, epochs=1, straggler=float(sys.argv[1]))
+""")
+
+
+def test_a_misconfigured_program_stops_the_job_rather_than_restart_its_groups(tmp_path):
+    """run()'s refusal of its arguments (here straggler=2.0, not a
+    StragglerPolicy) would meet every new group again: it sets the job's
+    fatal mark, and no group is started again (without it, each group was
+    restarted --max-restarts times)."""
+    script = tmp_path / "misconfigured.py"
+    script.write_text(_MISCONFIGURED)
+    proc = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "4",
+                    "--replica-group-size", "2", "--max-restarts", "3", str(script), "2.0"])
+    out = _finish(proc, timeout=120)
+    assert proc.returncode != 0, out
+    assert "starting replica group" not in out, out
+    assert "is not started again: the job stopped (TypeError: straggler= takes a stoker.elastic.StragglerPolicy" \
+        in out, out
+
+
 def test_a_trainer_still_refuses_a_sharded_model():
     if not _has_fsdp2():
         pytest.skip("needs FSDP2")
@@ -188,10 +212,10 @@ def test_a_trainer_still_refuses_a_sharded_model():
 # ---- runs (FSDP2) ------------------------------------------------------------------------------------
 
 
-def _sharded_launch(port, workers, group_size, packed, tmp_path, delay, env=None):
+def _sharded_launch(port, workers, group_size, packed, tmp_path, delay, env=None, extra=()):
     args = ["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--nproc-per-node", str(workers),
             "--replica-group-size", str(group_size), "--min-workers", str(group_size), "--max-workers", str(workers)]
-    return _launch(args + _example_args(packed, tmp_path, "run", delay, ["--shard"]),
+    return _launch(args + _example_args(packed, tmp_path, "run", delay, ["--shard", *extra]),
                    **({"env": dict(_env(), **env)} if env else {}))
 
 
@@ -362,3 +386,25 @@ def test_a_sharded_job_started_again_resumes_from_its_newest_checkpoint(packed, 
     _check_log(tmp_path, "run")
     _assert_params_match(reference, tmp_path / "run.pt")
     assert [s["restored_step"] for s in _summaries(tmp_path, "run")][-4:] == [4] * 4, _summaries(tmp_path, "run")
+
+
+@needs_fsdp2
+def test_a_straggling_replica_group_leaves_whole_and_the_others_go_on(packed, reference, tmp_path):  # noqa: F811
+    """Two groups of two; the worker of local rank 3 computes 0.25 s more a
+    step, so its whole group is slow (FSDP's collectives hold its sibling to
+    it). With straggler=StragglerPolicy(1.5, 3) the group (both workers)
+    leaves after 3 steps, is not started again, and the first group
+    finishes alone: every sample once per epoch, the one-process run's
+    parameters."""
+    proc = _sharded_launch(_free_port(), 4, 2, packed, tmp_path, 0.0,
+                           extra=["--straggler", "1.5:3:0.1", "--slow", "3:0.25"])
+    out = _finish(proc, timeout=240)
+    assert proc.returncode == 0, out[-6000:]
+    assert "the replica group of ranks" in out and "was a straggler" in out, out[-6000:]
+    assert "starting replica group" not in out, out[-6000:]
+    lines = _check_log(tmp_path, "run")
+    sizes = [r["world_size"] for r in lines]
+    assert sizes[0] == 4 and sizes[-1] == 2, sizes
+    _assert_params_match(reference, tmp_path / "run.pt")
+    evicted = sorted(s["local_rank"] for s in _summaries(tmp_path, "run") if s["evicted"])
+    assert evicted == ["2", "3"], _summaries(tmp_path, "run")

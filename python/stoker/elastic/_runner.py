@@ -24,7 +24,8 @@ from ._replica_groups import GroupLeft
 from ._membership import Membership, _test_stall
 from ._model_check import refuse_wrapped_or_sharded
 from ._reduce import pack_gradients, unpack_gradients
-from ._sharded import check_sharded, is_sharded, load_local_state, local_state
+from ._sharded import (check_sharded, is_sharded, load_local_state, local_state, replica_group,
+                       stop_replica_groups)
 from ._sharded_steps import ShardedSteps
 from ._sharded_checkpoint import ShardedCheckpoints
 from ._stragglers import StragglerWatch
@@ -86,6 +87,10 @@ class _Runner(_saved.Saving, Membership, ShardedSteps, ShardedCheckpoints):
                 raise ElasticError("with a sharded model give checkpointer=dict(directory=..., every_steps=...): "
                                    "the job's oldest replica group opens it over its own process group and saves "
                                    "its shards (a Checkpointer made by the program would be one process's)")
+            if checkpointer is not None and replica_group()[2] == 1:
+                raise ElasticError("checkpointer= with replica groups of one worker: each worker holds the whole "
+                                   "model, so train it unsharded (without fully_shard) and its checkpoints are "
+                                   "plain ones; sharded checkpoints need --replica-group-size 2 or more")
         else:
             refuse_wrapped_or_sharded(model)
         self.train_step, self.model, self.optimizer = train_step, model, optimizer
@@ -448,7 +453,7 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     gradient shards are then reduced across the replica groups, and a group
     that loses a worker is started again and rejoins; ``checkpointer`` as a
     dict, opened by the job's oldest group, whose workers save their shards;
-    no ``straggler`` yet). ``loader`` is a
+    ``straggler`` judges groups: a slow group leaves whole). ``loader`` is a
     stoker.Loader made with ``global_batch_size`` (and ``with_indices=True``
     to report sample ids), or a function global_batch_size -> Loader when
     ``policy`` has a schedule. ``on_commit(info)`` runs on rank 0 (every
@@ -491,15 +496,16 @@ def run(train_step, *, model, optimizer, loader, epochs, policy=None, checkpoint
     as a member is found gone, so that a collective waiting for a dead peer
     ends instead of hanging; the survivors then form the next generation.
     """
-    if straggler is not None and not isinstance(straggler, StragglerPolicy):
-        raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
-    runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
-                     timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
-                     _join_timeout(timeout, join_timeout), rendezvous_timeout, allow_sharded=True)
+    try:
+        if straggler is not None and not isinstance(straggler, StragglerPolicy):
+            raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
+        runner = _Runner(train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
+                         timeout, snapshot_dir, snapshot_every, snapshot_copies, mode,
+                         _join_timeout(timeout, join_timeout), rendezvous_timeout, allow_sharded=True)
+    except (ElasticError, TypeError, ValueError) as e:
+        stop_replica_groups("%s: %s" % (type(e).__name__, e))  # a group started again would meet it again
+        raise
     runner.on_commit_all_ranks = on_commit_all_ranks
     runner.device_backend = device_backend
-    if straggler is not None and runner.sharded:
-        raise ElasticError("straggler= does not take a sharded model yet (a straggler's whole replica group would "
-                           "have to leave)")
     runner.straggler = None if straggler is None else StragglerWatch(straggler, runner)
     return runner.run()

@@ -41,6 +41,21 @@ def replica_group():
     return group_id, index, size
 
 
+def stop_replica_groups(why):
+    """Sets the launcher's ``fatal`` mark, so that no replica group is started
+    again, for an error every new group would meet again (the program's
+    configuration): a launcher would otherwise restart the group
+    --max-restarts times. Best effort; nothing outside the launcher."""
+    endpoint = os.environ.get("STOKER_ELASTIC_STORE")
+    if not endpoint or not os.environ.get(_GROUP_ENV):
+        return
+    try:
+        from ._group import connect_store
+        connect_store(endpoint, 10.0).set("fatal", why)
+    except Exception:  # noqa: BLE001 - the store is gone: so are the launchers
+        pass
+
+
 def replica_group_mesh(device_type=None, timeout=60.0):
     """The DeviceMesh of this worker's replica group (N workers of its
     launcher, started with ``stoker.elastic.launch --in-process
@@ -69,8 +84,10 @@ def replica_group_mesh(device_type=None, timeout=60.0):
     try:
         from torch.distributed.device_mesh import init_device_mesh
     except Exception:  # noqa: BLE001 - absent before torch 2.2; torch 1.13's fsdp package fails on Python 3.11
-        raise ElasticError("sharded elastic training needs torch >= 2.6 (FSDP2's fully_shard and DeviceMesh); "
-                           "this is torch %s" % torch.__version__) from None
+        why = "sharded elastic training needs torch >= 2.6 (FSDP2's fully_shard and DeviceMesh); this is torch %s" \
+            % torch.__version__
+        stop_replica_groups(why)
+        raise ElasticError(why) from None
     group_id, index, size = spec
     if device_type is None:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
@@ -80,8 +97,10 @@ def replica_group_mesh(device_type=None, timeout=60.0):
     if device_type == "cuda":
         torch.cuda.set_device(index % torch.cuda.device_count())
     if dist.is_initialized():
-        raise ElasticError("replica_group_mesh() makes the replica group's default process group, but the program "
-                           "already initialised one (torch.distributed.init_process_group)")
+        why = ("replica_group_mesh() makes the replica group's default process group, but the program already "
+               "initialised one (torch.distributed.init_process_group)")
+        stop_replica_groups(why)
+        raise ElasticError(why)
     dist.init_process_group(backend, store=store, rank=index, world_size=size,
                             timeout=datetime.timedelta(seconds=timeout))
     _mesh = init_device_mesh(device_type, (size,))

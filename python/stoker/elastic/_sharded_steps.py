@@ -61,11 +61,17 @@ class ShardedSteps:
             (loss * (n / batch_samples)).backward()
             if n:
                 loss_sum += loss.detach().double() * n
+        own_time = time.monotonic() - began  # to backward's end, before the reductions across groups
         flat = pack_local_gradients(torch, params, r.group_size, device)
         r.allreduce(flat, "sum")
         self.pending = (self.step + 1, flat, self.loader.state_dict())
-        # Sample ids (+1), the pending joins, a presence count and the loss sum, in float64 (exact below 2^53).
-        ids = torch.zeros(batch_samples + 3, dtype=torch.float64)
+        # Sample ids (+1), the pending joins, a presence count and the loss sum, in float64 (exact below 2^53);
+        # with a straggler policy, each rank's own time (microseconds) and its replica group (+1).
+        timed = self.straggler.slots(g.world_size) if self.straggler is not None else 0
+        ids = torch.zeros(batch_samples + 3 + 2 * timed, dtype=torch.float64)
+        if timed:
+            self.straggler.write(ids, batch_samples + 3, g.rank, own_time)
+            ids[batch_samples + 3 + timed + g.rank] = r.group_order + 1
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.float64) + 1
         if g.rank == 0 and self.rendezvous is not None:
@@ -100,6 +106,12 @@ class ShardedSteps:
         self._save_sharded_checkpoint()
         elapsed = time.monotonic() - step_start
         self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
+        if timed:
+            at = batch_samples + 3
+            verdict = self.straggler.judge_groups(ids[at:at + timed].tolist(), ids[at + timed:at + 2 * timed].tolist(),
+                                                  r.group_order, "batch to the end of its backward")
+            if verdict is not None:
+                return verdict
         if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
             return None, "a worker asked to join"
         return None

@@ -37,6 +37,7 @@ from . import ElasticError, PeerFailure
 from ._batches import batch_parts, slice_batch
 from ._group import JobFinished
 from ._runner import _Runner, _join_timeout
+from ._sharded import stop_replica_groups
 from ._stragglers import StragglerWatch
 from .policy import StragglerPolicy, rank_share
 
@@ -99,12 +100,16 @@ class Trainer:
                  checkpointer=None, on_commit=None, ddp=None, timeout=30.0, mode=None, join_timeout=None,
                  rendezvous_timeout=600.0, snapshot_dir=None, snapshot_every=None, snapshot_copies=2,
                  straggler=None, device_backend=None):
-        if straggler is not None and not isinstance(straggler, StragglerPolicy):
-            raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
-        extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
-        self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
-                          snapshot_dir, snapshot_every, snapshot_copies, mode,
-                          _join_timeout(timeout, join_timeout), rendezvous_timeout)
+        try:
+            if straggler is not None and not isinstance(straggler, StragglerPolicy):
+                raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
+            extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
+            self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
+                              snapshot_dir, snapshot_every, snapshot_copies, mode,
+                              _join_timeout(timeout, join_timeout), rendezvous_timeout)
+        except (ElasticError, TypeError, ValueError) as e:
+            stop_replica_groups("%s: %s" % (type(e).__name__, e))  # a group started again would meet it again
+            raise
         self._r.on_commit_all_ranks = True
         self._r.device_backend = device_backend
         self.module, self.model, self.optimizer = model, model, optimizer
