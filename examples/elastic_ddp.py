@@ -47,19 +47,34 @@ def parse_args(argv=None):
                    "(stoker.elastic.StragglerPolicy)")
     p.add_argument("--slow", metavar="LOCAL_RANK:SECONDS", help="the worker of this local rank computes SECONDS "
                    "longer each step (to try --straggler)")
+    p.add_argument("--clip", type=float, default=1.0, help="clip the gradient's norm to this (a small one binds: "
+                   "clipping then must see the whole batch's gradient)")
+    p.add_argument("--checkpoint-dir", help="persistent checkpoints (stoker.Checkpointer's arguments: the trainer "
+                   "opens it where it writes)")
+    p.add_argument("--checkpoint-every", type=int, default=20)
     p.add_argument("--save-params", help="rank 0 saves the final parameters here (torch.save)")
     p.add_argument("--device", default="cpu", help="where the model trains (cuda: DDP on gloo reduces CUDA "
                                                    "tensors through the host)")
+    p.add_argument("--shard", action="store_true", help="shard the model within each replica group (FSDP2 over "
+                   "stoker.elastic.replica_group_mesh(); launch with --in-process --replica-group-size N)")
     p.add_argument("--amp", action="store_true", help="float16 autocast with torch's GradScaler (needs --device cuda "
                                                       "on torch 1.13); its state travels with the model")
     return p.parse_args(argv)
 
 
 def digest(model):
+    """Of this worker's parameters (a sharded model's: its shards, the same in every replica group)."""
     h = hashlib.sha256()
     for p in model.parameters():
+        p = p.to_local() if hasattr(p, "to_local") else p
         h.update(p.detach().cpu().numpy().tobytes())
     return h.hexdigest()
+
+
+def shard_index():
+    """This worker's shard in its replica group (--replica-group-size), else None."""
+    spec = os.environ.get("STOKER_ELASTIC_REPLICA_GROUP")
+    return int(spec.rsplit(":", 2)[1]) if spec else None
 
 
 def check(log_path, num_samples, epochs, global_batch, lr):
@@ -79,7 +94,10 @@ def check(log_path, num_samples, epochs, global_batch, lr):
     if missing:
         problems.append("steps never committed: %s" % missing[:20])
     for step, recs in sorted(steps.items()):
-        if len({r["params_sha256"] for r in recs}) != 1:
+        shards = {}
+        for r in recs:
+            shards.setdefault(r.get("shard"), set()).add(r["params_sha256"])
+        if any(len(digests) != 1 for digests in shards.values()):
             problems.append("step %d: the replicas' parameters differ" % step)
         if len({r.get("scale") for r in recs}) != 1:
             problems.append("step %d: the replicas' loss scales differ" % step)
@@ -129,6 +147,13 @@ def main(argv=None):
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten(),
                           nn.Linear(8 * 16, 32), nn.ReLU(), nn.Linear(32, 10)).to(args.device)
+    if args.shard:
+        from torch.distributed.fsdp import fully_shard
+        mesh = stoker.elastic.replica_group_mesh("cpu")
+        for layer in model:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
     scaler = torch.cuda.amp.GradScaler() if args.amp else None
@@ -141,7 +166,7 @@ def main(argv=None):
                                "world_size": info["world_size"], "lr": optimizer.param_groups[0]["lr"],
                                "samples": info["rank_samples"], "batch": info["samples"],
                                "stepped": info["stepped"], "scale": scaler.get_scale() if scaler else None,
-                               "params_sha256": digest(model)}) + "\n"
+                               "params_sha256": digest(model), "shard": shard_index() if args.shard else None}) + "\n"
             fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line.encode())  # one write: a killed writer leaves no torn line
@@ -153,8 +178,11 @@ def main(argv=None):
     if args.slow:
         local_rank, seconds = args.slow.split(":")
         slow = float(seconds) if os.environ.get("LOCAL_RANK") == local_rank else 0.0
+    checkpointer = dict(directory=args.checkpoint_dir, keep_last=2, every_steps=args.checkpoint_every) \
+        if args.checkpoint_dir else None
     trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=args.epochs, scheduler=scheduler,
-                                     scaler=scaler, on_commit=log_step, timeout=args.timeout, straggler=straggler)
+                                     scaler=scaler, on_commit=log_step, timeout=args.timeout, straggler=straggler,
+                                     checkpointer=checkpointer)
     for images, labels, _ in trainer:
         while args.pause_while and os.path.exists(args.pause_while):
             time.sleep(0.05)
@@ -170,7 +198,7 @@ def main(argv=None):
                 time.sleep(args.step_delay)
             if scaler:
                 scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), args.clip)
             if scaler:
                 scaler.step(optimizer)  # skips optimizer.step() on inf gradients: the batch commits unstepped
                 scaler.update()
@@ -178,9 +206,13 @@ def main(argv=None):
                 optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-    if args.save_params and trainer.rank == 0 and not trainer.summary.left_behind and not trainer.summary.evicted:
-        torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.save_params + ".tmp")
-        os.replace(args.save_params + ".tmp", args.save_params)
+    if args.save_params and not trainer.summary.left_behind and not trainer.summary.evicted and \
+            (args.shard or trainer.rank == 0):
+        # A sharded model's full tensors are gathered by every worker of the group (a collective).
+        params = {k: v.full_tensor() if hasattr(v, "full_tensor") else v.clone() for k, v in model.state_dict().items()}
+        if trainer.rank == 0:
+            torch.save(params, args.save_params + ".tmp")
+            os.replace(args.save_params + ".tmp", args.save_params)
     logging.getLogger("stoker.elastic").info("done: %r", trainer.summary)
     return 0
 

@@ -33,7 +33,7 @@ def refuse_wrapped_or_sharded(model):
                     "stoker.elastic replicates the whole model on every rank (DDP); %s is sharded by FSDP (%s), "
                     "which it does not support: its DDP would overwrite every rank's shard with rank 0's. Pass "
                     "the unsharded module; or shard it with FSDP2's fully_shard over "
-                    "stoker.elastic.replica_group_mesh() and train it with stoker.elastic.run() under "
+                    "stoker.elastic.replica_group_mesh() and train it with stoker.elastic.run() or Trainer under "
                     "stoker.elastic.launch --in-process --replica-group-size N; or use torch's own FSDP with "
                     "restart-based elasticity (torchrun with stoker.Checkpointer's sharded checkpoints)"
                     % (where, cls.__name__))

@@ -160,6 +160,8 @@ class Saving:
         return self.step - self.last_snapshot_step >= interval
 
     def _save(self, info):
+        if self.sharded:  # no snapshots (in-process mode only); the writing group's sharded checkpoints
+            return self._save_sharded_checkpoint()
         need_snapshot = self._snapshot_due()
         ckpt = self._own_checkpointer()
         need_ckpt = ckpt is not None and ckpt.due(self.step)

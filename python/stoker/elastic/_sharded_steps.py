@@ -13,6 +13,7 @@ agree on it. So every shard of the newest committed step survives on the
 workers of every live group, and a new group receives each shard from the
 worker holding it in the lowest live group.
 """
+import logging
 import time
 
 from . import ElasticError
@@ -20,6 +21,8 @@ from ._batches import slice_batch
 from ._group import _peek
 from ._membership import _test_fault, _test_stall
 from ._sharded import pack_local_gradients, unpack_local_gradients
+
+log = logging.getLogger("stoker.elastic")
 
 
 class ShardedSteps:
@@ -32,12 +35,7 @@ class ShardedSteps:
         g = self.group
         r = g.replica
         batch_samples, first, end, batch, samples, indices, began = self._take_batch(batch_index, num_samples)
-        # Every sibling is still in this generation (none left after a commit it lost, see the module's help):
-        # a watched wait here, since FSDP's own collectives would wait for a sibling that left until their timeout.
-        # Started at the last commit, it has long completed by now unless a sibling left.
-        check, self._sibling_check = self._sibling_check, None
-        if check is not None and check[0] is r.siblings:
-            check[1].wait()
+        self._wait_for_siblings()
         params = self._params()
         for p in params:
             p.grad = None
@@ -90,20 +88,15 @@ class ShardedSteps:
             raise
         _test_lost_commit(self.step + 1)
         self._commit_pending()
-        pending = r.siblings.allreduce_async(torch.ones(1), "sum")
-        if pending is not None:
-            self._sibling_check = (r.siblings, pending)
+        self._start_sibling_check()
         info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
                 "rank": g.rank, "loss": float(ids[batch_samples + 2]) / batch_samples,
                 "samples": (ids[:batch_samples] - 1).to(torch.int64).tolist() if indices is not None else None}
         self.last_commit = info
-        if not self._marked_committed and self.rendezvous is not None:
-            # Once a worker: a group started later knows from it that a state exists, and never starts afresh.
-            self.rendezvous.store.set("committed", "1")
-            self._marked_committed = True
+        self._mark_committed()
         if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
             self.on_commit(dict(info))
-        self._save_sharded_checkpoint()
+        self._save(info)
         elapsed = time.monotonic() - step_start
         self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
         if timed:
@@ -116,11 +109,37 @@ class ShardedSteps:
             return None, "a worker asked to join"
         return None
 
+    def _wait_for_siblings(self):
+        """Every sibling is still in this generation (none left after a
+        commit it lost, see the module's help): a watched wait before the
+        forward pass, since FSDP's own collectives would wait for a sibling
+        that left until their timeout. Started at the last commit, it has
+        long completed by now unless a sibling left."""
+        check, self._sibling_check = self._sibling_check, None
+        if check is not None and check[0] is self.group.replica.siblings:
+            check[1].wait()
+
+    def _start_sibling_check(self):
+        siblings = self.group.replica.siblings
+        pending = siblings.allreduce_async(_torch().ones(1), "sum")
+        if pending is not None:
+            self._sibling_check = (siblings, pending)
+
+    def _mark_committed(self):
+        """Once a worker: a group started later knows from the store's mark
+        that a state exists, and never starts afresh."""
+        if not self._marked_committed and self.rendezvous is not None:
+            self.rendezvous.store.set("committed", "1")
+            self._marked_committed = True
+
     def _commit_pending(self):
+        """Commits the pending step: its gradient shards (None: a step the
+        program committed without an optimizer step) and the optimizer's step."""
         step, flat, position = self.pending
         params = self._params()
-        unpack_local_gradients(_torch(), params, flat)
-        self.optimizer.step()
+        if flat is not None:
+            unpack_local_gradients(_torch(), params, flat)
+            self.optimizer.step()
         for p in params:
             p.grad = None
         self.pending = None
@@ -142,10 +161,15 @@ class ShardedSteps:
             return int(group.allreduce(torch.tensor([value], dtype=torch.int64), op)[0])
 
         hi = reduce(g, self.step, "max")
-        if self.pending is not None and self.pending[0] == hi and self.step == hi - 1:
+        late = self.pending is not None and self.pending[0] == hi and self.step == hi - 1
+        if late:
             self._commit_pending()  # the others committed it: so every survivor has its reduced shard
             self.last_commit = None
         self.pending = None
+        if self.extra_state is not None and reduce(g, int(late), "max"):
+            # A late commit ran no program code after the optimizer's step (the Trainer's scheduler.step()):
+            # the extra state comes from a worker that committed the step itself.
+            self._sync_extra_state(reduce(g, g.rank if self.step == hi and not late else 1 << 30, "min"))
         lost = hi < 0 and self.rendezvous is not None and _peek(self.rendezvous.store, "committed") is not None
         if self.checkpoint_args is not None:
             self._choose_checkpoint_writer(reduce)
@@ -184,6 +208,29 @@ class ShardedSteps:
             info = dict(self.last_commit)
             info["replayed"] = True
             self.on_commit(info)
+
+
+    def _sync_extra_state(self, src):
+        g = self.group
+        if src == 1 << 30:
+            if g.rank == 0:
+                log.warning("generation %d: every worker holding step %d committed it late: the extra state (a "
+                            "scheduler's) may be one step behind", g.generation, self.step)
+            return
+        import io
+        torch = _torch()
+        payload = b""
+        if g.rank == src:
+            buf = io.BytesIO()
+            torch.save(self.extra_state.state_dict(), buf)
+            payload = buf.getvalue()
+        size = g.broadcast(torch.tensor([len(payload)], dtype=torch.int64), src)
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if g.rank == src else \
+            torch.empty(int(size[0]), dtype=torch.uint8)
+        g.broadcast(data, src)
+        if g.rank != src:
+            kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
+            self.extra_state.load_state_dict(torch.load(io.BytesIO(data.numpy().tobytes()), **kwargs))
 
 
 def _broadcast_object(torch, g, value, src):

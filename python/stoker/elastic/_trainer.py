@@ -26,6 +26,18 @@ With typed fields (a Loader made with ``fields=``) the trainer yields the
 dict batches, and ``trainer.accumulate(batch, parts=2)`` slices a dict whole.
 Membership, snapshots, checkpoints and the loader are stoker.elastic.run's
 (see its help): the same modes, the same exactly-once loader.
+
+A model sharded with FSDP2's ``fully_shard`` over
+``stoker.elastic.replica_group_mesh()`` (under ``stoker.elastic.launch
+--in-process --replica-group-size N``) trains in the same loop:
+``trainer.model`` is then the sharded module itself, FSDP reduces within the
+group, and the trainer sums the gradient shards across the groups when the
+last micro-batch of ``trainer.accumulate()`` has run its backward pass
+(before clipping), or at ``optimizer.step()`` in a loop without it. Weight
+each loss by ``trainer.loss_weight`` (accumulate's weight): a worker whose
+share of a batch is empty gets one sample of an earlier batch with weight 0,
+as FSDP's collectives need the whole group. No GradScaler with a sharded
+model (train in bfloat16). See _trainer_sharded.py.
 """
 import contextlib
 import logging
@@ -39,6 +51,7 @@ from ._group import JobFinished
 from ._runner import _Runner, _join_timeout
 from ._sharded import stop_replica_groups
 from ._stragglers import StragglerWatch
+from ._trainer_sharded import ShardedTrainer
 from .policy import StragglerPolicy, rank_share
 
 log = logging.getLogger("stoker.elastic")
@@ -77,11 +90,12 @@ class _Extra:
             self.scaler.load_state_dict(state["scaler"])
 
 
-class Trainer:
+class Trainer(ShardedTrainer):
     """Elastic training of the program's own loop (see the module's help).
 
     ``model``: the module, whole on every rank (not wrapped in DDP, not
-    sharded by FSDP or DTensors: those are refused with a TypeError);
+    sharded by FSDP or DTensors: those are refused with a TypeError), or
+    sharded by FSDP2 over replica_group_mesh() (the module's help);
     ``optimizer``: its optimizer (one); ``loader``: a stoker.Loader with ``global_batch_size``
     (``with_indices=True`` to report sample ids); ``scheduler``, ``scaler``:
     an LR scheduler and a GradScaler whose states travel with the model.
@@ -106,7 +120,8 @@ class Trainer:
             extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
             self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
                               snapshot_dir, snapshot_every, snapshot_copies, mode,
-                              _join_timeout(timeout, join_timeout), rendezvous_timeout)
+                              _join_timeout(timeout, join_timeout), rendezvous_timeout, allow_sharded=True)
+            self._refuse_for_sharded(scaler)
         except (ElasticError, TypeError, ValueError) as e:
             stop_replica_groups("%s: %s" % (type(e).__name__, e))  # a group started again would meet it again
             raise
@@ -128,7 +143,7 @@ class Trainer:
         self._own_time = None  # this rank's own time for its last committed step (ditto)
         self._evict = None  # (rank, why): the straggler policy's decision, carried out before the next batch
         self._wrap_optimizer_step()
-        if straggler is not None:
+        if straggler is not None and not self._sharded:
             self._clock_gradients()
 
     @property
@@ -182,8 +197,12 @@ class Trainer:
         """The factor for the mean loss of ``samples`` of this rank's share,
         so that DDP's average over ranks is the global batch's mean whatever
         the world size and however the batch splits (1 for even shares in one
-        pass)."""
+        pass). With a sharded model: samples / the global batch (FSDP averages
+        within the group and the groups' shards are summed), 0 for the
+        stand-in sample of an empty share."""
         batch_samples = self._batch[2] if self._batch else samples
+        if self._sharded:  # FSDP averages within the group, the groups' shards are summed: weights sum to 1
+            return 0.0 if self._filler_active else samples / batch_samples
         return samples * self.world_size / batch_samples
 
     def accumulate(self, *tensors, parts=2):
@@ -196,10 +215,12 @@ class Trainer:
             batch, n, _ = batch_parts(tensors[0])
             for part, weight in self._parts(n, parts, lambda a, b: (slice_batch(batch, a, b),)):
                 yield part + (weight,)
-            return
-        n = len(tensors[0])
-        for part, weight in self._parts(n, parts, lambda a, b: tuple(t[a:b] for t in tensors)):
-            yield part + (weight,)
+        else:
+            n = len(tensors[0])
+            for part, weight in self._parts(n, parts, lambda a, b: tuple(t[a:b] for t in tensors)):
+                yield part + (weight,)
+        if self._sharded:
+            self._reduce_across_groups()  # the last backward pass is done: before anything reads the gradients
 
     def _parts(self, n, parts, take):
         bounds = [n * i // parts for i in range(parts + 1)]
@@ -208,7 +229,11 @@ class Trainer:
             if b <= a:
                 continue
             last = all(bounds[j + 1] <= bounds[j] for j in range(i + 1, parts))
-            sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
+            if self._sharded:
+                sync = self._sharded_sync(last)
+            else:
+                sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else \
+                    self.model.no_sync()
             with sync:
                 yield take(a, b), self.loss_weight(b - a)
 
@@ -253,6 +278,8 @@ class Trainer:
                     r._reconfigure("a worker asked to join")
                     self._rebuild()
                     continue
+                if self._sharded and not self._siblings_ready():
+                    continue
                 item = self._next_batch()
                 if item is None:
                     break
@@ -289,6 +316,8 @@ class Trainer:
         self._batch = (epoch, consumed, batch_samples, first, end, batch_parts(item)[2])
         self._handed_out = asked
         self._committed = False
+        if self._sharded:
+            return self._sharded_item(item, end - first)  # the commit's collective starts at the commit
         self._start_ids()
         _test_abort(r)
         return item
@@ -300,6 +329,9 @@ class Trainer:
         self._it = None
         g = self._r.group
         self._own_time = None
+        if self._sharded:  # FSDP2 drives the group's collectives; the trainer sums across the groups
+            self.model = self.module
+            return
         if g.world_size == 1 and not g.owns_device_pg:  # alone (a one-rank NCCL group only when asked for)
             self.model = self.module
             return
@@ -322,7 +354,10 @@ class Trainer:
         def step(optimizer, *args, **kwargs):
             if trainer._batch is None or trainer._committed:
                 return original(*args, **kwargs)  # outside the trainer's loop, or a second step in one batch
-            trainer._commit_ids()
+            if trainer._sharded:
+                trainer._commit_sharded(stepped=True)
+            else:
+                trainer._commit_ids()
             result = original(*args, **kwargs)
             trainer._after_commit(stepped=True)
             return result
@@ -343,9 +378,12 @@ class Trainer:
         r, g = self._r, self._r.group
         _, _, batch_samples, first, end, indices = self._batch
         timed = self._straggler.slots(g.world_size) if self._straggler is not None else 0
-        ids = torch.zeros(batch_samples + 2 + timed, dtype=torch.int64)
+        # Sharded: this step's own time (the commit's collective starts at the commit), and the rank's group.
+        ids = torch.zeros(batch_samples + 2 + timed * (2 if self._sharded else 1), dtype=torch.int64)
         if timed:
             self._straggler.write(ids, batch_samples + 2, g.rank, self._own_time)  # the last step's own time
+            if self._sharded:
+                ids[batch_samples + 2 + timed + g.rank] = g.replica.group_order + 1
         if indices is not None:
             ids[first:end] = indices.cpu().to(torch.int64) + 1
         if g.rank == 0 and r.rendezvous is not None:
@@ -373,7 +411,10 @@ class Trainer:
 
     def _commit_safely(self, stepped):
         try:
-            self._commit_ids()
+            if self._sharded:
+                self._commit_sharded(stepped)
+            else:
+                self._commit_ids()
         except PeerFailure as e:
             self._failure = e
             return
@@ -394,11 +435,18 @@ class Trainer:
                 "samples": (ids[:batch_samples] - 1).tolist() if indices is not None else None,
                 "rank_samples": indices.tolist() if indices is not None else None}
         r.last_commit = info
+        if self._sharded:
+            self._after_sharded_commit()
         if self._straggler is not None and g.world_size > 1:
-            ready, self._grad_ready = self._grad_ready, None
-            self._own_time = ready - self._handed_out if ready is not None and ready >= self._handed_out else None
-            self._evict = self._straggler.judge(ids[batch_samples + 2:batch_samples + 2 + g.world_size].tolist(),
-                                                "batch to last gradient")
+            at, n = batch_samples + 2, g.world_size
+            if self._sharded:
+                self._evict = self._straggler.judge_groups(ids[at:at + n].tolist(), ids[at + n:at + 2 * n].tolist(),
+                                                           g.replica.group_order, "batch to the end of its backward")
+            else:
+                ready, self._grad_ready = self._grad_ready, None
+                self._own_time = ready - self._handed_out if ready is not None and ready >= self._handed_out \
+                    else None
+                self._evict = self._straggler.judge(ids[at:at + n].tolist(), "batch to last gradient")
         # The step's wall time (commit to commit), which sets how often snapshots may be taken.
         now = time.monotonic()
         if self._last_commit_time is not None:
