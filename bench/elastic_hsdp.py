@@ -17,6 +17,9 @@ examples/elastic_train.py --shard, on the CPU (gloo):
   HSDP (fully_shard over a 2-D mesh: replicate x shard, no elasticity),
   with --extra seconds of sleep a step standing for a GPU's compute (the
   CPU then free, as on a GPU machine).
+- **trainer**: the same against torch's HSDP for stoker.elastic.Trainer's
+  loop (examples/elastic_ddp.py --shard: 2 micro-batches, clipping, StepLR;
+  the same loop under HSDP).
 - **checkpoint** (run(checkpointer=dict(...)), written by the oldest
   group, each worker its shards): a step's time with a checkpoint every
   --every steps against none, same runs otherwise; and every group failing
@@ -47,6 +50,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 data, extra, out, batch = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+loop = sys.argv[5] if len(sys.argv) > 5 else "run"  # "trainer": examples/elastic_ddp.py's loop
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0); torch.set_num_threads(1)
@@ -58,18 +62,33 @@ for layer in model:
         fully_shard(layer, mesh=mesh)
 fully_shard(model, mesh=mesh)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
 transform = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
+if loop == "trainer":
+    transform = T.Compose([T.Resize(16), T.CenterCrop(16)])
 loader = stoker.Loader(data, global_batch_size=batch, transform=transform, with_indices=True, num_threads=1,
                        log_epochs=False, min_world_size=world)
 loader.reshard(rank, world)
 times, cpu, last, last_cpu = [], [], None, None
 for images, labels, _ in loader:
-    if extra:
-        time.sleep(extra)
-    # The mean over the global batch: FSDP averages over the world, so each rank's loss is its share's sum x world / B.
-    loss = nn.functional.cross_entropy(model(images), labels % 10, reduction="sum") * world / batch
-    loss.backward()
-    opt.step(); opt.zero_grad()
+    if loop == "trainer":  # 2 micro-batches (reduced on the last), clipping, a scheduler: as elastic_ddp.py
+        half = len(labels) // 2
+        for i, (a, b) in enumerate(((0, half), (half, len(labels)))):
+            model.set_requires_gradient_sync(i == 1)
+            loss = nn.functional.cross_entropy(model(images[a:b]), labels[a:b] % 10) * ((b - a) * world / batch)
+            loss.backward()
+        if extra:
+            time.sleep(extra)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); sched.step(); opt.zero_grad()
+    else:
+        if extra:
+            time.sleep(extra)
+        # The mean over the global batch: FSDP averages over the world, so each rank's loss is its share's sum x
+        # world / B.
+        loss = nn.functional.cross_entropy(model(images), labels % 10, reduction="sum") * world / batch
+        loss.backward()
+        opt.step(); opt.zero_grad()
     now, now_cpu = time.monotonic(), time.process_time()
     if last is not None:
         times.append(now - last)
@@ -181,12 +200,44 @@ def recovery(data, num_samples, tmp, repeats, delay):
     return runs
 
 
-def overhead(data, tmp, repeats, extra, batch, epochs):
-    results = {"stoker_sharded": [], "torch_hsdp": []}
-    cpu = {"stoker_sharded": [], "torch_hsdp": []}  # rank 0's process CPU time a step (every thread)
+def _native_hsdp(data, tmp, name, extra, batch, loop):
+    """Rank 0's step times (and CPU times) of the loop under torch's own HSDP, 4 ranks."""
     script = os.path.join(tmp, "native.py")
     with open(script, "w") as f:
         f.write(NATIVE)
+    out = os.path.join(tmp, name + ".json")
+    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="4")
+    procs = [subprocess.Popen([sys.executable, script, data, str(extra), out, str(batch), loop],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for r in range(4)]
+    for p in procs:
+        p.wait(timeout=900)
+    with open(out) as f:
+        return json.load(f)
+
+
+def trainer(data, tmp, repeats, extra, batch, epochs):
+    """The Trainer (examples/elastic_ddp.py --shard: 2 micro-batches, clipping, StepLR) against the same loop
+    under torch's HSDP: rank 0's median step from step 5."""
+    results = {"stoker_trainer_sharded": [], "torch_hsdp": []}
+    for i in range(repeats):
+        name = "trainer%d" % i
+        args = [os.path.join(ROOT, "examples", "elastic_ddp.py"), "--data", data, "--epochs", str(epochs),
+                "--global-batch", str(batch), "--log", os.path.join(tmp, name + ".jsonl"), "--step-delay",
+                str(extra), "--timeout", "5", "--shard"]
+        proc = _launch(args, os.path.join(tmp, name + ".log"))
+        proc.wait(timeout=900)
+        lines = [r for r in _lines(os.path.join(tmp, name + ".jsonl")) if r["rank"] == 0]
+        results["stoker_trainer_sharded"].append(statistics.median(_gaps([r["t"] for r in lines])[4:]))
+        native = _native_hsdp(data, tmp, "native_trainer%d" % i, extra, batch, "trainer")
+        results["torch_hsdp"].append(statistics.median(native["times"][4:]))
+        print(json.dumps({k: round(v[-1] * 1000, 2) for k, v in results.items()}), flush=True)
+    return results
+
+
+def overhead(data, tmp, repeats, extra, batch, epochs):
+    results = {"stoker_sharded": [], "torch_hsdp": []}
+    cpu = {"stoker_sharded": [], "torch_hsdp": []}  # rank 0's process CPU time a step (every thread)
     for i in range(repeats):
         name = "steady%d" % i
         proc = _launch(_example(data, tmp, name, batch, extra, epochs) + ["--shard"], os.path.join(tmp, name + ".log"))
@@ -194,15 +245,7 @@ def overhead(data, tmp, repeats, extra, batch, epochs):
         lines = _lines(os.path.join(tmp, name + ".jsonl"))
         results["stoker_sharded"].append(statistics.median(_gaps([r["t"] for r in lines])[4:]))
         cpu["stoker_sharded"].append(statistics.median(_gaps([r["cpu"] for r in lines])[4:]))
-        out = os.path.join(tmp, "native%d.json" % i)
-        env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="4")
-        procs = [subprocess.Popen([sys.executable, script, data, str(extra), out, str(batch)],
-                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL) for r in range(4)]
-        for p in procs:
-            p.wait(timeout=900)
-        with open(out) as f:
-            native = json.load(f)
+        native = _native_hsdp(data, tmp, "native%d" % i, extra, batch, "run")
         results["torch_hsdp"].append(statistics.median(native["times"][4:]))
         cpu["torch_hsdp"].append(statistics.median(native["cpu"][4:]))
         print(json.dumps({k: [round(v[-1] * 1000, 2), round(cpu[k][-1] * 1000, 2)] for k, v in results.items()}),
@@ -272,7 +315,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--extra", type=float, default=0.1, help="seconds of sleep a step (a GPU's compute)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs of the overhead runs (25 steps each)")
-    ap.add_argument("--parts", default="recovery,overhead,checkpoint")
+    ap.add_argument("--parts", default="recovery,overhead,checkpoint,trainer")
     ap.add_argument("--every", type=int, default=5, help="steps between checkpoints in the checkpoint part")
     ap.add_argument("--photos", help="the demo data's source photographs (scripts/make_demo_data.py --photos)")
     ap.add_argument("--json")
@@ -306,6 +349,13 @@ def main():
             print("step: stoker sharded %.2f ms, torch HSDP %.2f ms: %+.1f%%; rank 0's CPU a step: %.2f ms against "
                   "%.2f ms (%+.2f ms)" % (a * 1000, b * 1000, 100 * (a / b - 1), ca * 1000, cb * 1000,
                                          (ca - cb) * 1000))
+        if "trainer" in args.parts:
+            t = trainer(data, tmp, args.repeats, args.extra, 16, args.epochs)
+            a, b = (statistics.median(t[k]) for k in ("stoker_trainer_sharded", "torch_hsdp"))
+            result["trainer"] = {k: {"median_step_s": statistics.median(v), "runs": v} for k, v in t.items()}
+            result["trainer"]["stoker_over_torch"] = a / b - 1
+            print("Trainer step (2 micro-batches, clipping, StepLR): stoker sharded %.2f ms, torch HSDP %.2f ms: "
+                  "%+.1f%%" % (a * 1000, b * 1000, 100 * (a / b - 1)))
         if "checkpoint" in args.parts:
             c = checkpoint(data, num_samples, tmp, args.repeats, args.extra, args.every)
             result["checkpoint"] = c

@@ -166,7 +166,8 @@ def main(argv=None):
                                "world_size": info["world_size"], "lr": optimizer.param_groups[0]["lr"],
                                "samples": info["rank_samples"], "batch": info["samples"],
                                "stepped": info["stepped"], "scale": scaler.get_scale() if scaler else None,
-                               "params_sha256": digest(model), "shard": shard_index() if args.shard else None}) + "\n"
+                               "params_sha256": digest(model), "shard": shard_index() if args.shard else None,
+                               "t": round(time.time(), 4)}) + "\n"
             fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line.encode())  # one write: a killed writer leaves no torn line
