@@ -49,6 +49,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _has_fsdp2():
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+    except Exception:  # noqa: BLE001 - torch 1.13's fsdp package fails to import on Python 3.11 (ValueError)
+        return False
+    return True
+
+
+needs_fsdp2 = pytest.mark.skipif(not _has_fsdp2(), reason="FSDP2 (fully_shard) needs torch >= 2.6; this is %s"
+                                 % torch.__version__)
+
+
 def _example_args(packed, tmp, name, delay, extra=()):
     return [EXAMPLE, "--data", packed, "--epochs", str(EPOCHS), "--global-batch", str(GLOBAL_BATCH),
             "--log", str(tmp / (name + ".jsonl")), "--save-params", str(tmp / (name + ".pt")),

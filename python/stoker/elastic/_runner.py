@@ -18,12 +18,12 @@ import time
 
 from . import ElasticError, PeerFailure
 from . import _saved
-from ._batches import batch_parts, slice_batch
+from ._batches import batch_parts
 from ._group import JobFinished
 from ._replica_groups import GroupLeft
-from ._membership import Membership, _test_stall
+from ._membership import Membership
 from ._model_check import refuse_wrapped_or_sharded
-from ._reduce import pack_gradients, unpack_gradients
+from ._replicated_steps import ReplicatedSteps
 from ._sharded import (check_sharded, is_sharded, load_local_state, local_state, replica_group,
                        stop_replica_groups)
 from ._sharded_steps import ShardedSteps
@@ -70,7 +70,7 @@ def detect_mode():
     return "single"
 
 
-class _Runner(_saved.Saving, Membership, ShardedSteps, ShardedCheckpoints):
+class _Runner(_saved.Saving, Membership, ReplicatedSteps, ShardedSteps, ShardedCheckpoints):
     def __init__(self, train_step, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra_state,
                  timeout, snapshot_dir, snapshot_every, snapshot_copies, mode, join_timeout, rendezvous_timeout,
                  allow_sharded=False):
@@ -359,65 +359,7 @@ class _Runner(_saved.Saving, Membership, ShardedSteps, ShardedCheckpoints):
     def _one_step(self, torch, epoch, batch_index, num_samples):
         if self.sharded:
             return self._sharded_step(torch, epoch, batch_index, num_samples)
-        g = self.group
-        batch_samples, first, end, batch, samples, indices, began = self._take_batch(batch_index, num_samples)
-        params = self._params()
-        for p in params:
-            p.grad = None
-        device = params[0].device if params else torch.device("cpu")
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no host sync a step
-        at = 0
-        step_start = time.monotonic()
-        for n in self.policy.micro_batches(samples):
-            part = slice_batch(batch, at, at + n)
-            loss = self.train_step(part) if isinstance(part, dict) else self.train_step(*part)
-            (loss * (n / batch_samples)).backward()
-            loss_sum += loss.detach().double() * n
-            at += n
-        own_time = time.monotonic() - began  # this rank's own time: batch to backward's end, before any wait
-        flat = pack_gradients(torch, params, loss_sum, device)
-        timed = self.straggler.slots(g.world_size) if self.straggler is not None else 0
-        ids = torch.zeros(batch_samples + 2 + timed, dtype=torch.int64)
-        if timed:
-            self.straggler.write(ids, batch_samples + 2, g.rank, own_time)
-        if indices is not None:
-            ids[first:end] = indices.cpu().to(torch.int64) + 1
-        if g.rank == 0 and self.rendezvous is not None:
-            ids[batch_samples] = self.rendezvous.pending_joins()
-        ids[batch_samples + 1] = 1  # ranks present: a sum check that everyone took part
-        g.allreduce(flat, "sum")
-        _test_stall(self.step + 1)
-        g.allreduce(ids, "sum")
-        if int(ids[batch_samples + 1]) != g.world_size:
-            raise ElasticError("%d ranks took part in step %d, the group has %d" % (int(ids[batch_samples + 1]),
-                                                                                  self.step + 1, g.world_size))
-        self._refuse_commit_if_away(began)
-        # Committed from here: every rank that got here has the same reduced gradient.
-        unpack_gradients(params, flat)
-        self.optimizer.step()
-        for p in params:
-            p.grad = None
-        self.step += 1
-        self.summary.steps += 1
-        self.in_flight = False
-        self.committed_position = self.loader.state_dict()
-        info = {"step": self.step, "epoch": epoch, "batch": batch_index, "world_size": g.world_size,
-                "rank": g.rank, "loss": float(flat[-1]) / batch_samples,
-                "samples": (ids[:batch_samples] - 1).tolist() if indices is not None else None}
-        self.last_commit = info
-        if self.on_commit is not None and (g.rank == 0 or self.on_commit_all_ranks):
-            self.on_commit(dict(info))
-        elapsed = time.monotonic() - step_start
-        self.step_seconds = elapsed if self.step_seconds is None else 0.9 * self.step_seconds + 0.1 * elapsed
-        self._save(info)
-        if timed:
-            verdict = self.straggler.judge(ids[batch_samples + 2:].tolist(), "batch to the end of its backward")
-            if verdict is not None:
-                return verdict
-        if self.rendezvous is not None and int(ids[batch_samples]) > self.rendezvous.joins_seen:
-            return None, "a worker asked to join"
-        return None
-
+        return self._replicated_step(torch, epoch, batch_index, num_samples)
 
 
 def _join_timeout(timeout, join_timeout):
