@@ -130,19 +130,10 @@ class Membership:
 
     def _broadcast_state(self, g, src):
         """Sends rank ``src``'s state to every other rank of ``g``, which applies it."""
-        torch = _torch()
-        payload = self._serialize() if g.rank == src else None
-        size = torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64)
-        g.broadcast(size, src)
-        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload is not None else \
-            torch.empty(int(size[0]), dtype=torch.uint8)
-        g.broadcast(data, src)
+        data = broadcast_bytes(g, self._serialize() if g.rank == src else None, src)
         if g.rank != src:
-            # A pickle from a peer of this job (torch 1.13's weights_only loader rejects plain floats);
-            # the group's store and network are the job's own, as for torch's own collectives.
-            kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
             # Onto this rank's own device: the source's tensors may be on another GPU.
-            received = torch.load(io.BytesIO(data.numpy().tobytes()), map_location=self._device(), **kwargs)
+            received = load_from_peer(data, map_location=self._device())
             self._apply(received["state"], received["loader"], received["meta"])
 
     def _reconfigure(self, why, in_flight=False):
@@ -246,6 +237,28 @@ class Membership:
                       "(step %d)", self.group.rank if self.group else "?", error, self.step)
             raise SystemExit(1)
         self._reconfigure(str(error), getattr(error, "in_flight", False))
+
+
+def broadcast_bytes(g, payload, src):
+    """``payload`` (bytes on rank ``src``, ignored elsewhere) from rank
+    ``src`` to every rank of ``g``; returns it on every rank."""
+    torch = _torch()
+    size = g.broadcast(torch.tensor([len(payload) if g.rank == src else 0], dtype=torch.int64), src)
+    if int(size[0]) == 0:
+        return b""
+    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if g.rank == src else \
+        torch.empty(int(size[0]), dtype=torch.uint8)
+    g.broadcast(data, src)
+    return payload if g.rank == src else data.numpy().tobytes()
+
+
+def load_from_peer(data, map_location=None):
+    """torch.load of bytes a peer of this job sent. A pickle (torch 1.13's
+    weights_only loader rejects plain floats): the group's store and network
+    are the job's own, as for torch's own collectives."""
+    torch = _torch()
+    kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
+    return torch.load(io.BytesIO(data), map_location=map_location, **kwargs)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import time
 from . import ElasticError
 from ._batches import slice_batch
 from ._group import _peek
-from ._membership import _test_fault, _test_stall
+from ._membership import _test_fault, _test_stall, broadcast_bytes, load_from_peer
 from ._sharded import pack_local_gradients, unpack_local_gradients
 
 log = logging.getLogger("stoker.elastic")
@@ -202,7 +202,7 @@ class ShardedSteps:
         holder = reduce(g, g.rank if self.last_commit is not None and self.last_commit.get("step") == hi
                         else no_source, "min")
         if holder != no_source and holder != 0 and hi >= 0:
-            self.last_commit = _broadcast_object(torch, g, self.last_commit if g.rank == holder else None, holder)
+            self.last_commit = _broadcast_object(g, self.last_commit if g.rank == holder else None, holder)
         if g.rank == 0 and self.last_commit is not None and self.on_commit is not None and \
                 not self.on_commit_all_ranks:
             info = dict(self.last_commit)
@@ -217,31 +217,21 @@ class ShardedSteps:
                 log.warning("generation %d: every worker holding step %d committed it late: the extra state (a "
                             "scheduler's) may be one step behind", g.generation, self.step)
             return
-        import io
-        torch = _torch()
-        payload = b""
+        payload = None
         if g.rank == src:
+            import io
             buf = io.BytesIO()
-            torch.save(self.extra_state.state_dict(), buf)
+            _torch().save(self.extra_state.state_dict(), buf)
             payload = buf.getvalue()
-        size = g.broadcast(torch.tensor([len(payload)], dtype=torch.int64), src)
-        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if g.rank == src else \
-            torch.empty(int(size[0]), dtype=torch.uint8)
-        g.broadcast(data, src)
+        data = broadcast_bytes(g, payload, src)
         if g.rank != src:
-            kwargs = {"weights_only": False} if "weights_only" in torch.load.__code__.co_varnames else {}
-            self.extra_state.load_state_dict(torch.load(io.BytesIO(data.numpy().tobytes()), **kwargs))
+            self.extra_state.load_state_dict(load_from_peer(data))
 
 
-def _broadcast_object(torch, g, value, src):
+def _broadcast_object(g, value, src):
     """``value`` (JSON: numbers, strings, lists, dicts) from rank ``src`` to every rank of ``g``."""
     import json
-    payload = json.dumps(value).encode() if g.rank == src else b""
-    size = g.broadcast(torch.tensor([len(payload)], dtype=torch.int64), src)
-    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if g.rank == src else \
-        torch.empty(int(size[0]), dtype=torch.uint8)
-    g.broadcast(data, src)
-    return json.loads(bytes(data.tolist()).decode())
+    return json.loads(broadcast_bytes(g, json.dumps(value).encode() if g.rank == src else None, src).decode())
 
 
 def _test_lost_commit(step):
