@@ -76,14 +76,17 @@ def load_into(path, model, optimizer, rank):
     params = [p for group in optimizer.param_groups for p in group["params"]]
     # The optimizer's states shaped like their parameter are read as the parameter's block; the rest (a step
     # count) whole. An optimizer that has not stepped yet has no state to fill: its targets are made here.
+    # Grouped by parameter in one pass over the names (states of tens of thousands of tensors).
+    by_param = {}
+    for name, (dtype, shape) in saved.items():
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "optimizer" and parts[1] == "state" and parts[2].isdigit():
+            by_param.setdefault(int(parts[2]), []).append((parts[3], dtype, shape))
     states = {}
-    for index, p in enumerate(params):
-        block = convert(p.detach()) if hasattr(p, "placements") else None
-        prefix = "optimizer.state.%d." % index
-        for name, (dtype, shape) in saved.items():
-            key = name[len(prefix):]
-            if not name.startswith(prefix) or "." in key:
-                continue
+    for index, entries in by_param.items():
+        p = params[index] if index < len(params) else None
+        block = convert(p.detach()) if p is not None and hasattr(p, "placements") else None
+        for key, dtype, shape in entries:
             if isinstance(block, Shard) and shape == tuple(p.shape):
                 local = torch.empty(tuple(block.tensor.shape), dtype=from_name[dtype])
                 states.setdefault(index, {})[key] = Shard(local, block.global_shape, block.offsets)
