@@ -153,6 +153,45 @@ def test_launcher_restarts_a_replica_group_whole_unless_the_job_stopped(tmp_path
         assert "is not started again: the job stopped (the test's own stop)" in out, out
 
 
+_FAILING_GROUP = textwrap.dedent("""
+    import os, sys
+    group, index, size = os.environ["STOKER_ELASTIC_REPLICA_GROUP"].rsplit(":", 2)
+    incarnation = int(group.rsplit(".", 1)[1])
+    with open(sys.argv[1], "a") as f:
+        f.write("%s %s\\n" % (group, index))
+    if sys.argv[2] == "trains":  # (each worker: the first to exit has set it before the launcher kills the other)
+        import torch.distributed as dist  # what a worker's first commit marks (_sharded_steps.py)
+        host, port = os.environ["STOKER_ELASTIC_STORE"].rsplit(":", 1)
+        dist.TCPStore(host, int(port), None, False).set("trained/" + group, "1")
+    sys.exit(1 if incarnation < 5 else 0)
+""")
+
+
+@pytest.mark.parametrize("starts", ["fail", "trains"])
+def test_launcher_stops_restarting_a_group_whose_starts_keep_failing(tmp_path, starts):
+    """A program that fails before its first step (a bug at start-up) would
+    have its group restarted --max-restarts times (100 by default): the
+    launcher stops after --max-failed-starts (3) starts in a row that failed
+    before the job committed a step with them. A group whose starts did
+    train (each marks it at its first commit) is started again as before."""
+    script = tmp_path / "group.py"
+    script.write_text(_FAILING_GROUP)
+    seen = tmp_path / "seen.txt"
+    proc = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "2",
+                    "--replica-group-size", "2", "--max-restarts", "10", str(script), str(seen), starts])
+    out = _finish(proc, timeout=120)
+    incarnations = sorted({line.split()[0].rsplit(".", 1)[1] for line in seen.read_text().splitlines()}, key=int)
+    if starts == "fail":
+        assert proc.returncode != 0, out
+        assert incarnations == ["0", "1", "2"], (incarnations, out)
+        assert "replica group 0 is not started again: its last 3 starts each failed before the job committed a " \
+            "step with it (last exit 1;" in out, out
+    else:
+        assert proc.returncode == 0, out
+        assert incarnations == ["0", "1", "2", "3", "4", "5"], (incarnations, out)
+        assert "is not started again" not in out, out
+
+
 _MISCONFIGURED = textwrap.dedent("""
     import sys, torch, stoker.elastic
     model = torch.nn.Linear(2, 2)

@@ -69,6 +69,10 @@ def _parser():
              "a model is sharded (stoker.elastic.replica_group_mesh() and FSDP2's fully_shard); when one fails, "
              "its group is stopped and started again, and joins the others (up to --max-restarts times, "
              "default 100)")
+    opt("max-failed-starts", type=int, default=3,
+        help="--in-process --replica-group-size: a replica group whose last N starts each failed before the job "
+             "committed a step with it (a program that fails at start-up, or on its first batch) is not started "
+             "again (0: no limit but --max-restarts)")
     opt("kill-silent-after", type=float, default=10.0,
         help="--in-process: SIGKILL a worker whose heartbeat stopped this many seconds ago (hung, stopped); "
              "the others go on without it after 3 s either way (0: never)")
@@ -228,15 +232,18 @@ class _Workers:
         self.stopping = set()  # groups whose workers are being stopped, to be started again
         self.restarts = 0
         self.max_restarts = int(args.max_restarts) if args.max_restarts is not None else 100
+        self.group_ids = {}  # group -> the id of its current incarnation (STOKER_ELASTIC_REPLICA_GROUP's)
+        self.failed_starts = {}  # group -> its starts in a row that failed before it committed a step
+        self.failure_code = {}  # group -> the exit code of the worker whose failure stopped it last
 
     def start(self, local_rank):
         env = dict(self.env, LOCAL_RANK=str(local_rank))
         if self.group_size:
             group = local_rank // self.group_size
             incarnation = self.incarnation.get(group, 0)
-            env.update(LOCAL_WORLD_SIZE=str(self.group_size), STOKER_ELASTIC_REPLICA_GROUP="%s-%d-g%d.%d:%d:%d" % (
-                socket.gethostname(), os.getpid(), group, incarnation, local_rank % self.group_size,
-                self.group_size))
+            self.group_ids[group] = "%s-%d-g%d.%d" % (socket.gethostname(), os.getpid(), group, incarnation)
+            env.update(LOCAL_WORLD_SIZE=str(self.group_size), STOKER_ELASTIC_REPLICA_GROUP="%s:%d:%d" % (
+                self.group_ids[group], local_rank % self.group_size, self.group_size))
         proc = subprocess.Popen([sys.executable, self.args.script] + list(self.args.script_args), env=env)
         proc.local_rank = local_rank
         self.children[proc.pid] = proc
@@ -256,6 +263,7 @@ class _Workers:
             return
         if proc.returncode != 0 and group not in self.stopping:
             self.stopping.add(group)
+            self.failure_code[group] = proc.returncode
             for pid in self.members[group]:
                 other = self.children[pid]
                 if pid not in codes and other.poll() is None:
@@ -269,6 +277,15 @@ class _Workers:
             if fatal is not None:
                 log.error("stoker.elastic.launch: replica group %d is not started again: the job stopped (%s)", group,
                           fatal)
+                return
+            # The workers mark their group's start as trained at their first commit (_sharded_steps.py).
+            trained = _peek(self.store, "trained/" + self.group_ids[group]) is not None
+            self.failed_starts[group] = 0 if trained else self.failed_starts.get(group, 0) + 1
+            limit = self.args.max_failed_starts
+            if limit > 0 and self.failed_starts[group] >= limit:
+                log.error("stoker.elastic.launch: replica group %d is not started again: its last %d starts each "
+                          "failed before the job committed a step with it (last exit %d; the workers' errors are "
+                          "above; --max-failed-starts)", group, self.failed_starts[group], self.failure_code[group])
                 return
             if self.restarts >= self.max_restarts:
                 log.error("stoker.elastic.launch: replica group %d is not started again: %d restarts "
