@@ -63,18 +63,23 @@ class StepLog:
 
     def __init__(self, path):
         self.path = path
+        self.read_to, self.last = 0, -1  # the lines read so far (other processes append too), and their last step
 
     def last_step(self):
+        """The newest step in the file: only the lines appended since the last call are read."""
         if not os.path.exists(self.path):
             return -1
-        last = -1
         with open(self.path, "rb") as f:
+            f.seek(self.read_to)
             for line in f:
+                if not line.endswith(b"\n"):
+                    break  # never torn (one write a line); read again next time all the same
+                self.read_to += len(line)
                 try:
-                    last = max(last, json.loads(line)["step"])
+                    self.last = max(self.last, json.loads(line)["step"])
                 except (ValueError, KeyError):
                     pass
-        return last
+        return self.last
 
     def __call__(self, info):
         if self.last_step() >= info["step"]:
