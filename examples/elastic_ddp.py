@@ -57,8 +57,13 @@ def parse_args(argv=None):
                                                    "tensors through the host)")
     p.add_argument("--shard", action="store_true", help="shard the model within each replica group (FSDP2 over "
                    "stoker.elastic.replica_group_mesh(); launch with --in-process --replica-group-size N)")
-    p.add_argument("--amp", action="store_true", help="float16 autocast with torch's GradScaler (needs --device cuda "
-                                                      "on torch 1.13); its state travels with the model")
+    p.add_argument("--amp", action="store_true", help="torch's GradScaler, with float16 autocast on a GPU; on the CPU "
+                   "(torch >= 2.3) the scaler alone, in float32, to run its path; its state travels with the model")
+    p.add_argument("--inf-at", metavar="STEP[:RANK]", help="(tests) add bias[0] x inf of the last layer to the loss "
+                   "of global step STEP (on rank RANK only, or every rank): an infinite gradient in that one element, "
+                   "which the scaler must skip on every worker (with --shard one worker's shard of a group holds it)")
+    p.add_argument("--parts", type=int, default=2, help="micro-batches a step (1: one backward pass, without "
+                   "trainer.accumulate)")
     return p.parse_args(argv)
 
 
@@ -139,9 +144,10 @@ def main(argv=None):
             print("OK: %d samples x %d epochs, each exactly once; replicas agree; lr on schedule" % (n, args.epochs))
         return 1 if problems else 0
 
-    if args.amp and not args.device.startswith("cuda"):
-        print("elastic_ddp.py: --amp needs --device cuda (torch's GradScaler on the CPU needs torch 2.3 or newer)",
-              file=sys.stderr)
+    on_gpu = args.device.startswith("cuda")
+    if args.amp and not on_gpu and not hasattr(getattr(torch, "amp", None), "GradScaler"):
+        print("elastic_ddp.py: --amp needs --device cuda on torch %s (torch's GradScaler on the CPU needs torch 2.3 "
+              "or newer)" % torch.__version__, file=sys.stderr)
         return 2
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -154,16 +160,33 @@ def main(argv=None):
             if any(True for _ in layer.parameters()):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
+    poisoned = []  # --inf-at: a term through the last layer's bias[0], taken as its forward pass starts (sharded:
+    # after FSDP gathered the parameter, so that the gradient goes through FSDP's reduce-scatter)
+    if args.inf_at is not None:
+        inf_step, _, inf_rank = args.inf_at.partition(":")
+
+        def poison(module, inputs):
+            if int(inf_step) == trainer.global_step + 1 and torch.is_grad_enabled() and \
+                    inf_rank in ("", str(trainer.rank)):
+                poisoned.append(module.bias[0] * float("inf"))
+        model[-1].register_forward_pre_hook(poison)  # after FSDP's own, which gathers the parameters
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=STEP_SIZE, gamma=GAMMA)
-    scaler = torch.cuda.amp.GradScaler() if args.amp else None
+    scaler = None
+    if args.amp:
+        scaler = torch.cuda.amp.GradScaler() if on_gpu and not hasattr(torch.amp, "GradScaler") else \
+            torch.amp.GradScaler("cuda" if on_gpu else "cpu")
     loader = stoker.Loader(args.data, global_batch_size=args.global_batch, with_indices=True, num_threads=1,
                            log_epochs=False, transform=T.Compose([T.Resize(16), T.CenterCrop(16)]))
+
+    # The learning rate the step trains with: a step the scaler skipped commits when the body has ended, after
+    # the scheduler's step, whose rate is the next step's.
+    step_lr = [optimizer.param_groups[0]["lr"]]
 
     def log_step(info):
         if args.log:
             line = json.dumps({"step": info["step"], "epoch": info["epoch"], "rank": info["rank"], "pid": os.getpid(),
-                               "world_size": info["world_size"], "lr": optimizer.param_groups[0]["lr"],
+                               "world_size": info["world_size"], "lr": step_lr[0],
                                "samples": info["rank_samples"], "batch": info["samples"],
                                "stepped": info["stepped"], "scale": scaler.get_scale() if scaler else None,
                                "params_sha256": digest(model), "shard": shard_index() if args.shard else None,
@@ -187,13 +210,18 @@ def main(argv=None):
     for images, labels, _ in trainer:
         while args.pause_while and os.path.exists(args.pause_while):
             time.sleep(0.05)
+        step_lr[0] = optimizer.param_groups[0]["lr"]
         with trainer.step():
             images, labels = images.to(args.device, non_blocking=True), labels.to(args.device, non_blocking=True)
             if slow:
                 time.sleep(slow)  # a slower machine: before the backward pass, so DDP waits for it
-            for x, y, weight in trainer.accumulate(images, labels, parts=2):
-                with torch.autocast("cuda", dtype=torch.float16) if args.amp else contextlib.nullcontext():
+            parts = trainer.accumulate(images, labels, parts=args.parts) if args.parts > 1 else \
+                [(images, labels, trainer.loss_weight(len(images)))]
+            for x, y, weight in parts:
+                with torch.autocast("cuda", dtype=torch.float16) if args.amp and on_gpu else contextlib.nullcontext():
                     loss = nn.functional.cross_entropy(trainer.model(x), y % 10) * weight
+                if poisoned:
+                    loss = loss + poisoned.pop()
                 (scaler.scale(loss) if scaler else loss).backward()
             if args.step_delay:
                 time.sleep(args.step_delay)

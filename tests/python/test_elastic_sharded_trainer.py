@@ -125,3 +125,79 @@ def test_the_trainer_resumes_a_sharded_model_from_its_checkpoint_when_every_grou
     assert "every replica group failed: restoring step" in out, out[-6000:]
     _ddp_check(packed, tmp_path, "run")
     _assert_params_match(ddp_reference, tmp_path / "run.pt")
+
+
+
+@needs_fsdp2
+def test_when_every_group_fails_the_trainer_stops_the_job_rather_than_restart_it(packed, tmp_path):  # noqa: F811
+    """The Trainer's counterpart of run()'s: one group of two without
+    checkpoints, a worker SIGKILLed, so no live worker holds the committed
+    steps. The group started again stops the job (the launcher's ``fatal``
+    mark) instead of being started again, up to --max-restarts times, only
+    to meet the same end."""
+    proc = _trainer_launch(2, packed, tmp_path, 0.3)
+    _wait_for_steps(tmp_path / "run.jsonl", 4, proc)  # 2 lines a step
+    os.kill(_ddp_workers(proc, 2)[0], signal.SIGKILL)
+    out = _finish(proc, timeout=180)
+    assert proc.returncode != 0, out[-6000:]
+    assert "no live worker holds them (every replica group failed)" in out, out[-6000:]
+    assert out.count("starting replica group") == 1, out[-6000:]  # once, and not again once the job stopped
+    assert "is not started again: the job stopped" in out, out[-6000:]
+
+def _scaler_reference(packed, tmp_path, extra):
+    subprocess.run([sys.executable] + _ddp_args(packed, tmp_path, "ref", 0) + extra, check=True, env=_env(),
+                   capture_output=True)
+    return torch.load(tmp_path / "ref.pt")
+
+
+def _assert_one_step_skipped_everywhere(lines, step, world):
+    skipped = sorted((r["step"], r["rank"]) for r in lines if not r["stepped"])
+    assert skipped == [(step, rank) for rank in range(world)], skipped
+    scales = {(r["step"], r["rank"]): r["scale"] for r in lines}
+    for rank in range(world):  # the scale backs off once, after the skipped step
+        assert scales[(step, rank)] == scales[(step - 1, rank)] / 2, scales
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("found_inf", ["torch", "own"])
+def test_a_grad_scaler_skips_an_inf_step_on_every_worker_of_a_sharded_model(packed, tmp_path, found_inf):  # noqa: F811
+    """A GradScaler (on the CPU: the scaler alone, in float32) over a model
+    sharded in 2 groups of 2, one backward pass a step (no accumulate()),
+    so the sum across groups is made by the scaler's unscale_(). At step 4,
+    rank 2 alone adds bias[0] x inf to its loss: after its group's
+    reduce-scatter only its shard holds the inf, and before the sum across
+    groups no worker of the first group does. Every worker must skip that
+    step, the scale backs off everywhere, and the parameters end as one
+    process's, which skipped the same step. ``own``: the inf check reduced
+    by the trainer (as on a torch whose DTensors do not), not by torch."""
+    flags = ["--amp", "--inf-at", "4:2", "--parts", "1"]
+    reference = _scaler_reference(packed, tmp_path, ["--amp", "--inf-at", "4", "--parts", "1"])
+    proc = _trainer_launch(4, packed, tmp_path, 0.0, extra=flags,
+                           env={"STOKER_ELASTIC_TEST_OWN_FOUND_INF": "1"} if found_inf == "own" else None)
+    out = _finish(proc, timeout=240)
+    assert proc.returncode == 0, out[-6000:]
+    lines = _ddp_check(packed, tmp_path, "run")
+    assert {r["world_size"] for r in lines} == {4}
+    _assert_one_step_skipped_everywhere(lines, 4, 4)
+    _assert_params_match(reference, tmp_path / "run.pt")
+
+
+@needs_fsdp2
+def test_a_grad_scaler_survives_a_commit_lost_after_unscale(packed, tmp_path):  # noqa: F811
+    """One group of two with a GradScaler: the commit of step 3, inside
+    scaler.step() after the scaler unscaled the gradients, fails on one
+    worker alone. That worker takes the next batch with its scaler's
+    per-step mark cleared (else its unscale_() would raise "already been
+    called"), commits step 3 late and receives the scaler's state from the
+    other. A later inf step is skipped by both; the parameters end as one
+    process's."""
+    flags = ["--amp", "--inf-at", "5"]
+    reference = _scaler_reference(packed, tmp_path, flags)
+    proc = _trainer_launch(2, packed, tmp_path, 0.0, extra=flags, env={"STOKER_ELASTIC_TEST_LOSE_COMMIT": "3",
+                                                                       "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK": "1"})
+    out = _finish(proc, timeout=240)
+    assert proc.returncode == 0, out[-6000:]
+    assert "failed on this worker alone" in out, out[-6000:]
+    lines = _ddp_check(packed, tmp_path, "run")
+    _assert_one_step_skipped_everywhere([r for r in lines if r["world_size"] == 2], 5, 2)
+    _assert_params_match(reference, tmp_path / "run.pt")

@@ -96,6 +96,32 @@ def test_trainer_commits_a_batch_whose_optimizer_step_was_skipped(packed):
     assert trainer.summary.steps == 14
 
 
+def test_a_scheduler_made_before_the_trainer_neither_warns_nor_misses_a_step(packed):
+    """The Trainer wraps optimizer.step() after the program made its LR
+    scheduler, which had wrapped it to count steps: torch's schedulers then
+    warn "optimizer.step() has been overridden after learning rate scheduler
+    initialization" unless the wrapper carries their mark (torch 1.13's and
+    2.x's differ). No such warning, and the schedule counts every step."""
+    import warnings
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    trainer = elastic.Trainer(model, opt, _tiny_loader(packed, 16), epochs=1, mode="single", scheduler=scheduler)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for images, labels, _ in trainer:
+            with trainer.step():
+                loss = torch.nn.functional.cross_entropy(trainer.model(images), labels % 4)
+                (loss * trainer.loss_weight(len(labels))).backward()
+                opt.step()
+                scheduler.step()
+                opt.zero_grad()
+    assert not [str(w.message) for w in caught if "scheduler" in str(w.message)], [str(w.message) for w in caught]
+    assert scheduler.last_epoch == trainer.global_step + 1 == 7
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 3)
+
+
 SCALER_JOB = str(SOURCE_DIR / "tests" / "python" / "elastic_scaler_job.py")
 
 
@@ -138,6 +164,32 @@ def test_trainer_carries_the_scalers_state_to_a_joining_worker(packed, tmp_path)
             want = reference[step]
             assert (rec["scale"], rec["growth"], rec["stepped"]) == (want["scale"], want["growth"],
                                                                      want["stepped"]), (step, rec, want)
+
+
+@pytest.mark.skipif(not hasattr(getattr(torch, "amp", None), "GradScaler"),
+                    reason="torch's GradScaler on the CPU needs torch >= 2.3; this is %s" % torch.__version__)
+def test_a_grad_scaler_survives_a_commit_lost_after_unscale(packed, tmp_path):
+    """examples/elastic_ddp.py --amp (torch's GradScaler; on the CPU the
+    scaler alone, in float32), two workers: the commit of step 3, inside
+    scaler.step() after the gradients were unscaled, fails on one worker
+    alone. The two re-form and that worker, behind, receives the state; its
+    scaler must have forgotten the failed step (else the next unscale_()
+    raises "unscale_() has already been called" in the program's loop). An
+    inf gradient at step 5 is skipped by both, and the parameters end as one
+    process's, which skipped the same step."""
+    flags = ["--amp", "--inf-at", "5"]
+    subprocess.run([sys.executable] + _ddp_args(packed, tmp_path, "ref", 0) + flags, check=True, env=_env(),
+                   capture_output=True)
+    env = dict(_env(), STOKER_ELASTIC_TEST_LOSE_COMMIT="3", STOKER_ELASTIC_TEST_DIE_LOCAL_RANK="1")
+    proc = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "2",
+                    "--min-workers", "1", "--max-workers", "2"] + _ddp_args(packed, tmp_path, "run", 0) + flags,
+                   env=env)
+    out = _finish(proc)
+    assert proc.returncode == 0, out[-4000:]
+    assert "failed on this worker alone" in out, out[-4000:]
+    lines = _ddp_check(packed, tmp_path, "run")
+    assert sorted((r["step"], r["rank"]) for r in lines if not r["stepped"]) == [(5, 0), (5, 1)]
+    _assert_params_match(torch.load(tmp_path / "ref.pt"), tmp_path / "run.pt")
 
 
 def _dict_loader(packed, batch):

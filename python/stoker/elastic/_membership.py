@@ -227,6 +227,17 @@ class Membership:
         if self.group is not None and self.mode == "in_process":
             self.group.close()  # now, in a safe order, rather than wherever the interpreter's exit drops it
 
+    def _stop_replica_groups(self, error):
+        """After an ElasticError that ends this worker (no live worker holds
+        the committed steps, a shard missing), in run() and the Trainer
+        alike: the launchers start no replica group again, as it would meet
+        the same end."""
+        if self.sharded and self.rendezvous is not None:
+            try:
+                self.rendezvous.store.set("fatal", str(error))
+            except Exception:  # noqa: BLE001 - the store is gone: so are the launchers
+                pass
+
     def _left_behind(self, error):
         log.warning("%s; nothing left to do", error)
         self.summary.left_behind = True
@@ -300,6 +311,15 @@ def _test_stall(step):
         import signal
         log.warning("test fault: stopping before the commit of step %d", step)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _test_lost_commit(step):
+    """Fault injection for the tests: this worker behaves as if the commit's
+    collective of ``step`` failed here after completing on the others."""
+    spec = os.environ.get("STOKER_ELASTIC_TEST_LOSE_COMMIT")
+    if spec and int(spec) == step and os.environ.get("LOCAL_RANK") == os.environ.get(
+            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
+        raise PeerFailure("test fault: the commit's collective of step %d failed on this worker alone" % step)
 
 
 def _test_fault(generation):

@@ -276,11 +276,7 @@ class _Runner(_saved.Saving, Membership, ReplicatedSteps, ShardedSteps, ShardedC
             finished = True
         except ElasticError as e:
             finished = False
-            if self.sharded and self.rendezvous is not None:
-                try:  # the launchers start no replica group again: it would meet the same end
-                    self.rendezvous.store.set("fatal", str(e))
-                except Exception:  # noqa: BLE001 - the store is gone: so are the launchers
-                    pass
+            self._stop_replica_groups(e)
             raise
         except GroupLeft as e:
             log.error("rank %s: %s; leaving, so that the launcher starts this replica group again (it joins the "

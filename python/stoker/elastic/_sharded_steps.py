@@ -19,7 +19,7 @@ import time
 from . import ElasticError
 from ._batches import slice_batch
 from ._group import _peek
-from ._membership import _test_fault, _test_stall, broadcast_bytes, load_from_peer
+from ._membership import _test_fault, _test_lost_commit, _test_stall, broadcast_bytes, load_from_peer
 from ._sharded import pack_local_gradients, unpack_local_gradients
 
 log = logging.getLogger("stoker.elastic")
@@ -127,9 +127,13 @@ class ShardedSteps:
 
     def _mark_committed(self):
         """Once a worker: a group started later knows from the store's mark
-        that a state exists, and never starts afresh."""
+        that a state exists, and never starts afresh; and the launcher knows
+        that this start of the replica group trained (``trained/<group>``:
+        it stops restarting a group whose starts keep failing before that)."""
         if not self._marked_committed and self.rendezvous is not None:
             self.rendezvous.store.set("committed", "1")
+            if self.rendezvous.replica is not None:
+                self.rendezvous.store.set("trained/" + self.rendezvous.replica[0], "1")
             self._marked_committed = True
 
     def _commit_pending(self):
@@ -232,17 +236,6 @@ def _broadcast_object(g, value, src):
     """``value`` (JSON: numbers, strings, lists, dicts) from rank ``src`` to every rank of ``g``."""
     import json
     return json.loads(broadcast_bytes(g, json.dumps(value).encode() if g.rank == src else None, src).decode())
-
-
-def _test_lost_commit(step):
-    """Fault injection for the tests: this worker behaves as if the commit's
-    collective of ``step`` failed here after completing on the others."""
-    import os
-    spec = os.environ.get("STOKER_ELASTIC_TEST_LOSE_COMMIT")
-    if spec and int(spec) == step and os.environ.get("LOCAL_RANK") == os.environ.get(
-            "STOKER_ELASTIC_TEST_DIE_LOCAL_RANK", "0"):
-        from . import PeerFailure
-        raise PeerFailure("test fault: the commit's collective of step %d failed on this worker alone" % step)
 
 
 def _copied(batch):

@@ -36,8 +36,9 @@ last micro-batch of ``trainer.accumulate()`` has run its backward pass
 (before clipping), or at ``optimizer.step()`` in a loop without it. Weight
 each loss by ``trainer.loss_weight`` (accumulate's weight): a worker whose
 share of a batch is empty gets one sample of an earlier batch with weight 0,
-as FSDP's collectives need the whole group. No GradScaler with a sharded
-model (train in bfloat16). See _trainer_sharded.py.
+as FSDP's collectives need the whole group. A GradScaler's inf check sees
+the whole summed gradient, so every worker skips a step alike. See
+_trainer_sharded.py.
 """
 import contextlib
 import logging
@@ -47,7 +48,9 @@ import types
 
 from . import ElasticError, PeerFailure
 from ._batches import batch_parts, slice_batch
+from ._extra_state import ExtraState
 from ._group import JobFinished
+from ._membership import _test_lost_commit
 from ._runner import _Runner, _join_timeout
 from ._sharded import stop_replica_groups
 from ._stragglers import StragglerWatch
@@ -59,35 +62,6 @@ log = logging.getLogger("stoker.elastic")
 # What gloo, NCCL and DDP say when a peer is gone (anything else a step raises is the program's own).
 _PEER_TROUBLE = ("gloo", "Connection closed", "Connection reset", "Timed out", "timed out", "timeout", "NCCL",
                  "Broken pipe", "ProcessGroup", "pair closure", "reset by peer")
-
-
-class _Extra:
-    """The scheduler's and the scaler's states, travelling with the model."""
-
-    def __init__(self, scheduler, scaler):
-        self.scheduler, self.scaler = scheduler, scaler
-
-    @property
-    def base_lrs(self):
-        return getattr(self.scheduler, "base_lrs", None)
-
-    @base_lrs.setter
-    def base_lrs(self, value):
-        self.scheduler.base_lrs = value
-
-    def state_dict(self):
-        state = {}
-        if self.scheduler is not None:
-            state["scheduler"] = self.scheduler.state_dict()
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
-        return state
-
-    def load_state_dict(self, state):
-        if self.scheduler is not None and "scheduler" in state:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
 
 
 class Trainer(ShardedTrainer):
@@ -117,11 +91,10 @@ class Trainer(ShardedTrainer):
         try:
             if straggler is not None and not isinstance(straggler, StragglerPolicy):
                 raise TypeError("straggler= takes a stoker.elastic.StragglerPolicy, not %s" % type(straggler).__name__)
-            extra = _Extra(scheduler, scaler) if scheduler is not None or scaler is not None else None
+            extra = ExtraState(scheduler, scaler) if scheduler is not None or scaler is not None else None
             self._r = _Runner(None, model, optimizer, loader, epochs, policy, checkpointer, on_commit, extra, timeout,
                               snapshot_dir, snapshot_every, snapshot_copies, mode,
                               _join_timeout(timeout, join_timeout), rendezvous_timeout, allow_sharded=True)
-            self._refuse_for_sharded(scaler)
         except (ElasticError, TypeError, ValueError) as e:
             stop_replica_groups("%s: %s" % (type(e).__name__, e))  # a group started again would meet it again
             raise
@@ -143,6 +116,7 @@ class Trainer(ShardedTrainer):
         self._own_time = None  # this rank's own time for its last committed step (ditto)
         self._evict = None  # (rank, why): the straggler policy's decision, carried out before the next batch
         self._wrap_optimizer_step()
+        self._share_scaler_decisions(scaler)
         if straggler is not None and not self._sharded:
             self._clock_gradients()
 
@@ -259,6 +233,8 @@ class Trainer(ShardedTrainer):
                     self.model = None
                     for p in self.module.parameters():
                         p.grad = None  # the failed attempt's partial gradients: the batch is taken again
+                    if r.extra_state is not None:
+                        r.extra_state.abandon_step()
                     r._on_failure(failure)
                     self._rebuild()
                     continue
@@ -289,6 +265,9 @@ class Trainer(ShardedTrainer):
         except JobFinished as e:
             r._left_behind(e)
             finished = True
+        except ElasticError as e:
+            r._stop_replica_groups(e)
+            raise
         finally:
             r._close(finished)
 
@@ -362,9 +341,11 @@ class Trainer(ShardedTrainer):
             trainer._after_commit(stepped=True)
             return result
         # A bound method, as torch's LR schedulers expect to find (they wrap it to count steps); a scheduler
-        # made before keeps counting through `original`, and is told so.
-        if hasattr(original, "_with_counter"):
-            step._with_counter = original._with_counter
+        # made before keeps counting through `original`, and is told so (torch 1.13's mark, and 2.x's, whose
+        # absence makes the scheduler warn that optimizer.step() was overridden).
+        for mark in ("_with_counter", "_wrapped_by_lr_sched"):
+            if hasattr(original, mark):
+                setattr(step, mark, getattr(original, mark))
         self.optimizer.step = types.MethodType(step, self.optimizer)
 
     def _start_ids(self):
@@ -404,6 +385,7 @@ class Trainer(ShardedTrainer):
         pending, self._ids_pending = self._ids_pending, None
         if pending is not None:
             pending.wait()
+        _test_lost_commit(r.step + 1)
         if int(self._ids[batch_samples + 1]) != g.world_size:
             raise PeerFailure("%d ranks took part in step %d, the group has %d" % (
                 int(self._ids[batch_samples + 1]), r.step + 1, g.world_size))
