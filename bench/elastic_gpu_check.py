@@ -6,8 +6,8 @@
    tensors go through a gloo group beside it, so the run trains through
    instead of restarting (before: NCCL was handed CPU tensors, 100 restarts).
 2. stoker.elastic.Trainer with the model on the GPU under float16 autocast
-   and torch's GradScaler (--amp; not in the dry run: torch 1.13's scaler
-   needs CUDA), 2 ranks on gloo (CUDA tensors through the host; NCCL
+   and torch's GradScaler (--amp; in the dry run only on torch >= 2.3, whose
+   scaler runs on the CPU: torch 1.13's needs CUDA), 2 ranks on gloo (CUDA tensors through the host; NCCL
    refuses two ranks on one GPU), one SIGKILLed mid-run: each sample once,
    replicas' parameters and loss scales equal, StepLR on schedule.
 3. The in-process mode's own NCCL group for DDP (one rank, one GPU), aborted
@@ -45,6 +45,11 @@ with open(out, "w") as f:
     json.dump({"steps": summary.steps, "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
                "backend": dist.get_backend()}, f)
 """
+
+
+def _cpu_scaler():
+    import torch
+    return hasattr(getattr(torch, "amp", None), "GradScaler")
 
 
 def free_port():
@@ -91,7 +96,7 @@ def main():
                                   "127.0.0.1:%d" % port, "--nproc-per-node", "2", "--min-workers", "1",
                                   "--max-workers", "2", example, "--data", data, "--epochs", "2", "--log", log,
                                   "--device", device, "--step-delay", "0.2", "--timeout", "10"] +
-                                 ([] if args.dry_run else ["--amp"]),
+                                 (["--amp"] if not args.dry_run or _cpu_scaler() else []),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while (not os.path.exists(log) or sum(1 for _ in open(log)) < 6) and time.monotonic() < deadline:
