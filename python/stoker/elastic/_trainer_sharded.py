@@ -17,6 +17,7 @@ after ``optimizer.step()``: the scheduler's state then comes from a worker
 that committed the step itself (_sharded_steps.py).
 """
 import contextlib
+import logging
 import os
 import time
 
@@ -25,6 +26,8 @@ from ._batches import slice_batch
 from ._sharded import pack_local_gradients, unpack_local_gradients
 from ._membership import _test_lost_commit
 from ._sharded_steps import _copied
+
+log = logging.getLogger("stoker.elastic")
 
 
 class ShardedTrainer:
@@ -44,7 +47,12 @@ class ShardedTrainer:
         shard stepping while another skips would tear the model apart."""
         if not self._sharded or scaler is None:
             return
-        trainer, original = self, scaler.unscale_
+        trainer, original = self, getattr(scaler, "unscale_", None)
+        if original is None:  # not torch's: its own way of skipping, which must agree across the workers
+            log.warning("the scaler (%s) has no unscale_(): with a sharded model each worker sees only its shard "
+                        "of the gradient, so a skip must be decided on the whole of it (torch's GradScaler is)",
+                        type(scaler).__name__)
+            return
 
         def unscale_(optimizer):
             if trainer._batch is not None and not trainer._committed:
