@@ -19,7 +19,7 @@ examples/elastic_train.py --shard, on the CPU (gloo):
   CPU then free, as on a GPU machine).
 - **trainer**: the same against torch's HSDP for stoker.elastic.Trainer's
   loop (examples/elastic_ddp.py --shard: 2 micro-batches, clipping, StepLR;
-  the same loop under HSDP).
+  the same loop under HSDP); with --amp both loops use torch's GradScaler.
 - **checkpoint** (run(checkpointer=dict(...)), written by the oldest
   group, each worker its shards): a step's time with a checkpoint every
   --every steps against none, same runs otherwise; and every group failing
@@ -51,6 +51,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 data, extra, out, batch = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 loop = sys.argv[5] if len(sys.argv) > 5 else "run"  # "trainer": examples/elastic_ddp.py's loop
+amp = len(sys.argv) > 6 and sys.argv[6] == "amp"  # the trainer loop with torch's GradScaler (on the CPU: float32)
+scaler = torch.amp.GradScaler("cpu") if amp else None
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0); torch.set_num_threads(1)
@@ -76,11 +78,17 @@ for images, labels, _ in loader:
         for i, (a, b) in enumerate(((0, half), (half, len(labels)))):
             model.set_requires_gradient_sync(i == 1)
             loss = nn.functional.cross_entropy(model(images[a:b]), labels[a:b] % 10) * ((b - a) * world / batch)
-            loss.backward()
+            (scaler.scale(loss) if scaler else loss).backward()
         if extra:
             time.sleep(extra)
+        if scaler:
+            scaler.unscale_(opt)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(); sched.step(); opt.zero_grad()
+        if scaler:
+            scaler.step(opt); scaler.update()
+        else:
+            opt.step()
+        sched.step(); opt.zero_grad()
     else:
         if extra:
             time.sleep(extra)
@@ -200,14 +208,14 @@ def recovery(data, num_samples, tmp, repeats, delay):
     return runs
 
 
-def _native_hsdp(data, tmp, name, extra, batch, loop):
+def _native_hsdp(data, tmp, name, extra, batch, loop, amp=False):
     """Rank 0's step times (and CPU times) of the loop under torch's own HSDP, 4 ranks."""
     script = os.path.join(tmp, "native.py")
     with open(script, "w") as f:
         f.write(NATIVE)
     out = os.path.join(tmp, name + ".json")
     env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="4")
-    procs = [subprocess.Popen([sys.executable, script, data, str(extra), out, str(batch), loop],
+    procs = [subprocess.Popen([sys.executable, script, data, str(extra), out, str(batch), loop] + (["amp"] if amp else []),
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for r in range(4)]
     for p in procs:
@@ -216,20 +224,20 @@ def _native_hsdp(data, tmp, name, extra, batch, loop):
         return json.load(f)
 
 
-def trainer(data, tmp, repeats, extra, batch, epochs):
-    """The Trainer (examples/elastic_ddp.py --shard: 2 micro-batches, clipping, StepLR) against the same loop
-    under torch's HSDP: rank 0's median step from step 5."""
+def trainer(data, tmp, repeats, extra, batch, epochs, amp=False):
+    """The Trainer (examples/elastic_ddp.py --shard: 2 micro-batches, clipping, StepLR; ``amp``: with torch's
+    GradScaler) against the same loop under torch's HSDP: rank 0's median step from step 5."""
     results = {"stoker_trainer_sharded": [], "torch_hsdp": []}
     for i in range(repeats):
         name = "trainer%d" % i
         args = [os.path.join(ROOT, "examples", "elastic_ddp.py"), "--data", data, "--epochs", str(epochs),
                 "--global-batch", str(batch), "--log", os.path.join(tmp, name + ".jsonl"), "--step-delay",
-                str(extra), "--timeout", "5", "--shard"]
+                str(extra), "--timeout", "5", "--shard"] + (["--amp"] if amp else [])
         proc = _launch(args, os.path.join(tmp, name + ".log"))
         proc.wait(timeout=900)
         lines = [r for r in _lines(os.path.join(tmp, name + ".jsonl")) if r["rank"] == 0]
         results["stoker_trainer_sharded"].append(statistics.median(_gaps([r["t"] for r in lines])[4:]))
-        native = _native_hsdp(data, tmp, "native_trainer%d" % i, extra, batch, "trainer")
+        native = _native_hsdp(data, tmp, "native_trainer%d" % i, extra, batch, "trainer", amp)
         results["torch_hsdp"].append(statistics.median(native["times"][4:]))
         print(json.dumps({k: round(v[-1] * 1000, 2) for k, v in results.items()}), flush=True)
     return results
@@ -318,6 +326,8 @@ def main():
     ap.add_argument("--parts", default="recovery,overhead,checkpoint,trainer")
     ap.add_argument("--every", type=int, default=5, help="steps between checkpoints in the checkpoint part")
     ap.add_argument("--photos", help="the demo data's source photographs (scripts/make_demo_data.py --photos)")
+    ap.add_argument("--amp", action="store_true", help="the trainer part with torch's GradScaler (torch >= 2.3 on "
+                    "the CPU, in float32)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -350,12 +360,13 @@ def main():
                   "%.2f ms (%+.2f ms)" % (a * 1000, b * 1000, 100 * (a / b - 1), ca * 1000, cb * 1000,
                                          (ca - cb) * 1000))
         if "trainer" in args.parts:
-            t = trainer(data, tmp, args.repeats, args.extra, 16, args.epochs)
+            t = trainer(data, tmp, args.repeats, args.extra, 16, args.epochs, args.amp)
             a, b = (statistics.median(t[k]) for k in ("stoker_trainer_sharded", "torch_hsdp"))
             result["trainer"] = {k: {"median_step_s": statistics.median(v), "runs": v} for k, v in t.items()}
             result["trainer"]["stoker_over_torch"] = a / b - 1
-            print("Trainer step (2 micro-batches, clipping, StepLR): stoker sharded %.2f ms, torch HSDP %.2f ms: "
-                  "%+.1f%%" % (a * 1000, b * 1000, 100 * (a / b - 1)))
+            result["trainer"]["amp"] = args.amp
+            print("Trainer step (2 micro-batches, clipping, StepLR%s): stoker sharded %.2f ms, torch HSDP %.2f ms: "
+                  "%+.1f%%" % (", GradScaler" if args.amp else "", a * 1000, b * 1000, 100 * (a / b - 1)))
         if "checkpoint" in args.parts:
             c = checkpoint(data, num_samples, tmp, args.repeats, args.extra, args.every)
             result["checkpoint"] = c
