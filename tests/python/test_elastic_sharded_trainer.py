@@ -168,8 +168,9 @@ def test_a_grad_scaler_skips_an_inf_step_on_every_worker_of_a_sharded_model(pack
     reduce-scatter only its shard holds the inf, and before the sum across
     groups no worker of the first group does. Every worker must skip that
     step, the scale backs off everywhere, and the parameters end as one
-    process's, which skipped the same step. ``own``: the inf check reduced
-    by the trainer (as on a torch whose DTensors do not), not by torch."""
+    process's, which skipped the same step. ``own``: torch's reduction of
+    the inf check over the DTensors' mesh is removed (as on a torch without
+    it), so the trainer's own must make it."""
     flags = ["--amp", "--inf-at", "4:2", "--parts", "1"]
     reference = _scaler_reference(packed, tmp_path, ["--amp", "--inf-at", "4", "--parts", "1"])
     proc = _trainer_launch(4, packed, tmp_path, 0.0, extra=flags,

@@ -168,12 +168,23 @@ def _dtensor_shares_found_inf():
     mesh themselves (torch.distributed.tensor's found_inf handler, in torch
     2.9; probed, as it is torch's internal)."""
     if os.environ.get("STOKER_ELASTIC_TEST_OWN_FOUND_INF"):
-        return False  # the tests' way to run the reduction below on a torch that has its own
+        _test_drop_torchs_found_inf()
+        return False
     try:
         from torch.distributed.tensor import _dispatch
     except Exception:  # noqa: BLE001 - absent or moved: reduce it here
         return False
     return hasattr(_dispatch, "found_inf_reduce_handler")
+
+
+def _test_drop_torchs_found_inf():
+    """The tests' way to run the trainer's own reduction of the inf check as
+    on a torch without DTensor's: torch's handler is removed, so that the
+    check is this worker's shard's alone unless the trainer reduces it."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    handlers = getattr(DTensor._op_dispatcher, "_custom_op_handlers", {})
+    handlers.pop(torch.ops.aten._amp_foreach_non_finite_check_and_unscale_.default, None)
 
 
 def _gradient_sync_off(module):
