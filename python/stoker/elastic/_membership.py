@@ -15,6 +15,7 @@ import time
 from . import ElasticError, PeerFailure
 from ._group import Group, abort_group
 from ._rendezvous import Rendezvous
+from ._sharded import stop_replica_groups
 
 log = logging.getLogger("stoker.elastic")
 
@@ -232,11 +233,8 @@ class Membership:
         the committed steps, a shard missing), in run() and the Trainer
         alike: the launchers start no replica group again, as it would meet
         the same end."""
-        if self.sharded and self.rendezvous is not None:
-            try:
-                self.rendezvous.store.set("fatal", str(error))
-            except Exception:  # noqa: BLE001 - the store is gone: so are the launchers
-                pass
+        if self.sharded:
+            stop_replica_groups(str(error))
 
     def _left_behind(self, error):
         log.warning("%s; nothing left to do", error)
