@@ -12,9 +12,13 @@ namespace stoker {
 Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns, const IndexOptions& options) {
   return index_internal::IndexShardsWith(
       shard_patterns, options,
-      [](std::string_view field, std::span<const std::byte> payload) -> std::optional<std::vector<std::uint32_t>> {
+      [](std::string_view field, std::span<const std::byte> payload) -> std::optional<SeekableTable> {
         if (!codec::IsJpegField(field)) return std::nullopt;
-        return codec::ExistingRestartTable(payload);
+        auto table = codec::ExistingRestartTable(payload);
+        if (!table) return std::nullopt;
+        auto layout = codec::ReadScanLayout(payload);  // read once more: it is what the table was found with
+        if (!layout.ok()) return std::nullopt;
+        return SeekableTable{std::move(*table), JpegGeometry{static_cast<std::uint32_t>(layout->width), static_cast<std::uint32_t>(layout->height), static_cast<std::uint32_t>(layout->mcu_height)}};
       });
 }
 

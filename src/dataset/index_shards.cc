@@ -50,7 +50,7 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
 
   index_format::IndexBuilder builder;
   std::vector<index_format::IndexBuilder::Field> fields;
-  std::vector<std::vector<std::uint32_t>> restarts;  // the fields' tables (their spans point here)
+  std::vector<SeekableTable> restarts;  // the fields' tables (their spans point here)
   for (std::size_t i = 0; i < paths.size(); ++i) {
     const std::string& path = paths[i];
     STOKER_ASSIGN_OR_RETURN(auto mapped, fs.Map(path));
@@ -69,16 +69,17 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
           for (const auto* f : sorted) {
             auto data = bytes.subspan(f->data_offset, f->size);
             checksum.Update(data);
-            std::vector<std::uint32_t>& table = restarts[fields.size()];
-            table.clear();
+            SeekableTable& table = restarts[fields.size()];
+            table = {};
             if (find_restarts) {
               if (auto found = find_restarts(f->name, data)) {
                 table = std::move(*found);
                 summary.seekable_payloads++;
               }
             }
-            fields.push_back(
-                {f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name)), table});
+            fields.push_back({f->name, f->data_offset, f->size,
+                              index_format::KindCode(ConventionalFieldKind(f->name)), table.offsets, table.geometry,
+                              data});
             if (f->name == "cls") {
               auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
               if (!parsed) {

@@ -13,14 +13,16 @@
 #include <vector>
 
 #include "stoker/pack.h"
+#include "stoker/seekable.h"
 #include "stoker/status.h"
 
 namespace stoker::index_internal {
 
-// The restart table to record for payload `payload` of field `field`, or
-// nothing. Called for every payload; must be cheap for those it ignores.
-using RestartTableFinder = std::function<std::optional<std::vector<std::uint32_t>>(std::string_view field,
-                                                                                   std::span<const std::byte> payload)>;
+// The restart table (and the image's geometry) to record for payload
+// `payload` of field `field`, or nothing. Called for every payload; must be
+// cheap for those it ignores.
+using RestartTableFinder = std::function<std::optional<SeekableTable>(
+    std::string_view field, std::span<const std::byte> payload)>;
 
 // IndexShards() with `find_restarts` (may be empty: no tables).
 [[nodiscard]] Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns,

@@ -52,7 +52,7 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 // restart tables a rewriter gave them (empty for none).
 struct LoadedSample {
   std::vector<std::vector<std::byte>> payloads;
-  std::vector<std::vector<std::uint32_t>> restarts;
+  std::vector<SeekableTable> restarts;
 };
 
 Result<LoadedSample> LoadSample(FileSystem& fs, const SourceSample& sample) {
@@ -422,7 +422,8 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
     for (std::size_t f = 0; f < sample.fields.size(); ++f) {
       STOKER_RETURN_IF_ERROR(writer.Append(AsBytes(member_headers[f])));
       fields.push_back({sample.fields[f].name, writer.offset(), loaded[f].size(),
-                        index_format::KindCode(sample.fields[f].content), next.restarts[f]});
+                        index_format::KindCode(sample.fields[f].content), next.restarts[f].offsets,
+                        next.restarts[f].geometry, loaded[f]});
       STOKER_RETURN_IF_ERROR(writer.Append(loaded[f]));
       STOKER_RETURN_IF_ERROR(writer.Append(std::span(kPadding).first(tar::PaddingAfter(loaded[f].size()))));
       checksum.Update(loaded[f]);

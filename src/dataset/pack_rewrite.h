@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "stoker/pack.h"
+#include "stoker/seekable.h"
 #include "stoker/status.h"
 
 namespace stoker::pack_internal {
@@ -19,11 +20,12 @@ class FieldRewriter {
   virtual ~FieldRewriter() = default;
   // May replace `bytes`, the payload of field `field` of sample `key`;
   // returns whether it did. It may also give the payload a restart table
-  // (a seekable JPEG's, recorded in the index; `restarts` arrives empty).
+  // (a seekable JPEG's, with its geometry, recorded in the index; `restarts`
+  // arrives empty).
   // Called from pack's reader threads at once. Errors name what is wrong
   // with the payload (pack adds the sample).
   [[nodiscard]] virtual Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                             std::vector<std::uint32_t>& restarts) const = 0;
+                                             SeekableTable& restarts) const = 0;
   // After the pack: what was done, as JSON for the index's note, and the
   // figures for the summary.
   [[nodiscard]] virtual std::string Note() const = 0;

@@ -130,6 +130,7 @@ Result<IndexView> IndexView::Open(std::span<const std::byte> bytes, std::string 
     view.restart_entries_ = Load<std::uint64_t>(bytes.data() + end);
     view.restart_pool_ = Load<std::uint64_t>(bytes.data() + end + 8);
     view.restart_varints_ = version >= kVersionWithVarintRestarts;
+    view.region_records_ = version >= kVersionWithRegionRecords;
     std::uint64_t entry_bytes = 0, pool_bytes = 0, section = 0;
     if (!MulOk(view.restart_entries_, kRestartEntrySize, &entry_bytes) ||
         !MulOk(view.restart_pool_, view.restart_varints_ ? 1 : 4, &pool_bytes) ||
@@ -247,8 +248,10 @@ void IndexBuilder::SetShardContents(std::uint32_t shard, std::uint64_t size, std
   shards_.at(shard).checksum = checksum;
 }
 
-bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table) const {
+bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table,
+                              RegionRecord* region) const {
   table.clear();
+  if (region != nullptr) *region = {};
   // Entries are sorted by (sample, field): a binary search. A damaged
   // section gives no table or one the reader refuses, never a wild read.
   std::uint64_t lo = 0, hi = restart_entries_;
@@ -263,8 +266,13 @@ bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::ve
       // A varint takes at least a byte: a count the pool cannot hold is refused before any allocation.
       if (entries < 2 || first > restart_pool_ || restart_pool_ - first < entries) return false;
       const std::byte* pool = restart_section_ + restart_entries_ * kRestartEntrySize;
-      if (restart_varints_)
-        return ReadRestartVarints({pool + first, static_cast<std::size_t>(restart_pool_ - first)}, entries, table);
+      if (restart_varints_) {
+        const std::span<const std::byte> bytes{pool + first, static_cast<std::size_t>(restart_pool_ - first)};
+        std::size_t used = 0;
+        if (!ReadRestartVarints(bytes, entries, table, &used)) return false;
+        if (region != nullptr && region_records_) ReadRegionRecord(bytes.subspan(used), table, *region);
+        return true;
+      }
       table.resize(entries);
       std::memcpy(table.data(), pool + first * 4, std::size_t{entries} * 4);  // little-endian, as the host
       return true;
@@ -275,6 +283,82 @@ bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::ve
       hi = mid;
   }
   return false;
+}
+
+namespace {
+
+constexpr std::uint32_t kMaxJpegSide = 65535;
+
+// Unsigned LEB128 of at most 5 bytes and 32 bits at bytes[at], advancing `at`.
+std::optional<std::uint32_t> ReadVarint(std::span<const std::byte> bytes, std::size_t& at) {
+  std::uint64_t value = 0;
+  for (int shift = 0;; shift += 7) {
+    if (at == bytes.size() || shift > 28) return std::nullopt;
+    const auto b = static_cast<std::uint8_t>(bytes[at++]);
+    value |= std::uint64_t{b & 0x7Fu} << shift;
+    if ((b & 0x80) == 0) break;
+  }
+  if (value > UINT32_MAX) return std::nullopt;
+  return static_cast<std::uint32_t>(value);
+}
+
+void AppendVarint(std::uint32_t v, std::vector<std::byte>& out) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<std::byte>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<std::byte>(v));
+}
+
+// MCU rows of an image of `geometry`, or 0 when the geometry is not a JPEG's.
+std::uint32_t McuRows(const JpegGeometry& g) {
+  if (g.width == 0 || g.height == 0 || g.width > kMaxJpegSide || g.height > kMaxJpegSide) return 0;
+  if (g.mcu_height != 8 && g.mcu_height != 16 && g.mcu_height != 24 && g.mcu_height != 32) return 0;
+  return (g.height + g.mcu_height - 1) / g.mcu_height;
+}
+
+}  // namespace
+
+void IndexView::ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
+                                 RegionRecord& region) {
+  region = {};
+  std::size_t at = 0;
+  const auto width = ReadVarint(bytes, at), height = ReadVarint(bytes, at), mcu_height = ReadVarint(bytes, at);
+  if (!width || !height || !mcu_height) return;
+  const JpegGeometry geometry{*width, *height, *mcu_height};
+  const std::uint32_t rows = McuRows(geometry);
+  if (rows == 0 || (table.size() - 1) % rows != 0 || bytes.size() - at < (std::size_t{rows} + 1) * 4) return;
+  region.geometry = geometry;
+  region.rest_check = Load<std::uint32_t>(bytes.data() + at);
+  region.row_checks.resize(rows);
+  std::memcpy(region.row_checks.data(), bytes.data() + at + 4, std::size_t{rows} * 4);
+}
+
+std::uint32_t PieceCheck(std::span<const std::byte> bytes) {
+  return static_cast<std::uint32_t>(Xxh3(bytes));
+}
+
+bool RegionPiecesAgree(const RegionRecord& region, std::span<const std::uint32_t> table, std::uint64_t payload_size,
+                       std::span<const std::span<const std::byte>> others, std::span<const std::byte> head,
+                       std::uint32_t first_row, std::span<const std::byte> rows) {
+  if (region.rows() == 0 || table.size() < 2 || (table.size() - 1) % region.rows() != 0 || head.size() != table[0] ||
+      first_row >= region.rows())
+    return false;
+  Xxh3Stream rest;
+  for (const auto& other : others) rest.Update(other);
+  rest.Update(head);
+  if (static_cast<std::uint32_t>(rest.Digest()) != region.rest_check) return false;
+  std::uint64_t at = region.RowStart(table, first_row, payload_size);
+  std::size_t used = 0;
+  for (std::uint32_t row = first_row; row < region.rows() && used < rows.size(); ++row) {
+    const std::uint64_t end = region.RowStart(table, row + 1, payload_size);
+    if (end < at || end - at > rows.size() - used) return false;
+    const std::size_t size = static_cast<std::size_t>(end - at);
+    if (PieceCheck(rows.subspan(used, size)) != region.row_checks[row]) return false;
+    used += size;
+    at = end;
+  }
+  return used == rows.size() && !rows.empty();
 }
 
 void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std::byte>& out) {
@@ -290,7 +374,8 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
   }
 }
 
-bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, std::vector<std::uint32_t>& table) {
+bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, std::vector<std::uint32_t>& table,
+                        std::size_t* used) {
   table.clear();
   if (count > bytes.size()) return false;  // each value takes a byte at least
   table.reserve(count);
@@ -314,7 +399,36 @@ bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, s
     }
     table.push_back(static_cast<std::uint32_t>(value));
   }
+  if (used != nullptr) *used = at;
   return true;
+}
+
+void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t i, std::vector<std::byte>& out) {
+  const Field& jpeg = fields[i];
+  const JpegGeometry& g = jpeg.geometry;
+  AppendVarint(g.width, out);
+  AppendVarint(g.height, out);
+  AppendVarint(g.mcu_height, out);
+  std::vector<std::size_t> others;
+  for (std::size_t j = 0; j < fields.size(); ++j)
+    if (j != i) others.push_back(j);
+  std::sort(others.begin(), others.end(), [&](std::size_t a, std::size_t b) { return fields[a].name < fields[b].name; });
+  Xxh3Stream rest;
+  for (std::size_t j : others) rest.Update(fields[j].payload);
+  rest.Update(jpeg.payload.first(jpeg.restarts[0]));
+  auto put = [&](std::uint32_t v) {
+    std::byte b[4];
+    std::memcpy(b, &v, 4);  // little-endian, as the host
+    out.insert(out.end(), b, b + 4);
+  };
+  put(static_cast<std::uint32_t>(rest.Digest()));
+  RegionRecord region;
+  region.row_checks.resize(McuRows(g));
+  for (std::uint32_t row = 0; row < region.rows(); ++row) {
+    const std::uint64_t begin = region.RowStart(jpeg.restarts, row, jpeg.size);
+    const std::uint64_t end = region.RowStart(jpeg.restarts, row + 1, jpeg.size);
+    put(PieceCheck(jpeg.payload.subspan(begin, end - begin)));
+  }
 }
 
 Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
@@ -337,6 +451,16 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     if (!std::is_sorted(fields[i].restarts.begin(), fields[i].restarts.end()))
       return Status::InvalidArgument(
           fmt::format("sample '{}' field '{}': a restart table whose offsets decrease", key, fields[i].name));
+    if (restarts > 0) {
+      const std::uint32_t rows = McuRows(fields[i].geometry);
+      if (rows == 0 || (restarts - 1) % rows != 0 || fields[i].payload.size() != fields[i].size ||
+          fields[i].restarts.back() > fields[i].size)
+        return Status::InvalidArgument(fmt::format(
+            "sample '{}' field '{}': a restart table of {} offsets that does not fit its {}x{} image (MCU rows of {} "
+            "px) and {} bytes",
+            key, fields[i].name, restarts, fields[i].geometry.width, fields[i].geometry.height,
+            fields[i].geometry.mcu_height, fields[i].size));
+    }
   }
   for (std::size_t i = 0; i < fields.size(); ++i) {
     auto it = std::find(field_names_.begin(), field_names_.end(), fields[i].name);
@@ -356,6 +480,7 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     if (!fields[i].restarts.empty()) {
       const std::uint64_t first = restart_varints_.size();
       AppendRestartVarints(fields[i].restarts, restart_varints_);
+      AppendRegionRecord(fields, i, restart_varints_);
       restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), first,
                            restart_varints_.size() - first});
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "stoker/fields.h"
+#include "stoker/seekable.h"
 #include "stoker/status.h"
 
 namespace stoker::index_format {
@@ -25,13 +26,18 @@ inline constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'N', 'D', 'E', 'X'};
 // kFlagRestarts): where each restart interval of a seekable JPEG starts, as
 // u32s. Version 6 keeps each table as LEB128 varints instead: its first
 // offset, then each offset's difference from the one before (about 2 bytes
-// an interval where version 5 took 4). Writers write version 6 when there
-// is a restart section, else 4; readers take 1-6.
-inline constexpr std::uint32_t kVersion = 6;
+// an interval where version 5 took 4). Version 7 follows each table with
+// its region record (RegionRecord): the image's size and MCU height, so a
+// reader can plan a crop before reading, and a check of each MCU row's
+// bytes and of the rest of the sample, so it can verify a read of only the
+// rows the crop covers. Writers write version 7 when there is a restart
+// section, else 4; readers take 1-7.
+inline constexpr std::uint32_t kVersion = 7;
 inline constexpr std::uint32_t kVersionWithoutRestarts = 4;
 inline constexpr std::uint32_t kVersionWithFieldStats = 4;
 inline constexpr std::uint32_t kVersionWithRestarts = 5;
 inline constexpr std::uint32_t kVersionWithVarintRestarts = 6;
+inline constexpr std::uint32_t kVersionWithRegionRecords = 7;
 inline constexpr std::uint32_t kFlagNote = 1;
 inline constexpr std::uint32_t kFlagRestarts = 2;
 inline constexpr std::uint32_t kRestartEntrySize = 24;
@@ -122,15 +128,20 @@ class IndexView {
   // What the packer did to the samples, as JSON (version 3); empty if nothing.
   [[nodiscard]] std::string_view note() const { return note_; }
   [[nodiscard]] std::span<const std::byte> data_section() const { return bytes_.subspan(records_offset_); }
-  // How many (sample, field) payloads have a restart table (version 5-6).
+  // How many (sample, field) payloads have a restart table (version 5-7).
   [[nodiscard]] std::uint64_t num_restart_tables() const { return restart_entries_; }
   // The restart table of sample `sample`'s field `field` (field-table
   // order) into `table`: intervals + 1 offsets from the payload's start.
   // False (and `table` empty) when the index records none or its entry is
   // damaged; never a wild read. Readers check a table against the payload
-  // before trusting it.
-  [[nodiscard]] bool restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table) const;
+  // before trusting it. With `region` (version 7): its region record too,
+  // cleared (rows() == 0) when the index has none or it does not fit the
+  // table.
+  [[nodiscard]] bool restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table,
+                                   RegionRecord* region = nullptr) const;
   [[nodiscard]] const std::string& where() const { return where_; }
+  // Whether tables carry region records (version 7).
+  [[nodiscard]] bool has_region_records() const { return region_records_ && restart_entries_ > 0; }
 
   struct Record {
     std::uint32_t shard = 0;
@@ -157,9 +168,14 @@ class IndexView {
   std::uint64_t data_checksum_ = 0;
   std::uint64_t skipped_members_ = 0;
   std::string_view note_;
+  // `bytes` follow a table's varints: its region record into `region`,
+  // left cleared when it does not fit `table` or runs past the pool.
+  static void ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
+                               RegionRecord& region);
   std::uint64_t restart_entries_ = 0;           // entries of the restart section
   std::uint64_t restart_pool_ = 0;              // after them: u32 offsets (version 5) or varint bytes (6)
   bool restart_varints_ = false;                // version 6
+  bool region_records_ = false;                 // version 7: each table followed by its region record
   const std::byte* restart_section_ = nullptr;  // the first entry
   std::vector<std::string> field_names_;
   std::vector<FieldEntry> fields_;
@@ -174,7 +190,21 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
 // contents). False when they run past the end, a varint takes more than 5
 // bytes or does not fit 32 bits, or an offset does not.
 [[nodiscard]] bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count,
-                                      std::vector<std::uint32_t>& table);
+                                      std::vector<std::uint32_t>& table, std::size_t* used = nullptr);
+
+// 32 bits of a piece's xxh3-64: what a region record keeps per piece.
+[[nodiscard]] std::uint32_t PieceCheck(std::span<const std::byte> bytes);
+
+// Checks the pieces of a seekable JPEG payload of `payload_size` bytes with
+// restart table `table` and region record `region`, as read in part: `head`
+// its bytes before the first interval, `rows` those of MCU rows [first_row,
+// first_row + n) (n from their size), `others` the sample's other fields'
+// payloads in field-name order. False when a piece differs from its check
+// or the pieces do not fit the table.
+[[nodiscard]] bool RegionPiecesAgree(const RegionRecord& region, std::span<const std::uint32_t> table,
+                                     std::uint64_t payload_size, std::span<const std::span<const std::byte>> others,
+                                     std::span<const std::byte> head, std::uint32_t first_row,
+                                     std::span<const std::byte> rows);
 
 // Builds an index in memory. Samples must arrive grouped by shard, in shard
 // order. Field ids are assigned by first appearance and sorted by name at
@@ -190,8 +220,11 @@ class IndexBuilder {
     // and text make text, any other mix makes bytes.
     std::uint8_t kind = kKindNotRecorded;
     // A seekable JPEG's restart table (intervals + 1 offsets from the
-    // payload's start, not decreasing); empty for none.
+    // payload's start, not decreasing); empty for none. With one, `geometry`
+    // and `payload` (the field's bytes) make its region record.
     std::span<const std::uint32_t> restarts = {};
+    JpegGeometry geometry = {};
+    std::span<const std::byte> payload = {};
   };
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);
@@ -233,6 +266,8 @@ class IndexBuilder {
   std::vector<FieldTotals> field_totals_;  // by id
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;
+  // A table's region record (version 7), after its varints in `out`.
+  static void AppendRegionRecord(std::span<const Field> fields, std::size_t i, std::vector<std::byte>& out);
   struct Restarts {
     std::uint64_t sample;
     std::uint32_t field_id;

@@ -64,7 +64,7 @@ Result<std::unique_ptr<JpegShrinker>> JpegShrinker::Create(std::uint32_t max_sid
 }
 
 Result<bool> JpegShrinker::Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                   std::vector<std::uint32_t>&) const {
+                                   SeekableTable&) const {
   if (!codec::IsJpegField(field)) return false;
   auto shrunk = ShrinkJpeg(bytes, max_side_, quality_);
   if (!shrunk.ok()) return shrunk.error().WithContext("cannot re-encode the image");

@@ -41,7 +41,7 @@ class JpegShrinker final : public pack_internal::FieldRewriter {
   [[nodiscard]] static Result<std::unique_ptr<JpegShrinker>> Create(std::uint32_t max_side, int quality);
 
   [[nodiscard]] Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                     std::vector<std::uint32_t>& restarts) const override;
+                                     SeekableTable& restarts) const override;
   [[nodiscard]] std::string Note() const override;
   void Report(PackSummary& summary) const override;
 

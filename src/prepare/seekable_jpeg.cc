@@ -13,7 +13,7 @@ static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kRewritten) == 0)
 static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kOther) + 1 == codec::kSeekableOutcomes);
 
 Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                         std::vector<std::uint32_t>& restarts) const {
+                                         SeekableTable& restarts) const {
   bool changed = false;
   if (before_ != nullptr) {
     STOKER_ASSIGN_OR_RETURN(changed, before_->Rewrite(field, bytes, restarts));
@@ -26,7 +26,9 @@ Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std
   bytes_after_.fetch_add(seekable.bytes.size(), std::memory_order_relaxed);
   intervals_.fetch_add(seekable.table.size() - 1, std::memory_order_relaxed);
   bytes = std::move(seekable.bytes);
-  restarts = std::move(seekable.table);
+  auto layout = codec::ReadScanLayout(bytes);  // the table's geometry, for the index's region record
+  if (!layout.ok()) return layout.status().WithContext("a seekable JPEG just written");
+  restarts = {std::move(seekable.table), JpegGeometry{static_cast<std::uint32_t>(layout->width), static_cast<std::uint32_t>(layout->height), static_cast<std::uint32_t>(layout->mcu_height)}};
   return true;
 }
 

@@ -23,7 +23,7 @@ class SeekableJpegWriter final : public pack_internal::FieldRewriter {
   explicit SeekableJpegWriter(const pack_internal::FieldRewriter* before) : before_(before) {}
 
   [[nodiscard]] Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                     std::vector<std::uint32_t>& restarts) const override;
+                                     SeekableTable& restarts) const override;
   // The note merges `before`'s (a JSON object) with "seekable_jpeg": counts
   // of images re-written and kept (by reason) and the bytes before and after.
   [[nodiscard]] std::string Note() const override;

@@ -299,49 +299,103 @@ std::vector<std::byte> AsRestartVersion5(const std::vector<std::byte>& v6) {
   return out;
 }
 
-// Seekable JPEGs' restart tables after the note: varints in version 6, u32s
-// in version 5 (still read).
+// Seekable JPEGs' restart tables after the note: varints in version 6 and
+// 7, u32s in version 5 (still read); version 7 follows each with its region
+// record.
 TEST(IndexFormat, CarriesRestartTables) {
   IndexBuilder b;
   auto s0 = b.AddShard("shard-000000.tar");
-  // Differences of every varint length, up to the largest offset.
-  const std::vector<std::uint32_t> t0 = {600, 700, 800, 950, 20000, 3000000, 400000000, UINT32_MAX}, t2 = {10, 20},
-                                   t2b = {5, 5, 7};
+  // Payloads: the bytes the region records check.
+  std::vector<std::byte> jpg0(1000), cls0(1), jpg2(30), png2(30);
+  for (std::size_t i = 0; i < jpg0.size(); ++i) jpg0[i] = static_cast<std::byte>(i * 7);
+  cls0[0] = std::byte{'3'};
+  for (std::size_t i = 0; i < 30; ++i) {
+    jpg2[i] = static_cast<std::byte>(i);
+    png2[i] = static_cast<std::byte>(100 + i);
+  }
+  // Differences of 1- and 2-byte varints; three MCU rows of one interval in t0, one in t2, two in t2b.
+  const std::vector<std::uint32_t> t0 = {600, 700, 800, 950}, t2 = {10, 20}, t2b = {5, 5, 7};
+  const JpegGeometry g0{48, 24, 8}, g2{16, 8, 8}, g2b{16, 32, 16};
   // Fields arrive in another order than the name order the index uses.
-  std::vector<IndexBuilder::Field> f0 = {{"jpg", 512, 1000, 0, t0}, {"cls", 1536, 1}};
+  std::vector<IndexBuilder::Field> f0 = {{"jpg", 512, 1000, 0, t0, g0, jpg0}, {"cls", 1536, 1, 0, {}, {}, cls0}};
   std::vector<IndexBuilder::Field> f1 = {{"jpg", 2048, 10}};
-  std::vector<IndexBuilder::Field> f2 = {{"png", 4096, 30, 0, t2b}, {"jpg", 3072, 30, 0, t2}};
+  std::vector<IndexBuilder::Field> f2 = {{"png", 4096, 30, 0, t2b, g2b, png2}, {"jpg", 3072, 30, 0, t2, g2, jpg2}};
   ASSERT_TRUE(b.AddSample(s0, "zero", 1, 7, f0).ok());
   ASSERT_TRUE(b.AddSample(s0, "one", 1, 7, f1).ok());
   ASSERT_TRUE(b.AddSample(s0, "two", 1, 7, f2).ok());
   b.SetShardContents(s0, 8192, 1);
   b.SetNote(R"({"seekable_jpeg":{}})");
   ASSERT_OK_AND_ASSIGN(auto bytes, b.Finish());
-  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 6u);
-  // t0's differences take 2, 1, 1, 2, 3, 4, 5 and 5 bytes; t2's and t2b's a byte each.
-  const std::size_t pool = 23 + 2 + 3;
+  EXPECT_EQ(Load<std::uint32_t>(bytes.data() + header::kVersionOff), 7u);
+  // t0's varints take 2, 1, 1 and 2 bytes, t2's and t2b's a byte each; each record 3 varint bytes (all under
+  // 128), the rest check and a check per MCU row.
+  const std::size_t pool = (6 + 3 + 4 + 3 * 4) + (2 + 3 + 4 + 4) + (3 + 3 + 4 + 2 * 4);
   const std::size_t section = bytes.size() - (16 + 3 * kRestartEntrySize + pool);
   EXPECT_EQ(Load<std::uint64_t>(bytes.data() + section + 8), pool);
-  for (const auto& index : {bytes, AsRestartVersion5(bytes)}) {
+  auto as_version = [](std::vector<std::byte> index, std::uint32_t version) {
+    std::memcpy(index.data() + header::kVersionOff, &version, 4);
+    const auto records_off = Load<std::uint64_t>(index.data() + header::kRecordsOff);
+    const std::uint64_t meta = MetaChecksum(std::span<const std::byte>(index).subspan(0, records_off));
+    std::memcpy(index.data() + header::kMetaChecksumOff, &meta, 8);
+    return index;
+  };
+  for (std::uint32_t version : {7u, 6u, 5u}) {
+    const auto index = version == 5 ? AsRestartVersion5(bytes) : as_version(bytes, version);
     ASSERT_OK_AND_ASSIGN(IndexView view, IndexView::Open(index, "idx"));
     EXPECT_EQ(view.note(), R"({"seekable_jpeg":{}})");
     EXPECT_EQ(view.num_restart_tables(), 3u);
+    EXPECT_EQ(view.has_region_records(), version == 7);
     // Field order: cls, jpg, png.
+    RegionRecord region;
     auto table = [&](std::uint64_t sample, std::uint32_t field) {
       std::vector<std::uint32_t> out = {99};
-      const bool found = view.restart_table(sample, field, out);
+      region.rest_check = 1;
+      const bool found = view.restart_table(sample, field, out, &region);
       EXPECT_EQ(found, !out.empty());
       return out;
     };
     EXPECT_EQ(table(0, 1), t0);
+    if (version == 7) {
+      // Each row's bytes, the last to the payload's end; the rest: the other fields, then the head.
+      ASSERT_EQ(region.rows(), 3u);
+      EXPECT_EQ(region.geometry.width, 48u);
+      EXPECT_EQ(region.geometry.height, 24u);
+      EXPECT_EQ(region.geometry.mcu_height, 8u);
+      const std::span<const std::byte> j0(jpg0);
+      EXPECT_EQ(region.row_checks[0], PieceCheck(j0.subspan(600, 100)));
+      EXPECT_EQ(region.row_checks[1], PieceCheck(j0.subspan(700, 100)));
+      EXPECT_EQ(region.row_checks[2], PieceCheck(j0.subspan(800)));
+      std::vector<std::byte> rest(cls0);
+      rest.insert(rest.end(), jpg0.begin(), jpg0.begin() + 600);
+      EXPECT_EQ(region.rest_check, PieceCheck(rest));
+      // What a reader of rows 1-2 checks.
+      const std::span<const std::byte> others[] = {cls0};
+      EXPECT_TRUE(RegionPiecesAgree(region, t0, 1000, others, j0.first(600), 1, j0.subspan(700)));
+      EXPECT_TRUE(RegionPiecesAgree(region, t0, 1000, others, j0.first(600), 0, j0.subspan(600, 100)));
+      EXPECT_FALSE(RegionPiecesAgree(region, t0, 1000, others, j0.first(600), 1, j0.subspan(700, 150)))
+          << "rows cut short";
+      EXPECT_FALSE(RegionPiecesAgree(region, t0, 1000, others, j0.first(600), 0, j0.subspan(700, 100)))
+          << "the wrong row";
+      EXPECT_FALSE(RegionPiecesAgree(region, t0, 1000, {}, j0.first(600), 1, j0.subspan(700))) << "no .cls";
+      auto damaged = jpg0;
+      damaged[750] ^= std::byte{1};
+      EXPECT_FALSE(RegionPiecesAgree(region, t0, 1000, others, j0.first(600), 1, std::span(damaged).subspan(700)));
+      damaged = jpg0;
+      damaged[3] ^= std::byte{1};
+      EXPECT_FALSE(RegionPiecesAgree(region, t0, 1000, others, std::span(damaged).first(600), 1, j0.subspan(700)));
+    } else {
+      EXPECT_EQ(region.rows(), 0u) << "version " << version << " has no region records";
+    }
     EXPECT_TRUE(table(0, 0).empty());
     EXPECT_TRUE(table(1, 1).empty());
     EXPECT_EQ(table(2, 1), t2);
+    EXPECT_EQ(region.rows(), version == 7 ? 1u : 0u);
     EXPECT_EQ(table(2, 2), t2b);
+    EXPECT_EQ(region.rows(), version == 7 ? 2u : 0u);
     EXPECT_TRUE(table(3, 1).empty());
   }
 
-  // The section must end the file exactly, and only versions 5-6 know its flag.
+  // The section must end the file exactly, and only versions 5-7 know its flag.
   auto longer = bytes;
   longer.push_back(std::byte{0});
   EXPECT_FALSE(IndexView::Open(longer, "idx").ok());
@@ -357,23 +411,45 @@ TEST(IndexFormat, CarriesRestartTables) {
   ASSERT_OK_AND_ASSIGN(IndexView wild_view, IndexView::Open(wild, "idx"));
   EXPECT_FALSE(wild_view.restart_table(0, 1, out));
   EXPECT_TRUE(out.empty());
-  // Nor one whose count reads past the pool's end (the last table, sample 2's png, takes the pool's last bytes).
+  // Nor one whose count reads past the pool's end (the last table, sample 2's png, ends near the pool's end),
+  // nor a region record that does not fit the table (a count of 4 takes the record's first bytes as offsets).
   auto overlong = bytes;
-  const std::uint32_t more = 4;
+  const std::uint32_t more = 20;
   std::memcpy(overlong.data() + section + 16 + 2 * kRestartEntrySize + 12, &more, 4);
   ASSERT_OK_AND_ASSIGN(IndexView overlong_view, IndexView::Open(overlong, "idx"));
   EXPECT_FALSE(overlong_view.restart_table(2, 2, out));
+  // A record whose rows do not divide the table's intervals gives the table without a record.
+  auto cut = bytes;
+  cut[bytes.size() - 2 * 4 - 4 - 3 + 1] = std::byte{64};  // t2b's record claims a 16x64 image: 4 MCU rows
+  const auto records_off = Load<std::uint64_t>(cut.data() + header::kRecordsOff);
+  const std::uint64_t data = Xxh3(std::span<const std::byte>(cut).subspan(records_off));
+  std::memcpy(cut.data() + header::kDataChecksumOff, &data, 8);
+  const std::uint64_t meta = MetaChecksum(std::span<const std::byte>(cut).subspan(0, records_off));
+  std::memcpy(cut.data() + header::kMetaChecksumOff, &meta, 8);
+  ASSERT_OK_AND_ASSIGN(IndexView cut_view, IndexView::Open(cut, "idx"));
+  RegionRecord cut_region;
+  cut_region.rest_check = 1;
+  EXPECT_TRUE(cut_view.restart_table(2, 2, out, &cut_region));
+  EXPECT_EQ(cut_region.rows(), 0u);
+  EXPECT_EQ(cut_region.rest_check, 0u);
   // Without tables the writer stays at version 4, for older readers.
   IndexBuilder plain;
   auto p0 = plain.AddShard("shard-000000.tar");
   ASSERT_TRUE(plain.AddSample(p0, "k", 1, 7, f1).ok());
   ASSERT_OK_AND_ASSIGN(auto plain_bytes, plain.Finish());
   EXPECT_EQ(Load<std::uint32_t>(plain_bytes.data() + header::kVersionOff), 4u);
-  std::vector<IndexBuilder::Field> one = {{"jpg", 2048, 10, 0, std::span<const std::uint32_t>(t0).first(1)}};
+  std::vector<IndexBuilder::Field> one = {{"jpg", 2048, 1000, 0, std::span<const std::uint32_t>(t0).first(1), g0, jpg0}};
   EXPECT_FALSE(plain.AddSample(p0, "short", 1, 7, one).ok());
   const std::vector<std::uint32_t> down = {600, 599};
-  std::vector<IndexBuilder::Field> decreasing = {{"jpg", 2048, 10, 0, down}};
+  std::vector<IndexBuilder::Field> decreasing = {{"jpg", 2048, 1000, 0, down, g2, jpg0}};
   EXPECT_FALSE(plain.AddSample(p0, "down", 1, 7, decreasing).ok());
+  // A table must tile the MCU rows its geometry gives, and come with its payload.
+  std::vector<IndexBuilder::Field> untiled = {{"jpg", 2048, 1000, 0, t0, g2b, jpg0}};
+  EXPECT_FALSE(plain.AddSample(p0, "untiled", 1, 7, untiled).ok());
+  std::vector<IndexBuilder::Field> no_payload = {{"jpg", 2048, 1000, 0, t0, g0}};
+  EXPECT_FALSE(plain.AddSample(p0, "no payload", 1, 7, no_payload).ok());
+  std::vector<IndexBuilder::Field> past = {{"jpg", 2048, 900, 0, t0, g0, std::span(jpg0).first(900)}};
+  EXPECT_FALSE(plain.AddSample(p0, "past", 1, 7, past).ok());
 }
 
 // Restart varints that do not hold a table are refused, whatever the bytes.

@@ -123,7 +123,7 @@ TEST(ShrinkJpeg, BadImagesAreErrors) {
   auto shrinker = JpegShrinker::Create(100, 90);
   ASSERT_TRUE(shrinker.ok());
   std::vector<std::byte> label = Bytes("3");
-  std::vector<std::uint32_t> restarts;
+  SeekableTable restarts;
   auto untouched = (*shrinker)->Rewrite("cls", label, restarts);
   ASSERT_TRUE(untouched.ok());
   EXPECT_FALSE(*untouched);
