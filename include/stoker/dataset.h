@@ -17,6 +17,7 @@
 
 #include "stoker/fields.h"
 #include "stoker/file_system.h"
+#include "stoker/seekable.h"
 #include "stoker/status.h"
 
 namespace stoker {
@@ -103,13 +104,18 @@ class Dataset {
   // How many payloads are seekable JPEGs with a restart table in the index
   // (`stoker pack --seekable-jpeg`).
   [[nodiscard]] std::uint64_t seekable_payloads() const;
+  // Whether their restart tables come with region records (index version
+  // 7), so that a reader can read only the MCU rows a crop covers.
+  [[nodiscard]] bool has_region_records() const;
   // The restart table of sample `sample`'s field `field` into `table`:
   // intervals + 1 byte offsets into the payload, where each restart
   // interval's entropy-coded data starts and then where the last ends
   // (docs/format.md). False (`table` empty) when the index records none or
   // its entry is damaged. The loader checks a table against the JPEG before
-  // using it.
-  [[nodiscard]] bool RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table) const;
+  // using it. With `region`, its region record too (index version 7;
+  // region->rows() == 0 without one): what reading only part of it needs.
+  [[nodiscard]] bool RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table,
+                                  RegionRecord* region = nullptr) const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 
@@ -134,6 +140,25 @@ class Dataset {
     // With ReadFieldsOptions::verify: whether this read checks its whole
     // sample. Several reads of one sample need only one that checks.
     bool check = true;
+    // Set to read a seekable JPEG in part (index version 7): only its head
+    // (the bytes before its first restart interval), into `bytes`, and MCU
+    // rows [first_row, end_row) of it, into `rows`. `table` and `region`
+    // are the field's (RestartTable) and must outlive the call. A check
+    // then reads the sample's other fields whole and checks every piece
+    // against the region record (and the label against `.cls`), where a
+    // whole read checks the sample's checksum.
+    struct Part {
+      const std::vector<std::uint32_t>* table = nullptr;
+      const RegionRecord* region = nullptr;
+      std::uint32_t first_row = 0, end_row = 0;
+    };
+    std::optional<Part> part;
+    std::span<const std::byte> rows;  // result, with `part`
+    // Result, with `part` and a check: the pieces read differ from the
+    // region record (`status` is then Corruption). The record may be what
+    // is wrong: a whole read (ReadFieldInto, checked by the sample's
+    // checksum) tells.
+    bool pieces_disagree = false;
   };
   struct ReadFieldsOptions {
     // Fields of one shard closer than this are read with one request (the

@@ -123,6 +123,12 @@ struct LoaderOptions {
   // silently wrong data. Costs about 1% of the CPU time per image
   // (README: "Checks on read").
   bool verify_samples = true;
+  // A seekable pack indexed with region records (index version 7, `stoker
+  // pack --seekable-jpeg`): a RandomResizedCrop's image is read in part, its
+  // head and only the MCU rows the crop covers (checked against the
+  // record's per-row checks with verify_samples). False reads every JPEG
+  // whole (the crop still entropy-decodes only its intervals).
+  bool read_crop_rows = true;
   // The loader tunes its own active threads and prefetch depth while it
   // runs, to keep the consumer's wait in Next() under 2% of its time, with
   // as few threads as that takes. `threads` and `prefetch` (when set) are
@@ -175,6 +181,12 @@ struct LoaderStats {
   // decoded whole instead: the pixels are right either way.
   std::uint64_t seekable_decodes = 0;
   std::uint64_t seekable_fallbacks = 0;
+  // LoaderOptions::read_crop_rows: images read in part (the head and the
+  // crop's MCU rows), and those of them read whole after all because the
+  // rows read did not serve (a shard edited after packing): counted in
+  // bytes_read either way.
+  std::uint64_t seekable_part_reads = 0;
+  std::uint64_t seekable_part_rereads = 0;
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.

@@ -264,6 +264,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("image_field", &stoker::LoaderOptions::image_field)
       .def_readwrite("fields", &stoker::LoaderOptions::fields)
       .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples)
+      .def_readwrite("read_crop_rows", &stoker::LoaderOptions::read_crop_rows)
       .def_readwrite("autotune", &stoker::LoaderOptions::autotune)
       .def_readwrite("autotune_max_threads", &stoker::LoaderOptions::autotune_max_threads)
       .def_readwrite("autotune_memory_bytes", &stoker::LoaderOptions::autotune_memory_bytes);
@@ -299,6 +300,8 @@ PYBIND11_MODULE(_native, m) {
         d["read_method"] = s.read_method;
         d["seekable_decodes"] = s.seekable_decodes;
         d["seekable_fallbacks"] = s.seekable_fallbacks;
+        d["seekable_part_reads"] = s.seekable_part_reads;
+        d["seekable_part_rereads"] = s.seekable_part_rereads;
         return d;
       });
 

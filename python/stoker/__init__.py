@@ -157,7 +157,7 @@ class Loader:
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
                  autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None, map=None,
-                 collate=None, batch_transform=None):
+                 collate=None, batch_transform=None, read_crop_rows=True):
         specs, self._transformed = [], None
         if batch_transform is not None and (not callable(batch_transform) or fields is not None):
             raise ValueError("batch_transform (MixUp, CutMix, or any f(images, labels) -> (images, labels)) is for "
@@ -244,6 +244,7 @@ class Loader:
         options.image_field = image_field or ""
         options.fields = specs
         options.verify_samples = _params.boolean("verify_samples", verify_samples)
+        options.read_crop_rows = _params.boolean("read_crop_rows", read_crop_rows)
         t = transform._options()
         t.dtype = _DTYPES[name]
         if layout is None:

@@ -189,22 +189,27 @@ namespace {
 // it: every interval start right after the marker that ends the one before,
 // in sequence, the first at the scan's start and the end at EOI. Checking
 // every entry (not only the ones a region uses) means a table that agrees
-// is the table: RST markers cannot appear inside entropy-coded data.
-bool TableAgrees(std::span<const std::byte> jpeg, const ScanLayout& layout, RestartOffsets table) {
+// is the table: RST markers cannot appear inside entropy-coded data. A JPEG
+// held in part has the markers it holds checked: those around every
+// interval of the rows it holds, which are all a region of them uses.
+bool TableAgrees(const HeldJpeg& jpeg, const ScanLayout& layout, RestartOffsets table) {
   if (layout.restart_interval == 0 || layout.mcus_per_row % layout.restart_interval != 0) return false;
   const std::uint64_t intervals =
       std::uint64_t{static_cast<std::uint32_t>(layout.mcus_per_row) / layout.restart_interval} *
       static_cast<std::uint32_t>(layout.mcu_rows);
   if (table.entries != intervals + 1 || table[0] != layout.data_at) return false;
+  auto marker_at = [&](std::uint64_t at, std::uint8_t want) {
+    const std::byte* p = jpeg.Get(at, at + 2);
+    return p == nullptr ? jpeg.partial() : (p[0] == std::byte{0xFF} && p[1] == std::byte{want});
+  };
   std::uint32_t previous = table[0];
   for (std::uint32_t k = 1; k < intervals; ++k) {
     const std::uint32_t start = table[k];
-    if (start < previous + 2 || start > jpeg.size()) return false;
-    if (At(jpeg, start - 2) != 0xFF || At(jpeg, start - 1) != kRst0 + ((k - 1) & 7)) return false;
+    if (start < previous + 2 || !marker_at(start - 2, static_cast<std::uint8_t>(kRst0 + ((k - 1) & 7)))) return false;
     previous = start;
   }
   const std::uint32_t end = table[static_cast<std::uint32_t>(intervals)];
-  return end >= previous && std::size_t{end} + 2 <= jpeg.size() && At(jpeg, end) == 0xFF && At(jpeg, end + 1) == kEoi;
+  return end >= previous && marker_at(end, kEoi);
 }
 
 void PutU16(std::vector<std::byte>& b, std::size_t at, int value) {
@@ -214,17 +219,23 @@ void PutU16(std::vector<std::byte>& b, std::size_t at, int value) {
 
 }  // namespace
 
-SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi,
+SeekableRegion AssembleSeekableRegion(const HeldJpeg& jpeg, RestartOffsets table, Roi roi,
                                       std::vector<std::byte>& stream) {
   SeekableRegion region;
-  if (table.empty() || roi.width <= 0 || roi.height <= 0) return region;
-  Result<ScanLayout> read = ReadScanLayout(jpeg);
+  if (table.empty() || roi.width <= 0 || roi.height <= 0) {
+    if (jpeg.partial()) region.use = SeekUse::kNeedsWhole;
+    return region;
+  }
+  Result<ScanLayout> read = ReadScanLayout(jpeg.head);
   if (!read.ok() || !TableAgrees(jpeg, *read, table)) {
     region.use = SeekUse::kDisagrees;
     return region;
   }
   const ScanLayout& L = *read;
-  if (roi.x < 0 || roi.y < 0 || roi.x >= L.width || roi.y >= L.height) return region;
+  if (roi.x < 0 || roi.y < 0 || roi.x >= L.width || roi.y >= L.height) {
+    if (jpeg.partial()) region.use = SeekUse::kNeedsWhole;
+    return region;
+  }
   const int r = static_cast<int>(L.restart_interval);
   const int right = std::min(roi.x + roi.width, L.width), bottom = std::min(roi.y + roi.height, L.height);
   const int c0 = roi.x / L.mcu_width / r * r;
@@ -232,8 +243,9 @@ SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOf
   const int q0 = roi.y / L.mcu_height;
   const int q1 = (bottom + L.mcu_height - 1) / L.mcu_height;
   // Starting at the top with every column: a region decode stops after the
-  // last row anyway, and reads no more.
-  if (c0 == 0 && c1 == L.mcus_per_row && q0 == 0) return region;
+  // last row anyway, and reads no more (held in part, the rows held are
+  // assembled all the same).
+  if (c0 == 0 && c1 == L.mcus_per_row && q0 == 0 && !jpeg.partial()) return region;
 
   const int sub_width = c1 == L.mcus_per_row ? L.width - c0 * L.mcu_width : (c1 - c0) * L.mcu_width;
   const int sub_height = q1 == L.mcu_rows ? L.height - q0 * L.mcu_height : (q1 - q0) * L.mcu_height;
@@ -243,10 +255,14 @@ SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOf
   for (int q = q0; q < q1; ++q) {
     const std::uint32_t first = static_cast<std::uint32_t>(q * per_row + k0);
     const std::uint32_t last = static_cast<std::uint32_t>(q * per_row + k1);
+    if (table[last] < table[first] || jpeg.Get(table[first], table[last]) == nullptr) {
+      region.use = SeekUse::kNeedsWhole;  // only a JPEG held in part lacks bytes the table gives
+      return region;
+    }
     size += table[last] - table[first] + 2;  // the intervals, and at most one marker more
   }
   stream.resize(size);
-  std::memcpy(stream.data(), jpeg.data(), L.data_at);
+  std::memcpy(stream.data(), jpeg.head.data(), L.data_at);
   PutU16(stream, L.frame_size_at, sub_height);
   PutU16(stream, L.frame_size_at + 2, sub_width);
   std::size_t at = L.data_at;
@@ -263,7 +279,7 @@ SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOf
         stream[at++] = std::byte{0xFF};
         stream[at++] = static_cast<std::byte>(kRst0 + ((emitted - 1) & 7));
       }
-      std::memcpy(stream.data() + at, jpeg.data() + begin, end - begin);
+      std::memcpy(stream.data() + at, jpeg.Get(begin, end), end - begin);
       at += end - begin;
       ++emitted;
     }
@@ -280,10 +296,11 @@ SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOf
   return region;
 }
 
-Result<SeekUse> DecodeJpegSeekable(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi, int scale,
+Result<SeekUse> DecodeJpegSeekable(const HeldJpeg& jpeg, RestartOffsets table, Roi roi, int scale,
                                    DecodedRegion& out, std::vector<std::byte>& stream) {
   auto whole = [&](SeekUse use) -> Result<SeekUse> {
-    STOKER_RETURN_IF_ERROR(DecodeJpeg(jpeg, roi, scale, out));
+    if (jpeg.partial()) return SeekUse::kNeedsWhole;
+    STOKER_RETURN_IF_ERROR(DecodeJpeg(jpeg.head, roi, scale, out));
     return use;
   };
   const SeekableRegion region = AssembleSeekableRegion(jpeg, table, roi, stream);

@@ -102,9 +102,31 @@ struct SeekableJpeg {
 [[nodiscard]] SeekableJpeg MakeSeekableJpeg(std::span<const std::byte> jpeg);
 
 enum class SeekUse : std::uint8_t {
-  kUsed,       // only the intervals covering the region were decoded
-  kNotUseful,  // the region needs every interval down to its last row: decoded as DecodeJpeg does
-  kDisagrees,  // the table does not fit the JPEG (edited after packing?): decoded whole instead
+  kUsed,        // only the intervals covering the region were decoded
+  kNotUseful,   // the region needs every interval down to its last row: decoded as DecodeJpeg does
+  kDisagrees,   // the table does not fit the JPEG (edited after packing?): decoded whole instead
+  kNeedsWhole,  // read in part: the rows held do not serve the region, or do not decode; nothing decoded
+};
+
+// The bytes of a seekable JPEG a reader holds: all of it, or, read in part
+// (Dataset::FieldRead::Part), its head (the bytes before the first restart
+// interval) and a run of whole MCU rows from offset `rows_at` on.
+struct HeldJpeg {
+  HeldJpeg(std::span<const std::byte> whole) : head(whole) {}     // NOLINT: a whole JPEG is held whole
+  HeldJpeg(const std::vector<std::byte>& whole) : head(whole) {}  // NOLINT
+  HeldJpeg(std::span<const std::byte> head_bytes, std::span<const std::byte> rows_bytes, std::uint64_t at)
+      : head(head_bytes), rows(rows_bytes), rows_at(at) {}
+  std::span<const std::byte> head;
+  std::span<const std::byte> rows;  // empty: `head` is the whole JPEG
+  std::uint64_t rows_at = 0;
+  [[nodiscard]] bool partial() const { return !rows.empty(); }
+  // The JPEG's bytes [begin, end), or nullptr when they are not all held.
+  [[nodiscard]] const std::byte* Get(std::uint64_t begin, std::uint64_t end) const {
+    if (begin > end) return nullptr;
+    if (end <= head.size()) return head.data() + begin;
+    if (partial() && begin >= rows_at && end - rows_at <= rows.size()) return rows.data() + (begin - rows_at);
+    return nullptr;
+  }
 };
 
 // A region of a seekable JPEG as a JPEG of its own: the JPEG's header with
@@ -116,14 +138,15 @@ enum class SeekUse : std::uint8_t {
 // upsampling at its borders: callers ask for a margin around what they
 // need). `use` says whether `stream` holds it: kNotUseful where the region
 // needs every interval down to its last row (or is empty), kDisagrees where
-// the table does not fit the JPEG (every offset is checked against its
-// markers). `stream` is reused to avoid allocations.
+// the table does not fit the JPEG (every offset held is checked against its
+// markers), kNeedsWhole where the JPEG is held in part and the region needs
+// bytes not held. `stream` is reused to avoid allocations.
 struct SeekableRegion {
   SeekUse use = SeekUse::kNotUseful;
   int x = 0, y = 0, width = 0, height = 0;
   ImageSize full;  // the whole image
 };
-[[nodiscard]] SeekableRegion AssembleSeekableRegion(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi,
+[[nodiscard]] SeekableRegion AssembleSeekableRegion(const HeldJpeg& jpeg, RestartOffsets table, Roi roi,
                                                     std::vector<std::byte>& stream);
 
 // DecodeJpeg of a JPEG with a restart table: a stream of the JPEG's header
@@ -136,8 +159,10 @@ struct SeekableRegion {
 // checked against the JPEG's markers first: a table that disagrees, or an
 // assembled stream that does not decode, falls back to the whole file
 // (kDisagrees, for counting); errors are the whole file's, as DecodeJpeg.
-// `stream` is reused to avoid allocations.
-[[nodiscard]] Result<SeekUse> DecodeJpegSeekable(std::span<const std::byte> jpeg, RestartOffsets table, Roi roi,
-                                                 int scale, DecodedRegion& out, std::vector<std::byte>& stream);
+// A JPEG held in part has no whole file to fall back to: kNeedsWhole then,
+// with nothing decoded (the caller reads it whole). `stream` is reused to
+// avoid allocations.
+[[nodiscard]] Result<SeekUse> DecodeJpegSeekable(const HeldJpeg& jpeg, RestartOffsets table, Roi roi, int scale,
+                                                 DecodedRegion& out, std::vector<std::byte>& stream);
 
 }  // namespace stoker::codec

@@ -107,11 +107,16 @@ std::uint64_t Dataset::num_samples() const {
 std::uint64_t Dataset::seekable_payloads() const {
   return impl_->view.num_restart_tables();
 }
+bool Dataset::has_region_records() const {
+  return impl_->view.has_region_records();
+}
 
-bool Dataset::RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table) const {
+bool Dataset::RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table,
+                           RegionRecord* region) const {
   table.clear();
+  if (region != nullptr) *region = {};
   if (field > UINT32_MAX) return false;
-  return impl_->view.restart_table(sample, static_cast<std::uint32_t>(field), table);
+  return impl_->view.restart_table(sample, static_cast<std::uint32_t>(field), table, region);
 }
 
 const std::vector<std::string>& Dataset::field_names() const {
@@ -180,7 +185,9 @@ Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::ve
                               bool verify) const {
   if (field >= info.fields.size())
     return Status::InvalidArgument(fmt::format("field {} is out of range ({} fields)", field, info.fields.size()));
-  FieldRead read{&info, field, {}, Status::Ok(), true};
+  FieldRead read;
+  read.sample = &info;
+  read.field = field;
   ReadFieldsOptions options;
   options.verify = verify;
   std::vector<std::byte> arena;
@@ -195,22 +202,49 @@ std::string Dataset::Impl::Where(const SampleInfo& info, std::size_t field) cons
                      shards[info.shard].path, info.fields[field] ? info.fields[field]->offset : 0);
 }
 
+namespace {
+
+// A read's part, when it fits the field: the byte ranges of its head and rows.
+struct PartRanges {
+  std::uint64_t head = 0, rows_begin = 0, rows_end = 0;
+};
+std::optional<PartRanges> RangesOf(const Dataset::FieldRead::Part& part, std::uint64_t size) {
+  if (part.table == nullptr || part.region == nullptr) return std::nullopt;
+  const auto& table = *part.table;
+  const RegionRecord& region = *part.region;
+  if (region.rows() == 0 || table.size() < 2 || (table.size() - 1) % region.rows() != 0 ||
+      part.first_row >= part.end_row || part.end_row > region.rows())
+    return std::nullopt;
+  PartRanges r{table[0], region.RowStart(table, part.first_row, size), region.RowStart(table, part.end_row, size)};
+  if (!(r.head <= r.rows_begin && r.rows_begin < r.rows_end && r.rows_end <= size)) return std::nullopt;
+  return r;
+}
+
+}  // namespace
+
 std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byte>& arena,
                                 const ReadFieldsOptions& options) const {
   // Loose files carry no checksums to check against.
   const bool verify = options.verify && !impl_->loose;
   const std::size_t num_fields = field_names().size();
+  enum class Piece : std::uint8_t { kWhole, kHead, kRows };
   struct Wanted {
     std::size_t read;  // index into `reads`
     std::size_t field;
     std::uint32_t shard;
-    FieldLocation loc;
+    FieldLocation loc;  // what to read: the field, or a piece of it
+    Piece piece = Piece::kWhole;
+    // Bytes of the field left unread right before / after this piece: no
+    // request may span them.
+    bool skips_before = false, skips_after = false;
   };
   std::vector<Wanted> wanted;
   wanted.reserve(reads.size() * (verify ? num_fields : 1));
   for (std::size_t i = 0; i < reads.size(); ++i) {
     FieldRead& r = reads[i];
     r.bytes = {};
+    r.rows = {};
+    r.pieces_disagree = false;
     r.status = Status::Ok();
     const SampleInfo& info = *r.sample;
     if (r.field >= info.fields.size() || !info.fields[r.field]) {
@@ -218,12 +252,22 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
                                               r.field < num_fields ? field_names()[r.field] : "?"));
       continue;
     }
-    if (!verify || !r.check) {
-      wanted.push_back({i, r.field, info.shard, *info.fields[r.field]});
-      continue;
+    const FieldLocation loc = *info.fields[r.field];
+    std::optional<PartRanges> ranges;
+    if (r.part) ranges = RangesOf(*r.part, loc.size);
+    if (!ranges) {
+      r.part.reset();  // read whole instead
+      wanted.push_back({i, r.field, info.shard, loc});
+    } else {
+      const bool gap = ranges->rows_begin > ranges->head;
+      wanted.push_back({i, r.field, info.shard, {loc.offset, ranges->head}, Piece::kHead, false, gap});
+      wanted.push_back({i, r.field, info.shard,
+                        {loc.offset + ranges->rows_begin, ranges->rows_end - ranges->rows_begin},
+                        Piece::kRows, gap, ranges->rows_end < loc.size});
     }
+    if (!verify || !r.check) continue;
     for (std::size_t f = 0; f < info.fields.size(); ++f)
-      if (info.fields[f]) wanted.push_back({i, f, info.shard, *info.fields[f]});
+      if (info.fields[f] && f != r.field) wanted.push_back({i, f, info.shard, *info.fields[f]});
   }
   std::sort(wanted.begin(), wanted.end(), [](const Wanted& a, const Wanted& b) {
     return a.shard != b.shard ? a.shard < b.shard : a.loc.offset < b.loc.offset;
@@ -234,6 +278,7 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
     std::uint32_t shard;
     std::uint64_t offset, end, arena_offset;
     std::size_t first, last;  // range in `wanted`
+    bool skips_after;         // the bytes after `end` are a field's, left unread
   };
   std::vector<Request> requests;
   std::uint64_t arena_size = 0;
@@ -242,15 +287,18 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
     const std::uint64_t end = x.loc.offset + x.loc.size;
     if (!requests.empty()) {
       Request& last = requests.back();
+      const bool touching = x.loc.offset <= last.end;
       if (last.shard == x.shard && x.loc.offset <= last.end + options.max_gap &&
-          std::max(end, last.end) - last.offset <= options.max_request) {
+          std::max(end, last.end) - last.offset <= options.max_request &&
+          (touching || (!last.skips_after && !x.skips_before))) {
         arena_size += std::max(end, last.end) - last.end;
+        if (end > last.end) last.skips_after = x.skips_after;
         last.end = std::max(end, last.end);
         last.last = w;
         continue;
       }
     }
-    requests.push_back({x.shard, x.loc.offset, end, arena_size, w, w});
+    requests.push_back({x.shard, x.loc.offset, end, arena_size, w, w, x.skips_after});
     arena_size += x.loc.size;
   }
   arena.resize(arena_size);
@@ -294,20 +342,27 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
         if (out.status.ok()) out.status = status.WithContext("reading " + impl_->Where(*out.sample, x.field));
         continue;
       }
+      if (x.piece == Piece::kRows) {
+        out.rows = place;
+        continue;
+      }
       if (x.field == out.field) out.bytes = place;
-      if (verify) field_bytes[x.read * num_fields + x.field] = place;
+      if (verify && x.piece == Piece::kWhole) field_bytes[x.read * num_fields + x.field] = place;
     }
   }
   if (verify) {
     for (std::size_t i = 0; i < reads.size(); ++i) {
       FieldRead& r = reads[i];
       if (!r.status.ok() || !r.check) continue;
-      Status s = dataset_internal::CheckSample(*r.sample, std::span(field_bytes).subspan(i * num_fields, num_fields),
-                                               impl_->cls_field);
+      const auto fields = std::span(field_bytes).subspan(i * num_fields, num_fields);
+      Status s = r.part ? dataset_internal::CheckSamplePieces(*r.sample, fields, impl_->cls_field, r.field, *r.part,
+                                                              r.bytes, r.rows, &r.pieces_disagree)
+                        : dataset_internal::CheckSample(*r.sample, fields, impl_->cls_field);
       if (!s.ok()) {
         r.status = s.WithContext(fmt::format("sample '{}' at {}:{}", Printable(r.sample->key),
                                              impl_->shards[r.sample->shard].path, r.sample->fields[r.field]->offset));
         r.bytes = {};
+        r.rows = {};
       }
     }
   }

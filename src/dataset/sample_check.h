@@ -20,4 +20,12 @@ namespace stoker::dataset_internal {
 [[nodiscard]] Status CheckSample(const SampleInfo& info, std::span<const std::span<const std::byte>> fields,
                                  std::optional<std::size_t> cls_field);
 
+// The same for a sample whose field `part_field`, a seekable JPEG, was read
+// in part (Dataset::FieldRead::Part): `fields[part_field]` is ignored; the
+// other fields, `head` and `rows` are checked against the region record.
+[[nodiscard]] Status CheckSamplePieces(const SampleInfo& info, std::span<const std::span<const std::byte>> fields,
+                                       std::optional<std::size_t> cls_field, std::size_t part_field,
+                                       const Dataset::FieldRead::Part& part, std::span<const std::byte> head,
+                                       std::span<const std::byte> rows, bool* pieces_disagree);
+
 }  // namespace stoker::dataset_internal

@@ -22,4 +22,9 @@ Status CpuFinisher::Finish(std::span<const std::byte> encoded, const SampleConte
                             &counters.transform_ns);
 }
 
+std::optional<codec::Roi> CpuFinisher::PlannedRegion(int width, int height, const SampleContext& c) const {
+  if (!augmentation_.ok()) return std::nullopt;
+  return PlannedJpegRegion(width, height, transform_, *augmentation_, c.seed, c.epoch, c.sample);
+}
+
 }  // namespace stoker::pipeline

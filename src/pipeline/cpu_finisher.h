@@ -18,6 +18,7 @@ class CpuFinisher final : public SampleFinisher {
   Status Finish(std::span<const std::byte> encoded, const SampleContext& context, std::byte* buffer,
                 ImageScratch& scratch, LoaderCounters& counters) override;
   std::size_t UsedBytes(std::uint32_t, std::uint32_t size) const override { return sample_bytes_ * size; }
+  std::optional<codec::Roi> PlannedRegion(int width, int height, const SampleContext& context) const override;
 
  private:
   TransformOptions transform_;

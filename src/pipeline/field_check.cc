@@ -98,7 +98,7 @@ Result<DecodeCheckReport> CheckFieldsDecode(const Dataset& dataset, const Decode
             skipped.fetch_add(1, std::memory_order_relaxed);
             continue;
           }
-          reads.push_back({&info, f, {}, {}, false});
+          reads.push_back({&info, f, {}, {}, false, std::nullopt, {}});
         }
       dataset.ReadFields(reads, arena, read_options);
       std::vector<std::pair<std::pair<std::uint64_t, std::size_t>, VerifyProblem>> found;

@@ -78,9 +78,48 @@ Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
 
 Status DecodeJpegRegion(std::span<const std::byte> jpeg, codec::Roi roi, int scale, ImageScratch& scratch) {
   if (scratch.restarts.empty()) return codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded);
-  STOKER_ASSIGN_OR_RETURN(scratch.seek_use, codec::DecodeJpegSeekable(jpeg, scratch.restarts, roi, scale,
+  const codec::HeldJpeg held = scratch.held_rows.empty() ? codec::HeldJpeg(jpeg)
+                                                         : codec::HeldJpeg(jpeg, scratch.held_rows, scratch.rows_at);
+  STOKER_ASSIGN_OR_RETURN(scratch.seek_use, codec::DecodeJpegSeekable(held, scratch.restarts, roi, scale,
                                                                       scratch.decoded, scratch.seek_stream));
+  if (scratch.seek_use == codec::SeekUse::kNeedsWhole)
+    return Status::Unavailable("the rows read of the seekable JPEG do not cover the region: read it whole");
   return Status::Ok();
+}
+
+RegionToDecode RegionFor(const CropPlan& plan, int W, int H, const TransformOptions& t, bool is_jpeg) {
+  RegionToDecode r;
+  r.roi = plan.roi;
+  if (t.dct_scaling && is_jpeg) {
+    while (r.scale < 8 && plan.crop_w / (r.scale * 2) >= t.width && plan.crop_h / (r.scale * 2) >= t.height)
+      r.scale *= 2;
+  }
+  if (r.roi.width > 0) {
+    // Decode 4 scaled pixels beyond the box on each side: chroma upsampling
+    // at the edge of a partial decode needs its neighbours (one pixel), the
+    // resampler reaches one past a fractional box, and without them edge
+    // pixels would differ from a full decode (tests/codec/jpeg_restart_test's
+    // AMarginOfFourScaledPixelsKeepsTheBoxExact). A wider margin costs
+    // decode work: a seekable JPEG's region grows by whole intervals.
+    const int margin = kRegionMargin * r.scale;
+    const int left = std::max(0, r.roi.x - margin), top = std::max(0, r.roi.y - margin);
+    const int right = std::min(W, r.roi.x + r.roi.width + margin);
+    const int bottom = std::min(H, r.roi.y + r.roi.height + margin);
+    r.roi = {left, top, right - left, bottom - top};
+  }
+  return r;
+}
+
+std::optional<codec::Roi> PlannedJpegRegion(int width, int height, const TransformOptions& t,
+                                            const transform::Augmentation& augmentation, std::uint64_t seed,
+                                            std::uint64_t epoch, std::uint64_t sample) {
+  // DecodeAndTransform's path through DecodeCrop, with no record to replay.
+  if (augmentation.has_before() || t.kind == TransformOptions::Kind::kNone) return std::nullopt;
+  Result<CropPlan> plan = PlanCrop(width, height, t, seed, epoch, sample);
+  if (!plan.ok()) return std::nullopt;
+  const RegionToDecode region = RegionFor(*plan, width, height, t, /*is_jpeg=*/true);
+  if (region.roi.width <= 0) return std::nullopt;
+  return region.roi;
 }
 
 Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, std::uint64_t seed, std::uint64_t epoch,
@@ -91,26 +130,10 @@ Status DecodeCrop(std::span<const std::byte> jpeg, const TransformOptions& t, st
   STOKER_ASSIGN_OR_RETURN(codec::ImageSize size, is_jpeg ? codec::JpegSize(jpeg) : codec::ImageFileSize(jpeg));
   const int W = size.width, H = size.height;
   STOKER_ASSIGN_OR_RETURN(CropPlan plan, PlanCrop(W, H, t, seed, epoch, sample, given));
-  codec::Roi roi = plan.roi;
   const transform::FloatBox box = plan.box;
   const int crop_w = plan.crop_w, crop_h = plan.crop_h;
   const bool flip = plan.flip;
-  int scale = 1;
-  if (t.dct_scaling && is_jpeg) {
-    while (scale < 8 && crop_w / (scale * 2) >= t.width && crop_h / (scale * 2) >= t.height) scale *= 2;
-  }
-  if (roi.width > 0) {
-    // Decode 4 scaled pixels beyond the box on each side: chroma upsampling
-    // at the edge of a partial decode needs its neighbours (one pixel), the
-    // resampler reaches one past a fractional box, and without them edge
-    // pixels would differ from a full decode (tests/codec/jpeg_restart_test's
-    // AMarginOfFourScaledPixelsKeepsTheBoxExact). A wider margin costs
-    // decode work: a seekable JPEG's region grows by whole intervals.
-    const int margin = kRegionMargin * scale;
-    const int left = std::max(0, roi.x - margin), top = std::max(0, roi.y - margin);
-    const int right = std::min(W, roi.x + roi.width + margin), bottom = std::min(H, roi.y + roi.height + margin);
-    roi = {left, top, right - left, bottom - top};
-  }
+  const auto [roi, scale] = RegionFor(plan, W, H, t, is_jpeg);
   STOKER_RETURN_IF_ERROR(is_jpeg ? DecodeJpegRegion(jpeg, roi, scale, scratch) : DecodeWhole(jpeg, scratch));
 
   const auto& d = scratch.decoded;

@@ -55,6 +55,12 @@ struct ImageScratch {
   // intervals the region covers. `seek_use` says what the last decode did.
   codec::RestartOffsets restarts;
   std::vector<std::uint32_t> restart_table;  // what `restarts` views, decoded from the index
+  // Set with `restarts` when the JPEG was read in part (index version 7):
+  // the bytes the loader gives are its head, and these its MCU rows from
+  // byte `rows_at` on. A region they do not cover sets seek_use to
+  // kNeedsWhole and decodes nothing.
+  std::span<const std::byte> held_rows;
+  std::uint64_t rows_at = 0;
   std::vector<std::byte> seek_stream;
   std::optional<codec::SeekUse> seek_use;
 };
@@ -83,6 +89,24 @@ struct CropPlan {
   codec::Roi roi;  // RandomResizedCrop's integer box; empty (width 0) otherwise
   bool flip = false;
 };
+
+// The region of a W x H image DecodeCrop decodes for `plan`, with its
+// margin, and the DCT scale it decodes at (JPEG only; 1 otherwise). An empty
+// roi (width 0): the whole image.
+struct RegionToDecode {
+  codec::Roi roi;
+  int scale = 1;
+};
+[[nodiscard]] RegionToDecode RegionFor(const CropPlan& plan, int width, int height, const TransformOptions& t,
+                                       bool is_jpeg);
+
+// The region of a W x H JPEG that DecodeAndTransform decodes for sample
+// `sample`, known before its bytes are read; nullopt where that takes more
+// than a planned crop (steps before the crop, no crop stage, no region).
+[[nodiscard]] std::optional<codec::Roi> PlannedJpegRegion(int width, int height, const TransformOptions& t,
+                                                          const transform::Augmentation& augmentation,
+                                                          std::uint64_t seed, std::uint64_t epoch,
+                                                          std::uint64_t sample);
 
 // Corruption when the image has more pixels than t.max_pixels. A box or
 // flip in `given` is used instead of drawn (InvalidArgument when the box is

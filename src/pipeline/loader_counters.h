@@ -15,6 +15,8 @@ struct LoaderCounters {
   // Seekable JPEGs: decodes that read only the crop's restart intervals, and
   // tables that disagreed with their JPEG (decoded whole instead).
   std::atomic<std::uint64_t> seekable_decodes{0}, seekable_fallbacks{0};
+  // Images read in part (the crop's MCU rows), and those read whole after all.
+  std::atomic<std::uint64_t> seekable_part_reads{0}, seekable_part_rereads{0};
 
   static void Add(std::atomic<std::uint64_t>& counter, std::chrono::steady_clock::duration d) {
     counter.fetch_add(static_cast<std::uint64_t>(d.count()), std::memory_order_relaxed);

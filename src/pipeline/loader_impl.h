@@ -133,6 +133,8 @@ struct Loader::Impl {
       slot.batch_index = batch->batch;
       slot.order = schedule_order;
       slot.positions.assign(positions.begin(), positions.end());
+      slot.input.seed = options.seed;
+      slot.input.epoch = batch->epoch;
       slot.input.samples.clear();
       for (std::uint64_t p : positions) slot.input.samples.push_back((*schedule_order)[p]);
       slot.pending = slot.size;

@@ -154,6 +154,8 @@ LoaderStats StatsFromCounters(const LoaderCounters& c) {
   s.read_requests = c.read_requests.load();
   s.seekable_decodes = c.seekable_decodes.load();
   s.seekable_fallbacks = c.seekable_fallbacks.load();
+  s.seekable_part_reads = c.seekable_part_reads.load();
+  s.seekable_part_rereads = c.seekable_part_rereads.load();
   return s;
 }
 

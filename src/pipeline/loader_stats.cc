@@ -18,6 +18,8 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.read_requests -= earlier.read_requests;
   d.seekable_decodes -= earlier.seekable_decodes;
   d.seekable_fallbacks -= earlier.seekable_fallbacks;
+  d.seekable_part_reads -= earlier.seekable_part_reads;
+  d.seekable_part_rereads -= earlier.seekable_part_rereads;
   return d;
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "pipeline/image_pipeline.h"
@@ -45,6 +46,14 @@ class SampleFinisher {
   // batch buffer). Decode errors are Corruption. Adds its time to `counters`.
   [[nodiscard]] virtual Status Finish(std::span<const std::byte> encoded, const SampleContext& context,
                                       std::byte* buffer, ImageScratch& scratch, LoaderCounters& counters) = 0;
+  // The region of a width x height JPEG that Finish decodes for the sample
+  // `context` names, known before its bytes are read (so that a seekable
+  // JPEG's other rows need not be read); nullopt when it decodes more, or
+  // cannot say.
+  [[nodiscard]] virtual std::optional<codec::Roi> PlannedRegion(int /*width*/, int /*height*/,
+                                                                const SampleContext& /*context*/) const {
+    return std::nullopt;
+  }
   // Bytes of the slot's buffer a batch of `size` samples uses.
   [[nodiscard]] virtual std::size_t UsedBytes(std::uint32_t slot, std::uint32_t size) const = 0;
 };

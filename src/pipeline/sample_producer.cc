@@ -122,6 +122,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
   STOKER_ASSIGN_OR_RETURN(p->follower_,
                           TargetFollower::Create(p->field_specs_, wants_image && !options.fields.empty()));
   p->seekable_ = dataset->seekable_payloads() > 0;
+  p->read_parts_ = p->seekable_ && options.read_crop_rows && dataset->has_region_records();
   p->dataset_ = std::move(dataset);
   p->options_ = options;
   p->finisher_ = finisher;
@@ -204,6 +205,10 @@ void SampleProducer::ReadBatch(BatchInput& input) {
     }
     input.reads.push_back(read);
   }
+  if (read_parts_) {
+    input.parts.resize(n);
+    for (std::size_t i = 0; i < n; ++i) PlanPartRead(input, i);
+  }
   for (std::size_t i = 0; i < n; ++i) {
     // Each sample is checked against its record once: by its image's read,
     // else by its first field's.
@@ -243,8 +248,36 @@ void SampleProducer::ReadBatch(BatchInput& input) {
     *wanted[k] = to_read[k];
     bytes += to_read[k].bytes.size();
   }
+  for (const auto& read : input.reads) {
+    bytes += read.rows.size();
+    if (read.part && read.status.ok())
+      counters_->seekable_part_reads.fetch_add(1, std::memory_order_relaxed);
+  }
   counters_->bytes.fetch_add(bytes, std::memory_order_relaxed);
   LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
+}
+
+void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
+  SeekablePart& part = input.parts[i];
+  part.read_in_part = false;
+  Dataset::FieldRead& read = input.reads[i];
+  read.part.reset();
+  if (read.sample == nullptr || !read.status.ok()) return;
+  if (!dataset_->RestartTable(input.samples[i], read.field, part.table, &part.region) || part.region.rows() == 0)
+    return;
+  const JpegGeometry& g = part.region.geometry;
+  const SampleContext context{input.seed, input.epoch, input.samples[i], 0, static_cast<std::uint32_t>(i)};
+  const auto roi = finisher_->PlannedRegion(static_cast<int>(g.width), static_cast<int>(g.height), context);
+  if (!roi || roi->height <= 0 || roi->y < 0) return;
+  const std::uint32_t rows = part.region.rows();
+  const auto first = static_cast<std::uint32_t>(roi->y) / g.mcu_height;
+  const auto end = std::min<std::uint64_t>(
+      rows, (static_cast<std::uint64_t>(roi->y) + static_cast<std::uint64_t>(roi->height) + g.mcu_height - 1) /
+                g.mcu_height);
+  if (first >= end || (first == 0 && end == rows)) return;  // every row: read whole
+  read.part = Dataset::FieldRead::Part{&part.table, &part.region, first, static_cast<std::uint32_t>(end)};
+  part.read_in_part = true;
+  part.rows_at = part.region.RowStart(part.table, first, read.sample->fields[read.field]->size);
 }
 
 Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input, std::uint32_t index,
@@ -270,8 +303,10 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
       if (s.ok() && has_image()) {
         const Dataset::FieldRead& read = input.reads[index];
         s = read.status;
+        if (read.pieces_disagree) s = Status::Ok();  // FinishImage reads it whole: the sample's checksum tells
         if (s.ok()) {
-          s = FinishImage(read.bytes, read.field, context, buffer, scratch.image);
+          const SeekablePart* part = read_parts_ ? &input.parts[index] : nullptr;
+          s = FinishImage(read.bytes, &read, part, *read.sample, read.field, context, buffer, scratch);
           if (!s.ok())
             s = s.WithContext(fmt::format(
                 "sample '{}' (field '{}' at {}:{})", Printable(read.sample->key), dataset_->field_names()[read.field],
@@ -304,16 +339,44 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
   return first_error.WithContext(fmt::format("{} samples in a row are corrupt", kMaxSubstitutes + 1));
 }
 
-Status SampleProducer::FinishImage(std::span<const std::byte> bytes, std::size_t field, const SampleContext& context,
-                                   std::byte* buffer, ImageScratch& image) {
+Status SampleProducer::FinishImage(std::span<const std::byte> bytes, const Dataset::FieldRead* read,
+                                   const SeekablePart* part, const SampleInfo& info, std::size_t field,
+                                   const SampleContext& context, std::byte* buffer, ProducerScratch& scratch) {
+  ImageScratch& image = scratch.image;
   image.record_geometry = !follower_.empty();
   if (!seekable_) return finisher_->Finish(bytes, context, buffer, image, *counters_);
   image.restarts = {};
-  if (dataset_->RestartTable(context.sample, field, image.restart_table))
-    image.restarts = {reinterpret_cast<const std::byte*>(image.restart_table.data()),
-                      static_cast<std::uint32_t>(image.restart_table.size())};
+  const std::vector<std::uint32_t>* table = &image.restart_table;
+  if (part != nullptr && read != nullptr && read->part) {
+    table = &part->table;  // the batch read decoded it
+  } else if (!dataset_->RestartTable(context.sample, field, image.restart_table)) {
+    table = nullptr;
+  }
+  if (table != nullptr)
+    image.restarts = {reinterpret_cast<const std::byte*>(table->data()), static_cast<std::uint32_t>(table->size())};
+  const bool in_part = read != nullptr && read->part && (!read->rows.empty() || read->pieces_disagree);
+  if (in_part) {
+    image.held_rows = read->rows;
+    image.rows_at = part->rows_at;
+  }
   image.seek_use.reset();
-  Status s = finisher_->Finish(bytes, context, buffer, image, *counters_);
+  // Rows that differ from the index's region record (a damaged record, or
+  // damaged bytes) are not decoded.
+  Status s = in_part && read->pieces_disagree ? Status::Unavailable("pieces disagree")
+                                              : finisher_->Finish(bytes, context, buffer, image, *counters_);
+  image.held_rows = {};
+  if (in_part && (!s.ok() || image.seek_use == codec::SeekUse::kNeedsWhole)) {
+    // The rows read did not serve the crop: read the JPEG whole (checked by
+    // the sample's checksum) and finish it again, so that a damaged part or
+    // record costs a read, never wrong pixels or an error on good data.
+    counters_->seekable_part_rereads.fetch_add(1, std::memory_order_relaxed);
+    const auto t0 = Clock::now();
+    STOKER_RETURN_IF_ERROR(dataset_->ReadFieldInto(info, field, scratch.encoded, options_.verify_samples));
+    counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
+    LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
+    image.seek_use.reset();
+    s = finisher_->Finish(scratch.encoded, context, buffer, image, *counters_);
+  }
   image.restarts = {};
   if (image.seek_use == codec::SeekUse::kUsed)
     counters_->seekable_decodes.fetch_add(1, std::memory_order_relaxed);
@@ -334,7 +397,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
     checked = true;
     counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
     LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
-    Status s = FinishImage(scratch.encoded, *field, context, buffer, scratch.image);
+    Status s = FinishImage(scratch.encoded, nullptr, nullptr, info, *field, context, buffer, scratch);
     if (!s.ok())
       return s.WithContext(fmt::format("sample '{}' (field '{}' at {}:{})", Printable(info.key),
                                        dataset_->field_names()[*field], dataset_->shards()[info.shard].path,

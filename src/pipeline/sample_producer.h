@@ -20,11 +20,22 @@
 
 namespace stoker::pipeline {
 
+// A transformed image's seekable JPEG as the index records it, when the
+// batch read reads it in part (LoaderOptions::read_crop_rows).
+struct SeekablePart {
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
+  bool read_in_part = false;
+  std::uint64_t rows_at = 0;  // where the rows read start in the JPEG
+};
+
 // One batch's samples as read.
 struct BatchInput {
+  std::uint64_t seed = 0, epoch = 0;   // the samples' random streams (the crops planned before reading)
   std::vector<std::uint64_t> samples;  // dataset positions (first choices), one per place in the batch
   std::vector<Result<SampleInfo>> infos;
   std::vector<Dataset::FieldRead> reads;  // the transformed image's, one per sample (none without one)
+  std::vector<SeekablePart> parts;        // per sample, with `reads`: what a read in part reads by
   // LoaderOptions::fields (all but a transformed image): samples x fields,
   // row-major. `sample` null: the sample lacks the field (an error in
   // `status`, or absent where the spec is optional).
@@ -76,10 +87,16 @@ class SampleProducer {
 
  private:
   SampleProducer() = default;
-  // The finisher on one sample's image (field `field` of context.sample),
-  // with its restart table when the index has one; counts seekable decodes.
-  [[nodiscard]] Status FinishImage(std::span<const std::byte> bytes, std::size_t field, const SampleContext& context,
-                                   std::byte* buffer, ImageScratch& image);
+  // The finisher on one sample's image (field `field` of `info`), with its
+  // restart table when the index has one; counts seekable decodes. `read`
+  // (may be null) is the batch read's, with `part` when it read the JPEG in
+  // part: if the rows read do not serve, the JPEG is read whole and
+  // finished again.
+  [[nodiscard]] Status FinishImage(std::span<const std::byte> bytes, const Dataset::FieldRead* read,
+                                   const SeekablePart* part, const SampleInfo& info, std::size_t field,
+                                   const SampleContext& context, std::byte* buffer, ProducerScratch& scratch);
+  // Plans the read in part of sample i's image (read_crop_rows).
+  void PlanPartRead(BatchInput& input, std::size_t i);
   [[nodiscard]] std::optional<std::size_t> ImageFieldOf(const SampleInfo& info) const;
   [[nodiscard]] Status NoImageField(const SampleInfo& info) const;
   // The dataset field spec `f` reads for `info`, or nullopt (absent).
@@ -97,6 +114,7 @@ class SampleProducer {
   LoaderOptions options_;
   std::vector<std::size_t> image_fields_;                   // candidates present in the dataset, in preference order
   bool seekable_ = false;                                   // the index holds restart tables
+  bool read_parts_ = false;  // region records and read_crop_rows: images may be read in part
   std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
   std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
   std::vector<FieldDecodeOptions> field_options_;           // per spec

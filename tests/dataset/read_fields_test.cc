@@ -41,7 +41,7 @@ Batch Prepare(const Dataset& d, const std::vector<std::uint64_t>& samples) {
   Batch b;
   const std::size_t jpg = *d.FieldIndex("jpg");
   for (auto s : samples) b.infos.push_back(*d.Sample(s));
-  for (const auto& info : b.infos) b.reads.push_back({&info, jpg, {}, Status::Ok()});
+  for (const auto& info : b.infos) b.reads.push_back({&info, jpg, {}, Status::Ok(), true, std::nullopt, {}});
   return b;
 }
 

@@ -127,10 +127,53 @@ def test_a_table_that_disagrees_with_its_jpeg_is_decoded_whole_and_counted(cli, 
     for (xa, ya), (xb, yb) in zip(a, b):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert stats["seekable_fallbacks"] > 0, stats
+    # The edit reached region records too: reads of the crop's rows that disagree were read whole.
+    assert stats["seekable_part_rereads"] > 0, stats
     # verify names each such sample (and the index's data checksum).
     result = cli("verify", edited, "--decode", check=False)
     assert result.returncode != 0
     assert "disagrees with the JPEG's markers" in result.stderr and "shard-0000" in result.stderr, result.stderr
+
+
+def test_a_crop_reads_only_its_rows_and_gets_the_same_pixels(packs):
+    _, plain, seekable, _ = packs
+    transform = T.Compose([T.RandomResizedCrop(128), T.RandomHorizontalFlip()])
+    a, whole = batches(seekable, transform, epochs=2, read_crop_rows=False)
+    b, part = batches(seekable, transform, epochs=2)
+    c, unchecked = batches(seekable, transform, epochs=2, verify_samples=False)
+    p, _ = batches(plain, transform, epochs=2)
+    for (xa, ya), (xb, yb), (xc, yc), (xp, yp) in zip(a, b, c, p, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(xa, xc) and torch.equal(xa, xp)
+        assert torch.equal(ya, yb) and torch.equal(ya, yc)
+    assert whole["seekable_part_reads"] == 0
+    for stats in (part, unchecked):
+        assert stats["seekable_part_reads"] > stats["samples"] // 2 and stats["seekable_part_rereads"] == 0, stats
+        assert stats["seekable_fallbacks"] == 0
+    # Only the head and the crop's MCU rows are read (bytes_read counts the image's bytes).
+    assert part["bytes_read"] < 0.85 * whole["bytes_read"], (part, whole)
+
+
+def test_a_damaged_head_read_in_part_is_read_whole_and_named(packs, tmp_path):
+    # A byte of a JPEG's APP0 segment changed in the shard: no decoder notices, the region record's check of
+    # the head does; read whole, the sample's checksum names it.
+    import shutil
+    _, _, seekable, _ = packs
+    edited = tmp_path / "edited"
+    shutil.copytree(seekable, edited)
+    shard = sorted(edited.glob("shard-*.tar"))[0]
+    with tarfile.open(shard) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".jpeg") and "zz_" not in m.name)
+    data = bytearray(shard.read_bytes())
+    assert data[member.offset_data + 6:member.offset_data + 10] == b"JFIF"
+    data[member.offset_data + 16] ^= 1  # the density: harmless to decoding
+    shard.write_bytes(bytes(data))
+    key = member.name[: -len(".jpeg")]
+    transform = T.Compose([T.RandomResizedCrop(64)])
+    loader = stoker.Loader(edited, batch_size=8, transform=transform, seed=11, log_epochs=False, shuffle=False)
+    with pytest.raises(stoker.CorruptionError, match="sample '%s'.*checksum mismatch" % key):
+        for _ in loader:
+            pass
+    assert loader.stats()["seekable_part_rereads"] >= 1
 
 
 def test_stoker_index_finds_the_restart_tables_of_shards_written_elsewhere(cli, packs, tmp_path):
