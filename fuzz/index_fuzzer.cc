@@ -22,10 +22,17 @@ void Exercise(std::span<const std::byte> bytes) {
     volatile char sink = rec->key.empty() ? 0 : rec->key.back();  // the key must be readable
     (void)sink;
     for (std::uint32_t f = 0; f < view->field_names().size() && f < 4; ++f) {
-      // A seekable JPEG's restart table: decoded within the section, or refused.
-      if (view->restart_table(i, f, table)) {
+      // A seekable JPEG's restart table: decoded within the section, or refused; its region record
+      // (version 7) only when it fits the table.
+      stoker::RegionRecord region;
+      if (view->restart_table(i, f, table, &region)) {
         volatile std::uint32_t last = table.back();
         (void)last;
+        if (region.rows() > 0) {
+          if ((table.size() - 1) % region.rows() != 0) __builtin_trap();
+          volatile std::uint64_t row = region.RowStart(table, region.rows() - 1, UINT64_MAX);
+          (void)row;
+        }
       }
     }
   }

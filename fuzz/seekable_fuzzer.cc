@@ -4,6 +4,8 @@
 // with that table and with the table the JPEG's own markers give; neither
 // may crash or read out of bounds, and a re-written JPEG's own table must
 // decode wherever the plain decode does. Small inputs are also re-written as pack does.
+// The JPEG is also decoded as held in part (a read of the crop's rows): its
+// head and the bytes between two of the given table's offsets.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +38,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::byte> stream;
   const RestartOffsets given{reinterpret_cast<const std::byte*>(table.data()), static_cast<std::uint32_t>(entries)};
   (void)DecodeJpegSeekable(jpeg, given, roi, scale, out, stream);
+  if (entries > 0) {
+    const std::size_t head = std::min<std::size_t>(table[0], jpeg.size());
+    const std::size_t at = std::min<std::size_t>(table[entries / 2], jpeg.size());
+    const std::size_t end = std::min<std::size_t>(table[entries - 1], jpeg.size());
+    if (at < end) {
+      auto use = DecodeJpegSeekable(HeldJpeg(jpeg.first(head), jpeg.subspan(at, end - at), at), given, roi, scale, out,
+                                    stream);
+      // Held in part, nothing is decoded from bytes not held: no whole-file fallback.
+      if (use.ok() && *use != SeekUse::kUsed && *use != SeekUse::kNeedsWhole) __builtin_trap();
+    }
+  }
   auto found = FindRestartTable(jpeg);
   if (found.ok()) {
     const RestartOffsets own{reinterpret_cast<const std::byte*>(found->data()),
@@ -53,7 +66,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       auto use = DecodeJpegSeekable(seekable.bytes, own, roi, scale, out, stream);
       // Its own table must fit: wherever the plain decode works, the seekable one does, from the table.
       DecodedRegion plain;
-      if (DecodeJpeg(seekable.bytes, roi, scale, plain).ok() && (!use.ok() || *use == SeekUse::kDisagrees))
+      const bool plain_ok = DecodeJpeg(seekable.bytes, roi, scale, plain).ok();
+      if (plain_ok && (!use.ok() || *use == SeekUse::kDisagrees)) __builtin_trap();
+      // Held in part (the head and every row), a region inside the image decodes from its own table too.
+      const std::span<const std::byte> bytes(seekable.bytes);
+      const std::size_t t0 = seekable.table[0];
+      auto part = DecodeJpegSeekable(HeldJpeg(bytes.first(t0), bytes.subspan(t0), t0), own, roi, scale, out, stream);
+      auto layout_written = ReadScanLayout(bytes);
+      if (plain_ok && layout_written.ok() && roi.x < layout_written->width && roi.y < layout_written->height &&
+          (!part.ok() || *part != SeekUse::kUsed))
         __builtin_trap();
     }
   }

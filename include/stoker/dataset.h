@@ -116,6 +116,13 @@ class Dataset {
   // region->rows() == 0 without one): what reading only part of it needs.
   [[nodiscard]] bool RestartTable(std::uint64_t sample, std::size_t field, std::vector<std::uint32_t>& table,
                                   RegionRecord* region = nullptr) const;
+  // Checks field `field` of `info` (its whole bytes: `payload`) against its
+  // region record (index version 7): the check of every MCU row, and of the
+  // rest of the sample (its other fields are read here). Ok when the index
+  // records none; Corruption saying what differs otherwise (the loader then
+  // reads that JPEG whole: no wrong pixels, but no read in part either).
+  [[nodiscard]] Status CheckRegionRecord(const SampleInfo& info, std::size_t field,
+                                         std::span<const std::byte> payload) const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 

@@ -135,6 +135,11 @@ class Loader:
     loop; ``stage_ahead=False`` submits each batch inside ``next()``
     instead.
 
+    Over a seekable pack (``stoker pack --seekable-jpeg``, index version 7)
+    a random crop's JPEG is read in part: its header and only the MCU rows
+    the crop covers, checked against the index (``read_crop_rows=False``
+    reads every JPEG whole; the pixels are the same either way).
+
     ``dataset`` may also be a URL (``http://``, ``https://``, ``s3://``):
     shards are read through a local cache (``cache_dir``, default
     ``$STOKER_CACHE_DIR`` or ``~/.cache/stoker``; ``cache_size`` bytes or a

@@ -296,8 +296,8 @@ SeekableRegion AssembleSeekableRegion(const HeldJpeg& jpeg, RestartOffsets table
   return region;
 }
 
-Result<SeekUse> DecodeJpegSeekable(const HeldJpeg& jpeg, RestartOffsets table, Roi roi, int scale,
-                                   DecodedRegion& out, std::vector<std::byte>& stream) {
+Result<SeekUse> DecodeJpegSeekable(const HeldJpeg& jpeg, RestartOffsets table, Roi roi, int scale, DecodedRegion& out,
+                                   std::vector<std::byte>& stream) {
   auto whole = [&](SeekUse use) -> Result<SeekUse> {
     if (jpeg.partial()) return SeekUse::kNeedsWhole;
     STOKER_RETURN_IF_ERROR(DecodeJpeg(jpeg.head, roi, scale, out));

@@ -107,6 +107,36 @@ std::uint64_t Dataset::num_samples() const {
 std::uint64_t Dataset::seekable_payloads() const {
   return impl_->view.num_restart_tables();
 }
+Status Dataset::CheckRegionRecord(const SampleInfo& info, std::size_t field, std::span<const std::byte> payload) const {
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
+  if (!RestartTable(info.index, field, table, &region) || region.rows() == 0) return Status::Ok();
+  std::vector<FieldRead> reads;
+  for (std::size_t f = 0; f < info.fields.size(); ++f) {
+    if (f == field || !info.fields[f]) continue;
+    FieldRead read;
+    read.sample = &info;
+    read.field = f;
+    reads.push_back(read);
+  }
+  std::vector<std::byte> arena;
+  ReadFieldsOptions options;
+  options.verify = false;
+  (void)ReadFields(reads, arena, options);
+  std::vector<std::span<const std::byte>> others;
+  for (const auto& read : reads) {
+    STOKER_RETURN_IF_ERROR(read.status);
+    others.push_back(read.bytes);
+  }
+  if (table[0] > payload.size() ||
+      !index_format::RegionPiecesAgree(region, table, payload.size(), others, payload.first(table[0]), 0,
+                                       payload.subspan(table[0])))
+    return Status::Corruption(
+        "the index's region record (a check of each MCU row and of the rest of the sample) disagrees with the "
+        "sample's bytes; the loader reads this JPEG whole");
+  return Status::Ok();
+}
+
 bool Dataset::has_region_records() const {
   return impl_->view.has_region_records();
 }
@@ -261,9 +291,13 @@ std::size_t Dataset::ReadFields(std::span<FieldRead> reads, std::vector<std::byt
     } else {
       const bool gap = ranges->rows_begin > ranges->head;
       wanted.push_back({i, r.field, info.shard, {loc.offset, ranges->head}, Piece::kHead, false, gap});
-      wanted.push_back({i, r.field, info.shard,
+      wanted.push_back({i,
+                        r.field,
+                        info.shard,
                         {loc.offset + ranges->rows_begin, ranges->rows_end - ranges->rows_begin},
-                        Piece::kRows, gap, ranges->rows_end < loc.size});
+                        Piece::kRows,
+                        gap,
+                        ranges->rows_end < loc.size});
     }
     if (!verify || !r.check) continue;
     for (std::size_t f = 0; f < info.fields.size(); ++f)

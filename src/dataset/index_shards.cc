@@ -77,9 +77,8 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
                 summary.seekable_payloads++;
               }
             }
-            fields.push_back({f->name, f->data_offset, f->size,
-                              index_format::KindCode(ConventionalFieldKind(f->name)), table.offsets, table.geometry,
-                              data});
+            fields.push_back({f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name)),
+                              table.offsets, table.geometry, data});
             if (f->name == "cls") {
               auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
               if (!parsed) {

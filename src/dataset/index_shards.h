@@ -21,8 +21,8 @@ namespace stoker::index_internal {
 // The restart table (and the image's geometry) to record for payload
 // `payload` of field `field`, or nothing. Called for every payload; must be
 // cheap for those it ignores.
-using RestartTableFinder = std::function<std::optional<SeekableTable>(
-    std::string_view field, std::span<const std::byte> payload)>;
+using RestartTableFinder =
+    std::function<std::optional<SeekableTable>(std::string_view field, std::span<const std::byte> payload)>;
 
 // IndexShards() with `find_restarts` (may be empty: no tables).
 [[nodiscard]] Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns,

@@ -412,7 +412,8 @@ void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t
   std::vector<std::size_t> others;
   for (std::size_t j = 0; j < fields.size(); ++j)
     if (j != i) others.push_back(j);
-  std::sort(others.begin(), others.end(), [&](std::size_t a, std::size_t b) { return fields[a].name < fields[b].name; });
+  std::sort(others.begin(), others.end(),
+            [&](std::size_t a, std::size_t b) { return fields[a].name < fields[b].name; });
   Xxh3Stream rest;
   for (std::size_t j : others) rest.Update(fields[j].payload);
   rest.Update(jpeg.payload.first(jpeg.restarts[0]));

@@ -44,7 +44,19 @@ Status CheckRestartTable(const Dataset& dataset, const SampleInfo& info, std::si
         fmt::format("the index's restart table ({} intervals) disagrees with the JPEG's markers "
                     "({} intervals); the loader decodes it whole",
                     table.size() - 1, found->size() - 1));
-  return Status::Ok();
+  RegionRecord region;
+  if (!dataset.RestartTable(info.index, field, table, &region) || region.rows() == 0) return Status::Ok();
+  auto layout = codec::ReadScanLayout(bytes);
+  if (!layout.ok() || region.geometry.width != static_cast<std::uint32_t>(layout->width) ||
+      region.geometry.height != static_cast<std::uint32_t>(layout->height) ||
+      region.geometry.mcu_height != static_cast<std::uint32_t>(layout->mcu_height))
+    return Status::Corruption(fmt::format(
+        "the index's region record gives a {}x{} image of {}-px MCU rows, the JPEG's frame {}; the loader may "
+        "read it whole",
+        region.geometry.width, region.geometry.height, region.geometry.mcu_height,
+        layout.ok() ? fmt::format("{}x{} of {}-px rows", layout->width, layout->height, layout->mcu_height)
+                    : std::string(layout.status().message())));
+  return dataset.CheckRegionRecord(info, field, bytes);
 }
 
 }  // namespace

@@ -78,8 +78,8 @@ Status DecodeWhole(std::span<const std::byte> data, ImageScratch& scratch) {
 
 Status DecodeJpegRegion(std::span<const std::byte> jpeg, codec::Roi roi, int scale, ImageScratch& scratch) {
   if (scratch.restarts.empty()) return codec::DecodeJpeg(jpeg, roi, scale, scratch.decoded);
-  const codec::HeldJpeg held = scratch.held_rows.empty() ? codec::HeldJpeg(jpeg)
-                                                         : codec::HeldJpeg(jpeg, scratch.held_rows, scratch.rows_at);
+  const codec::HeldJpeg held =
+      scratch.held_rows.empty() ? codec::HeldJpeg(jpeg) : codec::HeldJpeg(jpeg, scratch.held_rows, scratch.rows_at);
   STOKER_ASSIGN_OR_RETURN(scratch.seek_use, codec::DecodeJpegSeekable(held, scratch.restarts, roi, scale,
                                                                       scratch.decoded, scratch.seek_stream));
   if (scratch.seek_use == codec::SeekUse::kNeedsWhole)

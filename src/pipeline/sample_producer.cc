@@ -250,8 +250,7 @@ void SampleProducer::ReadBatch(BatchInput& input) {
   }
   for (const auto& read : input.reads) {
     bytes += read.rows.size();
-    if (read.part && read.status.ok())
-      counters_->seekable_part_reads.fetch_add(1, std::memory_order_relaxed);
+    if (read.part && read.status.ok()) counters_->seekable_part_reads.fetch_add(1, std::memory_order_relaxed);
   }
   counters_->bytes.fetch_add(bytes, std::memory_order_relaxed);
   LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
@@ -272,8 +271,8 @@ void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
   const std::uint32_t rows = part.region.rows();
   const auto first = static_cast<std::uint32_t>(roi->y) / g.mcu_height;
   const auto end = std::min<std::uint64_t>(
-      rows, (static_cast<std::uint64_t>(roi->y) + static_cast<std::uint64_t>(roi->height) + g.mcu_height - 1) /
-                g.mcu_height);
+      rows,
+      (static_cast<std::uint64_t>(roi->y) + static_cast<std::uint64_t>(roi->height) + g.mcu_height - 1) / g.mcu_height);
   if (first >= end || (first == 0 && end == rows)) return;  // every row: read whole
   read.part = Dataset::FieldRead::Part{&part.table, &part.region, first, static_cast<std::uint32_t>(end)};
   part.read_in_part = true;

@@ -112,10 +112,10 @@ class SampleProducer {
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
-  std::vector<std::size_t> image_fields_;                   // candidates present in the dataset, in preference order
-  bool seekable_ = false;                                   // the index holds restart tables
-  bool read_parts_ = false;  // region records and read_crop_rows: images may be read in part
-  std::vector<FieldSpec> field_specs_;                      // LoaderOptions::fields but a transformed image
+  std::vector<std::size_t> image_fields_;  // candidates present in the dataset, in preference order
+  bool seekable_ = false;                  // the index holds restart tables
+  bool read_parts_ = false;                // region records and read_crop_rows: images may be read in part
+  std::vector<FieldSpec> field_specs_;     // LoaderOptions::fields but a transformed image
   std::vector<std::vector<std::size_t>> field_candidates_;  // per spec: its keys present in the dataset
   std::vector<FieldDecodeOptions> field_options_;           // per spec
   TargetFollower follower_;                                 // boxes, keypoints, masks that follow the image

@@ -63,8 +63,7 @@ Result<std::unique_ptr<JpegShrinker>> JpegShrinker::Create(std::uint32_t max_sid
   return std::unique_ptr<JpegShrinker>(new JpegShrinker(max_side, quality));
 }
 
-Result<bool> JpegShrinker::Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                   SeekableTable&) const {
+Result<bool> JpegShrinker::Rewrite(std::string_view field, std::vector<std::byte>& bytes, SeekableTable&) const {
   if (!codec::IsJpegField(field)) return false;
   auto shrunk = ShrinkJpeg(bytes, max_side_, quality_);
   if (!shrunk.ok()) return shrunk.error().WithContext("cannot re-encode the image");

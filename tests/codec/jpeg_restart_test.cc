@@ -281,6 +281,64 @@ TEST(SeekableJpeg, ARegionsStreamIsAJpegOfItsOwnForAnyDecoder) {
             SeekUse::kDisagrees);
 }
 
+// Read in part (the loader's read_crop_rows): the head and a run of MCU rows
+// decode every region inside those rows exactly as the whole file does; a
+// region reaching past them, or a damaged marker among them, decodes
+// nothing and says so, for the caller to read the file whole.
+TEST(SeekableJpeg, TheHeadAndARunOfRowsDecodeTheRegionsInsideThem) {
+  const EncodeSpec spec = Spec(480, 360);  // 4:2:0: 16-px MCU rows, 23 of them
+  SeekableJpeg seekable = MakeSeekableJpeg(Encode(spec));
+  ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);
+  auto layout = ReadScanLayout(seekable.bytes);
+  ASSERT_TRUE(layout.ok());
+  const std::uint32_t per_row = static_cast<std::uint32_t>(layout->mcus_per_row) / layout->restart_interval;
+  const std::span<const std::byte> all(seekable.bytes);
+  const auto& t = seekable.table;
+  auto held = [&](std::uint32_t first_row, std::uint32_t end_row) {
+    const std::uint64_t at = t[first_row * per_row];
+    const std::uint64_t end =
+        end_row == static_cast<std::uint32_t>(layout->mcu_rows) ? all.size() : t[end_row * per_row];
+    return HeldJpeg(all.first(t[0]), all.subspan(at, end - at), at);
+  };
+  for (int scale : {1, 2}) {
+    const DecodedRegion whole = Whole(seekable.bytes, scale);
+    std::vector<std::byte> stream;
+    Rng rng(5, static_cast<std::uint64_t>(scale));
+    for (int trial = 0; trial < 30; ++trial) {
+      const Roi roi = RandomBox(spec, 1, rng);
+      const auto first = static_cast<std::uint32_t>(roi.y / 16);
+      const auto end = static_cast<std::uint32_t>((roi.y + roi.height + 15) / 16);
+      const std::string what =
+          "scale " + std::to_string(scale) + " rows " + std::to_string(first) + "-" + std::to_string(end);
+      DecodedRegion region;
+      auto use = DecodeJpegSeekable(held(first, end), View(t), roi, scale, region, stream);
+      ASSERT_TRUE(use.ok()) << what << ": " << use.status().ToString();
+      ASSERT_EQ(*use, SeekUse::kUsed) << what;  // also at the top with every column: no whole file to decode
+      ExpectSamePixels(whole, region, roi, scale, what);
+      if (end - first >= 2) {  // a row short: nothing decoded
+        EXPECT_EQ(*DecodeJpegSeekable(held(first, end - 1), View(t), roi, scale, region, stream), SeekUse::kNeedsWhole)
+            << what;
+        EXPECT_EQ(*DecodeJpegSeekable(held(first + 1, end), View(t), roi, scale, region, stream), SeekUse::kNeedsWhole)
+            << what;
+      }
+    }
+  }
+  // A marker damaged among the rows held: the table disagrees, and nothing is decoded from a part.
+  std::vector<std::byte> damaged = seekable.bytes;
+  damaged[t[5 * per_row + 2] - 1] = std::byte{0xD0 + 7};  // an RSTn out of sequence
+  const std::span<const std::byte> d(damaged);
+  const std::uint64_t at = t[4 * per_row], end = t[8 * per_row];
+  const HeldJpeg part(d.first(t[0]), d.subspan(at, end - at), at);
+  std::vector<std::byte> stream;
+  EXPECT_EQ(AssembleSeekableRegion(part, View(t), Roi{100, 70, 200, 50}, stream).use, SeekUse::kDisagrees);
+  DecodedRegion region;
+  EXPECT_EQ(*DecodeJpegSeekable(part, View(t), Roi{100, 70, 200, 50}, 1, region, stream), SeekUse::kNeedsWhole);
+  // The same damage outside the rows held is not seen, and not used.
+  const std::uint64_t at2 = t[10 * per_row], end2 = t[14 * per_row];
+  const HeldJpeg other(d.first(t[0]), d.subspan(at2, end2 - at2), at2);
+  EXPECT_EQ(AssembleSeekableRegion(other, View(t), Roi{100, 170, 200, 50}, stream).use, SeekUse::kUsed);
+}
+
 TEST(SeekableJpeg, TheWholeImageOrARegionAtTheTopLeftNeedsNoTable) {
   SeekableJpeg seekable = MakeSeekableJpeg(Encode(Spec(400, 300)));
   ASSERT_EQ(seekable.outcome, SeekableOutcome::kRewritten);

@@ -2,11 +2,14 @@
 // submitted together (io_uring, or pread), the same bytes as one-by-one
 // reads, and failures confined to the fields really affected.
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "fault_file_system.h"
+#include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "stoker/pack.h"
 #include "test_util.h"
@@ -141,6 +144,124 @@ TEST(ReadFields, FaultyFileSystemsGoThroughTheDefaultPath) {
     ASSERT_FALSE(r.status.ok());
     EXPECT_EQ(r.status.code(), StatusCode::kCorruption);
   }
+}
+
+// Every request a dataset's batched reads make, by shard path.
+class RecordingFileSystem : public testing::FaultFileSystem {
+ public:
+  struct Read {
+    std::string path;
+    std::uint64_t offset, size;
+  };
+  void ReadBatch(std::span<ReadRequest> requests) override {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& r : requests) reads_.push_back({r.file->path(), r.offset, r.out.size()});
+    }
+    FaultFileSystem::ReadBatch(requests);
+  }
+  std::vector<Read> Take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(reads_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Read> reads_;
+};
+
+// A seekable JPEG read in part (read_crop_rows): its head and MCU rows
+// [first, end) only, no request spanning the rows left out, every piece
+// checked against the index's region record; damage in the rows read is
+// named, damage in the rows left out is not read.
+TEST(ReadFields, AJpegReadInPartReadsOnlyItsHeadAndRowsAndChecksThem) {
+  TempDir dir;
+  for (int i = 0; i < 6; ++i)
+    WriteFile(dir / ("src/c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".jpg"),
+              MakeJpeg(256, 192, static_cast<unsigned>(i)));  // 4:2:0: 12 MCU rows of 16 px
+  PackOptions p;
+  p.seekable_jpeg = true;
+  ASSERT_TRUE(Pack(dir / "src", dir / "out", p).ok());
+  RecordingFileSystem fs;
+  auto opened = Dataset::Open(dir / "out", &fs);
+  ASSERT_TRUE(opened.ok()) << opened.error().ToString();
+  auto& d = **opened;
+  ASSERT_TRUE(d.has_region_records());
+  const std::size_t jpg = *d.FieldIndex("jpg");
+  auto info = *d.Sample(3);
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
+  ASSERT_TRUE(d.RestartTable(3, jpg, table, &region));
+  ASSERT_EQ(region.rows(), 12u);
+  EXPECT_EQ(region.geometry.width, 256u);
+  EXPECT_EQ(region.geometry.height, 192u);
+  EXPECT_EQ(region.geometry.mcu_height, 16u);
+  const auto whole = *d.ReadField(3, jpg);
+  const FieldLocation loc = *info.fields[jpg];
+  EXPECT_TRUE(d.CheckRegionRecord(info, jpg, whole).ok());
+
+  auto read_part = [&](std::uint32_t first, std::uint32_t end, bool verify) {
+    Dataset::FieldRead read;
+    read.sample = &info;
+    read.field = jpg;
+    read.part = Dataset::FieldRead::Part{&table, &region, first, end};
+    std::vector<std::byte> arena;
+    Dataset::ReadFieldsOptions options;
+    options.verify = verify;
+    (void)fs.Take();
+    (void)d.ReadFields(std::span(&read, 1), arena, options);
+    return std::make_pair(read, std::move(arena));
+  };
+  for (bool verify : {false, true}) {
+    auto [read, arena] = read_part(3, 7, verify);
+    ASSERT_TRUE(read.status.ok()) << read.status.ToString();
+    ASSERT_TRUE(read.part.has_value());
+    const std::uint64_t begin = region.RowStart(table, 3, loc.size), end = region.RowStart(table, 7, loc.size);
+    EXPECT_TRUE(std::equal(read.bytes.begin(), read.bytes.end(), whole.begin(), whole.begin() + table[0]));
+    EXPECT_TRUE(std::equal(read.rows.begin(), read.rows.end(), whole.begin() + static_cast<std::ptrdiff_t>(begin),
+                           whole.begin() + static_cast<std::ptrdiff_t>(end)));
+    // No request touches the rows left out: [table[0], begin) and [end, size).
+    for (const auto& r : fs.Take()) {
+      const std::uint64_t lo = r.offset, hi = r.offset + r.size;
+      EXPECT_FALSE(lo < loc.offset + begin && hi > loc.offset + table[0]) << lo << "-" << hi;
+      EXPECT_FALSE(lo < loc.offset + loc.size && hi > loc.offset + end) << lo << "-" << hi;
+    }
+  }
+  // A part past the rows is read whole.
+  auto [past, past_arena] = read_part(10, 13, true);
+  ASSERT_TRUE(past.status.ok());
+  EXPECT_FALSE(past.part.has_value());
+  EXPECT_TRUE(past.rows.empty());
+  EXPECT_TRUE(std::equal(past.bytes.begin(), past.bytes.end(), whole.begin(), whole.end()));
+
+  // A byte changed in row 5 of the shard: reading rows 3-6 with a check names it; rows 8-11 do not read it.
+  const std::uint64_t damaged_at = loc.offset + region.RowStart(table, 5, loc.size) + 7;
+  {
+    std::fstream f(d.shards()[info.shard].full_path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(damaged_at));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(damaged_at));
+    f.write(&c, 1);
+  }
+  auto [bad, bad_arena] = read_part(3, 7, true);
+  ASSERT_FALSE(bad.status.ok());
+  EXPECT_EQ(bad.status.code(), StatusCode::kCorruption);
+  EXPECT_TRUE(bad.pieces_disagree);
+  EXPECT_NE(bad.status.message().find("sample '" + std::string(info.key) + "'"), std::string::npos)
+      << bad.status.message();
+  EXPECT_NE(bad.status.message().find("MCU rows 3-6"), std::string::npos) << bad.status.message();
+  auto [unread, unread_arena] = read_part(8, 12, true);
+  EXPECT_TRUE(unread.status.ok()) << unread.status.ToString();
+  auto [unchecked, unchecked_arena] = read_part(3, 7, false);
+  EXPECT_TRUE(unchecked.status.ok());
+  EXPECT_FALSE(d.ReadField(3, jpg).ok()) << "a whole read checks the sample's checksum";
+  // `stoker verify --decode` checks every record against the bytes.
+  const auto damaged = *d.ReadField(3, jpg, /*verify=*/false);
+  const Status mismatch = d.CheckRegionRecord(info, jpg, damaged);
+  EXPECT_EQ(mismatch.code(), StatusCode::kCorruption);
+  EXPECT_NE(mismatch.message().find("region record"), std::string::npos) << mismatch.message();
 }
 
 }  // namespace

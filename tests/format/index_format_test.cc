@@ -438,7 +438,8 @@ TEST(IndexFormat, CarriesRestartTables) {
   ASSERT_TRUE(plain.AddSample(p0, "k", 1, 7, f1).ok());
   ASSERT_OK_AND_ASSIGN(auto plain_bytes, plain.Finish());
   EXPECT_EQ(Load<std::uint32_t>(plain_bytes.data() + header::kVersionOff), 4u);
-  std::vector<IndexBuilder::Field> one = {{"jpg", 2048, 1000, 0, std::span<const std::uint32_t>(t0).first(1), g0, jpg0}};
+  std::vector<IndexBuilder::Field> one = {
+      {"jpg", 2048, 1000, 0, std::span<const std::uint32_t>(t0).first(1), g0, jpg0}};
   EXPECT_FALSE(plain.AddSample(p0, "short", 1, 7, one).ok());
   const std::vector<std::uint32_t> down = {600, 599};
   std::vector<IndexBuilder::Field> decreasing = {{"jpg", 2048, 1000, 0, down, g2, jpg0}};
