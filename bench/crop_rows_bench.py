@@ -70,11 +70,11 @@ def run_one(data, mode, case, threads):
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     disk = storage_read_bytes() - disk0
     after = loader.stats()
-    delivered = after["samples"] - before["samples"]
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     return {"mode": mode, "case": case, "images": samples, "images_per_s": samples / wall,
             "cpu_ms_per_image": 1e3 * cpu / samples,
-            "loader_bytes_per_image": (after["bytes_read"] - before["bytes_read"]) / max(delivered, 1),
+            "loader_bytes_per_image": (after["bytes_read"] - before["bytes_read"]) / max(
+                after["samples_read"] - before["samples_read"], 1),
             "storage_bytes_per_image": disk / samples,
             "part_reads": after["seekable_part_reads"] - before["seekable_part_reads"],
             "part_rereads": after["seekable_part_rereads"] - before["seekable_part_rereads"],

@@ -150,6 +150,10 @@ struct LoaderStats {
   std::uint64_t batches = 0;
   std::uint64_t samples = 0;
   std::uint64_t bytes_read = 0;
+  // Samples whose bytes were read (those of batches read ahead, and
+  // substitutes, included): bytes_read / samples_read is the bytes read
+  // per sample.
+  std::uint64_t samples_read = 0;
   // Samples of delivered batches that were corrupt and replaced by the next
   // good one (CorruptPolicy::kSkip); each place in a batch counts once.
   std::uint64_t corrupt_skipped = 0;

@@ -277,6 +277,7 @@ PYBIND11_MODULE(_native, m) {
         d["batches"] = s.batches;
         d["samples"] = s.samples;
         d["bytes_read"] = s.bytes_read;
+        d["samples_read"] = s.samples_read;
         d["corrupt_skipped"] = s.corrupt_skipped;
         d["wait_s"] = s.wait_seconds;
         d["read_s"] = s.read_seconds;

@@ -93,13 +93,17 @@ bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pip
   // pixels then decode as in the whole image).
   std::span<const std::byte> jpeg = encoded;
   int x = 0, y = 0, width = traits->width, height = traits->height;
+  // Read in part (read_crop_rows): `encoded` is the JPEG's head, its rows are in the scratch.
+  const bool in_part = !scratch.held_rows.empty();
+  const codec::HeldJpeg held =
+      in_part ? codec::HeldJpeg(encoded, scratch.held_rows, scratch.rows_at) : codec::HeldJpeg(encoded);
   if (!scratch.restarts.empty() && crop->roi.width > 0) {
     const codec::Roi& box = crop->roi;
     const int left = std::max(0, box.x - kRegionMargin), top = std::max(0, box.y - kRegionMargin);
     const int right = std::min(width, box.x + box.width + kRegionMargin);
     const int bottom = std::min(height, box.y + box.height + kRegionMargin);
     const codec::SeekableRegion region = codec::AssembleSeekableRegion(
-        encoded, scratch.restarts, {left, top, right - left, bottom - top}, scratch.seek_stream);
+        held, scratch.restarts, {left, top, right - left, bottom - top}, scratch.seek_stream);
     scratch.seek_use = region.use;
     if (region.use == codec::SeekUse::kUsed) {
       jpeg = scratch.seek_stream;
@@ -108,6 +112,12 @@ bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pip
       width = region.width;
       height = region.height;
     }
+  }
+  if (in_part && scratch.seek_use != codec::SeekUse::kUsed) {
+    // The rows read do not make the region's stream: the loader reads the JPEG whole and finishes it again.
+    scratch.seek_use = codec::SeekUse::kNeedsWhole;
+    error = Status::Unavailable("the rows read of the seekable JPEG do not cover the region: read it whole");
+    return true;
   }
   // Rows of the image, packed, each image's start 256-byte aligned as the decoders prefer.
   const std::uint64_t decoded = (static_cast<std::uint64_t>(width) * height * 3 + 255) / 256 * 256;
@@ -138,6 +148,15 @@ bool DeviceFinisher::RouteToDevice(std::span<const std::byte> encoded, const pip
   std::memcpy(buffer + static_cast<std::size_t>(context.index) * sizeof(ImageDesc), &desc, sizeof(desc));
   if (ref.hardware) on_hardware_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+std::optional<codec::Roi> DeviceFinisher::PlannedRegion(int width, int height,
+                                                        const pipeline::SampleContext& context) const {
+  // The CPU path's region (DecodeCrop, margin at its DCT scale) holds the
+  // device path's (margin at full scale), so the rows read serve both: a
+  // sample with no room on the device is decoded on the CPU from them.
+  if (augment_) return std::nullopt;
+  return PlannedJpegRegion(width, height, transform_, augmentation_, context.seed, context.epoch, context.sample);
 }
 
 std::size_t DeviceFinisher::UsedBytes(std::uint32_t slot, std::uint32_t) const {

@@ -77,6 +77,7 @@ class DeviceFinisher final : public pipeline::SampleFinisher {
   Status Finish(std::span<const std::byte> encoded, const pipeline::SampleContext& context, std::byte* buffer,
                 ImageScratch& scratch, pipeline::LoaderCounters& counters) override;
   std::size_t UsedBytes(std::uint32_t slot, std::uint32_t size) const override;
+  std::optional<codec::Roi> PlannedRegion(int width, int height, const pipeline::SampleContext& context) const override;
 
   // Where the pixels start in a batch buffer (after the descriptor table,
   // and with GPU decode the CompressedImage table).

@@ -9,7 +9,7 @@
 namespace stoker::pipeline {
 
 struct LoaderCounters {
-  std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, corrupt_skipped{0};
+  std::atomic<std::uint64_t> batches{0}, samples{0}, bytes{0}, samples_read{0}, corrupt_skipped{0};
   std::atomic<std::uint64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, wait_ns{0};
   std::atomic<std::uint64_t> ready_sum{0}, next_calls{0}, read_requests{0};
   // Seekable JPEGs: decodes that read only the crop's restart intervals, and

@@ -144,6 +144,7 @@ LoaderStats StatsFromCounters(const LoaderCounters& c) {
   s.batches = c.batches.load();
   s.samples = c.samples.load();
   s.bytes_read = c.bytes.load();
+  s.samples_read = c.samples_read.load();
   s.corrupt_skipped = c.corrupt_skipped.load();
   s.wait_seconds = static_cast<double>(c.wait_ns.load()) * 1e-9;
   s.read_seconds = static_cast<double>(c.read_ns.load()) * 1e-9;

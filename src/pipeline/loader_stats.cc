@@ -19,6 +19,7 @@ LoaderStats LoaderStats::Since(const LoaderStats& earlier) const {
   d.seekable_decodes -= earlier.seekable_decodes;
   d.seekable_fallbacks -= earlier.seekable_fallbacks;
   d.seekable_part_reads -= earlier.seekable_part_reads;
+  d.samples_read -= earlier.samples_read;
   d.seekable_part_rereads -= earlier.seekable_part_rereads;
   return d;
 }

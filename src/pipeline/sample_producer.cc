@@ -253,6 +253,7 @@ void SampleProducer::ReadBatch(BatchInput& input) {
     if (read.part && read.status.ok()) counters_->seekable_part_reads.fetch_add(1, std::memory_order_relaxed);
   }
   counters_->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  counters_->samples_read.fetch_add(n, std::memory_order_relaxed);
   LoaderCounters::Add(counters_->read_ns, Clock::now() - t0);
 }
 
@@ -388,6 +389,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
                                                 FieldColumns& columns, ProducerScratch& scratch) {
   const auto t0 = Clock::now();
   STOKER_ASSIGN_OR_RETURN(SampleInfo info, dataset_->Sample(sample));
+  counters_->samples_read.fetch_add(1, std::memory_order_relaxed);
   bool checked = false;
   if (has_image()) {
     const auto field = ImageFieldOf(info);  // datasets may mix .jpg and .jpeg

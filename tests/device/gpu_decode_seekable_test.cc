@@ -35,10 +35,9 @@ TEST(GpuDecodeSeekable, SendsTheDecoderOnlyTheIntervalsACropNeedsAndGivesTheSame
   PackOptions p;
   p.seekable_jpeg = true;
   auto seekable = PackSource(seekable_dir, p);
-  const LoaderOptions options = RandomCrops();
 
   auto run = [&](std::shared_ptr<const Dataset> dataset, std::shared_ptr<FakeDecoderState> state,
-                 LoaderStats* host = nullptr) {
+                 LoaderStats* host = nullptr, const LoaderOptions& options = RandomCrops()) {
     testing::FakeDeviceRuntime fake;
     state->fake = &fake;
     DeviceLoaderOptions device = GpuDecode();
@@ -72,6 +71,21 @@ TEST(GpuDecodeSeekable, SendsTheDecoderOnlyTheIntervalsACropNeedsAndGivesTheSame
       static_cast<unsigned long long>(host.seekable_decodes));
   EXPECT_LT(regions->decoded_pixels, whole->decoded_pixels);
   EXPECT_LT(regions->jpeg_bytes, whole->jpeg_bytes);
+  // The loader read those JPEGs in part (their heads and the crops' MCU rows): fewer bytes than read whole, for
+  // the same batch and the same decoder input.
+  EXPECT_GT(host.seekable_part_reads, host.samples / 2);
+  EXPECT_EQ(host.seekable_part_rereads, 0u);
+  LoaderOptions whole_reads = RandomCrops();
+  whole_reads.read_crop_rows = false;
+  auto regions_of_whole = std::make_shared<FakeDecoderState>();
+  LoaderStats whole_host;
+  const Epoch same = run(seekable, regions_of_whole, &whole_host, whole_reads);
+  EXPECT_EQ(same.pixels, got.pixels);
+  EXPECT_EQ(whole_host.seekable_part_reads, 0u);
+  const auto per_sample = [](const LoaderStats& s) {
+    return static_cast<double>(s.bytes_read) / static_cast<double>(s.samples_read);
+  };
+  EXPECT_LT(per_sample(host), 0.9 * per_sample(whole_host));
 }
 
 }  // namespace
