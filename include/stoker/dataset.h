@@ -210,6 +210,7 @@ struct DatasetSummary {
   std::uint64_t skipped_members = 0;
   std::string pack_note;                // Dataset::pack_note()
   std::uint64_t seekable_payloads = 0;  // Dataset::seekable_payloads()
+  bool region_records = false;          // Dataset::has_region_records()
   std::uint64_t num_shards = 0;
   std::uint64_t shard_bytes = 0;  // sum of shard file sizes
   struct Field {

@@ -134,6 +134,7 @@ class LoaderOptions:
     image_field: str
     fields: list[FieldSpec]
     verify_samples: bool
+    read_crop_rows: bool
     autotune: bool
     autotune_max_threads: int
     autotune_memory_bytes: int

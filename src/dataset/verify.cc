@@ -174,6 +174,7 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   summary.skipped_members = dataset.skipped_members();
   summary.pack_note = std::string(dataset.pack_note());
   summary.seekable_payloads = dataset.seekable_payloads();
+  summary.region_records = dataset.has_region_records();
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;
   for (std::size_t f = 0; f < dataset.field_names().size(); ++f) {
     const std::string& name = dataset.field_names()[f];

@@ -154,6 +154,37 @@ def test_a_crop_reads_only_its_rows_and_gets_the_same_pixels(packs):
     assert per_sample(part) < 0.85 * per_sample(whole), (part, whole)
 
 
+def test_inspect_says_whether_crops_read_only_their_rows(cli, packs, tmp_path):
+    import ctypes
+    import shutil
+    _, _, seekable, _ = packs
+    assert "a random crop reads only the MCU rows it covers" in cli("inspect", seekable).stdout
+    assert json.loads(cli("inspect", seekable, "--json").stdout)["region_records"] is True
+    # The index as version 6 wrote it (tables, no region records: its pool's extra bytes are not read): crops read
+    # whole JPEGs, to the same pixels, and inspect says how to get reads in part.
+    old = tmp_path / "old"
+    shutil.copytree(seekable, old)
+    data = bytearray((old / "index.stoker").read_bytes())
+    assert int.from_bytes(data[8:12], "little") == 7
+    data[8:12] = (6).to_bytes(4, "little")
+    records = int.from_bytes(data[80:88], "little")
+    data[104:112] = bytes(8)  # the meta checksum covers [0, records) with itself zero
+    xxh = ctypes.CDLL("libxxhash.so.0")
+    xxh.XXH3_64bits.restype = ctypes.c_uint64
+    xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    data[104:112] = xxh.XXH3_64bits(bytes(data[:records]), records).to_bytes(8, "little")
+    (old / "index.stoker").write_bytes(bytes(data))
+    text = cli("inspect", old).stdout
+    assert "a random crop reads the whole JPEG" in text and "stoker index" in text, text
+    assert json.loads(cli("inspect", old, "--json").stdout)["region_records"] is False
+    transform = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip()])
+    a, _ = batches(seekable, transform)
+    b, stats = batches(old, transform)
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert stats["seekable_part_reads"] == 0 and stats["seekable_decodes"] > stats["samples"] // 2, stats
+
+
 def test_a_damaged_head_read_in_part_is_read_whole_and_named(packs, tmp_path):
     # A byte of a JPEG's APP0 segment changed in the shard: no decoder notices, the region record's check of
     # the head does; read whole, the sample's checksum names it.

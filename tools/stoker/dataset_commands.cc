@@ -222,6 +222,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     out["pack"] = s.pack_note.empty() ? nlohmann::json(nullptr)
                                       : nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
     out["seekable_payloads"] = s.seekable_payloads;
+    out["region_records"] = s.region_records;
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
     for (const auto& f : s.fields)
@@ -292,6 +293,12 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   if (s.seekable_payloads > 0 && !seekable_shown)
     fmt::print("seekable {} JPEGs carry restart tables in the index (written with restart intervals elsewhere)\n",
                s.seekable_payloads);
+  if (s.seekable_payloads > 0)
+    fmt::print("{}",
+               s.region_records
+                   ? "         a random crop reads only the MCU rows it covers (region records: index version 7)\n"
+                   : "         a random crop reads the whole JPEG: the index (before version 7) has no region "
+                     "records; `stoker index` over its shards rewrites it so that crops read only their rows\n");
   const bool any_by_convention =
       std::any_of(s.fields.begin(), s.fields.end(), [](const auto& f) { return !f.kind_recorded; });
   fmt::print("fields   (kind: {}; the loader's fields= decodes it so)\n",
