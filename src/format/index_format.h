@@ -192,6 +192,11 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
 [[nodiscard]] bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count,
                                       std::vector<std::uint32_t>& table, std::size_t* used = nullptr);
 
+// The MCU rows of an image of `geometry` (its region record's row checks),
+// or 0 when it is not a JPEG's geometry (sides up to 65535, MCU rows of 8,
+// 16, 24 or 32 px).
+[[nodiscard]] std::uint32_t RegionRows(const JpegGeometry& geometry);
+
 // 32 bits of a piece's xxh3-64: what a region record keeps per piece.
 [[nodiscard]] std::uint32_t PieceCheck(std::span<const std::byte> bytes);
 
