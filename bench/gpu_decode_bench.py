@@ -114,12 +114,17 @@ def parity(packed, transform, batches=4, other=None):
         return torch.cat(out), loader.stats()
     std = torch.tensor(STD).view(1, 1, 1, 3)  # NHWC
     if other is not None:
-        whole, _ = take("gpu")
+        whole, whole_stats = take("gpu")
         regions, stats = take("gpu", other)
         levels = (regions - whole).abs() * std * 255
+        per_sample = lambda s: s.get("bytes_read", 0) / max(s.get("samples_read") or 1, 1)
         return {"max_levels": levels.max().item(), "mean_levels": levels.mean().item(),
                 "seekable_decodes": stats.get("seekable_decodes"), "seekable_fallbacks": stats.get("seekable_fallbacks"),
-                "decoded_on_device": stats.get("decoded_on_device")}
+                "decoded_on_device": stats.get("decoded_on_device"),
+                # The seekable pack's JPEGs read in part (their heads and the crops' MCU rows).
+                "seekable_part_reads": stats.get("seekable_part_reads"),
+                "seekable_part_rereads": stats.get("seekable_part_rereads"),
+                "bytes_read_per_sample": per_sample(stats), "plain_bytes_read_per_sample": per_sample(whole_stats)}
     cpu, _ = take("cpu")
     gpu, stats = take("gpu")
     levels = (gpu - cpu).abs() * std * 255
