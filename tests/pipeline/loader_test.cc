@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/cuda_runtime.h"
@@ -36,6 +37,13 @@ TEST(Loader, EpochCoversEveryoneOnceWithLabels) {
   EXPECT_EQ(stats.samples, 30u);
   EXPECT_GT(stats.bytes_read, 0u);
   EXPECT_NE(stats.Summary(1.0).find("30 images"), std::string::npos);
+  // Every sample read once or more (batches read ahead count too): the bytes an image took.
+  EXPECT_GE(stats.samples_read, 30u);
+  EXPECT_NE(
+      stats.Summary(1.0).find(fmt::format(
+          "{:.1f} KB an image", static_cast<double>(stats.bytes_read) / static_cast<double>(stats.samples_read) / 1e3)),
+      std::string::npos)
+      << stats.Summary(1.0);
 }
 
 TEST(Loader, DeterministicAcrossThreadCounts) {
