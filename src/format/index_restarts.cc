@@ -125,13 +125,8 @@ bool RegionPiecesAgree(const RegionRecord& region, std::span<const std::uint32_t
 void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std::byte>& out) {
   std::uint32_t previous = 0;
   for (const std::uint32_t value : table) {
-    std::uint32_t v = value - previous;  // callers give tables that do not decrease
+    AppendVarint(value - previous, out);  // callers give tables that do not decrease
     previous = value;
-    while (v >= 0x80) {
-      out.push_back(static_cast<std::byte>((v & 0x7F) | 0x80));
-      v >>= 7;
-    }
-    out.push_back(static_cast<std::byte>(v));
   }
 }
 
@@ -143,18 +138,9 @@ bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, s
   std::size_t at = 0;
   std::uint64_t value = 0;
   for (std::uint32_t i = 0; i < count; ++i) {
-    std::uint64_t delta = 0;
-    for (int shift = 0;; shift += 7) {
-      if (at == bytes.size() || shift > 28) {
-        table.clear();
-        return false;
-      }
-      const auto b = static_cast<std::uint8_t>(bytes[at++]);
-      delta |= std::uint64_t{b & 0x7Fu} << shift;
-      if ((b & 0x80) == 0) break;
-    }
-    value += delta;
-    if (value > UINT32_MAX) {
+    const auto delta = ReadVarint(bytes, at);
+    value += delta.value_or(0);
+    if (!delta || value > UINT32_MAX) {
       table.clear();
       return false;
     }

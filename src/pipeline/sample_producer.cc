@@ -259,7 +259,6 @@ void SampleProducer::ReadBatch(BatchInput& input) {
 
 void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
   SeekablePart& part = input.parts[i];
-  part.read_in_part = false;
   Dataset::FieldRead& read = input.reads[i];
   read.part.reset();
   if (read.sample == nullptr || !read.status.ok()) return;
@@ -276,7 +275,6 @@ void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
       (static_cast<std::uint64_t>(roi->y) + static_cast<std::uint64_t>(roi->height) + g.mcu_height - 1) / g.mcu_height);
   if (first >= end || (first == 0 && end == rows)) return;  // every row: read whole
   read.part = Dataset::FieldRead::Part{&part.table, &part.region, first, static_cast<std::uint32_t>(end)};
-  part.read_in_part = true;
   part.rows_at = part.region.RowStart(part.table, first, read.sample->fields[read.field]->size);
 }
 

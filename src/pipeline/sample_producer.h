@@ -25,7 +25,6 @@ namespace stoker::pipeline {
 struct SeekablePart {
   std::vector<std::uint32_t> table;
   RegionRecord region;
-  bool read_in_part = false;
   std::uint64_t rows_at = 0;  // where the rows read start in the JPEG
 };
 
