@@ -77,10 +77,11 @@ def _lines(path):
         return []
 
 
-def _wait_for_steps(path, n, proc, timeout=90):
+def _wait_for_steps(path, n, proc, timeout=90, world_size=None):
+    """Until `path` logs `n` step lines (those of steps at `world_size` only, when given)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if len(_lines(path)) >= n:
+        if len([r for r in _lines(path) if world_size is None or r.get("world_size") == world_size]) >= n:
             return
         if proc.poll() is not None:
             pytest.fail("the run ended (%s) before step %d:\n%s" % (proc.returncode, n, proc.output()[-4000:]))

@@ -36,7 +36,9 @@ def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed
         env["STOKER_ELASTIC_DEVICE_BACKEND"] = "gloo"
     main = Drained([sys.executable, "-m", "stoker.elastic.launch"] + launch + _ddp_args(packed, tmp_path, how, 0.25),
                    env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main)  # 3 steps x 3 ranks
+    # 3 steps x 3 ranks. A worker slower to start than the first meeting's settling (1 s; a loaded machine
+    # imports torch slowly) joins a generation later: the group of 3 is what the kill must hit.
+    _wait_for_steps(tmp_path / (how + ".jsonl"), 9, main, world_size=3)
     victim = _ddp_workers(main, 3)[2]
     os.kill(victim, signal.SIGSTOP if how == "stop" else signal.SIGKILL)
     out = _finish(main)
@@ -46,7 +48,7 @@ def test_trainer_keeps_a_users_ddp_loop_going_when_a_worker_dies_or_hangs(packed
         assert "rank 0 of 3 (device group: gloo)" in out and "rank 0 of 2 (device group: gloo)" in out, out[-4000:]
     lines = _ddp_check(packed, tmp_path, how)
     sizes = [r["world_size"] for r in sorted(lines, key=lambda r: r["step"])]
-    assert sizes[0] == 3 and sizes[-1] == (3 if how == "torchrun" else 2), sizes
+    assert 3 in sizes and sizes[-1] == (3 if how == "torchrun" else 2), sizes
     _assert_params_match(ddp_reference, tmp_path / (how + ".pt"))
 
 
