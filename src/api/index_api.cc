@@ -18,9 +18,7 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
         if (!table) return std::nullopt;
         auto layout = codec::ReadScanLayout(payload);  // read once more: it is what the table was found with
         if (!layout.ok()) return std::nullopt;
-        return SeekableTable{std::move(*table), JpegGeometry{static_cast<std::uint32_t>(layout->width),
-                                                             static_cast<std::uint32_t>(layout->height),
-                                                             static_cast<std::uint32_t>(layout->mcu_height)}};
+        return SeekableTable{std::move(*table), codec::IndexGeometry(*layout)};
       });
 }
 

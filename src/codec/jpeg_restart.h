@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codec/jpeg.h"
+#include "stoker/seekable.h"
 #include "stoker/status.h"
 
 namespace stoker::codec {
@@ -51,6 +52,12 @@ struct ScanLayout {
 // extended-sequential Huffman with 8-bit samples and one scan holding every
 // component, or whose markers are malformed.
 [[nodiscard]] Result<ScanLayout> ReadScanLayout(std::span<const std::byte> jpeg);
+
+// What the index's region record keeps of a scan's layout.
+[[nodiscard]] inline JpegGeometry IndexGeometry(const ScanLayout& layout) {
+  return {static_cast<std::uint32_t>(layout.width), static_cast<std::uint32_t>(layout.height),
+          static_cast<std::uint32_t>(layout.mcu_height)};
+}
 
 // The restart table of a JPEG written with a restart interval that divides
 // its MCU rows: scans the entropy-coded data for its RST markers. Corruption

@@ -28,9 +28,7 @@ Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std
   bytes = std::move(seekable.bytes);
   auto layout = codec::ReadScanLayout(bytes);  // the table's geometry, for the index's region record
   if (!layout.ok()) return layout.status().WithContext("a seekable JPEG just written");
-  restarts = {std::move(seekable.table),
-              JpegGeometry{static_cast<std::uint32_t>(layout->width), static_cast<std::uint32_t>(layout->height),
-                           static_cast<std::uint32_t>(layout->mcu_height)}};
+  restarts = {std::move(seekable.table), codec::IndexGeometry(*layout)};
   return true;
 }
 
