@@ -259,6 +259,7 @@ void SampleProducer::ReadBatch(BatchInput& input) {
 
 void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
   SeekablePart& part = input.parts[i];
+  part.table.clear();  // FinishImage takes it as this sample's: none unless the index gives one
   Dataset::FieldRead& read = input.reads[i];
   read.part.reset();
   if (read.sample == nullptr || !read.status.ok()) return;
@@ -344,11 +345,11 @@ Status SampleProducer::FinishImage(std::span<const std::byte> bytes, const Datas
   image.record_geometry = !follower_.empty();
   if (!seekable_) return finisher_->Finish(bytes, context, buffer, image, *counters_);
   image.restarts = {};
-  const std::vector<std::uint32_t>* table = &image.restart_table;
-  if (part != nullptr && read != nullptr && read->part) {
-    table = &part->table;  // the batch read decoded it
-  } else if (!dataset_->RestartTable(context.sample, field, image.restart_table)) {
-    table = nullptr;
+  const std::vector<std::uint32_t>* table = nullptr;
+  if (part != nullptr) {
+    if (!part->table.empty()) table = &part->table;  // the batch read looked it up: not decoded twice
+  } else if (dataset_->RestartTable(context.sample, field, image.restart_table)) {
+    table = &image.restart_table;
   }
   if (table != nullptr)
     image.restarts = {reinterpret_cast<const std::byte*>(table->data()), static_cast<std::uint32_t>(table->size())};

@@ -88,9 +88,10 @@ class SampleProducer {
   SampleProducer() = default;
   // The finisher on one sample's image (field `field` of `info`), with its
   // restart table when the index has one; counts seekable decodes. `read`
-  // (may be null) is the batch read's, with `part` when it read the JPEG in
-  // part: if the rows read do not serve, the JPEG is read whole and
-  // finished again.
+  // (may be null) is the batch read's; `part` (with read_crop_rows) holds
+  // the table the batch read looked up, and `read->part` says whether it
+  // read the JPEG in part: if the rows read do not serve, the JPEG is read
+  // whole and finished again.
   [[nodiscard]] Status FinishImage(std::span<const std::byte> bytes, const Dataset::FieldRead* read,
                                    const SeekablePart* part, const SampleInfo& info, std::size_t field,
                                    const SampleContext& context, std::byte* buffer, ProducerScratch& scratch);
