@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +27,13 @@ class FaultFileSystem : public FileSystem {
   std::string short_reads_for_suffix;
   // What FreeBytes reports (unset: the real file system's answer).
   std::optional<std::uint64_t> free_bytes;
+  // Files opened from now on record their ReadableFile::AdviseAccess calls
+  // (passed on to the real file): Advised() gives each path's last advice.
+  std::atomic<bool> record_advice{false};
+  std::map<std::string, AccessPattern> Advised() const {
+    std::lock_guard lock(advice_mu_);
+    return advised_;
+  }
   // While true, ReadBatch waits (a loader's reads stall until released).
   std::atomic<bool> reads_held{false};
   void ReleaseReads() {
@@ -37,6 +46,7 @@ class FaultFileSystem : public FileSystem {
     STOKER_ASSIGN_OR_RETURN(auto file, base_->OpenForRead(path));
     if (!short_reads_for_suffix.empty() && path.ends_with(short_reads_for_suffix))
       return std::unique_ptr<ReadableFile>(std::make_unique<ShortReader>(std::move(file)));
+    if (record_advice) return std::unique_ptr<ReadableFile>(std::make_unique<AdviceRecorder>(std::move(file), *this));
     return file;
   }
   using FileSystem::Map;
@@ -102,7 +112,30 @@ class FaultFileSystem : public FileSystem {
     std::unique_ptr<ReadableFile> inner_;
   };
 
+  class AdviceRecorder : public ReadableFile {
+   public:
+    AdviceRecorder(std::unique_ptr<ReadableFile> inner, FaultFileSystem& fs) : inner_(std::move(inner)), fs_(fs) {}
+    Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) override {
+      return inner_->ReadAt(offset, out);
+    }
+    Result<std::uint64_t> Size() override { return inner_->Size(); }
+    const std::string& path() const override { return inner_->path(); }
+    Status AdviseAccess(AccessPattern pattern) override {
+      {
+        std::lock_guard lock(fs_.advice_mu_);
+        fs_.advised_[path()] = pattern;
+      }
+      return inner_->AdviseAccess(pattern);
+    }
+
+   private:
+    std::unique_ptr<ReadableFile> inner_;
+    FaultFileSystem& fs_;
+  };
+
   FileSystem* base_ = FileSystem::Default();
+  mutable std::mutex advice_mu_;
+  std::map<std::string, AccessPattern> advised_;
   std::atomic<std::uint64_t> written_{0};
 };
 

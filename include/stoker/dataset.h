@@ -123,6 +123,13 @@ class Dataset {
   // reads that JPEG whole: no wrong pixels, but no read in part either).
   [[nodiscard]] Status CheckRegionRecord(const SampleInfo& info, std::size_t field,
                                          std::span<const std::byte> payload) const;
+  // Tells the kernel how the shard files will be read (their read-ahead;
+  // ReadableFile::AdviseAccess), for the files open now and those opened
+  // later; loose files are read whole and keep the default. A hint only:
+  // what is read does not change. The loader gives kRandom to a global
+  // shuffle over local shards larger than the page cache can hold
+  // (LoaderOptions::kernel_readahead).
+  void AdviseShardAccess(AccessPattern pattern) const;
   // The index's location, as it may be printed (a URL's secrets hidden).
   [[nodiscard]] const std::string& index_path() const;
 

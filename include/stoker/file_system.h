@@ -19,6 +19,9 @@
 
 namespace stoker {
 
+// How a file's reads will go (ReadableFile::AdviseAccess).
+enum class AccessPattern : std::uint8_t { kNormal, kRandom };
+
 // A file opened for positional reads. Thread-safe: ReadAt may be called from
 // several threads at once.
 class ReadableFile {
@@ -29,6 +32,14 @@ class ReadableFile {
   [[nodiscard]] virtual Result<std::size_t> ReadAt(std::uint64_t offset, std::span<std::byte> out) = 0;
   [[nodiscard]] virtual Result<std::uint64_t> Size() = 0;
   [[nodiscard]] virtual const std::string& path() const = 0;
+  // A hint of how the file will be read from now on, for the kernel's
+  // read-ahead: kRandom reads only what is asked (posix_fadvise
+  // POSIX_FADV_RANDOM), kNormal restores the kernel's default. Files that
+  // are not local ignore it (the default). An error changes nothing read.
+  [[nodiscard]] virtual Status AdviseAccess(AccessPattern pattern) {
+    (void)pattern;
+    return Status::Ok();
+  }
   // Reads exactly out.size() bytes at `offset` or fails with Corruption
   // ("file is shorter than expected") naming the path and offset.
   [[nodiscard]] Status ReadExactAt(std::uint64_t offset, std::span<std::byte> out);

@@ -31,6 +31,8 @@ namespace stoker {
 // dataset whose cache holds all of it; kShardBlockShuffle when the cache is
 // smaller, where a global shuffle would download shards over and over.
 enum class Order : std::uint8_t { kSequential, kShuffle, kShardBlockShuffle, kAuto };
+// LoaderOptions::kernel_readahead.
+enum class KernelReadahead : std::uint8_t { kAuto, kOn, kOff };
 enum class CorruptPolicy : std::uint8_t {
   kError,  // stop with a message naming the key and shard:offset
   kSkip,   // count it and substitute the next good sample in the epoch order
@@ -129,6 +131,14 @@ struct LoaderOptions {
   // record's per-row checks with verify_samples). False reads every JPEG
   // whole (the crop still entropy-decodes only its intervals).
   bool read_crop_rows = true;
+  // The kernel's read-ahead on local shard files. kAuto switches it off
+  // (POSIX_FADV_RANDOM: each read takes only the bytes asked for) for a
+  // global shuffle over shards larger than the page cache can hold (its
+  // room: MemAvailable, and the memory cgroup's limit less its anonymous
+  // memory), where what the kernel reads ahead is evicted before use, and
+  // keeps it otherwise; LoaderStats::readahead_note says why. The advice
+  // applies to the dataset's shard files, for every loader that reads them.
+  KernelReadahead kernel_readahead = KernelReadahead::kAuto;
   // The loader tunes its own active threads and prefetch depth while it
   // runs, to keep the consumer's wait in Next() under 2% of its time, with
   // as few threads as that takes. `threads` and `prefetch` (when set) are
@@ -191,6 +201,10 @@ struct LoaderStats {
   // bytes_read either way.
   std::uint64_t seekable_part_reads = 0;
   std::uint64_t seekable_part_rereads = 0;
+  // LoaderOptions::kernel_readahead as decided at creation, and why
+  // (empty for remote shards and loose files, where it does not apply).
+  bool kernel_readahead = true;
+  std::string readahead_note;
 
   // The counts and times accumulated since `earlier` (e.g. one epoch's);
   // mean_ready_batches and the configuration fields are kept as they are.

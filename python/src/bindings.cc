@@ -211,6 +211,10 @@ PYBIND11_MODULE(_native, m) {
       .value("shuffle", stoker::Order::kShuffle)
       .value("shard_block", stoker::Order::kShardBlockShuffle)
       .value("auto", stoker::Order::kAuto);
+  py::enum_<stoker::KernelReadahead>(m, "KernelReadahead")
+      .value("auto", stoker::KernelReadahead::kAuto)
+      .value("on", stoker::KernelReadahead::kOn)
+      .value("off", stoker::KernelReadahead::kOff);
   py::enum_<stoker::CorruptPolicy>(m, "CorruptPolicy")
       .value("error", stoker::CorruptPolicy::kError)
       .value("skip", stoker::CorruptPolicy::kSkip);
@@ -265,6 +269,7 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("fields", &stoker::LoaderOptions::fields)
       .def_readwrite("verify_samples", &stoker::LoaderOptions::verify_samples)
       .def_readwrite("read_crop_rows", &stoker::LoaderOptions::read_crop_rows)
+      .def_readwrite("kernel_readahead", &stoker::LoaderOptions::kernel_readahead)
       .def_readwrite("autotune", &stoker::LoaderOptions::autotune)
       .def_readwrite("autotune_max_threads", &stoker::LoaderOptions::autotune_max_threads)
       .def_readwrite("autotune_memory_bytes", &stoker::LoaderOptions::autotune_memory_bytes);
@@ -303,6 +308,8 @@ PYBIND11_MODULE(_native, m) {
         d["seekable_fallbacks"] = s.seekable_fallbacks;
         d["seekable_part_reads"] = s.seekable_part_reads;
         d["seekable_part_rereads"] = s.seekable_part_rereads;
+        d["kernel_readahead"] = s.kernel_readahead;
+        d["readahead_note"] = s.readahead_note;
         return d;
       });
 

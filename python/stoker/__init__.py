@@ -140,6 +140,14 @@ class Loader:
     the crop covers, checked against the index (``read_crop_rows=False``
     reads every JPEG whole; the pixels are the same either way).
 
+    ``kernel_readahead="auto"`` (the default) switches the kernel's
+    read-ahead off on local shard files for a global shuffle over shards
+    larger than the page cache can hold (``MemAvailable``, and the memory
+    cgroup's limit less its anonymous memory), where what it reads ahead is
+    evicted before use; ``"on"`` and ``"off"`` force it.
+    ``stats()["readahead_note"]`` says what was chosen and why (logged at
+    creation when read-ahead is switched off).
+
     ``dataset`` may also be a URL (``http://``, ``https://``, ``s3://``):
     shards are read through a local cache (``cache_dir``, default
     ``$STOKER_CACHE_DIR`` or ``~/.cache/stoker``; ``cache_size`` bytes or a
@@ -162,7 +170,7 @@ class Loader:
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
                  autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None, map=None,
-                 collate=None, batch_transform=None, read_crop_rows=True):
+                 collate=None, batch_transform=None, read_crop_rows=True, kernel_readahead="auto"):
         specs, self._transformed = [], None
         if batch_transform is not None and (not callable(batch_transform) or fields is not None):
             raise ValueError("batch_transform (MixUp, CutMix, or any f(images, labels) -> (images, labels)) is for "
@@ -250,6 +258,8 @@ class Loader:
         options.fields = specs
         options.verify_samples = _params.boolean("verify_samples", verify_samples)
         options.read_crop_rows = _params.boolean("read_crop_rows", read_crop_rows)
+        options.kernel_readahead = getattr(_native.KernelReadahead, _params.choice(
+            "kernel_readahead", kernel_readahead, ("auto", "on", "off")))
         t = transform._options()
         t.dtype = _DTYPES[name]
         if layout is None:
@@ -288,6 +298,8 @@ class Loader:
             # Remote: the order chosen and the download volume it is predicted to cost per epoch.
             logging.getLogger("stoker").log(logging.WARNING if native_stats["order_warning"] else logging.INFO,
                                             native_stats["order_note"])
+        if kernel_readahead == "auto" and not native_stats["kernel_readahead"]:
+            logging.getLogger("stoker").info(native_stats["readahead_note"])
         if gpu_decode:
             decoder = self._native.device_stats().get("decoder", "")
             if self._native.device == "cpu":

@@ -207,8 +207,18 @@ Result<ReadableFile*> Dataset::Impl::Shard(std::uint32_t shard) const {
   auto& slot = open_shards[shard];
   if (!slot) {
     STOKER_ASSIGN_OR_RETURN(slot, fs->OpenForRead(shards[shard].full_path));
+    // Advice is a hint: a file system that refuses it reads the same bytes.
+    if (shard_access != AccessPattern::kNormal) (void)slot->AdviseAccess(shard_access);
   }
   return slot.get();
+}
+
+void Dataset::AdviseShardAccess(AccessPattern pattern) const {
+  MutexLock lock(impl_->mu);
+  if (impl_->shard_access == pattern) return;
+  impl_->shard_access = pattern;
+  for (auto& file : impl_->open_shards)
+    if (file) (void)file->AdviseAccess(pattern);  // a hint; see Impl::Shard
 }
 
 Status Dataset::ReadFieldInto(const SampleInfo& info, std::size_t field, std::vector<std::byte>& out,

@@ -43,6 +43,8 @@ struct Dataset::Impl {
   [[nodiscard]] std::string Where(const SampleInfo& info, std::size_t field) const;
   mutable Mutex mu;
   mutable std::vector<std::unique_ptr<ReadableFile>> open_shards GUARDED_BY(mu);
+  // Dataset::AdviseShardAccess: given to every shard opened from now on.
+  mutable AccessPattern shard_access GUARDED_BY(mu) = AccessPattern::kNormal;
 };
 
 }  // namespace stoker

@@ -50,6 +50,13 @@ class PosixReadableFile final : public ReadableFile {
   const std::string& path() const override { return path_; }
   [[nodiscard]] int fd() const { return fd_.get(); }
 
+  Status AdviseAccess(AccessPattern pattern) override {
+    const int advice = pattern == AccessPattern::kRandom ? POSIX_FADV_RANDOM : POSIX_FADV_NORMAL;
+    if (const int err = ::posix_fadvise(fd_.get(), 0, 0, advice); err != 0)
+      return Status::FromErrno(err, fmt::format("advise the kernel of reads of '{}'", path_));
+    return Status::Ok();
+  }
+
  private:
   std::string path_;
   UniqueFd fd_;

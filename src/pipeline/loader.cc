@@ -144,6 +144,19 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
 
   STOKER_RETURN_IF_ERROR(impl->finisher->Prepare(pool, setup.rank_capacity));
+  {
+    // The kernel's read-ahead on local shards, against the page cache's room
+    // less the batch buffers this loader is about to allocate.
+    const bool local_shards = planner == nullptr && !dataset->loose_files();
+    std::uint64_t shard_bytes = 0;
+    for (const auto& shard : dataset->shards()) shard_bytes += shard.size;
+    const bool measure = local_shards && options.kernel_readahead == KernelReadahead::kAuto;
+    impl->read_access = pipeline::ChooseReadAccess(
+        options.kernel_readahead, setup.order.order, local_shards, shard_bytes,
+        measure ? io::ReadPageCacheRoom(*FileSystem::Default()) : std::nullopt,
+        std::uint64_t{pool} * (impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 0));
+    if (!impl->read_access.note.empty()) dataset->AdviseShardAccess(impl->read_access.pattern);
+  }
   impl->slots.resize(pool);
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
@@ -273,6 +286,8 @@ LoaderStats Loader::stats() const {
   s.predicted_epoch_download_bytes = m.order_choice.predicted_epoch_download_bytes;
   s.order_note = m.order_choice.note;
   s.order_warning = m.order_choice.warning;
+  s.kernel_readahead = m.read_access.pattern == AccessPattern::kNormal;
+  s.readahead_note = m.read_access.note;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
   MutexLock lock(m.method_mu);
   s.read_method = m.read_method;

@@ -23,6 +23,7 @@
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/loader_setup.h"
+#include "pipeline/read_access.h"
 #include "pipeline/sample_producer.h"
 #include "transform/transform.h"
 
@@ -50,7 +51,8 @@ struct Loader::Impl {
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
   order::OrderSpec order_spec;
-  pipeline::OrderChoice order_choice;  // as chosen at creation (kAuto resolved, the prediction)
+  pipeline::OrderChoice order_choice;      // as chosen at creation (kAuto resolved, the prediction)
+  pipeline::ReadAccessChoice read_access;  // as chosen at creation
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;
   std::shared_ptr<pipeline::SampleFinisher> finisher;

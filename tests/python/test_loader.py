@@ -223,6 +223,25 @@ def test_errors_become_python_exceptions(packed, tmp_path):
         loader.load_state_dict(state)
 
 
+def test_kernel_readahead_is_chosen_said_and_can_be_forced(packed, caplog):
+    # The shards fit this machine's page cache: auto keeps the kernel's read-ahead, silently.
+    with caplog.at_level("INFO", logger="stoker"):
+        auto = stoker.Loader(packed, batch_size=8, transform=T.Compose([T.Resize(64), T.CenterCrop(64)]))
+    stats = auto.stats()
+    assert stats["kernel_readahead"] is True
+    assert "fit the page cache" in stats["readahead_note"], stats["readahead_note"]
+    assert "read-ahead" not in caplog.text
+    off = stoker.Loader(packed, batch_size=8, kernel_readahead="off",
+                        transform=T.Compose([T.Resize(64), T.CenterCrop(64)]))
+    assert off.stats()["kernel_readahead"] is False
+    assert off.stats()["readahead_note"] == "kernel read-ahead off for the shards (kernel_readahead=off)"
+    # Same batches either way: a hint to the kernel, not a change in what is read.
+    for (a, la), (b, lb) in zip(auto, off):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    with pytest.raises(ValueError, match="kernel_readahead"):
+        stoker.Loader(packed, kernel_readahead="sometimes")
+
+
 def test_corrupt_sample_policies(cli, demo_images, tmp_path):
     files = jpeg_files(demo_images)[:10]
     bad = tmp_path / "bad.jpg"

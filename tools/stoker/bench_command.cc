@@ -78,6 +78,9 @@ int RunBench(const BenchArgs& a) {
             : a.order == "shuffle"   ? stoker::Order::kShuffle
                                      : stoker::Order::kAuto;
   o.shard_window = a.shard_window;
+  o.kernel_readahead = a.kernel_readahead == "on"    ? stoker::KernelReadahead::kOn
+                       : a.kernel_readahead == "off" ? stoker::KernelReadahead::kOff
+                                                     : stoker::KernelReadahead::kAuto;
   o.on_corrupt = a.on_corrupt == "skip" ? stoker::CorruptPolicy::kSkip : stoker::CorruptPolicy::kError;
   auto& t = o.transform;
   t.width = t.height = a.size;
@@ -123,6 +126,7 @@ int RunBench(const BenchArgs& a) {
     else if (!a.json)
       fmt::print("{}\n", chosen.order_note);
   }
+  if (!a.json && !chosen.readahead_note.empty()) fmt::print("{}\n", chosen.readahead_note);
   if (!a.json) {
     fmt::print("batch buffers: {}\n",
                l.stats().pinned_memory ? "page-locked (CUDA)"
@@ -189,7 +193,8 @@ int RunBench(const BenchArgs& a) {
                           {"decode_s", epoch_stats.decode_seconds},
                           {"transform_s", epoch_stats.transform_seconds},
                           {"read_requests", epoch_stats.read_requests},
-                          {"read_method", after.read_method}};
+                          {"read_method", after.read_method},
+                          {"kernel_readahead", after.kernel_readahead}};
       if (remote) {
         j["bytes_downloaded"] = downloaded;
         j["predicted_bytes_downloaded"] = chosen.predicted_epoch_download_bytes;

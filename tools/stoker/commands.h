@@ -32,7 +32,7 @@ struct BenchArgs {
   std::uint64_t epochs = 1, max_batches = 0;
   std::string seed = "0";
   double consumer_ms = 0;
-  std::string dtype = "float32", order = "auto", on_corrupt = "error";
+  std::string dtype = "float32", order = "auto", on_corrupt = "error", kernel_readahead = "auto";
   int size = 224;
   bool eval = false, json = false, no_verify = false;
   RemoteArgs remote;
