@@ -234,6 +234,10 @@ def test_bench_reports_each_epoch_as_json(stoker, demo_images, tmp_path):
         assert e["consumer_wait_s"] >= 0 and 0 < e["accelerator_utilization"] <= 1
     text = stoker("bench", out, "--max-batches", "2", "--batch-size", "8", "--size", "64").stdout
     assert "images/s" in text and "batch buffers:" in text
+    assert "kernel read-ahead on for the shards: they (" in text  # 48 small images fit any page cache
+    off = stoker("bench", out, "--max-batches", "1", "--batch-size", "8", "--size", "64", "--json",
+                 "--kernel-readahead", "off").stdout
+    assert json.loads(off.splitlines()[-1])["kernel_readahead"] is False
     bad = stoker("bench", out, "--dtype", "int7", check=False)
     assert bad.returncode != 0 and "int7" in bad.stderr
 
@@ -279,6 +283,7 @@ def test_parse_errors_use_the_documented_format_and_exit_1(stoker, tmp_path):
     (["--threads", "100000"], "--threads"),
     (["--prefetch", "100000"], "--prefetch"),
     (["--batch-size", "0"], "--batch-size"),
+    (["--kernel-readahead", "maybe"], "--kernel-readahead"),
 ])
 def test_bench_refuses_bad_values_before_starting(stoker, demo_images, tmp_path, args, says):
     out = tmp_path / "packed"
