@@ -150,6 +150,28 @@ def test_in_process_survives_a_kill_and_a_join(packed, reference, tmp_path):
     assert "Timed out" not in out and "timed out" not in out, "a survivor waited for the timeout:\n" + out[-4000:]
 
 
+def test_the_first_meeting_waits_for_a_worker_slow_to_start(packed, reference, tmp_path):
+    """Three workers, the third 4 s slower to start than the others (as
+    importing torch can be on a loaded node): the first generation waits for
+    it (every worker its launcher started), rather than closing with two after
+    the arrivals' 1 s settling and taking it in a generation later."""
+    slow = tmp_path / "slow_start.py"
+    slow.write_text("import os, runpy, sys, time\n"
+                    "if os.environ['LOCAL_RANK'] == '2':\n"
+                    "    time.sleep(4)\n"
+                    "sys.argv = sys.argv[1:]\n"
+                    "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    port = _free_port()
+    run = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % port, "--min-workers", "1",
+                   "--max-workers", "3", "--nproc-per-node", "3", str(slow)]
+                  + _example_args(packed, tmp_path, "run", 0.05))
+    out = _finish(run)
+    assert run.returncode == 0, out[-4000:]
+    sizes = [r["world_size"] for r in _check_log(tmp_path, "run")]
+    assert set(sizes) == {3}, sizes
+    _assert_params_match(reference, tmp_path / "run.pt")
+
+
 def test_run_evicts_a_straggler_and_goes_on_without_it(packed, reference, tmp_path):
     """run(straggler=StragglerPolicy(1.5, 3, min_seconds=0.1)), three workers; the one of local rank 2
     computes 0.2 s longer each step (min_seconds: the two left, healthy, take a few ms a step, and on a busy

@@ -13,6 +13,8 @@ Store keys of the in-process rendezvous (all under the launcher's store):
   g<N>/gone           why a member of generation N is gone, set by the first
                       worker whose watch saw it (an abortable device group:
                       the others read it and abort theirs too)
+  active              workers the launchers started and have not reaped (each
+                      launcher adds and subtracts its own)
   finished            the last step, set by the group when the job is done: a
                       worker still trying to join (woken from a hang, or late)
                       then stops instead of waiting for a group that will not come
@@ -20,6 +22,9 @@ A generation closes when every member of the last one that is still alive
 (not reaped, heartbeat still moving) has registered, or at the maximum
 size, or, with at least the minimum, after ``join_timeout`` (a hung member
 is left behind); a worker registered after the close joins the next one.
+The first generation closes, with at least the minimum, once arrivals have
+settled (``settle``) and every worker the launchers started has come, or
+``join_timeout`` after the last arrival.
 """
 import logging
 import os
@@ -473,8 +478,17 @@ class Rendezvous(ReplicaGroups):
                     if ready and waiting_for:
                         log.warning("generation %d closes without %s: no answer within %.0f s (hung?)", generation,
                                     ", ".join(waiting_for), self.join_timeout)
-                else:
-                    ready = now - last_change >= self.settle  # a first meeting: wait for arrivals to settle
+                elif now - last_change >= self.settle:
+                    # A first meeting: arrivals settled, and every worker the launchers started (the store's
+                    # "active") is here; one still starting (importing torch on a loaded node takes seconds)
+                    # is waited for up to join_timeout after the last arrival, not left for the next
+                    # generation.
+                    started = min(int(self.store.add("active", 0)), self.max_size)
+                    ready = count >= started or now - last_change > self.join_timeout
+                    if ready and count < started:
+                        log.warning("generation %d starts with %d of the %d workers the launchers started: the "
+                                    "others did not come within %.0f s", generation, count, started,
+                                    self.join_timeout)
             if ready and self.replica is not None:
                 incomplete = self._groups_to_wait_for(self.store, [m for m in registered], expected_old,
                                                       alive, now)
