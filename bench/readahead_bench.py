@@ -16,6 +16,12 @@ disk (`--read-mbps`). Before each run the shards' pages are evicted
   blkio.throttle.io_service_bytes, which counts what the kernel read ahead);
 - the loader's own bytes per image (what it asked for).
 
+With `--url`, the same data is read as a remote dataset (`--data` is the
+folder an HTTP server outside the cgroup serves at that URL): each run
+starts from an empty `--cache-dir` (on the throttled disk) large enough to
+hold it, so epoch 1 downloads, and epochs 2 and 3 read the cache's copies
+through the limited page cache.
+
 Needs root and cgroup v1's memory and blkio hierarchies (this project's
 machines have them).
 
@@ -25,6 +31,7 @@ machines have them).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,6 +91,8 @@ def evict(data):
 
 def run_one(args, mode, mem, blk, disk):
     evict(args.data)
+    if args.url:
+        shutil.rmtree(args.cache_dir, ignore_errors=True)
     write(os.path.join(blk, "blkio.reset_stats"), "1")
     before = storage_bytes(blk, disk)
 
@@ -91,8 +100,10 @@ def run_one(args, mode, mem, blk, disk):
         write(os.path.join(mem, "cgroup.procs"), str(os.getpid()))
         write(os.path.join(blk, "cgroup.procs"), str(os.getpid()))
 
-    cmd = [args.stoker, "bench", args.data, "--epochs", str(args.epochs), "--json", "--kernel-readahead", mode,
-           "--threads", str(args.threads)]
+    cmd = [args.stoker, "bench", args.url or args.data, "--epochs", str(args.epochs), "--json",
+           "--kernel-readahead", mode, "--threads", str(args.threads)]
+    if args.url:
+        cmd += ["--cache-dir", args.cache_dir, "--cache-size", "64GiB", "--cache-min-free", "0"]
     out = subprocess.run(cmd, preexec_fn=enter, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("%s failed (%d): %s" % (" ".join(cmd), out.returncode, out.stderr.strip()))
@@ -120,11 +131,13 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--modes", nargs="+", default=["on", "off"], choices=["on", "off", "auto"])
+    p.add_argument("--url", help="read the data as this remote dataset (served from --data)")
+    p.add_argument("--cache-dir", default="/var/tmp/stoker-readahead-bench-cache")
     p.add_argument("--json", help="write every run here")
     args = p.parse_args()
     if os.geteuid() != 0 or not os.path.isdir(CGROUP_MEMORY) or not os.path.isdir(CGROUP_BLKIO):
         sys.exit("needs root and cgroup v1's memory and blkio hierarchies (%s, %s)" % (CGROUP_MEMORY, CGROUP_BLKIO))
-    disk = block_device_of(args.data)
+    disk = block_device_of(os.path.dirname(os.path.abspath(args.cache_dir)) if args.url else args.data)
     with open("/sys/dev/block/%s/queue/read_ahead_kb" % disk) as f:
         read_ahead_kb = int(f.read())
     shard_bytes = sum(os.path.getsize(os.path.join(args.data, n)) for n in os.listdir(args.data) if n.endswith(".tar"))

@@ -131,7 +131,8 @@ struct LoaderOptions {
   // record's per-row checks with verify_samples). False reads every JPEG
   // whole (the crop still entropy-decodes only its intervals).
   bool read_crop_rows = true;
-  // The kernel's read-ahead on local shard files. kAuto switches it off
+  // The kernel's read-ahead on the shard files (local ones, or a remote
+  // dataset's copies in its cache). kAuto switches it off
   // (POSIX_FADV_RANDOM: each read takes only the bytes asked for) for a
   // global shuffle over shards larger than the page cache can hold (its
   // room: MemAvailable, and the memory cgroup's limit less its anonymous
@@ -202,7 +203,7 @@ struct LoaderStats {
   std::uint64_t seekable_part_reads = 0;
   std::uint64_t seekable_part_rereads = 0;
   // LoaderOptions::kernel_readahead as decided at creation, and why
-  // (empty for remote shards and loose files, where it does not apply).
+  // (empty for loose files, read whole, where it does not apply).
   bool kernel_readahead = true;
   std::string readahead_note;
 

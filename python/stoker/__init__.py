@@ -141,7 +141,8 @@ class Loader:
     reads every JPEG whole; the pixels are the same either way).
 
     ``kernel_readahead="auto"`` (the default) switches the kernel's
-    read-ahead off on local shard files for a global shuffle over shards
+    read-ahead off on the shard files (local ones, or a remote dataset's
+    copies in its cache) for a global shuffle over shards
     larger than the page cache can hold (``MemAvailable``, and the memory
     cgroup's limit less its anonymous memory), where what it reads ahead is
     evicted before use; ``"on"`` and ``"off"`` force it.

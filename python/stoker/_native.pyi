@@ -35,6 +35,14 @@ class CorruptPolicy:
     value: int
     def __init__(self, value: int) -> None: ...
 
+class KernelReadahead:
+    auto: KernelReadahead
+    on: KernelReadahead
+    off: KernelReadahead
+    name: str
+    value: int
+    def __init__(self, value: int) -> None: ...
+
 class TransformKind:
     random_resized_crop: TransformKind
     resize_center_crop: TransformKind
@@ -135,6 +143,7 @@ class LoaderOptions:
     fields: list[FieldSpec]
     verify_samples: bool
     read_crop_rows: bool
+    kernel_readahead: KernelReadahead
     autotune: bool
     autotune_max_threads: int
     autotune_memory_bytes: int

@@ -145,14 +145,15 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
 
   STOKER_RETURN_IF_ERROR(impl->finisher->Prepare(pool, setup.rank_capacity));
   {
-    // The kernel's read-ahead on local shards, against the page cache's room
-    // less the batch buffers this loader is about to allocate.
-    const bool local_shards = planner == nullptr && !dataset->loose_files();
+    // The kernel's read-ahead on the shard files (local, or a remote cache's
+    // copies), against the page cache's room less the batch buffers this
+    // loader is about to allocate.
+    const bool shard_files = !dataset->loose_files();
     std::uint64_t shard_bytes = 0;
     for (const auto& shard : dataset->shards()) shard_bytes += shard.size;
-    const bool measure = local_shards && options.kernel_readahead == KernelReadahead::kAuto;
+    const bool measure = shard_files && options.kernel_readahead == KernelReadahead::kAuto;
     impl->read_access = pipeline::ChooseReadAccess(
-        options.kernel_readahead, setup.order.order, local_shards, shard_bytes,
+        options.kernel_readahead, setup.order.order, shard_files, shard_bytes,
         measure ? io::ReadPageCacheRoom(*FileSystem::Default()) : std::nullopt,
         std::uint64_t{pool} * (impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 0));
     if (!impl->read_access.note.empty()) dataset->AdviseShardAccess(impl->read_access.pattern);

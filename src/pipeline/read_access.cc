@@ -6,10 +6,10 @@
 
 namespace stoker::pipeline {
 
-ReadAccessChoice ChooseReadAccess(KernelReadahead option, Order order, bool local_shards, std::uint64_t shard_bytes,
+ReadAccessChoice ChooseReadAccess(KernelReadahead option, Order order, bool shard_files, std::uint64_t shard_bytes,
                                   const std::optional<io::PageCacheRoom>& room, std::uint64_t loader_bytes) {
   ReadAccessChoice choice;
-  if (!local_shards) return choice;
+  if (!shard_files) return choice;
   switch (option) {
     case KernelReadahead::kOn:
       choice.note = "kernel read-ahead on for the shards (kernel_readahead=on)";

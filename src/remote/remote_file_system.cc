@@ -36,6 +36,12 @@ class CachedShardFile final : public ReadableFile {
   }
   Result<std::uint64_t> Size() override { return cache_->shards()[shard_].size; }
   const std::string& path() const override { return display_; }
+  // The advice is the cache's, for every local copy it reads: a dataset
+  // advises each of its shards the same way.
+  Status AdviseAccess(AccessPattern pattern) override {
+    cache_->AdviseAccess(pattern);
+    return Status::Ok();
+  }
 
  private:
   ShardCache* cache_;

@@ -47,6 +47,7 @@ struct ShardCache::Impl {
   mutable Mutex mu;
   CondVar changed;
   std::vector<Entry> entries GUARDED_BY(mu);
+  AccessPattern access GUARDED_BY(mu) = AccessPattern::kNormal;  // ShardCache::AdviseAccess
   std::deque<std::uint32_t> demand GUARDED_BY(mu);
   std::vector<std::uint32_t> plan GUARDED_BY(mu);
   std::uint64_t plan_base GUARDED_BY(mu) = 0;  // global position of plan[0]
@@ -194,6 +195,7 @@ struct ShardCache::Impl {
       if (file.ok()) {
         e.state = State::kPresent;
         e.file = std::move(file).value();
+        if (access != AccessPattern::kNormal) (void)e.file->AdviseAccess(access);  // a hint, as in AcquirePinned
         e.last_use = ++ticks;
         e.failed_until.reset();
         used += shards[s].size;
@@ -268,6 +270,8 @@ struct ShardCache::Impl {
             continue;
           }
           e.file = std::move(opened).value();
+          // A hint (ShardCache::AdviseAccess): a file system that refuses it reads the same bytes.
+          if (access != AccessPattern::kNormal) (void)e.file->AdviseAccess(access);
         }
         ++e.pins;
         e.last_use = ++ticks;
@@ -371,6 +375,14 @@ Status ShardCache::ReadAt(std::uint32_t shard, std::uint64_t offset, std::span<s
   MutexLock lock(impl_->mu);
   impl_->Unpin(shard);
   return s;
+}
+
+void ShardCache::AdviseAccess(AccessPattern pattern) {
+  MutexLock lock(impl_->mu);
+  if (impl_->access == pattern) return;
+  impl_->access = pattern;
+  for (auto& e : impl_->entries)
+    if (e.file) (void)e.file->AdviseAccess(pattern);  // a hint; see AcquirePinned
 }
 
 Status ShardCache::Ensure(std::uint32_t shard) {

@@ -54,6 +54,10 @@ class ShardCache {
   // Reads exactly out.size() bytes of shard `shard` at `offset`, downloading
   // it first if needed. Errors name the shard's URL.
   [[nodiscard]] Status ReadAt(std::uint32_t shard, std::uint64_t offset, std::span<std::byte> out);
+  // How the local copies will be read, for the kernel's read-ahead
+  // (ReadableFile::AdviseAccess): given to the copies open now and to those
+  // opened later.
+  void AdviseAccess(AccessPattern pattern);
   // Makes `shard` local (downloading it if needed) without reading it.
   [[nodiscard]] Status Ensure(std::uint32_t shard);
 

@@ -42,15 +42,15 @@ TEST(ReadAccess, AutoReadsAtRandomOnlyForAGlobalShuffleOverShardsLargerThanTheRo
             AccessPattern::kNormal);
 }
 
-TEST(ReadAccess, OnAndOffAreObeyedAndRemoteOrLooseShardsAreLeftAlone) {
+TEST(ReadAccess, OnAndOffAreObeyedAndLooseFilesAreLeftAlone) {
   EXPECT_EQ(ChooseReadAccess(KernelReadahead::kOff, Order::kSequential, true, 1, kRoom, 0).pattern,
             AccessPattern::kRandom);
   EXPECT_EQ(ChooseReadAccess(KernelReadahead::kOn, Order::kShuffle, true, 500ull << 20, kRoom, 0).pattern,
             AccessPattern::kNormal);
   for (KernelReadahead option : {KernelReadahead::kAuto, KernelReadahead::kOff}) {
-    auto remote = ChooseReadAccess(option, Order::kShuffle, false, 500ull << 20, kRoom, 0);
-    EXPECT_EQ(remote.pattern, AccessPattern::kNormal);
-    EXPECT_TRUE(remote.note.empty());
+    auto loose = ChooseReadAccess(option, Order::kShuffle, false, 500ull << 20, kRoom, 0);
+    EXPECT_EQ(loose.pattern, AccessPattern::kNormal);
+    EXPECT_TRUE(loose.note.empty());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "../pipeline/loader_test_util.h"
+#include "fault_file_system.h"
 #include "remote/fake_transport.h"
 #include "remote/remote_file_system.h"
 #include "stoker/open.h"
@@ -58,13 +59,14 @@ struct RemoteDataset {
     }
   }
 
-  Result<std::shared_ptr<const Dataset>> Open(std::uint64_t cache_bytes) {
+  // `local`: where the cache keeps its copies.
+  Result<std::shared_ptr<const Dataset>> Open(std::uint64_t cache_bytes, FileSystem* local = FileSystem::Default()) {
     RemoteOptions o;
     o.cache.dir = dir / "cache";
     o.cache.capacity_bytes = cache_bytes;
     o.cache.min_free_bytes = 0;
     o.connections = 4;
-    auto fs = std::make_shared<RemoteFileSystem>(o, std::make_unique<SharedTransport>(&fake), FileSystem::Default());
+    auto fs = std::make_shared<RemoteFileSystem>(o, std::make_unique<SharedTransport>(&fake), local);
     STOKER_ASSIGN_OR_RETURN(auto dataset, Dataset::Open("http://store/d/index.stoker", fs));
     return std::shared_ptr<const Dataset>(std::move(dataset));
   }
@@ -75,6 +77,33 @@ struct RemoteDataset {
     return out;
   }
 };
+
+// A global shuffle through a cache that holds the dataset reads the cache's
+// copies at random places: kernel_readahead reaches those files.
+TEST(RemoteLoader, ReadAheadAdviceReachesTheCachesCopies) {
+  RemoteDataset remote(4, 6);
+  ::stoker::testing::FaultFileSystem local;
+  local.record_advice = true;
+  auto dataset = remote.Open(remote.dataset_bytes * 2, &local);
+  ASSERT_TRUE(dataset.ok()) << dataset.error().ToString();
+  LoaderOptions o = SmallOptions();
+  o.kernel_readahead = KernelReadahead::kOff;
+  auto loader = Loader::Create(*dataset, o);
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  EXPECT_EQ((*loader)->stats().order, Order::kShuffle);
+  EXPECT_FALSE((*loader)->stats().kernel_readahead);
+  for (;;) {
+    auto batch = (*loader)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.error().ToString();
+    if (!*batch) break;
+  }
+  const auto advised = local.Advised();
+  EXPECT_EQ(advised.size(), remote.shard_urls.size());
+  for (const auto& [path, pattern] : advised) {
+    EXPECT_EQ(pattern, AccessPattern::kRandom) << path;
+    EXPECT_EQ(path.rfind(remote.dir / "cache", 0), 0u) << path;
+  }
+}
 
 TEST(RemoteLoader, ShardBlockDownloadsEachShardOncePerEpochWithACacheOfAQuarter) {
   // Shards of about 24 images read in batches of 4: each spans six batches.

@@ -174,6 +174,35 @@ TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
   EXPECT_EQ(f.Downloads(0), 0u);
 }
 
+// The read-ahead advice (the loader's kernel_readahead) reaches the local
+// copies open now and those opened later.
+TEST(ShardCache, ReadAheadAdviceReachesEveryLocalCopy) {
+  CacheFixture f(3);
+  ShardCacheOptions o;
+  o.cache.dir = f.dir.path();
+  o.cache.capacity_bytes = 3 * kShard;
+  o.cache.min_free_bytes = 0;
+  o.connections = 1;
+  o.clock = &f.clock;
+  o.retry.clock = &f.clock;
+  ::stoker::testing::FaultFileSystem fs;
+  fs.record_advice = true;
+  auto cache = ShardCache::Create(o, f.shards, &f.transport, &fs);
+  ASSERT_TRUE(cache.ok()) << cache.error().ToString();
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(ReadWhole(**cache, 0, bytes).ok());
+  EXPECT_TRUE(fs.Advised().empty());
+  (*cache)->AdviseAccess(AccessPattern::kRandom);
+  ASSERT_TRUE(ReadWhole(**cache, 2, bytes).ok());
+  EXPECT_EQ(bytes, f.data[2]);
+  auto advised = fs.Advised();
+  ASSERT_EQ(advised.size(), 2u);
+  EXPECT_EQ(advised.at((*cache)->EntryPath(0)), AccessPattern::kRandom);
+  EXPECT_EQ(advised.at((*cache)->EntryPath(2)), AccessPattern::kRandom);
+  (*cache)->AdviseAccess(AccessPattern::kNormal);
+  for (const auto& [path, pattern] : fs.Advised()) EXPECT_EQ(pattern, AccessPattern::kNormal) << path;
+}
+
 TEST(ShardCache, CachesSharingAFolderHoldTheCapTogether) {
   CacheFixture f(8);
   auto a = f.Open(/*capacity_shards=*/3, 1);

@@ -115,9 +115,11 @@ int main(int argc, char** argv) {
                     "Shards per window for --order shard-block (default: 8, or for a remote dataset as many as "
                     "three windows fit in the cache)");
   bench
-      ->add_option("--kernel-readahead", bench_args.kernel_readahead,
-                   "The kernel's read-ahead on local shards: auto (off for a global shuffle over shards larger than "
-                   "the page cache can hold), on or off")
+      ->add_option(
+          "--kernel-readahead", bench_args.kernel_readahead,
+          "The kernel's read-ahead on shard files (local, or a remote dataset's cached copies): auto (off for a "
+          "global shuffle over shards larger than "
+          "the page cache can hold), on or off")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "on", "off"}));
   bench->add_option("--seed", bench_args.seed, "Shuffle and augmentation seed (0 to 2^64-1)")->capture_default_str();
