@@ -52,13 +52,8 @@ def run_one(data, mode, case, threads):
         pass
     loader.set_epoch(1)
     if case == "cold":
-        for name in os.listdir(data):
-            if name.endswith(".tar"):
-                fd = os.open(os.path.join(data, name), os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
+        from readahead_bench import evict  # bench/, this script's folder
+        evict(data)
     before = loader.stats()
     disk0 = storage_read_bytes()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)

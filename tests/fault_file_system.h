@@ -27,7 +27,7 @@ class FaultFileSystem : public FileSystem {
   std::string short_reads_for_suffix;
   // What FreeBytes reports (unset: the real file system's answer).
   std::optional<std::uint64_t> free_bytes;
-  // Files opened from now on record their ReadableFile::AdviseAccess calls
+  // Files opened or mapped from now on record their AdviseAccess calls
   // (passed on to the real file): Advised() gives each path's last advice.
   std::atomic<bool> record_advice{false};
   std::map<std::string, AccessPattern> Advised() const {
@@ -52,7 +52,10 @@ class FaultFileSystem : public FileSystem {
   using FileSystem::Map;
   Result<std::unique_ptr<MappedFile>> Map(const std::string& path, MapAccess access) override {
     if (vanished.contains(path)) return Status::FromErrno(ENOENT, "open '" + path + "' for reading");
-    return base_->Map(path, access);
+    STOKER_ASSIGN_OR_RETURN(auto mapped, base_->Map(path, access));
+    if (record_advice)
+      return std::unique_ptr<MappedFile>(std::make_unique<MappedAdviceRecorder>(std::move(mapped), *this));
+    return mapped;
   }
   using FileSystem::CreateForWrite;
   Result<std::unique_ptr<WritableFile>> CreateForWrite(const std::string& path, CreateMode mode) override {
@@ -130,6 +133,25 @@ class FaultFileSystem : public FileSystem {
 
    private:
     std::unique_ptr<ReadableFile> inner_;
+    FaultFileSystem& fs_;
+  };
+
+  class MappedAdviceRecorder : public MappedFile {
+   public:
+    MappedAdviceRecorder(std::unique_ptr<MappedFile> inner, FaultFileSystem& fs) : inner_(std::move(inner)), fs_(fs) {}
+    std::span<const std::byte> data() const override { return inner_->data(); }
+    std::span<std::byte> writable_data() override { return inner_->writable_data(); }
+    const std::string& path() const override { return inner_->path(); }
+    Status AdviseAccess(AccessPattern pattern) override {
+      {
+        std::lock_guard lock(fs_.advice_mu_);
+        fs_.advised_[path()] = pattern;
+      }
+      return inner_->AdviseAccess(pattern);
+    }
+
+   private:
+    std::unique_ptr<MappedFile> inner_;
     FaultFileSystem& fs_;
   };
 

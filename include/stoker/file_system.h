@@ -21,6 +21,11 @@ namespace stoker {
 
 // How a file's reads will go (ReadableFile::AdviseAccess).
 enum class AccessPattern : std::uint8_t { kNormal, kRandom };
+// A reader's setting for the kernel's read-ahead on its files
+// (LoaderOptions::kernel_readahead, TokenLoaderOptions::kernel_readahead):
+// kAuto advises kRandom when it reads at random over more than the page
+// cache can hold.
+enum class KernelReadahead : std::uint8_t { kAuto, kOn, kOff };
 
 // A file opened for positional reads. Thread-safe: ReadAt may be called from
 // several threads at once.
@@ -70,6 +75,13 @@ class MappedFile {
  public:
   virtual ~MappedFile() = default;
   [[nodiscard]] virtual std::span<const std::byte> data() const = 0;
+  // A hint of how the mapping will be touched, for the kernel's read-around
+  // on page faults: kRandom faults in only the page touched (madvise
+  // MADV_RANDOM), kNormal restores the default. The default does nothing.
+  [[nodiscard]] virtual Status AdviseAccess(AccessPattern pattern) {
+    (void)pattern;
+    return Status::Ok();
+  }
   // The same bytes, writable; empty unless mapped with kCopyOnWrite.
   [[nodiscard]] virtual std::span<std::byte> writable_data() = 0;
   [[nodiscard]] virtual const std::string& path() const = 0;

@@ -31,8 +31,6 @@ namespace stoker {
 // dataset whose cache holds all of it; kShardBlockShuffle when the cache is
 // smaller, where a global shuffle would download shards over and over.
 enum class Order : std::uint8_t { kSequential, kShuffle, kShardBlockShuffle, kAuto };
-// LoaderOptions::kernel_readahead.
-enum class KernelReadahead : std::uint8_t { kAuto, kOn, kOff };
 enum class CorruptPolicy : std::uint8_t {
   kError,  // stop with a message naming the key and shard:offset
   kSkip,   // count it and substitute the next good sample in the epoch order

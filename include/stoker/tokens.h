@@ -63,6 +63,7 @@ class TokenDataset {
   [[nodiscard]] std::uint64_t num_documents() const;
   [[nodiscard]] std::uint64_t num_tokens() const;
   [[nodiscard]] std::string_view token_type() const;  // NumPy's name: "uint16", "int32", ...
+  [[nodiscard]] std::uint64_t bin_bytes() const;      // the .bin's size: tokens x their size
   // Tokens of each document, in the dataset's order.
   [[nodiscard]] std::span<const std::uint64_t> document_tokens() const;
   // Tokens [offset, offset + out.size()) of document `document`, as int64.
@@ -79,6 +80,10 @@ class TokenDataset {
   void ResetReads() const;
   // The remote cache's figures (zero for a local dataset).
   [[nodiscard]] RemoteStats remote_stats() const;
+  // How the .bin will be read, for the kernel's read-ahead (its mapping's
+  // MappedFile::AdviseAccess; a remote dataset's cached chunks). A hint:
+  // what is read does not change. TokenLoaderOptions::kernel_readahead.
+  void AdviseAccess(AccessPattern pattern) const;
 
   struct Impl;
 
@@ -134,6 +139,13 @@ struct TokenLoaderOptions {
   std::uint32_t read_ahead_batches = 16;
   // Fill TokenBatch::pieces.
   bool with_documents = false;
+  // The kernel's read-ahead on the .bin files. kAuto switches it off
+  // (madvise MADV_RANDOM: a page fault reads only its page, not the pages
+  // around it) for a shuffled order over .bin files larger than the page
+  // cache can hold (io/read_access.h: MemAvailable, and the memory cgroup's
+  // limit less its anonymous memory), where what the kernel reads around a
+  // row is evicted before use; TokenLoader::readahead_note() says why.
+  KernelReadahead kernel_readahead = KernelReadahead::kAuto;
 };
 
 struct TokenBatch {
@@ -194,6 +206,9 @@ class TokenLoader {
   [[nodiscard]] TokenLoaderState State() const;
   [[nodiscard]] Status Restore(const TokenLoaderState& state);
   [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
+  // TokenLoaderOptions::kernel_readahead as decided at creation, and why.
+  [[nodiscard]] bool kernel_readahead() const;
+  [[nodiscard]] const std::string& readahead_note() const;
 
   struct Impl;
 

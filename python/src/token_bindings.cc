@@ -142,7 +142,8 @@ void BindTokens(py::module_& m) {
       .def_readwrite("vocab_size", &stoker::TokenLoaderOptions::vocab_size)
       .def_readwrite("prefetch", &stoker::TokenLoaderOptions::prefetch)
       .def_readwrite("read_ahead_batches", &stoker::TokenLoaderOptions::read_ahead_batches)
-      .def_readwrite("with_documents", &stoker::TokenLoaderOptions::with_documents);
+      .def_readwrite("with_documents", &stoker::TokenLoaderOptions::with_documents)
+      .def_readwrite("kernel_readahead", &stoker::TokenLoaderOptions::kernel_readahead);
 
   py::class_<PyTokenLoader>(m, "TokenLoader")
       .def(py::init<const std::vector<std::string>&, std::vector<double>, const stoker::TokenLoaderOptions&,
@@ -171,6 +172,8 @@ void BindTokens(py::module_& m) {
       .def_property_readonly("num_rows", [](PyTokenLoader& l) { return l.loader().num_rows(); })
       .def_property_readonly("num_tokens", &PyTokenLoader::num_tokens)
       .def_property_readonly("num_documents", &PyTokenLoader::num_documents)
+      .def_property_readonly("kernel_readahead", [](PyTokenLoader& l) { return l.loader().kernel_readahead(); })
+      .def_property_readonly("readahead_note", [](PyTokenLoader& l) { return l.loader().readahead_note(); })
       .def("set_epoch", [](PyTokenLoader& l, std::uint64_t e) { Check(l.loader().SetEpoch(e)); })
       .def("state", [](PyTokenLoader& l) { return StateToDict(l.loader().State()); })
       .def("restore", [](PyTokenLoader& l, const py::dict& d) { Check(l.loader().Restore(StateFromDict(d))); })

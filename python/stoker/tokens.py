@@ -65,12 +65,21 @@ class TokenLoader:
     the loader's order (``connections`` at once) and the ones needed
     furthest ahead evicted when ``cache_size`` is reached (each remote
     dataset of a blend holds up to ``cache_size`` of its own).
-    ``remote_stats()`` tells how the cache did."""
+    ``remote_stats()`` tells how the cache did.
+
+    ``kernel_readahead="auto"`` (the default) switches the kernel's
+    read-ahead off on the ``.bin`` files (``madvise(MADV_RANDOM)``: a page
+    fault reads its page, not the pages around it) when a shuffled order
+    reads rows at random over more than the page cache can hold
+    (``MemAvailable``, and the memory cgroup's limit less its anonymous
+    memory), where what the kernel reads around a row would be evicted
+    before use; ``"on"`` and ``"off"`` force it. ``readahead_note`` says
+    what was chosen and why (logged when it is switched off)."""
 
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
                  world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
                  weights=None, device="cpu", cache_dir=None, cache_size="16GiB", connections=8, chunk_size="64MiB",
-                 read_ahead_batches=16):
+                 read_ahead_batches=16, kernel_readahead="auto"):
         prefixes = [os.fspath(d) for d in dataset] if isinstance(dataset, (list, tuple)) else [os.fspath(dataset)]
         if not prefixes:
             raise ValueError("dataset: give a prefix, or a list of them to blend")
@@ -104,6 +113,8 @@ class TokenLoader:
         options.vocab_size = 0 if vocab_size is None else _params.integer("vocab_size", vocab_size, 1, 1 << 62)
         options.prefetch = _params.integer("prefetch", prefetch, 1, 64)
         options.read_ahead_batches = _params.integer("read_ahead_batches", read_ahead_batches, 1, 65536)
+        options.kernel_readahead = getattr(_native.KernelReadahead, _params.choice(
+            "kernel_readahead", kernel_readahead, ("auto", "on", "off")))
         remote = _native.RemoteOptions()
         if cache_dir is not None:
             remote.cache_dir = os.fspath(cache_dir)
@@ -113,6 +124,8 @@ class TokenLoader:
         if not 64 << 10 <= chunk_bytes <= 4 << 30:
             raise ValueError("chunk_size must be between 64KiB and 4GiB, not %r" % (chunk_size,))
         self._native = _native.TokenLoader(prefixes, weights, options, remote, chunk_bytes)
+        if kernel_readahead == "auto" and not self._native.kernel_readahead:
+            logging.getLogger("stoker").info(self._native.readahead_note)
         self._mover = None
         self.device = "cpu"
         if str(device) != "cpu":
@@ -131,6 +144,11 @@ class TokenLoader:
     def __len__(self):
         """Global batches an epoch (each rank gets its share of each)."""
         return self._native.num_batches
+
+    @property
+    def readahead_note(self):
+        """What ``kernel_readahead`` decided for the ``.bin`` files, and why."""
+        return self._native.readahead_note
 
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack

@@ -185,6 +185,12 @@ class PosixMappedFile final : public MappedFile {
     return {static_cast<std::byte*>(base_), size_};
   }
   const std::string& path() const override { return path_; }
+  Status AdviseAccess(AccessPattern pattern) override {
+    if (base_ == nullptr || size_ == 0) return Status::Ok();
+    if (::madvise(base_, size_, pattern == AccessPattern::kRandom ? MADV_RANDOM : MADV_NORMAL) != 0)
+      return Status::FromErrno(errno, fmt::format("advise the kernel of reads of '{}'", path_));
+    return Status::Ok();
+  }
 
  private:
   std::string path_;

@@ -152,9 +152,9 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
     std::uint64_t shard_bytes = 0;
     for (const auto& shard : dataset->shards()) shard_bytes += shard.size;
     const bool measure = shard_files && options.kernel_readahead == KernelReadahead::kAuto;
-    impl->read_access = pipeline::ChooseReadAccess(
-        options.kernel_readahead, setup.order.order, shard_files, shard_bytes,
-        measure ? io::ReadPageCacheRoom(*FileSystem::Default()) : std::nullopt,
+    impl->read_access = io::ChooseReadAccess(
+        options.kernel_readahead, setup.order.order == Order::kShuffle, "this order reads them shard by shard",
+        shard_files, "shards", shard_bytes, measure ? io::ReadPageCacheRoom(*FileSystem::Default()) : std::nullopt,
         std::uint64_t{pool} * (impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 0));
     if (!impl->read_access.note.empty()) dataset->AdviseShardAccess(impl->read_access.pattern);
   }

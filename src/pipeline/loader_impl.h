@@ -16,6 +16,7 @@
 #include "core/cancel.h"
 #include "core/host_buffer.h"
 #include "core/mutex.h"
+#include "io/read_access.h"
 #include "order/read_plan.h"
 #include "order/sampler.h"
 #include "pipeline/autotune.h"
@@ -23,7 +24,6 @@
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/loader_setup.h"
-#include "pipeline/read_access.h"
 #include "pipeline/sample_producer.h"
 #include "transform/transform.h"
 
@@ -52,7 +52,7 @@ struct Loader::Impl {
   LoaderOptions options;
   order::OrderSpec order_spec;
   pipeline::OrderChoice order_choice;      // as chosen at creation (kAuto resolved, the prediction)
-  pipeline::ReadAccessChoice read_access;  // as chosen at creation
+  io::ReadAccessChoice read_access;  // as chosen at creation
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;
   std::shared_ptr<pipeline::SampleFinisher> finisher;

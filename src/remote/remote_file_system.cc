@@ -76,6 +76,11 @@ class ChunkedFile final : public ReadableFile {
   }
   Result<std::uint64_t> Size() override { return size_; }
   const std::string& path() const override { return display_; }
+  // As CachedShardFile: the cache's advice, for every local copy it reads.
+  Status AdviseAccess(AccessPattern pattern) override {
+    cache_->AdviseAccess(pattern);
+    return Status::Ok();
+  }
 
  private:
   ShardCache* cache_;

@@ -243,6 +243,16 @@ Status TokenDataset::ReadTokens(std::uint64_t document, std::uint64_t offset, st
   return status;
 }
 
+std::uint64_t TokenDataset::bin_bytes() const {
+  return impl_->view.total_tokens() * megatron::TokenSize(impl_->view.token_type());
+}
+
+void TokenDataset::AdviseAccess(AccessPattern pattern) const {
+  // A hint: a file system that refuses it reads the same bytes.
+  if (impl_->bin) (void)impl_->bin->AdviseAccess(pattern);
+  if (impl_->bin_file) (void)impl_->bin_file->AdviseAccess(pattern);
+}
+
 bool TokenDataset::remote() const {
   return impl_->planner != nullptr;
 }

@@ -11,6 +11,8 @@
 
 #include "core/hash.h"
 #include "core/mutex.h"
+#include "io/page_cache_room.h"
+#include "io/read_access.h"
 #include "order/token_plan.h"
 #include "stoker/tokens.h"
 
@@ -40,6 +42,7 @@ struct Item {
 struct TokenLoader::Impl {
   std::vector<std::shared_ptr<const TokenDataset>> datasets;
   TokenLoaderOptions options;
+  io::ReadAccessChoice read_access;  // as chosen at creation
   std::optional<order::BlendPlan> blend;
   std::uint64_t rows_per_epoch = 0;
   std::uint64_t num_tokens = 0, num_documents = 0, blend_hash = 0;
@@ -306,6 +309,19 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
   impl->datasets = std::move(datasets);
   for (const auto& d : impl->datasets) impl->any_remote = impl->any_remote || d->remote();
   {
+    // The kernel's read-ahead on the .bin files (io/read_access.h): a
+    // shuffled order reads rows at random places.
+    std::uint64_t bin_bytes = 0;
+    for (const auto& d : impl->datasets) bin_bytes += d->bin_bytes();
+    impl->read_access = io::ChooseReadAccess(
+        options.kernel_readahead, options.shuffle, "an unshuffled order reads them front to back", true, "token files",
+        bin_bytes,
+        options.kernel_readahead == KernelReadahead::kAuto ? io::ReadPageCacheRoom(*FileSystem::Default())
+                                                           : std::nullopt,
+        0);
+    for (const auto& d : impl->datasets) d->AdviseAccess(impl->read_access.pattern);
+  }
+  {
     MutexLock lock(impl->mu);
     impl->rank = options.rank;
     impl->world_size = options.world_size;
@@ -313,6 +329,13 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
   Impl* raw = impl.get();
   impl->producer = std::jthread([raw] { raw->Produce(); });
   return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));
+}
+
+bool TokenLoader::kernel_readahead() const {
+  return impl_->read_access.pattern == AccessPattern::kNormal;
+}
+const std::string& TokenLoader::readahead_note() const {
+  return impl_->read_access.note;
 }
 
 Result<std::optional<TokenBatch>> TokenLoader::Next(std::chrono::nanoseconds timeout) {

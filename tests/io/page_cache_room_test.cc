@@ -140,5 +140,46 @@ TEST(PosixFile, RandomAccessAdviceLeavesOutTheKernelsReadAhead) {
   EXPECT_GT(read_a_page_after_evicting(AccessPattern::kNormal), 1u);
 }
 
+// The same for a mapping (madvise MADV_RANDOM): a page fault reads its
+// page, not the kernel's read-around.
+TEST(PosixFile, RandomAccessAdviceOnAMappingFaultsInOnlyThePageTouched) {
+  TempDir dir;
+  const std::string path = dir / "data.bin";
+  constexpr std::size_t kSize = 4 << 20;
+  WriteFile(path, std::string(kSize, 'x'));
+  struct statfs fs_info {};
+  ASSERT_EQ(::statfs(path.c_str(), &fs_info), 0);
+  if (fs_info.f_type == TMPFS_MAGIC) GTEST_SKIP() << "tmpfs keeps every page in memory";
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto cached_after_a_touch = [&](std::optional<AccessPattern> advice) -> std::optional<std::size_t> {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    auto mapped = FileSystem::Default()->Map(path);
+    EXPECT_TRUE(mapped.ok());
+    if (advice) {
+      EXPECT_TRUE((*mapped)->AdviseAccess(*advice).ok());
+    }
+    const auto data = (*mapped)->data();
+    std::vector<unsigned char> in(kSize / static_cast<std::size_t>(page));
+    void* base = const_cast<std::byte*>(data.data());
+    EXPECT_EQ(::mincore(base, kSize, in.data()), 0);
+    for (unsigned char c : in)
+      if (c & 1) return std::nullopt;  // not evicted
+    volatile std::byte touched = data[kSize / 2];
+    (void)touched;
+    EXPECT_EQ(::mincore(base, kSize, in.data()), 0);
+    std::size_t n = 0;
+    for (unsigned char c : in) n += c & 1;
+    return n;
+  };
+  const auto plain = cached_after_a_touch(std::nullopt);
+  if (!plain) GTEST_SKIP() << "this file system does not drop clean pages on request";
+  if (*plain <= 1) GTEST_SKIP() << "this device reads nothing around a fault (read_ahead_kb 0)";
+  EXPECT_EQ(cached_after_a_touch(AccessPattern::kRandom), 1u) << "read around by default: " << *plain << " pages";
+  EXPECT_GT(*cached_after_a_touch(AccessPattern::kNormal), 1u);
+}
+
 }  // namespace
 }  // namespace stoker::io

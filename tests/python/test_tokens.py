@@ -65,6 +65,18 @@ def test_batches_hold_the_packed_stream(tmp_path):
     assert loader.epoch == 1
 
 
+def test_kernel_readahead_is_said_and_changes_no_token(tmp_path):
+    megatron_files(tmp_path / "c", documents())
+    auto = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=3)
+    assert "fit the page cache" in auto.readahead_note, auto.readahead_note  # a tiny corpus
+    off = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=3, kernel_readahead="off")
+    assert off.readahead_note == "kernel read-ahead off for the token files (kernel_readahead=off)"
+    for a, b in zip(auto, off):
+        assert torch.equal(a["input_ids"], b["input_ids"])
+    with pytest.raises(ValueError, match="kernel_readahead"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=16, kernel_readahead="never")
+
+
 def test_every_token_once_over_world_sizes_and_a_resume(tmp_path):
     docs = documents(80)
     megatron_files(tmp_path / "c", docs)

@@ -43,8 +43,9 @@ struct CacheFixture {
     }
   }
   // `real_clock`: for tests of waits that must end in real time.
+  // `fs`: where the cache keeps its copies.
   std::unique_ptr<ShardCache> Open(std::uint64_t capacity_shards, std::uint32_t connections = 4,
-                                   bool real_clock = false) {
+                                   bool real_clock = false, FileSystem* fs = FileSystem::Default()) {
     ShardCacheOptions o;
     o.cache.dir = dir.path();
     o.cache.capacity_bytes = capacity_shards * kShard;
@@ -52,7 +53,7 @@ struct CacheFixture {
     o.connections = connections;
     o.clock = real_clock ? nullptr : &clock;
     o.retry.clock = &clock;  // retries never wait really
-    auto cache = ShardCache::Create(o, shards, &transport, FileSystem::Default());
+    auto cache = ShardCache::Create(o, shards, &transport, fs);
     EXPECT_TRUE(cache.ok()) << cache.error().ToString();
     return std::move(cache).value();
   }
@@ -178,28 +179,20 @@ TEST(ShardCache, TheFreeSpaceFloorStopsDownloadsWithAClearError) {
 // copies open now and those opened later.
 TEST(ShardCache, ReadAheadAdviceReachesEveryLocalCopy) {
   CacheFixture f(3);
-  ShardCacheOptions o;
-  o.cache.dir = f.dir.path();
-  o.cache.capacity_bytes = 3 * kShard;
-  o.cache.min_free_bytes = 0;
-  o.connections = 1;
-  o.clock = &f.clock;
-  o.retry.clock = &f.clock;
   ::stoker::testing::FaultFileSystem fs;
   fs.record_advice = true;
-  auto cache = ShardCache::Create(o, f.shards, &f.transport, &fs);
-  ASSERT_TRUE(cache.ok()) << cache.error().ToString();
+  auto cache = f.Open(/*capacity_shards=*/3, /*connections=*/1, /*real_clock=*/false, &fs);
   std::vector<std::byte> bytes;
-  ASSERT_TRUE(ReadWhole(**cache, 0, bytes).ok());
+  ASSERT_TRUE(ReadWhole(*cache, 0, bytes).ok());
   EXPECT_TRUE(fs.Advised().empty());
-  (*cache)->AdviseAccess(AccessPattern::kRandom);
-  ASSERT_TRUE(ReadWhole(**cache, 2, bytes).ok());
+  cache->AdviseAccess(AccessPattern::kRandom);
+  ASSERT_TRUE(ReadWhole(*cache, 2, bytes).ok());
   EXPECT_EQ(bytes, f.data[2]);
   auto advised = fs.Advised();
   ASSERT_EQ(advised.size(), 2u);
-  EXPECT_EQ(advised.at((*cache)->EntryPath(0)), AccessPattern::kRandom);
-  EXPECT_EQ(advised.at((*cache)->EntryPath(2)), AccessPattern::kRandom);
-  (*cache)->AdviseAccess(AccessPattern::kNormal);
+  EXPECT_EQ(advised.at(cache->EntryPath(0)), AccessPattern::kRandom);
+  EXPECT_EQ(advised.at(cache->EntryPath(2)), AccessPattern::kRandom);
+  cache->AdviseAccess(AccessPattern::kNormal);
   for (const auto& [path, pattern] : fs.Advised()) EXPECT_EQ(pattern, AccessPattern::kNormal) << path;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "fault_file_system.h"
 #include "test_util.h"
 
 namespace stoker {
@@ -272,6 +273,41 @@ TEST(TokenLoader, BlendsDatasetsByWeightEachTokenOncePerItsEpoch) {
   auto negative = TokenLoader::Create({a, b}, {1, -1}, o);
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.error().message().find("weight of dataset 1"), std::string::npos);
+}
+
+// kernel_readahead: the choice reaches the .bin's mapping (madvise), and
+// says why; an unshuffled order and a corpus that fits keep the default.
+TEST(TokenLoader, TheReadAheadChoiceReachesTheBinsMapping) {
+  TempDir dir;
+  Write(dir, Documents(50, 3));
+  testing::FaultFileSystem fs;
+  fs.record_advice = true;
+  auto opened = TokenDataset::Open(dir / "corpus", &fs);
+  ASSERT_TRUE(opened.ok()) << opened.error().ToString();
+  std::shared_ptr<const TokenDataset> dataset = std::move(opened).value();
+  EXPECT_EQ(dataset->bin_bytes(), dataset->num_tokens() * 2);  // uint16
+  TokenLoaderOptions o;
+  o.seq_len = 8;
+  o.global_batch_size = 2;
+  o.kernel_readahead = KernelReadahead::kOff;
+  auto off = Make(dataset, o);
+  EXPECT_FALSE(off->kernel_readahead());
+  EXPECT_EQ(off->readahead_note(), "kernel read-ahead off for the token files (kernel_readahead=off)");
+  EXPECT_EQ(fs.Advised().at(dir / "corpus.bin"), AccessPattern::kRandom);
+  ASSERT_OK_AND_ASSIGN(auto batch, off->Next());
+  ASSERT_TRUE(batch.has_value());  // reads go on as before
+  off.reset();
+
+  o.kernel_readahead = KernelReadahead::kAuto;  // a corpus this small fits any page cache
+  auto fits = Make(dataset, o);
+  EXPECT_TRUE(fits->kernel_readahead());
+  EXPECT_NE(fits->readahead_note().find("fit the page cache"), std::string::npos) << fits->readahead_note();
+  EXPECT_EQ(fs.Advised().at(dir / "corpus.bin"), AccessPattern::kNormal);
+  fits.reset();
+  o.shuffle = false;
+  auto in_order = Make(dataset, o);
+  EXPECT_EQ(in_order->readahead_note(),
+            "kernel read-ahead on for the token files: an unshuffled order reads them front to back");
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// How the loader asks the kernel to read shard files, local or a remote
-// cache's copies (LoaderOptions::kernel_readahead).
+// How a reader asks the kernel to read its files: the image loader its
+// shard files, local or a remote cache's copies
+// (LoaderOptions::kernel_readahead); the token loader its mapped .bin files
+// (TokenLoaderOptions::kernel_readahead).
 //
 // A global shuffle reads each sample at a random place in a random shard.
 // When the shards fit in the page cache, the kernel's read-ahead is harmless
@@ -16,12 +18,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "io/page_cache_room.h"
 #include "stoker/file_system.h"
-#include "stoker/loader.h"
 
-namespace stoker::pipeline {
+namespace stoker::io {
 
 struct ReadAccessChoice {
   AccessPattern pattern = AccessPattern::kNormal;
@@ -30,14 +32,16 @@ struct ReadAccessChoice {
   std::string note;
 };
 
-// `order`: the resolved order. `shard_files`: packed shards, read as local
-// files or as a remote cache's local copies (not loose files, read whole).
-// `shard_bytes`: their sum.
-// `room`: what the page cache can hold now, nullopt when unknown (then
-// kAuto keeps read-ahead). `loader_bytes`: what the loader will allocate
+// `random_reads`: the order reads at random places (a global shuffle);
+// otherwise `ordered_reason` says how it reads (for the note). `applies`:
+// the files can take the advice (not loose files, read whole). `what`:
+// the files, for the note ("shards", "token files"), and `bytes` their
+// sum. `room`: what the page cache can hold now, nullopt when unknown (then
+// kAuto keeps read-ahead). `reader_bytes`: what the reader will allocate
 // after the room was measured (its batch buffers), taken off the room.
-[[nodiscard]] ReadAccessChoice ChooseReadAccess(KernelReadahead option, Order order, bool shard_files,
-                                                std::uint64_t shard_bytes, const std::optional<io::PageCacheRoom>& room,
-                                                std::uint64_t loader_bytes);
+[[nodiscard]] ReadAccessChoice ChooseReadAccess(KernelReadahead option, bool random_reads,
+                                                std::string_view ordered_reason, bool applies, std::string_view what,
+                                                std::uint64_t bytes, const std::optional<PageCacheRoom>& room,
+                                                std::uint64_t reader_bytes);
 
-}  // namespace stoker::pipeline
+}  // namespace stoker::io
