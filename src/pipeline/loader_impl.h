@@ -51,8 +51,8 @@ struct Loader::Impl {
   std::shared_ptr<const Dataset> dataset;
   LoaderOptions options;
   order::OrderSpec order_spec;
-  pipeline::OrderChoice order_choice;      // as chosen at creation (kAuto resolved, the prediction)
-  io::ReadAccessChoice read_access;  // as chosen at creation
+  pipeline::OrderChoice order_choice;  // as chosen at creation (kAuto resolved, the prediction)
+  io::ReadAccessChoice read_access;    // as chosen at creation
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;
   std::shared_ptr<pipeline::SampleFinisher> finisher;
