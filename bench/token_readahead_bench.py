@@ -37,10 +37,13 @@ from token_peers_bench import MEGATRON  # noqa: E402
 TIMED = r'''
 import json, sys, time
 args = json.loads(sys.argv[1])
+warm_rows = 0
 def timed(batches):
     it = batches()
+    global warm_rows
     for _ in range(20):
-        next(it)
+        batch = next(it)
+        warm_rows += (batch["input_ids"] if "input_ids" in batch else batch["tokens"]).shape[0]
     start, rows = time.perf_counter(), 0
     while time.perf_counter() - start < args["seconds"]:
         try:
@@ -59,7 +62,8 @@ import stoker
 loader = stoker.TokenLoader(args["prefix"], seq_len=2048, global_batch_size=8, seed=2,
                             kernel_readahead=args["mode"])
 rows, seconds = timed(lambda: iter(loader))
-print(json.dumps({"rows": rows, "seconds": seconds, "kernel_readahead": loader._native.kernel_readahead}))
+print(json.dumps({"rows": rows, "warm_rows": warm_rows, "seconds": seconds,
+                  "kernel_readahead": loader._native.kernel_readahead, "note": loader.readahead_note}))
 '''
 
 
@@ -73,7 +77,7 @@ config = GPTDatasetConfig(random_seed=2, sequence_length=2048, blend=([args["pre
                           reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
 train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [num_rows, None, None], lambda: True, config).build()
 rows, seconds = timed(lambda: iter(torch.utils.data.DataLoader(train, batch_size=8, num_workers=2)))
-print(json.dumps({"rows": rows, "seconds": seconds, "kernel_readahead": True}))
+print(json.dumps({"rows": rows, "warm_rows": warm_rows, "seconds": seconds, "kernel_readahead": True}))
 '''
 
 
@@ -106,7 +110,8 @@ def run_one(args, mode, prefix, mem, blk, disk):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return {"mode": mode, "readahead": result["kernel_readahead"],
             "sequences_per_s": result["rows"] / result["seconds"],
-            "storage_kb_per_sequence": (storage_bytes(blk, disk) - before) / max(result["rows"], 1) / 1000}
+            "storage_kb_per_sequence": (storage_bytes(blk, disk) - before) / (result["rows"] + result["warm_rows"]) / 1000,
+            "note": result.get("note", "")}
 
 
 def main():
@@ -119,6 +124,7 @@ def main():
     p.add_argument("--read-mbps", type=int, default=100)
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--modes", nargs="+", default=["on", "off"], choices=["on", "off", "auto"])
     p.add_argument("--json", help="write every run here")
     args = p.parse_args()
     if os.geteuid() != 0 or not os.path.isdir(CGROUP_MEMORY) or not os.path.isdir(CGROUP_BLKIO):
@@ -127,7 +133,7 @@ def main():
     prefix = corpus(args.work, args.tokens)
     disk = block_device_of(args.work)
     mem, blk = setup_cgroups(args.memory_mib, args.read_mbps, disk)
-    modes = ["on", "off"] + (["megatron"] if args.peer_python else [])
+    modes = args.modes + (["megatron"] if args.peer_python else [])
     print("corpus %.2f GB; cgroup memory %d MiB, reads %s" % (
         os.path.getsize(prefix + ".bin") / 1e9, args.memory_mib,
         "%d MB/s" % args.read_mbps if args.read_mbps else "unthrottled"), flush=True)
@@ -139,6 +145,8 @@ def main():
             print("  run %d %-8s (read-ahead %s): %7.1f sequences/s, %6.1f KB from storage a sequence" % (
                 r, mode, "on" if run["readahead"] else "off", run["sequences_per_s"],
                 run["storage_kb_per_sequence"]), flush=True)
+            if mode == "auto":
+                print("    " + run["note"], flush=True)
     print("medians:")
     for mode in modes:
         rs = [x for x in runs if x["mode"] == mode]

@@ -42,7 +42,7 @@ ReadAccessChoice ChooseReadAccess(KernelReadahead option, bool random_reads, std
   choice.pattern = AccessPattern::kRandom;
   choice.note = fmt::format(
       "kernel read-ahead off for the {}: a global shuffle over {} of {}, more than the page cache can hold ({}), "
-      "reads each sample where it lies; what the kernel read ahead would be evicted before use",
+      "reads at random places, and what the kernel read ahead around them would be evicted before use",
       what, FormatBytes(bytes), what, why);
   return choice;
 }

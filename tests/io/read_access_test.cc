@@ -16,8 +16,8 @@ TEST(ReadAccess, AutoReadsAtRandomOnlyForAGlobalShuffleOverShardsLargerThanTheRo
   EXPECT_EQ(larger.pattern, AccessPattern::kRandom);
   EXPECT_EQ(larger.note,
             "kernel read-ahead off for the shards: a global shuffle over 500.0 MiB of shards, more than the page cache "
-            "can hold (400.0 MiB: memory cgroup /job: limit 512.0 MiB, 112.0 MiB anonymous), reads each sample where "
-            "it lies; what the kernel read ahead would be evicted before use");
+            "can hold (400.0 MiB: memory cgroup /job: limit 512.0 MiB, 112.0 MiB anonymous), reads at random places, "
+            "and what the kernel read ahead around them would be evicted before use");
   auto fits = ChooseReadAccess(KernelReadahead::kAuto, true, "by shard", true, "shards", 400ull << 20, kRoom, 0);
   EXPECT_EQ(fits.pattern, AccessPattern::kNormal);
   EXPECT_NE(fits.note.find("they (400.0 MiB) fit the page cache (400.0 MiB"), std::string::npos) << fits.note;
