@@ -124,10 +124,7 @@ class FaultFileSystem : public FileSystem {
     Result<std::uint64_t> Size() override { return inner_->Size(); }
     const std::string& path() const override { return inner_->path(); }
     Status AdviseAccess(AccessPattern pattern) override {
-      {
-        std::lock_guard lock(fs_.advice_mu_);
-        fs_.advised_[path()] = pattern;
-      }
+      fs_.RecordAdvice(path(), pattern);
       return inner_->AdviseAccess(pattern);
     }
 
@@ -143,10 +140,7 @@ class FaultFileSystem : public FileSystem {
     std::span<std::byte> writable_data() override { return inner_->writable_data(); }
     const std::string& path() const override { return inner_->path(); }
     Status AdviseAccess(AccessPattern pattern) override {
-      {
-        std::lock_guard lock(fs_.advice_mu_);
-        fs_.advised_[path()] = pattern;
-      }
+      fs_.RecordAdvice(path(), pattern);
       return inner_->AdviseAccess(pattern);
     }
 
@@ -154,6 +148,11 @@ class FaultFileSystem : public FileSystem {
     std::unique_ptr<MappedFile> inner_;
     FaultFileSystem& fs_;
   };
+
+  void RecordAdvice(const std::string& path, AccessPattern pattern) {
+    std::lock_guard lock(advice_mu_);
+    advised_[path] = pattern;
+  }
 
   FileSystem* base_ = FileSystem::Default();
   mutable std::mutex advice_mu_;

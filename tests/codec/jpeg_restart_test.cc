@@ -35,7 +35,7 @@ EncodeSpec Spec(int width, int height, int components = 3, int h = 2, int v = 2)
 }
 
 // Pixels with edges and texture, so the entropy-coded data is not trivial.
-std::vector<std::uint8_t> Pixels(int width, int height, int components, std::uint64_t seed) {
+std::vector<std::uint8_t> NoisyPixels(int width, int height, int components, std::uint64_t seed) {
   Rng rng(seed, 1);
   std::vector<std::uint8_t> p(static_cast<std::size_t>(width) * height * components);
   for (int y = 0; y < height; ++y)
@@ -50,7 +50,7 @@ std::vector<std::uint8_t> Pixels(int width, int height, int components, std::uin
 }
 
 std::vector<std::byte> Encode(const EncodeSpec& s, std::uint64_t seed = 7) {
-  const std::vector<std::uint8_t> pixels = Pixels(s.width, s.height, s.components, seed);
+  const std::vector<std::uint8_t> pixels = NoisyPixels(s.width, s.height, s.components, seed);
   jpeg_internal::Compressor c;
   EXPECT_TRUE(c.created);
   if (setjmp(c.err.jump)) {
