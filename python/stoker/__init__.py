@@ -64,24 +64,6 @@ def _torch():
     return torch
 
 
-_DTYPES = {
-    "float32": _native.DType.float32,
-    "float16": _native.DType.float16,
-    "bfloat16": _native.DType.bfloat16,
-    "uint8": _native.DType.uint8,
-}
-
-
-def _dtype_name(dtype):
-    if isinstance(dtype, str):
-        name = dtype
-    else:
-        name = str(dtype).replace("torch.", "")
-    if name not in _DTYPES:
-        raise ValueError("dtype %r is not supported (float32, float16, bfloat16 or uint8)" % (dtype,))
-    return name
-
-
 
 class Loader:
     """An iterable of ``(images, labels)`` (or ``(images, labels, indices)``
@@ -200,7 +182,7 @@ class Loader:
                             "Resize, CenterCrop, Normalize, as in torchvision), not %s.%s: stoker compiles the "
                             "transform into its native pipeline" % (type(transform).__module__,
                                                                     type(transform).__name__))
-        name = _dtype_name(dtype)
+        name, native_dtype = _params.output_dtype(dtype)
         options = _native.LoaderOptions()
         if global_batch_size is not None:
             # Elastic training: a global batch whatever the world size (see reshard()).
@@ -262,7 +244,7 @@ class Loader:
         options.kernel_readahead = getattr(_native.KernelReadahead, _params.choice(
             "kernel_readahead", kernel_readahead, ("auto", "on", "off")))
         t = transform._options()
-        t.dtype = _DTYPES[name]
+        t.dtype = native_dtype
         if layout is None:
             layout = "NHWC" if name == "uint8" else "NCHW"
         t.layout = getattr(_native.Layout, _params.choice("layout", layout, ("NCHW", "NHWC")))

@@ -87,3 +87,13 @@ def loader_state(state):
     if extra:
         raise ValueError("the loader state has unknown keys %s (is it from Loader.state_dict()?)" % ", ".join(extra))
     return {f: integer("state[%r]" % f, state[f], 0, U64_MAX) for f in fields}
+
+
+def output_dtype(dtype):
+    """(name, the native DType) of a loader's output dtype, given as a torch
+    dtype or its name: float32, float16, bfloat16 or uint8; else a ValueError."""
+    from . import _native
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if name not in ("float32", "float16", "bfloat16", "uint8"):
+        raise ValueError("dtype %r is not supported (float32, float16, bfloat16 or uint8)" % (dtype,))
+    return name, getattr(_native.DType, name)

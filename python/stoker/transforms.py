@@ -446,7 +446,7 @@ def apply(image, transform, dtype="float32", layout=None, seed=0, epoch=0, sampl
     (the steps only). Returns ``(tensor, trace)``; trace holds the source
     box, flip, decode scale and every step's parameters."""
     import torch
-    from . import _DTYPES, _dtype_name
+    from . import _params
     box = flip = None
     if isinstance(params, dict):
         box = tuple(float(v) for v in params["box"]) if "box" in params else None
@@ -464,9 +464,9 @@ def apply(image, transform, dtype="float32", layout=None, seed=0, epoch=0, sampl
         return tensor, {"steps": steps, "source_size": (width, height)}
     if not isinstance(transform, Compose):
         raise TypeError("transform must be a stoker.transforms.Compose or one step, not %s" % type(transform).__name__)
-    name = _dtype_name(dtype)
+    name, native_dtype = _params.output_dtype(dtype)
     o = transform._options()
-    o.dtype = _DTYPES[name]
+    o.dtype = native_dtype
     layout = layout or ("NHWC" if name == "uint8" else "NCHW")
     o.layout = getattr(_native.Layout, layout)
     if isinstance(image, (bytes, bytearray, memoryview)):

@@ -218,12 +218,12 @@ def test_a_member_registering_for_the_next_generation_ends_the_wait_but_a_newcom
     registered for generation 5: the watch says so at once (not at the
     collective timeout). A newcomer registering for generation 5 (a join)
     is not a member and ends nothing."""
-    from stoker.elastic._rendezvous import Rendezvous
+    from stoker.elastic._generations import member_left
     store = CountingStore()
     others = ("w1", "w2")
     store.data["g5/n"] = 1
     store.data["g5/m0"] = "newcomer"
-    assert Rendezvous._member_left(store, others, 4) is None
+    assert member_left(store, others, 4) is None
     store.data["g5/n"] = 2
     store.data["g5/m1"] = "w2"
-    assert Rendezvous._member_left(store, others, 4) == "w2 left generation 4 for the next one"
+    assert member_left(store, others, 4) == "w2 left generation 4 for the next one"

@@ -34,6 +34,7 @@ import time
 from . import ElasticError, PeerFailure
 from ._group import Group, JobFinished, _peek, abort_group, can_abort, connect_store, make_device_group, make_gloo, \
     worker_id
+from ._generations import member_left, went_on
 from ._replica_groups import ReplicaGroups
 from ._sharded import replica_group
 from ._store_calls import _Caller
@@ -138,8 +139,8 @@ class Rendezvous(ReplicaGroups):
                     members, generation, _ = request
                     seen = dict(beats)  # a call left behind may still write to its own copy
                     why = caller.run(lambda store: self._gone(store, members, seen) or
-                                     self._went_on(store, generation) or
-                                     self._member_left(store, members, generation))
+                                     went_on(store, generation) or
+                                     member_left(store, members, generation))
                     beats = seen
                     self._seen_beats = dict(beats)
                     self._verdict = (members, generation, why)
@@ -165,7 +166,7 @@ class Rendezvous(ReplicaGroups):
         why = self._gone(store, [successor], beats) if successor is not None else None
         mine = why is not None
         if why is None:
-            why = _peek(store, "g%d/gone" % generation) or self._went_on(store, generation)
+            why = _peek(store, "g%d/gone" % generation) or went_on(store, generation)
         if why is not None and _peek(store, "finished") is not None:
             return None, False
         return why, mine
@@ -390,28 +391,6 @@ class Rendezvous(ReplicaGroups):
             if not self._alive(store, m, beats, now):
                 return "%s stopped answering (no heartbeat for %.1f s: hung, stopped or cut off)" % (
                     m, now - beats[m][1])
-        return None
-
-    @staticmethod
-    def _went_on(store, generation):
-        """Whether the group went on to a later generation without this
-        worker (it was cut off for a while, and the others left it behind)."""
-        latest = int(store.add("gen", 0))
-        if latest > generation:
-            return "the group went on to generation %d without this worker" % latest
-        return None
-
-    @staticmethod
-    def _member_left(store, members, generation):
-        """Whether a member of ``generation`` registered for the next one: it
-        left this generation (it found itself cut off, or would not commit),
-        and the collective waiting for it will not complete. A newcomer
-        registering there (a join) is not a member and does not count."""
-        count = int(store.add("g%d/n" % (generation + 1), 0))
-        for i in range(count):
-            who = _peek(store, "g%d/m%d" % (generation + 1, i))
-            if who in members:
-                return "%s left generation %d for the next one" % (who, generation)
         return None
 
     def _alive(self, store, member, beats, now):
