@@ -133,8 +133,9 @@ struct LoaderOptions {
   // dataset's copies in its cache). kAuto switches it off
   // (POSIX_FADV_RANDOM: each read takes only the bytes asked for) for a
   // global shuffle over shards larger than the page cache can hold (its
-  // room: MemAvailable, and the memory cgroup's limit less its anonymous
-  // memory), where what the kernel reads ahead is evicted before use, and
+  // room, measured at creation: MemAvailable, and each memory cgroup's
+  // limit less its anonymous memory, less the loader's batch buffers),
+  // where what the kernel reads ahead is evicted before use, and
   // keeps it otherwise; LoaderStats::readahead_note says why. The advice
   // applies to the dataset's shard files, for every loader that reads them.
   KernelReadahead kernel_readahead = KernelReadahead::kAuto;

@@ -142,8 +142,8 @@ struct TokenLoaderOptions {
   // The kernel's read-ahead on the .bin files. kAuto switches it off
   // (madvise MADV_RANDOM: a page fault reads only its page, not the pages
   // around it) for a shuffled order over .bin files larger than the page
-  // cache can hold (io/read_access.h: MemAvailable, and the memory cgroup's
-  // limit less its anonymous memory), where what the kernel reads around a
+  // cache can hold (measured at creation: MemAvailable, and each memory
+  // cgroup's limit less its anonymous memory), where what the kernel reads around a
   // row is evicted before use; TokenLoader::readahead_note() says why.
   KernelReadahead kernel_readahead = KernelReadahead::kAuto;
 };
