@@ -135,7 +135,10 @@ struct IndexSummary {
 };
 
 // Builds the index for existing WebDataset shards. Each pattern may hold
-// brace expressions (`data-{000000..000099}.tar`). Members group into samples
+// brace expressions (`data-{000000..000099}.tar`); a folder stands for the
+// `.tar` files directly in it, in name order (InvalidArgument when it holds
+// none). The index goes beside the first shard unless IndexOptions::output
+// says otherwise. Members group into samples
 // by WebDataset's rule, and the index holds exactly what the `webdataset`
 // library yields: members it skips (no extension, links, folders, `__*__`)
 // are left out, each named in a warning and counted (`inspect` shows the

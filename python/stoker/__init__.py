@@ -20,6 +20,8 @@ import time
 
 from . import _native
 from . import _params
+from . import _passes
+from . import _summary
 from . import transforms
 
 __all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint", "Shard", "export_safetensors",
@@ -87,10 +89,12 @@ class Loader:
     (``min_world_size``, default ``$STOKER_ELASTIC_MIN_WORLD_SIZE`` or the
     world size at creation, sizes its buffers). ``len(loader)`` is the
     number of batches this rank yields per epoch. Each ``for`` loop over the
-    loader runs one epoch; the next loop runs the next epoch unless
-    ``set_epoch`` says otherwise. ``state_dict()`` / ``load_state_dict()``
-    resume exactly, also under a different world size with the same global
-    batch (``batch_size * world_size``).
+    loader (each ``iter()``) runs one epoch; the next loop runs the next
+    epoch unless ``set_epoch`` says otherwise, also after a loop that
+    stopped early (``break``, ``islice``, a ``next(iter(loader))`` peek), as
+    with DataLoader. ``state_dict()`` / ``load_state_dict()`` resume exactly
+    (the next loop goes on from the restored position), also under a
+    different world size with the same global batch (``batch_size * world_size``).
 
     ``device="cuda"`` (or ``"cuda:N"``) yields CUDA tensors on torch's
     current stream, copied on stoker's own stream; ``gpu_preprocess=True``
@@ -296,6 +300,16 @@ class Loader:
                 "%s has no index.stoker: reading it as an ImageFolder of loose files (stoker pack makes it faster)",
                 os.fspath(dataset))
         self._last_epoch_summary = None
+        self._passes = _passes.Passes()
+        self._mark_epoch_start()
+
+    def _end_epoch(self, epoch):
+        wall = time.perf_counter() - self._epoch_start_time
+        stats = self._native.stats().since(self._epoch_start_stats)
+        self._last_epoch_summary = "epoch %d: %s%s" % (epoch, stats.summary(wall),
+                                                       _summary.decode_summary(self._native))
+        if self._log_epochs:
+            logging.getLogger("stoker").info(self._last_epoch_summary)
         self._mark_epoch_start()
 
     def _mark_epoch_start(self):
@@ -345,6 +359,11 @@ class Loader:
         self._check_process()
         from torch.utils.dlpack import from_dlpack
         on_device = self._native.device != "cpu"
+        left_at = self._passes.begin(self._native)  # DataLoader's rule: see _passes
+        if left_at is not None and left_at >= len(self):
+            self._end_epoch(self._native.epoch - 1)  # the last pass took the whole epoch, not its end
+        elif left_at is not None:
+            self._mark_epoch_start()
         # Read once, then from each batch: with GPU decode, asking the native
         # loader pauses its staging thread, which no step should wait for.
         epoch = self._native.epoch
@@ -358,12 +377,7 @@ class Loader:
             else:
                 item = self._native.next()
             if item is None:
-                wall = time.perf_counter() - self._epoch_start_time
-                stats = self._native.stats().since(self._epoch_start_stats)
-                self._last_epoch_summary = "epoch %d: %s%s" % (epoch, stats.summary(wall), self._decode_summary())
-                if self._log_epochs:
-                    logging.getLogger("stoker").info(self._last_epoch_summary)
-                self._mark_epoch_start()
+                self._end_epoch(epoch)
                 return
             epoch = item[3]
             if item[5] is not None:
@@ -401,6 +415,7 @@ class Loader:
         if epoch != self._native.epoch:
             self._mark_epoch_start()
         self._native.set_epoch(epoch)
+        self._passes.placed()
 
     @property
     def epoch(self):
@@ -429,6 +444,7 @@ class Loader:
         if rank >= world:
             raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
         self._native.reshard(rank, world)
+        self._passes.placed()
 
     @property
     def global_batch_size(self):
@@ -444,6 +460,7 @@ class Loader:
         """Resumes at ``state`` (from ``state_dict()``); the global batch
         (batch_size * world_size), seed and dataset must be the same."""
         self._native.restore(_params.loader_state(dict(state) if hasattr(state, "keys") else state))
+        self._passes.placed()
         self._mark_epoch_start()
 
     def remote_stats(self):
@@ -474,22 +491,4 @@ class Loader:
         if self._last_epoch_summary is not None:
             return self._last_epoch_summary
         wall = time.perf_counter() - self._epoch_start_time
-        return self._native.stats().since(self._epoch_start_stats).summary(wall) + self._decode_summary()
-
-    def _decode_summary(self):
-        s = self._native.stats().as_dict()
-        tuned = ""
-        if s["autotune"]:
-            tuned = "; autotune: %d threads, prefetch %d (%d changes, the last at batch %d)" % (
-                s["threads"], s["prefetch"], s["autotune_changes"], s["autotune_last_change_batch"])
-        d = self._native.device_stats()
-        if not d.get("decoder"):
-            return tuned
-        if d["decoder"].startswith("CPU: "):
-            return tuned + "; decode: CPU (%s)" % d["decoder"][5:]
-        on_cpu = sum(d["decoded_on_cpu_by_reason"].values()) + d["decode_no_room"] + d["decode_cpu_after_error"]
-        skipped = ""
-        if d["decode_corrupt_skipped"]:
-            skipped = ", %d corrupt replaced" % d["decode_corrupt_skipped"]
-        return tuned + "; decode: %s, %d images on the GPU (%d hardware), %d on the CPU%s" % (
-            d["decoder"], d["decoded_on_device"], d["decoded_on_hardware"], on_cpu, skipped)
+        return self._native.stats().since(self._epoch_start_stats).summary(wall) + _summary.decode_summary(self._native)

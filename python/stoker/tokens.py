@@ -17,7 +17,7 @@ under another world size too (same global batch, seed, seq_len and dataset).
 import logging
 import os
 
-from . import _native, _params
+from . import _native, _params, _passes
 
 __all__ = ["TokenLoader", "write_tokens"]
 
@@ -124,6 +124,7 @@ class TokenLoader:
         if not 64 << 10 <= chunk_bytes <= 4 << 30:
             raise ValueError("chunk_size must be between 64KiB and 4GiB, not %r" % (chunk_size,))
         self._native = _native.TokenLoader(prefixes, weights, options, remote, chunk_bytes)
+        self._passes = _passes.Passes()
         if kernel_readahead == "auto" and not self._native.kernel_readahead:
             logging.getLogger("stoker").info(self._native.readahead_note)
         self._mover = None
@@ -152,6 +153,7 @@ class TokenLoader:
 
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack
+        self._passes.begin(self._native)  # each iter() a pass over an epoch, as DataLoader's (see _passes)
         while True:
             item = self._native.next()
             if item is None:
@@ -186,13 +188,17 @@ class TokenLoader:
         return self._native.num_rows
 
     def set_epoch(self, epoch):
+        """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
         self._native.set_epoch(_params.integer("epoch", epoch, 0, _params.U64_MAX))
+        self._passes.placed()
 
     def state_dict(self):
         return dict(self._native.state())
 
     def load_state_dict(self, state):
+        """Resumes at ``state`` (from ``state_dict()``): the next pass goes on from there."""
         self._native.restore(dict(state))
+        self._passes.placed()
 
     def reshard(self, rank, world_size):
         """This process becomes rank ``rank`` of ``world_size`` from the current position on."""
@@ -201,6 +207,7 @@ class TokenLoader:
         if rank >= world:
             raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
         self._native.reshard(rank, world)
+        self._passes.placed()
 
 
 def write_tokens(prefix, documents, token_type="uint16", overwrite=False):

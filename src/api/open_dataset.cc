@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/mutex.h"
+#include "dataset/index_shards.h"
 #include "remote/remote_file_system.h"
 #include "stoker/open.h"
 #include "stoker/text.h"
@@ -69,6 +70,8 @@ Result<std::unique_ptr<Dataset>> OpenLocal(const std::string& location, const Op
   if (!info.ok() || info->type != FileType::kDirectory) return packed;
   const std::string index = location + "/" + std::string(kIndexFileName);
   if (fs->LinkStat(index).ok()) return packed;
+  // WebDataset shards without an index: the packed error says how to index them.
+  if (auto tars = index_internal::TarFilesIn(*fs, location); tars.ok() && !tars->empty()) return packed;
   auto loose = Dataset::OpenImageFolder(location, fs);
   if (loose.ok()) return loose;
   return loose.error().WithContext(

@@ -7,6 +7,7 @@
 
 #include "core/hash.h"
 #include "dataset/dataset_impl.h"
+#include "dataset/index_shards.h"
 #include "dataset/sample_check.h"
 #include "dataset/source.h"
 #include "stoker/text.h"
@@ -37,6 +38,14 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
     // dangles or loops keeps its own message.)
     if (mapped.error().code() == StatusCode::kNotFound && info.type == FileType::kDirectory &&
         !fs->LinkStat(index_path).ok()) {
+      auto tars = index_internal::TarFilesIn(*fs, path);
+      if (tars.ok() && !tars->empty()) {
+        return Status::NotFound(
+            fmt::format("'{}' has no {}, but holds {} .tar file(s): WebDataset shards written elsewhere are read "
+                        "through an index, which `stoker index {}` writes beside them (the shards stay as they are); "
+                        "if a `stoker pack` into it did not finish, pack again (its shards hold part of the source)",
+                        fs->DisplayName(path), kIndexFileName, tars->size(), fs->DisplayName(path)));
+      }
       return Status::NotFound(fmt::format("'{}' has no {} (not a packed dataset, or packing did not finish)",
                                           fs->DisplayName(path), kIndexFileName));
     }

@@ -25,13 +25,33 @@ constexpr std::uint64_t kNamedSkips = 20;
 
 }  // namespace
 
+Result<std::vector<std::string>> TarFilesIn(FileSystem& fs, const std::string& folder) {
+  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(folder));
+  std::vector<std::string> tars;
+  for (const auto& entry : entries) {
+    if (entry.name.size() > 4 && entry.name.ends_with(".tar") && entry.type == FileType::kRegular)
+      tars.push_back((fs_std::path(folder) / entry.name).string());
+  }
+  std::sort(tars.begin(), tars.end());
+  return tars;
+}
+
 Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns, const IndexOptions& options,
                                      const RestartTableFinder& find_restarts) {
   FileSystem& fs = *options.file_system;
   std::vector<std::string> paths;
   for (const auto& pattern : shard_patterns) {
     STOKER_ASSIGN_OR_RETURN(auto expanded, wds::ExpandBraces(pattern));
-    paths.insert(paths.end(), expanded.begin(), expanded.end());
+    for (auto& path : expanded) {
+      auto info = fs.Stat(path);
+      if (!info.ok() || info->type != FileType::kDirectory) {
+        paths.push_back(std::move(path));
+        continue;
+      }
+      STOKER_ASSIGN_OR_RETURN(auto tars, TarFilesIn(fs, path));
+      if (tars.empty()) return Status::InvalidArgument(fmt::format("folder '{}' holds no .tar shards", path));
+      paths.insert(paths.end(), tars.begin(), tars.end());
+    }
   }
   if (paths.empty()) return Status::InvalidArgument("no shards given");
   {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/file_system.h"
 #include "stoker/pack.h"
 #include "stoker/seekable.h"
 #include "stoker/status.h"
@@ -23,6 +24,10 @@ namespace stoker::index_internal {
 // cheap for those it ignores.
 using RestartTableFinder =
     std::function<std::optional<SeekableTable>(std::string_view field, std::span<const std::byte> payload)>;
+
+// The `.tar` files directly in `folder` (regular files, links followed), in
+// name order: what `stoker index FOLDER` indexes. Empty when there are none.
+[[nodiscard]] Result<std::vector<std::string>> TarFilesIn(FileSystem& fs, const std::string& folder);
 
 // IndexShards() with `find_restarts` (may be empty: no tables).
 [[nodiscard]] Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns,

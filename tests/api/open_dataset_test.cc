@@ -33,6 +33,19 @@ TEST(OpenDataset, PackedFoldersIndexFilesAndImageFolders) {
   EXPECT_NE(refused.error().message().find("has no index.stoker"), std::string::npos);
 }
 
+TEST(OpenDataset, ShardsWithoutAnIndexAreNamedWithTheCommandThatIndexesThem) {
+  TempDir dir;
+  MakeDataset(dir);  // dir/out: shards and index.stoker
+  fs::remove(dir / "out/index.stoker");
+  auto shards = OpenDataset(dir / "out");
+  ASSERT_FALSE(shards.ok());
+  EXPECT_EQ(shards.error().code(), StatusCode::kNotFound);
+  const std::string& why = shards.error().message();
+  EXPECT_NE(why.find("has no index.stoker, but holds "), std::string::npos) << why;
+  EXPECT_NE(why.find("`stoker index " + (dir / "out") + "`"), std::string::npos) << why;
+  EXPECT_EQ(why.find("ImageFolder"), std::string::npos) << why;  // not taken for a tree of loose images
+}
+
 TEST(OpenDataset, TheRealCauseIsNamedNotHiddenBehindNoIndex) {
   TempDir dir;
   // A dangling index.stoker: reported as such, never read as an ImageFolder.

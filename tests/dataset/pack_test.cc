@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "codec/jpeg.h"
@@ -365,6 +366,38 @@ TEST(Pack, RepacksTarShardsAndIndexesThem) {
   }
   EXPECT_TRUE(Verify(*c)->ok());
   EXPECT_EQ(IndexShards({pattern}, options).error().code(), StatusCode::kAlreadyExists);
+}
+
+TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "a", small));
+  ASSERT_GE(packed.shards, 3u);
+  std::filesystem::remove(dir / "a/index.stoker");
+  auto unindexed = Dataset::Open(dir / "a");
+  ASSERT_FALSE(unindexed.ok());
+  EXPECT_NE(unindexed.error().message().find(fmt::format("holds {} .tar file(s)", packed.shards)), std::string::npos)
+      << unindexed.error().message();
+  WriteFile(dir / "a/notes.txt", "not a shard");
+  std::filesystem::create_directories(dir / "a/sub.tar");  // a folder named like a shard is not one
+
+  ASSERT_OK_AND_ASSIGN(auto indexed, IndexShards({dir / "a"}));
+  EXPECT_EQ(indexed.samples, 5u);
+  EXPECT_EQ(indexed.shards, packed.shards);
+  EXPECT_EQ(indexed.index_path, dir / "a/index.stoker");  // beside the first shard
+  ASSERT_OK_AND_ASSIGN(auto d, Dataset::Open(dir / "a"));
+  for (std::size_t i = 0; i < d->shards().size(); ++i)
+    EXPECT_EQ(d->shards()[i].path, fmt::format("shard-{:06}.tar", i));
+  EXPECT_TRUE(Verify(*d)->ok());
+
+  std::filesystem::create_directories(dir / "empty");
+  auto none = IndexShards({dir / "empty"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.error().message().find("folder '" + (dir / "empty") + "' holds no .tar shards"), std::string::npos)
+      << none.error().message();
 }
 
 TEST(Dataset, OpenErrorsAreClear) {

@@ -149,6 +149,57 @@ def test_epochs_differ_and_set_epoch_replays(packed):
     assert torch.equal(torch.cat([b[2] for b in collect(loader)]), e0)
 
 
+def epoch_order(loader):
+    """The indices of one pass over ``loader``, batch by batch."""
+    return torch.cat([b[2] for b in collect(loader)]).tolist()
+
+
+def test_a_loop_of_len_next_calls_per_epoch_gets_whole_epochs_as_with_dataloader(packed):
+    # A loop written for DataLoader: a fresh iterator each epoch, len(loader) batches from it, its end never
+    # asked for. Before, the second epoch's first next() raised StopIteration inside the program's loop.
+    loader = stoker.Loader(packed, batch_size=8, seed=5, with_indices=True, num_threads=2)
+    reference = stoker.Loader(packed, batch_size=8, seed=5, with_indices=True, num_threads=2)
+    for epoch in range(3):
+        it = iter(loader)
+        got = torch.cat([next(it)[2].clone() for _ in range(len(loader))]).tolist()
+        assert got == epoch_order(reference), epoch
+        assert sorted(got) == list(range(48))
+    # Epoch 2's end not asked for yet; epoch 1's was summarised when the third pass began.
+    assert loader.epoch == 2 and loader.state_dict()["batches_consumed"] == 6
+    assert loader.summary().startswith("epoch 1: 6 batches, 48 images")
+
+
+def test_a_pass_after_one_left_unfinished_is_the_next_whole_epoch(packed):
+    import itertools
+    loader = stoker.Loader(packed, batch_size=8, seed=2, with_indices=True, num_threads=2)
+    reference = stoker.Loader(packed, batch_size=8, seed=2, with_indices=True, num_threads=2)
+    orders = [epoch_order(reference) for _ in range(4)]
+    peeked = next(iter(loader))[2].tolist()  # a peek at epoch 0
+    assert peeked == orders[0][:8]
+    assert epoch_order(loader) == orders[1]  # not epoch 0's other 5 batches
+    assert sum(1 for _ in itertools.islice(loader, len(loader))) == 6  # all of epoch 2, its end not asked for
+    assert epoch_order(loader) == orders[3]  # not an empty pass
+    for _ in zip(range(2), loader):  # a loop broken off: the next pass is epoch 5, from its start
+        pass
+    assert loader.epoch == 4
+    assert len(epoch_order(loader)) == 48 and loader.epoch == 6
+
+
+def test_a_pass_after_set_epoch_or_load_state_dict_starts_where_they_placed_the_loader(packed):
+    loader = stoker.Loader(packed, batch_size=8, seed=4, with_indices=True, num_threads=2)
+    whole = epoch_order(stoker.Loader(packed, batch_size=8, seed=4, with_indices=True, num_threads=2))
+    first = [i for b in collect(loader, limit=2) for i in b[2].tolist()]  # a preempted run: 2 batches, then saved
+    state = loader.state_dict()
+    resumed = stoker.Loader(packed, batch_size=8, seed=4, with_indices=True, num_threads=2)
+    resumed.load_state_dict(state)
+    assert first + epoch_order(resumed) == whole  # a resumed run goes on exactly where it stopped
+    loader.load_state_dict(state)  # the same loader, placed back at its own position
+    assert first + epoch_order(loader) == whole
+    collect(loader, limit=1)
+    loader.set_epoch(0)  # set_epoch after an unfinished pass: that epoch, from its start
+    assert epoch_order(loader) == whole
+
+
 @pytest.mark.parametrize("w1,w2", [(4, 2), (2, 3)])
 def test_exact_resume_under_world_size_change(packed, w1, w2):
     global_batch = 12

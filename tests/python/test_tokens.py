@@ -118,6 +118,28 @@ def test_every_token_once_over_world_sizes_and_a_resume(tmp_path):
         other.load_state_dict(state)
 
 
+def test_each_pass_is_an_epoch_as_with_dataloader_and_a_resume_goes_on(tmp_path):
+    megatron_files(tmp_path / "c", documents(80))
+    reference = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=2)
+    orders = [[b["input_ids"].tolist() for b in reference] for _ in range(3)]
+    loader = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=2)
+    for epoch in range(2):  # len(loader) next() calls a fresh iterator, its end never asked for
+        it = iter(loader)
+        assert [next(it)["input_ids"].tolist() for _ in range(len(loader))] == orders[epoch]
+    next(iter(loader))  # a peek at epoch 2; the next pass is epoch 3 (not the rest of 2)
+    assert len([b for b in loader]) == len(loader) and loader.epoch == 4
+    state = None
+    for i, b in enumerate(loader):  # a preempted run: stopped after 2 batches of epoch 4, saved
+        if i == 1:
+            state = loader.state_dict()
+            break
+    loader.load_state_dict(state)
+    loader.set_epoch(0)
+    assert [b["input_ids"].tolist() for b in loader] == orders[0]
+    loader.load_state_dict(state)
+    assert len([b for b in loader]) == len(loader) - 2  # the rest of epoch 4, after a load_state_dict
+
+
 def test_bad_files_and_arguments_are_named(tmp_path):
     docs = documents(10)
     megatron_files(tmp_path / "c", docs)

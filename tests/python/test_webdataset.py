@@ -87,6 +87,11 @@ def test_index_of_gnu_tar_shards_matches_webdataset(stoker, tmp_path, tar_format
         if "cls" in sample:
             assert entry["label"] == int(sample["cls"])
     stoker("verify", tmp_path / "index.stoker")
+    # The folder itself names the same shards, in name order (tree/ is a folder, not a shard).
+    r = stoker("index", tmp_path, "-o", tmp_path / "by-folder.stoker")
+    assert "indexed %d samples in 2 shards" % len(listed) in r.stdout, r.stdout
+    assert stoker("ls", tmp_path / "by-folder.stoker", "--json").stdout.splitlines() == \
+        stoker("ls", tmp_path / "index.stoker", "--json").stdout.splitlines()
 
 
 def test_index_rejects_truncated_tar(stoker, tmp_path):

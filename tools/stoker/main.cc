@@ -62,7 +62,10 @@ int main(int argc, char** argv) {
       ->delimiter(',');
 
   auto* index = app.add_subcommand("index", "Build the index for existing WebDataset shards");
-  index->add_option("SHARDS", shards, "Shard files or brace patterns such as data-{000000..000099}.tar")->required();
+  index
+      ->add_option("SHARDS", shards,
+                   "Shard files, brace patterns such as data-{000000..000099}.tar, or folders (their .tar files)")
+      ->required();
   index->add_option("-o,--output", index_output, "Index file to write (default: index.stoker beside the first shard)");
   index->add_flag("--force", force, "Replace an existing index");
 

@@ -138,6 +138,7 @@ class _Runner(_saved.Saving, Membership, ReplicatedSteps, ShardedSteps, ShardedC
         self.snapshots = None
         self.snapshot_every = snapshot_every
         self.straggler = None  # a StragglerWatch (run(straggler=...)); Trainer keeps its own
+        self._batches, self._batches_of = None, None  # the loader's iterator, and the (loader, epoch) it is of
         self.join_timeout, self.rendezvous_timeout = join_timeout, rendezvous_timeout
         self.snapshot_base = None
         self.snapshot_own = None
@@ -346,11 +347,23 @@ class _Runner(_saved.Saving, Membership, ReplicatedSteps, ShardedSteps, ShardedC
         first, end = rank_share(batch_samples, g.world_size, g.rank)
         self.in_flight = True
         began = time.monotonic()
-        batch, samples, indices = batch_parts(next(iter(self.loader)))
+        batch, samples, indices = batch_parts(self._next_from_loader())
         if samples != end - first:
             raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
                                % (samples, end - first, g.rank, g.world_size, batch_index))
         return batch_samples, first, end, batch, samples, indices, began
+
+    def _next_from_loader(self):
+        """The loader's next batch, from one iterator per loader and epoch: a
+        new iterator is a new pass, which starts the next epoch after one left
+        unfinished (stoker's loaders follow DataLoader's rule)."""
+        epoch = self.loader.epoch
+        if self._batches is None or self._batches_of != (self.loader, epoch):
+            self._batches, self._batches_of = iter(self.loader), (self.loader, epoch)
+        try:
+            return next(self._batches)
+        except StopIteration:
+            raise ElasticError("the loader ended epoch %d before the batch its position names" % epoch) from None
 
     def _one_step(self, torch, epoch, batch_index, num_samples):
         if self.sharded:

@@ -1,0 +1,41 @@
+"""Where a pass over a loader starts: DataLoader's rule, kept with exact
+resumption.
+
+Each ``iter(loader)`` is a pass over one epoch, as with torch's DataLoader.
+A pass begun after one that stopped before its epoch's end (a ``break``,
+``itertools.islice``, ``zip`` with a shorter iterable, a loop of
+``len(loader)`` calls to ``next()``, or a ``next(iter(loader))`` peek) starts
+the next epoch from its beginning rather than going on with the rest of the
+old one: such loops are written for DataLoader, and going on would give
+them a short or empty epoch, or a StopIteration inside the program's loop.
+A pass begun right after the loader was placed (its creation,
+``set_epoch()``, ``load_state_dict()``, ``reshard()``) starts where it was
+placed, so a resumed run goes on exactly where it left off."""
+
+
+class Passes:
+    """One loader's record of whether it was placed since its last pass began."""
+
+    __slots__ = ("_placed",)
+
+    def __init__(self):
+        self._placed = True
+
+    def placed(self):
+        """The loader was moved to a position of the program's choosing."""
+        self._placed = True
+
+    def begin(self, native):
+        """Called as a pass begins; returns the number of batches the
+        previous pass left its epoch at when the pass starts the next epoch
+        (after moving ``native`` there), else None."""
+        placed, self._placed = self._placed, False
+        if placed:
+            return None
+        state = native.state()
+        consumed = int(state["batches_consumed"])
+        if consumed == 0:
+            return None
+        # At an epoch's end (every batch handed out), set_epoch keeps the work already running ahead into the next.
+        native.set_epoch(int(state["epoch"]) + 1)
+        return consumed
