@@ -409,9 +409,13 @@ class Loader:
             yield images, labels, indices
 
     def set_epoch(self, epoch):
-        """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
+        """Starts epoch ``epoch`` from its beginning (its order is a function
+        of seed and epoch); right after ``load_state_dict()`` of a position in
+        that epoch, keeps the position (the resumed run goes on from there)."""
         self._check_process()
         epoch = _params.integer("epoch", epoch, 0, _params.U64_MAX)
+        if self._passes.keeps_restored(epoch, self._native.epoch):
+            return  # resumed mid-epoch: see _passes
         if epoch != self._native.epoch:
             self._mark_epoch_start()
         self._native.set_epoch(epoch)
@@ -460,7 +464,7 @@ class Loader:
         """Resumes at ``state`` (from ``state_dict()``); the global batch
         (batch_size * world_size), seed and dataset must be the same."""
         self._native.restore(_params.loader_state(dict(state) if hasattr(state, "keys") else state))
-        self._passes.placed()
+        self._passes.placed(restored=True)
         self._mark_epoch_start()
 
     def remote_stats(self):

@@ -10,26 +10,42 @@ old one: such loops are written for DataLoader, and going on would give
 them a short or empty epoch, or a StopIteration inside the program's loop.
 A pass begun right after the loader was placed (its creation,
 ``set_epoch()``, ``load_state_dict()``, ``reshard()``) starts where it was
-placed, so a resumed run goes on exactly where it left off."""
+placed, so a resumed run goes on exactly where it left off.
+
+``set_epoch(e)`` right after ``load_state_dict()`` of a position in epoch
+``e`` keeps that position, as torchdata's StatefulDataLoader does: a loop
+that calls ``set_epoch(epoch)`` at every epoch's start (DistributedSampler's
+pattern, and stoker's README) resumes mid-epoch instead of training the
+epoch's first batches again."""
 
 
 class Passes:
     """One loader's record of whether it was placed since its last pass began."""
 
-    __slots__ = ("_placed",)
+    __slots__ = ("_placed", "_restored")
 
     def __init__(self):
         self._placed = True
+        self._restored = False
 
-    def placed(self):
-        """The loader was moved to a position of the program's choosing."""
+    def placed(self, restored=False):
+        """The loader was moved to a position of the program's choosing
+        (``restored``: by load_state_dict())."""
         self._placed = True
+        self._restored = restored
+
+    def keeps_restored(self, epoch, current_epoch):
+        """Whether set_epoch(``epoch``) leaves the loader where
+        load_state_dict() put it (in ``current_epoch``, no pass begun since)."""
+        keep = self._restored and epoch == current_epoch
+        self._restored = False
+        return keep
 
     def begin(self, native):
         """Called as a pass begins; returns the number of batches the
         previous pass left its epoch at when the pass starts the next epoch
         (after moving ``native`` there), else None."""
-        placed, self._placed = self._placed, False
+        placed, self._placed, self._restored = self._placed, False, False
         if placed:
             return None
         state = native.state()

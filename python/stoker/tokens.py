@@ -188,9 +188,13 @@ class TokenLoader:
         return self._native.num_rows
 
     def set_epoch(self, epoch):
-        """Starts epoch ``epoch`` from its beginning (its order is a function of seed and epoch)."""
-        self._native.set_epoch(_params.integer("epoch", epoch, 0, _params.U64_MAX))
-        self._passes.placed()
+        """Starts epoch ``epoch`` from its beginning (its order is a function
+        of seed and epoch); right after ``load_state_dict()`` of a position in
+        that epoch, keeps the position (the resumed run goes on from there)."""
+        epoch = _params.integer("epoch", epoch, 0, _params.U64_MAX)
+        if not self._passes.keeps_restored(epoch, self._native.epoch):
+            self._native.set_epoch(epoch)
+            self._passes.placed()
 
     def state_dict(self):
         return dict(self._native.state())
@@ -198,7 +202,7 @@ class TokenLoader:
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict()``): the next pass goes on from there."""
         self._native.restore(dict(state))
-        self._passes.placed()
+        self._passes.placed(restored=True)
 
     def reshard(self, rank, world_size):
         """This process becomes rank ``rank`` of ``world_size`` from the current position on."""

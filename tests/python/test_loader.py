@@ -200,6 +200,32 @@ def test_a_pass_after_set_epoch_or_load_state_dict_starts_where_they_placed_the_
     assert epoch_order(loader) == whole
 
 
+def test_the_readmes_loop_resumed_mid_epoch_trains_each_sample_once(packed):
+    # set_epoch(epoch) at every epoch's start, also the resumed one: before, it started that epoch again and
+    # trained its first batches twice.
+    def make():
+        return stoker.Loader(packed, batch_size=8, seed=6, with_indices=True, num_threads=2)
+    first, seen = make(), []
+    for epoch in range(2):
+        first.set_epoch(epoch)
+        for i, (_, _, idx) in enumerate(first):
+            seen += idx.tolist()
+            if epoch == 1 and i == 2:
+                state = first.state_dict()  # preempted after 3 batches of epoch 1
+                break
+    resumed = make()
+    resumed.load_state_dict(state)
+    for epoch in range(resumed.epoch, 3):
+        resumed.set_epoch(epoch)
+        for _, _, idx in resumed:
+            seen += idx.tolist()
+    assert [sorted(seen[e * 48:(e + 1) * 48]) for e in range(3)] == [list(range(48))] * 3
+    other = make()
+    other.load_state_dict(state)
+    other.set_epoch(2)  # another epoch than the restored position's: that epoch, from its start
+    assert epoch_order(other) == seen[96:]
+
+
 @pytest.mark.parametrize("w1,w2", [(4, 2), (2, 3)])
 def test_exact_resume_under_world_size_change(packed, w1, w2):
     global_batch = 12

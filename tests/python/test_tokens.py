@@ -138,6 +138,9 @@ def test_each_pass_is_an_epoch_as_with_dataloader_and_a_resume_goes_on(tmp_path)
     assert [b["input_ids"].tolist() for b in loader] == orders[0]
     loader.load_state_dict(state)
     assert len([b for b in loader]) == len(loader) - 2  # the rest of epoch 4, after a load_state_dict
+    loader.load_state_dict(state)
+    loader.set_epoch(4)  # the epoch loop's set_epoch, right after the resume: the position stays
+    assert len([b for b in loader]) == len(loader) - 2
 
 
 def test_bad_files_and_arguments_are_named(tmp_path):
