@@ -273,6 +273,17 @@ def test_drops_into_a_torch_training_loop(packed):
     assert loader.summary().startswith("epoch 2: 3 batches, 48 images")
 
 
+def test_what_dataloader_code_reads_of_a_loader_is_there(packed):
+    # PyTorch's quickstart train loop reads len(dataloader.dataset); others read batch_size and drop_last.
+    loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2, drop_last=True, world_size=2, rank=1)
+    assert (len(loader.dataset), loader.batch_size, loader.drop_last) == (48, 8, True)
+    assert loader.dataset.location == os.fspath(packed) and "48 samples" in repr(loader.dataset)
+    seen = sum(len(labels) for _, labels in loader)
+    assert seen == len(loader) * loader.batch_size == len(loader.dataset) // 2
+    elastic = stoker.Loader(packed, global_batch_size=12, world_size=2, rank=0, num_threads=1)
+    assert elastic.batch_size is None and elastic.drop_last is False and len(elastic.dataset) == 48
+
+
 def test_tensors_outlive_the_loader(packed):
     loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2, prefetch=3)
     images, labels = next(iter(loader))
