@@ -102,7 +102,9 @@ struct PackSummary {
 //    The index records each field's kind (text, int, float, json; a file's
 //    by its extension), which `inspect` shows and the loader checks specs
 //    against.
-//  - tar shards (a path or brace pattern ending in `.tar`), repacked.
+//  - tar shards (a path or brace pattern ending in `.tar`, or a folder
+//    holding `.tar` files and no sub-folders: its shards in name order),
+//    repacked.
 // Output is deterministic: the same input gives byte-identical files. Shards
 // and the index are written under temporary names and renamed, the index
 // last, so an interrupted pack never leaves a folder that opens as a dataset.

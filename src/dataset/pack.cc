@@ -16,6 +16,7 @@
 #include "core/hash.h"
 #include "core/mutex.h"
 #include "core/rng.h"
+#include "dataset/index_shards.h"
 #include "dataset/pack_rewrite.h"
 #include "dataset/source.h"
 #include "format/index_format.h"
@@ -274,6 +275,13 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
     if (a == src.end()) {
       return Status::InvalidArgument(fmt::format(
           "output folder '{}' is inside the source folder '{}'; it would be packed as a class", out_dir, source));
+    }
+    // A folder of shards (.tar files and no sub-folders) is packed as its shards, in name order.
+    STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(source));
+    if (std::none_of(entries.begin(), entries.end(),
+                     [](const DirEntry& e) { return e.type == FileType::kDirectory; })) {
+      STOKER_ASSIGN_OR_RETURN(auto tars, index_internal::TarFilesIn(fs, source));
+      if (!tars.empty()) return pack_internal::ListTarFiles(fs, tars);
     }
     return pack_internal::ListImageFolder(fs, source);
   }

@@ -279,6 +279,10 @@ Result<SourceListing> ListManifest(FileSystem& fs, const std::string& manifest_p
 
 Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern) {
   STOKER_ASSIGN_OR_RETURN(auto paths, wds::ExpandBraces(pattern));
+  return ListTarFiles(fs, paths);
+}
+
+Result<SourceListing> ListTarFiles(FileSystem& fs, std::span<const std::string> paths) {
   SourceListing listing;
   std::uint64_t skipped = 0;
   std::string first_skipped;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ struct SourceListing {
                                                  std::span<const std::string> file_columns = {});
 // Existing tar shards (a path or brace pattern).
 [[nodiscard]] Result<SourceListing> ListTarShards(FileSystem& fs, const std::string& pattern);
+// Existing tar shards, in the order given.
+[[nodiscard]] Result<SourceListing> ListTarFiles(FileSystem& fs, std::span<const std::string> paths);
 
 // WebDataset keys must not contain '.' in their last component: replaces
 // dots there with '_'. Fails on an empty last component.

@@ -400,6 +400,26 @@ TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
       << none.error().message();
 }
 
+TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
+  ASSERT_GE(first.shards, 3u);
+  ASSERT_OK_AND_ASSIGN(auto repacked, Pack(dir / "a", dir / "b"));  // a folder of shards (and its index)
+  EXPECT_EQ(repacked.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
+  ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
+  EXPECT_EQ(Keys(*a), Keys(*b));
+  // An ImageFolder tree with a stray archive beside its class folders is still an ImageFolder.
+  std::filesystem::copy_file(dir / "a/shard-000000.tar", dir / "src/backup.tar");
+  ASSERT_OK_AND_ASSIGN(auto again, Pack(dir / "src", dir / "c"));
+  EXPECT_EQ(again.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto c, Dataset::Open(dir / "c"));
+  EXPECT_EQ(Keys(*a), Keys(*c));
+}
+
 TEST(Dataset, OpenErrorsAreClear) {
   TempDir dir;
   std::filesystem::create_directories(dir / "plain");

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   auto* pack =
       app.add_subcommand("pack", "Pack an ImageFolder tree, a CSV/JSONL manifest or tar shards into indexed shards");
   pack->add_option("SRC", source,
-                   "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed)")
+                   "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed, "
+                   "or a folder of them)")
       ->required();
   pack->add_option("OUT", out, "Output folder for shard-NNNNNN.tar and index.stoker")->required();
   pack->add_option("--shard-size", shard_size, "Target shard size, e.g. 64MiB, 1GB")->capture_default_str();
