@@ -177,6 +177,27 @@ class Flattener {
   }
 
  private:
+  // Code, not state: a bound method, a function (Python or built-in), or a
+  // weak reference to a method (weakref.WeakMethod, which CyclicLR keeps).
+  static bool IsCode(py::handle obj) {
+    PyObject* o = obj.ptr();
+    if (PyMethod_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o)) return true;
+    if (!PyWeakref_Check(o)) return false;
+    if (std::string_view(Py_TYPE(o)->tp_name) == "WeakMethod") return true;
+    PyObject* target = PyWeakref_GetObject(o);  // borrowed; None when dead
+    return target != nullptr && PyFunction_Check(target);
+  }
+
+  // What the structure records of code: its qualified name (no address, so
+  // equal states give equal structures), else its type's name.
+  static std::string CodeName(py::handle obj) {
+    PyObject* name = PyObject_GetAttrString(obj.ptr(), "__qualname__");
+    if (name != nullptr && PyUnicode_Check(name)) return std::string(Utf8(Steal(name)));
+    Py_XDECREF(name);
+    PyErr_Clear();
+    return Py_TYPE(obj.ptr())->tp_name;
+  }
+
   static bool IsInstance(py::handle obj, const py::object& types) {
     if (!types || types.is_none()) return false;
     const int is = PyObject_IsInstance(obj.ptr(), types.ptr());
@@ -236,7 +257,14 @@ class Flattener {
         path += digits;
       }
       json += ',';
-      Node(value, path, depth + 1);
+      if (IsCode(value)) {
+        json += "{\"c\":";
+        AppendJsonString(json, CodeName(value));
+        json += '}';
+        out_.code_entries_.push_back(path);
+      } else {
+        Node(value, path, depth + 1);
+      }
       json += ']';
       path.resize(mark);
     };
@@ -349,6 +377,7 @@ void FlatState::Flatten(py::handle state, const TorchTypes& torch) {
   keep_alive_.clear();
   structure_.clear();
   devices_.clear();
+  code_entries_.clear();
   Flattener flattener(torch, *this);
   std::string path;
   try {
@@ -438,7 +467,8 @@ void BindStateFlatten(py::module_& m) {
                                for (const auto& t : f.tensors()) names.append(py::str(t.name));
                                return names;
                              })
-      .def_property_readonly("structure", &FlatState::structure);
+      .def_property_readonly("structure", &FlatState::structure)
+      .def_property_readonly("code_entries", &FlatState::code_entries);
 }
 
 }  // namespace stoker_python

@@ -49,6 +49,11 @@ class FlatState {
   [[nodiscard]] std::span<const stoker::TensorRef> tensors() const { return {tensors_.data(), count_}; }
   [[nodiscard]] const std::string& structure() const { return structure_; }   // JSON
   [[nodiscard]] const std::vector<int>& devices() const { return devices_; }  // CUDA devices used, ascending
+  // Dict entries holding code (a method, function or weak method, such as
+  // the `anneal_func` torch 1.13's OneCycleLR puts in its state_dict): the
+  // structure records each as {"c": qualified name}, and loading leaves the
+  // entry out, so load_state_dict() keeps the new object's own.
+  [[nodiscard]] const std::vector<std::string>& code_entries() const { return code_entries_; }
   // A hash of every tensor's name, dtype, shape, global shape and offsets:
   // equal on two saves when the sharded layout is the same.
   [[nodiscard]] std::uint64_t LayoutDigest() const;
@@ -80,6 +85,7 @@ class FlatState {
   std::vector<py::object> keep_alive_;  // every tensor, and copies made (.contiguous(), .cpu())
   std::string structure_;
   std::vector<int> devices_;
+  std::vector<std::string> code_entries_;
 };
 
 void BindStateFlatten(py::module_& m);

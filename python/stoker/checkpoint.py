@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import gc
 import json
+import logging
 import random
 import sys
 
@@ -87,7 +88,17 @@ def flatten(state, into=None):
     flat = _native.FlatState() if into is None else into
     flat.flatten(state, torch.Tensor, torch.strided, collections.OrderedDict, table, _stoker_cuda_usable(),
                  _sharded.Shard, _convert_types(), _sharded.convert)
+    for name in flat.code_entries:
+        if name not in _CODE_SAID:
+            _CODE_SAID.add(name)
+            logging.getLogger("stoker").warning(
+                "checkpoint: %r holds code (a method or function, as torch 1.13's OneCycleLR and CyclicLR keep in "
+                "their state_dict), not state: saved as its name only and left out on load, so load_state_dict() "
+                "keeps the new object's own", name)
     return flat
+
+
+_CODE_SAID = set()  # code entries already named in a warning (once each per process)
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,7 +124,8 @@ def _unflatten(node, tensors):
                                   % (node["t"],))
         return tensors[node["t"]]
     if "d" in node:
-        pairs = [(key, _unflatten(value, tensors)) for key, value in node["d"]]
+        # An entry holding code ({"c": name}, see flatten) is left out: the object being loaded keeps its own.
+        pairs = [(key, _unflatten(value, tensors)) for key, value in node["d"] if "c" not in value]
         return collections.OrderedDict(pairs) if node.get("o") else dict(pairs)
     if "l" in node:
         return [_unflatten(v, tensors) for v in node["l"]]

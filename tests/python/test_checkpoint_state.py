@@ -129,6 +129,47 @@ def test_what_cannot_be_saved_is_refused_naming_its_path(tmp_path):
     assert stoker.load_latest(tmp_path).step == 2
 
 
+class Annealer:
+    def anneal(self, x):
+        return x
+
+
+def test_code_in_a_state_dict_is_left_for_the_loading_object_and_said(tmp_path, caplog):
+    # torch 1.13's OneCycleLR keeps a bound method (anneal_func) in its state_dict and CyclicLR a WeakMethod;
+    # before, such a scheduler could not be checkpointed at all.
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=50)
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+    owner = Annealer()
+    state = {"scheduler": scheduler.state_dict(), "explicit": {"fn": owner.anneal, "weak": weakref.WeakMethod(
+        owner.anneal), "plain": len, "kept": 3}}
+    with caplog.at_level("WARNING", logger="stoker"), stoker.Checkpointer(tmp_path) as ckpt:
+        ckpt.save(4, state)
+        ckpt.save(5, state)  # said once per entry, not per save
+    said = [r.getMessage() for r in caplog.records if "holds code" in r.getMessage()]
+    assert sorted(m.split("'")[1] for m in said) == ["explicit.fn", "explicit.plain", "explicit.weak"] + (
+        ["scheduler.anneal_func"] if "anneal_func" in scheduler.state_dict() else [])
+    restored = stoker.load_latest(tmp_path)
+    assert restored.state["explicit"] == {"kept": 3}
+    structure = json.loads((tmp_path / "step-5" / "manifest.json").read_text())["user"]["structure"]
+    entries = dict(next(v for k, v in structure["d"] if k == "explicit")["d"])
+    assert entries["fn"] == {"c": "Annealer.anneal"} and entries["plain"] == {"c": "len"}
+    fresh = torch.optim.lr_scheduler.OneCycleLR(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                                max_lr=0.1, total_steps=50)
+    fresh.load_state_dict(restored.state["scheduler"])
+    for _ in range(3):
+        fresh.optimizer.step()
+        fresh.step()
+        optimizer.step()
+        scheduler.step()
+    assert fresh.get_last_lr() == scheduler.get_last_lr()  # the schedule goes on with the fresh object's code
+    with stoker.Checkpointer(tmp_path / "other") as ckpt, pytest.raises(TypeError, match=r"at 'hooks\.0'"):
+        ckpt.save(1, {"hooks": [owner.anneal]})  # code in a list has no entry to leave out: refused
+
+
 def test_the_reused_flat_state_mixes_nothing_between_saves_and_keeps_nothing_alive(tmp_path):
     big = {"p%d" % i: torch.full((i + 1, 2), float(i)) for i in range(50)}
     small = {"q%d" % i: torch.full((3,), -float(i), dtype=torch.float64) for i in range(5)}
