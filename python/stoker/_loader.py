@@ -105,7 +105,8 @@ class Loader:
                  max_attempts=8, stall_timeout_seconds=30.0, fetch_deadline_seconds=300.0, verify_samples=True,
                  max_image_pixels=None, global_batch_size=None, min_world_size=None, decode="cpu",
                  autotune_max_threads=None, autotune_memory=None, stage_ahead=True, fields=None, map=None,
-                 collate=None, batch_transform=None, read_crop_rows=True, kernel_readahead="auto"):
+                 collate=None, batch_transform=None, read_crop_rows=True, kernel_readahead="auto", **unknown):
+        _params.refuse_unknown("stoker.Loader", unknown)
         specs, self._transformed = [], None
         if batch_transform is not None and (not callable(batch_transform) or fields is not None):
             raise ValueError("batch_transform (MixUp, CutMix, or any f(images, labels) -> (images, labels)) is for "

@@ -97,3 +97,41 @@ def output_dtype(dtype):
     if name not in ("float32", "float16", "bfloat16", "uint8"):
         raise ValueError("dtype %r is not supported (float32, float16, bfloat16 or uint8)" % (dtype,))
     return name, getattr(_native.DType, name)
+
+
+# DataLoader's arguments, and what stands for each in stoker's loaders.
+_DATALOADER_ARGUMENTS = {
+    "num_workers": "num_threads=N (or \"auto\"): stoker decodes on native threads in this process, not in worker "
+                   "processes",
+    "prefetch_factor": "prefetch=N batches (or \"auto\")",
+    "pin_memory": "nothing: with device=\"cuda\" batches are copied from page-locked buffers on stoker's own stream",
+    "pin_memory_device": "device=\"cuda:N\"",
+    "persistent_workers": "nothing: the loader's threads live as long as it does",
+    "worker_init_fn": "nothing: there are no worker processes to set up",
+    "multiprocessing_context": "nothing: there are no worker processes",
+    "collate_fn": "collate= (with fields=), which builds a batch from its samples",
+    "sampler": "shuffle=, seed=, order= and rank=/world_size=: the order is stoker's own (a sampler object is not "
+               "taken)",
+    "batch_sampler": "batch_size= (per rank) or global_batch_size=, with shuffle=, seed= and order=",
+    "generator": "seed=",
+    "timeout": "nothing: a stall is reported by the loader itself",
+}
+
+
+def refuse_unknown(owner, unknown, instead=None):
+    """TypeError for keyword arguments ``owner`` does not take, saying what
+    stands for each of DataLoader's (a program ported from DataLoader passes
+    them); ``instead`` overrides what stands for some of them."""
+    if not unknown:
+        return
+    table = dict(_DATALOADER_ARGUMENTS, **(instead or {}))
+    known = ["%s -> %s" % (k, table[k]) for k in unknown if k in table]
+    other = [k for k in unknown if k not in table]
+    parts = []
+    if other:
+        parts.append("%s got unexpected keyword argument%s %s" % (owner, "s" if len(other) > 1 else "",
+                                                                  ", ".join(repr(k) for k in other)))
+    if known:
+        parts.append("%s does not take DataLoader's %s; in stoker: %s" % (
+            owner, ", ".join(repr(k) for k in unknown if k in table), "; ".join(known)))
+    raise TypeError(". ".join(parts))

@@ -79,7 +79,11 @@ class TokenLoader:
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
                  world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
                  weights=None, device="cpu", cache_dir=None, cache_size="16GiB", connections=8, chunk_size="64MiB",
-                 read_ahead_batches=16, kernel_readahead="auto"):
+                 read_ahead_batches=16, kernel_readahead="auto", **unknown):
+        _params.refuse_unknown("stoker.TokenLoader", unknown, instead={
+            "num_workers": "nothing: rows are read and packed on the loader's own native threads",
+            "collate_fn": "nothing: a batch is packed rows (input_ids, labels, position_ids, cu_seqlens)",
+            "prefetch_factor": "prefetch=N batches"})
         prefixes = [os.fspath(d) for d in dataset] if isinstance(dataset, (list, tuple)) else [os.fspath(dataset)]
         if not prefixes:
             raise ValueError("dataset: give a prefix, or a list of them to blend")

@@ -42,11 +42,22 @@ def packed(cli, demo_images, tmp_path_factory):
     (dict(stall_timeout_seconds=float("nan")), ValueError, "stall_timeout_seconds must be a finite number"),
     (dict(order="random"), ValueError, "order must be one of"),
     (dict(transform=tv.Compose([tv.RandomResizedCrop(224)])), TypeError, "torchvision.transforms"),
+    # DataLoader's own arguments, from a program ported to stoker: what stands for each.
+    (dict(num_workers=8, pin_memory=True), TypeError, "stoker.Loader does not take DataLoader's 'num_workers', "
+     "'pin_memory'; in stoker: num_workers -> num_threads=N"),
+    (dict(sampler=None), TypeError, "sampler -> shuffle=, seed=, order= and rank=/world_size="),
+    (dict(shufle=True), TypeError, "stoker.Loader got unexpected keyword argument 'shufle'"),
 ])
 def test_bad_arguments_name_the_parameter(packed, kwargs, error, says):
     with pytest.raises(error, match=None) as info:
         stoker.Loader(packed, **kwargs)
     assert says in str(info.value), str(info.value)
+
+
+def test_the_token_loader_says_what_stands_for_dataloaders_arguments(tmp_path):
+    stoker.write_tokens(tmp_path / "c", [[1, 2, 3, 4, 5]])
+    with pytest.raises(TypeError, match="num_workers -> nothing: rows are read and packed on the loader's own"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=2, batch_size=1, num_workers=4)
 
 
 def test_bad_transform_values_and_states_are_named(packed):
