@@ -200,6 +200,14 @@ class Dataset {
   // Checks the checksum over the index's per-sample records (reads them all,
   // unlike Open). Corruption names the index file.
   [[nodiscard]] Status VerifyIndexChecksum() const;
+  // A packed dataset on the local file system: every shard file the index
+  // names exists (NotFound otherwise) and, with `sizes`, has the size the
+  // index records (Corruption otherwise: changed after indexing), each
+  // looked up with one stat, so a loader fails at its creation rather than
+  // when an epoch reaches the shard. Up to 3 shards are named, with the
+  // count. Ok for other file systems (remote shards are checked as they
+  // arrive) and for loose files.
+  [[nodiscard]] Status CheckShardFiles(bool sizes) const;
   [[nodiscard]] FileSystem* file_system() const;
 
   struct Impl;

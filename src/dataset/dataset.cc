@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/hash.h"
 #include "dataset/dataset_impl.h"
@@ -438,6 +439,36 @@ Status Dataset::VerifyIndexChecksum() const {
     return Status::Corruption(
         fmt::format("{}: index records checksum mismatch: the index file is corrupt", impl_->index_path));
   }
+  return Status::Ok();
+}
+
+Status Dataset::CheckShardFiles(bool sizes) const {
+  const Impl& m = *impl_;
+  if (m.loose || m.fs != FileSystem::Default()) return Status::Ok();
+  std::vector<std::string> missing, resized;
+  for (const ShardInfo& shard : m.shards) {
+    auto info = m.fs->Stat(shard.full_path);
+    if (!info.ok()) {
+      missing.push_back(fmt::format("'{}' ({})", shard.path, info.error().message()));
+    } else if (sizes && info->size != shard.size) {
+      resized.push_back(fmt::format("'{}' is {} bytes, the index says {}", shard.path, info->size, shard.size));
+    }
+  }
+  auto named = [](const std::vector<std::string>& list) {
+    const std::size_t shown = std::min<std::size_t>(list.size(), 3);
+    std::string out =
+        fmt::format("{}", fmt::join(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(shown), "; "));
+    if (list.size() > shown) out += fmt::format("; and {} more", list.size() - shown);
+    return out;
+  };
+  if (!missing.empty())
+    return Status::NotFound(fmt::format("{} of the {} shards that index '{}' names cannot be opened: {}",
+                                        missing.size(), m.shards.size(), m.index_path, named(missing)));
+  if (!resized.empty())
+    return Status::Corruption(fmt::format(
+        "{} of the {} shards that index '{}' names changed size after indexing: {} (`stoker verify` lists what "
+        "differs; index the shards again if they were rewritten on purpose)",
+        resized.size(), m.shards.size(), m.index_path, named(resized)));
   return Status::Ok();
 }
 

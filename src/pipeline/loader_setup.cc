@@ -83,6 +83,9 @@ Result<LoaderSetup> ResolveLoaderSetup(const Dataset& dataset, const LoaderOptio
     return Status::InvalidArgument(fmt::format("rank {} is out of range for world size {}", rank, world));
   if (dataset.num_samples() == 0)
     return Status::InvalidArgument(fmt::format("dataset '{}' is empty", dataset.index_path()));
+  // A missing or rewritten shard fails here, not when an epoch reaches it; with on_corrupt skip, a shard of
+  // another size is left to the reads, whose samples past its end are skipped and counted.
+  STOKER_RETURN_IF_ERROR(dataset.CheckShardFiles(/*sizes=*/options.on_corrupt == CorruptPolicy::kError));
 
   order::BatchPlan plan;
   plan.num_samples = dataset.num_samples();

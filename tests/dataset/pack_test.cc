@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "codec/jpeg.h"
+#include "dataset/pack_test_util.h"
 #include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "test_util.h"
@@ -21,20 +22,8 @@ using testing::TempDir;
 using testing::Text;
 using testing::WriteFile;
 
-// classes: cat (3 images), dog (2 images, one in a sub-folder).
-void MakeImageFolder(const std::string& root) {
-  WriteFile(root + "/cat/1.jpg", RandomBytes(3000, 1));
-  WriteFile(root + "/cat/2.jpeg", RandomBytes(700, 2));
-  WriteFile(root + "/cat/img.v2.png", RandomBytes(1500, 3));
-  WriteFile(root + "/dog/a.jpg", RandomBytes(5000, 4));
-  WriteFile(root + "/dog/sub/b.JPG", RandomBytes(100, 5));
-}
-
-std::vector<std::string> Keys(const Dataset& d) {
-  std::vector<std::string> keys;
-  for (std::uint64_t i = 0; i < d.num_samples(); ++i) keys.emplace_back(d.Sample(i)->key);
-  return keys;
-}
+using testing::Keys;
+using testing::MakeImageFolder;
 
 TEST(Pack, ImageFolderRoundTrip) {
   TempDir dir;
@@ -366,58 +355,6 @@ TEST(Pack, RepacksTarShardsAndIndexesThem) {
   }
   EXPECT_TRUE(Verify(*c)->ok());
   EXPECT_EQ(IndexShards({pattern}, options).error().code(), StatusCode::kAlreadyExists);
-}
-
-TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
-  TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "a", small));
-  ASSERT_GE(packed.shards, 3u);
-  std::filesystem::remove(dir / "a/index.stoker");
-  auto unindexed = Dataset::Open(dir / "a");
-  ASSERT_FALSE(unindexed.ok());
-  EXPECT_NE(unindexed.error().message().find(fmt::format("holds {} .tar file(s)", packed.shards)), std::string::npos)
-      << unindexed.error().message();
-  WriteFile(dir / "a/notes.txt", "not a shard");
-  std::filesystem::create_directories(dir / "a/sub.tar");  // a folder named like a shard is not one
-
-  ASSERT_OK_AND_ASSIGN(auto indexed, IndexShards({dir / "a"}));
-  EXPECT_EQ(indexed.samples, 5u);
-  EXPECT_EQ(indexed.shards, packed.shards);
-  EXPECT_EQ(indexed.index_path, dir / "a/index.stoker");  // beside the first shard
-  ASSERT_OK_AND_ASSIGN(auto d, Dataset::Open(dir / "a"));
-  for (std::size_t i = 0; i < d->shards().size(); ++i)
-    EXPECT_EQ(d->shards()[i].path, fmt::format("shard-{:06}.tar", i));
-  EXPECT_TRUE(Verify(*d)->ok());
-
-  std::filesystem::create_directories(dir / "empty");
-  auto none = IndexShards({dir / "empty"});
-  ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.error().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(none.error().message().find("folder '" + (dir / "empty") + "' holds no .tar shards"), std::string::npos)
-      << none.error().message();
-}
-
-TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) {
-  TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
-  ASSERT_GE(first.shards, 3u);
-  ASSERT_OK_AND_ASSIGN(auto repacked, Pack(dir / "a", dir / "b"));  // a folder of shards (and its index)
-  EXPECT_EQ(repacked.samples, 5u);
-  ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
-  ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
-  EXPECT_EQ(Keys(*a), Keys(*b));
-  // An ImageFolder tree with a stray archive beside its class folders is still an ImageFolder.
-  std::filesystem::copy_file(dir / "a/shard-000000.tar", dir / "src/backup.tar");
-  ASSERT_OK_AND_ASSIGN(auto again, Pack(dir / "src", dir / "c"));
-  EXPECT_EQ(again.samples, 5u);
-  ASSERT_OK_AND_ASSIGN(auto c, Dataset::Open(dir / "c"));
-  EXPECT_EQ(Keys(*a), Keys(*c));
 }
 
 TEST(Dataset, OpenErrorsAreClear) {

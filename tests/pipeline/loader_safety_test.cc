@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -212,6 +213,32 @@ TEST(LoaderSafety, AFlippedByteInAShardIsCaughtOnRead) {
   auto unchecked = Loader::Create(dataset, o);
   ASSERT_TRUE(unchecked.ok());
   EXPECT_TRUE(Consume(**unchecked).ok());
+}
+
+TEST(LoaderSafety, AMissingOrTruncatedShardFailsTheLoadersCreationNotAnEpoch) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  ASSERT_GE(dataset->shards().size(), 2u);
+  const ShardInfo& last = dataset->shards().back();
+  std::filesystem::resize_file(last.full_path, last.size / 2);
+  auto o = SmallOptions();
+  auto truncated = Loader::Create(dataset, o);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(truncated.error().message().find("'" + last.path + "' is "), std::string::npos)
+      << truncated.error().message();
+  // With on_corrupt skip the loader starts, and the samples past the shard's new end are skipped and counted.
+  o.on_corrupt = CorruptPolicy::kSkip;
+  auto skipping = Loader::Create(dataset, o);
+  ASSERT_TRUE(skipping.ok()) << skipping.error().message();
+  EXPECT_TRUE(Consume(**skipping).ok());
+  EXPECT_GT((*skipping)->stats().corrupt_skipped, 0u);
+  std::filesystem::remove(last.full_path);  // missing: refused under either policy
+  auto missing = Loader::Create(dataset, o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.error().message().find("'" + last.path + "' (stat"), std::string::npos)
+      << missing.error().message();
 }
 
 // A label flipped in the index is checked against the sample's .cls.

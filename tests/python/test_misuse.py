@@ -60,6 +60,18 @@ def test_the_token_loader_says_what_stands_for_dataloaders_arguments(tmp_path):
         stoker.TokenLoader(tmp_path / "c", seq_len=2, batch_size=1, num_workers=4)
 
 
+def test_a_shard_gone_or_rewritten_after_packing_is_named_when_the_loader_is_made(cli, demo_images, tmp_path):
+    cli("pack", demo_images, tmp_path / "p", "--shard-size", "1MiB")
+    shards = sorted((tmp_path / "p").glob("shard-*.tar"))
+    os.truncate(shards[-1], 4096)
+    with pytest.raises(stoker.CorruptionError, match=r"'%s' is 4096 bytes, the index says" % shards[-1].name):
+        stoker.Loader(tmp_path / "p", batch_size=8)
+    shards[-1].unlink()
+    with pytest.raises(FileNotFoundError, match=r"1 of the %d shards that index .* names cannot be opened: '%s'"
+                       % (len(shards), shards[-1].name)):
+        stoker.Loader(tmp_path / "p", batch_size=8, on_corrupt="skip")
+
+
 def test_bad_transform_values_and_states_are_named(packed):
     for mean, std in (((math.nan, 0.5, 0.5), (1, 1, 1)), ((0, 0, 0), (1, math.inf, 1)), ((0, 0, 0), (1, -1, 1))):
         with pytest.raises(ValueError, match="finite"):

@@ -1,0 +1,29 @@
+// What the pack and dataset tests share: a small ImageFolder tree, and a
+// dataset's keys in index order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stoker/dataset.h"
+#include "test_util.h"
+
+namespace stoker::testing {
+
+// classes: cat (3 images), dog (2 images, one in a sub-folder).
+inline void MakeImageFolder(const std::string& root) {
+  WriteFile(root + "/cat/1.jpg", RandomBytes(3000, 1));
+  WriteFile(root + "/cat/2.jpeg", RandomBytes(700, 2));
+  WriteFile(root + "/cat/img.v2.png", RandomBytes(1500, 3));
+  WriteFile(root + "/dog/a.jpg", RandomBytes(5000, 4));
+  WriteFile(root + "/dog/sub/b.JPG", RandomBytes(100, 5));
+}
+
+inline std::vector<std::string> Keys(const Dataset& d) {
+  std::vector<std::string> keys;
+  for (std::uint64_t i = 0; i < d.num_samples(); ++i) keys.emplace_back(d.Sample(i)->key);
+  return keys;
+}
+
+}  // namespace stoker::testing

@@ -1,0 +1,103 @@
+// Shards given as a folder (`stoker index FOLDER`, `stoker pack FOLDER OUT`),
+// and shards that went missing or changed after indexing, found before any
+// read.
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "dataset/pack_test_util.h"
+#include "stoker/dataset.h"
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::Keys;
+using testing::MakeImageFolder;
+using testing::TempDir;
+using testing::WriteFile;
+
+TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "a", small));
+  ASSERT_GE(packed.shards, 3u);
+  std::filesystem::remove(dir / "a/index.stoker");
+  auto unindexed = Dataset::Open(dir / "a");
+  ASSERT_FALSE(unindexed.ok());
+  EXPECT_NE(unindexed.error().message().find(fmt::format("holds {} .tar file(s)", packed.shards)), std::string::npos)
+      << unindexed.error().message();
+  WriteFile(dir / "a/notes.txt", "not a shard");
+  std::filesystem::create_directories(dir / "a/sub.tar");  // a folder named like a shard is not one
+
+  ASSERT_OK_AND_ASSIGN(auto indexed, IndexShards({dir / "a"}));
+  EXPECT_EQ(indexed.samples, 5u);
+  EXPECT_EQ(indexed.shards, packed.shards);
+  EXPECT_EQ(indexed.index_path, dir / "a/index.stoker");  // beside the first shard
+  ASSERT_OK_AND_ASSIGN(auto d, Dataset::Open(dir / "a"));
+  for (std::size_t i = 0; i < d->shards().size(); ++i)
+    EXPECT_EQ(d->shards()[i].path, fmt::format("shard-{:06}.tar", i));
+  EXPECT_TRUE(Verify(*d)->ok());
+
+  std::filesystem::create_directories(dir / "empty");
+  auto none = IndexShards({dir / "empty"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.error().message().find("folder '" + (dir / "empty") + "' holds no .tar shards"), std::string::npos)
+      << none.error().message();
+}
+
+TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
+  ASSERT_GE(first.shards, 3u);
+  ASSERT_OK_AND_ASSIGN(auto repacked, Pack(dir / "a", dir / "b"));  // a folder of shards (and its index)
+  EXPECT_EQ(repacked.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
+  ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
+  EXPECT_EQ(Keys(*a), Keys(*b));
+  // An ImageFolder tree with a stray archive beside its class folders is still an ImageFolder.
+  std::filesystem::copy_file(dir / "a/shard-000000.tar", dir / "src/backup.tar");
+  ASSERT_OK_AND_ASSIGN(auto again, Pack(dir / "src", dir / "c"));
+  EXPECT_EQ(again.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto c, Dataset::Open(dir / "c"));
+  EXPECT_EQ(Keys(*a), Keys(*c));
+}
+
+TEST(Dataset, AMissingOrResizedShardIsNamedBeforeAnyRead) {
+  TempDir dir;
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "out", small));
+  ASSERT_GE(packed.shards, 3u);
+  {
+    ASSERT_OK_AND_ASSIGN(auto whole, Dataset::Open(dir / "out"));
+    EXPECT_TRUE(whole->CheckShardFiles(/*sizes=*/true).ok());
+  }
+  std::filesystem::resize_file(dir / "out/shard-000002.tar", 600);
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));  // opening reads no shard
+  EXPECT_TRUE(dataset->CheckShardFiles(/*sizes=*/false).ok());
+  auto resized = dataset->CheckShardFiles(/*sizes=*/true);
+  ASSERT_FALSE(resized.ok());
+  EXPECT_EQ(resized.code(), StatusCode::kCorruption);
+  EXPECT_NE(resized.message().find("'shard-000002.tar' is 600 bytes, the index says"), std::string::npos)
+      << resized.message();
+  std::filesystem::remove(dir / "out/shard-000001.tar");
+  auto missing = dataset->CheckShardFiles(/*sizes=*/true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find(fmt::format("1 of the {} shards that index", packed.shards)), std::string::npos)
+      << missing.message();
+  EXPECT_NE(missing.message().find("'shard-000001.tar' (stat"), std::string::npos) << missing.message();
+}
+
+}  // namespace
+}  // namespace stoker
