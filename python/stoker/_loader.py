@@ -156,20 +156,12 @@ class Loader:
         options.shard_window = _params.optional_integer("shard_window", shard_window, 0, 1 << 20)
         options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
         options.drop_last = _params.boolean("drop_last", drop_last)
-        world = _params.integer("world_size", world_size, 1, 1 << 20) if world_size is not None else None
-        if world is None and global_batch_size is not None and not os.environ.get("WORLD_SIZE") and \
+        if world_size is None and global_batch_size is not None and not os.environ.get("WORLD_SIZE") and \
                 options.min_world_size > 0:
             # Elastic, before the group exists (stoker.elastic.launch --in-process): a placeholder rank,
             # replaced by reshard() once the group forms.
-            world = options.min_world_size
-        if world is None:
-            world = _params.integer("$WORLD_SIZE", _params.env_int("WORLD_SIZE", 1), 1, 1 << 20)
-        rank = _params.integer("rank", rank, 0, 1 << 20) if rank is not None else None
-        if rank is None:
-            rank = _params.integer("$RANK", _params.env_int("RANK", 0), 0, 1 << 20)
-        if rank >= world:
-            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
-        options.rank, options.world_size = rank, world
+            world_size = options.min_world_size
+        options.rank, options.world_size = _params.rank_and_world(rank, world_size)
         autotune = num_threads == "auto" or prefetch == "auto"
         if autotune:
             # The loader tunes its threads and prefetch online (within the budgets); "auto" starts it low.
@@ -395,11 +387,7 @@ class Loader:
         (needs ``global_batch_size``). Follow with ``load_state_dict()`` to
         move to an agreed step."""
         self._check_process()
-        world = _params.integer("world_size", world_size, 1, 1 << 20)
-        rank = _params.integer("rank", rank, 0, 1 << 20)
-        if rank >= world:
-            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
-        self._native.reshard(rank, world)
+        self._native.reshard(*_params.rank_in_world(rank, world_size))
         self._passes.placed()
 
     @property

@@ -38,6 +38,13 @@ def rank_and_world(rank, world_size):
     world = integer("world_size", world_size, 1, 1 << 20) if world_size is not None else \
         integer("$WORLD_SIZE", env_int("WORLD_SIZE", 1), 1, 1 << 20)
     rank = integer("rank", rank, 0, 1 << 20) if rank is not None else integer("$RANK", env_int("RANK", 0), 0, 1 << 20)
+    return rank_in_world(rank, world)
+
+
+def rank_in_world(rank, world_size):
+    """(rank, world_size), both given (reshard()); ValueError for a rank out of range."""
+    world = integer("world_size", world_size, 1, 1 << 20)
+    rank = integer("rank", rank, 0, 1 << 20)
     if rank >= world:
         raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
     return rank, world

@@ -210,11 +210,7 @@ class TokenLoader:
 
     def reshard(self, rank, world_size):
         """This process becomes rank ``rank`` of ``world_size`` from the current position on."""
-        world = _params.integer("world_size", world_size, 1, 1 << 20)
-        rank = _params.integer("rank", rank, 0, 1 << 20)
-        if rank >= world:
-            raise ValueError("rank %d is out of range for world_size %d" % (rank, world))
-        self._native.reshard(rank, world)
+        self._native.reshard(*_params.rank_in_world(rank, world_size))
         self._passes.placed()
 
 

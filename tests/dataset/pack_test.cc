@@ -24,6 +24,7 @@ using testing::WriteFile;
 
 using testing::Keys;
 using testing::MakeImageFolder;
+using testing::PackInSmallShards;
 
 TEST(Pack, ImageFolderRoundTrip) {
   TempDir dir;
@@ -188,10 +189,7 @@ TEST(Pack, CorruptTarHeaderIsNamedByVerify) {
 
 TEST(Pack, MissingAndTruncatedShards) {
   TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions options;
-  options.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", dir / "out", options));
+  ASSERT_OK_AND_ASSIGN(auto summary, PackInSmallShards(dir, "out"));
   ASSERT_GE(summary.shards, 3u);
   std::filesystem::remove(dir / "out/shard-000001.tar");
   std::filesystem::resize_file(dir / "out/shard-000002.tar", 600);
@@ -324,10 +322,7 @@ TEST(Pack, UnwritableOutputFails) {
 
 TEST(Pack, RepacksTarShardsAndIndexesThem) {
   TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
+  ASSERT_OK_AND_ASSIGN(auto first, PackInSmallShards(dir, "a"));
   ASSERT_GE(first.shards, 3u);
   std::string pattern = dir / ("a/shard-{000000..00000" + std::to_string(first.shards - 1) + "}.tar");
   ASSERT_OK_AND_ASSIGN(auto repacked, Pack(pattern, dir / "b"));

@@ -1,5 +1,5 @@
-// What the pack and dataset tests share: a small ImageFolder tree, and a
-// dataset's keys in index order.
+// What the pack and dataset tests share: a small ImageFolder tree (packed
+// into small shards), and a dataset's keys in index order.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stoker/dataset.h"
+#include "stoker/pack.h"
 #include "test_util.h"
 
 namespace stoker::testing {
@@ -24,6 +25,15 @@ inline std::vector<std::string> Keys(const Dataset& d) {
   std::vector<std::string> keys;
   for (std::uint64_t i = 0; i < d.num_samples(); ++i) keys.emplace_back(d.Sample(i)->key);
   return keys;
+}
+
+// MakeImageFolder(`dir`/src) packed into `dir`/`out` in shards of about
+// 8 KiB: three or more shards for its five samples.
+inline Result<PackSummary> PackInSmallShards(const TempDir& dir, const std::string& out) {
+  MakeImageFolder(dir / "src");
+  PackOptions small;
+  small.target_shard_bytes = 8192;
+  return Pack(dir / "src", dir / out, small);
 }
 
 }  // namespace stoker::testing

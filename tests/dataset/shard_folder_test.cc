@@ -16,15 +16,13 @@ namespace {
 
 using testing::Keys;
 using testing::MakeImageFolder;
+using testing::PackInSmallShards;
 using testing::TempDir;
 using testing::WriteFile;
 
 TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
   TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "a", small));
+  ASSERT_OK_AND_ASSIGN(auto packed, PackInSmallShards(dir, "a"));
   ASSERT_GE(packed.shards, 3u);
   std::filesystem::remove(dir / "a/index.stoker");
   auto unindexed = Dataset::Open(dir / "a");
@@ -53,10 +51,7 @@ TEST(IndexShards, AFolderStandsForTheTarFilesInItInNameOrder) {
 
 TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) {
   TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto first, Pack(dir / "src", dir / "a", small));
+  ASSERT_OK_AND_ASSIGN(auto first, PackInSmallShards(dir, "a"));
   ASSERT_GE(first.shards, 3u);
   ASSERT_OK_AND_ASSIGN(auto repacked, Pack(dir / "a", dir / "b"));  // a folder of shards (and its index)
   EXPECT_EQ(repacked.samples, 5u);
@@ -73,10 +68,7 @@ TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) 
 
 TEST(Dataset, AMissingOrResizedShardIsNamedBeforeAnyRead) {
   TempDir dir;
-  MakeImageFolder(dir / "src");
-  PackOptions small;
-  small.target_shard_bytes = 8192;
-  ASSERT_OK_AND_ASSIGN(auto packed, Pack(dir / "src", dir / "out", small));
+  ASSERT_OK_AND_ASSIGN(auto packed, PackInSmallShards(dir, "out"));
   ASSERT_GE(packed.shards, 3u);
   {
     ASSERT_OK_AND_ASSIGN(auto whole, Dataset::Open(dir / "out"));
