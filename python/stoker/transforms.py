@@ -373,8 +373,7 @@ class Compose:
             ts, tail = ts[:norms[0]], ts[norms[0] + 1:]
         for t in ts + tail:
             if not isinstance(t, (_Step, RandomResizedCrop)):
-                raise ValueError("stoker does not compile %s (see stoker.transforms for the steps it does)"
-                                 % type(t).__name__)
+                raise ValueError(_not_compiled(t))
         for t in tail:
             if not isinstance(t, RandomErasing):
                 raise ValueError("%s cannot follow Normalize (only RandomErasing works on the normalised tensor)"
@@ -481,3 +480,13 @@ def apply(image, transform, dtype="float32", layout=None, seed=0, epoch=0, sampl
     shape = (3, o.height, o.width) if layout == "NCHW" else (o.height, o.width, 3)
     tensor = torch.frombuffer(bytearray(data), dtype=torch_dtype).reshape(shape)
     return tensor, trace
+
+
+def _not_compiled(t):
+    """Why Compose cannot take ``t``: a torchvision transform stoker has
+    under the same name is named as such (a Compose ported from torchvision)."""
+    name, module = type(t).__name__, type(t).__module__ or ""
+    if isinstance(globals().get(name), type) and not module.startswith("stoker"):
+        return ("this %s is %s's; stoker's Compose takes stoker.transforms.%s (the same arguments, run natively)"
+                % (name, module.split(".")[0] or "another library", name))
+    return "stoker does not compile %s (see stoker.transforms for the steps it does)" % name

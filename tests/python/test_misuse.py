@@ -89,6 +89,12 @@ def test_bad_transform_values_and_states_are_named(packed):
     loader.load_state_dict(good)  # still fine afterwards
     with pytest.raises(TypeError, match="epoch must be an integer"):
         loader.set_epoch(1.5)
+    # A Compose ported from torchvision: a step stoker has under the same name is named as such.
+    with pytest.raises(ValueError, match=r"this ColorJitter is torchvision's; stoker's Compose takes "
+                                         r"stoker.transforms.ColorJitter"):
+        T.Compose([T.RandomResizedCrop(224), tv.ColorJitter(0.4, 0.4, 0.4)])
+    with pytest.raises(ValueError, match="stoker does not compile Lambda"):
+        T.Compose([T.RandomResizedCrop(224), tv.Lambda(lambda x: x)])
 
 
 def test_two_threads_iterating_one_loader_share_its_batches(packed):
