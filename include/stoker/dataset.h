@@ -101,6 +101,11 @@ class Dataset {
   // e.g. images re-encoded by --max-side/--quality); empty when it stored
   // them as they were.
   [[nodiscard]] std::string_view pack_note() const;
+  // What each label stands for, label i being class_names()[i], as `stoker
+  // pack` recorded it (an ImageFolder's class folders, a manifest's class
+  // names), or an ImageFolder of loose files found it; empty when the labels
+  // came as numbers (`.cls` files, `stoker index`).
+  [[nodiscard]] const std::vector<std::string>& class_names() const;
   // How many payloads are seekable JPEGs with a restart table in the index
   // (`stoker pack --seekable-jpeg`).
   [[nodiscard]] std::uint64_t seekable_payloads() const;
@@ -223,9 +228,10 @@ struct DatasetSummary {
   // Tar members the index leaves out as WebDataset does (no extension,
   // links, directories, __*__ names), as `stoker index` counted them.
   std::uint64_t skipped_members = 0;
-  std::string pack_note;                // Dataset::pack_note()
-  std::uint64_t seekable_payloads = 0;  // Dataset::seekable_payloads()
-  bool region_records = false;          // Dataset::has_region_records()
+  std::string pack_note;                 // Dataset::pack_note()
+  std::vector<std::string> class_names;  // Dataset::class_names()
+  std::uint64_t seekable_payloads = 0;   // Dataset::seekable_payloads()
+  bool region_records = false;           // Dataset::has_region_records()
   std::uint64_t num_shards = 0;
   std::uint64_t shard_bytes = 0;  // sum of shard file sizes
   struct Field {

@@ -391,6 +391,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("rank", [](PyLoader& l) { return l.L().rank(); })
       .def_property_readonly("world_size", [](PyLoader& l) { return l.L().world_size(); })
       .def_property_readonly("loose_files", [](PyLoader& l) { return l.loose_files_; })
+      .def_property_readonly("class_names", [](PyLoader& l) { return l.dataset_->class_names(); })
       .def("state",
            [](PyLoader& l) {
              stoker::LoaderState state;

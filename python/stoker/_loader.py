@@ -404,9 +404,11 @@ class Loader:
     @property
     def dataset(self):
         """The dataset as DataLoader code asks about it: ``len(loader.dataset)``
-        is its sample count (every rank's); ``loader.dataset.location`` what
-        was given."""
-        return DatasetView(self._location, int(self._native.state()["num_samples"]))
+        is its sample count (every rank's), ``classes`` and ``class_to_idx``
+        what its labels stand for, as torchvision's ImageFolder has them (the
+        class folders' names, kept by ``stoker pack``; None when the labels
+        came as numbers); ``location`` is what was given."""
+        return DatasetView(self._location, int(self._native.state()["num_samples"]), self._native.class_names)
 
     @property
     def global_batch_size(self):
@@ -458,12 +460,15 @@ class Loader:
 
 class DatasetView:
     """``stoker.Loader.dataset``: what a training loop written for DataLoader
-    reads of its dataset (``len()``), not a map-style dataset to index."""
+    reads of its dataset (``len()``, ``classes``, ``class_to_idx``), not a
+    map-style dataset to index."""
 
-    __slots__ = ("location", "_samples")
+    __slots__ = ("location", "_samples", "classes", "class_to_idx")
 
-    def __init__(self, location, samples):
+    def __init__(self, location, samples, class_names):
         self.location, self._samples = location, samples
+        self.classes = list(class_names) if class_names else None
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)} if self.classes else None
 
     def __len__(self):
         return self._samples

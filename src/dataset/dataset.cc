@@ -11,6 +11,7 @@
 #include "dataset/index_shards.h"
 #include "dataset/sample_check.h"
 #include "dataset/source.h"
+#include "format/index_note.h"
 #include "stoker/text.h"
 
 namespace stoker {
@@ -54,6 +55,7 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   }
   impl->mapped = std::move(mapped).value();
   STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->mapped->data(), impl->index_path));
+  impl->class_names = index_format::ClassNamesInNote(impl->view.note());
   impl->shards.reserve(impl->view.shards().size());
   std::vector<ShardFile> files;
   files.reserve(impl->view.shards().size());
@@ -94,6 +96,7 @@ Result<std::unique_ptr<Dataset>> Dataset::OpenImageFolder(const std::string& roo
   impl->fs = fs;
   impl->loose = true;
   impl->index_path = root;
+  impl->class_names = listing.class_names;
   STOKER_ASSIGN_OR_RETURN(impl->in_memory_index, builder.Finish());
   STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->in_memory_index, root));
   for (const auto& entry : impl->view.shards()) {
@@ -170,6 +173,9 @@ std::uint64_t Dataset::skipped_members() const {
 }
 std::string_view Dataset::pack_note() const {
   return impl_->view.note();
+}
+const std::vector<std::string>& Dataset::class_names() const {
+  return impl_->class_names;
 }
 const std::string& Dataset::index_path() const {
   return impl_->index_path;

@@ -25,6 +25,7 @@ struct Dataset::Impl {
   // opens and closes its file.
   bool loose = false;
   index_format::IndexView view;
+  std::vector<std::string> class_names;  // from the note (packed) or the folders (loose)
   std::vector<ShardInfo> shards;
 
   // Opens shard files lazily, once each (packed datasets only).

@@ -20,6 +20,7 @@
 #include "dataset/pack_rewrite.h"
 #include "dataset/source.h"
 #include "format/index_format.h"
+#include "format/index_note.h"
 #include "format/tar.h"
 #include "format/webdataset.h"
 #include "stoker/dataset.h"
@@ -448,8 +449,10 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
   if (rewriter != nullptr) {
     rewriter->Report(summary);
     summary.note = rewriter->Note();
-    builder.SetNote(summary.note);
   }
+  // Labels that came from names keep them (ImageFolder's classes, a manifest's class-name labels).
+  summary.note = index_format::NoteWithClassNames(summary.note, listing.class_names);
+  builder.SetNote(summary.note);
   // The index goes last: only a complete dataset has one.
   STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
   summary.index_path = out_dir + "/" + std::string(kIndexFileName);

@@ -173,6 +173,7 @@ Result<DatasetSummary> Summarize(const Dataset& dataset) {
   summary.num_shards = dataset.shards().size();
   summary.skipped_members = dataset.skipped_members();
   summary.pack_note = std::string(dataset.pack_note());
+  summary.class_names = dataset.class_names();
   summary.seekable_payloads = dataset.seekable_payloads();
   summary.region_records = dataset.has_region_records();
   for (const auto& s : dataset.shards()) summary.shard_bytes += s.size;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -441,16 +442,29 @@ TEST(Checkpointer, SurvivesSigkillAtRandomMomentsDuringPersist) {
       if (::write(ready[1], "r", 1) != 1) ::_exit(4);
       auto latest = LoadLatestCheckpoint(dir.path(), {.verify_checksums = false});
       std::int64_t step = latest.ok() ? latest->step + 1 : 0;
-      for (;; ++step) {
+      for (bool first = true;; ++step, first = false) {
         State state(step, kElements);
         if (!(*ck)->Save(step, state.Refs(), {}).ok() || !(*ck)->Wait().ok()) ::_exit(3);
+        if (first && ::write(ready[1], "s", 1) != 1) ::_exit(4);  // a save is done: the parent's measure
       }
     }
     ::close(ready[1]);
     char byte = 0;
     ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the saving process died before it started";
+    // Half the kills come at a random moment from the start (opening, loading, the first persist); the
+    // other half at a random moment after the first save, within twice the time that save took, so that
+    // they land in later persists however slow this build or machine is (sanitizers, a loaded CI).
+    const auto started = std::chrono::steady_clock::now();
+    if (iterations % 2 == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(2000, 60000)(rng)));
+    } else {
+      ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the saving process died before its first save";
+      const auto save_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count();
+      std::this_thread::sleep_for(std::chrono::microseconds(
+          std::uniform_int_distribution<std::int64_t>(0, std::max<std::int64_t>(2 * save_us, 1000))(rng)));
+    }
     ::close(ready[0]);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(2000, 60000)(rng)));
     ::kill(child, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);

@@ -66,6 +66,23 @@ TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) 
   EXPECT_EQ(Keys(*a), Keys(*c));
 }
 
+TEST(Dataset, ClassNamesAreKeptByPackAndReadFromLooseFoldersNotInventedByIndex) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(auto packed, PackInSmallShards(dir, "out"));
+  EXPECT_EQ(packed.class_names, (std::vector<std::string>{"cat", "dog"}));
+  ASSERT_OK_AND_ASSIGN(auto from_pack, Dataset::Open(dir / "out"));
+  EXPECT_EQ(from_pack->class_names(), packed.class_names);
+  ASSERT_OK_AND_ASSIGN(auto loose, Dataset::OpenImageFolder(dir / "src", FileSystem::Default()));
+  EXPECT_EQ(loose->class_names(), packed.class_names);
+  // `stoker index` over the same shards: their .cls are numbers, with no names to keep.
+  IndexOptions options;
+  options.output = dir / "reindexed.stoker";
+  ASSERT_OK(IndexShards({dir / "out"}, options).status());
+  ASSERT_OK_AND_ASSIGN(auto reindexed, Dataset::Open(dir / "reindexed.stoker"));
+  EXPECT_TRUE(reindexed->class_names().empty());
+  EXPECT_EQ(reindexed->num_samples(), from_pack->num_samples());
+}
+
 TEST(Dataset, AMissingOrResizedShardIsNamedBeforeAnyRead) {
   TempDir dir;
   ASSERT_OK_AND_ASSIGN(auto packed, PackInSmallShards(dir, "out"));

@@ -37,6 +37,10 @@ def test_pack_verify_inspect_round_trip(stoker, demo_images, tmp_path):
     text = stoker("inspect", out).stdout
     assert "samples  48" in text
     assert "jpeg             image" in text
+    # The class folders' names, kept by pack beside each label.
+    classes = sorted(p.name for p in demo_images.iterdir() if p.is_dir())
+    assert summary["class_names"] == classes and summary["pack"] == {"classes": classes}
+    assert "class names kept by pack" in text and "     0:        8 " in text and text.count(classes[5]) == 1
 
     # --images: the JPEG headers of an even spread of samples, against what PIL reads.
     from PIL import Image

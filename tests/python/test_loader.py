@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import torch  # noqa: E402  (scripts/deps installs Debian's python3-torch)
+import torchvision  # noqa: E402
 import torchvision.transforms as tv  # noqa: E402
 from PIL import Image  # noqa: E402
 
@@ -273,10 +274,15 @@ def test_drops_into_a_torch_training_loop(packed):
     assert loader.summary().startswith("epoch 2: 3 batches, 48 images")
 
 
-def test_what_dataloader_code_reads_of_a_loader_is_there(packed):
-    # PyTorch's quickstart train loop reads len(dataloader.dataset); others read batch_size and drop_last.
+def test_what_dataloader_code_reads_of_a_loader_is_there(packed, demo_images):
+    # PyTorch's quickstart train loop reads len(dataloader.dataset); others read batch_size and drop_last, and
+    # classification scripts ImageFolder's classes.
     loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2, drop_last=True, world_size=2, rank=1)
     assert (len(loader.dataset), loader.batch_size, loader.drop_last) == (48, 8, True)
+    reference = torchvision.datasets.ImageFolder(demo_images)
+    assert loader.dataset.classes == reference.classes and loader.dataset.class_to_idx == reference.class_to_idx
+    loose = stoker.Loader(demo_images, batch_size=8, num_threads=1)
+    assert loose.dataset.classes == reference.classes
     assert loader.dataset.location == os.fspath(packed) and "48 samples" in repr(loader.dataset)
     seen = sum(len(labels) for _, labels in loader)
     assert seen == len(loader) * loader.batch_size == len(loader.dataset) // 2

@@ -185,15 +185,22 @@ void PrintLabels(const stoker::DatasetSummary& s) {
     lo = std::min(lo, count);
     hi = std::max(hi, count);
   }
-  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled\n", s.label_counts.size(), lo, hi,
-             s.unlabelled);
+  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled{}\n", s.label_counts.size(), lo, hi,
+             s.unlabelled, s.class_names.empty() ? "" : "; class names kept by pack");
   std::size_t shown = 0;
   for (const auto& [label, count] : s.label_counts) {
     if (shown++ == 20) {
       fmt::print("  ... ({} more; --json lists all)\n", s.label_counts.size() - 20);
       break;
     }
-    fmt::print("  {:>6}: {:>8} {}\n", label, count, std::string(std::max<std::uint64_t>(1, count * 40 / hi), '#'));
+    const bool named = label >= 0 && static_cast<std::uint64_t>(label) < s.class_names.size();
+    const std::string bar(std::max<std::uint64_t>(1, count * 40 / hi), '#');
+    if (named) {
+      fmt::print("  {:>6}: {:>8} {:<40}  {}\n", label, count, bar,
+                 Printable(s.class_names[static_cast<std::size_t>(label)]));
+    } else {
+      fmt::print("  {:>6}: {:>8} {}\n", label, count, bar);
+    }
   }
 }
 
@@ -235,6 +242,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
     out["labels"] = labels;
     out["num_classes"] = s.label_counts.size();
+    out["class_names"] = s.class_names;
     out["unlabelled"] = s.unlabelled;
     out["shard_list"] = nlohmann::json::array();
     for (const auto& shard : (*dataset)->shards())
@@ -288,6 +296,8 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
           count("kept_cmyk"), count("kept_undecodable"), count("kept_other"));
       shown = seekable_shown = true;
     }
+    // The class names are shown with the labels.
+    if (note.is_object() && (note.contains("classes") || note.contains("classes_omitted"))) shown = true;
     if (!shown) fmt::print("packed   {}\n", Printable(s.pack_note));
   }
   if (s.seekable_payloads > 0 && !seekable_shown)
