@@ -303,7 +303,7 @@ class Loader:
         self._check_process()
         from torch.utils.dlpack import from_dlpack
         on_device = self._native.device != "cpu"
-        left_at = self._passes.begin(self._native)  # DataLoader's rule: see _passes
+        left_at = self._passes.begin(self._native, len(self))  # DataLoader's rule: see _passes
         if left_at is not None and left_at >= len(self):
             self._end_epoch(self._native.epoch - 1)  # the last pass took the whole epoch, not its end
         elif left_at is not None:

@@ -17,16 +17,18 @@ placed, so a resumed run goes on exactly where it left off.
 that calls ``set_epoch(epoch)`` at every epoch's start (DistributedSampler's
 pattern, and stoker's README) resumes mid-epoch instead of training the
 epoch's first batches again."""
+import logging
 
 
 class Passes:
     """One loader's record of whether it was placed since its last pass began."""
 
-    __slots__ = ("_placed", "_restored")
+    __slots__ = ("_placed", "_restored", "_said")
 
     def __init__(self):
         self._placed = True
         self._restored = False
+        self._said = False  # the first epoch left unfinished is logged, once
 
     def placed(self, restored=False):
         """The loader was moved to a position of the program's choosing
@@ -41,7 +43,7 @@ class Passes:
         self._restored = False
         return keep
 
-    def begin(self, native):
+    def begin(self, native, batches_per_epoch):
         """Called as a pass begins; returns the number of batches the
         previous pass left its epoch at when the pass starts the next epoch
         (after moving ``native`` there), else None."""
@@ -49,9 +51,15 @@ class Passes:
         if placed:
             return None
         state = native.state()
-        consumed = int(state["batches_consumed"])
+        consumed, epoch = int(state["batches_consumed"]), int(state["epoch"])
         if consumed == 0:
             return None
         # At an epoch's end (every batch handed out), set_epoch keeps the work already running ahead into the next.
-        native.set_epoch(int(state["epoch"]) + 1)
+        native.set_epoch(epoch + 1)
+        if consumed < batches_per_epoch and not self._said:
+            self._said = True
+            logging.getLogger("stoker").info(
+                "a loop left epoch %d after %d of its %d batches; the next loop starts epoch %d, as with DataLoader "
+                "(load_state_dict() of a saved position goes on from there instead; said once)",
+                epoch, consumed, batches_per_epoch, epoch + 1)
         return consumed

@@ -157,7 +157,7 @@ class TokenLoader:
 
     def __iter__(self):
         from torch.utils.dlpack import from_dlpack
-        self._passes.begin(self._native)  # each iter() a pass over an epoch, as DataLoader's (see _passes)
+        self._passes.begin(self._native, len(self))  # each iter() a pass over an epoch, as DataLoader's (_passes)
         while True:
             item = self._native.next()
             if item is None:

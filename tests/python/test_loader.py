@@ -170,9 +170,10 @@ def test_a_loop_of_len_next_calls_per_epoch_gets_whole_epochs_as_with_dataloader
     assert loader.summary().startswith("epoch 1: 6 batches, 48 images")
 
 
-def test_a_pass_after_one_left_unfinished_is_the_next_whole_epoch(packed):
+def test_a_pass_after_one_left_unfinished_is_the_next_whole_epoch(packed, caplog):
     import itertools
-    loader = stoker.Loader(packed, batch_size=8, seed=2, with_indices=True, num_threads=2)
+    caplog.set_level("INFO", logger="stoker")
+    loader = stoker.Loader(packed, batch_size=8, seed=2, with_indices=True, num_threads=2, log_epochs=False)
     reference = stoker.Loader(packed, batch_size=8, seed=2, with_indices=True, num_threads=2)
     orders = [epoch_order(reference) for _ in range(4)]
     peeked = next(iter(loader))[2].tolist()  # a peek at epoch 0
@@ -184,6 +185,10 @@ def test_a_pass_after_one_left_unfinished_is_the_next_whole_epoch(packed):
         pass
     assert loader.epoch == 4
     assert len(epoch_order(loader)) == 48 and loader.epoch == 6
+    # The first epoch left unfinished (the peek's) is said, once; a whole epoch without its end is not.
+    said = [r.getMessage() for r in caplog.records if "a loop left epoch" in r.getMessage()]
+    assert said == ["a loop left epoch 0 after 1 of its 6 batches; the next loop starts epoch 1, as with DataLoader "
+                    "(load_state_dict() of a saved position goes on from there instead; said once)"]
 
 
 def test_a_pass_after_set_epoch_or_load_state_dict_starts_where_they_placed_the_loader(packed):
