@@ -347,23 +347,27 @@ class _Runner(_saved.Saving, Membership, ReplicatedSteps, ShardedSteps, ShardedC
         first, end = rank_share(batch_samples, g.world_size, g.rank)
         self.in_flight = True
         began = time.monotonic()
-        batch, samples, indices = batch_parts(self._next_from_loader())
+        batch, samples, indices = batch_parts(self._next_from_loader(batch_index))
         if samples != end - first:
             raise ElasticError("the loader gave %d samples where the split says %d (rank %d of %d, batch %d)"
                                % (samples, end - first, g.rank, g.world_size, batch_index))
         return batch_samples, first, end, batch, samples, indices, began
 
-    def _next_from_loader(self):
-        """The loader's next batch, from one iterator per loader and epoch: a
-        new iterator is a new pass, which starts the next epoch after one left
-        unfinished (stoker's loaders follow DataLoader's rule)."""
+    def _next_from_loader(self, consumed):
+        """The loader's next batch (batch ``consumed`` of its epoch), from one
+        iterator per loader and epoch (run() and Trainer): a new iterator per
+        batch would cost the loader its overlap, and a new iterator is a new
+        pass, which starts the next epoch after one left unfinished (stoker's
+        loaders follow DataLoader's rule). ``_batches = None`` (a rebuilt
+        group) makes a new one, which starts where the loader was placed."""
         epoch = self.loader.epoch
         if self._batches is None or self._batches_of != (self.loader, epoch):
             self._batches, self._batches_of = iter(self.loader), (self.loader, epoch)
         try:
             return next(self._batches)
-        except StopIteration:
-            raise ElasticError("the loader ended epoch %d before the batch its position names" % epoch) from None
+        except StopIteration:  # the loader ended its epoch where its position said it had not
+            raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
+                epoch, consumed, len(self.loader), self.group.rank, self.group.world_size)) from None
 
     def _one_step(self, torch, epoch, batch_index, num_samples):
         if self.sharded:

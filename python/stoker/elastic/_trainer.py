@@ -110,7 +110,6 @@ class Trainer(ShardedTrainer):
         self._last_commit_time = None
         self._ids, self._ids_pending = None, None  # the commit's collective, started with the batch
         self._handed_out = 0.0  # when the batch in flight was asked of the loader
-        self._it, self._it_at = None, None  # the loader's iterator, and the (loader, epoch) it is for
         self._straggler = None if straggler is None else StragglerWatch(straggler, self._r)
         self._grad_ready = None  # when the last gradient was computed (the straggler policy's clock)
         self._own_time = None  # this rank's own time for its last committed step (ditto)
@@ -283,15 +282,8 @@ class Trainer(ShardedTrainer):
         batch_samples = min(r.loader.global_batch_size, num_samples - consumed * r.loader.global_batch_size)
         first, end = rank_share(batch_samples, g.world_size, g.rank)
         r.in_flight = True
-        if self._it is None or self._it_at != (r.loader, epoch):
-            # One iterator an epoch: a new one per batch costs the loader its overlap.
-            self._it, self._it_at = iter(r.loader), (r.loader, epoch)
         asked = time.monotonic()
-        try:
-            item = next(self._it)
-        except StopIteration:  # the loader ended its epoch where its position said it had not
-            raise ElasticError("the loader ended epoch %d after %d of %d batches (rank %d of %d)" % (
-                epoch, consumed, len(r.loader), g.rank, g.world_size)) from None
+        item = r._next_from_loader(consumed)
         self._batch = (epoch, consumed, batch_samples, first, end, batch_parts(item)[2])
         self._handed_out = asked
         self._committed = False
@@ -305,7 +297,7 @@ class Trainer(ShardedTrainer):
         """DDP over the current group (its constructor broadcasts rank 0's
         parameters: the same as every rank's after the agreement). The
         loader was moved (resharded, rewound): a new iterator follows."""
-        self._it = None
+        self._r._batches = None
         g = self._r.group
         self._own_time = None
         if self._sharded:  # FSDP2 drives the group's collectives; the trainer sums across the groups
