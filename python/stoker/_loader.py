@@ -198,7 +198,7 @@ class Loader:
         options.transform = t
         self._with_indices = _params.boolean("with_indices", with_indices)
         self._log_epochs = log_epochs
-        self._location = dataset if isinstance(dataset, str) and "://" in dataset else os.fspath(dataset)
+        self._location = os.fspath(dataset)
         self._batch_size = options.batch_size if global_batch_size is None else None
         self._drop_last = options.drop_last
         remote = _native.RemoteOptions()

@@ -15,7 +15,6 @@ namespace stoker {
 namespace {
 
 using testing::Keys;
-using testing::MakeImageFolder;
 using testing::PackInSmallShards;
 using testing::TempDir;
 using testing::WriteFile;
