@@ -325,6 +325,9 @@ class Loader {
   void SetEpoch(std::uint64_t epoch);
   [[nodiscard]] std::uint64_t epoch() const;
   [[nodiscard]] std::uint64_t batches_per_epoch() const;
+  // Samples this rank's batches hold an epoch (DistributedSampler's len():
+  // the even split's padding included, drop_last's remainder not).
+  [[nodiscard]] std::uint64_t samples_per_epoch() const;
 
   [[nodiscard]] LoaderState state() const;
   // Resumes at `state`: the next batch is the first not yet consumed. The

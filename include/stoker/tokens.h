@@ -169,6 +169,20 @@ struct TokenBatch {
   std::vector<std::vector<Piece>> pieces;
 };
 
+// What a TokenLoader has done since creation (TokenLoader::Stats()).
+struct TokenLoaderStats {
+  std::uint64_t batches = 0;  // handed out by Next() (this rank's shares)
+  std::uint64_t rows = 0;
+  std::uint64_t tokens = 0;  // input tokens, not padding
+  // Next() waited for a batch not ready yet: the training loop's data wait.
+  double wait_seconds = 0;
+  // The producer thread reading and packing batches (page faults on the
+  // .bin files and remote datasets' downloads included); its share of the
+  // wall time says whether the one thread keeps up.
+  double build_seconds = 0;
+  std::uint64_t batches_built = 0;
+};
+
 // Where a TokenLoader is: enough to resume exactly, under another world
 // size too (same global batch, seed, seq_len and dataset).
 struct TokenLoaderState {
@@ -195,7 +209,9 @@ class TokenLoader {
       const TokenLoaderOptions& options);
   ~TokenLoader();
   // This rank's share of the next global batch, or nullopt at the end of
-  // the epoch (the next call starts the next one).
+  // the epoch (the next call starts the next one). In a child forked from
+  // the process that made the loader, this and every call that returns a
+  // Status are FailedPrecondition (the producer thread did not survive the fork).
   [[nodiscard]] Result<std::optional<TokenBatch>> Next();
   // The same, waiting at most `timeout`: DeadlineExceeded when no batch is ready by then.
   [[nodiscard]] Result<std::optional<TokenBatch>> Next(std::chrono::nanoseconds timeout);
@@ -206,6 +222,7 @@ class TokenLoader {
   [[nodiscard]] TokenLoaderState State() const;
   [[nodiscard]] Status Restore(const TokenLoaderState& state);
   [[nodiscard]] Status Reshard(std::uint32_t rank, std::uint32_t world_size);
+  [[nodiscard]] TokenLoaderStats Stats() const;
   // TokenLoaderOptions::kernel_readahead as decided at creation, and why.
   [[nodiscard]] bool kernel_readahead() const;
   [[nodiscard]] const std::string& readahead_note() const;

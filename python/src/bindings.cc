@@ -377,6 +377,7 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def("autotune_log", [](PyLoader& l) { return l.L().AutotuneLog(); })
       .def_property_readonly("batches_per_epoch", [](PyLoader& l) { return l.L().batches_per_epoch(); })
+      .def_property_readonly("samples_per_epoch", [](PyLoader& l) { return l.L().samples_per_epoch(); })
       .def_property_readonly("batch_capacity", [](PyLoader& l) { return l.L().batch_capacity(); })
       .def("reshard",
            [](PyLoader& l, std::uint32_t rank, std::uint32_t world_size) {

@@ -167,6 +167,18 @@ void BindTokens(py::module_& m) {
              }
              return out;
            })
+      .def("stats",
+           [](PyTokenLoader& l) {
+             const stoker::TokenLoaderStats s = l.loader().Stats();
+             py::dict x;
+             x["batches"] = s.batches;
+             x["rows"] = s.rows;
+             x["tokens"] = s.tokens;
+             x["wait_s"] = s.wait_seconds;
+             x["build_s"] = s.build_seconds;
+             x["batches_built"] = s.batches_built;
+             return x;
+           })
       .def_property_readonly("epoch", [](PyTokenLoader& l) { return l.loader().epoch(); })
       .def_property_readonly("num_batches", [](PyTokenLoader& l) { return l.loader().num_batches(); })
       .def_property_readonly("num_rows", [](PyTokenLoader& l) { return l.loader().num_rows(); })

@@ -4,7 +4,7 @@ import logging
 import os
 import time
 
-from . import _native, _params, _passes, _summary, transforms
+from . import _native, _params, _passes, _process, _summary, transforms
 from . import fields as _fields
 from ._nvjpeg import find_nvjpeg as _find_nvjpeg
 from .checkpoint import parse_size
@@ -213,7 +213,7 @@ class Loader:
                                                       lo_open=True)
         remote.fetch_deadline_seconds = _params.number("fetch_deadline_seconds", fetch_deadline_seconds, 0, 1e7,
                                                        lo_open=True)
-        self._pid = os.getpid()
+        self._owner = _process.OwnerProcess("stoker.Loader")
         gpu_decode = _params.choice("decode", decode, ("cpu", "gpu")) == "gpu"
         if gpu_decode:
             _find_nvjpeg()
@@ -293,11 +293,7 @@ class Loader:
         return self._native.device
 
     def _check_process(self):
-        if os.getpid() != self._pid:
-            raise RuntimeError("this stoker.Loader was created in process %d; a forked child (process %d) cannot use "
-                               "it, since its native threads did not survive the fork: create a new Loader in the "
-                               "child (DataLoader workers and multiprocessing with 'fork' copy it)"
-                               % (self._pid, os.getpid()))
+        self._owner.check()
 
     def __iter__(self):
         self._check_process()
@@ -409,6 +405,13 @@ class Loader:
         class folders' names, kept by ``stoker pack``; None when the labels
         came as numbers); ``location`` is what was given."""
         return DatasetView(self._location, int(self._native.state()["num_samples"]), self._native.class_names)
+
+    @property
+    def sampler(self):
+        """For loops written for DataLoader with a DistributedSampler:
+        ``loader.sampler.set_epoch(epoch)`` is ``loader.set_epoch(epoch)``,
+        ``len(loader.sampler)`` the samples this rank's batches hold an epoch."""
+        return _passes.EpochSampler(self)
 
     @property
     def global_batch_size(self):

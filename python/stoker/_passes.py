@@ -63,3 +63,35 @@ class Passes:
                 "(load_state_dict() of a saved position goes on from there instead; said once)",
                 epoch, consumed, batches_per_epoch, epoch + 1)
         return consumed
+
+
+class EpochSampler:
+    """``stoker.Loader.sampler``: what training loops written for DataLoader
+    with a DistributedSampler ask of ``loader.sampler``. ``set_epoch(e)`` is
+    the loader's ``set_epoch`` (so ``loader.sampler.set_epoch(epoch)`` works
+    as written); ``len()`` is the samples this rank's batches hold an epoch,
+    as DistributedSampler's (torch's ImageNet example compares it with
+    ``len(loader.dataset)``). The order itself is drawn natively from
+    (seed, epoch): there are no indices to iterate."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    @property
+    def epoch(self):
+        return self._loader.epoch
+
+    def __len__(self):
+        return self._loader._native.samples_per_epoch
+
+    def __iter__(self):
+        raise TypeError("stoker.Loader's sampler has no indices to iterate: the order is drawn natively from "
+                        "(seed, epoch); iterate the loader (with_indices=True gives each batch's sample indices)")
+
+    def __repr__(self):
+        return "stoker.Loader sampler (epoch %d, %d samples on this rank)" % (self.epoch, len(self))

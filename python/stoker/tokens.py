@@ -16,8 +16,9 @@ under another world size too (same global batch, seed, seq_len and dataset).
 """
 import logging
 import os
+import time
 
-from . import _native, _params, _passes
+from . import _native, _params, _passes, _process
 
 __all__ = ["TokenLoader", "write_tokens"]
 
@@ -74,12 +75,18 @@ class TokenLoader:
     (``MemAvailable``, and the memory cgroup's limit less its anonymous
     memory), where what the kernel reads around a row would be evicted
     before use; ``"on"`` and ``"off"`` force it. ``readahead_note`` says
-    what was chosen and why (logged when it is switched off)."""
+    what was chosen and why (logged when it is switched off).
+
+    ``stats()`` counts the batches, rows and tokens handed out, the time
+    the loop waited for a batch, the packing thread's time and the
+    downloads it waited for; each epoch's end logs ``summary()`` at INFO
+    on the "stoker" logger (``log_epochs=False``: not logged). A child
+    forked from the process that made the loader is told to make its own."""
 
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
                  world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
                  weights=None, device="cpu", cache_dir=None, cache_size="16GiB", connections=8, chunk_size="64MiB",
-                 read_ahead_batches=16, kernel_readahead="auto", **unknown):
+                 read_ahead_batches=16, kernel_readahead="auto", log_epochs=True, **unknown):
         _params.refuse_unknown("stoker.TokenLoader", unknown, instead={
             "num_workers": "nothing: rows are read and packed on the loader's own native threads",
             "collate_fn": "nothing: a batch is packed rows (input_ids, labels, position_ids, cu_seqlens)",
@@ -109,6 +116,7 @@ class TokenLoader:
             per_rank = _params.integer("batch_size", 8 if batch_size is None else batch_size, 1, 1 << 24)
             options.global_batch_size = per_rank * world
         options.rank, options.world_size = rank, world
+        self._rank, self._world_size, self._global_batch_size = rank, world, options.global_batch_size
         options.seed = _params.integer("seed", seed, 0, _params.U64_MAX)
         options.shuffle = _params.boolean("shuffle", shuffle)
         options.with_documents = _params.boolean("with_indices", with_indices)
@@ -128,7 +136,12 @@ class TokenLoader:
         if not 64 << 10 <= chunk_bytes <= 4 << 30:
             raise ValueError("chunk_size must be between 64KiB and 4GiB, not %r" % (chunk_size,))
         self._native = _native.TokenLoader(prefixes, weights, options, remote, chunk_bytes)
+        self._owner = _process.OwnerProcess("stoker.TokenLoader")
+        self._prefetch = options.prefetch
+        self._log_epochs = log_epochs
+        self._last_epoch_summary = None
         self._passes = _passes.Passes()
+        self._mark_epoch_start()
         if kernel_readahead == "auto" and not self._native.kernel_readahead:
             logging.getLogger("stoker").info(self._native.readahead_note)
         self._mover = None
@@ -156,18 +169,94 @@ class TokenLoader:
         return self._native.readahead_note
 
     def __iter__(self):
+        self._owner.check()
         from torch.utils.dlpack import from_dlpack
-        self._passes.begin(self._native, len(self))  # each iter() a pass over an epoch, as DataLoader's (_passes)
+        # Each iter() a pass over an epoch, as DataLoader's (_passes).
+        left_at = self._passes.begin(self._native, len(self))
+        if left_at is not None and left_at >= len(self):
+            self._end_epoch(self._native.epoch - 1)  # the last pass took the whole epoch, not its end
+        elif left_at is not None:
+            self._mark_epoch_start()
+        epoch = self._native.epoch
         while True:
             item = self._native.next()
             if item is None:
+                self._end_epoch(epoch)
                 return
+            epoch = item["epoch"]
             batch = {name: from_dlpack(item[name]) for name in ("input_ids", "labels", "position_ids", "cu_seqlens")}
             if self._mover is not None:
                 batch = self._mover(batch)  # pinned, on stoker's own stream; torch's current stream waits on it
             if "documents" in item:
                 batch["documents"] = item["documents"]
             yield batch
+
+    def _mark_epoch_start(self):
+        # From creation, a reset, or the previous epoch's end: the loader works ahead meanwhile.
+        self._epoch_start_time = time.perf_counter()
+        self._epoch_start_stats = self.stats()
+
+    def _end_epoch(self, epoch):
+        self._last_epoch_summary = "epoch %d: %s" % (epoch, self._summary_since(self._epoch_start_stats,
+                                                                                 self._epoch_start_time))
+        if self._log_epochs:
+            logging.getLogger("stoker").info(self._last_epoch_summary)
+        self._mark_epoch_start()
+
+    def _summary_since(self, start, start_time):
+        now, wall = self.stats(), max(1e-9, time.perf_counter() - start_time)
+        d = {k: now[k] - start[k] for k in ("batches", "rows", "tokens", "wait_s", "build_s", "remote_wait_s")}
+        line = ("%d batches, %d rows, %d tokens in %.2f s (%.0f tokens/s); consumer waited %.2f s (%.1f%%); "
+                "packing thread busy %.0f%%" % (d["batches"], d["rows"], d["tokens"], wall, d["tokens"] / wall,
+                                                d["wait_s"], 100 * d["wait_s"] / wall,
+                                                min(100.0, 100 * d["build_s"] / wall)))
+        if d["remote_wait_s"] > 0:
+            line += ", %.2f s of it waiting for downloads" % d["remote_wait_s"]
+        return line
+
+    def stats(self):
+        """Counters since creation: ``batches``, ``rows``, ``tokens`` (not
+        padding) handed out; ``wait_s``, the time the training loop waited
+        for a batch not ready yet; ``build_s``, the loader's one packing
+        thread's time reading and packing batches (``batches_built`` of
+        them; page faults on the ``.bin`` files and downloads included);
+        ``remote_wait_s``, its time waiting for remote datasets' downloads;
+        ``prefetch``."""
+        self._owner.check()
+        d = dict(self._native.stats())
+        d["remote_wait_s"] = sum(r["wait_seconds"] for r in self._native.remote_stats())
+        d["prefetch"] = self._prefetch
+        return d
+
+    def summary(self):
+        """A one-line summary of the last complete epoch (logged at its end
+        to the "stoker" logger unless ``log_epochs=False``), or of everything
+        so far before that."""
+        if self._last_epoch_summary is not None:
+            return self._last_epoch_summary
+        return self._summary_since(self._epoch_start_stats, self._epoch_start_time)
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def world_size(self):
+        return self._world_size
+
+    @property
+    def global_batch_size(self):
+        """Rows in each global batch (every rank's together)."""
+        return self._global_batch_size
+
+    @property
+    def batch_size(self):
+        """Rows in each of this rank's batches (the epoch's last one
+        short), as DataLoader's ``batch_size``; None when the global batch
+        does not split evenly over the ranks (their shares then differ by
+        one)."""
+        g, w = self._global_batch_size, self._world_size
+        return g // w if g % w == 0 else None
 
     def remote_stats(self):
         """Per dataset, its remote cache's figures: hits, misses, downloads, bytes_downloaded, evictions, retries,
@@ -195,22 +284,31 @@ class TokenLoader:
         """Starts epoch ``epoch`` from its beginning (its order is a function
         of seed and epoch); right after ``load_state_dict()`` of a position in
         that epoch, keeps the position (the resumed run goes on from there)."""
+        self._owner.check()
         epoch = _params.integer("epoch", epoch, 0, _params.U64_MAX)
         if not self._passes.keeps_restored(epoch, self._native.epoch):
+            if epoch != self._native.epoch:
+                self._mark_epoch_start()
             self._native.set_epoch(epoch)
             self._passes.placed()
 
     def state_dict(self):
+        self._owner.check()
         return dict(self._native.state())
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict()``): the next pass goes on from there."""
+        self._owner.check()
         self._native.restore(dict(state))
         self._passes.placed(restored=True)
+        self._mark_epoch_start()
 
     def reshard(self, rank, world_size):
         """This process becomes rank ``rank`` of ``world_size`` from the current position on."""
-        self._native.reshard(*_params.rank_in_world(rank, world_size))
+        self._owner.check()
+        rank, world_size = _params.rank_in_world(rank, world_size)
+        self._native.reshard(rank, world_size)
+        self._rank, self._world_size = rank, world_size
         self._passes.placed()
 
 

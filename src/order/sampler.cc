@@ -61,6 +61,17 @@ std::uint64_t BatchPlan::MaxRankBatch() const {
   return (global_batch + world_size - 1) / world_size;
 }
 
+std::uint64_t BatchPlan::RankSamplesPerEpoch() const {
+  const std::uint64_t full = num_samples / global_batch, rest = drop_last ? 0 : num_samples % global_batch;
+  if (!balanced) return full * (global_batch / world_size) + (rest + world_size - 1) / world_size;
+  // The rank's share of a global batch of `size`, as RankPositions takes it.
+  const auto share = [&](std::uint64_t size) {
+    const std::uint64_t q = size / world_size, r = size % world_size;
+    return q + (std::uint64_t{rank + 1} * r / world_size - std::uint64_t{rank} * r / world_size);
+  };
+  return full * share(global_batch) + share(rest);
+}
+
 void BatchPlan::RankPositions(std::uint64_t k, std::vector<std::uint64_t>& out) const {
   out.clear();
   const std::uint64_t start = k * global_batch;

@@ -54,6 +54,9 @@ struct BatchPlan {
   // The most samples a rank takes from one global batch.
   [[nodiscard]] std::uint64_t MaxRankBatch() const;
   [[nodiscard]] std::uint64_t NumBatches() const;
+  // Samples this rank takes an epoch: the sum of RankPositions' sizes
+  // (DistributedSampler's len() for the even split).
+  [[nodiscard]] std::uint64_t RankSamplesPerEpoch() const;
   // Positions (into the epoch order) of this rank's part of global batch k.
   void RankPositions(std::uint64_t k, std::vector<std::uint64_t>& out) const;
 };

@@ -133,7 +133,6 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   impl->options = options;
   impl->plan = plan;
   impl->rank_capacity = setup.rank_capacity;
-  impl->owner_pid = ::getpid();
   impl->finisher = std::move(finisher);
   STOKER_ASSIGN_OR_RETURN(impl->producer,
                           SampleProducer::Create(dataset, options, impl->finisher.get(), &impl->counters));

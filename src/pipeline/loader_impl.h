@@ -16,6 +16,7 @@
 #include "core/cancel.h"
 #include "core/host_buffer.h"
 #include "core/mutex.h"
+#include "core/owner_process.h"
 #include "io/read_access.h"
 #include "order/read_plan.h"
 #include "order/sampler.h"
@@ -58,7 +59,7 @@ struct Loader::Impl {
   std::shared_ptr<pipeline::SampleFinisher> finisher;
   std::unique_ptr<pipeline::SampleProducer> producer;
   std::uint32_t rank_capacity = 0;  // samples each slot holds
-  pid_t owner_pid = 0;
+  OwnerProcess owner;  // a forked child's copy fails at once (core/owner_process.h)
   pipeline::LoaderCounters counters;
 
   Mutex consumer_mu;  // Next() calls take turns
@@ -213,13 +214,7 @@ struct Loader::Impl {
     mu.Unlock();
   }
 
-  Status CheckOwner() const {
-    if (::getpid() == owner_pid) return Status::Ok();
-    return Status::FailedPrecondition(fmt::format(
-        "this loader was created in process {}; a forked child (process {}) cannot use it, since its threads did "
-        "not survive the fork: create a new loader in the child",
-        owner_pid, ::getpid()));
-  }
+  Status CheckOwner() const { return owner.Check("this loader"); }
 };
 
 }  // namespace stoker

@@ -37,6 +37,11 @@ std::uint64_t Loader::batches_per_epoch() const {
   return impl_->plan.NumBatches();
 }
 
+std::uint64_t Loader::samples_per_epoch() const {
+  MutexLock lock(impl_->mu);  // Reshard changes the rank
+  return impl_->plan.RankSamplesPerEpoch();
+}
+
 LoaderState Loader::state() const {
   MutexLock lock(impl_->mu);
   return {impl_->options.seed, impl_->scheduler.epoch(), impl_->plan.global_batch, impl_->scheduler.next_to_deliver(),

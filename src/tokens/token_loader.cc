@@ -11,6 +11,7 @@
 
 #include "core/hash.h"
 #include "core/mutex.h"
+#include "core/owner_process.h"
 #include "io/page_cache_room.h"
 #include "io/read_access.h"
 #include "order/token_plan.h"
@@ -35,6 +36,7 @@ struct PlannedBatch {
 struct Item {
   Position at;
   Result<std::optional<TokenBatch>> batch = std::optional<TokenBatch>();
+  std::uint64_t tokens = 0;  // input tokens, not padding
 };
 
 }  // namespace
@@ -67,6 +69,8 @@ struct TokenLoader::Impl {
   std::uint32_t rank GUARDED_BY(mu) = 0, world_size GUARDED_BY(mu) = 1;
   std::uint64_t generation GUARDED_BY(mu) = 0;  // bumped by every jump; older work is dropped
   bool stop GUARDED_BY(mu) = false;
+  TokenLoaderStats stats GUARDED_BY(mu);
+  OwnerProcess owner;  // a forked child's copy fails at once
   std::jthread producer;
 
   // Read-ahead for remote datasets (the producer thread's): the batches
@@ -137,7 +141,7 @@ struct TokenLoader::Impl {
     changed.NotifyAll();
   }
 
-  Result<TokenBatch> Build(Position at, std::uint32_t share_rank, std::uint32_t world) {
+  Result<TokenBatch> Build(Position at, std::uint32_t share_rank, std::uint32_t world, std::uint64_t& tokens_out) {
     const std::uint64_t seq = options.seq_len;
     const auto [first, count] = RowsOf(at, share_rank, world);
     TokenBatch out;
@@ -173,6 +177,7 @@ struct TokenLoader::Impl {
         n += piece.length;
       }
       const std::uint64_t inputs = std::min<std::uint64_t>(n, seq);
+      tokens_out += inputs;
       std::int64_t* row_ids = out.input_ids.data() + i * seq;
       std::int64_t* row_labels = out.labels.data() + i * seq;
       std::int64_t* row_positions = out.position_ids.data() + i * seq;
@@ -210,16 +215,20 @@ struct TokenLoader::Impl {
         share_rank = rank;
         world = world_size;
       }
+      const auto started = std::chrono::steady_clock::now();
       ReadAhead(at, gen, share_rank, world);
       Item item;
       item.at = at;
       const Position next = After(at);
       if (at.batch < NumBatches()) {
-        auto built = Build(at, share_rank, world);
+        auto built = Build(at, share_rank, world, item.tokens);
         item.batch = built.ok() ? Result<std::optional<TokenBatch>>(std::optional<TokenBatch>(std::move(*built)))
                                 : Result<std::optional<TokenBatch>>(built.error());
       }
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
       MutexLock lock(mu);
+      stats.build_seconds += took.count();
+      stats.batches_built += at.batch < NumBatches() ? 1 : 0;
       if (gen != generation) continue;  // a jump happened meanwhile
       // Only a consumer finding the queue empty waits: wake it then, not on every batch.
       const bool was_empty = queue.empty();
@@ -233,6 +242,12 @@ struct TokenLoader::Impl {
 TokenLoader::TokenLoader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 TokenLoader::~TokenLoader() {
+  if (!impl_->owner.IsCurrent()) {
+    // A forked child's copy: the producer thread does not exist here and the
+    // lock may be held forever. Leave it alone (the memory is the child's copy).
+    (void)impl_.release();
+    return;
+  }
   {
     MutexLock lock(impl_->mu);
     impl_->stop = true;
@@ -331,6 +346,11 @@ Result<std::unique_ptr<TokenLoader>> TokenLoader::Create(std::vector<std::shared
   return std::unique_ptr<TokenLoader>(new TokenLoader(std::move(impl)));
 }
 
+TokenLoaderStats TokenLoader::Stats() const {
+  MutexLock lock(impl_->mu);
+  return impl_->stats;
+}
+
 bool TokenLoader::kernel_readahead() const {
   return impl_->read_access.pattern == AccessPattern::kNormal;
 }
@@ -340,18 +360,30 @@ const std::string& TokenLoader::readahead_note() const {
 
 Result<std::optional<TokenBatch>> TokenLoader::Next(std::chrono::nanoseconds timeout) {
   Impl& m = *impl_;
+  STOKER_RETURN_IF_ERROR(m.owner.Check("this token loader"));
   MutexLock lock(m.mu);
-  if (!m.changed.WaitFor(m.mu, timeout, [&]() REQUIRES(m.mu) { return !m.queue.empty(); }))
-    return Status::DeadlineExceeded("no batch yet");
+  if (m.queue.empty()) {
+    // The training loop's data wait (a Python caller comes back every 100 ms: each slice counts).
+    const auto started = std::chrono::steady_clock::now();
+    const bool ready = m.changed.WaitFor(m.mu, timeout, [&]() REQUIRES(m.mu) { return !m.queue.empty(); });
+    m.stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!ready) return Status::DeadlineExceeded("no batch yet");
+  }
   Item item = std::move(m.queue.front());
   // The producer waits only on a full queue: wake it then, not on every batch.
   const bool was_full = m.queue.size() >= m.options.prefetch;
   m.queue.pop_front();
   if (was_full) m.changed.NotifyAll();
-  if (item.batch.ok() && !item.batch->has_value())
+  if (item.batch.ok() && !item.batch->has_value()) {
     m.consumed = {item.at.epoch + 1, 0};
-  else
+  } else {
     m.consumed = {item.at.epoch, item.at.batch + 1};
+    if (item.batch.ok()) {
+      m.stats.batches += 1;
+      m.stats.rows += (*item.batch)->rows;
+      m.stats.tokens += item.tokens;
+    }
+  }
   return std::move(item.batch);
 }
 
@@ -374,6 +406,7 @@ std::uint64_t TokenLoader::num_rows() const {
 }
 
 Status TokenLoader::SetEpoch(std::uint64_t epoch) {
+  STOKER_RETURN_IF_ERROR(impl_->owner.Check("this token loader"));
   MutexLock lock(impl_->mu);
   impl_->JumpTo({epoch, 0});
   return Status::Ok();
@@ -396,6 +429,7 @@ TokenLoaderState TokenLoader::State() const {
 
 Status TokenLoader::Restore(const TokenLoaderState& s) {
   Impl& m = *impl_;
+  STOKER_RETURN_IF_ERROR(m.owner.Check("this token loader"));
   const TokenLoaderState mine = State();
   auto differs = [&](const char* what, std::uint64_t theirs, std::uint64_t ours) {
     return Status::InvalidArgument(fmt::format(
@@ -426,6 +460,7 @@ Status TokenLoader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
   if (world_size < 1 || rank >= world_size)
     return Status::InvalidArgument(fmt::format("rank {} is out of range for world_size {}", rank, world_size));
   Impl& m = *impl_;
+  STOKER_RETURN_IF_ERROR(m.owner.Check("this token loader"));
   MutexLock lock(m.mu);
   m.rank = rank;
   m.world_size = world_size;

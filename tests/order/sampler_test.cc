@@ -144,6 +144,30 @@ TEST(BatchPlan, BalancedSplitCoversEachSampleOnceAcrossWorldSizeChanges) {
   EXPECT_TRUE(positions.empty());
 }
 
+// RankSamplesPerEpoch (len(loader.sampler)) is what RankPositions hands out,
+// over both splits, drop_last, and shapes where the last batch is short,
+// empty for some ranks, or exact.
+TEST(BatchPlan, RankSamplesPerEpochIsTheSumOfTheRanksPositions) {
+  std::vector<std::uint64_t> positions;
+  for (const bool balanced : {false, true})
+    for (const bool drop_last : {false, true})
+      for (const std::uint64_t n : {0u, 1u, 7u, 96u, 103u, 1000u})
+        for (const std::uint32_t world : {1u, 3u, 4u, 13u}) {
+          const std::uint64_t global = balanced ? 12 : 12 * world / std::gcd(12u, world);
+          for (std::uint32_t rank = 0; rank < world; ++rank) {
+            const BatchPlan plan{n, global, world, rank, drop_last, balanced};
+            ASSERT_TRUE(plan.Validate().ok());
+            std::uint64_t total = 0;
+            for (std::uint64_t k = 0; k < plan.NumBatches(); ++k) {
+              plan.RankPositions(k, positions);
+              total += positions.size();
+            }
+            EXPECT_EQ(plan.RankSamplesPerEpoch(), total) << "n " << n << " world " << world << " rank " << rank
+                                                         << " balanced " << balanced << " drop_last " << drop_last;
+          }
+        }
+}
+
 TEST(BatchPlan, ValidatesArguments) {
   EXPECT_FALSE((BatchPlan{10, 10, 3, 0, false}).Validate().ok());  // 10 % 3
   EXPECT_FALSE((BatchPlan{10, 12, 4, 4, false}).Validate().ok());  // rank out of range

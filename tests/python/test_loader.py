@@ -295,6 +295,30 @@ def test_what_dataloader_code_reads_of_a_loader_is_there(packed, demo_images):
     assert elastic.batch_size is None and elastic.drop_last is False and len(elastic.dataset) == 48
 
 
+def test_a_ddp_loop_s_sampler_calls_work_as_written(packed):
+    # DDP loops written for DistributedSampler call loader.sampler.set_epoch(epoch) (timm) and compare
+    # len(loader.sampler) * world_size with len(loader.dataset) (torch's ImageNet example): AttributeError before.
+    reference = stoker.Loader(packed, batch_size=5, seed=3, num_threads=1, world_size=3, rank=2, log_epochs=False)
+    orders = []
+    for epoch in range(2):
+        reference.set_epoch(epoch)
+        orders.append([labels.tolist() for _, labels in reference])
+    loader = stoker.Loader(packed, batch_size=5, seed=3, num_threads=1, world_size=3, rank=2, log_epochs=False)
+    for epoch in (1, 0):
+        loader.sampler.set_epoch(epoch)
+        assert loader.sampler.epoch == epoch
+        assert [labels.tolist() for _, labels in loader] == orders[epoch]
+    # 48 samples, global batch 15: three full batches and one of 3, padded to 3 (one a rank), as DistributedSampler.
+    assert len(loader.sampler) == 3 * 5 + 1 == sum(len(x) for x in orders[0])
+    assert len(loader.sampler) * 3 >= len(loader.dataset)
+    dropped = stoker.Loader(packed, batch_size=5, num_threads=1, world_size=3, rank=0, drop_last=True)
+    assert len(dropped.sampler) == 15
+    elastic = stoker.Loader(packed, global_batch_size=15, world_size=4, rank=3, num_threads=1, log_epochs=False)
+    assert len(elastic.sampler) == sum(len(labels) for _, labels in elastic)  # shares of 15 and 3 over 4 ranks
+    with pytest.raises(TypeError, match="no indices to iterate"):
+        iter(loader.sampler)
+
+
 def test_tensors_outlive_the_loader(packed):
     loader = stoker.Loader(packed, batch_size=8, seed=0, num_threads=2, prefetch=3)
     images, labels = next(iter(loader))

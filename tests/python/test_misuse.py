@@ -120,20 +120,34 @@ def test_two_threads_iterating_one_loader_share_its_batches(packed):
     assert len(seen) >= 48
 
 
-def test_a_forked_child_is_told_to_make_its_own_loader(packed):
-    loader = stoker.Loader(packed, batch_size=8, log_epochs=False)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            next(iter(loader))
-        except RuntimeError as e:
-            code = 0 if "forked child" in str(e) else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    assert next(iter(loader))[0].shape[0] == 8  # the parent's loader works
+def test_a_forked_child_is_told_to_make_its_own_loader(packed, tmp_path):
+    # The token loader's child used to wait forever for batches from a thread the fork did not copy.
+    stoker.write_tokens(tmp_path / "corpus", [list(range(1, 40))] * 30)
+    loaders = {"Loader": stoker.Loader(packed, batch_size=8, log_epochs=False),
+               "TokenLoader": stoker.TokenLoader(tmp_path / "corpus", seq_len=16, batch_size=8)}
+    for name, loader in loaders.items():
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                next(iter(loader))
+            except RuntimeError as e:
+                code = 0 if "forked child" in str(e) and "stoker.%s" % name in str(e) else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child of a stoker.%s hung" % name)
+            time.sleep(0.01)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (name, status)
+    assert next(iter(loaders["Loader"]))[0].shape[0] == 8  # the parents' loaders work
+    assert next(iter(loaders["TokenLoader"]))["input_ids"].shape == (8, 16)
 
 
 def test_a_structure_naming_a_missing_tensor_is_a_corruption_error(tmp_path):

@@ -143,6 +143,22 @@ def test_each_pass_is_an_epoch_as_with_dataloader_and_a_resume_goes_on(tmp_path)
     assert len([b for b in loader]) == len(loader) - 2
 
 
+def test_what_training_loops_read_of_a_token_loader_is_there(tmp_path, caplog):
+    megatron_files(tmp_path / "c", documents(80))
+    loader = stoker.TokenLoader(tmp_path / "c", seq_len=16, global_batch_size=6, world_size=3, rank=1)
+    assert (loader.rank, loader.world_size, loader.global_batch_size, loader.batch_size) == (1, 3, 6, 2)
+    loader.reshard(0, 4)  # 6 rows over 4 ranks: shares of 1 and 2
+    assert (loader.rank, loader.world_size, loader.batch_size) == (0, 4, None)
+    with caplog.at_level("INFO", logger="stoker"):
+        rows = sum(b["input_ids"].shape[0] for b in loader)
+    summary = loader.summary()
+    assert summary.startswith("epoch 0: %d batches, %d rows, " % (len(loader), rows)) and "tokens/s" in summary
+    assert summary in caplog.text  # logged at the epoch's end, as stoker.Loader's
+    stats = loader.stats()
+    assert stats["batches"] == len(loader) and stats["rows"] == rows
+    assert 0 < stats["tokens"] <= rows * 16 and stats["remote_wait_s"] == 0
+
+
 def test_bad_files_and_arguments_are_named(tmp_path):
     docs = documents(10)
     megatron_files(tmp_path / "c", docs)

@@ -4,6 +4,8 @@
 #include "stoker/tokens.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <random>
@@ -117,6 +119,12 @@ TEST(TokenLoader, BatchesAreTheStreamsRowsWithLabelsPositionsAndSegments) {
   ASSERT_OK_AND_ASSIGN(auto end, loader->Next());
   EXPECT_FALSE(end.has_value());
   EXPECT_EQ(loader->epoch(), 1u);
+  const TokenLoaderStats stats = loader->Stats();
+  EXPECT_EQ(stats.batches, 2u);  // the epoch's end is not a batch
+  EXPECT_EQ(stats.rows, 3u);
+  EXPECT_EQ(stats.tokens, 9u);  // the padding of the last row is not counted
+  EXPECT_GE(stats.batches_built, 2u);
+  EXPECT_GT(stats.build_seconds, 0.0);
 }
 
 // Each (document, token) once per epoch over the ranks of any world size, and
@@ -190,6 +198,35 @@ TEST(TokenLoader, ExactlyOnceOverWorldSizesAndAcrossAResume) {
   std::map<std::pair<std::uint64_t, std::uint64_t>, int> again;
   collect(*resharded, again, 1000);
   EXPECT_EQ(rest, again);
+}
+
+// A forked child (DataLoader workers, multiprocessing's "fork") copies the
+// loader but not its producer thread: its calls fail at once, naming why,
+// where they used to wait forever.
+TEST(TokenLoader, AForkedChildIsToldItCannotUseItsParentsLoader) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support forking a process with threads; runs in the other builds";
+#endif
+  TempDir dir;
+  TokenLoaderOptions o;
+  o.seq_len = 8;
+  o.global_batch_size = 2;
+  auto loader = Make(Write(dir, Documents(40, 5)), o);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto next = loader->Next();
+    const bool refused = !next.ok() && next.error().code() == StatusCode::kFailedPrecondition &&
+                         next.error().message().find("forked child") != std::string::npos;
+    const bool set_epoch_refused = loader->SetEpoch(1).code() == StatusCode::kFailedPrecondition;
+    loader.reset();  // the destructor must not wait for a thread the child does not have
+    ::_exit(refused && set_epoch_refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_OK_AND_ASSIGN(auto batch, loader->Next());  // the parent's loader is unaffected
+  EXPECT_TRUE(batch.has_value());
 }
 
 TEST(TokenLoader, BadOptionsStatesAndTokensAreRefused) {

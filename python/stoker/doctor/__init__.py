@@ -186,7 +186,7 @@ class Doctor:
         the time is counted as ``h2d_copy``; pageable sources are noted.
         ``training``: False for an evaluation loop (timed, not counted as
         steps); None decides per batch (no gradients: evaluation).
-        ``loader``: the stoker.Loader behind ``iterable`` (whose stats the
+        ``loader``: the stoker.Loader or TokenLoader behind ``iterable`` (whose stats the
         advice reads), when ``iterable`` is not the loader itself."""
         if loader is None and hasattr(iterable, "stats") and hasattr(iterable, "summary"):
             loader = iterable

@@ -66,8 +66,8 @@ def main(argv=None):
             where = ""
         else:
             where = "; reports would be in %s" % out
-        print("stoker doctor: no Python process reported a training loop (no DataLoader or stoker.Loader "
-              "iterated)%s" % where, file=sys.stderr)
+        print("stoker doctor: no Python process reported a training loop (no DataLoader, stoker.Loader or "
+              "stoker.TokenLoader iterated)%s" % where, file=sys.stderr)
     loaded = []
     for path in reports:
         with open(path) as f:

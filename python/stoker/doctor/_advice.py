@@ -33,8 +33,9 @@ def verdict(d):
         pageable = d._pageable_copies and d._pageable_copies == d._copies
         findings.append(("host-to-device copies: %.0f%% of step time%s" % (
             100 * share["h2d_copy"], " from pageable memory" if pageable else ""),
-            "pageable copies: use stoker.Loader(device=\"cuda\") (pinned buffers, its own copy stream) or "
-            "pin_memory=True" if pageable else "copy on a side stream: stoker.Loader(device=\"cuda\")",
+            "pageable copies: use stoker.%s(device=\"cuda\") (pinned buffers, its own copy stream) or "
+            "pin_memory=True" % _loader_name(d) if pageable else
+            "copy on a side stream: stoker.%s(device=\"cuda\")" % _loader_name(d),
             _gain(share["h2d_copy"])))
     host_sync = a["host_seconds"]["sync"] / a["wall_s"] if a["wall_s"] > 0 else 0.0
     if max(share["sync"], host_sync) > 0.05:
@@ -59,6 +60,10 @@ def verdict(d):
     return findings
 
 
+def _loader_name(d):
+    return "TokenLoader" if d._loader is not None and "tokens" in d._loader.stats() else "Loader"
+
+
 def _launch_fix(d):
     cores = os.cpu_count() or 1
     threads = d._loader.stats().get("threads") if d._loader is not None else None
@@ -72,6 +77,8 @@ def _input_fix(d):
     if d._loader is None:
         return "use stoker.Loader (native threads, no worker processes) with device=\"cuda\""
     stats = d._loader.stats()
+    if "tokens" in stats:
+        return _token_input_fix(stats, d.account())
     threads = stats.get("threads")
     cores = os.cpu_count() or 1
     if threads is not None and threads >= cores - 1:
@@ -79,6 +86,32 @@ def _input_fix(d):
                 "dataset (stoker pack --max-side 400, which pays when many images are larger: stoker inspect "
                 "--images 1000 shows how many)" % threads)
     return "raise the loader's num_threads (now %s of %d cores)" % (threads, cores)
+
+
+def _token_input_fix(stats, account):
+    """stoker.TokenLoader: packing rows costs ~60 us a batch of 8 x 2048 tokens from the page cache, so a
+    wait for it is storage (page faults on the .bin, downloads), prefetch too shallow for uneven reads, or,
+    where the loader never made the loop wait, the hand-over of each batch to Python."""
+    waited, steps = account["seconds"]["data_wait"], max(1, account["steps"])
+    if stats["wait_s"] < 0.5 * waited:
+        return ("the token loader had each batch ready (it made the loop wait %.3f s of the %.3f s): the wait is "
+                "the hand-over of each batch to Python (%.0f us), which counts only because steps are short "
+                "(%.1f ms): larger batches, or several micro-batches a step, spread it" % (
+                    stats["wait_s"], waited, 1e6 * (waited - stats["wait_s"]) / steps,
+                    1000 * account["wall_s"] / steps))
+    built = max(1, stats["batches_built"])
+    if stats["remote_wait_s"] > 0.5 * stats["build_s"]:
+        return ("the token loader waited %.1f s for downloads: raise connections= or read_ahead_batches= (the "
+                "chunks fetched ahead of the order), give it a larger cache_size=, or copy the dataset to local "
+                "disk" % stats["remote_wait_s"])
+    wall_s = account["wall_s"]
+    busy = stats["build_s"] / wall_s if wall_s > 0 else 0.0
+    if busy > 0.8:
+        return ("the token loader's packing thread is busy %.0f%% of the time (%.1f ms a batch), reading the .bin "
+                "files from storage: put them on faster local storage or in memory (/dev/shm)" % (
+                    100 * busy, 1000 * stats["build_s"] / built))
+    return ("the token loader keeps up on average (its packing thread busy %.0f%%) but not at every step: raise "
+            "prefetch= (now %d)" % (100 * busy, stats["prefetch"]))
 
 
 def what_if_perfect_loader(d, step, batch, steps):

@@ -3,9 +3,10 @@ doctor -- python train.py`, `python -m stoker.doctor -- ...`): imported by
 a sitecustomize the runner puts first on PYTHONPATH, it hooks, as their
 modules load,
 
-- the batches: torch DataLoader iterators' ``__next__`` and
-  ``stoker.Loader.__iter__`` (each batch asked for starts a step; the wait
-  for it is data wait; batches fetched without gradients are evaluation),
+- the batches: torch DataLoader iterators' ``__next__``,
+  ``stoker.Loader.__iter__`` and ``stoker.TokenLoader.__iter__`` (each
+  batch asked for starts a step; the wait for it is data wait; batches
+  fetched without gradients are evaluation),
 - every torch optimizer's ``step`` (a step is an optimizer step: gradient
   accumulation's micro-batches are one),
 - ``torch.save``, ``torch.distributed.checkpoint``'s save and load and
@@ -166,8 +167,9 @@ def _stoker_batches(loader, iterator):
 
 
 def _patch_stoker(module):
-    _wrap_method(getattr(module, "Loader", None), "__iter__",
-                 lambda original: lambda self: _stoker_batches(self, original(self)))
+    for name in ("Loader", "TokenLoader"):
+        _wrap_method(getattr(module, name, None), "__iter__",
+                     lambda original: lambda self: _stoker_batches(self, original(self)))
 
 
 _HOOKS = {"torch": _patch_torch, "torch.utils.data.dataloader": _patch_dataloader,
