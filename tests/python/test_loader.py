@@ -4,7 +4,6 @@ import gc
 import json
 import io
 import os
-import sys
 import time
 
 import numpy as np

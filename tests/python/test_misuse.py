@@ -5,9 +5,6 @@ names a missing tensor say so."""
 import math
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
