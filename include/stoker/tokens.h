@@ -67,7 +67,8 @@ class TokenDataset {
   // Tokens of each document, in the dataset's order.
   [[nodiscard]] std::span<const std::uint64_t> document_tokens() const;
   // Tokens [offset, offset + out.size()) of document `document`, as int64.
-  // InvalidArgument outside the document.
+  // InvalidArgument outside the document; Corruption naming the document
+  // and position for a float token that is not a whole number (NaN, 3.5).
   [[nodiscard]] Status ReadTokens(std::uint64_t document, std::uint64_t offset, std::span<std::int64_t> out) const;
 
   // Read-ahead, for remote datasets (local ones have nothing to do): the

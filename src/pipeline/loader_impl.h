@@ -59,7 +59,7 @@ struct Loader::Impl {
   std::shared_ptr<pipeline::SampleFinisher> finisher;
   std::unique_ptr<pipeline::SampleProducer> producer;
   std::uint32_t rank_capacity = 0;  // samples each slot holds
-  OwnerProcess owner;  // a forked child's copy fails at once (core/owner_process.h)
+  OwnerProcess owner;               // a forked child's copy fails at once (core/owner_process.h)
   pipeline::LoaderCounters counters;
 
   Mutex consumer_mu;  // Next() calls take turns

@@ -1,6 +1,7 @@
 // TokenDataset and TokenDatasetWriter: Megatron indexed datasets on a FileSystem.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -50,14 +51,35 @@ decltype(auto) WithTokenType(TokenType type, F&& f) {
   return f(double{});
 }
 
-void ConvertTokens(TokenType type, const std::byte* from, std::span<std::int64_t> out) {
-  WithTokenType(type, [&]<typename T>(T) {
+// Converts tokens to int64; returns the place of the first that is not a
+// token id (a float that is not a whole number within int64's range: NaN,
+// 3.5, 1e30), whose conversion would be undefined or lossy, else out.size().
+std::size_t ConvertTokens(TokenType type, const std::byte* from, std::span<std::int64_t> out) {
+  return WithTokenType(type, [&]<typename T>(T) -> std::size_t {
     for (std::size_t i = 0; i < out.size(); ++i) {
       T v;
       std::memcpy(&v, from + i * sizeof(T), sizeof(T));
+      if constexpr (std::is_floating_point_v<T>) {
+        // [-2^63, 2^63): both bounds are exact in float and double.
+        constexpr T lo = -9223372036854775808.0, hi = 9223372036854775808.0;
+        if (!(v >= lo && v < hi) || std::trunc(v) != v) return i;
+      }
       out[i] = static_cast<std::int64_t>(v);
     }
+    return out.size();
   });
+}
+
+// The float at `from` (a token ConvertTokens refused), as text.
+std::string FloatTokenText(TokenType type, const std::byte* from) {
+  if (type == TokenType::kFloat32) {
+    float v;
+    std::memcpy(&v, from, sizeof v);
+    return fmt::format("{}", v);
+  }
+  double v;
+  std::memcpy(&v, from, sizeof v);
+  return fmt::format("{}", v);
 }
 
 // Whether `v` is a value of `type`, exactly (floats: integers up to their mantissa's reach).
@@ -220,25 +242,35 @@ Status TokenDataset::ReadTokens(std::uint64_t document, std::uint64_t offset, st
                                                offset, offset + out.size(), document, document_length));
   const std::size_t size = megatron::TokenSize(view.token_type());
   Status status;
-  std::vector<std::byte> bytes;  // a remote stretch, read through the cache
+  std::vector<std::byte> bytes;     // a remote stretch, read through the cache
+  std::uint64_t position = offset;  // in the document, of the stretch's first token
+  const auto convert = [&](const std::byte* from, std::span<std::int64_t> into, std::uint64_t at) {
+    const std::size_t bad = ConvertTokens(view.token_type(), from, into);
+    if (bad == into.size()) return;
+    status = Status::Corruption(
+        fmt::format("{}.bin: document {} holds {} at position {} (byte {}), which is not a token id (a whole number)",
+                    impl_->prefix, document, FloatTokenText(view.token_type(), from + bad * size), position + bad,
+                    at + bad * size));
+  };
   impl_->ForEachStretch(document, offset, out.size(), [&](std::uint64_t at, std::uint64_t count) {
     std::span<std::int64_t> into = out.first(count);
     out = out.subspan(count);
     if (!status.ok()) return;
     if (impl_->bin) {
-      ConvertTokens(view.token_type(), impl_->bin->data().data() + at, into);
-      return;
-    }
-    bytes.resize(count * size);
-    auto got = impl_->bin_file->ReadAt(at, bytes);
-    if (!got.ok()) {
-      status = got.error();
-    } else if (*got != bytes.size()) {
-      status = Status::Corruption(fmt::format("{}.bin: ends at byte {}, inside document {} (the .idx says more)",
-                                              impl_->prefix, at + *got, document));
+      convert(impl_->bin->data().data() + at, into, at);
     } else {
-      ConvertTokens(view.token_type(), bytes.data(), into);
+      bytes.resize(count * size);
+      auto got = impl_->bin_file->ReadAt(at, bytes);
+      if (!got.ok()) {
+        status = got.error();
+      } else if (*got != bytes.size()) {
+        status = Status::Corruption(fmt::format("{}.bin: ends at byte {}, inside document {} (the .idx says more)",
+                                                impl_->prefix, at + *got, document));
+      } else {
+        convert(bytes.data(), into, at);
+      }
     }
+    position += count;
   });
   return status;
 }

@@ -551,7 +551,7 @@ def test_silent_and_trickling_servers_end_within_the_deadlines(stoker_bin, packe
         server.close()
 
 
-def test_a_megatron_corpus_over_http_gives_the_local_batches_through_a_small_cache(tmp_path):
+def test_a_megatron_corpus_over_http_gives_the_local_batches_through_a_small_cache(cli, tmp_path):
     import numpy as np
     rng = np.random.default_rng(5)
     docs = [rng.integers(0, 50000, int(rng.integers(0, 3000))) for _ in range(300)]
@@ -578,6 +578,15 @@ def test_a_megatron_corpus_over_http_gives_the_local_batches_through_a_small_cac
         assert stats["downloads"] >= bin_size // 65536 and stats["evictions"] > 0, stats
         with pytest.raises(FileNotFoundError, match="corpus-missing.idx"):
             stoker.TokenLoader(server.url + "/corpus-missing", seq_len=8, cache_dir=tmp_path / "cache")
+        # The command line tells a URL prefix from a packed dataset's URL by opening it.
+        for where in ("/corpus", "/corpus.idx"):
+            out = json.loads(cli("inspect", server.url + where, "--json", "--cache-dir", tmp_path / "cache").stdout)
+            assert (out["documents"], out["tokens"]) == (300, sum(len(d) for d in docs))
+        checked = cli("verify", server.url + "/corpus", "--vocab-size", "50000", "--cache-dir", tmp_path / "cache")
+        assert "checked 300 documents" in checked.stdout and checked.stdout.rstrip().endswith(": OK")
+        missing = cli("inspect", server.url + "/corpus-missing", "--cache-dir", tmp_path / "cache", check=False)
+        assert missing.returncode == 1 and "index.stoker" in missing.stderr  # the packed dataset's error stands
+        assert "nor a Megatron token dataset's prefix (no %s/corpus-missing.idx there)" % server.url in missing.stderr
     finally:
         server.close()
 

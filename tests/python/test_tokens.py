@@ -159,6 +159,32 @@ def test_what_training_loops_read_of_a_token_loader_is_there(tmp_path, caplog):
     assert 0 < stats["tokens"] <= rows * 16 and stats["remote_wait_s"] == 0
 
 
+def test_inspect_and_verify_a_token_dataset(cli, tmp_path):
+    # `stoker inspect PREFIX` used to fail with "No such file or directory", and the .idx with "bad magic".
+    import json
+    docs = [rng.integers(0, 1000, int(n)) for n in rng.integers(0, 300, 40)]
+    docs[3][7] = 1000
+    megatron_files(tmp_path / "c", docs, np.int32)
+    lengths = np.array([len(d) for d in docs])
+    for where in ("c", "c.idx", "c.bin"):
+        out = json.loads(cli("inspect", tmp_path / where, "--json", "--seq-len", "64").stdout)
+        assert out["format"] == "megatron" and out["prefix"] == str(tmp_path / "c") and out["token_type"] == "int32"
+        assert (out["documents"], out["tokens"], out["bin_bytes"]) == (40, lengths.sum(), 4 * lengths.sum())
+        assert out["empty_documents"] == (lengths == 0).sum()
+        assert out["tokens_per_document"]["max"] == lengths.max() and out["tokens_per_document"]["min"] == lengths.min()
+        assert out["rows"] == stoker.TokenLoader(tmp_path / "c", seq_len=64).num_rows
+    text = cli("inspect", tmp_path / "c").stdout
+    assert "Megatron token dataset" in text and "documents  40" in text
+    ok = cli("verify", tmp_path / "c")
+    assert "ids 0 to 1000 (a vocabulary of at least 1001 tokens): OK" in ok.stdout
+    bad = cli("verify", tmp_path / "c", "--vocab-size", "1000", check=False)
+    assert bad.returncode == 1
+    assert "document 3 holds token 1000 at position 7, outside the vocabulary (vocab_size 1000)" in bad.stderr
+    assert "1 problems" in bad.stdout
+    report = json.loads(cli("verify", tmp_path / "c", "--vocab-size", "1000", "--json", check=False).stdout)
+    assert report["ok"] is False and report["problems"][0]["document"] == 3 and report["max_token"] == 1000
+
+
 def test_bad_files_and_arguments_are_named(tmp_path):
     docs = documents(10)
     megatron_files(tmp_path / "c", docs)

@@ -22,8 +22,18 @@ struct PackArgs {
 };
 int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
-int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images);
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode);
+// A packed dataset, or a Megatron token dataset's prefix (`seq_len`: the
+// rows shown; `vocab_size`: the ids verify accepts, 0 for any).
+int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images,
+               std::uint64_t seq_len);
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode, std::uint64_t vocab_size);
+// Megatron token datasets (token_commands.cc). TokenPrefixFor: the prefix
+// when `location` is one (a URL is tried as one when opening it as a packed
+// dataset failed with `open_error` NotFound).
+std::optional<std::string> TokenPrefixFor(const std::string& location, const stoker::Status& open_error,
+                                          const RemoteArgs& remote);
+int RunInspectTokens(const std::string& prefix, const RemoteArgs& remote, bool json, std::uint64_t seq_len);
+int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool json, std::uint64_t vocab_size);
 int RunList(const std::string& location, const RemoteArgs& remote, bool json);
 
 struct BenchArgs {

@@ -206,9 +206,24 @@ void PrintLabels(const stoker::DatasetSummary& s) {
 
 }  // namespace
 
-int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images) {
+// A URL that is neither a packed dataset nor a token prefix: both are said.
+stoker::Status NotTokensEither(const std::string& location, const stoker::Status& error) {
+  const bool url = location.starts_with("http://") || location.starts_with("https://") || location.starts_with("s3://");
+  if (!url || error.code() != stoker::StatusCode::kNotFound) return error;
+  return stoker::Status::NotFound(error.message() + "; nor a Megatron token dataset's prefix (no " + location +
+                                  ".idx there)");
+}
+
+int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images,
+               std::uint64_t seq_len) {
+  if (auto prefix = TokenPrefixFor(location, stoker::Status::Ok(), remote))
+    return RunInspectTokens(*prefix, remote, json, seq_len);
   auto dataset = Open(location, remote);
-  if (!dataset.ok()) return Fail(dataset.error());
+  if (!dataset.ok()) {
+    if (auto prefix = TokenPrefixFor(location, dataset.error(), remote))
+      return RunInspectTokens(*prefix, remote, json, seq_len);
+    return Fail(NotTokensEither(location, dataset.error()));
+  }
   auto summary = stoker::Summarize(**dataset);
   if (!summary.ok()) return Fail(summary.error());
   const auto& s = *summary;
@@ -327,9 +342,16 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   return kExitOk;
 }
 
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode) {
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode, std::uint64_t vocab_size) {
+  if (auto prefix = TokenPrefixFor(location, stoker::Status::Ok(), remote))
+    return RunVerifyTokens(*prefix, remote, json, vocab_size);
   auto dataset = Open(location, remote);
-  if (!dataset.ok()) return Fail(dataset.error());
+  if (!dataset.ok()) {
+    if (auto prefix = TokenPrefixFor(location, dataset.error(), remote))
+      return RunVerifyTokens(*prefix, remote, json, vocab_size);
+    return Fail(NotTokensEither(location, dataset.error()));
+  }
+  if (vocab_size != 0) return Fail(stoker::Status::InvalidArgument("--vocab-size is for Megatron token datasets"));
   std::optional<stoker::ProgressBar> bar;
   stoker::VerifyOptions options;
   options.on_progress = [&](std::uint64_t shards, std::uint64_t bytes) {

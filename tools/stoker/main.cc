@@ -70,21 +70,36 @@ int main(int argc, char** argv) {
   index->add_option("-o,--output", index_output, "Index file to write (default: index.stoker beside the first shard)");
   index->add_flag("--force", force, "Replace an existing index");
 
-  auto* inspect = app.add_subcommand("inspect", "Summarise a dataset: samples, shards, fields, bytes, labels");
-  inspect->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
+  auto* inspect = app.add_subcommand(
+      "inspect",
+      "Summarise a dataset: samples, shards, fields, bytes, labels (or a token dataset's documents and tokens)");
+  inspect->add_option("DATASET", dataset, "Dataset folder, index file or URL, or a Megatron token dataset's PREFIX")
+      ->required();
   inspect->add_flag("--json", json, "Print a machine-readable summary");
   std::uint64_t survey_images = 0;
   inspect->add_option("--images", survey_images,
                       "Also read the JPEG headers of N samples spread over the dataset (1000 is plenty): sizes, what "
                       "pack --max-side would re-encode, coding, where decode=\"gpu\" would decode them");
+  std::uint64_t seq_len = 2048;
+  inspect
+      ->add_option("--seq-len", seq_len,
+                   "Megatron token datasets (DATASET a PREFIX of PREFIX.idx + PREFIX.bin): show the rows of this many "
+                   "tokens an epoch")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
 
   auto* verify = app.add_subcommand("verify", "Check every checksum and label; name each corrupt sample");
-  verify->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
+  verify->add_option("DATASET", dataset, "Dataset folder, index file or URL, or a Megatron token dataset's PREFIX")
+      ->required();
   verify->add_flag("--json", json, "Print the report as JSON");
   bool decode = false;
   verify->add_flag("--decode", decode,
                    "Also decode every field by its kind (images, numbers, .npy, text, JSON), as the loader's "
                    "fields= would, and name each that fails");
+  std::uint64_t vocab_size = 0;
+  verify->add_option("--vocab-size", vocab_size,
+                     "Megatron token datasets (DATASET a PREFIX of PREFIX.idx + PREFIX.bin): every token id must be "
+                     "below this (default: any id that is not negative)");
 
   auto* list = app.add_subcommand("ls", "List every sample: key, shard:offset, label, fields");
   list->add_option("DATASET", dataset, "Dataset folder, index file or URL")->required();
@@ -284,8 +299,8 @@ int main(int argc, char** argv) {
     return RunPack({source, out, shard_size, threads, force, max_side, quality,
                     shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg});
   if (index->parsed()) return RunIndex(shards, index_output, force);
-  if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images);
-  if (verify->parsed()) return RunVerify(dataset, remote, json, decode);
+  if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images, seq_len);
+  if (verify->parsed()) return RunVerify(dataset, remote, json, decode, vocab_size);
   if (list->parsed()) return RunList(dataset, remote, json);
   return kExitError;
 }
