@@ -170,9 +170,10 @@ class Flattener {
           json,
           Utf8(Steal(PyObject_CallMethodOneArg(reinterpret_cast<PyObject*>(&PyFloat_Type), N().hex.ptr(), obj.ptr()))));
       json += '}';
-    } else {
+    } else if (!Other(obj, path, depth)) {
       throw py::type_error("cannot checkpoint " + Repr(py::str(Py_TYPE(obj.ptr())->tp_name)) + " at " + ReprPath(path) +
-                           ": only tensors, dicts, lists, tuples, numbers, strings and None");
+                           ": only tensors, dicts, lists, tuples, numbers, strings, None, NumPy arrays and "
+                           "numbers, bytes, argparse.Namespace, paths, and torch dtypes and devices");
     }
   }
 
@@ -196,6 +197,25 @@ class Flattener {
     Py_XDECREF(name);
     PyErr_Clear();
     return Py_TYPE(obj.ptr())->tp_name;
+  }
+
+  // A value TorchTypes::other saves in another form; false when it refuses it.
+  bool Other(py::handle obj, std::string& path, int depth) {
+    if (!torch_.other || torch_.other.is_none()) return false;
+    const py::object converted = torch_.other(obj);
+    if (converted.is_none()) return false;
+    const auto parts = converted.cast<py::tuple>();
+    std::string& json = out_.structure_;
+    json += "{\"x\":";
+    AppendJsonString(json, Utf8(parts[0]));
+    if (!parts[1].is_none()) {
+      json += ",\"a\":";
+      json += Utf8(parts[1]);  // JSON made by the converter
+    }
+    json += ",\"n\":";
+    Node(parts[2], path, depth + 1);
+    json += '}';
+    return true;
   }
 
   static bool IsInstance(py::handle obj, const py::object& types) {
@@ -433,15 +453,15 @@ void BindStateFlatten(py::module_& m) {
           "flatten",
           [](FlatState& flat, py::handle state, py::object tensor, py::object strided, py::object ordered_dict,
              py::dict dtype_names, bool cuda_usable, py::object shard_type, py::object convert_types,
-             py::object convert) {
+             py::object convert, py::object other) {
             const TorchTypes torch{std::move(tensor),        std::move(strided), std::move(ordered_dict),
                                    std::move(dtype_names),   cuda_usable,        std::move(shard_type),
-                                   std::move(convert_types), std::move(convert)};
+                                   std::move(convert_types), std::move(convert), std::move(other)};
             flat.Flatten(state, torch);
           },
           py::arg("state"), py::arg("tensor_type"), py::arg("strided"), py::arg("ordered_dict"), py::arg("dtype_names"),
           py::arg("cuda_usable"), py::arg("shard_type") = py::none(), py::arg("convert_types") = py::none(),
-          py::arg("convert") = py::none())
+          py::arg("convert") = py::none(), py::arg("other") = py::none())
       .def_property_readonly("layout_digest", &FlatState::LayoutDigest)
       // [(name, safetensors dtype, shape, global shape, offsets)]: what
       // ranks exchange to agree on who writes which piece. A whole tensor's

@@ -37,6 +37,11 @@ struct TorchTypes {
   py::object shard_type;
   py::object convert_types;
   py::object convert;
+  // Called (may be None) with a value that is none of the above and no
+  // plain value: returns None to refuse it, or (tag, attributes as JSON text
+  // or None, what to save in its place), recorded as {"x": tag, "a": ...,
+  // "n": node} for load to rebuild (NumPy arrays, argparse.Namespace, ...).
+  py::object other;
 };
 
 // Reused from save to save (Checkpointer keeps one): the names' and

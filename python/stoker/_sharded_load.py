@@ -49,6 +49,8 @@ def _names_in(node, out):
         _names_in(value[1], out)
     for value in node.get("l", ()) or node.get("u", ()):
         _names_in(value, out)
+    if "n" in node:  # a value saved in another form (stoker._state_values): a NumPy array's bytes, ...
+        _names_in(node["n"], out)
     return out
 
 

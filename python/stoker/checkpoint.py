@@ -36,6 +36,7 @@ import sys
 
 from . import _native
 from . import _params
+from . import _state_values
 
 __all__ = ["Checkpointer", "Checkpoint", "Shard", "load_checkpoint", "load_latest", "load_safetensors",
            "list_checkpoints", "export_safetensors", "restore_rng", "parse_size"]
@@ -87,7 +88,7 @@ def flatten(state, into=None):
     table, _ = _dtype_tables()
     flat = _native.FlatState() if into is None else into
     flat.flatten(state, torch.Tensor, torch.strided, collections.OrderedDict, table, _stoker_cuda_usable(),
-                 _sharded.Shard, _convert_types(), _sharded.convert)
+                 _sharded.Shard, _convert_types(), _sharded.convert, _state_values.to_saved)
     for name in flat.code_entries:
         if name not in _CODE_SAID:
             _CODE_SAID.add(name)
@@ -133,6 +134,8 @@ def _unflatten(node, tensors):
         return tuple(_unflatten(v, tensors) for v in node["u"])
     if "f" in node:
         return float.fromhex(node["f"])
+    if "x" in node:  # a NumPy array, an argparse.Namespace, ... saved in another form (_state_values)
+        return _state_values.from_saved(node["x"], node.get("a"), _unflatten(node["n"], tensors))
     return node["v"]
 
 

@@ -6,11 +6,13 @@ Every value of the state encodes its step and its global position, so a
 loaded tensor can be checked for being exactly one step's, whatever layout
 wrote it and whatever layout reads it.
 """
+import argparse
 import json
 import os
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -58,7 +60,14 @@ def state_for(step, rank, world, scale=1):
                   "emb": expected("model.emb", step, EMB).float()},
         "optimizer": {"m": stoker.Shard(m, (MOMENT_ROWS, 3), (m_begin, 0)), "lr": 0.5 + step},
         "epoch": step // 10,
+        # What torch.save kept and scripts save: the same on every rank, so written once.
+        "args": argparse.Namespace(step=step), "keys": np.arange(6, dtype=np.uint32) + step, "best": np.float32(step),
     }
+
+
+def check_extras(state, step):
+    assert state["args"] == argparse.Namespace(step=step) and state["best"] == np.float32(step)
+    assert state["keys"].dtype == np.uint32 and state["keys"].tolist() == list(range(step, step + 6))
 
 
 def loop_expected(name, step, shape):
@@ -102,6 +111,7 @@ def check_full(state, step, scale=1):
     assert torch.equal(state["model"]["emb"], expected("model.emb", step, EMB).float())
     assert torch.equal(state["optimizer"]["m"], expected("optimizer.m", step, (MOMENT_ROWS, 3)).double())
     assert state["optimizer"]["lr"] == 0.5 + step and state["epoch"] == step // 10
+    check_extras(state, step)
 
 
 def fsdp_expected(name, shape):
@@ -175,6 +185,7 @@ def main():
         assert torch.equal(m, expected("optimizer.m", step, (MOMENT_ROWS, 3))[m_begin:m_end])
         assert torch.equal(emb, expected("model.emb", step, EMB).float())
         assert loaded.state["model"]["w"].tensor is w and loaded.state["optimizer"]["lr"] == 0.5 + step
+        check_extras(loaded.state, step)  # not in the target: assembled whole
         result["step"] = step
         result["loader_rank"] = loaded.extra if isinstance(loaded.extra, dict) else None
     elif mode == "disagree":
@@ -306,6 +317,7 @@ def main():
         # Not in the target: assembled whole from the pieces, as the saved structure names it.
         assert torch.equal(loaded.state["optimizer"]["m"], expected("optimizer.m", step, (MOMENT_ROWS, 3)))
         assert loaded.state["model"]["w"].tensor is w and loaded.state["optimizer"]["lr"] == 0.5 + step
+        check_extras(loaded.state, step)  # not in the target: assembled whole
         assert loaded.state["epoch"] == step // 10
         result.update(step=step, path=loaded.path, extra=loaded.extra, rng=sorted(loaded.rng_states))
     elif mode == "peer_loop":

@@ -129,6 +129,64 @@ def test_what_cannot_be_saved_is_refused_naming_its_path(tmp_path):
     assert stoker.load_latest(tmp_path).step == 2
 
 
+def test_what_torch_save_kept_and_scripts_save_round_trips(tmp_path):
+    # torchvision's reference scripts save "args": args; resume code saves np.random.get_state() and NumPy metrics.
+    # Each was a TypeError before; each comes back as its own type, without pickle.
+    import argparse
+    import pathlib
+    import random
+
+    import numpy as np
+    arrays = {np.dtype(dt).name: (np.arange(12) % 2).astype(dt).reshape(3, 4) for dt in (
+        np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16,
+        np.float32, np.float64, np.complex64, np.complex128)}
+    arrays["big_endian"] = np.arange(5, dtype=">f8")
+    arrays["strided"] = np.arange(20, dtype=np.int32).reshape(4, 5)[:, ::2]
+    arrays["fortran"] = np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3))
+    arrays["zero_d"], arrays["empty"] = np.array(2.5), np.zeros((0, 3), np.float32)
+    readonly = np.arange(4, dtype=np.int64)
+    readonly.flags.writeable = False
+    arrays["readonly"] = readonly
+    state = {"args": argparse.Namespace(lr=0.1, out=pathlib.Path("/runs/a"), sizes=[1, 2], amp=False),
+             "rng": {"numpy": np.random.get_state(), "python": random.getstate()}, "arrays": arrays,
+             "scalars": [np.float32(0.25), np.int64(-3), np.uint64(2 ** 64 - 1), np.bool_(True), np.float16(1.5)],
+             "blobs": [b"\x00ab", bytearray(b"cd"), b""], "paths": [pathlib.PurePosixPath("x/y")],
+             "torch": [torch.bfloat16, torch.device("cuda", 1), torch.device("cpu")]}
+    with stoker.Checkpointer(tmp_path) as ckpt:
+        ckpt.save(1, state)
+    s = stoker.load_latest(tmp_path).state
+    assert s["args"] == state["args"] and isinstance(s["args"].out, pathlib.Path)
+    assert s["rng"]["python"] == state["rng"]["python"]
+    np.random.set_state(s["rng"]["numpy"])
+    after_load = np.random.rand(3)
+    np.random.set_state(state["rng"]["numpy"])
+    assert np.array_equal(after_load, np.random.rand(3))
+    for name, a in arrays.items():
+        got = s["arrays"][name]
+        assert isinstance(got, np.ndarray) and got.shape == a.shape and np.array_equal(got, a), name
+        assert got.dtype == a.dtype.newbyteorder("="), name
+    for got, want in zip(s["scalars"], state["scalars"], strict=True):
+        assert type(got) is type(want) and got == want
+    assert s["blobs"] == state["blobs"] and type(s["blobs"][1]) is bytearray
+    assert s["paths"] == state["paths"] and type(s["paths"][0]) is pathlib.PurePosixPath
+    assert s["torch"] == state["torch"]
+    # Tensors of its bytes, named by their path: a safetensors reader sees them as uint8.
+    assert "arrays.uint32" in sc.flatten(state).names
+    # What still cannot be saved without pickle is refused, naming it.
+    with stoker.Checkpointer(tmp_path / "refused") as ckpt:
+        for value, kind in [(np.array([object()]), "ndarray"), (np.array(["a"]), "ndarray"),
+                            (np.longdouble(1), "longdouble|float128"), ({1, 2}, "set")]:
+            with pytest.raises(TypeError, match=r"cannot checkpoint '.*(%s)' at 'x'" % kind):
+                ckpt.save(1, {"x": value})
+
+
+def test_a_value_tagged_by_a_newer_stoker_is_a_corruption_error():
+    with pytest.raises(stoker.CorruptionError, match="tagged 'quaternion'"):
+        sc._unflatten({"x": "quaternion", "n": {"v": 1}}, {})
+    with pytest.raises(stoker.CorruptionError, match="torch dtype 'float99'"):
+        sc._unflatten({"x": "torch.dtype", "n": {"v": "float99"}}, {})
+
+
 class Annealer:
     def anneal(self, x):
         return x
