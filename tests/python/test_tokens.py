@@ -185,6 +185,25 @@ def test_inspect_and_verify_a_token_dataset(cli, tmp_path):
     assert report["ok"] is False and report["problems"][0]["document"] == 3 and report["max_token"] == 1000
 
 
+def test_bench_reads_a_token_dataset_as_the_loader_does(cli, tmp_path):
+    import json
+    megatron_files(tmp_path / "c", documents(120))
+    reference = stoker.TokenLoader(tmp_path / "c", seq_len=32, batch_size=4)
+    out = cli("bench", tmp_path / "c", "--seq-len", "32", "--batch-size", "4", "--epochs", "2", "--json").stdout
+    epochs = [json.loads(line) for line in out.splitlines()]
+    assert [e["epoch"] for e in epochs] == [0, 1]
+    for e in epochs:  # every token of every document, once an epoch
+        assert (e["batches"], e["rows"], e["tokens"]) == (len(reference), reference.num_rows, reference.num_tokens)
+        assert e["tokens_per_s"] > 0 and e["build_s"] > 0
+    text = cli("bench", tmp_path / "c", "--seq-len", "32", "--batch-size", "8", "--max-batches", "3", "--consumer-ms",
+               "1").stdout
+    assert "epoch 0: 3 batches, 24 rows" in text and "accelerator utilization" in text
+    refused = cli("bench", tmp_path / "c", "--threads", "2", "--dtype", "uint8", check=False)
+    assert refused.returncode == 1 and "--threads, --dtype are for images" in refused.stderr
+    listed = cli("ls", tmp_path / "c", check=False)
+    assert listed.returncode == 1 and "is a Megatron token dataset: `stoker inspect" in listed.stderr
+
+
 def test_bad_files_and_arguments_are_named(tmp_path):
     docs = documents(10)
     megatron_files(tmp_path / "c", docs)

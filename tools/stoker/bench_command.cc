@@ -26,29 +26,6 @@ using stoker::Status;
 
 constexpr double kWarnDownloadTimes = 1.5;
 
-// A seed: a decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1").
-stoker::Result<std::uint64_t> ParseSeed(const std::string& text) {
-  std::uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size())
-    return Status::InvalidArgument(
-        fmt::format("--seed '{}' is not an integer from 0 to 2^64-1", stoker::Printable(text)));
-  return value;
-}
-
-double CpuSeconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
-  return sec(usage.ru_utime) + sec(usage.ru_stime);
-}
-
-std::uint64_t PeakRssBytes() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
-}
-
 // Runs the loader over the dataset and reports throughput, consumer wait,
 // CPU cost and memory; with --consumer-ms, a simulated accelerator step per
 // batch and the resulting accelerator utilisation (time computing / wall time,
@@ -61,8 +38,14 @@ int RunBench(const BenchArgs& a) {
   if (!std::isfinite(a.consumer_ms) || a.consumer_ms < 0 || a.consumer_ms > 3.6e6)
     return Fail(stoker::Status::InvalidArgument(
         fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
+  if (auto prefix = TokenPrefixFor(a.dataset, stoker::Status::Ok(), a.remote)) return RunBenchTokens(*prefix, a);
   auto opened = Open(a.dataset, a.remote);
-  if (!opened.ok()) return Fail(opened.error());
+  if (!opened.ok()) {
+    if (auto prefix = TokenPrefixFor(a.dataset, opened.error(), a.remote)) return RunBenchTokens(*prefix, a);
+    return Fail(opened.error());
+  }
+  if (a.seq_len != BenchArgs{}.seq_len)
+    return Fail(stoker::Status::InvalidArgument("--seq-len is for Megatron token datasets"));
   std::shared_ptr<const stoker::Dataset> dataset = std::move(opened).value();
   const bool remote = stoker::IsRemoteLocation(a.dataset);
   std::uint64_t dataset_bytes = 0;

@@ -1,5 +1,9 @@
 #include "cli.h"
 
+#include <sys/resource.h>
+
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "stoker/byte_size.h"
@@ -68,6 +72,29 @@ stoker::Result<std::unique_ptr<stoker::Dataset>> Open(const std::string& locatio
                "`stoker pack` makes it faster)\n",
                location, stoker::kIndexFileName, dataset->num_samples());
   return dataset;
+}
+
+// A seed: a decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1").
+stoker::Result<std::uint64_t> ParseSeed(const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    return stoker::Status::InvalidArgument(
+        fmt::format("--seed '{}' is not an integer from 0 to 2^64-1", stoker::Printable(text)));
+  return value;
+}
+
+double CpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+  return sec(usage.ru_utime) + sec(usage.ru_stime);
+}
+
+std::uint64_t PeakRssBytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;
 }
 
 }  // namespace stoker_cli

@@ -40,4 +40,10 @@ void AddRemoteOptions(CLI::App* command, RemoteArgs& args);
 [[nodiscard]] stoker::Result<std::unique_ptr<stoker::Dataset>> Open(const std::string& location,
                                                                     const RemoteArgs& args);
 
+// --seed: a decimal integer from 0 to 2^64 - 1 (CLI11 would wrap "-1").
+[[nodiscard]] stoker::Result<std::uint64_t> ParseSeed(const std::string& text);
+// This process's CPU seconds (user and system) and peak resident memory.
+double CpuSeconds();
+std::uint64_t PeakRssBytes();
+
 }  // namespace stoker_cli

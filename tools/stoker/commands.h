@@ -46,8 +46,13 @@ struct BenchArgs {
   int size = 224;
   bool eval = false, json = false, no_verify = false;
   RemoteArgs remote;
+  // A token dataset's PREFIX: rows of seq_len tokens, batch_size rows a batch.
+  std::uint64_t seq_len = 2048;
+  // Options given that only the image loader has (refused for a token dataset).
+  std::vector<std::string> image_options_given;
 };
 int RunBench(const BenchArgs& args);
+int RunBenchTokens(const std::string& prefix, const BenchArgs& args);
 
 int RunCacheStatOrClear(bool clear, const RemoteArgs& remote, bool json);
 int RunCacheWarm(const std::string& location, const RemoteArgs& remote, bool json);

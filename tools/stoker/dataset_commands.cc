@@ -410,6 +410,11 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
 // One line per sample: key, shard:offset, label, fields (or JSON Lines).
 // Keys and paths print escaped (\n, \t, ...), so each sample is one line.
 int RunList(const std::string& location, const RemoteArgs& remote, bool json) {
+  if (auto prefix = TokenPrefixFor(location, stoker::Status::Ok(), remote))
+    return Fail(stoker::Status::InvalidArgument(
+        fmt::format("{} is a Megatron token dataset: `stoker inspect {}` summarises its documents and tokens (ls "
+                    "lists a packed dataset's samples)",
+                    Printable(*prefix), Printable(location))));
   auto dataset = Open(location, remote);
   if (!dataset.ok()) return Fail(dataset.error());
   const auto& d = **dataset;

@@ -107,8 +107,11 @@ int main(int argc, char** argv) {
 
   BenchArgs bench_args;
   auto* bench = app.add_subcommand("bench", "Run the loader over a dataset and report images/s, wait, CPU and memory");
-  bench->add_option("DATASET", bench_args.dataset, "Dataset folder, index file, ImageFolder tree or URL")->required();
-  bench->add_option("--batch-size", bench_args.batch_size, "Images per batch")
+  bench
+      ->add_option("DATASET", bench_args.dataset,
+                   "Dataset folder, index file, ImageFolder tree or URL, or a Megatron token dataset's PREFIX")
+      ->required();
+  bench->add_option("--batch-size", bench_args.batch_size, "Images per batch (rows for a token dataset)")
       ->capture_default_str()
       ->check(CLI::Range(1u, stoker::kMaxBatchSize));
   bench->add_option("--threads", bench_args.threads, "Worker threads (default: one per core; at most 1024)")
@@ -150,6 +153,11 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-verify", bench_args.no_verify,
                   "Do not check each sample against its index record on read (checked by default)");
   bench->add_flag("--json", bench_args.json, "One JSON object per epoch");
+  bench
+      ->add_option("--seq-len", bench_args.seq_len,
+                   "A Megatron token dataset (DATASET its PREFIX): tokens a row; --batch-size is rows a batch")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 24));
 
   AddRemoteOptions(inspect, remote);
   AddRemoteOptions(verify, remote);
@@ -292,7 +300,12 @@ int main(int argc, char** argv) {
   if (gpu_extender->parsed()) return RunGpuExtenderCommand(extender_args);
   if (checkpoint_ls->parsed()) return RunCheckpointList(checkpoint_path, json);
   if (checkpoint_verify->parsed()) return RunCheckpointVerify(checkpoint_path, json);
-  if (bench->parsed()) return RunBench(bench_args);
+  if (bench->parsed()) {
+    for (const char* name :
+         {"--threads", "--dtype", "--size", "--eval", "--no-verify", "--on-corrupt", "--shard-window"})
+      if (bench->get_option(name)->count() > 0) bench_args.image_options_given.emplace_back(name);
+    return RunBench(bench_args);
+  }
   if (cache_stat->parsed() || cache_clear->parsed()) return RunCacheStatOrClear(cache_clear->parsed(), remote, json);
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
   if (pack->parsed())

@@ -1,7 +1,13 @@
-// `stoker inspect PREFIX` and `stoker verify PREFIX` for Megatron token
-// datasets (PREFIX.idx + PREFIX.bin): what one holds, and whether every
-// token is an id the model can embed.
+// `stoker inspect|verify|bench PREFIX` for Megatron token datasets
+// (PREFIX.idx + PREFIX.bin): what one holds, whether every token is an id
+// the model can embed, and how fast stoker.TokenLoader reads it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -114,6 +120,121 @@ int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool js
   fmt::print("{}: checked {} documents, {} tokens{}: {}\n", stoker::Printable(prefix), r.documents_checked,
              r.tokens_checked, ids, r.ok() ? "OK" : fmt::format("{} problems", r.problems_total));
   return r.ok() ? kExitOk : kExitError;
+}
+
+// stoker.TokenLoader's native loader over the dataset, measured per epoch:
+// tokens/s, batches/s, the consumer's wait, the packing thread's time, CPU
+// and memory; with --consumer-ms a simulated accelerator step.
+int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
+  if (!a.image_options_given.empty())
+    return Fail(stoker::Status::InvalidArgument(
+        fmt::format("{} {} for images; a token dataset takes --seq-len, --batch-size (rows), --prefetch, --epochs, "
+                    "--max-batches, --consumer-ms, --order, --kernel-readahead, --seed and --json",
+                    fmt::join(a.image_options_given, ", "), a.image_options_given.size() == 1 ? "is" : "are")));
+  auto seed = ParseSeed(a.seed);
+  if (!seed.ok()) return Fail(seed.error());
+  if (!std::isfinite(a.consumer_ms) || a.consumer_ms < 0 || a.consumer_ms > 3.6e6)
+    return Fail(stoker::Status::InvalidArgument(
+        fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
+  if (a.order == "shard-block")
+    return Fail(stoker::Status::InvalidArgument("--order shard-block is for packed datasets: a token dataset reads "
+                                                "rows in a shuffled order (auto, shuffle) or front to back "
+                                                "(sequential)"));
+  auto opened = OpenTokens(prefix, a.remote);
+  if (!opened.ok()) return Fail(opened.error());
+  std::shared_ptr<const stoker::TokenDataset> dataset = std::move(opened).value();
+  stoker::TokenLoaderOptions o;
+  o.seq_len = a.seq_len;
+  o.global_batch_size = a.batch_size;
+  o.seed = *seed;
+  o.shuffle = a.order != "sequential";
+  if (a.prefetch) o.prefetch = a.prefetch;
+  o.kernel_readahead = a.kernel_readahead == "on"    ? stoker::KernelReadahead::kOn
+                       : a.kernel_readahead == "off" ? stoker::KernelReadahead::kOff
+                                                     : stoker::KernelReadahead::kAuto;
+  auto made = stoker::TokenLoader::Create(dataset, o);
+  if (!made.ok()) return Fail(made.error());
+  stoker::TokenLoader& loader = **made;
+  if (!a.json) {
+    fmt::print("bench {}: {} documents, {} tokens of {}, {} rows of {} tokens, batch {} rows, prefetch {}, {}{}\n",
+               stoker::Printable(prefix), dataset->num_documents(), dataset->num_tokens(), dataset->token_type(),
+               loader.num_rows(), a.seq_len, a.batch_size, o.prefetch, o.shuffle ? "shuffled" : "sequential",
+               a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+    fmt::print("{}\n", loader.readahead_note());
+  }
+  for (std::uint64_t e = 0; e < a.epochs; ++e) {
+    const stoker::TokenLoaderStats before = loader.Stats();
+    const stoker::RemoteStats remote_before = dataset->remote_stats();
+    const double cpu0 = CpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    std::uint64_t batches = 0;
+    double compute_s = 0;
+    for (;;) {
+      auto next = loader.Next();
+      if (!next.ok()) return Fail(next.error());
+      if (!next->has_value()) break;
+      ++batches;
+      if (a.consumer_ms > 0) {
+        const auto step_start = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.consumer_ms));
+        compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      }
+      if (a.max_batches && batches >= a.max_batches) {
+        if (auto status = loader.SetEpoch(e + 1); !status.ok()) return Fail(status);
+        break;
+      }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = CpuSeconds() - cpu0;
+    const stoker::TokenLoaderStats after = loader.Stats();
+    const stoker::RemoteStats remote_after = dataset->remote_stats();
+    const std::uint64_t rows = after.rows - before.rows, tokens = after.tokens - before.tokens;
+    const double waited = after.wait_seconds - before.wait_seconds, built = after.build_seconds - before.build_seconds;
+    const double downloads_waited = remote_after.wait_seconds - remote_before.wait_seconds;
+    if (a.json) {
+      nlohmann::json j = {{"epoch", e},
+                          {"batches", batches},
+                          {"rows", rows},
+                          {"tokens", tokens},
+                          {"wall_s", wall},
+                          {"tokens_per_s", tokens / wall},
+                          {"batches_per_s", batches / wall},
+                          {"consumer_wait_s", waited},
+                          {"build_s", built},
+                          {"cpu_s_per_batch", batches ? cpu / batches : 0.0},
+                          {"peak_rss_bytes", PeakRssBytes()},
+                          {"prefetch", o.prefetch},
+                          {"kernel_readahead", loader.kernel_readahead()}};
+      if (dataset->remote()) {
+        j["bytes_downloaded"] = remote_after.bytes_downloaded - remote_before.bytes_downloaded;
+        j["cache_wait_s"] = downloads_waited;
+      }
+      if (a.consumer_ms > 0) {
+        j["consumer_ms"] = a.consumer_ms;
+        j["accelerator_utilization"] = compute_s / wall;
+        j["idle_percent"] = 100.0 * (1.0 - compute_s / wall);
+      }
+      fmt::print("{}\n", j.dump());
+      continue;
+    }
+    fmt::print(
+        "epoch {}: {} batches, {} rows, {} tokens in {:.2f} s ({:.2f} M tokens/s, {:.0f} batches/s); consumer "
+        "waited {:.2f} s ({:.1f}%); packing thread busy {:.0f}%{}\n",
+        e, batches, rows, tokens, wall, tokens / wall / 1e6, batches / wall, waited, 100.0 * waited / wall,
+        std::min(100.0, 100.0 * built / wall),
+        dataset->remote() ? fmt::format("; downloaded {}, waited {:.2f} s for downloads",
+                                        stoker::FormatBytes(remote_after.bytes_downloaded -
+                                                            remote_before.bytes_downloaded),
+                                        downloads_waited)
+                          : "");
+    fmt::print("epoch {}: {:.3f} ms CPU per batch, peak RSS {}", e, batches ? 1000.0 * cpu / batches : 0.0,
+               stoker::FormatBytes(PeakRssBytes()));
+    if (a.consumer_ms > 0)
+      fmt::print(", accelerator utilization {:.1f}% (idle {:.1f}%)", 100.0 * compute_s / wall,
+                 100.0 * (1.0 - compute_s / wall));
+    fmt::print("\n");
+  }
+  return kExitOk;
 }
 
 }  // namespace stoker_cli
