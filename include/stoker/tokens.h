@@ -153,6 +153,10 @@ struct TokenBatch {
   std::uint64_t epoch = 0;
   std::uint64_t batch_index = 0;  // global batch of the epoch
   std::uint32_t rows = 0;         // this rank's share
+  // The epoch's row (in the epoch's order, every rank's together) of this
+  // share's first: rows [first_row, first_row + rows) of global batch
+  // batch_index. Ids for exactly-once checks, whatever the world size.
+  std::uint64_t first_row = 0;
   std::uint64_t seq_len = 0;
   // [rows, seq_len] each, row-major.
   std::vector<std::int64_t> input_ids;

@@ -69,6 +69,7 @@ class PyTokenLoader {
         MakeCapsule(owner, owner->cu_seqlens.data(), {static_cast<std::int64_t>(owner->cu_seqlens.size())}, i32);
     d["epoch"] = owner->epoch;
     d["batch"] = owner->batch_index;
+    d["first_row"] = owner->first_row;
     if (with_documents_) {
       py::list pieces;
       for (const auto& row : owner->pieces) {

@@ -50,7 +50,9 @@ class TokenLoader:
     the rows' document pieces and padding over the flattened rows, as
     flash-attention's varlen kernels take them). ``with_indices=True`` adds
     ``documents``: per row the ``(dataset, document, token_offset, length)``
-    pieces it holds. ``batch_size`` is per rank; ``global_batch_size`` is
+    pieces it holds, and ``__index__``: each row's place in the epoch's
+    order (every rank's rows together; the ids the elastic Trainer reports
+    for each global batch). ``batch_size`` is per rank; ``global_batch_size`` is
     every rank's together (elastic training: ``reshard()`` keeps it). rank
     and world_size default to torchrun's ``RANK`` and ``WORLD_SIZE``.
     ``vocab_size``: a token at or above it is a ``CorruptionError`` naming
@@ -170,6 +172,7 @@ class TokenLoader:
 
     def __iter__(self):
         self._owner.check()
+        import torch
         from torch.utils.dlpack import from_dlpack
         # Each iter() a pass over an epoch, as DataLoader's (_passes).
         left_at = self._passes.begin(self._native, len(self))
@@ -189,6 +192,10 @@ class TokenLoader:
                 batch = self._mover(batch)  # pinned, on stoker's own stream; torch's current stream waits on it
             if "documents" in item:
                 batch["documents"] = item["documents"]
+                # Each row's place in the epoch's order (every rank's rows together): ids the elastic
+                # Trainer gathers to report each global batch, whatever the world size.
+                first = item["first_row"]
+                batch["__index__"] = torch.arange(first, first + batch["input_ids"].shape[0], dtype=torch.int64)
             yield batch
 
     def _mark_epoch_start(self):
@@ -293,8 +300,13 @@ class TokenLoader:
             self._passes.placed()
 
     def state_dict(self):
+        """Where the loader is (a small dict of ints): ``epoch`` and
+        ``batches_consumed`` with what a restore checks; ``num_samples`` is
+        the rows an epoch (what the elastic runner counts as samples)."""
         self._owner.check()
-        return dict(self._native.state())
+        state = dict(self._native.state())
+        state["num_samples"] = self._native.num_rows
+        return state
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict()``): the next pass goes on from there."""

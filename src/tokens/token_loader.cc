@@ -148,6 +148,7 @@ struct TokenLoader::Impl {
     out.epoch = at.epoch;
     out.batch_index = at.batch;
     out.rows = static_cast<std::uint32_t>(count);
+    out.first_row = first;
     out.seq_len = seq;
     out.input_ids.assign(out.rows * seq, options.pad_id);
     out.labels.assign(out.rows * seq, options.ignore_index);

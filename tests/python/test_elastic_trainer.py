@@ -377,3 +377,81 @@ def test_the_armed_watch_calls_its_abort_once_when_a_member_is_gone():
     finally:
         stop.set()
         watch.close()
+
+
+TOKEN_JOB = '''
+import json, os, sys, time
+import torch, stoker, stoker.elastic
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Embedding(500, 8), torch.nn.Linear(8, 500))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = stoker.TokenLoader(sys.argv[1], seq_len=16, global_batch_size=6, with_indices=True)
+pending = []
+
+def log(info):  # each committed step: the global batch's rows, and this rank's with their documents' pieces
+    line = json.dumps({"step": info["step"], "rank": info["rank"], "world_size": info["world_size"],
+                       "batch": info["samples"], "rows": info["rank_samples"], "docs": pending[0]}) + "\\n"
+    fd = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, line.encode())
+    os.close(fd)
+
+trainer = stoker.elastic.Trainer(model, optimizer, loader, epochs=1, on_commit=log, timeout=5)
+for batch in trainer:
+    pending[:] = [batch["documents"]]
+    with trainer.step():
+        for part, weight in trainer.accumulate(batch, parts=2):
+            assert part["cu_seqlens"][-1] == part["input_ids"].numel()
+            logits = trainer.model(part["input_ids"])
+            (torch.nn.functional.cross_entropy(logits.flatten(0, 1), part["labels"].flatten()) * weight).backward()
+        time.sleep(0.1)
+        optimizer.step()
+        optimizer.zero_grad()
+'''
+
+
+def test_trainer_feeds_a_language_model_from_a_token_loader_through_a_worker_s_death(tmp_path):
+    """stoker.TokenLoader under the elastic Trainer (it raised KeyError 'num_samples' at the first batch):
+    3 workers, one SIGKILLed mid-run; every token of every document is trained exactly once, by 3 workers
+    and then by 2, and micro-batches keep their segment boundaries."""
+    import numpy as np
+
+    import stoker
+    rng = np.random.default_rng(3)
+    documents = [rng.integers(0, 500, int(rng.integers(1, 40))) for _ in range(120)]
+    stoker.write_tokens(tmp_path / "corpus", documents)
+    (tmp_path / "token_job.py").write_text(TOKEN_JOB)
+    log = tmp_path / "steps.jsonl"
+    main = _launch(["--in-process", "--rdzv-endpoint", "127.0.0.1:%d" % _free_port(), "--nproc-per-node", "3",
+                    "--min-workers", "1", "--max-workers", "3", "--kill-silent-after", "6",
+                    str(tmp_path / "token_job.py"), str(tmp_path / "corpus"), str(log)])
+    _wait_for_steps(log, 9, main, world_size=3)
+    workers = subprocess.run(["pgrep", "-P", str(main.pid)], capture_output=True, text=True).stdout.split()
+    workers = sorted(int(p) for p in workers if b"token_job.py" in open("/proc/%s/cmdline" % p, "rb").read())
+    assert len(workers) == 3, workers
+    os.kill(workers[2], signal.SIGKILL)
+    out = _finish(main)
+    assert main.returncode == 0, out[-4000:]
+    # The epoch's rows in order, from one uninterrupted process: row id -> the documents' pieces it holds.
+    reference = stoker.TokenLoader(tmp_path / "corpus", seq_len=16, global_batch_size=6, with_indices=True,
+                                   world_size=1, rank=0)
+    pieces = {}
+    for batch in reference:
+        pieces.update(zip(batch["__index__"].tolist(), [[list(p) for p in row] for row in batch["documents"]]))
+    steps = {}
+    for line in open(log):
+        record = json.loads(line)
+        steps.setdefault(record["step"], {})[record["rank"]] = record
+        # What a rank trained is the reference's rows at its ids (a killed rank may miss its last line: the
+        # global batch every rank logs covers its rows).
+        assert record["docs"] == [pieces[i] for i in record["rows"]]
+    rows = []
+    for step, by_rank in sorted(steps.items()):
+        batches = {tuple(r["batch"]) for r in by_rank.values()}
+        assert len(batches) == 1, "step %d: the ranks disagree on the global batch" % step
+        rows += batches.pop()
+    assert sorted(rows) == list(range(reference.num_rows)), "a row lost or trained twice"
+    trained = [(d, p) for i in rows for _, d, offset, length in pieces[i] for p in range(offset, offset + length)]
+    assert sorted(trained) == sorted((d, p) for d, doc in enumerate(documents) for p in range(len(doc)))
+    sizes = {r["world_size"] for by_rank in steps.values() for r in by_rank.values()}
+    assert sizes == {3, 2}, sizes

@@ -17,10 +17,21 @@ def batch_parts(item):
 
 def slice_batch(batch, a, b):
     """Samples [a, b) of a batch as batch_parts returns it: a tuple of
-    slices, or a dict whose every value (tensor or list) is sliced."""
+    slices, or a dict whose every value (tensor or list) is sliced; a
+    stoker.TokenLoader batch's ``cu_seqlens`` (boundaries over the flattened
+    rows, not a value per row) keeps the boundaries of rows [a, b)."""
     if isinstance(batch, dict):
-        return {k: v[a:b] for k, v in batch.items()}
+        return {k: _rows_of(batch, k, v, a, b) for k, v in batch.items()}
     return tuple(t[a:b] for t in batch)
+
+
+def _rows_of(batch, key, value, a, b):
+    if key == "cu_seqlens" and "input_ids" in batch:
+        # Every row's end is a boundary (its pieces, then its padding): rows [a, b) hold those in [a*L, b*L].
+        seq_len = batch["input_ids"].shape[1]
+        lo, hi = a * seq_len, b * seq_len
+        return value[(value >= lo) & (value <= hi)] - lo
+    return value[a:b]
 
 
 def _dict_length(batch):
