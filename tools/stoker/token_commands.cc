@@ -137,9 +137,10 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
     return Fail(stoker::Status::InvalidArgument(
         fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
   if (a.order == "shard-block")
-    return Fail(stoker::Status::InvalidArgument("--order shard-block is for packed datasets: a token dataset reads "
-                                                "rows in a shuffled order (auto, shuffle) or front to back "
-                                                "(sequential)"));
+    return Fail(
+        stoker::Status::InvalidArgument("--order shard-block is for packed datasets: a token dataset reads "
+                                        "rows in a shuffled order (auto, shuffle) or front to back "
+                                        "(sequential)"));
   auto opened = OpenTokens(prefix, a.remote);
   if (!opened.ok()) return Fail(opened.error());
   std::shared_ptr<const stoker::TokenDataset> dataset = std::move(opened).value();
@@ -222,11 +223,11 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
         "waited {:.2f} s ({:.1f}%); packing thread busy {:.0f}%{}\n",
         e, batches, rows, tokens, wall, tokens / wall / 1e6, batches / wall, waited, 100.0 * waited / wall,
         std::min(100.0, 100.0 * built / wall),
-        dataset->remote() ? fmt::format("; downloaded {}, waited {:.2f} s for downloads",
-                                        stoker::FormatBytes(remote_after.bytes_downloaded -
-                                                            remote_before.bytes_downloaded),
-                                        downloads_waited)
-                          : "");
+        dataset->remote()
+            ? fmt::format("; downloaded {}, waited {:.2f} s for downloads",
+                          stoker::FormatBytes(remote_after.bytes_downloaded - remote_before.bytes_downloaded),
+                          downloads_waited)
+            : "");
     fmt::print("epoch {}: {:.3f} ms CPU per batch, peak RSS {}", e, batches ? 1000.0 * cpu / batches : 0.0,
                stoker::FormatBytes(PeakRssBytes()));
     if (a.consumer_ms > 0)
