@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "test_util.h"
+#include "token_test_util.h"
 
 namespace stoker {
 namespace {
@@ -17,23 +18,13 @@ namespace {
 using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
-
-std::unique_ptr<TokenDataset> WriteCorpus(const TempDir& dir, const std::vector<std::vector<std::int64_t>>& docs,
-                                          std::string_view type) {
-  auto writer = TokenDatasetWriter::Create(dir / "corpus", type, /*overwrite=*/true);
-  EXPECT_TRUE(writer.ok()) << writer.error().ToString();
-  for (const auto& d : docs) EXPECT_TRUE((*writer)->AddDocument(d).ok());
-  EXPECT_TRUE((*writer)->Finish().ok());
-  auto opened = TokenDataset::Open(dir / "corpus");
-  EXPECT_TRUE(opened.ok()) << opened.error().ToString();
-  return std::move(opened).value();
-}
+using testing::WriteTokenCorpus;
 
 TEST(TokenCheck, SummaryCountsDocumentsTokensAndLengths) {
   TempDir dir;
   std::vector<std::vector<std::int64_t>> docs;
   for (int n : {5, 0, 1, 9, 3, 0, 7, 2, 4, 100}) docs.emplace_back(n, 1);
-  const auto dataset = WriteCorpus(dir, docs, "uint16");
+  const auto dataset = WriteTokenCorpus(dir, docs, "uint16");
   const TokenDatasetSummary s = SummarizeTokens(*dataset);
   EXPECT_EQ(s.documents, 10u);
   EXPECT_EQ(s.empty_documents, 2u);
@@ -46,14 +37,14 @@ TEST(TokenCheck, SummaryCountsDocumentsTokensAndLengths) {
   EXPECT_EQ(s.p99_tokens, 9u);
   EXPECT_EQ(s.max_tokens, 100u);
   EXPECT_DOUBLE_EQ(s.mean_tokens, 13.1);
-  const auto none = WriteCorpus(dir, {}, "uint16");
+  const auto none = WriteTokenCorpus(dir, {}, "uint16", /*overwrite=*/true);
   EXPECT_EQ(SummarizeTokens(*none).documents, 0u);
   EXPECT_EQ(SummarizeTokens(*none).max_tokens, 0u);
 }
 
 TEST(TokenCheck, APrefixIsToldByItsIndexsMagic) {
   TempDir dir;
-  WriteCorpus(dir, {{1, 2, 3}}, "int32");
+  WriteTokenCorpus(dir, {{1, 2, 3}}, "int32");
   const std::string prefix = dir / "corpus";
   EXPECT_EQ(TokenDatasetPrefix(prefix), prefix);
   EXPECT_EQ(TokenDatasetPrefix(prefix + ".idx"), prefix);
@@ -68,7 +59,7 @@ TEST(TokenCheck, APrefixIsToldByItsIndexsMagic) {
 
 TEST(TokenCheck, EveryTokenIsReadAndBadIdsAreNamed) {
   TempDir dir;
-  const auto dataset = WriteCorpus(dir, {{5, 0, 17}, {}, {3, -2, 99, 100}}, "int16");
+  const auto dataset = WriteTokenCorpus(dir, {{5, 0, 17}, {}, {3, -2, 99, 100}}, "int16");
   ASSERT_OK_AND_ASSIGN(auto any, CheckTokens(*dataset));
   EXPECT_EQ(any.documents_checked, 3u);
   EXPECT_EQ(any.tokens_checked, 7u);
@@ -98,7 +89,7 @@ TEST(TokenCheck, EveryTokenIsReadAndBadIdsAreNamed) {
 // name the document and position.
 TEST(TokenCheck, FloatTokensThatAreNotIdsAreNamed) {
   TempDir dir;
-  WriteCorpus(dir, {{1, 2, 3}, {4, 5}}, "float32");
+  WriteTokenCorpus(dir, {{1, 2, 3}, {4, 5}}, "float32");
   std::string bin = ReadFile(dir / "corpus.bin");
   const float nan = std::numeric_limits<float>::quiet_NaN(), half = 2.5f;
   std::memcpy(bin.data() + 4 * 1, &nan, 4);   // document 0, position 1

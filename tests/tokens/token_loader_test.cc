@@ -12,6 +12,7 @@
 
 #include "fault_file_system.h"
 #include "test_util.h"
+#include "token_test_util.h"
 
 namespace stoker {
 namespace {
@@ -19,6 +20,7 @@ namespace {
 using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
+using testing::WriteTokenCorpus;
 
 std::vector<std::vector<std::int64_t>> Documents(int n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -28,17 +30,6 @@ std::vector<std::vector<std::int64_t>> Documents(int n, unsigned seed) {
     for (auto& t : docs[d]) t = static_cast<std::int64_t>(rng() % 1000);
   }
   return docs;
-}
-
-std::shared_ptr<const TokenDataset> Write(const TempDir& dir, const std::vector<std::vector<std::int64_t>>& docs,
-                                          std::string_view type = "uint16") {
-  auto writer = TokenDatasetWriter::Create(dir / "corpus", type);
-  EXPECT_TRUE(writer.ok()) << writer.error().ToString();
-  for (const auto& d : docs) EXPECT_TRUE((*writer)->AddDocument(d).ok());
-  EXPECT_TRUE((*writer)->Finish().ok());
-  auto opened = TokenDataset::Open(dir / "corpus");
-  EXPECT_TRUE(opened.ok()) << opened.error().ToString();
-  return std::move(opened).value();
 }
 
 std::unique_ptr<TokenLoader> Make(std::shared_ptr<const TokenDataset> d, TokenLoaderOptions o) {
@@ -53,7 +44,7 @@ TEST(TokenDataset, WritesAndReadsEveryTokenType) {
     auto docs = Documents(30, 1);
     for (auto& doc : docs)
       for (auto& t : doc) t = std::string(type) == "int8" ? t % 128 : std::string(type) == "uint8" ? t % 256 : t;
-    auto dataset = Write(dir, docs, type);
+    auto dataset = WriteTokenCorpus(dir, docs, type);
     ASSERT_EQ(dataset->num_documents(), 30u);
     EXPECT_EQ(dataset->token_type(), type);
     for (std::size_t d = 0; d < docs.size(); ++d) {
@@ -74,7 +65,7 @@ TEST(TokenDataset, WritesAndReadsEveryTokenType) {
 
 TEST(TokenDataset, DamagedFilesAreNamed) {
   TempDir dir;
-  Write(dir, Documents(10, 2));
+  WriteTokenCorpus(dir, Documents(10, 2));
   EXPECT_EQ(TokenDataset::Open(dir / "missing").error().code(), StatusCode::kNotFound);
   auto bin = ReadFile(dir / "corpus.bin");
   WriteFile(dir / "corpus.bin", bin.substr(0, bin.size() - 2));
@@ -92,7 +83,7 @@ TEST(TokenDataset, DamagedFilesAreNamed) {
 TEST(TokenLoader, BatchesAreTheStreamsRowsWithLabelsPositionsAndSegments) {
   TempDir dir;
   const std::vector<std::vector<std::int64_t>> docs = {{1, 2, 3}, {}, {4, 5, 6, 7}, {8, 9}};
-  auto dataset = Write(dir, docs);
+  auto dataset = WriteTokenCorpus(dir, docs);
   TokenLoaderOptions o;
   o.seq_len = 4;
   o.global_batch_size = 2;
@@ -132,7 +123,7 @@ TEST(TokenLoader, BatchesAreTheStreamsRowsWithLabelsPositionsAndSegments) {
 TEST(TokenLoader, ExactlyOnceOverWorldSizesAndAcrossAResume) {
   TempDir dir;
   const auto docs = Documents(60, 3);
-  auto dataset = Write(dir, docs);
+  auto dataset = WriteTokenCorpus(dir, docs);
   std::uint64_t total = 0;
   for (const auto& d : docs) total += d.size();
   auto collect = [&](TokenLoader& l, std::map<std::pair<std::uint64_t, std::uint64_t>, int>& seen,
@@ -211,7 +202,7 @@ TEST(TokenLoader, AForkedChildIsToldItCannotUseItsParentsLoader) {
   TokenLoaderOptions o;
   o.seq_len = 8;
   o.global_batch_size = 2;
-  auto loader = Make(Write(dir, Documents(40, 5)), o);
+  auto loader = Make(WriteTokenCorpus(dir, Documents(40, 5)), o);
   const pid_t child = ::fork();
   if (child == 0) {
     auto next = loader->Next();
@@ -231,7 +222,7 @@ TEST(TokenLoader, AForkedChildIsToldItCannotUseItsParentsLoader) {
 
 TEST(TokenLoader, BadOptionsStatesAndTokensAreRefused) {
   TempDir dir;
-  auto dataset = Write(dir, Documents(20, 4));
+  auto dataset = WriteTokenCorpus(dir, Documents(20, 4));
   TokenLoaderOptions o;
   o.seq_len = 0;
   EXPECT_EQ(TokenLoader::Create(dataset, o).error().code(), StatusCode::kInvalidArgument);
@@ -262,8 +253,8 @@ TEST(TokenLoader, BadOptionsStatesAndTokensAreRefused) {
 TEST(TokenLoader, BlendsDatasetsByWeightEachTokenOncePerItsEpoch) {
   TempDir a_dir, b_dir;
   const auto a_docs = Documents(80, 11), b_docs = Documents(20, 12);
-  auto a = Write(a_dir, a_docs);
-  auto b = Write(b_dir, b_docs);
+  auto a = WriteTokenCorpus(a_dir, a_docs);
+  auto b = WriteTokenCorpus(b_dir, b_docs);
   TokenLoaderOptions o;
   o.seq_len = 8;
   o.global_batch_size = 4;
@@ -316,7 +307,7 @@ TEST(TokenLoader, BlendsDatasetsByWeightEachTokenOncePerItsEpoch) {
 // says why; an unshuffled order and a corpus that fits keep the default.
 TEST(TokenLoader, TheReadAheadChoiceReachesTheBinsMapping) {
   TempDir dir;
-  Write(dir, Documents(50, 3));
+  WriteTokenCorpus(dir, Documents(50, 3));
   testing::FaultFileSystem fs;
   fs.record_advice = true;
   auto opened = TokenDataset::Open(dir / "corpus", &fs);

@@ -6,13 +6,12 @@
 
 #include <charconv>
 #include <chrono>
-#include <cmath>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "simulated_step.h"
 #include "stoker/byte_size.h"
 #include "stoker/device.h"
 #include "stoker/loader.h"
@@ -35,9 +34,7 @@ constexpr double kWarnDownloadTimes = 1.5;
 int RunBench(const BenchArgs& a) {
   auto seed = ParseSeed(a.seed);
   if (!seed.ok()) return Fail(seed.error());
-  if (!std::isfinite(a.consumer_ms) || a.consumer_ms < 0 || a.consumer_ms > 3.6e6)
-    return Fail(stoker::Status::InvalidArgument(
-        fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
+  if (auto valid = SimulatedStep::Check(a.consumer_ms); !valid.ok()) return Fail(valid);
   if (auto prefix = TokenPrefixFor(a.dataset, stoker::Status::Ok(), a.remote)) return RunBenchTokens(*prefix, a);
   auto opened = Open(a.dataset, a.remote);
   if (!opened.ok()) {
@@ -115,24 +112,21 @@ int RunBench(const BenchArgs& a) {
                l.stats().pinned_memory ? "page-locked (CUDA)"
                                        : fmt::format("page-aligned, not page-locked: {}", stoker::QueryCuda().reason));
   }
+  SimulatedStep step(a.consumer_ms);
   for (std::uint64_t e = 0; e < a.epochs; ++e) {
     const auto before = l.stats();
     const auto remote_before = stoker::GetRemoteStats(*dataset);
     const double cpu0 = CpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     std::uint64_t batches = 0, images = 0;
-    double compute_s = 0;
+    step.StartEpoch();
     while (true) {
       auto next = l.Next();
       if (!next.ok()) return Fail(next.error());
       if (!next->has_value()) break;
       images += (*next)->size();
       ++batches;
-      if (a.consumer_ms > 0) {
-        const auto step_start = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.consumer_ms));
-        compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      }
+      step.Run();
       if (a.max_batches && batches >= a.max_batches) {
         next->reset();
         l.SetEpoch(e + 1);
@@ -188,11 +182,7 @@ int RunBench(const BenchArgs& a) {
         j["cache_evictions"] = remote_after.evictions - remote_before.evictions;
         j["connections_opened"] = remote_after.connections - remote_before.connections;
       }
-      if (a.consumer_ms > 0) {
-        j["consumer_ms"] = a.consumer_ms;
-        j["accelerator_utilization"] = compute_s / wall;
-        j["idle_percent"] = 100.0 * (1.0 - compute_s / wall);
-      }
+      step.AddTo(j, wall);
       fmt::print("{}\n", j.dump());
     } else {
       fmt::print("epoch {}: {}\n", e, epoch_stats.Summary(wall));
@@ -205,10 +195,7 @@ int RunBench(const BenchArgs& a) {
             remote_after.connections - remote_before.connections);
       fmt::print("epoch {}: {:.0f} images/s, {:.2f} ms CPU per image, peak RSS {}", e, ips,
                  images ? 1000.0 * cpu / images : 0.0, stoker::FormatBytes(PeakRssBytes()));
-      if (a.consumer_ms > 0)
-        fmt::print(", accelerator utilization {:.1f}% (idle {:.1f}%)", 100.0 * compute_s / wall,
-                   100.0 * (1.0 - compute_s / wall));
-      fmt::print("\n");
+      fmt::print("{}\n", step.Text(wall));
     }
   }
   return kExitOk;

@@ -3,14 +3,13 @@
 // the model can embed, and how fast stoker.TokenLoader reads it.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "simulated_step.h"
 #include "stoker/progress.h"
 #include "stoker/text.h"
 #include "stoker/token_check.h"
@@ -133,9 +132,7 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
                     fmt::join(a.image_options_given, ", "), a.image_options_given.size() == 1 ? "is" : "are")));
   auto seed = ParseSeed(a.seed);
   if (!seed.ok()) return Fail(seed.error());
-  if (!std::isfinite(a.consumer_ms) || a.consumer_ms < 0 || a.consumer_ms > 3.6e6)
-    return Fail(stoker::Status::InvalidArgument(
-        fmt::format("--consumer-ms {} must be a finite number of milliseconds, 0 or more", a.consumer_ms)));
+  if (auto valid = SimulatedStep::Check(a.consumer_ms); !valid.ok()) return Fail(valid);
   if (a.order == "shard-block")
     return Fail(
         stoker::Status::InvalidArgument("--order shard-block is for packed datasets: a token dataset reads "
@@ -163,23 +160,20 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
                a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
     fmt::print("{}\n", loader.readahead_note());
   }
+  SimulatedStep step(a.consumer_ms);
   for (std::uint64_t e = 0; e < a.epochs; ++e) {
     const stoker::TokenLoaderStats before = loader.Stats();
     const stoker::RemoteStats remote_before = dataset->remote_stats();
     const double cpu0 = CpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     std::uint64_t batches = 0;
-    double compute_s = 0;
+    step.StartEpoch();
     for (;;) {
       auto next = loader.Next();
       if (!next.ok()) return Fail(next.error());
       if (!next->has_value()) break;
       ++batches;
-      if (a.consumer_ms > 0) {
-        const auto step_start = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(a.consumer_ms));
-        compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      }
+      step.Run();
       if (a.max_batches && batches >= a.max_batches) {
         if (auto status = loader.SetEpoch(e + 1); !status.ok()) return Fail(status);
         break;
@@ -210,11 +204,7 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
         j["bytes_downloaded"] = remote_after.bytes_downloaded - remote_before.bytes_downloaded;
         j["cache_wait_s"] = downloads_waited;
       }
-      if (a.consumer_ms > 0) {
-        j["consumer_ms"] = a.consumer_ms;
-        j["accelerator_utilization"] = compute_s / wall;
-        j["idle_percent"] = 100.0 * (1.0 - compute_s / wall);
-      }
+      step.AddTo(j, wall);
       fmt::print("{}\n", j.dump());
       continue;
     }
@@ -230,10 +220,7 @@ int RunBenchTokens(const std::string& prefix, const BenchArgs& a) {
             : "");
     fmt::print("epoch {}: {:.3f} ms CPU per batch, peak RSS {}", e, batches ? 1000.0 * cpu / batches : 0.0,
                stoker::FormatBytes(PeakRssBytes()));
-    if (a.consumer_ms > 0)
-      fmt::print(", accelerator utilization {:.1f}% (idle {:.1f}%)", 100.0 * compute_s / wall,
-                 100.0 * (1.0 - compute_s / wall));
-    fmt::print("\n");
+    fmt::print("{}\n", step.Text(wall));
   }
   return kExitOk;
 }
