@@ -6,8 +6,9 @@ PREFIX.bin) for stoker.TokenLoader, Megatron-core, NeMo or GPT-NeoX.
 
 Documents come from JSON Lines files (one object per line, the text under
 ``text_field``), text files (one document per file, or per line with
-``lines=True``) or a packed stoker dataset (its ``.txt`` field, or
-``text_field``), in the order given. A Hugging Face ``tokenizer.json`` (PyPI
+``lines=True``), both also compressed (.gz, .bz2, .xz, .zst), Parquet files
+(the ``text_field`` column; PyPI's pyarrow) or a packed stoker dataset (its
+``.txt`` field, or ``text_field``), in the order given. A Hugging Face ``tokenizer.json`` (PyPI
 ``tokenizers``) or a SentencePiece ``.model`` (PyPI's sentencepiece when
 it imports, else stoker's C++ over Debian's libsentencepiece; see
 ``backend``) encodes them in batches on all cores, without special tokens; an end-of-document token is appended (``eos="auto"``: a
@@ -16,12 +17,11 @@ SentencePiece model's own EOS, else the tokenizer's ``<|endoftext|>``,
 deterministic and written as stoker.write_tokens writes it: the index last,
 so an interrupted run leaves nothing that opens.
 """
-import json
 import os
 import sys
 import time
 
-from . import _native, _params
+from . import _native, _params, _text_sources
 
 __all__ = ["tokenize"]
 
@@ -138,59 +138,6 @@ def _eos_id(tokenizer, eos):
     return _params.integer("eos", eos, 0, (1 << 31) - 1)
 
 
-def _jsonl(path, text_field):
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise ValueError("%s:%d: not valid JSON (%s)" % (path, number, e)) from None
-            if not isinstance(obj, dict) or text_field not in obj:
-                raise ValueError("%s:%d: no %r field (give text_field=)" % (path, number, text_field))
-            text = obj[text_field]
-            if not isinstance(text, str):
-                raise ValueError("%s:%d: %r is %s, not text" % (path, number, text_field, type(text).__name__))
-            yield text
-
-
-def _text_file(path, lines):
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError("%s: not UTF-8 at byte %d" % (path, e.start)) from None
-    if not lines:
-        yield text
-        return
-    for line in text.splitlines():
-        if line.strip():
-            yield line
-
-
-def _stoker_dataset(location, text_field):
-    from . import Loader, Text
-    key = text_field if text_field != "text" else "txt"
-    loader = Loader(location, batch_size=256, shuffle=False, fields={"text": Text(key)}, log_epochs=False)
-    for batch in loader:
-        yield from batch["text"]
-
-
-def _documents(inputs, text_field, lines):
-    for source in inputs:
-        source = os.fspath(source)
-        if source.endswith(".jsonl") or source.endswith(".json"):
-            yield from _jsonl(source, text_field)
-        elif source.endswith(".txt"):
-            yield from _text_file(source, lines)
-        elif os.path.isdir(source) or "://" in source or source.endswith(".stoker"):
-            yield from _stoker_dataset(source, text_field)
-        else:
-            raise ValueError("%s: cannot tell what it is (expected .jsonl, .txt or a packed stoker dataset)" % source)
-
-
 def tokenize(inputs, prefix, tokenizer, text_field="text", lines=False, eos="auto", token_type=None,
              overwrite=False, batch_size=1024, progress=None, backend="auto"):
     """Tokenizes ``inputs`` into the Megatron dataset ``prefix``; returns
@@ -221,7 +168,7 @@ def tokenize(inputs, prefix, tokenizer, text_field="text", lines=False, eos="aut
         documents += len(batch)
         batch.clear()
 
-    for text in _documents(inputs, text_field, lines):
+    for text in _text_sources.documents(inputs, text_field, lines):
         batch.append(text)
         if len(batch) == batch_size:
             flush()
@@ -245,10 +192,12 @@ def main(argv=None):
     import argparse
     ap = argparse.ArgumentParser(prog="stoker tokenize", description="Text to a Megatron indexed dataset "
                                  "(PREFIX.idx + PREFIX.bin) with a Hugging Face tokenizer.json or a SentencePiece .model")
-    ap.add_argument("inputs", nargs="+", help=".jsonl files, .txt files or packed stoker datasets, in order")
+    ap.add_argument("inputs", nargs="+", help=".jsonl or .txt files (each may be .gz, .bz2, .xz or .zst), .parquet "
+                    "files or packed stoker datasets, in order")
     ap.add_argument("-o", "--output", required=True, help="the dataset's prefix (PREFIX.idx and PREFIX.bin)")
     ap.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json or a SentencePiece .model")
-    ap.add_argument("--text-field", default="text", help="the JSON Lines member holding the text (default: text)")
+    ap.add_argument("--text-field", default="text", help="the JSON Lines member or Parquet column holding the text "
+                    "(default: text)")
     ap.add_argument("--lines", action="store_true", help=".txt files: one document per line")
     ap.add_argument("--eos", default="auto", help="auto, none, a token or an id (default: auto)")
     ap.add_argument("--token-type", choices=("uint8", "int8", "int16", "uint16", "int32", "int64"))

@@ -100,6 +100,63 @@ def test_bad_input_is_named_and_the_cli_says_it(cli, tmp_path, tokenizer_file):
     assert r.returncode == 1 and "bad.jsonl:2" in r.stderr
 
 
+def test_compressed_and_parquet_corpora_tokenize_as_the_plain_jsonl(cli, tmp_path, tokenizer_file):
+    # Corpora ship as .jsonl.zst (The Pile), .json.gz and Parquet shards (Hugging Face): each was "cannot tell
+    # what it is" before. Each gives the same dataset, byte for byte, as the plain JSON Lines file.
+    import bz2
+    import gzip
+    import lzma
+
+    import pyarrow
+    import pyarrow.parquet
+    import zstandard
+    corpus = texts(300, 6)
+    plain = "".join(json.dumps({"text": t}) + "\n" for t in corpus).encode()
+    (tmp_path / "plain.jsonl").write_bytes(plain)
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(plain))
+    (tmp_path / "c.json.bz2").write_bytes(bz2.compress(plain))
+    (tmp_path / "c.jsonl.xz").write_bytes(lzma.compress(plain))
+    half = plain.index(b"\n", len(plain) // 2) + 1  # two frames, as zstd -T and pzstd write
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(plain[:half]) +
+                                           zstandard.ZstdCompressor().compress(plain[half:]))
+    table = pyarrow.table({"id": list(range(len(corpus))), "text": corpus})
+    pyarrow.parquet.write_table(table, tmp_path / "c.parquet", row_group_size=64)  # several row groups
+    stoker.tokenize(tmp_path / "plain.jsonl", tmp_path / "plain", tokenizer_file)
+    for name in ("c.jsonl.gz", "c.json.bz2", "c.jsonl.xz", "c.jsonl.zst", "c.parquet"):
+        prefix = tmp_path / ("out-" + name.replace(".", "-"))
+        r = stoker.tokenize(tmp_path / name, prefix, tokenizer_file)
+        assert r["documents"] == len(corpus), name
+        for ext in (".idx", ".bin"):
+            assert (tmp_path / ("plain" + ext)).read_bytes() == (tmp_path / (prefix.name + ext)).read_bytes(), name
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress("\n".join(corpus).encode()))
+    assert stoker.tokenize(tmp_path / "t.txt.gz", tmp_path / "lines", tokenizer_file, lines=True)["documents"] == \
+        sum(1 for t in corpus if t.strip())
+
+    # What cannot be read is named, with where it stopped.
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(plain)[:-40])
+    with pytest.raises(ValueError, match=r"cut.jsonl.gz: cannot be read past line \d+ \(EOFError"):
+        stoker.tokenize(tmp_path / "cut.jsonl.gz", tmp_path / "x", tokenizer_file)
+    # zstandard's own stream reader ends quietly inside a cut frame: the lines there were lost without a word.
+    (tmp_path / "cut.jsonl.zst").write_bytes((tmp_path / "c.jsonl.zst").read_bytes()[:-20])
+    with pytest.raises(ValueError, match=r"cut.jsonl.zst: cannot be read past line \d+ .*ends inside a frame"):
+        stoker.tokenize(tmp_path / "cut.jsonl.zst", tmp_path / "x", tokenizer_file)
+    pyarrow.parquet.write_table(pyarrow.table({"text": ["a cat", None]}), tmp_path / "null.parquet")
+    with pytest.raises(ValueError, match=r"null.parquet: row 1 \(counting from 0\): 'text' is null"):
+        stoker.tokenize(tmp_path / "null.parquet", tmp_path / "x", tokenizer_file)
+    with pytest.raises(ValueError, match=r"c.parquet: no 'body' column \(its columns: id, text; give text_field=\)"):
+        stoker.tokenize(tmp_path / "c.parquet", tmp_path / "x", tokenizer_file, text_field="body")
+    with pytest.raises(ValueError, match=r"c.parquet: column 'id' is int64, not text"):
+        stoker.tokenize(tmp_path / "c.parquet", tmp_path / "x", tokenizer_file, text_field="id")
+    (tmp_path / "fake.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match=r"fake.parquet: not a Parquet file"):
+        stoker.tokenize(tmp_path / "fake.parquet", tmp_path / "x", tokenizer_file)
+    assert not (tmp_path / "x.idx").exists()
+    env = dict(os.environ, STOKER_PYTHON=sys.executable)
+    r = cli("tokenize", tmp_path / "c.jsonl.zst", tmp_path / "c.parquet", "-o", tmp_path / "both", "--tokenizer",
+            tokenizer_file, env=env)
+    assert "tokenized %d documents" % (2 * len(corpus)) in r.stdout
+
+
 @pytest.fixture(scope="module")
 def sentencepiece_model(tmp_path_factory):
     spm = pytest.importorskip("sentencepiece")

@@ -258,10 +258,10 @@ int main(int argc, char** argv) {
   gpu_extender->add_option("--cache-seconds", extender_args.cache_seconds, "How long a node's state is reused")
       ->capture_default_str();
 
-  auto* tokenize = app.add_subcommand(
-      "tokenize",
-      "Tokenize text (.jsonl, .txt, a packed dataset's captions) into a Megatron dataset with a Hugging Face "
-      "tokenizer.json (stoker tokenize --help for its options)");
+  auto* tokenize = app.add_subcommand("tokenize",
+                                      "Tokenize text (.jsonl, .txt, either compressed, .parquet, a packed dataset's "
+                                      "captions) into a Megatron dataset with a Hugging Face "
+                                      "tokenizer.json (stoker tokenize --help for its options)");
   tokenize->prefix_command();
   tokenize->set_help_flag();  // --help goes to the tokenizer's own parser
   DoctorArgs doctor_args;
