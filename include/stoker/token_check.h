@@ -33,6 +33,11 @@ struct TokenDatasetSummary {
 struct TokenCheckOptions {
   // Token ids at or above it are problems (0: only negative ids are).
   std::uint64_t vocab_size = 0;
+  // The end-of-document token every document must end with (tokenize
+  // appends it; Megatron's preprocess_data.py with --append-eod): a
+  // document ending otherwise, or empty, is a problem. A corpus without it
+  // trains a model that never learns where a text ends.
+  std::optional<std::int64_t> eos;
   // Problems listed (each names document and position); the rest are counted.
   std::uint64_t max_problems = 100;
   // Called now and then with (documents done, tokens done); may be empty.
@@ -56,8 +61,9 @@ struct TokenCheckReport {
 };
 
 // Reads every token of every document (the index's checks ran at open):
-// a negative id, an id at or above `vocab_size`, and a float token that is
-// not a whole number are problems naming the document and position. A
+// a negative id, an id at or above `vocab_size`, a float token that is not
+// a whole number, and with `eos` a document that does not end with it, are
+// problems naming the document and position. A
 // non-OK Status only when reading itself fails.
 [[nodiscard]] Result<TokenCheckReport> CheckTokens(const TokenDataset& dataset, const TokenCheckOptions& options = {});
 

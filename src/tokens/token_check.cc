@@ -75,6 +75,7 @@ Result<TokenCheckReport> CheckTokens(const TokenDataset& dataset, const TokenChe
       report.problems.push_back({document, position, token, std::move(message)});
   };
   for (std::uint64_t d = 0; d < counts.size(); ++d) {
+    std::optional<std::int64_t> last;  // the document's last token, once read
     for (std::uint64_t offset = 0; offset < counts[d]; offset += kChunk) {
       tokens.resize(std::min(kChunk, counts[d] - offset));
       Status read = dataset.ReadTokens(d, offset, tokens);
@@ -97,7 +98,13 @@ Result<TokenCheckReport> CheckTokens(const TokenDataset& dataset, const TokenChe
                               offset + i, options.vocab_size));
       }
       report.tokens_checked += tokens.size();
+      if (offset + tokens.size() == counts[d]) last = tokens.back();
     }
+    if (options.eos && counts[d] == 0)
+      problem(d, 0, 0, fmt::format("document {} is empty: it has no end-of-document token {}", d, *options.eos));
+    else if (options.eos && last && *last != *options.eos)
+      problem(d, counts[d] - 1, *last,
+              fmt::format("document {} ends with token {}, not the end-of-document token {}", d, *last, *options.eos));
     ++report.documents_checked;
     if (options.on_progress && (d % 4096 == 4095 || d + 1 == counts.size()))
       options.on_progress(report.documents_checked, report.tokens_checked);

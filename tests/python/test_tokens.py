@@ -183,6 +183,10 @@ def test_inspect_and_verify_a_token_dataset(cli, tmp_path):
     assert "1 problems" in bad.stdout
     report = json.loads(cli("verify", tmp_path / "c", "--vocab-size", "1000", "--json", check=False).stdout)
     assert report["ok"] is False and report["problems"][0]["document"] == 3 and report["max_token"] == 1000
+    stoker.write_tokens(tmp_path / "ended", [[4, 9, 0], [8, 0], [5, 6]])  # the last lacks its end token 0
+    ended = cli("verify", tmp_path / "ended", "--eos", "0", check=False)
+    assert ended.returncode == 1 and "document 2 ends with token 6, not the end-of-document token 0" in ended.stderr
+    assert cli("verify", tmp_path / "ended").returncode == 0
 
 
 def test_bench_reads_a_token_dataset_as_the_loader_does(cli, tmp_path):

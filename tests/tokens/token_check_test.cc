@@ -84,6 +84,25 @@ TEST(TokenCheck, EveryTokenIsReadAndBadIdsAreNamed) {
   EXPECT_EQ(progress_documents, 3u);
 }
 
+// A corpus tokenized without its end-of-document token trains a model that
+// never learns where a text ends: --eos names each document that does not
+// end with it (and each empty one), reading across chunk boundaries.
+TEST(TokenCheck, DocumentsThatDoNotEndWithTheEndOfDocumentTokenAreNamed) {
+  TempDir dir;
+  std::vector<std::int64_t> long_document(3'000'000, 7);  // three chunks of the check's reads
+  long_document.back() = 2;
+  const auto dataset = WriteTokenCorpus(dir, {{5, 9, 2}, long_document, {}, {3, 2, 3}}, "int32");
+  TokenCheckOptions options;
+  options.eos = 2;
+  ASSERT_OK_AND_ASSIGN(auto report, CheckTokens(*dataset, options));
+  ASSERT_EQ(report.problems_total, 2u);
+  EXPECT_EQ(report.problems[0].message, "document 2 is empty: it has no end-of-document token 2");
+  EXPECT_EQ(report.problems[1].message, "document 3 ends with token 3, not the end-of-document token 2");
+  EXPECT_EQ(report.problems[1].position, 2u);
+  ASSERT_OK_AND_ASSIGN(auto unchecked, CheckTokens(*dataset));
+  EXPECT_TRUE(unchecked.ok());  // without eos, no document's ending is a problem
+}
+
 // A float .bin holding NaN or 2.5 where a token id belongs: converting it to
 // int64 was undefined (NaN) or silently truncated; now the read and the check
 // name the document and position.

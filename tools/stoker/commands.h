@@ -22,18 +22,25 @@ struct PackArgs {
 };
 int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
+// What `verify` checks of a Megatron token dataset beyond every id being
+// a token id: ids below vocab_size (0: any), documents ending with eos.
+struct TokenVerifyArgs {
+  std::uint64_t vocab_size = 0;
+  std::optional<std::int64_t> eos;
+};
 // A packed dataset, or a Megatron token dataset's prefix (`seq_len`: the
-// rows shown; `vocab_size`: the ids verify accepts, 0 for any).
+// rows inspect shows).
 int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images,
                std::uint64_t seq_len);
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode, std::uint64_t vocab_size);
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode,
+              const TokenVerifyArgs& tokens);
 // Megatron token datasets (token_commands.cc). TokenPrefixFor: the prefix
 // when `location` is one (a URL is tried as one when opening it as a packed
 // dataset failed with `open_error` NotFound).
 std::optional<std::string> TokenPrefixFor(const std::string& location, const stoker::Status& open_error,
                                           const RemoteArgs& remote);
 int RunInspectTokens(const std::string& prefix, const RemoteArgs& remote, bool json, std::uint64_t seq_len);
-int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool json, std::uint64_t vocab_size);
+int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool json, const TokenVerifyArgs& args);
 int RunList(const std::string& location, const RemoteArgs& remote, bool json);
 
 struct BenchArgs {

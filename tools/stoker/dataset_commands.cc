@@ -342,16 +342,18 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   return kExitOk;
 }
 
-int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode, std::uint64_t vocab_size) {
+int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode,
+              const TokenVerifyArgs& tokens) {
   if (auto prefix = TokenPrefixFor(location, stoker::Status::Ok(), remote))
-    return RunVerifyTokens(*prefix, remote, json, vocab_size);
+    return RunVerifyTokens(*prefix, remote, json, tokens);
   auto dataset = Open(location, remote);
   if (!dataset.ok()) {
     if (auto prefix = TokenPrefixFor(location, dataset.error(), remote))
-      return RunVerifyTokens(*prefix, remote, json, vocab_size);
+      return RunVerifyTokens(*prefix, remote, json, tokens);
     return Fail(NotTokensEither(location, dataset.error()));
   }
-  if (vocab_size != 0) return Fail(stoker::Status::InvalidArgument("--vocab-size is for Megatron token datasets"));
+  if (tokens.vocab_size != 0 || tokens.eos)
+    return Fail(stoker::Status::InvalidArgument("--vocab-size and --eos are for Megatron token datasets"));
   std::optional<stoker::ProgressBar> bar;
   stoker::VerifyOptions options;
   options.on_progress = [&](std::uint64_t shards, std::uint64_t bytes) {

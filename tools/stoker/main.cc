@@ -96,7 +96,10 @@ int main(int argc, char** argv) {
   verify->add_flag("--decode", decode,
                    "Also decode every field by its kind (images, numbers, .npy, text, JSON), as the loader's "
                    "fields= would, and name each that fails");
-  std::uint64_t vocab_size = 0;
+  TokenVerifyArgs token_verify;
+  verify->add_option("--eos", token_verify.eos,
+                     "Megatron token datasets: every document must end with this end-of-document token id");
+  std::uint64_t& vocab_size = token_verify.vocab_size;
   verify->add_option("--vocab-size", vocab_size,
                      "Megatron token datasets (DATASET a PREFIX of PREFIX.idx + PREFIX.bin): every token id must be "
                      "below this (default: any id that is not negative)");
@@ -313,7 +316,7 @@ int main(int argc, char** argv) {
                     shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg});
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images, seq_len);
-  if (verify->parsed()) return RunVerify(dataset, remote, json, decode, vocab_size);
+  if (verify->parsed()) return RunVerify(dataset, remote, json, decode, token_verify);
   if (list->parsed()) return RunList(dataset, remote, json);
   return kExitError;
 }

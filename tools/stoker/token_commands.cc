@@ -77,12 +77,14 @@ int RunInspectTokens(const std::string& prefix, const RemoteArgs& remote, bool j
   return kExitOk;
 }
 
-int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool json, std::uint64_t vocab_size) {
+int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool json, const TokenVerifyArgs& args) {
+  const std::uint64_t vocab_size = args.vocab_size;
   auto dataset = OpenTokens(prefix, remote);
   if (!dataset.ok()) return Fail(dataset.error());
   std::optional<stoker::ProgressBar> bar;
   stoker::TokenCheckOptions options;
   options.vocab_size = vocab_size;
+  options.eos = args.eos;
   options.max_problems = json ? 100 : 20;  // a wrong vocabulary makes millions: the first name it
   options.on_progress = [&](std::uint64_t documents, std::uint64_t tokens) {
     if (!bar) bar.emplace("verify", "documents", (*dataset)->num_documents());
@@ -101,6 +103,7 @@ int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool js
     out["min_token"] = r.min_token;
     out["max_token"] = r.max_token;
     out["vocab_size"] = vocab_size ? nlohmann::json(vocab_size) : nlohmann::json();
+    out["eos"] = args.eos ? nlohmann::json(*args.eos) : nlohmann::json();
     out["problems_total"] = r.problems_total;
     out["problems"] = nlohmann::json::array();
     for (const auto& p : r.problems)
@@ -109,15 +112,16 @@ int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool js
     fmt::print("{}\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return r.ok() ? kExitOk : kExitError;
   }
-  for (const auto& p : r.problems) fmt::print(stderr, "BAD TOKEN {}: {}\n", stoker::Printable(prefix), p.message);
+  for (const auto& p : r.problems) fmt::print(stderr, "PROBLEM {}: {}\n", stoker::Printable(prefix), p.message);
   if (r.problems_total > r.problems.size())
     fmt::print(stderr, "... and {} more\n", r.problems_total - r.problems.size());
   const std::string ids =
       r.tokens_checked ? fmt::format("; ids {} to {} (a vocabulary of at least {} tokens{})", r.min_token, r.max_token,
                                      r.max_token + 1, vocab_size ? fmt::format(", --vocab-size {}", vocab_size) : "")
                        : "";
-  fmt::print("{}: checked {} documents, {} tokens{}: {}\n", stoker::Printable(prefix), r.documents_checked,
-             r.tokens_checked, ids, r.ok() ? "OK" : fmt::format("{} problems", r.problems_total));
+  const std::string ends = args.eos ? fmt::format("; each document to end with {}", *args.eos) : "";
+  fmt::print("{}: checked {} documents, {} tokens{}{}: {}\n", stoker::Printable(prefix), r.documents_checked,
+             r.tokens_checked, ids, ends, r.ok() ? "OK" : fmt::format("{} problems", r.problems_total));
   return r.ok() ? kExitOk : kExitError;
 }
 
