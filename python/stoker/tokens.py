@@ -188,14 +188,15 @@ class TokenLoader:
                 return
             epoch = item["epoch"]
             batch = {name: from_dlpack(item[name]) for name in ("input_ids", "labels", "position_ids", "cu_seqlens")}
-            if self._mover is not None:
-                batch = self._mover(batch)  # pinned, on stoker's own stream; torch's current stream waits on it
             if "documents" in item:
-                batch["documents"] = item["documents"]
                 # Each row's place in the epoch's order (every rank's rows together): ids the elastic
                 # Trainer gathers to report each global batch, whatever the world size.
                 first = item["first_row"]
                 batch["__index__"] = torch.arange(first, first + batch["input_ids"].shape[0], dtype=torch.int64)
+            if self._mover is not None:
+                batch = self._mover(batch)  # pinned, on stoker's own stream; torch's current stream waits on it
+            if "documents" in item:
+                batch["documents"] = item["documents"]
             yield batch
 
     def _mark_epoch_start(self):
