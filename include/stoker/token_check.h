@@ -63,8 +63,8 @@ struct TokenCheckReport {
 // Reads every token of every document (the index's checks ran at open):
 // a negative id, an id at or above `vocab_size`, a float token that is not
 // a whole number, and with `eos` a document that does not end with it, are
-// problems naming the document and position. A
-// non-OK Status only when reading itself fails.
+// problems naming the document and position. A non-OK Status only when
+// reading itself fails.
 [[nodiscard]] Result<TokenCheckReport> CheckTokens(const TokenDataset& dataset, const TokenCheckOptions& options = {});
 
 }  // namespace stoker
