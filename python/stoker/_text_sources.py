@@ -87,14 +87,13 @@ def _unpacking_errors():
 def _lines(path):
     """(number, line) of ``path``; a file that does not decompress is a ValueError naming where it stopped."""
     number = 0
-    try:
-        with _open(path) as f:
+    with _open(path) as f:  # a file that cannot be opened says so itself (FileNotFoundError, ...)
+        try:
             for number, line in enumerate(f, 1):
                 yield number, line
-    except _unpacking_errors() as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise ValueError("%s: cannot be read past line %d (%s: %s)" % (path, number, type(e).__name__, e)) from None
+        except _unpacking_errors() as e:
+            raise ValueError("%s: cannot be read past line %d (%s: %s)" % (path, number, type(e).__name__, e)) \
+                from None
 
 
 def _jsonl(path, text_field):

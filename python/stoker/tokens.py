@@ -205,14 +205,14 @@ class TokenLoader:
         self._epoch_start_stats = self.stats()
 
     def _end_epoch(self, epoch):
-        self._last_epoch_summary = "epoch %d: %s" % (epoch, self._summary_since(self._epoch_start_stats,
-                                                                                 self._epoch_start_time))
+        self._last_epoch_summary = "epoch %d: %s" % (epoch, self._summary_since_epoch_start())
         if self._log_epochs:
             logging.getLogger("stoker").info(self._last_epoch_summary)
         self._mark_epoch_start()
 
-    def _summary_since(self, start, start_time):
-        now, wall = self.stats(), max(1e-9, time.perf_counter() - start_time)
+    def _summary_since_epoch_start(self):
+        start = self._epoch_start_stats
+        now, wall = self.stats(), max(1e-9, time.perf_counter() - self._epoch_start_time)
         d = {k: now[k] - start[k] for k in ("batches", "rows", "tokens", "wait_s", "build_s", "remote_wait_s")}
         line = ("%d batches, %d rows, %d tokens in %.2f s (%.0f tokens/s); consumer waited %.2f s (%.1f%%); "
                 "packing thread busy %.0f%%" % (d["batches"], d["rows"], d["tokens"], wall, d["tokens"] / wall,
@@ -242,7 +242,7 @@ class TokenLoader:
         so far before that."""
         if self._last_epoch_summary is not None:
             return self._last_epoch_summary
-        return self._summary_since(self._epoch_start_stats, self._epoch_start_time)
+        return self._summary_since_epoch_start()
 
     @property
     def rank(self):

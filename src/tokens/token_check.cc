@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "stoker/remote.h"
+
 namespace stoker {
 namespace {
 
@@ -17,10 +19,6 @@ constexpr std::string_view kMagic{"MMIDIDX\0\0", 9};
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-bool IsUrl(std::string_view s) {
-  return s.starts_with("http://") || s.starts_with("https://") || s.starts_with("s3://");
 }
 
 bool HasMegatronMagic(const std::string& idx) {
@@ -54,7 +52,7 @@ std::optional<std::string> TokenDatasetPrefix(const std::string& location) {
   std::string prefix = location;
   const bool named_file = EndsWith(location, ".idx") || EndsWith(location, ".bin");
   if (named_file) prefix.resize(prefix.size() - 4);
-  if (IsUrl(location)) return named_file ? std::optional(prefix) : std::nullopt;
+  if (IsRemoteLocation(location)) return named_file ? std::optional(prefix) : std::nullopt;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(prefix + ".idx", ec)) return std::nullopt;
   if (!named_file && std::filesystem::exists(location, ec)) return std::nullopt;  // a dataset folder or file of its own

@@ -12,6 +12,7 @@
 #include "stoker/fields.h"
 #include "stoker/pack.h"
 #include "stoker/progress.h"
+#include "stoker/remote.h"
 #include "stoker/text.h"
 
 namespace stoker_cli {
@@ -208,8 +209,7 @@ void PrintLabels(const stoker::DatasetSummary& s) {
 
 // A URL that is neither a packed dataset nor a token prefix: both are said.
 stoker::Status NotTokensEither(const std::string& location, const stoker::Status& error) {
-  const bool url = location.starts_with("http://") || location.starts_with("https://") || location.starts_with("s3://");
-  if (!url || error.code() != stoker::StatusCode::kNotFound) return error;
+  if (!stoker::IsRemoteLocation(location) || error.code() != stoker::StatusCode::kNotFound) return error;
   return stoker::Status::NotFound(error.message() + "; nor a Megatron token dataset's prefix (no " + location +
                                   ".idx there)");
 }

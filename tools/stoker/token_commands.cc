@@ -11,15 +11,12 @@
 #include "commands.h"
 #include "simulated_step.h"
 #include "stoker/progress.h"
+#include "stoker/remote.h"
 #include "stoker/text.h"
 #include "stoker/token_check.h"
 
 namespace stoker_cli {
 namespace {
-
-bool IsTokenUrl(const std::string& s) {
-  return s.starts_with("http://") || s.starts_with("https://") || s.starts_with("s3://");
-}
 
 stoker::Result<std::unique_ptr<stoker::TokenDataset>> OpenTokens(const std::string& prefix, const RemoteArgs& remote) {
   STOKER_ASSIGN_OR_RETURN(auto options, OpenOptionsFrom(remote));
@@ -34,8 +31,7 @@ std::optional<std::string> TokenPrefixFor(const std::string& location, const sto
                                           const RemoteArgs& remote) {
   if (auto prefix = stoker::TokenDatasetPrefix(location)) return prefix;
   // A URL prefix cannot be told by its name: one that is no stoker dataset may be a token dataset.
-  if (!IsTokenUrl(location) || open_error.ok() || open_error.code() != stoker::StatusCode::kNotFound)
-    return std::nullopt;
+  if (!stoker::IsRemoteLocation(location) || open_error.code() != stoker::StatusCode::kNotFound) return std::nullopt;
   if (!OpenTokens(location, remote).ok()) return std::nullopt;
   return location;
 }

@@ -31,11 +31,11 @@ def verdict(d):
             % (d._mtbf_s / 3600.0, interval), _gain(share["checkpoint"])))
     if share["h2d_copy"] > 0.05:
         pageable = d._pageable_copies and d._pageable_copies == d._copies
+        loader = _loader_name(d)
         findings.append(("host-to-device copies: %.0f%% of step time%s" % (
             100 * share["h2d_copy"], " from pageable memory" if pageable else ""),
             "pageable copies: use stoker.%s(device=\"cuda\") (pinned buffers, its own copy stream) or "
-            "pin_memory=True" % _loader_name(d) if pageable else
-            "copy on a side stream: stoker.%s(device=\"cuda\")" % _loader_name(d),
+            "pin_memory=True" % loader if pageable else "copy on a side stream: stoker.%s(device=\"cuda\")" % loader,
             _gain(share["h2d_copy"])))
     host_sync = a["host_seconds"]["sync"] / a["wall_s"] if a["wall_s"] > 0 else 0.0
     if max(share["sync"], host_sync) > 0.05:
