@@ -107,7 +107,9 @@ struct PackSummary {
 //    repacked.
 // Output is deterministic: the same input gives byte-identical files. Shards
 // and the index are written under temporary names and renamed, the index
-// last, so an interrupted pack never leaves a folder that opens as a dataset.
+// last, so an interrupted pack never leaves a folder that opens as a dataset;
+// a pack that fails removes the shards it wrote. Samples that come from a
+// program rather than files: DatasetWriter (stoker/dataset_writer.h).
 [[nodiscard]] Result<PackSummary> Pack(const std::string& source, const std::string& out_dir,
                                        const PackOptions& options = {});
 

@@ -16,7 +16,6 @@
 #include "stoker/device_loader.h"
 #include "stoker/loader.h"
 #include "stoker/open.h"
-#include "stoker/pack.h"
 #include "stoker/remote.h"
 
 namespace py = pybind11;
@@ -414,40 +413,7 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("stats", [](PyLoader& l) { return l.L().stats(); });
 
-  m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
-                   std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed,
-                   std::vector<std::string> file_columns, bool seekable_jpeg) {
-    stoker::PackOptions options;
-    options.seekable_jpeg = seekable_jpeg;
-    options.file_columns = std::move(file_columns);
-    options.target_shard_bytes = shard_bytes;
-    options.overwrite = overwrite;
-    options.max_side = max_side;
-    options.quality = quality;
-    options.shuffle = shuffle_seed.has_value();
-    options.shuffle_seed = shuffle_seed.value_or(0);
-    stoker::Result<stoker::PackSummary> summary = stoker::Status::Internal("unset");
-    {
-      py::gil_scoped_release release;
-      summary = stoker::Pack(source, out, options);
-    }
-    const auto s = Unwrap(std::move(summary));
-    py::dict d;
-    d["samples"] = s.samples;
-    d["shards"] = s.shards;
-    d["shard_bytes"] = s.shard_bytes;
-    d["class_names"] = s.class_names;
-    d["index_path"] = s.index_path;
-    d["images_reencoded"] = s.images_reencoded;
-    d["reencoded_bytes_before"] = s.reencoded_bytes_before;
-    d["reencoded_bytes_after"] = s.reencoded_bytes_after;
-    d["seekable_jpegs"] = s.seekable_jpegs;
-    d["seekable_kept"] = s.seekable_kept;
-    d["seekable_bytes_before"] = s.seekable_bytes_before;
-    d["seekable_bytes_after"] = s.seekable_bytes_after;
-    d["note"] = s.note;
-    return d;
-  });
+  stoker_python::BindPack(m);
   m.def("parse_byte_size", [](const std::string& text) { return Unwrap(stoker::ParseByteSize(text)); });
   m.def("cuda_status", [] {
     const stoker::CudaAvailability a = stoker::QueryCuda();

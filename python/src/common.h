@@ -47,6 +47,7 @@ stoker::LoaderState LoaderStateFromDict(const py::dict& d);
 
 void BindCheckpoint(py::module_& m);
 void BindOrderTools(py::module_& m);
+void BindPack(py::module_& m);  // stoker.pack, stoker.DatasetWriter
 void BindDecoders(py::module_& m);
 void BindFields(py::module_& m);
 void BindTokens(py::module_& m);

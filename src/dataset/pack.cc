@@ -1,10 +1,7 @@
 // stoker pack and stoker index.
 #include "stoker/pack.h"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -13,32 +10,26 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/hash.h"
 #include "core/mutex.h"
 #include "core/rng.h"
 #include "dataset/index_shards.h"
 #include "dataset/pack_rewrite.h"
+#include "dataset/shard_sink.h"
 #include "dataset/source.h"
-#include "format/index_format.h"
 #include "format/index_note.h"
-#include "format/tar.h"
-#include "format/webdataset.h"
 #include "stoker/dataset.h"
-#include "stoker/text.h"
 
 namespace stoker {
 namespace {
 
 using pack_internal::FieldRewriter;
 using pack_internal::FieldSource;
+using pack_internal::ShardSink;
 using pack_internal::SourceListing;
 using pack_internal::SourceSample;
+using pack_internal::ValidateKey;
 
 namespace fs_std = std::filesystem;
-
-std::string ShardName(std::uint64_t i) {
-  return fmt::format("shard-{:06}.tar", i);
-}
 
 std::span<const std::byte> AsBytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
@@ -167,104 +158,6 @@ class OrderedParallelReader {
   std::vector<std::jthread> workers_;
 };
 
-// Writes shard files under temporary names (created exclusively, never
-// through a link) and publishes each by rename.
-class ShardWriter {
- public:
-  ShardWriter(FileSystem& fs, std::string dir) : fs_(fs), dir_(std::move(dir)) {}
-
-  [[nodiscard]] bool open() const { return file_.has_value(); }
-  [[nodiscard]] std::uint64_t offset() const { return offset_; }
-
-  Status Open(std::uint64_t shard) {
-    STOKER_ASSIGN_OR_RETURN(auto file, AtomicFile::Create(fs_, dir_ + "/" + ShardName(shard)));
-    file_.emplace(std::move(file));
-    offset_ = 0;
-    hash_ = Xxh3Stream();
-    return Status::Ok();
-  }
-
-  Status Append(std::span<const std::byte> bytes) {
-    STOKER_RETURN_IF_ERROR(file_->Append(bytes));
-    hash_.Update(bytes);
-    offset_ += bytes.size();
-    return Status::Ok();
-  }
-
-  // Ends the archive, syncs and renames (the folder is synced once at the
-  // end). Returns (size, checksum). Abandoned on error, the temporary goes.
-  Result<std::pair<std::uint64_t, std::uint64_t>> Finish() {
-    static constexpr std::byte kZeros[tar::kEndOfArchiveSize] = {};
-    STOKER_RETURN_IF_ERROR(Append(kZeros));
-    Status s = file_->Commit(/*sync_folder=*/false);
-    file_.reset();
-    STOKER_RETURN_IF_ERROR(s);
-    return std::pair{offset_, hash_.Digest()};
-  }
-
- private:
-  FileSystem& fs_;
-  std::string dir_;
-  std::optional<AtomicFile> file_;
-  std::uint64_t offset_ = 0;
-  Xxh3Stream hash_;
-};
-
-// A shard name this pack writes: shard-NNNNNN.tar; its number.
-std::optional<std::uint64_t> ShardNumber(std::string_view name) {
-  if (name.size() != ShardName(0).size() || !name.starts_with("shard-") || !name.ends_with(".tar")) return std::nullopt;
-  const std::string_view digits = name.substr(6, 6);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-  return std::stoull(std::string(digits));
-}
-
-// A temporary an earlier stoker run left: "<shard or index>.tmp-<pid>-<n>"
-// whose process is gone.
-bool IsDeadTemporary(std::string_view name) {
-  const auto at = name.find(".tmp-");
-  if (at == std::string_view::npos) return false;
-  const std::string_view base = name.substr(0, at);
-  if (!ShardNumber(base) && base != kIndexFileName) return false;
-  const std::string_view rest = name.substr(at + 5);
-  const auto dash = rest.find('-');
-  if (dash == std::string_view::npos || dash == 0 || dash + 1 == rest.size()) return false;
-  const std::string_view pid = rest.substr(0, dash), counter = rest.substr(dash + 1);
-  auto digits = [](std::string_view t) {
-    return std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  if (!digits(pid) || !digits(counter) || pid.size() > 9) return false;
-  const long p = std::stol(std::string(pid));
-  return p > 0 && ::kill(static_cast<pid_t>(p), 0) != 0 && errno == ESRCH;
-}
-
-// A key goes into tar member names, so it must be a relative path that
-// stays inside the archive's folder and prints on one line.
-Status ValidateKey(const SourceSample& sample) {
-  const std::string_view key = sample.key;
-  auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument(
-        fmt::format("{}: sample key '{}' {}; tar members named after it could be written outside the folder they "
-                    "are unpacked into (rename the file, or give a clean key in the manifest)",
-                    Printable(sample.origin), Printable(key), why));
-  };
-  if (key.empty()) return bad("is empty");
-  if (key.starts_with('/')) return bad("is an absolute path");
-  if (std::any_of(key.begin(), key.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
-    return bad("holds control characters (a newline, tab or NUL)");
-  if (key.find('\\') != std::string_view::npos) return bad("holds a backslash");
-  std::size_t start = 0;
-  while (start <= key.size()) {
-    const auto slash = key.find('/', start);
-    const std::string_view part =
-        key.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    if (part == "..") return bad("has a '..' component");
-    if (part == "." || part.empty()) return bad("has an empty or '.' path component");
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
-  }
-  return Status::Ok();
-}
-
 Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir,
                                  const PackOptions& options) {
   auto info = fs.Stat(source);
@@ -301,57 +194,6 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
       source));
 }
 
-// Makes `out_dir` ready: with `overwrite`, removes an old index first (so
-// the folder stops looking complete). Without it, refuses a folder holding
-// an index or shard files of our naming, which this pack would overwrite or
-// leave mixed with its own; nothing is deleted that this run did not create,
-// except the temporaries of stoker runs that died (their exact names, dead
-// writer pid).
-Status PrepareOutput(FileSystem& fs, const std::string& out_dir, bool overwrite) {
-  STOKER_RETURN_IF_ERROR(fs.CreateDirectories(out_dir));
-  STOKER_ASSIGN_OR_RETURN(FileInfo info, fs.Stat(out_dir));
-  if (info.type != FileType::kDirectory)
-    return Status::InvalidArgument(fmt::format("output '{}' is not a folder", out_dir));
-  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
-  std::vector<std::string> in_the_way;
-  bool has_index = false;
-  for (const auto& e : entries) {
-    if (e.name == kIndexFileName) has_index = true;
-    if (ShardNumber(e.name)) in_the_way.push_back(e.name);
-  }
-  std::sort(in_the_way.begin(), in_the_way.end());
-  if (!overwrite) {
-    if (has_index)
-      return Status::AlreadyExists(
-          fmt::format("'{}' already holds a dataset ({} exists); pass --force to replace it", out_dir, kIndexFileName));
-    if (!in_the_way.empty())
-      return Status::AlreadyExists(fmt::format(
-          "'{}' holds {} shard file(s) this pack would overwrite or leave mixed with its own ({}{}); pass --force "
-          "to replace them, or pack into an empty folder",
-          out_dir, in_the_way.size(),
-          fmt::join(in_the_way.begin(), in_the_way.begin() + std::min<std::size_t>(3, in_the_way.size()), ", "),
-          in_the_way.size() > 3 ? ", ..." : ""));
-  }
-  if (has_index) {
-    STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + std::string(kIndexFileName)));
-    STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
-  }
-  for (const auto& e : entries)
-    if (!e.is_link && e.type == FileType::kRegular && IsDeadTemporary(e.name))
-      STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
-  return Status::Ok();
-}
-
-// After a replace (--force): removes shard files numbered past the new last shard.
-Status RemoveStaleShards(FileSystem& fs, const std::string& out_dir, std::uint64_t shard_count) {
-  STOKER_ASSIGN_OR_RETURN(auto entries, fs.ListDirectory(out_dir));
-  for (const auto& e : entries) {
-    const auto number = ShardNumber(e.name);
-    if (number && *number >= shard_count) STOKER_RETURN_IF_ERROR(fs.Remove(out_dir + "/" + e.name));
-  }
-  return Status::Ok();
-}
-
 unsigned DefaultThreads() {
   return std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u);
 }
@@ -369,7 +211,7 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
         fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
   STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir, options));
   if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
-  for (const auto& sample : listing.samples) STOKER_RETURN_IF_ERROR(ValidateKey(sample));
+  for (const auto& sample : listing.samples) STOKER_RETURN_IF_ERROR(ValidateKey(sample.key, sample.origin));
   {
     std::unordered_map<std::string_view, std::string_view> seen;
     for (const auto& s : listing.samples) {
@@ -386,79 +228,34 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
     Rng rng(options.shuffle_seed, 0x7061636b);  // "pack": a stream of its own
     Shuffle(listing.samples.data(), listing.samples.size(), rng);
   }
-  STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, options.overwrite));
-
-  PackSummary summary;
-  summary.class_names = listing.class_names;
-  summary.warnings = listing.warnings;
-  index_format::IndexBuilder builder;
-  ShardWriter writer(fs, out_dir);
-  std::uint32_t shard_id = 0;
-  auto finish_shard = [&]() -> Status {
-    STOKER_ASSIGN_OR_RETURN(auto done, writer.Finish());
-    builder.SetShardContents(shard_id, done.first, done.second);
-    summary.shard_bytes += done.first;
-    summary.shards++;
-    return Status::Ok();
-  };
+  STOKER_ASSIGN_OR_RETURN(
+      auto sink, ShardSink::Create(fs, out_dir, options.target_shard_bytes, options.overwrite, "pass --force"));
 
   OrderedParallelReader reader(fs, listing.samples, options.threads ? options.threads : DefaultThreads(), rewriter);
   PackProgress progress;
   progress.samples_total = listing.samples.size();
-  std::string headers;
-  std::vector<index_format::IndexBuilder::Field> fields;
+  std::vector<ShardSink::Field> fields;
   for (const SourceSample& sample : listing.samples) {
     STOKER_ASSIGN_OR_RETURN(LoadedSample next, reader.Next());
-    const auto& loaded = next.payloads;
-    // Lay the sample out as tar members: header, data, padding for each field.
-    std::vector<std::string> member_headers(sample.fields.size());
-    std::uint64_t sample_bytes = 0;
-    for (std::size_t f = 0; f < sample.fields.size(); ++f) {
-      const std::string name = fmt::format("{}.{}", sample.key, sample.fields[f].name);
-      STOKER_RETURN_IF_ERROR(tar::AppendFileHeader(member_headers[f], name, loaded[f].size()));
-      sample_bytes += member_headers[f].size() + loaded[f].size() + tar::PaddingAfter(loaded[f].size());
-    }
-    if (writer.open() && writer.offset() + sample_bytes + tar::kEndOfArchiveSize > options.target_shard_bytes) {
-      STOKER_RETURN_IF_ERROR(finish_shard());
-    }
-    if (!writer.open()) {
-      shard_id = builder.AddShard(ShardName(summary.shards));
-      STOKER_RETURN_IF_ERROR(writer.Open(summary.shards));
-    }
     fields.clear();
-    Xxh3Stream checksum;
-    static constexpr std::byte kPadding[tar::kBlockSize] = {};
     for (std::size_t f = 0; f < sample.fields.size(); ++f) {
-      STOKER_RETURN_IF_ERROR(writer.Append(AsBytes(member_headers[f])));
-      fields.push_back({sample.fields[f].name, writer.offset(), loaded[f].size(),
-                        index_format::KindCode(sample.fields[f].content), next.restarts[f].offsets,
-                        next.restarts[f].geometry, loaded[f]});
-      STOKER_RETURN_IF_ERROR(writer.Append(loaded[f]));
-      STOKER_RETURN_IF_ERROR(writer.Append(std::span(kPadding).first(tar::PaddingAfter(loaded[f].size()))));
-      checksum.Update(loaded[f]);
-      progress.bytes_done += loaded[f].size();
-      summary.payload_bytes += loaded[f].size();
+      fields.push_back({sample.fields[f].name, next.payloads[f], sample.fields[f].content,
+                        next.restarts[f].offsets.empty() ? nullptr : &next.restarts[f]});
+      progress.bytes_done += next.payloads[f].size();
     }
-    STOKER_RETURN_IF_ERROR(builder.AddSample(shard_id, sample.key, sample.label, checksum.Digest(), fields));
+    STOKER_RETURN_IF_ERROR(sink->Add(sample.key, sample.label, fields));
     progress.samples_done++;
     if (options.on_progress) options.on_progress(progress);
   }
-  STOKER_RETURN_IF_ERROR(finish_shard());
-  STOKER_RETURN_IF_ERROR(fs.SyncDirectory(out_dir));
-
-  if (rewriter != nullptr) {
-    rewriter->Report(summary);
-    summary.note = rewriter->Note();
-  }
-  // Labels that came from names keep them (ImageFolder's classes, a manifest's class-name labels).
-  summary.note = index_format::NoteWithClassNames(summary.note, listing.class_names);
-  builder.SetNote(summary.note);
-  // The index goes last: only a complete dataset has one.
-  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
-  summary.index_path = out_dir + "/" + std::string(kIndexFileName);
-  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
-  if (options.overwrite) STOKER_RETURN_IF_ERROR(RemoveStaleShards(fs, out_dir, summary.shards));
-  summary.samples = listing.samples.size();
+  // What a rewriter did, and labels that came from names (ImageFolder's
+  // classes, a manifest's class-name labels), go into the index's note.
+  const std::string note =
+      index_format::NoteWithClassNames(rewriter != nullptr ? rewriter->Note() : "", listing.class_names);
+  STOKER_ASSIGN_OR_RETURN(PackSummary summary, sink->Finish(note));
+  if (rewriter != nullptr) rewriter->Report(summary);
+  summary.class_names = listing.class_names;
+  summary.warnings = listing.warnings;
+  summary.note = note;
   return summary;
 }
 

@@ -239,6 +239,10 @@ class IndexBuilder {
   [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                  std::span<const Field> fields);
   [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
+  // The key of sample `i` (< num_samples()).
+  [[nodiscard]] std::string_view key(std::uint64_t i) const {
+    return std::string_view(keys_).substr(samples_[i].key_offset, samples_[i].key_len);
+  }
   // Tar members left out of the shards' samples (recorded in the header).
   void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
   // A note for readers (JSON, at most kMaxNoteBytes); none when empty.

@@ -1,0 +1,298 @@
+"""stoker.DatasetWriter: see its docstring."""
+import io
+import json
+import numbers
+import os
+import warnings
+
+from . import _native, _params
+from .checkpoint import parse_size
+
+_NPY_MAGIC = b"\x93NUMPY"
+# Pillow's formats for the image extensions; PNG and WebP are written
+# losslessly, JPEG at _JPEG_QUALITY.
+_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
+_JPEG_QUALITY = 95
+
+
+def _extension(name):
+    return name.rsplit(".", 1)[-1]
+
+
+def _is_metadata(name):
+    # WebDataset's own entries in a sample dict (__key__, __url__, __local_path__).
+    return len(name) >= 4 and name.startswith("__") and name.endswith("__")
+
+
+def _is_pil_image(value):
+    return type(value).__module__.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "mode")
+
+
+def _numpy_array(value):
+    """``value`` as a NumPy array when it is one, a NumPy scalar or a torch
+    tensor; None otherwise."""
+    module = type(value).__module__
+    if module == "numpy" or module.startswith("numpy."):
+        import numpy
+        return numpy.asarray(value)
+    if module.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return None
+
+
+def _bytes_like(value):
+    return isinstance(value, (bytes, bytearray, memoryview))
+
+
+class _FieldError(ValueError):
+    pass
+
+
+def _image_bytes(name, value):
+    if _bytes_like(value):
+        return value
+    if isinstance(value, dict) and set(value) <= {"bytes", "path"}:
+        # Hugging Face datasets' undecoded image: {"bytes": ..., "path": ...}.
+        if value.get("bytes") is not None:
+            return value["bytes"]
+        if value.get("path"):
+            with open(value["path"], "rb") as f:
+                return f.read()
+        raise _FieldError("an image given as {'bytes': None, 'path': None}")
+    array = _numpy_array(value)
+    if array is not None:
+        from PIL import Image
+        if array.dtype.name != "uint8" or array.ndim not in (2, 3):
+            raise _FieldError("an image array must be uint8 (H, W) or (H, W, C), not %s %s"
+                              % (array.dtype, array.shape))
+        value = Image.fromarray(array)
+    if _is_pil_image(value):
+        out = io.BytesIO()
+        fmt = _PIL_FORMATS[_extension(name)]
+        if fmt == "JPEG":
+            value.save(out, format=fmt, quality=_JPEG_QUALITY)
+        elif fmt == "WEBP":
+            value.save(out, format=fmt, lossless=True)
+        else:
+            value.save(out, format=fmt)
+        return out.getvalue()
+    raise _FieldError("an image field takes bytes, a PIL image, a uint8 array or {'bytes', 'path'}, not %s"
+                      % type(value).__name__)
+
+
+def _npy_bytes(value):
+    if _bytes_like(value):
+        if bytes(value[:6]) != _NPY_MAGIC:
+            raise _FieldError("bytes that are not a .npy file (no \\x93NUMPY magic)")
+        return value
+    import numpy
+    array = _numpy_array(value)
+    if array is None:
+        array = numpy.asarray(value)
+    if array.dtype.hasobject:
+        raise _FieldError("an array of Python objects (dtype %s): stoker does not store pickles" % array.dtype)
+    out = io.BytesIO()
+    numpy.save(out, array, allow_pickle=False)
+    return out.getvalue()
+
+
+def _json_bytes(value):
+    if _bytes_like(value):
+        try:
+            json.loads(bytes(value))
+        except ValueError as e:
+            raise _FieldError("bytes that are not JSON (%s)" % e) from None
+        return value
+    array = _numpy_array(value)
+    if array is not None:
+        value = array.tolist()
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise _FieldError("a value JSON cannot hold (%s)" % e) from None
+
+
+def _text_bytes(value):
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if _bytes_like(value):
+        try:
+            bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _FieldError("bytes that are not UTF-8 (%s)" % e) from None
+        return value
+    raise _FieldError("a text field takes str, not %s" % type(value).__name__)
+
+
+def _int_text(value):
+    array = _numpy_array(value)
+    if array is not None and array.ndim == 0:
+        value = array.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _FieldError("an integer field takes an int, not %r" % (value,))
+    return str(int(value)).encode()
+
+
+def _encode(name, value):
+    """(payload, kind name) for field ``name`` holding ``value``."""
+    kind = _native.conventional_field_kind(name)
+    if kind == "image":
+        return _image_bytes(name, value), kind
+    if kind == "array":
+        return _npy_bytes(value), kind
+    if kind == "json":
+        return _json_bytes(value), kind
+    if kind == "text":
+        return _text_bytes(value), kind
+    if kind == "int":
+        if isinstance(value, (str, bytes)):
+            value = value.strip()
+            try:
+                value = int(value)
+            except ValueError:
+                raise _FieldError("an integer field takes an int, not %r" % (value,)) from None
+        return _int_text(value), kind
+    # A name without a known extension: what is stored follows the value.
+    if _bytes_like(value):
+        return value, "bytes"
+    if isinstance(value, str):
+        return value.encode("utf-8"), "text"
+    array = _numpy_array(value)
+    if array is not None:
+        if array.ndim != 0:
+            raise _FieldError("an array needs a name ending in .npy (e.g. '%s.npy'), which says how to read it"
+                              % name)
+        value = array.item()
+    if isinstance(value, bool):
+        return b"true" if value else b"false", "json"
+    if isinstance(value, numbers.Integral):
+        return str(int(value)).encode(), "int"
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _FieldError("%r: a number field must be finite" % value)
+        return repr(value).encode(), "float"
+    if isinstance(value, (dict, list, tuple)):
+        return _json_bytes(value), "json"
+    if _is_pil_image(value):
+        raise _FieldError("a PIL image needs a name ending in .png, .webp or .jpg (e.g. '%s.png'), which says how "
+                          "to encode it" % name)
+    raise _FieldError("cannot store a %s; give bytes, str, a number, a dict or list (JSON), an array under a "
+                      "'.npy' name or an image under an image name" % type(value).__name__)
+
+
+class DatasetWriter:
+    """Writes a dataset sample by sample, from Python: the dataset ``stoker
+    pack`` makes (indexed WebDataset tar shards), for data that is not in
+    files, such as a Hugging Face dataset, a database or samples made on the
+    fly::
+
+        with stoker.DatasetWriter("out", class_names=names) as writer:
+            for i, row in enumerate(rows):
+                writer.write({"__key__": "%08d" % i, "jpg": row["image"], "cls": row["label"],
+                              "boxes.npy": numpy.asarray(row["boxes"], "float32"), "txt": row["caption"]})
+        loader = stoker.Loader("out", ...)
+
+    Each sample is a dict of field name -> value, named as WebDataset names
+    a sample's files ("jpg", "cls", "mask.png", "boxes.npy"). ``__key__``
+    is the sample's key (unique; default: its position, zero-padded); other
+    ``__*__`` entries (WebDataset's ``__url__``) and None values are left
+    out. The name's extension says how a value is stored:
+
+    - ``jpg``/``jpeg``/``png``/``webp``: bytes as they are (kept exactly);
+      a PIL image or a uint8 (H, W[, C]) array is encoded, PNG and WebP
+      losslessly, JPEG at quality 95; Hugging Face's undecoded
+      ``{"bytes": ..., "path": ...}`` is stored as its bytes (or its file's).
+    - ``npy``: a NumPy array, scalar or torch tensor (``numpy.save``, no
+      pickles); bytes must be a ``.npy`` file already.
+    - ``json``: any JSON value (``json.dumps``); bytes must parse.
+    - ``txt``: str (UTF-8). ``cls``/``id``/``idx``/``index``/``label``: an
+      integer; ``cls`` is the sample's label.
+    - any other name: bytes as they are, str as text, int and float as
+      numbers (read with ``stoker.Int``/``stoker.Float``), bool, dict, list
+      as JSON.
+
+    Shards of about ``shard_size`` (bytes or a string such as "64MiB") are
+    written under temporary names and renamed; ``close()`` writes the index
+    last and returns a summary dict. A writer closed by an exception in its
+    ``with`` block, or dropped unclosed, removes what it wrote, so a folder
+    never looks like a dataset that is missing samples. Without
+    ``overwrite``, a folder holding a dataset is refused. ``class_names``:
+    label i's name, kept in the index (``stoker inspect`` shows it). The same
+    samples give byte-identical files. Samples are stored in the order
+    written: to mix classes across shards, write them in a random order (or
+    repack with ``stoker pack OUT OUT2 --shuffle``)."""
+
+    def __init__(self, out, shard_size=64 << 20, overwrite=False, class_names=None):
+        size = parse_size(shard_size)
+        names = [] if class_names is None else list(class_names)
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError("class_names must be a list of str, not %r" % (class_names,))
+        self._out = os.fspath(out)
+        self._native = _native.DatasetWriter(self._out, size, _params.boolean("overwrite", overwrite), names)
+        self._summary = None
+
+    @property
+    def samples(self):
+        """How many samples were written so far."""
+        return self._native.samples if self._native is not None else self._summary["samples"]
+
+    def write(self, sample):
+        """Appends one sample (a dict; see the class). A bad key, field name
+        or value is a ValueError or TypeError naming the sample and field, and
+        leaves the writer as it was."""
+        if self._native is None:
+            raise ValueError("this DatasetWriter is closed")
+        if not isinstance(sample, dict):
+            raise TypeError("a sample is a dict of field name -> value, not %s" % type(sample).__name__)
+        key = sample.get("__key__")
+        if key is None:
+            key = "%09d" % self._native.samples
+        elif not isinstance(key, str):
+            raise TypeError("__key__ must be a str, not %r" % (key,))
+        fields = []
+        for name, value in sample.items():
+            if not isinstance(name, str):
+                raise TypeError("sample %r: field names are str, not %r" % (key, name))
+            if _is_metadata(name) or value is None:
+                continue
+            try:
+                payload, kind = _encode(name, value)
+            except _FieldError as e:
+                raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
+            fields.append((name, payload, kind))
+        self._native.add(key, fields)
+
+    def close(self):
+        """Ends the last shard and writes the index; returns the summary
+        ({"samples", "shards", "shard_bytes", "payload_bytes", "index_path",
+        ...}). Closing again returns it again."""
+        if self._native is None:
+            if self._summary is None:
+                raise ValueError("this DatasetWriter was aborted; nothing was kept")
+            return self._summary
+        try:
+            self._summary = self._native.finish()
+        finally:
+            self._native = None  # on failure, dropping it removes what it wrote
+        return self._summary
+
+    def abort(self):
+        """Drops the dataset: removes the shards written so far, writes no
+        index."""
+        self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_native", None) is not None:
+            warnings.warn("stoker.DatasetWriter(%r) was dropped without close(): the %d samples written are removed"
+                          % (self._out, self._native.samples), ResourceWarning, stacklevel=2)
