@@ -1,14 +1,20 @@
 """stoker.pack: see its docstring."""
 import os
 
-from . import _native, _params
+from . import _native, _params, _parquet
 from .checkpoint import parse_size
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
          shuffle_seed=0, file_columns=(), seekable_jpeg=False):
-    """Packs an ImageFolder tree, a CSV/JSONL manifest or tar shards into
-    indexed shards (see `stoker pack --help`). Returns a summary dict.
+    """Packs an ImageFolder tree, a CSV/JSONL manifest, tar shards or Parquet
+    files into indexed shards (see `stoker pack --help`). Returns a summary
+    dict. Parquet (a ``.parquet`` file, a glob pattern, a folder of them, or
+    a list: Hugging Face datasets' format; needs pyarrow) packs each row as
+    a sample: image columns as images (named by their format), the
+    ``ClassLabel`` column as the label with its class names, other columns as
+    text, numbers or JSON; options that re-encode or reorder go through a
+    temporary copy beside ``out``.
     ``shard_size`` is bytes or a string such as "64MiB". ``max_side``:
     re-encode JPEGs whose longest side (EXIF orientation applied) is over
     that many pixels to it, at ``quality`` (default 90); smaller images stay
@@ -33,6 +39,13 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     seed = _params.integer("shuffle_seed", shuffle_seed, 0, _params.U64_MAX)
     if isinstance(file_columns, str) or not all(isinstance(c, str) for c in file_columns):
         raise TypeError("file_columns must be a list of column names, such as [\"mask\"], not %r" % (file_columns,))
+    if _parquet.is_parquet_source(source):
+        if file_columns:
+            raise ValueError("file_columns are columns of a manifest; a Parquet file's image columns are found "
+                             "by themselves")
+        return _parquet.pack_parquet(source, out, size, _params.boolean("overwrite", overwrite), side, q,
+                                     seed if _params.boolean("shuffle", shuffle) else None,
+                                     _params.boolean("seekable_jpeg", seekable_jpeg))
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
                         seed if _params.boolean("shuffle", shuffle) else None, list(file_columns),
                         _params.boolean("seekable_jpeg", seekable_jpeg))

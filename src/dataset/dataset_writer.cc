@@ -53,8 +53,9 @@ Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& 
                                                              const DatasetWriterOptions& options) {
   if (out_dir.empty()) return Status::InvalidArgument("the output folder is empty");
   auto impl = std::make_unique<Impl>();
-  STOKER_ASSIGN_OR_RETURN(impl->sink, ShardSink::Create(*options.file_system, out_dir, options.target_shard_bytes,
-                                                        options.overwrite, "pass overwrite=True"));
+  STOKER_ASSIGN_OR_RETURN(
+      impl->sink, ShardSink::Create(*options.file_system, out_dir, options.target_shard_bytes, options.overwrite,
+                                    "pass overwrite=True (stoker pack: --force)"));
   impl->class_names = options.class_names;
   return std::unique_ptr<DatasetWriter>(new DatasetWriter(std::move(impl)));
 }

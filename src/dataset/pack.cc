@@ -158,6 +158,30 @@ class OrderedParallelReader {
   std::vector<std::jthread> workers_;
 };
 
+// Repacking a stoker dataset (a folder of its shards and index, e.g. to
+// shuffle it): what its index records beyond the tar members goes on, the
+// labels' names and each field's kind (a manifest's text column stays text,
+// not the bytes WebDataset's naming would make of it). An index that does
+// not open (stale, damaged) is named in a warning and left.
+void KeepWhatTheIndexRecords(FileSystem& fs, const std::string& folder, SourceListing& listing) {
+  const std::string index = folder + "/" + std::string(kIndexFileName);
+  if (!fs.Stat(index).ok()) return;
+  auto dataset = Dataset::Open(folder, &fs);
+  if (!dataset.ok()) {
+    listing.warnings.push_back(fmt::format("{} does not open ({}); its class names and field kinds are not kept", index,
+                                           dataset.error().message()));
+    return;
+  }
+  listing.class_names = (*dataset)->class_names();
+  std::unordered_map<std::string_view, FieldKind> kinds;
+  const auto& names = (*dataset)->field_names();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (auto kind = (*dataset)->recorded_field(i).kind) kinds.emplace(names[i], *kind);
+  for (auto& sample : listing.samples)
+    for (auto& field : sample.fields)
+      if (auto it = kinds.find(field.name); it != kinds.end()) field.content = it->second;
+}
+
 Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, const std::string& out_dir,
                                  const PackOptions& options) {
   auto info = fs.Stat(source);
@@ -175,7 +199,11 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
     if (std::none_of(entries.begin(), entries.end(),
                      [](const DirEntry& e) { return e.type == FileType::kDirectory; })) {
       STOKER_ASSIGN_OR_RETURN(auto tars, index_internal::TarFilesIn(fs, source));
-      if (!tars.empty()) return pack_internal::ListTarFiles(fs, tars);
+      if (!tars.empty()) {
+        STOKER_ASSIGN_OR_RETURN(SourceListing listing, pack_internal::ListTarFiles(fs, tars));
+        KeepWhatTheIndexRecords(fs, source, listing);
+        return listing;
+      }
     }
     return pack_internal::ListImageFolder(fs, source);
   }

@@ -57,12 +57,44 @@ TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) 
   ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
   ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
   EXPECT_EQ(Keys(*a), Keys(*b));
+  // The labels' names the folder's index keeps go on (repacking to shuffle must not lose them).
+  EXPECT_EQ(repacked.class_names, (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(b->class_names(), a->class_names());
   // An ImageFolder tree with a stray archive beside its class folders is still an ImageFolder.
   std::filesystem::copy_file(dir / "a/shard-000000.tar", dir / "src/backup.tar");
   ASSERT_OK_AND_ASSIGN(auto again, Pack(dir / "src", dir / "c"));
   EXPECT_EQ(again.samples, 5u);
   ASSERT_OK_AND_ASSIGN(auto c, Dataset::Open(dir / "c"));
   EXPECT_EQ(Keys(*a), Keys(*c));
+  a.reset();  // its index is damaged next
+  // A damaged index beside the shards: named, and its names left.
+  std::filesystem::resize_file(dir / "a/index.stoker", std::filesystem::file_size(dir / "a/index.stoker") / 2);
+  PackOptions replace;
+  replace.overwrite = true;
+  ASSERT_OK_AND_ASSIGN(auto stale, Pack(dir / "a", dir / "b", replace));
+  EXPECT_TRUE(stale.class_names.empty());
+  ASSERT_EQ(stale.warnings.size(), 1u);
+  EXPECT_NE(stale.warnings[0].find("does not open"), std::string::npos) << stale.warnings[0];
+}
+
+TEST(Pack, RepackingADatasetKeepsTheFieldKindsItsIndexRecords) {
+  TempDir dir;
+  WriteFile(dir / "m/a.jpg", testing::RandomBytes(900, 1));
+  WriteFile(dir / "m/b.jpg", testing::RandomBytes(800, 2));
+  WriteFile(dir / "m/list.jsonl",
+            "{\"path\": \"a.jpg\", \"caption\": \"a cat\", \"score\": 0.5}\n"
+            "{\"path\": \"b.jpg\", \"caption\": \"a dog\", \"score\": 2}\n");
+  ASSERT_OK(Pack(dir / "m/list.jsonl", dir / "a").status());
+  PackOptions shuffled;
+  shuffled.shuffle = true;
+  ASSERT_OK(Pack(dir / "a", dir / "b", shuffled).status());
+  ASSERT_OK_AND_ASSIGN(auto a, Dataset::Open(dir / "a"));
+  ASSERT_OK_AND_ASSIGN(auto b, Dataset::Open(dir / "b"));
+  ASSERT_EQ(b->field_names(), a->field_names());
+  EXPECT_EQ(b->recorded_field(*b->FieldIndex("caption")).kind, FieldKind::kText);
+  EXPECT_EQ(b->recorded_field(*b->FieldIndex("score")).kind, FieldKind::kFloat);
+  for (std::size_t f = 0; f < a->field_names().size(); ++f)
+    EXPECT_EQ(b->recorded_field(f).kind, a->recorded_field(f).kind) << a->field_names()[f];
 }
 
 TEST(Dataset, ClassNamesAreKeptByPackAndReadFromLooseFoldersNotInventedByIndex) {

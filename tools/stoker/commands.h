@@ -103,5 +103,8 @@ struct DoctorArgs {
 int RunDoctor(const DoctorArgs& args);
 // Replaces the process with Python's `stoker.tokenize` main, given `args`; returns only on failure.
 int RunTokenize(const std::vector<std::string>& args);
+// `stoker pack X.parquet OUT ...`: Parquet is read by pyarrow, so this runs
+// stoker._parquet's main with the same options.
+int RunPackParquet(const PackArgs& args);
 
 }  // namespace stoker_cli

@@ -1,5 +1,6 @@
 // `stoker pack|index|inspect|verify|ls`: making datasets and looking at them.
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -19,7 +20,26 @@ namespace stoker_cli {
 
 using stoker::Printable;
 
+namespace {
+
+// A .parquet file or pattern, or a folder of .parquet files only.
+bool NamesParquet(const std::string& source) {
+  if (source.ends_with(".parquet")) return true;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(source, ec)) return false;
+  bool parquet = false;
+  for (const auto& entry : std::filesystem::directory_iterator(source, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec) || name.ends_with(".tar")) return false;
+    parquet = parquet || name.ends_with(".parquet");
+  }
+  return parquet;
+}
+
+}  // namespace
+
 int RunPack(const PackArgs& args) {
+  if (NamesParquet(args.source)) return RunPackParquet(args);
   const std::string& source = args.source;
   const std::string& out = args.out;
   auto target = stoker::ParseByteSize(args.shard_size);

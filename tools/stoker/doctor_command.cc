@@ -1,8 +1,9 @@
-// `stoker doctor [--out DIR] [--prometheus-port N] -- COMMAND...` and
-// `stoker tokenize ...`: the doctor lives in the Python package (it hooks the
-// training loop's Python), and so does tokenize (Hugging Face's tokenizers
-// are Python's), so these run `stoker.doctor.__main__` and `stoker.tokenize`
-// with the same arguments. The
+// `stoker doctor [--out DIR] [--prometheus-port N] -- COMMAND...`,
+// `stoker tokenize ...` and `stoker pack X.parquet OUT`: the doctor lives in
+// the Python package (it hooks the training loop's Python), and so do
+// tokenize (Hugging Face's tokenizers are Python's) and Parquet reading
+// (pyarrow), so these run `stoker.doctor.__main__`, `stoker.tokenize` and
+// `stoker._parquet` with the same arguments. The
 // package is looked for beside this binary (a build tree's <build>/python, an
 // install's ../lib/stoker/python) and put first on PYTHONPATH; the Python is
 // $STOKER_PYTHON, else the one the package was built for, else python3. A
@@ -95,6 +96,19 @@ int RunDoctor(const DoctorArgs& args) {
 
 int RunTokenize(const std::vector<std::string>& args) {
   return ExecPythonTool("tokenize", "stoker.tokenize", args);
+}
+
+int RunPackParquet(const PackArgs& args) {
+  if (args.threads != 0 || !args.file_columns.empty())
+    return Fail(stoker::Status::InvalidArgument(
+        fmt::format("--threads and --file-column are for files and manifests, not Parquet ('{}')", args.source)));
+  std::vector<std::string> argv = {args.source, args.out, "--shard-size", args.shard_size};
+  if (args.force) argv.push_back("--force");
+  if (args.max_side > 0)
+    argv.insert(argv.end(), {"--max-side", std::to_string(args.max_side), "--quality", std::to_string(args.quality)});
+  if (args.shuffle_seed) argv.insert(argv.end(), {"--shuffle", "--shuffle-seed", std::to_string(*args.shuffle_seed)});
+  if (args.seekable_jpeg) argv.push_back("--seekable-jpeg");
+  return ExecPythonTool("pack", "stoker._parquet", argv);
 }
 
 }  // namespace stoker_cli

@@ -23,10 +23,13 @@ int main(int argc, char** argv) {
   RemoteArgs remote;
 
   auto* pack =
-      app.add_subcommand("pack", "Pack an ImageFolder tree, a CSV/JSONL manifest or tar shards into indexed shards");
+      app.add_subcommand("pack",
+                         "Pack an ImageFolder tree, a CSV/JSONL manifest, tar shards or Parquet files (Hugging Face "
+                         "datasets) into indexed shards");
   pack->add_option("SRC", source,
-                   "ImageFolder directory, manifest (.csv/.jsonl) or shards (.tar, brace patterns allowed, "
-                   "or a folder of them)")
+                   "ImageFolder directory, manifest (.csv/.jsonl), shards (.tar, brace patterns allowed, "
+                   "or a folder of them) or Parquet (.parquet, glob patterns allowed, or a folder of them; "
+                   "read with pyarrow)")
       ->required();
   pack->add_option("OUT", out, "Output folder for shard-NNNNNN.tar and index.stoker")->required();
   pack->add_option("--shard-size", shard_size, "Target shard size, e.g. 64MiB, 1GB")->capture_default_str();

@@ -1,0 +1,320 @@
+"""Packing Parquet files (Hugging Face datasets' format) into a stoker
+dataset: each row a sample, each column a field. Used by stoker.pack and
+`stoker pack X.parquet OUT` (which runs main() below).
+
+Columns map as Hugging Face's features say, or by their Arrow types:
+- an image column (the `Image` feature: {"bytes", "path"}, or raw bytes that
+  are a JPEG, PNG or WebP): the first becomes the field named by each
+  image's format ("jpg", "png", "webp"), later ones "<column>.<format>";
+  other files in such a struct (audio) keep their path's extension;
+- the label: the `ClassLabel` column named "label" (else the first
+  `ClassLabel`, else an integer column named "label", "labels" or "cls")
+  becomes "cls", and its names the dataset's class names;
+- "__key__" (webdataset-derived datasets) gives the sample's key; otherwise
+  its position over all files, zero-padded;
+- strings are text, numbers numbers, lists and structs JSON (what
+  stoker.DatasetWriter stores for such values); nulls leave the field out.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import time
+
+from . import _native
+
+_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
+_LABEL_NAMES = ("label", "labels", "cls")
+
+
+def _image_format(data):
+    for magic, ext in _IMAGE_MAGIC:
+        if data[:len(magic)] == magic:
+            return ext
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+def parquet_files(source):
+    """The Parquet files `source` names: a file, a glob pattern, a folder
+    (its *.parquet files), or a list of those; in name order per entry."""
+    entries = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    files = []
+    for entry in entries:
+        entry = os.fspath(entry)
+        if os.path.isdir(entry):
+            found = sorted(glob.glob(os.path.join(entry, "*.parquet")))
+            if not found:
+                raise ValueError("%s: a folder holding no .parquet files" % entry)
+        elif any(c in entry for c in "*?["):
+            found = sorted(glob.glob(entry))
+            if not found:
+                raise FileNotFoundError("%s: no file matches" % entry)
+        elif not os.path.exists(entry):
+            raise FileNotFoundError("%s: no such file" % entry)
+        else:
+            found = [entry]
+        files += found
+    return files
+
+
+def is_parquet_source(source):
+    """Whether stoker.pack should read `source` as Parquet."""
+    if isinstance(source, (list, tuple)):
+        return bool(source) and all(is_parquet_source(s) for s in source)
+    source = os.fspath(source)
+    if source.endswith(".parquet"):
+        return True
+    if os.path.isdir(source):
+        names = os.listdir(source)
+        return any(n.endswith(".parquet") for n in names) and not any(
+            n.endswith(".tar") or os.path.isdir(os.path.join(source, n)) for n in names)
+    return False
+
+
+class _Layout:
+    """How one file's columns become fields (the same for every file of a
+    dataset: checked)."""
+
+    def __init__(self, path, schema):
+        import pyarrow
+        self.columns = list(schema.names)
+        features = {}
+        meta = schema.metadata or {}
+        if b"huggingface" in meta:
+            try:
+                features = json.loads(meta[b"huggingface"]).get("info", {}).get("features", {}) or {}
+            except ValueError:
+                features = {}
+        self.class_names = None
+        self.label = None
+        class_labels = [c for c in self.columns if isinstance(features.get(c), dict)
+                        and features[c].get("_type") == "ClassLabel"]
+        if "label" in class_labels:
+            self.label = "label"
+        elif class_labels:
+            self.label = class_labels[0]
+        else:
+            for name in _LABEL_NAMES:
+                if name in self.columns and pyarrow.types.is_integer(schema.field(name).type):
+                    self.label = name
+                    break
+        if self.label is not None and self.label in class_labels:
+            names = features[self.label].get("names")
+            self.class_names = list(names) if isinstance(names, list) else None
+        self.images = []  # file columns, in order: the first is the main image
+        for c in self.columns:
+            kind = schema.field(c).type
+            if (isinstance(features.get(c), dict) and features[c].get("_type") in ("Image", "Audio")) or (
+                    pyarrow.types.is_struct(kind) and {kind[i].name for i in range(kind.num_fields)} == {"bytes",
+                                                                                                         "path"}) or (
+                    pyarrow.types.is_binary(kind) or pyarrow.types.is_large_binary(kind)):
+                self.images.append(c)
+        self.names = {}
+        for c in self.columns:
+            if c == "__key__" or (c.startswith("__") and c.endswith("__")) or c == self.label:
+                continue
+            if c in self.images:
+                continue
+            name = c.lower().replace("/", "_")
+            self.names[c] = name
+        taken = {}
+        for c, name in self.names.items():
+            if name in taken or (name == "cls" and self.label is not None):
+                raise ValueError("%s: columns %r and %r would both be the field %r" % (
+                    path, taken.get(name, self.label), c, name))
+            taken[name] = c
+
+    def same_as(self, other):
+        return (self.columns, self.label, self.images, self.names) == (other.columns, other.label, other.images,
+                                                                      other.names)
+
+    def file_field(self, column, value):
+        """(field name, bytes) of a file column's value, or None."""
+        if isinstance(value, dict):
+            data, path = value.get("bytes"), value.get("path")
+            if data is None and path:
+                with open(path, "rb") as f:
+                    data = f.read()
+        else:
+            data, path = value, None
+        if data is None:
+            return None
+        ext = _image_format(data)
+        if ext is None:
+            ext = os.path.splitext(path)[1][1:].lower() if path else ""
+            ext = ext or "bin"
+        if column == self.images[0] and _image_format(data) is not None:
+            return ext, data
+        return "%s.%s" % (column.lower().replace("/", "_"), ext), data
+
+
+def _rows(files, layout_of):
+    import pyarrow
+    import pyarrow.parquet
+    for path in files:
+        try:
+            # Read a row group at a time, through a small buffer: memory follows
+            # the row group's size, not the file's.
+            pf = pyarrow.parquet.ParquetFile(path, pre_buffer=False, buffer_size=4 << 20)
+        except (pyarrow.ArrowException, OSError) as e:
+            raise ValueError("%s: cannot be read as Parquet (%s)" % (path, e)) from None
+        layout = layout_of(path, pf.schema_arrow)
+        row = 0
+        try:
+            for batch in pf.iter_batches(batch_size=64):
+                for values in batch.to_pylist():
+                    yield path, row, layout, values
+                    row += 1
+        except pyarrow.ArrowException as e:
+            raise ValueError("%s: row group after row %d cannot be read (%s)" % (path, row, e)) from None
+
+
+def total_rows(files):
+    import pyarrow.parquet
+    total = 0
+    for path in files:
+        try:
+            total += pyarrow.parquet.ParquetFile(path).metadata.num_rows
+        except Exception:  # noqa: BLE001 - reported with its file when rows are read
+            return None
+    return total
+
+
+def require_pyarrow():
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError as e:
+        raise ImportError("reading Parquet needs pyarrow, which %s cannot import (%s): pip install pyarrow, or set "
+                          "STOKER_PYTHON to a Python that has it" % (sys.executable, e)) from None
+
+
+def write_parquet(files, out, shard_bytes, overwrite, on_progress=None):
+    """Writes every row of `files` into a new dataset at `out`; returns the
+    DatasetWriter's summary."""
+    require_pyarrow()
+    from ._writer import DatasetWriter
+    first = {}
+
+    def layout_of(path, schema):
+        layout = _Layout(path, schema)
+        if "layout" not in first:
+            first["layout"], first["path"] = layout, path
+        elif not layout.same_as(first["layout"]):
+            raise ValueError("%s: its columns (%s) differ from %s's (%s); pack them separately"
+                             % (path, ", ".join(layout.columns), first["path"], ", ".join(first["layout"].columns)))
+        return layout
+
+    # The class names come from the first file's schema, before any row.
+    rows = _rows(files, layout_of)
+    writer = None
+    n = 0
+    try:
+        for path, row, layout, values in rows:
+            if writer is None:
+                writer = DatasetWriter(out, shard_size=shard_bytes, overwrite=overwrite,
+                                       class_names=layout.class_names)
+            sample = {"__key__": values.get("__key__") if values.get("__key__") is not None else "%09d" % n}
+            try:
+                if layout.label is not None and values.get(layout.label) is not None:
+                    sample["cls"] = values[layout.label]
+                for column in layout.images:
+                    if values.get(column) is not None:
+                        field = layout.file_field(column, values[column])
+                        if field is not None:
+                            sample[field[0]] = field[1]
+                for column, name in layout.names.items():
+                    sample[name] = values.get(column)
+                writer.write(sample)
+            except (ValueError, TypeError, OSError) as e:
+                raise type(e)("%s: row %d (counting from 0): %s" % (path, row, e)) from None
+            n += 1
+            if on_progress is not None:
+                on_progress(n)
+        if writer is None:
+            raise ValueError("%s: no rows to pack" % ", ".join(files))
+        return writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, seekable_jpeg,
+                 on_progress=None):
+    """stoker.pack for Parquet: rows written straight into `out`, or, with
+    options that re-encode or reorder (max_side, seekable_jpeg, shuffle),
+    into a temporary dataset beside it that pack then rewrites into `out`."""
+    files = parquet_files(source)
+    out = os.fspath(out)
+    if not (max_side or seekable_jpeg or shuffle_seed is not None):
+        return write_parquet(files, out, shard_bytes, overwrite, on_progress)
+    if not overwrite and os.path.exists(os.path.join(out, "index.stoker")):
+        raise FileExistsError("'%s' already holds a dataset (index.stoker exists); pass overwrite=True (--force) "
+                              "to replace it" % out)
+    staging = os.path.join(os.path.dirname(os.path.abspath(out)) or ".",
+                           ".%s.parquet-staging-%d" % (os.path.basename(os.path.abspath(out)), os.getpid()))
+    try:
+        write_parquet(files, staging, shard_bytes, True, on_progress)
+        return _native.pack(staging, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, [],
+                            seekable_jpeg)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def main(argv):
+    """`stoker pack X.parquet OUT`: the command line's pack for Parquet."""
+    from .checkpoint import parse_size
+    ap = argparse.ArgumentParser(prog="stoker pack", description="Pack Parquet files (Hugging Face datasets) into "
+                                 "indexed shards: each row a sample, each column a field.")
+    ap.add_argument("source", nargs="+", help=".parquet files, glob patterns or folders of them")
+    ap.add_argument("out", help="output folder for shard-NNNNNN.tar and index.stoker")
+    ap.add_argument("--shard-size", default="64MiB")
+    ap.add_argument("--force", action="store_true", help="replace a dataset already in OUT")
+    ap.add_argument("--max-side", type=int, default=0)
+    ap.add_argument("--quality", type=int, default=90)
+    ap.add_argument("--shuffle", action="store_true")
+    ap.add_argument("--shuffle-seed", type=int, default=0)
+    ap.add_argument("--seekable-jpeg", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        files = parquet_files(args.source)
+        require_pyarrow()
+        total = total_rows(files)
+        last = [0.0]
+
+        def progress(n):
+            now = time.monotonic()
+            if sys.stderr.isatty() and (now - last[0] > 0.5 or n == total):
+                last[0] = now
+                sys.stderr.write("\rpack: %d%s samples" % (n, "/%d" % total if total else ""))
+                sys.stderr.flush()
+        summary = pack_parquet(files, args.out, parse_size(args.shard_size), args.force, args.max_side,
+                               args.quality, args.shuffle_seed if args.shuffle else None, args.seekable_jpeg,
+                               progress)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nstoker pack: interrupted; nothing was kept\n")
+        return 130
+    except (ValueError, TypeError, OSError, ImportError, RuntimeError) as e:
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+        sys.stderr.write("stoker pack: %s\n" % e)
+        return 1
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
+    print("packed %d samples from %d Parquet file(s) into %d shards (%s) in %s" % (
+        summary["samples"], len(files), summary["shards"], _size(summary["shard_bytes"]), args.out))
+    if summary["class_names"]:
+        print("labels: %d classes, names from the Parquet files' ClassLabel" % len(summary["class_names"]))
+    print("index: %s" % summary["index_path"])
+    return 0
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0

@@ -1,0 +1,173 @@
+"""stoker.pack and `stoker pack` over Parquet files shaped as Hugging Face
+datasets writes them: image structs, a ClassLabel with its names, text,
+numbers and nested objects, several files."""
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import stoker
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+ENV = dict(os.environ, STOKER_PYTHON=sys.executable)  # the Python that has pyarrow
+CLASSES = ["cat", "dog", "eel"]
+
+
+def encoded(pixels, fmt):
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=fmt)
+    return out.getvalue()
+
+
+def hf_rows(n, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        pixels = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+        mask = rng.integers(0, 4, (12, 16), dtype=np.uint8)
+        rows.append({
+            "image": {"bytes": encoded(pixels, "PNG" if i % 3 == 0 else "JPEG"), "path": "img%d.jpg" % i},
+            "label": i % 3,
+            "mask": {"bytes": encoded(mask, "PNG"), "path": None} if i % 4 else None,
+            "caption": "a photo %d" % i,
+            "score": i / 8,
+            "objects": {"bbox": [[1.0, 2.0, 3.0, 4.0 + i]], "category": [i % 3]},
+            "_pixels": pixels, "_mask": mask})
+    return rows
+
+
+def write_hf_parquet(path, rows, extra_column=None):
+    features = {"image": {"_type": "Image"}, "label": {"names": CLASSES, "_type": "ClassLabel"},
+                "mask": {"_type": "Image"}, "caption": {"dtype": "string", "_type": "Value"},
+                "score": {"dtype": "float64", "_type": "Value"},
+                "objects": {"bbox": [[{"dtype": "float32", "_type": "Value"}]],
+                            "category": [{"dtype": "int64", "_type": "Value"}]}}
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    columns = {"image": pa.array([r["image"] for r in rows], image),
+               "label": pa.array([r["label"] for r in rows], pa.int64()),
+               "mask": pa.array([r["mask"] for r in rows], image),
+               "caption": pa.array([r["caption"] for r in rows], pa.string()),
+               "score": pa.array([r["score"] for r in rows], pa.float64()),
+               "objects": pa.array([r["objects"] for r in rows])}
+    if extra_column:
+        columns[extra_column] = pa.array([1] * len(rows), pa.int64())
+    table = pa.table(columns).replace_schema_metadata(
+        {"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, path, row_group_size=5)
+
+
+@pytest.fixture
+def hf_folder(tmp_path):
+    rows = hf_rows(14)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    write_hf_parquet(folder / "train-00000-of-00002.parquet", rows[:9])
+    write_hf_parquet(folder / "train-00001-of-00002.parquet", rows[9:])
+    return folder, rows
+
+
+FIELDS = {"image": stoker.Image(transform=None), "label": stoker.Int("cls"),
+          "mask": stoker.Image(keys="mask.png", mode="L", transform=None, optional=True),
+          "caption": stoker.Text("caption"), "score": stoker.Float("score"), "objects": stoker.Json("objects")}
+
+
+def check_samples(out, rows):
+    loader = stoker.Loader(out, batch_size=7, shuffle=False, fields=FIELDS)
+    assert loader.dataset.classes == CLASSES
+    seen = 0
+    for batch in loader:
+        for j, caption in enumerate(batch["caption"]):
+            row = rows[int(caption.split()[-1])]  # "a photo <row>"
+            assert caption == row["caption"]
+            if row["image"]["bytes"][:4] == b"\x89PNG":
+                assert torch.equal(batch["image"][j], torch.from_numpy(row["_pixels"]))
+            else:  # a JPEG, kept byte for byte: decoded as Pillow decodes it
+                expected = np.array(Image.open(io.BytesIO(row["image"]["bytes"])).convert("RGB"))
+                assert torch.equal(batch["image"][j], torch.from_numpy(expected))
+            assert batch["label"][j].item() == row["label"]
+            if row["mask"] is None:
+                assert batch["mask"][j] is None
+            else:
+                assert torch.equal(batch["mask"][j][..., 0], torch.from_numpy(row["_mask"]))
+            assert batch["score"][j].item() == row["score"]
+            assert batch["objects"][j] == row["objects"]
+            seen += 1
+    assert seen == len(rows)
+
+
+def test_a_hugging_face_parquet_folder_packs_with_every_column(hf_folder, tmp_path):
+    folder, rows = hf_folder
+    summary = stoker.pack(folder, tmp_path / "out", shard_size="16KiB")
+    assert summary["samples"] == 14 and summary["class_names"] == CLASSES and summary["shards"] >= 2
+    check_samples(tmp_path / "out", rows)
+    # Keys are positions over all files, in order; images named by their format.
+    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
+        names = tar.getnames()
+    assert names[:7] == ["000000000.caption", "000000000.cls", "000000000.objects", "000000000.png",
+                         "000000000.score", "000000001.caption", "000000001.cls"]
+    assert "000000001.jpg" in names and "000000001.mask.png" in names
+
+
+def test_the_command_line_packs_parquet_and_shuffles_keeping_class_names(hf_folder, tmp_path, stoker_bin):
+    folder, rows = hf_folder
+    run = subprocess.run([stoker_bin, "pack", str(folder / "train-*.parquet"), str(tmp_path / "out"),
+                          "--shuffle", "--shuffle-seed", "3", "--shard-size", "16KiB"],
+                         capture_output=True, text=True, env=ENV)
+    assert run.returncode == 0, run.stderr
+    assert "packed 14 samples from 2 Parquet file(s)" in run.stdout
+    assert "labels: 3 classes" in run.stdout
+    check_samples(tmp_path / "out", rows)
+    loader = stoker.Loader(tmp_path / "out", batch_size=14, shuffle=False, fields={"c": stoker.Text("caption")})
+    order = next(iter(loader))["c"]
+    assert sorted(order) == sorted(r["caption"] for r in rows) and order != [r["caption"] for r in rows]
+    assert not [p for p in tmp_path.iterdir() if "staging" in p.name]  # the temporary copy is gone
+    inspect = subprocess.run([stoker_bin, "inspect", str(tmp_path / "out")], capture_output=True, text=True, env=ENV)
+    for line in ("objects          json", "caption          text", "score            float",
+                 "mask.png         image"):
+        assert line in inspect.stdout, inspect.stdout
+
+    again = subprocess.run([stoker_bin, "pack", str(folder), str(tmp_path / "out")], capture_output=True, text=True, env=ENV)
+    assert again.returncode != 0 and "already holds a dataset" in again.stderr and "--force" in again.stderr
+    threads = subprocess.run([stoker_bin, "pack", str(folder), str(tmp_path / "o2"), "--threads", "4"],
+                             capture_output=True, text=True, env=ENV)
+    assert threads.returncode != 0 and "not Parquet" in threads.stderr
+
+
+def test_a_webdataset_derived_parquet_keeps_its_keys(tmp_path):
+    rows = hf_rows(3)
+    table = pa.table({"__key__": ["a/x", "a/y", "b/z"], "__url__": ["u"] * 3,
+                      "jpg": [r["image"]["bytes"] for r in rows], "cls": [0, 1, 1]})
+    pq.write_table(table, tmp_path / "wds.parquet")
+    stoker.pack(tmp_path / "wds.parquet", tmp_path / "out")
+    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
+        assert sorted({n.split(".")[0] for n in tar.getnames()}) == ["a/x", "a/y", "b/z"]
+
+
+def test_bad_parquet_input_is_named(hf_folder, tmp_path, stoker_bin):
+    folder, rows = hf_folder
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(ValueError, match="broken.parquet: cannot be read as Parquet"):
+        stoker.pack(tmp_path / "broken.parquet", tmp_path / "out")
+    assert not (tmp_path / "out" / "index.stoker").exists()
+    run = subprocess.run([stoker_bin, "pack", str(tmp_path / "broken.parquet"), str(tmp_path / "out")],
+                         capture_output=True, text=True, env=ENV)
+    assert run.returncode == 1 and "broken.parquet: cannot be read as Parquet" in run.stderr, run.stderr
+
+    other = tmp_path / "mixed"
+    other.mkdir()
+    write_hf_parquet(other / "a.parquet", rows[:3])
+    write_hf_parquet(other / "b.parquet", rows[3:6], extra_column="extra")
+    with pytest.raises(ValueError, match="b.parquet: its columns .* differ from .*a.parquet"):
+        stoker.pack(other, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists() or list((tmp_path / "out2").iterdir()) == []
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        stoker.pack(str(tmp_path / "nothing-*.parquet"), tmp_path / "out3")
