@@ -130,6 +130,11 @@ struct TokenLoaderOptions {
   bool shuffle = true;
   std::int64_t pad_id = 0;           // input_ids past the epoch's last token
   std::int64_t ignore_index = -100;  // labels without a next token
+  // False: the label of each document's last token (the next document's
+  // first token, which nothing in the document predicts) is ignore_index,
+  // as Megatron's eod_mask_loss and Hugging Face's DataCollatorWithFlattening
+  // leave it out of the loss.
+  bool labels_across_documents = true;
   // Tokens at or above it are Corruption naming the document (0: unchecked).
   std::uint64_t vocab_size = 0;
   // Batches prepared ahead on the loader's thread.
@@ -160,7 +165,9 @@ struct TokenBatch {
   std::uint64_t seq_len = 0;
   // [rows, seq_len] each, row-major.
   std::vector<std::int64_t> input_ids;
-  std::vector<std::int64_t> labels;        // the next token of the stream; ignore_index past the end
+  // The next token of the stream; ignore_index past the end (and before
+  // each document start without labels_across_documents).
+  std::vector<std::int64_t> labels;
   std::vector<std::int64_t> position_ids;  // each token's position in its document
   // Segment boundaries over the flattened rows (int32, as flash-attention's
   // varlen kernels take them): each row's pieces, then its padding, in

@@ -140,6 +140,7 @@ void BindTokens(py::module_& m) {
       .def_readwrite("shuffle", &stoker::TokenLoaderOptions::shuffle)
       .def_readwrite("pad_id", &stoker::TokenLoaderOptions::pad_id)
       .def_readwrite("ignore_index", &stoker::TokenLoaderOptions::ignore_index)
+      .def_readwrite("labels_across_documents", &stoker::TokenLoaderOptions::labels_across_documents)
       .def_readwrite("vocab_size", &stoker::TokenLoaderOptions::vocab_size)
       .def_readwrite("prefetch", &stoker::TokenLoaderOptions::prefetch)
       .def_readwrite("read_ahead_batches", &stoker::TokenLoaderOptions::read_ahead_batches)

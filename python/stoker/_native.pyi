@@ -249,6 +249,7 @@ class TokenLoaderOptions:
     shuffle: bool
     pad_id: int
     ignore_index: int
+    labels_across_documents: bool
     vocab_size: int
     prefetch: int
     read_ahead_batches: int

@@ -45,7 +45,11 @@ class TokenLoader:
     out starts its own next epoch, reshuffled. Each batch
     holds int64 tensors of shape (rows, seq_len): ``input_ids``, ``labels``
     (the next token of the stream; ``ignore_index`` past the epoch's last
-    token), ``position_ids`` (each token's position in its document, so 0
+    token, and at each document's last token with
+    ``labels_across_documents=False``: the next document's first token,
+    which nothing before it predicts, left out of the loss as Megatron's
+    ``eod_mask_loss`` and Hugging Face's ``DataCollatorWithFlattening`` do),
+    ``position_ids`` (each token's position in its document, so 0
     at each document start), and ``cu_seqlens`` (int32: the boundaries of
     the rows' document pieces and padding over the flattened rows, as
     flash-attention's varlen kernels take them). ``with_indices=True`` adds
@@ -86,7 +90,8 @@ class TokenLoader:
     forked from the process that made the loader is told to make its own."""
 
     def __init__(self, dataset, seq_len, batch_size=None, global_batch_size=None, seed=0, shuffle=True, rank=None,
-                 world_size=None, with_indices=False, pad_id=0, ignore_index=-100, vocab_size=None, prefetch=2,
+                 world_size=None, with_indices=False, pad_id=0, ignore_index=-100,
+                 labels_across_documents=True, vocab_size=None, prefetch=2,
                  weights=None, device="cpu", cache_dir=None, cache_size="16GiB", connections=8, chunk_size="64MiB",
                  read_ahead_batches=16, kernel_readahead="auto", log_epochs=True, **unknown):
         _params.refuse_unknown("stoker.TokenLoader", unknown, instead={
@@ -124,6 +129,7 @@ class TokenLoader:
         options.with_documents = _params.boolean("with_indices", with_indices)
         options.pad_id = _params.integer("pad_id", pad_id, -(1 << 63), (1 << 63) - 1)
         options.ignore_index = _params.integer("ignore_index", ignore_index, -(1 << 63), (1 << 63) - 1)
+        options.labels_across_documents = _params.boolean("labels_across_documents", labels_across_documents)
         options.vocab_size = 0 if vocab_size is None else _params.integer("vocab_size", vocab_size, 1, 1 << 62)
         options.prefetch = _params.integer("prefetch", prefetch, 1, 64)
         options.read_ahead_batches = _params.integer("read_ahead_batches", read_ahead_batches, 1, 65536)

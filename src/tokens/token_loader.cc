@@ -185,6 +185,9 @@ struct TokenLoader::Impl {
       std::copy_n(tokens.data(), inputs, row_ids);
       std::copy_n(positions.data(), inputs, row_positions);
       if (n > 1) std::copy_n(tokens.data() + 1, std::min<std::uint64_t>(n - 1, seq), row_labels);
+      if (!options.labels_across_documents)
+        for (std::uint64_t j = 0; j + 1 < n && j < seq; ++j)
+          if (positions[j + 1] == 0) row_labels[j] = options.ignore_index;  // the next token starts a document
       std::uint64_t covered = 0;
       for (const auto& piece : pieces) {
         const std::uint64_t length = std::min(piece.length, inputs - covered);

@@ -65,6 +65,30 @@ def test_batches_hold_the_packed_stream(tmp_path):
     assert loader.epoch == 1
 
 
+def test_without_labels_across_documents_no_document_predicts_the_next(tmp_path):
+    docs = documents(200)
+    megatron_files(tmp_path / "c", docs)
+    across = stoker.TokenLoader(tmp_path / "c", seq_len=64, batch_size=4, seed=1)
+    within = stoker.TokenLoader(tmp_path / "c", seq_len=64, batch_size=4, seed=1, labels_across_documents=False,
+                                ignore_index=-1, with_indices=True)
+    masked = 0
+    for a, w in zip(across, within, strict=True):
+        assert torch.equal(a["input_ids"], w["input_ids"]) and torch.equal(a["position_ids"], w["position_ids"])
+        # Inside a row: ignored exactly where the next position starts a document.
+        inner = w["position_ids"][:, 1:] != 0
+        assert torch.equal(w["labels"][:, :-1][inner], a["labels"][:, :-1][inner])
+        assert (w["labels"][:, :-1][~inner] == -1).all()
+        masked += int((~inner).sum())
+        # A row's last label: ignored exactly where the row's last piece ends its document.
+        for row, pieces in enumerate(w["documents"]):
+            _, doc, offset, length = pieces[-1]
+            ends = offset + length == len(docs[doc])
+            assert w["labels"][row, -1].item() == (-1 if ends else a["labels"][row, -1].item())
+    assert masked > 100
+    with pytest.raises(TypeError, match="labels_across_documents"):
+        stoker.TokenLoader(tmp_path / "c", seq_len=64, labels_across_documents="no")
+
+
 def test_kernel_readahead_is_said_and_changes_no_token(tmp_path):
     megatron_files(tmp_path / "c", documents())
     auto = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=3)

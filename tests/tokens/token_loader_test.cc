@@ -118,6 +118,30 @@ TEST(TokenLoader, BatchesAreTheStreamsRowsWithLabelsPositionsAndSegments) {
   EXPECT_GT(stats.build_seconds, 0.0);
 }
 
+TEST(TokenLoader, WithoutLabelsAcrossDocumentsADocumentsLastTokenHasNoLabel) {
+  TempDir dir;
+  auto dataset = WriteTokenCorpus(dir, {{1, 2, 3}, {}, {4, 5, 6, 7}, {8, 9}});
+  TokenLoaderOptions o;
+  o.seq_len = 4;
+  o.global_batch_size = 2;
+  o.shuffle = false;
+  o.labels_across_documents = false;
+  auto loader = Make(dataset, o);
+  ASSERT_OK_AND_ASSIGN(auto first, loader->Next());
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->input_ids, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  // 4 and 8 start documents: nothing before them predicts them. A document
+  // going on in the next row keeps its label (5 follows 4).
+  EXPECT_EQ(first->labels, (std::vector<std::int64_t>{2, 3, -100, 5, 6, 7, -100, 9}));
+  // A document starting the next row: the row's last label goes too.
+  o.seq_len = 3;
+  loader = Make(dataset, o);
+  ASSERT_OK_AND_ASSIGN(auto rows_of_three, loader->Next());
+  ASSERT_TRUE(rows_of_three.has_value());
+  EXPECT_EQ(rows_of_three->input_ids, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(rows_of_three->labels, (std::vector<std::int64_t>{2, 3, -100, 5, 6, 7}));
+}
+
 // Each (document, token) once per epoch over the ranks of any world size, and
 // resumed under another world size from a rank's state.
 TEST(TokenLoader, ExactlyOnceOverWorldSizesAndAcrossAResume) {
