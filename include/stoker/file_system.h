@@ -6,6 +6,8 @@
 // the local POSIX implementation.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -267,7 +269,9 @@ class FileSystem {
 // A file that appears at its final path complete or not at all: written
 // under a temporary name beside it (created exclusively, never through a
 // link), then Commit() syncs it, renames it into place and syncs the
-// folder. Destroyed uncommitted, it removes the temporary.
+// folder. Destroyed uncommitted, it removes the temporary. A copy in a
+// process forked from its creator neither commits (FailedPrecondition) nor
+// removes the temporary, which is the creator's.
 class AtomicFile {
  public:
   // `temp_path` empty: "<path>.tmp-<pid>-<n>". A stale temporary of that
@@ -294,6 +298,7 @@ class AtomicFile {
   std::string path_, temp_path_;
   std::unique_ptr<WritableFile> file_;
   bool committed_ = false;
+  pid_t creator_ = 0;  // the process that created the temporary
 };
 
 }  // namespace stoker

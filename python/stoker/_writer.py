@@ -219,7 +219,10 @@ class DatasetWriter:
     never looks like a dataset that is missing samples. Without
     ``overwrite``, a folder holding a dataset is refused. ``class_names``:
     label i's name, kept in the index (``stoker inspect`` shows it). The same
-    samples give byte-identical files. Samples are stored in the order
+    samples give byte-identical files. A process forked from the writer's
+    (multiprocessing with "fork") cannot write to it and its copy removes
+    nothing: give each process a writer and folder of its own. Samples are
+    stored in the order
     written: to mix classes across shards, write them in a random order (or
     repack with ``stoker pack OUT OUT2 --shuffle``)."""
 
@@ -229,6 +232,7 @@ class DatasetWriter:
         if not all(isinstance(n, str) for n in names):
             raise TypeError("class_names must be a list of str, not %r" % (class_names,))
         self._out = os.fspath(out)
+        self._pid = os.getpid()
         self._native = _native.DatasetWriter(self._out, size, _params.boolean("overwrite", overwrite), names)
         self._summary = None
 
@@ -293,6 +297,7 @@ class DatasetWriter:
         return False
 
     def __del__(self):
-        if getattr(self, "_native", None) is not None:
+        # A forked child's copy removes nothing (the native side checks too): no warning there.
+        if getattr(self, "_native", None) is not None and getattr(self, "_pid", None) == os.getpid():
             warnings.warn("stoker.DatasetWriter(%r) was dropped without close(): the %d samples written are removed"
                           % (self._out, self._native.samples), ResourceWarning, stacklevel=2)

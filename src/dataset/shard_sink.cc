@@ -1,6 +1,7 @@
 #include "dataset/shard_sink.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -136,9 +137,17 @@ Result<std::unique_ptr<ShardSink>> ShardSink::Create(FileSystem& fs, std::string
 }
 
 ShardSink::~ShardSink() {
-  if (finished_) return;
+  if (finished_ || !owner_.IsCurrent()) return;
   file_.reset();  // removes the temporary
   for (std::uint64_t i = 0; i < shards_published_; ++i) (void)fs_->Remove(out_dir_ + "/" + ShardName(i));
+}
+
+Status ShardSink::CheckOwner() const {
+  if (owner_.IsCurrent()) return Status::Ok();
+  return Status::FailedPrecondition(fmt::format(
+      "the dataset writer of '{}' was created in another process; this forked child (process {}) cannot write to "
+      "it (its shards are that process's): create a writer of its own, into another folder",
+      out_dir_, ::getpid()));
 }
 
 Status ShardSink::FinishShard() {
@@ -157,6 +166,7 @@ Status ShardSink::FinishShard() {
 
 Status ShardSink::Add(std::string_view key, std::int64_t label, std::span<const Field> unsorted) {
   if (finished_) return Status::FailedPrecondition("this dataset is finished; no samples can be added");
+  STOKER_RETURN_IF_ERROR(CheckOwner());
   if (!broken_.ok())
     return Status::FailedPrecondition(
         fmt::format("an earlier error left this dataset unfinished ({}); start it again", broken_.message()));
@@ -231,6 +241,7 @@ Status ShardSink::Write(std::string_view key, std::int64_t label, std::span<cons
 
 Result<PackSummary> ShardSink::Finish(std::string note) {
   if (finished_) return Status::FailedPrecondition("this dataset is finished already");
+  STOKER_RETURN_IF_ERROR(CheckOwner());
   if (!broken_.ok())
     return Status::FailedPrecondition(
         fmt::format("an earlier error left this dataset unfinished ({}); start it again", broken_.message()));

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/hash.h"
+#include "core/owner_process.h"
 #include "format/index_format.h"
 #include "stoker/fields.h"
 #include "stoker/file_system.h"
@@ -45,7 +46,9 @@ class ShardSink {
   ShardSink& operator=(const ShardSink&) = delete;
   // Unfinished (an error, or the writer dropped): removes the open shard's
   // temporary and the shards this sink published, and writes no index, so
-  // the folder never opens as a half-written dataset.
+  // the folder never opens as a half-written dataset. A copy in a forked
+  // child (multiprocessing with "fork") removes nothing, and its Add() and
+  // Finish() fail: the folder is its creator's.
   ~ShardSink();
 
   struct Field {
@@ -73,6 +76,7 @@ class ShardSink {
  private:
   ShardSink(FileSystem& fs, std::string out_dir, std::uint64_t target_shard_bytes, bool overwrite);
   [[nodiscard]] Status FinishShard();
+  [[nodiscard]] Status CheckOwner() const;
   [[nodiscard]] Status Write(std::string_view key, std::int64_t label, std::span<const Field> fields,
                              std::span<const std::string> headers, std::uint64_t sample_bytes);
 
@@ -91,7 +95,8 @@ class ShardSink {
   // Hash of each key -> the first sample with it (keys compared on a hit).
   std::unordered_map<std::uint64_t, std::uint64_t> key_hashes_;
   bool finished_ = false;
-  Status broken_;  // the write error that left a shard half-written
+  OwnerProcess owner_;  // a forked child's copy writes nothing and removes nothing
+  Status broken_;       // the write error that left a shard half-written
 };
 
 }  // namespace stoker::pack_internal

@@ -62,14 +62,15 @@ Result<std::vector<std::byte>> ReadWholeFile(FileSystem& fs, const std::string& 
 // --- AtomicFile ---
 
 AtomicFile::AtomicFile(FileSystem* fs, std::string path, std::string temp_path, std::unique_ptr<WritableFile> file)
-    : fs_(fs), path_(std::move(path)), temp_path_(std::move(temp_path)), file_(std::move(file)) {}
+    : fs_(fs), path_(std::move(path)), temp_path_(std::move(temp_path)), file_(std::move(file)), creator_(::getpid()) {}
 
 AtomicFile::AtomicFile(AtomicFile&& other) noexcept
     : fs_(other.fs_),
       path_(std::move(other.path_)),
       temp_path_(std::move(other.temp_path_)),
       file_(std::move(other.file_)),
-      committed_(std::exchange(other.committed_, true)) {}
+      committed_(std::exchange(other.committed_, true)),
+      creator_(other.creator_) {}
 
 AtomicFile& AtomicFile::operator=(AtomicFile&& other) noexcept {
   if (this != &other) {
@@ -79,12 +80,21 @@ AtomicFile& AtomicFile::operator=(AtomicFile&& other) noexcept {
     temp_path_ = std::move(other.temp_path_);
     file_ = std::move(other.file_);
     committed_ = std::exchange(other.committed_, true);
+    creator_ = other.creator_;
   }
   return *this;
 }
 
 AtomicFile::~AtomicFile() {
   if (committed_ || fs_ == nullptr) return;
+  if (::getpid() != creator_) {
+    // A forked copy: the file and the bytes buffered for it are the
+    // creator's. Destroying the writer would flush that buffer into the
+    // creator's file a second time, so it is left (one descriptor and a
+    // buffer, in a child).
+    (void)file_.release();
+    return;
+  }
   if (file_) (void)file_->Close();
   (void)fs_->Remove(temp_path_);
 }
@@ -116,6 +126,10 @@ Status AtomicFile::Restart() {
 
 Status AtomicFile::Commit(bool sync_folder) {
   if (committed_) return Status::Internal(fmt::format("'{}' was already committed", path_));
+  if (::getpid() != creator_)
+    return Status::FailedPrecondition(
+        fmt::format("'{}' is being written by process {}; this forked child (process {}) cannot publish it", path_,
+                    creator_, ::getpid()));
   STOKER_RETURN_IF_ERROR(file_->Sync());
   STOKER_RETURN_IF_ERROR(file_->Close());
   STOKER_RETURN_IF_ERROR(fs_->Rename(temp_path_, path_));

@@ -3,6 +3,9 @@
 // unfinished writer leaves nothing behind.
 #include "stoker/dataset_writer.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -176,6 +179,39 @@ TEST(DatasetWriter, ADiskFullWriteFailsEveryLaterCallAndLeavesNothing) {
     EXPECT_EQ(writer->Finish().error().code(), StatusCode::kFailedPrecondition);
   }
   EXPECT_EQ(Entries(dir / "out"), std::vector<std::string>{});
+}
+
+TEST(DatasetWriter, AForkedChildsCopyWritesNothingAndRemovesNothing) {
+  TempDir dir;
+  DatasetWriterOptions options;
+  options.target_shard_bytes = 8192;
+  ASSERT_OK_AND_ASSIGN(auto writer, DatasetWriter::Create(dir / "out", options));
+  ASSERT_OK(WriteSamples(*writer, 5));  // shards published, one open
+  const auto before = Entries(dir / "out");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // What a multiprocessing worker forked mid-write would do: use it, then drop it.
+    const std::string label = "1";
+    const SampleField fields[] = {{"cls", Bytes(label), FieldKind::kInt}};
+    const Status s = writer->Add("from-child", fields);
+    const bool refused = s.code() == StatusCode::kFailedPrecondition &&
+                         s.message().find("forked child") != std::string::npos &&
+                         writer->Finish().error().code() == StatusCode::kFailedPrecondition;
+    writer.reset();
+    ::_exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's calls were not refused";
+  EXPECT_EQ(Entries(dir / "out"), before);  // its copy removed nothing
+  ASSERT_OK(WriteSamples(*writer, 0));
+  ASSERT_OK_AND_ASSIGN(PackSummary summary, writer->Finish());
+  EXPECT_EQ(summary.samples, 5u);
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+  EXPECT_TRUE(report.ok());
 }
 
 TEST(DatasetWriter, RefusesAFolderHoldingADatasetUnlessToldToReplaceIt) {

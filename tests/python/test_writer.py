@@ -4,6 +4,8 @@ sample and field; an unfinished writer leaves nothing behind."""
 import gc
 import io
 import json
+import os
+import subprocess
 import tarfile
 import warnings
 
@@ -179,6 +181,33 @@ def test_an_exception_in_the_with_block_or_a_dropped_writer_leaves_nothing(tmp_p
     with pytest.raises(ValueError, match="no samples were written"):
         stoker.DatasetWriter(tmp_path / "empty").close()
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_a_forked_child_cannot_write_and_its_copy_removes_nothing(tmp_path, stoker_bin):
+    writer = stoker.DatasetWriter(tmp_path / "out", shard_size="8KiB")
+    samples = list(detection_samples(10))
+    for s in samples[:6]:
+        writer.write(s)
+    pid = os.fork()
+    if pid == 0:  # a multiprocessing worker forked mid-write: it tries, then drops its copy
+        code = 1
+        try:
+            writer.write({"__key__": "child", "cls": 1})
+        except stoker.StokerError as e:
+            code = 0 if "forked child" in str(e) else 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "dropped without close()" in the child
+            del writer
+            gc.collect()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    for s in samples[6:]:
+        writer.write(s)
+    assert writer.close()["samples"] == 10
+    assert samples_in(tmp_path / "out") == 10
+    assert subprocess.run([stoker_bin, "verify", str(tmp_path / "out")],
+                          capture_output=True).returncode == 0
 
 
 def test_a_folder_holding_a_dataset_is_replaced_only_when_asked(tmp_path):
