@@ -9,8 +9,9 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
          shuffle_seed=0, file_columns=(), seekable_jpeg=False):
     """Packs an ImageFolder tree, a CSV/JSONL manifest, tar shards or Parquet
     files into indexed shards (see `stoker pack --help`). Returns a summary
-    dict. Parquet (a ``.parquet`` file, a glob pattern, a folder of them, or
-    a list: Hugging Face datasets' format; needs pyarrow) packs each row as
+    dict. Parquet and Arrow (a ``.parquet`` or ``.arrow`` file, a glob
+    pattern, a folder of them such as ``datasets``' ``save_to_disk``, or a
+    list: Hugging Face datasets' formats; needs pyarrow) packs each row as
     a sample: image columns as images (named by their format), the
     ``ClassLabel`` column as the label with its class names, other columns as
     text, numbers or JSON; options that re-encode or reorder go through a

@@ -1,5 +1,6 @@
-"""Packing Parquet files (Hugging Face datasets' format) into a stoker
-dataset: each row a sample, each column a field. Used by stoker.pack and
+"""Packing Parquet files (Hugging Face datasets' format) and Arrow files
+(their save_to_disk and cache) into a stoker dataset: each row a sample,
+each column a field. Used by stoker.pack and
 `stoker pack X.parquet OUT` (which runs main() below).
 
 Columns map as Hugging Face's features say, or by their Arrow types:
@@ -39,16 +40,21 @@ def _image_format(data):
 
 
 def parquet_files(source):
-    """The Parquet files `source` names: a file, a glob pattern, a folder
-    (its *.parquet files), or a list of those; in name order per entry."""
+    """The Parquet or Arrow files `source` names: a file, a glob pattern, a
+    folder (its *.parquet or *.arrow files: a Hugging Face save_to_disk
+    folder holds the latter), or a list of those; in name order per entry."""
     entries = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     files = []
     for entry in entries:
         entry = os.fspath(entry)
         if os.path.isdir(entry):
-            found = sorted(glob.glob(os.path.join(entry, "*.parquet")))
+            found = sorted(glob.glob(os.path.join(entry, "*.parquet"))) or sorted(
+                glob.glob(os.path.join(entry, "*.arrow")))
             if not found:
-                raise ValueError("%s: a folder holding no .parquet files" % entry)
+                splits = sorted(n for n in os.listdir(entry) if glob.glob(os.path.join(entry, n, "*.arrow")))
+                raise ValueError("%s: a folder holding no .parquet or .arrow files%s" % (
+                    entry, "; it holds the splits %s: pack one, e.g. %s" % (
+                        ", ".join(splits), os.path.join(entry, splits[0])) if splits else ""))
         elif any(c in entry for c in "*?["):
             found = sorted(glob.glob(entry))
             if not found:
@@ -66,13 +72,36 @@ def is_parquet_source(source):
     if isinstance(source, (list, tuple)):
         return bool(source) and all(is_parquet_source(s) for s in source)
     source = os.fspath(source)
-    if source.endswith(".parquet"):
+    if source.endswith((".parquet", ".arrow")):
         return True
     if os.path.isdir(source):
         names = os.listdir(source)
-        return any(n.endswith(".parquet") for n in names) and not any(
+        if "dataset_dict.json" in names:
+            return True  # a Hugging Face DatasetDict's save_to_disk: its splits are folders
+        return any(n.endswith((".parquet", ".arrow")) for n in names) and not any(
             n.endswith(".tar") or os.path.isdir(os.path.join(source, n)) for n in names)
     return False
+
+
+def _features(path, schema):
+    """Hugging Face's features of a file's columns: from its schema's
+    metadata, else the dataset_info.json that save_to_disk writes beside its
+    .arrow files; {} when neither says."""
+    meta = schema.metadata or {}
+    try:
+        if b"huggingface" in meta:
+            features = json.loads(meta[b"huggingface"]).get("info", {}).get("features")
+            if isinstance(features, dict):
+                return features
+        info = os.path.join(os.path.dirname(os.path.abspath(path)), "dataset_info.json")
+        if os.path.exists(info):
+            with open(info) as f:
+                features = json.load(f).get("features")
+            if isinstance(features, dict):
+                return features
+    except (ValueError, AttributeError, OSError):
+        pass
+    return {}
 
 
 class _Layout:
@@ -82,13 +111,7 @@ class _Layout:
     def __init__(self, path, schema):
         import pyarrow
         self.columns = list(schema.names)
-        features = {}
-        meta = schema.metadata or {}
-        if b"huggingface" in meta:
-            try:
-                features = json.loads(meta[b"huggingface"]).get("info", {}).get("features", {}) or {}
-            except ValueError:
-                features = {}
+        features = _features(path, schema)
         self.class_names = None
         self.label = None
         class_labels = [c for c in self.columns if isinstance(features.get(c), dict)
@@ -152,31 +175,53 @@ class _Layout:
         return "%s.%s" % (column.lower().replace("/", "_"), ext), data
 
 
-def _rows(files, layout_of):
+def _open_table(path):
+    """(schema, an iterator of record batches of at most 64 rows) of a
+    Parquet file (a row group at a time, through a small buffer: memory
+    follows the row group's size, not the file's) or an Arrow file
+    (Hugging Face's save_to_disk and cache: the IPC stream format, mapped)."""
     import pyarrow
     import pyarrow.parquet
-    for path in files:
+    if path.endswith(".arrow"):
+        source = pyarrow.memory_map(path)
         try:
-            # Read a row group at a time, through a small buffer: memory follows
-            # the row group's size, not the file's.
-            pf = pyarrow.parquet.ParquetFile(path, pre_buffer=False, buffer_size=4 << 20)
+            reader = pyarrow.ipc.open_stream(source)
+        except pyarrow.ArrowInvalid:
+            reader = pyarrow.ipc.open_file(source)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            batches = iter(reader)
+        return reader.schema, (batch.slice(start, 64) for batch in batches for start in range(0, batch.num_rows, 64))
+    pf = pyarrow.parquet.ParquetFile(path, pre_buffer=False, buffer_size=4 << 20)
+    return pf.schema_arrow, pf.iter_batches(batch_size=64)
+
+
+def _rows(files, layout_of):
+    import pyarrow
+    import pyarrow.ipc  # noqa: F401
+    for path in files:
+        kind = "Arrow" if path.endswith(".arrow") else "Parquet"
+        try:
+            schema, batches = _open_table(path)
         except (pyarrow.ArrowException, OSError) as e:
-            raise ValueError("%s: cannot be read as Parquet (%s)" % (path, e)) from None
-        layout = layout_of(path, pf.schema_arrow)
+            raise ValueError("%s: cannot be read as %s (%s)" % (path, kind, e)) from None
+        layout = layout_of(path, schema)
         row = 0
         try:
-            for batch in pf.iter_batches(batch_size=64):
+            for batch in batches:
                 for values in batch.to_pylist():
                     yield path, row, layout, values
                     row += 1
         except pyarrow.ArrowException as e:
-            raise ValueError("%s: row group after row %d cannot be read (%s)" % (path, row, e)) from None
+            raise ValueError("%s: the rows after row %d cannot be read (%s)" % (path, row, e)) from None
 
 
 def total_rows(files):
     import pyarrow.parquet
     total = 0
     for path in files:
+        if path.endswith(".arrow"):
+            return None  # a stream says its length only once read
         try:
             total += pyarrow.parquet.ParquetFile(path).metadata.num_rows
         except Exception:  # noqa: BLE001 - reported with its file when rows are read
@@ -270,7 +315,7 @@ def main(argv):
     from .checkpoint import parse_size
     ap = argparse.ArgumentParser(prog="stoker pack", description="Pack Parquet files (Hugging Face datasets) into "
                                  "indexed shards: each row a sample, each column a field.")
-    ap.add_argument("source", nargs="+", help=".parquet files, glob patterns or folders of them")
+    ap.add_argument("source", nargs="+", help=".parquet or .arrow files, glob patterns or folders of them")
     ap.add_argument("out", help="output folder for shard-NNNNNN.tar and index.stoker")
     ap.add_argument("--shard-size", default="64MiB")
     ap.add_argument("--force", action="store_true", help="replace a dataset already in OUT")
@@ -305,10 +350,11 @@ def main(argv):
         return 1
     if sys.stderr.isatty():
         sys.stderr.write("\n")
-    print("packed %d samples from %d Parquet file(s) into %d shards (%s) in %s" % (
-        summary["samples"], len(files), summary["shards"], _size(summary["shard_bytes"]), args.out))
+    kind = "Arrow" if all(f.endswith(".arrow") for f in files) else "Parquet"
+    print("packed %d samples from %d %s file(s) into %d shards (%s) in %s" % (
+        summary["samples"], len(files), kind, summary["shards"], _size(summary["shard_bytes"]), args.out))
     if summary["class_names"]:
-        print("labels: %d classes, names from the Parquet files' ClassLabel" % len(summary["class_names"]))
+        print("labels: %d classes, names from the ClassLabel feature" % len(summary["class_names"]))
     print("index: %s" % summary["index_path"])
     return 0
 

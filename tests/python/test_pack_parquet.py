@@ -142,6 +142,44 @@ def test_the_command_line_packs_parquet_and_shuffles_keeping_class_names(hf_fold
     assert threads.returncode != 0 and "not Parquet" in threads.stderr
 
 
+def test_a_save_to_disk_folder_of_arrow_files_packs_with_its_dataset_info(tmp_path, stoker_bin):
+    """datasets' save_to_disk: data-*.arrow (Arrow IPC streams whose schema
+    has no features) beside dataset_info.json, which has them."""
+    rows = hf_rows(11)
+    split = tmp_path / "saved" / "train"
+    split.mkdir(parents=True)
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    for k, part in enumerate((rows[:6], rows[6:])):
+        table = pa.table({"image": pa.array([r["image"] for r in part], image),
+                          "label": pa.array([r["label"] for r in part], pa.int64()),
+                          "caption": pa.array([r["caption"] for r in part], pa.string())})
+        with pa.OSFile(str(split / ("data-%05d-of-00002.arrow" % k)), "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as stream:
+                stream.write_table(table, max_chunksize=4)
+    (split / "dataset_info.json").write_text(json.dumps({"features": {
+        "image": {"_type": "Image"}, "label": {"names": CLASSES, "_type": "ClassLabel"},
+        "caption": {"dtype": "string", "_type": "Value"}}}))
+    (split / "state.json").write_text("{}")
+    (tmp_path / "saved" / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    with pytest.raises(ValueError, match="it holds the splits train: pack one, e.g. .*saved/train"):
+        stoker.pack(tmp_path / "saved", tmp_path / "out")
+    run = subprocess.run([stoker_bin, "pack", str(tmp_path / "saved"), str(tmp_path / "out")], capture_output=True,
+                         text=True, env=ENV)
+    assert run.returncode == 1 and "pack one, e.g." in run.stderr, run.stderr
+    run = subprocess.run([stoker_bin, "pack", str(split), str(tmp_path / "out")], capture_output=True, text=True,
+                         env=ENV)
+    assert run.returncode == 0, run.stderr
+    assert "packed 11 samples from 2 Arrow file(s)" in run.stdout
+    loader = stoker.Loader(tmp_path / "out", batch_size=11, shuffle=False,
+                           fields={"label": stoker.Int("cls"), "caption": stoker.Text("caption"),
+                                   "image": stoker.Bytes("jpg;png")})
+    assert loader.dataset.classes == CLASSES
+    batch = next(iter(loader))
+    assert batch["caption"] == [r["caption"] for r in rows]
+    assert batch["label"].tolist() == [r["label"] for r in rows]
+    assert batch["image"] == [r["image"]["bytes"] for r in rows]
+
+
 def test_a_webdataset_derived_parquet_keeps_its_keys(tmp_path):
     rows = hf_rows(3)
     table = pa.table({"__key__": ["a/x", "a/y", "b/z"], "__url__": ["u"] * 3,

@@ -22,16 +22,19 @@ using stoker::Printable;
 
 namespace {
 
-// A .parquet file or pattern, or a folder of .parquet files only.
+// A .parquet or .arrow file or pattern, or a folder of such files (a
+// Hugging Face save_to_disk folder) and no sub-folders or shards.
 bool NamesParquet(const std::string& source) {
-  if (source.ends_with(".parquet")) return true;
+  if (source.ends_with(".parquet") || source.ends_with(".arrow")) return true;
   std::error_code ec;
   if (!std::filesystem::is_directory(source, ec)) return false;
+  if (std::filesystem::exists(std::filesystem::path(source) / "dataset_dict.json", ec))
+    return true;  // a Hugging Face DatasetDict's save_to_disk: the Python side names its splits
   bool parquet = false;
   for (const auto& entry : std::filesystem::directory_iterator(source, ec)) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory(ec) || name.ends_with(".tar")) return false;
-    parquet = parquet || name.ends_with(".parquet");
+    parquet = parquet || name.ends_with(".parquet") || name.ends_with(".arrow");
   }
   return parquet;
 }

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
                          "datasets) into indexed shards");
   pack->add_option("SRC", source,
                    "ImageFolder directory, manifest (.csv/.jsonl), shards (.tar, brace patterns allowed, "
-                   "or a folder of them) or Parquet (.parquet, glob patterns allowed, or a folder of them; "
-                   "read with pyarrow)")
+                   "or a folder of them) or Parquet/Arrow (.parquet or .arrow, glob patterns allowed, or a folder "
+                   "of them such as a Hugging Face save_to_disk; read with pyarrow)")
       ->required();
   pack->add_option("OUT", out, "Output folder for shard-NNNNNN.tar and index.stoker")->required();
   pack->add_option("--shard-size", shard_size, "Target shard size, e.g. 64MiB, 1GB")->capture_default_str();
