@@ -172,7 +172,8 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
     }
     listing.warnings.push_back(fmt::format(
         "{} images are not JPEG, PNG or WebP ({}; e.g. '{}'): they are packed, but stoker's loader will refuse "
-        "them (convert them before packing to train on them)",
+        "them (convert them to PNG before packing to train on them, or read them with fields={{\"image\": "
+        "stoker.Bytes(...)}} and decode them in map=)",
         total, fmt::join(counts, ", "), other_example));
   }
   return listing;

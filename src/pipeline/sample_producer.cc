@@ -114,9 +114,19 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
     for (const auto& c : candidates)
       if (auto f = dataset->FieldIndex(c)) p->image_fields_.push_back(*f);
     if (p->image_fields_.empty()) {
-      return Status::InvalidArgument(fmt::format("dataset '{}' has no image field {} (its fields: {})",
-                                                 dataset->index_path(), fmt::join(candidates, " or "),
-                                                 fmt::join(dataset->field_names(), ", ")));
+      std::vector<std::string> undecodable;  // image files of formats the loader does not decode
+      for (const auto& name : dataset->field_names())
+        for (std::string_view ext : {"bmp", "pgm", "ppm", "tif", "tiff"})
+          if (name == ext || name.ends_with(fmt::format(".{}", ext))) undecodable.push_back(name);
+      return Status::InvalidArgument(fmt::format(
+          "dataset '{}' has no image field {} (its fields: {}){}", dataset->index_path(), fmt::join(candidates, " or "),
+          fmt::join(dataset->field_names(), ", "),
+          undecodable.empty()
+              ? std::string()
+              : fmt::format("; {} hold images in formats the loader does not decode (it decodes JPEG, PNG and WebP): "
+                            "convert them to PNG and pack again, or read them with fields={{\"image\": "
+                            "stoker.Bytes(\"{}\")}} and decode them in map=",
+                            fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
     }
   }
   STOKER_ASSIGN_OR_RETURN(p->follower_,

@@ -93,6 +93,10 @@ def test_a_bmp_is_still_refused_naming_the_sample(cli, demo_images, tmp_path):
     Image.open(sorted(demo_images.rglob("*.JPEG"))[0]).save(tree / "a" / "x.bmp")
     result = cli("pack", tree, tmp_path / "packed")
     assert "not JPEG, PNG or WebP (1 bmp" in result.stdout + result.stderr
+    # The default image field finds none, and says why and what to do.
+    with pytest.raises(ValueError, match="bmp hold images in formats the loader does not decode .*convert them to "
+                                         "PNG.*stoker.Bytes\\(\"bmp\"\\)"):
+        stoker.Loader(tmp_path / "packed", batch_size=1)
     loader = stoker.Loader(tmp_path / "packed", batch_size=1, image_field="bmp", log_epochs=False)
     with pytest.raises(stoker.StokerError, match="a BMP image.*JPEG, PNG and WebP"):
         next(iter(loader))
