@@ -1,7 +1,7 @@
 """Field decoding, one image at a time on one thread: stoker.decode_image
 against Pillow (Image.open + convert + numpy), on the photographs scikit-image
 ships as PNG (RGB and gray, 8-bit) and the same re-encoded as WebP (lossy
-q=90, lossless) and PNG with alpha. Each figure is the best of --repeats
+q=90, lossless), PNG with alpha and TIFF (uncompressed and LZW). Each figure is the best of --repeats
 rounds of --rounds decodes (steady state, page cache warm).
 
     .venv/bin/python bench/field_decode.py [--repeats 5] [--rounds 20]
@@ -43,6 +43,10 @@ def main():
         image = Image.open(io.BytesIO(raw))
         mode = "L" if image.mode == "L" else "RGB"
         cases.append(("PNG " + image.mode, name, raw, mode))
+        for label, compression in [("TIFF raw", None), ("TIFF LZW", "tiff_lzw")]:
+            buf = io.BytesIO()
+            image.save(buf, "TIFF", compression=compression)
+            cases.append((label, name, buf.getvalue(), mode))
         if image.mode == "RGB":
             for label, kw in [("WebP lossy q90", dict(quality=90)), ("WebP lossless", dict(lossless=True))]:
                 buf = io.BytesIO()

@@ -1,6 +1,7 @@
 // Fuzzes the field image decoders on arbitrary bytes: format detection,
 // PNG (libspng: every color type, bit depth, palette, tRNS, interlacing),
-// WebP (libwebp) and whole-image JPEG, then conversion to every mode.
+// WebP (libwebp), TIFF (libtiff: strips, tiles, planes, every depth and
+// compression) and whole-image JPEG, then conversion to every mode.
 // Malformed input must give an error, never a crash, an out-of-bounds
 // access or an allocation beyond the pixel limit.
 #include <cstddef>

@@ -14,14 +14,16 @@ namespace stoker {
 // PIL's limit (2 x Image.MAX_IMAGE_PIXELS), as TransformOptions::max_pixels.
 inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
 
-// A JPEG, PNG or WebP (told by its first bytes) decoded whole to `mode`,
-// with exactly the pixels of Pillow's `Image.open(f).convert(mode)`: "RGB",
-// "L", "RGBA" (uint8, shape [H, W, C]) or "I;16" (uint16 [H, W, 1], for
-// grayscale images; 16-bit PNGs keep all their bits). EXIF orientation is
-// not applied (neither does Image.open). Corruption for a damaged image or
-// one of more than `max_pixels` pixels (0: no limit), checked before
-// decoding; Unimplemented for another format (GIF, BMP, TIFF, animated
-// WebP); InvalidArgument for an unknown mode.
+// A JPEG, PNG, WebP or TIFF (told by its first bytes; a TIFF's first page)
+// decoded whole to `mode`, with exactly the pixels of Pillow's
+// `Image.open(f).convert(mode)`: "RGB", "L", "RGBA" (uint8, shape
+// [H, W, C]) or "I;16" (uint16 [H, W, 1], for grayscale images; 16-bit
+// PNGs and TIFFs keep all their bits). EXIF orientation is not applied
+// (neither does Image.open). Corruption for a damaged image or one of more
+// than `max_pixels` pixels (0: no limit), checked before decoding;
+// Unimplemented for another format (GIF, BMP, animated WebP) or a TIFF of
+// samples Pillow has no such mode for (float, signed, CMYK, premultiplied
+// alpha); InvalidArgument for an unknown mode.
 [[nodiscard]] Result<HostTensor> DecodeImage(std::span<const std::byte> data, std::string_view mode = "RGB",
                                              std::uint64_t max_pixels = kDefaultMaxImagePixels);
 

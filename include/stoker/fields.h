@@ -14,7 +14,7 @@
 namespace stoker {
 
 enum class FieldKind : std::uint8_t {
-  kImage,   // JPEG, PNG or WebP -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
+  kImage,   // JPEG, PNG, WebP or TIFF -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
   kInt,     // a decimal integer stored as text (.cls, .id) -> int64 scalar
   kFloat,   // a number stored as text -> float64 scalar
   kArray,   // NumPy .npy -> its dtype and shape (DecodeNpy)
@@ -30,7 +30,7 @@ enum class FieldKind : std::uint8_t {
 };
 [[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
 // The kind WebDataset's conventions give a key, by its last extension:
-// jpg, jpeg, png, webp -> image; npy -> array; json -> json; txt -> text;
+// jpg, jpeg, png, webp, tif, tiff -> image; npy -> array; json -> json; txt -> text;
 // cls, id, idx, index, label -> int; anything else bytes. What `stoker
 // inspect` shows, and a starting point for specs.
 [[nodiscard]] FieldKind ConventionalFieldKind(std::string_view key);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "codec/png.h"
+#include "codec/tiff.h"
 #include "codec/webp.h"
 
 namespace stoker::codec {
@@ -15,6 +16,9 @@ std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data) {
   if (data.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
   if (data.size() >= 12 && std::memcmp(b, "RIFF", 4) == 0 && std::memcmp(b + 8, "WEBP", 4) == 0)
     return ImageFormat::kWebp;
+  if (data.size() >= 4 && (std::memcmp(b, "II*\0", 4) == 0 || std::memcmp(b, "MM\0*", 4) == 0 ||
+                           std::memcmp(b, "II+\0", 4) == 0 || std::memcmp(b, "MM\0+", 4) == 0))  // BigTIFF too
+    return ImageFormat::kTiff;
   return std::nullopt;
 }
 
@@ -26,6 +30,8 @@ std::string_view ImageFormatName(ImageFormat format) {
       return "PNG";
     case ImageFormat::kWebp:
       return "WebP";
+    case ImageFormat::kTiff:
+      return "TIFF";
   }
   return "?";
 }
@@ -35,8 +41,8 @@ namespace {
 Status Unknown(std::span<const std::byte> data) {
   if (auto other = OtherImageFormat(data))
     return Status::Unimplemented(
-        fmt::format("a {} image: stoker decodes JPEG, PNG and WebP (convert it before packing)", *other));
-  return Status::Corruption("not an image: neither JPEG, PNG nor WebP by its first bytes");
+        fmt::format("a {} image: stoker decodes JPEG, PNG, WebP and TIFF (convert it before packing)", *other));
+  return Status::Corruption("not an image: neither JPEG, PNG, WebP nor TIFF by its first bytes");
 }
 
 }  // namespace
@@ -51,6 +57,8 @@ Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
       return PngSize(data);
     case ImageFormat::kWebp:
       return WebpSize(data);
+    case ImageFormat::kTiff:
+      return TiffSize(data);
   }
   return Status::Internal("unreachable");
 }
@@ -63,6 +71,8 @@ Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels
       return DecodePng(data, max_pixels, out);
     case ImageFormat::kWebp:
       return DecodeWebp(data, max_pixels, out);
+    case ImageFormat::kTiff:
+      return DecodeTiff(data, max_pixels, out);
     case ImageFormat::kJpeg: {
       auto size = JpegSize(data);
       if (!size.ok()) return size.status();

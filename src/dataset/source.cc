@@ -153,13 +153,12 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
         fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
                     not_images, example));
   }
-  // torchvision reads these formats; stoker's loader decodes JPEG, PNG and WebP.
+  // torchvision reads these formats; stoker's loader decodes JPEG, PNG, WebP and TIFF.
   std::map<std::string, std::size_t> other_formats;
   std::string other_example;
   for (const auto& sample : listing.samples)
     for (const auto& f : sample.fields)
-      if (f.kind == FieldSource::Kind::kFile && f.name != "jpg" && f.name != "jpeg" && f.name != "png" &&
-          f.name != "webp") {
+      if (f.kind == FieldSource::Kind::kFile && ConventionalFieldKind(f.name) != FieldKind::kImage) {
         ++other_formats[f.name];
         if (other_example.empty()) other_example = f.path;
       }
@@ -171,7 +170,7 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
       total += n;
     }
     listing.warnings.push_back(fmt::format(
-        "{} images are not JPEG, PNG or WebP ({}; e.g. '{}'): they are packed, but stoker's loader will refuse "
+        "{} images are not JPEG, PNG, WebP or TIFF ({}; e.g. '{}'): they are packed, but stoker's loader will refuse "
         "them (convert them to PNG before packing to train on them, or read them with fields={{\"image\": "
         "stoker.Bytes(...)}} and decode them in map=)",
         total, fmt::join(counts, ", "), other_example));

@@ -81,7 +81,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                                LoaderCounters* counters) {
   std::unique_ptr<SampleProducer> p(new SampleProducer());
   std::vector<std::string> candidates = options.image_field.empty()
-                                            ? std::vector<std::string>{"jpg", "jpeg", "png", "webp"}
+                                            ? std::vector<std::string>{"jpg", "jpeg", "png", "webp", "tif", "tiff"}
                                             : std::vector<std::string>{options.image_field};
   bool wants_image = options.fields.empty();
   for (const FieldSpec& spec : options.fields) {
@@ -116,17 +116,18 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
     if (p->image_fields_.empty()) {
       std::vector<std::string> undecodable;  // image files of formats the loader does not decode
       for (const auto& name : dataset->field_names())
-        for (std::string_view ext : {"bmp", "pgm", "ppm", "tif", "tiff"})
+        for (std::string_view ext : {"bmp", "pgm", "ppm"})
           if (name == ext || name.ends_with(fmt::format(".{}", ext))) undecodable.push_back(name);
       return Status::InvalidArgument(fmt::format(
           "dataset '{}' has no image field {} (its fields: {}){}", dataset->index_path(), fmt::join(candidates, " or "),
           fmt::join(dataset->field_names(), ", "),
           undecodable.empty()
               ? std::string()
-              : fmt::format("; {} hold images in formats the loader does not decode (it decodes JPEG, PNG and WebP): "
-                            "convert them to PNG and pack again, or read them with fields={{\"image\": "
-                            "stoker.Bytes(\"{}\")}} and decode them in map=",
-                            fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
+              : fmt::format(
+                    "; {} hold images in formats the loader does not decode (it decodes JPEG, PNG, WebP and TIFF): "
+                    "convert them to PNG and pack again, or read them with fields={{\"image\": "
+                    "stoker.Bytes(\"{}\")}} and decode them in map=",
+                    fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
     }
   }
   STOKER_ASSIGN_OR_RETURN(p->follower_,
@@ -172,13 +173,13 @@ std::optional<std::size_t> SampleProducer::ImageFieldOf(const SampleInfo& info) 
 }
 
 Status SampleProducer::NoImageField(const SampleInfo& info) const {
-  static constexpr std::string_view kOtherFormats[] = {"bmp", "gif", "tif", "tiff", "ppm", "pgm"};
+  static constexpr std::string_view kOtherFormats[] = {"bmp", "gif", "ppm", "pgm"};
   for (std::size_t f = 0; f < info.fields.size(); ++f) {
     const std::string& name = dataset_->field_names()[f];
     if (info.fields[f] &&
         std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
       return Status::Unimplemented(fmt::format(
-          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG and WebP (convert "
+          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP and TIFF (convert "
           "the images before packing)",
           Printable(info.key), dataset_->shards()[info.shard].path, name, name));
   }

@@ -1,6 +1,7 @@
 """Field decoding (stoker.decode_image, stoker.decode_npy) against Pillow and
 NumPy: every PNG color type and bit depth, palettes with tRNS, interlacing,
-WebP lossy/lossless/alpha, JPEG; .npy of every dtype, order and byte order;
+WebP lossy/lossless/alpha, JPEG, TIFF of every mode and compression Pillow
+writes; .npy of every dtype, order and byte order;
 and the damaged files each must refuse with a clear error."""
 import io
 import struct
@@ -127,6 +128,38 @@ def test_jpeg(mode):
     same_as_pillow(buf.getvalue())
 
 
+@pytest.mark.parametrize("compression", [None, "tiff_lzw", "tiff_adobe_deflate", "packbits", "jpeg", "group4"])
+@pytest.mark.parametrize("mode", ["1", "L", "LA", "P", "RGB", "RGBA", "I;16"])
+def test_pillow_written_tiffs(mode, compression):
+    if (compression == "jpeg" and mode not in ("L", "RGB")) or (compression == "group4" and mode != "1"):
+        pytest.skip("Pillow writes no such TIFF")
+    base = Image.fromarray(rng.integers(0, 256, (21, 33, 3), dtype=np.uint8))
+    image = base.convert(mode) if mode != "I;16" else Image.fromarray(
+        rng.integers(0, 65536, (21, 33)).astype(np.uint16))
+    if mode == "P":
+        image = base.convert("P", palette=Image.ADAPTIVE, colors=37)
+    buf = io.BytesIO()
+    image.save(buf, "TIFF", compression=compression)
+    data = buf.getvalue()
+    same_as_pillow(data, MODES + (["I;16"] if mode == "I;16" else []))
+    # Several pages: the first, as Image.open gives it.
+    second = io.BytesIO()
+    image.save(second, "TIFF", compression=compression, save_all=True, append_images=[image.rotate(90, expand=True)])
+    same_as_pillow(second.getvalue())
+
+
+def test_tiffs_stoker_does_not_decode_are_refused_naming_what_they_hold():
+    buf = io.BytesIO()
+    Image.fromarray(rng.random((8, 9), dtype=np.float32)).save(buf, "TIFF")
+    damaged("32-bit floating-point samples.*stoker.Bytes", buf.getvalue(), error=stoker.StokerError)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (8, 9, 3), dtype=np.uint8)).convert("CMYK").save(buf, "TIFF")
+    damaged("CMYK", buf.getvalue(), error=stoker.StokerError)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (8, 9, 3), dtype=np.uint8)).save(buf, "TIFF", compression="tiff_lzw")
+    damaged("TIFF", buf.getvalue()[:len(buf.getvalue()) // 2])
+
+
 def damaged(message, data, mode="RGB", error=stoker.CorruptionError):
     with pytest.raises(error, match=message):
         stoker.decode_image(data, mode)
@@ -158,7 +191,7 @@ def test_damaged_images_are_refused_with_the_reason():
     damaged("JPEG", b"\xff\xd8\xff\xe0" + b"\x00" * 40)
     buf = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buf, "GIF")
-    damaged("a GIF image: stoker decodes JPEG, PNG and WebP", buf.getvalue(), error=stoker.StokerError)
+    damaged("a GIF image: stoker decodes JPEG, PNG, WebP and TIFF", buf.getvalue(), error=stoker.StokerError)
     with pytest.raises(ValueError, match="mode 'CMYK'"):
         stoker.decode_image(png, "CMYK")
 
