@@ -5,8 +5,8 @@ each column a field. Used by stoker.pack and
 
 Columns map as Hugging Face's features say, or by their Arrow types:
 - an image column (the `Image` feature: {"bytes", "path"}, or raw bytes that
-  are a JPEG, PNG or WebP): the first becomes the field named by each
-  image's format ("jpg", "png", "webp"), later ones "<column>.<format>";
+  are a JPEG, PNG, WebP or TIFF): the first becomes the field named by each
+  image's format ("jpg", "png", "webp", "tif"), later ones "<column>.<format>";
   other files in such a struct (audio) keep their path's extension;
 - the label: the `ClassLabel` column named "label" (else the first
   `ClassLabel`, else an integer column named "label", "labels" or "cls")
@@ -26,7 +26,7 @@ import time
 
 from . import _native
 
-_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
+_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"II*\x00", "tif"), (b"MM\x00*", "tif"))
 _LABEL_NAMES = ("label", "labels", "cls")
 
 

@@ -11,7 +11,7 @@ from .checkpoint import parse_size
 _NPY_MAGIC = b"\x93NUMPY"
 # Pillow's formats for the image extensions; PNG and WebP are written
 # losslessly, JPEG at _JPEG_QUALITY.
-_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
+_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF"}
 _JPEG_QUALITY = 95
 
 
@@ -62,9 +62,11 @@ def _image_bytes(name, value):
     array = _numpy_array(value)
     if array is not None:
         from PIL import Image
-        if array.dtype.name != "uint8" or array.ndim not in (2, 3):
-            raise _FieldError("an image array must be uint8 (H, W) or (H, W, C), not %s %s"
-                              % (array.dtype, array.shape))
+        sixteen = array.dtype.name == "uint16" and array.ndim == 2 and _PIL_FORMATS[_extension(name)] in ("PNG",
+                                                                                                           "TIFF")
+        if not sixteen and (array.dtype.name != "uint8" or array.ndim not in (2, 3)):
+            raise _FieldError("an image array must be uint8 (H, W) or (H, W, C), or uint16 (H, W) for PNG and TIFF, "
+                              "not %s %s" % (array.dtype, array.shape))
         value = Image.fromarray(array)
     if _is_pil_image(value):
         out = io.BytesIO()
@@ -73,6 +75,8 @@ def _image_bytes(name, value):
             value.save(out, format=fmt, quality=_JPEG_QUALITY)
         elif fmt == "WEBP":
             value.save(out, format=fmt, lossless=True)
+        elif fmt == "TIFF":
+            value.save(out, format=fmt, compression="tiff_lzw")
         else:
             value.save(out, format=fmt)
         return out.getvalue()
@@ -199,9 +203,9 @@ class DatasetWriter:
     ``__*__`` entries (WebDataset's ``__url__``) and None values are left
     out. The name's extension says how a value is stored:
 
-    - ``jpg``/``jpeg``/``png``/``webp``: bytes as they are (kept exactly);
-      a PIL image or a uint8 (H, W[, C]) array is encoded, PNG and WebP
-      losslessly, JPEG at quality 95; Hugging Face's undecoded
+    - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``: bytes as they are (kept exactly);
+      a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP and
+      TIFF (LZW) losslessly, JPEG at quality 95; Hugging Face's undecoded
       ``{"bytes": ..., "path": ...}`` is stored as its bytes (or its file's).
     - ``npy``: a NumPy array, scalar or torch tensor (``numpy.save``, no
       pickles); bytes must be a ``.npy`` file already.

@@ -88,6 +88,7 @@ def test_the_webdataset_library_reads_what_it_writes(tmp_path):
 
 def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
     pixels = np.random.default_rng(1).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    depth = np.random.default_rng(2).integers(0, 65536, (20, 30), dtype=np.uint16)
     photo = jpeg_bytes(3)
     (tmp_path / "on_disk.jpg").write_bytes(photo)
     with stoker.DatasetWriter(tmp_path / "out") as writer:
@@ -96,8 +97,11 @@ def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
         writer.write({"jpg": {"bytes": photo, "path": "ignored.jpg"}})
         writer.write({"jpg": {"bytes": None, "path": str(tmp_path / "on_disk.jpg")}})
         writer.write({"jpeg": torch.from_numpy(pixels)})  # JPEG at quality 95
-    loader = stoker.Loader(tmp_path / "out", batch_size=5, shuffle=False, fields={
-        "image": stoker.Image(transform=None), "raw": stoker.Bytes("jpg", optional=True)})
+        writer.write({"tif": pixels})  # lossless (LZW)
+        writer.write({"tiff": depth})  # 16-bit gray, kept whole
+    loader = stoker.Loader(tmp_path / "out", batch_size=7, shuffle=False, fields={
+        "image": stoker.Image(transform=None), "raw": stoker.Bytes("jpg", optional=True),
+        "depth": stoker.Image(keys="tiff", mode="I;16", transform=None, optional=True)})
     batch = next(iter(loader))
     assert torch.equal(batch["image"][0], torch.from_numpy(pixels))
     assert torch.equal(batch["image"][1], torch.from_numpy(pixels))
@@ -106,6 +110,8 @@ def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
     reference = io.BytesIO()
     Image.fromarray(pixels).save(reference, format="JPEG", quality=95)
     assert torch.equal(batch["image"][4], torch.from_numpy(np.array(Image.open(reference).convert("RGB"))))
+    assert torch.equal(batch["image"][5], torch.from_numpy(pixels))
+    assert torch.equal(batch["depth"][6][..., 0], torch.from_numpy(depth.astype(np.int32)))
     # Default keys: the position, zero-padded, so that name order is write order.
     with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
         assert tar.getnames()[:2] == ["000000000.png", "000000001.webp"]
@@ -118,6 +124,7 @@ def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
     ("image", Image.new("RGB", (4, 4)), "name ending in .png"),
     ("jpg", "a path?", "an image field takes bytes"),
     ("jpg", np.zeros((4, 4), np.float32), "must be uint8"),
+    ("jpg", np.zeros((4, 4), np.uint16), "uint16 (H, W) for PNG and TIFF"),
     ("cls", "cat", "an integer field takes an int"),
     ("cls", 2.5, "an integer field takes an int"),
     ("meta.json", {"x": float("nan")}, "JSON cannot hold"),
