@@ -413,6 +413,9 @@ class Loader:
         ``len(loader.sampler)`` the samples this rank's batches hold an epoch."""
         return _passes.EpochSampler(self)
 
+    def _rank_samples_per_epoch(self):
+        return self._native.samples_per_epoch
+
     @property
     def global_batch_size(self):
         """Samples in each global batch (batch_size x world_size, or global_batch_size)."""

@@ -66,11 +66,12 @@ class Passes:
 
 
 class EpochSampler:
-    """``stoker.Loader.sampler``: what training loops written for DataLoader
-    with a DistributedSampler ask of ``loader.sampler``. ``set_epoch(e)`` is
-    the loader's ``set_epoch`` (so ``loader.sampler.set_epoch(epoch)`` works
-    as written); ``len()`` is the samples this rank's batches hold an epoch,
-    as DistributedSampler's (torch's ImageNet example compares it with
+    """``stoker.Loader.sampler`` and ``stoker.TokenLoader.sampler``: what
+    training loops written for DataLoader with a DistributedSampler ask of
+    ``loader.sampler``. ``set_epoch(e)`` is the loader's ``set_epoch`` (so
+    ``loader.sampler.set_epoch(epoch)`` works as written); ``len()`` is the
+    samples (rows, for a TokenLoader) this rank's batches hold an epoch, as
+    DistributedSampler's (torch's ImageNet example compares it with
     ``len(loader.dataset)``). The order itself is drawn natively from
     (seed, epoch): there are no indices to iterate."""
 
@@ -87,11 +88,12 @@ class EpochSampler:
         return self._loader.epoch
 
     def __len__(self):
-        return self._loader._native.samples_per_epoch
+        return self._loader._rank_samples_per_epoch()
 
     def __iter__(self):
-        raise TypeError("stoker.Loader's sampler has no indices to iterate: the order is drawn natively from "
-                        "(seed, epoch); iterate the loader (with_indices=True gives each batch's sample indices)")
+        raise TypeError("stoker.%s's sampler has no indices to iterate: the order is drawn natively from "
+                        "(seed, epoch); iterate the loader (with_indices=True gives each batch's indices)"
+                        % type(self._loader).__name__)
 
     def __repr__(self):
-        return "stoker.Loader sampler (epoch %d, %d samples on this rank)" % (self.epoch, len(self))
+        return "stoker.%s sampler (epoch %d, %d on this rank)" % (type(self._loader).__name__, self.epoch, len(self))

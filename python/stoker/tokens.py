@@ -259,6 +259,19 @@ class TokenLoader:
         return self._world_size
 
     @property
+    def sampler(self):
+        """For loops written for DataLoader with a DistributedSampler:
+        ``loader.sampler.set_epoch(epoch)`` is ``loader.set_epoch(epoch)``,
+        ``len(loader.sampler)`` the rows this rank's batches hold an epoch."""
+        return _passes.EpochSampler(self)
+
+    def _rank_samples_per_epoch(self):
+        # Each global batch splits [r*n/W, (r+1)*n/W) of its n rows to rank r; the last one is short.
+        rows, g, r, w = self._native.num_rows, self._global_batch_size, self._rank, self._world_size
+        share = lambda n: (r + 1) * n // w - r * n // w  # noqa: E731
+        return rows // g * share(g) + share(rows % g)
+
+    @property
     def global_batch_size(self):
         """Rows in each global batch (every rank's together)."""
         return self._global_batch_size

@@ -89,6 +89,23 @@ def test_without_labels_across_documents_no_document_predicts_the_next(tmp_path)
         stoker.TokenLoader(tmp_path / "c", seq_len=64, labels_across_documents="no")
 
 
+def test_the_sampler_counts_this_rank_s_rows_and_sets_the_epoch(tmp_path):
+    megatron_files(tmp_path / "c", documents(120))
+    for global_batch, world in [(8, 3), (5, 2), (7, 7), (4, 1)]:
+        counted = []
+        for rank in range(world):
+            loader = stoker.TokenLoader(tmp_path / "c", seq_len=16, global_batch_size=global_batch, rank=rank,
+                                        world_size=world, log_epochs=False)
+            loader.sampler.set_epoch(3)
+            assert loader.sampler.epoch == 3 == loader.epoch
+            rows = sum(batch["input_ids"].shape[0] for batch in loader)
+            assert len(loader.sampler) == rows, (global_batch, world, rank)
+            counted.append(rows)
+        assert sum(counted) == loader.num_rows
+    with pytest.raises(TypeError, match="TokenLoader's sampler has no indices"):
+        iter(loader.sampler)
+
+
 def test_kernel_readahead_is_said_and_changes_no_token(tmp_path):
     megatron_files(tmp_path / "c", documents())
     auto = stoker.TokenLoader(tmp_path / "c", seq_len=16, batch_size=4, seed=3)
