@@ -128,7 +128,7 @@ class _Layout:
         if self.label is not None and self.label in class_labels:
             names = features[self.label].get("names")
             self.class_names = list(names) if isinstance(names, list) else None
-        self.images = []  # file columns, in order: the first is the main image
+        self.images = []  # file columns, in order
         for c in self.columns:
             kind = schema.field(c).type
             if (isinstance(features.get(c), dict) and features[c].get("_type") in ("Image", "Audio")) or (
@@ -136,6 +136,10 @@ class _Layout:
                                                                                                          "path"}) or (
                     pyarrow.types.is_binary(kind) or pyarrow.types.is_large_binary(kind)):
                 self.images.append(c)
+        # The main image, whose field is named by its format alone ("jpg"): the first Image feature, else
+        # the first file column (an Audio column before it must not take the name).
+        declared = [c for c in self.images if isinstance(features.get(c), dict) and features[c].get("_type") == "Image"]
+        self.main_image = declared[0] if declared else (self.images[0] if self.images else None)
         self.names = {}
         for c in self.columns:
             if c == "__key__" or (c.startswith("__") and c.endswith("__")) or c == self.label:
@@ -170,7 +174,7 @@ class _Layout:
         if ext is None:
             ext = os.path.splitext(path)[1][1:].lower() if path else ""
             ext = ext or "bin"
-        if column == self.images[0] and _image_format(data) is not None:
+        if column == self.main_image and _image_format(data) is not None:
             return ext, data
         return "%s.%s" % (column.lower().replace("/", "_"), ext), data
 

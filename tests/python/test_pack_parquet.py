@@ -180,6 +180,22 @@ def test_a_save_to_disk_folder_of_arrow_files_packs_with_its_dataset_info(tmp_pa
     assert batch["image"] == [r["image"]["bytes"] for r in rows]
 
 
+def test_the_image_feature_is_the_main_image_even_after_an_audio_column(tmp_path):
+    rows = hf_rows(3)
+    audio = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"audio": pa.array([{"bytes": b"RIFF....WAVEfmt ", "path": "a%d.wav" % i} for i in range(3)],
+                                        audio),
+                      "image": pa.array([r["image"] for r in rows], audio),
+                      "label": pa.array([0, 1, 2], pa.int64())}).replace_schema_metadata({"huggingface": json.dumps(
+                          {"info": {"features": {"audio": {"_type": "Audio"}, "image": {"_type": "Image"},
+                                                 "label": {"names": CLASSES, "_type": "ClassLabel"}}}})})
+    pq.write_table(table, tmp_path / "av.parquet")
+    stoker.pack(tmp_path / "av.parquet", tmp_path / "out")
+    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
+        names = tar.getnames()
+    assert names[:3] == ["000000000.audio.wav", "000000000.cls", "000000000.png"], names
+
+
 def test_a_webdataset_derived_parquet_keeps_its_keys(tmp_path):
     rows = hf_rows(3)
     table = pa.table({"__key__": ["a/x", "a/y", "b/z"], "__url__": ["u"] * 3,

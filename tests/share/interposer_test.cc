@@ -369,9 +369,10 @@ TEST_F(Interposer, TimeTheSharesLeaveGoesToTheTenantsThatWantTheDevice) {
   const double da = ja["device_seconds"], db = jb["device_seconds"];
   std::printf("[ rest ] 20%% tenant: %.2f s, 40%% tenant: %.2f s of 4 s; split %.1f/%.1f\n", da, db,
               100 * da / (da + db), 100 * db / (da + db));
-  // Release: 3.6-3.7 s in all (2.2 s before). Under the sanitizers each launch costs more
-  // host time, and a process between launches leaves the device idle.
-  EXPECT_GT(da + db, STOKER_TEST_SANITIZED ? 2.9 : 3.4);
+  // Release: 3.6-3.7 s in all (2.2 s before), 3.38 s once on a loaded 2-core CI machine
+  // with the split right. Under the sanitizers each launch costs more host time, and a process
+  // between launches leaves the device idle. The bound catches the 2.2 s, not the machine's load.
+  EXPECT_GT(da + db, STOKER_TEST_SANITIZED ? 2.9 : 3.1);
   EXPECT_NEAR(da / (da + db), 1.0 / 3, STOKER_TEST_SANITIZED ? 0.08 : 0.05);
 }
 
@@ -407,7 +408,7 @@ void Interposer::RunAJobWithoutAShareBesideOneWithAShare(bool through_agent) {
   std::printf("[ no share ]%s 70%% tenant: %.2f s, tenant without a share: %.2f s; split %.1f/%.1f\n",
               through_agent ? " through the agent:" : "", da, dz, 100 * da / (da + dz), 100 * dz / (da + dz));
   EXPECT_NEAR(da / (da + dz), 0.70, STOKER_TEST_SANITIZED ? 0.08 : 0.05);
-  EXPECT_GT(da + dz, STOKER_TEST_SANITIZED ? 2.9 : 3.4) << "the device sat idle";
+  EXPECT_GT(da + dz, STOKER_TEST_SANITIZED ? 2.9 : 3.1) << "the device sat idle";  // as above
   broker.reset();
   EXPECT_EQ(::system(("rm -rf " + state).c_str()), 0);
 }
