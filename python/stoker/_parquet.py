@@ -148,11 +148,14 @@ class _Layout:
                 continue
             name = c.lower().replace("/", "_")
             self.names[c] = name
-        taken = {}
+        # What the label and the main image take: a column of the same name would overwrite them.
+        taken = {"cls": self.label} if self.label is not None else {}
+        if self.main_image is not None:
+            taken.update((ext, self.main_image) for ext in ("jpg", "png", "webp", "tif"))
         for c, name in self.names.items():
-            if name in taken or (name == "cls" and self.label is not None):
-                raise ValueError("%s: columns %r and %r would both be the field %r" % (
-                    path, taken.get(name, self.label), c, name))
+            if name in taken:
+                raise ValueError("%s: columns %r and %r would both be the field %r; rename one" % (
+                    path, taken[name], c, name))
             taken[name] = c
 
     def same_as(self, other):

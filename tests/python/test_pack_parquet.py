@@ -223,5 +223,11 @@ def test_bad_parquet_input_is_named(hf_folder, tmp_path, stoker_bin):
     with pytest.raises(ValueError, match="b.parquet: its columns .* differ from .*a.parquet"):
         stoker.pack(other, tmp_path / "out2")
     assert not (tmp_path / "out2").exists() or list((tmp_path / "out2").iterdir()) == []
+    clash = tmp_path / "clash.parquet"
+    pq.write_table(pa.table({"image": pa.array([rows[0]["image"]], pa.struct([("bytes", pa.binary()),
+                                                                              ("path", pa.string())])),
+                             "png": pa.array(["a column named like the image's field"])}), clash)
+    with pytest.raises(ValueError, match="columns 'image' and 'png' would both be the field 'png'"):
+        stoker.pack(clash, tmp_path / "out4")
     with pytest.raises(FileNotFoundError, match="no file matches"):
         stoker.pack(str(tmp_path / "nothing-*.parquet"), tmp_path / "out3")
