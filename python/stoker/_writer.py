@@ -268,6 +268,8 @@ class DatasetWriter:
                 payload, kind = _encode(name, value)
             except _FieldError as e:
                 raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
+            except (TypeError, ValueError) as e:  # from NumPy, Pillow or torch (a bfloat16 tensor, an odd image)
+                raise type(e)("sample %r, field %r: %s" % (key, name, e)) from None
             fields.append((name, payload, kind))
         self._native.add(key, fields)
 
