@@ -33,14 +33,6 @@ py::dict SummaryDict(const stoker::PackSummary& s) {
   return d;
 }
 
-stoker::FieldKind KindNamed(const std::string& name) {
-  for (int k = 0; k <= static_cast<int>(stoker::FieldKind::kMask); ++k) {
-    const auto kind = static_cast<stoker::FieldKind>(k);
-    if (stoker::FieldKindName(kind) == name) return kind;
-  }
-  throw py::value_error("unknown field kind '" + name + "'");
-}
-
 // A sample's fields as the writer takes them, over buffers the caller's
 // Python objects keep alive (and unchanged: the GIL is released while the
 // writer copies them out).
@@ -50,20 +42,22 @@ struct HeldFields {
   std::vector<stoker::SampleField> fields;
 };
 
-HeldFields Hold(const std::vector<std::tuple<std::string, py::buffer, std::string>>& given) {
+HeldFields Hold(const std::vector<std::tuple<std::string, py::buffer, stoker::FieldKind>>& given) {
   HeldFields held;
   held.buffers.reserve(given.size());
   held.names.reserve(given.size());
   for (const auto& [name, buffer, kind] : given) {
     held.buffers.push_back(buffer.request());
     const py::buffer_info& info = held.buffers.back();
-    if (info.ndim > 1 && info.strides.back() != info.itemsize)
-      throw py::value_error("field '" + name + "': a buffer that is not contiguous");
+    py::ssize_t stride = info.itemsize;  // C order: each dimension's stride the product of those after it
+    for (py::ssize_t d = info.ndim - 1; d >= 0; stride *= info.shape[d], --d)
+      if (info.shape[d] > 1 && info.strides[d] != stride)
+        throw py::value_error("field '" + name + "': a buffer that is not contiguous (copy it, e.g. bytes(view))");
     held.names.push_back(name);
     held.fields.push_back(
         {held.names.back(),
          {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)},
-         KindNamed(kind)});
+         kind});
   }
   return held;
 }
@@ -91,9 +85,7 @@ void BindPack(py::module_& m) {
     return SummaryDict(Unwrap(std::move(summary)));
   });
 
-  m.def("conventional_field_kind", [](const std::string& name) {
-    return std::string(stoker::FieldKindName(stoker::ConventionalFieldKind(name)));
-  });
+  m.def("conventional_field_kind", [](const std::string& name) { return stoker::ConventionalFieldKind(name); });
 
   py::class_<stoker::DatasetWriter>(m, "DatasetWriter")
       .def(py::init([](const std::string& out, std::uint64_t shard_bytes, bool overwrite,
@@ -113,7 +105,7 @@ void BindPack(py::module_& m) {
       .def(
           "add",
           [](stoker::DatasetWriter& w, const std::string& key,
-             const std::vector<std::tuple<std::string, py::buffer, std::string>>& fields) {
+             const std::vector<std::tuple<std::string, py::buffer, stoker::FieldKind>>& fields) {
             const HeldFields held = Hold(fields);
             stoker::Status status;
             {

@@ -1,6 +1,7 @@
 """stoker.DatasetWriter: see its docstring."""
 import io
 import json
+import math
 import numbers
 import os
 import warnings
@@ -138,29 +139,29 @@ def _int_text(value):
 
 
 def _encode(name, value):
-    """(payload, kind name) for field ``name`` holding ``value``."""
+    """(payload, stoker's FieldKind) for field ``name`` holding ``value``."""
+    K = _native.FieldKind
     kind = _native.conventional_field_kind(name)
-    if kind == "image":
+    if kind == K.image:
         return _image_bytes(name, value), kind
-    if kind == "array":
+    if kind == K.array:
         return _npy_bytes(value), kind
-    if kind == "json":
+    if kind == K.json:
         return _json_bytes(value), kind
-    if kind == "text":
+    if kind == K.text:
         return _text_bytes(value), kind
-    if kind == "int":
+    if kind == K.int:
         if isinstance(value, (str, bytes)):
-            value = value.strip()
             try:
-                value = int(value)
+                value = int(value.strip())
             except ValueError:
                 raise _FieldError("an integer field takes an int, not %r" % (value,)) from None
         return _int_text(value), kind
     # A name without a known extension: what is stored follows the value.
     if _bytes_like(value):
-        return value, "bytes"
+        return value, K.bytes
     if isinstance(value, str):
-        return value.encode("utf-8"), "text"
+        return value.encode("utf-8"), K.text
     array = _numpy_array(value)
     if array is not None:
         if array.ndim != 0:
@@ -168,19 +169,18 @@ def _encode(name, value):
                               % name)
         value = array.item()
     if isinstance(value, bool):
-        return b"true" if value else b"false", "json"
+        return b"true" if value else b"false", K.json
     if isinstance(value, numbers.Integral):
-        return str(int(value)).encode(), "int"
+        return str(int(value)).encode(), K.int
     if isinstance(value, numbers.Real):
-        value = float(value)
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise _FieldError("%r: a number field must be finite" % value)
-        return repr(value).encode(), "float"
+        return repr(float(value)).encode(), K.float
     if isinstance(value, (dict, list, tuple)):
-        return _json_bytes(value), "json"
+        return _json_bytes(value), K.json
     if _is_pil_image(value):
-        raise _FieldError("a PIL image needs a name ending in .png, .webp or .jpg (e.g. '%s.png'), which says how "
-                          "to encode it" % name)
+        raise _FieldError("a PIL image needs a name ending in .png, .webp, .tif or .jpg (e.g. '%s.png'), which "
+                          "says how to encode it" % name)
     raise _FieldError("cannot store a %s; give bytes, str, a number, a dict or list (JSON), an array under a "
                       "'.npy' name or an image under an image name" % type(value).__name__)
 
@@ -243,7 +243,9 @@ class DatasetWriter:
     @property
     def samples(self):
         """How many samples were written so far."""
-        return self._native.samples if self._native is not None else self._summary["samples"]
+        if self._native is not None:
+            return self._native.samples
+        return self._summary["samples"] if self._summary is not None else 0  # aborted: nothing kept
 
     def write(self, sample):
         """Appends one sample (a dict; see the class). A bad key, field name

@@ -234,9 +234,7 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
   if (options.threads > 1024)
     return Status::InvalidArgument(
         fmt::format("{} reader threads is more than the limit 1024 (0 picks a default)", options.threads));
-  if (options.target_shard_bytes < 4096)
-    return Status::InvalidArgument(
-        fmt::format("target shard size {} bytes is too small (minimum 4096)", options.target_shard_bytes));
+  STOKER_RETURN_IF_ERROR(ShardSink::CheckTargetShardBytes(options.target_shard_bytes));
   STOKER_ASSIGN_OR_RETURN(SourceListing listing, ListSource(fs, source, out_dir, options));
   if (listing.samples.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no samples to pack", source));
   for (const auto& sample : listing.samples) STOKER_RETURN_IF_ERROR(ValidateKey(sample.key, sample.origin));

@@ -123,15 +123,19 @@ Status ValidateKey(std::string_view key, std::string_view origin) {
   return Status::Ok();
 }
 
+Status ShardSink::CheckTargetShardBytes(std::uint64_t target_shard_bytes) {
+  if (target_shard_bytes >= 4096) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("target shard size {} bytes is too small (minimum 4096)", target_shard_bytes));
+}
+
 ShardSink::ShardSink(FileSystem& fs, std::string out_dir, std::uint64_t target_shard_bytes, bool overwrite)
     : fs_(&fs), out_dir_(std::move(out_dir)), target_shard_bytes_(target_shard_bytes), overwrite_(overwrite) {}
 
 Result<std::unique_ptr<ShardSink>> ShardSink::Create(FileSystem& fs, std::string out_dir,
                                                      std::uint64_t target_shard_bytes, bool overwrite,
                                                      std::string_view force_hint) {
-  if (target_shard_bytes < 4096)
-    return Status::InvalidArgument(
-        fmt::format("target shard size {} bytes is too small (minimum 4096)", target_shard_bytes));
+  STOKER_RETURN_IF_ERROR(CheckTargetShardBytes(target_shard_bytes));
   STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, overwrite, force_hint));
   return std::unique_ptr<ShardSink>(new ShardSink(fs, std::move(out_dir), target_shard_bytes, overwrite));
 }

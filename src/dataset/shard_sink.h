@@ -32,6 +32,10 @@ namespace stoker::pack_internal {
 
 class ShardSink {
  public:
+  // InvalidArgument for a target shard size below 4096 bytes (Create checks
+  // it; Pack asks first, before listing a large source).
+  [[nodiscard]] static Status CheckTargetShardBytes(std::uint64_t target_shard_bytes);
+
   // Makes `out_dir` ready: with `overwrite`, removes an old index first (so
   // the folder stops looking complete). Without it, refuses a folder
   // holding an index or shard files of our naming, which this sink would

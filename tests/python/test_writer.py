@@ -165,6 +165,15 @@ def test_keys_and_names_that_would_not_read_back_are_refused(tmp_path, sample, e
         stoker.DatasetWriter(tmp_path / "other").write([b"x"])
 
 
+def test_a_strided_view_is_refused_not_written_as_the_bytes_under_it(tmp_path):
+    with stoker.DatasetWriter(tmp_path / "out") as writer:
+        with pytest.raises(ValueError, match="field 'bin': a buffer that is not contiguous"):
+            writer.write({"__key__": "k", "bin": memoryview(b"abcdef")[::2]})
+        writer.write({"__key__": "k", "bin": memoryview(b"abcdef")[1:4]})  # contiguous: fine
+    loader = stoker.Loader(tmp_path / "out", batch_size=1, fields={"b": stoker.Bytes("bin")})
+    assert next(iter(loader))["b"] == [b"bcd"]
+
+
 def test_an_exception_in_the_with_block_or_a_dropped_writer_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError, match="source failed"):
         with stoker.DatasetWriter(tmp_path / "out", shard_size="8KiB") as writer:
