@@ -74,6 +74,10 @@ Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, cons
       dataset.index_path(), lacking == 1 ? "has" : "have", fmt::join(spec.keys, ", "), first));
 }
 
+// Image files torchvision reads and stoker's loader does not decode (it
+// decodes JPEG, PNG, WebP and TIFF): named in its errors, with the way on.
+constexpr std::string_view kOtherImageFormats[] = {"bmp", "gif", "ppm", "pgm"};
+
 }  // namespace
 
 Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<const Dataset> dataset,
@@ -116,7 +120,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
     if (p->image_fields_.empty()) {
       std::vector<std::string> undecodable;  // image files of formats the loader does not decode
       for (const auto& name : dataset->field_names())
-        for (std::string_view ext : {"bmp", "pgm", "ppm"})
+        for (std::string_view ext : kOtherImageFormats)
           if (name == ext || name.ends_with(fmt::format(".{}", ext))) undecodable.push_back(name);
       return Status::InvalidArgument(fmt::format(
           "dataset '{}' has no image field {} (its fields: {}){}", dataset->index_path(), fmt::join(candidates, " or "),
@@ -173,11 +177,10 @@ std::optional<std::size_t> SampleProducer::ImageFieldOf(const SampleInfo& info) 
 }
 
 Status SampleProducer::NoImageField(const SampleInfo& info) const {
-  static constexpr std::string_view kOtherFormats[] = {"bmp", "gif", "ppm", "pgm"};
   for (std::size_t f = 0; f < info.fields.size(); ++f) {
     const std::string& name = dataset_->field_names()[f];
     if (info.fields[f] &&
-        std::find(std::begin(kOtherFormats), std::end(kOtherFormats), name) != std::end(kOtherFormats))
+        std::find(std::begin(kOtherImageFormats), std::end(kOtherImageFormats), name) != std::end(kOtherImageFormats))
       return Status::Unimplemented(fmt::format(
           "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP and TIFF (convert "
           "the images before packing)",
