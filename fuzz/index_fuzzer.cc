@@ -5,9 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/index_format.h"
+#include "format/index_note.h"
 
 namespace {
 
@@ -36,6 +39,21 @@ void Exercise(std::span<const std::byte> bytes) {
       }
     }
   }
+  // The restart section in its own order (what a merge copies): each entry as the lookup by (sample, field) gives it.
+  std::vector<std::uint32_t> looked_up;
+  for (std::uint64_t e = 0; e < view->num_restart_tables() && e < 10000; ++e) {
+    std::uint64_t sample = 0;
+    std::uint32_t field = 0;
+    stoker::RegionRecord region;
+    if (!view->restart_table_at(e, &sample, &field, table, &region)) continue;
+    if (region.rows() > 0 && (table.size() - 1) % region.rows() != 0) __builtin_trap();
+    if (view->restart_table(sample, field, looked_up) && looked_up.empty()) __builtin_trap();
+  }
+  // A merge's note from this one's, twice and beside none.
+  const std::string_view notes[] = {view->note(), view->note(), {}};
+  const std::string where[] = {"a", "b", "c"};
+  auto merged = stoker::index_format::MergedNote(notes, where);
+  if (merged.ok() && merged->size() > stoker::index_format::kMaxNoteBytes) __builtin_trap();
 }
 
 }  // namespace

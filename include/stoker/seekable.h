@@ -14,6 +14,7 @@ namespace stoker {
 // (from its frame header): its size and the height of an MCU in pixels.
 struct JpegGeometry {
   std::uint32_t width = 0, height = 0, mcu_height = 0;
+  friend bool operator==(const JpegGeometry&, const JpegGeometry&) = default;
 };
 
 // What a writer records for a seekable JPEG: its restart table (intervals +

@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "stoker/dataset_writer.h"
+#include "stoker/merge.h"
 #include "stoker/pack.h"
 
 namespace stoker_python {
@@ -83,6 +84,26 @@ void BindPack(py::module_& m) {
       summary = stoker::Pack(source, out, options);
     }
     return SummaryDict(Unwrap(std::move(summary)));
+  });
+
+  m.def("merge", [](const std::vector<std::string>& parts, const std::string& output, bool overwrite) {
+    stoker::MergeOptions options;
+    options.overwrite = overwrite;
+    stoker::Result<stoker::MergeSummary> summary = stoker::Status::Internal("unset");
+    {
+      py::gil_scoped_release release;
+      summary = stoker::MergeDatasets(parts, output, options);
+    }
+    auto merged = Unwrap(std::move(summary));
+    py::dict d;
+    d["index"] = merged.index_path;
+    d["parts"] = merged.parts;
+    d["samples"] = merged.samples;
+    d["shards"] = merged.shards;
+    d["shard_bytes"] = merged.shard_bytes;
+    d["seekable_jpegs"] = merged.seekable_payloads;
+    d["class_names"] = merged.class_names;
+    return d;
   });
 
   m.def("conventional_field_kind", [](const std::string& name) { return stoker::ConventionalFieldKind(name); });

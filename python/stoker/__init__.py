@@ -17,7 +17,7 @@ batch buffers, which reach torch as zero-copy tensors.
 from . import _native
 from . import transforms
 
-__all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "DatasetWriter", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint", "Shard", "export_safetensors",
+__all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "merge", "DatasetWriter", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint", "Shard", "export_safetensors",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
            "decode_image", "decode_npy", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes", "Boxes", "Keypoints", "Mask",
            "Custom", "load_field_extension"]
@@ -39,7 +39,7 @@ from .checkpoint import (Checkpoint, Checkpointer, Shard, export_safetensors, li
 from .order_quality import order_quality  # noqa: E402
 from .decode import decode_image, decode_npy  # noqa: E402
 from .fields import Array, Boxes, Bytes, Custom, Float, Image, Int, Json, Keypoints, Mask, Text, load_field_extension  # noqa: E402,E501
-from ._pack import pack  # noqa: E402
+from ._pack import merge, pack  # noqa: E402
 from ._writer import DatasetWriter  # noqa: E402
 from .tokens import TokenLoader, write_tokens  # noqa: E402
 from .tokenize import tokenize  # noqa: E402

@@ -50,3 +50,26 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
                         seed if _params.boolean("shuffle", shuffle) else None, list(file_columns),
                         _params.boolean("seekable_jpeg", seekable_jpeg))
+
+
+def merge(parts, output, overwrite=False):
+    """Makes one dataset of several written apart, for example by a
+    ``stoker.DatasetWriter`` in each worker of a parallel job: writes
+    ``output/index.stoker`` naming every shard and sample of ``parts``
+    (dataset folders, in this order) from their indexes alone, without
+    reading or moving the shards. Every part must lie inside ``output``
+    (``output/part-00000``, ...) so that the folder moves or uploads whole.
+    Refused, with the reason: a sample key in two parts, parts that name
+    their classes differently, a shard in two parts, an index already in
+    ``output`` (unless ``overwrite``). Returns a summary dict::
+
+        # worker i of n
+        with stoker.DatasetWriter("data/part-%05d" % i) as writer:
+            for j in range(i, len(rows), n):
+                writer.write({"__key__": "%08d" % j, ...})
+        # once they are all done
+        stoker.merge(["data/part-%05d" % i for i in range(n)], "data")
+    """
+    if isinstance(parts, (str, bytes, os.PathLike)):
+        raise TypeError("parts must be a list of dataset folders, not one path (%r)" % (parts,))
+    return _native.merge([os.fspath(p) for p in parts], os.fspath(output), _params.boolean("overwrite", overwrite))

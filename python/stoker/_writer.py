@@ -138,26 +138,48 @@ def _int_text(value):
     return str(int(value)).encode()
 
 
-def _encode(name, value):
-    """(payload, stoker's FieldKind) for field ``name`` holding ``value``."""
+def _int_field(value):
+    if type(value) is int:  # the common case, without the checks below
+        return str(value).encode()
+    if isinstance(value, (str, bytes)):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise _FieldError("an integer field takes an int, not %r" % (value,)) from None
+    return _int_text(value)
+
+
+def _text_field(value):
+    if type(value) is str:
+        return value.encode("utf-8")
+    return _text_bytes(value)
+
+
+# What a field's name says about its value, by name: the same names come in
+# every sample. At most _MAX_ENCODERS names are kept.
+_encoders = {}
+_MAX_ENCODERS = 4096
+
+
+def _encoder(name):
+    """function(name, value) -> (payload, stoker's FieldKind) for field ``name``."""
+    encoder = _encoders.get(name)
+    if encoder is not None:
+        return encoder
     K = _native.FieldKind
     kind = _native.conventional_field_kind(name)
-    if kind == K.image:
-        return _image_bytes(name, value), kind
-    if kind == K.array:
-        return _npy_bytes(value), kind
-    if kind == K.json:
-        return _json_bytes(value), kind
-    if kind == K.text:
-        return _text_bytes(value), kind
-    if kind == K.int:
-        if isinstance(value, (str, bytes)):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise _FieldError("an integer field takes an int, not %r" % (value,)) from None
-        return _int_text(value), kind
-    # A name without a known extension: what is stored follows the value.
+    by_kind = {K.image: _image_bytes, K.array: lambda _, v: _npy_bytes(v), K.json: lambda _, v: _json_bytes(v),
+               K.text: lambda _, v: _text_field(v), K.int: lambda _, v: _int_field(v)}
+    payload = by_kind.get(kind)
+    encoder = _encode_by_value if payload is None else (lambda n, v: (payload(n, v), kind))
+    if len(_encoders) < _MAX_ENCODERS:
+        _encoders[name] = encoder
+    return encoder
+
+
+def _encode_by_value(name, value):
+    """A name without a known extension: what is stored follows the value."""
+    K = _native.FieldKind
     if _bytes_like(value):
         return value, K.bytes
     if isinstance(value, str):
@@ -267,7 +289,7 @@ class DatasetWriter:
             if _is_metadata(name) or value is None:
                 continue
             try:
-                payload, kind = _encode(name, value)
+                payload, kind = _encoder(name)(name, value)
             except _FieldError as e:
                 raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
             except (TypeError, ValueError) as e:  # from NumPy, Pillow or torch (a bfloat16 tensor, an odd image)

@@ -270,8 +270,10 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
           fmt::format("sample '{}' field '{}': a restart table whose offsets decrease", key, fields[i].name));
     if (restarts > 0) {
       const std::uint32_t rows = RegionRows(fields[i].geometry);
-      if (rows == 0 || (restarts - 1) % rows != 0 || fields[i].payload.size() != fields[i].size ||
-          fields[i].restarts.back() > fields[i].size)
+      const RegionRecord* region = fields[i].region;
+      const bool region_fits = region != nullptr ? region->rows() == rows && region->geometry == fields[i].geometry
+                                                 : fields[i].payload.size() == fields[i].size;
+      if (rows == 0 || (restarts - 1) % rows != 0 || !region_fits || fields[i].restarts.back() > fields[i].size)
         return Status::InvalidArgument(fmt::format(
             "sample '{}' field '{}': a restart table of {} offsets that does not fit its {}x{} image (MCU rows of {} "
             "px) and {} bytes",

@@ -139,6 +139,11 @@ class IndexView {
   // table.
   [[nodiscard]] bool restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table,
                                    RegionRecord* region = nullptr) const;
+  // Entry `entry` (< num_restart_tables()) of the restart section, in its
+  // order (by sample, then field): whose table it is, and the table as
+  // restart_table() gives it. False when the entry is damaged.
+  [[nodiscard]] bool restart_table_at(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
+                                      std::vector<std::uint32_t>& table, RegionRecord* region = nullptr) const;
   [[nodiscard]] const std::string& where() const { return where_; }
   // Whether tables carry region records (version 7).
   [[nodiscard]] bool has_region_records() const { return region_records_ && restart_entries_ > 0; }
@@ -172,6 +177,8 @@ class IndexView {
   // left cleared when it does not fit `table` or runs past the pool.
   static void ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
                                RegionRecord& region);
+  [[nodiscard]] bool ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table,
+                                      RegionRecord* region) const;
   std::uint64_t restart_entries_ = 0;           // entries of the restart section
   std::uint64_t restart_pool_ = 0;              // after them: u32 offsets (version 5) or varint bytes (6)
   bool restart_varints_ = false;                // version 6
@@ -230,6 +237,10 @@ class IndexBuilder {
     std::span<const std::uint32_t> restarts = {};
     JpegGeometry geometry = {};
     std::span<const std::byte> payload = {};
+    // Instead of `payload` (and the other fields' payloads): a region
+    // record made before, for this table and geometry, kept as it is (an
+    // index merged from others, which never reads the shards).
+    const RegionRecord* region = nullptr;
   };
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);

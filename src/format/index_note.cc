@@ -1,6 +1,10 @@
 // The index note's class names (see index_note.h).
 #include "format/index_note.h"
 
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "format/index_format.h"
@@ -40,6 +44,125 @@ std::vector<std::string> ClassNamesInNote(std::string_view note) {
     names.push_back(name.get<std::string>());
   }
   return names;
+}
+
+namespace {
+
+nlohmann::ordered_json NoteObject(std::string_view note) {
+  if (note.empty()) return nlohmann::ordered_json::object();
+  auto parsed = nlohmann::ordered_json::parse(note, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object()) return parsed;
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  out["note"] = std::string(note);
+  return out;
+}
+
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// Where two class-name lists first differ, for the error.
+std::string FirstDifference(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
+  if (!a.is_array() || !b.is_array()) return fmt::format("{} against {}", Dump(a), Dump(b));
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i]) return fmt::format("label {} is {} against {}", i, Dump(a[i]), Dump(b[i]));
+  return fmt::format("{} classes against {}", a.size(), b.size());
+}
+
+}  // namespace
+
+Result<std::string> MergedNote(std::span<const std::string_view> notes, std::span<const std::string> where) {
+  std::vector<nlohmann::ordered_json> parts;
+  parts.reserve(notes.size());
+  for (const auto note : notes) parts.push_back(NoteObject(note));
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  // Class names: the same in every part that records them (labels index them).
+  const auto names_of = [](const nlohmann::ordered_json& part) {
+    nlohmann::ordered_json names = nlohmann::ordered_json::object();
+    for (const char* key : {"classes", "classes_omitted"})
+      if (part.contains(key)) names[key] = part[key];
+    return names;
+  };
+  std::optional<std::size_t> named;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto names = names_of(parts[i]);
+    if (names.empty()) continue;
+    if (!named) {
+      named = i;
+      out.update(names);
+      continue;
+    }
+    const auto reference = names_of(parts[*named]);
+    if (names != reference)
+      return Status::InvalidArgument(fmt::format(
+          "parts '{}' and '{}' name their classes differently ({}): their labels would mean different classes",
+          where[*named], where[i],
+          FirstDifference(reference.value("classes", nlohmann::ordered_json()),
+                          names.value("classes", nlohmann::ordered_json()))));
+  }
+  // Seekable JPEGs: counts add up.
+  nlohmann::ordered_json seekable;
+  for (const auto& part : parts) {
+    const auto it = part.find("seekable_jpeg");
+    if (it == part.end() || !it->is_object()) continue;
+    if (seekable.is_null()) {
+      seekable = *it;
+      continue;
+    }
+    for (const auto& [key, value] : it->items()) {
+      auto mine = seekable.find(key);
+      if (mine == seekable.end())
+        seekable[key] = value;
+      else if (mine->is_number_unsigned() && value.is_number_unsigned())
+        *mine = mine->get<std::uint64_t>() + value.get<std::uint64_t>();
+    }
+  }
+  if (!seekable.is_null()) out["seekable_jpeg"] = std::move(seekable);
+  // The rest: kept where every part holds it alike, else listed per part.
+  std::vector<std::string> keys;
+  for (const auto& part : parts)
+    for (const auto& [key, value] : part.items())
+      if (!out.contains(key) && std::find(keys.begin(), keys.end(), key) == keys.end() && key != "seekable_jpeg" &&
+          key != "classes" && key != "classes_omitted")
+        keys.push_back(key);
+  nlohmann::ordered_json differing = nlohmann::ordered_json::object();
+  for (const auto& key : keys) {
+    bool alike = true;
+    for (const auto& part : parts) alike = alike && part.contains(key) && part[key] == parts[0][key];
+    if (alike) {
+      out[key] = parts[0][key];
+      continue;
+    }
+    nlohmann::ordered_json values = nlohmann::ordered_json::array();
+    for (const auto& part : parts) values.push_back(part.contains(key) ? part[key] : nlohmann::ordered_json());
+    differing[key] = std::move(values);
+  }
+  nlohmann::ordered_json merged = {{"parts", parts.size()}};
+  if (!differing.empty()) merged["differing"] = std::move(differing);
+  out["merged"] = std::move(merged);
+  std::string text = Dump(out);
+  if (text.size() > kMaxNoteBytes) {  // past the limit: what differs goes first, then what is alike
+    out["merged"].erase("differing");
+    text = Dump(out);
+  }
+  if (text.size() > kMaxNoteBytes) {
+    nlohmann::ordered_json kept = nlohmann::ordered_json::object();
+    for (const char* key : {"classes", "classes_omitted", "seekable_jpeg"})
+      if (out.contains(key)) kept[key] = out[key];
+    kept["merged"] = {{"parts", parts.size()}, {"entries_omitted", true}};
+    out = std::move(kept);
+    text = Dump(out);
+  }
+  if (text.size() > kMaxNoteBytes && out.contains("classes")) {  // names alone past it: counted, as NoteWithClassNames
+    out["classes_omitted"] = out["classes"].size();
+    out.erase("classes");
+    text = Dump(out);
+  }
+  if (text.size() > kMaxNoteBytes) {  // a part's note of stoker's kinds never gets here
+    out.erase("seekable_jpeg");
+    text = Dump(out);
+  }
+  return text;
 }
 
 }  // namespace stoker::index_format

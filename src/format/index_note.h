@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/status.h"
+
 namespace stoker::index_format {
 
 // `note` (JSON text, or empty) with "classes": `names` added, label i
@@ -20,5 +22,17 @@ namespace stoker::index_format {
 // The class names a note records, in label order; empty when it records
 // none (or is not the JSON pack writes).
 [[nodiscard]] std::vector<std::string> ClassNamesInNote(std::string_view note);
+
+// The note of an index merged from indexes with notes `notes` (`where[i]`
+// names part i in errors): the class names ("classes", or
+// "classes_omitted") every part that records them records, the counts of
+// "seekable_jpeg" added up, and any other entry every part holds alike;
+// entries the parts hold differently are listed under "merged"
+// ("differing": each part's value, null where it has none), left out when
+// they would take the note past kMaxNoteBytes. InvalidArgument naming two
+// parts and the first label they name differently when their class names
+// differ.
+[[nodiscard]] Result<std::string> MergedNote(std::span<const std::string_view> notes,
+                                             std::span<const std::string> where);
 
 }  // namespace stoker::index_format

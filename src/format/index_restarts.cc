@@ -10,6 +10,25 @@
 
 namespace stoker::index_format {
 
+bool IndexView::ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table, RegionRecord* region) const {
+  const std::byte* e = restart_section_ + entry * kRestartEntrySize;
+  const auto entries = Load<std::uint32_t>(e + 12);
+  const auto first = Load<std::uint64_t>(e + 16);
+  // A varint takes at least a byte: a count the pool cannot hold is refused before any allocation.
+  if (entries < 2 || first > restart_pool_ || restart_pool_ - first < entries) return false;
+  const std::byte* pool = restart_section_ + restart_entries_ * kRestartEntrySize;
+  if (restart_varints_) {
+    const std::span<const std::byte> bytes{pool + first, static_cast<std::size_t>(restart_pool_ - first)};
+    std::size_t used = 0;
+    if (!ReadRestartVarints(bytes, entries, table, &used)) return false;
+    if (region != nullptr && region_records_) ReadRegionRecord(bytes.subspan(used), table, *region);
+    return true;
+  }
+  table.resize(entries);
+  std::memcpy(table.data(), pool + first * 4, std::size_t{entries} * 4);  // little-endian, as the host
+  return true;
+}
+
 bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::vector<std::uint32_t>& table,
                               RegionRecord* region) const {
   table.clear();
@@ -22,29 +41,24 @@ bool IndexView::restart_table(std::uint64_t sample, std::uint32_t field, std::ve
     const std::byte* e = restart_section_ + mid * kRestartEntrySize;
     const auto s = Load<std::uint64_t>(e);
     const auto f = Load<std::uint32_t>(e + 8);
-    if (s == sample && f == field) {
-      const auto entries = Load<std::uint32_t>(e + 12);
-      const auto first = Load<std::uint64_t>(e + 16);
-      // A varint takes at least a byte: a count the pool cannot hold is refused before any allocation.
-      if (entries < 2 || first > restart_pool_ || restart_pool_ - first < entries) return false;
-      const std::byte* pool = restart_section_ + restart_entries_ * kRestartEntrySize;
-      if (restart_varints_) {
-        const std::span<const std::byte> bytes{pool + first, static_cast<std::size_t>(restart_pool_ - first)};
-        std::size_t used = 0;
-        if (!ReadRestartVarints(bytes, entries, table, &used)) return false;
-        if (region != nullptr && region_records_) ReadRegionRecord(bytes.subspan(used), table, *region);
-        return true;
-      }
-      table.resize(entries);
-      std::memcpy(table.data(), pool + first * 4, std::size_t{entries} * 4);  // little-endian, as the host
-      return true;
-    }
+    if (s == sample && f == field) return ReadRestartEntry(mid, table, region);
     if (s < sample || (s == sample && f < field))
       lo = mid + 1;
     else
       hi = mid;
   }
   return false;
+}
+
+bool IndexView::restart_table_at(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
+                                 std::vector<std::uint32_t>& table, RegionRecord* region) const {
+  table.clear();
+  if (region != nullptr) *region = {};
+  if (entry >= restart_entries_) return false;
+  const std::byte* e = restart_section_ + entry * kRestartEntrySize;
+  *sample = Load<std::uint64_t>(e);
+  *field = Load<std::uint32_t>(e + 8);
+  return ReadRestartEntry(entry, table, region);
 }
 
 namespace {
@@ -156,6 +170,16 @@ void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t
   AppendVarint(g.width, out);
   AppendVarint(g.height, out);
   AppendVarint(g.mcu_height, out);
+  auto put = [&](std::uint32_t v) {
+    std::byte b[4];
+    std::memcpy(b, &v, 4);  // little-endian, as the host
+    out.insert(out.end(), b, b + 4);
+  };
+  if (jpeg.region != nullptr) {  // AddSample checked that it fits
+    put(jpeg.region->rest_check);
+    for (const std::uint32_t check : jpeg.region->row_checks) put(check);
+    return;
+  }
   std::vector<std::size_t> others;
   for (std::size_t j = 0; j < fields.size(); ++j)
     if (j != i) others.push_back(j);
@@ -164,11 +188,6 @@ void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t
   Xxh3Stream rest;
   for (std::size_t j : others) rest.Update(fields[j].payload);
   rest.Update(jpeg.payload.first(jpeg.restarts[0]));
-  auto put = [&](std::uint32_t v) {
-    std::byte b[4];
-    std::memcpy(b, &v, 4);  // little-endian, as the host
-    out.insert(out.end(), b, b + 4);
-  };
   put(static_cast<std::uint32_t>(rest.Digest()));
   RegionRecord region;
   region.row_checks.resize(RegionRows(g));

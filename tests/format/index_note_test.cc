@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "format/index_format.h"
+#include "test_util.h"
 
 namespace stoker::index_format {
 namespace {
@@ -37,6 +38,37 @@ TEST(IndexNote, NamesPastTheNotesLimitAreCountedNotKept) {
 TEST(IndexNote, ANoteThatIsNotPacksJsonHasNoClassNames) {
   for (const char* note : {"", "not json", "[1,2]", R"({"classes":"cat"})", R"({"classes":["cat",3]})", "{"})
     EXPECT_TRUE(ClassNamesInNote(note).empty()) << note;
+}
+
+// A merged index's note: class names as the parts that record them record
+// them, seekable counts added up, what every part says alike kept, the rest
+// listed per part; class names that differ refused with the first label.
+TEST(IndexNote, AMergedNoteKeepsWhatThePartsSayAlikeAndAddsUpTheirCounts) {
+  const std::string a =
+      R"({"max_side":256,"seekable_jpeg":{"method":"lossless","images_rewritten":3,"kept_progressive":1},"classes":["cat","dog"]})";
+  const std::string b = R"({"max_side":256,"seekable_jpeg":{"method":"lossless","images_rewritten":4}})";
+  const std::string c = R"({"max_side":512,"classes":["cat","dog"]})";
+  const std::string_view notes[] = {a, b, c, ""};
+  const std::string where[] = {"a", "b", "c", "d"};
+  ASSERT_OK_AND_ASSIGN(std::string merged, MergedNote(notes, where));
+  EXPECT_EQ(
+      merged,
+      R"({"classes":["cat","dog"],"seekable_jpeg":{"method":"lossless","images_rewritten":7,"kept_progressive":1},)"
+      R"("merged":{"parts":4,"differing":{"max_side":[256,256,512,null]}}})");
+  EXPECT_EQ(ClassNamesInNote(merged), (std::vector<std::string>{"cat", "dog"}));
+  const std::string_view alike[] = {b, b};
+  ASSERT_OK_AND_ASSIGN(merged, MergedNote(alike, where));
+  EXPECT_EQ(merged,
+            R"({"seekable_jpeg":{"method":"lossless","images_rewritten":8},"max_side":256,"merged":{"parts":2}})");
+  const std::string other = R"({"classes":["cat","emu"]})";
+  const std::string_view differ[] = {a, b, other};
+  auto refused = MergedNote(differ, where);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("parts 'a' and 'c'"), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("label 1 is \"dog\" against \"emu\""), std::string::npos);
+  const std::string omitted = R"({"classes_omitted":30000})";
+  const std::string_view mixed[] = {a, omitted};
+  EXPECT_FALSE(MergedNote(mixed, where).ok());
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ struct PackArgs {
 };
 int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
+int RunMerge(const std::vector<std::string>& parts, const std::string& output, bool force);
 // What `verify` checks of a Megatron token dataset beyond every id being
 // a token id: ids below vocab_size (0: any), documents ending with eos.
 struct TokenVerifyArgs {

@@ -11,6 +11,7 @@
 #include "stoker/byte_size.h"
 #include "stoker/field_check.h"
 #include "stoker/fields.h"
+#include "stoker/merge.h"
 #include "stoker/pack.h"
 #include "stoker/progress.h"
 #include "stoker/remote.h"
@@ -111,6 +112,26 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   if (summary->seekable_payloads)
     fmt::print("; {} JPEGs have restart intervals: their restart tables are indexed (seekable)",
                summary->seekable_payloads);
+  fmt::print("\nindex: {}\n", Printable(summary->index_path));
+  return kExitOk;
+}
+
+int RunMerge(const std::vector<std::string>& parts, const std::string& output, bool force) {
+  stoker::MergeOptions options;
+  options.overwrite = force;
+  std::optional<stoker::ProgressBar> bar;
+  if (parts.size() >= 100)  // merging reads indexes only: a bar for many of them
+    options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
+      if (!bar) bar.emplace("merge", "parts", total);
+      bar->Update(done, 0);
+    };
+  auto summary = stoker::MergeDatasets(parts, output, options);
+  if (bar) bar->Finish();
+  if (!summary.ok()) return Fail(summary.error());
+  fmt::print("merged {} parts: {} samples in {} shards ({})", summary->parts, summary->samples, summary->shards,
+             stoker::FormatBytes(summary->shard_bytes));
+  if (!summary->class_names.empty()) fmt::print(", {} classes", summary->class_names.size());
+  if (summary->seekable_payloads) fmt::print(", {} seekable JPEGs", summary->seekable_payloads);
   fmt::print("\nindex: {}\n", Printable(summary->index_path));
   return kExitOk;
 }

@@ -73,6 +73,14 @@ int main(int argc, char** argv) {
   index->add_option("-o,--output", index_output, "Index file to write (default: index.stoker beside the first shard)");
   index->add_flag("--force", force, "Replace an existing index");
 
+  auto* merge = app.add_subcommand(
+      "merge", "One dataset from several written apart (a DatasetWriter per worker): an index over all their shards");
+  std::string merge_output;
+  std::vector<std::string> merge_parts;
+  merge->add_option("OUTPUT", merge_output, "Folder for the merged index; every part must lie inside it")->required();
+  merge->add_option("PARTS", merge_parts, "Dataset folders (or index files) to merge, in this order")->required();
+  merge->add_flag("--force", force, "Replace an existing index in OUTPUT");
+
   auto* inspect = app.add_subcommand(
       "inspect",
       "Summarise a dataset: samples, shards, fields, bytes, labels (or a token dataset's documents and tokens)");
@@ -318,6 +326,7 @@ int main(int argc, char** argv) {
     return RunPack({source, out, shard_size, threads, force, max_side, quality,
                     shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg});
   if (index->parsed()) return RunIndex(shards, index_output, force);
+  if (merge->parsed()) return RunMerge(merge_parts, merge_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images, seq_len);
   if (verify->parsed()) return RunVerify(dataset, remote, json, decode, token_verify);
   if (list->parsed()) return RunList(dataset, remote, json);

@@ -1,0 +1,216 @@
+// MergeDatasets: parts written apart read as one dataset (every sample, its
+// bytes, label, fields and seekable JPEG tables as in its part), from their
+// indexes alone; what would make the merged dataset wrong is refused by name.
+#include "stoker/merge.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "pipeline/loader_test_util.h"
+#include "stoker/dataset.h"
+#include "stoker/dataset_writer.h"
+#include "stoker/pack.h"
+#include "test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
+
+std::span<const std::byte> Bytes(std::string_view s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// A part written by a DatasetWriter: `n` samples keyed prefix + i, a label,
+// a text and a "score" of `score_kind` (int or float text).
+void WritePart(const std::string& dir, const std::string& prefix, int n, FieldKind score_kind,
+               std::vector<std::string> class_names = {"cat", "dog"}) {
+  DatasetWriterOptions options;
+  options.target_shard_bytes = 4096;
+  options.class_names = std::move(class_names);
+  auto writer = DatasetWriter::Create(dir, options);
+  ASSERT_TRUE(writer.ok()) << writer.error().ToString();
+  for (int i = 0; i < n; ++i) {
+    const std::string label = std::to_string(i % 2), text = prefix + " text " + std::to_string(i),
+                      score = score_kind == FieldKind::kInt ? std::to_string(i) : std::to_string(i) + ".5";
+    const SampleField fields[] = {{"cls", Bytes(label), FieldKind::kInt},
+                                  {"score", Bytes(score), score_kind},
+                                  {"txt", Bytes(text), FieldKind::kText}};
+    ASSERT_TRUE((*writer)->Add(prefix + std::to_string(i), fields).ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+std::unique_ptr<Dataset> Open(const std::string& dir) {
+  auto opened = Dataset::Open(dir);
+  EXPECT_TRUE(opened.ok()) << opened.error().ToString();
+  return opened.ok() ? std::move(*opened) : nullptr;
+}
+
+// Every sample of `part` is sample `first + i` of `merged`, with the same
+// key, label, fields (bytes read back) and restart table with its region
+// record.
+void ExpectPartIn(const Dataset& part, const Dataset& merged, std::uint64_t first) {
+  for (std::uint64_t i = 0; i < part.num_samples(); ++i) {
+    auto a = part.Sample(i);
+    auto b = merged.Sample(first + i);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->key, b->key);
+    EXPECT_EQ(a->label, b->label);
+    for (std::size_t f = 0; f < part.field_names().size(); ++f) {
+      const auto mf = merged.FieldIndex(part.field_names()[f]);
+      ASSERT_TRUE(mf.has_value());
+      EXPECT_EQ(a->fields[f].has_value(), b->fields[*mf].has_value());
+      if (!a->fields[f]) continue;
+      auto bytes_a = part.ReadField(i, f);
+      auto bytes_b = merged.ReadField(first + i, *mf);
+      ASSERT_TRUE(bytes_a.ok() && bytes_b.ok()) << a->key;
+      EXPECT_EQ(*bytes_a, *bytes_b) << a->key;
+      std::vector<std::uint32_t> table_a, table_b;
+      RegionRecord region_a, region_b;
+      EXPECT_EQ(part.RestartTable(i, f, table_a, &region_a), merged.RestartTable(first + i, *mf, table_b, &region_b));
+      EXPECT_EQ(table_a, table_b) << a->key;
+      EXPECT_EQ(region_a.geometry, region_b.geometry);
+      EXPECT_EQ(region_a.rest_check, region_b.rest_check);
+      EXPECT_EQ(region_a.row_checks, region_b.row_checks);
+      if (!table_b.empty()) {
+        EXPECT_TRUE(merged.CheckRegionRecord(*b, *mf, *bytes_b).ok()) << a->key;
+      }
+    }
+  }
+}
+
+TEST(Merge, PartsReadAsOneDatasetWithTheirSamplesFieldsAndSeekableTables) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  // Two packs with seekable JPEGs (ImageFolder: classes a, b) and nothing else alike.
+  for (int p = 0; p < 2; ++p) {
+    for (int i = 0; i < 4; ++i)
+      WriteFile(dir / ("src" + std::to_string(p) + "/" + (i % 2 ? "b" : "a") + "/p" + std::to_string(p) + "_" +
+                       std::to_string(i) + ".jpg"),
+                MakeJpeg(256, 192, static_cast<unsigned>(10 * p + i)));
+    PackOptions pack;
+    pack.seekable_jpeg = true;
+    pack.target_shard_bytes = 20000;
+    ASSERT_TRUE(Pack(dir / ("src" + std::to_string(p)), out + "/part-" + std::to_string(p), pack).ok());
+  }
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/part-0", out + "/part-1/index.stoker"}, out));
+  EXPECT_EQ(summary.parts, 2u);
+  EXPECT_EQ(summary.samples, 8u);
+  EXPECT_EQ(summary.seekable_payloads, 8u);
+  EXPECT_EQ(summary.class_names, (std::vector<std::string>{"a", "b"}));
+  auto part0 = Open(out + "/part-0");
+  auto part1 = Open(out + "/part-1");
+  auto merged = Open(out);
+  ASSERT_TRUE(part0 && part1 && merged);
+  EXPECT_EQ(merged->num_samples(), 8u);
+  EXPECT_EQ(merged->shards().size(), part0->shards().size() + part1->shards().size());
+  EXPECT_EQ(merged->shards()[0].path, "part-0/shard-000000.tar");
+  EXPECT_EQ(merged->class_names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(merged->seekable_payloads(), 8u);
+  EXPECT_TRUE(merged->has_region_records());
+  ExpectPartIn(*part0, *merged, 0);
+  ExpectPartIn(*part1, *merged, part0->num_samples());
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*merged));
+  EXPECT_TRUE(report.ok()) << report.problems[0].message;
+  EXPECT_EQ(report.shards_checked, merged->shards().size());
+  // The seekable counts add up in the note; the parts' own indexes still open.
+  EXPECT_NE(merged->pack_note().find("\"images_rewritten\":8"), std::string_view::npos) << merged->pack_note();
+  EXPECT_EQ(Open(out + "/part-0")->num_samples(), 4u);
+}
+
+TEST(Merge, FieldsAreUnitedAndTheirKindsWidenAcrossParts) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  WritePart(out + "/a", "a", 5, FieldKind::kInt);
+  WritePart(out + "/b", "b", 3, FieldKind::kFloat);
+  {  // a third part without a score
+    auto writer = DatasetWriter::Create(out + "/c", {});
+    ASSERT_TRUE(writer.ok());
+    const SampleField fields[] = {{"txt", Bytes("only text"), FieldKind::kText}};
+    ASSERT_TRUE((*writer)->Add("c0", fields).ok());
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/a", out + "/b", out + "/c"}, out));
+  EXPECT_EQ(summary.samples, 9u);
+  auto merged = Open(out);
+  ASSERT_TRUE(merged);
+  const auto score = *merged->FieldIndex("score");
+  EXPECT_EQ(merged->recorded_field(score).kind, FieldKind::kFloat);
+  EXPECT_EQ(merged->recorded_field(score).samples, 8u);
+  EXPECT_EQ(merged->recorded_field(*merged->FieldIndex("txt")).samples, 9u);
+  auto last = merged->Sample(8);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->key, "c0");
+  EXPECT_FALSE(last->fields[score].has_value());
+  EXPECT_EQ(last->label, kNoLabel);
+  ExpectPartIn(*Open(out + "/b"), *merged, 5);
+  // Class names: a and b name theirs alike; c names none.
+  EXPECT_EQ(merged->class_names(), (std::vector<std::string>{"cat", "dog"}));
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*merged));
+  EXPECT_TRUE(report.ok());
+}
+
+TEST(Merge, RefusesWhatWouldMakeTheMergedDatasetWrongAndNamesIt) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  WritePart(out + "/a", "a", 3, FieldKind::kInt);
+  WritePart(out + "/b", "b", 3, FieldKind::kInt);
+  const auto refused = [&](const std::vector<std::string>& parts, const std::string& output,
+                           MergeOptions options = {}) {
+    const std::string index = output + "/index.stoker";
+    const std::string before = std::filesystem::exists(index) ? ReadFile(index) : "";
+    auto r = MergeDatasets(parts, output, options);
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(std::filesystem::exists(index) ? ReadFile(index) : "", before) << "nothing is written when refused";
+    return r.ok() ? std::string() : r.error().message();
+  };
+  EXPECT_NE(refused({}, out).find("no parts"), std::string::npos);
+  // A key in two parts (each worker numbering from 0).
+  WritePart(out + "/a2", "a", 2, FieldKind::kInt);
+  std::string message = refused({out + "/a", out + "/b", out + "/a2"}, out);
+  EXPECT_NE(message.find("sample key 'a0'"), std::string::npos) << message;
+  EXPECT_NE(message.find(out + "/a2"), std::string::npos) << message;
+  // Class names that differ: labels would mean different classes.
+  WritePart(out + "/d", "d", 2, FieldKind::kInt, {"cat", "emu"});
+  message = refused({out + "/a", out + "/d"}, out);
+  EXPECT_NE(message.find("label 1 is \"dog\" against \"emu\""), std::string::npos) << message;
+  // Parts outside the output folder, the output folder itself, a part given twice, a missing one.
+  WritePart(dir / "elsewhere", "e", 2, FieldKind::kInt);
+  message = refused({out + "/a", dir / "elsewhere"}, out);
+  EXPECT_NE(message.find("not inside the output folder"), std::string::npos) << message;
+  message = refused({out + "/a"}, out + "/a");
+  EXPECT_NE(message.find("the output folder itself"), std::string::npos) << message;
+  message = refused({out + "/a", out + "/b/../a"}, out);
+  EXPECT_NE(message.find("given twice"), std::string::npos) << message;
+  message = refused({out + "/a", out + "/missing"}, out);
+  EXPECT_NE(message.find(out + "/missing"), std::string::npos) << message;
+  // A shard two parts name (an index copied beside its own).
+  std::filesystem::create_directories(out + "/copy");
+  WriteFile(out + "/copy/index.stoker", ReadFile(out + "/a/index.stoker"));
+  message = refused({out + "/a", out + "/copy"}, out);
+  EXPECT_NE(message.find("is in part"), std::string::npos) << message;
+  // A part whose index is damaged (a label's byte): its records would be copied under a new checksum.
+  std::string bytes = ReadFile(out + "/b/index.stoker");
+  bytes[bytes.size() - 40] ^= 1;
+  WriteFile(out + "/b/index.stoker", bytes);
+  message = refused({out + "/a", out + "/b"}, out);
+  EXPECT_NE(message.find("data checksum"), std::string::npos) << message;
+  bytes[bytes.size() - 40] ^= 1;
+  WriteFile(out + "/b/index.stoker", bytes);
+  // An index in the output folder is replaced only when asked.
+  ASSERT_TRUE(MergeDatasets({out + "/a", out + "/b"}, out).ok());
+  auto again = MergeDatasets({out + "/a"}, out);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code(), StatusCode::kAlreadyExists);
+  MergeOptions overwrite;
+  overwrite.overwrite = true;
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/a"}, out, overwrite));
+  EXPECT_EQ(summary.samples, 3u);
+}
+
+}  // namespace
+}  // namespace stoker
