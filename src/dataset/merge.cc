@@ -35,17 +35,18 @@ struct Part {
 std::optional<fs_std::path> Inside(const fs_std::path& inner, const fs_std::path& outer) {
   auto o = outer.begin();
   auto i = inner.begin();
-  for (; o != outer.end(); ++o, ++i) {
-    if (o->empty()) continue;  // a trailing separator
+  for (; o != outer.end(); ++o, ++i)
     if (i == inner.end() || *i != *o) return std::nullopt;
-  }
   fs_std::path below;
   for (; i != inner.end(); ++i) below /= *i;
   return below;
 }
 
+// Absolute, without "." or "..", and without a trailing separator ("data/" is "data").
 fs_std::path Normal(const std::string& path) {
-  return fs_std::absolute(path).lexically_normal();
+  fs_std::path normal = fs_std::absolute(path).lexically_normal();
+  if (!normal.has_filename() && normal != normal.root_path()) normal = normal.parent_path();
+  return normal;
 }
 
 bool IsUrl(std::string_view path) {

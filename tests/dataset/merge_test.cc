@@ -134,7 +134,7 @@ TEST(Merge, FieldsAreUnitedAndTheirKindsWidenAcrossParts) {
     ASSERT_TRUE((*writer)->Add("c0", fields).ok());
     ASSERT_TRUE((*writer)->Finish().ok());
   }
-  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/a", out + "/b", out + "/c"}, out));
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/a/", out + "/./b", out + "/c"}, out + "/"));
   EXPECT_EQ(summary.samples, 9u);
   auto merged = Open(out);
   ASSERT_TRUE(merged);
