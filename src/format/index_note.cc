@@ -118,6 +118,17 @@ Result<std::string> MergedNote(std::span<const std::string_view> notes, std::spa
     }
   }
   if (!seekable.is_null()) out["seekable_jpeg"] = std::move(seekable);
+  // pack --max-side's counts add up where every part has them (settings stay alike, or are listed below).
+  for (const char* key : {"images_reencoded", "images_kept", "reencoded_bytes_before", "reencoded_bytes_after"}) {
+    std::uint64_t sum = 0;
+    bool everywhere = true;
+    for (const auto& part : parts) {
+      const auto it = part.find(key);
+      everywhere = everywhere && it != part.end() && it->is_number_unsigned();
+      if (everywhere) sum += it->get<std::uint64_t>();
+    }
+    if (everywhere) out[key] = sum;
+  }
   // The rest: kept where every part holds it alike, else listed per part.
   std::vector<std::string> keys;
   for (const auto& part : parts)

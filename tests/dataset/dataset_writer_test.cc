@@ -19,12 +19,9 @@ namespace {
 
 using testing::FaultFileSystem;
 using testing::RandomBytes;
+using testing::Bytes;
 using testing::ReadFile;
 using testing::TempDir;
-
-std::span<const std::byte> Bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
 
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> names;

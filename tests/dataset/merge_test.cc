@@ -16,13 +16,10 @@
 namespace stoker {
 namespace {
 
+using testing::Bytes;
 using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
-
-std::span<const std::byte> Bytes(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
 
 // A part written by a DatasetWriter: `n` samples keyed prefix + i, a label,
 // a text and a "score" of `score_kind` (int or float text).

@@ -60,6 +60,12 @@ TEST(IndexNote, AMergedNoteKeepsWhatThePartsSayAlikeAndAddsUpTheirCounts) {
   ASSERT_OK_AND_ASSIGN(merged, MergedNote(alike, where));
   EXPECT_EQ(merged,
             R"({"seekable_jpeg":{"method":"lossless","images_rewritten":8},"max_side":256,"merged":{"parts":2}})");
+  // pack --max-side's counts add up when every part has them.
+  const std::string shrunk1 = R"({"max_side":256,"images_reencoded":2,"images_kept":3})";
+  const std::string shrunk2 = R"({"max_side":256,"images_reencoded":5,"images_kept":1})";
+  const std::string_view shrunk[] = {shrunk1, shrunk2};
+  ASSERT_OK_AND_ASSIGN(merged, MergedNote(shrunk, where));
+  EXPECT_EQ(merged, R"({"images_reencoded":7,"images_kept":4,"max_side":256,"merged":{"parts":2}})");
   const std::string other = R"({"classes":["cat","emu"]})";
   const std::string_view differ[] = {a, b, other};
   auto refused = MergedNote(differ, where);

@@ -48,6 +48,9 @@ def test_parallel_writers_merged_give_every_row_once(tmp_path, stoker_bin):
     inspected = json.loads(subprocess.run([stoker_bin, "inspect", str(data), "--json"], capture_output=True,
                                           text=True, check=True).stdout)
     assert inspected["samples"] == 50
+    assert inspected["pack"]["merged"] == {"parts": 3}, inspected["pack"]
+    shown = subprocess.run([stoker_bin, "inspect", str(data)], capture_output=True, text=True, check=True).stdout
+    assert "merged   from 3 parts written apart" in shown, shown
     kinds = {f["name"]: f["kind"] for f in inspected["fields"]}
     assert kinds["score"] == "float" and kinds["txt"] == "text", kinds
     # The folder moves whole.

@@ -355,6 +355,14 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
           count("kept_cmyk"), count("kept_undecodable"), count("kept_other"));
       shown = seekable_shown = true;
     }
+    if (note.is_object() && note.contains("merged") && note["merged"].is_object()) {
+      const auto& merged = note["merged"];
+      const std::uint64_t parts =
+          merged.contains("parts") && merged["parts"].is_number_unsigned() ? merged["parts"].get<std::uint64_t>() : 0;
+      fmt::print("merged   from {} parts written apart (stoker merge){}\n", parts,
+                 merged.contains("differing") ? "; what their notes say differently: inspect --json" : "");
+      shown = true;
+    }
     // The class names are shown with the labels.
     if (note.is_object() && (note.contains("classes") || note.contains("classes_omitted"))) shown = true;
     if (!shown) fmt::print("packed   {}\n", Printable(s.pack_note));
