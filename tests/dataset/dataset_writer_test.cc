@@ -17,9 +17,9 @@
 namespace stoker {
 namespace {
 
+using testing::Bytes;
 using testing::FaultFileSystem;
 using testing::RandomBytes;
-using testing::Bytes;
 using testing::ReadFile;
 using testing::TempDir;
 
