@@ -1,7 +1,7 @@
 """Field decoding, one image at a time on one thread: stoker.decode_image
 against Pillow (Image.open + convert + numpy), on the photographs scikit-image
 ships as PNG (RGB and gray, 8-bit) and the same re-encoded as WebP (lossy
-q=90, lossless), PNG with alpha and TIFF (uncompressed and LZW). Each figure is the best of --repeats
+q=90, lossless), PNG with alpha, TIFF (uncompressed and LZW) and PGM/PPM (maxval 255 and 1000). Each figure is the best of --repeats
 rounds of --rounds decodes (steady state, page cache warm).
 
     .venv/bin/python bench/field_decode.py [--repeats 5] [--rounds 20]
@@ -47,6 +47,13 @@ def main():
             buf = io.BytesIO()
             image.save(buf, "TIFF", compression=compression)
             cases.append((label, name, buf.getvalue(), mode))
+        buf = io.BytesIO()
+        image.save(buf, "PPM")  # P6 or P5, maxval 255
+        cases.append(("PPM/PGM", name, buf.getvalue(), mode))
+        scaled = (np.asarray(image).astype(np.uint32) * 1000 // 255).astype(">u2")  # maxval 1000: scaled per sample
+        header = b"P6" if image.mode == "RGB" else b"P5"
+        data = header + b"\n%d %d\n1000\n" % image.size + scaled.tobytes()
+        cases.append(("PPM/PGM 16-bit", name, data, mode))
         if image.mode == "RGB":
             for label, kw in [("WebP lossy q90", dict(quality=90)), ("WebP lossless", dict(lossless=True))]:
                 buf = io.BytesIO()

@@ -30,7 +30,7 @@ enum class FieldKind : std::uint8_t {
 };
 [[nodiscard]] std::string_view FieldKindName(FieldKind kind);  // "image", "int", ...
 // The kind WebDataset's conventions give a key, by its last extension:
-// jpg, jpeg, png, webp, tif, tiff -> image; npy -> array; json -> json; txt -> text;
+// jpg, jpeg, png, webp, tif, tiff, ppm, pgm -> image; npy -> array; json -> json; txt -> text;
 // cls, id, idx, index, label -> int; anything else bytes. What `stoker
 // inspect` shows, and a starting point for specs.
 [[nodiscard]] FieldKind ConventionalFieldKind(std::string_view key);

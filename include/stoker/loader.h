@@ -114,8 +114,8 @@ struct LoaderOptions {
   // images only, from image_field. A non-optional spec none of whose keys
   // the dataset has is refused at creation, naming the dataset's fields.
   std::vector<FieldSpec> fields;
-  // Field holding the image; empty picks the first of jpg, jpeg, png, webp, tif, tiff
-  // the sample has (PNG, WebP and TIFF are decoded whole, then cropped).
+  // Field holding the image; empty picks the first of jpg, jpeg, png, webp, tif, tiff, ppm, pgm
+  // the sample has (PNG, WebP, TIFF, PGM and PPM are decoded whole, then cropped).
   std::string image_field;
   // Check every sample read against its index record (the xxh3 of its
   // fields, and its label against its .cls): a flipped byte in a shard or a

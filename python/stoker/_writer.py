@@ -12,7 +12,8 @@ from .checkpoint import parse_size
 _NPY_MAGIC = b"\x93NUMPY"
 # Pillow's formats for the image extensions; PNG and WebP are written
 # losslessly, JPEG at _JPEG_QUALITY.
-_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF"}
+_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF",
+                "ppm": "PPM", "pgm": "PPM"}
 _JPEG_QUALITY = 95
 
 
@@ -78,6 +79,10 @@ def _image_bytes(name, value):
             value.save(out, format=fmt, lossless=True)
         elif fmt == "TIFF":
             value.save(out, format=fmt, compression="tiff_lzw")
+        elif fmt == "PPM" and value.mode not in ("L", "RGB"):
+            # Pillow would drop an alpha channel, or refuse the mode: nothing is written that does not read back.
+            raise _FieldError("a PGM/PPM holds gray (L) or RGB pixels, not %s; convert the image or use '.png'"
+                              % value.mode)
         else:
             value.save(out, format=fmt)
         return out.getvalue()
@@ -225,9 +230,9 @@ class DatasetWriter:
     ``__*__`` entries (WebDataset's ``__url__``) and None values are left
     out. The name's extension says how a value is stored:
 
-    - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``: bytes as they are (kept exactly);
-      a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP and
-      TIFF (LZW) losslessly, JPEG at quality 95; Hugging Face's undecoded
+    - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``/``ppm``/``pgm``: bytes as they are
+      (kept exactly); a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP,
+      TIFF (LZW) and PGM/PPM (gray or RGB) losslessly, JPEG at quality 95; Hugging Face's undecoded
       ``{"bytes": ..., "path": ...}`` is stored as its bytes (or its file's).
     - ``npy``: a NumPy array, scalar or torch tensor (``numpy.save``, no
       pickles); bytes must be a ``.npy`` file already.

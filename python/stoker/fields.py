@@ -81,7 +81,7 @@ class Image(_Field):
     [H, W, C] tensors at their own sizes (int32 for "I;16")."""
     kind = "image"
 
-    def __init__(self, keys="jpg;jpeg;png;webp;tif;tiff", transform=None, mode="RGB", optional=False):
+    def __init__(self, keys="jpg;jpeg;png;webp;tif;tiff;ppm;pgm", transform=None, mode="RGB", optional=False):
         super().__init__(keys, optional)
         if transform is not None and not isinstance(transform, transforms.Compose):
             raise TypeError("Image(transform=...) takes a stoker.transforms.Compose, not %s" % type(transform).__name__)

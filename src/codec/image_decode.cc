@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/netpbm.h"
 #include "codec/png.h"
 #include "codec/tiff.h"
 #include "codec/webp.h"
@@ -19,6 +20,7 @@ std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data) {
   if (data.size() >= 4 && (std::memcmp(b, "II*\0", 4) == 0 || std::memcmp(b, "MM\0*", 4) == 0 ||
                            std::memcmp(b, "II+\0", 4) == 0 || std::memcmp(b, "MM\0+", 4) == 0))  // BigTIFF too
     return ImageFormat::kTiff;
+  if (IsNetpbm(data)) return ImageFormat::kNetpbm;
   return std::nullopt;
 }
 
@@ -32,6 +34,8 @@ std::string_view ImageFormatName(ImageFormat format) {
       return "WebP";
     case ImageFormat::kTiff:
       return "TIFF";
+    case ImageFormat::kNetpbm:
+      return "PGM/PPM";
   }
   return "?";
 }
@@ -40,9 +44,11 @@ namespace {
 
 Status Unknown(std::span<const std::byte> data) {
   if (auto other = OtherImageFormat(data))
-    return Status::Unimplemented(
-        fmt::format("a {} image: stoker decodes JPEG, PNG, WebP and TIFF (convert it before packing)", *other));
-  return Status::Corruption("not an image: neither JPEG, PNG, WebP nor TIFF by its first bytes");
+    return Status::Unimplemented(fmt::format(
+        "a {} image: stoker decodes JPEG, PNG, WebP, TIFF, PGM and PPM (convert it before packing)", *other));
+  if (data.size() >= 2 && data[0] == std::byte{'P'} && data[1] >= std::byte{'1'} && data[1] <= std::byte{'4'})
+    return NetpbmSize(data).status();  // a plain or bitmap Netpbm form, named
+  return Status::Corruption("not an image: neither JPEG, PNG, WebP, TIFF, PGM nor PPM by its first bytes");
 }
 
 }  // namespace
@@ -59,6 +65,8 @@ Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
       return WebpSize(data);
     case ImageFormat::kTiff:
       return TiffSize(data);
+    case ImageFormat::kNetpbm:
+      return NetpbmSize(data);
   }
   return Status::Internal("unreachable");
 }
@@ -73,6 +81,8 @@ Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels
       return DecodeWebp(data, max_pixels, out);
     case ImageFormat::kTiff:
       return DecodeTiff(data, max_pixels, out);
+    case ImageFormat::kNetpbm:
+      return DecodeNetpbm(data, max_pixels, out);
     case ImageFormat::kJpeg: {
       auto size = JpegSize(data);
       if (!size.ok()) return size.status();

@@ -153,7 +153,7 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
         fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
                     not_images, example));
   }
-  // torchvision reads these formats; stoker's loader decodes JPEG, PNG, WebP and TIFF.
+  // torchvision reads these formats; stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM and PPM.
   std::map<std::string, std::size_t> other_formats;
   std::string other_example;
   for (const auto& sample : listing.samples)
@@ -169,11 +169,12 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
       counts.push_back(fmt::format("{} {}", n, ext));
       total += n;
     }
-    listing.warnings.push_back(fmt::format(
-        "{} images are not JPEG, PNG, WebP or TIFF ({}; e.g. '{}'): they are packed, but stoker's loader will refuse "
-        "them (convert them to PNG before packing to train on them, or read them with fields={{\"image\": "
-        "stoker.Bytes(...)}} and decode them in map=)",
-        total, fmt::join(counts, ", "), other_example));
+    listing.warnings.push_back(
+        fmt::format("{} images are not JPEG, PNG, WebP, TIFF, PGM or PPM ({}; e.g. '{}'): they are packed, but "
+                    "stoker's loader will refuse "
+                    "them (convert them to PNG before packing to train on them, or read them with fields={{\"image\": "
+                    "stoker.Bytes(...)}} and decode them in map=)",
+                    total, fmt::join(counts, ", "), other_example));
   }
   return listing;
 }

@@ -40,7 +40,8 @@ FieldKind ConventionalFieldKind(std::string_view key) {
   const auto dot = key.rfind('.');
   std::string ext(dot == std::string_view::npos ? key : key.substr(dot + 1));
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "tif" || ext == "tiff")
+  if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "tif" || ext == "tiff" || ext == "ppm" ||
+      ext == "pgm")
     return FieldKind::kImage;
   if (ext == "npy") return FieldKind::kArray;
   if (ext == "json") return FieldKind::kJson;

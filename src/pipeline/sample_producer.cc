@@ -75,8 +75,8 @@ Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, cons
 }
 
 // Image files torchvision reads and stoker's loader does not decode (it
-// decodes JPEG, PNG, WebP and TIFF): named in its errors, with the way on.
-constexpr std::string_view kOtherImageFormats[] = {"bmp", "gif", "ppm", "pgm"};
+// decodes JPEG, PNG, WebP, TIFF, PGM and PPM): named in its errors, with the way on.
+constexpr std::string_view kOtherImageFormats[] = {"bmp", "gif"};
 
 }  // namespace
 
@@ -84,9 +84,9 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                                const LoaderOptions& options, SampleFinisher* finisher,
                                                                LoaderCounters* counters) {
   std::unique_ptr<SampleProducer> p(new SampleProducer());
-  std::vector<std::string> candidates = options.image_field.empty()
-                                            ? std::vector<std::string>{"jpg", "jpeg", "png", "webp", "tif", "tiff"}
-                                            : std::vector<std::string>{options.image_field};
+  std::vector<std::string> candidates =
+      options.image_field.empty() ? std::vector<std::string>{"jpg", "jpeg", "png", "webp", "tif", "tiff", "ppm", "pgm"}
+                                  : std::vector<std::string>{options.image_field};
   bool wants_image = options.fields.empty();
   for (const FieldSpec& spec : options.fields) {
     STOKER_RETURN_IF_ERROR(CheckFieldSpec(spec));
@@ -125,13 +125,12 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
       return Status::InvalidArgument(fmt::format(
           "dataset '{}' has no image field {} (its fields: {}){}", dataset->index_path(), fmt::join(candidates, " or "),
           fmt::join(dataset->field_names(), ", "),
-          undecodable.empty()
-              ? std::string()
-              : fmt::format(
-                    "; {} hold images in formats the loader does not decode (it decodes JPEG, PNG, WebP and TIFF): "
-                    "convert them to PNG and pack again, or read them with fields={{\"image\": "
-                    "stoker.Bytes(\"{}\")}} and decode them in map=",
-                    fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
+          undecodable.empty() ? std::string()
+                              : fmt::format("; {} hold images in formats the loader does not decode (it decodes JPEG, "
+                                            "PNG, WebP, TIFF, PGM and PPM): "
+                                            "convert them to PNG and pack again, or read them with fields={{\"image\": "
+                                            "stoker.Bytes(\"{}\")}} and decode them in map=",
+                                            fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
     }
   }
   STOKER_ASSIGN_OR_RETURN(p->follower_,
@@ -182,8 +181,8 @@ Status SampleProducer::NoImageField(const SampleInfo& info) const {
     if (info.fields[f] &&
         std::find(std::begin(kOtherImageFormats), std::end(kOtherImageFormats), name) != std::end(kOtherImageFormats))
       return Status::Unimplemented(fmt::format(
-          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP and TIFF (convert "
-          "the images before packing)",
+          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM and "
+          "PPM (convert the images before packing)",
           Printable(info.key), dataset_->shards()[info.shard].path, name, name));
   }
   std::vector<std::string> names;

@@ -333,7 +333,7 @@ TEST(LoaderSafety, ImagesStokerCannotDecodeAreNamedNotCalledCorrupt) {
   ASSERT_TRUE(packed.ok());
   bool warned = false;
   for (const auto& w : packed->warnings)
-    warned |= w.find("1 images are not JPEG, PNG, WebP or TIFF (1 bmp") != std::string::npos;
+    warned |= w.find("1 images are not JPEG, PNG, WebP, TIFF, PGM or PPM (1 bmp") != std::string::npos;
   EXPECT_TRUE(warned);
   std::shared_ptr<const Dataset> d = std::move(Dataset::Open(dir / "out")).value();
   auto o = SmallOptions();
@@ -344,7 +344,7 @@ TEST(LoaderSafety, ImagesStokerCannotDecodeAreNamedNotCalledCorrupt) {
   Status s = Consume(**loader);
   ASSERT_EQ(s.code(), StatusCode::kUnimplemented) << s.ToString();
   EXPECT_NE(s.message().find("holds a bmp image (field 'bmp')"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("decodes JPEG, PNG, WebP and TIFF"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("decodes JPEG, PNG, WebP, TIFF, PGM and PPM"), std::string::npos) << s.message();
 }
 
 TEST(LoaderSafety, DamagedPngAndWebpAreCorruptionNamingTheSampleAndSkippable) {

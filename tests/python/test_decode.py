@@ -160,6 +160,41 @@ def test_tiffs_stoker_does_not_decode_are_refused_naming_what_they_hold():
     damaged("TIFF", buf.getvalue()[:len(buf.getvalue()) // 2])
 
 
+def netpbm(magic, values, maxval, comment=b" # written by hand\n"):
+    height, width = values.shape[:2]
+    raster = values.astype(">u2" if maxval > 255 else "u1").tobytes()
+    return magic + comment + b"%d %d\n%d\n" % (width, height, maxval) + raster
+
+
+@pytest.mark.parametrize("maxval", [255, 100, 1, 1000, 65535])
+@pytest.mark.parametrize("magic", [b"P5", b"P6"])
+def test_pgm_and_ppm_decode_as_pillow_opens_them(magic, maxval):
+    values = rng.integers(0, maxval + 1, (7, 11, 3 if magic == b"P6" else 1))
+    values.flat[0] = maxval
+    values.flat[1] = min(maxval + 9, 255 if maxval < 256 else 65535)  # over maxval: clipped, as Pillow does
+    data = netpbm(magic, values, maxval)
+    same_as_pillow(data, MODES + (["I;16"] if magic == b"P5" and maxval > 255 else []))
+    assert Image.open(io.BytesIO(data)).format == "PPM"
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "I;16"])
+def test_pillow_written_pgm_and_ppm(mode):
+    image = Image.fromarray(rng.integers(0, 256, (13, 17, 3), dtype=np.uint8)).convert(mode) if mode != "I;16" else \
+        Image.fromarray(rng.integers(0, 65536, (13, 17)).astype(np.uint16)).convert("I")  # saved as P5, maxval 65535
+    buf = io.BytesIO()
+    image.save(buf, "PPM")
+    same_as_pillow(buf.getvalue(), MODES + (["I;16"] if mode == "I;16" else []))
+
+
+def test_pgm_and_ppm_stoker_does_not_decode_or_that_are_damaged_are_refused():
+    damaged("Netpbm P3 image \\(a plain-text form\\)", b"P3\n1 1\n255\n1 2 3\n", error=stoker.StokerError)
+    damaged("Netpbm P4 image \\(a binary PBM bitmap\\)", b"P4\n8 1\n\x55", error=stoker.StokerError)
+    full = netpbm(b"P6", rng.integers(0, 256, (4, 5, 3)), 255)
+    damaged("truncated PGM/PPM: 5x4 needs 60 raster bytes, 59 are there", full[:-1])
+    damaged("PGM/PPM maxval 70000", b"P5 2 2 70000\n" + bytes(8))
+    damaged("PGM/PPM header: no number", b"P5 2 x 255\n" + bytes(4))
+
+
 def damaged(message, data, mode="RGB", error=stoker.CorruptionError):
     with pytest.raises(error, match=message):
         stoker.decode_image(data, mode)
@@ -191,7 +226,7 @@ def test_damaged_images_are_refused_with_the_reason():
     damaged("JPEG", b"\xff\xd8\xff\xe0" + b"\x00" * 40)
     buf = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buf, "GIF")
-    damaged("a GIF image: stoker decodes JPEG, PNG, WebP and TIFF", buf.getvalue(), error=stoker.StokerError)
+    damaged("a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM and PPM", buf.getvalue(), error=stoker.StokerError)
     with pytest.raises(ValueError, match="mode 'CMYK'"):
         stoker.decode_image(png, "CMYK")
 

@@ -1,6 +1,6 @@
 """PNG, WebP and TIFF images through the loader's transformed path: the same
 crop, resize and flip as torchvision on the Pillow-decoded image, and packed
-ImageFolder trees that mix JPEG, PNG, WebP and TIFF."""
+ImageFolder trees that mix JPEG, PNG, WebP, TIFF and PPM."""
 import io
 
 import numpy as np
@@ -36,6 +36,8 @@ def sources(demo_images):
         out.append(("webp lossless", encoded(rgb, "WEBP", lossless=True)))
         out.append(("tiff lzw", encoded(rgb, "TIFF", compression="tiff_lzw")))
         out.append(("tiff gray16", encoded(gray16, "TIFF", compression="tiff_adobe_deflate")))
+        out.append(("ppm", encoded(rgb, "PPM")))
+        out.append(("pgm", encoded(rgb.convert("L"), "PPM")))
     return out
 
 
@@ -64,12 +66,12 @@ def test_a_packed_tree_mixing_jpeg_png_and_webp_loads_every_image(cli, demo_imag
     for n, path in enumerate(sorted(demo_images.rglob("*.JPEG"))[:18]):
         cls = path.parent.name
         (tree / cls).mkdir(parents=True, exist_ok=True)
-        kind = ("jpg", "png", "webp", "tif")[n % 4]
+        kind = ("jpg", "png", "webp", "tif", "ppm")[n % 5]
         target = tree / cls / ("%02d.%s" % (n, kind))
         if kind == "jpg":
             target.write_bytes(path.read_bytes())
         else:
-            Image.open(path).convert("RGB").save(target, {"png": "PNG", "webp": "WEBP", "tif": "TIFF"}[kind],
+            Image.open(path).convert("RGB").save(target, {"png": "PNG", "webp": "WEBP", "tif": "TIFF", "ppm": "PPM"}[kind],
                                                  **({"quality": 85} if kind == "webp" else {}))
         files[(cls, target.stem)] = target
     result = cli("pack", tree, tmp_path / "packed")
@@ -95,11 +97,11 @@ def test_a_bmp_is_still_refused_naming_the_sample(cli, demo_images, tmp_path):
     (tree / "a").mkdir(parents=True)
     Image.open(sorted(demo_images.rglob("*.JPEG"))[0]).save(tree / "a" / "x.bmp")
     result = cli("pack", tree, tmp_path / "packed")
-    assert "not JPEG, PNG, WebP or TIFF (1 bmp" in result.stdout + result.stderr
+    assert "not JPEG, PNG, WebP, TIFF, PGM or PPM (1 bmp" in result.stdout + result.stderr
     # The default image field finds none, and says why and what to do.
     with pytest.raises(ValueError, match="bmp hold images in formats the loader does not decode .*convert them to "
                                          "PNG.*stoker.Bytes\\(\"bmp\"\\)"):
         stoker.Loader(tmp_path / "packed", batch_size=1)
     loader = stoker.Loader(tmp_path / "packed", batch_size=1, image_field="bmp", log_epochs=False)
-    with pytest.raises(stoker.StokerError, match="a BMP image.*JPEG, PNG, WebP and TIFF"):
+    with pytest.raises(stoker.StokerError, match="a BMP image.*JPEG, PNG, WebP, TIFF, PGM and PPM"):
         next(iter(loader))

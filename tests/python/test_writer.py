@@ -249,3 +249,16 @@ def test_the_same_samples_give_identical_files(tmp_path):
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir()) and "index.stoker" in names
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_pgm_and_ppm_fields_are_written_losslessly_and_an_alpha_channel_is_refused(tmp_path):
+    rgb = np.random.default_rng(3).integers(0, 256, (9, 7, 3), dtype=np.uint8)
+    gray = rgb[..., 0].copy()
+    with stoker.DatasetWriter(tmp_path / "out") as writer:
+        writer.write({"__key__": "a", "ppm": rgb, "pgm": gray})
+        with pytest.raises(ValueError, match="field 'ppm': a PGM/PPM holds gray \\(L\\) or RGB pixels, not RGBA"):
+            writer.write({"__key__": "b", "ppm": np.dstack([rgb, gray])})
+    batch = next(iter(stoker.Loader(tmp_path / "out", batch_size=1, fields={
+        "rgb": stoker.Image(keys="ppm", transform=None), "gray": stoker.Image(keys="pgm", mode="L", transform=None)})))
+    assert np.array_equal(batch["rgb"][0].numpy(), rgb)
+    assert np.array_equal(batch["gray"][0].numpy()[..., 0], gray)
