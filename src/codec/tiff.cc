@@ -216,7 +216,8 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
                                                        : fmt::format("photometric interpretation {}", photometric));
   if (associated_alpha) return refuse("associated (premultiplied) alpha");
   const int channels = gray ? std::min<int>(spp, 2) : palette ? 1 : std::min<int>(spp, 4);
-  if ((gray && spp > 2) || (palette && spp != 1) || (rgb && spp < 3))
+  // Pillow has no RGB mode past 6 samples (RGBXXX); more would only multiply what is allocated for the samples.
+  if ((gray && spp > 2) || (palette && spp != 1) || (rgb && (spp < 3 || spp > 6)))
     return refuse(fmt::format("{} samples a pixel for photometric interpretation {}", spp, photometric));
   const bool sub_byte = bits < 8;
   if (!(bits == 8 || bits == 16 || (sub_byte && (bits == 1 || bits == 2 || bits == 4) && spp == 1 && !rgb)))

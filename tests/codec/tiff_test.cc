@@ -218,10 +218,13 @@ TEST(Tiff, WhatStokerDoesNotDecodeIsRefusedByName) {
   signed16.bits = 16;
   signed16.photometric = PHOTOMETRIC_MINISBLACK;
   signed16.format = SAMPLEFORMAT_INT;
+  Layout many;  // the fuzzer's: a header of 7+ samples a pixel made a 1 Mpx image ask for gigabytes
+  many.spp = 7;
   const std::pair<Layout, std::string> cases[] = {{f, "32-bit floating-point samples"},
                                                   {cmyk, "CMYK"},
                                                   {premultiplied, "associated (premultiplied) alpha"},
-                                                  {signed16, "16-bit signed samples"}};
+                                                  {signed16, "16-bit signed samples"},
+                                                  {many, "7 samples a pixel"}};
   int n = 0;
   for (const auto& [layout, says] : cases) {
     const std::string file = WriteTiff(dir / ("r" + std::to_string(n++) + ".tif"), layout, s);
