@@ -60,7 +60,10 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
                                text=True, env=gpu["env"], timeout=30)
             assert r.returncode == 0, r.stderr
             view = json.loads(r.stdout)
-            if view["tenants"] and view["tenants"][0]["processes"][0]["charged"][0] > 0 or time.time() > deadline:
+            # The tenant is in the ledger a moment before its process is: wait for both, and for a charge.
+            tenants = view["tenants"]
+            if tenants and tenants[0]["processes"] and tenants[0]["processes"][0]["charged"][0] > 0 or \
+                    time.time() > deadline:
                 break
             time.sleep(0.1)
         (tenant,) = view["tenants"]
