@@ -187,6 +187,12 @@ void Blur(Image& image, int kx, int ky, double sigma_x, double sigma_y, Image& s
   std::swap(image, scratch);
 }
 
+// The kernel is computed in float32, as torchvision's is: a sigma that rounds
+// to 0 there gives 0/0 (NaN) weights, so it is refused, not blurred with.
+bool SigmaUsable(double sigma) {
+  return sigma > 0 && static_cast<float>(sigma) > 0;
+}
+
 class GaussianBlur final : public Step {
  public:
   GaussianBlur(int kx, int ky, std::array<double, 2> sigma) : kx_(kx), ky_(ky), sigma_(sigma) {}
@@ -195,7 +201,10 @@ class GaussianBlur final : public Step {
   StepParams Draw(Size, Rng& rng) const override { return MakeParams({rng.Uniform(sigma_[0], sigma_[1])}); }
   Status Apply(const StepParams& p, Image& image, Image& scratch) const override {
     const double sigma = p.values[0].second;
-    if (!(sigma > 0)) return Status::InvalidArgument(fmt::format("GaussianBlur: sigma {} must be positive", sigma));
+    if (!SigmaUsable(sigma))
+      return Status::InvalidArgument(
+          fmt::format("GaussianBlur: sigma {} must be positive and at least {} (float32's smallest)", sigma,
+                      std::numeric_limits<float>::denorm_min()));
     Blur(image, kx_, ky_, sigma, sigma, scratch);
     return Status::Ok();
   }
@@ -240,11 +249,13 @@ Result<std::unique_ptr<Step>> MakeGaussianBlur(StepArgs& args) {
   if (sigma) {
     if (sigma->size() == 1) {
       if (!((*sigma)[0] > 0)) return args.Error("if sigma is a single number, it must be positive");
+      if (!SigmaUsable((*sigma)[0])) return args.Error(fmt::format("sigma {} rounds to 0 in float32", (*sigma)[0]));
       range = {(*sigma)[0], (*sigma)[0]};
     } else {
       range = {(*sigma)[0], (*sigma)[1]};
       if (!(0 < range[0] && range[0] <= range[1]))
         return args.Error("sigma values should be positive and of the form (min, max)");
+      if (!SigmaUsable(range[0])) return args.Error(fmt::format("sigma {} rounds to 0 in float32", range[0]));
     }
   }
   const int kx = static_cast<int>((*kernel)[0]), ky = static_cast<int>((*kernel)[kernel->size() == 1 ? 0 : 1]);

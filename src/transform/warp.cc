@@ -130,6 +130,12 @@ bool CheckFixed(const AffineMatrix& a, int x, int y) {
   return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
 }
 
+// Pillow's int sums step once past the last column, where they can leave
+// int32; they wrap there (the value is never used), without UB here.
+inline std::int32_t WrappingAdd(std::int32_t a, std::int32_t b) {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(a) + static_cast<std::uint32_t>(b));
+}
+
 // affine_fixed: nearest neighbour in 16.16 fixed point. Pillow adds a0, a3
 // per column and a1, a4 per row in ints: starting a region at (x, y) adds
 // them x and y times at once, exactly.
@@ -166,8 +172,8 @@ void AffineFixed(const Job& j, const AffineMatrix& a) {
         while (x < rx1 && !inside(xx, yy)) {
           ++x;
           o += C;
-          xx += dx;
-          yy += dy;
+          xx = WrappingAdd(xx, dx);
+          yy = WrappingAdd(yy, dy);
         }
         // A position `column - x` steps of `delta` on from `start` (x's), wrapping as the int32 sums do.
         const auto at = [&](int column, std::int32_t start, std::int32_t delta) {
@@ -195,8 +201,8 @@ void AffineFixed(const Job& j, const AffineMatrix& a) {
         }
         for (; x < end; ++x, o += C) {
           px.Copy(xx >> 16, yy >> 16, o);
-          xx += dx;
-          yy += dy;
+          xx = WrappingAdd(xx, dx);
+          yy = WrappingAdd(yy, dy);
         }
         continue;
       }
@@ -204,8 +210,8 @@ void AffineFixed(const Job& j, const AffineMatrix& a) {
 #endif
     for (; x < rx1; ++x, o += px.c()) {
       if (inside(xx, yy)) px.Copy(xx >> 16, yy >> 16, o);
-      xx += dx;
-      yy += dy;
+      xx = WrappingAdd(xx, dx);
+      yy = WrappingAdd(yy, dy);
     }
   }
 }

@@ -37,6 +37,19 @@ TEST(StepRegistry, RefusesUnknownStepsAndArgumentsByName) {
   auto nan = MakeStep(StepOf("ColorJitter", {{"brightness", {std::nan("")}}}));
   EXPECT_FALSE(nan.ok());
   EXPECT_TRUE(MakeStep(StepOf("RandomRotation", {{"degrees", {10}}}, {{"interpolation", "bilinear"}})).ok());
+  // A sigma that is positive as a double but 0 in float32 (where the kernel
+  // is computed) would give NaN weights: refused when built and on replay.
+  auto tiny = MakeStep(StepOf("GaussianBlur", {{"kernel_size", {3}}, {"sigma", {1e-300, 1}}}));
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(tiny.error().message().find("float32"), std::string::npos);
+  auto blur = MakeStep(StepOf("GaussianBlur", {{"kernel_size", {3}}}));
+  ASSERT_TRUE(blur.ok());
+  Image im = StepGradient(5, 5), scratch;
+  StepParams given{"GaussianBlur", {{"sigma", 1e-300}}, {}}, used;
+  Rng rng(0, 0);
+  const Status replay = (*blur)->Run(im, scratch, rng, &given, used);
+  ASSERT_FALSE(replay.ok());
+  EXPECT_NE(replay.message().find("sigma"), std::string::npos);
 }
 
 TEST(Steps, DrawsDependOnlyOnTheStream) {
