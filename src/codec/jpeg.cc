@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include "codec/jpeg_huffman.h"
 #include "codec/jpeg_internal.h"
 
 namespace stoker::codec {
@@ -18,6 +20,7 @@ namespace {
 using jpeg_internal::Compressor;
 using jpeg_internal::Decompressor;
 using jpeg_internal::ErrorManager;
+using jpeg_internal::FastHuffmanDecoder;
 
 // Adobe CMYK JPEGs store inverted values.
 void CmykToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, int width) {
@@ -30,8 +33,10 @@ void CmykToRgb(const std::uint8_t* cmyk, std::uint8_t* rgb, int width) {
 }
 
 // The body that runs under setjmp; returns false with err->message set.
+// `fast`, when given, takes libjpeg's place as the Huffman decoder where it
+// can (`installed` says whether it did).
 bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<const std::byte> jpeg, Roi roi, int scale,
-                DecodedRegion* out, std::vector<std::uint8_t>* cmyk_row) {
+                DecodedRegion* out, std::vector<std::uint8_t>* cmyk_row, FastHuffmanDecoder* fast, bool* installed) {
   if (setjmp(err->jump)) return false;
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
   jpeg_read_header(cinfo, TRUE);
@@ -42,6 +47,7 @@ bool DecodeImpl(jpeg_decompress_struct* cinfo, ErrorManager* err, std::span<cons
   cinfo->dct_method = JDCT_ISLOW;
   out->full = {static_cast<int>(cinfo->image_width), static_cast<int>(cinfo->image_height)};
   jpeg_start_decompress(cinfo);
+  if (fast != nullptr) *installed = fast->Install(cinfo);
   const int w = static_cast<int>(cinfo->output_width), h = static_cast<int>(cinfo->output_height);
   if (roi.width <= 0 || roi.height <= 0) roi = {0, 0, out->full.width, out->full.height};
   // The requested box in scaled coordinates, rounded outwards.
@@ -109,13 +115,33 @@ Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
 }
 
 Status DecodeJpeg(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out) {
+  return jpeg_internal::DecodeJpegUsing(jpeg, roi, scale, out, !jpeg_internal::FastHuffmanDisabled());
+}
+
+Status jpeg_internal::DecodeJpegUsing(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out,
+                                      bool fast_huffman, bool* fast_decoded) {
+  if (fast_decoded != nullptr) *fast_decoded = false;
   if (scale != 1 && scale != 2 && scale != 4 && scale != 8)
     return Status::InvalidArgument(fmt::format("JPEG scale 1/{} is not supported (1, 2, 4 or 8)", scale));
   if (jpeg.empty()) return Status::Corruption("not a decodable JPEG: empty data");
+  std::vector<std::uint8_t> cmyk_row;
+  // One fast decoder a thread (its tables are 60 KB), made on first use.
+  thread_local std::unique_ptr<FastHuffmanDecoder> fast;
+  if (fast_huffman) {
+    if (!fast) fast = std::make_unique<FastHuffmanDecoder>();
+    Decompressor d;
+    if (!d.created) return d.CreationError();
+    bool installed = false;
+    if (DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row, fast.get(), &installed)) {
+      if (fast_decoded != nullptr) *fast_decoded = installed;
+      return Status::Ok();
+    }
+    // Data the fast decoder does not take: libjpeg's own decoder decides.
+    if (!fast->gave_up()) return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
+  }
   Decompressor d;
   if (!d.created) return d.CreationError();
-  std::vector<std::uint8_t> cmyk_row;
-  if (!DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row))
+  if (!DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row, nullptr, nullptr))
     return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/jpeg_huffman.h"
 #include "codec/jpeg_internal.h"
 #include "codec/jpeg_restart.h"
 
@@ -118,9 +119,13 @@ SeekableJpeg MakeSeekableJpeg(std::span<const std::byte> jpeg) {
   }
   Result<std::vector<std::uint32_t>> table = FindRestartTable(rewritten);
   if (!table.ok()) return kept(SeekableOutcome::kOther, table.status().message());
-  // Never assume the rewrite is lossless: decode both and compare.
+  // Never assume the rewrite is lossless: decode both and compare. The
+  // original goes through libjpeg's own Huffman decoder and the rewrite
+  // through the fast one the loader uses, so the check covers that decoder
+  // too, on every image packed.
   DecodedRegion before, after;
-  if (Status s = DecodeJpeg(jpeg, Roi{}, 1, before); !s.ok()) return kept(SeekableOutcome::kUndecodable, s.message());
+  if (Status s = jpeg_internal::DecodeJpegUsing(jpeg, Roi{}, 1, before, /*fast_huffman=*/false); !s.ok())
+    return kept(SeekableOutcome::kUndecodable, s.message());
   if (Status s = DecodeJpeg(rewritten, Roi{}, 1, after); !s.ok())
     return kept(SeekableOutcome::kOther, fmt::format("the rewritten file does not decode: {}", s.message()));
   if (before.width != after.width || before.height != after.height || before.pixels != after.pixels)

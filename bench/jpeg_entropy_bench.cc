@@ -1,0 +1,134 @@
+// The fast Huffman decoder (src/codec/jpeg_huffman.h) against libjpeg's own:
+// every JPEG of a dataset decoded whole with each, the pixels compared, and
+// the time of each (best of 3 a JPEG, the two alternating).
+//
+//   stoker_jpeg_entropy_bench DATASET [--images N] [--crop | --entropy-only]
+//
+// --crop decodes the centre half of each image (rows above skipped, columns
+// cropped) instead of the whole; --entropy-only times only the Huffman
+// decoding of every MCU, through libjpeg's decoder interface, no pixels.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "codec/jpeg_huffman.h"
+#include "codec/jpeg_internal.h"
+#include "stoker/dataset.h"
+
+namespace {
+
+// Seconds to entropy-decode every MCU of `jpeg` through cinfo->entropy
+// (libjpeg's decoder, or the fast one installed), nothing else; -1 when it
+// does not decode.
+double EntropySeconds(const std::vector<std::byte>& jpeg, bool fast) {
+  using stoker::codec::jpeg_internal::Decompressor;
+  static thread_local stoker::codec::jpeg_internal::FastHuffmanDecoder decoder;
+  static thread_local std::vector<JBLOCK> blocks(D_MAX_BLOCKS_IN_MCU);
+  Decompressor d;
+  if (!d.created || setjmp(d.err.jump)) return -1;
+  jpeg_mem_src(&d.cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
+  jpeg_read_header(&d.cinfo, TRUE);
+  jpeg_start_decompress(&d.cinfo);
+  if (fast && !decoder.Install(&d.cinfo)) return -1;
+  JBLOCKROW rows[D_MAX_BLOCKS_IN_MCU];
+  for (int b = 0; b < D_MAX_BLOCKS_IN_MCU; ++b) rows[b] = &blocks[static_cast<std::size_t>(b)];
+  const std::uint64_t mcus = std::uint64_t{d.cinfo.MCUs_per_row} * d.cinfo.MCU_rows_in_scan;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::uint64_t m = 0; m < mcus; ++m) {
+    std::memset(blocks.data(), 0, sizeof(JBLOCK) * static_cast<std::size_t>(d.cinfo.blocks_in_MCU));
+    if (!(*d.cinfo.entropy->decode_mcu)(&d.cinfo, rows)) return -1;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  jpeg_abort_decompress(&d.cinfo);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fmt::print(stderr, "usage: stoker_jpeg_entropy_bench DATASET [--images N] [--crop]\n");
+    return 1;
+  }
+  std::uint64_t limit = 1000;
+  bool crop = false, entropy_only = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--images" && i + 1 < argc)
+      limit = std::stoull(argv[++i]);
+    else if (a == "--crop")
+      crop = true;
+    else if (a == "--entropy-only")
+      entropy_only = true;
+  }
+  auto dataset = stoker::Dataset::Open(argv[1]);
+  if (!dataset.ok()) {
+    fmt::print(stderr, "{}\n", dataset.error().ToString());
+    return 1;
+  }
+  auto field = (*dataset)->FieldIndex("jpg");
+  if (!field) field = (*dataset)->FieldIndex("jpeg");
+  if (!field) {
+    fmt::print(stderr, "no jpg/jpeg field\n");
+    return 1;
+  }
+  using stoker::codec::DecodedRegion;
+  using stoker::codec::jpeg_internal::DecodeJpegUsing;
+  double fast_s = 0, libjpeg_s = 0;
+  std::uint64_t images = 0, differ = 0, failed = 0;
+  DecodedRegion a, b;
+  for (std::uint64_t i = 0; i < std::min(limit, (*dataset)->num_samples()); ++i) {
+    auto bytes = (*dataset)->ReadField(i, *field);
+    if (!bytes.ok()) continue;
+    stoker::codec::Roi roi;
+    if (crop) {
+      auto size = stoker::codec::JpegSize(*bytes);
+      if (!size.ok()) continue;
+      roi = {size->width / 4, size->height / 4, std::max(1, size->width / 2), std::max(1, size->height / 2)};
+    }
+    double best[2] = {1e9, 1e9};
+    bool ok = true;
+    if (entropy_only) {
+      for (int r = 0; r < 3; ++r)
+        for (int which = 0; which < 2; ++which) {
+          const double e = EntropySeconds(*bytes, which == 0);
+          ok &= e >= 0;
+          best[which] = std::min(best[which], e);
+        }
+      if (!ok) {
+        ++failed;
+        continue;
+      }
+      ++images;
+      fast_s += best[0];
+      libjpeg_s += best[1];
+      continue;
+    }
+    for (int r = 0; r < 3; ++r)
+      for (int which = 0; which < 2; ++which) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ok &= DecodeJpegUsing(*bytes, roi, 1, which == 0 ? a : b, which == 0).ok();
+        best[which] =
+            std::min(best[which], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    if (!ok) {
+      ++failed;
+      continue;
+    }
+    ++images;
+    differ += a.pixels != b.pixels || a.width != b.width || a.height != b.height;
+    fast_s += best[0];
+    libjpeg_s += best[1];
+  }
+  fmt::print(
+      "{} JPEGs decoded {} by both ({} failed): {} differ; libjpeg's Huffman decoder {:.3f} ms a JPEG, the "
+      "fast one {:.3f} ms ({:.1f}% less)\n",
+      images, crop ? "(the centre half)" : "whole", failed, differ, 1e3 * libjpeg_s / images, 1e3 * fast_s / images,
+      100.0 * (1 - fast_s / libjpeg_s));
+  return differ == 0 ? 0 : 2;
+}
