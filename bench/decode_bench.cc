@@ -4,16 +4,15 @@
 //
 //   stoker_decode_bench DATASET [--threads-for-ceiling N] [--images N] [--eval] [--split]
 //
-// --split times each phase on its own, per image: libjpeg's entropy
-// (Huffman) decoding alone (jpeg_read_coefficients: no IDCT, no colour
-// conversion) of what the crop's decode reads (on a seekable pack, the
+// --split times each phase on its own, per image: entropy (Huffman)
+// decoding alone (every MCU through the decoder the loader uses, fast or
+// libjpeg's: no IDCT, no colour conversion) of what the crop's decode reads (on a seekable pack, the
 // stream of its intervals; otherwise every row down to the crop's last,
 // estimated from the whole image's time with bytes taken as spread evenly
 // over the rows), the rest of the decode (IDCT, upsampling, colour), the
 // resample, and the flip + normalise + write.
 #include <algorithm>
 #include <chrono>
-#include <csetjmp>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -23,36 +22,19 @@
 // jpeglib.h needs size_t and FILE first.
 #include <jpeglib.h>
 
+#include "entropy_time.h"
 #include "pipeline/image_pipeline.h"
 #include "stoker/dataset.h"
 
 namespace {
 
-struct JumpError {
-  jpeg_error_mgr mgr;
-  std::jmp_buf jump;
-};
-
-// Seconds to entropy-decode the whole of `jpeg` (jpeg_read_coefficients), or -1 when it does not decode.
+// Seconds to entropy-decode the whole of `jpeg` with the Huffman decoder the
+// loader uses (the fast one unless STOKER_JPEG_ENTROPY=libjpeg), or -1.
 double EntropyDecodeSeconds(const std::vector<std::byte>& jpeg) {
-  jpeg_decompress_struct cinfo{};
-  JumpError error{};
-  cinfo.err = jpeg_std_error(&error.mgr);
-  error.mgr.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<JumpError*>(c->err)->jump, 1); };
-  error.mgr.output_message = [](j_common_ptr) {};
-  if (setjmp(error.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    return -1;
-  }
-  jpeg_create_decompress(&cinfo);
-  const auto start = std::chrono::steady_clock::now();
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size());
-  jpeg_read_header(&cinfo, TRUE);
-  (void)jpeg_read_coefficients(&cinfo);
-  jpeg_finish_decompress(&cinfo);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  jpeg_destroy_decompress(&cinfo);
-  return seconds;
+  const bool fast = !stoker::codec::jpeg_internal::FastHuffmanDisabled();
+  double s = stoker_bench::EntropySeconds(jpeg, fast);
+  if (s < 0 && fast) s = stoker_bench::EntropySeconds(jpeg, false);  // what the loader falls back to
+  return s;
 }
 
 }  // namespace

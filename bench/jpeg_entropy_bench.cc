@@ -17,38 +17,8 @@
 #include <fmt/format.h>
 
 #include "codec/jpeg_huffman.h"
-#include "codec/jpeg_internal.h"
+#include "entropy_time.h"
 #include "stoker/dataset.h"
-
-namespace {
-
-// Seconds to entropy-decode every MCU of `jpeg` through cinfo->entropy
-// (libjpeg's decoder, or the fast one installed), nothing else; -1 when it
-// does not decode.
-double EntropySeconds(const std::vector<std::byte>& jpeg, bool fast) {
-  using stoker::codec::jpeg_internal::Decompressor;
-  static thread_local stoker::codec::jpeg_internal::FastHuffmanDecoder decoder;
-  static thread_local std::vector<JBLOCK> blocks(D_MAX_BLOCKS_IN_MCU);
-  Decompressor d;
-  if (!d.created || setjmp(d.err.jump)) return -1;
-  jpeg_mem_src(&d.cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
-  jpeg_read_header(&d.cinfo, TRUE);
-  jpeg_start_decompress(&d.cinfo);
-  if (fast && !decoder.Install(&d.cinfo)) return -1;
-  JBLOCKROW rows[D_MAX_BLOCKS_IN_MCU];
-  for (int b = 0; b < D_MAX_BLOCKS_IN_MCU; ++b) rows[b] = &blocks[static_cast<std::size_t>(b)];
-  const std::uint64_t mcus = std::uint64_t{d.cinfo.MCUs_per_row} * d.cinfo.MCU_rows_in_scan;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::uint64_t m = 0; m < mcus; ++m) {
-    std::memset(blocks.data(), 0, sizeof(JBLOCK) * static_cast<std::size_t>(d.cinfo.blocks_in_MCU));
-    if (!(*d.cinfo.entropy->decode_mcu)(&d.cinfo, rows)) return -1;
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  jpeg_abort_decompress(&d.cinfo);
-  return s;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -96,7 +66,7 @@ int main(int argc, char** argv) {
     if (entropy_only) {
       for (int r = 0; r < 3; ++r)
         for (int which = 0; which < 2; ++which) {
-          const double e = EntropySeconds(*bytes, which == 0);
+          const double e = stoker_bench::EntropySeconds(*bytes, which == 0);
           ok &= e >= 0;
           best[which] = std::min(best[which], e);
         }
