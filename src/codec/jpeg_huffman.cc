@@ -96,6 +96,7 @@ bool FastHuffmanDisabled() {
 }
 
 bool FastHuffmanDecoder::Install(j_decompress_ptr cinfo) {
+  gave_up_ = false;  // of an earlier decode
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->buffered_image) return false;
   // Sequential: every component appears in one scan, so a first scan of all
   // of them is the only one, and nothing of it has been read yet.
