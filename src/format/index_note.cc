@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -130,23 +133,45 @@ Result<std::string> MergedNote(std::span<const std::string_view> notes, std::spa
     if (everywhere) out[key] = sum;
   }
   // The rest: kept where every part holds it alike, else listed per part.
-  std::vector<std::string> keys;
-  for (const auto& part : parts)
-    for (const auto& [key, value] : part.items())
-      if (!out.contains(key) && std::find(keys.begin(), keys.end(), key) == keys.end() && key != "seekable_jpeg" &&
-          key != "classes" && key != "classes_omitted")
+  // ordered_json finds a key by a linear search: each part's keys are
+  // looked up in a hash map instead, so notes of many keys merge in linear
+  // time (a note may hold tens of thousands within its 1 MiB).
+  std::vector<std::unordered_map<std::string_view, const nlohmann::ordered_json*>> by_key(parts.size());
+  std::vector<std::string_view> keys;
+  std::unordered_set<std::string_view> seen;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    for (const auto& [key, value] : parts[i].items()) {
+      by_key[i].emplace(key, &value);
+      if (key != "seekable_jpeg" && key != "classes" && key != "classes_omitted" && seen.insert(key).second &&
+          !out.contains(key))
         keys.push_back(key);
+    }
+  const auto find = [&](std::size_t part, std::string_view key) -> const nlohmann::ordered_json* {
+    const auto it = by_key[part].find(key);
+    return it == by_key[part].end() ? nullptr : it->second;
+  };
   nlohmann::ordered_json differing = nlohmann::ordered_json::object();
-  for (const auto& key : keys) {
-    bool alike = true;
-    for (const auto& part : parts) alike = alike && part.contains(key) && part[key] == parts[0][key];
+  // Appended as they are (an ordered_json object is a vector of pairs, and
+  // these keys are new to both), since operator[] would search each time.
+  auto& out_object = out.get_ref<nlohmann::ordered_json::object_t&>();
+  auto& differing_object = differing.get_ref<nlohmann::ordered_json::object_t&>();
+  for (const std::string_view key : keys) {
+    const nlohmann::ordered_json* first = find(0, key);
+    bool alike = first != nullptr;
+    for (std::size_t i = 1; i < parts.size() && alike; ++i) {
+      const nlohmann::ordered_json* value = find(i, key);
+      alike = value != nullptr && *value == *first;
+    }
     if (alike) {
-      out[key] = parts[0][key];
+      out_object.emplace_back(std::string(key), *first);
       continue;
     }
     nlohmann::ordered_json values = nlohmann::ordered_json::array();
-    for (const auto& part : parts) values.push_back(part.contains(key) ? part[key] : nlohmann::ordered_json());
-    differing[key] = std::move(values);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const nlohmann::ordered_json* value = find(i, key);
+      values.push_back(value != nullptr ? *value : nlohmann::ordered_json());
+    }
+    differing_object.emplace_back(std::string(key), std::move(values));
   }
   nlohmann::ordered_json merged = {{"parts", parts.size()}};
   if (!differing.empty()) merged["differing"] = std::move(differing);

@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "format/index_format.h"
 #include "test_util.h"
@@ -75,6 +77,32 @@ TEST(IndexNote, AMergedNoteKeepsWhatThePartsSayAlikeAndAddsUpTheirCounts) {
   const std::string omitted = R"({"classes_omitted":30000})";
   const std::string_view mixed[] = {a, omitted};
   EXPECT_FALSE(MergedNote(mixed, where).ok());
+}
+
+// Notes of many keys (a user's note may hold tens of thousands in its 1 MiB):
+// every key is kept or listed, in the order first seen.
+TEST(IndexNote, NotesOfManyKeysMergeKeyByKey) {
+  constexpr int kKeys = 5000;
+  std::string a = "{", b = "{";
+  for (int k = 0; k < kKeys; ++k) {
+    a += fmt::format(R"({}"k{}":{})", k ? "," : "", k, k);
+    b += fmt::format(R"({}"k{}":{})", k ? "," : "", k, k % 2 ? -k : k);  // odd keys differ
+  }
+  b += R"(,"only_b":1})";
+  a += "}";
+  const std::string_view notes[] = {a, b};
+  const std::string where[] = {"a", "b"};
+  ASSERT_OK_AND_ASSIGN(std::string merged, MergedNote(notes, where));
+  const auto json = nlohmann::ordered_json::parse(merged);
+  ASSERT_TRUE(json.contains("merged"));
+  const auto& differing = json["merged"]["differing"];
+  EXPECT_EQ(differing.size(), kKeys / 2 + 1);
+  EXPECT_EQ(differing["k1"], nlohmann::ordered_json::parse("[1,-1]"));
+  EXPECT_EQ(differing["only_b"], nlohmann::ordered_json::parse("[null,1]"));
+  EXPECT_EQ(json["k0"], 0);
+  EXPECT_EQ(json["k4998"], 4998);
+  EXPECT_FALSE(json.contains("k1"));
+  EXPECT_EQ(json.begin().key(), "k0");  // the order first seen
 }
 
 }  // namespace
