@@ -23,6 +23,7 @@
 #include <jpeglib.h>
 
 #include "entropy_time.h"
+#include "jpeg_dataset.h"
 #include "pipeline/image_pipeline.h"
 #include "stoker/dataset.h"
 
@@ -59,21 +60,14 @@ int main(int argc, char** argv) {
     else if (a == "--split")
       split = true;
   }
-  auto dataset = stoker::Dataset::Open(path);
-  if (!dataset.ok()) {
-    fmt::print(stderr, "{}\n", dataset.error().ToString());
-    return 1;
-  }
-  auto field = (*dataset)->FieldIndex("jpg");
-  if (!field) field = (*dataset)->FieldIndex("jpeg");
-  if (!field) {
-    fmt::print(stderr, "no jpg/jpeg field\n");
-    return 1;
-  }
+  auto opened = stoker_bench::OpenJpegDataset(path);
+  if (!opened) return 1;
+  stoker::Dataset* dataset = opened->dataset.get();
+  const std::optional<std::size_t> field = opened->field;
   std::vector<std::vector<std::byte>> jpegs;
   std::vector<std::uint64_t> sample_of;  // each JPEG's sample
-  for (std::uint64_t i = 0; i < std::min(limit, (*dataset)->num_samples()); ++i) {
-    auto bytes = (*dataset)->ReadField(i, *field);
+  for (std::uint64_t i = 0; i < std::min(limit, dataset->num_samples()); ++i) {
+    auto bytes = dataset->ReadField(i, *field);
     if (!bytes.ok()) continue;
     jpegs.push_back(std::move(bytes).value());
     sample_of.push_back(i);
@@ -82,7 +76,7 @@ int main(int argc, char** argv) {
   // A seekable pack's restart table (pack --seekable-jpeg), taken from the index per sample as the loader does.
   auto set_table = [&](stoker::ImageScratch& s, std::size_t i) {
     s.restarts = {};
-    if ((*dataset)->RestartTable(sample_of[i], *field, s.restart_table))
+    if (dataset->RestartTable(sample_of[i], *field, s.restart_table))
       s.restarts = {reinterpret_cast<const std::byte*>(s.restart_table.data()),
                     static_cast<std::uint32_t>(s.restart_table.size())};
     s.seek_use.reset();
@@ -120,7 +114,7 @@ int main(int argc, char** argv) {
       static_cast<double>(decode_ns.load()) / 1e6 / static_cast<double>(jpegs.size()),
       static_cast<double>(transform_ns.load()) / 1e6 / static_cast<double>(jpegs.size()));
   fmt::print("ceiling for {} cores: {:.0f} images/s\n", cores, rate * cores);
-  if ((*dataset)->seekable_payloads() > 0)
+  if (dataset->seekable_payloads() > 0)
     fmt::print("seekable pack: {} of {} crops decoded from only their restart intervals\n", seekable_used,
                jpegs.size());
   if (split) {
@@ -179,13 +173,13 @@ int main(int argc, char** argv) {
         "per image, {} images{}: entropy decoding {:.3f} ms{} (the whole image's: {:.3f}); IDCT, upsampling and "
         "colour {:.3f} ms; resample {:.3f} ms; flip, normalise and write {:.3f} ms (the main loop's transform time "
         "less resample)\n",
-        counted, (*dataset)->seekable_payloads() > 0 ? " (seekable pack)" : "", 1e3 * entropy / n,
-        (*dataset)->seekable_payloads() > 0
+        counted, dataset->seekable_payloads() > 0 ? " (seekable pack)" : "", 1e3 * entropy / n,
+        dataset->seekable_payloads() > 0
             ? " (of the intervals decoded; rows to the crop's end estimated where none were skipped)"
             : " (down to the crop's last row, estimated)",
         1e3 * entropy_whole / n, 1e3 * (decode - entropy) / n, 1e3 * resample / n,
         std::max(0.0, transform_ms - 1e3 * resample / n));
-    if ((*dataset)->seekable_payloads() > 0)
+    if (dataset->seekable_payloads() > 0)
       fmt::print(
           "libjpeg was given {:.0f}% of the JPEGs' bytes (the intervals' streams; whole files where none "
           "were skipped)\n",

@@ -18,6 +18,7 @@
 
 #include "codec/jpeg_huffman.h"
 #include "entropy_time.h"
+#include "jpeg_dataset.h"
 #include "stoker/dataset.h"
 
 int main(int argc, char** argv) {
@@ -36,24 +37,17 @@ int main(int argc, char** argv) {
     else if (a == "--entropy-only")
       entropy_only = true;
   }
-  auto dataset = stoker::Dataset::Open(argv[1]);
-  if (!dataset.ok()) {
-    fmt::print(stderr, "{}\n", dataset.error().ToString());
-    return 1;
-  }
-  auto field = (*dataset)->FieldIndex("jpg");
-  if (!field) field = (*dataset)->FieldIndex("jpeg");
-  if (!field) {
-    fmt::print(stderr, "no jpg/jpeg field\n");
-    return 1;
-  }
+  auto opened = stoker_bench::OpenJpegDataset(argv[1]);
+  if (!opened) return 1;
+  stoker::Dataset* dataset = opened->dataset.get();
+  const std::optional<std::size_t> field = opened->field;
   using stoker::codec::DecodedRegion;
   using stoker::codec::jpeg_internal::DecodeJpegUsing;
   double fast_s = 0, libjpeg_s = 0;
   std::uint64_t images = 0, differ = 0, failed = 0;
   DecodedRegion a, b;
-  for (std::uint64_t i = 0; i < std::min(limit, (*dataset)->num_samples()); ++i) {
-    auto bytes = (*dataset)->ReadField(i, *field);
+  for (std::uint64_t i = 0; i < std::min(limit, dataset->num_samples()); ++i) {
+    auto bytes = dataset->ReadField(i, *field);
     if (!bytes.ok()) continue;
     stoker::codec::Roi roi;
     if (crop) {
