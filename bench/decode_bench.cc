@@ -63,11 +63,11 @@ int main(int argc, char** argv) {
   auto opened = stoker_bench::OpenJpegDataset(path);
   if (!opened) return 1;
   stoker::Dataset* dataset = opened->dataset.get();
-  const std::optional<std::size_t> field = opened->field;
+  const std::size_t field = opened->field;
   std::vector<std::vector<std::byte>> jpegs;
   std::vector<std::uint64_t> sample_of;  // each JPEG's sample
   for (std::uint64_t i = 0; i < std::min(limit, dataset->num_samples()); ++i) {
-    auto bytes = dataset->ReadField(i, *field);
+    auto bytes = dataset->ReadField(i, field);
     if (!bytes.ok()) continue;
     jpegs.push_back(std::move(bytes).value());
     sample_of.push_back(i);
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   // A seekable pack's restart table (pack --seekable-jpeg), taken from the index per sample as the loader does.
   auto set_table = [&](stoker::ImageScratch& s, std::size_t i) {
     s.restarts = {};
-    if (dataset->RestartTable(sample_of[i], *field, s.restart_table))
+    if (dataset->RestartTable(sample_of[i], field, s.restart_table))
       s.restarts = {reinterpret_cast<const std::byte*>(s.restart_table.data()),
                     static_cast<std::uint32_t>(s.restart_table.size())};
     s.seek_use.reset();

@@ -40,14 +40,14 @@ int main(int argc, char** argv) {
   auto opened = stoker_bench::OpenJpegDataset(argv[1]);
   if (!opened) return 1;
   stoker::Dataset* dataset = opened->dataset.get();
-  const std::optional<std::size_t> field = opened->field;
+  const std::size_t field = opened->field;
   using stoker::codec::DecodedRegion;
   using stoker::codec::jpeg_internal::DecodeJpegUsing;
   double fast_s = 0, libjpeg_s = 0;
   std::uint64_t images = 0, differ = 0, failed = 0;
   DecodedRegion a, b;
   for (std::uint64_t i = 0; i < std::min(limit, dataset->num_samples()); ++i) {
-    auto bytes = dataset->ReadField(i, *field);
+    auto bytes = dataset->ReadField(i, field);
     if (!bytes.ok()) continue;
     stoker::codec::Roi roi;
     if (crop) {

@@ -136,8 +136,11 @@ Status jpeg_internal::DecodeJpegUsing(std::span<const std::byte> jpeg, Roi roi, 
       if (fast_decoded != nullptr) *fast_decoded = installed;
       return Status::Ok();
     }
-    // Data the fast decoder does not take: libjpeg's own decoder decides.
-    if (!fast->gave_up()) return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
+    // Data the fast decoder took and then gave up on: libjpeg's own decoder
+    // decides. Any other failure (a bad header, before it was installed) is
+    // libjpeg's already.
+    if (!installed || !fast->gave_up())
+      return Status::Corruption(fmt::format("not a decodable JPEG: {}", d.err.message));
   }
   Decompressor d;
   if (!d.created) return d.CreationError();
