@@ -116,24 +116,33 @@ def test_flipped_byte_fails_verify_and_names_the_sample(stoker, demo_images, tmp
 
 
 def test_interrupted_pack_never_looks_complete(stoker, demo_images, tmp_path):
-    # A manifest whose last entry is a FIFO: pack writes the earlier shards and
-    # then blocks on it, so it can be killed mid-pack at a known point.
+    # A long manifest (the images hard-linked 200 times over, a shard each:
+    # seconds of work) killed as soon as 3 shards are out. (A FIFO no longer
+    # blocks pack: it is refused, and a failed pack removes its own shards,
+    # which raced with the kill.)
     files = image_files(demo_images)
-    fifo = tmp_path / "stuck.jpg"
-    os.mkfifo(fifo)
+    links = tmp_path / "links"
+    links.mkdir()
+    rows = []
+    for copy in range(200):
+        for i, f in enumerate(files):
+            link = links / ("%03d_%03d.jpg" % (copy, i))
+            os.link(f, link)
+            rows.append("%s,1\n" % link)
     manifest = tmp_path / "list.csv"
-    manifest.write_text("path,label\n" + "".join("%s,1\n" % f for f in files) + "%s,2\n" % fifo)
+    manifest.write_text("path,label\n" + "".join(rows))
     out = tmp_path / "out"
-    proc = subprocess.Popen([stoker.binary, "pack", manifest, out, "--shard-size", "256KiB"],
+    proc = subprocess.Popen([stoker.binary, "pack", manifest, out, "--shard-size", "4KiB"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 30
-        while len(list(out.glob("shard-*.tar"))) < 3 and time.time() < deadline:
-            time.sleep(0.01)
-        assert len(list(out.glob("shard-*.tar"))) >= 3
+        while not (out / "shard-000002.tar").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.002)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "pack ended before it was killed (%s)" % proc.returncode
+    assert (out / "shard-000002.tar").exists()
     assert not (out / "index.stoker").exists()
     r = stoker("inspect", out, check=False)
     assert r.returncode != 0 and "has no index.stoker" in r.stderr
