@@ -103,9 +103,10 @@ struct LoaderOptions {
   // (it sizes the batch buffers); 0 means the world size at creation.
   std::uint32_t min_world_size = 0;
   std::uint32_t threads = 0;  // 0: one per core; at most kMaxLoaderThreads
-  // Batches prepared ahead (the pool holds prefetch + 2 buffers); 0: automatic,
-  // threads / 4 + 1 within [2, 4], so memory stays flat beyond 12 threads.
-  // At most kMaxPrefetch.
+  // Batches prepared ahead; 0: automatic, threads / 4 + 1 within [2, 4], so
+  // memory stays flat beyond 12 threads. At most kMaxPrefetch. The pool
+  // holds prefetch + 1 batch buffers (at least 3): those in flight and the
+  // one the consumer uses; a consumer holding more leaves fewer in flight.
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;

@@ -308,6 +308,10 @@ class Loader:
         # loader pauses its staging thread, which no step should wait for.
         epoch = self._native.epoch
         while True:
+            # The last batch's buffer goes back to the loader once the caller
+            # lets go of it too: this frame must not keep it while asking for
+            # the next (the pool has one buffer for the batch in use).
+            item = images = labels = indices = batch = samples = None
             if on_device:
                 # Batches are copied on stoker's own stream; torch's current
                 # stream waits on an event (no host synchronisation).

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -78,6 +79,9 @@ struct Loader::Impl {
   // Workers with an index at or above this wait (autotune moves it).
   std::uint32_t active_threads GUARDED_BY(mu) = 0;
   std::uint32_t prefetch GUARDED_BY(mu) = 0;
+  // Since when Next() has found every buffer held by the consumer (reset
+  // when it finds a batch in flight): how long it has waited for one back.
+  std::optional<Clock::time_point> all_held_since GUARDED_BY(mu);
   // LoaderOptions::autotune: the tuner and where its last window ended.
   std::unique_ptr<pipeline::Autotuner> tuner GUARDED_BY(mu);
   Clock::time_point tune_last GUARDED_BY(mu);

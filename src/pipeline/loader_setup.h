@@ -5,6 +5,7 @@
 // cache, a cache too small for the order refused).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "order/sampler.h"
@@ -29,6 +30,16 @@ struct LoaderSetup {
   // largest share any allowed world size gives a rank.
   std::uint32_t rank_capacity = 0;
 };
+
+// Batch buffers for `prefetch` batches in flight: one more for the batch
+// the consumer holds. While Next() hands over batch k + 1 the consumer
+// still holds k, so for those microseconds one fewer batch is in flight; the
+// next is scheduled as soon as k is released (Loader::Release). At least 3,
+// so that a consumer holding two batches (one in use, one being copied)
+// still has one prepared ahead.
+[[nodiscard]] constexpr std::uint32_t BatchPoolSize(std::uint32_t prefetch) {
+  return std::max(prefetch + 1, 3u);
+}
 
 // InvalidArgument naming the option for anything out of range: batch size,
 // threads, prefetch, ranks, the transform's sizes, scale, ratio, flip

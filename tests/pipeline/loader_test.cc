@@ -248,6 +248,68 @@ TEST(Loader, ReportsRatherThanDeadlocksWhenTheConsumerHoldsEveryBuffer) {
   EXPECT_TRUE(again.ok() && again->has_value());
 }
 
+TEST(Loader, ThePoolIsPrefetchPlusTheConsumersBatch) {
+  // prefetch + 1 buffers (at least 3): a consumer holding one batch leaves
+  // `prefetch` in flight; each further batch it holds takes one of those.
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto o = SmallOptions();
+  o.prefetch = 4;
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  for (int i = 0; i < 5; ++i) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value()) << "batch " << i;
+    held.push_back(std::move(**next));
+  }
+  auto blocked = (*loader)->Next();
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.error().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(blocked.error().message().find("all 5 batch buffers"), std::string::npos) << blocked.error().message();
+  held.erase(held.begin());  // releasing one schedules the next batch at once
+  auto again = (*loader)->Next();
+  EXPECT_TRUE(again.ok() && again->has_value());
+}
+
+TEST(Loader, ABatchAnotherThreadReleasesServesANextWaitingForABuffer) {
+  // Threads sharing one loader each hold their last batch while another
+  // asks for the next: a release within the grace serves it, no error.
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto o = SmallOptions();
+  o.prefetch = 2;  // pool of 3
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  for (int i = 0; i < 3; ++i) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    held.push_back(std::move(**next));
+  }
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held.erase(held.begin());
+  });
+  auto waited = (*loader)->Next();
+  other.join();
+  ASSERT_TRUE(waited.ok()) << waited.error().ToString();
+  EXPECT_TRUE(waited->has_value());
+  // Short timeouts (Python's 100 ms slices) add up to the same grace: "not
+  // ready yet" until it is spent, then the consumer is told it holds them all.
+  held.push_back(std::move(**waited));
+  int not_ready = 0;
+  Result<std::optional<Batch>> blocked = (*loader)->Next(std::chrono::milliseconds(100));
+  while (!blocked.ok() && blocked.error().code() == StatusCode::kDeadlineExceeded && not_ready < 100) {
+    ++not_ready;
+    blocked = (*loader)->Next(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.error().code(), StatusCode::kResourceExhausted) << blocked.error().ToString();
+  EXPECT_GE(not_ready, 5);
+  held.clear();
+}
+
 TEST(Loader, CorruptSamplesErrorOrAreSkipped) {
   TempDir dir;
   auto dataset = MakeDataset(dir, /*with_corrupt=*/true);
