@@ -30,11 +30,12 @@ inline bool HasFF(std::uint64_t w) {
   return ((x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL) != 0;
 }
 
-// Whether [begin, end) holds a marker: looked for from the end, where a
-// JPEG's EOI is.
-bool MarkerAhead(const std::uint8_t* begin, const std::uint8_t* end) {
+// Whether the last marker in [begin, end) is one other than RSTn (looked
+// for from the end, where a JPEG's EOI is): then every interval's data,
+// the last one's too, is followed by a marker before the buffer ends.
+bool MarkerEndsTheLastInterval(const std::uint8_t* begin, const std::uint8_t* end) {
   for (std::ptrdiff_t i = end - begin - 1; i > 0; --i)
-    if (begin[i - 1] == 0xFF && begin[i] != 0x00 && begin[i] != 0xFF) return true;
+    if (begin[i - 1] == 0xFF && begin[i] != 0x00 && begin[i] != 0xFF) return begin[i] < 0xD0 || begin[i] > 0xD7;
   return false;
 }
 
@@ -126,9 +127,11 @@ bool FastHuffmanDecoder::Install(j_decompress_ptr cinfo) {
   // libjpeg's memory source warns ("Premature end of JPEG file") when its
   // read-ahead reaches the end of the buffer, however few of those bits it
   // needs. A marker stops that read-ahead (0xFF then a byte other than 0x00
-  // and 0xFF is one wherever the reader meets it), so with one ahead the
-  // end is never reached; without one, libjpeg decides.
-  if (!MarkerAhead(data, data_end)) return false;
+  // and 0xFF is one wherever the reader meets it), so with one after the
+  // last interval's start the end is never reached. A buffer whose last
+  // marker is an RSTn (cut after it) leaves the last interval open, as one
+  // with no marker at all does: libjpeg decides those.
+  if (!MarkerEndsTheLastInterval(data, data_end)) return false;
   blocks_in_mcu_ = cinfo->blocks_in_MCU;
   cinfo_ = cinfo;
   next_ = data;

@@ -1,5 +1,8 @@
 #include "codec/jpeg_huffman.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -193,6 +196,30 @@ TEST(FastHuffman, AFileCutAtAnyByteDecodesOrFailsAsLibjpeg) {
     }
     EXPECT_GT(top_ok, 0);  // some cuts leave the top rows decodable
   }
+}
+
+// The differential fuzzer's findings (fuzz/corpus/jpeg_huffman/regression_*,
+// each a mode byte choosing region and scale, then the JPEG) decode as
+// libjpeg decodes them. regression_last_interval_open: cut after its last
+// restart interval's data, with restart markers before it but none after,
+// so libjpeg's read-ahead met the end of the data ("Premature end of JPEG
+// file") where the fast decoder needed no more bits and had decoded it.
+TEST(FastHuffman, TheFuzzersFindingsDecodeAsLibjpeg) {
+  const std::filesystem::path corpus = std::filesystem::path(STOKER_SOURCE_DIR) / "fuzz/corpus/jpeg_huffman";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+    if (entry.path().filename().string().rfind("regression_", 0) != 0) continue;
+    std::ifstream file(entry.path(), std::ios::binary);
+    const std::vector<char> data((std::istreambuf_iterator<char>(file)), {});
+    ASSERT_GE(data.size(), 2u) << entry.path();
+    const auto mode = static_cast<std::uint8_t>(data[0]);
+    const std::span<const std::byte> jpeg(reinterpret_cast<const std::byte*>(data.data() + 1), data.size() - 1);
+    Roi roi;
+    if (mode & 4) roi = {(mode >> 3 & 3) * 8, (mode >> 5) * 5, 24, 17};
+    ExpectAsLibjpeg(jpeg, roi, 1 << (mode & 3), entry.path().filename().string());
+    ++seeds;
+  }
+  EXPECT_GE(seeds, 2);
 }
 
 // A stream whose restart markers come with fill bytes (0xFF repeated before
