@@ -105,8 +105,10 @@ struct LoaderOptions {
   std::uint32_t threads = 0;  // 0: one per core; at most kMaxLoaderThreads
   // Batches prepared ahead; 0: automatic, threads / 4 + 1 within [2, 4], so
   // memory stays flat beyond 12 threads. At most kMaxPrefetch. The pool
-  // holds prefetch + 1 batch buffers (at least 3): those in flight and the
-  // one the consumer uses; a consumer holding more leaves fewer in flight.
+  // holds prefetch + 2 batch buffers: those in flight, the one the consumer
+  // uses, and a reserve used only while the consumer holds two or more as
+  // it asks for the next, so a loop that holds one never touches the
+  // reserve's pages (unless pinned).
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;

@@ -1,11 +1,12 @@
 #include "pipeline/batch_scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace stoker::pipeline {
 
 BatchScheduler::BatchScheduler(std::uint32_t slots, std::uint32_t prefetch, std::uint64_t batches_per_epoch)
-    : prefetch_(prefetch), batches_per_epoch_(batches_per_epoch) {
+    : prefetch_(prefetch), batches_per_epoch_(batches_per_epoch), reserve_(slots >= 3 ? slots - 1 : kNoReserve) {
   for (std::uint32_t i = slots; i-- > 0;) free_.push_back(i);
 }
 
@@ -14,8 +15,13 @@ void BatchScheduler::StartEpoch(std::uint64_t epoch, std::uint64_t consumed) {
   next_to_deliver_ = next_to_schedule_ = consumed;
 }
 
-std::optional<ScheduledBatch> BatchScheduler::ScheduleNext() {
+std::optional<ScheduledBatch> BatchScheduler::ScheduleNext(bool may_use_reserve) {
   if (free_.empty() || in_flight_.size() >= prefetch_ || batches_per_epoch_ == 0) return std::nullopt;
+  // The most recently freed slot other than the reserve (LIFO: the fewest
+  // buffers touched); the reserve only when the consumer asks.
+  auto pick = std::find_if(free_.rbegin(), free_.rend(), [this](std::uint32_t s) { return s != reserve_; });
+  if (pick == free_.rend() && !may_use_reserve) return std::nullopt;
+  if (pick == free_.rend()) pick = free_.rbegin();
   bool starts_epoch = false;
   if (next_to_schedule_ >= batches_per_epoch_) {
     // Run ahead into the next epoch, at most one epoch ahead of delivery.
@@ -24,8 +30,8 @@ std::optional<ScheduledBatch> BatchScheduler::ScheduleNext() {
     next_to_schedule_ = 0;
     starts_epoch = true;
   }
-  const std::uint32_t slot = free_.back();
-  free_.pop_back();
+  const std::uint32_t slot = *pick;
+  free_.erase(std::prev(pick.base()));
   in_flight_.push_back(slot);
   return ScheduledBatch{slot, schedule_epoch_, next_to_schedule_++, starts_epoch};
 }

@@ -45,8 +45,12 @@ class BatchScheduler {
   void StartEpoch(std::uint64_t epoch, std::uint64_t consumed);
 
   // The next batch to schedule, now given its slot, or nullopt (no free
-  // slot, `prefetch` in flight, or a whole epoch ahead of delivery).
-  [[nodiscard]] std::optional<ScheduledBatch> ScheduleNext();
+  // slot, `prefetch` in flight, or a whole epoch ahead of delivery). The
+  // last slot (of 3 or more) is a reserve, given only `may_use_reserve`:
+  // the loader allows it when the consumer asks for a batch, so it is used
+  // only by a consumer that holds two batches or more while asking, and a
+  // loop that holds one never touches its buffer's pages.
+  [[nodiscard]] std::optional<ScheduledBatch> ScheduleNext(bool may_use_reserve = true);
 
   // The work queue.
   void QueueRead(std::uint32_t slot);
@@ -86,6 +90,8 @@ class BatchScheduler {
   std::deque<std::uint32_t> in_flight_;
   std::uint64_t epoch_ = 0, next_to_deliver_ = 0;
   std::uint64_t schedule_epoch_ = 0, next_to_schedule_ = 0;
+  static constexpr std::uint32_t kNoReserve = ~std::uint32_t{0};
+  std::uint32_t reserve_;
 };
 
 }  // namespace stoker::pipeline

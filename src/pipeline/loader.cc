@@ -21,10 +21,6 @@ namespace stoker {
 
 using Clock = Loader::Impl::Clock;
 
-// How long Next() waits for a held batch to come back when the consumer
-// holds every buffer, before it says so.
-constexpr std::chrono::nanoseconds kHeldBuffersGrace = std::chrono::seconds(1);
-
 // --- Batch ---
 
 Batch::Batch(Batch&& o) noexcept : loader_(std::exchange(o.loader_, nullptr)), slot_(o.slot_) {}
@@ -127,7 +123,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
           fmt::format("autotune_memory_bytes {} holds {} batch buffer(s) of {} bytes; the loader needs at least {}",
                       setup.autotune_memory_bytes, fit, bytes, BatchPoolSize(1)));
     max_prefetch =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>({fit - 1, kMaxPrefetch, setup.order.max_prefetch}));
+        static_cast<std::uint32_t>(std::min<std::uint64_t>({fit - 2, kMaxPrefetch, setup.order.max_prefetch}));
     prefetch = std::min(prefetch, max_prefetch);
     pool = BatchPoolSize(max_prefetch);
   }
@@ -222,37 +218,22 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
     // End of epoch: the next call delivers the following one, whose first
     // batches are already scheduled.
     m.scheduler.NextEpoch();
-    m.Schedule();
+    m.Schedule(/*consumer_asking=*/true);
     return std::optional<Batch>();
   }
-  m.Schedule();
-  const auto start = Clock::now();
-  auto next = m.scheduler.NextInFlight();
+  m.Schedule(/*consumer_asking=*/true);
+  const auto next = m.scheduler.NextInFlight();
   if (!next) {
-    // Every buffer is held by the consumer. Another thread of it may be
-    // about to let one go (threads sharing one loader each hold the batch
-    // they took until they ask for the next), which schedules a batch at
-    // once: wait a little for that (across calls with short timeouts), then
-    // say so rather than wait forever.
-    if (!m.all_held_since) m.all_held_since = start;
-    const auto grace_left = std::max(kHeldBuffersGrace - (start - *m.all_held_since), Clock::duration::zero());
-    (void)m.done_cv.WaitFor(m.mu, std::min(timeout, std::chrono::duration_cast<std::chrono::nanoseconds>(grace_left)),
-                            [&]() REQUIRES(m.mu) { return m.scheduler.NextInFlight().has_value(); });
-    next = m.scheduler.NextInFlight();
-    if (!next) {
-      pipeline::LoaderCounters::Add(m.counters.wait_ns, Clock::now() - start);
-      if (Clock::now() - *m.all_held_since < kHeldBuffersGrace)
-        return Status::DeadlineExceeded("the next batch is not ready yet");
-      return Status::ResourceExhausted(
-          fmt::format("all {} batch buffers are still held by the consumer; release batches (or raise prefetch) "
-                      "before asking for more",
-                      m.slots.size()));
-    }
+    // Every buffer is held by the consumer: waiting would never end.
+    return Status::ResourceExhausted(fmt::format(
+        "all {} batch buffers are still held by the consumer; release batches (or raise prefetch) before asking "
+        "for more",
+        m.slots.size()));
   }
-  m.all_held_since.reset();
   const std::uint32_t s = *next;
   std::uint64_t ready = 0;
   for (std::uint32_t i : m.scheduler.in_flight()) ready += m.slots[i].pending == 0;
+  const auto start = Clock::now();
   const auto done = [&]() REQUIRES(m.mu) { return m.slots[s].pending == 0; };
   if (timeout == std::chrono::nanoseconds::max()) {
     m.done_cv.Wait(m.mu, done);
@@ -282,11 +263,8 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
 void Loader::Release(std::uint32_t slot) {
   if (!impl_->CheckOwner().ok()) return;
   MutexLock lock(impl_->mu);
-  const bool none_in_flight = impl_->scheduler.in_flight().empty();
   impl_->scheduler.Release(slot);
   impl_->Schedule();
-  // A Next() may be waiting for a buffer to come back (every one was held).
-  if (none_in_flight) impl_->done_cv.NotifyAll();
 }
 
 LoaderStats Loader::stats() const {

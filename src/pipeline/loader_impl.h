@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -79,9 +78,6 @@ struct Loader::Impl {
   // Workers with an index at or above this wait (autotune moves it).
   std::uint32_t active_threads GUARDED_BY(mu) = 0;
   std::uint32_t prefetch GUARDED_BY(mu) = 0;
-  // Since when Next() has found every buffer held by the consumer (reset
-  // when it finds a batch in flight): how long it has waited for one back.
-  std::optional<Clock::time_point> all_held_since GUARDED_BY(mu);
   // LoaderOptions::autotune: the tuner and where its last window ended.
   std::unique_ptr<pipeline::Autotuner> tuner GUARDED_BY(mu);
   Clock::time_point tune_last GUARDED_BY(mu);
@@ -126,9 +122,11 @@ struct Loader::Impl {
     announcer->Restart(epoch, consumed, *schedule_order);
   }
 
-  void Schedule() REQUIRES(mu) {
+  // Schedules batches into free slots up to prefetch. The pool's reserve
+  // slot (BatchScheduler) is used only when `consumer_asking` (Next()).
+  void Schedule(bool consumer_asking = false) REQUIRES(mu) {
     std::vector<std::uint64_t> positions;
-    while (auto batch = scheduler.ScheduleNext()) {
+    while (auto batch = scheduler.ScheduleNext(consumer_asking)) {
       if (batch->starts_epoch) {
         schedule_order = OrderOf(batch->epoch);
         announcer->EpochScheduled(batch->epoch, *schedule_order);

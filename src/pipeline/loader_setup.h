@@ -31,14 +31,16 @@ struct LoaderSetup {
   std::uint32_t rank_capacity = 0;
 };
 
-// Batch buffers for `prefetch` batches in flight: one more for the batch
-// the consumer holds. While Next() hands over batch k + 1 the consumer
-// still holds k, so for those microseconds one fewer batch is in flight; the
-// next is scheduled as soon as k is released (Loader::Release). At least 3,
-// so that a consumer holding two batches (one in use, one being copied)
-// still has one prepared ahead.
+// Batch buffers for `prefetch` batches in flight: one for the batch the
+// consumer uses, and a reserve (the last slot, BatchScheduler) for a
+// consumer that holds two or more while asking for the next (one in use,
+// one being copied; threads sharing a loader). A loop that holds one batch
+// never touches the reserve's pages (unless pinned: cudaHostAlloc commits
+// them): while Next() hands over batch k + 1
+// the loop still holds k, and the next batch is scheduled when k is
+// released (Loader::Release), microseconds later.
 [[nodiscard]] constexpr std::uint32_t BatchPoolSize(std::uint32_t prefetch) {
-  return std::max(prefetch + 1, 3u);
+  return std::max(prefetch + 2, 3u);
 }
 
 // InvalidArgument naming the option for anything out of range: batch size,

@@ -2,6 +2,9 @@
 // ahead of samples, run-ahead into the next epoch, delivery order.
 #include "pipeline/batch_scheduler.h"
 
+#include <optional>
+#include <set>
+
 #include <gtest/gtest.h>
 
 namespace stoker::pipeline {
@@ -34,6 +37,42 @@ TEST(BatchScheduler, SchedulesUpToThePrefetchDepthIntoFreeSlots) {
   EXPECT_EQ(s.free_slots(), 1u);
   s.Release(a->slot);
   EXPECT_EQ(s.free_slots(), 2u);
+}
+
+TEST(BatchScheduler, AConsumerHoldingOneBatchNeverGetsTheReserve) {
+  // Slots 0-2 and the reserve 3, prefetch 2: a loop holding one batch (k
+  // while Next() hands over k + 1, then k released) cycles through three
+  // slots; scheduling after a delivery or a release leaves the reserve.
+  BatchScheduler s(/*slots=*/4, /*prefetch=*/2, /*batches_per_epoch=*/1000);
+  s.StartEpoch(0, 0);
+  std::set<std::uint32_t> used;
+  auto schedule = [&](bool consumer_asking) {
+    while (auto b = s.ScheduleNext(consumer_asking)) used.insert(b->slot);
+  };
+  schedule(false);
+  std::optional<std::uint32_t> held;
+  for (int step = 0; step < 50; ++step) {
+    schedule(/*consumer_asking=*/true);  // Next(): the loop still holds its last batch
+    const auto next = s.NextInFlight();
+    ASSERT_TRUE(next);
+    s.Delivered();
+    schedule(false);  // after the delivery: the loop holds two for a moment
+    if (held) {
+      s.Release(*held);  // the loop lets go of the last batch
+      schedule(false);
+    }
+    held = *next;
+  }
+  EXPECT_EQ(used, (std::set<std::uint32_t>{0, 1, 2}));
+  // A consumer holding two while it asks gets the reserve: prefetch stays 2.
+  auto second = s.NextInFlight();
+  ASSERT_TRUE(second);
+  s.Delivered();
+  schedule(false);
+  EXPECT_EQ(s.in_flight().size(), 1u);
+  schedule(/*consumer_asking=*/true);
+  EXPECT_EQ(s.in_flight().size(), 2u);
+  EXPECT_EQ(s.in_flight().back(), 3u);
 }
 
 TEST(BatchScheduler, ReadsGoAheadOfSamplesButBehindEarlierReads) {
