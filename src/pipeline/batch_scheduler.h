@@ -51,6 +51,9 @@ class BatchScheduler {
   // only by a consumer that holds two batches or more while asking, and a
   // loop that holds one never touches its buffer's pages.
   [[nodiscard]] std::optional<ScheduledBatch> ScheduleNext(bool may_use_reserve = true);
+  // Makes the reserve an ordinary slot (page-locked buffers are committed
+  // whether used or not: holding one back would only delay a batch).
+  void DropReserve() { reserve_ = kNoReserve; }
 
   // The work queue.
   void QueueRead(std::uint32_t slot);

@@ -172,6 +172,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   Loader::Impl* raw = impl.get();
   {
     MutexLock lock(raw->mu);
+    if (raw->slots.front().images.pinned()) raw->scheduler.DropReserve();
     raw->active_threads = setup.threads;
     raw->prefetch = prefetch;
     if (options.autotune) {

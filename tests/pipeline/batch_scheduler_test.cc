@@ -73,6 +73,14 @@ TEST(BatchScheduler, AConsumerHoldingOneBatchNeverGetsTheReserve) {
   schedule(/*consumer_asking=*/true);
   EXPECT_EQ(s.in_flight().size(), 2u);
   EXPECT_EQ(s.in_flight().back(), 3u);
+
+  // Page-locked buffers (committed anyway): no reserve, every slot alike.
+  BatchScheduler pinned(/*slots=*/4, /*prefetch=*/4, /*batches_per_epoch=*/10);
+  pinned.DropReserve();
+  pinned.StartEpoch(0, 0);
+  int scheduled = 0;
+  while (pinned.ScheduleNext(/*may_use_reserve=*/false)) ++scheduled;
+  EXPECT_EQ(scheduled, 4);
 }
 
 TEST(BatchScheduler, ReadsGoAheadOfSamplesButBehindEarlierReads) {
