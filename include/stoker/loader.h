@@ -108,7 +108,7 @@ struct LoaderOptions {
   // holds prefetch + 2 batch buffers: those in flight, the one the consumer
   // uses, and a reserve used only while the consumer holds two or more as
   // it asks for the next, so a loop that holds one never touches the
-  // reserve's pages (unless pinned).
+  // reserve's pages (page-locked buffers, committed anyway, keep none).
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
