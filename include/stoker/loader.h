@@ -106,9 +106,9 @@ struct LoaderOptions {
   // Batches prepared ahead; 0: automatic, threads / 4 + 1 within [2, 4], so
   // memory stays flat beyond 12 threads. At most kMaxPrefetch. The pool
   // holds prefetch + 2 batch buffers: those in flight, the one the consumer
-  // uses, and a reserve used only while the consumer holds two or more as
-  // it asks for the next, so a loop that holds one never touches the
-  // reserve's pages (page-locked buffers, committed anyway, keep none).
+  // uses, and a reserve for a consumer that keeps two or more; a loop that
+  // holds one never touches the reserve's pages (page-locked buffers,
+  // committed anyway, keep none).
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;

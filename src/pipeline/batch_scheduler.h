@@ -47,9 +47,10 @@ class BatchScheduler {
   // The next batch to schedule, now given its slot, or nullopt (no free
   // slot, `prefetch` in flight, or a whole epoch ahead of delivery). The
   // last slot (of 3 or more) is a reserve, given only `may_use_reserve`:
-  // the loader allows it when the consumer asks for a batch, so it is used
-  // only by a consumer that holds two batches or more while asking, and a
-  // loop that holds one never touches its buffer's pages.
+  // the loader withholds it right after a delivery, when a loop that holds
+  // one batch holds two for a moment, so such a loop never touches its
+  // buffer's pages; a consumer that keeps two or more gets it when it asks
+  // for the next or releases one.
   [[nodiscard]] std::optional<ScheduledBatch> ScheduleNext(bool may_use_reserve = true);
   // Makes the reserve an ordinary slot (page-locked buffers are committed
   // whether used or not: holding one back would only delay a batch).

@@ -219,10 +219,10 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
     // End of epoch: the next call delivers the following one, whose first
     // batches are already scheduled.
     m.scheduler.NextEpoch();
-    m.Schedule(/*consumer_asking=*/true);
+    m.Schedule();
     return std::optional<Batch>();
   }
-  m.Schedule(/*consumer_asking=*/true);
+  m.Schedule();
   const auto next = m.scheduler.NextInFlight();
   if (!next) {
     // Every buffer is held by the consumer: waiting would never end.
@@ -257,7 +257,7 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
   m.counters.samples.fetch_add(m.slots[s].size, std::memory_order_relaxed);
   m.counters.corrupt_skipped.fetch_add(m.slots[s].skipped, std::memory_order_relaxed);
   if (m.tuner) m.Tune();
-  m.Schedule();
+  m.Schedule(/*just_delivered=*/true);
   return std::optional<Batch>(Batch(this, s));
 }
 

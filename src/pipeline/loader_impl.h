@@ -122,11 +122,13 @@ struct Loader::Impl {
     announcer->Restart(epoch, consumed, *schedule_order);
   }
 
-  // Schedules batches into free slots up to prefetch. The pool's reserve
-  // slot (BatchScheduler) is used only when `consumer_asking` (Next()).
-  void Schedule(bool consumer_asking = false) REQUIRES(mu) {
+  // Schedules batches into free slots up to prefetch. Right after Next()
+  // hands over a batch (`just_delivered`) the pool's reserve slot
+  // (BatchScheduler) is left alone: the loop still holds its last batch for
+  // a moment, and its release schedules the next into that one's buffer.
+  void Schedule(bool just_delivered = false) REQUIRES(mu) {
     std::vector<std::uint64_t> positions;
-    while (auto batch = scheduler.ScheduleNext(consumer_asking)) {
+    while (auto batch = scheduler.ScheduleNext(/*may_use_reserve=*/!just_delivered)) {
       if (batch->starts_epoch) {
         schedule_order = OrderOf(batch->epoch);
         announcer->EpochScheduled(batch->epoch, *schedule_order);

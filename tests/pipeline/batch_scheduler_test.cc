@@ -2,7 +2,8 @@
 // ahead of samples, run-ahead into the next epoch, delivery order.
 #include "pipeline/batch_scheduler.h"
 
-#include <optional>
+#include <algorithm>
+#include <deque>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -40,39 +41,43 @@ TEST(BatchScheduler, SchedulesUpToThePrefetchDepthIntoFreeSlots) {
 }
 
 TEST(BatchScheduler, AConsumerHoldingOneBatchNeverGetsTheReserve) {
-  // Slots 0-2 and the reserve 3, prefetch 2: a loop holding one batch (k
-  // while Next() hands over k + 1, then k released) cycles through three
-  // slots; scheduling after a delivery or a release leaves the reserve.
-  BatchScheduler s(/*slots=*/4, /*prefetch=*/2, /*batches_per_epoch=*/1000);
-  s.StartEpoch(0, 0);
-  std::set<std::uint32_t> used;
-  auto schedule = [&](bool consumer_asking) {
-    while (auto b = s.ScheduleNext(consumer_asking)) used.insert(b->slot);
-  };
-  schedule(false);
-  std::optional<std::uint32_t> held;
-  for (int step = 0; step < 50; ++step) {
-    schedule(/*consumer_asking=*/true);  // Next(): the loop still holds its last batch
-    const auto next = s.NextInFlight();
-    ASSERT_TRUE(next);
-    s.Delivered();
-    schedule(false);  // after the delivery: the loop holds two for a moment
-    if (held) {
-      s.Release(*held);  // the loop lets go of the last batch
-      schedule(false);
+  // Slots 0-2 and the reserve 3, prefetch 2, as the loader schedules: the
+  // reserve is withheld right after a delivery only.
+  auto run = [](int kept, std::set<std::uint32_t>& used, std::size_t& fewest_in_flight) {
+    BatchScheduler s(/*slots=*/4, /*prefetch=*/2, /*batches_per_epoch=*/1000);
+    s.StartEpoch(0, 0);
+    auto schedule = [&](bool just_delivered) {
+      while (auto b = s.ScheduleNext(/*may_use_reserve=*/!just_delivered)) used.insert(b->slot);
+    };
+    schedule(false);
+    std::deque<std::uint32_t> held;  // the loop's batches, oldest first
+    for (int step = 0; step < 50; ++step) {
+      schedule(false);  // Next(): the loop still holds what it kept
+      const auto next = s.NextInFlight();
+      ASSERT_TRUE(next);
+      s.Delivered();
+      schedule(/*just_delivered=*/true);
+      held.push_back(*next);
+      while (held.size() > static_cast<std::size_t>(kept)) {  // the loop lets go of the oldest
+        s.Release(held.front());
+        held.pop_front();
+        schedule(false);
+      }
+      // During the step, from the third on (the first time a loop keeps two,
+      // the reserve waits for its next call).
+      if (step >= 2) fewest_in_flight = std::min(fewest_in_flight, s.in_flight().size());
     }
-    held = *next;
-  }
-  EXPECT_EQ(used, (std::set<std::uint32_t>{0, 1, 2}));
-  // A consumer holding two while it asks gets the reserve: prefetch stays 2.
-  auto second = s.NextInFlight();
-  ASSERT_TRUE(second);
-  s.Delivered();
-  schedule(false);
-  EXPECT_EQ(s.in_flight().size(), 1u);
-  schedule(/*consumer_asking=*/true);
-  EXPECT_EQ(s.in_flight().size(), 2u);
-  EXPECT_EQ(s.in_flight().back(), 3u);
+  };
+  std::set<std::uint32_t> used;
+  std::size_t fewest = 99;
+  run(/*kept=*/1, used, fewest);
+  EXPECT_EQ(used, (std::set<std::uint32_t>{0, 1, 2}));  // a loop holding one: the reserve untouched
+  EXPECT_EQ(fewest, 2u);
+  used.clear();
+  fewest = 99;
+  run(/*kept=*/2, used, fewest);  // keeping the last two (e.g. the previous batch)
+  EXPECT_EQ(used, (std::set<std::uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(fewest, 2u);  // the reserve keeps prefetch 2 in flight through each step
 
   // Page-locked buffers (committed anyway): no reserve, every slot alike.
   BatchScheduler pinned(/*slots=*/4, /*prefetch=*/4, /*batches_per_epoch=*/10);
