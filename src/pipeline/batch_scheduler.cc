@@ -18,7 +18,7 @@ void BatchScheduler::StartEpoch(std::uint64_t epoch, std::uint64_t consumed) {
 std::optional<ScheduledBatch> BatchScheduler::ScheduleNext(bool may_use_reserve) {
   if (free_.empty() || in_flight_.size() >= prefetch_ || batches_per_epoch_ == 0) return std::nullopt;
   // The most recently freed slot other than the reserve (LIFO: the fewest
-  // buffers touched); the reserve only when the consumer asks.
+  // buffers touched); the reserve only where allowed.
   auto pick = std::find_if(free_.rbegin(), free_.rend(), [this](std::uint32_t s) { return s != reserve_; });
   if (pick == free_.rend() && !may_use_reserve) return std::nullopt;
   if (pick == free_.rend()) pick = free_.rbegin();

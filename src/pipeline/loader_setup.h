@@ -5,7 +5,6 @@
 // cache, a cache too small for the order refused).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "order/sampler.h"
@@ -31,16 +30,16 @@ struct LoaderSetup {
   std::uint32_t rank_capacity = 0;
 };
 
-// Batch buffers for `prefetch` batches in flight: one for the batch the
-// consumer uses, and a reserve (the last slot, BatchScheduler) for a
-// consumer that holds two or more while asking for the next (one in use,
-// one being copied; threads sharing a loader). A loop that holds one batch
-// never touches the reserve's pages (unless pinned: cudaHostAlloc commits
-// them): while Next() hands over batch k + 1
-// the loop still holds k, and the next batch is scheduled when k is
-// released (Loader::Release), microseconds later.
+// Batch buffers for `prefetch` (at least 1) batches in flight: one more
+// for the batch the consumer uses, and a reserve (BatchScheduler's last
+// slot) for a consumer that keeps two or more (one in use and one being
+// copied, threads sharing a loader). The reserve is withheld right after
+// Next() hands over batch k + 1, while a loop holding one batch still holds
+// k: the next batch waits for k's release (Loader::Release, microseconds
+// later), so such a loop never touches the reserve's pages (unless pinned:
+// cudaHostAlloc commits them, and pinned pools keep no reserve).
 [[nodiscard]] constexpr std::uint32_t BatchPoolSize(std::uint32_t prefetch) {
-  return std::max(prefetch + 2, 3u);
+  return prefetch + 2;
 }
 
 // InvalidArgument naming the option for anything out of range: batch size,
