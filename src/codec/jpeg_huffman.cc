@@ -186,7 +186,11 @@ FastHuffmanDecoder::Reader FastHuffmanDecoder::RefillBytewise(Reader r) {
         r.next = after + 1;
         continue;
       }
-      r.next = after + 1;  // FF 00: a data byte FF
+      // FF 00: a data byte FF. Fill bytes before it (FF FF+ 00) are no
+      // encoder's output, and libjpeg decoded such data to other pixels
+      // than this reader (a fuzzer finding): libjpeg decides.
+      if (after != r.next + 1) GiveUp(cinfo_);
+      r.next = after + 1;
     } else {
       ++r.next;
     }
