@@ -1,6 +1,6 @@
 // Fuzzes the loader's field decoders on arbitrary bytes, every kind: the
 // text number parsers, UTF-8 checking, JSON checking (deep nesting, huge
-// numbers, truncation), .npy, whole-image decoding in each mode, and the
+// numbers, truncation), .npy and TIFF arrays, whole-image decoding in each mode, and the
 // targets' decoders (boxes and keypoints from .npy or JSON lists of numbers,
 // masks). A malformed field must give an error, never a crash or a wrong
 // success.
@@ -30,6 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (s.ok() && (kind == FieldKind::kText || kind == FieldKind::kJson) && value.bytes.size() != size)
       __builtin_trap();
     if (s.ok() && (kind == FieldKind::kInt || kind == FieldKind::kFloat) && value.tensor.data.size() != 8)
+      __builtin_trap();
+    if (s.ok() && kind == FieldKind::kArray &&
+        value.tensor.data.size() != value.tensor.elements() * ElementSize(value.tensor.type))
       __builtin_trap();
     if (s.ok() && kind == FieldKind::kBoxes &&
         (value.tensor.shape.size() != 2 || value.tensor.shape[1] != 4 ||

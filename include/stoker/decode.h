@@ -34,4 +34,16 @@ inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
 // string and datetime arrays.
 [[nodiscard]] Result<HostTensor> DecodeNpy(std::span<const std::byte> data);
 
+// What a stoker.Array field decodes: an .npy as DecodeNpy does, or a TIFF
+// (told by its first bytes) as its samples are stored, as tifffile.imread
+// gives them: 8- to 64-bit unsigned, signed or float samples, any number a
+// pixel; shape [H, W], [H, W, S] contiguous or [S, H, W] planar, with a
+// leading page axis for several full-resolution pages of one shape
+// (overviews and masks skipped). A TIFF's pixels over all pages may be at
+// most `max_pixels` (0: no limit) and its decoded bytes 4 x max_pixels.
+// Corruption for damaged data; Unimplemented, by name, for samples it does
+// not load (1- to 4-bit, complex, subsampled YCbCr).
+[[nodiscard]] Result<HostTensor> DecodeArray(std::span<const std::byte> data,
+                                             std::uint64_t max_pixels = kDefaultMaxImagePixels);
+
 }  // namespace stoker

@@ -17,7 +17,7 @@ enum class FieldKind : std::uint8_t {
   kImage,   // JPEG, PNG, WebP or TIFF -> uint8 [H, W, C] (uint16 for mode "I;16"), stoker/decode.h's DecodeImage
   kInt,     // a decimal integer stored as text (.cls, .id) -> int64 scalar
   kFloat,   // a number stored as text -> float64 scalar
-  kArray,   // NumPy .npy -> its dtype and shape (DecodeNpy)
+  kArray,   // NumPy .npy -> its dtype and shape (DecodeNpy); a TIFF -> its samples (DecodeArray)
   kText,    // UTF-8 text (checked) -> bytes
   kJson,    // JSON (checked to parse) -> its text
   kBytes,   // anything -> its bytes, as stored

@@ -214,6 +214,18 @@ void BindDecoders(py::module_& m) {
         return ToPython(Unwrap(std::move(t)), torch_has_unsigned);
       },
       py::arg("data"), py::arg("torch_has_unsigned") = false);
+  m.def(
+      "decode_array",
+      [](py::bytes data, std::uint64_t max_pixels, bool torch_has_unsigned) {
+        std::string_view view;
+        const auto bytes = BytesOf(data, &view);
+        stoker::Result<stoker::HostTensor> t = [&] {
+          py::gil_scoped_release release;
+          return stoker::DecodeArray(bytes, max_pixels);
+        }();
+        return ToPython(Unwrap(std::move(t)), torch_has_unsigned);
+      },
+      py::arg("data"), py::arg("max_pixels") = stoker::kDefaultMaxImagePixels, py::arg("torch_has_unsigned") = false);
 }
 
 }  // namespace stoker_python

@@ -2,6 +2,7 @@
 
     stoker.decode_image(open("a.png", "rb").read(), mode="RGB")  # uint8 [H, W, 3]
     stoker.decode_npy(open("depth.npy", "rb").read())             # the array's dtype and shape
+    stoker.decode_array(open("s2.tif", "rb").read())              # a TIFF's bands: [H, W, 13] uint16
 
 The work runs without the GIL.
 """
@@ -28,7 +29,7 @@ def decode_image(data, mode="RGB", max_pixels=_MAX_PIXELS_DEFAULT):
     ``max_pixels`` pixels (0: no limit) are refused before decoding, as
     Pillow's DecompressionBombError. Raises stoker.CorruptionError for a
     damaged image, StokerError for GIF, BMP, a TIFF of float, signed or
-    CMYK samples, or an animated WebP."""
+    CMYK samples (decode_array reads those), or an animated WebP."""
     limit = _params.integer("max_pixels", max_pixels, 0, _params.U64_MAX)
     if mode not in ("RGB", "L", "RGBA", "I;16"):
         raise ValueError("mode %r: RGB, L, RGBA or I;16" % (mode,))
@@ -44,3 +45,21 @@ def decode_npy(data):
     them would run code. Raises stoker.CorruptionError for a malformed
     file, including one whose header claims another size than its data."""
     return _tensor(_native.decode_npy(bytes(data)))
+
+
+def decode_array(data, max_pixels=_MAX_PIXELS_DEFAULT):
+    """What a ``stoker.Array`` field decodes: an .npy as decode_npy does, or
+    a TIFF (told by its first bytes) as its samples are stored, as
+    ``tifffile.imread`` gives them: 8- to 64-bit unsigned, signed or float
+    samples, any number a pixel (multi-band satellite images, float
+    elevation or depth, 16-bit scans), any compression libtiff has. Shape
+    [H, W], [H, W, S] (contiguous) or [S, H, W] (planar), with a leading
+    page axis when a file holds several full-resolution pages of one shape;
+    overviews and masks are skipped. No colour is interpreted (a palette
+    image gives its indices). The pixels over all pages may be at most
+    ``max_pixels`` (0: no limit) and the decoded bytes 4 x max_pixels. Types
+    arrive as decode_npy's do (uint16 as int32, ...). Raises
+    stoker.CorruptionError for damaged data, StokerError naming what it does
+    not load (1- to 4-bit or complex samples, subsampled YCbCr)."""
+    limit = _params.integer("max_pixels", max_pixels, 0, _params.U64_MAX)
+    return _tensor(_native.decode_array(bytes(data), limit))

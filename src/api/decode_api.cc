@@ -1,4 +1,5 @@
 // The public single-field decoders (stoker/decode.h) over the codec layer.
+#include "codec/array_decode.h"
 #include "codec/image_decode.h"
 #include "codec/npy.h"
 #include "stoker/decode.h"
@@ -18,6 +19,12 @@ Result<HostTensor> DecodeImage(std::span<const std::byte> data, std::string_view
 Result<HostTensor> DecodeNpy(std::span<const std::byte> data) {
   HostTensor t;
   if (Status s = codec::DecodeNpyTensor(data, &t); !s.ok()) return s;
+  return t;
+}
+
+Result<HostTensor> DecodeArray(std::span<const std::byte> data, std::uint64_t max_pixels) {
+  HostTensor t;
+  if (Status s = codec::DecodeArrayTensor(data, max_pixels, &t); !s.ok()) return s;
   return t;
 }
 

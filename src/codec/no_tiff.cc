@@ -20,5 +20,8 @@ Result<ImageSize> TiffSize(std::span<const std::byte>) {
 Status DecodeTiff(std::span<const std::byte>, std::uint64_t, SourceImage*) {
   return NoTiff();
 }
+Status DecodeTiffArray(std::span<const std::byte>, std::uint64_t, HostTensor*) {
+  return NoTiff();
+}
 
 }  // namespace stoker::codec

@@ -1,9 +1,8 @@
 #include "codec/tiff.h"
 
-#include <tiffio.h>
+#include "codec/tiff_reader.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,144 +11,13 @@
 #include <fmt/format.h>
 
 namespace stoker::codec {
-namespace {
 
-// The bytes libtiff reads, as a client "file" it maps whole.
-struct Source {
-  std::span<const std::byte> data;
-  toff_t at = 0;
-  std::string error;  // libtiff's first error message for this file
-};
-
-tmsize_t Read(thandle_t h, void* buf, tmsize_t n) {
-  auto* s = static_cast<Source*>(h);
-  if (n < 0 || s->at >= s->data.size()) return 0;
-  const auto count = std::min<toff_t>(static_cast<toff_t>(n), s->data.size() - s->at);
-  std::memcpy(buf, s->data.data() + s->at, count);
-  s->at += count;
-  return static_cast<tmsize_t>(count);
-}
-tmsize_t Write(thandle_t, void*, tmsize_t) {
-  return 0;
-}
-toff_t Seek(thandle_t h, toff_t offset, int whence) {
-  auto* s = static_cast<Source*>(h);
-  toff_t base = whence == SEEK_CUR ? s->at : whence == SEEK_END ? s->data.size() : 0;
-  s->at = base + offset;
-  return s->at;
-}
-int Close(thandle_t) {
-  return 0;
-}
-toff_t Size(thandle_t h) {
-  return static_cast<Source*>(h)->data.size();
-}
-int Map(thandle_t h, void** base, toff_t* size) {
-  auto* s = static_cast<Source*>(h);
-  *base = const_cast<std::byte*>(s->data.data());  // read-only: the file is opened "r"
-  *size = s->data.size();
-  return 1;
-}
-void Unmap(thandle_t, void*, toff_t) {}
-
-int OnError(TIFF*, void* user, const char* module, const char* format, va_list args) {
-  auto* s = static_cast<Source*>(user);
-  if (s->error.empty()) {
-    char text[512];
-    std::vsnprintf(text, sizeof text, format, args);
-    s->error = module != nullptr && *module != '\0' ? fmt::format("{}: {}", module, text) : text;
-  }
-  return 1;
-}
-int OnWarning(TIFF*, void*, const char*, const char*, va_list) {
-  return 1;
-}  // Pillow reads on too
-
-struct CloseTiff {
-  void operator()(TIFF* t) const { TIFFClose(t); }
-};
-using TiffHandle = std::unique_ptr<TIFF, CloseTiff>;
-
-// Opens `source` (kept alive by the caller) with errors collected into it;
-// no single allocation of libtiff's over `max_alloc` bytes (a header's
-// claims are checked against it before they are believed).
-Result<TiffHandle> Open(Source& source, tmsize_t max_alloc) {
-  std::unique_ptr<TIFFOpenOptions, decltype(&TIFFOpenOptionsFree)> options(TIFFOpenOptionsAlloc(),
-                                                                           &TIFFOpenOptionsFree);
-  if (!options) return Status::ResourceExhausted("TIFF: out of memory");
-  TIFFOpenOptionsSetErrorHandlerExtR(options.get(), OnError, &source);
-  TIFFOpenOptionsSetWarningHandlerExtR(options.get(), OnWarning, &source);
-  TIFFOpenOptionsSetMaxSingleMemAlloc(options.get(), max_alloc);
-  TIFF* tif = TIFFClientOpenExt("TIFF", "r", &source, Read, Write, Seek, Close, Size, Map, Unmap, options.get());
-  if (tif == nullptr)
-    return Status::Corruption(
-        fmt::format("TIFF: cannot be opened ({})", source.error.empty() ? "damaged header" : source.error));
-  return TiffHandle(tif);
-}
-
-template <typename T>
-T Tag(TIFF* tif, ttag_t tag, T fallback) {
-  T value = fallback;
-  if (TIFFGetFieldDefaulted(tif, tag, &value) != 1) return fallback;
-  return value;
-}
-
-Status Damaged(const Source& source, std::string_view what) {
-  return Status::Corruption(fmt::format("TIFF: {} ({})", what, source.error.empty() ? "damaged data" : source.error));
-}
-
-// The image's samples as stored, unpacked by libtiff's codec: `planes`
-// planes (1 when contiguous) of height rows of `row_bytes` each, a pixel
-// taking `pixel_bits` of a plane's row.
-Status ReadRaw(TIFF* tif, const Source& source, std::uint32_t width, std::uint32_t height, std::uint16_t planes,
-               std::size_t row_bytes, std::size_t pixel_bits, std::vector<std::uint8_t>& raw) {
-  raw.resize(row_bytes * height * planes);  // every byte is written below
-  if (TIFFIsTiled(tif)) {
-    std::uint32_t tile_w = 0, tile_h = 0;
-    if (TIFFGetField(tif, TIFFTAG_TILEWIDTH, &tile_w) != 1 || TIFFGetField(tif, TIFFTAG_TILELENGTH, &tile_h) != 1 ||
-        tile_w == 0 || tile_h == 0)
-      return Damaged(source, "a tiled image without a tile size");
-    // Tiles may overhang the image, not dwarf it: a header's tile size is checked before a tile is allocated.
-    const std::uint64_t tile_area = std::uint64_t{tile_w} * tile_h;
-    if (tile_area > std::max<std::uint64_t>(std::uint64_t{4} * width * height, 1 << 22))
-      return Damaged(source, fmt::format("tiles of {}x{} for an image of {}x{}", tile_w, tile_h, width, height));
-    const tmsize_t tile_size = TIFFTileSize(tif);
-    const tmsize_t tile_row = TIFFTileRowSize(tif);
-    if (tile_size <= 0 || tile_row <= 0) return Damaged(source, "a bad tile size");
-    std::vector<std::uint8_t> tile(static_cast<std::size_t>(tile_size));
-    for (std::uint16_t p = 0; p < planes; ++p)
-      for (std::uint32_t y = 0; y < height; y += tile_h)
-        for (std::uint32_t x = 0; x < width; x += tile_w) {
-          if (TIFFReadEncodedTile(tif, TIFFComputeTile(tif, x, y, 0, p), tile.data(), tile_size) < 0)
-            return Damaged(source, fmt::format("tile at ({}, {}) does not decode", x, y));
-          const std::size_t start = x * pixel_bits / 8;  // tile widths are multiples of 16: whole bytes
-          const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(tile_row), row_bytes - start);
-          for (std::uint32_t r = 0; r < tile_h && y + r < height; ++r)
-            std::memcpy(raw.data() + (p * height + y + r) * row_bytes + start,
-                        tile.data() + static_cast<std::size_t>(r) * tile_row, n);
-        }
-    return Status::Ok();
-  }
-  const std::uint32_t rows_per_strip = std::min(Tag<std::uint32_t>(tif, TIFFTAG_ROWSPERSTRIP, height), height);
-  if (rows_per_strip == 0) return Damaged(source, "zero rows a strip");
-  const tmsize_t strip_size = TIFFStripSize(tif);
-  if (strip_size <= 0 || static_cast<std::size_t>(strip_size) < row_bytes * std::min(rows_per_strip, height))
-    return Damaged(source, "a bad strip size");
-  const std::uint32_t strips_per_plane = (height + rows_per_strip - 1) / rows_per_strip;
-  for (std::uint16_t p = 0; p < planes; ++p)
-    for (std::uint32_t s = 0; s < strips_per_plane; ++s) {
-      // Straight into place: libtiff decodes at most the size given.
-      const std::uint32_t first = s * rows_per_strip, rows = std::min(rows_per_strip, height - first);
-      const std::size_t want = row_bytes * rows;
-      const tmsize_t got = TIFFReadEncodedStrip(
-          tif, p * strips_per_plane + s, raw.data() + (p * height + first) * row_bytes, static_cast<tmsize_t>(want));
-      if (got < 0 || static_cast<std::size_t>(got) < want)
-        return Damaged(source, fmt::format("strip {} does not decode", p * strips_per_plane + s));
-    }
-  return Status::Ok();
-}
-
-}  // namespace
+using tiff_internal::Damaged;
+using tiff_internal::Open;
+using tiff_internal::ReadRaw;
+using tiff_internal::Source;
+using tiff_internal::Tag;
+using tiff_internal::TiffHandle;
 
 bool TiffSupported() {
   return true;
@@ -195,10 +63,10 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
   const bool associated_alpha = extra_count > 0 && extra != nullptr && extra[0] == EXTRASAMPLE_ASSOCALPHA;
 
   auto refuse = [&](std::string_view what) {
-    return Status::Unimplemented(fmt::format(
-        "TIFF: {}; stoker decodes 1- to 16-bit grayscale, 8- and 16-bit RGB(A) and palette TIFFs (read this one "
-        "with stoker.Bytes and decode it in map=, e.g. with tifffile)",
-        what));
+    return Status::Unimplemented(
+        fmt::format("TIFF: {}; stoker.Image decodes 1- to 16-bit grayscale, 8- and 16-bit RGB(A) and palette TIFFs "
+                    "(stoker.Array(key=...) reads any TIFF's samples as stored: multi-band, float, signed)",
+                    what));
   };
   if (format != SAMPLEFORMAT_UINT)
     return refuse(format == SAMPLEFORMAT_IEEEFP ? fmt::format("{}-bit floating-point samples", bits)
@@ -237,7 +105,8 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
   if (planes == 1 && !palette &&
       ((bits == 8 && channels == spp && photometric != PHOTOMETRIC_MINISWHITE) ||
        (bits == 16 && gray && channels == 1))) {
-    STOKER_RETURN_IF_ERROR(ReadRaw(tif, source, width, height, 1, row_bytes, pixel_bits, out->data));
+    out->data.resize(row_bytes * height);
+    STOKER_RETURN_IF_ERROR(ReadRaw(tif, source, width, height, 1, row_bytes, pixel_bits, out->data.data()));
     out->mode = bits == 16      ? SourceMode::kGray16
                 : channels == 1 ? SourceMode::kGray
                 : channels == 2 ? SourceMode::kGrayAlpha
@@ -245,8 +114,8 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
                                 : SourceMode::kRGBA;
     return Status::Ok();
   }
-  std::vector<std::uint8_t> raw;
-  STOKER_RETURN_IF_ERROR(ReadRaw(tif, source, width, height, planes, row_bytes, pixel_bits, raw));
+  std::vector<std::uint8_t> raw(row_bytes * height * planes);
+  STOKER_RETURN_IF_ERROR(ReadRaw(tif, source, width, height, planes, row_bytes, pixel_bits, raw.data()));
 
   // The sample of pixel (x, y), channel c, as stored (8 or 16 bits).
   const std::size_t bytes_per_sample = bits == 16 ? 2 : 1;

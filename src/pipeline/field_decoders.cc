@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/array_decode.h"
 #include "codec/image_decode.h"
 #include "codec/npy.h"
 #include "pipeline/field_extension.h"
@@ -68,9 +69,11 @@ Status DecodeFloatField(std::span<const std::byte> bytes, const FieldSpec&, cons
   return Status::Ok();
 }
 
-Status DecodeArrayField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&,
+// An .npy, or a TIFF's samples as stored (multi-band, float, signed: what
+// no image mode holds), told apart by their first bytes.
+Status DecodeArrayField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions& options,
                         FieldValue* out) {
-  return codec::DecodeNpyTensor(bytes, &out->tensor);
+  return codec::DecodeArrayTensor(bytes, options.max_pixels, &out->tensor);
 }
 
 Status DecodeTextField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions&, FieldValue* out) {

@@ -1,7 +1,9 @@
 #include "pipeline/sample_producer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,12 +17,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether a spec of kind `spec` can decode a field the index records as
-// `recorded`. Only what cannot work is refused: images and arrays are
-// binary; a float's text is no integer; JSON values that are not plain
-// numbers are no number. Text may hold anything (numbers, JSON).
-bool KindsAgree(FieldKind spec, FieldKind recorded) {
+// Whether a spec of kind `spec` can decode field `key`, which the index
+// records as `recorded`. Only what cannot work is refused: images and
+// arrays are binary (a TIFF is both: an Array reads its samples as stored);
+// a float's text is no integer; JSON values that are not plain numbers are
+// no number. Text may hold anything (numbers, JSON).
+bool KindsAgree(FieldKind spec, FieldKind recorded, std::string_view key) {
   if (spec == FieldKind::kBytes || spec == FieldKind::kCustom || recorded == FieldKind::kBytes) return true;
+  if (spec == FieldKind::kArray && recorded == FieldKind::kImage) {
+    const auto dot = key.rfind('.');
+    std::string ext(dot == std::string_view::npos ? key : key.substr(dot + 1));
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return ext == "tif" || ext == "tiff";
+  }
   if (spec == FieldKind::kBoxes || spec == FieldKind::kKeypoints)
     return recorded == FieldKind::kArray || recorded == FieldKind::kJson || recorded == FieldKind::kText;
   if (spec == FieldKind::kMask) return recorded == FieldKind::kImage;
@@ -41,7 +50,7 @@ Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, cons
   bool counted = true;
   for (std::size_t f : present) {
     const auto recorded = dataset.recorded_field(f);
-    if (recorded.kind && !KindsAgree(spec.kind, *recorded.kind))
+    if (recorded.kind && !KindsAgree(spec.kind, *recorded.kind, dataset.field_names()[f]))
       return Status::InvalidArgument(fmt::format(
           "field '{}' ({}) reads key '{}', which dataset '{}' records as {}: a {} decoder cannot read it (use the "
           "spec of its kind, or Bytes)",

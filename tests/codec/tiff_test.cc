@@ -15,81 +15,16 @@
 #include <gtest/gtest.h>
 
 #include "codec/image_decode.h"
+#include "codec/tiff_test_util.h"
 #include "test_util.h"
 
 namespace stoker::codec {
 namespace {
 
-using testing::ReadFile;
 using testing::TempDir;
-
-struct Layout {
-  int width = 37, height = 29, bits = 8, spp = 3;
-  int photometric = PHOTOMETRIC_RGB;
-  int planar = PLANARCONFIG_CONTIG;
-  bool tiled = false;
-  int format = SAMPLEFORMAT_UINT;
-  int extra = -1;  // an extra sample's meaning, -1 for none
-  int compression = COMPRESSION_NONE;
-};
-
-// Writes `layout` filled with pseudo-random samples; returns the file's
-// bytes and, in `samples`, what was written: planes of rows of packed bits.
-std::string WriteTiff(const std::string& path, const Layout& l, std::vector<std::uint8_t>& samples) {
-  TIFF* t = TIFFOpen(path.c_str(), "w");
-  EXPECT_NE(t, nullptr);
-  TIFFSetField(t, TIFFTAG_IMAGEWIDTH, l.width);
-  TIFFSetField(t, TIFFTAG_IMAGELENGTH, l.height);
-  TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, l.bits);
-  TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, l.spp);
-  TIFFSetField(t, TIFFTAG_PHOTOMETRIC, l.photometric);
-  TIFFSetField(t, TIFFTAG_PLANARCONFIG, l.planar);
-  TIFFSetField(t, TIFFTAG_SAMPLEFORMAT, l.format);
-  TIFFSetField(t, TIFFTAG_COMPRESSION, l.compression);
-  if (l.extra >= 0) {
-    const std::uint16_t extra = static_cast<std::uint16_t>(l.extra);
-    TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 1, &extra);
-  }
-  if (l.photometric == PHOTOMETRIC_SEPARATED) TIFFSetField(t, TIFFTAG_INKSET, INKSET_CMYK);
-  const int planes = l.planar == PLANARCONFIG_SEPARATE ? l.spp : 1;
-  const int per_plane = l.planar == PLANARCONFIG_SEPARATE ? 1 : l.spp;
-  const std::size_t row = (std::size_t(l.width) * per_plane * l.bits + 7) / 8;
-  samples.assign(row * l.height * planes, 0);
-  std::uint32_t seed = 1;
-  for (auto& b : samples) {
-    seed = seed * 1103515245 + 12345;
-    b = static_cast<std::uint8_t>(seed >> 16);
-  }
-  if (l.tiled) {
-    TIFFSetField(t, TIFFTAG_TILEWIDTH, 16);
-    TIFFSetField(t, TIFFTAG_TILELENGTH, 16);
-    std::vector<std::uint8_t> tile(static_cast<std::size_t>(TIFFTileSize(t)));
-    const std::size_t tile_row = static_cast<std::size_t>(TIFFTileRowSize(t));
-    for (int p = 0; p < planes; ++p)
-      for (int y = 0; y < l.height; y += 16)
-        for (int x = 0; x < l.width; x += 16) {
-          std::fill(tile.begin(), tile.end(), 0);
-          const std::size_t start = std::size_t(x) * per_plane * l.bits / 8;
-          for (int r = 0; r < 16 && y + r < l.height; ++r)
-            std::memcpy(tile.data() + r * tile_row, samples.data() + (std::size_t(p) * l.height + y + r) * row + start,
-                        std::min(tile_row, row - start));
-          EXPECT_GE(
-              TIFFWriteEncodedTile(t, TIFFComputeTile(t, x, y, 0, p), tile.data(), static_cast<tmsize_t>(tile.size())),
-              0);
-        }
-  } else {
-    TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, 5);
-    for (int p = 0; p < planes; ++p)
-      for (int y = 0; y < l.height; ++y)
-        EXPECT_EQ(TIFFWriteScanline(t, samples.data() + (std::size_t(p) * l.height + y) * row, y, p), 1);
-  }
-  TIFFClose(t);
-  return ReadFile(path);
-}
-
-std::span<const std::byte> Bytes(const std::string& s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
-}
+using tiff_testing::Bytes;
+using tiff_testing::Layout;
+using tiff_testing::WriteTiff;
 
 // The sample (8 or 16 bits) of pixel (x, y), channel c, as written.
 std::uint32_t Written(const Layout& l, const std::vector<std::uint8_t>& s, int x, int y, int c) {
@@ -231,7 +166,7 @@ TEST(Tiff, WhatStokerDoesNotDecodeIsRefusedByName) {
     Status st = DecodeTiff(Bytes(file), 0, &image);
     EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.message();
     EXPECT_NE(st.message().find(says), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find("stoker.Bytes"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("stoker.Array"), std::string::npos) << st.message();
   }
 }
 

@@ -151,7 +151,7 @@ def test_pillow_written_tiffs(mode, compression):
 def test_tiffs_stoker_does_not_decode_are_refused_naming_what_they_hold():
     buf = io.BytesIO()
     Image.fromarray(rng.random((8, 9), dtype=np.float32)).save(buf, "TIFF")
-    damaged("32-bit floating-point samples.*stoker.Bytes", buf.getvalue(), error=stoker.StokerError)
+    damaged("32-bit floating-point samples.*stoker.Array", buf.getvalue(), error=stoker.StokerError)
     buf = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (8, 9, 3), dtype=np.uint8)).convert("CMYK").save(buf, "TIFF")
     damaged("CMYK", buf.getvalue(), error=stoker.StokerError)

@@ -1,0 +1,14 @@
+#include "codec/array_decode.h"
+
+#include "codec/image_decode.h"
+#include "codec/npy.h"
+#include "codec/tiff.h"
+
+namespace stoker::codec {
+
+Status DecodeArrayTensor(std::span<const std::byte> bytes, std::uint64_t max_pixels, HostTensor* out) {
+  if (DetectImageFormat(bytes) == ImageFormat::kTiff) return DecodeTiffArray(bytes, max_pixels, out);
+  return DecodeNpyTensor(bytes, out);
+}
+
+}  // namespace stoker::codec
