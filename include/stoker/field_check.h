@@ -24,6 +24,9 @@ struct DecodeCheckOptions {
 struct DecodeCheckReport {
   std::uint64_t samples_checked = 0;
   std::uint64_t fields_decoded = 0;
+  // Of those, image fields holding TIFFs no image mode has (multi-band,
+  // float, signed samples), decoded as a stoker.Array field reads them.
+  std::uint64_t tiffs_decoded_as_arrays = 0;
   // Fields left undecoded: kind bytes (anything goes) or custom.
   std::uint64_t fields_not_decodable = 0;
   std::vector<VerifyProblem> problems;  // one per field that does not decode
@@ -32,7 +35,8 @@ struct DecodeCheckReport {
 
 // Decodes every field of every sample by its kind: the one the index
 // records, else the one WebDataset's convention gives its name (images as
-// RGB, numbers, .npy arrays, UTF-8 text, JSON). Each field that does not
+// RGB, numbers, .npy arrays, UTF-8 text, JSON; a TIFF image no mode holds
+// as its samples). Each field that does not
 // decode is a problem naming the sample's key, the field and shard:offset.
 // Checksums are not checked here (Verify checks them). A non-OK Status only
 // when reading itself fails.

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string_view>
 
 #include "common.h"
@@ -19,36 +21,57 @@ namespace {
 
 // Torch before 2.3 has no uint16, uint32 or uint64: such arrays are widened
 // to the next signed type that holds every value (uint64 values past
-// int64's range are refused rather than wrapped).
-stoker::Status WidenForTorch(stoker::HostTensor& t) {
-  const auto widen = [&]<typename From, typename To>(stoker::ElementType to) -> stoker::Status {
-    const std::uint64_t n = t.elements();
-    std::vector<std::byte> wide(n * sizeof(To));
+// int64's range are refused rather than wrapped). The type they arrive as.
+stoker::ElementType WidenedForTorch(stoker::ElementType type) {
+  switch (type) {
+    case stoker::ElementType::kUInt16:
+      return stoker::ElementType::kInt32;
+    case stoker::ElementType::kUInt32:
+    case stoker::ElementType::kUInt64:
+      return stoker::ElementType::kInt64;
+    default:
+      return type;
+  }
+}
+
+// Copies `n` elements of `type` from `from` to `to` as WidenedForTorch(type)
+// holds them.
+stoker::Status CopyWidened(stoker::ElementType type, const std::byte* from, std::uint64_t n, std::byte* to) {
+  const auto widen = [&]<typename From, typename To>() -> stoker::Status {
     for (std::uint64_t i = 0; i < n; ++i) {
       From v;
-      std::memcpy(&v, t.data.data() + i * sizeof(From), sizeof(From));
+      std::memcpy(&v, from + i * sizeof(From), sizeof(From));
       if constexpr (sizeof(From) == sizeof(To)) {
         if (v > static_cast<From>(std::numeric_limits<To>::max()))
           return stoker::Status::InvalidArgument(
               "a uint64 array holds a value past int64's range, and this torch has no uint64 tensors");
       }
       const To w = static_cast<To>(v);
-      std::memcpy(wide.data() + i * sizeof(To), &w, sizeof(To));
+      std::memcpy(to + i * sizeof(To), &w, sizeof(To));
     }
-    t.data = std::move(wide);
-    t.type = to;
     return stoker::Status::Ok();
   };
-  switch (t.type) {
+  switch (type) {
     case stoker::ElementType::kUInt16:
-      return widen.operator()<std::uint16_t, std::int32_t>(stoker::ElementType::kInt32);
+      return widen.operator()<std::uint16_t, std::int32_t>();
     case stoker::ElementType::kUInt32:
-      return widen.operator()<std::uint32_t, std::int64_t>(stoker::ElementType::kInt64);
+      return widen.operator()<std::uint32_t, std::int64_t>();
     case stoker::ElementType::kUInt64:
-      return widen.operator()<std::uint64_t, std::int64_t>(stoker::ElementType::kInt64);
+      return widen.operator()<std::uint64_t, std::int64_t>();
     default:
+      if (n != 0) std::memcpy(to, from, n * stoker::ElementSize(type));
       return stoker::Status::Ok();
   }
+}
+
+stoker::Status WidenForTorch(stoker::HostTensor& t) {
+  const stoker::ElementType to = WidenedForTorch(t.type);
+  if (to == t.type) return stoker::Status::Ok();
+  std::vector<std::byte> wide(t.elements() * stoker::ElementSize(to));
+  STOKER_RETURN_IF_ERROR(CopyWidened(t.type, t.data.data(), t.elements(), wide.data()));
+  t.data = std::move(wide);
+  t.type = to;
+  return stoker::Status::Ok();
 }
 
 DLDataType ToDL(stoker::ElementType type) {
@@ -94,6 +117,28 @@ py::object TensorCapsule(const std::shared_ptr<void>& owner, const stoker::HostT
   return MakeCapsule(owner, const_cast<std::byte*>(t.data.data()), t.shape, ToDL(t.type));
 }
 
+// An Array column whose values are all present, of one shape and type, as
+// one tensor [B, ...] (widened for torch as a sample's would be), copied in
+// one pass without the GIL: Python then makes no tensor a sample and stacks
+// nothing. nullopt for a column that does not stack.
+std::optional<stoker::HostTensor> Stacked(std::span<const stoker::FieldValue> values) {
+  if (values.empty() || !values[0].present) return std::nullopt;
+  const stoker::HostTensor& first = values[0].tensor;
+  for (const stoker::FieldValue& v : values)
+    if (!v.present || v.tensor.type != first.type || v.tensor.shape != first.shape) return std::nullopt;
+  stoker::HostTensor out;
+  out.type = WidenedForTorch(first.type);
+  out.shape.push_back(static_cast<std::int64_t>(values.size()));
+  out.shape.insert(out.shape.end(), first.shape.begin(), first.shape.end());
+  const std::uint64_t per_sample = first.elements();
+  const std::size_t sample_bytes = per_sample * stoker::ElementSize(out.type);
+  py::gil_scoped_release release;
+  out.data.resize(sample_bytes * values.size());
+  for (std::size_t j = 0; j < values.size(); ++j)
+    Check(CopyWidened(first.type, values[j].tensor.data.data(), per_sample, out.data.data() + j * sample_bytes));
+  return out;
+}
+
 }  // namespace
 
 py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void>& owner) {
@@ -103,6 +148,14 @@ py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void
   for (std::size_t f = 0; f < batch.num_fields(); ++f) {
     const stoker::FieldSpec& spec = specs[f];
     const auto values = batch.field(f);
+    if (spec.kind == stoker::FieldKind::kArray) {
+      if (auto stacked = Stacked(values)) {  // a tuple (capsule, stored type, delivered type), not a list
+        const std::string stored(stoker::ElementTypeName(values[0].tensor.type));
+        py::tuple t = ToPython(std::move(*stacked), true);
+        out.append(py::make_tuple(t[0], stored, t[2]));
+        continue;
+      }
+    }
     py::list column;
     for (const stoker::FieldValue& v : values) {
       if (!v.present) {

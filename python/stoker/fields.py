@@ -150,6 +150,9 @@ class Array(_Field):
     _sample = Image._sample
 
     def _assemble(self, values, torch, name, out):
+        if isinstance(values, tuple):  # stacked natively: every sample present, of one shape and dtype
+            out[name] = _tensor(values)
+            return
         tensors = [self._sample(v) for v in values]
         present = [t for t in tensors if t is not None]
         if len(present) < len(tensors) or not present:
@@ -388,12 +391,14 @@ def samples(fields, transformed, images, raw):
     transformed image's row, and each other field's value for that sample
     (tensors at their own shapes, ints, floats, str, objects, bytes, None)."""
     others = [(n, f) for n, f in fields.items() if n != transformed]
-    count = len(raw[0]) if raw else (len(images) if images is not None else 0)
+    # A column stacked natively (a tuple, see Array) gives each sample its row.
+    columns = [_tensor(values) if isinstance(values, tuple) else values for values in raw]
+    count = len(columns[0]) if columns else (len(images) if images is not None else 0)
     out = []
     for j in range(count):
         sample = {} if transformed is None else {transformed: images[j]}
-        for (name, field), values in zip(others, raw):
-            sample[name] = field._sample(values[j])
+        for (name, field), values in zip(others, columns):
+            sample[name] = values[j] if not isinstance(values, list) else field._sample(values[j])
         out.append(sample)
     return out
 

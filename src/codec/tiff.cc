@@ -65,12 +65,11 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
   auto refuse = [&](std::string_view what) {
     return Status::Unimplemented(
         fmt::format("TIFF: {}; stoker.Image decodes 1- to 16-bit grayscale, 8- and 16-bit RGB(A) and palette TIFFs "
-                    "(stoker.Array(key=...) reads any TIFF's samples as stored: multi-band, float, signed)",
+                    "(stoker.Array(key=...) reads a TIFF's samples as stored: multi-band, float, signed)",
                     what));
   };
   if (format != SAMPLEFORMAT_UINT)
-    return refuse(format == SAMPLEFORMAT_IEEEFP ? fmt::format("{}-bit floating-point samples", bits)
-                                                : fmt::format("{}-bit signed samples", bits));
+    return refuse(fmt::format("{}-bit {} samples", bits, tiff_internal::SampleFormatName(format)));
   if (photometric == PHOTOMETRIC_YCBCR && compression == COMPRESSION_JPEG) {
     // As Pillow has libtiff do: the JPEG codec hands over RGB.
     TIFFSetField(tif, TIFFTAG_JPEGCOLORMODE, JPEGCOLORMODE_RGB);

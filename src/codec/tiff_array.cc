@@ -84,14 +84,9 @@ Result<PageLayout> Layout(TIFF* tif, const Source& source) {
   }
   const auto type = SampleType(format, page.bits);
   if (!type) {
-    const char* kind = format == SAMPLEFORMAT_UINT     ? "unsigned"
-                       : format == SAMPLEFORMAT_INT    ? "signed"
-                       : format == SAMPLEFORMAT_IEEEFP ? "floating-point"
-                       : format == SAMPLEFORMAT_VOID   ? "untyped (void)"
-                                                       : "complex";
     if (page.bits < 8 && format == SAMPLEFORMAT_UINT)
       return Refuse(fmt::format("{}-bit samples (stoker.Image unpacks 1-, 2- and 4-bit grayscale)", page.bits));
-    return Refuse(fmt::format("{}-bit {} samples", page.bits, kind));
+    return Refuse(fmt::format("{}-bit {} samples", page.bits, tiff_internal::SampleFormatName(format)));
   }
   page.type = *type;
   return page;

@@ -72,6 +72,25 @@ Result<TiffHandle> Open(Source& source, tmsize_t max_alloc) {
   return TiffHandle(tif);
 }
 
+std::string_view SampleFormatName(std::uint16_t format) {
+  switch (format) {
+    case SAMPLEFORMAT_UINT:
+      return "unsigned";
+    case SAMPLEFORMAT_INT:
+      return "signed";
+    case SAMPLEFORMAT_IEEEFP:
+      return "floating-point";
+    case SAMPLEFORMAT_VOID:
+      return "untyped (void)";
+    case SAMPLEFORMAT_COMPLEXINT:
+      return "complex";
+    case SAMPLEFORMAT_COMPLEXIEEEFP:
+      return "complex floating-point";
+    default:
+      return "unknown-format";
+  }
+}
+
 Status Damaged(const Source& source, std::string_view what) {
   return Status::Corruption(fmt::format("TIFF: {} ({})", what, source.error.empty() ? "damaged data" : source.error));
 }

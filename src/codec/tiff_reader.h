@@ -42,6 +42,10 @@ T Tag(TIFF* tif, ttag_t tag, T fallback) {
   return value;
 }
 
+// SampleFormat's meaning, for messages: "unsigned", "signed",
+// "floating-point", "untyped (void)", "complex" or "complex floating-point".
+[[nodiscard]] std::string_view SampleFormatName(std::uint16_t format);
+
 // Corruption: "TIFF: <what> (<libtiff's message>)".
 [[nodiscard]] Status Damaged(const Source& source, std::string_view what);
 

@@ -159,7 +159,7 @@ TEST(TiffArray, WhatIsNotLoadedIsRefusedByName) {
   Layout void_samples = Bands(1, 16, SAMPLEFORMAT_VOID);
   const std::pair<Layout, std::string> cases[] = {{bilevel, "1-bit samples (stoker.Image unpacks"},
                                                   {twelve, "12-bit unsigned samples"},
-                                                  {complex_float, "64-bit complex samples"},
+                                                  {complex_float, "64-bit complex floating-point samples"},
                                                   {void_samples, "16-bit untyped (void) samples"}};
   int n = 0;
   for (const auto& [layout, says] : cases) {

@@ -479,3 +479,33 @@ def test_device_cuda_with_fields_moves_tensors_and_keeps_lists(mixed, caplog):
     assert isinstance(images, Moved) and isinstance(labels, Moved) and len(calls) == 2 + 2 + 1 + 2
     calls.clear()
     assert mover({"caption": ["only text"]}) == {"caption": ["only text"]} and calls == []
+
+
+def test_arrays_of_one_shape_arrive_stacked_and_map_sees_each_row(tmp_path):
+    flags = [rng.random((3, 5)) > 0.5 for _ in range(6)]
+    counts = [rng.integers(0, 65536, (4,), dtype=np.uint16) for _ in range(6)]
+    halves = [rng.standard_normal((2, 2)).astype(np.float16) for _ in range(6)]
+    with stoker.DatasetWriter(tmp_path / "arrays") as writer:
+        for i in range(6):
+            sample = {"__key__": "%02d" % i, "flags.npy": flags[i], "counts.npy": counts[i], "half.npy": halves[i]}
+            if i % 2:
+                sample["sometimes.npy"] = np.arange(i)
+            writer.write(sample)
+    fields = {"flags": stoker.Array("flags.npy"), "counts": stoker.Array("counts.npy"),
+              "half": stoker.Array("half.npy"), "sometimes": stoker.Array("sometimes.npy", optional=True)}
+    batch = next(iter(stoker.Loader(tmp_path / "arrays", batch_size=6, shuffle=False, fields=fields)))
+    assert batch["flags"].dtype == torch.bool and torch.equal(batch["flags"], torch.from_numpy(np.stack(flags)))
+    assert batch["counts"].dtype == torch.int32  # torch 1.13 has no uint16
+    assert torch.equal(batch["counts"], torch.from_numpy(np.stack(counts).astype(np.int32)))
+    assert torch.equal(batch["half"], torch.from_numpy(np.stack(halves)))
+    assert [None if t is None else t.tolist() for t in batch["sometimes"]] == [
+        None if i % 2 == 0 else list(range(i)) for i in range(6)]
+    # map= sees each sample's row of a stacked column.
+    rows = []
+    loader = stoker.Loader(tmp_path / "arrays", batch_size=6, shuffle=False, fields=fields,
+                           map=lambda s: rows.append(s) or {"n": s["counts"].sum()})
+    next(iter(loader))
+    for i, sample in enumerate(rows):
+        assert sample["flags"].dtype == torch.bool and torch.equal(sample["flags"], torch.from_numpy(flags[i]))
+        assert torch.equal(sample["counts"], torch.from_numpy(counts[i].astype(np.int32)))
+        assert sample["sometimes"] is None if i % 2 == 0 else sample["sometimes"].tolist() == list(range(i))

@@ -6,6 +6,7 @@ loader, stacked or padded like .npy arrays; refusals name what and where.
 (tests/codec/tiff_array_test.cc covers LZW, PackBits, ZSTD and the
 floating-point predictor, written with libtiff.)"""
 import io
+import re
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_palette_gives_its_indices_as_tifffile_does():
 def test_what_is_not_loaded_is_refused_by_name():
     with pytest.raises(stoker.StokerError, match="1-bit samples \\(stoker.Image unpacks"):
         stoker.decode_array(tiff(random_array((8, 9), "uint8") > 100))
-    with pytest.raises(stoker.StokerError, match="64-bit complex samples"):
+    with pytest.raises(stoker.StokerError, match="64-bit complex floating-point samples"):
         stoker.decode_array(tiff((random_array((8, 9), "float32") * 1j).astype(np.complex64)))
     pages = io.BytesIO()
     with tifffile.TiffWriter(pages) as writer:
@@ -171,3 +172,31 @@ def test_pillow_written_tiffs_read_as_pillow_reads_their_samples(mode, compressi
     expected = np.array(Image.open(io.BytesIO(buf.getvalue())))
     got = stoker.decode_array(buf.getvalue()).numpy()
     np.testing.assert_array_equal(got, expected.astype(WIDENED.get(expected.dtype.name, expected.dtype)))
+
+
+def test_a_packed_tree_of_band_tiffs_verifies_and_loads(cli, tmp_path):
+    """An ImageFolder tree of 13-band TIFFs (EuroSAT MS's shape) packs as
+    images; verify --decode reads them as arrays, and names the one no
+    decoder loads."""
+    tree = tmp_path / "tree"
+    truth = {}
+    for i in range(4):
+        (tree / ("c%d" % (i % 2))).mkdir(parents=True, exist_ok=True)
+        truth["c%d/%d" % (i % 2, i)] = random_array((8, 6, 13), "uint16")
+        tifffile.imwrite(tree / ("c%d" % (i % 2)) / ("%d.tif" % i), truth["c%d/%d" % (i % 2, i)],
+                         photometric="minisblack", planarconfig="contig")
+    cli("pack", tree, tmp_path / "packed")
+    result = cli("verify", "--decode", tmp_path / "packed")
+    assert "decoded 8 fields (4 TIFFs of samples no image mode holds as arrays" in result.stdout
+    loader = stoker.Loader(tmp_path / "packed", batch_size=4, shuffle=False,
+                           fields={"bands": stoker.Array(key="tif"), "label": stoker.Int("cls")})
+    batch = next(iter(loader))  # the packed order: by class folder, then file name
+    assert batch["label"].tolist() == [0, 0, 1, 1]
+    for j, key in enumerate(sorted(truth)):
+        np.testing.assert_array_equal(batch["bands"][j].numpy(), truth[key].astype(np.int32))
+    tifffile.imwrite(tree / "c0" / "complex.tif", np.zeros((4, 4), np.complex64))
+    cli("pack", tree, tmp_path / "packed", "--force")
+    result = cli("verify", "--decode", tmp_path / "packed", check=False)
+    assert result.returncode != 0
+    assert re.search(r"CORRUPT shard-000000.tar:\d+ sample 'c0/complex': field 'tif' \(image\) does not decode: "
+                     r"TIFF: 64-bit complex floating-point samples", result.stderr), result.stderr

@@ -438,7 +438,8 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
     if (decoded)
       out["decode"] = {{"samples_checked", decoded->samples_checked},
                        {"fields_decoded", decoded->fields_decoded},
-                       {"fields_not_decodable", decoded->fields_not_decodable}};
+                       {"fields_not_decodable", decoded->fields_not_decodable},
+                       {"tiffs_decoded_as_arrays", decoded->tiffs_decoded_as_arrays}};
     out["problems"] = nlohmann::json::array();
     for (const auto& p : report->problems)
       out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
@@ -451,8 +452,14 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
         fmt::print(stderr, "CORRUPT {} sample '{}': {}\n", Printable(p.where), Printable(p.key), Printable(p.message));
     }
     const std::string decode_note =
-        decoded ? fmt::format("; decoded {} fields ({} of kind bytes or custom left as they are)",
-                              decoded->fields_decoded, decoded->fields_not_decodable)
+        decoded ? fmt::format("; decoded {} fields ({}{} of kind bytes or custom left as they are)",
+                              decoded->fields_decoded,
+                              decoded->tiffs_decoded_as_arrays
+                                  ? fmt::format("{} TIFFs of samples no image mode holds as arrays, stoker.Array "
+                                                "reads them; ",
+                                                decoded->tiffs_decoded_as_arrays)
+                                  : std::string(),
+                              decoded->fields_not_decodable)
                 : "";
     fmt::print("{}: checked {} samples in {} shards ({}){}: {}\n", Printable((*dataset)->index_path()),
                report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked), decode_note,
