@@ -50,6 +50,30 @@ class _FieldError(ValueError):
     pass
 
 
+def _pillow_tiff(array):
+    # What Pillow writes as a TIFF image: uint8 gray, RGB or RGBA, uint16 gray.
+    return (array.dtype.name == "uint8" and (array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (3, 4)))) or \
+        (array.dtype.name == "uint16" and array.ndim == 2)
+
+
+def _tiff_array_bytes(array):
+    """A (H, W) or (H, W, S) array of any int, uint or float dtype as a
+    TIFF of its samples (Deflate, lossless), as stoker.Array reads it back."""
+    if array.dtype.kind not in "uif" or array.ndim not in (2, 3) or 0 in array.shape:
+        raise _FieldError("a TIFF array must be (H, W) or (H, W, bands) of an int, uint or float dtype, not %s %s"
+                          % (array.dtype, array.shape))
+    try:
+        import tifffile
+    except ImportError:
+        raise _FieldError("writing a %s %s array as a TIFF needs the tifffile package (pip install tifffile), or "
+                          "give the TIFF's bytes" % (array.dtype, array.shape)) from None
+    import numpy
+    out = io.BytesIO()
+    tifffile.imwrite(out, numpy.ascontiguousarray(array), photometric="minisblack",
+                     planarconfig="contig" if array.ndim == 3 else None, compression="zlib", metadata=None)
+    return out.getvalue()
+
+
 def _image_bytes(name, value):
     if _bytes_like(value):
         return value
@@ -62,6 +86,8 @@ def _image_bytes(name, value):
                 return f.read()
         raise _FieldError("an image given as {'bytes': None, 'path': None}")
     array = _numpy_array(value)
+    if array is not None and _PIL_FORMATS[_extension(name)] == "TIFF" and not _pillow_tiff(array):
+        return _tiff_array_bytes(array)
     if array is not None:
         from PIL import Image
         sixteen = array.dtype.name == "uint16" and array.ndim == 2 and _PIL_FORMATS[_extension(name)] in ("PNG",
@@ -232,7 +258,9 @@ class DatasetWriter:
 
     - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``/``ppm``/``pgm``: bytes as they are
       (kept exactly); a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP,
-      TIFF (LZW) and PGM/PPM (gray or RGB) losslessly, JPEG at quality 95; Hugging Face's undecoded
+      TIFF (LZW) and PGM/PPM (gray or RGB) losslessly, JPEG at quality 95; under a TIFF
+      name, any other (H, W) or (H, W, bands) int, uint or float array is written with
+      tifffile (Deflate), as ``stoker.Array`` reads it back; Hugging Face's undecoded
       ``{"bytes": ..., "path": ...}`` is stored as its bytes (or its file's).
     - ``npy``: a NumPy array, scalar or torch tensor (``numpy.save``, no
       pickles); bytes must be a ``.npy`` file already.

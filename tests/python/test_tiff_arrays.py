@@ -200,3 +200,18 @@ def test_a_packed_tree_of_band_tiffs_verifies_and_loads(cli, tmp_path):
     assert result.returncode != 0
     assert re.search(r"CORRUPT shard-000000.tar:\d+ sample 'c0/complex': field 'tif' \(image\) does not decode: "
                      r"TIFF: 64-bit complex floating-point samples", result.stderr), result.stderr
+
+
+def test_the_writer_stores_band_arrays_as_tiffs_that_read_back(tmp_path):
+    bands = random_array((9, 7, 13), "uint16")
+    heights = random_array((9, 7), "float32")
+    signed = random_array((5, 4, 2), "int16")
+    with stoker.DatasetWriter(tmp_path / "out") as writer:
+        writer.write({"tif": bands, "dem.tiff": heights, "s.tif": torch.from_numpy(signed)})
+        with pytest.raises(ValueError, match="a TIFF array must be \\(H, W\\) or \\(H, W, bands\\)"):
+            writer.write({"tif": np.zeros((2, 3, 4, 5), np.uint8)})
+    batch = next(iter(stoker.Loader(tmp_path / "out", batch_size=1, fields={
+        "bands": stoker.Array("tif"), "dem": stoker.Array("dem.tiff"), "s": stoker.Array("s.tif")})))
+    np.testing.assert_array_equal(batch["bands"][0].numpy(), bands.astype(np.int32))
+    np.testing.assert_array_equal(batch["dem"][0].numpy(), heights)
+    np.testing.assert_array_equal(batch["s"][0].numpy(), signed)
