@@ -155,9 +155,12 @@ def tree_pss(pid):
     return total + sum(tree_pss(int(c)) for c in children)
 
 
-def run(name, script, shards):
+def run(name, script, *args):
+    """Runs `script` with `args` in a fresh Python; (samples/s of its last
+    printed epoch, peak PSS of its process tree)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "release", "python"))
-    proc = subprocess.Popen([sys.executable, "-c", script, shards], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True,
+                            env=env)
     peak = [0]
     done = threading.Event()
 

@@ -8,24 +8,28 @@ Two shapes of satellite chips, each in 10 class folders:
   eurosat: 64 x 64 px, 13 uint16 bands, uncompressed (EuroSAT MS's files);
   chips:   256 x 256 px, 13 uint16 bands, Deflate with the horizontal
            predictor, 128-px tiles (a cloud-optimised GeoTIFF's layout).
+With --augment both sides also take a random crop of 7/8 of the side, flip
+at random both ways and normalise each band to float32 (stoker:
+Array(transform=[RandomCrop, RandomHorizontalFlip, RandomVerticalFlip,
+Normalize]); the DataLoader: the same in NumPy in its workers).
 Batch 64, 2 threads/workers on this 2-core machine; each side runs 2
 epochs and the second is timed (steady state, page cache warm); peak
 memory is the largest PSS summed over the run's process tree, sampled every
 50 ms; runs alternate, medians are compared.
 
-    .venv/bin/python bench/tiff_arrays_bench.py [--shape eurosat|chips] [--samples N] [--repeats 3]
+    .venv/bin/python bench/tiff_arrays_bench.py [--shape eurosat|chips] [--samples N] [--repeats 3] [--augment]
 """
 import argparse
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from fields_compare import run  # noqa: E402  (a fresh process a run, its tree's peak PSS)
 SHAPES = {"eurosat": dict(side=64, compression=None, tile=None, samples=5000),
           "chips": dict(side=256, compression="zlib", tile=(128, 128), samples=1000)}
 
@@ -56,68 +60,55 @@ def build(work, shape, samples):
     return tree, packed
 
 
+MEAN = [1500.0 + 10 * b for b in range(13)]
+STD = [700.0 + 5 * b for b in range(13)]
+
 RUN_STOKER = r'''
 import sys, time, stoker
+T = stoker.transforms
+side, augment = int(sys.argv[2]), sys.argv[3] == "1"
+crop = side * 7 // 8 if augment else side
+steps = [T.RandomCrop(crop), T.RandomHorizontalFlip(), T.RandomVerticalFlip(),
+         T.Normalize(%r, %r)] if augment else None
 loader = stoker.Loader(sys.argv[1], batch_size=64, num_threads=2, log_epochs=False,
-                       fields={"bands": stoker.Array(key="tif"), "label": stoker.Int("cls")})
+                       fields={"bands": stoker.Array(key="tif", transform=steps), "label": stoker.Int("cls")})
 for epoch in range(2):
     t, n = time.perf_counter(), 0
     for batch in loader:
-        assert batch["bands"].shape[1:] == (int(sys.argv[2]), int(sys.argv[2]), 13)
+        assert batch["bands"].shape[1:] == (crop, crop, 13)
         n += len(batch["label"])
     print(epoch, n, time.perf_counter() - t, flush=True)
-'''
+''' % (MEAN, STD)
 
 RUN_DATALOADER = r'''
 import sys, time
 import numpy as np, tifffile, torch, torchvision
+side, augment = int(sys.argv[2]), sys.argv[3] == "1"
+crop = side * 7 // 8 if augment else side
+mean, std = np.array(%r, np.float32), np.array(%r, np.float32)
+def load(path):
+    bands = tifffile.imread(path)
+    if not augment:
+        return torch.from_numpy(bands.astype(np.int32))
+    top, left = np.random.randint(0, side - crop + 1, 2)
+    bands = bands[top:top + crop, left:left + crop]
+    if np.random.rand() < 0.5:
+        bands = bands[:, ::-1]
+    if np.random.rand() < 0.5:
+        bands = bands[::-1]
+    return torch.from_numpy((bands.astype(np.float32) - mean) / std)
 class Bands(torchvision.datasets.DatasetFolder):
     def __init__(self, root):
-        super().__init__(root, loader=lambda p: torch.from_numpy(tifffile.imread(p).astype(np.int32)),
-                         extensions=(".tif",))
+        super().__init__(root, loader=load, extensions=(".tif",))
 loader = torch.utils.data.DataLoader(Bands(sys.argv[1]), batch_size=64, shuffle=True, num_workers=2,
                                      persistent_workers=True)
 for epoch in range(2):
     t, n = time.perf_counter(), 0
     for bands, label in loader:
-        assert bands.shape[1:] == (int(sys.argv[2]), int(sys.argv[2]), 13)
+        assert bands.shape[1:] == (crop, crop, 13)
         n += len(label)
     print(epoch, n, time.perf_counter() - t, flush=True)
-'''
-
-
-def tree_pss(pid):
-    """PSS of `pid` and all its descendants (shared pages counted once)."""
-    total = 0
-    try:
-        for line in open("/proc/%d/smaps_rollup" % pid):
-            if line.startswith("Pss:"):
-                total += int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return total + sum(tree_pss(int(c)) for c in children)
-
-
-def run(name, script, path, side):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "release", "python"))
-    proc = subprocess.Popen([sys.executable, "-c", script, path, str(side)], stdout=subprocess.PIPE, text=True,
-                            env=env)
-    peak = [0]
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], tree_pss(proc.pid))
-            time.sleep(0.05)
-
-    threading.Thread(target=sample, daemon=True).start()
-    out, _ = proc.communicate()
-    done.set()
-    if proc.returncode != 0:
-        raise SystemExit("%s failed" % name)
-    epoch, n, seconds = out.strip().splitlines()[-1].split()
-    return int(n) / float(seconds), peak[0]
+''' % (MEAN, STD)
 
 
 def main():
@@ -126,6 +117,7 @@ def main():
     ap.add_argument("--samples", type=int)
     ap.add_argument("--work", default="/tmp/tiff-bench")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each, alternating; medians are compared")
+    ap.add_argument("--augment", action="store_true", help="random crop, flips and per-band normalisation too")
     args = ap.parse_args()
     samples = args.samples or SHAPES[args.shape]["samples"]
     side = SHAPES[args.shape]["side"]
@@ -135,7 +127,7 @@ def main():
     results = {"stoker": [], "DataLoader+tifffile": []}
     for _ in range(args.repeats):
         for name, script, path in [("stoker", RUN_STOKER, packed), ("DataLoader+tifffile", RUN_DATALOADER, tree)]:
-            rate, mem = run(name, script, path, side)
+            rate, mem = run(name, script, path, side, int(args.augment))
             results[name].append((rate, mem))
             print("%-20s %8.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
 

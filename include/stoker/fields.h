@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/augment.h"
 #include "stoker/status.h"
 #include "stoker/tensor.h"
 
@@ -60,6 +61,14 @@ struct FieldSpec {
   // its first dimension) whose entries are dropped with their boxes.
   std::string labels;
   std::uint8_t fill = 0;  // kMask: pixels moved in from outside the image
+  // kArray: steps applied to each array on the loader's threads, in order:
+  // RandomCrop (no padding), CenterCrop, RandomHorizontalFlip,
+  // RandomVerticalFlip, Normalize (mean and std: one value, or one a band;
+  // to float32). The array's height and width are where `array_layout`
+  // says: "HWC" ([H, W] or [H, W, C]) or "CHW". Draws are the sample's:
+  // arrays of one size given the same steps get the same crop and flips.
+  std::vector<TransformStep> array_transform;
+  std::string array_layout = "HWC";
 };
 
 // One sample's decoded field.

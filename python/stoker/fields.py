@@ -130,6 +130,33 @@ class Float(_Field):
         out[name] = values if None in values else torch.tensor(values, dtype=torch.float64)
 
 
+def _array_steps(transform):
+    """The steps of an Array's transform: None, a list or tuple of steps, or
+    a Compose."""
+    from . import transforms as T
+    if transform is None:
+        return []
+    steps = transform.transforms if isinstance(transform, T.Compose) else transform
+    if not isinstance(steps, (list, tuple)):
+        raise TypeError("Array(transform=...) is a list of stoker.transforms steps (or a Compose), not %r"
+                        % (transform,))
+    for t in steps:
+        if not isinstance(t, (T.RandomCrop, T.CenterCrop, T.RandomHorizontalFlip, T.RandomVerticalFlip,
+                              T.Normalize)):
+            raise TypeError("an Array's transform takes RandomCrop, CenterCrop, RandomHorizontalFlip, "
+                            "RandomVerticalFlip and Normalize, not %r" % (t,))
+        if isinstance(t, T.RandomCrop) and (t._args.get("padding") is not None or t._args.get("pad_if_needed")):
+            raise ValueError("an Array's RandomCrop takes no padding (it crops within the array): %r" % (t,))
+    return list(steps)
+
+
+def _array_step(t):
+    from . import transforms as T
+    if isinstance(t, T.Normalize):
+        return _native.TransformStep("Normalize", [("mean", list(t.mean)), ("std", list(t.std))], [], [])
+    return t._step()
+
+
 class Array(_Field):
     """A NumPy ``.npy`` (bool, int, uint, float; either order and byte
     order; object arrays are refused), or a TIFF's samples as stored
@@ -138,14 +165,36 @@ class Array(_Field):
     stacked into one tensor [B, ...]. Otherwise ``pad=value`` pads each to
     the batch's largest shape and adds ``<name>_shape`` (int64 [B, ndim]),
     and ``pad=None`` gives a list. uint16/uint32 arrive as int32/int64
-    (torch before 2.3 has no such types)."""
+    (torch before 2.3 has no such types).
+
+    ``transform``: steps run on each array on the loader's threads, in
+    order: ``RandomCrop(size)`` (no padding), ``CenterCrop(size)``,
+    ``RandomHorizontalFlip(p)``, ``RandomVerticalFlip(p)`` and
+    ``Normalize(mean, std)`` (one value, or one a band; the array becomes
+    float32), from ``stoker.transforms``, as a list (or a Compose). The
+    height and width are where ``layout`` says: "HWC" ([H, W] or
+    [H, W, bands]: TIFFs of contiguous bands, most .npy) or "CHW" (planar
+    TIFFs). Draws are the sample's: Array fields of one size given the same
+    steps get the same crop and flips (bands and their label map stay
+    aligned); an array smaller than a crop is an error naming the sample."""
     kind = "array"
 
-    def __init__(self, key="npy", pad=None, optional=False):
+    def __init__(self, key="npy", pad=None, optional=False, transform=None, layout="HWC"):
         super().__init__(key, optional)
         if pad is not None and not isinstance(pad, (int, float, bool)):
             raise TypeError("Array(pad=...) is a number or None, not %r" % (pad,))
         self.pad = pad
+        if layout not in ("HWC", "CHW"):
+            raise ValueError("Array(layout=...) is \"HWC\" or \"CHW\", not %r" % (layout,))
+        self.layout = layout
+        self.transform = _array_steps(transform)  # checked natively again when the loader is made
+
+    def _spec(self, name):
+        spec = super()._spec(name)
+        if self.transform:
+            spec.array_transform = [_array_step(t) for t in self.transform]
+            spec.array_layout = self.layout
+        return spec
 
     _sample = Image._sample
 

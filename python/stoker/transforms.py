@@ -320,9 +320,12 @@ def _fold(steps, size):
 
 
 class Normalize:
+    """(x - mean) / std a channel: three values for images (RGB); for an
+    Array's bands one value, or one a band (to float32)."""
+
     def __init__(self, mean, std):
-        if len(mean) != 3 or len(std) != 3:
-            raise ValueError("mean and std need three values (RGB)")
+        if len(mean) < 1 or len(std) < 1:
+            raise ValueError("mean and std need values (three for RGB images, one a band for arrays)")
         mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
         if not all(math.isfinite(m) for m in mean):
             raise ValueError("mean values must be finite numbers, not %r" % (mean,))
@@ -369,6 +372,9 @@ class Compose:
         tail = []
         if norms:
             n = ts[norms[0]]
+            if len(n.mean) != 3 or len(n.std) != 3:
+                raise ValueError("an image's Normalize needs three means and three stds (RGB), not %d and %d"
+                                 % (len(n.mean), len(n.std)))
             o.normalize, o.mean, o.std = True, list(n.mean), list(n.std)
             ts, tail = ts[:norms[0]], ts[norms[0] + 1:]
         for t in ts + tail:

@@ -13,6 +13,7 @@
 #include "codec/npy.h"
 #include "pipeline/field_extension.h"
 #include "pipeline/target_fields.h"
+#include "transform/array_transform.h"
 
 namespace stoker {
 
@@ -250,6 +251,11 @@ Status CheckFieldSpec(const FieldSpec& spec) {
   if (spec.transformed && spec.mode != "RGB")
     return Status::InvalidArgument(
         fmt::format("field '{}': a transformed image is RGB (mode '{}' asked)", spec.name, spec.mode));
+  if (!spec.array_transform.empty() && spec.kind != FieldKind::kArray)
+    return Status::InvalidArgument(fmt::format("field '{}': only an Array takes an array transform", spec.name));
+  if (!spec.array_transform.empty())
+    return transform::CheckArrayTransform(spec.array_transform, spec.array_layout)
+        .WithContext(fmt::format("field '{}'", spec.name));
   return Status::Ok();
 }
 

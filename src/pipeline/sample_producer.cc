@@ -11,6 +11,7 @@
 #include "pipeline/field_decoders.h"
 #include "pipeline/field_extension.h"
 #include "stoker/text.h"
+#include "transform/array_transform.h"
 
 namespace stoker::pipeline {
 namespace {
@@ -166,10 +167,17 @@ Status SampleProducer::MissingField(const SampleInfo& info, std::size_t f) const
 }
 
 Status SampleProducer::DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
-                                   std::span<const std::byte> bytes, FieldValue* out) const {
+                                   std::span<const std::byte> bytes, const SampleContext& context,
+                                   ProducerScratch& scratch, FieldValue* out) const {
   const FieldSpec& spec = field_specs_[f];
   out->present = false;
   Status s = FieldDecoderFor(spec.kind)(bytes, spec, field_options_[f], out);
+  if (s.ok() && !spec.array_transform.empty()) {
+    // Every array field starts from the sample's own draws: a stream apart from the image's.
+    Rng rng(context.seed ^ 0x61727261792d7478ull, SplitMix64(context.epoch) ^ context.sample);
+    s = transform::ApplyArrayTransform(spec.array_transform, spec.array_layout, rng, out->tensor,
+                                       scratch.array_scratch);
+  }
   if (!s.ok())
     return s.WithContext(fmt::format("sample '{}' (field '{}', key '{}' at {}:{})", Printable(info.key), spec.name,
                                      dataset_->field_names()[dataset_field], dataset_->shards()[info.shard].path,
@@ -344,7 +352,7 @@ Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input
           value.present = false;  // optional, absent
           continue;
         }
-        s = DecodeField(*read.sample, f, read.field, read.bytes, &value);
+        s = DecodeField(*read.sample, f, read.field, read.bytes, context, scratch, &value);
       }
       if (s.ok() && !follower_.empty()) s = Follow(*input.infos[index], columns, index, scratch);
       if (nf > 0) LoaderCounters::Add(counters_->decode_ns, Clock::now() - t0);
@@ -436,7 +444,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
     STOKER_RETURN_IF_ERROR(dataset_->ReadFieldInto(info, *field, scratch.encoded, options_.verify_samples && !checked));
     checked = true;
     counters_->bytes.fetch_add(scratch.encoded.size(), std::memory_order_relaxed);
-    STOKER_RETURN_IF_ERROR(DecodeField(info, f, *field, scratch.encoded, &value));
+    STOKER_RETURN_IF_ERROR(DecodeField(info, f, *field, scratch.encoded, context, scratch, &value));
   }
   if (!follower_.empty()) STOKER_RETURN_IF_ERROR(Follow(info, columns, context.index, scratch));
   return info.label;

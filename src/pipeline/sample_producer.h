@@ -51,6 +51,7 @@ struct ProducerScratch {
   std::vector<std::byte> encoded;
   ImageScratch image;
   transform::Image target, target_scratch;  // masks following the image
+  std::vector<std::byte> array_scratch;     // arrays' transforms
 };
 
 class SampleProducer {
@@ -102,8 +103,11 @@ class SampleProducer {
   // The dataset field spec `f` reads for `info`, or nullopt (absent).
   [[nodiscard]] std::optional<std::size_t> FieldOf(const SampleInfo& info, std::size_t f) const;
   [[nodiscard]] Status MissingField(const SampleInfo& info, std::size_t f) const;
+  // Decodes field spec `f` of `info`, then runs its array transform with
+  // the sample's draws (`context`).
   [[nodiscard]] Status DecodeField(const SampleInfo& info, std::size_t f, std::size_t dataset_field,
-                                   std::span<const std::byte> bytes, FieldValue* out) const;
+                                   std::span<const std::byte> bytes, const SampleContext& context,
+                                   ProducerScratch& scratch, FieldValue* out) const;
   // Moves the sample's following targets as its image moved.
   [[nodiscard]] Status Follow(const SampleInfo& info, FieldColumns& columns, std::size_t index,
                               ProducerScratch& scratch) const;

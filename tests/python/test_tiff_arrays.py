@@ -215,3 +215,67 @@ def test_the_writer_stores_band_arrays_as_tiffs_that_read_back(tmp_path):
     np.testing.assert_array_equal(batch["bands"][0].numpy(), bands.astype(np.int32))
     np.testing.assert_array_equal(batch["dem"][0].numpy(), heights)
     np.testing.assert_array_equal(batch["s"][0].numpy(), signed)
+
+
+def test_array_transforms_crop_flip_and_normalize_bands_and_their_labels_alike(tmp_path):
+    T = stoker.transforms
+    bands = [random_array((12, 10, 4), "uint16") for _ in range(8)]
+    labels = [random_array((12, 10), "uint8") for _ in range(8)]
+    with stoker.DatasetWriter(tmp_path / "seg") as writer:
+        for i in range(8):
+            writer.write({"__key__": "%02d" % i, "tif": bands[i], "mask.tif": labels[i]})
+    mean, std = [1000.0, 2000.0, 3000.0, 4000.0], [10.0, 20.0, 30.0, 40.0]
+    steps = [T.RandomCrop((6, 5)), T.RandomHorizontalFlip(), T.RandomVerticalFlip()]
+
+    def batches(seed, epochs=1):
+        loader = stoker.Loader(tmp_path / "seg", batch_size=8, shuffle=False, seed=seed, fields={
+            "bands": stoker.Array("tif", transform=steps + [T.Normalize(mean, std)]),
+            "mask": stoker.Array("mask.tif", transform=steps)})
+        out = []
+        for _ in range(epochs):
+            out += list(loader)
+        return out
+
+    batch = batches(3)[0]
+    assert batch["bands"].dtype == torch.float32 and tuple(batch["bands"].shape) == (8, 6, 5, 4)
+    assert batch["mask"].dtype == torch.uint8 and tuple(batch["mask"].shape) == (8, 6, 5)
+    draws = set()
+    for i in range(8):
+        found = []
+        for top in range(12 - 6 + 1):
+            for left in range(10 - 5 + 1):
+                for h in (False, True):
+                    for v in (False, True):
+                        window = labels[i][top:top + 6, left:left + 5]
+                        window = window[:, ::-1] if h else window
+                        window = window[::-1] if v else window
+                        if np.array_equal(batch["mask"][i].numpy(), window):
+                            found.append((top, left, h, v))
+        assert len(found) >= 1, i
+        top, left, h, v = found[0]
+        draws.add(found[0])
+        expected = bands[i][top:top + 6, left:left + 5].astype(np.float64)
+        expected = expected[:, ::-1] if h else expected
+        expected = expected[::-1] if v else expected
+        expected = ((expected - mean) / std).astype(np.float32)
+        np.testing.assert_allclose(batch["bands"][i].numpy(), expected, rtol=1e-6)  # the same draws as the mask
+    assert len(draws) > 4
+    again = batches(3)[0]
+    assert torch.equal(again["bands"], batch["bands"]) and torch.equal(again["mask"], batch["mask"])
+    first, second = batches(3, epochs=2)
+    assert not torch.equal(first["mask"], second["mask"])  # each epoch draws anew
+    # What an Array's transform does not take, and arrays smaller than the crop, are named.
+    with pytest.raises(TypeError, match="an Array's transform takes RandomCrop, CenterCrop"):
+        stoker.Array("tif", transform=[T.RandomRotation(10)])
+    with pytest.raises(ValueError, match="takes no padding"):
+        stoker.Array("tif", transform=[T.RandomCrop(4, padding=2)])
+    with pytest.raises(ValueError, match="layout"):
+        stoker.Array("tif", layout="WHC")
+    with pytest.raises(ValueError, match="3 means and 3 stds for an array of 4 bands"):
+        next(iter(stoker.Loader(tmp_path / "seg", batch_size=8, fields={
+            "bands": stoker.Array("tif", transform=[T.Normalize(mean[:3], std[:3])])})))
+    with pytest.raises(ValueError, match="sample '\\d\\d' \\(field 'bands'.*RandomCrop of 20x20 from an array of 12x10"):
+        next(iter(stoker.Loader(tmp_path / "seg", batch_size=8, fields={
+            "bands": stoker.Array("tif", transform=[T.RandomCrop(20)])})))
+    with pytest.raises(ValueError, match="an image's Normalize needs three means"):
+        T.Compose([T.RandomResizedCrop(8), T.Normalize(mean, std)])

@@ -1,0 +1,272 @@
+#include "transform/array_transform.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace stoker::transform {
+namespace {
+
+const std::vector<double>* Arg(const TransformStep& step, std::string_view name) {
+  for (const auto& [key, values] : step.args)
+    if (key == name) return &values;
+  return nullptr;
+}
+
+Status Bad(const TransformStep& step, std::string_view what) {
+  return Status::InvalidArgument(fmt::format("an Array's transform: {}: {}", step.name, what));
+}
+
+// The step's (height, width) from `size`: 1 or 2 positive integers.
+Result<std::pair<std::int64_t, std::int64_t>> Size(const TransformStep& step) {
+  const auto* size = Arg(step, "size");
+  if (size == nullptr || size->empty() || size->size() > 2) return Bad(step, "size takes 1 or 2 numbers");
+  for (double v : *size)
+    if (!(v >= 1 && v <= 1e9) || v != std::floor(v)) return Bad(step, fmt::format("size {} is no positive integer", v));
+  return std::pair{static_cast<std::int64_t>(size->front()), static_cast<std::int64_t>(size->back())};
+}
+
+double Probability(const TransformStep& step) {
+  const auto* p = Arg(step, "p");
+  return p == nullptr || p->empty() ? 0.5 : p->front();
+}
+
+// Where an array's height and width lie, and how its bytes are laid out.
+struct Geometry {
+  std::int64_t bands = 1, height = 0, width = 0;
+  bool bands_first = false;  // CHW
+  std::size_t element = 1;
+
+  // Rows of `width` runs of `run` bytes: HWC is height rows of width
+  // pixels of all bands; CHW is bands x height rows of width elements.
+  [[nodiscard]] std::int64_t rows() const { return bands_first ? bands * height : height; }
+  [[nodiscard]] std::size_t run() const { return bands_first ? element : element * static_cast<std::size_t>(bands); }
+  [[nodiscard]] std::size_t row_bytes() const { return run() * static_cast<std::size_t>(width); }
+};
+
+Result<Geometry> GeometryOf(const HostTensor& t, std::string_view layout) {
+  Geometry g;
+  g.element = ElementSize(t.type);
+  g.bands_first = layout == "CHW";
+  if (t.shape.size() == 2) {
+    g.height = t.shape[0];
+    g.width = t.shape[1];
+  } else if (t.shape.size() == 3) {
+    g.bands = g.bands_first ? t.shape[0] : t.shape[2];
+    g.height = g.bands_first ? t.shape[1] : t.shape[0];
+    g.width = g.bands_first ? t.shape[2] : t.shape[1];
+  } else {
+    return Status::InvalidArgument(fmt::format("an Array's transform takes 2-D or 3-D arrays ({}), not shape [{}]",
+                                               layout, fmt::join(t.shape, ", ")));
+  }
+  return g;
+}
+
+void SetShape(HostTensor& t, const Geometry& g) {
+  if (t.shape.size() == 2) {
+    t.shape = {g.height, g.width};
+  } else if (g.bands_first) {
+    t.shape = {g.bands, g.height, g.width};
+  } else {
+    t.shape = {g.height, g.width, g.bands};
+  }
+}
+
+Status Crop(HostTensor& t, Geometry& g, std::int64_t top, std::int64_t left, std::int64_t height, std::int64_t width,
+            std::vector<std::byte>& scratch) {
+  Geometry out = g;
+  out.height = height;
+  out.width = width;
+  scratch.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
+  const std::int64_t planes = g.bands_first ? g.bands : 1;
+  std::byte* to = scratch.data();
+  for (std::int64_t p = 0; p < planes; ++p)
+    for (std::int64_t r = 0; r < height; ++r) {
+      const std::int64_t row = p * g.height + top + r;
+      std::memcpy(to, t.data.data() + static_cast<std::size_t>(row) * g.row_bytes() + left * g.run(), out.row_bytes());
+      to += out.row_bytes();
+    }
+  t.data.swap(scratch);
+  t.data.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
+  g = out;
+  SetShape(t, g);
+  return Status::Ok();
+}
+
+void FlipHorizontally(HostTensor& t, const Geometry& g, std::vector<std::byte>& scratch) {
+  scratch.resize(t.data.size());
+  const std::size_t run = g.run(), row = g.row_bytes();
+  for (std::int64_t r = 0; r < g.rows(); ++r) {
+    const std::byte* from = t.data.data() + static_cast<std::size_t>(r) * row;
+    std::byte* to = scratch.data() + static_cast<std::size_t>(r) * row;
+    for (std::int64_t x = 0; x < g.width; ++x)
+      std::memcpy(to + static_cast<std::size_t>(x) * run, from + static_cast<std::size_t>(g.width - 1 - x) * run, run);
+  }
+  t.data.swap(scratch);
+}
+
+void FlipVertically(HostTensor& t, const Geometry& g, std::vector<std::byte>& scratch) {
+  scratch.resize(t.data.size());
+  const std::size_t row = g.row_bytes();
+  const std::int64_t planes = g.bands_first ? g.bands : 1;
+  for (std::int64_t p = 0; p < planes; ++p)
+    for (std::int64_t r = 0; r < g.height; ++r)
+      std::memcpy(scratch.data() + static_cast<std::size_t>(p * g.height + r) * row,
+                  t.data.data() + static_cast<std::size_t>(p * g.height + g.height - 1 - r) * row, row);
+  t.data.swap(scratch);
+}
+
+// Element i of `data`, of `type`, as a double (float16 through its bits).
+double ValueAt(ElementType type, const std::byte* data, std::size_t i) {
+  const auto load = [&]<typename T>() {
+    T v;
+    std::memcpy(&v, data + i * sizeof(T), sizeof(T));
+    return static_cast<double>(v);
+  };
+  switch (type) {
+    case ElementType::kBool:
+    case ElementType::kUInt8:
+      return load.operator()<std::uint8_t>();
+    case ElementType::kInt8:
+      return load.operator()<std::int8_t>();
+    case ElementType::kInt16:
+      return load.operator()<std::int16_t>();
+    case ElementType::kUInt16:
+      return load.operator()<std::uint16_t>();
+    case ElementType::kInt32:
+      return load.operator()<std::int32_t>();
+    case ElementType::kUInt32:
+      return load.operator()<std::uint32_t>();
+    case ElementType::kInt64:
+      return load.operator()<std::int64_t>();
+    case ElementType::kUInt64:
+      return load.operator()<std::uint64_t>();
+    case ElementType::kFloat16: {
+      std::uint16_t h;
+      std::memcpy(&h, data + i * 2, 2);
+      const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+      const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+      if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+      if (exponent == 31) return mantissa != 0 ? std::nan("") : sign * INFINITY;
+      return sign * std::ldexp(mantissa + 1024, exponent - 25);
+    }
+    case ElementType::kFloat32:
+      return load.operator()<float>();
+    case ElementType::kFloat64:
+      return load.operator()<double>();
+  }
+  return 0;
+}
+
+Status Normalize(const TransformStep& step, HostTensor& t, Geometry& g, std::vector<std::byte>& scratch) {
+  const auto& mean = *Arg(step, "mean");
+  const auto& std_dev = *Arg(step, "std");
+  for (const auto* values : {&mean, &std_dev})
+    if (values->size() != 1 && static_cast<std::int64_t>(values->size()) != g.bands)
+      return Status::InvalidArgument(
+          fmt::format("an Array's transform: Normalize has {} means and {} stds for an array of {} bands", mean.size(),
+                      std_dev.size(), g.bands));
+  const std::size_t n = t.elements();
+  scratch.resize(n * sizeof(float));
+  const std::size_t plane = static_cast<std::size_t>(g.height * g.width);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t band = g.bands_first ? i / plane : i % static_cast<std::size_t>(g.bands);
+    const std::size_t m = mean.size() == 1 ? 0 : band, s = std_dev.size() == 1 ? 0 : band;
+    const auto v = static_cast<float>((ValueAt(t.type, t.data.data(), i) - mean[m]) / std_dev[s]);
+    std::memcpy(scratch.data() + i * sizeof(float), &v, sizeof(float));
+  }
+  t.data.swap(scratch);
+  t.data.resize(n * sizeof(float));
+  t.type = ElementType::kFloat32;
+  g.element = sizeof(float);
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool KnownArrayLayout(std::string_view layout) {
+  return layout == "HWC" || layout == "CHW";
+}
+
+Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_view layout) {
+  if (!KnownArrayLayout(layout))
+    return Status::InvalidArgument(fmt::format("an Array's layout is \"HWC\" or \"CHW\", not \"{}\"", layout));
+  for (const TransformStep& step : steps) {
+    const auto allow = [&](std::initializer_list<std::string_view> names) -> Status {
+      for (const auto& [key, values] : step.args)
+        if (std::find(names.begin(), names.end(), std::string_view(key)) == names.end())
+          return Bad(step, fmt::format("argument '{}' is not taken", key));
+      return Status::Ok();
+    };
+    if (!step.children.empty()) return Bad(step, "steps of steps are not taken");
+    if (step.name == "RandomCrop") {
+      STOKER_RETURN_IF_ERROR(allow({"size", "padding", "pad_if_needed", "fill"}));
+      const auto* pad_if_needed = Arg(step, "pad_if_needed");
+      if (Arg(step, "padding") != nullptr || (pad_if_needed != nullptr && pad_if_needed->front() != 0))
+        return Bad(step, "padding is not taken for arrays (crop within the array)");
+      STOKER_RETURN_IF_ERROR(Size(step).status());
+    } else if (step.name == "CenterCrop") {
+      STOKER_RETURN_IF_ERROR(allow({"size"}));
+      STOKER_RETURN_IF_ERROR(Size(step).status());
+    } else if (step.name == "RandomHorizontalFlip" || step.name == "RandomVerticalFlip") {
+      STOKER_RETURN_IF_ERROR(allow({"p"}));
+      const double p = Probability(step);
+      if (!(p >= 0 && p <= 1)) return Bad(step, fmt::format("p = {} is not in [0, 1]", p));
+    } else if (step.name == "Normalize") {
+      STOKER_RETURN_IF_ERROR(allow({"mean", "std"}));
+      const auto *mean = Arg(step, "mean"), *std_dev = Arg(step, "std");
+      if (mean == nullptr || std_dev == nullptr || mean->empty() || std_dev->empty())
+        return Bad(step, "mean and std are needed");
+      for (double m : *mean)
+        if (!std::isfinite(m)) return Bad(step, fmt::format("mean {} is not finite", m));
+      for (double s : *std_dev)
+        if (!(std::isfinite(s) && s > 0)) return Bad(step, fmt::format("std {} is not positive and finite", s));
+    } else {
+      return Status::InvalidArgument(
+          fmt::format("an Array's transform takes RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip and "
+                      "Normalize, not {}",
+                      step.name));
+    }
+    for (const auto& [word, value] : step.words)
+      if (!(word == "padding_mode" && value == "constant")) return Bad(step, fmt::format("'{}' is not taken", word));
+  }
+  return Status::Ok();
+}
+
+Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_view layout, Rng& rng,
+                           HostTensor& array, std::vector<std::byte>& scratch) {
+  STOKER_ASSIGN_OR_RETURN(Geometry g, GeometryOf(array, layout));
+  for (const TransformStep& step : steps) {
+    if (step.name == "RandomCrop" || step.name == "CenterCrop") {
+      STOKER_ASSIGN_OR_RETURN(auto size, Size(step));
+      const auto [height, width] = size;
+      if (height > g.height || width > g.width)
+        return Status::InvalidArgument(fmt::format("an Array's transform: {} of {}x{} from an array of {}x{} ({})",
+                                                   step.name, height, width, g.height, g.width, layout));
+      std::int64_t top, left;
+      if (step.name == "RandomCrop") {
+        top = rng.IntInclusive(0, g.height - height);
+        left = rng.IntInclusive(0, g.width - width);
+      } else {  // torchvision's CenterCrop: int(round((h - th) / 2)), halves to even
+        top = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.height - height) / 2.0));
+        left = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.width - width) / 2.0));
+      }
+      STOKER_RETURN_IF_ERROR(Crop(array, g, top, left, height, width, scratch));
+    } else if (step.name == "RandomHorizontalFlip") {
+      if (rng.Uniform01() < Probability(step)) FlipHorizontally(array, g, scratch);
+    } else if (step.name == "RandomVerticalFlip") {
+      if (rng.Uniform01() < Probability(step)) FlipVertically(array, g, scratch);
+    } else if (step.name == "Normalize") {
+      STOKER_RETURN_IF_ERROR(Normalize(step, array, g, scratch));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace stoker::transform
