@@ -10,6 +10,7 @@
 
 #include "codec/number_array.h"
 #include "pipeline/field_decoders.h"
+#include "transform/array_transform.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using stoker::FieldKind;
@@ -31,6 +32,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       __builtin_trap();
     if (s.ok() && (kind == FieldKind::kInt || kind == FieldKind::kFloat) && value.tensor.data.size() != 8)
       __builtin_trap();
+    // A decoded array through the array transform (any shape and type the decoders give).
+    if (s.ok() && kind == FieldKind::kArray) {
+      const std::vector<stoker::TransformStep> steps = {{"RandomCrop", {{"size", {2, 3}}}, {}, {}},
+                                                        {"RandomHorizontalFlip", {}, {}, {}},
+                                                        {"RandomVerticalFlip", {}, {}, {}},
+                                                        {"Normalize", {{"mean", {1}}, {"std", {3}}}, {}, {}}};
+      stoker::Rng rng(size, size > 0 ? data[0] : 0);
+      std::vector<std::byte> scratch;
+      stoker::HostTensor t = value.tensor;
+      for (const char* layout : {"HWC", "CHW"}) {
+        const stoker::Status a = stoker::transform::ApplyArrayTransform(steps, layout, rng, t, scratch);
+        if (a.ok() && (t.type != stoker::ElementType::kFloat32 || t.data.size() != t.elements() * 4)) __builtin_trap();
+        t = value.tensor;
+      }
+    }
     if (s.ok() && kind == FieldKind::kArray &&
         value.tensor.data.size() != value.tensor.elements() * ElementSize(value.tensor.type))
       __builtin_trap();

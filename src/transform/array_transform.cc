@@ -13,32 +13,33 @@
 namespace stoker::transform {
 namespace {
 
-const std::vector<double>* Arg(const TransformStep& step, std::string_view name) {
+const std::vector<double>* StepArg(const TransformStep& step, std::string_view name) {
   for (const auto& [key, values] : step.args)
     if (key == name) return &values;
   return nullptr;
 }
 
-Status Bad(const TransformStep& step, std::string_view what) {
+Status BadArrayStep(const TransformStep& step, std::string_view what) {
   return Status::InvalidArgument(fmt::format("an Array's transform: {}: {}", step.name, what));
 }
 
 // The step's (height, width) from `size`: 1 or 2 positive integers.
-Result<std::pair<std::int64_t, std::int64_t>> Size(const TransformStep& step) {
-  const auto* size = Arg(step, "size");
-  if (size == nullptr || size->empty() || size->size() > 2) return Bad(step, "size takes 1 or 2 numbers");
+Result<std::pair<std::int64_t, std::int64_t>> CropSize(const TransformStep& step) {
+  const auto* size = StepArg(step, "size");
+  if (size == nullptr || size->empty() || size->size() > 2) return BadArrayStep(step, "size takes 1 or 2 numbers");
   for (double v : *size)
-    if (!(v >= 1 && v <= 1e9) || v != std::floor(v)) return Bad(step, fmt::format("size {} is no positive integer", v));
+    if (!(v >= 1 && v <= 1e9) || v != std::floor(v))
+      return BadArrayStep(step, fmt::format("size {} is no positive integer", v));
   return std::pair{static_cast<std::int64_t>(size->front()), static_cast<std::int64_t>(size->back())};
 }
 
-double Probability(const TransformStep& step) {
-  const auto* p = Arg(step, "p");
+double FlipProbability(const TransformStep& step) {
+  const auto* p = StepArg(step, "p");
   return p == nullptr || p->empty() ? 0.5 : p->front();
 }
 
 // Where an array's height and width lie, and how its bytes are laid out.
-struct Geometry {
+struct ArrayGeometry {
   std::int64_t bands = 1, height = 0, width = 0;
   bool bands_first = false;  // CHW
   std::size_t element = 1;
@@ -50,8 +51,8 @@ struct Geometry {
   [[nodiscard]] std::size_t row_bytes() const { return run() * static_cast<std::size_t>(width); }
 };
 
-Result<Geometry> GeometryOf(const HostTensor& t, std::string_view layout) {
-  Geometry g;
+Result<ArrayGeometry> ArrayGeometryOf(const HostTensor& t, std::string_view layout) {
+  ArrayGeometry g;
   g.element = ElementSize(t.type);
   g.bands_first = layout == "CHW";
   if (t.shape.size() == 2) {
@@ -68,7 +69,7 @@ Result<Geometry> GeometryOf(const HostTensor& t, std::string_view layout) {
   return g;
 }
 
-void SetShape(HostTensor& t, const Geometry& g) {
+void SetArrayShape(HostTensor& t, const ArrayGeometry& g) {
   if (t.shape.size() == 2) {
     t.shape = {g.height, g.width};
   } else if (g.bands_first) {
@@ -78,9 +79,9 @@ void SetShape(HostTensor& t, const Geometry& g) {
   }
 }
 
-Status Crop(HostTensor& t, Geometry& g, std::int64_t top, std::int64_t left, std::int64_t height, std::int64_t width,
-            std::vector<std::byte>& scratch) {
-  Geometry out = g;
+Status CropArray(HostTensor& t, ArrayGeometry& g, std::int64_t top, std::int64_t left, std::int64_t height,
+                 std::int64_t width, std::vector<std::byte>& scratch) {
+  ArrayGeometry out = g;
   out.height = height;
   out.width = width;
   scratch.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
@@ -95,11 +96,11 @@ Status Crop(HostTensor& t, Geometry& g, std::int64_t top, std::int64_t left, std
   t.data.swap(scratch);
   t.data.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
   g = out;
-  SetShape(t, g);
+  SetArrayShape(t, g);
   return Status::Ok();
 }
 
-void FlipHorizontally(HostTensor& t, const Geometry& g, std::vector<std::byte>& scratch) {
+void FlipArrayHorizontally(HostTensor& t, const ArrayGeometry& g, std::vector<std::byte>& scratch) {
   scratch.resize(t.data.size());
   const std::size_t run = g.run(), row = g.row_bytes();
   for (std::int64_t r = 0; r < g.rows(); ++r) {
@@ -111,7 +112,7 @@ void FlipHorizontally(HostTensor& t, const Geometry& g, std::vector<std::byte>& 
   t.data.swap(scratch);
 }
 
-void FlipVertically(HostTensor& t, const Geometry& g, std::vector<std::byte>& scratch) {
+void FlipArrayVertically(HostTensor& t, const ArrayGeometry& g, std::vector<std::byte>& scratch) {
   scratch.resize(t.data.size());
   const std::size_t row = g.row_bytes();
   const std::int64_t planes = g.bands_first ? g.bands : 1;
@@ -123,7 +124,7 @@ void FlipVertically(HostTensor& t, const Geometry& g, std::vector<std::byte>& sc
 }
 
 // Element i of `data`, of `type`, as a double (float16 through its bits).
-double ValueAt(ElementType type, const std::byte* data, std::size_t i) {
+double ArrayValueAt(ElementType type, const std::byte* data, std::size_t i) {
   const auto load = [&]<typename T>() {
     T v;
     std::memcpy(&v, data + i * sizeof(T), sizeof(T));
@@ -164,9 +165,9 @@ double ValueAt(ElementType type, const std::byte* data, std::size_t i) {
   return 0;
 }
 
-Status Normalize(const TransformStep& step, HostTensor& t, Geometry& g, std::vector<std::byte>& scratch) {
-  const auto& mean = *Arg(step, "mean");
-  const auto& std_dev = *Arg(step, "std");
+Status NormalizeArray(const TransformStep& step, HostTensor& t, ArrayGeometry& g, std::vector<std::byte>& scratch) {
+  const auto& mean = *StepArg(step, "mean");
+  const auto& std_dev = *StepArg(step, "std");
   for (const auto* values : {&mean, &std_dev})
     if (values->size() != 1 && static_cast<std::int64_t>(values->size()) != g.bands)
       return Status::InvalidArgument(
@@ -178,7 +179,7 @@ Status Normalize(const TransformStep& step, HostTensor& t, Geometry& g, std::vec
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t band = g.bands_first ? i / plane : i % static_cast<std::size_t>(g.bands);
     const std::size_t m = mean.size() == 1 ? 0 : band, s = std_dev.size() == 1 ? 0 : band;
-    const auto v = static_cast<float>((ValueAt(t.type, t.data.data(), i) - mean[m]) / std_dev[s]);
+    const auto v = static_cast<float>((ArrayValueAt(t.type, t.data.data(), i) - mean[m]) / std_dev[s]);
     std::memcpy(scratch.data() + i * sizeof(float), &v, sizeof(float));
   }
   t.data.swap(scratch);
@@ -201,32 +202,33 @@ Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_
     const auto allow = [&](std::initializer_list<std::string_view> names) -> Status {
       for (const auto& [key, values] : step.args)
         if (std::find(names.begin(), names.end(), std::string_view(key)) == names.end())
-          return Bad(step, fmt::format("argument '{}' is not taken", key));
+          return BadArrayStep(step, fmt::format("argument '{}' is not taken", key));
       return Status::Ok();
     };
-    if (!step.children.empty()) return Bad(step, "steps of steps are not taken");
+    if (!step.children.empty()) return BadArrayStep(step, "steps of steps are not taken");
     if (step.name == "RandomCrop") {
       STOKER_RETURN_IF_ERROR(allow({"size", "padding", "pad_if_needed", "fill"}));
-      const auto* pad_if_needed = Arg(step, "pad_if_needed");
-      if (Arg(step, "padding") != nullptr || (pad_if_needed != nullptr && pad_if_needed->front() != 0))
-        return Bad(step, "padding is not taken for arrays (crop within the array)");
-      STOKER_RETURN_IF_ERROR(Size(step).status());
+      const auto* pad_if_needed = StepArg(step, "pad_if_needed");
+      if (StepArg(step, "padding") != nullptr || (pad_if_needed != nullptr && pad_if_needed->front() != 0))
+        return BadArrayStep(step, "padding is not taken for arrays (crop within the array)");
+      STOKER_RETURN_IF_ERROR(CropSize(step).status());
     } else if (step.name == "CenterCrop") {
       STOKER_RETURN_IF_ERROR(allow({"size"}));
-      STOKER_RETURN_IF_ERROR(Size(step).status());
+      STOKER_RETURN_IF_ERROR(CropSize(step).status());
     } else if (step.name == "RandomHorizontalFlip" || step.name == "RandomVerticalFlip") {
       STOKER_RETURN_IF_ERROR(allow({"p"}));
-      const double p = Probability(step);
-      if (!(p >= 0 && p <= 1)) return Bad(step, fmt::format("p = {} is not in [0, 1]", p));
+      const double p = FlipProbability(step);
+      if (!(p >= 0 && p <= 1)) return BadArrayStep(step, fmt::format("p = {} is not in [0, 1]", p));
     } else if (step.name == "Normalize") {
       STOKER_RETURN_IF_ERROR(allow({"mean", "std"}));
-      const auto *mean = Arg(step, "mean"), *std_dev = Arg(step, "std");
+      const auto *mean = StepArg(step, "mean"), *std_dev = StepArg(step, "std");
       if (mean == nullptr || std_dev == nullptr || mean->empty() || std_dev->empty())
-        return Bad(step, "mean and std are needed");
+        return BadArrayStep(step, "mean and std are needed");
       for (double m : *mean)
-        if (!std::isfinite(m)) return Bad(step, fmt::format("mean {} is not finite", m));
+        if (!std::isfinite(m)) return BadArrayStep(step, fmt::format("mean {} is not finite", m));
       for (double s : *std_dev)
-        if (!(std::isfinite(s) && s > 0)) return Bad(step, fmt::format("std {} is not positive and finite", s));
+        if (!(std::isfinite(s) && s > 0))
+          return BadArrayStep(step, fmt::format("std {} is not positive and finite", s));
     } else {
       return Status::InvalidArgument(
           fmt::format("an Array's transform takes RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip and "
@@ -234,17 +236,18 @@ Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_
                       step.name));
     }
     for (const auto& [word, value] : step.words)
-      if (!(word == "padding_mode" && value == "constant")) return Bad(step, fmt::format("'{}' is not taken", word));
+      if (!(word == "padding_mode" && value == "constant"))
+        return BadArrayStep(step, fmt::format("'{}' is not taken", word));
   }
   return Status::Ok();
 }
 
 Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_view layout, Rng& rng,
                            HostTensor& array, std::vector<std::byte>& scratch) {
-  STOKER_ASSIGN_OR_RETURN(Geometry g, GeometryOf(array, layout));
+  STOKER_ASSIGN_OR_RETURN(ArrayGeometry g, ArrayGeometryOf(array, layout));
   for (const TransformStep& step : steps) {
     if (step.name == "RandomCrop" || step.name == "CenterCrop") {
-      STOKER_ASSIGN_OR_RETURN(auto size, Size(step));
+      STOKER_ASSIGN_OR_RETURN(auto size, CropSize(step));
       const auto [height, width] = size;
       if (height > g.height || width > g.width)
         return Status::InvalidArgument(fmt::format("an Array's transform: {} of {}x{} from an array of {}x{} ({})",
@@ -257,13 +260,13 @@ Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_
         top = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.height - height) / 2.0));
         left = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.width - width) / 2.0));
       }
-      STOKER_RETURN_IF_ERROR(Crop(array, g, top, left, height, width, scratch));
+      STOKER_RETURN_IF_ERROR(CropArray(array, g, top, left, height, width, scratch));
     } else if (step.name == "RandomHorizontalFlip") {
-      if (rng.Uniform01() < Probability(step)) FlipHorizontally(array, g, scratch);
+      if (rng.Uniform01() < FlipProbability(step)) FlipArrayHorizontally(array, g, scratch);
     } else if (step.name == "RandomVerticalFlip") {
-      if (rng.Uniform01() < Probability(step)) FlipVertically(array, g, scratch);
+      if (rng.Uniform01() < FlipProbability(step)) FlipArrayVertically(array, g, scratch);
     } else if (step.name == "Normalize") {
-      STOKER_RETURN_IF_ERROR(Normalize(step, array, g, scratch));
+      STOKER_RETURN_IF_ERROR(NormalizeArray(step, array, g, scratch));
     }
   }
   return Status::Ok();
