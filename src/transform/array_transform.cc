@@ -123,48 +123,60 @@ void FlipArrayVertically(HostTensor& t, const ArrayGeometry& g, std::vector<std:
   t.data.swap(scratch);
 }
 
-// Element i of `data`, of `type`, as a double (float16 through its bits).
-double ArrayValueAt(ElementType type, const std::byte* data, std::size_t i) {
-  const auto load = [&]<typename T>() {
+// A float16's value (IEEE binary16 bits).
+float HalfToFloat(std::uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  const float sign = (h & 0x8000) != 0 ? -1.0f : 1.0f;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  if (exponent == 31) return mantissa != 0 ? std::nanf("") : sign * INFINITY;
+  return sign * std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+}
+
+template <typename T>
+void ConvertToFloat(const std::byte* data, std::size_t n, float* out) {
+  for (std::size_t i = 0; i < n; ++i) {
     T v;
     std::memcpy(&v, data + i * sizeof(T), sizeof(T));
-    return static_cast<double>(v);
-  };
+    out[i] = static_cast<float>(v);
+  }
+}
+
+// The `n` elements of `data` as float32, as torch's .float() makes them.
+void ElementsAsFloat(ElementType type, const std::byte* data, std::size_t n, float* out) {
   switch (type) {
     case ElementType::kBool:
     case ElementType::kUInt8:
-      return load.operator()<std::uint8_t>();
+      return ConvertToFloat<std::uint8_t>(data, n, out);
     case ElementType::kInt8:
-      return load.operator()<std::int8_t>();
+      return ConvertToFloat<std::int8_t>(data, n, out);
     case ElementType::kInt16:
-      return load.operator()<std::int16_t>();
+      return ConvertToFloat<std::int16_t>(data, n, out);
     case ElementType::kUInt16:
-      return load.operator()<std::uint16_t>();
+      return ConvertToFloat<std::uint16_t>(data, n, out);
     case ElementType::kInt32:
-      return load.operator()<std::int32_t>();
+      return ConvertToFloat<std::int32_t>(data, n, out);
     case ElementType::kUInt32:
-      return load.operator()<std::uint32_t>();
+      return ConvertToFloat<std::uint32_t>(data, n, out);
     case ElementType::kInt64:
-      return load.operator()<std::int64_t>();
+      return ConvertToFloat<std::int64_t>(data, n, out);
     case ElementType::kUInt64:
-      return load.operator()<std::uint64_t>();
-    case ElementType::kFloat16: {
-      std::uint16_t h;
-      std::memcpy(&h, data + i * 2, 2);
-      const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-      const double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
-      if (exponent == 0) return sign * std::ldexp(mantissa, -24);
-      if (exponent == 31) return mantissa != 0 ? std::nan("") : sign * INFINITY;
-      return sign * std::ldexp(mantissa + 1024, exponent - 25);
-    }
+      return ConvertToFloat<std::uint64_t>(data, n, out);
+    case ElementType::kFloat16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, data + i * 2, 2);
+        out[i] = HalfToFloat(h);
+      }
+      return;
     case ElementType::kFloat32:
-      return load.operator()<float>();
+      return ConvertToFloat<float>(data, n, out);
     case ElementType::kFloat64:
-      return load.operator()<double>();
+      return ConvertToFloat<double>(data, n, out);
   }
-  return 0;
 }
 
+// (x - mean) / std a band in float32, as torchvision's Normalize computes
+// it on a float32 tensor (mean and std made float32 first).
 Status NormalizeArray(const TransformStep& step, HostTensor& t, ArrayGeometry& g, std::vector<std::byte>& scratch) {
   const auto& mean = *StepArg(step, "mean");
   const auto& std_dev = *StepArg(step, "std");
@@ -175,12 +187,30 @@ Status NormalizeArray(const TransformStep& step, HostTensor& t, ArrayGeometry& g
                       std_dev.size(), g.bands));
   const std::size_t n = t.elements();
   scratch.resize(n * sizeof(float));
-  const std::size_t plane = static_cast<std::size_t>(g.height * g.width);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t band = g.bands_first ? i / plane : i % static_cast<std::size_t>(g.bands);
-    const std::size_t m = mean.size() == 1 ? 0 : band, s = std_dev.size() == 1 ? 0 : band;
-    const auto v = static_cast<float>((ArrayValueAt(t.type, t.data.data(), i) - mean[m]) / std_dev[s]);
-    std::memcpy(scratch.data() + i * sizeof(float), &v, sizeof(float));
+  auto* out = reinterpret_cast<float*>(scratch.data());
+  ElementsAsFloat(t.type, t.data.data(), n, out);
+  const auto band_value = [](const std::vector<double>& values, std::int64_t band) {
+    return static_cast<float>(values.size() == 1 ? values[0] : values[static_cast<std::size_t>(band)]);
+  };
+  if (g.bands_first) {
+    const std::size_t plane = static_cast<std::size_t>(g.height * g.width);
+    for (std::int64_t b = 0; b < g.bands; ++b) {
+      const float m = band_value(mean, b), s = band_value(std_dev, b);
+      float* p = out + static_cast<std::size_t>(b) * plane;
+      for (std::size_t i = 0; i < plane; ++i) p[i] = (p[i] - m) / s;
+    }
+  } else {
+    // A row's worth of means and stds, so that the loop over a row is plain.
+    const std::size_t row = static_cast<std::size_t>(g.width * g.bands);
+    std::vector<float> means(row), stds(row);
+    for (std::size_t i = 0; i < row; ++i) {
+      means[i] = band_value(mean, static_cast<std::int64_t>(i) % g.bands);
+      stds[i] = band_value(std_dev, static_cast<std::int64_t>(i) % g.bands);
+    }
+    for (std::int64_t r = 0; r < g.height; ++r) {
+      float* p = out + static_cast<std::size_t>(r) * row;
+      for (std::size_t i = 0; i < row; ++i) p[i] = (p[i] - means[i]) / stds[i];
+    }
   }
   t.data.swap(scratch);
   t.data.resize(n * sizeof(float));

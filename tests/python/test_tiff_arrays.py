@@ -254,11 +254,12 @@ def test_array_transforms_crop_flip_and_normalize_bands_and_their_labels_alike(t
         assert len(found) >= 1, i
         top, left, h, v = found[0]
         draws.add(found[0])
-        expected = bands[i][top:top + 6, left:left + 5].astype(np.float64)
-        expected = expected[:, ::-1] if h else expected
-        expected = expected[::-1] if v else expected
-        expected = ((expected - mean) / std).astype(np.float32)
-        np.testing.assert_allclose(batch["bands"][i].numpy(), expected, rtol=1e-6)  # the same draws as the mask
+        window = bands[i][top:top + 6, left:left + 5]
+        window = window[:, ::-1] if h else window
+        window = window[::-1] if v else window
+        # The same draws as the mask; normalised exactly as torchvision's Normalize on a float32 tensor.
+        expected = (torch.from_numpy(window.astype(np.float32)) - torch.tensor(mean)) / torch.tensor(std)
+        assert torch.equal(batch["bands"][i], expected)
     assert len(draws) > 4
     again = batches(3)[0]
     assert torch.equal(again["bands"], batch["bands"]) and torch.equal(again["mask"], batch["mask"])
