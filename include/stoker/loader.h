@@ -290,6 +290,10 @@ class Batch {
   // field(i) holds size() values in batch order. None without fields.
   [[nodiscard]] std::size_t num_fields() const;
   [[nodiscard]] std::span<const FieldValue> field(std::size_t i) const;
+  // Frees the memory field(i)'s values hold (their tensors and bytes), for
+  // a consumer that has copied them out: they are empty afterwards, and
+  // the batch's slot holds nothing of them while the copy is in use.
+  void ReleaseField(std::size_t i);
   [[nodiscard]] const std::vector<FieldSpec>& field_specs() const;  // num_fields() of them
   // False where fields are given without a transformed image: images()
   // then holds nothing.

@@ -153,7 +153,7 @@ class PyLoader {
     auto holder = std::make_shared<BatchHolder>();
     holder->loader = loader_;
     holder->batch = std::move(**next);
-    const stoker::Batch& b = *holder->batch;
+    stoker::Batch& b = *holder->batch;
     const auto n = static_cast<std::int64_t>(b.size());
     py::capsule images = MakeCapsule(holder, b.images(), 4, b.shape(), ToDL(b.dtype()));
     py::capsule labels = MakeCapsule(holder, const_cast<std::int64_t*>(b.labels()), 1, {n, 0, 0, 0}, {kDLInt, 64, 1});

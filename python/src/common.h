@@ -55,6 +55,6 @@ void BindAugment(py::module_& m);
 // A batch's typed fields, one list per spec (None without fields): per
 // sample a capsule tuple (tensor kinds; `owner` keeps the batch alive), an
 // int or float, a str (text, JSON), bytes, or None where absent.
-py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void>& owner);
+py::object FieldsToPython(stoker::Batch& batch, const std::shared_ptr<void>& owner);
 
 }  // namespace stoker_python

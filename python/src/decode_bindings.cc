@@ -141,7 +141,7 @@ std::optional<stoker::HostTensor> Stacked(std::span<const stoker::FieldValue> va
 
 }  // namespace
 
-py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void>& owner) {
+py::object FieldsToPython(stoker::Batch& batch, const std::shared_ptr<void>& owner) {
   if (batch.num_fields() == 0) return py::none();
   py::list out;
   const auto& specs = batch.field_specs();
@@ -151,6 +151,7 @@ py::object FieldsToPython(const stoker::Batch& batch, const std::shared_ptr<void
     if (spec.kind == stoker::FieldKind::kArray) {
       if (auto stacked = Stacked(values)) {  // a tuple (capsule, stored type, delivered type), not a list
         const std::string stored(stoker::ElementTypeName(values[0].tensor.type));
+        batch.ReleaseField(f);  // copied: the slot need not keep a second copy while the loop uses this one
         py::tuple t = ToPython(std::move(*stacked), true);
         out.append(py::make_tuple(t[0], stored, t[2]));
         continue;

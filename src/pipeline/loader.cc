@@ -62,6 +62,13 @@ std::size_t Batch::num_fields() const {
 std::span<const FieldValue> Batch::field(std::size_t i) const {
   return std::span<const FieldValue>(loader_->impl_->slots[slot_].fields[i]).first(size());
 }
+void Batch::ReleaseField(std::size_t i) {
+  for (FieldValue& v : loader_->impl_->slots[slot_].fields[i]) {
+    std::vector<std::byte>().swap(v.tensor.data);
+    std::string().swap(v.bytes);
+    v.present = false;
+  }
+}
 const std::vector<FieldSpec>& Batch::field_specs() const {
   return loader_->impl_->producer->field_specs();
 }
