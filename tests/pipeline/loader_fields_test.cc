@@ -94,6 +94,26 @@ TEST(LoaderFields, FieldsWithoutAnImageNeedNoImageField) {
   EXPECT_EQ((*next)->field(0).size(), 7u);
 }
 
+TEST(LoaderFields, AReleasedFieldIsEmptyAndTheSlotFillsItAgain) {
+  TempDir dir;
+  auto dataset = ManifestDataset(dir, 18);
+  auto o = SmallOptions();
+  o.batch_size = 3;
+  o.shuffle = false;
+  o.fields = {Spec("raw", FieldKind::kImage, "jpg"), Spec("caption", FieldKind::kText, "caption")};
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  for (int batch = 0; batch < 6; ++batch) {  // more batches than slots: released slots are filled again
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    Batch& b = **next;
+    for (const FieldValue& v : b.field(0)) ASSERT_TRUE(v.present && !v.tensor.data.empty());
+    b.ReleaseField(0);
+    for (const FieldValue& v : b.field(0)) EXPECT_TRUE(!v.present && v.tensor.data.capacity() == 0);
+    for (const FieldValue& v : b.field(1)) EXPECT_TRUE(v.present && v.bytes.starts_with("caption "));
+  }
+}
+
 TEST(LoaderFields, BadSpecsAreRefusedAtCreation) {
   TempDir dir;
   auto dataset = ManifestDataset(dir, 3);
