@@ -19,7 +19,7 @@ from . import transforms
 
 __all__ = ["Loader", "TokenLoader", "write_tokens", "tokenize", "pack", "merge", "DatasetWriter", "cuda_status", "StokerError", "CorruptionError", "transforms", "Checkpointer", "Checkpoint", "Shard", "export_safetensors",
            "load_checkpoint", "load_latest", "load_safetensors", "list_checkpoints", "restore_rng", "order_quality",
-           "decode_image", "decode_npy", "decode_array", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes", "Boxes", "Keypoints", "Mask",
+           "decode_image", "decode_npy", "decode_array", "band_stats", "Image", "Int", "Float", "Array", "Text", "Json", "Bytes", "Boxes", "Keypoints", "Mask",
            "Custom", "load_field_extension"]
 
 
@@ -38,6 +38,7 @@ from .checkpoint import (Checkpoint, Checkpointer, Shard, export_safetensors, li
                          load_safetensors, parse_size, restore_rng)
 from .order_quality import order_quality  # noqa: E402
 from .decode import decode_array, decode_image, decode_npy  # noqa: E402
+from .band_stats import band_stats  # noqa: E402
 from .fields import Array, Boxes, Bytes, Custom, Float, Image, Int, Json, Keypoints, Mask, Text, load_field_extension  # noqa: E402,E501
 from ._pack import merge, pack  # noqa: E402
 from ._writer import DatasetWriter  # noqa: E402

@@ -280,3 +280,24 @@ def test_array_transforms_crop_flip_and_normalize_bands_and_their_labels_alike(t
             "bands": stoker.Array("tif", transform=[T.RandomCrop(20)])})))
     with pytest.raises(ValueError, match="an image's Normalize needs three means"):
         T.Compose([T.RandomResizedCrop(8), T.Normalize(mean, std)])
+
+
+def test_band_stats_match_numpy_over_the_dataset(tmp_path):
+    arrays = [random_array((9 + i % 3, 7, 5), "uint16") for i in range(11)]
+    with stoker.DatasetWriter(tmp_path / "bands") as writer:
+        for i, a in enumerate(arrays):
+            writer.write({"__key__": "%02d" % i, "tif": a, "planar.tif": np.ascontiguousarray(np.moveaxis(a, 2, 0))})
+    flat = np.concatenate([a.reshape(-1, 5) for a in arrays]).astype(np.float64)
+    stats = stoker.band_stats(tmp_path / "bands", key="tif", batch_size=4)
+    assert stats["samples"] == 11 and stats["values"] == flat.shape[0]
+    np.testing.assert_allclose(stats["mean"], flat.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats["std"], flat.std(0), rtol=1e-9)
+    assert stats["min"] == flat.min(0).tolist() and stats["max"] == flat.max(0).tolist()
+    # Bands first (a planar layout), and the first samples only.
+    planar = stoker.band_stats(tmp_path / "bands", key="planar.tif", layout="CHW", max_samples=3)
+    first = np.concatenate([a.reshape(-1, 5) for a in arrays[:3]]).astype(np.float64)
+    assert planar["samples"] == 3
+    np.testing.assert_allclose(planar["mean"], first.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(planar["std"], first.std(0), rtol=1e-9)
+    with pytest.raises(ValueError, match="layout"):
+        stoker.band_stats(tmp_path / "bands", layout="HW")
