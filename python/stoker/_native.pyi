@@ -122,6 +122,8 @@ class FieldSpec:
     box_format: str
     labels: str
     fill: int
+    array_transform: list[TransformStep]
+    array_layout: str
     def __init__(self) -> None: ...
 
 class LoaderOptions:
