@@ -261,6 +261,9 @@ def test_array_transforms_crop_flip_and_normalize_bands_and_their_labels_alike(t
         expected = (torch.from_numpy(window.astype(np.float32)) - torch.tensor(mean)) / torch.tensor(std)
         assert torch.equal(batch["bands"][i], expected)
     assert len(draws) > 4
+    # Every kind of draw happens (fixed seed: the same draws every run).
+    assert {d[2] for d in draws} == {False, True} and {d[3] for d in draws} == {False, True}
+    assert max(d[0] for d in draws) > 3 and max(d[1] for d in draws) > 2, draws
     again = batches(3)[0]
     assert torch.equal(again["bands"], batch["bands"]) and torch.equal(again["mask"], batch["mask"])
     first, second = batches(3, epochs=2)
