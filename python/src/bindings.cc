@@ -100,7 +100,7 @@ class PyLoader {
     device_note_ = resolved.note;
     device_ = resolved.device;
     // Typed fields are decoded on the CPU loader; Python moves their tensors
-    // to the device (stoker/fields.py's DeviceMover).
+    // to the device (stoker/_device_mover.py's DeviceMover).
     if (device_.kind == stoker::DeviceKind::kCuda && options.fields.empty()) {
       // The GPU finishes preprocessing only where batches go to a GPU.
       stoker::DeviceLoaderOptions device_options;

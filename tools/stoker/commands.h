@@ -33,6 +33,8 @@ struct TokenVerifyArgs {
 // rows inspect shows).
 int RunInspect(const std::string& location, const RemoteArgs& remote, bool json, std::uint64_t images,
                std::uint64_t seq_len);
+// A URL that is neither a packed dataset nor a token prefix: both are said.
+[[nodiscard]] stoker::Status NotTokensEither(const std::string& location, const stoker::Status& error);
 int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, bool decode,
               const TokenVerifyArgs& tokens);
 // Megatron token datasets (token_commands.cc). TokenPrefixFor: the prefix

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "simulated_step.h"
+#include "stoker/byte_size.h"
 #include "stoker/progress.h"
 #include "stoker/remote.h"
 #include "stoker/text.h"
