@@ -6,6 +6,7 @@ loader, stacked or padded like .npy arrays; refusals name what and where.
 (tests/codec/tiff_array_test.cc covers LZW, PackBits, ZSTD and the
 floating-point predictor, written with libtiff.)"""
 import io
+import json
 import re
 
 import numpy as np
@@ -188,6 +189,11 @@ def test_a_packed_tree_of_band_tiffs_verifies_and_loads(cli, tmp_path):
     cli("pack", tree, tmp_path / "packed")
     result = cli("verify", "--decode", tmp_path / "packed")
     assert "decoded 8 fields (4 TIFFs of samples no image mode holds as arrays" in result.stdout
+    assert ("TIFFs no image mode holds (the first: [8, 6, 13] uint16): read them with stoker.Array(key=\"tif\")"
+            in cli("inspect", tmp_path / "packed").stdout)
+    fields = {f["name"]: f for f in json.loads(cli("inspect", "--json", tmp_path / "packed").stdout)["fields"]}
+    assert fields["tif"]["tiff_arrays"] == {"first_shape": [8, 6, 13], "dtype": "uint16"}
+    assert "tiff_arrays" not in fields["cls"]
     loader = stoker.Loader(tmp_path / "packed", batch_size=4, shuffle=False,
                            fields={"bands": stoker.Array(key="tif"), "label": stoker.Int("cls")})
     batch = next(iter(loader))  # the packed order: by class folder, then file name

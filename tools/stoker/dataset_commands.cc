@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "stoker/byte_size.h"
+#include "stoker/decode.h"
 #include "stoker/fields.h"
 #include "stoker/merge.h"
 #include "stoker/pack.h"
@@ -248,6 +249,28 @@ void PrintLabels(const stoker::DatasetSummary& s) {
   }
 }
 
+// For an image field of TIFFs no image mode holds (bands, floats, signed
+// samples): its first sample's array, as stoker.Array decodes it. Looked
+// for among the first 1,000 samples; nullopt for other fields.
+std::optional<stoker::HostTensor> TiffArrayOf(const stoker::Dataset& dataset, std::size_t field) {
+  const std::string& name = dataset.field_names()[field];
+  const bool tiff = name == "tif" || name == "tiff" || name.ends_with(".tif") || name.ends_with(".tiff");
+  if (!tiff) return std::nullopt;
+  for (std::uint64_t i = 0; i < std::min<std::uint64_t>(dataset.num_samples(), 1000); ++i) {
+    auto info = dataset.Sample(i);
+    if (!info.ok()) return std::nullopt;
+    if (!info->fields[field]) continue;
+    auto bytes = dataset.ReadField(i, field, /*verify=*/false);
+    if (!bytes.ok()) return std::nullopt;
+    auto image = stoker::DecodeImage(*bytes, "RGB");
+    if (image.ok() || image.error().code() != stoker::StatusCode::kUnimplemented) return std::nullopt;
+    auto array = stoker::DecodeArray(*bytes);
+    if (!array.ok()) return std::nullopt;
+    return std::move(*array);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 stoker::Status NotTokensEither(const std::string& location, const stoker::Status& error) {
@@ -289,12 +312,19 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
     out["region_records"] = s.region_records;
     out["field_names"] = (*dataset)->field_names();
     out["fields"] = nlohmann::json::array();
-    for (const auto& f : s.fields)
-      out["fields"].push_back({{"name", f.name},
-                               {"kind", std::string(stoker::FieldKindName(f.kind))},
-                               {"kind_recorded", f.kind_recorded},
-                               {"samples", f.samples},
-                               {"bytes", f.bytes}});
+    for (std::size_t i = 0; i < s.fields.size(); ++i) {
+      const auto& f = s.fields[i];
+      nlohmann::json entry = {{"name", f.name},
+                              {"kind", std::string(stoker::FieldKindName(f.kind))},
+                              {"kind_recorded", f.kind_recorded},
+                              {"samples", f.samples},
+                              {"bytes", f.bytes}};
+      if (f.kind == stoker::FieldKind::kImage)
+        if (auto array = TiffArrayOf(**dataset, i))
+          entry["tiff_arrays"] = {{"first_shape", array->shape},
+                                  {"dtype", std::string(stoker::ElementTypeName(array->type))}};
+      out["fields"].push_back(std::move(entry));
+    }
     nlohmann::json labels = nlohmann::json::object();
     for (const auto& [label, count] : s.label_counts) labels[std::to_string(label)] = count;
     out["labels"] = labels;
@@ -379,13 +409,18 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   fmt::print("fields   (kind: {}; the loader's fields= decodes it so)\n",
              any_by_convention ? "* by WebDataset's naming convention, an index from before kinds were recorded"
                                : "as the index records it");
-  for (const auto& f : s.fields) {
+  for (std::size_t i = 0; i < s.fields.size(); ++i) {
+    const auto& f = s.fields[i];
     const std::string missing = f.samples < s.num_samples
                                     ? fmt::format("  ({} {} it)", s.num_samples - f.samples,
                                                   s.num_samples - f.samples == 1 ? "sample lacks" : "samples lack")
                                     : "";
     fmt::print("  {:<16} {:<6}{} {:>10} samples  {:>10}{}\n", Printable(f.name), stoker::FieldKindName(f.kind),
                f.kind_recorded ? " " : "*", f.samples, stoker::FormatBytes(f.bytes), missing);
+    if (f.kind != stoker::FieldKind::kImage) continue;
+    if (auto array = TiffArrayOf(**dataset, i))
+      fmt::print("  {:<16} TIFFs no image mode holds (the first: [{}] {}): read them with stoker.Array(key=\"{}\")\n",
+                 "", fmt::join(array->shape, ", "), stoker::ElementTypeName(array->type), Printable(f.name));
   }
   PrintLabels(s);
   if (survey) PrintSurvey(*survey);
