@@ -373,7 +373,8 @@ class Compose:
         if norms:
             n = ts[norms[0]]
             if len(n.mean) != 3 or len(n.std) != 3:
-                raise ValueError("an image's Normalize needs three means and three stds (RGB), not %d and %d"
+                raise ValueError("an image's Normalize needs three means and three stds (RGB), not %d and %d "
+                                 "(an Array's transform of bands is a list of steps, not a Compose)"
                                  % (len(n.mean), len(n.std)))
             o.normalize, o.mean, o.std = True, list(n.mean), list(n.std)
             ts, tail = ts[:norms[0]], ts[norms[0] + 1:]
