@@ -35,6 +35,9 @@ enum class FieldKind : std::uint8_t {
 // cls, id, idx, index, label -> int; anything else bytes. What `stoker
 // inspect` shows, and a starting point for specs.
 [[nodiscard]] FieldKind ConventionalFieldKind(std::string_view key);
+// Whether a key's last extension is tif or tiff (any case): an image field
+// that an Array spec may also read, as the TIFF's samples.
+[[nodiscard]] bool IsTiffKey(std::string_view key);
 
 struct FieldSpec {
   std::string name;  // what the batch calls it

@@ -36,10 +36,25 @@ std::string_view FieldKindName(FieldKind kind) {
   return "?";
 }
 
-FieldKind ConventionalFieldKind(std::string_view key) {
+namespace {
+
+// The last extension, lower-cased (the whole key when it has no dot).
+std::string LastExtension(std::string_view key) {
   const auto dot = key.rfind('.');
   std::string ext(dot == std::string_view::npos ? key : key.substr(dot + 1));
   for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+}  // namespace
+
+bool IsTiffKey(std::string_view key) {
+  const std::string ext = LastExtension(key);
+  return ext == "tif" || ext == "tiff";
+}
+
+FieldKind ConventionalFieldKind(std::string_view key) {
+  const std::string ext = LastExtension(key);
   if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "tif" || ext == "tiff" || ext == "ppm" ||
       ext == "pgm")
     return FieldKind::kImage;

@@ -1,9 +1,7 @@
 #include "pipeline/sample_producer.h"
 
 #include <algorithm>
-#include <cctype>
 #include <iterator>
-#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,12 +23,7 @@ using Clock = std::chrono::steady_clock;
 // no number. Text may hold anything (numbers, JSON).
 bool KindsAgree(FieldKind spec, FieldKind recorded, std::string_view key) {
   if (spec == FieldKind::kBytes || spec == FieldKind::kCustom || recorded == FieldKind::kBytes) return true;
-  if (spec == FieldKind::kArray && recorded == FieldKind::kImage) {
-    const auto dot = key.rfind('.');
-    std::string ext(dot == std::string_view::npos ? key : key.substr(dot + 1));
-    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return ext == "tif" || ext == "tiff";
-  }
+  if (spec == FieldKind::kArray && recorded == FieldKind::kImage) return IsTiffKey(key);
   if (spec == FieldKind::kBoxes || spec == FieldKind::kKeypoints)
     return recorded == FieldKind::kArray || recorded == FieldKind::kJson || recorded == FieldKind::kText;
   if (spec == FieldKind::kMask) return recorded == FieldKind::kImage;

@@ -253,9 +253,7 @@ void PrintLabels(const stoker::DatasetSummary& s) {
 // samples): its first sample's array, as stoker.Array decodes it. Looked
 // for among the first 1,000 samples; nullopt for other fields.
 std::optional<stoker::HostTensor> TiffArrayOf(const stoker::Dataset& dataset, std::size_t field) {
-  const std::string& name = dataset.field_names()[field];
-  const bool tiff = name == "tif" || name == "tiff" || name.ends_with(".tif") || name.ends_with(".tiff");
-  if (!tiff) return std::nullopt;
+  if (!stoker::IsTiffKey(dataset.field_names()[field])) return std::nullopt;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(dataset.num_samples(), 1000); ++i) {
     auto info = dataset.Sample(i);
     if (!info.ok()) return std::nullopt;
