@@ -134,7 +134,7 @@ class Float(_Field):
 def _array_steps(transform):
     """The steps of an Array's transform: None, a list or tuple of steps, or
     a Compose."""
-    from . import transforms as T
+    T = transforms
     if transform is None:
         return []
     steps = transform.transforms if isinstance(transform, T.Compose) else transform
@@ -152,8 +152,7 @@ def _array_steps(transform):
 
 
 def _array_step(t):
-    from . import transforms as T
-    if isinstance(t, T.Normalize):
+    if isinstance(t, transforms.Normalize):
         return _native.TransformStep("Normalize", [("mean", list(t.mean)), ("std", list(t.std))], [], [])
     return t._step()
 

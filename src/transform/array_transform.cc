@@ -79,8 +79,8 @@ void SetArrayShape(HostTensor& t, const ArrayGeometry& g) {
   }
 }
 
-Status CropArray(HostTensor& t, ArrayGeometry& g, std::int64_t top, std::int64_t left, std::int64_t height,
-                 std::int64_t width, std::vector<std::byte>& scratch) {
+void CropArray(HostTensor& t, ArrayGeometry& g, std::int64_t top, std::int64_t left, std::int64_t height,
+               std::int64_t width, std::vector<std::byte>& scratch) {
   ArrayGeometry out = g;
   out.height = height;
   out.width = width;
@@ -94,10 +94,8 @@ Status CropArray(HostTensor& t, ArrayGeometry& g, std::int64_t top, std::int64_t
       to += out.row_bytes();
     }
   t.data.swap(scratch);
-  t.data.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
   g = out;
   SetArrayShape(t, g);
-  return Status::Ok();
 }
 
 void FlipArrayHorizontally(HostTensor& t, const ArrayGeometry& g, std::vector<std::byte>& scratch) {
@@ -213,7 +211,6 @@ Status NormalizeArray(const TransformStep& step, HostTensor& t, ArrayGeometry& g
     }
   }
   t.data.swap(scratch);
-  t.data.resize(n * sizeof(float));
   t.type = ElementType::kFloat32;
   g.element = sizeof(float);
   return Status::Ok();
@@ -290,7 +287,7 @@ Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_
         top = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.height - height) / 2.0));
         left = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.width - width) / 2.0));
       }
-      STOKER_RETURN_IF_ERROR(CropArray(array, g, top, left, height, width, scratch));
+      CropArray(array, g, top, left, height, width, scratch);
     } else if (step.name == "RandomHorizontalFlip") {
       if (rng.Uniform01() < FlipProbability(step)) FlipArrayHorizontally(array, g, scratch);
     } else if (step.name == "RandomVerticalFlip") {
