@@ -54,21 +54,31 @@ struct FieldSpec {
   bool transformed = false;
   // kCustom: the name of a decoder a loaded extension registered.
   std::string decoder;
-  // kBoxes, kKeypoints, kMask: moved with the transformed image (every
-  // crop, flip, rotation, affine and resize it gets), clamped to it (boxes:
-  // one left without area is dropped, with its label). Needs a transformed
-  // image field; a mask must be that image's size.
+  // kBoxes, kKeypoints, kMask, kArray: moved with the transformed image
+  // (every crop, flip, rotation, affine and resize it gets), clamped to it
+  // (boxes: one left without area is dropped, with its label). Needs a
+  // transformed image field. A mask or an array is that image's size
+  // ([H, W], or with bands where `array_layout` says) and moves with
+  // nearest-neighbour sampling; such an array takes no array_transform.
   bool follows = false;
   std::string box_format = "xyxy";  // kBoxes: "xyxy", "xywh" or "cxcywh" (output in the same format)
   // kBoxes: the name of another field (an Array, one label per box along
   // its first dimension) whose entries are dropped with their boxes.
   std::string labels;
-  std::uint8_t fill = 0;  // kMask: pixels moved in from outside the image
+  // kMask, and a kArray that follows: the value of pixels moved in from
+  // outside the image, in the field's element type (InvalidArgument when
+  // that type cannot hold it: a fraction or out of range for integers).
+  double fill = 0;
+  // kMask: "L" (8-bit labels), "I;16" (16-bit, e.g. instance ids) or "RGB"
+  // (labels coded as colours, e.g. COCO panoptic): uint8 [H, W], uint16
+  // [H, W] or uint8 [H, W, 3].
+  std::string mask_mode = "L";
   // kArray: steps applied to each array on the loader's threads, in order:
   // RandomCrop (no padding), CenterCrop, RandomHorizontalFlip,
   // RandomVerticalFlip, Normalize (mean and std: one value, or one a band;
-  // to float32). The array's height and width are where `array_layout`
-  // says: "HWC" ([H, W] or [H, W, C]) or "CHW". Draws are the sample's:
+  // to float32). The array's height and width (for these steps and for
+  // `follows`) are where `array_layout` says: "HWC" ([H, W] or [H, W, C])
+  // or "CHW". Draws are the sample's:
   // arrays of one size given the same steps get the same crop and flips.
   std::vector<TransformStep> array_transform;
   std::string array_layout = "HWC";

@@ -251,6 +251,7 @@ void BindFields(py::module_& m) {
       .def_readwrite("box_format", &stoker::FieldSpec::box_format)
       .def_readwrite("labels", &stoker::FieldSpec::labels)
       .def_readwrite("fill", &stoker::FieldSpec::fill)
+      .def_readwrite("mask_mode", &stoker::FieldSpec::mask_mode)
       .def_readwrite("array_transform", &stoker::FieldSpec::array_transform)
       .def_readwrite("array_layout", &stoker::FieldSpec::array_layout);
   m.def("load_field_extension", [](const std::string& path) { Check(stoker::LoadFieldExtension(path)); });

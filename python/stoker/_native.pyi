@@ -121,7 +121,8 @@ class FieldSpec:
     follows: bool
     box_format: str
     labels: str
-    fill: int
+    fill: float
+    mask_mode: str
     array_transform: list[TransformStep]
     array_layout: str
     def __init__(self) -> None: ...

@@ -176,10 +176,19 @@ class Array(_Field):
     [H, W, bands]: TIFFs of contiguous bands, most .npy) or "CHW" (planar
     TIFFs). Draws are the sample's: Array fields of one size given the same
     steps get the same crop and flips (bands and their label map stay
-    aligned); an array smaller than a crop is an error naming the sample."""
+    aligned); an array smaller than a crop is an error naming the sample.
+
+    ``follows="image"``: instead of steps of its own, the array takes every
+    crop, flip, rotation, affine and resize the transformed image takes,
+    with nearest-neighbour sampling, as a mask does (a depth map, extra
+    bands, a float label map beside an RGB image). It must be the image's
+    size (height and width where ``layout`` says); values moved in from
+    outside take ``fill`` (any number the dtype holds, NaN for floats).
+    Values are moved, not changed: the vectors of an optical-flow field
+    are not turned with it."""
     kind = "array"
 
-    def __init__(self, key="npy", pad=None, optional=False, transform=None, layout="HWC"):
+    def __init__(self, key="npy", pad=None, optional=False, transform=None, layout="HWC", follows=None, fill=0):
         super().__init__(key, optional)
         if pad is not None and not isinstance(pad, (int, float, bool)):
             raise TypeError("Array(pad=...) is a number or None, not %r" % (pad,))
@@ -188,12 +197,20 @@ class Array(_Field):
             raise ValueError("Array(layout=...) is \"HWC\" or \"CHW\", not %r" % (layout,))
         self.layout = layout
         self.transform = _array_steps(transform)  # checked natively again when the loader is made
+        self.follows = _follows(follows)
+        if self.follows and self.transform:
+            raise ValueError("an Array that follows the image takes the image's steps, not a transform of its own")
+        if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+            raise TypeError("Array(fill=...) is a number, not %r" % (fill,))
+        self.fill = fill  # whether its dtype holds it is checked on the first array
 
     def _spec(self, name):
         spec = super()._spec(name)
-        if self.transform:
+        if self.transform or self.follows:
             spec.array_transform = [_array_step(t) for t in self.transform]
             spec.array_layout = self.layout
+        spec.follows = self.follows
+        spec.fill = float(self.fill)
         return spec
 
     _sample = Image._sample
@@ -363,24 +380,32 @@ class Keypoints(_Target):
         super().__init__(key, follows, pad, optional)
 
 
+_MASK_MODES = {"L": 255, "I;16": 65535, "RGB": 255}  # and the largest fill each holds
+
+
 class Mask(_Field):
-    """A label map (PNG or another image, read as 8-bit "L"), the size of
-    its image. With ``follows="image"`` it takes every crop, flip,
-    rotation, affine and resize the transformed image takes, with
+    """A label map (PNG or another image), the size of its image, decoded
+    in ``mode``: "L" (8-bit labels; colour images as their luma), "I;16"
+    (16-bit labels such as Cityscapes' instance ids; int32, as torch 1.13
+    has no uint16) or "RGB" (labels coded as colours, such as COCO
+    panoptic's; [H, W, 3]). With ``follows="image"`` it takes every crop,
+    flip, rotation, affine and resize the transformed image takes, with
     nearest-neighbour sampling (torchvision.transforms.v2's masks); pixels
-    moved in from outside take ``fill``. Following masks come as one uint8
-    [B, H, W] tensor; others as a list of [H, W] tensors."""
+    moved in from outside take ``fill``. Following masks come as one
+    tensor [B, H, W] ([B, H, W, 3] for "RGB"); others as a list."""
     kind = "mask"
 
-    def __init__(self, key="seg.png;mask.png", follows="image", fill=0, optional=False):
+    def __init__(self, key="seg.png;mask.png", follows="image", fill=0, optional=False, mode="L"):
         super().__init__(key, optional)
         self.follows = _follows(follows)
-        self.fill = _params.integer("fill", fill, 0, 255)
+        self.mode = _params.choice("mode", mode, tuple(_MASK_MODES))
+        self.fill = _params.integer("fill", fill, 0, _MASK_MODES[self.mode])
 
     def _spec(self, name):
         spec = super()._spec(name)
         spec.follows = self.follows
         spec.fill = self.fill
+        spec.mask_mode = self.mode
         return spec
 
     _sample = Image._sample

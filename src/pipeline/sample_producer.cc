@@ -445,7 +445,7 @@ Result<std::int64_t> SampleProducer::ProduceOne(std::uint64_t sample, SampleCont
 
 Status SampleProducer::Follow(const SampleInfo& info, FieldColumns& columns, std::size_t index,
                               ProducerScratch& scratch) const {
-  Status s = follower_.Apply(scratch.image.geometry, columns, index, scratch.target, scratch.target_scratch);
+  Status s = follower_.Apply(scratch.image.geometry, columns, index, scratch.target);
   if (s.ok()) return s;
   return s.WithContext(fmt::format("sample '{}' in {}", Printable(info.key), dataset_->shards()[info.shard].path));
 }

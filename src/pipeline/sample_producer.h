@@ -50,8 +50,8 @@ using FieldColumns = std::vector<std::vector<FieldValue>>;
 struct ProducerScratch {
   std::vector<std::byte> encoded;
   ImageScratch image;
-  transform::Image target, target_scratch;  // masks following the image
-  std::vector<std::byte> array_scratch;     // arrays' transforms
+  transform::RasterScratch target;       // masks and arrays following the image
+  std::vector<std::byte> array_scratch;  // arrays' transforms
 };
 
 class SampleProducer {

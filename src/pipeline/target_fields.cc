@@ -8,6 +8,7 @@
 #include "codec/image_decode.h"
 #include "codec/npy.h"
 #include "codec/number_array.h"
+#include "transform/array_transform.h"
 
 namespace stoker::pipeline {
 namespace {
@@ -119,22 +120,34 @@ Status DecodeKeypointsField(std::span<const std::byte> bytes, const FieldSpec&, 
   return Status::Ok();
 }
 
-Status DecodeMaskField(std::span<const std::byte> bytes, const FieldSpec&, const FieldDecodeOptions& options,
+Status DecodeMaskField(std::span<const std::byte> bytes, const FieldSpec& spec, const FieldDecodeOptions& options,
                        FieldValue* out) {
   thread_local codec::SourceImage source;
   thread_local codec::Pixels pixels;
-  STOKER_RETURN_IF_ERROR(
-      codec::DecodeImageTensor(bytes, codec::ColorMode::kL, options.max_pixels, &source, &pixels, &out->tensor));
-  if (out->tensor.shape.size() == 3) out->tensor.shape.pop_back();  // [H, W, 1] -> [H, W]
+  const auto mode = MaskColorMode(spec.mask_mode);
+  if (!mode) return codec::UnknownColorMode(spec.mask_mode);  // CheckFieldSpec refused it already
+  STOKER_RETURN_IF_ERROR(codec::DecodeImageTensor(bytes, *mode, options.max_pixels, &source, &pixels, &out->tensor));
+  if (out->tensor.shape.size() == 3 && out->tensor.shape[2] == 1) out->tensor.shape.pop_back();  // [H, W, 1] -> [H, W]
   return Status::Ok();
+}
+
+std::optional<codec::ColorMode> MaskColorMode(std::string_view mode) {
+  const auto parsed = codec::ParseColorMode(mode);
+  if (parsed == codec::ColorMode::kL || parsed == codec::ColorMode::kI16 || parsed == codec::ColorMode::kRGB)
+    return parsed;
+  return std::nullopt;
+}
+
+ElementType MaskElementType(codec::ColorMode mode) {
+  return mode == codec::ColorMode::kI16 ? ElementType::kUInt16 : ElementType::kUInt8;
 }
 
 Result<TargetFollower> TargetFollower::Create(const std::vector<FieldSpec>& specs, bool has_transformed_image) {
   TargetFollower t;
   for (std::size_t f = 0; f < specs.size(); ++f) {
     const FieldSpec& spec = specs[f];
-    const bool target =
-        spec.kind == FieldKind::kBoxes || spec.kind == FieldKind::kKeypoints || spec.kind == FieldKind::kMask;
+    const bool target = spec.kind == FieldKind::kBoxes || spec.kind == FieldKind::kKeypoints ||
+                        spec.kind == FieldKind::kMask || spec.kind == FieldKind::kArray;
     if (spec.kind == FieldKind::kBoxes && spec.box_format != "xyxy" && spec.box_format != "xywh" &&
         spec.box_format != "cxcywh")
       return Status::InvalidArgument(
@@ -143,12 +156,33 @@ Result<TargetFollower> TargetFollower::Create(const std::vector<FieldSpec>& spec
       return Status::InvalidArgument(fmt::format("field '{}': only boxes have labels", spec.name));
     if (spec.follows && !target)
       return Status::InvalidArgument(
-          fmt::format("field '{}': only boxes, keypoints and masks follow the image", spec.name));
+          fmt::format("field '{}': only boxes, keypoints, masks and arrays follow the image", spec.name));
+    if (spec.kind == FieldKind::kMask) {
+      const auto mode = MaskColorMode(spec.mask_mode);
+      if (!mode)
+        return Status::InvalidArgument(fmt::format("field '{}': a mask's mode is \"L\", \"I;16\" or \"RGB\", not '{}'",
+                                                   spec.name, spec.mask_mode));
+      if (auto fill = transform::FillBytes(MaskElementType(*mode), spec.fill); !fill.ok())
+        return fill.status().WithContext(fmt::format("field '{}' (mode {})", spec.name, spec.mask_mode));
+    }
     if (!spec.follows) continue;
+    if (spec.kind == FieldKind::kArray && !spec.array_transform.empty())
+      return Status::InvalidArgument(
+          fmt::format("field '{}': an Array that follows the image takes the image's steps, not a transform of its own",
+                      spec.name));
+    if (spec.kind == FieldKind::kArray && !transform::KnownArrayLayout(spec.array_layout))
+      return Status::InvalidArgument(
+          fmt::format("field '{}': layout is \"HWC\" or \"CHW\", not '{}'", spec.name, spec.array_layout));
     if (!has_transformed_image)
       return Status::InvalidArgument(fmt::format(
           "field '{}' follows the image, but no image field is transformed (give an Image a transform)", spec.name));
-    Follower follower{f, spec.kind, spec.name, spec.box_format, std::nullopt, spec.fill};
+    Follower follower{f,
+                      spec.kind,
+                      spec.name,
+                      spec.box_format,
+                      std::nullopt,
+                      spec.fill,
+                      spec.kind == FieldKind::kArray ? spec.array_layout : std::string("HWC")};
     if (!spec.labels.empty()) {
       for (std::size_t g = 0; g < specs.size(); ++g)
         if (specs[g].name == spec.labels) follower.labels = g;
@@ -163,24 +197,15 @@ Result<TargetFollower> TargetFollower::Create(const std::vector<FieldSpec>& spec
 }
 
 Status TargetFollower::Apply(const transform::SampleGeometry& geometry, std::vector<std::vector<FieldValue>>& columns,
-                             std::size_t index, transform::Image& scratch_a, transform::Image& scratch_b) const {
+                             std::size_t index, transform::RasterScratch& scratch) const {
   if (!geometry.valid) return Status::Internal("the image's transform recorded no geometry");
   for (const Follower& f : followers_) {
     FieldValue& value = columns[f.field][index];
     if (!value.present) continue;
     auto with_context = [&f](Status s) { return s.WithContext(fmt::format("field '{}'", f.name)); };
-    if (f.kind == FieldKind::kMask) {
-      const auto& shape = value.tensor.shape;
-      scratch_a.width = static_cast<int>(shape[1]);
-      scratch_a.height = static_cast<int>(shape[0]);
-      scratch_a.channels = 1;
-      scratch_a.pixels.resize(value.tensor.data.size());
-      std::memcpy(scratch_a.pixels.data(), value.tensor.data.data(), value.tensor.data.size());
-      Status s = transform::FollowMask(geometry, scratch_a, scratch_b, f.fill);
-      if (!s.ok()) return Status::Corruption(s.message()).WithContext(fmt::format("field '{}'", f.name));
-      value.tensor.shape = {scratch_a.height, scratch_a.width};
-      value.tensor.data.resize(scratch_a.pixels.size());
-      std::memcpy(value.tensor.data.data(), scratch_a.pixels.data(), scratch_a.pixels.size());
+    if (f.kind == FieldKind::kMask || f.kind == FieldKind::kArray) {
+      STOKER_RETURN_IF_ERROR(with_context(transform::FollowRaster(
+          geometry, f.kind == FieldKind::kMask ? "mask" : "array", f.layout, f.fill, value.tensor, scratch)));
       continue;
     }
     const std::size_t n = value.tensor.data.size() / sizeof(float);

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "transform/array_geometry.h"
+
 namespace stoker::transform {
 namespace {
 
@@ -38,54 +40,13 @@ double FlipProbability(const TransformStep& step) {
   return p == nullptr || p->empty() ? 0.5 : p->front();
 }
 
-// Where an array's height and width lie, and how its bytes are laid out.
-struct ArrayGeometry {
-  std::int64_t bands = 1, height = 0, width = 0;
-  bool bands_first = false;  // CHW
-  std::size_t element = 1;
-
-  // Rows of `width` runs of `run` bytes: HWC is height rows of width
-  // pixels of all bands; CHW is bands x height rows of width elements.
-  [[nodiscard]] std::int64_t rows() const { return bands_first ? bands * height : height; }
-  [[nodiscard]] std::size_t run() const { return bands_first ? element : element * static_cast<std::size_t>(bands); }
-  [[nodiscard]] std::size_t row_bytes() const { return run() * static_cast<std::size_t>(width); }
-};
-
-Result<ArrayGeometry> ArrayGeometryOf(const HostTensor& t, std::string_view layout) {
-  ArrayGeometry g;
-  g.element = ElementSize(t.type);
-  g.bands_first = layout == "CHW";
-  if (t.shape.size() == 2) {
-    g.height = t.shape[0];
-    g.width = t.shape[1];
-  } else if (t.shape.size() == 3) {
-    g.bands = g.bands_first ? t.shape[0] : t.shape[2];
-    g.height = g.bands_first ? t.shape[1] : t.shape[0];
-    g.width = g.bands_first ? t.shape[2] : t.shape[1];
-  } else {
-    return Status::InvalidArgument(fmt::format("an Array's transform takes 2-D or 3-D arrays ({}), not shape [{}]",
-                                               layout, fmt::join(t.shape, ", ")));
-  }
-  return g;
-}
-
-void SetArrayShape(HostTensor& t, const ArrayGeometry& g) {
-  if (t.shape.size() == 2) {
-    t.shape = {g.height, g.width};
-  } else if (g.bands_first) {
-    t.shape = {g.bands, g.height, g.width};
-  } else {
-    t.shape = {g.height, g.width, g.bands};
-  }
-}
-
 void CropArray(HostTensor& t, ArrayGeometry& g, std::int64_t top, std::int64_t left, std::int64_t height,
                std::int64_t width, std::vector<std::byte>& scratch) {
   ArrayGeometry out = g;
   out.height = height;
   out.width = width;
   scratch.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
-  const std::int64_t planes = g.bands_first ? g.bands : 1;
+  const std::int64_t planes = g.planes();
   std::byte* to = scratch.data();
   for (std::int64_t p = 0; p < planes; ++p)
     for (std::int64_t r = 0; r < height; ++r) {
@@ -113,7 +74,7 @@ void FlipArrayHorizontally(HostTensor& t, const ArrayGeometry& g, std::vector<st
 void FlipArrayVertically(HostTensor& t, const ArrayGeometry& g, std::vector<std::byte>& scratch) {
   scratch.resize(t.data.size());
   const std::size_t row = g.row_bytes();
-  const std::int64_t planes = g.bands_first ? g.bands : 1;
+  const std::int64_t planes = g.planes();
   for (std::int64_t p = 0; p < planes; ++p)
     for (std::int64_t r = 0; r < g.height; ++r)
       std::memcpy(scratch.data() + static_cast<std::size_t>(p * g.height + r) * row,
@@ -271,7 +232,7 @@ Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_
 
 Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_view layout, Rng& rng,
                            HostTensor& array, std::vector<std::byte>& scratch) {
-  STOKER_ASSIGN_OR_RETURN(ArrayGeometry g, ArrayGeometryOf(array, layout));
+  STOKER_ASSIGN_OR_RETURN(ArrayGeometry g, ArrayGeometryOf(array, layout, "an Array's transform takes"));
   for (const TransformStep& step : steps) {
     if (step.name == "RandomCrop" || step.name == "CenterCrop") {
       STOKER_ASSIGN_OR_RETURN(auto size, CropSize(step));

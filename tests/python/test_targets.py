@@ -42,6 +42,27 @@ def objects(i):
     return [(10 + i % 5, 12, 50, 40 + i % 7), (70, 50 + i % 4, 110, 100), (130 + i % 3, 5, W, 30)]
 
 
+def rasters(mask):
+    """Rasters beside the label map, each a function of its labels and of
+    the pixel's place: a 16-bit id map, a colour-coded (panoptic-style) map,
+    float depth, planar uint16 bands and each pixel's own index."""
+    labels = mask.astype(np.int64)
+    index = np.arange(H * W, dtype=np.int32).reshape(H, W)
+    return {"inst.png": encoded(Image.fromarray((labels * 1000 + 7).astype(np.uint16)), "PNG"),
+            "pan.png": encoded(Image.fromarray(np.stack([labels * 40, labels * 7, 255 - labels], 2).astype(np.uint8)),
+                               "PNG"),
+            "depth.npy": npy((labels + 0.5).astype(np.float32)),
+            "bands.tif": tiff(np.stack([labels * 3, index % 4099]).astype(np.uint16)),
+            "where.npy": npy(index)}
+
+
+def tiff(array):
+    import tifffile
+    buf = io.BytesIO()
+    tifffile.imwrite(buf, array, planarconfig="separate", photometric="minisblack")
+    return buf.getvalue()
+
+
 def write_dataset(folder, n=24, per_shard=8, bad=None):
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(5)
@@ -59,7 +80,8 @@ def write_dataset(folder, n=24, per_shard=8, bad=None):
                 sample = {"jpg": encoded(Image.fromarray(rgb), "JPEG"), "seg.png": encoded(Image.fromarray(mask), "PNG"),
                           "boxes.npy": npy(np.array(boxes, np.float32)),
                           "labels.npy": npy(np.arange(1, 4, dtype=np.int64)),
-                          "keypoints.json": json.dumps([[(a + c) / 2, (b + d) / 2] for a, b, c, d in boxes]).encode()}
+                          "keypoints.json": json.dumps([[(a + c) / 2, (b + d) / 2] for a, b, c, d in boxes]).encode(),
+                          **rasters(mask)}
                 if bad and i == bad[0]:
                     sample[bad[1]] = bad[2]
                 for ext, data in sample.items():
@@ -209,3 +231,74 @@ def test_followers_need_a_transformed_image(dataset):
                                        "boxes": stoker.Boxes(labels="nope")})
     with pytest.raises(ValueError, match="format"):
         stoker.Boxes(format="yxyx")
+
+
+RASTERS = {"mask": stoker.Mask(fill=250), "seg": stoker.Bytes("seg.png"),
+           "inst": stoker.Mask("inst.png", mode="I;16", fill=65535),
+           "pan": stoker.Mask("pan.png", mode="RGB", fill=9),
+           "depth": stoker.Array("depth.npy", follows="image", fill=float("nan")),
+           "bands": stoker.Array("bands.tif", follows="image", layout="CHW", fill=7),
+           "where": stoker.Array("where.npy", follows="image", fill=-1)}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_rasters_of_any_type_take_the_masks_pixels(dataset, recipe):
+    """Every raster that follows takes, at each pixel, the value of the
+    source pixel the 8-bit mask took there (`where` says which), or its
+    fill where the image moved in pixels from outside."""
+    fields = dict(RASTERS, image=stoker.Image(transform=RECIPES[recipe]()))
+    filled = 0
+    for batch in stoker.Loader(dataset, batch_size=8, fields=fields, seed=3, log_epochs=False):
+        b, h, w = batch["mask"].shape
+        assert batch["image"].shape[2:] == (h, w)
+        assert batch["inst"].shape == (b, h, w) and batch["inst"].dtype == torch.int32
+        assert batch["pan"].shape == (b, h, w, 3) and batch["pan"].dtype == torch.uint8
+        assert batch["depth"].shape == (b, h, w) and batch["depth"].dtype == torch.float32
+        assert batch["bands"].shape == (b, 2, h, w) and batch["bands"].dtype == torch.int32
+        where = batch["where"].numpy()
+        outside = where < 0
+        filled += int(outside.sum())
+        for j in range(b):
+            source = np.array(Image.open(io.BytesIO(batch["seg"][j]))).astype(np.int64).ravel()
+            inside = ~outside[j]
+            labels = source[where[j][inside]]
+            mask = batch["mask"][j].numpy()
+            assert (mask[inside] == labels).all() and (mask[outside[j]] == 250).all()
+            inst, pan, depth = batch["inst"][j].numpy(), batch["pan"][j].numpy(), batch["depth"][j].numpy()
+            assert (inst[inside] == labels * 1000 + 7).all() and (inst[outside[j]] == 65535).all()
+            assert (pan[inside] == np.stack([labels * 40, labels * 7, 255 - labels], 1)).all()
+            assert (pan[outside[j]] == 9).all()
+            assert (depth[inside] == labels + 0.5).all() and np.isnan(depth[outside[j]]).all()
+            bands = batch["bands"][j].numpy()
+            assert (bands[0][inside] == labels * 3).all() and (bands[1][inside] == where[j][inside] % 4099).all()
+            assert (bands[:, outside[j]] == 7).all()
+    if recipe in ("rotation", "expand_and_vflip", "affine_after_crop"):
+        assert filled > 0  # the recipe moved pixels in from outside
+
+
+def test_bad_rasters_are_named(dataset, cli, tmp_path):
+    transform = T.Compose([T.RandomResizedCrop(64)])
+    with pytest.raises(ValueError, match="not a transform of its own"):
+        stoker.Array("depth.npy", follows="image", transform=[T.RandomHorizontalFlip()])
+    with pytest.raises(ValueError, match="fill"):
+        stoker.Mask("inst.png", mode="I;16", fill=65536)
+    with pytest.raises(ValueError, match="mode"):
+        stoker.Mask(mode="RGBA")
+    with pytest.raises(TypeError, match="fill"):
+        stoker.Array("depth.npy", follows="image", fill="0")
+    # A fill the array's dtype cannot hold: an error naming the field and sample, even under "skip".
+    fields = {"image": stoker.Image(transform=transform), "where": stoker.Array("where.npy", follows="image", fill=0.5)}
+    for policy in ("error", "skip"):
+        with pytest.raises(ValueError, match=r"field 'where'.*fill 0.5 is no int32 value|fill 0.5 is no int32 value"):
+            next(iter(stoker.Loader(dataset, batch_size=4, fields=fields, on_corrupt=policy, log_epochs=False)))
+    # An array of another size than its image: Corruption naming the sample, skippable.
+    folder = tmp_path / "bad-raster"
+    write_dataset(folder, n=8, bad=(5, "depth.npy", npy(np.zeros((H, W + 1), np.float32))))
+    cli("index", *sorted(folder.glob("*.tar")))
+    fields = {"image": stoker.Image(transform=transform), "depth": stoker.Array("depth.npy", follows="image")}
+    with pytest.raises(stoker.CorruptionError, match="the array is 161x120, its image 160x120") as error:
+        for _ in stoker.Loader(folder, batch_size=4, shuffle=False, fields=fields, log_epochs=False):
+            pass
+    assert "000005" in str(error.value) and "shard-000000.tar" in str(error.value)
+    skipping = stoker.Loader(folder, batch_size=4, shuffle=False, fields=fields, on_corrupt="skip", log_epochs=False)
+    assert sum(len(b["depth"]) for b in skipping) == 8 and skipping.stats()["corrupt_skipped"] == 1
