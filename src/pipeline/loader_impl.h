@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -66,6 +68,11 @@ struct Loader::Impl {
   Mutex mu;
   CondVar work_cv, done_cv;
   std::vector<Slot> slots;  // buffers are fixed; metadata guarded by mu
+  // The read bytes of a batch are needed only from its read until its last
+  // sample is finished: slots lend theirs back here in between, so a batch
+  // held by the consumer or waiting for it holds no copy of what it was
+  // decoded from (64 samples of a depth map or a multi-band chip: 50-100 MB).
+  std::vector<std::vector<std::byte>> spare_arenas GUARDED_BY(mu);
   pipeline::BatchScheduler scheduler GUARDED_BY(mu);
   std::unique_ptr<order::ReadAheadAnnouncer> announcer GUARDED_BY(mu);
   // The order of the epoch being scheduled.
@@ -173,7 +180,24 @@ struct Loader::Impl {
       const auto& in_flight = scheduler.in_flight();
       return std::all_of(in_flight.begin(), in_flight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
     });
+    for (Slot& slot : slots) LendArena(slot);
     scheduler.ReclaimInFlight();
+  }
+
+  // A slot whose samples are all finished gives its read bytes back.
+  void LendArena(Slot& slot) REQUIRES(mu) {
+    if (slot.input.encoded.capacity() == 0) return;
+    slot.input.encoded.clear();
+    spare_arenas.push_back(std::move(slot.input.encoded));
+    slot.input.encoded = {};
+  }
+  // A slot about to read takes the spare with the most room, if any.
+  void BorrowArena(Slot& slot) REQUIRES(mu) {
+    if (slot.input.encoded.capacity() != 0 || spare_arenas.empty()) return;
+    auto largest = std::max_element(spare_arenas.begin(), spare_arenas.end(),
+                                    [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+    slot.input.encoded = std::move(*largest);
+    spare_arenas.erase(largest);
   }
 
   void WorkerLoop(std::uint32_t index) EXCLUDES(mu) {
@@ -187,6 +211,7 @@ struct Loader::Impl {
       const pipeline::WorkItem item = *scheduler.PopWork();
       Slot& slot = slots[item.slot];
       if (item.kind == pipeline::ItemKind::kReadBatch) {
+        BorrowArena(slot);
         mu.Unlock();
         producer->ReadBatch(slot.input);
         if (!method_known) {
@@ -213,7 +238,10 @@ struct Loader::Impl {
       } else if (slot.error.ok()) {
         slot.error = produced.error();
       }
-      if (--slot.pending == 0) done_cv.NotifyAll();
+      if (--slot.pending == 0) {
+        LendArena(slot);
+        done_cv.NotifyAll();
+      }
     }
     mu.Unlock();
   }
