@@ -264,6 +264,12 @@ Status DecodeNpyTensor(std::span<const std::byte> npy, HostTensor* out) {
   if (!array.ok()) return array.status();
   out->type = array->type;
   out->shape = array->shape;
+  if (!array->byte_swapped && (!array->fortran_order || array->shape.size() < 2)) {
+    // Already C order and host order: copied as it is, without zeroing a
+    // buffer first (resize would: a sample's whole array, every sample).
+    out->data.assign(array->data.begin(), array->data.end());
+    return Status::Ok();
+  }
   out->data.resize(array->data.size());
   CopyNpyData(*array, out->data.data());
   return Status::Ok();

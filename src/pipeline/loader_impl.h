@@ -187,7 +187,7 @@ struct Loader::Impl {
   // A slot whose samples are all finished gives its read bytes back.
   void LendArena(Slot& slot) REQUIRES(mu) {
     if (slot.input.encoded.capacity() == 0) return;
-    slot.input.encoded.clear();
+    // Not cleared: a read resizes its arena, and zeroes only what it grows by.
     spare_arenas.push_back(std::move(slot.input.encoded));
     slot.input.encoded = {};
   }

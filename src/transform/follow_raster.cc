@@ -93,8 +93,13 @@ Status FollowRaster(const SampleGeometry& g, std::string_view what, std::string_
   std::size_t out_plane_bytes = 0;
   for (std::int64_t p = 0; p < a.planes(); ++p) {
     Image& plane = scratch.plane;
-    plane.Reset(static_cast<int>(a.width), static_cast<int>(a.height), channels);
-    std::memcpy(plane.pixels.data(), raster.data.data() + static_cast<std::size_t>(p) * plane_bytes, plane_bytes);
+    plane.width = static_cast<int>(a.width);
+    plane.height = static_cast<int>(a.height);
+    plane.channels = channels;
+    // assign, not Reset + copy: resizing would zero the buffer first.
+    const auto* from =
+        reinterpret_cast<const std::uint8_t*>(raster.data.data()) + static_cast<std::size_t>(p) * plane_bytes;
+    plane.pixels.assign(from, from + plane_bytes);
     STOKER_RETURN_IF_ERROR(FollowMask(g, plane, scratch.scratch, warp_fill));
     if (p == 0) {
       out = plane.size();
@@ -106,8 +111,10 @@ Status FollowRaster(const SampleGeometry& g, std::string_view what, std::string_
   }
   if (!zero_fill && !byte_fill) {
     Image& coverage = scratch.coverage;
-    coverage.Reset(static_cast<int>(a.width), static_cast<int>(a.height), 1);
-    std::fill(coverage.pixels.begin(), coverage.pixels.end(), std::uint8_t{1});
+    coverage.width = static_cast<int>(a.width);
+    coverage.height = static_cast<int>(a.height);
+    coverage.channels = 1;
+    coverage.pixels.assign(static_cast<std::size_t>(a.width * a.height), std::uint8_t{1});
     STOKER_RETURN_IF_ERROR(FollowMask(g, coverage, scratch.scratch, 0));
     const std::size_t per_pixel = a.run() / a.element;  // elements of a pixel in one plane
     for (std::size_t i = 0; i < coverage.pixels.size(); ++i) {
