@@ -2,8 +2,10 @@
 // text number parsers, UTF-8 checking, JSON checking (deep nesting, huge
 // numbers, truncation), .npy and TIFF arrays, whole-image decoding in each mode, and the
 // targets' decoders (boxes and keypoints from .npy or JSON lists of numbers,
-// masks). A malformed field must give an error, never a crash or a wrong
-// success.
+// masks in each mode), then every decoded array or mask moved as a target
+// that follows a rotated, cropped, flipped image. A malformed field must
+// give an error, never a crash or a wrong success.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -11,6 +13,44 @@
 #include "codec/number_array.h"
 #include "pipeline/field_decoders.h"
 #include "transform/array_transform.h"
+#include "transform/follow_raster.h"
+#include "transform/step.h"
+
+namespace {
+
+// A decoded raster moved as a following target: through a rotation, a crop
+// of most of it, a resize to another size and a flip. A success has the
+// crop's output size and whole elements.
+void FollowAsTarget(const stoker::HostTensor& decoded, const char* layout, double fill) {
+  using stoker::transform::SampleGeometry;
+  if (decoded.shape.size() < 2 || decoded.shape.size() > 3) return;
+  const bool chw = layout[0] == 'C' && decoded.shape.size() == 3;
+  const std::int64_t h = decoded.shape[chw ? 1 : 0], w = decoded.shape[chw ? 2 : 1];
+  if (h <= 0 || w <= 0 || h > 4096 || w > 4096) return;
+  static const auto rotation =
+      stoker::transform::MakeStep(stoker::TransformStep{"RandomRotation", {{"degrees", {30}}}, {}, {}});
+  if (!rotation.ok()) __builtin_trap();
+  SampleGeometry g;
+  g.valid = true;
+  g.source = {static_cast<int>(w), static_cast<int>(h)};
+  g.before.push_back({rotation->get(), {"RandomRotation", {{"angle", 17.0}}, {}}, g.source});
+  g.crop = SampleGeometry::Crop::kBox;
+  g.box = {0, 0, static_cast<double>(w), static_cast<double>(h)};
+  if (w > 2 && h > 2) g.box = {1, 1, static_cast<double>(w - 1), static_cast<double>(h - 1)};
+  g.out = {static_cast<int>(w % 7 + 3), static_cast<int>(h % 5 + 2)};
+  g.flip = true;
+  stoker::HostTensor t = decoded;
+  stoker::transform::RasterScratch scratch;
+  const stoker::Status s = stoker::transform::FollowRaster(g, "array", layout, fill, t, scratch);
+  if (!s.ok()) return;
+  const std::size_t rank = t.shape.size();
+  const std::int64_t out_h = t.shape[chw ? 1 : 0], out_w = t.shape[chw ? 2 : 1];
+  if (rank != decoded.shape.size() || out_h != g.out.height || out_w != g.out.width ||
+      t.data.size() != t.elements() * stoker::ElementSize(t.type))
+    __builtin_trap();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using stoker::FieldKind;
@@ -25,6 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     spec.kind = kind;
     spec.keys = {"x"};
     spec.mode = size > 0 && data[0] % 2 ? "L" : "RGBA";
+    spec.mask_mode = size == 0 ? "L" : data[0] % 3 == 0 ? "L" : data[0] % 3 == 1 ? "I;16" : "RGB";
     stoker::FieldValue value;
     const stoker::Status s = stoker::pipeline::FieldDecoderFor(kind)(bytes, spec, options, &value);
     // What succeeds is what the kind promises.
@@ -46,6 +87,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (a.ok() && (t.type != stoker::ElementType::kFloat32 || t.data.size() != t.elements() * 4)) __builtin_trap();
         t = value.tensor;
       }
+    }
+    if (s.ok() && (kind == FieldKind::kArray || kind == FieldKind::kMask)) {
+      FollowAsTarget(value.tensor, "HWC", size > 1 ? data[1] % 3 : 0);
+      if (kind == FieldKind::kArray) FollowAsTarget(value.tensor, "CHW", std::nan(""));
     }
     if (s.ok() && kind == FieldKind::kArray &&
         value.tensor.data.size() != value.tensor.elements() * ElementSize(value.tensor.type))
