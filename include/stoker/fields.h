@@ -38,6 +38,9 @@ enum class FieldKind : std::uint8_t {
 // Whether a key's last extension is tif or tiff (any case): an image field
 // that an Array spec may also read, as the TIFF's samples.
 [[nodiscard]] bool IsTiffKey(std::string_view key);
+// Whether an Array spec may read an image field of this key, as its samples
+// stored: a TIFF (tif, tiff) or a PNG (png; a 16-bit depth map, a label map).
+[[nodiscard]] bool ArrayReadsImageKey(std::string_view key);
 
 struct FieldSpec {
   std::string name;  // what the batch calls it

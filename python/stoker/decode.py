@@ -57,8 +57,11 @@ def decode_array(data, max_pixels=_MAX_PIXELS_DEFAULT):
     page axis when a file holds several full-resolution pages of one shape;
     overviews and masks are skipped. No colour is interpreted (a palette
     image gives its indices). The pixels over all pages may be at most
-    ``max_pixels`` (0: no limit) and the decoded bytes 4 x max_pixels. Types
-    arrive as decode_npy's do (uint16 as int32, ...). Raises
+    ``max_pixels`` (0: no limit) and the decoded bytes 4 x max_pixels. A PNG
+    gives its samples as stored too (a 16-bit depth map, a label map):
+    [H, W] gray or palette indices (as NumPy gives a Pillow "P" image),
+    [H, W, 2|3|4] with alpha or colour, 16 bits kept whole, 1- to 4-bit
+    values unscaled. Types arrive as decode_npy's do (uint16 as int32, ...). Raises
     stoker.CorruptionError for damaged data, StokerError naming what it does
     not load (1- to 4-bit or complex samples, subsampled YCbCr)."""
     limit = _params.integer("max_pixels", max_pixels, 0, _params.U64_MAX)

@@ -161,7 +161,8 @@ class Array(_Field):
     """A NumPy ``.npy`` (bool, int, uint, float; either order and byte
     order; object arrays are refused), or a TIFF's samples as stored
     (``key="tif"``: multi-band, float, signed; as ``stoker.decode_array``
-    decodes them, the shapes ``tifffile.imread`` gives). Arrays of one shape and dtype are
+    decodes them, the shapes ``tifffile.imread`` gives), or a PNG's
+    (``key="depth.png"``: 16-bit depth kept whole, palette indices). Arrays of one shape and dtype are
     stacked into one tensor [B, ...]. Otherwise ``pad=value`` pads each to
     the batch's largest shape and adds ``<name>_shape`` (int64 [B, ndim]),
     and ``pad=None`` gives a list. uint16/uint32 arrive as int32/int64

@@ -1,6 +1,7 @@
 // What an Array field's bytes may be, told apart by their first bytes: a
-// NumPy .npy (npy.h) or a TIFF's samples as stored (tiff.h's
-// DecodeTiffArray: multi-band, float, signed images no image mode holds).
+// NumPy .npy (npy.h), a TIFF's samples as stored (tiff.h's
+// DecodeTiffArray: multi-band, float, signed images no image mode holds) or
+// a PNG's (png.h's DecodePngArray: 16-bit depth maps, label maps).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace stoker::codec {
 
-// `max_pixels` bounds a TIFF (0: no limit); an .npy is bounded by its size.
+// `max_pixels` bounds a TIFF or PNG (0: no limit); an .npy is bounded by its size.
 [[nodiscard]] Status DecodeArrayTensor(std::span<const std::byte> bytes, std::uint64_t max_pixels, HostTensor* out);
 
 }  // namespace stoker::codec

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spng.h>
@@ -34,6 +35,15 @@ Result<Ctx> Open(std::span<const std::byte> png, spng_ihdr* ihdr) {
   return ctx;
 }
 
+Status CheckPngPixels(const spng_ihdr& ihdr, std::uint64_t max_pixels) {
+  const std::uint64_t pixels = std::uint64_t{ihdr.width} * ihdr.height;
+  if (max_pixels != 0 && pixels > max_pixels)
+    return Status::Corruption(fmt::format(
+        "PNG of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
+        ihdr.width, ihdr.height, pixels, max_pixels));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ImageSize> PngSize(std::span<const std::byte> png) {
@@ -48,11 +58,7 @@ Status DecodePng(std::span<const std::byte> png, std::uint64_t max_pixels, Sourc
   auto opened = Open(png, &ihdr);
   if (!opened.ok()) return opened.status();
   spng_ctx* ctx = opened->get();
-  const std::uint64_t pixels = std::uint64_t{ihdr.width} * ihdr.height;
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "PNG of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-        ihdr.width, ihdr.height, pixels, max_pixels));
+  STOKER_RETURN_IF_ERROR(CheckPngPixels(ihdr, max_pixels));
 
   // What Pillow opens each color type as (PngImagePlugin's _MODES).
   int format = SPNG_FMT_PNG;
@@ -126,6 +132,82 @@ Status DecodePng(std::span<const std::byte> png, std::uint64_t max_pixels, Sourc
   out->width = static_cast<int>(ihdr.width);
   out->height = static_cast<int>(ihdr.height);
   out->format = "PNG";
+  return Status::Ok();
+}
+
+Status DecodePngArray(std::span<const std::byte> png, std::uint64_t max_pixels, HostTensor* out) {
+  spng_ihdr ihdr{};
+  auto opened = Open(png, &ihdr);
+  if (!opened.ok()) return opened.status();
+  spng_ctx* ctx = opened->get();
+  STOKER_RETURN_IF_ERROR(CheckPngPixels(ihdr, max_pixels));
+  int samples = 1;
+  switch (ihdr.color_type) {
+    case SPNG_COLOR_TYPE_GRAYSCALE:
+    case SPNG_COLOR_TYPE_INDEXED:
+      break;
+    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA:
+      samples = 2;
+      break;
+    case SPNG_COLOR_TYPE_TRUECOLOR:
+      samples = 3;
+      break;
+    case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA:
+      samples = 4;
+      break;
+    default:
+      return Status::Corruption(fmt::format("PNG: unknown color type {}", static_cast<int>(ihdr.color_type)));
+  }
+  // SPNG_FMT_PNG: the samples as stored, 16-bit ones host-endian; rows of
+  // 1-, 2- and 4-bit samples stay packed (each row starts on a byte).
+  std::size_t size = 0;
+  int r = spng_decoded_image_size(ctx, SPNG_FMT_PNG, &size);
+  if (r != 0) return Error("bad image size", r);
+  const std::size_t width = ihdr.width, height = ihdr.height;
+  const int depth = ihdr.bit_depth;
+  out->type = depth == 16 ? ElementType::kUInt16 : ElementType::kUInt8;
+  out->shape = {static_cast<std::int64_t>(height), static_cast<std::int64_t>(width)};
+  if (samples > 1) out->shape.push_back(samples);
+  if (depth >= 8) {
+    out->data.resize(size);
+    r = spng_decode_image(ctx, out->data.data(), size, SPNG_FMT_PNG, 0);
+    if (r != 0) return Error("damaged image data", r);
+    return Status::Ok();
+  }
+  const std::size_t row_bytes = (width * depth + 7) / 8;
+  out->data.resize(width * height);
+  auto* to = reinterpret_cast<std::uint8_t*>(out->data.data());
+  if (ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE) {
+    // SPNG_FMT_G8 scales the values to 0..255 exactly (by 255, 85 or 17):
+    // undone here. (libspng 0.7's SPNG_FMT_PNG misplaces the samples of
+    // interlaced images below 8 bits; G8 places them right.)
+    r = spng_decode_image(ctx, to, width * height, SPNG_FMT_G8, 0);
+    if (r != 0) return Error("damaged image data", r);
+    const auto scale = static_cast<std::uint8_t>(255 / ((1 << depth) - 1));
+    for (std::size_t i = 0; i < width * height; ++i) to[i] = static_cast<std::uint8_t>(to[i] / scale);
+    return Status::Ok();
+  }
+  // Palette indices below 8 bits: no format expands them, so they are read
+  // packed and unpacked here, most significant bits first.
+  if (ihdr.interlace_method != SPNG_INTERLACE_NONE)
+    return Status::Unimplemented(
+        fmt::format("an interlaced {}-bit palette PNG as an array (libspng 0.7 places its indices wrongly); "
+                    "stoker.Image reads its colours",
+                    depth));
+  thread_local std::vector<std::uint8_t> packed;
+  packed.resize(size);
+  r = spng_decode_image(ctx, packed.data(), size, SPNG_FMT_PNG, 0);
+  if (r != 0) return Error("damaged image data", r);
+  if (row_bytes * height != size) return Status::Internal("PNG: libspng's packed rows are not the size expected");
+  const int per_byte = 8 / depth;
+  const unsigned mask = (1u << depth) - 1;
+  for (std::size_t y = 0; y < height; ++y) {
+    const std::uint8_t* row = packed.data() + y * row_bytes;
+    for (std::size_t x = 0; x < width; ++x) {
+      const int shift = 8 - depth * (static_cast<int>(x % per_byte) + 1);
+      *to++ = static_cast<std::uint8_t>((row[x / per_byte] >> shift) & mask);
+    }
+  }
   return Status::Ok();
 }
 

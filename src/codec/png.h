@@ -9,6 +9,7 @@
 #include "codec/jpeg.h"
 #include "codec/pixels.h"
 #include "stoker/status.h"
+#include "stoker/tensor.h"
 
 namespace stoker::codec {
 
@@ -19,5 +20,14 @@ namespace stoker::codec {
 // CRC, a truncated image, or more than `max_pixels` pixels (checked before
 // any pixel is decoded; 0: no limit).
 [[nodiscard]] Status DecodePng(std::span<const std::byte> png, std::uint64_t max_pixels, SourceImage* out);
+
+// Decodes `png`'s samples as stored, for an Array field (a 16-bit depth
+// map, a label map): no colour interpreted, no scaling. Gray [H, W];
+// gray + alpha, RGB, RGBA [H, W, 2|3|4]; uint16 at 16 bits, uint8 below;
+// 1-, 2- and 4-bit samples as their values (0..2^depth - 1, not scaled to
+// 255 as Pillow's "L"); a palette image gives its indices [H, W] (as
+// NumPy gives a Pillow "P" image). tRNS is no sample and is left out.
+// Errors as DecodePng's.
+[[nodiscard]] Status DecodePngArray(std::span<const std::byte> png, std::uint64_t max_pixels, HostTensor* out);
 
 }  // namespace stoker::codec

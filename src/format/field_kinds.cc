@@ -53,6 +53,10 @@ bool IsTiffKey(std::string_view key) {
   return ext == "tif" || ext == "tiff";
 }
 
+bool ArrayReadsImageKey(std::string_view key) {
+  return IsTiffKey(key) || LastExtension(key) == "png";
+}
+
 FieldKind ConventionalFieldKind(std::string_view key) {
   const std::string ext = LastExtension(key);
   if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "tif" || ext == "tiff" || ext == "ppm" ||

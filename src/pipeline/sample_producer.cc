@@ -18,12 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 // Whether a spec of kind `spec` can decode field `key`, which the index
 // records as `recorded`. Only what cannot work is refused: images and
-// arrays are binary (a TIFF is both: an Array reads its samples as stored);
+// arrays are binary (a TIFF or PNG is both: an Array reads its samples as
+// stored);
 // a float's text is no integer; JSON values that are not plain numbers are
 // no number. Text may hold anything (numbers, JSON).
 bool KindsAgree(FieldKind spec, FieldKind recorded, std::string_view key) {
   if (spec == FieldKind::kBytes || spec == FieldKind::kCustom || recorded == FieldKind::kBytes) return true;
-  if (spec == FieldKind::kArray && recorded == FieldKind::kImage) return IsTiffKey(key);
+  if (spec == FieldKind::kArray && recorded == FieldKind::kImage) return ArrayReadsImageKey(key);
   if (spec == FieldKind::kBoxes || spec == FieldKind::kKeypoints)
     return recorded == FieldKind::kArray || recorded == FieldKind::kJson || recorded == FieldKind::kText;
   if (spec == FieldKind::kMask) return recorded == FieldKind::kImage;
