@@ -75,10 +75,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       __builtin_trap();
     // A decoded array through the array transform (any shape and type the decoders give).
     if (s.ok() && kind == FieldKind::kArray) {
-      const std::vector<stoker::TransformStep> steps = {{"RandomCrop", {{"size", {2, 3}}}, {}, {}},
-                                                        {"RandomHorizontalFlip", {}, {}, {}},
-                                                        {"RandomVerticalFlip", {}, {}, {}},
-                                                        {"Normalize", {{"mean", {1}}, {"std", {3}}}, {}, {}}};
+      const bool nearest = size > 1 && data[1] % 2 == 0;  // bilinear refuses bool arrays: nearest takes them
+      const std::vector<stoker::TransformStep> steps = {
+          {"RandomCrop", {{"size", {2, 3}}}, {}, {}},
+          {"RandomHorizontalFlip", {}, {}, {}},
+          {"RandomVerticalFlip", {}, {}, {}},
+          {"Resize", {{"size", {5, 4}}}, {{"interpolation", nearest ? "nearest" : "bilinear"}}, {}},
+          {"Resize", {{"size", {2}}}, {}, {}},
+          {"Normalize", {{"mean", {1}}, {"std", {3}}}, {}, {}}};
       stoker::Rng rng(size, size > 0 ? data[0] : 0);
       std::vector<std::byte> scratch;
       stoker::HostTensor t = value.tensor;

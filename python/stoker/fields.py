@@ -142,9 +142,9 @@ def _array_steps(transform):
         raise TypeError("Array(transform=...) is a list of stoker.transforms steps (or a Compose), not %r"
                         % (transform,))
     for t in steps:
-        if not isinstance(t, (T.RandomCrop, T.CenterCrop, T.RandomHorizontalFlip, T.RandomVerticalFlip,
+        if not isinstance(t, (T.RandomCrop, T.CenterCrop, T.Resize, T.RandomHorizontalFlip, T.RandomVerticalFlip,
                               T.Normalize)):
-            raise TypeError("an Array's transform takes RandomCrop, CenterCrop, RandomHorizontalFlip, "
+            raise TypeError("an Array's transform takes RandomCrop, CenterCrop, Resize, RandomHorizontalFlip, "
                             "RandomVerticalFlip and Normalize, not %r" % (t,))
         if isinstance(t, T.RandomCrop) and (t._args.get("padding") is not None or t._args.get("pad_if_needed")):
             raise ValueError("an Array's RandomCrop takes no padding (it crops within the array): %r" % (t,))
@@ -170,7 +170,9 @@ class Array(_Field):
 
     ``transform``: steps run on each array on the loader's threads, in
     order: ``RandomCrop(size)`` (no padding), ``CenterCrop(size)``,
-    ``RandomHorizontalFlip(p)``, ``RandomVerticalFlip(p)`` and
+    ``Resize(size, interpolation="bilinear"|"nearest")`` (torchvision's
+    tensor resize: bilinear antialiased, integers rounded back; nearest
+    copies values), ``RandomHorizontalFlip(p)``, ``RandomVerticalFlip(p)`` and
     ``Normalize(mean, std)`` (one value, or one a band; the array becomes
     float32), from ``stoker.transforms``, as a list (or a Compose). The
     height and width are where ``layout`` says: "HWC" ([H, W] or

@@ -110,7 +110,9 @@ class RandomVerticalFlip(_Step):
 
 class Resize(_Step):
     """Resize(int): the shorter side (before CenterCrop: the fused eval
-    transform); Resize((h, w)): that size. Bilinear, as Pillow resizes."""
+    transform); Resize((h, w)): that size. Bilinear, as Pillow resizes.
+    In an Array's transform also ``interpolation="nearest"`` (label maps),
+    and bilinear there is torchvision's antialiased tensor resize."""
     _name = "Resize"
 
     def __init__(self, size, interpolation="bilinear"):
@@ -120,7 +122,11 @@ class Resize(_Step):
             self.size = tuple(int(s) for s in size)
         self._args = {"size": self.size}
         self._words = {"interpolation": _interpolation(interpolation)}
-        self._check()
+        if self._words["interpolation"] != "nearest":  # nearest is for arrays: an image's Compose refuses it
+            self._check()
+        elif any(isinstance(s, bool) or s < 1 for s in (self.size if isinstance(self.size, tuple) else (self.size,))) \
+                or isinstance(self.size, tuple) and len(self.size) != 2:
+            raise ValueError("Resize: size must be one or two positive integers, not %r" % (size,))
 
     def _size(self, size):
         return self.size if isinstance(self.size, tuple) else None

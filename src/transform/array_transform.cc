@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "transform/array_geometry.h"
+#include "transform/array_resize.h"
 
 namespace stoker::transform {
 namespace {
@@ -33,6 +34,17 @@ Result<std::pair<std::int64_t, std::int64_t>> CropSize(const TransformStep& step
     if (!(v >= 1 && v <= 1e9) || v != std::floor(v))
       return BadArrayStep(step, fmt::format("size {} is no positive integer", v));
   return std::pair{static_cast<std::int64_t>(size->front()), static_cast<std::int64_t>(size->back())};
+}
+
+// Resize's interpolation: true for bilinear (the default), false for nearest.
+Result<bool> ResizeInterpolation(const TransformStep& step) {
+  for (const auto& [word, value] : step.words)
+    if (word == "interpolation") {
+      if (value == "bilinear") return true;
+      if (value == "nearest") return false;
+      return BadArrayStep(step, fmt::format("interpolation '{}' is not taken (nearest or bilinear)", value));
+    }
+  return true;
 }
 
 double FlipProbability(const TransformStep& step) {
@@ -200,9 +212,10 @@ Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_
       if (StepArg(step, "padding") != nullptr || (pad_if_needed != nullptr && pad_if_needed->front() != 0))
         return BadArrayStep(step, "padding is not taken for arrays (crop within the array)");
       STOKER_RETURN_IF_ERROR(CropSize(step).status());
-    } else if (step.name == "CenterCrop") {
+    } else if (step.name == "CenterCrop" || step.name == "Resize") {
       STOKER_RETURN_IF_ERROR(allow({"size"}));
       STOKER_RETURN_IF_ERROR(CropSize(step).status());
+      if (step.name == "Resize" && !ResizeInterpolation(step).ok()) return ResizeInterpolation(step).status();
     } else if (step.name == "RandomHorizontalFlip" || step.name == "RandomVerticalFlip") {
       STOKER_RETURN_IF_ERROR(allow({"p"}));
       const double p = FlipProbability(step);
@@ -219,12 +232,12 @@ Status CheckArrayTransform(const std::vector<TransformStep>& steps, std::string_
           return BadArrayStep(step, fmt::format("std {} is not positive and finite", s));
     } else {
       return Status::InvalidArgument(
-          fmt::format("an Array's transform takes RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip and "
-                      "Normalize, not {}",
+          fmt::format("an Array's transform takes RandomCrop, CenterCrop, Resize, RandomHorizontalFlip, "
+                      "RandomVerticalFlip and Normalize, not {}",
                       step.name));
     }
     for (const auto& [word, value] : step.words)
-      if (!(word == "padding_mode" && value == "constant"))
+      if (!(word == "padding_mode" && value == "constant") && !(word == "interpolation" && step.name == "Resize"))
         return BadArrayStep(step, fmt::format("'{}' is not taken", word));
   }
   return Status::Ok();
@@ -249,6 +262,13 @@ Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_
         left = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(g.width - width) / 2.0));
       }
       CropArray(array, g, top, left, height, width, scratch);
+    } else if (step.name == "Resize") {
+      STOKER_ASSIGN_OR_RETURN(const bool bilinear, ResizeInterpolation(step));
+      const auto [height, width] = ArrayResizeSize(*StepArg(step, "size"), g.height, g.width);
+      if (height < 1 || width < 1)
+        return Status::InvalidArgument(fmt::format("an Array's transform: Resize of an array of {}x{} ({}) to {}x{}",
+                                                   g.height, g.width, layout, height, width));
+      STOKER_RETURN_IF_ERROR(ResizeArray(array, g, height, width, bilinear, scratch));
     } else if (step.name == "RandomHorizontalFlip") {
       if (rng.Uniform01() < FlipProbability(step)) FlipArrayHorizontally(array, g, scratch);
     } else if (step.name == "RandomVerticalFlip") {

@@ -4,6 +4,9 @@
 //
 //   RandomCrop            size (1 or 2: height, width); no padding
 //   CenterCrop            size; the array must be at least that large
+//   Resize                size (1: the shorter side; 2: height, width),
+//                         interpolation nearest or bilinear (antialiased;
+//                         transform/array_resize.h)
 //   RandomHorizontalFlip  p
 //   RandomVerticalFlip    p
 //   Normalize             mean, std (1 value, or one a band): to float32,

@@ -4,6 +4,8 @@
 // what is not taken is refused by name.
 #include "transform/array_transform.h"
 
+#include "transform/array_resize.h"
+
 #include <cstring>
 #include <set>
 #include <string>
@@ -171,6 +173,59 @@ TEST(ArrayTransform, WhatIsNotTakenIsRefusedByName) {
   four_d.data.resize(4);
   s = ApplyArrayTransform({Step("RandomVerticalFlip", {})}, "HWC", rng, four_d, scratch);
   EXPECT_NE(s.message().find("not shape [1, 2, 2, 1]"), std::string::npos) << s.message();
+}
+
+TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAntialiased) {
+  Rng rng(0, 0);
+  std::vector<std::byte> scratch;
+  for (bool chw : {false, true}) {
+    HostTensor t = Numbered(4, 6, 2, chw);
+    TransformStep nearest = Step("Resize", {{"size", {3, 4}}});
+    nearest.words = {{"interpolation", "nearest"}};
+    ASSERT_OK(ApplyArrayTransform({nearest}, chw ? "CHW" : "HWC", rng, t, scratch));
+    // torch: source floor(i * in / out): rows 0, 1, 2 of 4; columns 0, 1, 3, 4 of 6.
+    const int rows[] = {0, 1, 2}, cols[] = {0, 1, 3, 4};
+    for (int y = 0; y < 3; ++y)
+      for (int x = 0; x < 4; ++x)
+        for (int c = 0; c < 2; ++c) EXPECT_EQ(At(t, y, x, c, chw), 1000 * c + 10 * rows[y] + cols[x]) << chw;
+  }
+  // Upsampling [1, 2] to 4 values: 1, 1.25, 1.75, 2 (bilinear, the edges held).
+  HostTensor row;
+  row.type = ElementType::kFloat32;
+  row.shape = {1, 2};
+  const float two[] = {1, 2};
+  row.data.resize(sizeof two);
+  std::memcpy(row.data.data(), two, sizeof two);
+  ASSERT_OK(ApplyArrayTransform({Step("Resize", {{"size", {1, 4}}})}, "HWC", rng, row, scratch));
+  ASSERT_EQ(row.shape, (std::vector<std::int64_t>{1, 4}));
+  float four[4];
+  std::memcpy(four, row.data.data(), sizeof four);
+  EXPECT_FLOAT_EQ(four[0], 1);
+  EXPECT_FLOAT_EQ(four[1], 1.25f);
+  EXPECT_FLOAT_EQ(four[2], 1.75f);
+  EXPECT_FLOAT_EQ(four[3], 2);
+  // Downsampling by 2 averages under a triangle twice as wide: [0, 1, 2, 3] -> [5/7, 16/7] in uint8, rounded.
+  HostTensor bytes;
+  bytes.type = ElementType::kUInt8;
+  bytes.shape = {1, 4};
+  bytes.data = {std::byte{0}, std::byte{70}, std::byte{140}, std::byte{210}};
+  ASSERT_OK(ApplyArrayTransform({Step("Resize", {{"size", {1, 2}}})}, "HWC", rng, bytes, scratch));
+  ASSERT_EQ(bytes.data.size(), 2u);
+  EXPECT_EQ(static_cast<int>(bytes.data[0]), 50);   // (0 * 3 + 70 * 3 + 140 * 1) / 7
+  EXPECT_EQ(static_cast<int>(bytes.data[1]), 160);  // (70 * 1 + 140 * 3 + 210 * 3) / 7
+  // One size: the shorter side, the longer as int(size * long / short).
+  EXPECT_EQ(ArrayResizeSize({10}, 30, 45), (std::pair<std::int64_t, std::int64_t>{10, 15}));
+  EXPECT_EQ(ArrayResizeSize({10}, 45, 31), (std::pair<std::int64_t, std::int64_t>{14, 10}));
+  // Bilinear of bools and other interpolations are refused by name.
+  HostTensor flags;
+  flags.type = ElementType::kBool;
+  flags.shape = {2, 2};
+  flags.data.resize(4);
+  EXPECT_NE(ApplyArrayTransform({Step("Resize", {{"size", {1}}})}, "HWC", rng, flags, scratch).message().find("bool"),
+            std::string::npos);
+  TransformStep bicubic = Step("Resize", {{"size", {4}}});
+  bicubic.words = {{"interpolation", "bicubic"}};
+  EXPECT_NE(CheckArrayTransform({bicubic}, "HWC").message().find("'bicubic' is not taken"), std::string::npos);
 }
 
 }  // namespace
