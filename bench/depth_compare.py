@@ -21,7 +21,6 @@ medians are compared.
 import argparse
 import io
 import os
-import subprocess
 import sys
 import tarfile
 
@@ -30,15 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fields_compare import run  # noqa: E402  (a fresh process a run, its tree's peak PSS)
-
-
-def demo_photos(work, images):
-    demo = os.path.join(work, "demo")
-    if not os.path.isdir(demo):
-        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), demo, "--classes", "4",
-                        "--per-class", str(max(1, images // 4)), "--jobs", "2"], check=True, capture_output=True)
-    return sorted(os.path.join(d, f) for d, _, fs in os.walk(demo) for f in fs if f.endswith(".JPEG"))[:images]
+from fields_compare import demo_jpegs, index_shards, report, run  # noqa: E402  (run: a fresh process, peak PSS)
 
 
 def depth_of(width, height, rng):
@@ -61,7 +52,7 @@ def build(work, images):
     os.makedirs(shards, exist_ok=True)
     rng = np.random.default_rng(0)
     tar, size, shard = None, 0, 0
-    for i, path in enumerate(demo_photos(work, images)):
+    for i, path in enumerate(demo_jpegs(work, images)[:images]):
         if tar is None or size > 256 << 20:
             if tar:
                 tar.close()
@@ -77,9 +68,7 @@ def build(work, images):
             tar.addfile(info, io.BytesIO(data))
             size += len(data) + 1024
     tar.close()
-    tars = sorted(os.path.join(shards, f) for f in os.listdir(shards) if f.endswith(".tar"))
-    subprocess.run([os.environ.get("STOKER_BIN", os.path.join(ROOT, "build", "release", "stoker")), "index"] + tars,
-                   check=True, capture_output=True)
+    index_shards(shards)
     return shards
 
 
@@ -143,13 +132,7 @@ def main():
             results[name].append((rate, mem))
             print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
 
-    def median(xs):
-        return sorted(xs)[len(xs) // 2]
-    s_rate, s_mem = (median([r[i] for r in results["stoker"]]) for i in (0, 1))
-    d_rate, d_mem = (median([r[i] for r in results["DataLoader+webdataset"]]) for i in (0, 1))
-    print("medians: stoker %.1f samples/s, %.0f MiB; DataLoader %.1f samples/s, %.0f MiB" %
-          (s_rate, s_mem / 2**20, d_rate, d_mem / 2**20))
-    print("stoker: %.2fx the throughput at %.0f%% of the memory" % (s_rate / d_rate, 100 * s_mem / d_mem))
+    report(results, "stoker", "DataLoader+webdataset")
 
 
 if __name__ == "__main__":

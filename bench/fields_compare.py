@@ -28,18 +28,43 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def build(work, images, photos=None):
-    from PIL import Image
-    shards = os.path.join(work, "shards")
-    if os.path.exists(os.path.join(shards, "index.stoker")):
-        return shards
+def demo_jpegs(work, images, photos=None):
+    """make_demo_data's photographs under work/demo (made once), sorted."""
     demo = os.path.join(work, "demo")
     if not os.path.isdir(demo):
         per_class = max(1, images // 4)
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_data.py"), demo, "--classes", "4",
                         "--per-class", str(per_class), "--jobs", "2"] + (["--photos", photos] if photos else []),
                        check=True, capture_output=True)
-    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(demo) for f in fs if f.endswith(".JPEG"))
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(demo) for f in fs if f.endswith(".JPEG"))
+
+
+def index_shards(shards):
+    """`stoker index` over every .tar in `shards`."""
+    tars = sorted(os.path.join(shards, f) for f in os.listdir(shards) if f.endswith(".tar"))
+    subprocess.run([os.environ.get("STOKER_BIN", os.path.join(ROOT, "build", "release", "stoker")), "index"] + tars,
+                   check=True, capture_output=True)
+
+
+def report(results, ours, peer):
+    """Prints the medians of `results` ({name: [(rate, memory), ...]}) and
+    `ours` against `peer`; returns the peer's (rate, memory)."""
+    def median(xs):
+        return sorted(xs)[len(xs) // 2]
+    s_rate, s_mem = (median([r[i] for r in results[ours]]) for i in (0, 1))
+    d_rate, d_mem = (median([r[i] for r in results[peer]]) for i in (0, 1))
+    print("medians: %s %.1f samples/s, %.0f MiB; %s %.1f samples/s, %.0f MiB" %
+          (ours, s_rate, s_mem / 2**20, peer, d_rate, d_mem / 2**20))
+    print("%s: %.2fx the throughput at %.0f%% of the memory" % (ours, s_rate / d_rate, 100 * s_mem / d_mem))
+    return d_rate, d_mem
+
+
+def build(work, images, photos=None):
+    shards = os.path.join(work, "shards")
+    if os.path.exists(os.path.join(shards, "index.stoker")):
+        return shards
+    from PIL import Image
+    files = demo_jpegs(work, images, photos)
     os.makedirs(shards, exist_ok=True)
     rng = np.random.default_rng(0)
     shard, size, tar = 0, 0, None
@@ -71,9 +96,7 @@ def build(work, images, photos=None):
             add(key + "." + ext, data)
             size += len(data) + 1024
     tar.close()
-    tars = sorted(os.path.join(shards, f) for f in os.listdir(shards) if f.endswith(".tar"))
-    subprocess.run([os.environ.get("STOKER_BIN", os.path.join(ROOT, "build", "release", "stoker")), "index"] + tars,
-                   check=True, capture_output=True)
+    index_shards(shards)
     return shards
 
 
@@ -193,14 +216,8 @@ def main():
             results[name].append((rate, mem))
             print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
 
-    def median(xs):
-        return sorted(xs)[len(xs) // 2]
-    s_rate, s_mem = (median([r[i] for r in results["stoker"]]) for i in (0, 1))
-    d_rate, d_mem = (median([r[i] for r in results["DataLoader+webdataset"]]) for i in (0, 1))
-    print("medians: stoker %.1f samples/s, %.0f MiB; DataLoader %.1f samples/s, %.0f MiB" %
-          (s_rate, s_mem / 2**20, d_rate, d_mem / 2**20))
-    print("stoker: %.2fx the throughput at %.0f%% of the memory" % (s_rate / d_rate, 100 * s_mem / d_mem))
-    u_rate, u_mem = (median([r[i] for r in results["stoker uint8"]]) for i in (0, 1))
+    d_rate, d_mem = report(results, "stoker", "DataLoader+webdataset")
+    u_rate, u_mem = (sorted(r[i] for r in results["stoker uint8"])[len(results["stoker uint8"]) // 2] for i in (0, 1))
     print("stoker, uint8 batches normalised by the consumer: %.1f samples/s, %.0f MiB: %.2fx at %.0f%%" %
           (u_rate, u_mem / 2**20, u_rate / d_rate, 100 * u_mem / d_mem))
 

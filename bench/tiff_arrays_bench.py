@@ -29,7 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fields_compare import run  # noqa: E402  (a fresh process a run, its tree's peak PSS)
+from fields_compare import report, run  # noqa: E402  (a fresh process a run, its tree's peak PSS)
 SHAPES = {"eurosat": dict(side=64, compression=None, tile=None, samples=5000),
           "chips": dict(side=256, compression="zlib", tile=(128, 128), samples=1000)}
 
@@ -131,13 +131,7 @@ def main():
             results[name].append((rate, mem))
             print("%-20s %8.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
 
-    def median(xs):
-        return sorted(xs)[len(xs) // 2]
-    s_rate, s_mem = (median([r[i] for r in results["stoker"]]) for i in (0, 1))
-    d_rate, d_mem = (median([r[i] for r in results["DataLoader+tifffile"]]) for i in (0, 1))
-    print("medians: stoker %.1f samples/s, %.0f MiB; DataLoader %.1f samples/s, %.0f MiB" %
-          (s_rate, s_mem / 2**20, d_rate, d_mem / 2**20))
-    print("stoker: %.2fx the throughput at %.0f%% of the memory" % (s_rate / d_rate, 100 * s_mem / d_mem))
+    report(results, "stoker", "DataLoader+tifffile")
 
 
 if __name__ == "__main__":

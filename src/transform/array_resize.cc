@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/half.h"
+#include "transform/cpu_features.h"
 
 namespace stoker::transform {
 namespace {
@@ -33,12 +34,18 @@ void ResizeNearestBytes(HostTensor& t, ArrayGeometry& g, std::int64_t height, st
   const std::size_t run = g.run();
   scratch.resize(out.row_bytes() * static_cast<std::size_t>(out.rows()));
   std::byte* to = scratch.data();
+  const std::size_t out_row = out.row_bytes();
   for (std::int64_t p = 0; p < g.planes(); ++p)
-    for (std::int64_t y = 0; y < height; ++y) {
+    for (std::int64_t y = 0; y < height; ++y, to += out_row) {
+      if (y > 0 && ys[static_cast<std::size_t>(y)] == ys[static_cast<std::size_t>(y - 1)]) {
+        std::memcpy(to, to - out_row, out_row);  // the row above again (upsampling)
+        continue;
+      }
       const std::byte* row =
           t.data.data() + static_cast<std::size_t>(p * g.height + ys[static_cast<std::size_t>(y)]) * g.row_bytes();
-      for (std::int64_t x = 0; x < width; ++x, to += run)
-        std::memcpy(to, row + static_cast<std::size_t>(xs[static_cast<std::size_t>(x)]) * run, run);
+      std::byte* o = to;
+      for (std::int64_t x = 0; x < width; ++x, o += run)
+        std::memcpy(o, row + static_cast<std::size_t>(xs[static_cast<std::size_t>(x)]) * run, run);
     }
   t.data.swap(scratch);
   g = out;
@@ -101,6 +108,64 @@ T FromFloat(double v) {
   }
 }
 
+// The filter passes over one plane of `c` interleaved values, width first,
+// then height, as torch's separable kernel; each tap after the first a
+// fused multiply-add, as torch's AVX2 kernels compute them (with a separate
+// multiply and add, one in 200 large int32 values rounds apart). `mul_add`
+// is that fused operation: an instruction where the CPU has FMA, libm's
+// (exact, slower) where it has not.
+template <typename T, typename F, typename MulAdd>
+[[gnu::always_inline]] inline void FilterPlane(const Taps<F>& tx, const Taps<F>& ty, const F* source, F* across,
+                                               std::int64_t in_height, std::int64_t in_width, std::int64_t height,
+                                               std::int64_t width, std::int64_t c, std::byte* to, MulAdd mul_add) {
+  for (std::int64_t y = 0; y < in_height; ++y)
+    for (std::int64_t x = 0; x < width; ++x) {
+      const F* w = tx.weights.data() + x * tx.max_taps;
+      const std::int64_t taps = tx.count[static_cast<std::size_t>(x)];
+      const F* s = source + (y * in_width + tx.first[static_cast<std::size_t>(x)]) * c;
+      F* o = across + (y * width + x) * c;
+      for (std::int64_t b = 0; b < c; ++b) {
+        F t = s[b] * w[0];
+        for (std::int64_t j = 1; j < taps; ++j) t = mul_add(s[j * c + b], w[j], t);
+        o[b] = t;
+      }
+    }
+  for (std::int64_t y = 0; y < height; ++y) {
+    const F* w = ty.weights.data() + y * ty.max_taps;
+    const std::int64_t taps = ty.count[static_cast<std::size_t>(y)];
+    const F* s = across + ty.first[static_cast<std::size_t>(y)] * width * c;
+    for (std::int64_t i = 0; i < width * c; ++i) {
+      F t = s[i] * w[0];
+      for (std::int64_t j = 1; j < taps; ++j) t = mul_add(s[j * width * c + i], w[j], t);
+      const T v = FromFloat<T>(static_cast<double>(t));
+      std::memcpy(to + static_cast<std::size_t>(y * width * c + i) * sizeof(T), &v, sizeof(T));
+    }
+  }
+}
+
+template <typename T, typename F>
+void FilterPlaneLibm(const Taps<F>& tx, const Taps<F>& ty, const F* source, F* across, std::int64_t in_height,
+                     std::int64_t in_width, std::int64_t height, std::int64_t width, std::int64_t c, std::byte* to) {
+  FilterPlane<T, F>(tx, ty, source, across, in_height, in_width, height, width, c, to,
+                    [](F a, F b, F acc) { return std::fma(a, b, acc); });
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+template <typename T, typename F>
+[[gnu::target("fma")]] void FilterPlaneFma(const Taps<F>& tx, const Taps<F>& ty, const F* source, F* across,
+                                           std::int64_t in_height, std::int64_t in_width, std::int64_t height,
+                                           std::int64_t width, std::int64_t c, std::byte* to) {
+  FilterPlane<T, F>(tx, ty, source, across, in_height, in_width, height, width, c, to,
+                    [](F a, F b, F acc) [[gnu::always_inline]] {
+                      if constexpr (std::is_same_v<F, float>) {
+                        return __builtin_fmaf(a, b, acc);
+                      } else {
+                        return __builtin_fma(a, b, acc);
+                      }
+                    });
+}
+#endif
+
 // Separable antialiased bilinear on planes of `bands` interleaved values
 // (HWC: one plane of `bands`; CHW: `bands` planes of 1), in F.
 template <typename T, typename F>
@@ -119,31 +184,14 @@ void ResizeBilinearTyped(const HostTensor& in, const ArrayGeometry& g, std::int6
       std::memcpy(&v, from + i * sizeof(T), sizeof(T));
       source[i] = static_cast<F>(v);
     }
-    // Width first, then height, as torch's separable kernel; each tap a
-    // fused multiply-add, as torch's AVX2 kernels compute them (with
-    // separate ones, one in 200 large int32 values rounded apart).
-    for (std::int64_t y = 0; y < g.height; ++y)
-      for (std::int64_t x = 0; x < width; ++x) {
-        const F* w = tx.weights.data() + x * tx.max_taps;
-        const F* s = source.data() + (y * g.width + tx.first[static_cast<std::size_t>(x)]) * c;
-        F* o = across.data() + (y * width + x) * c;
-        for (std::int64_t b = 0; b < c; ++b) {
-          F t = s[b] * w[0];
-          for (std::int64_t j = 1; j < tx.count[static_cast<std::size_t>(x)]; ++j) t = std::fma(s[j * c + b], w[j], t);
-          o[b] = t;
-        }
-      }
-    auto* to = out_bytes.data() + static_cast<std::size_t>(p) * out_plane * sizeof(T);
-    for (std::int64_t y = 0; y < height; ++y) {
-      const F* w = ty.weights.data() + y * ty.max_taps;
-      const F* s = across.data() + ty.first[static_cast<std::size_t>(y)] * width * c;
-      for (std::int64_t i = 0; i < width * c; ++i) {
-        F t = s[i] * w[0];
-        for (std::int64_t j = 1; j < ty.count[static_cast<std::size_t>(y)]; ++j) t = std::fma(s[j * width * c + i], w[j], t);
-        const T v = FromFloat<T>(static_cast<double>(t));
-        std::memcpy(to + static_cast<std::size_t>(y * width * c + i) * sizeof(T), &v, sizeof(T));
-      }
+    std::byte* to = out_bytes.data() + static_cast<std::size_t>(p) * out_plane * sizeof(T);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (HasFma()) {
+      FilterPlaneFma<T, F>(tx, ty, source.data(), across.data(), g.height, g.width, height, width, c, to);
+      continue;
     }
+#endif
+    FilterPlaneLibm<T, F>(tx, ty, source.data(), across.data(), g.height, g.width, height, width, c, to);
   }
 }
 

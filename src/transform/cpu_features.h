@@ -32,4 +32,17 @@ namespace stoker::transform {
 #endif
 }
 
+// Fused multiply-add (FMA3: vfmadd), asked of CPUID as HasF16c is.
+[[nodiscard]] inline bool HasFma() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool fma = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_FMA) != 0;
+  }();
+  return fma;
+#else
+  return false;
+#endif
+}
+
 }  // namespace stoker::transform
