@@ -107,3 +107,25 @@ def test_float16_bilinear_and_resize_errors(tmp_path):
         loaded(tmp_path / "c", arrays_of("float32", (8, 9)), [T.Resize(4, interpolation="bicubic")])
     with pytest.raises(ValueError, match="positive"):
         T.Resize(0, interpolation="nearest")
+
+
+def test_bands_resized_to_the_grid_take_the_same_crops_and_flips(tmp_path):
+    """Sentinel-2 style: 20 m bands stored at half the size of the 10 m
+    ones. Resize draws nothing, so after Resize to the 10 m grid the crop
+    and flips drawn for them equal the 10 m bands' (the sample's draws)."""
+    coarse = [rng.integers(0, 10000, (10, 12, 2)).astype(np.uint16) for _ in range(6)]
+    fine = [np.repeat(np.repeat(c, 2, axis=0), 2, axis=1) for c in coarse]  # the same values on the 10 m grid
+    with stoker.DatasetWriter(tmp_path / "s2") as writer:
+        for i in range(6):
+            writer.write({"__key__": "%02d" % i, "b10.npy": fine[i], "b20.npy": coarse[i]})
+    crops = [T.RandomCrop(9), T.RandomHorizontalFlip(), T.RandomVerticalFlip()]
+    fields = {"b10": stoker.Array("b10.npy", transform=crops),
+              "b20": stoker.Array("b20.npy", transform=[T.Resize((20, 24), interpolation="nearest")] + crops)}
+    seen = set()
+    for seed in range(4):
+        batch = next(iter(stoker.Loader(tmp_path / "s2", batch_size=6, shuffle=False, seed=seed, log_epochs=False,
+                                        fields=fields)))
+        assert batch["b10"].shape == batch["b20"].shape == (6, 9, 9, 2)
+        assert torch.equal(batch["b10"], batch["b20"])
+        seen.add(batch["b10"][:, 0, 0, 0].numpy().tobytes())
+    assert len(seen) > 1  # the draws do change with the seed
