@@ -119,7 +119,7 @@ py::object TensorCapsule(const std::shared_ptr<void>& owner, const stoker::HostT
   return MakeCapsule(owner, const_cast<std::byte*>(t.data.data()), t.shape, ToDL(t.type));
 }
 
-// An Array column whose values are all present, of one shape and type, as
+// An Array or Mask column whose values are all present, of one shape and type, as
 // one tensor [B, ...] (widened for torch as a sample's would be), copied in
 // one pass without the GIL into memory that is not zeroed first: Python
 // then makes no tensor a sample and stacks nothing.
@@ -159,7 +159,7 @@ py::object FieldsToPython(stoker::Batch& batch, const std::shared_ptr<void>& own
   for (std::size_t f = 0; f < batch.num_fields(); ++f) {
     const stoker::FieldSpec& spec = specs[f];
     const auto values = batch.field(f);
-    if (spec.kind == stoker::FieldKind::kArray) {
+    if (spec.kind == stoker::FieldKind::kArray || spec.kind == stoker::FieldKind::kMask) {
       if (auto stacked = Stacked(values)) {  // a tuple (capsule, stored type, delivered type), not a list
         const std::string stored(stoker::ElementTypeName(values[0].tensor.type));
         batch.ReleaseField(f);  // copied: the slot need not keep a second copy while the loop uses this one

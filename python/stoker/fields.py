@@ -414,6 +414,9 @@ class Mask(_Field):
     _sample = Image._sample
 
     def _assemble(self, values, torch, name, out):
+        if isinstance(values, tuple):  # stacked natively: every sample present, of one shape
+            out[name] = _tensor(values)
+            return
         tensors = [self._sample(v) for v in values]
         if tensors and all(t is not None for t in tensors) and len({tuple(t.shape) for t in tensors}) == 1:
             out[name] = torch.stack(tensors)

@@ -302,3 +302,18 @@ def test_bad_rasters_are_named(dataset, cli, tmp_path):
     assert "000005" in str(error.value) and "shard-000000.tar" in str(error.value)
     skipping = stoker.Loader(folder, batch_size=4, shuffle=False, fields=fields, on_corrupt="skip", log_epochs=False)
     assert sum(len(b["depth"]) for b in skipping) == 8 and skipping.stats()["corrupt_skipped"] == 1
+
+
+def test_stacked_masks_reach_map_as_rows(dataset):
+    """Masks of one shape are stacked natively; map= still sees each
+    sample's own [H, W] mask, equal to the stacked batch's row."""
+    transform = T.Compose([T.RandomResizedCrop(48)])
+    fields = {"image": stoker.Image(transform=transform), "mask": stoker.Mask(),
+              "inst": stoker.Mask("inst.png", mode="I;16")}
+    plain = next(iter(stoker.Loader(dataset, batch_size=4, seed=1, shuffle=False, fields=fields, log_epochs=False)))
+    seen = []
+    mapped = next(iter(stoker.Loader(dataset, batch_size=4, seed=1, shuffle=False, fields=fields, log_epochs=False,
+                                     map=lambda s: seen.append(tuple(s["mask"].shape)) or s)))
+    assert seen == [(48, 48)] * 4
+    assert torch.equal(mapped["mask"], plain["mask"]) and torch.equal(mapped["inst"], plain["inst"])
+    assert plain["inst"].dtype == torch.int32 and plain["mask"].shape == (4, 48, 48)
