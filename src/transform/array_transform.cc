@@ -12,6 +12,7 @@
 
 #include "transform/array_geometry.h"
 #include "transform/array_resize.h"
+#include "transform/step.h"
 
 namespace stoker::transform {
 namespace {
@@ -265,9 +266,11 @@ Status ApplyArrayTransform(const std::vector<TransformStep>& steps, std::string_
     } else if (step.name == "Resize") {
       STOKER_ASSIGN_OR_RETURN(const bool bilinear, ResizeInterpolation(step));
       const auto [height, width] = ArrayResizeSize(*StepArg(step, "size"), g.height, g.width);
-      if (height < 1 || width < 1)
-        return Status::InvalidArgument(fmt::format("an Array's transform: Resize of an array of {}x{} ({}) to {}x{}",
-                                                   g.height, g.width, layout, height, width));
+      if (height < 1 || width < 1 ||
+          static_cast<std::uint64_t>(height) * static_cast<std::uint64_t>(width) > kMaxStepPixels)
+        return Status::InvalidArgument(
+            fmt::format("an Array's transform: Resize of an array of {}x{} ({}) to {}x{} (at most {} pixels)", g.height,
+                        g.width, layout, height, width, kMaxStepPixels));
       STOKER_RETURN_IF_ERROR(ResizeArray(array, g, height, width, bilinear, scratch));
     } else if (step.name == "RandomHorizontalFlip") {
       if (rng.Uniform01() < FlipProbability(step)) FlipArrayHorizontally(array, g, scratch);

@@ -223,6 +223,10 @@ TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAnt
   flags.data.resize(4);
   EXPECT_NE(ApplyArrayTransform({Step("Resize", {{"size", {1}}})}, "HWC", rng, flags, scratch).message().find("bool"),
             std::string::npos);
+  HostTensor wide = Numbered(2, 3, 0, false);  // a 2:3 array's shorter side to 1e5: 1e5 x 1.5e5 pixels
+  EXPECT_NE(
+      ApplyArrayTransform({Step("Resize", {{"size", {100000}}})}, "HWC", rng, wide, scratch).message().find("at most"),
+      std::string::npos);
   TransformStep bicubic = Step("Resize", {{"size", {4}}});
   bicubic.words = {{"interpolation", "bicubic"}};
   EXPECT_NE(CheckArrayTransform({bicubic}, "HWC").message().find("'bicubic' is not taken"), std::string::npos);
