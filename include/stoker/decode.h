@@ -44,8 +44,7 @@ inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
 // Corruption for damaged data; Unimplemented, by name, for samples it does
 // not load (1- to 4-bit, complex, subsampled YCbCr). A PNG gives its samples
 // as stored too: [H, W] gray or palette indices, [H, W, 2|3|4] with alpha
-// or colour, uint16 at 16 bits (a depth map), 1- to 4-bit values unscaled;
-// interlaced palette PNGs below 8 bits are refused (Unimplemented).
+// or colour, uint16 at 16 bits (a depth map), 1- to 4-bit values unscaled.
 [[nodiscard]] Result<HostTensor> DecodeArray(std::span<const std::byte> data,
                                              std::uint64_t max_pixels = kDefaultMaxImagePixels);
 

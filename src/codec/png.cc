@@ -44,6 +44,15 @@ Status CheckPngPixels(const spng_ihdr& ihdr, std::uint64_t max_pixels) {
   return Status::Ok();
 }
 
+// The chunks after the image, to IEND, read and their CRCs checked: the
+// decoder stops once the image is whole, which would leave the last IDAT's
+// CRC (and a cut file's missing end) unchecked.
+Status ReadToEnd(spng_ctx* ctx) {
+  const int r = spng_decode_chunks(ctx);
+  if (r != 0) return Error("damaged or cut after the image data", r);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ImageSize> PngSize(std::span<const std::byte> png) {
@@ -101,6 +110,7 @@ Status DecodePng(std::span<const std::byte> png, std::uint64_t max_pixels, Sourc
   data.resize(size);
   r = spng_decode_image(ctx, data.data(), size, format, flags);
   if (r != 0) return Error("damaged image data", r);
+  STOKER_RETURN_IF_ERROR(ReadToEnd(ctx));
 
   if (high_bytes) {
     // Host-endian 16-bit samples -> their high bytes, in place.
@@ -172,7 +182,7 @@ Status DecodePngArray(std::span<const std::byte> png, std::uint64_t max_pixels, 
     out->data.resize(size);
     r = spng_decode_image(ctx, out->data.data(), size, SPNG_FMT_PNG, 0);
     if (r != 0) return Error("damaged image data", r);
-    return Status::Ok();
+    return ReadToEnd(ctx);
   }
   const std::size_t row_bytes = (width * depth + 7) / 8;
   out->data.resize(width * height);
@@ -185,30 +195,40 @@ Status DecodePngArray(std::span<const std::byte> png, std::uint64_t max_pixels, 
     if (r != 0) return Error("damaged image data", r);
     const auto scale = static_cast<std::uint8_t>(255 / ((1 << depth) - 1));
     for (std::size_t i = 0; i < width * height; ++i) to[i] = static_cast<std::uint8_t>(to[i] / scale);
-    return Status::Ok();
+    return ReadToEnd(ctx);
   }
   // Palette indices below 8 bits: no format expands them, so they are read
-  // packed and unpacked here, most significant bits first.
-  if (ihdr.interlace_method != SPNG_INTERLACE_NONE)
-    return Status::Unimplemented(
-        fmt::format("an interlaced {}-bit palette PNG as an array (libspng 0.7 places its indices wrongly); "
-                    "stoker.Image reads its colours",
-                    depth));
-  thread_local std::vector<std::uint8_t> packed;
-  packed.resize(size);
-  r = spng_decode_image(ctx, packed.data(), size, SPNG_FMT_PNG, 0);
+  // a scanline at a time, packed, and each pixel put where its pass puts it
+  // (Adam7's seven, or the one pass of a plain image), most significant bits
+  // first. (libspng 0.7's own deinterlacing misplaces packed pixels.)
+  static constexpr int kStartX[7] = {0, 4, 0, 2, 0, 1, 0}, kStepX[7] = {8, 8, 4, 4, 2, 2, 1};
+  const bool interlaced = ihdr.interlace_method != SPNG_INTERLACE_NONE;
+  r = spng_decode_image(ctx, nullptr, 0, SPNG_FMT_PNG, SPNG_DECODE_PROGRESSIVE);
   if (r != 0) return Error("damaged image data", r);
-  if (row_bytes * height != size) return Status::Internal("PNG: libspng's packed rows are not the size expected");
-  const int per_byte = 8 / depth;
+  thread_local std::vector<std::uint8_t> line;
+  line.resize(row_bytes);
   const unsigned mask = (1u << depth) - 1;
-  for (std::size_t y = 0; y < height; ++y) {
-    const std::uint8_t* row = packed.data() + y * row_bytes;
-    for (std::size_t x = 0; x < width; ++x) {
-      const int shift = 8 - depth * (static_cast<int>(x % per_byte) + 1);
-      *to++ = static_cast<std::uint8_t>((row[x / per_byte] >> shift) & mask);
+  std::size_t rows = 0;
+  while (true) {
+    spng_row_info info{};
+    r = spng_get_row_info(ctx, &info);
+    if (r == SPNG_EOI) break;
+    // The last scanline comes with SPNG_EOI: it is unpacked, then the loop ends.
+    if (r == 0) r = spng_decode_scanline(ctx, line.data(), line.size());
+    if (r != 0 && r != SPNG_EOI) return Error("damaged image data", r);
+    if (info.row_num >= height || info.pass < 0 || info.pass > 6)
+      return Status::Internal("PNG: libspng gave a scanline outside the image");
+    const std::size_t x0 = interlaced ? kStartX[info.pass] : 0, dx = interlaced ? kStepX[info.pass] : 1;
+    std::uint8_t* row = to + static_cast<std::size_t>(info.row_num) * width;
+    for (std::size_t i = 0, x = x0; x < width; ++i, x += dx) {
+      const std::size_t bit = i * depth;
+      row[x] = static_cast<std::uint8_t>((line[bit / 8] >> (8 - depth - bit % 8)) & mask);
     }
+    ++rows;
+    if (r == SPNG_EOI) break;
   }
-  return Status::Ok();
+  if (rows == 0 && height > 0) return Status::Corruption("PNG: no image rows");
+  return ReadToEnd(ctx);
 }
 
 }  // namespace stoker::codec

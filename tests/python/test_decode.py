@@ -207,6 +207,17 @@ def test_damaged_images_are_refused_with_the_reason():
     flipped[at + 5] ^= 0x40
     damaged("PNG: damaged image data|CRC", bytes(flipped))
     damaged("PNG", png[: len(png) // 2])
+    # The last IDAT's CRC and a missing IEND are checked though the image is
+    # whole before them, for every colour type (once only gray and RGB files,
+    # through their tRNS lookup, named as a bad tRNS chunk).
+    for color_type, channels in ((pw.RGB, 3), (pw.RGBA, 4), (pw.GRAY_ALPHA, 2), (pw.GRAY, 1)):
+        whole = pw.encode(samples(6, 5, channels, 8), color_type, 8)
+        crc = bytearray(whole)
+        crc[len(whole) - 13] ^= 1  # the last byte of IDAT's CRC
+        damaged("PNG: damaged or cut after the image data", bytes(crc))
+        damaged("PNG: damaged or cut after the image data", whole[:-12])
+    indexed = pw.encode(samples(6, 5, 1, 8), pw.PALETTE, 8, palette=[(i, i, i) for i in range(256)])
+    damaged("PNG: damaged or cut after the image data", indexed[:-12])
     # A bad CRC on an ancillary chunk is refused too.
     text = pw.encode(samples(4, 4, 3, 8), pw.RGB, 8, extra_chunks=[(b"tEXt", b"k\x00v")])
     i = text.index(b"tEXt") + 4 + 3
