@@ -151,18 +151,17 @@ void FilterPlaneLibm(const Taps<F>& tx, const Taps<F>& ty, const F* source, F* a
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Inlined into FilterPlaneFma, the builtins become vfmadd instructions.
+struct BuiltinFma {
+  [[gnu::always_inline]] float operator()(float a, float b, float acc) const { return __builtin_fmaf(a, b, acc); }
+  [[gnu::always_inline]] double operator()(double a, double b, double acc) const { return __builtin_fma(a, b, acc); }
+};
+
 template <typename T, typename F>
 [[gnu::target("fma")]] void FilterPlaneFma(const Taps<F>& tx, const Taps<F>& ty, const F* source, F* across,
                                            std::int64_t in_height, std::int64_t in_width, std::int64_t height,
                                            std::int64_t width, std::int64_t c, std::byte* to) {
-  FilterPlane<T, F>(tx, ty, source, across, in_height, in_width, height, width, c, to,
-                    [](F a, F b, F acc) [[gnu::always_inline]] {
-                      if constexpr (std::is_same_v<F, float>) {
-                        return __builtin_fmaf(a, b, acc);
-                      } else {
-                        return __builtin_fma(a, b, acc);
-                      }
-                    });
+  FilterPlane<T, F>(tx, ty, source, across, in_height, in_width, height, width, c, to, BuiltinFma{});
 }
 #endif
 
