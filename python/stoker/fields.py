@@ -19,6 +19,7 @@ putting tensors together (``torch.stack``, padding) and, for Json, turning
 checked JSON text into objects (``json.loads``).
 """
 import json
+import numbers
 
 from . import _native, _params, transforms
 from ._device_mover import DeviceMover  # noqa: F401  (fields.DeviceMover: the loaders' and tests' name)
@@ -203,7 +204,7 @@ class Array(_Field):
         self.follows = _follows(follows)
         if self.follows and self.transform:
             raise ValueError("an Array that follows the image takes the image's steps, not a transform of its own")
-        if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+        if isinstance(fill, bool) or not isinstance(fill, numbers.Real):  # numpy scalars too
             raise TypeError("Array(fill=...) is a number, not %r" % (fill,))
         self.fill = fill  # whether its dtype holds it is checked on the first array
 

@@ -286,6 +286,8 @@ def test_bad_rasters_are_named(dataset, cli, tmp_path):
         stoker.Mask(mode="RGBA")
     with pytest.raises(TypeError, match="fill"):
         stoker.Array("depth.npy", follows="image", fill="0")
+    assert stoker.Array("depth.npy", follows="image", fill=np.float32("nan"))._spec("d").fill != 0  # NaN
+    assert stoker.Array("ids.npy", follows="image", fill=np.uint16(7))._spec("i").fill == 7
     # A fill the array's dtype cannot hold: an error naming the field and sample, even under "skip".
     fields = {"image": stoker.Image(transform=transform), "where": stoker.Array("where.npy", follows="image", fill=0.5)}
     for policy in ("error", "skip"):
