@@ -11,17 +11,16 @@
 
 #include "core/half.h"
 #include "transform/cpu_features.h"
+#include "transform/warp.h"
 
 namespace stoker::transform {
 namespace {
 
-// torch's nearest source indices for `out` positions over `in`.
+// The nearest source of each of `out` positions over `in` (torch's rule).
 std::vector<std::int64_t> NearestIndices(std::int64_t in, std::int64_t out) {
   std::vector<std::int64_t> index(static_cast<std::size_t>(out));
   const float scale = static_cast<float>(in) / static_cast<float>(out);
-  for (std::int64_t i = 0; i < out; ++i)
-    index[static_cast<std::size_t>(i)] =
-        std::min(static_cast<std::int64_t>(std::floor(static_cast<float>(i) * scale)), in - 1);
+  for (std::int64_t i = 0; i < out; ++i) index[static_cast<std::size_t>(i)] = TorchNearestSource(i, scale, in);
   return index;
 }
 

@@ -329,9 +329,9 @@ void ResizeNearest(const Image& in, Size out_size, Image& out) {
   const int c = in.channels;
   std::vector<int> xs(static_cast<std::size_t>(out_size.width));
   for (int x = 0; x < out_size.width; ++x)
-    xs[static_cast<std::size_t>(x)] = std::min(static_cast<int>(std::floor(static_cast<float>(x) * sx)), in.width - 1);
+    xs[static_cast<std::size_t>(x)] = static_cast<int>(TorchNearestSource(x, sx, in.width));
   for (int y = 0; y < out_size.height; ++y) {
-    const int sy_index = std::min(static_cast<int>(std::floor(static_cast<float>(y) * sy)), in.height - 1);
+    const auto sy_index = static_cast<int>(TorchNearestSource(y, sy, in.height));
     const std::uint8_t* r = in.row(sy_index);
     std::uint8_t* o = out.row(y);
     DispatchChannels(c, [&](auto channels) {

@@ -7,7 +7,9 @@
 // torchvision exactly.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -82,6 +84,11 @@ void MapPointsForward(const AffineMatrix& m, std::span<double> xy);
 // which torchvision.transforms.v2 uses for masks): source index
 // floor(i * in / out) in float32.
 void ResizeNearest(const Image& in, Size out_size, Image& out);
+// torch's nearest rule, which ResizeNearest follows: output position `i`
+// reads floor(i * scale), scale = in / out in float32, at most in - 1.
+[[nodiscard]] inline std::int64_t TorchNearestSource(std::int64_t i, float scale, std::int64_t in) {
+  return std::min(static_cast<std::int64_t>(std::floor(static_cast<float>(i) * scale)), in - 1);
+}
 
 // Python's round(x, ndigits) (correctly rounded through decimal).
 [[nodiscard]] double RoundDecimal(double x, int ndigits);
