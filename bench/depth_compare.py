@@ -22,14 +22,13 @@ import argparse
 import io
 import os
 import sys
-import tarfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fields_compare import demo_jpegs, index_shards, report, run  # noqa: E402  (run: a fresh process, peak PSS)
+from fields_compare import demo_jpegs, report, run, write_shards  # noqa: E402  (run: a fresh process, peak PSS)
 
 
 def depth_of(width, height, rng):
@@ -45,30 +44,21 @@ def depth_of(width, height, rng):
 
 
 def build(work, images):
-    from PIL import Image
     shards = os.path.join(work, "shards-%d" % images)
     if os.path.exists(os.path.join(shards, "index.stoker")):
         return shards
-    os.makedirs(shards, exist_ok=True)
+    from PIL import Image
     rng = np.random.default_rng(0)
-    tar, size, shard = None, 0, 0
-    for i, path in enumerate(demo_jpegs(work, images)[:images]):
-        if tar is None or size > 256 << 20:
-            if tar:
-                tar.close()
-            tar = tarfile.open(os.path.join(shards, "shard-%06d.tar" % shard), "w")
-            shard, size = shard + 1, 0
-        jpg = open(path, "rb").read()
-        width, height = Image.open(io.BytesIO(jpg)).size
-        buf = io.BytesIO()
-        np.save(buf, depth_of(width, height, rng))
-        for ext, data in (("jpg", jpg), ("depth.npy", buf.getvalue()), ("cls", b"%d" % (i % 4))):
-            info = tarfile.TarInfo("%07d.%s" % (i, ext))
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            size += len(data) + 1024
-    tar.close()
-    index_shards(shards)
+
+    def samples():
+        for i, path in enumerate(demo_jpegs(work, images)[:images]):
+            jpg = open(path, "rb").read()
+            width, height = Image.open(io.BytesIO(jpg)).size
+            buf = io.BytesIO()
+            np.save(buf, depth_of(width, height, rng))
+            yield "%07d" % i, {"jpg": jpg, "depth.npy": buf.getvalue(), "cls": b"%d" % (i % 4)}
+
+    write_shards(shards, samples(), 256 << 20)
     return shards
 
 

@@ -59,44 +59,49 @@ def report(results, ours, peer):
     return d_rate, d_mem
 
 
+def write_shards(shards, samples, shard_bytes):
+    """Writes `samples` ((key, {ext: bytes}) pairs) as WebDataset tars of
+    about `shard_bytes` each into `shards`, then indexes them."""
+    os.makedirs(shards, exist_ok=True)
+    shard, size, tar = 0, 0, None
+    for key, sample in samples:
+        if tar is None or size > shard_bytes:
+            if tar:
+                tar.close()
+            tar = tarfile.open(os.path.join(shards, "shard-%06d.tar" % shard), "w")
+            shard, size = shard + 1, 0
+        for ext, data in sample.items():
+            info = tarfile.TarInfo(key + "." + ext)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            size += len(data) + 1024
+    if tar:
+        tar.close()
+    index_shards(shards)
+
+
 def build(work, images, photos=None):
     shards = os.path.join(work, "shards")
     if os.path.exists(os.path.join(shards, "index.stoker")):
         return shards
     from PIL import Image
-    files = demo_jpegs(work, images, photos)
-    os.makedirs(shards, exist_ok=True)
     rng = np.random.default_rng(0)
-    shard, size, tar = 0, 0, None
 
-    def add(name, data):
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    def samples():
+        for i, path in enumerate(demo_jpegs(work, images, photos)):
+            jpg = open(path, "rb").read()
+            gray = Image.open(io.BytesIO(jpg)).convert("L")
+            mask = Image.fromarray((np.asarray(gray) // 64 * 64).astype(np.uint8))
+            buf = io.BytesIO()
+            mask.save(buf, "PNG")
+            boxes = [[float(v) for v in rng.uniform(0, 300, 4)] for _ in range(int(rng.integers(1, 6)))]
+            emb = io.BytesIO()
+            np.save(emb, rng.standard_normal(512).astype(np.float32))
+            yield "%07d" % i, {"jpg": jpg, "seg.png": buf.getvalue(), "cls": b"%d" % (i % 4),
+                               "json": json.dumps({"boxes": boxes}).encode(), "npy": emb.getvalue(),
+                               "txt": ("a photograph, number %d" % i).encode()}
 
-    for i, path in enumerate(files):
-        if tar is None or size > 64 << 20:
-            if tar:
-                tar.close()
-            tar = tarfile.open(os.path.join(shards, "shard-%06d.tar" % shard), "w")
-            shard, size = shard + 1, 0
-        jpg = open(path, "rb").read()
-        gray = Image.open(io.BytesIO(jpg)).convert("L")
-        mask = Image.fromarray((np.asarray(gray) // 64 * 64).astype(np.uint8))
-        buf = io.BytesIO()
-        mask.save(buf, "PNG")
-        boxes = [[float(v) for v in rng.uniform(0, 300, 4)] for _ in range(int(rng.integers(1, 6)))]
-        emb = io.BytesIO()
-        np.save(emb, rng.standard_normal(512).astype(np.float32))
-        key = "%07d" % i
-        sample = {"jpg": jpg, "seg.png": buf.getvalue(), "cls": b"%d" % (i % 4),
-                  "json": json.dumps({"boxes": boxes}).encode(), "npy": emb.getvalue(),
-                  "txt": ("a photograph, number %d" % i).encode()}
-        for ext, data in sample.items():
-            add(key + "." + ext, data)
-            size += len(data) + 1024
-    tar.close()
-    index_shards(shards)
+    write_shards(shards, samples(), 64 << 20)
     return shards
 
 
