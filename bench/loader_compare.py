@@ -210,6 +210,9 @@ def main():
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--consumer-ms", type=float, default=0.0,
                         help="also simulate an accelerator step of this many ms per batch and report utilisation")
+    parser.add_argument("--prefetch", type=int,
+                        help="stoker's prefetch depth (default: automatic); 2 decodes two batches ahead "
+                             "into buffers of their own, as the automatic depth did before 2026-12-06")
     parser.add_argument("--json")
     parser.add_argument("--column", type=int, help=argparse.SUPPRESS)  # internal: run this column only
     args = parser.parse_args()
@@ -257,7 +260,8 @@ def main():
         sources.append((args.seekable, "seekable pack"))
     for source, label in sources:
         measure("stoker.Loader (%s, %d threads)" % (label, args.workers), lambda source=source: forever(
-            stoker.Loader(source, batch_size=args.batch_size, transform=transform, num_threads=args.workers)))
+            stoker.Loader(source, batch_size=args.batch_size, transform=transform, num_threads=args.workers,
+                          prefetch=args.prefetch)))
 
     # Further columns where the peers install and run here.
     if peer_version("spdl.io", "SPDL") is not None:

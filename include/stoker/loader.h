@@ -108,7 +108,13 @@ struct LoaderOptions {
   // holds prefetch + 2 batch buffers: those in flight, the one the consumer
   // uses, and a reserve for a consumer that keeps two or more; a loop that
   // holds one never touches the reserve's pages (page-locked buffers,
-  // committed anyway, keep none).
+  // committed anyway, keep none). Automatic, where a batch has 16 samples
+  // or more per thread, batches are read that far ahead but decoded only
+  // into buffers the loop has already used: a loop holding one batch at a
+  // time touches two buffers (the one it holds and the next), a loop that
+  // keeps more, or waits for a batch with no used buffer free, touches
+  // another (LoaderStats::batch_buffers_touched). Set prefetch to have that
+  // many batches decoded ahead whatever the memory.
   std::uint32_t prefetch = 0;
   TransformOptions transform;
   CorruptPolicy on_corrupt = CorruptPolicy::kError;
@@ -190,8 +196,11 @@ struct LoaderStats {
   std::uint32_t autotune_changes = 0;
   std::uint64_t autotune_last_change_batch = 0;  // batches delivered when the tuner last changed something
   bool pinned_memory = false;                    // batch buffers are page-locked (CUDA present)
-  std::uint64_t read_requests = 0;               // after merging neighbouring samples
-  std::string read_method;                       // "io_uring" or "pread"
+  // Batch buffers decoded into so far (of prefetch + 2): a loop holding one
+  // batch at a time keeps this at 2 under an automatic prefetch depth.
+  std::uint32_t batch_buffers_touched = 0;
+  std::uint64_t read_requests = 0;  // after merging neighbouring samples
+  std::string read_method;          // "io_uring" or "pread"
   // Seekable packs (`pack --seekable-jpeg`): samples whose crop was decoded
   // from only the restart intervals it covers, and samples whose restart
   // table disagreed with the JPEG (a shard edited after packing) and were

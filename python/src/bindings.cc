@@ -301,6 +301,7 @@ PYBIND11_MODULE(_native, m) {
         d["autotune_changes"] = s.autotune_changes;
         d["autotune_last_change_batch"] = s.autotune_last_change_batch;
         d["pinned_memory"] = s.pinned_memory;
+        d["batch_buffers_touched"] = s.batch_buffers_touched;
         d["read_requests"] = s.read_requests;
         d["read_method"] = s.read_method;
         d["seekable_decodes"] = s.seekable_decodes;

@@ -82,6 +82,8 @@ class BatchScheduler {
   // After a drain: every in-flight slot becomes free.
   void ReclaimInFlight();
   [[nodiscard]] std::size_t free_slots() const { return free_.size(); }
+  // The free slots, most recently freed last.
+  [[nodiscard]] std::span<const std::uint32_t> free_list() const { return free_; }
   // Batches in flight at most from now on (autotune); at least 1. Lowering
   // it lets the batches already in flight finish.
   void SetPrefetch(std::uint32_t prefetch) { prefetch_ = prefetch > 0 ? prefetch : 1; }

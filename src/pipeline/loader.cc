@@ -134,7 +134,14 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
     prefetch = std::min(prefetch, max_prefetch);
     pool = BatchPoolSize(max_prefetch);
   }
-  auto impl = std::make_unique<Loader::Impl>(pool, prefetch, plan.NumBatches());
+  // An automatic depth decodes ahead only into buffers the loop has touched
+  // (BufferWarmth) where each thread has a batch's 16 samples or more: a
+  // batch read ahead then starts the moment the loop lets go of its last,
+  // and the threads idle only through the last samples of a batch (about
+  // half a sample each). Page-locked buffers, committed anyway, are all used.
+  const bool warm_only =
+      options.prefetch == 0 && !options.autotune && setup.rank_capacity >= kWarmBuffersSamplesPerThread * setup.threads;
+  auto impl = std::make_unique<Loader::Impl>(pool, prefetch, plan.NumBatches(), warm_only);
   impl->dataset = dataset;
   impl->options = options;
   impl->plan = plan;
@@ -179,7 +186,10 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   Loader::Impl* raw = impl.get();
   {
     MutexLock lock(raw->mu);
-    if (raw->slots.front().images.pinned()) raw->scheduler.DropReserve();
+    if (raw->slots.front().images.pinned()) {
+      raw->scheduler.DropReserve();
+      raw->warmth = pipeline::BufferWarmth(pool, /*warm_only=*/false);
+    }
     raw->active_threads = setup.threads;
     raw->prefetch = prefetch;
     if (options.autotune) {
@@ -239,6 +249,9 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
         m.slots.size()));
   }
   const std::uint32_t s = *next;
+  // A read batch waiting for a buffer takes one now: the consumer needs it.
+  m.consumer_waits_for = s;
+  m.StartWaitingBatches();
   std::uint64_t ready = 0;
   for (std::uint32_t i : m.scheduler.in_flight()) ready += m.slots[i].pending == 0;
   const auto start = Clock::now();
@@ -246,9 +259,11 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
   if (timeout == std::chrono::nanoseconds::max()) {
     m.done_cv.Wait(m.mu, done);
   } else if (!m.done_cv.WaitFor(m.mu, timeout, done)) {
+    m.consumer_waits_for.reset();
     pipeline::LoaderCounters::Add(m.counters.wait_ns, Clock::now() - start);
     return Status::DeadlineExceeded("the next batch is not ready yet");
   }
+  m.consumer_waits_for.reset();
   pipeline::LoaderCounters::Add(m.counters.wait_ns, Clock::now() - start);
   m.counters.ready_sum.fetch_add(ready, std::memory_order_relaxed);
   m.counters.next_calls.fetch_add(1, std::memory_order_relaxed);
@@ -257,6 +272,7 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
   if (!m.slots[s].error.ok()) {
     Status error = m.slots[s].error;
     m.scheduler.Release(s);
+    m.StartWaitingBatches();
     m.Schedule();
     return error;
   }
@@ -272,6 +288,7 @@ void Loader::Release(std::uint32_t slot) {
   if (!impl_->CheckOwner().ok()) return;
   MutexLock lock(impl_->mu);
   impl_->scheduler.Release(slot);
+  impl_->StartWaitingBatches();
   impl_->Schedule();
 }
 
@@ -296,6 +313,10 @@ LoaderStats Loader::stats() const {
   s.kernel_readahead = m.read_access.pattern == AccessPattern::kNormal;
   s.readahead_note = m.read_access.note;
   s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
+  {
+    MutexLock lock(m.mu);
+    s.batch_buffers_touched = m.warmth.touched();
+  }
   MutexLock lock(m.method_mu);
   s.read_method = m.read_method;
   return s;

@@ -24,6 +24,7 @@
 #include "order/sampler.h"
 #include "pipeline/autotune.h"
 #include "pipeline/batch_scheduler.h"
+#include "pipeline/buffer_warmth.h"
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/loader_setup.h"
@@ -74,6 +75,10 @@ struct Loader::Impl {
   // decoded from (64 samples of a depth map or a multi-band chip: 50-100 MB).
   std::vector<std::vector<std::byte>> spare_arenas GUARDED_BY(mu);
   pipeline::BatchScheduler scheduler GUARDED_BY(mu);
+  // Which buffers are warm, and the read batches waiting for one.
+  pipeline::BufferWarmth warmth GUARDED_BY(mu);
+  // The slot Next() is waiting for, if it is.
+  std::optional<std::uint32_t> consumer_waits_for GUARDED_BY(mu);
   std::unique_ptr<order::ReadAheadAnnouncer> announcer GUARDED_BY(mu);
   // The order of the epoch being scheduled.
   std::shared_ptr<const std::vector<std::uint64_t>> schedule_order GUARDED_BY(mu);
@@ -92,8 +97,8 @@ struct Loader::Impl {
   mutable Mutex method_mu;
   std::string read_method GUARDED_BY(method_mu);
 
-  Impl(std::uint32_t pool, std::uint32_t prefetch_depth, std::uint64_t batches)
-      : scheduler(pool, prefetch_depth, batches) {}
+  Impl(std::uint32_t pool, std::uint32_t prefetch_depth, std::uint64_t batches, bool warm_buffers_only)
+      : scheduler(pool, prefetch_depth, batches), warmth(pool, warm_buffers_only) {}
 
   std::uint64_t BusyNs() const {
     return counters.read_ns.load(std::memory_order_relaxed) + counters.decode_ns.load(std::memory_order_relaxed) +
@@ -142,6 +147,7 @@ struct Loader::Impl {
       }
       plan.RankPositions(batch->batch, positions);
       Slot& slot = slots[batch->slot];
+      warmth.Scheduled(batch->slot);
       slot.size = static_cast<std::uint32_t>(positions.size());
       slot.epoch = batch->epoch;
       slot.batch_index = batch->batch;
@@ -171,11 +177,29 @@ struct Loader::Impl {
     }
   }
 
+  // Queues the samples of a read batch that may decode (BufferWarmth),
+  // first moving a warm buffer into its slot if it takes one.
+  void StartSamples(const pipeline::BufferWarmth::Start& start) REQUIRES(mu) {
+    Slot& slot = slots[start.slot];
+    // Neither slot's buffer is in use: one is free, the other not started.
+    if (start.take_buffer_of) std::swap(slot.images, slots[*start.take_buffer_of].images);
+    scheduler.QueueSamples(start.slot, slot.size);
+    work_cv.NotifyAll();
+  }
+  // Starts the read batches waiting for a buffer that may decode now:
+  // after a release, or when the consumer waits for `consumer_waits`.
+  void StartWaitingBatches() REQUIRES(mu) {
+    for (const auto& start : warmth.StartWaiting(scheduler.in_flight(), scheduler.free_list(), consumer_waits_for))
+      StartSamples(start);
+  }
+
   // Throws away queued work (SetEpoch, Restore), waits for started items,
   // and recycles the slots.
   void Drain() REQUIRES(mu) {
     for (const auto& item : scheduler.DropQueued())
       slots[item.slot].pending -= item.kind == pipeline::ItemKind::kReadBatch ? slots[item.slot].size : 1;
+    // Read batches waiting for a buffer have no items queued.
+    for (std::uint32_t s : warmth.DropWaiting()) slots[s].pending -= slots[s].size;
     done_cv.Wait(mu, [&]() REQUIRES(mu) {
       const auto& in_flight = scheduler.in_flight();
       return std::all_of(in_flight.begin(), in_flight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
@@ -221,9 +245,10 @@ struct Loader::Impl {
         }
         mu.Lock();
         // Its samples go behind reads already queued for later batches, so
-        // reads run ahead of decoding.
-        scheduler.QueueSamples(item.slot, slot.size);
-        work_cv.NotifyAll();
+        // reads run ahead of decoding; unless it waits for a buffer.
+        if (auto start = warmth.ReadDone(item.slot, scheduler.in_flight(), scheduler.free_list(),
+                                         consumer_waits_for == item.slot))
+          StartSamples(*start);
         continue;
       }
       const pipeline::SampleContext context{options.seed, slot.epoch, 0, item.slot, item.index};

@@ -41,6 +41,10 @@ struct LoaderSetup {
 [[nodiscard]] constexpr std::uint32_t BatchPoolSize(std::uint32_t prefetch) {
   return prefetch + 2;
 }
+// An automatic prefetch depth decodes ahead only into batch buffers the
+// loop has touched (pipeline/buffer_warmth.h) when a batch holds at least
+// this many samples per thread.
+inline constexpr std::uint32_t kWarmBuffersSamplesPerThread = 16;
 
 // InvalidArgument naming the option for anything out of range: batch size,
 // threads, prefetch, ranks, the transform's sizes, scale, ratio, flip

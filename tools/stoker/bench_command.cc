@@ -163,6 +163,7 @@ int RunBench(const BenchArgs& a) {
                           {"peak_rss_bytes", PeakRssBytes()},
                           {"threads", after.threads},
                           {"prefetch", after.prefetch},
+                          {"batch_buffers_touched", after.batch_buffers_touched},
                           {"shard_window", after.shard_window},
                           {"order", order_name},
                           {"corrupt_skipped", epoch_stats.corrupt_skipped},

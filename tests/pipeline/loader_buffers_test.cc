@@ -1,0 +1,117 @@
+// The loader's batch buffers under an automatic prefetch depth: a loop
+// holding one batch touches two, batches read ahead wait for a used buffer
+// and take it, and none of that changes what is delivered.
+#include <chrono>
+#include <deque>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "pipeline/loader_test_util.h"
+
+namespace stoker {
+namespace {
+
+// Runs `epochs` epochs keeping the last `kept` batches while asking for the
+// next (a loop holding one keeps the batch it used while it asks).
+Epoch RunKeeping(Loader& loader, int epochs, std::size_t kept) {
+  Epoch e;
+  std::deque<Batch> held;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    while (true) {
+      auto next = loader.Next();
+      EXPECT_TRUE(next.ok()) << next.error().ToString();
+      if (!next.ok() || !next->has_value()) break;
+      const Batch& b = **next;
+      e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
+      e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
+      auto* p = static_cast<const std::byte*>(b.images());
+      e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+      held.push_back(std::move(**next));
+      while (held.size() > kept) held.pop_front();
+    }
+  }
+  return e;
+}
+
+LoaderOptions SixteenAThread() {
+  auto o = SmallOptions();
+  o.batch_size = 16;  // 16 samples for its one thread: warm buffers only
+  o.threads = 1;
+  return o;
+}
+
+TEST(LoaderBuffers, ALoopHoldingOneBatchTouchesTwoBuffersAndGetsTheSameEpochs) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto automatic = Loader::Create(dataset, SixteenAThread());
+  auto o = SixteenAThread();
+  o.prefetch = 2;  // asked for: two batches decoded ahead, whatever the memory
+  auto explicit_depth = Loader::Create(dataset, o);
+  ASSERT_TRUE(automatic.ok() && explicit_depth.ok());
+  const Epoch a = RunKeeping(**automatic, 6, /*kept=*/1), b = RunKeeping(**explicit_depth, 6, 1);
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_TRUE(a.pixels == b.pixels);
+  EXPECT_EQ((*automatic)->stats().batch_buffers_touched, 2u);
+  EXPECT_EQ((*explicit_depth)->stats().batch_buffers_touched, 3u);
+  EXPECT_EQ((*automatic)->stats().prefetch, 2u);  // still read two ahead
+}
+
+TEST(LoaderBuffers, ALoopKeepingMoreTouchesMoreAndNeverStalls) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto reference = Loader::Create(dataset, SixteenAThread());
+  ASSERT_TRUE(reference.ok());
+  const Epoch expected = RunKeeping(**reference, 4, 0);
+  for (std::size_t kept : {2, 3}) {
+    SCOPED_TRACE(fmt::format("keeping {}", kept));
+    auto loader = Loader::Create(dataset, SixteenAThread());
+    ASSERT_TRUE(loader.ok());
+    const Epoch got = RunKeeping(**loader, 4, kept);
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_TRUE(got.pixels == expected.pixels);
+    EXPECT_EQ((*loader)->stats().batch_buffers_touched, kept + 1);
+  }
+}
+
+TEST(LoaderBuffers, MovingThePositionDropsBatchesWaitingForABuffer) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto reference = Loader::Create(dataset, SixteenAThread());
+  ASSERT_TRUE(reference.ok());
+  (*reference)->SetEpoch(3);
+  const Epoch expected = RunKeeping(**reference, 1, 0);
+  for (int round = 0; round < 5; ++round) {
+    auto loader = Loader::Create(dataset, SixteenAThread());
+    ASSERT_TRUE(loader.ok());
+    {
+      // One batch taken and held: the batch read after the next waits.
+      auto first = (*loader)->Next();
+      ASSERT_TRUE(first.ok() && first->has_value());
+      // Odd rounds give that read time to finish (and its batch to wait).
+      if (round % 2 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      (*loader)->SetEpoch(3);
+    }
+    const Epoch got = RunKeeping(**loader, 1, 1);
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_TRUE(got.pixels == expected.pixels);
+  }
+}
+
+TEST(LoaderBuffers, FewSamplesAThreadDecodeAheadAsAsked) {
+  // 8 samples for one thread: the threads would idle through too much of
+  // each batch's end; every batch in flight decodes at once.
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto o = SixteenAThread();
+  o.batch_size = 8;
+  auto loader = Loader::Create(dataset, o);
+  ASSERT_TRUE(loader.ok());
+  (void)RunKeeping(**loader, 4, 1);
+  EXPECT_EQ((*loader)->stats().batch_buffers_touched, 3u);
+}
+
+}  // namespace
+}  // namespace stoker
