@@ -28,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fields_compare import demo_jpegs, report, run, write_shards  # noqa: E402  (run: a fresh process, peak PSS)
+from fields_compare import demo_jpegs, print_run, report, run, write_shards  # noqa: E402  (run: a fresh process, peak PSS and RSS)
 
 
 def depth_of(width, height, rng):
@@ -118,9 +118,8 @@ def main():
     results = {"stoker": [], "DataLoader+webdataset": []}
     for _ in range(args.repeats):
         for name, script in [("stoker", RUN_STOKER), ("DataLoader+webdataset", RUN_DATALOADER)]:
-            rate, mem = run(name, script, shards)
-            results[name].append((rate, mem))
-            print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
+            results[name].append(run(name, script, shards))
+            print_run(name, results[name][-1])
 
     report(results, "stoker", "DataLoader+webdataset")
 

@@ -46,17 +46,20 @@ def index_shards(shards):
                    check=True, capture_output=True)
 
 
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
 def report(results, ours, peer):
-    """Prints the medians of `results` ({name: [(rate, memory), ...]}) and
-    `ours` against `peer`; returns the peer's (rate, memory)."""
-    def median(xs):
-        return sorted(xs)[len(xs) // 2]
-    s_rate, s_mem = (median([r[i] for r in results[ours]]) for i in (0, 1))
-    d_rate, d_mem = (median([r[i] for r in results[peer]]) for i in (0, 1))
-    print("medians: %s %.1f samples/s, %.0f MiB; %s %.1f samples/s, %.0f MiB" %
-          (ours, s_rate, s_mem / 2**20, peer, d_rate, d_mem / 2**20))
-    print("%s: %.2fx the throughput at %.0f%% of the memory" % (ours, s_rate / d_rate, 100 * s_mem / d_mem))
-    return d_rate, d_mem
+    """Prints the medians of `results` ({name: [(rate, pss, rss), ...]})
+    and `ours` against `peer`; returns the peer's (rate, pss, rss)."""
+    s_rate, s_mem, s_rss = (median([r[i] for r in results[ours]]) for i in (0, 1, 2))
+    d_rate, d_mem, d_rss = (median([r[i] for r in results[peer]]) for i in (0, 1, 2))
+    print("medians: %s %.1f samples/s, %.0f MiB PSS, %.0f MiB RSS summed; %s %.1f samples/s, %.0f MiB, %.0f MiB" %
+          (ours, s_rate, s_mem / 2**20, s_rss / 2**20, peer, d_rate, d_mem / 2**20, d_rss / 2**20))
+    print("%s: %.2fx the throughput at %.0f%% of the memory (PSS), %.0f%% (RSS summed)" %
+          (ours, s_rate / d_rate, 100 * s_mem / d_mem, 100 * s_rss / d_rss))
+    return d_rate, d_mem, d_rss
 
 
 def write_shards(shards, samples, shard_bytes):
@@ -170,31 +173,44 @@ for epoch in range(2):
 '''
 
 
-def tree_pss(pid):
-    """PSS of `pid` and all its descendants (shared pages counted once)."""
-    total = 0
+def tree_memory(pid):
+    """(PSS, RSS) of `pid` and all its descendants, summed: PSS counts
+    shared pages once, RSS once per process (as `top` shows them)."""
+    pss = rss = 0
     try:
         for line in open("/proc/%d/smaps_rollup" % pid):
             if line.startswith("Pss:"):
-                total += int(line.split()[1]) * 1024
+                pss += int(line.split()[1]) * 1024
+            elif line.startswith("Rss:"):
+                rss += int(line.split()[1]) * 1024
     except OSError:
-        return 0
+        return 0, 0
     children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return total + sum(tree_pss(int(c)) for c in children)
+    for c in children:
+        p, r = tree_memory(int(c))
+        pss, rss = pss + p, rss + r
+    return pss, rss
+
+
+def print_run(name, result):
+    rate, pss, rss = result
+    print("%-22s %7.1f samples/s, peak memory %6.0f MiB PSS, %6.0f MiB RSS summed" %
+          (name, rate, pss / 2**20, rss / 2**20), flush=True)
 
 
 def run(name, script, *args):
     """Runs `script` with `args` in a fresh Python; (samples/s of its last
-    printed epoch, peak PSS of its process tree)."""
+    printed epoch, peak PSS of its process tree, peak RSS summed over it)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "release", "python"))
     proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True,
                             env=env)
-    peak = [0]
+    peak = [0, 0]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], tree_pss(proc.pid))
+            pss, rss = tree_memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], pss), max(peak[1], rss)
             time.sleep(0.05)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -203,7 +219,7 @@ def run(name, script, *args):
     if proc.returncode != 0:
         raise SystemExit("%s failed" % name)
     epoch, n, seconds = out.strip().splitlines()[-1].split()
-    return int(n) / float(seconds), peak[0]
+    return int(n) / float(seconds), peak[0], peak[1]
 
 
 def main():
@@ -217,12 +233,12 @@ def main():
     for _ in range(args.repeats):
         for name, script in [("stoker", RUN_STOKER), ("stoker uint8", RUN_STOKER_UINT8),
                              ("DataLoader+webdataset", RUN_DATALOADER)]:
-            rate, mem = run(name, script, shards)
-            results[name].append((rate, mem))
-            print("%-22s %7.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
+            result = run(name, script, shards)
+            results[name].append(result)
+            print_run(name, result)
 
-    d_rate, d_mem = report(results, "stoker", "DataLoader+webdataset")
-    u_rate, u_mem = (sorted(r[i] for r in results["stoker uint8"])[len(results["stoker uint8"]) // 2] for i in (0, 1))
+    d_rate, d_mem, _ = report(results, "stoker", "DataLoader+webdataset")
+    u_rate, u_mem = (median([r[i] for r in results["stoker uint8"]]) for i in (0, 1))
     print("stoker, uint8 batches normalised by the consumer: %.1f samples/s, %.0f MiB: %.2fx at %.0f%%" %
           (u_rate, u_mem / 2**20, u_rate / d_rate, 100 * u_mem / d_mem))
 

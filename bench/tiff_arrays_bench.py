@@ -29,7 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fields_compare import report, run  # noqa: E402  (a fresh process a run, its tree's peak PSS)
+from fields_compare import print_run, report, run  # noqa: E402  (a fresh process a run, its tree's peak PSS and RSS)
 SHAPES = {"eurosat": dict(side=64, compression=None, tile=None, samples=5000),
           "chips": dict(side=256, compression="zlib", tile=(128, 128), samples=1000)}
 
@@ -127,9 +127,8 @@ def main():
     results = {"stoker": [], "DataLoader+tifffile": []}
     for _ in range(args.repeats):
         for name, script, path in [("stoker", RUN_STOKER, packed), ("DataLoader+tifffile", RUN_DATALOADER, tree)]:
-            rate, mem = run(name, script, path, side, int(args.augment))
-            results[name].append((rate, mem))
-            print("%-20s %8.1f samples/s, peak memory %6.0f MiB" % (name, rate, mem / 2**20), flush=True)
+            results[name].append(run(name, script, path, side, int(args.augment)))
+            print_run(name, results[name][-1])
 
     report(results, "stoker", "DataLoader+tifffile")
 

@@ -286,6 +286,15 @@ Result<std::optional<Batch>> Loader::Next(std::chrono::nanoseconds timeout) {
 
 void Loader::Release(std::uint32_t slot) {
   if (!impl_->CheckOwner().ok()) return;
+  // The batch's decoded fields (masks, arrays, text) go now, not when the
+  // slot is next decoded into: a slot waiting for its next batch would
+  // otherwise hold a whole batch of them that nobody uses. The consumer
+  // still owns the slot here, so no lock.
+  for (auto& column : impl_->slots[slot].fields)
+    for (FieldValue& v : column) {
+      std::vector<std::byte>().swap(v.tensor.data);
+      std::string().swap(v.bytes);
+    }
   MutexLock lock(impl_->mu);
   impl_->scheduler.Release(slot);
   impl_->StartWaitingBatches();
