@@ -46,6 +46,9 @@ class BufferWarmth {
 
   // A batch was scheduled into `slot`: it has not started decoding.
   void Scheduled(std::uint32_t slot) { started_[slot] = false; }
+  // The batch in `slot` is empty (a rank's share of a short last batch):
+  // it needs no buffer, and later batches do not leave theirs to it.
+  void NeedsNoBuffer(std::uint32_t slot) { started_[slot] = true; }
   // `slot`'s batch is read. Nullopt: it waits for a buffer (Waiting()).
   // `in_flight` are the scheduler's batches in delivery order, `free_slots`
   // its free slots, most recently freed last.

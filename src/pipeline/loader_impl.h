@@ -164,7 +164,10 @@ struct Loader::Impl {
       // An empty share (the epoch's short last batch under a balanced split)
       // is ready at once: a read item for it could still be running when
       // the consumer takes and recycles the slot.
-      if (slot.size == 0) continue;
+      if (slot.size == 0) {
+        warmth.NeedsNoBuffer(batch->slot);
+        continue;
+      }
       scheduler.QueueRead(batch->slot);
       // One read each: waking every worker per read only has them fight for
       // the lock the consumer needs. With idle workers parked by autotune, a
@@ -198,12 +201,18 @@ struct Loader::Impl {
   void Drain() REQUIRES(mu) {
     for (const auto& item : scheduler.DropQueued())
       slots[item.slot].pending -= item.kind == pipeline::ItemKind::kReadBatch ? slots[item.slot].size : 1;
-    // Read batches waiting for a buffer have no items queued.
-    for (std::uint32_t s : warmth.DropWaiting()) slots[s].pending -= slots[s].size;
+    // Read batches waiting for a buffer have no items queued; one being read
+    // now may come to wait too (its read done, no buffer free): dropped then.
+    const auto drop_waiting = [&]() REQUIRES(mu) {
+      for (std::uint32_t s : warmth.DropWaiting()) slots[s].pending -= slots[s].size;
+    };
+    drop_waiting();
     done_cv.Wait(mu, [&]() REQUIRES(mu) {
       const auto& in_flight = scheduler.in_flight();
-      return std::all_of(in_flight.begin(), in_flight.end(), [&](std::uint32_t s) { return slots[s].pending == 0; });
+      return std::all_of(in_flight.begin(), in_flight.end(),
+                         [&](std::uint32_t s) { return slots[s].pending == 0 || warmth.Waiting(s); });
     });
+    drop_waiting();
     for (Slot& slot : slots) LendArena(slot);
     scheduler.ReclaimInFlight();
   }
@@ -247,8 +256,11 @@ struct Loader::Impl {
         // Its samples go behind reads already queued for later batches, so
         // reads run ahead of decoding; unless it waits for a buffer.
         if (auto start = warmth.ReadDone(item.slot, scheduler.in_flight(), scheduler.free_list(),
-                                         consumer_waits_for == item.slot))
+                                         consumer_waits_for == item.slot)) {
           StartSamples(*start);
+        } else {
+          done_cv.NotifyAll();  // a drain waiting for this batch drops it now
+        }
         continue;
       }
       const pipeline::SampleContext context{options.seed, slot.epoch, 0, item.slot, item.index};

@@ -150,6 +150,43 @@ TEST(BufferWarmth, ALoopKeepingMoreWarmsAsItWaits) {
   EXPECT_EQ(more.decoded_into.size(), 4u);
 }
 
+TEST(BufferWarmth, AnEmptyBatchTakesNoBufferFromALaterOne) {
+  BufferWarmth warmth(4, true);
+  const std::vector<std::uint32_t> none;
+  const std::deque<std::uint32_t> first{0, 1};
+  ASSERT_TRUE(warmth.ReadDone(0, first, none, false));
+  ASSERT_TRUE(warmth.ReadDone(1, first, none, false));
+  // Batch 2 in (cold) slot 2 is empty; batch 3, in warm slot 0, is read:
+  // it decodes at once, leaving nothing to the empty one.
+  const std::deque<std::uint32_t> in_flight{1, 2, 0};
+  warmth.Scheduled(2);
+  warmth.NeedsNoBuffer(2);
+  warmth.Scheduled(0);
+  const auto start = warmth.ReadDone(0, in_flight, none, false);
+  ASSERT_TRUE(start);
+  EXPECT_FALSE(start->take_buffer_of);
+  EXPECT_EQ(warmth.touched(), 2u);
+}
+
+TEST(BufferWarmth, ALaterBatchReadFirstLeavesItsWarmBufferToTheEarlierOne) {
+  BufferWarmth warmth(4, true);
+  const std::vector<std::uint32_t> none;
+  const std::deque<std::uint32_t> first{0, 1};
+  ASSERT_TRUE(warmth.ReadDone(0, first, none, false));
+  ASSERT_TRUE(warmth.ReadDone(1, first, none, false));
+  // Batch 2 (slot 2, cold) and batch 3 (slot 0, warm, freed and taken
+  // again); batch 3's read finishes first.
+  const std::deque<std::uint32_t> in_flight{1, 2, 0};
+  warmth.Scheduled(2);
+  warmth.Scheduled(0);
+  EXPECT_FALSE(warmth.ReadDone(0, in_flight, none, false));  // left to batch 2
+  const auto start = warmth.ReadDone(2, in_flight, none, false);
+  ASSERT_TRUE(start);
+  EXPECT_EQ(start->take_buffer_of, 0u);
+  EXPECT_TRUE(warmth.Waiting(0));
+  EXPECT_EQ(warmth.touched(), 2u);
+}
+
 TEST(BufferWarmth, DroppingForgetsWaitingBatches) {
   BufferWarmth warmth(4, true);
   const std::vector<std::uint32_t> none;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "fault_file_system.h"
 #include "pipeline/loader_test_util.h"
 
 namespace stoker {
@@ -83,7 +84,7 @@ TEST(LoaderBuffers, MovingThePositionDropsBatchesWaitingForABuffer) {
   ASSERT_TRUE(reference.ok());
   (*reference)->SetEpoch(3);
   const Epoch expected = RunKeeping(**reference, 1, 0);
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < 6; ++round) {
     auto loader = Loader::Create(dataset, SixteenAThread());
     ASSERT_TRUE(loader.ok());
     {
@@ -98,6 +99,39 @@ TEST(LoaderBuffers, MovingThePositionDropsBatchesWaitingForABuffer) {
     EXPECT_EQ(got.indices, expected.indices);
     EXPECT_TRUE(got.pixels == expected.pixels);
   }
+}
+
+TEST(LoaderBuffers, MovingThePositionWhileABatchIsBeingReadDropsItOnceRead) {
+  // The batch read after the next is still being read when SetEpoch drains
+  // the loader; read, it has no buffer to decode into (the loop holds one,
+  // the next has the other): the drain drops it rather than wait for it.
+  TempDir dir;
+  MakeDataset(dir);
+  testing::FaultFileSystem fs;
+  auto opened = Dataset::Open(dir / "out", &fs);
+  ASSERT_TRUE(opened.ok()) << opened.error().ToString();
+  std::shared_ptr<const Dataset> dataset(std::move(opened).value());
+  auto reference = Loader::Create(dataset, SixteenAThread());
+  ASSERT_TRUE(reference.ok());
+  (*reference)->SetEpoch(3);
+  const Epoch expected = RunKeeping(**reference, 1, 0);
+
+  auto loader = Loader::Create(dataset, SixteenAThread());
+  ASSERT_TRUE(loader.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // batches 0 and 1 read and decoded
+  fs.reads_held = true;
+  std::jthread releaser([&fs] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    fs.ReleaseReads();
+  });
+  auto first = (*loader)->Next();  // schedules batch 2, whose read now waits
+  ASSERT_TRUE(first.ok() && first->has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the thread takes that read
+  (*loader)->SetEpoch(3);                                      // while batch 2 is being read
+  first->reset();
+  const Epoch got = RunKeeping(**loader, 1, 1);
+  EXPECT_EQ(got.indices, expected.indices);
+  EXPECT_TRUE(got.pixels == expected.pixels);
 }
 
 TEST(LoaderBuffers, FewSamplesAThreadDecodeAheadAsAsked) {
