@@ -44,9 +44,13 @@ def test_stoker_doctor_hooks_the_token_loader(stoker_bin, tmp_path):
 
 def test_a_token_loader_s_wait_is_told_apart_from_its_hand_over(tmp_path):
     # Batches always ready: what the loop waits for is the hand-over of each batch to Python, and the fix says
-    # so (not "raise prefetch", not "use stoker.Loader").
+    # so (not "raise prefetch", not "use stoker.Loader"). Packing a batch takes ~60 us and a step 2 ms; a
+    # deep prefetch and a head start keep the batches ready even where other jobs share the cores (a
+    # packing thread held off the CPU for a few ms made the loop wait, and the doctor rightly said so).
     import stoker
-    loader = stoker.TokenLoader(_token_corpus(tmp_path / "corpus"), seq_len=128, batch_size=2, log_epochs=False)
+    loader = stoker.TokenLoader(_token_corpus(tmp_path / "corpus"), seq_len=128, batch_size=2, log_epochs=False,
+                                prefetch=32)
+    time.sleep(0.2)
     with Doctor(cuda=False, warmup_steps=0) as doc:
         for batch in doc.batches(loader):
             time.sleep(0.002)
