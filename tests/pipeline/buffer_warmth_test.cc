@@ -150,12 +150,19 @@ TEST(BufferWarmth, ALoopKeepingMoreWarmsAsItWaits) {
   EXPECT_EQ(more.decoded_into.size(), 4u);
 }
 
-TEST(BufferWarmth, AnEmptyBatchTakesNoBufferFromALaterOne) {
+// Four slots, warm buffers only, batches 0 and 1 decoded into slots 0 and 1.
+BufferWarmth FirstTwoDecoded() {
   BufferWarmth warmth(4, true);
   const std::vector<std::uint32_t> none;
   const std::deque<std::uint32_t> first{0, 1};
-  ASSERT_TRUE(warmth.ReadDone(0, first, none, false));
-  ASSERT_TRUE(warmth.ReadDone(1, first, none, false));
+  EXPECT_TRUE(warmth.ReadDone(0, first, none, false));
+  EXPECT_TRUE(warmth.ReadDone(1, first, none, false));
+  return warmth;
+}
+
+TEST(BufferWarmth, AnEmptyBatchTakesNoBufferFromALaterOne) {
+  BufferWarmth warmth = FirstTwoDecoded();
+  const std::vector<std::uint32_t> none;
   // Batch 2 in (cold) slot 2 is empty; batch 3, in warm slot 0, is read:
   // it decodes at once, leaving nothing to the empty one.
   const std::deque<std::uint32_t> in_flight{1, 2, 0};
@@ -169,11 +176,8 @@ TEST(BufferWarmth, AnEmptyBatchTakesNoBufferFromALaterOne) {
 }
 
 TEST(BufferWarmth, ALaterBatchReadFirstLeavesItsWarmBufferToTheEarlierOne) {
-  BufferWarmth warmth(4, true);
+  BufferWarmth warmth = FirstTwoDecoded();
   const std::vector<std::uint32_t> none;
-  const std::deque<std::uint32_t> first{0, 1};
-  ASSERT_TRUE(warmth.ReadDone(0, first, none, false));
-  ASSERT_TRUE(warmth.ReadDone(1, first, none, false));
   // Batch 2 (slot 2, cold) and batch 3 (slot 0, warm, freed and taken
   // again); batch 3's read finishes first.
   const std::deque<std::uint32_t> in_flight{1, 2, 0};

@@ -24,11 +24,7 @@ Epoch RunKeeping(Loader& loader, int epochs, std::size_t kept) {
       auto next = loader.Next();
       EXPECT_TRUE(next.ok()) << next.error().ToString();
       if (!next.ok() || !next->has_value()) break;
-      const Batch& b = **next;
-      e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
-      e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
-      auto* p = static_cast<const std::byte*>(b.images());
-      e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+      Append(e, **next);
       held.push_back(std::move(**next));
       while (held.size() > kept) held.pop_front();
     }

@@ -87,17 +87,21 @@ inline double MaxFloatDifference(const Epoch& a, const Epoch& b) {
   return worst;
 }
 
+// Appends batch `b`'s indices, labels and pixels to `e`.
+inline void Append(Epoch& e, const Batch& b) {
+  e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
+  e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
+  auto* p = static_cast<const std::byte*>(b.images());
+  e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+}
+
 inline Epoch RunEpoch(Loader& loader) {
   Epoch e;
   while (true) {
     auto next = loader.Next();
     EXPECT_TRUE(next.ok()) << next.error().ToString();
     if (!next.ok() || !next->has_value()) break;
-    const Batch& b = **next;
-    e.indices.insert(e.indices.end(), b.indices(), b.indices() + b.size());
-    e.labels.insert(e.labels.end(), b.labels(), b.labels() + b.size());
-    auto* p = static_cast<const std::byte*>(b.images());
-    e.pixels.insert(e.pixels.end(), p, p + b.image_bytes());
+    Append(e, **next);
   }
   return e;
 }
