@@ -210,7 +210,7 @@ struct Loader::Impl {
     done_cv.Wait(mu, [&]() REQUIRES(mu) {
       const auto& in_flight = scheduler.in_flight();
       return std::all_of(in_flight.begin(), in_flight.end(),
-                         [&](std::uint32_t s) { return slots[s].pending == 0 || warmth.Waiting(s); });
+                         [&](std::uint32_t s) REQUIRES(mu) { return slots[s].pending == 0 || warmth.Waiting(s); });
     });
     drop_waiting();
     for (Slot& slot : slots) LendArena(slot);
