@@ -30,11 +30,11 @@ std::optional<BufferWarmth::Start> BufferWarmth::TryStart(std::uint32_t slot,
                                                           const std::deque<std::uint32_t>& in_flight,
                                                           std::span<const std::uint32_t> free_slots,
                                                           bool consumer_waits) {
+  // Read before an earlier batch that has no warm buffer: that one is to
+  // have the next warm buffer (this one's too: SpareWarm finds it here).
+  if (warm_only_ && !consumer_waits && EarlierNeedsWarm(slot, in_flight)) return std::nullopt;
   std::optional<Start> start;
-  if (warm_[slot] && warm_only_ && !consumer_waits && EarlierNeedsWarm(slot, in_flight)) {
-    // Its read finished first: the earlier batch is to have this buffer
-    // (SpareWarm finds it there), and this one waits for the next.
-  } else if (warm_[slot]) {
+  if (warm_[slot]) {
     start = Start{slot, std::nullopt};
   } else if (const auto spare = warm_only_ ? SpareWarm(slot, in_flight, free_slots) : std::nullopt) {
     warm_[*spare] = false;
@@ -49,13 +49,11 @@ std::optional<BufferWarmth::Start> BufferWarmth::TryStart(std::uint32_t slot,
   return start;
 }
 
-std::optional<BufferWarmth::Start> BufferWarmth::ReadDone(std::uint32_t slot,
-                                                          const std::deque<std::uint32_t>& in_flight,
-                                                          std::span<const std::uint32_t> free_slots,
-                                                          bool consumer_waits) {
-  auto start = TryStart(slot, in_flight, free_slots, consumer_waits);
-  waiting_[slot] = !start;
-  return start;
+std::vector<BufferWarmth::Start> BufferWarmth::ReadDone(std::uint32_t slot, const std::deque<std::uint32_t>& in_flight,
+                                                        std::span<const std::uint32_t> free_slots,
+                                                        std::optional<std::uint32_t> consumer_waits) {
+  waiting_[slot] = true;
+  return StartWaiting(in_flight, free_slots, consumer_waits);
 }
 
 std::vector<BufferWarmth::Start> BufferWarmth::StartWaiting(const std::deque<std::uint32_t>& in_flight,

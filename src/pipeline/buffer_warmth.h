@@ -8,9 +8,9 @@
 //
 //   - into a warm buffer: its own slot's, or one taken from a free slot or
 //     from a later batch that has not started decoding (the two slots swap
-//     buffers; nothing is in either). Warm buffers go in delivery order: a
-//     batch read before an earlier one that has no warm buffer leaves its
-//     own to that one,
+//     buffers; nothing is in either). Batches start in delivery order: one
+//     read before an earlier batch that has neither started nor a warm
+//     buffer waits for it (and leaves its own warm buffer to it),
 //   - or into a cold one while fewer than two buffers are warm (the batch the
 //     loop holds and the one being filled), or when the consumer is waiting
 //     for that very batch (a loop that keeps two or more batches: its pool
@@ -49,11 +49,14 @@ class BufferWarmth {
   // The batch in `slot` is empty (a rank's share of a short last batch):
   // it needs no buffer, and later batches do not leave theirs to it.
   void NeedsNoBuffer(std::uint32_t slot) { started_[slot] = true; }
-  // `slot`'s batch is read. Nullopt: it waits for a buffer (Waiting()).
-  // `in_flight` are the scheduler's batches in delivery order, `free_slots`
-  // its free slots, most recently freed last.
-  [[nodiscard]] std::optional<Start> ReadDone(std::uint32_t slot, const std::deque<std::uint32_t>& in_flight,
-                                              std::span<const std::uint32_t> free_slots, bool consumer_waits);
+  // `slot`'s batch is read: it waits for a buffer (Waiting()) until it may
+  // decode. Returns the batches that may decode now, in delivery order (it,
+  // and later ones that waited for it to start). `in_flight` are the
+  // scheduler's batches in delivery order, `free_slots` its free slots, most
+  // recently freed last; `consumer_waits` the batch Next() waits for.
+  [[nodiscard]] std::vector<Start> ReadDone(std::uint32_t slot, const std::deque<std::uint32_t>& in_flight,
+                                            std::span<const std::uint32_t> free_slots,
+                                            std::optional<std::uint32_t> consumer_waits);
   // The waiting batches that may decode now, in delivery order (`in_flight`):
   // after a release, or when the consumer waits for `consumer_waits`.
   [[nodiscard]] std::vector<Start> StartWaiting(const std::deque<std::uint32_t>& in_flight,

@@ -255,12 +255,10 @@ struct Loader::Impl {
         mu.Lock();
         // Its samples go behind reads already queued for later batches, so
         // reads run ahead of decoding; unless it waits for a buffer.
-        if (auto start = warmth.ReadDone(item.slot, scheduler.in_flight(), scheduler.free_list(),
-                                         consumer_waits_for == item.slot)) {
-          StartSamples(*start);
-        } else {
-          done_cv.NotifyAll();  // a drain waiting for this batch drops it now
-        }
+        for (const auto& start :
+             warmth.ReadDone(item.slot, scheduler.in_flight(), scheduler.free_list(), consumer_waits_for))
+          StartSamples(start);
+        if (warmth.Waiting(item.slot)) done_cv.NotifyAll();  // a drain waiting for this batch drops it now
         continue;
       }
       const pipeline::SampleContext context{options.seed, slot.epoch, 0, item.slot, item.index};

@@ -3,12 +3,15 @@
 // and the consumer's wait or a loop keeping more warms more.
 #include "pipeline/buffer_warmth.h"
 
+#include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/rng.h"
 #include "pipeline/batch_scheduler.h"
 
 namespace stoker::pipeline {
@@ -26,6 +29,7 @@ struct Simulation {
   std::optional<std::uint32_t> consumer_waits;
   bool read_at_once = true;  // else reads finish only when the consumer waits for one
   bool newest_first = false;
+  Rng* random_reads = nullptr;       // else reads finish in order (or newest first)
   std::deque<std::uint32_t> unread;  // scheduled, not read yet, oldest first
 
   Simulation(std::uint32_t slots, std::uint32_t prefetch, bool warm_only)
@@ -34,7 +38,15 @@ struct Simulation {
     scheduler.StartEpoch(0, 0);
   }
   void Start(const BufferWarmth::Start& start) {
-    if (start.take_buffer_of) std::swap(buffer[start.slot], buffer[*start.take_buffer_of]);
+    if (start.take_buffer_of) {
+      // Never a buffer a batch is in: one held by the loop or being decoded into.
+      const std::uint32_t from = *start.take_buffer_of;
+      EXPECT_TRUE(std::find(held.begin(), held.end(), from) == held.end()) << "took a held batch's buffer";
+      const auto& in_flight = scheduler.in_flight();
+      EXPECT_FALSE(decoded[from] && std::find(in_flight.begin(), in_flight.end(), from) != in_flight.end())
+          << "took a decoding batch's buffer";
+      std::swap(buffer[start.slot], buffer[from]);
+    }
     decoded_into.insert(buffer[start.slot]);
     decoded[start.slot] = true;
   }
@@ -50,13 +62,20 @@ struct Simulation {
     }
   }
   void Read(std::uint32_t slot) {
-    if (auto start = warmth.ReadDone(slot, scheduler.in_flight(), scheduler.free_list(), consumer_waits == slot))
-      Start(*start);
+    for (const auto& start : warmth.ReadDone(slot, scheduler.in_flight(), scheduler.free_list(), consumer_waits))
+      Start(start);
   }
   // Reads that finish late: the oldest unread batch is read now (the
   // newest, with `newest_first`).
   void ReadOne() {
     if (unread.empty()) return;
+    if (random_reads != nullptr) {
+      const auto at = unread.begin() + static_cast<std::ptrdiff_t>(random_reads->Below(unread.size()));
+      const std::uint32_t slot = *at;
+      unread.erase(at);
+      Read(slot);
+      return;
+    }
     const std::uint32_t slot = newest_first ? unread.back() : unread.front();
     newest_first ? unread.pop_back() : unread.pop_front();
     Read(slot);
@@ -88,8 +107,9 @@ struct Simulation {
     for (int i = 0; i < steps; ++i) {
       held.push_back(Next());
       while (held.size() > kept) {
-        Release(held.front());
+        const std::uint32_t oldest = held.front();
         held.pop_front();
+        Release(oldest);
       }
     }
   }
@@ -125,6 +145,39 @@ TEST(BufferWarmth, BuffersGoInDeliveryOrderWhenReadsFinishLate) {
   EXPECT_EQ(newest.decoded_into.size(), 2u);
 }
 
+TEST(BufferWarmth, ReadsInAnyOrderAndLoopsKeepingZeroToTwoNeverStallNorStealNorOverTouch) {
+  // Random read order and a loop that keeps 0, 1 or 2 batches, changing at
+  // random: the batch the consumer waits for always gets a buffer, no
+  // buffer in use changes hands, and no more than held + 1 are touched.
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    SCOPED_TRACE(seed);
+    Rng rng(seed, 0);
+    Simulation sim(5, 3, true);
+    sim.read_at_once = false;
+    sim.random_reads = &rng;
+    sim.Schedule(false);
+    std::size_t most_kept = 0;
+    std::map<std::uint32_t, std::uint32_t> held_buffer;  // the loop's batches: slot -> buffer at delivery
+    for (int step = 0; step < 300; ++step) {
+      for (std::uint64_t reads = rng.Below(3); reads > 0; --reads) sim.ReadOne();
+      most_kept = std::max(most_kept, sim.held.size());  // held while it asks
+      const std::uint32_t s = sim.Next();
+      held_buffer[s] = sim.buffer[s];
+      sim.held.push_back(s);
+      const auto kept = static_cast<std::size_t>(rng.Below(3));
+      while (sim.held.size() > kept) {
+        const std::uint32_t oldest = sim.held.front();
+        sim.held.pop_front();
+        held_buffer.erase(oldest);
+        sim.Release(oldest);
+      }
+      for (std::uint32_t h : sim.held) EXPECT_EQ(sim.buffer[h], held_buffer[h]) << "a held batch's buffer moved";
+      ASSERT_FALSE(::testing::Test::HasFailure());
+    }
+    EXPECT_LE(sim.decoded_into.size(), std::max<std::size_t>(BufferWarmth::kWorkingSet, most_kept + 1));
+  }
+}
+
 TEST(BufferWarmth, ReadBatchesWaitForAWarmBufferAndTakeIt) {
   Simulation sim(4, 2, true);
   sim.Schedule(false);  // batches 0 and 1: the first two buffers warm up at once
@@ -150,13 +203,20 @@ TEST(BufferWarmth, ALoopKeepingMoreWarmsAsItWaits) {
   EXPECT_EQ(more.decoded_into.size(), 4u);
 }
 
+// The slots of `starts`, in order.
+std::vector<std::uint32_t> Slots(const std::vector<BufferWarmth::Start>& starts) {
+  std::vector<std::uint32_t> slots;
+  for (const auto& start : starts) slots.push_back(start.slot);
+  return slots;
+}
+
 // Four slots, warm buffers only, batches 0 and 1 decoded into slots 0 and 1.
 BufferWarmth FirstTwoDecoded() {
   BufferWarmth warmth(4, true);
   const std::vector<std::uint32_t> none;
   const std::deque<std::uint32_t> first{0, 1};
-  EXPECT_TRUE(warmth.ReadDone(0, first, none, false));
-  EXPECT_TRUE(warmth.ReadDone(1, first, none, false));
+  EXPECT_EQ(Slots(warmth.ReadDone(0, first, none, std::nullopt)), (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(Slots(warmth.ReadDone(1, first, none, std::nullopt)), (std::vector<std::uint32_t>{1}));
   return warmth;
 }
 
@@ -169,9 +229,9 @@ TEST(BufferWarmth, AnEmptyBatchTakesNoBufferFromALaterOne) {
   warmth.Scheduled(2);
   warmth.NeedsNoBuffer(2);
   warmth.Scheduled(0);
-  const auto start = warmth.ReadDone(0, in_flight, none, false);
-  ASSERT_TRUE(start);
-  EXPECT_FALSE(start->take_buffer_of);
+  const auto starts = warmth.ReadDone(0, in_flight, none, std::nullopt);
+  ASSERT_EQ(Slots(starts), (std::vector<std::uint32_t>{0}));
+  EXPECT_FALSE(starts[0].take_buffer_of);
   EXPECT_EQ(warmth.touched(), 2u);
 }
 
@@ -183,11 +243,25 @@ TEST(BufferWarmth, ALaterBatchReadFirstLeavesItsWarmBufferToTheEarlierOne) {
   const std::deque<std::uint32_t> in_flight{1, 2, 0};
   warmth.Scheduled(2);
   warmth.Scheduled(0);
-  EXPECT_FALSE(warmth.ReadDone(0, in_flight, none, false));  // left to batch 2
-  const auto start = warmth.ReadDone(2, in_flight, none, false);
-  ASSERT_TRUE(start);
-  EXPECT_EQ(start->take_buffer_of, 0u);
+  EXPECT_TRUE(warmth.ReadDone(0, in_flight, none, std::nullopt).empty());  // left to batch 2
+  const auto starts = warmth.ReadDone(2, in_flight, none, std::nullopt);
+  ASSERT_EQ(Slots(starts), (std::vector<std::uint32_t>{2}));
+  EXPECT_EQ(starts[0].take_buffer_of, 0u);
   EXPECT_TRUE(warmth.Waiting(0));
+  EXPECT_EQ(warmth.touched(), 2u);
+}
+
+TEST(BufferWarmth, TheFirstTwoBuffersGoToTheFirstTwoBatchesWhateverOrderTheyAreReadIn) {
+  BufferWarmth warmth(5, true);
+  const std::vector<std::uint32_t> none;
+  const std::deque<std::uint32_t> in_flight{0, 1, 2};
+  // Batches 1 and 2 read before batch 0: they wait, so that the first two
+  // buffers are batch 0's and batch 1's (cold ones, for batch 2, only once
+  // the loop waits for it).
+  EXPECT_TRUE(warmth.ReadDone(2, in_flight, none, std::nullopt).empty());
+  EXPECT_TRUE(warmth.ReadDone(1, in_flight, none, std::nullopt).empty());
+  EXPECT_EQ(Slots(warmth.ReadDone(0, in_flight, none, std::nullopt)), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_TRUE(warmth.Waiting(2));
   EXPECT_EQ(warmth.touched(), 2u);
 }
 
@@ -195,20 +269,21 @@ TEST(BufferWarmth, DroppingForgetsWaitingBatches) {
   BufferWarmth warmth(4, true);
   const std::vector<std::uint32_t> none;
   const std::deque<std::uint32_t> in_flight{0, 1, 2, 3};
-  EXPECT_TRUE(warmth.ReadDone(0, in_flight, none, false));
-  EXPECT_TRUE(warmth.ReadDone(1, in_flight, none, false));
-  EXPECT_FALSE(warmth.ReadDone(2, in_flight, none, false));
-  EXPECT_FALSE(warmth.ReadDone(3, in_flight, none, false));
+  EXPECT_EQ(Slots(warmth.ReadDone(0, in_flight, none, std::nullopt)), (std::vector<std::uint32_t>{0}));
+  EXPECT_EQ(Slots(warmth.ReadDone(1, in_flight, none, std::nullopt)), (std::vector<std::uint32_t>{1}));
+  EXPECT_TRUE(warmth.ReadDone(2, in_flight, none, std::nullopt).empty());
+  EXPECT_TRUE(warmth.ReadDone(3, in_flight, none, std::nullopt).empty());
   EXPECT_TRUE(warmth.Waiting(2));
   EXPECT_EQ(warmth.DropWaiting(), (std::vector<std::uint32_t>{2, 3}));
   EXPECT_FALSE(warmth.Waiting(2));
   EXPECT_TRUE(warmth.DropWaiting().empty());
   // The consumer waiting for a batch starts it in a cold buffer.
-  EXPECT_TRUE(warmth.ReadDone(2, in_flight, none, /*consumer_waits=*/true));
+  EXPECT_EQ(Slots(warmth.ReadDone(2, in_flight, none, /*consumer_waits=*/2u)), (std::vector<std::uint32_t>{2}));
   EXPECT_EQ(warmth.touched(), 3u);
   // Without the rule every batch starts at once.
   BufferWarmth eager(4, false);
-  for (std::uint32_t s = 0; s < 4; ++s) EXPECT_TRUE(eager.ReadDone(s, in_flight, none, false));
+  for (std::uint32_t s = 0; s < 4; ++s)
+    EXPECT_EQ(Slots(eager.ReadDone(s, in_flight, none, std::nullopt)), (std::vector<std::uint32_t>{s}));
   EXPECT_EQ(eager.touched(), 4u);
 }
 
