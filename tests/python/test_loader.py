@@ -406,17 +406,19 @@ def test_memory_is_flat_across_epochs(packed):
 def test_a_training_loop_touches_two_batch_buffers(packed):
     # The loop holds its batch while it asks for the next: under the
     # automatic depth the loader decodes ahead only into the two buffers
-    # that takes (32 samples for each of 2 threads), with the same batches.
+    # that takes (16 samples for its thread), with the same batches.
     def run(**kwargs):
-        loader = stoker.Loader(packed, batch_size=64, seed=3, num_threads=2, with_indices=True, **kwargs)
+        loader = stoker.Loader(packed, batch_size=16, seed=3, num_threads=1, with_indices=True, log_epochs=False,
+                               **kwargs)
         seen = []
-        for _ in range(2):
+        for _ in range(4):
             for images, labels, indices in loader:
                 seen.append((indices.clone(), images.sum().item()))
         return loader, seen
     automatic, got = run()
     explicit, want = run(prefetch=2)
-    assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(got, want)) and len(got) == len(want)
+    assert len(got) == len(want) == 4 * len(automatic)
+    assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(got, want))
     assert automatic.stats()["batch_buffers_touched"] == 2
     assert explicit.stats()["batch_buffers_touched"] == 3
 
