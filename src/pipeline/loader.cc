@@ -23,6 +23,17 @@ using Clock = Loader::Impl::Clock;
 
 // --- Batch ---
 
+namespace {
+// Gives a field column's memory back (its values' capacity too).
+void FreeColumn(std::vector<FieldValue>& column) {
+  for (FieldValue& v : column) {
+    std::vector<std::byte>().swap(v.tensor.data);
+    std::string().swap(v.bytes);
+    v.present = false;
+  }
+}
+}  // namespace
+
 Batch::Batch(Batch&& o) noexcept : loader_(std::exchange(o.loader_, nullptr)), slot_(o.slot_) {}
 Batch& Batch::operator=(Batch&& o) noexcept {
   if (this != &o) {
@@ -63,11 +74,7 @@ std::span<const FieldValue> Batch::field(std::size_t i) const {
   return std::span<const FieldValue>(loader_->impl_->slots[slot_].fields[i]).first(size());
 }
 void Batch::ReleaseField(std::size_t i) {
-  for (FieldValue& v : loader_->impl_->slots[slot_].fields[i]) {
-    std::vector<std::byte>().swap(v.tensor.data);
-    std::string().swap(v.bytes);
-    v.present = false;
-  }
+  FreeColumn(loader_->impl_->slots[slot_].fields[i]);
 }
 const std::vector<FieldSpec>& Batch::field_specs() const {
   return loader_->impl_->producer->field_specs();
@@ -290,11 +297,7 @@ void Loader::Release(std::uint32_t slot) {
   // slot is next decoded into: a slot waiting for its next batch would
   // otherwise hold a whole batch of them that nobody uses. The consumer
   // still owns the slot here, so no lock.
-  for (auto& column : impl_->slots[slot].fields)
-    for (FieldValue& v : column) {
-      std::vector<std::byte>().swap(v.tensor.data);
-      std::string().swap(v.bytes);
-    }
+  for (auto& column : impl_->slots[slot].fields) FreeColumn(column);
   MutexLock lock(impl_->mu);
   impl_->scheduler.Release(slot);
   impl_->StartWaitingBatches();
