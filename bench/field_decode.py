@@ -1,7 +1,8 @@
 """Field decoding, one image at a time on one thread: stoker.decode_image
 against Pillow (Image.open + convert + numpy), on the photographs scikit-image
 ships as PNG (RGB and gray, 8-bit) and the same re-encoded as WebP (lossy
-q=90, lossless), PNG with alpha, TIFF (uncompressed and LZW) and PGM/PPM (maxval 255 and 1000). Each figure is the best of --repeats
+q=90, lossless), PNG with alpha, TIFF (uncompressed and LZW), PGM/PPM (maxval 255 and 1000) and
+BMP (24-bit or 8-bit grey, and an 8-bit palette). Each figure is the best of --repeats
 rounds of --rounds decodes (steady state, page cache warm).
 
     .venv/bin/python bench/field_decode.py [--repeats 5] [--rounds 20]
@@ -50,6 +51,13 @@ def main():
         buf = io.BytesIO()
         image.save(buf, "PPM")  # P6 or P5, maxval 255
         cases.append(("PPM/PGM", name, buf.getvalue(), mode))
+        buf = io.BytesIO()
+        image.save(buf, "BMP")  # 24-bit, or 8-bit with a grey palette
+        cases.append(("BMP", name, buf.getvalue(), mode))
+        if image.mode == "RGB":
+            buf = io.BytesIO()
+            image.convert("P").save(buf, "BMP")
+            cases.append(("BMP palette", name, buf.getvalue(), "RGB"))
         scaled = (np.asarray(image).astype(np.uint32) * 1000 // 255).astype(">u2")  # maxval 1000: scaled per sample
         header = b"P6" if image.mode == "RGB" else b"P5"
         data = header + b"\n%d %d\n1000\n" % image.size + scaled.tobytes()

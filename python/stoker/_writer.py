@@ -13,7 +13,7 @@ _NPY_MAGIC = b"\x93NUMPY"
 # Pillow's formats for the image extensions; PNG and WebP are written
 # losslessly, JPEG at _JPEG_QUALITY.
 _PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP", "tif": "TIFF", "tiff": "TIFF",
-                "ppm": "PPM", "pgm": "PPM"}
+                "ppm": "PPM", "pgm": "PPM", "bmp": "BMP"}
 _JPEG_QUALITY = 95
 
 
@@ -109,6 +109,10 @@ def _image_bytes(name, value):
             # Pillow would drop an alpha channel, or refuse the mode: nothing is written that does not read back.
             raise _FieldError("a PGM/PPM holds gray (L) or RGB pixels, not %s; convert the image or use '.png'"
                               % value.mode)
+        elif fmt == "BMP" and value.mode not in ("1", "L", "P", "RGB"):
+            # Pillow writes RGBA as 32 bits that it (and stoker) reads back as RGB.
+            raise _FieldError("a BMP holds 1-bit, gray (L), palette (P) or RGB pixels, not %s; convert the image or "
+                              "use '.png'" % value.mode)
         else:
             value.save(out, format=fmt)
         return out.getvalue()
@@ -256,9 +260,9 @@ class DatasetWriter:
     ``__*__`` entries (WebDataset's ``__url__``) and None values are left
     out. The name's extension says how a value is stored:
 
-    - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``/``ppm``/``pgm``: bytes as they are
-      (kept exactly); a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP,
-      TIFF (LZW) and PGM/PPM (gray or RGB) losslessly, JPEG at quality 95; under a TIFF
+    - ``jpg``/``jpeg``/``png``/``webp``/``tif``/``tiff``/``ppm``/``pgm``/``bmp``: bytes as they
+      are (kept exactly); a PIL image or a uint8 (H, W[, C]) array is encoded, PNG, WebP,
+      TIFF (LZW), PGM/PPM and BMP (gray or RGB) losslessly, JPEG at quality 95; under a TIFF
       name, any other (H, W) or (H, W, bands) int, uint or float array is written with
       tifffile (Deflate), as ``stoker.Array`` reads it back; Hugging Face's undecoded
       ``{"bytes": ..., "path": ...}`` is stored as its bytes (or its file's).

@@ -21,15 +21,16 @@ def _tensor(result):
 
 
 def decode_image(data, mode="RGB", max_pixels=_MAX_PIXELS_DEFAULT):
-    """A JPEG, PNG, WebP or TIFF (told by its first bytes) as a uint8 tensor of
+    """A JPEG, PNG, WebP, TIFF, PGM/PPM or BMP (told by its first bytes) as a uint8 tensor of
     shape [H, W, C], with the pixels of Pillow's ``Image.open(f).convert(mode)``
     for ``mode`` in "RGB", "L", "RGBA"; "I;16" keeps a grayscale image's
     16 bits ([H, W, 1], as int32: torch before 2.3 has no uint16). EXIF
     orientation is not applied, as Image.open does not. Images of more than
     ``max_pixels`` pixels (0: no limit) are refused before decoding, as
     Pillow's DecompressionBombError. Raises stoker.CorruptionError for a
-    damaged image, StokerError for GIF, BMP, a TIFF of float, signed or
-    CMYK samples (decode_array reads those), or an animated WebP."""
+    damaged image, StokerError for GIF, a BMP holding a JPEG or PNG, a TIFF
+    of float, signed or CMYK samples (decode_array reads those), or an
+    animated WebP."""
     limit = _params.integer("max_pixels", max_pixels, 0, _params.U64_MAX)
     if mode not in ("RGB", "L", "RGBA", "I;16"):
         raise ValueError("mode %r: RGB, L, RGBA or I;16" % (mode,))

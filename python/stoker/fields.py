@@ -74,7 +74,7 @@ def _tensor(item):
 
 
 class Image(_Field):
-    """A JPEG, PNG, WebP or TIFF: the first of ``keys`` the sample has. With a
+    """A JPEG, PNG, WebP, TIFF, PGM/PPM or BMP: the first of ``keys`` the sample has. With a
     ``transform`` (a ``stoker.transforms.Compose``) it is cropped, resized
     and normalised like the loader's images and the batch is one tensor (at
     most one such field; mode RGB). With ``transform=None`` it is decoded
@@ -83,7 +83,7 @@ class Image(_Field):
     [H, W, C] tensors at their own sizes (int32 for "I;16")."""
     kind = "image"
 
-    def __init__(self, keys="jpg;jpeg;png;webp;tif;tiff;ppm;pgm", transform=None, mode="RGB", optional=False):
+    def __init__(self, keys="jpg;jpeg;png;webp;tif;tiff;ppm;pgm;bmp", transform=None, mode="RGB", optional=False):
         super().__init__(keys, optional)
         if transform is not None and not isinstance(transform, transforms.Compose):
             raise TypeError("Image(transform=...) takes a stoker.transforms.Compose, not %s" % type(transform).__name__)

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/bmp.h"
 #include "codec/netpbm.h"
 #include "codec/png.h"
 #include "codec/tiff.h"
@@ -21,6 +22,7 @@ std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data) {
                            std::memcmp(b, "II+\0", 4) == 0 || std::memcmp(b, "MM\0+", 4) == 0))  // BigTIFF too
     return ImageFormat::kTiff;
   if (IsNetpbm(data)) return ImageFormat::kNetpbm;
+  if (IsBmp(data)) return ImageFormat::kBmp;
   return std::nullopt;
 }
 
@@ -36,6 +38,8 @@ std::string_view ImageFormatName(ImageFormat format) {
       return "TIFF";
     case ImageFormat::kNetpbm:
       return "PGM/PPM";
+    case ImageFormat::kBmp:
+      return "BMP";
   }
   return "?";
 }
@@ -45,10 +49,10 @@ namespace {
 Status Unknown(std::span<const std::byte> data) {
   if (auto other = OtherImageFormat(data))
     return Status::Unimplemented(fmt::format(
-        "a {} image: stoker decodes JPEG, PNG, WebP, TIFF, PGM and PPM (convert it before packing)", *other));
+        "a {} image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before packing)", *other));
   if (data.size() >= 2 && data[0] == std::byte{'P'} && data[1] >= std::byte{'1'} && data[1] <= std::byte{'4'})
     return NetpbmSize(data).status();  // a plain or bitmap Netpbm form, named
-  return Status::Corruption("not an image: neither JPEG, PNG, WebP, TIFF, PGM nor PPM by its first bytes");
+  return Status::Corruption("not an image: neither JPEG, PNG, WebP, TIFF, PGM, PPM nor BMP by its first bytes");
 }
 
 }  // namespace
@@ -67,6 +71,8 @@ Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
       return TiffSize(data);
     case ImageFormat::kNetpbm:
       return NetpbmSize(data);
+    case ImageFormat::kBmp:
+      return BmpSize(data);
   }
   return Status::Internal("unreachable");
 }
@@ -83,6 +89,8 @@ Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels
       return DecodeTiff(data, max_pixels, out);
     case ImageFormat::kNetpbm:
       return DecodeNetpbm(data, max_pixels, out);
+    case ImageFormat::kBmp:
+      return DecodeBmp(data, max_pixels, out);
     case ImageFormat::kJpeg: {
       auto size = JpegSize(data);
       if (!size.ok()) return size.status();

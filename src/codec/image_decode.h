@@ -1,4 +1,4 @@
-// Any image a field may hold (JPEG, PNG, WebP, TIFF, PGM/PPM), told apart by its first
+// Any image a field may hold (JPEG, PNG, WebP, TIFF, PGM/PPM, BMP), told apart by its first
 // bytes, decoded whole and converted to the mode asked for. The loader's
 // crop-and-resize path keeps its own JPEG decoder (region of interest, DCT
 // scaling); this is the path for images handed over at their own size and
@@ -17,16 +17,17 @@
 
 namespace stoker::codec {
 
-enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp, kTiff, kNetpbm };
+enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp, kTiff, kNetpbm, kBmp };
 [[nodiscard]] std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data);
 [[nodiscard]] std::string_view ImageFormatName(ImageFormat format);
 
 // Width and height from the header. Corruption when it is none of the
-// these; Unimplemented, naming it, for another known format (GIF, BMP, ...).
+// these; Unimplemented, naming it, for another known format (GIF, ...).
 [[nodiscard]] Result<ImageSize> ImageFileSize(std::span<const std::byte> data);
 
 // Decodes as the format's own codec does (pixels.h: in the mode Pillow
-// opens it in). Errors as DecodePng / DecodeWebp / DecodeTiff / DecodeNetpbm / DecodeJpeg.
+// opens it in). Errors as DecodePng / DecodeWebp / DecodeTiff / DecodeNetpbm / DecodeBmp /
+// DecodeJpeg.
 [[nodiscard]] Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out);
 
 // DecodeImageFile then ConvertToMode.

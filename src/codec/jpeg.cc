@@ -103,8 +103,8 @@ std::optional<std::string_view> OtherImageFormat(std::span<const std::byte> data
 Result<ImageSize> JpegSize(std::span<const std::byte> jpeg) {
   if (auto format = OtherImageFormat(jpeg))
     return Status::Unimplemented(fmt::format(
-        "a {} image, not a JPEG: stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM and PPM (convert the images "
-        "before packing)",
+        "a {} image, not a JPEG: stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert the "
+        "images before packing)",
         *format));
   Decompressor d;
   if (!d.created) return d.CreationError();

@@ -153,29 +153,7 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
         fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
                     not_images, example));
   }
-  // torchvision reads these formats; stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM and PPM.
-  std::map<std::string, std::size_t> other_formats;
-  std::string other_example;
-  for (const auto& sample : listing.samples)
-    for (const auto& f : sample.fields)
-      if (f.kind == FieldSource::Kind::kFile && ConventionalFieldKind(f.name) != FieldKind::kImage) {
-        ++other_formats[f.name];
-        if (other_example.empty()) other_example = f.path;
-      }
-  if (!other_formats.empty()) {
-    std::vector<std::string> counts;
-    std::size_t total = 0;
-    for (const auto& [ext, n] : other_formats) {
-      counts.push_back(fmt::format("{} {}", n, ext));
-      total += n;
-    }
-    listing.warnings.push_back(
-        fmt::format("{} images are not JPEG, PNG, WebP, TIFF, PGM or PPM ({}; e.g. '{}'): they are packed, but "
-                    "stoker's loader will refuse "
-                    "them (convert them to PNG before packing to train on them, or read them with fields={{\"image\": "
-                    "stoker.Bytes(...)}} and decode them in map=)",
-                    total, fmt::join(counts, ", "), other_example));
-  }
+  // Every extension torchvision's ImageFolder reads is one stoker's loader decodes.
   return listing;
 }
 

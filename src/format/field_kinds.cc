@@ -60,7 +60,7 @@ bool ArrayReadsImageKey(std::string_view key) {
 FieldKind ConventionalFieldKind(std::string_view key) {
   const std::string ext = LastExtension(key);
   if (ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "tif" || ext == "tiff" || ext == "ppm" ||
-      ext == "pgm")
+      ext == "pgm" || ext == "bmp")
     return FieldKind::kImage;
   if (ext == "npy") return FieldKind::kArray;
   if (ext == "json") return FieldKind::kJson;

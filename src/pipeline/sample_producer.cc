@@ -78,9 +78,9 @@ Status CheckSpecAgainstIndex(const Dataset& dataset, const FieldSpec& spec, cons
       dataset.index_path(), lacking == 1 ? "has" : "have", fmt::join(spec.keys, ", "), first));
 }
 
-// Image files torchvision reads and stoker's loader does not decode (it
-// decodes JPEG, PNG, WebP, TIFF, PGM and PPM): named in its errors, with the way on.
-constexpr std::string_view kOtherImageFormats[] = {"bmp", "gif"};
+// Image files stoker's loader does not decode (it decodes JPEG, PNG, WebP,
+// TIFF, PGM, PPM and BMP): named in its errors, with the way on.
+constexpr std::string_view kOtherImageFormats[] = {"gif"};
 
 }  // namespace
 
@@ -89,8 +89,9 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
                                                                LoaderCounters* counters) {
   std::unique_ptr<SampleProducer> p(new SampleProducer());
   std::vector<std::string> candidates =
-      options.image_field.empty() ? std::vector<std::string>{"jpg", "jpeg", "png", "webp", "tif", "tiff", "ppm", "pgm"}
-                                  : std::vector<std::string>{options.image_field};
+      options.image_field.empty()
+          ? std::vector<std::string>{"jpg", "jpeg", "png", "webp", "tif", "tiff", "ppm", "pgm", "bmp"}
+          : std::vector<std::string>{options.image_field};
   bool wants_image = options.fields.empty();
   for (const FieldSpec& spec : options.fields) {
     STOKER_RETURN_IF_ERROR(CheckFieldSpec(spec));
@@ -131,7 +132,7 @@ Result<std::unique_ptr<SampleProducer>> SampleProducer::Create(std::shared_ptr<c
           fmt::join(dataset->field_names(), ", "),
           undecodable.empty() ? std::string()
                               : fmt::format("; {} hold images in formats the loader does not decode (it decodes JPEG, "
-                                            "PNG, WebP, TIFF, PGM and PPM): "
+                                            "PNG, WebP, TIFF, PGM, PPM and BMP): "
                                             "convert them to PNG and pack again, or read them with fields={{\"image\": "
                                             "stoker.Bytes(\"{}\")}} and decode them in map=",
                                             fmt::join(undecodable, ", "), fmt::join(undecodable, ";"))));
@@ -192,8 +193,8 @@ Status SampleProducer::NoImageField(const SampleInfo& info) const {
     if (info.fields[f] &&
         std::find(std::begin(kOtherImageFormats), std::end(kOtherImageFormats), name) != std::end(kOtherImageFormats))
       return Status::Unimplemented(fmt::format(
-          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM and "
-          "PPM (convert the images before packing)",
+          "sample '{}' in {} holds a {} image (field '{}'): stoker's loader decodes JPEG, PNG, WebP, TIFF, PGM, "
+          "PPM and BMP (convert the images before packing)",
           Printable(info.key), dataset_->shards()[info.shard].path, name, name));
   }
   std::vector<std::string> names;

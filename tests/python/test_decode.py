@@ -237,7 +237,7 @@ def test_damaged_images_are_refused_with_the_reason():
     damaged("JPEG", b"\xff\xd8\xff\xe0" + b"\x00" * 40)
     buf = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buf, "GIF")
-    damaged("a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM and PPM", buf.getvalue(), error=stoker.StokerError)
+    damaged("a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP", buf.getvalue(), error=stoker.StokerError)
     with pytest.raises(ValueError, match="mode 'CMYK'"):
         stoker.decode_image(png, "CMYK")
 

@@ -90,18 +90,3 @@ def test_a_packed_tree_mixing_jpeg_png_and_webp_loads_every_image(cli, demo_imag
             assert np.array_equal(image.numpy(), ours.numpy()), path
             seen += 1
     assert seen == len(files)
-
-
-def test_a_bmp_is_still_refused_naming_the_sample(cli, demo_images, tmp_path):
-    tree = tmp_path / "bmp"
-    (tree / "a").mkdir(parents=True)
-    Image.open(sorted(demo_images.rglob("*.JPEG"))[0]).save(tree / "a" / "x.bmp")
-    result = cli("pack", tree, tmp_path / "packed")
-    assert "not JPEG, PNG, WebP, TIFF, PGM or PPM (1 bmp" in result.stdout + result.stderr
-    # The default image field finds none, and says why and what to do.
-    with pytest.raises(ValueError, match="bmp hold images in formats the loader does not decode .*convert them to "
-                                         "PNG.*stoker.Bytes\\(\"bmp\"\\)"):
-        stoker.Loader(tmp_path / "packed", batch_size=1)
-    loader = stoker.Loader(tmp_path / "packed", batch_size=1, image_field="bmp", log_epochs=False)
-    with pytest.raises(stoker.StokerError, match="a BMP image.*JPEG, PNG, WebP, TIFF, PGM and PPM"):
-        next(iter(loader))
