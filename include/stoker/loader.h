@@ -107,8 +107,8 @@ struct LoaderOptions {
   // memory stays flat beyond 12 threads. At most kMaxPrefetch. The pool
   // holds prefetch + 2 batch buffers: those in flight, the one the consumer
   // uses, and a reserve for a consumer that keeps two or more; a loop that
-  // holds one never touches the reserve's pages (page-locked buffers,
-  // committed anyway, keep none). Automatic, where a batch has 16 samples
+  // holds one never touches the reserve's pages (page-locked buffers are
+  // allocated when first used, so the same holds for them). Automatic, where a batch has 16 samples
   // or more per thread, batches are read that far ahead but decoded only
   // into buffers the loop has already used: a loop holding one batch at a
   // time touches two buffers (the one it holds and the next), a loop that

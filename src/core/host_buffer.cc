@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -10,13 +11,27 @@
 #include "core/cuda_runtime.h"
 
 namespace stoker {
+namespace {
+
+std::atomic<const PinnedAllocatorForTesting*> test_allocator{nullptr};
+
+}  // namespace
+
+void SetPinnedAllocatorForTesting(const PinnedAllocatorForTesting* allocator) {
+  test_allocator.store(allocator);
+}
 
 Result<HostBuffer> HostBuffer::Allocate(std::size_t bytes) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   HostBuffer buffer;
   buffer.size_ = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
   // cudaHostAlloc pins (and therefore faults in) every page itself.
-  buffer.data_ = static_cast<std::byte*>(CudaRuntime::Get().HostAlloc(buffer.size_));
+  if (const PinnedAllocatorForTesting* fake = test_allocator.load()) {
+    buffer.data_ = static_cast<std::byte*>(fake->allocate(buffer.size_));
+    buffer.test_allocator_ = buffer.data_ != nullptr ? fake : nullptr;
+  } else {
+    buffer.data_ = static_cast<std::byte*>(CudaRuntime::Get().HostAlloc(buffer.size_));
+  }
   if (buffer.data_ != nullptr) {
     buffer.pinned_ = true;
     return buffer;
@@ -36,7 +51,9 @@ Result<HostBuffer> HostBuffer::Allocate(std::size_t bytes) {
 
 HostBuffer::~HostBuffer() {
   if (data_ == nullptr) return;
-  if (pinned_) {
+  if (test_allocator_ != nullptr) {
+    test_allocator_->free(data_);
+  } else if (pinned_) {
     CudaRuntime::Get().HostFree(data_);
   } else {
     ::munmap(data_, size_);

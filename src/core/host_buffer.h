@@ -11,6 +11,14 @@
 
 namespace stoker {
 
+// Page-locked allocation for tests, which have no GPU: while one is set,
+// HostBuffer::Allocate pins through it as it would through CUDA.
+struct PinnedAllocatorForTesting {
+  void* (*allocate)(std::size_t bytes);
+  void (*free)(void* p);
+};
+void SetPinnedAllocatorForTesting(const PinnedAllocatorForTesting* allocator);
+
 class HostBuffer {
  public:
   HostBuffer() = default;
@@ -21,11 +29,13 @@ class HostBuffer {
   HostBuffer(HostBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        pinned_(std::exchange(other.pinned_, false)) {}
+        pinned_(std::exchange(other.pinned_, false)),
+        test_allocator_(std::exchange(other.test_allocator_, nullptr)) {}
   HostBuffer& operator=(HostBuffer&& other) noexcept {
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
     std::swap(pinned_, other.pinned_);
+    std::swap(test_allocator_, other.test_allocator_);
     return *this;
   }
   HostBuffer(const HostBuffer&) = delete;
@@ -41,6 +51,7 @@ class HostBuffer {
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool pinned_ = false;
+  const PinnedAllocatorForTesting* test_allocator_ = nullptr;  // what pinned it, when a test's
 };
 
 }  // namespace stoker

@@ -52,9 +52,6 @@ class BatchScheduler {
   // buffer's pages; a consumer that keeps two or more gets it when it asks
   // for the next or releases one.
   [[nodiscard]] std::optional<ScheduledBatch> ScheduleNext(bool may_use_reserve = true);
-  // Makes the reserve an ordinary slot (page-locked buffers are committed
-  // whether used or not: holding one back would only delay a batch).
-  void DropReserve() { reserve_ = kNoReserve; }
 
   // The work queue.
   void QueueRead(std::uint32_t slot);

@@ -2,8 +2,8 @@
 // loop holding one batch at a time keeps two buffers resident, not
 // prefetch + 1 (about 37 MiB each for 64 float32 images of 224 px).
 //
-// With warm buffers only (a loader whose prefetch depth is automatic and
-// whose buffers are not page-locked), batches are still scheduled and read
+// With warm buffers only (a loader whose prefetch depth is automatic),
+// batches are still scheduled and read
 // `prefetch` ahead, but a batch whose read is done starts decoding only
 //
 //   - into a warm buffer: its own slot's, or one taken from a free slot or
@@ -19,7 +19,7 @@
 // Otherwise it waits, read, until a buffer is released. The rules carry no
 // threads or locks; the loader calls them under its mutex. Without warm
 // buffers only, every read batch starts at once (an explicit prefetch, the
-// autotuner, page-locked buffers that are committed anyway).
+// autotuner). A page-locked pool allocates a buffer when it first warms.
 #pragma once
 
 #include <cstdint>

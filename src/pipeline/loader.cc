@@ -47,7 +47,11 @@ Batch::~Batch() {
   if (loader_) loader_->Release(slot_);
 }
 void* Batch::images() const {
-  return loader_->impl_->slots[slot_].images.data();
+  // An empty batch (a rank's share of a short last batch) may have a pinned
+  // pool's buffer not allocated yet: a valid pointer all the same.
+  static std::byte no_images alignas(64)[64];
+  void* images = loader_->impl_->slots[slot_].images.data();
+  return images != nullptr ? images : no_images;
 }
 const std::int64_t* Batch::labels() const {
   return loader_->impl_->slots[slot_].labels.data();
@@ -145,7 +149,8 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   // (BufferWarmth) where each thread has a batch's 16 samples or more: a
   // batch read ahead then starts the moment the loop lets go of its last,
   // and the threads idle only through the last samples of a batch (about
-  // half a sample each). Page-locked buffers, committed anyway, are all used.
+  // half a sample each). Page-locked buffers are allocated as they are first
+  // used, to the same effect.
   const bool warm_only =
       options.prefetch == 0 && !options.autotune && setup.rank_capacity >= kWarmBuffersSamplesPerThread * setup.threads;
   auto impl = std::make_unique<Loader::Impl>(pool, prefetch, plan.NumBatches(), warm_only);
@@ -178,14 +183,20 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
     if (!impl->read_access.note.empty()) dataset->AdviseShardAccess(impl->read_access.pattern);
   }
   impl->slots.resize(pool);
+  // Typed fields without a transformed image leave images() unused.
+  impl->buffer_bytes = impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 1;
   for (std::uint32_t i = 0; i < pool; ++i) {
     auto& slot = impl->slots[i];
-    // Typed fields without a transformed image leave images() unused.
-    auto images = HostBuffer::Allocate(impl->producer->has_image() ? impl->finisher->BatchBufferBytes() : 1);
-    if (!images.ok())
-      return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i, pool,
-                                                   impl->finisher->BatchBufferBytes(), images.error().message()));
-    slot.images = std::move(*images);
+    // A pinned pool allocates the buffers past the first two when first used
+    // (Impl::StartSamples); a pageable one's pages are touched only when used.
+    if (i < pipeline::BufferWarmth::kWorkingSet || !impl->pinned_pool) {
+      auto images = HostBuffer::Allocate(impl->buffer_bytes);
+      if (!images.ok())
+        return Status::ResourceExhausted(fmt::format("cannot allocate batch buffer {} of {} ({} bytes each): {}", i,
+                                                     pool, impl->buffer_bytes, images.error().message()));
+      slot.images = std::move(*images);
+      if (i == 0) impl->pinned_pool = slot.images.pinned();
+    }
     slot.labels.resize(setup.rank_capacity);
     slot.indices.resize(setup.rank_capacity);
     slot.fields.assign(impl->producer->field_specs().size(), std::vector<FieldValue>(setup.rank_capacity));
@@ -193,10 +204,6 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
   Loader::Impl* raw = impl.get();
   {
     MutexLock lock(raw->mu);
-    if (raw->slots.front().images.pinned()) {
-      raw->scheduler.DropReserve();
-      raw->warmth = pipeline::BufferWarmth(pool, /*warm_only=*/false);
-    }
     raw->active_threads = setup.threads;
     raw->prefetch = prefetch;
     if (options.autotune) {
@@ -324,7 +331,7 @@ LoaderStats Loader::stats() const {
   s.order_warning = m.order_choice.warning;
   s.kernel_readahead = m.read_access.pattern == AccessPattern::kNormal;
   s.readahead_note = m.read_access.note;
-  s.pinned_memory = !m.slots.empty() && m.slots[0].images.pinned();
+  s.pinned_memory = m.pinned_pool;
   {
     MutexLock lock(m.mu);
     s.batch_buffers_touched = m.warmth.touched();

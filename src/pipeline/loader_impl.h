@@ -68,7 +68,14 @@ struct Loader::Impl {
   Mutex consumer_mu;  // Next() calls take turns
   Mutex mu;
   CondVar work_cv, done_cv;
-  std::vector<Slot> slots;  // buffers are fixed; metadata guarded by mu
+  // Buffers move between slots and are allocated under mu, never while a
+  // batch decodes into them or is held; metadata guarded by mu.
+  std::vector<Slot> slots;
+  std::size_t buffer_bytes = 0;  // each batch buffer's
+  // Page-locked buffers are committed when allocated: a pinned pool
+  // allocates each the first time a batch is decoded into it (two at
+  // creation), so that buffers a loop never uses are never pinned.
+  bool pinned_pool = false;
   // The read bytes of a batch are needed only from its read until its last
   // sample is finished: slots lend theirs back here in between, so a batch
   // held by the consumer or waiting for it holds no copy of what it was
@@ -186,6 +193,19 @@ struct Loader::Impl {
     Slot& slot = slots[start.slot];
     // Neither slot's buffer is in use: one is free, the other not started.
     if (start.take_buffer_of) std::swap(slot.images, slots[*start.take_buffer_of].images);
+    if (slot.images.data() == nullptr && slot.size > 0) {
+      // A pinned pool's buffer used for the first time. Allocation falls back
+      // to pageable memory when pinning fails; failing that, the batch fails.
+      auto images = HostBuffer::Allocate(buffer_bytes);
+      if (!images.ok()) {
+        slot.error = Status::ResourceExhausted(
+            fmt::format("cannot allocate a batch buffer of {} bytes: {}", buffer_bytes, images.error().message()));
+        slot.pending -= slot.size;
+        if (slot.pending == 0) done_cv.NotifyAll();
+        return;
+      }
+      slot.images = std::move(*images);
+    }
     scheduler.QueueSamples(start.slot, slot.size);
     work_cv.NotifyAll();
   }

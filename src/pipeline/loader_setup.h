@@ -36,8 +36,8 @@ struct LoaderSetup {
 // copied, threads sharing a loader). The reserve is withheld right after
 // Next() hands over batch k + 1, while a loop holding one batch still holds
 // k: the next batch waits for k's release (Loader::Release, microseconds
-// later), so such a loop never touches the reserve's pages (unless pinned:
-// cudaHostAlloc commits them, and pinned pools keep no reserve).
+// later), so such a loop never touches the reserve's pages (a pinned pool
+// never allocates it).
 [[nodiscard]] constexpr std::uint32_t BatchPoolSize(std::uint32_t prefetch) {
   return prefetch + 2;
 }

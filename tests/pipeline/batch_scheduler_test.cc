@@ -78,14 +78,6 @@ TEST(BatchScheduler, AConsumerHoldingOneBatchNeverGetsTheReserve) {
   run(/*kept=*/2, used, fewest);  // keeping the last two (e.g. the previous batch)
   EXPECT_EQ(used, (std::set<std::uint32_t>{0, 1, 2, 3}));
   EXPECT_EQ(fewest, 2u);  // the reserve keeps prefetch 2 in flight through each step
-
-  // Page-locked buffers (committed anyway): no reserve, every slot alike.
-  BatchScheduler pinned(/*slots=*/4, /*prefetch=*/4, /*batches_per_epoch=*/10);
-  pinned.DropReserve();
-  pinned.StartEpoch(0, 0);
-  int scheduled = 0;
-  while (pinned.ScheduleNext(/*may_use_reserve=*/false)) ++scheduled;
-  EXPECT_EQ(scheduled, 4);
 }
 
 TEST(BatchScheduler, ReadsGoAheadOfSamplesButBehindEarlierReads) {

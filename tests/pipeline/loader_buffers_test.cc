@@ -1,13 +1,16 @@
 // The loader's batch buffers under an automatic prefetch depth: a loop
 // holding one batch touches two, batches read ahead wait for a used buffer
 // and take it, and none of that changes what is delivered.
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/host_buffer.h"
 #include "fault_file_system.h"
 #include "pipeline/loader_test_util.h"
 
@@ -141,6 +144,66 @@ TEST(LoaderBuffers, FewSamplesAThreadDecodeAheadAsAsked) {
   ASSERT_TRUE(loader.ok());
   (void)RunKeeping(**loader, 4, 1);
   EXPECT_EQ((*loader)->stats().batch_buffers_touched, 3u);
+}
+
+// Page-locking without a GPU: a fake allocator in CUDA's place, counting
+// the buffers it pins and those still pinned.
+std::atomic<int> pinned_total{0}, pinned_live{0};
+void* FakePin(std::size_t bytes) {
+  ++pinned_total;
+  ++pinned_live;
+  return std::aligned_alloc(4096, bytes);  // bytes: whole pages
+}
+void FakeUnpin(void* p) {
+  --pinned_live;
+  std::free(p);
+}
+const PinnedAllocatorForTesting kFakePinning{FakePin, FakeUnpin};
+
+// Pins `o`'s buffers through the fake, runs `epochs` keeping `kept`, and
+// returns what it delivered and how many buffers it pinned.
+std::pair<Epoch, int> RunPinned(const std::shared_ptr<const Dataset>& dataset, const LoaderOptions& o, int epochs,
+                                std::size_t kept, int* pinned_at_creation) {
+  pinned_total = 0;
+  SetPinnedAllocatorForTesting(&kFakePinning);
+  Epoch got;
+  {
+    auto loader = Loader::Create(dataset, o);
+    EXPECT_TRUE(loader.ok());
+    if (!loader.ok()) return {got, -1};
+    *pinned_at_creation = pinned_total;
+    EXPECT_TRUE((*loader)->stats().pinned_memory);
+    got = RunKeeping(**loader, epochs, kept);
+  }
+  SetPinnedAllocatorForTesting(nullptr);
+  EXPECT_EQ(pinned_live, 0);  // every buffer unpinned with its loader
+  return {got, pinned_total.load()};
+}
+
+TEST(LoaderBuffers, APinnedPoolPinsOnlyTheBuffersTheLoopUses) {
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  auto reference = Loader::Create(dataset, SixteenAThread());
+  ASSERT_TRUE(reference.ok());
+  EXPECT_FALSE((*reference)->stats().pinned_memory);
+  const Epoch expected = RunKeeping(**reference, 4, 0);
+  for (std::size_t kept : {1, 2, 3}) {
+    SCOPED_TRACE(fmt::format("keeping {}", kept));
+    int at_creation = 0;
+    const auto [got, pinned] = RunPinned(dataset, SixteenAThread(), 4, kept, &at_creation);
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_TRUE(got.pixels == expected.pixels);
+    EXPECT_EQ(at_creation, 2);  // of a pool of four (prefetch 2, plus the loop's and the reserve)
+    EXPECT_EQ(pinned, static_cast<int>(kept) + 1);
+  }
+  // An explicit depth decodes ahead into as many buffers: pinned as they are first used.
+  auto o = SixteenAThread();
+  o.prefetch = 3;
+  int at_creation = 0;
+  const auto [got, pinned] = RunPinned(dataset, o, 4, 1, &at_creation);
+  EXPECT_EQ(got.indices, expected.indices);
+  EXPECT_EQ(at_creation, 2);
+  EXPECT_EQ(pinned, 4);
 }
 
 }  // namespace
