@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -378,6 +380,40 @@ TEST(Gpu, NoDeviceMemoryLeakedAfterManyEpochs) {
   // The driver may keep a few pages for its own bookkeeping; a leak of the
   // pool (3 x 1 MiB per epoch) would show as 150 MiB.
   EXPECT_GE(free_after + (std::size_t{8} << 20), free_before);
+}
+
+// On a real GPU the host loader's pool is page-locked by cudaHostAlloc, and
+// pinned as it is first used: a loop holding one batch at a time gets its
+// batches in two pinned buffers, not prefetch + 1 (HostBuffer, Loader::Impl).
+TEST(Gpu, APinnedPoolPinsTwoBuffersForALoopHoldingOneBatch) {
+  REQUIRE_GPU();
+  TempDir dir;
+  auto dataset = MakeDataset(dir);
+  LoaderOptions options = SmallOptions();
+  options.batch_size = 16;
+  options.threads = 1;  // 16 samples a thread: warm buffers only
+  auto loader = Loader::Create(dataset, options);
+  ASSERT_TRUE(loader.ok()) << loader.error().ToString();
+  EXPECT_TRUE((*loader)->stats().pinned_memory);
+  std::set<const void*> buffers;
+  std::optional<Batch> held;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    while (true) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok()) << next.error().ToString();
+      if (!next->has_value()) break;
+      cudaPointerAttributes attributes{};
+      ASSERT_EQ(cudaPointerGetAttributes(&attributes, (**next).images()), cudaSuccess);
+      EXPECT_EQ(attributes.type, cudaMemoryTypeHost);  // page-locked
+      buffers.insert((**next).images());
+      held.reset();
+      held.emplace(std::move(**next));
+    }
+  }
+  std::printf("pinned batch buffers a loop holding one used: %zu of a pool of %u\n", buffers.size(),
+              (*loader)->stats().prefetch + 2);
+  EXPECT_EQ(buffers.size(), 2u);
+  EXPECT_EQ((*loader)->stats().batch_buffers_touched, 2u);
 }
 
 // One epoch through a DeviceLoader on the real GPU; the float32 images copied back.
