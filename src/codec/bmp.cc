@@ -326,11 +326,7 @@ Result<ImageSize> BmpSize(std::span<const std::byte> data) {
 
 Status DecodeBmp(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out) {
   STOKER_ASSIGN_OR_RETURN(Header header, ReadHeader(data));
-  const std::uint64_t pixels = std::uint64_t{header.width} * header.height;
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "BMP of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-        header.width, header.height, pixels, max_pixels));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit("BMP", header.width, header.height, max_pixels));
   const bool rle = header.compression == kRle8 || header.compression == kRle4;
   if (!rle && data.size() - header.raster_at < header.stride * header.height)
     return Status::Corruption(fmt::format("truncated BMP: {}x{} at {} bits needs {} raster bytes, {} are there",

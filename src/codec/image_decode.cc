@@ -94,11 +94,8 @@ Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels
     case ImageFormat::kJpeg: {
       auto size = JpegSize(data);
       if (!size.ok()) return size.status();
-      const std::uint64_t pixels = std::uint64_t(size->width) * std::uint64_t(size->height);
-      if (max_pixels != 0 && pixels > max_pixels)
-        return Status::Corruption(fmt::format(
-            "JPEG of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-            size->width, size->height, pixels, max_pixels));
+      STOKER_RETURN_IF_ERROR(CheckPixelLimit("JPEG", static_cast<std::uint64_t>(size->width),
+                                             static_cast<std::uint64_t>(size->height), max_pixels));
       DecodedRegion region;
       region.pixels.swap(out->data);  // reuse the buffer
       Status s = DecodeJpeg(data, Roi{}, 1, region);

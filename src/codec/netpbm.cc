@@ -80,11 +80,8 @@ Result<ImageSize> NetpbmSize(std::span<const std::byte> data) {
 
 Status DecodeNetpbm(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out) {
   STOKER_ASSIGN_OR_RETURN(Header header, ReadHeader(data));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit("PGM/PPM", header.width, header.height, max_pixels));
   const std::uint64_t pixels = std::uint64_t{header.width} * header.height;
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "PGM/PPM of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-        header.width, header.height, pixels, max_pixels));
   const int channels = header.color ? 3 : 1;
   const int sample_bytes = header.maxval > 255 ? 2 : 1;
   const std::uint64_t samples = pixels * channels;

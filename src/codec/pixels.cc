@@ -99,6 +99,15 @@ std::string_view SourceModeName(SourceMode mode) {
   return "?";
 }
 
+Status CheckPixelLimit(std::string_view format, std::uint64_t width, std::uint64_t height, std::uint64_t max_pixels) {
+  const std::uint64_t pixels = width * height;
+  if (max_pixels != 0 && pixels > max_pixels)
+    return Status::Corruption(fmt::format(
+        "{} of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it", format,
+        width, height, pixels, max_pixels));
+  return Status::Ok();
+}
+
 Status ConvertToMode(const SourceImage& image, ColorMode mode, Pixels* out) {
   const std::size_t n = static_cast<std::size_t>(image.width) * static_cast<std::size_t>(image.height);
   const int in_channels = SourceChannels(image.mode);

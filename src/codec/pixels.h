@@ -57,6 +57,12 @@ struct Pixels {
   std::vector<std::uint8_t> data;
 };
 
+// Corruption naming `format` and the size when width x height is over
+// `max_pixels` (0: any), as Pillow's DecompressionBombError: every codec
+// checks its header's size with it before decoding.
+[[nodiscard]] Status CheckPixelLimit(std::string_view format, std::uint64_t width, std::uint64_t height,
+                                     std::uint64_t max_pixels);
+
 // `image` converted to `mode` as Pillow's Image.convert does (RGB <-> L by
 // L = (19595 R + 38470 G + 7471 B + 32768) >> 16, 16-bit gray clipped to
 // 0..255 for 8-bit modes, alpha dropped for RGB and L, tRNS as alpha for

@@ -36,12 +36,7 @@ Result<Ctx> Open(std::span<const std::byte> png, spng_ihdr* ihdr) {
 }
 
 Status CheckPngPixels(const spng_ihdr& ihdr, std::uint64_t max_pixels) {
-  const std::uint64_t pixels = std::uint64_t{ihdr.width} * ihdr.height;
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "PNG of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-        ihdr.width, ihdr.height, pixels, max_pixels));
-  return Status::Ok();
+  return CheckPixelLimit("PNG", ihdr.width, ihdr.height, max_pixels);
 }
 
 // The chunks after the image, to IEND, read and their CRCs checked: the

@@ -44,11 +44,7 @@ Status DecodeTiff(std::span<const std::byte> tiff, std::uint64_t max_pixels, Sou
   const auto height = Tag<std::uint32_t>(tif, TIFFTAG_IMAGELENGTH, 0);
   if (width == 0 || height == 0 || width > INT32_MAX || height > INT32_MAX)
     return Damaged(source, fmt::format("a size of {}x{}", width, height));
-  const std::uint64_t pixels = std::uint64_t{width} * height;
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "TIFF of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it", width,
-        height, pixels, max_pixels));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit("TIFF", width, height, max_pixels));
   const auto bits = Tag<std::uint16_t>(tif, TIFFTAG_BITSPERSAMPLE, 1);
   const auto spp = Tag<std::uint16_t>(tif, TIFFTAG_SAMPLESPERPIXEL, 1);
   const auto format = Tag<std::uint16_t>(tif, TIFFTAG_SAMPLEFORMAT, SAMPLEFORMAT_UINT);

@@ -48,11 +48,8 @@ Status DecodeWebp(std::span<const std::byte> webp, std::uint64_t max_pixels, Sou
   if (Status s = Features(webp, &features); !s.ok()) return s;
   if (features.has_animation)
     return Status::Unimplemented("WebP: an animation; stoker decodes still WebP images (re-encode the frame wanted)");
-  const std::uint64_t pixels = std::uint64_t(features.width) * std::uint64_t(features.height);
-  if (max_pixels != 0 && pixels > max_pixels)
-    return Status::Corruption(fmt::format(
-        "WebP of {}x{} = {} pixels is over the limit of {} (a decompression bomb?); max_image_pixels raises it",
-        features.width, features.height, pixels, max_pixels));
+  STOKER_RETURN_IF_ERROR(CheckPixelLimit("WebP", static_cast<std::uint64_t>(features.width),
+                                         static_cast<std::uint64_t>(features.height), max_pixels));
   // Pillow decodes through libwebp to RGBA and keeps RGB when there is no
   // alpha; libwebp's defaults (fancy upsampling) are the same here.
   out->mode = features.has_alpha ? SourceMode::kRGBA : SourceMode::kRGB;
