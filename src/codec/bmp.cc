@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -328,10 +329,11 @@ Status DecodeBmp(std::span<const std::byte> data, std::uint64_t max_pixels, Sour
   STOKER_ASSIGN_OR_RETURN(Header header, ReadHeader(data));
   STOKER_RETURN_IF_ERROR(CheckPixelLimit("BMP", header.width, header.height, max_pixels));
   const bool rle = header.compression == kRle8 || header.compression == kRle4;
-  if (!rle && data.size() - header.raster_at < header.stride * header.height)
+  // Width and height are at most 2^31 - 1 and a pixel 32 bits: under 2^64.
+  const std::uint64_t present = data.size() - header.raster_at, needed = header.stride * header.height;
+  if (!rle && present < needed)
     return Status::Corruption(fmt::format("truncated BMP: {}x{} at {} bits needs {} raster bytes, {} are there",
-                                          header.width, header.height, header.bits, header.stride * header.height,
-                                          data.size() - header.raster_at));
+                                          header.width, header.height, header.bits, needed, present));
   const bool alpha = header.raw == Raw::kAbgr || header.raw == Raw::kRgba || header.raw == Raw::kBgra;
   const int channels = header.palette_image && header.grey ? 1 : alpha ? 4 : 3;
   out->mode = channels == 1 ? SourceMode::kGray : channels == 4 ? SourceMode::kRGBA : SourceMode::kRGB;
@@ -340,8 +342,16 @@ Status DecodeBmp(std::span<const std::byte> data, std::uint64_t max_pixels, Sour
   out->transparency = {};
   out->format = "BMP";
   const std::size_t row_bytes = std::size_t{header.width} * static_cast<std::size_t>(channels);
-  out->data.resize(row_bytes * header.height);
   std::vector<std::uint8_t> indices;
+  try {
+    // Without a pixel limit, run-length data (or a 1-bit raster, 24 bytes of
+    // pixels a byte) can ask for more than there is.
+    out->data.resize(row_bytes * header.height);
+    if (rle) indices.reserve(std::uint64_t{header.width} * header.height);
+  } catch (const std::exception&) {
+    return Status::ResourceExhausted(fmt::format(
+        "BMP of {}x{}: cannot allocate its pixels (max_image_pixels bounds it)", header.width, header.height));
+  }
   if (rle) {
     STOKER_RETURN_IF_ERROR(DecodeRle(data, header, indices));
     header.raw = Raw::kIndex8;  // one index a byte now

@@ -162,6 +162,17 @@ TEST(Bmp, RefusesDamageAndVariantsByName) {
   masks.masks = {0xFF, 0xFF, 0xFF, 0};
   masks.raster = std::string(24, 'x');
   refused(MakeBmp(masks), StatusCode::kUnimplemented, "with bitfields 0xff 0xff 0xff 0x0");
+  // A few bytes of run-length data claiming 2^31 - 1 pixels square, with no
+  // pixel limit: refused, not allocated (more than a vector may hold).
+  BmpSpec bomb;
+  bomb.bits = 8;
+  bomb.compression = 1;
+  bomb.width = bomb.height = 0x7FFFFFFF;
+  bomb.palette = {0x010203};
+  bomb.raster = std::string("\x00\x01", 2);
+  Status huge = DecodeBmp(testing::Bytes(MakeBmp(bomb)), 0, &out);
+  EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted) << huge.ToString();
+  EXPECT_NE(huge.message().find("max_image_pixels"), std::string::npos) << huge.message();
   Status s = DecodeBmp(testing::Bytes(good), 5, &out);
   EXPECT_NE(s.message().find("BMP of 3x2 = 6 pixels is over the limit of 5"), std::string::npos) << s.message();
 }
