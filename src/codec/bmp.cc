@@ -45,8 +45,8 @@ struct Header {
   Raw raw = Raw::kIndex8;
   bool palette_image = false;
   bool grey = false;  // a palette of only greys: Pillow's "L" or "1"
-  // The palette as Pillow holds it: 256 entries, grey i where the file's
-  // palette has none.
+  // The palette as Pillow holds it: 256 entries, black where the file's
+  // palette has none (grey i in a palette of greys).
   std::array<std::array<std::uint8_t, 3>, 256> palette{};
   std::size_t raster_at = 0;
   std::uint64_t stride = 0;  // bytes a row of an uncompressed raster
@@ -59,7 +59,7 @@ Status Unsupported(std::string_view what) {
                   what));
 }
 
-// Pillow 9's BmpImageFile._bitmap, with every read checked against the data.
+// Pillow's BmpImageFile._bitmap, with every read checked against the data.
 Result<Header> ReadHeader(std::span<const std::byte> data) {
   const auto* b = reinterpret_cast<const unsigned char*>(data.data());
   const std::size_t size = data.size();
@@ -176,6 +176,11 @@ Result<Header> ReadHeader(std::span<const std::byte> data) {
       if (entry[0] != want || entry[1] != want || entry[2] != want) header.grey = false;
       if (i < 256) header.palette[static_cast<std::size_t>(i)] = {entry[2], entry[1], entry[0]};
     }
+    // An index past the palette: its value as grey in a palette of greys
+    // (Pillow reads those as "L"), else black, as Pillow 13 has it (Pillow
+    // 9.4 gave grey i there too).
+    if (!header.grey)
+      for (std::uint64_t i = colors; i < 256; ++i) header.palette[static_cast<std::size_t>(i)] = {0, 0, 0};
   }
   header.raster_at = offset <= size ? static_cast<std::size_t>(offset) : size;
   if (offset > size) return Status::Corruption(fmt::format("BMP raster at byte {}, past its {} bytes", offset, size));
@@ -255,11 +260,11 @@ void UnpackRow(const Header& header, const unsigned char* in, std::uint32_t widt
 }
 
 // The run-length data from `at` as one index a pixel, rows in file order
-// (bottom-up unless top-down), into `indices` (width * height), as Pillow's
-// BmpRleDecoder reads it (a run past the row's end is cut there; an
-// end-of-line pads the row with index 0) but for two of Pillow 9's
-// misreadings: a delta's offsets are the two bytes after it (Pillow 9 reads
-// two more), and an odd RLE4 absolute run keeps its last pixel. Corruption
+// (bottom-up unless top-down), into `indices` (width * height), as Pillow
+// 13's BmpRleDecoder reads it: a run past the row's end is cut there, an
+// end-of-line pads the row with index 0, a delta's offsets are the two
+// bytes after it and an odd RLE4 absolute run keeps its last pixel (Pillow
+// 9.4 reads two more bytes for a delta and drops that pixel). Corruption
 // when the data ends before the image is full.
 Status DecodeRle(std::span<const std::byte> data, const Header& header, std::vector<std::uint8_t>& indices) {
   const auto* b = reinterpret_cast<const unsigned char*>(data.data());

@@ -1,16 +1,18 @@
 // Windows BMP images (torchvision's ImageFolder lists .bmp, and older
-// datasets ship them), decoded as Pillow 9's BmpImagePlugin opens them:
+// datasets ship them), decoded as Pillow's BmpImagePlugin opens them (its
+// rules read from Pillow 9.4's source; pixels checked against 9.4 and 13):
 //   - headers of 12 (OS/2 1.x), 40, 64, 108 and 124 bytes; bottom-up or
 //     top-down (a negative height);
 //   - 1-, 4- and 8-bit palettes ("RGB" pixels; a palette of only greys, as
-//     Pillow's check finds it, gives "L"; an index past the palette reads
-//     Pillow's default entry, grey i);
+//     Pillow's check finds it, gives "L"; an index past the palette is
+//     black, as in Pillow 13 (Pillow 9.4: grey i), or in a palette of greys
+//     its own value);
 //   - 16-bit 5-5-5 and 5-6-5 (each field scaled by v * 255 / max, as
 //     Pillow's unpackers do), 24-bit, and 32-bit with the bitfield layouts
 //     Pillow knows (alpha kept where the masks name one, "RGBA");
-//   - 8- and 4-bit run-length compression (RLE8, RLE4) as Pillow's
-//     BmpRleDecoder reads it, except where Pillow 9 misreads the format (a
-//     delta's offsets, an odd RLE4 absolute run: bmp.cc).
+//   - 8- and 4-bit run-length compression (RLE8, RLE4) as Pillow 13's
+//     BmpRleDecoder reads it (Pillow 9.4 misreads a delta's offsets and an
+//     odd RLE4 absolute run: bmp.cc).
 // Refused with Unimplemented, naming what: other bit depths and bitfield
 // layouts, JPEG or PNG inside a BMP, and headers of other sizes. A raster
 // shorter than the header says (rows of ((width * bits + 31) / 32) * 4

@@ -2,7 +2,9 @@
 every layout Pillow reads: OS/2 and Windows headers, bottom-up and top-down,
 1/4/8-bit palettes (grey ones too), 16-bit 5-5-5 and 5-6-5, 24 and 32 bits
 with each bitfield layout, RLE8 and RLE4; damaged files are refused naming
-what is wrong, and a packed ImageFolder of BMPs loads."""
+what is wrong, and a packed ImageFolder of BMPs loads. Where Pillow 9.4 and
+13 differ (an index past the palette; RLE deltas and odd RLE4 runs, which
+9.4 misreads), stoker gives 13's pixels, checked by hand here."""
 import io
 import struct
 
@@ -56,10 +58,10 @@ def cases():
             rows = [rng_bytes(row_bytes, 10 * bits + y) for y in range(h)]
             out.append(("%d-bit palette" % bits, bmp(w, h, bits, rows, colour_palette[:n], top_down=top_down)))
             grey = [(0, 0, 0), (255, 255, 255)] if n == 2 else [(i, i, i) for i in range(n)]
-            if bits != 4:  # Pillow 9 reads a 4-bit palette of greys 0-15 as 8-bit data, and fails
+            if bits != 4:  # Pillow reads a 4-bit palette of greys 0-15 as 8-bit data, and fails
                 out.append(("%d-bit grey palette" % bits, bmp(w, h, bits, rows, grey, top_down=top_down)))
-        # A short palette: indices past it read Pillow's default entries.
-        rows8 = [rng_bytes(w, 50 + y) for y in range(h)]
+        # A short palette, every index in it (past it: below).
+        rows8 = [bytes(v % 20 for v in rng_bytes(w, 50 + y)) for y in range(h)]
         out.append(("8-bit, 20 colours", bmp(w, h, 8, rows8, colour_palette[:20], colors=20, top_down=top_down)))
         rows16 = [rng_bytes(2 * w, 60 + y) for y in range(h)]
         out.append(("16-bit 5-5-5", bmp(w, h, 16, rows16, top_down=top_down)))
@@ -81,7 +83,7 @@ def cases():
     out.append(("OS/2 8-bit", bmp(w, h, 8, [rng_bytes(w, 90 + y) for y in range(h)], colour_palette, header=12)))
     out.append(("OS/2 24-bit", bmp(w, h, 24, [rng_bytes(3 * w, 95 + y) for y in range(h)], header=12)))
     # Run-length: runs, a run clipped at the row's end, absolute runs (padded to 16 bits), end of line,
-    # end of bitmap (deltas: below, as Pillow 9 misreads them).
+    # end of bitmap (deltas: below, as Pillow 9.4 misreads them).
     rle8 = (bytes([3, 7, 0, 5, 1, 2, 3, 4, 5, 0, 20, 9, 0, 0]) + bytes([0, 3, 9, 8, 7, 0, 4, 6]) + bytes([0, 0])
             + bytes([2, 5, 0, 0]) + bytes([13, 200, 0, 0]) * 4 + bytes([0, 1]))
     out.append(("RLE8", bmp(w, h, 8, None, colour_palette, compression=1, raster=rle8)))
@@ -144,7 +146,17 @@ def test_run_length_data_that_ends_early_is_refused():
         stoker.decode_image(data)
 
 
+def test_an_index_past_the_palette_is_black_or_in_a_grey_palette_its_value():
+    palette = [(10, 20, 30), (40, 50, 60), (70, 80, 90)]
+    row = bytes([0, 1, 2, 3, 100, 255])
+    got = stoker.decode_image(bmp(6, 1, 8, [row], palette, colors=3)).numpy()
+    assert got.tolist() == [[[10, 20, 30], [40, 50, 60], [70, 80, 90], [0, 0, 0], [0, 0, 0], [0, 0, 0]]]  # Pillow 13
+    got = stoker.decode_image(bmp(6, 1, 8, [row], [(i, i, i) for i in range(3)], colors=3), mode="L").numpy()
+    assert got[..., 0].tolist() == [list(row)]  # a palette of greys is read as "L": the bytes themselves
+
+
 def test_run_length_deltas_and_odd_rle4_absolute_runs_follow_the_format():
+    # As Pillow 13 reads them (9.4 reads two more bytes for a delta, and drops an odd run's last pixel).
     palette = [(i, i, 255 - i) for i in range(256)]
     # Bottom row: 2 of index 1, a delta 3 right and 1 up, 3 of index 2, an end of line, a row of index 3.
     rle8 = bytes([2, 1, 0, 2, 3, 1, 3, 2, 0, 0, 8, 3, 0, 1])
