@@ -3,8 +3,8 @@
 // prefetch + 1 (about 37 MiB each for 64 float32 images of 224 px).
 //
 // With warm buffers only (a loader whose prefetch depth is automatic),
-// batches are still scheduled and read
-// `prefetch` ahead, but a batch whose read is done starts decoding only
+// batches are still scheduled and read `prefetch` ahead, but a batch whose
+// read is done starts decoding only
 //
 //   - into a warm buffer: its own slot's, or one taken from a free slot or
 //     from a later batch that has not started decoding (the two slots swap

@@ -49,7 +49,7 @@ Batch::~Batch() {
 void* Batch::images() const {
   // An empty batch (a rank's share of a short last batch) may have a pinned
   // pool's buffer not allocated yet: a valid pointer all the same.
-  static std::byte no_images alignas(64)[64];
+  alignas(64) static std::byte no_images[64];
   void* images = loader_->impl_->slots[slot_].images.data();
   return images != nullptr ? images : no_images;
 }
