@@ -11,6 +11,7 @@
 
 #include "format/index_format.h"
 #include "format/index_note.h"
+#include "format/index_writer.h"
 
 namespace {
 
@@ -48,6 +49,19 @@ void Exercise(std::span<const std::byte> bytes) {
     if (!view->restart_table_at(e, &sample, &field, table, &region)) continue;
     if (region.rows() > 0 && (table.size() - 1) % region.rows() != 0) __builtin_trap();
     if (view->restart_table(sample, field, looked_up) && looked_up.empty()) __builtin_trap();
+    // As a merge reads it: the bytes it takes, and its shortest encoding, which decodes to the same table.
+    std::span<const std::byte> stored;
+    if (!view->restart_table_at(e, &sample, &field, table, region, stored)) __builtin_trap();
+    if (stored.empty() || region.rows() == 0) continue;
+    if (view->restart_table_bytes(e, stored.size()).data() != stored.data()) __builtin_trap();
+    std::vector<std::byte> shortest;
+    stoker::index_format::AppendRestartTable(table, region, shortest);
+    if (shortest.size() > stored.size()) __builtin_trap();
+    std::size_t used = 0;
+    if (!stoker::index_format::ReadRestartVarints(shortest, static_cast<std::uint32_t>(table.size()), looked_up,
+                                                  &used) ||
+        looked_up != table)
+      __builtin_trap();
   }
   // A merge's note from this one's, twice and beside none.
   const std::string_view notes[] = {view->note(), view->note(), {}};

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/hash.h"
+#include "dataset/index_file.h"
 #include "format/index_format.h"
 #include "format/webdataset.h"
 #include "stoker/dataset.h"
@@ -126,8 +127,8 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
                                            summary.skipped_members - kNamedSkips));
   summary.samples = builder.num_samples();
   builder.SetSkippedMembers(summary.skipped_members);
-  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
-  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
+  STOKER_RETURN_IF_ERROR(
+      WriteIndexFile(fs, summary.index_path, [&](index_format::ByteSink& out) { return builder.FinishTo(out); }));
   return summary;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -12,8 +13,10 @@
 #include <fmt/format.h>
 
 #include "core/hash.h"
+#include "dataset/index_file.h"
 #include "format/index_format.h"
 #include "format/index_note.h"
+#include "format/index_writer.h"
 #include "stoker/dataset.h"
 #include "stoker/text.h"
 
@@ -80,55 +83,218 @@ Result<Part> OpenPart(FileSystem& fs, const std::string& where) {
   return part;
 }
 
-// Refuses a sample key found in two parts (keys name samples everywhere:
-// `ls`, errors, the doctor). Within one part, keys are as that part's index
-// was accepted.
-Status CheckKeysAcrossParts(const std::vector<Part>& parts) {
-  struct KeyRef {
-    std::uint64_t hash;
-    std::uint32_t part;
-    std::uint64_t sample;
+// What a merge needs of a part beyond its view, found in one scan of it.
+struct PartScan {
+  std::uint64_t first_sample = 0;                         // its first sample in the merged index
+  std::uint32_t first_shard = 0;                          // its first shard there
+  std::vector<std::uint32_t> merged_field;                // its fields' places in the merged field table
+  std::vector<std::uint64_t> field_samples, field_bytes;  // per field of its own
+  std::uint64_t keys_bytes = 0;
+  std::vector<std::uint32_t> table_bytes;  // each restart table's size in the merged pool
+  // Whether every table is stored as the merged index stores it (minimal
+  // varints), so that its bytes are copied rather than re-encoded.
+  bool tables_as_stored = true;
+};
+
+// A sample's key hash, by its place in the merged index.
+struct KeyRef {
+  std::uint64_t hash;
+  std::uint64_t sample;
+};
+
+// Reads every record and restart table of `part` (checked as an index
+// built from them would check them), noting what the merged tables need
+// and each key's hash.
+Status ScanPart(const Part& part, PartScan& scan, std::vector<KeyRef>& keys) {
+  const index_format::IndexView& view = *part.view;
+  scan.field_samples.assign(view.fields().size(), 0);
+  scan.field_bytes.assign(view.fields().size(), 0);
+  scan.table_bytes.reserve(view.num_restart_tables());
+  std::uint64_t entry = 0;  // the next restart-table entry, in (sample, field) order
+  std::uint64_t entry_sample = 0;
+  std::uint32_t entry_field = 0;
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
+  std::span<const std::byte> stored;
+  std::vector<std::byte> encoded;
+  bool entry_ok = false;
+  const auto next_entry = [&] {
+    entry_ok = entry < view.num_restart_tables() &&
+               view.restart_table_at(entry, &entry_sample, &entry_field, table, region, stored);
+    if (entry < view.num_restart_tables() && !entry_ok)
+      return Status::Corruption(
+          fmt::format("{}: restart-table entry {} is damaged (stoker verify names more)", view.where(), entry));
+    return Status::Ok();
   };
-  std::vector<KeyRef> refs;
-  std::uint64_t total = 0;
-  for (const auto& part : parts) total += part.view->num_samples();
-  refs.reserve(total);
-  for (std::uint32_t p = 0; p < parts.size(); ++p) {
-    for (std::uint64_t i = 0; i < parts[p].view->num_samples(); ++i) {
-      STOKER_ASSIGN_OR_RETURN(auto record, parts[p].view->record(i));
-      const std::span<const std::byte> key{reinterpret_cast<const std::byte*>(record.key.data()), record.key.size()};
-      refs.push_back({Xxh3(key), p, i});
+  STOKER_RETURN_IF_ERROR(next_entry());
+  for (std::uint64_t i = 0; i < view.num_samples(); ++i) {
+    STOKER_ASSIGN_OR_RETURN(auto record, view.record(i));
+    keys.push_back({Xxh3(std::as_bytes(std::span(record.key))), scan.first_sample + i});
+    scan.keys_bytes += record.key.size();
+    for (std::uint32_t f = 0; f < view.fields().size(); ++f) {
+      const auto range = record.field(f);
+      if (!range.present()) continue;
+      scan.field_samples[f]++;
+      scan.field_bytes[f] += range.size;
+      if (!entry_ok || entry_sample != i || entry_field != f) continue;
+      if (region.rows() == 0)  // version 5-6: no region record, no geometry; the codec finds them
+        return Status::FailedPrecondition(fmt::format(
+            "{}: sample '{}' is a seekable JPEG indexed before index version 7 (no region record); re-index the "
+            "part's shards with `stoker index --force` first",
+            view.where(), Printable(record.key)));
+      if (table.back() > range.size)
+        return Status::Corruption(fmt::format(
+            "{}: sample '{}' field '{}': a restart table that runs past the field's {} bytes (stoker verify)",
+            view.where(), Printable(record.key), view.field_names()[f], range.size));
+      encoded.clear();
+      index_format::AppendRestartTable(table, region, encoded);
+      scan.table_bytes.push_back(static_cast<std::uint32_t>(encoded.size()));
+      // The same size means the same bytes: each value has one minimal encoding.
+      if (stored.size() != encoded.size()) scan.tables_as_stored = false;
+      ++entry;
+      STOKER_RETURN_IF_ERROR(next_entry());
     }
   }
-  std::sort(refs.begin(), refs.end(),
-            [](const KeyRef& a, const KeyRef& b) { return std::tie(a.hash, a.part) < std::tie(b.hash, b.part); });
+  if (entry != view.num_restart_tables())
+    return Status::Corruption(
+        fmt::format("{}: restart-table entry {} names no sample's field (stoker verify)", view.where(), entry));
+  return Status::Ok();
+}
+
+// Refuses a sample key found in two parts (keys name samples everywhere:
+// `ls`, errors, the doctor). Within one part, keys are as that part's index
+// was accepted. `keys`: every sample's, in merged order (sorted here).
+Status CheckKeysAcrossParts(const std::vector<Part>& parts, const std::vector<PartScan>& scans,
+                            std::vector<KeyRef>& keys) {
+  const auto part_of = [&](std::uint64_t sample) {
+    std::size_t p = 0;
+    while (p + 1 < scans.size() && scans[p + 1].first_sample <= sample) ++p;
+    return p;
+  };
+  const auto key_of = [&](std::uint64_t sample) -> Result<std::string_view> {
+    const std::size_t p = part_of(sample);
+    STOKER_ASSIGN_OR_RETURN(auto record, parts[p].view->record(sample - scans[p].first_sample));
+    return record.key;
+  };
+  std::sort(keys.begin(), keys.end(),
+            [](const KeyRef& a, const KeyRef& b) { return std::tie(a.hash, a.sample) < std::tie(b.hash, b.sample); });
   // Every key in two parts is counted; the first in the merged order is named.
   std::uint64_t repeated = 0;
-  std::optional<std::pair<KeyRef, KeyRef>> first;  // (earlier part's, later part's)
-  for (std::size_t i = 1; i < refs.size(); ++i) {
-    if (refs[i].hash != refs[i - 1].hash || refs[i].part == refs[i - 1].part) continue;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> first;  // (earlier part's sample, later part's)
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    if (keys[i].hash != keys[i - 1].hash) continue;
+    const std::size_t part = part_of(keys[i].sample);
+    if (part == part_of(keys[i - 1].sample)) continue;
     // Equal hashes from two parts: compare the keys (and any others of this hash).
-    for (std::size_t j = i; j-- > 0 && refs[j].hash == refs[i].hash;) {
-      if (refs[j].part == refs[i].part) continue;
-      STOKER_ASSIGN_OR_RETURN(auto a, parts[refs[j].part].view->record(refs[j].sample));
-      STOKER_ASSIGN_OR_RETURN(auto b, parts[refs[i].part].view->record(refs[i].sample));
-      if (a.key != b.key) continue;
+    STOKER_ASSIGN_OR_RETURN(const std::string_view key, key_of(keys[i].sample));
+    for (std::size_t j = i; j-- > 0 && keys[j].hash == keys[i].hash;) {
+      if (part_of(keys[j].sample) == part) continue;
+      STOKER_ASSIGN_OR_RETURN(const std::string_view other, key_of(keys[j].sample));
+      if (other != key) continue;
       ++repeated;
-      if (!first || std::tie(refs[i].part, refs[i].sample) < std::tie(first->second.part, first->second.sample))
-        first = {refs[j], refs[i]};
+      if (!first || keys[i].sample < first->second) first = {keys[j].sample, keys[i].sample};
       break;
     }
   }
   if (first) {
-    STOKER_ASSIGN_OR_RETURN(auto record, parts[first->second.part].view->record(first->second.sample));
+    STOKER_ASSIGN_OR_RETURN(const std::string_view key, key_of(first->second));
     return Status::InvalidArgument(fmt::format(
         "sample key '{}' is in part '{}' and in part '{}'{}: keys name samples, so each must be in one part; give "
         "each writer its own keys (e.g. a prefix per worker)",
-        Printable(record.key), Printable(parts[first->first.part].where), Printable(parts[first->second.part].where),
+        Printable(key), Printable(parts[part_of(first->first)].where), Printable(parts[part_of(first->second)].where),
         repeated > 1 ? fmt::format(" (and {} more keys are in two parts)", repeated - 1) : ""));
   }
   return Status::Ok();
 }
+
+// The merged index's per-sample sections, read from the parts as they are
+// written: records with their shards and fields renumbered, keys, restart
+// tables re-encoded.
+class MergedSections final : public index_format::IndexSections {
+ public:
+  MergedSections(const std::vector<Part>& parts, const std::vector<PartScan>& scans, std::size_t num_fields)
+      : parts_(parts), scans_(scans), num_fields_(num_fields) {}
+
+  Status WriteRecords(index_format::ByteSink& out) override {
+    std::vector<std::byte> merged(index_format::RecordSize(num_fields_));
+    std::uint64_t key_offset = 0;
+    for (std::size_t p = 0; p < parts_.size(); ++p) {
+      const index_format::IndexView& view = *parts_[p].view;
+      const PartScan& scan = scans_[p];
+      for (std::uint64_t i = 0; i < view.num_samples(); ++i) {
+        STOKER_ASSIGN_OR_RETURN(auto record, view.record(i));
+        index_format::EncodeRecord(merged.data(), scan.first_shard + record.shard,
+                                   static_cast<std::uint32_t>(record.key.size()), key_offset, record.label,
+                                   record.checksum, num_fields_);
+        key_offset += record.key.size();
+        for (std::uint32_t f = 0; f < view.fields().size(); ++f) {
+          const auto range = record.field(f);
+          if (range.present())
+            index_format::EncodeFieldSlot(merged.data(), scan.merged_field[f], range.offset, range.size);
+        }
+        STOKER_RETURN_IF_ERROR(out.Write(merged));
+      }
+    }
+    return Status::Ok();
+  }
+  Status WriteKeys(index_format::ByteSink& out) override {
+    for (const Part& part : parts_) {
+      for (std::uint64_t i = 0; i < part.view->num_samples(); ++i) {
+        STOKER_ASSIGN_OR_RETURN(auto record, part.view->record(i));
+        STOKER_RETURN_IF_ERROR(out.Write(std::as_bytes(std::span(record.key))));
+      }
+    }
+    return Status::Ok();
+  }
+  Status WriteRestartEntries(index_format::ByteSink& out) override {
+    std::uint64_t pool_offset = 0;
+    std::byte entry[index_format::kRestartEntrySize];
+    for (std::size_t p = 0; p < parts_.size(); ++p) {
+      const PartScan& scan = scans_[p];
+      for (std::uint64_t e = 0; e < scan.table_bytes.size(); ++e) {
+        std::uint64_t sample = 0;
+        std::uint32_t field = 0, offsets = 0;
+        parts_[p].view->restart_entry_owner(e, &sample, &field, &offsets);  // read whole by the scan
+        index_format::EncodeRestartEntry(entry, scan.first_sample + sample, scan.merged_field[field], offsets,
+                                         pool_offset);
+        STOKER_RETURN_IF_ERROR(out.Write(entry));
+        pool_offset += scan.table_bytes[e];
+      }
+    }
+    return Status::Ok();
+  }
+  Status WriteRestartPool(index_format::ByteSink& out) override {
+    std::vector<std::byte> encoded;
+    RegionRecord region;
+    for (std::size_t p = 0; p < parts_.size(); ++p) {
+      const index_format::IndexView& view = *parts_[p].view;
+      const PartScan& scan = scans_[p];
+      for (std::uint64_t e = 0; e < scan.table_bytes.size(); ++e) {
+        std::span<const std::byte> table_bytes;
+        if (scan.tables_as_stored) {
+          table_bytes = view.restart_table_bytes(e, scan.table_bytes[e]);
+        } else {
+          std::uint64_t sample = 0;
+          std::uint32_t field = 0;
+          encoded.clear();
+          if (view.restart_table_at(e, &sample, &field, table_, &region))
+            index_format::AppendRestartTable(table_, region, encoded);
+          table_bytes = encoded;
+        }
+        if (table_bytes.size() != scan.table_bytes[e])
+          return Status::Internal(fmt::format("{}: restart-table entry {} changed while merging", view.where(), e));
+        STOKER_RETURN_IF_ERROR(out.Write(table_bytes));
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const std::vector<Part>& parts_;
+  const std::vector<PartScan>& scans_;
+  std::size_t num_fields_;
+  std::vector<std::uint32_t> table_;
+};
 
 }  // namespace
 
@@ -183,7 +349,27 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
                                                    Printable(parts[p].where)));
     }
   }
-  STOKER_RETURN_IF_ERROR(CheckKeysAcrossParts(parts));
+  // One scan of every part checks it and finds what the merged tables need.
+  std::vector<PartScan> scans(parts.size());
+  std::vector<KeyRef> keys;
+  std::uint64_t total_samples = 0, total_shards = 0;
+  for (const auto& part : parts) total_samples += part.view->num_samples();
+  keys.reserve(total_samples);
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    scans[p].first_sample = summary.samples;
+    scans[p].first_shard = static_cast<std::uint32_t>(total_shards);
+    STOKER_RETURN_IF_ERROR(ScanPart(parts[p], scans[p], keys));
+    summary.samples += parts[p].view->num_samples();
+    summary.shards += parts[p].view->shards().size();
+    total_shards += parts[p].view->shards().size();
+    summary.seekable_payloads += scans[p].table_bytes.size();
+    if (options.on_progress) options.on_progress(p + 1, parts.size());
+  }
+  if (total_shards > index_format::kMaxShards)
+    return Status::InvalidArgument(
+        fmt::format("the parts have {} shards, more than an index holds ({})", total_shards, index_format::kMaxShards));
+  STOKER_RETURN_IF_ERROR(CheckKeysAcrossParts(parts, scans, keys));
+  std::vector<KeyRef>().swap(keys);
   std::vector<std::string_view> notes;
   std::vector<std::string> wheres;
   for (const auto& part : parts) {
@@ -193,84 +379,50 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
   STOKER_ASSIGN_OR_RETURN(std::string note, index_format::MergedNote(notes, wheres));
   summary.class_names = index_format::ClassNamesInNote(note);
 
-  index_format::IndexBuilder builder;
-  std::uint64_t skipped = 0;
-  std::vector<index_format::IndexBuilder::Field> fields;
-  std::vector<std::vector<std::uint32_t>> tables;
-  std::vector<RegionRecord> regions;
+  // The merged tables: fields united by name (kinds widened in part order), shards in part order.
+  index_format::IndexTables tables;
+  std::map<std::string_view, index_format::FieldEntry> fields;
   for (std::size_t p = 0; p < parts.size(); ++p) {
-    const index_format::IndexView& view = *parts[p].view;
-    skipped += view.skipped_members();
-    std::uint64_t entry = 0;  // the next restart-table entry, in (sample, field) order
-    std::uint64_t entry_sample = 0;
-    std::uint32_t entry_field = 0;
-    std::vector<std::uint32_t> entry_table;
-    RegionRecord entry_region;
-    bool entry_ok = false;
-    const auto next_entry = [&] {
-      entry_ok = entry < view.num_restart_tables() &&
-                 view.restart_table_at(entry, &entry_sample, &entry_field, entry_table, &entry_region);
-      if (entry < view.num_restart_tables() && !entry_ok)
-        return Status::Corruption(
-            fmt::format("{}: restart-table entry {} is damaged (stoker verify names more)", view.where(), entry));
-      return Status::Ok();
-    };
-    STOKER_RETURN_IF_ERROR(next_entry());
-    for (const auto& shard : view.shards()) {
-      const fs_std::path full = (parts[p].folder / shard.path).lexically_normal();
-      const std::uint32_t id = builder.AddShard(Inside(full, out_dir)->string());
-      builder.SetShardContents(id, shard.size, shard.checksum);
-      summary.shard_bytes += shard.size;
-      for (std::uint64_t i = shard.first_sample; i < shard.first_sample + shard.num_samples; ++i) {
-        STOKER_ASSIGN_OR_RETURN(auto record, view.record(i));
-        fields.clear();
-        tables.clear();
-        regions.clear();
-        for (std::uint32_t f = 0; f < view.fields().size(); ++f) {
-          const auto range = record.field(f);
-          if (!range.present()) continue;
-          index_format::IndexBuilder::Field field{view.field_names()[f], range.offset, range.size,
-                                                  view.fields()[f].kind};
-          if (entry_ok && entry_sample == i && entry_field == f) {
-            if (entry_region.rows() == 0)  // version 5-6: no region record, no geometry; the codec finds them
-              return Status::FailedPrecondition(fmt::format(
-                  "{}: sample '{}' is a seekable JPEG indexed before index version 7 (no region record); re-index "
-                  "the part's shards with `stoker index --force` first",
-                  view.where(), Printable(record.key)));
-            tables.push_back(std::move(entry_table));
-            regions.push_back(entry_region);
-            field.geometry = entry_region.geometry;
-            ++entry;
-            STOKER_RETURN_IF_ERROR(next_entry());
-          }
-          fields.push_back(field);
-        }
-        // The tables and regions now stay put: point their fields at them (in the same order).
-        std::size_t t = 0;
-        for (auto& field : fields) {
-          if (field.geometry == JpegGeometry{}) continue;
-          field.restarts = tables[t];
-          field.region = &regions[t];
-          ++t;
-        }
-        summary.seekable_payloads += tables.size();
-        STOKER_RETURN_IF_ERROR(
-            builder.AddSample(id, record.key, record.label, record.checksum, fields).WithContext(view.where()));
-      }
+    const auto& part_fields = parts[p].view->fields();
+    for (std::size_t f = 0; f < part_fields.size(); ++f) {
+      if (scans[p].field_samples[f] == 0) continue;
+      auto [it, added] = fields.try_emplace(part_fields[f].name);
+      index_format::FieldEntry& field = it->second;
+      field.name = part_fields[f].name;
+      field.kind = added ? part_fields[f].kind : index_format::WidenKind(field.kind, part_fields[f].kind);
+      field.samples += scans[p].field_samples[f];
+      field.bytes += scans[p].field_bytes[f];
     }
-    if (entry != view.num_restart_tables())
-      return Status::Corruption(
-          fmt::format("{}: restart-table entry {} names no sample's field (stoker verify)", view.where(), entry));
-    summary.samples += view.num_samples();
-    summary.shards += view.shards().size();
-    if (options.on_progress) options.on_progress(p + 1, parts.size());
   }
+  for (auto& [name, field] : fields) tables.fields.push_back(std::move(field));
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const auto& part_fields = parts[p].view->fields();
+    scans[p].merged_field.resize(part_fields.size());
+    for (std::size_t f = 0; f < part_fields.size(); ++f) {
+      const auto it = std::lower_bound(
+          tables.fields.begin(), tables.fields.end(), part_fields[f].name,
+          [](const index_format::FieldEntry& field, const std::string& name) { return field.name < name; });
+      scans[p].merged_field[f] = static_cast<std::uint32_t>(it - tables.fields.begin());
+    }
+    for (const auto& shard : parts[p].view->shards()) {
+      index_format::ShardEntry& merged = tables.shards.emplace_back(shard);
+      merged.path = Inside((parts[p].folder / shard.path).lexically_normal(), out_dir)->string();
+      merged.first_sample += scans[p].first_sample;
+      summary.shard_bytes += shard.size;
+    }
+    tables.keys_bytes += scans[p].keys_bytes;
+    tables.skipped_members += parts[p].view->skipped_members();
+    tables.restart_entries += scans[p].table_bytes.size();
+    for (const std::uint32_t bytes : scans[p].table_bytes) tables.restart_pool_bytes += bytes;
+  }
+  tables.num_samples = summary.samples;
+  tables.note = std::move(note);
   summary.parts = parts.size();
-  builder.SetSkippedMembers(skipped);
-  builder.SetNote(std::move(note));
-  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder.Finish());
+  MergedSections sections(parts, scans, tables.fields.size());
   STOKER_RETURN_IF_ERROR(fs.CreateDirectories(output));
-  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(fs, summary.index_path, index_bytes));
+  STOKER_RETURN_IF_ERROR(WriteIndexFile(fs, summary.index_path, [&](index_format::ByteSink& out) {
+    return index_format::WriteIndex(tables, sections, out);
+  }));
   return summary;
 }
 

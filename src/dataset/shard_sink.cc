@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dataset/index_file.h"
 #include "format/tar.h"
 #include "stoker/dataset.h"
 #include "stoker/text.h"
@@ -259,10 +260,10 @@ Result<PackSummary> ShardSink::Finish(std::string note) {
   STOKER_RETURN_IF_ERROR(fs_->SyncDirectory(out_dir_));
   builder_.SetNote(std::move(note));
   // The index goes last: only a complete dataset has one.
-  STOKER_ASSIGN_OR_RETURN(auto index_bytes, builder_.Finish());
   PackSummary summary;
   summary.index_path = out_dir_ + "/" + std::string(kIndexFileName);
-  STOKER_RETURN_IF_ERROR(WriteWholeFileAtomically(*fs_, summary.index_path, index_bytes));
+  STOKER_RETURN_IF_ERROR(
+      WriteIndexFile(*fs_, summary.index_path, [&](index_format::ByteSink& out) { return builder_.FinishTo(out); }));
   finished_ = true;
   if (overwrite_) STOKER_RETURN_IF_ERROR(RemoveStaleShards(*fs_, out_dir_, shards_published_));
   summary.samples = builder_.num_samples();

@@ -1,7 +1,6 @@
 #include "format/index_format.h"
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -12,11 +11,6 @@
 namespace stoker::index_format {
 namespace {
 
-template <typename T>
-void Store(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-
 // a + b, or false on overflow.
 bool AddOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return !__builtin_add_overflow(a, b, out);
@@ -25,24 +19,9 @@ bool MulOk(std::uint64_t a, std::uint64_t b, std::uint64_t* out) {
   return !__builtin_mul_overflow(a, b, out);
 }
 
-constexpr auto Code = KindCode;
-static_assert(Code(FieldKind::kCustom) == kMaxKindCode);
-
-// The kind of a field whose samples say `a` and `b` (see IndexBuilder::Field).
-std::uint8_t WidenKind(std::uint8_t a, std::uint8_t b) {
-  if (a == b) return a;
-  if (a == kKindNotRecorded || b == kKindNotRecorded) return kKindNotRecorded;
-  const auto number = [](std::uint8_t k) { return k == Code(FieldKind::kInt) || k == Code(FieldKind::kFloat); };
-  if (number(a) && number(b)) return Code(FieldKind::kFloat);
-  if ((number(a) || a == Code(FieldKind::kText)) && (number(b) || b == Code(FieldKind::kText)))
-    return Code(FieldKind::kText);
-  // A number's text is JSON too (a JSON Lines column of numbers and objects).
-  if ((number(a) || a == Code(FieldKind::kJson)) && (number(b) || b == Code(FieldKind::kJson)))
-    return Code(FieldKind::kJson);
-  return Code(FieldKind::kBytes);
-}
-
 }  // namespace
+
+static_assert(KindCode(FieldKind::kCustom) == kMaxKindCode);
 
 std::uint64_t MetaChecksum(std::span<const std::byte> meta) {
   Xxh3Stream h;
@@ -233,212 +212,6 @@ Result<IndexView::Record> IndexView::record(std::uint64_t i) const {
       return corrupt(fmt::format("field '{}' lies outside shard '{}'", field_names_[f], shard.path));
   }
   return rec;
-}
-
-std::uint32_t IndexBuilder::AddShard(std::string path) {
-  ShardEntry shard;
-  shard.path = std::move(path);
-  shard.first_sample = samples_.size();
-  shards_.push_back(std::move(shard));
-  return static_cast<std::uint32_t>(shards_.size() - 1);
-}
-
-void IndexBuilder::SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum) {
-  shards_.at(shard).size = size;
-  shards_.at(shard).checksum = checksum;
-}
-
-Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
-                               std::span<const Field> fields) {
-  if (shard >= shards_.size() || shard + 1 != shards_.size())
-    return Status::Internal(fmt::format("index builder: sample '{}' added to shard {} out of order", key, shard));
-  if (key.size() > UINT32_MAX)
-    return Status::InvalidArgument(fmt::format("sample key of {} bytes is too long", key.size()));
-  Sample s{shard,         static_cast<std::uint32_t>(key.size()),   keys_.size(), label, checksum,
-           slots_.size(), static_cast<std::uint32_t>(fields.size())};
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      if (fields[i].name == fields[j].name)
-        return Status::InvalidArgument(fmt::format("sample '{}' has field '{}' twice", key, fields[i].name));
-    }
-    const std::size_t restarts = fields[i].restarts.size();
-    if (restarts == 1 || restarts > UINT32_MAX)
-      return Status::InvalidArgument(
-          fmt::format("sample '{}' field '{}': a restart table of {} offsets", key, fields[i].name, restarts));
-    if (!std::is_sorted(fields[i].restarts.begin(), fields[i].restarts.end()))
-      return Status::InvalidArgument(
-          fmt::format("sample '{}' field '{}': a restart table whose offsets decrease", key, fields[i].name));
-    if (restarts > 0) {
-      const std::uint32_t rows = RegionRows(fields[i].geometry);
-      const RegionRecord* region = fields[i].region;
-      const bool region_fits = region != nullptr ? region->rows() == rows && region->geometry == fields[i].geometry
-                                                 : fields[i].payload.size() == fields[i].size;
-      if (rows == 0 || (restarts - 1) % rows != 0 || !region_fits || fields[i].restarts.back() > fields[i].size)
-        return Status::InvalidArgument(fmt::format(
-            "sample '{}' field '{}': a restart table of {} offsets that does not fit its {}x{} image (MCU rows of {} "
-            "px) and {} bytes",
-            key, fields[i].name, restarts, fields[i].geometry.width, fields[i].geometry.height,
-            fields[i].geometry.mcu_height, fields[i].size));
-    }
-  }
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    auto it = std::find(field_names_.begin(), field_names_.end(), fields[i].name);
-    std::uint32_t id = static_cast<std::uint32_t>(it - field_names_.begin());
-    if (it == field_names_.end()) {
-      if (field_names_.size() >= kMaxFields)
-        return Status::InvalidArgument(fmt::format("more than {} distinct field names", kMaxFields));
-      field_names_.emplace_back(fields[i].name);
-      field_totals_.emplace_back();
-    }
-    FieldTotals& totals = field_totals_[id];
-    totals.kind = totals.kind_set ? WidenKind(totals.kind, fields[i].kind) : fields[i].kind;
-    totals.kind_set = true;
-    totals.samples++;
-    totals.bytes += fields[i].size;
-    slots_.push_back({id, fields[i].offset, fields[i].size});
-    if (!fields[i].restarts.empty()) {
-      const std::uint64_t first = restart_varints_.size();
-      AppendRestartVarints(fields[i].restarts, restart_varints_);
-      AppendRegionRecord(fields, i, restart_varints_);
-      restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), first,
-                           restart_varints_.size() - first});
-    }
-  }
-  keys_.append(key);
-  samples_.push_back(s);
-  shards_.back().num_samples++;
-  return Status::Ok();
-}
-
-Result<std::vector<std::byte>> IndexBuilder::Finish() const {
-  if (shards_.size() > kMaxShards) return Status::InvalidArgument(fmt::format("more than {} shards", kMaxShards));
-  // Field ids sorted by name.
-  std::vector<std::uint32_t> order(field_names_.size());
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return field_names_[a] < field_names_[b]; });
-  std::vector<std::uint32_t> rank(field_names_.size());
-  for (std::uint32_t r = 0; r < order.size(); ++r) rank[order[r]] = r;
-
-  std::string strings;
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> field_strings, shard_strings;
-  for (auto id : order) {
-    field_strings.emplace_back(strings.size(), static_cast<std::uint32_t>(field_names_[id].size()));
-    strings += field_names_[id];
-  }
-  for (const auto& s : shards_) {
-    shard_strings.emplace_back(strings.size(), static_cast<std::uint32_t>(s.path.size()));
-    strings += s.path;
-  }
-  const auto num_fields = static_cast<std::uint32_t>(field_names_.size());
-  const auto record_size = kRecordBaseSize + kFieldSlotSize * num_fields;
-  const std::uint64_t fields_off = kHeaderSize;
-  const std::uint64_t shards_off = fields_off + std::uint64_t{kFieldEntrySize} * num_fields;
-  const std::uint64_t strings_off = shards_off + std::uint64_t{kShardEntrySize} * shards_.size();
-  const std::uint64_t records_off = (strings_off + strings.size() + 7) / 8 * 8;
-  const std::uint64_t keys_off = records_off + std::uint64_t{record_size} * samples_.size();
-  if (note_.size() > kMaxNoteBytes)
-    return Status::InvalidArgument(
-        fmt::format("index note of {} bytes is over the limit {}", note_.size(), kMaxNoteBytes));
-  if (note_.find('\0') != std::string::npos) return Status::InvalidArgument("index note contains a NUL byte");
-  const std::uint64_t note_off = keys_off + keys_.size();
-  const std::uint64_t restarts_off = note_off + (note_.empty() ? 0 : 8 + note_.size());
-  const std::uint64_t file_size =
-      restarts_off +
-      (restarts_.empty() ? 0 : 16 + restarts_.size() * std::uint64_t{kRestartEntrySize} + restart_varints_.size());
-  std::uint32_t flags = note_.empty() ? 0 : kFlagNote;
-  if (!restarts_.empty()) flags |= kFlagRestarts;
-
-  std::vector<std::byte> out(file_size);
-  std::byte* h = out.data();
-  std::memcpy(h, kMagic, sizeof(kMagic));
-  Store<std::uint32_t>(h + header::kVersionOff, restarts_.empty() ? kVersionWithoutRestarts : kVersion);
-  Store<std::uint32_t>(h + header::kHeaderSizeOff, kHeaderSize);
-  Store<std::uint64_t>(h + header::kFileSizeOff, file_size);
-  Store<std::uint64_t>(h + header::kNumSamplesOff, samples_.size());
-  Store<std::uint32_t>(h + header::kNumFieldsOff, num_fields);
-  Store<std::uint32_t>(h + header::kNumShardsOff, static_cast<std::uint32_t>(shards_.size()));
-  Store<std::uint32_t>(h + header::kRecordSizeOff, record_size);
-  Store<std::uint32_t>(h + header::kFlagsOff, flags);
-  Store<std::uint64_t>(h + header::kFieldsOff, fields_off);
-  Store<std::uint64_t>(h + header::kShardsOff, shards_off);
-  Store<std::uint64_t>(h + header::kStringsOff, strings_off);
-  Store<std::uint64_t>(h + header::kStringsSizeOff, strings.size());
-  Store<std::uint64_t>(h + header::kRecordsOff, records_off);
-  Store<std::uint64_t>(h + header::kKeysOff, keys_off);
-  Store<std::uint64_t>(h + header::kKeysSizeOff, keys_.size());
-  Store<std::uint64_t>(h + header::kSkippedMembersOff, skipped_members_);
-  for (std::uint32_t i = 0; i < num_fields; ++i) {
-    std::byte* e = out.data() + fields_off + std::uint64_t{i} * kFieldEntrySize;
-    const FieldTotals& totals = field_totals_[order[i]];
-    Store<std::uint64_t>(e, field_strings[i].first);
-    Store<std::uint32_t>(e + 8, field_strings[i].second);
-    Store<std::uint8_t>(e + 12, totals.kind);
-    Store<std::uint64_t>(e + 16, totals.samples);
-    Store<std::uint64_t>(e + 24, totals.bytes);
-  }
-  for (std::size_t i = 0; i < shards_.size(); ++i) {
-    std::byte* e = out.data() + shards_off + i * kShardEntrySize;
-    Store<std::uint64_t>(e, shard_strings[i].first);
-    Store<std::uint32_t>(e + 8, shard_strings[i].second);
-    Store<std::uint64_t>(e + 16, shards_[i].size);
-    Store<std::uint64_t>(e + 24, shards_[i].checksum);
-    Store<std::uint64_t>(e + 32, shards_[i].first_sample);
-    Store<std::uint64_t>(e + 40, shards_[i].num_samples);
-  }
-  std::memcpy(out.data() + strings_off, strings.data(), strings.size());
-  for (std::size_t i = 0; i < samples_.size(); ++i) {
-    const Sample& s = samples_[i];
-    std::byte* r = out.data() + records_off + i * record_size;
-    Store<std::uint32_t>(r, s.shard);
-    Store<std::uint32_t>(r + 4, s.key_len);
-    Store<std::uint64_t>(r + 8, s.key_offset);
-    Store<std::int64_t>(r + 16, s.label);
-    Store<std::uint64_t>(r + 24, s.checksum);
-    for (std::uint32_t f = 0; f < num_fields; ++f) {
-      Store<std::uint64_t>(r + kRecordBaseSize + f * kFieldSlotSize, kAbsent);
-      Store<std::uint64_t>(r + kRecordBaseSize + f * kFieldSlotSize + 8, 0);
-    }
-    for (std::uint32_t k = 0; k < s.num_slots; ++k) {
-      const Slot& slot = slots_[s.first_slot + k];
-      std::byte* p = r + kRecordBaseSize + rank[slot.field_id] * kFieldSlotSize;
-      Store<std::uint64_t>(p, slot.offset);
-      Store<std::uint64_t>(p + 8, slot.size);
-    }
-  }
-  std::memcpy(out.data() + keys_off, keys_.data(), keys_.size());
-  if (!note_.empty()) {
-    Store<std::uint64_t>(out.data() + note_off, note_.size());
-    std::memcpy(out.data() + note_off + 8, note_.data(), note_.size());
-  }
-  if (!restarts_.empty()) {
-    // Sorted by (sample, field in name order); each table's offsets follow in that order.
-    std::vector<std::size_t> by_key(restarts_.size());
-    std::iota(by_key.begin(), by_key.end(), std::size_t{0});
-    std::sort(by_key.begin(), by_key.end(), [&](std::size_t a, std::size_t b) {
-      const Restarts &x = restarts_[a], &y = restarts_[b];
-      return x.sample != y.sample ? x.sample < y.sample : rank[x.field_id] < rank[y.field_id];
-    });
-    std::byte* p = out.data() + restarts_off;
-    Store<std::uint64_t>(p, restarts_.size());
-    Store<std::uint64_t>(p + 8, restart_varints_.size());
-    std::byte* entries = p + 16;
-    std::byte* pool = entries + restarts_.size() * std::uint64_t{kRestartEntrySize};
-    std::uint64_t next = 0;
-    for (std::size_t i = 0; i < by_key.size(); ++i) {
-      const Restarts& r = restarts_[by_key[i]];
-      std::byte* e = entries + i * kRestartEntrySize;
-      Store<std::uint64_t>(e, r.sample);
-      Store<std::uint32_t>(e + 8, rank[r.field_id]);
-      Store<std::uint32_t>(e + 12, r.entries);
-      Store<std::uint64_t>(e + 16, next);
-      std::memcpy(pool + next, restart_varints_.data() + r.first, r.bytes);
-      next += r.bytes;
-    }
-  }
-  Store<std::uint64_t>(h + header::kDataChecksumOff, Xxh3(std::span<const std::byte>(out).subspan(records_off)));
-  Store<std::uint64_t>(h + header::kMetaChecksumOff,
-                       MetaChecksum(std::span<const std::byte>(out).subspan(0, records_off)));
-  return out;
 }
 
 }  // namespace stoker::index_format

@@ -144,6 +144,24 @@ class IndexView {
   // restart_table() gives it. False when the entry is damaged.
   [[nodiscard]] bool restart_table_at(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
                                       std::vector<std::uint32_t>& table, RegionRecord* region = nullptr) const;
+  // As restart_table_at, and the bytes the table and its region record take
+  // in the section (versions 6-7, with a region record read; else empty).
+  [[nodiscard]] bool restart_table_at(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
+                                      std::vector<std::uint32_t>& table, RegionRecord& region,
+                                      std::span<const std::byte>& stored) const;
+  // `size` bytes of the section from where entry `entry`'s table starts
+  // (versions 6-7): the bytes `stored` named when restart_table_at read it.
+  // Empty when they run past the section.
+  [[nodiscard]] std::span<const std::byte> restart_table_bytes(std::uint64_t entry, std::size_t size) const;
+  // Whose table entry `entry` (< num_restart_tables()) is, and how many
+  // offsets it says it has, without reading the table.
+  void restart_entry_owner(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
+                           std::uint32_t* offsets) const {
+    const std::byte* e = restart_section_ + entry * kRestartEntrySize;
+    *sample = Load<std::uint64_t>(e);
+    *field = Load<std::uint32_t>(e + 8);
+    if (offsets != nullptr) *offsets = Load<std::uint32_t>(e + 12);
+  }
   [[nodiscard]] const std::string& where() const { return where_; }
   // Whether tables carry region records (version 7).
   [[nodiscard]] bool has_region_records() const { return region_records_ && restart_entries_ > 0; }
@@ -175,10 +193,11 @@ class IndexView {
   std::string_view note_;
   // `bytes` follow a table's varints: its region record into `region`,
   // left cleared when it does not fit `table` or runs past the pool.
-  static void ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
-                               RegionRecord& region);
-  [[nodiscard]] bool ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table,
-                                      RegionRecord* region) const;
+  // Returns the bytes it took (0: none read).
+  static std::size_t ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
+                                      RegionRecord& region);
+  [[nodiscard]] bool ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table, RegionRecord* region,
+                                      std::span<const std::byte>* stored = nullptr) const;
   std::uint64_t restart_entries_ = 0;           // entries of the restart section
   std::uint64_t restart_pool_ = 0;              // after them: u32 offsets (version 5) or varint bytes (6)
   bool restart_varints_ = false;                // version 6
@@ -217,6 +236,8 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
                                      std::uint64_t payload_size, std::span<const std::span<const std::byte>> others,
                                      std::span<const std::byte> head, std::uint32_t first_row,
                                      std::span<const std::byte> rows);
+
+class ByteSink;  // format/index_writer.h
 
 // Builds an index in memory. Samples must arrive grouped by shard, in shard
 // order. Field ids are assigned by first appearance and sorted by name at
@@ -258,8 +279,10 @@ class IndexBuilder {
   void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
   // A note for readers (JSON, at most kMaxNoteBytes); none when empty.
   void SetNote(std::string note) { note_ = std::move(note); }
-  // Serialises the whole index.
+  // Serialises the whole index into memory.
   [[nodiscard]] Result<std::vector<std::byte>> Finish() const;
+  // Writes it to `out` (a file) without a copy of it in memory.
+  [[nodiscard]] Status FinishTo(ByteSink& out) const;
 
  private:
   struct Sample {
@@ -286,8 +309,9 @@ class IndexBuilder {
   std::vector<FieldTotals> field_totals_;  // by id
   std::vector<Sample> samples_;
   std::vector<Slot> slots_;
-  // A table's region record (version 7), after its varints in `out`.
-  static void AppendRegionRecord(std::span<const Field> fields, std::size_t i, std::vector<std::byte>& out);
+  class Sections;
+  // Field `i`'s region record (version 7): as given, or made from the payloads.
+  static RegionRecord MakeRegionRecord(std::span<const Field> fields, std::size_t i);
   struct Restarts {
     std::uint64_t sample;
     std::uint32_t field_id;

@@ -7,10 +7,13 @@
 
 #include "core/hash.h"
 #include "format/index_format.h"
+#include "format/index_writer.h"
 
 namespace stoker::index_format {
 
-bool IndexView::ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table, RegionRecord* region) const {
+bool IndexView::ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>& table, RegionRecord* region,
+                                 std::span<const std::byte>* stored) const {
+  if (stored != nullptr) *stored = {};
   const std::byte* e = restart_section_ + entry * kRestartEntrySize;
   const auto entries = Load<std::uint32_t>(e + 12);
   const auto first = Load<std::uint64_t>(e + 16);
@@ -21,7 +24,10 @@ bool IndexView::ReadRestartEntry(std::uint64_t entry, std::vector<std::uint32_t>
     const std::span<const std::byte> bytes{pool + first, static_cast<std::size_t>(restart_pool_ - first)};
     std::size_t used = 0;
     if (!ReadRestartVarints(bytes, entries, table, &used)) return false;
-    if (region != nullptr && region_records_) ReadRegionRecord(bytes.subspan(used), table, *region);
+    if (region != nullptr && region_records_) {
+      const std::size_t region_bytes = ReadRegionRecord(bytes.subspan(used), table, *region);
+      if (stored != nullptr && region_bytes > 0) *stored = bytes.first(used + region_bytes);
+    }
     return true;
   }
   table.resize(entries);
@@ -61,6 +67,25 @@ bool IndexView::restart_table_at(std::uint64_t entry, std::uint64_t* sample, std
   return ReadRestartEntry(entry, table, region);
 }
 
+std::span<const std::byte> IndexView::restart_table_bytes(std::uint64_t entry, std::size_t size) const {
+  if (entry >= restart_entries_ || !restart_varints_) return {};
+  const std::byte* e = restart_section_ + entry * kRestartEntrySize;
+  const auto first = Load<std::uint64_t>(e + 16);
+  if (first > restart_pool_ || restart_pool_ - first < size) return {};
+  return {restart_section_ + restart_entries_ * kRestartEntrySize + first, size};
+}
+
+bool IndexView::restart_table_at(std::uint64_t entry, std::uint64_t* sample, std::uint32_t* field,
+                                 std::vector<std::uint32_t>& table, RegionRecord& region,
+                                 std::span<const std::byte>& stored) const {
+  table.clear();
+  region = {};
+  stored = {};
+  if (entry >= restart_entries_) return false;
+  restart_entry_owner(entry, sample, field, nullptr);
+  return ReadRestartEntry(entry, table, &region, &stored);
+}
+
 namespace {
 
 constexpr std::uint32_t kMaxJpegSide = 65535;
@@ -94,19 +119,20 @@ std::uint32_t RegionRows(const JpegGeometry& g) {
   return (g.height + g.mcu_height - 1) / g.mcu_height;
 }
 
-void IndexView::ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
-                                 RegionRecord& region) {
+std::size_t IndexView::ReadRegionRecord(std::span<const std::byte> bytes, std::span<const std::uint32_t> table,
+                                        RegionRecord& region) {
   region = {};
   std::size_t at = 0;
   const auto width = ReadVarint(bytes, at), height = ReadVarint(bytes, at), mcu_height = ReadVarint(bytes, at);
-  if (!width || !height || !mcu_height) return;
+  if (!width || !height || !mcu_height) return 0;
   const JpegGeometry geometry{*width, *height, *mcu_height};
   const std::uint32_t rows = RegionRows(geometry);
-  if (rows == 0 || (table.size() - 1) % rows != 0 || bytes.size() - at < (std::size_t{rows} + 1) * 4) return;
+  if (rows == 0 || (table.size() - 1) % rows != 0 || bytes.size() - at < (std::size_t{rows} + 1) * 4) return 0;
   region.geometry = geometry;
   region.rest_check = Load<std::uint32_t>(bytes.data() + at);
   region.row_checks.resize(rows);
   std::memcpy(region.row_checks.data(), bytes.data() + at + 4, std::size_t{rows} * 4);
+  return at + (std::size_t{rows} + 1) * 4;
 }
 
 std::uint32_t PieceCheck(std::span<const std::byte> bytes) {
@@ -137,49 +163,74 @@ bool RegionPiecesAgree(const RegionRecord& region, std::span<const std::uint32_t
 }
 
 void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std::byte>& out) {
+  const std::size_t start = out.size();
+  out.resize(start + table.size() * 5);  // 5 bytes hold any u32
+  std::byte* p = out.data() + start;
   std::uint32_t previous = 0;
   for (const std::uint32_t value : table) {
-    AppendVarint(value - previous, out);  // callers give tables that do not decrease
+    std::uint32_t delta = value - previous;  // callers give tables that do not decrease
     previous = value;
+    while (delta >= 0x80) {
+      *p++ = static_cast<std::byte>((delta & 0x7F) | 0x80);
+      delta >>= 7;
+    }
+    *p++ = static_cast<std::byte>(delta);
   }
+  out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
 bool ReadRestartVarints(std::span<const std::byte> bytes, std::uint32_t count, std::vector<std::uint32_t>& table,
                         std::size_t* used) {
   table.clear();
   if (count > bytes.size()) return false;  // each value takes a byte at least
-  table.reserve(count);
-  std::size_t at = 0;
+  table.resize(count);
+  const auto* const begin = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  const auto* const end = begin + bytes.size();
+  const auto* p = begin;
   std::uint64_t value = 0;
   for (std::uint32_t i = 0; i < count; ++i) {
-    const auto delta = ReadVarint(bytes, at);
-    value += delta.value_or(0);
-    if (!delta || value > UINT32_MAX) {
+    // An interval's bytes take one or two varint bytes: those without the general loop.
+    std::uint32_t delta = 0;
+    if (p < end && p[0] < 0x80) {
+      delta = *p++;
+    } else if (end - p >= 2 && p[1] < 0x80) {
+      delta = (p[0] & 0x7Fu) | (std::uint32_t{p[1]} << 7);
+      p += 2;
+    } else {
+      std::size_t at = static_cast<std::size_t>(p - begin);
+      const auto read = ReadVarint(bytes, at);
+      if (!read) {
+        table.clear();
+        return false;
+      }
+      delta = *read;
+      p = begin + at;
+    }
+    value += delta;
+    if (value > UINT32_MAX) {
       table.clear();
       return false;
     }
-    table.push_back(static_cast<std::uint32_t>(value));
+    table[i] = static_cast<std::uint32_t>(value);
   }
-  if (used != nullptr) *used = at;
+  if (used != nullptr) *used = static_cast<std::size_t>(p - begin);
   return true;
 }
 
-void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t i, std::vector<std::byte>& out) {
+void AppendRestartTable(std::span<const std::uint32_t> table, const RegionRecord& region, std::vector<std::byte>& out) {
+  AppendRestartVarints(table, out);
+  AppendVarint(region.geometry.width, out);
+  AppendVarint(region.geometry.height, out);
+  AppendVarint(region.geometry.mcu_height, out);
+  const std::size_t at = out.size();
+  out.resize(at + 4 * (std::size_t{1} + region.row_checks.size()));
+  std::memcpy(out.data() + at, &region.rest_check, 4);  // little-endian, as the host
+  std::memcpy(out.data() + at + 4, region.row_checks.data(), 4 * region.row_checks.size());
+}
+
+RegionRecord IndexBuilder::MakeRegionRecord(std::span<const Field> fields, std::size_t i) {
   const Field& jpeg = fields[i];
-  const JpegGeometry& g = jpeg.geometry;
-  AppendVarint(g.width, out);
-  AppendVarint(g.height, out);
-  AppendVarint(g.mcu_height, out);
-  auto put = [&](std::uint32_t v) {
-    std::byte b[4];
-    std::memcpy(b, &v, 4);  // little-endian, as the host
-    out.insert(out.end(), b, b + 4);
-  };
-  if (jpeg.region != nullptr) {  // AddSample checked that it fits
-    put(jpeg.region->rest_check);
-    for (const std::uint32_t check : jpeg.region->row_checks) put(check);
-    return;
-  }
+  if (jpeg.region != nullptr) return *jpeg.region;  // AddSample checked that it fits
   std::vector<std::size_t> others;
   for (std::size_t j = 0; j < fields.size(); ++j)
     if (j != i) others.push_back(j);
@@ -188,14 +239,16 @@ void IndexBuilder::AppendRegionRecord(std::span<const Field> fields, std::size_t
   Xxh3Stream rest;
   for (std::size_t j : others) rest.Update(fields[j].payload);
   rest.Update(jpeg.payload.first(jpeg.restarts[0]));
-  put(static_cast<std::uint32_t>(rest.Digest()));
   RegionRecord region;
-  region.row_checks.resize(RegionRows(g));
+  region.geometry = jpeg.geometry;
+  region.rest_check = static_cast<std::uint32_t>(rest.Digest());
+  region.row_checks.resize(RegionRows(jpeg.geometry));
   for (std::uint32_t row = 0; row < region.rows(); ++row) {
     const std::uint64_t begin = region.RowStart(jpeg.restarts, row, jpeg.size);
     const std::uint64_t end = region.RowStart(jpeg.restarts, row + 1, jpeg.size);
-    put(PieceCheck(jpeg.payload.subspan(begin, end - begin)));
+    region.row_checks[row] = PieceCheck(jpeg.payload.subspan(begin, end - begin));
   }
+  return region;
 }
 
 }  // namespace stoker::index_format

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "format/index_writer.h"
 #include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "stoker/dataset_writer.h"
@@ -80,10 +81,79 @@ void ExpectPartIn(const Dataset& part, const Dataset& merged, std::uint64_t firs
   }
 }
 
-TEST(Merge, PartsReadAsOneDatasetWithTheirSamplesFieldsAndSeekableTables) {
-  TempDir dir;
-  const std::string out = dir / "data";
-  // Two packs with seekable JPEGs (ImageFolder: classes a, b) and nothing else alike.
+// The index at `path` rewritten with each restart table's first varint a
+// byte longer than it needs (as another writer may store it): the same
+// tables, other bytes.
+void PadRestartVarints(const std::string& path) {
+  const std::string file = ReadFile(path);
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(file));
+  ASSERT_OK_AND_ASSIGN(auto view, index_format::IndexView::Open(bytes, path));
+  index_format::IndexTables tables;
+  tables.fields = view.fields();
+  tables.shards = view.shards();
+  tables.num_samples = view.num_samples();
+  for (std::uint64_t i = 0; i < view.num_samples(); ++i) tables.keys_bytes += view.record(i)->key.size();
+  tables.skipped_members = view.skipped_members();
+  tables.note = std::string(view.note());
+  std::vector<std::vector<std::byte>> pool;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> owners;
+  std::vector<std::uint32_t> counts;
+  for (std::uint64_t e = 0; e < view.num_restart_tables(); ++e) {
+    std::uint64_t sample = 0;
+    std::uint32_t field = 0;
+    std::vector<std::uint32_t> table;
+    RegionRecord region;
+    std::span<const std::byte> stored;
+    ASSERT_TRUE(view.restart_table_at(e, &sample, &field, table, region, stored));
+    std::vector<std::byte> encoded;
+    index_format::AppendRestartTable(table, region, encoded);
+    std::size_t last = 0;  // the first varint's last byte
+    while ((static_cast<std::uint8_t>(encoded[last]) & 0x80) != 0) ++last;
+    encoded[last] |= std::byte{0x80};
+    encoded.insert(encoded.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::byte{0});
+    tables.restart_pool_bytes += encoded.size();
+    pool.push_back(std::move(encoded));
+    owners.emplace_back(sample, field);
+    counts.push_back(static_cast<std::uint32_t>(table.size()));
+  }
+  tables.restart_entries = pool.size();
+  // Records and keys as they are; restart entries and tables as padded.
+  struct Sections final : index_format::IndexSections {
+    std::span<const std::byte> records, keys;
+    std::vector<std::vector<std::byte>> pool;
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> owners;
+    std::vector<std::uint32_t> counts;
+    Status WriteRecords(index_format::ByteSink& out) override { return out.Write(records); }
+    Status WriteKeys(index_format::ByteSink& out) override { return out.Write(keys); }
+    Status WriteRestartEntries(index_format::ByteSink& out) override {
+      std::uint64_t at = 0;
+      for (std::size_t e = 0; e < pool.size(); ++e) {
+        std::byte entry[index_format::kRestartEntrySize];
+        index_format::EncodeRestartEntry(entry, owners[e].first, owners[e].second, counts[e], at);
+        STOKER_RETURN_IF_ERROR(out.Write(entry));
+        at += pool[e].size();
+      }
+      return Status::Ok();
+    }
+    Status WriteRestartPool(index_format::ByteSink& out) override {
+      for (const auto& table : pool) STOKER_RETURN_IF_ERROR(out.Write(table));
+      return Status::Ok();
+    }
+  } sections;
+  const std::uint64_t records = view.num_samples() * index_format::RecordSize(view.fields().size());
+  sections.records = view.data_section().first(records);
+  sections.keys = view.data_section().subspan(records, tables.keys_bytes);
+  sections.pool = std::move(pool);
+  sections.owners = std::move(owners);
+  sections.counts = std::move(counts);
+  std::vector<std::byte> out;
+  index_format::VectorSink sink(out);
+  ASSERT_TRUE(index_format::WriteIndex(tables, sections, sink).ok());
+  WriteFile(path, std::string(reinterpret_cast<const char*>(out.data()), out.size()));
+}
+
+// Two packs of 4 seekable JPEGs each, at `out`/part-0 and `out`/part-1.
+void PackSeekableParts(const TempDir& dir, const std::string& out) {
   for (int p = 0; p < 2; ++p) {
     for (int i = 0; i < 4; ++i)
       WriteFile(dir / ("src" + std::to_string(p) + "/" + (i % 2 ? "b" : "a") + "/p" + std::to_string(p) + "_" +
@@ -94,6 +164,13 @@ TEST(Merge, PartsReadAsOneDatasetWithTheirSamplesFieldsAndSeekableTables) {
     pack.target_shard_bytes = 20000;
     ASSERT_TRUE(Pack(dir / ("src" + std::to_string(p)), out + "/part-" + std::to_string(p), pack).ok());
   }
+}
+
+TEST(Merge, PartsReadAsOneDatasetWithTheirSamplesFieldsAndSeekableTables) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  // Two packs with seekable JPEGs (ImageFolder: classes a, b) and nothing else alike.
+  PackSeekableParts(dir, out);
   ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/part-0", out + "/part-1/index.stoker"}, out));
   EXPECT_EQ(summary.parts, 2u);
   EXPECT_EQ(summary.samples, 8u);
@@ -117,6 +194,83 @@ TEST(Merge, PartsReadAsOneDatasetWithTheirSamplesFieldsAndSeekableTables) {
   // The seekable counts add up in the note; the parts' own indexes still open.
   EXPECT_NE(merged->pack_note().find("\"images_rewritten\":8"), std::string_view::npos) << merged->pack_note();
   EXPECT_EQ(Open(out + "/part-0")->num_samples(), 4u);
+}
+
+// The merge streams its index from the parts' own: one part's records, keys
+// and restart tables come out byte for byte.
+TEST(Merge, OnePartMergedCarriesItsRecordsKeysAndTablesByteForByte) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  PackSeekableParts(dir, out);
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/part-1"}, out));
+  EXPECT_EQ(summary.seekable_payloads, 4u);
+  const std::string part_file = ReadFile(out + "/part-1/index.stoker"), merged_file = ReadFile(out + "/index.stoker");
+  ASSERT_OK_AND_ASSIGN(auto part, index_format::IndexView::Open(std::as_bytes(std::span(part_file)), "part"));
+  ASSERT_OK_AND_ASSIGN(auto merged, index_format::IndexView::Open(std::as_bytes(std::span(merged_file)), "merged"));
+  ASSERT_EQ(merged.num_samples(), part.num_samples());
+  std::uint64_t keys = 0;
+  for (std::uint64_t i = 0; i < part.num_samples(); ++i) keys += part.record(i)->key.size();
+  const std::uint64_t records_and_keys = part.num_samples() * index_format::RecordSize(part.fields().size()) + keys;
+  EXPECT_TRUE(
+      std::ranges::equal(merged.data_section().first(records_and_keys), part.data_section().first(records_and_keys)));
+  ASSERT_EQ(merged.num_restart_tables(), part.num_restart_tables());
+  for (std::uint64_t e = 0; e < part.num_restart_tables(); ++e) {
+    std::uint64_t sample = 0;
+    std::uint32_t field = 0;
+    std::vector<std::uint32_t> table;
+    RegionRecord region;
+    std::span<const std::byte> stored_part, stored_merged;
+    ASSERT_TRUE(part.restart_table_at(e, &sample, &field, table, region, stored_part));
+    ASSERT_TRUE(merged.restart_table_at(e, &sample, &field, table, region, stored_merged));
+    EXPECT_FALSE(stored_part.empty());
+    EXPECT_TRUE(std::ranges::equal(stored_part, stored_merged)) << "entry " << e;
+  }
+  EXPECT_EQ(merged.fields()[0].samples, part.fields()[0].samples);
+}
+
+// Restart tables another writer stored with longer varints than needed are
+// read as the same tables and merged in the shortest form.
+TEST(Merge, TablesStoredWithLongerVarintsMergeAsTheSameTables) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  PackSeekableParts(dir, out);
+  const auto before = Open(out + "/part-1");
+  ASSERT_TRUE(before);
+  std::vector<std::vector<std::uint32_t>> tables(before->num_samples());
+  const auto jpg = *before->FieldIndex("jpg");
+  for (std::uint64_t i = 0; i < before->num_samples(); ++i) ASSERT_TRUE(before->RestartTable(i, jpg, tables[i]));
+  const auto size_before = std::filesystem::file_size(out + "/part-1/index.stoker");
+  PadRestartVarints(out + "/part-1/index.stoker");
+  EXPECT_EQ(std::filesystem::file_size(out + "/part-1/index.stoker"), size_before + before->num_samples());
+  auto part1 = Open(out + "/part-1");
+  ASSERT_TRUE(part1);
+  for (std::uint64_t i = 0; i < part1->num_samples(); ++i) {
+    std::vector<std::uint32_t> table;
+    ASSERT_TRUE(part1->RestartTable(i, jpg, table));
+    EXPECT_EQ(table, tables[i]);
+  }
+  ASSERT_OK_AND_ASSIGN(auto summary, MergeDatasets({out + "/part-0", out + "/part-1"}, out));
+  EXPECT_EQ(summary.seekable_payloads, 8u);
+  auto merged = Open(out);
+  ASSERT_TRUE(merged);
+  ExpectPartIn(*Open(out + "/part-0"), *merged, 0);
+  ExpectPartIn(*part1, *merged, 4);
+  ASSERT_OK_AND_ASSIGN(auto report, Verify(*merged));
+  EXPECT_TRUE(report.ok()) << report.problems[0].message;
+  // Shortest form: the merged index is the two parts' tables as packed.
+  const std::string merged_file = ReadFile(out + "/index.stoker");
+  ASSERT_OK_AND_ASSIGN(auto view, index_format::IndexView::Open(std::as_bytes(std::span(merged_file)), "merged"));
+  for (std::uint64_t e = 0; e < view.num_restart_tables(); ++e) {
+    std::uint64_t sample = 0;
+    std::uint32_t field = 0;
+    std::vector<std::uint32_t> table;
+    RegionRecord region;
+    std::span<const std::byte> stored;
+    ASSERT_TRUE(view.restart_table_at(e, &sample, &field, table, region, stored));
+    std::vector<std::byte> shortest;
+    index_format::AppendRestartTable(table, region, shortest);
+    EXPECT_TRUE(std::ranges::equal(stored, shortest)) << "entry " << e;
+  }
 }
 
 TEST(Merge, FieldsAreUnitedAndTheirKindsWidenAcrossParts) {
