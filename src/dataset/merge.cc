@@ -167,9 +167,9 @@ Status ScanPart(const Part& part, PartScan& scan, std::vector<KeyRef>& keys) {
 Status CheckKeysAcrossParts(const std::vector<Part>& parts, const std::vector<PartScan>& scans,
                             std::vector<KeyRef>& keys) {
   const auto part_of = [&](std::uint64_t sample) {
-    std::size_t p = 0;
-    while (p + 1 < scans.size() && scans[p + 1].first_sample <= sample) ++p;
-    return p;
+    const auto after = std::upper_bound(scans.begin(), scans.end(), sample,
+                                        [](std::uint64_t s, const PartScan& scan) { return s < scan.first_sample; });
+    return static_cast<std::size_t>(after - scans.begin()) - 1;
   };
   const auto key_of = [&](std::uint64_t sample) -> Result<std::string_view> {
     const std::size_t p = part_of(sample);

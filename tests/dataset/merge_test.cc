@@ -81,6 +81,24 @@ void ExpectPartIn(const Dataset& part, const Dataset& merged, std::uint64_t firs
   }
 }
 
+// Restart-table entry `e` of `view`: whose it is, its bytes as stored and
+// its shortest encoding.
+struct StoredTable {
+  std::uint64_t sample = 0;
+  std::uint32_t field = 0, offsets = 0;
+  std::span<const std::byte> stored;
+  std::vector<std::byte> shortest;
+};
+StoredTable ReadStoredTable(const index_format::IndexView& view, std::uint64_t e) {
+  StoredTable t;
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
+  EXPECT_TRUE(view.restart_table_at(e, &t.sample, &t.field, table, region, t.stored)) << "entry " << e;
+  t.offsets = static_cast<std::uint32_t>(table.size());
+  index_format::AppendRestartTable(table, region, t.shortest);
+  return t;
+}
+
 // The index at `path` rewritten with each restart table's first varint a
 // byte longer than it needs (as another writer may store it): the same
 // tables, other bytes.
@@ -99,22 +117,16 @@ void PadRestartVarints(const std::string& path) {
   std::vector<std::pair<std::uint64_t, std::uint32_t>> owners;
   std::vector<std::uint32_t> counts;
   for (std::uint64_t e = 0; e < view.num_restart_tables(); ++e) {
-    std::uint64_t sample = 0;
-    std::uint32_t field = 0;
-    std::vector<std::uint32_t> table;
-    RegionRecord region;
-    std::span<const std::byte> stored;
-    ASSERT_TRUE(view.restart_table_at(e, &sample, &field, table, region, stored));
-    std::vector<std::byte> encoded;
-    index_format::AppendRestartTable(table, region, encoded);
+    StoredTable t = ReadStoredTable(view, e);
+    std::vector<std::byte> encoded = std::move(t.shortest);
     std::size_t last = 0;  // the first varint's last byte
     while ((static_cast<std::uint8_t>(encoded[last]) & 0x80) != 0) ++last;
     encoded[last] |= std::byte{0x80};
     encoded.insert(encoded.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::byte{0});
     tables.restart_pool_bytes += encoded.size();
     pool.push_back(std::move(encoded));
-    owners.emplace_back(sample, field);
-    counts.push_back(static_cast<std::uint32_t>(table.size()));
+    owners.emplace_back(t.sample, t.field);
+    counts.push_back(t.offsets);
   }
   tables.restart_entries = pool.size();
   // Records and keys as they are; restart entries and tables as padded.
@@ -215,15 +227,9 @@ TEST(Merge, OnePartMergedCarriesItsRecordsKeysAndTablesByteForByte) {
       std::ranges::equal(merged.data_section().first(records_and_keys), part.data_section().first(records_and_keys)));
   ASSERT_EQ(merged.num_restart_tables(), part.num_restart_tables());
   for (std::uint64_t e = 0; e < part.num_restart_tables(); ++e) {
-    std::uint64_t sample = 0;
-    std::uint32_t field = 0;
-    std::vector<std::uint32_t> table;
-    RegionRecord region;
-    std::span<const std::byte> stored_part, stored_merged;
-    ASSERT_TRUE(part.restart_table_at(e, &sample, &field, table, region, stored_part));
-    ASSERT_TRUE(merged.restart_table_at(e, &sample, &field, table, region, stored_merged));
-    EXPECT_FALSE(stored_part.empty());
-    EXPECT_TRUE(std::ranges::equal(stored_part, stored_merged)) << "entry " << e;
+    const StoredTable a = ReadStoredTable(part, e), b = ReadStoredTable(merged, e);
+    EXPECT_FALSE(a.stored.empty());
+    EXPECT_TRUE(std::ranges::equal(a.stored, b.stored)) << "entry " << e;
   }
   EXPECT_EQ(merged.fields()[0].samples, part.fields()[0].samples);
 }
@@ -261,15 +267,8 @@ TEST(Merge, TablesStoredWithLongerVarintsMergeAsTheSameTables) {
   const std::string merged_file = ReadFile(out + "/index.stoker");
   ASSERT_OK_AND_ASSIGN(auto view, index_format::IndexView::Open(std::as_bytes(std::span(merged_file)), "merged"));
   for (std::uint64_t e = 0; e < view.num_restart_tables(); ++e) {
-    std::uint64_t sample = 0;
-    std::uint32_t field = 0;
-    std::vector<std::uint32_t> table;
-    RegionRecord region;
-    std::span<const std::byte> stored;
-    ASSERT_TRUE(view.restart_table_at(e, &sample, &field, table, region, stored));
-    std::vector<std::byte> shortest;
-    index_format::AppendRestartTable(table, region, shortest);
-    EXPECT_TRUE(std::ranges::equal(stored, shortest)) << "entry " << e;
+    const StoredTable t = ReadStoredTable(view, e);
+    EXPECT_TRUE(std::ranges::equal(t.stored, t.shortest)) << "entry " << e;
   }
 }
 
