@@ -62,6 +62,17 @@ class FaultFileSystem : public FileSystem {
     STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateForWrite(path, mode));
     return std::unique_ptr<WritableFile>(std::make_unique<FaultyWriter>(std::move(file), *this));
   }
+  // Scratch files (a pack's restart tables) count toward disk_full_after,
+  // and fail for disk_full_for_path_part "scratch". With no_scratch, there
+  // are none (callers keep the bytes in memory).
+  bool no_scratch = false;
+  Result<std::unique_ptr<ScratchFile>> CreateScratch(const std::string& dir) override {
+    if (no_scratch) return FileSystem::CreateScratch(dir);
+    STOKER_ASSIGN_OR_RETURN(auto file, base_->CreateScratch(dir));
+    ++scratch_files_;
+    return std::unique_ptr<ScratchFile>(std::make_unique<FaultyScratch>(std::move(file), *this));
+  }
+  [[nodiscard]] int scratch_files() const { return scratch_files_; }
   Status Rename(const std::string& from, const std::string& to) override { return base_->Rename(from, to); }
   Status Remove(const std::string& path) override { return base_->Remove(path); }
   Status RemoveDirectory(const std::string& path) override { return base_->RemoveDirectory(path); }
@@ -99,6 +110,24 @@ class FaultFileSystem : public FileSystem {
 
    private:
     std::unique_ptr<WritableFile> inner_;
+    FaultFileSystem& fs_;
+  };
+
+  class FaultyScratch : public ScratchFile {
+   public:
+    FaultyScratch(std::unique_ptr<ScratchFile> inner, FaultFileSystem& fs) : inner_(std::move(inner)), fs_(fs) {}
+    Status Append(std::span<const std::byte> data) override {
+      if (fs_.disk_full_for_path_part == "scratch" ||
+          fs_.written_.fetch_add(data.size()) + data.size() > fs_.disk_full_after)
+        return Status::FromErrno(ENOSPC, "write a scratch file");
+      return inner_->Append(data);
+    }
+    Status ReadExactAt(std::uint64_t offset, std::span<std::byte> out) override {
+      return inner_->ReadExactAt(offset, out);
+    }
+
+   private:
+    std::unique_ptr<ScratchFile> inner_;
     FaultFileSystem& fs_;
   };
 
@@ -158,6 +187,7 @@ class FaultFileSystem : public FileSystem {
   mutable std::mutex advice_mu_;
   std::map<std::string, AccessPattern> advised_;
   std::atomic<std::uint64_t> written_{0};
+  std::atomic<int> scratch_files_{0};
 };
 
 }  // namespace stoker::testing

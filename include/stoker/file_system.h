@@ -164,6 +164,17 @@ class ShardReadPlanner {
   [[nodiscard]] virtual std::uint64_t largest_shard_bytes() const = 0;
 };
 
+// A file with no name, for scratch data too large to keep in memory (an
+// index's restart tables while a pack runs): appended to, read back by
+// offset, and gone when destroyed or when the process dies.
+class ScratchFile {
+ public:
+  virtual ~ScratchFile() = default;
+  [[nodiscard]] virtual Status Append(std::span<const std::byte> data) = 0;
+  // Reads exactly out.size() bytes at `offset`, all of them appended before.
+  [[nodiscard]] virtual Status ReadExactAt(std::uint64_t offset, std::span<std::byte> out) = 0;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -218,6 +229,12 @@ class FileSystem {
   // when the returned object is destroyed or the process dies, so a crash
   // never leaves a stale lock.
   [[nodiscard]] virtual Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) = 0;
+  // A ScratchFile in folder `dir` (beside the data it is for, not in /tmp,
+  // which may be memory). Unimplemented where this file system has none;
+  // callers then keep the bytes in memory.
+  [[nodiscard]] virtual Result<std::unique_ptr<ScratchFile>> CreateScratch(const std::string& dir) {
+    return Status::Unimplemented("'" + dir + "': this file system keeps no scratch files");
+  }
   // Where read-ahead hints go; nullptr when this file system has no use for them.
   [[nodiscard]] virtual ShardReadPlanner* read_planner() { return nullptr; }
   // A dataset opened on this file system names the shard files it will

@@ -1,5 +1,7 @@
 #include "dataset/index_file.h"
 
+#include <algorithm>
+
 namespace stoker {
 namespace {
 
@@ -12,7 +14,57 @@ class AtomicFileSink final : public index_format::ByteSink {
   AtomicFile* file_;
 };
 
+// A ByteStore in a ScratchFile, with the bytes not yet written held in a block.
+class ScratchByteStore final : public index_format::ByteStore {
+ public:
+  ScratchByteStore(std::unique_ptr<ScratchFile> file, std::size_t block_bytes)
+      : file_(std::move(file)), block_bytes_(block_bytes) {
+    block_.reserve(block_bytes_);
+  }
+
+  [[nodiscard]] Status Append(std::span<const std::byte> bytes) override {
+    size_ += bytes.size();
+    if (block_.size() + bytes.size() > block_bytes_) STOKER_RETURN_IF_ERROR(Flush());
+    if (bytes.size() >= block_bytes_) {
+      written_ += bytes.size();
+      return file_->Append(bytes);
+    }
+    block_.insert(block_.end(), bytes.begin(), bytes.end());
+    return Status::Ok();
+  }
+  [[nodiscard]] std::uint64_t size() const override { return size_; }
+  [[nodiscard]] Status WriteTo(index_format::ByteSink& out) const override {
+    std::vector<std::byte> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(written_, block_bytes_)));
+    for (std::uint64_t at = 0; at < written_;) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(written_ - at, chunk.size()));
+      STOKER_RETURN_IF_ERROR(file_->ReadExactAt(at, std::span(chunk).first(n)));
+      STOKER_RETURN_IF_ERROR(out.Write(std::span(chunk).first(n)));
+      at += n;
+    }
+    return out.Write(block_);
+  }
+
+ private:
+  [[nodiscard]] Status Flush() {
+    STOKER_RETURN_IF_ERROR(file_->Append(block_));
+    written_ += block_.size();
+    block_.clear();
+    return Status::Ok();
+  }
+  std::unique_ptr<ScratchFile> file_;
+  std::size_t block_bytes_;
+  std::vector<std::byte> block_;  // appended after the file's written_ bytes
+  std::uint64_t written_ = 0, size_ = 0;
+};
+
 }  // namespace
+
+std::unique_ptr<index_format::ByteStore> RestartStoreFor(FileSystem& fs, const std::string& dir,
+                                                         std::size_t block_bytes) {
+  auto scratch = fs.CreateScratch(dir);
+  if (!scratch.ok()) return std::make_unique<index_format::MemoryByteStore>();
+  return std::make_unique<ScratchByteStore>(std::move(*scratch), std::max<std::size_t>(block_bytes, 1));
+}
 
 Status WriteIndexFile(FileSystem& fs, const std::string& path,
                       const std::function<Status(index_format::ByteSink&)>& write) {

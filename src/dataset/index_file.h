@@ -1,5 +1,6 @@
 // Writing an index file: streamed through an AtomicFile, so that the file
-// appears complete or not at all and is never held in memory whole.
+// appears complete or not at all and is never held in memory whole; and
+// where a large pack's restart tables wait until then.
 #pragma once
 
 #include <functional>
@@ -15,5 +16,12 @@ namespace stoker {
 // FinishTo, index_format::WriteIndex). When `write` fails, nothing appears.
 [[nodiscard]] Status WriteIndexFile(FileSystem& fs, const std::string& path,
                                     const std::function<Status(index_format::ByteSink&)>& write);
+
+// Where an IndexBuilder writing into `dir` keeps its restart tables (about
+// 0.5-1 KB a seekable JPEG: 1 GB for ImageNet): a scratch file there,
+// appended and read back in blocks of `block_bytes`, or memory where `fs`
+// has none.
+[[nodiscard]] std::unique_ptr<index_format::ByteStore> RestartStoreFor(FileSystem& fs, const std::string& dir,
+                                                                       std::size_t block_bytes = std::size_t{1} << 20);
 
 }  // namespace stoker

@@ -138,7 +138,9 @@ Result<std::unique_ptr<ShardSink>> ShardSink::Create(FileSystem& fs, std::string
                                                      std::string_view force_hint) {
   STOKER_RETURN_IF_ERROR(CheckTargetShardBytes(target_shard_bytes));
   STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, overwrite, force_hint));
-  return std::unique_ptr<ShardSink>(new ShardSink(fs, std::move(out_dir), target_shard_bytes, overwrite));
+  auto sink = std::unique_ptr<ShardSink>(new ShardSink(fs, out_dir, target_shard_bytes, overwrite));
+  sink->builder_.SetRestartStore(RestartStoreFor(fs, out_dir));
+  return sink;
 }
 
 ShardSink::~ShardSink() {

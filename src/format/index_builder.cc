@@ -10,6 +10,15 @@
 
 namespace stoker::index_format {
 
+IndexBuilder::IndexBuilder() : restart_store_(std::make_unique<MemoryByteStore>()) {}
+IndexBuilder::~IndexBuilder() = default;
+IndexBuilder::IndexBuilder(IndexBuilder&&) noexcept = default;
+IndexBuilder& IndexBuilder::operator=(IndexBuilder&&) noexcept = default;
+
+void IndexBuilder::SetRestartStore(std::unique_ptr<ByteStore> store) {
+  restart_store_ = std::move(store);
+}
+
 std::uint32_t IndexBuilder::AddShard(std::string path) {
   ShardEntry shard;
   shard.path = std::move(path);
@@ -71,12 +80,24 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     totals.samples++;
     totals.bytes += fields[i].size;
     slots_.push_back({id, fields[i].offset, fields[i].size});
-    if (!fields[i].restarts.empty()) {
-      const std::uint64_t first = restart_varints_.size();
-      AppendRestartTable(fields[i].restarts, MakeRegionRecord(fields, i), restart_varints_);
-      restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()), first,
-                           restart_varints_.size() - first});
+  }
+  // The sample's restart tables in field-name order, the index's, so that the store holds them as written.
+  std::vector<std::size_t> seekable;
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    if (!fields[i].restarts.empty()) seekable.push_back(i);
+  if (!seekable.empty()) {
+    std::sort(seekable.begin(), seekable.end(),
+              [&](std::size_t a, std::size_t b) { return fields[a].name < fields[b].name; });
+    restart_scratch_.clear();
+    for (const std::size_t i : seekable) {
+      const std::size_t before = restart_scratch_.size();
+      AppendRestartTable(fields[i].restarts, MakeRegionRecord(fields, i), restart_scratch_);
+      const auto id = static_cast<std::uint32_t>(std::find(field_names_.begin(), field_names_.end(), fields[i].name) -
+                                                 field_names_.begin());
+      restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()),
+                           restart_scratch_.size() - before});
     }
+    STOKER_RETURN_IF_ERROR(restart_store_->Append(restart_scratch_));
   }
   keys_.append(key);
   samples_.push_back(s);
@@ -87,15 +108,7 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
 // The builder's samples as the index's sections, fields in name order.
 class IndexBuilder::Sections final : public IndexSections {
  public:
-  Sections(const IndexBuilder& builder, std::span<const std::uint32_t> rank) : b_(builder), rank_(rank) {
-    // Restart entries sorted by (sample, field in name order); their tables follow in that order.
-    by_key_.resize(b_.restarts_.size());
-    std::iota(by_key_.begin(), by_key_.end(), std::size_t{0});
-    std::sort(by_key_.begin(), by_key_.end(), [&](std::size_t a, std::size_t b) {
-      const Restarts &x = b_.restarts_[a], &y = b_.restarts_[b];
-      return x.sample != y.sample ? x.sample < y.sample : rank_[x.field_id] < rank_[y.field_id];
-    });
-  }
+  Sections(const IndexBuilder& builder, std::span<const std::uint32_t> rank) : b_(builder), rank_(rank) {}
 
   Status WriteRecords(ByteSink& out) override {
     std::vector<std::byte> record(RecordSize(rank_.size()));
@@ -113,25 +126,18 @@ class IndexBuilder::Sections final : public IndexSections {
   Status WriteRestartEntries(ByteSink& out) override {
     std::uint64_t next = 0;
     std::byte entry[kRestartEntrySize];
-    for (const std::size_t i : by_key_) {
-      const Restarts& r = b_.restarts_[i];
+    for (const Restarts& r : b_.restarts_) {
       EncodeRestartEntry(entry, r.sample, rank_[r.field_id], r.entries, next);
       STOKER_RETURN_IF_ERROR(out.Write(entry));
       next += r.bytes;
     }
     return Status::Ok();
   }
-  Status WriteRestartPool(ByteSink& out) override {
-    const std::span<const std::byte> pool(b_.restart_varints_);
-    for (const std::size_t i : by_key_)
-      STOKER_RETURN_IF_ERROR(out.Write(pool.subspan(b_.restarts_[i].first, b_.restarts_[i].bytes)));
-    return Status::Ok();
-  }
+  Status WriteRestartPool(ByteSink& out) override { return b_.restart_store_->WriteTo(out); }
 
  private:
   const IndexBuilder& b_;
   std::span<const std::uint32_t> rank_;
-  std::vector<std::size_t> by_key_;
 };
 
 Status IndexBuilder::FinishTo(ByteSink& out) const {
@@ -155,7 +161,7 @@ Status IndexBuilder::FinishTo(ByteSink& out) const {
   tables.skipped_members = skipped_members_;
   tables.note = note_;
   tables.restart_entries = restarts_.size();
-  tables.restart_pool_bytes = restart_varints_.size();
+  tables.restart_pool_bytes = restart_store_->size();
   Sections sections(*this, rank);
   return WriteIndex(tables, sections, out);
 }

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -237,13 +238,19 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
                                      std::span<const std::byte> head, std::uint32_t first_row,
                                      std::span<const std::byte> rows);
 
-class ByteSink;  // format/index_writer.h
+class ByteSink;   // format/index_writer.h
+class ByteStore;  // format/index_writer.h
 
 // Builds an index in memory. Samples must arrive grouped by shard, in shard
 // order. Field ids are assigned by first appearance and sorted by name at
 // Finish(), so output is a pure function of the input.
 class IndexBuilder {
  public:
+  IndexBuilder();
+  ~IndexBuilder();
+  IndexBuilder(IndexBuilder&&) noexcept;
+  IndexBuilder& operator=(IndexBuilder&&) noexcept;
+
   struct Field {
     std::string_view name;
     std::uint64_t offset;
@@ -263,11 +270,15 @@ class IndexBuilder {
     // index merged from others, which never reads the shards).
     const RegionRecord* region = nullptr;
   };
+  // Where restart tables wait until the index is written (memory unless
+  // set; a scratch file for large packs). Set it before the first sample.
+  void SetRestartStore(std::unique_ptr<ByteStore> store);
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);
   // Sets the size and checksum of a shard once it is complete.
   void SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum);
   // Each field's kind code is merged over its samples (see Field::kind).
+  // An error from the restart store leaves the builder unusable.
   [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                  std::span<const Field> fields);
   [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
@@ -312,15 +323,17 @@ class IndexBuilder {
   class Sections;
   // Field `i`'s region record (version 7): as given, or made from the payloads.
   static RegionRecord MakeRegionRecord(std::span<const Field> fields, std::size_t i);
+  // One per restart table, in the index's order (by sample, then field
+  // name); the tables wait in restart_store_ in the same order.
   struct Restarts {
     std::uint64_t sample;
     std::uint32_t field_id;
     std::uint32_t entries;
-    std::uint64_t first;  // into restart_varints_
-    std::uint64_t bytes;  // of varints there
+    std::uint64_t bytes;  // in the store
   };
   std::vector<Restarts> restarts_;
-  std::vector<std::byte> restart_varints_;
+  std::unique_ptr<ByteStore> restart_store_;
+  std::vector<std::byte> restart_scratch_;  // a sample's tables, encoded
   std::string keys_;
   std::uint64_t skipped_members_ = 0;
   std::string note_;

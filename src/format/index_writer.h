@@ -43,6 +43,32 @@ class VectorSink final : public ByteSink {
   std::vector<std::byte>* out_;
 };
 
+// Where IndexBuilder keeps its restart tables until the index is written: in
+// memory, or in a scratch file (dataset/index_file.h) for packs whose tables
+// would not fit (about 0.5-1 KB an image).
+class ByteStore {
+ public:
+  virtual ~ByteStore() = default;
+  // An error leaves the store, and the index it is for, unusable.
+  [[nodiscard]] virtual Status Append(std::span<const std::byte> bytes) = 0;
+  [[nodiscard]] virtual std::uint64_t size() const = 0;
+  // Everything appended, in order, to `out`; as often as asked.
+  [[nodiscard]] virtual Status WriteTo(ByteSink& out) const = 0;
+};
+
+class MemoryByteStore final : public ByteStore {
+ public:
+  [[nodiscard]] Status Append(std::span<const std::byte> bytes) override {
+    bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+    return Status::Ok();
+  }
+  [[nodiscard]] std::uint64_t size() const override { return bytes_.size(); }
+  [[nodiscard]] Status WriteTo(ByteSink& out) const override { return out.Write(bytes_); }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
 // Everything of an index but its per-sample sections.
 struct IndexTables {
   // Sorted by name, with kind, samples and bytes (FieldEntry::has_stats is

@@ -23,6 +23,48 @@
 namespace stoker {
 namespace {
 
+// An O_TMPFILE (or a named temporary unlinked at once where the file system
+// has no O_TMPFILE): no name, so nothing is left behind by a crash.
+class PosixScratchFile final : public ScratchFile {
+ public:
+  PosixScratchFile(std::string dir, UniqueFd fd) : dir_(std::move(dir)), fd_(std::move(fd)) {}
+
+  Status Append(std::span<const std::byte> data) override {
+    std::size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t n = ::pwrite(fd_.get(), data.data() + done, data.size() - done, static_cast<off_t>(size_ + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("write a scratch file in '{}'", dir_));
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    size_ += done;
+    return Status::Ok();
+  }
+
+  Status ReadExactAt(std::uint64_t offset, std::span<std::byte> out) override {
+    if (offset > size_ || size_ - offset < out.size())
+      return Status::Internal(
+          fmt::format("a scratch file in '{}': {} bytes at {} asked of {}", dir_, out.size(), offset, size_));
+    std::size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd_.get(), out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return n < 0 ? Status::FromErrno(errno, fmt::format("read a scratch file in '{}'", dir_))
+                     : Status::IOError(fmt::format("a scratch file in '{}' is shorter than written", dir_));
+      done += static_cast<std::size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string dir_;
+  UniqueFd fd_;
+  std::uint64_t size_ = 0;
+};
+
 class PosixReadableFile final : public ReadableFile {
  public:
   PosixReadableFile(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
@@ -262,6 +304,18 @@ class PosixFileSystem final : public FileSystem {
   Status RemoveDirectory(const std::string& path) override {
     if (::rmdir(path.c_str()) != 0) return Status::FromErrno(errno, fmt::format("remove directory '{}'", path));
     return Status::Ok();
+  }
+
+  Result<std::unique_ptr<ScratchFile>> CreateScratch(const std::string& dir) override {
+    UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+    if (!fd.valid() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+      std::string name = dir + "/.stoker-scratch-XXXXXX";
+      fd = UniqueFd(::mkostemp(name.data(), O_CLOEXEC));
+      if (fd.valid() && ::unlink(name.c_str()) != 0)
+        return Status::FromErrno(errno, fmt::format("remove the name of scratch file '{}'", name));
+    }
+    if (!fd.valid()) return Status::FromErrno(errno, fmt::format("create a scratch file in '{}'", dir));
+    return std::unique_ptr<ScratchFile>(std::make_unique<PosixScratchFile>(dir, std::move(fd)));
   }
 
   Result<std::unique_ptr<FileLock>> TryLock(const std::string& path) override {

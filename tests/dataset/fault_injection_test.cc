@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "dataset/index_file.h"
 #include "fault_file_system.h"
+#include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "stoker/pack.h"
 #include "test_util.h"
@@ -113,6 +115,57 @@ TEST(FaultInjection, VanishedShardIsReportedByVerify) {
   ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_EQ(report.problems[0].where, "shard-000000.tar");
+}
+
+// A pack's restart tables wait in a scratch file in its folder (blocks of
+// 64 bytes here, so that every path is taken): read back whole, as often as
+// asked; a full disk there is the pack's error; no scratch file means memory.
+TEST(FaultInjection, RestartTablesWaitInAScratchFileThatAFullDiskStops) {
+  TempDir dir;
+  FaultFileSystem fs;
+  std::string all;
+  auto store = RestartStoreFor(fs, dir.path(), 64);
+  EXPECT_EQ(fs.scratch_files(), 1);
+  for (int i = 0; i < 40; ++i) {
+    const std::string piece = RandomBytes(static_cast<std::size_t>(i * 7 % 150), i);  // some longer than a block
+    all += piece;
+    ASSERT_TRUE(store->Append(testing::Bytes(piece)).ok());
+  }
+  EXPECT_EQ(store->size(), all.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::byte> back;
+    index_format::VectorSink sink(back);
+    ASSERT_TRUE(store->WriteTo(sink).ok());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(back.data()), back.size()), all) << "pass " << pass;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+
+  fs.disk_full_for_path_part = "scratch";
+  auto full = RestartStoreFor(fs, dir.path(), 64);
+  Status s = full->Append(testing::Bytes(RandomBytes(100, 1)));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("scratch"), std::string::npos) << s.message();
+
+  // A seekable pack through it: the tables come back as packed; the same with no scratch file.
+  fs.disk_full_for_path_part.clear();
+  for (int i = 0; i < 6; ++i)
+    WriteFile(dir / ("src/c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".jpg"),
+              MakeJpeg(256, 192, static_cast<unsigned>(i)));
+  for (const bool scratch : {true, false}) {
+    fs.no_scratch = !scratch;
+    const int before = fs.scratch_files();
+    PackOptions options;
+    options.file_system = &fs;
+    options.seekable_jpeg = true;
+    const std::string out = dir / (scratch ? "scratch" : "memory");
+    ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", out, options));
+    EXPECT_EQ(fs.scratch_files(), before + (scratch ? 1 : 0));
+    ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(out));
+    EXPECT_EQ(dataset->seekable_payloads(), 6u);
+    ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
+    EXPECT_TRUE(report.ok());
+  }
+  EXPECT_EQ(testing::ReadFile(dir / "scratch/index.stoker"), testing::ReadFile(dir / "memory/index.stoker"));
 }
 
 }  // namespace

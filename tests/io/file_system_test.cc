@@ -137,5 +137,27 @@ TEST(FileSystem, FreeBytesAndSiblings) {
   EXPECT_EQ(Posix().Sibling("index.stoker", "s.tar"), "s.tar");
 }
 
+// A scratch file has no name: nothing appears in its folder, nothing is left
+// after it, and it reads back what was appended.
+TEST(ScratchFile, ReadsBackWhatWasAppendedAndLeavesNoName) {
+  TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(auto scratch, Posix().CreateScratch(dir.path()));
+    const std::string a = testing::RandomBytes(5000, 1), b = testing::RandomBytes(70000, 2);
+    ASSERT_TRUE(scratch->Append(testing::Bytes(a)).ok());
+    ASSERT_TRUE(scratch->Append(testing::Bytes(b)).ok());
+    std::string back(100, '\0');
+    ASSERT_TRUE(scratch->ReadExactAt(4950, std::as_writable_bytes(std::span(back))).ok());
+    EXPECT_EQ(back, a.substr(4950) + b.substr(0, 50));
+    EXPECT_TRUE(fs::is_empty(dir.path())) << "a scratch file has no name";
+    // Past what was appended: an error, not a short read.
+    EXPECT_EQ(scratch->ReadExactAt(74950, std::as_writable_bytes(std::span(back))).code(), StatusCode::kInternal);
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  auto missing = Posix().CreateScratch(dir / "missing");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("missing"), std::string::npos) << missing.error().message();
+}
+
 }  // namespace
 }  // namespace stoker
