@@ -204,23 +204,63 @@ def _open_table(path):
 
 
 def _rows(files, layout_of):
+    """(path, row, layout, values) of every row of `files`, in order. The
+    record batches are read (Parquet pages decoded, pyarrow releasing the
+    GIL) on a thread of their own, at most 4 batches ahead, while the caller
+    writes rows: packing overlaps reading and writing."""
+    import queue
+    import threading
     import pyarrow
     import pyarrow.ipc  # noqa: F401
-    for path in files:
-        kind = "Arrow" if path.endswith(".arrow") else "Parquet"
+    ahead = queue.Queue(maxsize=4)
+    stop = threading.Event()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def read():
         try:
-            schema, batches = _open_table(path)
-        except (pyarrow.ArrowException, OSError) as e:
-            raise ValueError("%s: cannot be read as %s (%s)" % (path, kind, e)) from None
-        layout = layout_of(path, schema)
-        row = 0
-        try:
-            for batch in batches:
-                for values in batch.to_pylist():
-                    yield path, row, layout, values
-                    row += 1
-        except pyarrow.ArrowException as e:
-            raise ValueError("%s: the rows after row %d cannot be read (%s)" % (path, row, e)) from None
+            for path in files:
+                kind = "Arrow" if path.endswith(".arrow") else "Parquet"
+                try:
+                    schema, batches = _open_table(path)
+                except (pyarrow.ArrowException, OSError) as e:
+                    raise ValueError("%s: cannot be read as %s (%s)" % (path, kind, e)) from None
+                layout = layout_of(path, schema)
+                row = 0
+                try:
+                    for batch in batches:
+                        if not put((path, row, layout, batch)):
+                            return
+                        row += batch.num_rows
+                except pyarrow.ArrowException as e:
+                    raise ValueError("%s: the rows after row %d cannot be read (%s)" % (path, row, e)) from None
+            put(None)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread, in order
+            put(e)
+
+    reader = threading.Thread(target=read, name="stoker-parquet-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = ahead.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            path, row, layout, batch = item
+            for values in batch.to_pylist():
+                yield path, row, layout, values
+                row += 1
+    finally:
+        stop.set()
+        reader.join()
 
 
 def total_rows(files):
@@ -293,6 +333,8 @@ def write_parquet(files, out, shard_bytes, overwrite, on_progress=None):
         if writer is not None:
             writer.abort()
         raise
+    finally:
+        rows.close()  # stops the reading thread now, not when the traceback is dropped
 
 
 def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, seekable_jpeg,

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 
 import numpy as np
 import pytest
@@ -231,3 +232,13 @@ def test_bad_parquet_input_is_named(hf_folder, tmp_path, stoker_bin):
         stoker.pack(clash, tmp_path / "out4")
     with pytest.raises(FileNotFoundError, match="no file matches"):
         stoker.pack(str(tmp_path / "nothing-*.parquet"), tmp_path / "out3")
+    # Rows are read a few batches ahead on a thread of their own; a row that fails to write, with more
+    # batches read behind it, names its row and leaves no thread behind.
+    keys = ["k%04d" % i for i in range(1000)]
+    keys[300] = "../escape"
+    pq.write_table(pa.table({"__key__": keys, "cls": list(range(1000))}), tmp_path / "keys.parquet",
+                   row_group_size=100)
+    with pytest.raises(ValueError, match=r"keys.parquet: row 300 .*'\.\./escape'") as caught:
+        stoker.pack(tmp_path / "keys.parquet", tmp_path / "out5")
+    # (checked while the error's traceback, and the frames it holds, are still alive)
+    assert caught.value is not None and not [t for t in threading.enumerate() if t.name == "stoker-parquet-reader"]
