@@ -46,15 +46,18 @@ class GatheringSink final : public ByteSink {
   std::uint64_t written_ = 0;
 };
 
+// Hashes what it is given, and passes it on to `next` when there is one.
 class HashSink final : public ByteSink {
  public:
+  explicit HashSink(ByteSink* next = nullptr) : next_(next) {}
   [[nodiscard]] Status Write(std::span<const std::byte> bytes) override {
     hash_.Update(bytes);
-    return Status::Ok();
+    return next_ != nullptr ? next_->Write(bytes) : Status::Ok();
   }
   [[nodiscard]] std::uint64_t Digest() const { return hash_.Digest(); }
 
  private:
+  ByteSink* next_;
   Xxh3Stream hash_;
 };
 
@@ -224,7 +227,15 @@ Status WriteIndex(const IndexTables& tables, IndexSections& sections, ByteSink& 
   Store<std::uint64_t>(h + header::kMetaChecksumOff, MetaChecksum(meta));
   out.Expect(file_size);
   STOKER_RETURN_IF_ERROR(out.Write(meta));
-  return WriteData(tables, sections, out);
+  // What is written must be what was hashed: sections read from files (a
+  // merge's parts) could change between the passes.
+  HashSink written(&out);
+  STOKER_RETURN_IF_ERROR(WriteData(tables, sections, written));
+  if (written.Digest() != data_hash.Digest())
+    return Status::Unavailable(
+        "index writer: the samples' sections changed between hashing and writing them (a part rewritten while it "
+        "was merged?); write the index again");
+  return Status::Ok();
 }
 
 }  // namespace stoker::index_format

@@ -101,8 +101,10 @@ class IndexSections {
 
 // Writes the index `tables` and `sections` describe to `out`, small writes
 // gathered into large ones. Refuses tables past the format's limits (shards,
-// fields, the note's size) before writing anything, and a section whose size
-// differs from what `tables` says (Internal).
+// fields, the note's size) before writing anything, a section whose size
+// differs from what `tables` says (Internal), and sections that wrote other
+// bytes the second time than the first (Unavailable: the header's checksum
+// would not match them; the caller must not keep what `out` got).
 [[nodiscard]] Status WriteIndex(const IndexTables& tables, IndexSections& sections, ByteSink& out);
 
 [[nodiscard]] constexpr std::uint32_t RecordSize(std::size_t num_fields) {

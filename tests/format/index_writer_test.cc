@@ -39,6 +39,8 @@ class HandWrittenSections final : public IndexSections {
     return t;
   }
   int records_short_by = 0;  // records written fewer than the tables say
+  bool keys_change = false;  // the second pass writes other keys of the same size
+  int key_passes = 0;
 
   Status WriteRecords(ByteSink& out) override {
     std::vector<std::byte> r(RecordSize(2));
@@ -51,7 +53,9 @@ class HandWrittenSections final : public IndexSections {
     EncodeFieldSlot(r.data(), 1, 2048, 50);
     return out.Write(r);
   }
-  Status WriteKeys(ByteSink& out) override { return out.Write(testing::Bytes("abbbbb")); }
+  Status WriteKeys(ByteSink& out) override {
+    return out.Write(testing::Bytes(keys_change && key_passes++ > 0 ? "abbbbc" : "abbbbb"));
+  }
   Status WriteRestartEntries(ByteSink& out) override {
     std::byte e[kRestartEntrySize];
     EncodeRestartEntry(e, 1, 1, 4, 0);
@@ -113,6 +117,12 @@ TEST(IndexWriter, ASectionThatDisagreesWithItsTablesStopsTheWrite) {
   tables = HandWrittenSections::Tables();
   tables.note = std::string(kMaxNoteBytes + 1, 'x');
   EXPECT_EQ(WriteIndex(tables, sections, sink).code(), StatusCode::kInvalidArgument);
+  // Sections read from files that change between the hashing pass and the writing one.
+  HandWrittenSections changing;
+  changing.keys_change = true;
+  s = WriteIndex(HandWrittenSections::Tables(), changing, sink);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("changed between hashing and writing"), std::string::npos) << s.message();
 }
 
 // A sink that fails after `room` bytes, as a full disk does.
