@@ -137,6 +137,10 @@ Status ScanPart(const Part& part, PartScan& scan, std::vector<KeyRef>& keys) {
       scan.field_samples[f]++;
       scan.field_bytes[f] += range.size;
       if (!entry_ok || entry_sample != i || entry_field != f) continue;
+      if (region.rows() == 0 && view.has_region_records())  // version 7: the record did not read
+        return Status::Corruption(
+            fmt::format("{}: sample '{}': its seekable JPEG's region record is damaged (stoker verify names more)",
+                        view.where(), Printable(record.key)));
       if (region.rows() == 0)  // version 5-6: no region record, no geometry; the codec finds them
         return Status::FailedPrecondition(fmt::format(
             "{}: sample '{}' is a seekable JPEG indexed before index version 7 (no region record); re-index the "

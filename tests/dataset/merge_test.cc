@@ -4,6 +4,7 @@
 #include "stoker/merge.h"
 
 #include <filesystem>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -86,23 +87,23 @@ void ExpectPartIn(const Dataset& part, const Dataset& merged, std::uint64_t firs
 struct StoredTable {
   std::uint64_t sample = 0;
   std::uint32_t field = 0, offsets = 0;
+  std::vector<std::uint32_t> table;
+  RegionRecord region;
   std::span<const std::byte> stored;
   std::vector<std::byte> shortest;
 };
 StoredTable ReadStoredTable(const index_format::IndexView& view, std::uint64_t e) {
   StoredTable t;
-  std::vector<std::uint32_t> table;
-  RegionRecord region;
-  EXPECT_TRUE(view.restart_table_at(e, &t.sample, &t.field, table, region, t.stored)) << "entry " << e;
-  t.offsets = static_cast<std::uint32_t>(table.size());
-  index_format::AppendRestartTable(table, region, t.shortest);
+  EXPECT_TRUE(view.restart_table_at(e, &t.sample, &t.field, t.table, t.region, t.stored)) << "entry " << e;
+  t.offsets = static_cast<std::uint32_t>(t.table.size());
+  index_format::AppendRestartTable(t.table, t.region, t.shortest);
   return t;
 }
 
-// The index at `path` rewritten with each restart table's first varint a
-// byte longer than it needs (as another writer may store it): the same
-// tables, other bytes.
-void PadRestartVarints(const std::string& path) {
+// The index at `path` with each restart table (and region record) stored as
+// `store` gives it.
+void RewriteRestartTables(const std::string& path,
+                          const std::function<std::vector<std::byte>(const StoredTable&)>& store) {
   const std::string file = ReadFile(path);
   const std::span<const std::byte> bytes = std::as_bytes(std::span(file));
   ASSERT_OK_AND_ASSIGN(auto view, index_format::IndexView::Open(bytes, path));
@@ -117,12 +118,8 @@ void PadRestartVarints(const std::string& path) {
   std::vector<std::pair<std::uint64_t, std::uint32_t>> owners;
   std::vector<std::uint32_t> counts;
   for (std::uint64_t e = 0; e < view.num_restart_tables(); ++e) {
-    StoredTable t = ReadStoredTable(view, e);
-    std::vector<std::byte> encoded = std::move(t.shortest);
-    std::size_t last = 0;  // the first varint's last byte
-    while ((static_cast<std::uint8_t>(encoded[last]) & 0x80) != 0) ++last;
-    encoded[last] |= std::byte{0x80};
-    encoded.insert(encoded.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::byte{0});
+    const StoredTable t = ReadStoredTable(view, e);
+    std::vector<std::byte> encoded = store(t);
     tables.restart_pool_bytes += encoded.size();
     pool.push_back(std::move(encoded));
     owners.emplace_back(t.sample, t.field);
@@ -162,6 +159,19 @@ void PadRestartVarints(const std::string& path) {
   index_format::VectorSink sink(out);
   ASSERT_TRUE(index_format::WriteIndex(tables, sections, sink).ok());
   WriteFile(path, std::string(reinterpret_cast<const char*>(out.data()), out.size()));
+}
+
+// Each restart table's first varint a byte longer than it needs (as another
+// writer may store it): the same tables, other bytes.
+void PadRestartVarints(const std::string& path) {
+  RewriteRestartTables(path, [](const StoredTable& t) {
+    std::vector<std::byte> encoded = t.shortest;
+    std::size_t last = 0;  // the first varint's last byte
+    while ((static_cast<std::uint8_t>(encoded[last]) & 0x80) != 0) ++last;
+    encoded[last] |= std::byte{0x80};
+    encoded.insert(encoded.begin() + static_cast<std::ptrdiff_t>(last) + 1, std::byte{0});
+    return encoded;
+  });
 }
 
 // Two packs of 4 seekable JPEGs each, at `out`/part-0 and `out`/part-1.
@@ -270,6 +280,29 @@ TEST(Merge, TablesStoredWithLongerVarintsMergeAsTheSameTables) {
     const StoredTable t = ReadStoredTable(view, e);
     EXPECT_TRUE(std::ranges::equal(t.stored, t.shortest)) << "entry " << e;
   }
+}
+
+// A version-7 part whose region record does not read (its MCU height is not
+// a JPEG's) is refused as damaged, naming the sample.
+TEST(Merge, APartWhoseRegionRecordIsDamagedIsRefusedAsSuch) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  PackSeekableParts(dir, out);
+  RewriteRestartTables(out + "/part-1/index.stoker", [](const StoredTable& t) {
+    RegionRecord region = t.region;
+    region.geometry.mcu_height = 7;
+    std::vector<std::byte> encoded;
+    index_format::AppendRestartTable(t.table, region, encoded);
+    return encoded;
+  });
+  auto merged = MergeDatasets({out + "/part-0", out + "/part-1"}, out);
+  ASSERT_FALSE(merged.ok());
+  EXPECT_EQ(merged.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(merged.error().message().find("part-1/index.stoker: sample 'a/p1_0': its seekable JPEG's region record "
+                                          "is damaged"),
+            std::string::npos)
+      << merged.error().message();
+  EXPECT_FALSE(std::filesystem::exists(out + "/index.stoker"));
 }
 
 TEST(Merge, FieldsAreUnitedAndTheirKindsWidenAcrossParts) {
