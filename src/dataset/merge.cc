@@ -356,22 +356,21 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
   // One scan of every part checks it and finds what the merged tables need.
   std::vector<PartScan> scans(parts.size());
   std::vector<KeyRef> keys;
-  std::uint64_t total_samples = 0, total_shards = 0;
+  std::uint64_t total_samples = 0;
   for (const auto& part : parts) total_samples += part.view->num_samples();
   keys.reserve(total_samples);
   for (std::size_t p = 0; p < parts.size(); ++p) {
     scans[p].first_sample = summary.samples;
-    scans[p].first_shard = static_cast<std::uint32_t>(total_shards);
+    scans[p].first_shard = static_cast<std::uint32_t>(summary.shards);
     STOKER_RETURN_IF_ERROR(ScanPart(parts[p], scans[p], keys));
     summary.samples += parts[p].view->num_samples();
     summary.shards += parts[p].view->shards().size();
-    total_shards += parts[p].view->shards().size();
     summary.seekable_payloads += scans[p].table_bytes.size();
     if (options.on_progress) options.on_progress(p + 1, parts.size());
   }
-  if (total_shards > index_format::kMaxShards)
-    return Status::InvalidArgument(
-        fmt::format("the parts have {} shards, more than an index holds ({})", total_shards, index_format::kMaxShards));
+  if (summary.shards > index_format::kMaxShards)
+    return Status::InvalidArgument(fmt::format("the parts have {} shards, more than an index holds ({})",
+                                               summary.shards, index_format::kMaxShards));
   STOKER_RETURN_IF_ERROR(CheckKeysAcrossParts(parts, scans, keys));
   std::vector<KeyRef>().swap(keys);
   std::vector<std::string_view> notes;
