@@ -336,8 +336,9 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
     return Status::AlreadyExists(
         fmt::format("'{}' exists; pass --force (overwrite) to replace it", Printable(summary.index_path)));
 
-  // Shards: each named once, by its path below the output folder.
+  // Shards: each named once, by its path below the output folder (in part and shard order).
   std::unordered_map<std::string, std::size_t> shard_owner;
+  std::vector<std::string> shard_paths;
   for (std::size_t p = 0; p < parts.size(); ++p) {
     for (const auto& shard : parts[p].view->shards()) {
       const fs_std::path full = (parts[p].folder / shard.path).lexically_normal();
@@ -346,7 +347,8 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
         return Status::InvalidArgument(fmt::format(
             "part '{}' names shard '{}', which is outside the output folder '{}' (move it into the part's folder)",
             Printable(parts[p].where), Printable(shard.path), Printable(output)));
-      const auto [it, added] = shard_owner.emplace(below->string(), p);
+      shard_paths.push_back(below->string());
+      const auto [it, added] = shard_owner.emplace(shard_paths.back(), p);
       if (!added)
         return Status::InvalidArgument(fmt::format("shard '{}' is in part '{}' and in part '{}'",
                                                    Printable(full.string()), Printable(parts[it->second].where),
@@ -409,7 +411,7 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
     }
     for (const auto& shard : parts[p].view->shards()) {
       index_format::ShardEntry& merged = tables.shards.emplace_back(shard);
-      merged.path = Inside((parts[p].folder / shard.path).lexically_normal(), out_dir)->string();
+      merged.path = std::move(shard_paths[tables.shards.size() - 1]);
       merged.first_sample += scans[p].first_sample;
       summary.shard_bytes += shard.size;
     }

@@ -61,9 +61,7 @@ bool IndexView::restart_table_at(std::uint64_t entry, std::uint64_t* sample, std
   table.clear();
   if (region != nullptr) *region = {};
   if (entry >= restart_entries_) return false;
-  const std::byte* e = restart_section_ + entry * kRestartEntrySize;
-  *sample = Load<std::uint64_t>(e);
-  *field = Load<std::uint32_t>(e + 8);
+  restart_entry_owner(entry, sample, field, nullptr);
   return ReadRestartEntry(entry, table, region);
 }
 
