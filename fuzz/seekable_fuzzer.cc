@@ -3,7 +3,8 @@
 // table length, the table (u32 offsets), then a JPEG. The region is decoded
 // with that table and with the table the JPEG's own markers give; neither
 // may crash or read out of bounds, and a re-written JPEG's own table must
-// decode wherever the plain decode does. Small inputs are also re-written as pack does.
+// decode wherever the plain decode does. Small inputs are also re-written as pack does,
+// and must decode to the original's pixels.
 // The JPEG is also decoded as held in part (a read of the crop's rows): its
 // head and the bytes between two of the given table's offsets.
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "codec/jpeg_huffman.h"
 #include "codec/jpeg_restart.h"
 
 namespace {
@@ -61,6 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (jpeg.size() < 4096) {
     SeekableJpeg seekable = MakeSeekableJpeg(jpeg);
     if (seekable.outcome == SeekableOutcome::kRewritten) {
+      // The rewrite's check compares coefficients; pixels are the oracle
+      // here: whole, each decoded by libjpeg's own Huffman decoder.
+      DecodedRegion before, after;
+      if (!jpeg_internal::DecodeJpegUsing(jpeg, Roi{}, 1, before, /*fast_huffman=*/false).ok() ||
+          !jpeg_internal::DecodeJpegUsing(seekable.bytes, Roi{}, 1, after, /*fast_huffman=*/false).ok() ||
+          before.width != after.width || before.height != after.height || before.pixels != after.pixels)
+        __builtin_trap();
       const RestartOffsets own{reinterpret_cast<const std::byte*>(seekable.table.data()),
                                static_cast<std::uint32_t>(seekable.table.size())};
       auto use = DecodeJpegSeekable(seekable.bytes, own, roi, scale, out, stream);

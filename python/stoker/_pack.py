@@ -28,8 +28,8 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     ``<column>.<extension>`` (``mask.png``), read with
     ``stoker.Image(keys="mask.png")``. The index records every field's kind
     (``stoker inspect`` shows them). ``seekable_jpeg``: re-write baseline
-    JPEGs losslessly with restart markers (same pixels, checked for every
-    image) and record where each restart interval starts, so the loader
+    JPEGs losslessly with restart markers (the same DCT coefficients, so the
+    same pixels, checked for every image) and record where each restart interval starts, so the loader
     entropy-decodes only the part a crop covers; progressive, arithmetic,
     CMYK and undecodable JPEGs are stored as they are and counted."""
     size = parse_size(shard_size)

@@ -125,14 +125,12 @@ Status jpeg_internal::DecodeJpegUsing(std::span<const std::byte> jpeg, Roi roi, 
     return Status::InvalidArgument(fmt::format("JPEG scale 1/{} is not supported (1, 2, 4 or 8)", scale));
   if (jpeg.empty()) return Status::Corruption("not a decodable JPEG: empty data");
   std::vector<std::uint8_t> cmyk_row;
-  // One fast decoder a thread (its eight tables take about 100 KB), made on first use.
-  thread_local std::unique_ptr<FastHuffmanDecoder> fast;
   if (fast_huffman) {
-    if (!fast) fast = std::make_unique<FastHuffmanDecoder>();
+    FastHuffmanDecoder* fast = &jpeg_internal::ThreadFastHuffmanDecoder();
     Decompressor d;
     if (!d.created) return d.CreationError();
     bool installed = false;
-    if (DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row, fast.get(), &installed)) {
+    if (DecodeImpl(&d.cinfo, &d.err, jpeg, roi, scale, &out, &cmyk_row, fast, &installed)) {
       if (fast_decoded != nullptr) *fast_decoded = installed;
       return Status::Ok();
     }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 namespace stoker::codec::jpeg_internal {
 namespace {
@@ -96,9 +97,19 @@ bool FastHuffmanDisabled() {
   return disabled;
 }
 
-bool FastHuffmanDecoder::Install(j_decompress_ptr cinfo) {
+FastHuffmanDecoder& ThreadFastHuffmanDecoder() {
+  thread_local std::unique_ptr<FastHuffmanDecoder> decoder;
+  if (!decoder) decoder = std::make_unique<FastHuffmanDecoder>();
+  return *decoder;
+}
+
+bool FastHuffmanDecoder::Install(j_decompress_ptr cinfo, bool reading_coefficients) {
   gave_up_ = false;  // of an earlier decode
-  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->buffered_image) return false;
+  // jpeg_read_coefficients runs in buffered-image mode; a pixel decode here
+  // must not (its passes would re-read the scan).
+  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
+      static_cast<bool>(cinfo->buffered_image) != reading_coefficients)
+    return false;
   // Sequential: every component appears in one scan, so a first scan of all
   // of them is the only one, and nothing of it has been read yet.
   if (cinfo->comps_in_scan != cinfo->num_components || cinfo->Ss != 0 || cinfo->Se != 63 || cinfo->Ah != 0 ||

@@ -49,6 +49,12 @@ namespace stoker::codec::jpeg_internal {
 [[nodiscard]] Status DecodeJpegUsing(std::span<const std::byte> jpeg, Roi roi, int scale, DecodedRegion& out,
                                      bool fast_huffman, bool* fast_decoded = nullptr);
 
+class FastHuffmanDecoder;
+
+// This thread's decoder (its eight tables take about 100 KB), made on first
+// use.
+[[nodiscard]] FastHuffmanDecoder& ThreadFastHuffmanDecoder();
+
 class FastHuffmanDecoder {
  public:
   static constexpr int kLookupBits = 11;
@@ -77,8 +83,10 @@ class FastHuffmanDecoder {
   // after jpeg_start_decompress on a memory source (jpeg_mem_src) and before
   // any scanline is read. False, leaving libjpeg's decoder, for scans it
   // does not take: progressive, arithmetic-coded, not 8-bit, or a scan of
-  // only some of the components.
-  [[nodiscard]] bool Install(j_decompress_ptr cinfo);
+  // only some of the components. With `reading_coefficients`, installs it
+  // instead for jpeg_read_coefficients (from its progress hook, after the
+  // scan's set-up), which decodes into libjpeg's pre-zeroed block arrays.
+  [[nodiscard]] bool Install(j_decompress_ptr cinfo, bool reading_coefficients = false);
 
   // True after the decode ended because this decoder met data it does not
   // take (see the file comment): decode again with libjpeg's decoder.

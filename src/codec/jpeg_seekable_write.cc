@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "codec/jpeg_huffman.h"
+#include "codec/jpeg_coefficients.h"
 #include "codec/jpeg_internal.h"
 #include "codec/jpeg_restart.h"
 
@@ -13,6 +13,8 @@ namespace {
 
 using jpeg_internal::Compressor;
 using jpeg_internal::Decompressor;
+using jpeg_internal::SameCoefficients;
+using jpeg_internal::SetOptimalHuffmanTables;
 
 bool IsJfif(const jpeg_saved_marker_ptr m) {
   return m->marker == JPEG_APP0 && m->data_length >= 5 && std::memcmp(m->data, "JFIF", 5) == 0;
@@ -24,11 +26,12 @@ bool IsAdobe(const jpeg_saved_marker_ptr m) {
 // What the header says about whether the file can be rewritten.
 enum class Readable { kYes, kProgressive, kArithmetic, kCmyk, kOther };
 
-// The body under setjmp: reads the header and coefficients of `jpeg` and
-// writes them with `restart` (0: chosen here) into c. Returns false with the
-// libjpeg message in d or c.
+// The body under setjmp: reads the header and coefficients of `jpeg`
+// (`coefficients`, in d's memory) and writes them with a restart interval
+// into c. Returns false with the libjpeg message in d or c, or with
+// `tables` failed.
 bool TranscodeImpl(Decompressor* d, Compressor* c, std::span<const std::byte> jpeg, Readable* readable,
-                   bool* failed_in_writer) {
+                   bool* failed_in_writer, jvirt_barray_ptr** coefficients, Status* tables) {
   *failed_in_writer = false;
   if (setjmp(d->err.jump)) return false;
   jpeg_mem_src(&d->cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()), static_cast<unsigned long>(jpeg.size()));
@@ -52,7 +55,7 @@ bool TranscodeImpl(Decompressor* d, Compressor* c, std::span<const std::byte> jp
     return true;
   }
   *readable = Readable::kYes;
-  jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&d->cinfo);
+  *coefficients = jpeg_read_coefficients(&d->cinfo);
 
   *failed_in_writer = true;
   if (setjmp(c->err.jump)) return false;
@@ -62,8 +65,11 @@ bool TranscodeImpl(Decompressor* d, Compressor* c, std::span<const std::byte> jp
   const int mcu_width = one ? 8 : 8 * d->cinfo.max_h_samp_factor;
   const int mcus_per_row = (static_cast<int>(d->cinfo.image_width) + mcu_width - 1) / mcu_width;
   c->cinfo.restart_interval = static_cast<unsigned>(ChooseRestartInterval(mcus_per_row, mcu_width));
-  c->cinfo.optimize_coding = TRUE;
-  jpeg_write_coefficients(&c->cinfo, coefficients);
+  // Optimised Huffman tables, so files do not grow, counted in a pass of our
+  // own (libjpeg's optimize_coding would encode the image twice).
+  *tables = SetOptimalHuffmanTables(&d->cinfo, *coefficients, &c->cinfo);
+  if (!tables->ok()) return false;
+  jpeg_write_coefficients(&c->cinfo, *coefficients);
   for (jpeg_saved_marker_ptr m = d->cinfo.marker_list; m != nullptr; m = m->next) {
     // The compressor writes its own JFIF and Adobe markers when the
     // parameters call for them (as jpegtran's marker copy does).
@@ -73,6 +79,12 @@ bool TranscodeImpl(Decompressor* d, Compressor* c, std::span<const std::byte> jp
   }
   jpeg_finish_compress(&c->cinfo);
   *failed_in_writer = false;
+  return true;
+}
+
+// Ends d's decompression (its coefficients are then gone) under its error
+// handling: false with its message.
+bool FinishDecompress(Decompressor* d) {
   if (setjmp(d->err.jump)) return false;
   jpeg_finish_decompress(&d->cinfo);
   return true;
@@ -91,45 +103,42 @@ SeekableJpeg MakeSeekableJpeg(std::span<const std::byte> jpeg) {
   };
   if (jpeg.empty()) return kept(SeekableOutcome::kUndecodable, "empty data");
   if (auto other = OtherImageFormat(jpeg)) return kept(SeekableOutcome::kOther, fmt::format("a {} image", *other));
+  Decompressor d;
+  Compressor c;
+  if (!d.created || !c.created) return kept(SeekableOutcome::kOther, "libjpeg could not be initialised");
   Readable readable = Readable::kOther;
-  std::vector<std::byte> rewritten;
-  {
-    Decompressor d;
-    Compressor c;
-    if (!d.created || !c.created) return kept(SeekableOutcome::kOther, "libjpeg could not be initialised");
-    bool in_writer = false;
-    if (!TranscodeImpl(&d, &c, jpeg, &readable, &in_writer)) {
-      return in_writer ? kept(SeekableOutcome::kOther, fmt::format("libjpeg cannot rewrite it: {}", c.err.message))
-                       : kept(SeekableOutcome::kUndecodable, d.err.message);
-    }
-    switch (readable) {
-      case Readable::kProgressive:
-        return kept(SeekableOutcome::kProgressive, "progressive");
-      case Readable::kArithmetic:
-        return kept(SeekableOutcome::kArithmetic, "arithmetic coding");
-      case Readable::kCmyk:
-        return kept(SeekableOutcome::kCmyk, "CMYK or YCCK");
-      case Readable::kOther:
-        return kept(SeekableOutcome::kOther, "not 8-bit samples");
-      case Readable::kYes:
-        break;
-    }
-    const auto* begin = reinterpret_cast<const std::byte*>(c.buffer);
-    rewritten.assign(begin, begin + c.size);
+  bool in_writer = false;
+  jvirt_barray_ptr* coefficients = nullptr;
+  Status tables;
+  if (!TranscodeImpl(&d, &c, jpeg, &readable, &in_writer, &coefficients, &tables)) {
+    if (!tables.ok()) return kept(SeekableOutcome::kOther, fmt::format("cannot rewrite it: {}", tables.message()));
+    return in_writer ? kept(SeekableOutcome::kOther, fmt::format("libjpeg cannot rewrite it: {}", c.err.message))
+                     : kept(SeekableOutcome::kUndecodable, d.err.message);
   }
+  switch (readable) {
+    case Readable::kProgressive:
+      return kept(SeekableOutcome::kProgressive, "progressive");
+    case Readable::kArithmetic:
+      return kept(SeekableOutcome::kArithmetic, "arithmetic coding");
+    case Readable::kCmyk:
+      return kept(SeekableOutcome::kCmyk, "CMYK or YCCK");
+    case Readable::kOther:
+      return kept(SeekableOutcome::kOther, "not 8-bit samples");
+    case Readable::kYes:
+      break;
+  }
+  const auto* begin = reinterpret_cast<const std::byte*>(c.buffer);
+  std::vector<std::byte> rewritten(begin, begin + c.size);
   Result<std::vector<std::uint32_t>> table = FindRestartTable(rewritten);
   if (!table.ok()) return kept(SeekableOutcome::kOther, table.status().message());
-  // Never assume the rewrite is lossless: decode both and compare. The
-  // original goes through libjpeg's own Huffman decoder and the rewrite
-  // through the fast one the loader uses, so the check covers that decoder
-  // too, on every image packed.
-  DecodedRegion before, after;
-  if (Status s = jpeg_internal::DecodeJpegUsing(jpeg, Roi{}, 1, before, /*fast_huffman=*/false); !s.ok())
-    return kept(SeekableOutcome::kUndecodable, s.message());
-  if (Status s = DecodeJpeg(rewritten, Roi{}, 1, after); !s.ok())
-    return kept(SeekableOutcome::kOther, fmt::format("the rewritten file does not decode: {}", s.message()));
-  if (before.width != after.width || before.height != after.height || before.pixels != after.pixels)
-    return kept(SeekableOutcome::kOther, "the rewritten file decodes to other pixels");
+  // Never assume the rewrite is lossless: read it back and compare what the
+  // pixels of any decoder depend on, every coefficient, quantisation table
+  // and sampling factor. The original was read by libjpeg's own Huffman
+  // decoder and the rewrite is read by the fast one the loader uses, so the
+  // check covers that decoder too, on every image packed.
+  if (Status same = SameCoefficients(&d.cinfo, coefficients, rewritten); !same.ok())
+    return kept(SeekableOutcome::kOther, same.message());
+  if (!FinishDecompress(&d)) return kept(SeekableOutcome::kUndecodable, d.err.message);
   result.outcome = SeekableOutcome::kRewritten;
   result.bytes = std::move(rewritten);
   result.table = std::move(*table);

@@ -17,7 +17,8 @@ namespace stoker::codec::testing_jpeg {
 struct EncodeSpec {
   int width = 0, height = 0;
   int components = 3;
-  int h = 2, v = 2;  // luma sampling (chroma 1x1)
+  int h = 2, v = 2;            // luma sampling (chroma 1x1)
+  int grey_h = 1, grey_v = 1;  // a grey image's sampling: 1x1, or declared larger (still a block an MCU)
   bool progressive = false;
   bool arithmetic = false;
   bool optimize = false;
@@ -69,6 +70,10 @@ inline std::vector<std::byte> Encode(const EncodeSpec& s, std::uint64_t seed = 7
   if (s.components == 3) {
     c.cinfo.comp_info[0].h_samp_factor = s.h;
     c.cinfo.comp_info[0].v_samp_factor = s.v;
+  }
+  if (s.components == 1) {
+    c.cinfo.comp_info[0].h_samp_factor = s.grey_h;
+    c.cinfo.comp_info[0].v_samp_factor = s.grey_v;
   }
   if (s.progressive) jpeg_simple_progression(&c.cinfo);
   c.cinfo.arith_code = s.arithmetic ? TRUE : FALSE;
