@@ -177,11 +177,10 @@ Status ShardSink::Add(std::string_view key, std::int64_t label, std::span<const 
   if (!broken_.ok())
     return Status::FailedPrecondition(
         fmt::format("an earlier error left this dataset unfinished ({}); start it again", broken_.message()));
-  const std::uint64_t key_hash = Xxh3(AsBytes(key));
-  if (auto it = key_hashes_.find(key_hash); it != key_hashes_.end() && builder_.key(it->second) == key)
+  if (const auto taken = taken_keys_.Find(key, [this](std::uint64_t sample) { return builder_.key(sample); }))
     return Status::InvalidArgument(
         fmt::format("sample key '{}' given twice (samples {} and {}); each sample needs a key of its own",
-                    Printable(key), it->second, builder_.num_samples()));
+                    Printable(key), *taken, builder_.num_samples()));
   std::vector<Field> fields(unsorted.begin(), unsorted.end());
   std::sort(fields.begin(), fields.end(), [](const Field& a, const Field& b) { return a.name < b.name; });
   for (std::size_t f = 1; f < fields.size(); ++f)
@@ -201,7 +200,7 @@ Status ShardSink::Add(std::string_view key, std::int64_t label, std::span<const 
     broken_ = s;
     return s;
   }
-  key_hashes_.emplace(key_hash, builder_.num_samples() - 1);
+  taken_keys_.Add(key, builder_.num_samples() - 1);
   return Status::Ok();
 }
 

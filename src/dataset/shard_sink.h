@@ -13,6 +13,7 @@
 
 #include "core/hash.h"
 #include "core/owner_process.h"
+#include "dataset/taken_keys.h"
 #include "format/index_format.h"
 #include "stoker/fields.h"
 #include "stoker/file_system.h"
@@ -96,8 +97,7 @@ class ShardSink {
   std::uint64_t shards_published_ = 0;
   std::uint64_t shard_bytes_ = 0;
   std::uint64_t payload_bytes_ = 0;
-  // Hash of each key -> the first sample with it (keys compared on a hit).
-  std::unordered_map<std::uint64_t, std::uint64_t> key_hashes_;
+  TakenKeys taken_keys_;
   bool finished_ = false;
   OwnerProcess owner_;  // a forked child's copy writes nothing and removes nothing
   Status broken_;       // the write error that left a shard half-written

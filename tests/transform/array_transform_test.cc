@@ -51,7 +51,7 @@ std::uint16_t At(const HostTensor& t, int y, int x, int c, bool chw) {
   return v;
 }
 
-TransformStep Step(std::string name, std::vector<std::pair<std::string, std::vector<double>>> args) {
+TransformStep ArrayStep(std::string name, std::vector<std::pair<std::string, std::vector<double>>> args) {
   return TransformStep{std::move(name), std::move(args), {}, {}};
 }
 
@@ -62,7 +62,8 @@ TEST(ArrayTransform, RandomCropsCopyAWindowInsideTheArrayInEitherLayout) {
       HostTensor t = Numbered(7, 9, 3, chw);
       Rng rng(1, sample);
       std::vector<std::byte> scratch;
-      ASSERT_OK(ApplyArrayTransform({Step("RandomCrop", {{"size", {4, 5}}})}, chw ? "CHW" : "HWC", rng, t, scratch));
+      ASSERT_OK(
+          ApplyArrayTransform({ArrayStep("RandomCrop", {{"size", {4, 5}}})}, chw ? "CHW" : "HWC", rng, t, scratch));
       ASSERT_EQ(t.shape, chw ? (std::vector<std::int64_t>{3, 4, 5}) : (std::vector<std::int64_t>{4, 5, 3}));
       ASSERT_EQ(t.data.size(), 4u * 5 * 3 * 2);
       const int top = At(t, 0, 0, 0, chw) / 10, left = At(t, 0, 0, 0, chw) % 10;
@@ -83,7 +84,7 @@ TEST(ArrayTransform, CenterCropRoundsAsTorchvisionAndTwoDimensionalArraysWork) {
     HostTensor t = Numbered(7, 9, 0, false);
     Rng rng(0, 0);
     std::vector<std::byte> scratch;
-    ASSERT_OK(ApplyArrayTransform({Step("CenterCrop", {{"size", {4}}})}, layout, rng, t, scratch));
+    ASSERT_OK(ApplyArrayTransform({ArrayStep("CenterCrop", {{"size", {4}}})}, layout, rng, t, scratch));
     EXPECT_EQ(t.shape, (std::vector<std::int64_t>{4, 4}));
     EXPECT_EQ(At(t, 0, 0, 0, false), 10 * 2 + 2);  // round(1.5) = 2, round(2.5) = 2: half to even
   }
@@ -94,14 +95,15 @@ TEST(ArrayTransform, FlipsMirrorAndNormalizeGivesFloat32ABand) {
     HostTensor t = Numbered(3, 4, 2, chw);
     Rng rng(0, 0);
     std::vector<std::byte> scratch;
-    ASSERT_OK(ApplyArrayTransform({Step("RandomHorizontalFlip", {{"p", {1}}}), Step("RandomVerticalFlip", {{"p", {1}}}),
-                                   Step("RandomHorizontalFlip", {{"p", {0}}})},
-                                  chw ? "CHW" : "HWC", rng, t, scratch));
+    ASSERT_OK(ApplyArrayTransform(
+        {ArrayStep("RandomHorizontalFlip", {{"p", {1}}}), ArrayStep("RandomVerticalFlip", {{"p", {1}}}),
+         ArrayStep("RandomHorizontalFlip", {{"p", {0}}})},
+        chw ? "CHW" : "HWC", rng, t, scratch));
     for (int y = 0; y < 3; ++y)
       for (int x = 0; x < 4; ++x)
         for (int c = 0; c < 2; ++c) ASSERT_EQ(At(t, y, x, c, chw), 1000 * c + 10 * (2 - y) + (3 - x));
-    ASSERT_OK(ApplyArrayTransform({Step("Normalize", {{"mean", {10, 1010}}, {"std", {2, 4}}})}, chw ? "CHW" : "HWC",
-                                  rng, t, scratch));
+    ASSERT_OK(ApplyArrayTransform({ArrayStep("Normalize", {{"mean", {10, 1010}}, {"std", {2, 4}}})},
+                                  chw ? "CHW" : "HWC", rng, t, scratch));
     ASSERT_EQ(t.type, ElementType::kFloat32);
     ASSERT_EQ(t.data.size(), 3u * 4 * 2 * 4);
     // (y, x, c) = (0, 0, 1) holds 1000 + 23 before: (1023 - 1010) / 4.
@@ -118,7 +120,7 @@ TEST(ArrayTransform, FlipsMirrorAndNormalizeGivesFloat32ABand) {
   std::memcpy(half.data.data(), bits, 4);
   Rng rng(0, 0);
   std::vector<std::byte> scratch;
-  ASSERT_OK(ApplyArrayTransform({Step("Normalize", {{"mean", {1}}, {"std", {0.5}}})}, "HWC", rng, half, scratch));
+  ASSERT_OK(ApplyArrayTransform({ArrayStep("Normalize", {{"mean", {1}}, {"std", {0.5}}})}, "HWC", rng, half, scratch));
   float out[2];
   std::memcpy(out, half.data.data(), 8);
   EXPECT_FLOAT_EQ(out[0], 1.0f);
@@ -126,8 +128,8 @@ TEST(ArrayTransform, FlipsMirrorAndNormalizeGivesFloat32ABand) {
 }
 
 TEST(ArrayTransform, ArraysOfOneSizeGivenTheSameStepsShareTheSamplesDraws) {
-  const std::vector<TransformStep> steps = {Step("RandomCrop", {{"size", {5, 5}}}),
-                                            Step("RandomHorizontalFlip", {{"p", {0.5}}})};
+  const std::vector<TransformStep> steps = {ArrayStep("RandomCrop", {{"size", {5, 5}}}),
+                                            ArrayStep("RandomHorizontalFlip", {{"p", {0.5}}})};
   int differ = 0;
   for (std::uint64_t sample = 0; sample < 50; ++sample) {
     HostTensor bands = Numbered(12, 12, 4, false), labels = Numbered(12, 12, 0, false);
@@ -146,12 +148,12 @@ TEST(ArrayTransform, ArraysOfOneSizeGivenTheSameStepsShareTheSamplesDraws) {
 
 TEST(ArrayTransform, WhatIsNotTakenIsRefusedByName) {
   const std::pair<std::vector<TransformStep>, std::string> cases[] = {
-      {{Step("RandomRotation", {{"degrees", {10}}})}, "not RandomRotation"},
-      {{Step("RandomCrop", {{"size", {4}}, {"padding", {2}}})}, "padding is not taken"},
-      {{Step("RandomCrop", {{"size", {0}}})}, "size 0 is no positive integer"},
-      {{Step("RandomHorizontalFlip", {{"p", {1.5}}})}, "p = 1.5 is not in [0, 1]"},
-      {{Step("Normalize", {{"mean", {1}}, {"std", {0}}})}, "std 0 is not positive"},
-      {{Step("CenterCrop", {{"size", {4}}, {"fill", {1}}})}, "argument 'fill' is not taken"},
+      {{ArrayStep("RandomRotation", {{"degrees", {10}}})}, "not RandomRotation"},
+      {{ArrayStep("RandomCrop", {{"size", {4}}, {"padding", {2}}})}, "padding is not taken"},
+      {{ArrayStep("RandomCrop", {{"size", {0}}})}, "size 0 is no positive integer"},
+      {{ArrayStep("RandomHorizontalFlip", {{"p", {1.5}}})}, "p = 1.5 is not in [0, 1]"},
+      {{ArrayStep("Normalize", {{"mean", {1}}, {"std", {0}}})}, "std 0 is not positive"},
+      {{ArrayStep("CenterCrop", {{"size", {4}}, {"fill", {1}}})}, "argument 'fill' is not taken"},
   };
   for (const auto& [steps, says] : cases) {
     Status s = CheckArrayTransform(steps, "HWC");
@@ -163,15 +165,15 @@ TEST(ArrayTransform, WhatIsNotTakenIsRefusedByName) {
   Rng rng(0, 0);
   std::vector<std::byte> scratch;
   HostTensor small = Numbered(3, 4, 2, false);
-  Status s = ApplyArrayTransform({Step("RandomCrop", {{"size", {4, 4}}})}, "HWC", rng, small, scratch);
+  Status s = ApplyArrayTransform({ArrayStep("RandomCrop", {{"size", {4, 4}}})}, "HWC", rng, small, scratch);
   EXPECT_NE(s.message().find("RandomCrop of 4x4 from an array of 3x4"), std::string::npos) << s.message();
   HostTensor bands = Numbered(3, 4, 2, false);
-  s = ApplyArrayTransform({Step("Normalize", {{"mean", {1, 2, 3}}, {"std", {1}}})}, "HWC", rng, bands, scratch);
+  s = ApplyArrayTransform({ArrayStep("Normalize", {{"mean", {1, 2, 3}}, {"std", {1}}})}, "HWC", rng, bands, scratch);
   EXPECT_NE(s.message().find("3 means and 1 stds for an array of 2 bands"), std::string::npos) << s.message();
   HostTensor four_d;
   four_d.shape = {1, 2, 2, 1};
   four_d.data.resize(4);
-  s = ApplyArrayTransform({Step("RandomVerticalFlip", {})}, "HWC", rng, four_d, scratch);
+  s = ApplyArrayTransform({ArrayStep("RandomVerticalFlip", {})}, "HWC", rng, four_d, scratch);
   EXPECT_NE(s.message().find("not shape [1, 2, 2, 1]"), std::string::npos) << s.message();
 }
 
@@ -180,7 +182,7 @@ TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAnt
   std::vector<std::byte> scratch;
   for (bool chw : {false, true}) {
     HostTensor t = Numbered(4, 6, 2, chw);
-    TransformStep nearest = Step("Resize", {{"size", {3, 4}}});
+    TransformStep nearest = ArrayStep("Resize", {{"size", {3, 4}}});
     nearest.words = {{"interpolation", "nearest"}};
     ASSERT_OK(ApplyArrayTransform({nearest}, chw ? "CHW" : "HWC", rng, t, scratch));
     // torch: source floor(i * in / out): rows 0, 1, 2 of 4; columns 0, 1, 3, 4 of 6.
@@ -196,7 +198,7 @@ TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAnt
   const float two[] = {1, 2};
   row.data.resize(sizeof two);
   std::memcpy(row.data.data(), two, sizeof two);
-  ASSERT_OK(ApplyArrayTransform({Step("Resize", {{"size", {1, 4}}})}, "HWC", rng, row, scratch));
+  ASSERT_OK(ApplyArrayTransform({ArrayStep("Resize", {{"size", {1, 4}}})}, "HWC", rng, row, scratch));
   ASSERT_EQ(row.shape, (std::vector<std::int64_t>{1, 4}));
   float four[4];
   std::memcpy(four, row.data.data(), sizeof four);
@@ -209,7 +211,7 @@ TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAnt
   bytes.type = ElementType::kUInt8;
   bytes.shape = {1, 4};
   bytes.data = {std::byte{0}, std::byte{70}, std::byte{140}, std::byte{210}};
-  ASSERT_OK(ApplyArrayTransform({Step("Resize", {{"size", {1, 2}}})}, "HWC", rng, bytes, scratch));
+  ASSERT_OK(ApplyArrayTransform({ArrayStep("Resize", {{"size", {1, 2}}})}, "HWC", rng, bytes, scratch));
   ASSERT_EQ(bytes.data.size(), 2u);
   EXPECT_EQ(static_cast<int>(bytes.data[0]), 50);   // (0 * 3 + 70 * 3 + 140 * 1) / 7
   EXPECT_EQ(static_cast<int>(bytes.data[1]), 160);  // (70 * 1 + 140 * 3 + 210 * 3) / 7
@@ -221,13 +223,15 @@ TEST(ArrayTransform, ResizeNearestPicksTorchsSourcesAndBilinearFiltersAsTorchAnt
   flags.type = ElementType::kBool;
   flags.shape = {2, 2};
   flags.data.resize(4);
-  EXPECT_NE(ApplyArrayTransform({Step("Resize", {{"size", {1}}})}, "HWC", rng, flags, scratch).message().find("bool"),
-            std::string::npos);
-  HostTensor wide = Numbered(2, 3, 0, false);  // a 2:3 array's shorter side to 1e5: 1e5 x 1.5e5 pixels
   EXPECT_NE(
-      ApplyArrayTransform({Step("Resize", {{"size", {100000}}})}, "HWC", rng, wide, scratch).message().find("at most"),
+      ApplyArrayTransform({ArrayStep("Resize", {{"size", {1}}})}, "HWC", rng, flags, scratch).message().find("bool"),
       std::string::npos);
-  TransformStep bicubic = Step("Resize", {{"size", {4}}});
+  HostTensor wide = Numbered(2, 3, 0, false);  // a 2:3 array's shorter side to 1e5: 1e5 x 1.5e5 pixels
+  EXPECT_NE(ApplyArrayTransform({ArrayStep("Resize", {{"size", {100000}}})}, "HWC", rng, wide, scratch)
+                .message()
+                .find("at most"),
+            std::string::npos);
+  TransformStep bicubic = ArrayStep("Resize", {{"size", {4}}});
   bicubic.words = {{"interpolation", "bicubic"}};
   EXPECT_NE(CheckArrayTransform({bicubic}, "HWC").message().find("'bicubic' is not taken"), std::string::npos);
 }
