@@ -221,7 +221,7 @@ def test_inspect_and_verify_a_token_dataset(cli, tmp_path):
     bad = cli("verify", tmp_path / "c", "--vocab-size", "1000", check=False)
     assert bad.returncode == 1
     assert "document 3 holds token 1000 at position 7, outside the vocabulary (vocab_size 1000)" in bad.stderr
-    assert "1 problems" in bad.stdout
+    assert "1 problem" in bad.stdout and "1 problems" not in bad.stdout
     report = json.loads(cli("verify", tmp_path / "c", "--vocab-size", "1000", "--json", check=False).stdout)
     assert report["ok"] is False and report["problems"][0]["document"] == 3 and report["max_token"] == 1000
     stoker.write_tokens(tmp_path / "ended", [[4, 9, 0], [8, 0], [5, 6]])  # the last lacks its end token 0

@@ -118,7 +118,8 @@ int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool js
                        : "";
   const std::string ends = args.eos ? fmt::format("; each document to end with {}", *args.eos) : "";
   fmt::print("{}: checked {} documents, {} tokens{}{}: {}\n", stoker::Printable(prefix), r.documents_checked,
-             r.tokens_checked, ids, ends, r.ok() ? "OK" : fmt::format("{} problems", r.problems_total));
+             r.tokens_checked, ids, ends,
+             r.ok() ? "OK" : fmt::format("{} problem{}", r.problems_total, r.problems_total == 1 ? "" : "s"));
   return r.ok() ? kExitOk : kExitError;
 }
 

@@ -85,7 +85,9 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
                 : "";
     fmt::print("{}: checked {} samples in {} shards ({}){}: {}\n", Printable((*dataset)->index_path()),
                report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked), decode_note,
-               report->ok() ? "OK" : fmt::format("{} problems", report->problems.size()));
+               report->ok()
+                   ? "OK"
+                   : fmt::format("{} problem{}", report->problems.size(), report->problems.size() == 1 ? "" : "s"));
   }
   return report->ok() ? kExitOk : kExitError;
 }
