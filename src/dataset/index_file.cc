@@ -1,6 +1,9 @@
 #include "dataset/index_file.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
 
 namespace stoker {
 namespace {
@@ -33,6 +36,22 @@ class ScratchByteStore final : public index_format::ByteStore {
     return Status::Ok();
   }
   [[nodiscard]] std::uint64_t size() const override { return size_; }
+  [[nodiscard]] Status ReadAt(std::uint64_t offset, std::span<std::byte> out) const override {
+    if (offset > size_ || out.size() > size_ - offset)
+      return Status::Internal(
+          fmt::format("a read of {} bytes at {} past a scratch store of {} bytes", out.size(), offset, size_));
+    // The part in the file, then the part still in the block.
+    std::size_t done = 0;
+    if (offset < written_) {
+      done = static_cast<std::size_t>(std::min<std::uint64_t>(written_ - offset, out.size()));
+      STOKER_RETURN_IF_ERROR(file_->ReadExactAt(offset, out.first(done)));
+    }
+    if (done < out.size()) {
+      const auto at = static_cast<std::size_t>(offset + done - written_);
+      std::memcpy(out.data() + done, block_.data() + at, out.size() - done);
+    }
+    return Status::Ok();
+  }
   [[nodiscard]] Status WriteTo(index_format::ByteSink& out) const override {
     std::vector<std::byte> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(written_, block_bytes_)));
     for (std::uint64_t at = 0; at < written_;) {
@@ -59,11 +78,22 @@ class ScratchByteStore final : public index_format::ByteStore {
 
 }  // namespace
 
-std::unique_ptr<index_format::ByteStore> RestartStoreFor(FileSystem& fs, const std::string& dir,
-                                                         std::size_t block_bytes) {
+namespace {
+
+std::unique_ptr<index_format::ByteStore> StoreIn(FileSystem& fs, const std::string& dir, std::size_t block_bytes) {
   auto scratch = fs.CreateScratch(dir);
   if (!scratch.ok()) return std::make_unique<index_format::MemoryByteStore>();
   return std::make_unique<ScratchByteStore>(std::move(*scratch), std::max<std::size_t>(block_bytes, 1));
+}
+
+}  // namespace
+
+index_format::IndexBuilder::Stores BuilderStoresFor(FileSystem& fs, const std::string& dir, std::size_t block_bytes) {
+  index_format::IndexBuilder::Stores stores;
+  stores.records = StoreIn(fs, dir, block_bytes);
+  stores.keys = StoreIn(fs, dir, block_bytes);
+  stores.restart_tables = StoreIn(fs, dir, block_bytes);
+  return stores;
 }
 
 Status WriteIndexFile(FileSystem& fs, const std::string& path,

@@ -17,11 +17,12 @@ namespace stoker {
 [[nodiscard]] Status WriteIndexFile(FileSystem& fs, const std::string& path,
                                     const std::function<Status(index_format::ByteSink&)>& write);
 
-// Where an IndexBuilder writing into `dir` keeps its restart tables (about
-// 0.5-1 KB a seekable JPEG: 1 GB for ImageNet): a scratch file there,
-// appended and read back in blocks of `block_bytes`, or memory where `fs`
-// has none.
-[[nodiscard]] std::unique_ptr<index_format::ByteStore> RestartStoreFor(FileSystem& fs, const std::string& dir,
-                                                                       std::size_t block_bytes = std::size_t{1} << 20);
+// Where an IndexBuilder writing into `dir` keeps what it gathers per
+// sample until the index is written (records and keys, about 100 bytes a
+// sample; restart tables, about 0.5-1 KB a seekable JPEG: 1 GB for
+// ImageNet): three scratch files there, appended and read back in blocks of
+// `block_bytes`, or memory where `fs` has none.
+[[nodiscard]] index_format::IndexBuilder::Stores BuilderStoresFor(FileSystem& fs, const std::string& dir,
+                                                                  std::size_t block_bytes = std::size_t{1} << 20);
 
 }  // namespace stoker

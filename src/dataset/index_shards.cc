@@ -70,7 +70,7 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
   const fs_std::path index_dir = fs_std::absolute(fs_std::path(summary.index_path)).parent_path();
 
   index_format::IndexBuilder builder;
-  builder.SetRestartStore(RestartStoreFor(fs, index_dir.string()));
+  builder.SetStores(BuilderStoresFor(fs, index_dir.string()));
   std::vector<index_format::IndexBuilder::Field> fields;
   std::vector<SeekableTable> restarts;  // the fields' tables (their spans point here)
   for (std::size_t i = 0; i < paths.size(); ++i) {

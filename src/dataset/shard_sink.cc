@@ -139,7 +139,7 @@ Result<std::unique_ptr<ShardSink>> ShardSink::Create(FileSystem& fs, std::string
   STOKER_RETURN_IF_ERROR(CheckTargetShardBytes(target_shard_bytes));
   STOKER_RETURN_IF_ERROR(PrepareOutput(fs, out_dir, overwrite, force_hint));
   auto sink = std::unique_ptr<ShardSink>(new ShardSink(fs, out_dir, target_shard_bytes, overwrite));
-  sink->builder_.SetRestartStore(RestartStoreFor(fs, out_dir));
+  sink->builder_.SetStores(BuilderStoresFor(fs, out_dir));
   return sink;
 }
 
@@ -177,7 +177,9 @@ Status ShardSink::Add(std::string_view key, std::int64_t label, std::span<const 
   if (!broken_.ok())
     return Status::FailedPrecondition(
         fmt::format("an earlier error left this dataset unfinished ({}); start it again", broken_.message()));
-  if (const auto taken = taken_keys_.Find(key, [this](std::uint64_t sample) { return builder_.key(sample); }))
+  STOKER_ASSIGN_OR_RETURN(const std::optional<std::uint64_t> taken,
+                          taken_keys_.Find(key, [this](std::uint64_t sample) { return builder_.Key(sample); }));
+  if (taken)
     return Status::InvalidArgument(
         fmt::format("sample key '{}' given twice (samples {} and {}); each sample needs a key of its own",
                     Printable(key), *taken, builder_.num_samples()));

@@ -25,16 +25,18 @@ std::uint64_t TakenKeys::SlotHash(std::string_view key) const {
   return h != 0 ? h : 1;
 }
 
-std::optional<std::uint64_t> TakenKeys::Find(std::string_view key, const KeyOf& key_of) const {
+Result<std::optional<std::uint64_t>> TakenKeys::Find(std::string_view key, const KeyOf& key_of) const {
   const std::uint64_t hash = SlotHash(key);
   const Table& table = tables_[hash >> 56];
-  if (table.empty()) return std::nullopt;
+  if (table.empty()) return std::optional<std::uint64_t>();
   // Linear probing: every key with this hash sits between its home slot and
   // the next empty one.
   for (std::size_t i = Home(table, hash);; i = (i + 1) & (table.size() - 1)) {
     const Slot& slot = table[i];
-    if (slot.hash == 0) return std::nullopt;
-    if (slot.hash == hash && key_of(slot.sample) == key) return slot.sample;
+    if (slot.hash == 0) return std::optional<std::uint64_t>();
+    if (slot.hash != hash) continue;
+    STOKER_ASSIGN_OR_RETURN(const std::string taken, key_of(slot.sample));
+    if (taken == key) return std::optional<std::uint64_t>(slot.sample);
   }
 }
 

@@ -13,22 +13,25 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include "stoker/status.h"
 
 namespace stoker::pack_internal {
 
 class TakenKeys {
  public:
   using Hash = std::uint64_t (*)(std::string_view key);
-  // The writer's key of a sample it holds.
-  using KeyOf = std::function<std::string_view(std::uint64_t sample)>;
+  // The writer's key of a sample it holds (read back from its store).
+  using KeyOf = std::function<Result<std::string>(std::uint64_t sample)>;
 
   // `hash`: XXH3-64 by default; tests give a poor one to make keys collide.
   explicit TakenKeys(Hash hash = nullptr);
 
-  // The sample that took `key`, if one did.
-  [[nodiscard]] std::optional<std::uint64_t> Find(std::string_view key, const KeyOf& key_of) const;
+  // The sample that took `key`, if one did; key_of's error, if it fails.
+  [[nodiscard]] Result<std::optional<std::uint64_t>> Find(std::string_view key, const KeyOf& key_of) const;
   // Records `key` as taken by `sample`; the caller Finds it first.
   void Add(std::string_view key, std::uint64_t sample);
 

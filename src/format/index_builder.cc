@@ -1,6 +1,8 @@
 // IndexBuilder: an index's tables gathered sample by sample, then written
 // through WriteIndex (format/index_writer.h).
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -10,19 +12,103 @@
 
 namespace stoker::index_format {
 
-IndexBuilder::IndexBuilder() : restart_store_(std::make_unique<MemoryByteStore>()) {}
+namespace {
+
+// A sample as the builder keeps it until the index is written, in native
+// byte order (it never leaves the process): a header, then its fields'
+// slots, then its restart entries.
+struct RawHeader {
+  std::uint32_t shard, key_len;
+  std::int64_t label;
+  std::uint64_t checksum;
+  std::uint32_t num_slots, num_restarts;
+};
+struct RawSlot {
+  std::uint32_t field_id, unused;
+  std::uint64_t offset, size;
+};
+struct RawRestart {
+  std::uint32_t field_id, entries;
+  std::uint64_t bytes;  // its table's, in the restart tables' store
+};
+
+template <typename T>
+void AppendRaw(std::vector<std::byte>& out, const T& value) {
+  const std::size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &value, sizeof(T));
+}
+
+template <typename T>
+T ReadRaw(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+// Takes a store of raw samples in pieces of any size (ByteStore::WriteTo)
+// and calls `each(sample, header, slots, restarts)` for each whole one.
+template <typename Each>
+class RawSampleReader final : public ByteSink {
+ public:
+  explicit RawSampleReader(Each each) : each_(std::move(each)) {}
+  [[nodiscard]] Status Write(std::span<const std::byte> bytes) override {
+    pending_.insert(pending_.end(), bytes.begin(), bytes.end());
+    std::size_t at = 0;
+    while (pending_.size() - at >= sizeof(RawHeader)) {
+      const auto header = ReadRaw<RawHeader>(pending_.data() + at);
+      const std::size_t size = sizeof(RawHeader) + std::size_t{header.num_slots} * sizeof(RawSlot) +
+                               std::size_t{header.num_restarts} * sizeof(RawRestart);
+      if (pending_.size() - at < size) break;
+      const std::byte* slots = pending_.data() + at + sizeof(RawHeader);
+      const std::byte* restarts = slots + std::size_t{header.num_slots} * sizeof(RawSlot);
+      STOKER_RETURN_IF_ERROR(each_(sample_++, header, slots, restarts));
+      at += size;
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(at));
+    return Status::Ok();
+  }
+  // After the store's last piece: Internal when a sample was cut short.
+  [[nodiscard]] Status Finish(std::uint64_t expected_samples) const {
+    if (!pending_.empty() || sample_ != expected_samples)
+      return Status::Internal(fmt::format("index builder: {} samples read back of {}, {} bytes left over", sample_,
+                                          expected_samples, pending_.size()));
+    return Status::Ok();
+  }
+
+ private:
+  Each each_;
+  std::vector<std::byte> pending_;
+  std::uint64_t sample_ = 0;
+};
+
+// Reads `store`'s raw samples through `each`.
+template <typename Each>
+Status ForEachRawSample(const ByteStore& store, std::uint64_t samples, Each each) {
+  RawSampleReader<Each> reader(std::move(each));
+  STOKER_RETURN_IF_ERROR(store.WriteTo(reader));
+  return reader.Finish(samples);
+}
+
+}  // namespace
+
+IndexBuilder::IndexBuilder() {
+  SetStores({});
+}
 IndexBuilder::~IndexBuilder() = default;
 IndexBuilder::IndexBuilder(IndexBuilder&&) noexcept = default;
 IndexBuilder& IndexBuilder::operator=(IndexBuilder&&) noexcept = default;
 
-void IndexBuilder::SetRestartStore(std::unique_ptr<ByteStore> store) {
-  restart_store_ = std::move(store);
+void IndexBuilder::SetStores(Stores stores) {
+  for (std::unique_ptr<ByteStore>* store : {&stores.records, &stores.keys, &stores.restart_tables})
+    if (*store == nullptr) *store = std::make_unique<MemoryByteStore>();
+  stores_ = std::move(stores);
 }
 
 std::uint32_t IndexBuilder::AddShard(std::string path) {
   ShardEntry shard;
   shard.path = std::move(path);
-  shard.first_sample = samples_.size();
+  shard.first_sample = num_samples_;
   shards_.push_back(std::move(shard));
   return static_cast<std::uint32_t>(shards_.size() - 1);
 }
@@ -38,8 +124,9 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     return Status::Internal(fmt::format("index builder: sample '{}' added to shard {} out of order", key, shard));
   if (key.size() > UINT32_MAX)
     return Status::InvalidArgument(fmt::format("sample key of {} bytes is too long", key.size()));
-  Sample s{shard,         static_cast<std::uint32_t>(key.size()),   keys_.size(), label, checksum,
-           slots_.size(), static_cast<std::uint32_t>(fields.size())};
+  record_scratch_.clear();
+  AppendRaw(record_scratch_, RawHeader{shard, static_cast<std::uint32_t>(key.size()), label, checksum,
+                                       static_cast<std::uint32_t>(fields.size()), 0});
   for (std::size_t i = 0; i < fields.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (fields[i].name == fields[j].name)
@@ -79,7 +166,7 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
     totals.kind_set = true;
     totals.samples++;
     totals.bytes += fields[i].size;
-    slots_.push_back({id, fields[i].offset, fields[i].size});
+    AppendRaw(record_scratch_, RawSlot{id, 0, fields[i].offset, fields[i].size});
   }
   // The sample's restart tables in field-name order, the index's, so that the store holds them as written.
   std::vector<std::size_t> seekable;
@@ -94,15 +181,38 @@ Status IndexBuilder::AddSample(std::uint32_t shard, std::string_view key, std::i
       AppendRestartTable(fields[i].restarts, MakeRegionRecord(fields, i), restart_scratch_);
       const auto id = static_cast<std::uint32_t>(std::find(field_names_.begin(), field_names_.end(), fields[i].name) -
                                                  field_names_.begin());
-      restarts_.push_back({samples_.size(), id, static_cast<std::uint32_t>(fields[i].restarts.size()),
-                           restart_scratch_.size() - before});
+      AppendRaw(record_scratch_, RawRestart{id, static_cast<std::uint32_t>(fields[i].restarts.size()),
+                                            restart_scratch_.size() - before});
     }
-    STOKER_RETURN_IF_ERROR(restart_store_->Append(restart_scratch_));
+    const auto restarts = static_cast<std::uint32_t>(seekable.size());
+    std::memcpy(record_scratch_.data() + offsetof(RawHeader, num_restarts), &restarts, sizeof(restarts));
+    STOKER_RETURN_IF_ERROR(stores_.restart_tables->Append(restart_scratch_));
+    restart_entries_ += restarts;
   }
-  keys_.append(key);
-  samples_.push_back(s);
+  if (num_samples_ % kKeyStride == 0) key_offsets_.push_back(stores_.keys->size());
+  STOKER_RETURN_IF_ERROR(stores_.keys->Append(std::as_bytes(std::span(key))));
+  STOKER_RETURN_IF_ERROR(stores_.records->Append(record_scratch_));
+  if (key.size() >= kLongKey) long_key_lengths_.emplace_back(num_samples_, key.size());
+  key_lengths_.push_back(static_cast<std::uint16_t>(std::min<std::size_t>(key.size(), kLongKey)));
+  ++num_samples_;
   shards_.back().num_samples++;
   return Status::Ok();
+}
+
+std::uint64_t IndexBuilder::KeyLength(std::uint64_t i) const {
+  if (key_lengths_[i] != kLongKey) return key_lengths_[i];
+  const auto it = std::lower_bound(long_key_lengths_.begin(), long_key_lengths_.end(),
+                                   std::pair<std::uint64_t, std::uint64_t>{i, 0});
+  return it->second;
+}
+
+Result<std::string> IndexBuilder::Key(std::uint64_t i) const {
+  if (i >= num_samples_) return Status::Internal(fmt::format("index builder: key of sample {} of {}", i, num_samples_));
+  std::uint64_t offset = key_offsets_[i / kKeyStride];
+  for (std::uint64_t j = i - i % kKeyStride; j < i; ++j) offset += KeyLength(j);
+  std::string key(KeyLength(i), '\0');
+  STOKER_RETURN_IF_ERROR(stores_.keys->ReadAt(offset, std::as_writable_bytes(std::span(key))));
+  return key;
 }
 
 // The builder's samples as the index's sections, fields in name order.
@@ -112,28 +222,36 @@ class IndexBuilder::Sections final : public IndexSections {
 
   Status WriteRecords(ByteSink& out) override {
     std::vector<std::byte> record(RecordSize(rank_.size()));
-    for (const Sample& s : b_.samples_) {
-      EncodeRecord(record.data(), s.shard, s.key_len, s.key_offset, s.label, s.checksum, rank_.size());
-      for (std::uint32_t k = 0; k < s.num_slots; ++k) {
-        const Slot& slot = b_.slots_[s.first_slot + k];
-        EncodeFieldSlot(record.data(), rank_[slot.field_id], slot.offset, slot.size);
-      }
-      STOKER_RETURN_IF_ERROR(out.Write(record));
-    }
-    return Status::Ok();
+    std::uint64_t key_offset = 0;
+    return ForEachRawSample(*b_.stores_.records, b_.num_samples_,
+                            [&](std::uint64_t, const RawHeader& h, const std::byte* slots, const std::byte*) -> Status {
+                              EncodeRecord(record.data(), h.shard, h.key_len, key_offset, h.label, h.checksum,
+                                           rank_.size());
+                              key_offset += h.key_len;
+                              for (std::uint32_t k = 0; k < h.num_slots; ++k) {
+                                const auto slot = ReadRaw<RawSlot>(slots + std::size_t{k} * sizeof(RawSlot));
+                                EncodeFieldSlot(record.data(), rank_[slot.field_id], slot.offset, slot.size);
+                              }
+                              return out.Write(record);
+                            });
   }
-  Status WriteKeys(ByteSink& out) override { return out.Write(std::as_bytes(std::span(b_.keys_))); }
+  Status WriteKeys(ByteSink& out) override { return b_.stores_.keys->WriteTo(out); }
   Status WriteRestartEntries(ByteSink& out) override {
     std::uint64_t next = 0;
     std::byte entry[kRestartEntrySize];
-    for (const Restarts& r : b_.restarts_) {
-      EncodeRestartEntry(entry, r.sample, rank_[r.field_id], r.entries, next);
-      STOKER_RETURN_IF_ERROR(out.Write(entry));
-      next += r.bytes;
-    }
-    return Status::Ok();
+    return ForEachRawSample(
+        *b_.stores_.records, b_.num_samples_,
+        [&](std::uint64_t sample, const RawHeader& h, const std::byte*, const std::byte* restarts) -> Status {
+          for (std::uint32_t k = 0; k < h.num_restarts; ++k) {
+            const auto r = ReadRaw<RawRestart>(restarts + std::size_t{k} * sizeof(RawRestart));
+            EncodeRestartEntry(entry, sample, rank_[r.field_id], r.entries, next);
+            STOKER_RETURN_IF_ERROR(out.Write(entry));
+            next += r.bytes;
+          }
+          return Status::Ok();
+        });
   }
-  Status WriteRestartPool(ByteSink& out) override { return b_.restart_store_->WriteTo(out); }
+  Status WriteRestartPool(ByteSink& out) override { return b_.stores_.restart_tables->WriteTo(out); }
 
  private:
   const IndexBuilder& b_;
@@ -156,12 +274,12 @@ Status IndexBuilder::FinishTo(ByteSink& out) const {
     field.bytes = field_totals_[id].bytes;
   }
   tables.shards = shards_;
-  tables.num_samples = samples_.size();
-  tables.keys_bytes = keys_.size();
+  tables.num_samples = num_samples_;
+  tables.keys_bytes = stores_.keys->size();
   tables.skipped_members = skipped_members_;
   tables.note = note_;
-  tables.restart_entries = restarts_.size();
-  tables.restart_pool_bytes = restart_store_->size();
+  tables.restart_entries = restart_entries_;
+  tables.restart_pool_bytes = stores_.restart_tables->size();
   Sections sections(*this, rank);
   return WriteIndex(tables, sections, out);
 }

@@ -241,9 +241,14 @@ void AppendRestartVarints(std::span<const std::uint32_t> table, std::vector<std:
 class ByteSink;   // format/index_writer.h
 class ByteStore;  // format/index_writer.h
 
-// Builds an index in memory. Samples must arrive grouped by shard, in shard
-// order. Field ids are assigned by first appearance and sorted by name at
-// Finish(), so output is a pure function of the input.
+// Builds an index from samples added one by one. Samples must arrive
+// grouped by shard, in shard order. Field ids are assigned by first
+// appearance and sorted by name at Finish(), so output is a pure function
+// of the input. What each sample brings (its record, key and restart
+// tables) waits in ByteStores, memory unless set, so that a pack of tens of
+// millions of samples can keep it in scratch files: the builder itself
+// holds about 2 bytes a sample (its key's length), plus its fields and
+// shards.
 class IndexBuilder {
  public:
   IndexBuilder();
@@ -270,22 +275,24 @@ class IndexBuilder {
     // index merged from others, which never reads the shards).
     const RegionRecord* region = nullptr;
   };
-  // Where restart tables wait until the index is written (memory unless
-  // set; a scratch file for large packs). Set it before the first sample.
-  void SetRestartStore(std::unique_ptr<ByteStore> store);
+  // Where the samples' records (with their restart entries), keys and
+  // restart tables wait until the index is written. Set them before the
+  // first sample; a null one stays in memory.
+  struct Stores {
+    std::unique_ptr<ByteStore> records, keys, restart_tables;
+  };
+  void SetStores(Stores stores);
   // Returns the shard id.
   std::uint32_t AddShard(std::string path);
   // Sets the size and checksum of a shard once it is complete.
   void SetShardContents(std::uint32_t shard, std::uint64_t size, std::uint64_t checksum);
   // Each field's kind code is merged over its samples (see Field::kind).
-  // An error from the restart store leaves the builder unusable.
+  // An error from a store leaves the builder unusable.
   [[nodiscard]] Status AddSample(std::uint32_t shard, std::string_view key, std::int64_t label, std::uint64_t checksum,
                                  std::span<const Field> fields);
-  [[nodiscard]] std::uint64_t num_samples() const { return samples_.size(); }
-  // The key of sample `i` (< num_samples()).
-  [[nodiscard]] std::string_view key(std::uint64_t i) const {
-    return std::string_view(keys_).substr(samples_[i].key_offset, samples_[i].key_len);
-  }
+  [[nodiscard]] std::uint64_t num_samples() const { return num_samples_; }
+  // The key of sample `i` (< num_samples()), read back from the keys' store.
+  [[nodiscard]] Result<std::string> Key(std::uint64_t i) const;
   // Tar members left out of the shards' samples (recorded in the header).
   void SetSkippedMembers(std::uint64_t count) { skipped_members_ = count; }
   // A note for readers (JSON, at most kMaxNoteBytes); none when empty.
@@ -296,20 +303,6 @@ class IndexBuilder {
   [[nodiscard]] Status FinishTo(ByteSink& out) const;
 
  private:
-  struct Sample {
-    std::uint32_t shard;
-    std::uint32_t key_len;
-    std::uint64_t key_offset;
-    std::int64_t label;
-    std::uint64_t checksum;
-    std::uint64_t first_slot;
-    std::uint32_t num_slots;
-  };
-  struct Slot {
-    std::uint32_t field_id;
-    std::uint64_t offset;
-    std::uint64_t size;
-  };
   std::vector<ShardEntry> shards_;
   struct FieldTotals {
     std::uint8_t kind = kKindNotRecorded;
@@ -318,23 +311,25 @@ class IndexBuilder {
   };
   std::vector<std::string> field_names_;   // by id
   std::vector<FieldTotals> field_totals_;  // by id
-  std::vector<Sample> samples_;
-  std::vector<Slot> slots_;
   class Sections;
   // Field `i`'s region record (version 7): as given, or made from the payloads.
   static RegionRecord MakeRegionRecord(std::span<const Field> fields, std::size_t i);
-  // One per restart table, in the index's order (by sample, then field
-  // name); the tables wait in restart_store_ in the same order.
-  struct Restarts {
-    std::uint64_t sample;
-    std::uint32_t field_id;
-    std::uint32_t entries;
-    std::uint64_t bytes;  // in the store
-  };
-  std::vector<Restarts> restarts_;
-  std::unique_ptr<ByteStore> restart_store_;
-  std::vector<std::byte> restart_scratch_;  // a sample's tables, encoded
-  std::string keys_;
+  [[nodiscard]] std::uint64_t KeyLength(std::uint64_t i) const;
+
+  // Each sample's raw record (index_builder.cc: RawRecord) in records_,
+  // its key in keys_, its restart tables (in field-name order, the index's)
+  // in restart_tables_.
+  Stores stores_;
+  std::uint64_t num_samples_ = 0;
+  std::uint64_t restart_entries_ = 0;
+  // To find a key again: each key's length (kLongKey: in long_key_lengths_)
+  // and every kKeyStride-th key's offset.
+  static constexpr std::uint16_t kLongKey = 0xFFFF;
+  static constexpr std::uint64_t kKeyStride = 64;
+  std::vector<std::uint16_t> key_lengths_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> long_key_lengths_;  // (sample, length), by sample
+  std::vector<std::uint64_t> key_offsets_;                                 // of samples 0, kKeyStride, ...
+  std::vector<std::byte> record_scratch_, restart_scratch_;                // a sample's, encoded
   std::uint64_t skipped_members_ = 0;
   std::string note_;
 };

@@ -108,6 +108,14 @@ std::uint8_t WidenKind(std::uint8_t a, std::uint8_t b) {
   return code(FieldKind::kBytes);
 }
 
+Status MemoryByteStore::ReadAt(std::uint64_t offset, std::span<std::byte> out) const {
+  if (offset > bytes_.size() || out.size() > bytes_.size() - offset)
+    return Status::Internal(
+        fmt::format("a read of {} bytes at {} past a store of {} bytes", out.size(), offset, bytes_.size()));
+  if (!out.empty()) std::memcpy(out.data(), bytes_.data() + offset, out.size());
+  return Status::Ok();
+}
+
 void EncodeRecord(std::byte* record, std::uint32_t shard, std::uint32_t key_size, std::uint64_t key_offset,
                   std::int64_t label, std::uint64_t checksum, std::size_t num_fields) {
   Store<std::uint32_t>(record, shard);

@@ -43,9 +43,11 @@ class VectorSink final : public ByteSink {
   std::vector<std::byte>* out_;
 };
 
-// Where IndexBuilder keeps its restart tables until the index is written: in
-// memory, or in a scratch file (dataset/index_file.h) for packs whose tables
-// would not fit (about 0.5-1 KB an image).
+// Where IndexBuilder keeps what it gathers per sample (records, keys,
+// restart tables) until the index is written: in memory, or in scratch
+// files (dataset/index_file.h) for packs whose samples would not fit
+// (records and keys: about 100 bytes a sample; restart tables about 0.5-1 KB
+// an image).
 class ByteStore {
  public:
   virtual ~ByteStore() = default;
@@ -54,6 +56,8 @@ class ByteStore {
   [[nodiscard]] virtual std::uint64_t size() const = 0;
   // Everything appended, in order, to `out`; as often as asked.
   [[nodiscard]] virtual Status WriteTo(ByteSink& out) const = 0;
+  // The bytes appended at [offset, offset + out.size()); Internal past the end.
+  [[nodiscard]] virtual Status ReadAt(std::uint64_t offset, std::span<std::byte> out) const = 0;
 };
 
 class MemoryByteStore final : public ByteStore {
@@ -64,6 +68,7 @@ class MemoryByteStore final : public ByteStore {
   }
   [[nodiscard]] std::uint64_t size() const override { return bytes_.size(); }
   [[nodiscard]] Status WriteTo(ByteSink& out) const override { return out.Write(bytes_); }
+  [[nodiscard]] Status ReadAt(std::uint64_t offset, std::span<std::byte> out) const override;
 
  private:
   std::vector<std::byte> bytes_;

@@ -117,15 +117,17 @@ TEST(FaultInjection, VanishedShardIsReportedByVerify) {
   EXPECT_EQ(report.problems[0].where, "shard-000000.tar");
 }
 
-// A pack's restart tables wait in a scratch file in its folder (blocks of
-// 64 bytes here, so that every path is taken): read back whole, as often as
-// asked; a full disk there is the pack's error; no scratch file means memory.
-TEST(FaultInjection, RestartTablesWaitInAScratchFileThatAFullDiskStops) {
+// A pack's records, keys and restart tables wait in scratch files in its
+// folder (blocks of 64 bytes here, so that every path is taken): read back
+// whole, as often as asked, or in part at any offset; a full disk there is
+// the pack's error; no scratch file means memory.
+TEST(FaultInjection, SamplesWaitInScratchFilesThatAFullDiskStops) {
   TempDir dir;
   FaultFileSystem fs;
   std::string all;
-  auto store = RestartStoreFor(fs, dir.path(), 64);
-  EXPECT_EQ(fs.scratch_files(), 1);
+  auto stores = BuilderStoresFor(fs, dir.path(), 64);
+  EXPECT_EQ(fs.scratch_files(), 3);
+  auto& store = stores.records;
   for (int i = 0; i < 40; ++i) {
     const std::string piece = RandomBytes(static_cast<std::size_t>(i * 7 % 150), i);  // some longer than a block
     all += piece;
@@ -138,15 +140,24 @@ TEST(FaultInjection, RestartTablesWaitInAScratchFileThatAFullDiskStops) {
     ASSERT_TRUE(store->WriteTo(sink).ok());
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(back.data()), back.size()), all) << "pass " << pass;
   }
+  // Ranges in the file, in the block not yet written, and across the two.
+  for (std::size_t at = 0; at < all.size(); at += 37) {
+    const std::size_t n = std::min<std::size_t>(all.size() - at, 1 + at % 90);
+    std::string part(n, '\0');
+    ASSERT_OK(store->ReadAt(at, std::as_writable_bytes(std::span(part))));
+    EXPECT_EQ(part, all.substr(at, n)) << "at " << at;
+  }
+  std::string past(2, '\0');
+  EXPECT_EQ(store->ReadAt(all.size() - 1, std::as_writable_bytes(std::span(past))).code(), StatusCode::kInternal);
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 
   fs.disk_full_for_path_part = "scratch";
-  auto full = RestartStoreFor(fs, dir.path(), 64);
-  Status s = full->Append(testing::Bytes(RandomBytes(100, 1)));
+  auto full = BuilderStoresFor(fs, dir.path(), 64);
+  Status s = full.keys->Append(testing::Bytes(RandomBytes(100, 1)));
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("scratch"), std::string::npos) << s.message();
 
-  // A seekable pack through it: the tables come back as packed; the same with no scratch file.
+  // A seekable pack through them: the samples and tables come back as packed; the same with no scratch file.
   fs.disk_full_for_path_part.clear();
   for (int i = 0; i < 6; ++i)
     WriteFile(dir / ("src/c" + std::to_string(i % 2) + "/" + std::to_string(i) + ".jpg"),
@@ -159,13 +170,63 @@ TEST(FaultInjection, RestartTablesWaitInAScratchFileThatAFullDiskStops) {
     options.seekable_jpeg = true;
     const std::string out = dir / (scratch ? "scratch" : "memory");
     ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "src", out, options));
-    EXPECT_EQ(fs.scratch_files(), before + (scratch ? 1 : 0));
+    EXPECT_EQ(fs.scratch_files(), before + (scratch ? 3 : 0));
     ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(out));
     EXPECT_EQ(dataset->seekable_payloads(), 6u);
     ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
     EXPECT_TRUE(report.ok());
   }
   EXPECT_EQ(testing::ReadFile(dir / "scratch/index.stoker"), testing::ReadFile(dir / "memory/index.stoker"));
+}
+
+// The builder's samples read back from scratch files in blocks of 64 bytes
+// (records cut anywhere between two reads) give the index it builds in
+// memory, byte for byte; and every key reads back, long ones (past 16 bits
+// of length) and across its every-64th-key offsets.
+TEST(FaultInjection, AnIndexBuiltThroughSmallScratchBlocksIsTheOneBuiltInMemory) {
+  TempDir dir;
+  FaultFileSystem fs;
+  index_format::IndexBuilder in_memory, in_scratch;
+  in_scratch.SetStores(BuilderStoresFor(fs, dir.path(), 64));
+  EXPECT_EQ(fs.scratch_files(), 3);
+  std::vector<std::string> keys;
+  std::vector<std::byte> payload(30);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7);
+  const std::vector<std::uint32_t> restarts = {0, 10, 20};
+  for (index_format::IndexBuilder* b : {&in_memory, &in_scratch}) {
+    std::uint32_t shard = 0;
+    for (int i = 0; i < 300; ++i) {
+      if (i % 100 == 0) shard = b->AddShard("shard-" + std::to_string(i / 100) + ".tar");
+      const std::string key = i == 77 ? std::string(70'000, 'k')
+                              : i == 78
+                                  ? std::string(65'535, 'l')
+                                  : "c" + std::to_string(i % 3) + "/" + std::string(i % 40, 'x') + std::to_string(i);
+      if (b == &in_memory) keys.push_back(key);
+      std::vector<index_format::IndexBuilder::Field> fields = {
+          {"cls", std::uint64_t(i) * 1000, 3, index_format::kKindNotRecorded}};
+      if (i % 3 != 0) fields.push_back({"txt", std::uint64_t(i) * 1000 + 512, std::uint64_t(i % 50)});
+      if (i % 4 == 1) {
+        index_format::IndexBuilder::Field jpeg{"jpg", std::uint64_t(i) * 1000 + 1024, payload.size()};
+        jpeg.restarts = restarts;
+        jpeg.geometry = {16, 16, 8};
+        jpeg.payload = payload;
+        fields.push_back(jpeg);
+      }
+      ASSERT_OK(b->AddSample(shard, key, i % 10, std::uint64_t(i) * 31, fields));
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(const std::vector<std::byte> a, in_memory.Finish());
+  ASSERT_OK_AND_ASSIGN(const std::vector<std::byte> b, in_scratch.Finish());
+  EXPECT_EQ(a, b);
+  ASSERT_OK_AND_ASSIGN(auto view, index_format::IndexView::Open(a, "built"));
+  EXPECT_EQ(view.num_samples(), 300u);
+  for (std::uint64_t i = 0; i < keys.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(const std::string from_scratch, in_scratch.Key(i));
+    ASSERT_OK_AND_ASSIGN(const std::string from_memory, in_memory.Key(i));
+    ASSERT_EQ(from_scratch, keys[i]) << "sample " << i;
+    ASSERT_EQ(from_memory, keys[i]) << "sample " << i;
+  }
+  EXPECT_EQ(in_scratch.Key(300).status().code(), StatusCode::kInternal);
 }
 
 }  // namespace
