@@ -269,8 +269,8 @@ Status SameCoefficients(j_decompress_ptr original, jvirt_barray_ptr* coefficient
                              rewritten[rewritten.size() - 1] == std::byte{JPEG_EOI};
   FastCoefficientRead fast;
   fast.fast = &ThreadFastHuffmanDecoder();
-  fast.end_marker = reinterpret_cast<const JOCTET*>(rewritten.data() + rewritten.size() - 2);
   const bool use_fast = ends_with_eoi && !FastHuffmanDisabled();
+  if (use_fast) fast.end_marker = reinterpret_cast<const JOCTET*>(rewritten.data() + rewritten.size() - 2);
   bool ok = ReadCoefficients(&d, rewritten, use_fast ? &fast : nullptr, &read);
   std::optional<Decompressor> again;  // libjpeg's decoder, where the fast one gave up
   if (!ok && fast.installed && fast.fast->gave_up()) {
