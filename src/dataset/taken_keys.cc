@@ -61,7 +61,12 @@ void TakenKeys::Add(std::string_view key, std::uint64_t sample) {
   if (8 * (std::uint64_t{used_[which]} + 1) > 7 * std::uint64_t{table.size()}) Grow(table);
   Insert(table, {hash, sample});
   ++used_[which];
-  ++size_;
+}
+
+std::uint64_t TakenKeys::size() const {
+  std::uint64_t keys = 0;
+  for (const std::uint32_t used : used_) keys += used;
+  return keys;
 }
 
 std::uint64_t TakenKeys::table_bytes() const {
