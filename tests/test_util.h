@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +62,23 @@ inline std::string RandomBytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::string s(n, '\0');
   for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+// `n` bytes (at least 33) that pass pack's image header check as an 8x8
+// grey image of the format `extension` names (a JPEG's header up to its
+// scan, or a PNG's signature and IHDR), then RandomBytes: for tests of
+// pack's mechanics, where the pixels do not matter. They do not decode.
+inline std::string FakeImage(std::string_view extension, std::size_t n, unsigned seed) {
+  static constexpr std::string_view kJpegHeader(
+      "\xff\xd8\xff\xc0\x00\x0b\x08\x00\x08\x00\x08\x01\x01\x11\x00\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00", 25);
+  static constexpr std::string_view kPngHeader(
+      "\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x08\x00\x00\x00\x08\x08\x00\x00\x00\x00\xe1\x64\xe1\x57", 33);
+  std::string lower(extension);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string_view header = lower == "png" ? kPngHeader : kJpegHeader;
+  std::string s = RandomBytes(n, seed);
+  s.replace(0, std::min(n, header.size()), header.substr(0, std::min(n, header.size())));
   return s;
 }
 

@@ -65,6 +65,15 @@ struct PackOptions {
   // ("mask.png"), as WebDataset names a sample's second file; an empty cell
   // or null leaves the sample without it.
   std::vector<std::string> file_columns;
+  // Every image field (by its kind: jpg, png, mask.png, ...) is checked as
+  // the loader first reads it: the format by its first bytes, then the
+  // header. One that fails (an empty file, an HTML page saved as .jpg, a GIF,
+  // a cut header) is an error naming the sample and its file, since it
+  // would fail in the training loop. With keep_bad_images such files are
+  // stored as they are, counted and the first few named (PackSummary, the
+  // index's note, `stoker inspect`). Damage past the header is found by
+  // `stoker verify --decode`, not here.
+  bool keep_bad_images = false;
 };
 
 struct PackSummary {
@@ -86,7 +95,11 @@ struct PackSummary {
   std::uint64_t seekable_kept = 0;
   std::uint64_t seekable_bytes_before = 0;
   std::uint64_t seekable_bytes_after = 0;
-  std::string note;  // what the index records (JSON), empty without max_side or seekable_jpeg
+  // With keep_bad_images: image fields kept that fail the header check, and
+  // the first few ("<key>, field '<name>': <why>", the smallest keys).
+  std::uint64_t bad_images_kept = 0;
+  std::vector<std::string> bad_images_named;
+  std::string note;  // what the index records (JSON), empty when pack changed and kept nothing
 };
 
 // Packs `source` into `out_dir` as shard-NNNNNN.tar files plus index.stoker.

@@ -2,6 +2,7 @@
 // with their secrets taken out.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,9 @@ namespace stoker {
 // written as C escapes (\n, \t, \x1b, \\), so that a key or path from a
 // dataset prints as one unambiguous line. Other bytes pass unchanged.
 [[nodiscard]] std::string Printable(std::string_view text);
+
+// "1 shard", "2 shards": `n` and the noun in the number it takes.
+[[nodiscard]] std::string Counted(std::uint64_t n, std::string_view one, std::string_view many);
 
 // `url` with its secrets replaced by "***": the password of a user:password@
 // part, and the values of query parameters that carry signatures, tokens,

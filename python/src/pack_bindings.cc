@@ -30,6 +30,8 @@ py::dict SummaryDict(const stoker::PackSummary& s) {
   d["seekable_kept"] = s.seekable_kept;
   d["seekable_bytes_before"] = s.seekable_bytes_before;
   d["seekable_bytes_after"] = s.seekable_bytes_after;
+  d["bad_images_kept"] = s.bad_images_kept;
+  d["bad_images_named"] = s.bad_images_named;
   d["note"] = s.note;
   return d;
 }
@@ -68,9 +70,10 @@ HeldFields Hold(const std::vector<std::tuple<std::string, py::buffer, stoker::Fi
 void BindPack(py::module_& m) {
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
                    std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed,
-                   std::vector<std::string> file_columns, bool seekable_jpeg) {
+                   std::vector<std::string> file_columns, bool seekable_jpeg, bool keep_bad_images) {
     stoker::PackOptions options;
     options.seekable_jpeg = seekable_jpeg;
+    options.keep_bad_images = keep_bad_images;
     options.file_columns = std::move(file_columns);
     options.target_shard_bytes = shard_bytes;
     options.overwrite = overwrite;

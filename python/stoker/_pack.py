@@ -6,7 +6,7 @@ from .checkpoint import parse_size
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
-         shuffle_seed=0, file_columns=(), seekable_jpeg=False):
+         shuffle_seed=0, file_columns=(), seekable_jpeg=False, keep_bad_images=False):
     """Packs an ImageFolder tree, a CSV/JSONL manifest, tar shards or Parquet
     files into indexed shards (see `stoker pack --help`). Returns a summary
     dict. Parquet and Arrow (a ``.parquet`` or ``.arrow`` file, a glob
@@ -31,7 +31,16 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     JPEGs losslessly with restart markers (the same DCT coefficients, so the
     same pixels, checked for every image) and record where each restart interval starts, so the loader
     entropy-decodes only the part a crop covers; progressive, arithmetic,
-    CMYK and undecodable JPEGs are stored as they are and counted."""
+    CMYK and undecodable JPEGs are stored as they are and counted.
+    Every image field is checked as the loader first reads it (the format
+    by its first bytes, then the header): one that fails (an empty file, an
+    HTML page saved as ``.jpg``, a GIF, a cut header) raises
+    ``stoker.CorruptionError`` (``stoker.StokerError`` for a format stoker
+    does not decode) naming the sample and its file, rather than
+    failing in the training loop; ``keep_bad_images=True`` stores such files
+    as they are, counted (``bad_images_kept``) and the first few named
+    (``bad_images_named``). ``stoker verify --decode`` finds damage past the
+    header."""
     size = parse_size(shard_size)
     side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
     if quality is not None and side == 0:
@@ -46,10 +55,12 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
                              "by themselves")
         return _parquet.pack_parquet(source, out, size, _params.boolean("overwrite", overwrite), side, q,
                                      seed if _params.boolean("shuffle", shuffle) else None,
-                                     _params.boolean("seekable_jpeg", seekable_jpeg))
+                                     _params.boolean("seekable_jpeg", seekable_jpeg),
+                                     keep_bad_images=_params.boolean("keep_bad_images", keep_bad_images))
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
                         seed if _params.boolean("shuffle", shuffle) else None, list(file_columns),
-                        _params.boolean("seekable_jpeg", seekable_jpeg))
+                        _params.boolean("seekable_jpeg", seekable_jpeg),
+                        _params.boolean("keep_bad_images", keep_bad_images))
 
 
 def merge(parts, output, overwrite=False):

@@ -338,7 +338,7 @@ def write_parquet(files, out, shard_bytes, overwrite, on_progress=None):
 
 
 def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, seekable_jpeg,
-                 on_progress=None):
+                 on_progress=None, keep_bad_images=False):
     """stoker.pack for Parquet: rows written straight into `out`, or, with
     options that re-encode or reorder (max_side, seekable_jpeg, shuffle),
     into a temporary dataset beside it that pack then rewrites into `out`."""
@@ -354,7 +354,7 @@ def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle
     try:
         write_parquet(files, staging, shard_bytes, True, on_progress)
         return _native.pack(staging, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, [],
-                            seekable_jpeg)
+                            seekable_jpeg, keep_bad_images)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -373,6 +373,7 @@ def main(argv):
     ap.add_argument("--shuffle", action="store_true")
     ap.add_argument("--shuffle-seed", type=int, default=0)
     ap.add_argument("--seekable-jpeg", action="store_true")
+    ap.add_argument("--keep-bad-images", action="store_true")
     args = ap.parse_args(argv)
     try:
         files = parquet_files(args.source)
@@ -388,7 +389,7 @@ def main(argv):
                 sys.stderr.flush()
         summary = pack_parquet(files, args.out, parse_size(args.shard_size), args.force, args.max_side,
                                args.quality, args.shuffle_seed if args.shuffle else None, args.seekable_jpeg,
-                               progress)
+                               progress, args.keep_bad_images)
     except KeyboardInterrupt:
         sys.stderr.write("\nstoker pack: interrupted; nothing was kept\n")
         return 130

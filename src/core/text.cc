@@ -30,6 +30,10 @@ bool EndsUrl(char c) {
 
 }  // namespace
 
+std::string Counted(std::uint64_t n, std::string_view one, std::string_view many) {
+  return std::to_string(n) + ' ' + std::string(n == 1 ? one : many);
+}
+
 std::string Printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());

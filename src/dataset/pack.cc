@@ -129,7 +129,9 @@ class OrderedParallelReader {
       if (loaded.ok() && rewriter_ != nullptr) {
         const SourceSample& sample = samples_[i];
         for (std::size_t f = 0; f < sample.fields.size(); ++f) {
-          Result<bool> rewritten = rewriter_->Rewrite(sample.fields[f].name, loaded->payloads[f], loaded->restarts[f]);
+          const pack_internal::PackedField field{sample.key, sample.fields[f].name, sample.fields[f].content};
+          Result<pack_internal::Rewritten> rewritten =
+              rewriter_->Rewrite(field, loaded->payloads[f], loaded->restarts[f]);
           if (!rewritten.ok()) {
             loaded = Result<LoadedSample>(rewritten.error().WithContext(
                 fmt::format("sample '{}' ({}), field '{}'", sample.key, sample.origin, sample.fields[f].name)));

@@ -149,9 +149,10 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
     }
   }
   if (not_images > 0) {
-    listing.warnings.push_back(
-        fmt::format("skipped {} files that are not images or are hidden, as torchvision's ImageFolder does (e.g. '{}')",
-                    not_images, example));
+    listing.warnings.push_back(fmt::format(
+        "skipped {}, as torchvision's ImageFolder does (e.g. '{}')",
+        Counted(not_images, "file that is not an image or is hidden", "files that are not images or are hidden"),
+        example));
   }
   // Every extension torchvision's ImageFolder reads is one stoker's loader decodes.
   return listing;

@@ -55,27 +55,32 @@ Result<std::optional<std::vector<std::byte>>> ShrinkJpeg(std::span<const std::by
   return std::optional<std::vector<std::byte>>(std::move(encoded));
 }
 
-Result<std::unique_ptr<JpegShrinker>> JpegShrinker::Create(std::uint32_t max_side, int quality) {
+Result<std::unique_ptr<JpegShrinker>> JpegShrinker::Create(std::uint32_t max_side, int quality,
+                                                           const ImageHeaderCheck* bad_images) {
   if (max_side == 0) return Status::InvalidArgument("max side must be at least 1 pixel");
   if (max_side > 65500) return Status::InvalidArgument(fmt::format("max side {} is over JPEG's 65500", max_side));
   if (quality < 1 || quality > 100)
     return Status::InvalidArgument(fmt::format("JPEG quality {} is outside 1-100", quality));
-  return std::unique_ptr<JpegShrinker>(new JpegShrinker(max_side, quality));
+  return std::unique_ptr<JpegShrinker>(new JpegShrinker(max_side, quality, bad_images));
 }
 
-Result<bool> JpegShrinker::Rewrite(std::string_view field, std::vector<std::byte>& bytes, SeekableTable&) const {
-  if (!codec::IsJpegField(field)) return false;
+Result<pack_internal::Rewritten> JpegShrinker::Rewrite(const pack_internal::PackedField& field,
+                                                       std::vector<std::byte>& bytes, SeekableTable&) const {
+  if (!codec::IsJpegField(field.name)) return pack_internal::Rewritten::kUnchanged;
   auto shrunk = ShrinkJpeg(bytes, max_side_, quality_);
-  if (!shrunk.ok()) return shrunk.error().WithContext("cannot re-encode the image");
+  if (!shrunk.ok()) {
+    const Status why = shrunk.error().WithContext("cannot re-encode the image");
+    return bad_images_ != nullptr ? bad_images_->Bad(field, why) : why;
+  }
   if (!shrunk->has_value()) {
     kept_.fetch_add(1, std::memory_order_relaxed);
-    return false;
+    return pack_internal::Rewritten::kUnchanged;
   }
   bytes_before_.fetch_add(bytes.size(), std::memory_order_relaxed);
   bytes = std::move(**shrunk);
   bytes_after_.fetch_add(bytes.size(), std::memory_order_relaxed);
   reencoded_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return pack_internal::Rewritten::kReplaced;
 }
 
 std::string JpegShrinker::Note() const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dataset/pack_rewrite.h"
+#include "prepare/image_check.h"
 #include "stoker/status.h"
 
 namespace stoker::prepare {
@@ -37,18 +38,24 @@ struct Size {
 
 class JpegShrinker final : public pack_internal::FieldRewriter {
  public:
-  // InvalidArgument for max_side 0 or quality outside 1-100.
-  [[nodiscard]] static Result<std::unique_ptr<JpegShrinker>> Create(std::uint32_t max_side, int quality);
+  // InvalidArgument for max_side 0 or quality outside 1-100. A JPEG that
+  // does not decode goes to `bad_images` (may be null: an error; must
+  // outlive this), which refuses or keeps it as pack was asked.
+  [[nodiscard]] static Result<std::unique_ptr<JpegShrinker>> Create(std::uint32_t max_side, int quality,
+                                                                    const ImageHeaderCheck* bad_images = nullptr);
 
-  [[nodiscard]] Result<bool> Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                     SeekableTable& restarts) const override;
+  [[nodiscard]] Result<pack_internal::Rewritten> Rewrite(const pack_internal::PackedField& field,
+                                                         std::vector<std::byte>& bytes,
+                                                         SeekableTable& restarts) const override;
   [[nodiscard]] std::string Note() const override;
   void Report(PackSummary& summary) const override;
 
  private:
-  JpegShrinker(std::uint32_t max_side, int quality) : max_side_(max_side), quality_(quality) {}
+  JpegShrinker(std::uint32_t max_side, int quality, const ImageHeaderCheck* bad_images)
+      : max_side_(max_side), quality_(quality), bad_images_(bad_images) {}
   const std::uint32_t max_side_;
   const int quality_;
+  const ImageHeaderCheck* bad_images_;
   mutable std::atomic<std::uint64_t> reencoded_{0}, kept_{0}, bytes_before_{0}, bytes_after_{0};
 };
 

@@ -12,16 +12,13 @@ namespace stoker::prepare {
 static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kRewritten) == 0);
 static_assert(static_cast<std::size_t>(codec::SeekableOutcome::kOther) + 1 == codec::kSeekableOutcomes);
 
-Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std::byte>& bytes,
-                                         SeekableTable& restarts) const {
-  bool changed = false;
-  if (before_ != nullptr) {
-    STOKER_ASSIGN_OR_RETURN(changed, before_->Rewrite(field, bytes, restarts));
-  }
-  if (!codec::IsJpegField(field)) return changed;
+Result<pack_internal::Rewritten> SeekableJpegWriter::Rewrite(const pack_internal::PackedField& field,
+                                                             std::vector<std::byte>& bytes,
+                                                             SeekableTable& restarts) const {
+  if (!codec::IsJpegField(field.name)) return pack_internal::Rewritten::kUnchanged;
   codec::SeekableJpeg seekable = codec::MakeSeekableJpeg(bytes);
   by_outcome_[static_cast<std::size_t>(seekable.outcome)].fetch_add(1, std::memory_order_relaxed);
-  if (seekable.outcome != codec::SeekableOutcome::kRewritten) return changed;
+  if (seekable.outcome != codec::SeekableOutcome::kRewritten) return pack_internal::Rewritten::kUnchanged;
   bytes_before_.fetch_add(bytes.size(), std::memory_order_relaxed);
   bytes_after_.fetch_add(seekable.bytes.size(), std::memory_order_relaxed);
   intervals_.fetch_add(seekable.table.size() - 1, std::memory_order_relaxed);
@@ -29,15 +26,11 @@ Result<bool> SeekableJpegWriter::Rewrite(std::string_view field, std::vector<std
   auto layout = codec::ReadScanLayout(bytes);  // the table's geometry, for the index's region record
   if (!layout.ok()) return layout.status().WithContext("a seekable JPEG just written");
   restarts = {std::move(seekable.table), codec::IndexGeometry(*layout)};
-  return true;
+  return pack_internal::Rewritten::kReplaced;
 }
 
 std::string SeekableJpegWriter::Note() const {
   nlohmann::ordered_json note = nlohmann::ordered_json::object();
-  if (before_ != nullptr) {
-    auto parsed = nlohmann::ordered_json::parse(before_->Note(), nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object()) note = std::move(parsed);
-  }
   nlohmann::ordered_json seekable = {
       {"method", "lossless (coefficients re-written with restart intervals, Huffman tables optimised)"},
       {"images_rewritten", by_outcome_[0].load()},
@@ -53,7 +46,6 @@ std::string SeekableJpegWriter::Note() const {
 }
 
 void SeekableJpegWriter::Report(PackSummary& summary) const {
-  if (before_ != nullptr) before_->Report(summary);
   summary.seekable_jpegs = by_outcome_[0].load();
   summary.seekable_kept = 0;
   for (std::size_t i = 1; i < codec::kSeekableOutcomes; ++i) summary.seekable_kept += by_outcome_[i].load();

@@ -22,7 +22,8 @@ using testing::WriteFile;
 void MakeSource(const std::string& root) {
   for (int c = 0; c < 3; ++c)
     for (int i = 0; i < 20; ++i)
-      WriteFile(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg", RandomBytes(2000, c * 50 + i));
+      WriteFile(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg",
+                testing::FakeImage("jpg", 2000, c * 50 + i));
 }
 
 std::vector<std::string> Leftovers(const std::string& dir) {

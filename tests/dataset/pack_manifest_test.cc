@@ -18,8 +18,8 @@ using testing::WriteFile;
 
 TEST(Pack, FromCsvAndJsonlManifests) {
   TempDir dir;
-  WriteFile(dir / "m/img/a.jpg", "AAAA");
-  WriteFile(dir / "m/img/b.png", "BB");
+  WriteFile(dir / "m/img/a.jpg", testing::FakeImage("jpg", 40, 1));
+  WriteFile(dir / "m/img/b.png", testing::FakeImage("png", 40, 2));
   WriteFile(dir / "m/list.csv", "path,label,caption\nimg/a.jpg,zebra,\"striped, black\"\nimg/b.png,ant,tiny\n");
   ASSERT_OK_AND_ASSIGN(auto summary, Pack(dir / "m/list.csv", dir / "out"));
   EXPECT_EQ(summary.class_names, (std::vector<std::string>{"ant", "zebra"}));
@@ -50,9 +50,9 @@ TEST(Pack, FromCsvAndJsonlManifests) {
 // the index records each field's kind and how many samples have it.
 TEST(Pack, ManifestFileColumnsAndTypedColumnsAreRecorded) {
   TempDir dir;
-  WriteFile(dir / "m/a.jpg", "AAAA");
-  WriteFile(dir / "m/a_mask.png", "MM");
-  WriteFile(dir / "m/b.jpg", "BBBB");
+  WriteFile(dir / "m/a.jpg", testing::FakeImage("jpg", 40, 1));
+  WriteFile(dir / "m/a_mask.png", testing::FakeImage("png", 40, 3));
+  WriteFile(dir / "m/b.jpg", testing::FakeImage("jpg", 40, 2));
   WriteFile(dir / "m/b.npy", "NN");
   WriteFile(dir / "m/list.jsonl",
             "{\"path\": \"a.jpg\", \"mask\": \"a_mask.png\", \"depth\": null, \"boxes\": [[1, 2, 3, 4]], "
@@ -79,7 +79,7 @@ TEST(Pack, ManifestFileColumnsAndTypedColumnsAreRecorded) {
   EXPECT_EQ(recorded["score"], std::pair(FieldKind::kFloat, std::uint64_t{2})) << "0.5 and 2 widen to float";
   ASSERT_OK_AND_ASSIGN(auto a, dataset->Sample(0));
   EXPECT_EQ(a.key, "a");
-  EXPECT_EQ(Text(*dataset->ReadField(0, *dataset->FieldIndex("mask.png"))), "MM");
+  EXPECT_EQ(Text(*dataset->ReadField(0, *dataset->FieldIndex("mask.png"))), testing::FakeImage("png", 40, 3));
   EXPECT_EQ(Text(*dataset->ReadField(0, *dataset->FieldIndex("boxes"))), "[[1,2,3,4]]");
   EXPECT_EQ(Text(*dataset->ReadField(1, *dataset->FieldIndex("depth.npy"))), "NN");
   ASSERT_OK_AND_ASSIGN(auto summary, Summarize(*dataset));

@@ -16,6 +16,7 @@
 namespace stoker {
 namespace {
 
+using testing::FakeImage;
 using testing::RandomBytes;
 using testing::ReadFile;
 using testing::TempDir;
@@ -42,7 +43,7 @@ TEST(Pack, ImageFolderRoundTrip) {
   EXPECT_EQ(s3.label, 1);
   auto jpg = *dataset->FieldIndex("jpg");
   ASSERT_OK_AND_ASSIGN(auto bytes, dataset->ReadField(3, jpg));
-  EXPECT_EQ(Text(bytes), RandomBytes(5000, 4));
+  EXPECT_EQ(Text(bytes), FakeImage("jpg", 5000, 4));
   ASSERT_OK_AND_ASSIGN(auto cls, dataset->ReadField(3, *dataset->FieldIndex("cls")));
   EXPECT_EQ(Text(cls), "1");
   EXPECT_EQ(dataset->ReadField(3, *dataset->FieldIndex("png")).error().code(), StatusCode::kNotFound);
@@ -64,7 +65,7 @@ TEST(Pack, DeterministicAcrossThreadCounts) {
   for (int c = 0; c < 4; ++c)
     for (int i = 0; i < 30; ++i)
       WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
-                RandomBytes(1000 + i * 97, c * 100 + i));
+                FakeImage("jpg", 1000 + i * 97, c * 100 + i));
   PackOptions one;
   one.threads = 1;
   one.target_shard_bytes = 20000;
@@ -93,7 +94,7 @@ TEST(Pack, ShuffleMixesClassesAcrossShardsDeterministically) {
   for (int c = 0; c < 4; ++c)
     for (int i = 0; i < 30; ++i)
       WriteFile(dir / ("src/c" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
-                RandomBytes(1000 + i * 97, c * 100 + i));
+                FakeImage("jpg", 1000 + i * 97, c * 100 + i));
   PackOptions options;
   options.target_shard_bytes = 20000;
   options.shuffle = true;
@@ -129,7 +130,7 @@ TEST(Pack, ShuffleMixesClassesAcrossShardsDeterministically) {
     EXPECT_EQ(s.label, key[1] - '0') << key;
     const int cls = key[1] - '0', n = std::stoi(key.substr(3));
     ASSERT_OK_AND_ASSIGN(auto bytes, shuffled->ReadField(i, jpg));
-    EXPECT_EQ(Text(bytes), RandomBytes(1000 + n * 97, cls * 100 + n)) << key;
+    EXPECT_EQ(Text(bytes), FakeImage("jpg", 1000 + n * 97, cls * 100 + n)) << key;
     if (s.shard == 0) first_shard_labels.insert(s.label);
   }
   EXPECT_GE(first_shard_labels.size(), 3u);
@@ -378,7 +379,7 @@ TEST(PackMaxSide, ShrinksLargeJpegsOnlyAndTheIndexSaysSo) {
   const std::string large = MakeJpeg(640, 480, 1), small = MakeJpeg(200, 150, 2);
   WriteFile(dir / "src/a/large.jpg", large);
   WriteFile(dir / "src/a/small.jpg", small);
-  WriteFile(dir / "src/b/other.png", RandomBytes(900, 7));
+  WriteFile(dir / "src/b/other.png", FakeImage("png", 900, 7));
   PackOptions options;
   options.max_side = 256;
   options.quality = 85;

@@ -14,11 +14,11 @@ namespace stoker::testing {
 
 // classes: cat (3 images), dog (2 images, one in a sub-folder).
 inline void MakeImageFolder(const std::string& root) {
-  WriteFile(root + "/cat/1.jpg", RandomBytes(3000, 1));
-  WriteFile(root + "/cat/2.jpeg", RandomBytes(700, 2));
-  WriteFile(root + "/cat/img.v2.png", RandomBytes(1500, 3));
-  WriteFile(root + "/dog/a.jpg", RandomBytes(5000, 4));
-  WriteFile(root + "/dog/sub/b.JPG", RandomBytes(100, 5));
+  WriteFile(root + "/cat/1.jpg", FakeImage("jpg", 3000, 1));
+  WriteFile(root + "/cat/2.jpeg", FakeImage("jpeg", 700, 2));
+  WriteFile(root + "/cat/img.v2.png", FakeImage("png", 1500, 3));
+  WriteFile(root + "/dog/a.jpg", FakeImage("jpg", 5000, 4));
+  WriteFile(root + "/dog/sub/b.JPG", FakeImage("jpg", 100, 5));
 }
 
 inline std::vector<std::string> Keys(const Dataset& d) {

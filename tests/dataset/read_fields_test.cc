@@ -21,12 +21,12 @@ using testing::RandomBytes;
 using testing::TempDir;
 using testing::WriteFile;
 
-// 3 classes x 20 samples of 3000 random bytes, in shards of about 20 KB.
+// 3 classes x 20 samples of 3000 bytes (a JPEG header, then random), in shards of about 20 KB.
 std::unique_ptr<Dataset> MakeDataset(const TempDir& dir, FileSystem* fs = FileSystem::Default()) {
   for (int c = 0; c < 3; ++c)
     for (int i = 0; i < 20; ++i)
       WriteFile(dir / ("src/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg"),
-                RandomBytes(3000, c * 50 + i));
+                testing::FakeImage("jpg", 3000, c * 50 + i));
   PackOptions options;
   options.target_shard_bytes = 20000;
   EXPECT_TRUE(Pack(dir / "src", dir / "out", options).ok());

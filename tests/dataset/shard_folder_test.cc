@@ -79,8 +79,8 @@ TEST(Pack, AFolderOfShardsIsPackedAsItsShardsButAnImageFolderWithATarInItIsNot) 
 
 TEST(Pack, RepackingADatasetKeepsTheFieldKindsItsIndexRecords) {
   TempDir dir;
-  WriteFile(dir / "m/a.jpg", testing::RandomBytes(900, 1));
-  WriteFile(dir / "m/b.jpg", testing::RandomBytes(800, 2));
+  WriteFile(dir / "m/a.jpg", testing::FakeImage("jpg", 900, 1));
+  WriteFile(dir / "m/b.jpg", testing::FakeImage("jpg", 800, 2));
   WriteFile(dir / "m/list.jsonl",
             "{\"path\": \"a.jpg\", \"caption\": \"a cat\", \"score\": 0.5}\n"
             "{\"path\": \"b.jpg\", \"caption\": \"a dog\", \"score\": 2}\n");

@@ -329,7 +329,12 @@ TEST(LoaderSafety, ADamagedBmpInAnImageFolderIsCorruptionNamingTheSample) {
   TempDir dir;
   for (int i = 0; i < 3; ++i) WriteFile(dir / ("src/a/" + std::to_string(i) + ".jpg"), MakeJpeg(64, 48, 7 + i));
   WriteFile(dir / "src/a/pic.bmp", std::string("BM") + std::string(100, 'b'));
-  auto packed = Pack(dir / "src", dir / "out");
+  auto refused = Pack(dir / "src", dir / "out");  // pack reads the header too
+  ASSERT_EQ(refused.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.error().message().find("sample 'a/pic'"), std::string::npos) << refused.error().ToString();
+  PackOptions keep;
+  keep.keep_bad_images = true;
+  auto packed = Pack(dir / "src", dir / "out", keep);
   ASSERT_TRUE(packed.ok());
   for (const auto& w : packed->warnings) EXPECT_EQ(w.find("bmp"), std::string::npos) << w;  // a format it decodes
   std::shared_ptr<const Dataset> d = std::move(Dataset::Open(dir / "out")).value();
@@ -349,7 +354,9 @@ TEST(LoaderSafety, DamagedPngAndWebpAreCorruptionNamingTheSampleAndSkippable) {
   for (int i = 0; i < 3; ++i) WriteFile(dir / ("src/a/" + std::to_string(i) + ".jpg"), MakeJpeg(64, 48, 7 + i));
   WriteFile(dir / "src/a/pic.png", std::string("\x89PNG\r\n\x1a\n", 8) + std::string(100, 'p'));
   WriteFile(dir / "src/a/pic2.webp", std::string("RIFF\x10\0\0\0WEBPVP8 ", 16) + std::string(100, 'w'));
-  ASSERT_TRUE(Pack(dir / "src", dir / "out").ok());
+  PackOptions keep;  // pack would refuse them
+  keep.keep_bad_images = true;
+  ASSERT_TRUE(Pack(dir / "src", dir / "out", keep).ok());
   std::shared_ptr<const Dataset> d = std::move(Dataset::Open(dir / "out")).value();
   {
     auto o = SmallOptions();

@@ -39,8 +39,11 @@ inline std::string MakeJpeg(int w, int h, unsigned seed) {
   return jpeg;
 }
 
-// Packs dir/src (an ImageFolder tree) into dir/out and opens it.
-inline std::shared_ptr<const Dataset> PackSource(const TempDir& dir, const PackOptions& options = {}) {
+// Packs dir/src (an ImageFolder tree) into dir/out and opens it. Images
+// that fail pack's header check are kept: loader tests pack damaged images
+// on purpose, to see the loader name or skip them.
+inline std::shared_ptr<const Dataset> PackSource(const TempDir& dir, PackOptions options = {}) {
+  options.keep_bad_images = true;
   auto packed = Pack(dir / "src", dir / "out", options);
   EXPECT_TRUE(packed.ok()) << packed.error().ToString();
   auto dataset = Dataset::Open(dir / "out");

@@ -22,8 +22,9 @@ void PrintCacheStat(const stoker::CacheStat& st, bool json) {
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  fmt::print("cache {}: {} shards, {}; {} partial downloads ({}); {} free on its file system\n",
-             stoker::Printable(st.dir), st.entries, stoker::FormatBytes(st.bytes), st.partial_files,
+  fmt::print("cache {}: {}, {}; {} ({}); {} free on its file system\n", stoker::Printable(st.dir),
+             stoker::Counted(st.entries, "shard", "shards"), stoker::FormatBytes(st.bytes),
+             stoker::Counted(st.partial_files, "partial download", "partial downloads"),
              stoker::FormatBytes(st.partial_bytes), stoker::FormatBytes(st.free_bytes));
 }
 

@@ -19,6 +19,7 @@ struct PackArgs {
   std::optional<std::uint64_t> shuffle_seed;
   std::vector<std::string> file_columns;
   bool seekable_jpeg = false;
+  bool keep_bad_images = false;
 };
 int RunPack(const PackArgs& args);
 int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);

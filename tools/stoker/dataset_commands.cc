@@ -58,6 +58,7 @@ int RunPack(const PackArgs& args) {
   options.shuffle_seed = args.shuffle_seed.value_or(0);
   options.file_columns = args.file_columns;
   options.seekable_jpeg = args.seekable_jpeg;
+  options.keep_bad_images = args.keep_bad_images;
   const std::uint32_t max_side = args.max_side;
   const int quality = args.quality;
   std::optional<stoker::ProgressBar> bar;
@@ -69,10 +70,22 @@ int RunPack(const PackArgs& args) {
   if (bar) bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
   for (const auto& w : summary->warnings) Warn(w);
-  fmt::print("packed {} samples into {} shards ({}; payload {}) in {}\n", summary->samples, summary->shards,
-             stoker::FormatBytes(summary->shard_bytes), stoker::FormatBytes(summary->payload_bytes), Printable(out));
+  if (summary->bad_images_kept > 0) {
+    std::string named;
+    for (const auto& n : summary->bad_images_named) named += fmt::format("\n  {}", Printable(n));
+    Warn(fmt::format(
+        "kept {} that the loader cannot decode, as {} (--keep-bad-images); reading {} "
+        "fails unless the loader skips corrupt samples{}{}",
+        stoker::Counted(summary->bad_images_kept, "image file", "image files"),
+        summary->bad_images_kept == 1 ? "it was" : "they were", summary->bad_images_kept == 1 ? "it" : "them",
+        summary->bad_images_kept > summary->bad_images_named.size() ? "; the first by key:" : ":", named));
+  }
+  fmt::print("packed {} into {} ({}; payload {}) in {}\n", stoker::Counted(summary->samples, "sample", "samples"),
+             stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes),
+             stoker::FormatBytes(summary->payload_bytes), Printable(out));
   if (!summary->class_names.empty())
-    fmt::print("labels: {} classes, from the sorted class names\n", summary->class_names.size());
+    fmt::print("labels: {}, from the sorted class names\n",
+               stoker::Counted(summary->class_names.size(), "class", "classes"));
   if (max_side > 0)
     fmt::print("re-encoded {} JPEGs over {} px at quality {}: {} -> {}\n", summary->images_reencoded, max_side, quality,
                stoker::FormatBytes(summary->reencoded_bytes_before),
@@ -104,8 +117,8 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   if (bar) bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
   for (const auto& w : summary->warnings) Warn(w);
-  fmt::print("indexed {} samples in {} shards ({})", summary->samples, summary->shards,
-             stoker::FormatBytes(summary->shard_bytes));
+  fmt::print("indexed {} in {} ({})", stoker::Counted(summary->samples, "sample", "samples"),
+             stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes));
   if (summary->skipped_members)
     fmt::print("; left out {} members as WebDataset does (no extension, links, folders, __*__)",
                summary->skipped_members);
@@ -128,9 +141,11 @@ int RunMerge(const std::vector<std::string>& parts, const std::string& output, b
   auto summary = stoker::MergeDatasets(parts, output, options);
   if (bar) bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
-  fmt::print("merged {} parts: {} samples in {} shards ({})", summary->parts, summary->samples, summary->shards,
-             stoker::FormatBytes(summary->shard_bytes));
-  if (!summary->class_names.empty()) fmt::print(", {} classes", summary->class_names.size());
+  fmt::print("merged {}: {} in {} ({})", stoker::Counted(summary->parts, "part", "parts"),
+             stoker::Counted(summary->samples, "sample", "samples"),
+             stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes));
+  if (!summary->class_names.empty())
+    fmt::print(", {}", stoker::Counted(summary->class_names.size(), "class", "classes"));
   if (summary->seekable_payloads) fmt::print(", {} seekable JPEGs", summary->seekable_payloads);
   fmt::print("\nindex: {}\n", Printable(summary->index_path));
   return kExitOk;
@@ -230,8 +245,9 @@ void PrintLabels(const stoker::DatasetSummary& s) {
     lo = std::min(lo, count);
     hi = std::max(hi, count);
   }
-  fmt::print("labels   {} classes, {}..{} samples per class, {} unlabelled{}\n", s.label_counts.size(), lo, hi,
-             s.unlabelled, s.class_names.empty() ? "" : "; class names kept by pack");
+  fmt::print("labels   {}, {}..{} samples per class, {} unlabelled{}\n",
+             stoker::Counted(s.label_counts.size(), "class", "classes"), lo, hi, s.unlabelled,
+             s.class_names.empty() ? "" : "; class names kept by pack");
   std::size_t shown = 0;
   for (const auto& [label, count] : s.label_counts) {
     if (shown++ == 20) {
@@ -343,7 +359,8 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
   if (s.skipped_members)
     fmt::print("skipped  {} tar members left out as WebDataset does (no extension, links, folders, __*__)\n",
                s.skipped_members);
-  bool seekable_shown = false;  // by pack's note
+  bool seekable_shown = false;   // by pack's note
+  std::string bad_images_shown;  // pack --keep-bad-images's, after what pack changed
   if (!s.pack_note.empty()) {
     // A note that is not the JSON pack writes is shown as it is.
     const auto note = nlohmann::json::parse(s.pack_note, nullptr, /*allow_exceptions=*/false);
@@ -381,6 +398,23 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
           count("kept_cmyk"), count("kept_undecodable"), count("kept_other"));
       shown = seekable_shown = true;
     }
+    if (note.is_object() && note.contains("bad_images") && note["bad_images"].is_object()) {
+      const auto& bad = note["bad_images"];
+      const std::uint64_t bad_kept =
+          bad.contains("kept") && bad["kept"].is_number_unsigned() ? bad["kept"].get<std::uint64_t>() : 0;
+      bad_images_shown = fmt::format(
+          "bad      {} kept as packed that the loader cannot decode (pack "
+          "--keep-bad-images){}\n",
+          stoker::Counted(bad_kept, "image file", "image files"), bad_kept > 0 ? ":" : "");
+      const bool named = bad.contains("named") && bad["named"].is_object();
+      if (named)
+        for (const auto& [name, why] : bad["named"].items())
+          bad_images_shown +=
+              fmt::format("  {}: {}\n", Printable(name), why.is_string() ? Printable(why.get<std::string>()) : "?");
+      if (named && bad["named"].size() < bad_kept)
+        bad_images_shown += fmt::format("  ... and {} more\n", bad_kept - bad["named"].size());
+      shown = true;
+    }
     if (note.is_object() && note.contains("merged") && note["merged"].is_object()) {
       const auto& merged = note["merged"];
       const std::uint64_t parts =
@@ -402,6 +436,7 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
                    ? "         a random crop reads only the MCU rows it covers (region records: index version 7)\n"
                    : "         a random crop reads the whole JPEG: the index (before version 7) has no region "
                      "records; `stoker index` over its shards rewrites it so that crops read only their rows\n");
+  fmt::print("{}", bad_images_shown);
   const bool any_by_convention =
       std::any_of(s.fields.begin(), s.fields.end(), [](const auto& f) { return !f.kind_recorded; });
   fmt::print("fields   (kind: {}; the loader's fields= decodes it so)\n",

@@ -108,6 +108,7 @@ int RunPackParquet(const PackArgs& args) {
     argv.insert(argv.end(), {"--max-side", std::to_string(args.max_side), "--quality", std::to_string(args.quality)});
   if (args.shuffle_seed) argv.insert(argv.end(), {"--shuffle", "--shuffle-seed", std::to_string(*args.shuffle_seed)});
   if (args.seekable_jpeg) argv.push_back("--seekable-jpeg");
+  if (args.keep_bad_images) argv.push_back("--keep-bad-images");
   return ExecPythonTool("pack", "stoker._parquet", argv);
 }
 

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   pack->add_flag("--seekable-jpeg", seekable_jpeg,
                  "Re-write baseline JPEGs losslessly with restart markers (same pixels, checked) and record where "
                  "each restart interval starts, so the loader decodes only what a crop covers");
+  bool keep_bad_images = false;
+  pack->add_flag("--keep-bad-images", keep_bad_images,
+                 "Store image files that fail the header check (empty, not an image by their first bytes, a GIF, a "
+                 "cut header) as they are, counted and named, instead of stopping at the first");
   bool shuffle = false;
   std::uint64_t shuffle_seed = 0;
   auto* shuffle_flag = pack->add_flag("--shuffle", shuffle,
@@ -324,7 +328,8 @@ int main(int argc, char** argv) {
   if (cache_warm->parsed()) return RunCacheWarm(dataset, remote, json);
   if (pack->parsed())
     return RunPack({source, out, shard_size, threads, force, max_side, quality,
-                    shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg});
+                    shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg,
+                    keep_bad_images});
   if (index->parsed()) return RunIndex(shards, index_output, force);
   if (merge->parsed()) return RunMerge(merge_parts, merge_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images, seq_len);

@@ -83,11 +83,10 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
                                   : std::string(),
                               decoded->fields_not_decodable)
                 : "";
-    fmt::print("{}: checked {} samples in {} shards ({}){}: {}\n", Printable((*dataset)->index_path()),
-               report->samples_checked, report->shards_checked, stoker::FormatBytes(report->bytes_checked), decode_note,
-               report->ok()
-                   ? "OK"
-                   : fmt::format("{} problem{}", report->problems.size(), report->problems.size() == 1 ? "" : "s"));
+    fmt::print("{}: checked {} in {} ({}){}: {}\n", Printable((*dataset)->index_path()),
+               stoker::Counted(report->samples_checked, "sample", "samples"),
+               stoker::Counted(report->shards_checked, "shard", "shards"), stoker::FormatBytes(report->bytes_checked),
+               decode_note, report->ok() ? "OK" : stoker::Counted(report->problems.size(), "problem", "problems"));
   }
   return report->ok() ? kExitOk : kExitError;
 }

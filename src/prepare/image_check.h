@@ -1,0 +1,51 @@
+// Images checked at pack time by what the loader reads of them first: the
+// format, told by the first bytes, and the header (codec::ImageFileSize).
+// An image field that fails it (an empty file, an HTML error page saved as
+// .jpg, a GIF, a cut header) would otherwise be packed as it is and fail in
+// the training loop, hours later. Pack refuses it, naming the sample and its
+// file; with keep_bad_images it is stored as it is, counted and named (the
+// summary, the index's note). A body damaged past the header is not found
+// here: `stoker verify --decode` decodes every image.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/mutex.h"
+#include "dataset/pack_rewrite.h"
+
+namespace stoker::prepare {
+
+// How many kept bad images the summary and the note name (the smallest keys).
+inline constexpr std::size_t kBadImagesNamed = 5;
+
+class ImageHeaderCheck final : public pack_internal::FieldRewriter {
+ public:
+  explicit ImageHeaderCheck(bool keep_bad_images) : keep_bad_images_(keep_bad_images) {}
+
+  // Never changes the bytes. Checks fields of kind image; one that
+  // fails is an error (Corruption, or Unimplemented for a format stoker does
+  // not decode), or kKeptAsItIs when bad images are kept.
+  [[nodiscard]] Result<pack_internal::Rewritten> Rewrite(const pack_internal::PackedField& field,
+                                                         std::vector<std::byte>& bytes,
+                                                         SeekableTable& restarts) const override;
+  // A bad image found by a later rewriter (one that decodes it): the same
+  // error, or the same record and kKeptAsItIs, as a header that fails here.
+  [[nodiscard]] Result<pack_internal::Rewritten> Bad(const pack_internal::PackedField& field, const Status& why) const;
+  // {"bad_images": {"kept": N, "named": {key: why, ...}}}, or empty when
+  // none was kept.
+  [[nodiscard]] std::string Note() const override;
+  // PackSummary::bad_images_kept and bad_images_named.
+  void Report(PackSummary& summary) const override;
+
+ private:
+  const bool keep_bad_images_;
+  mutable std::atomic<std::uint64_t> kept_{0};
+  mutable Mutex mu_;
+  // "key, field" -> why, the smallest kBadImagesNamed (so the same input names the same ones).
+  mutable std::map<std::string, std::string> named_ GUARDED_BY(mu_);
+};
+
+}  // namespace stoker::prepare
