@@ -62,6 +62,11 @@ bool LooksLikeScheme(std::string_view s) {
 
 Result<std::unique_ptr<Dataset>> OpenLocal(const std::string& location, const OpenOptions& options) {
   FileSystem* fs = FileSystem::Default();
+  if (auto there = fs->LinkStat(location); !there.ok() && there.error().code() == StatusCode::kNotFound)
+    return Status::NotFound(fmt::format(
+        "no dataset at '{}': nothing by that name (give a dataset folder or its {}, a URL such as s3://..., or an "
+        "ImageFolder of loose images)",
+        location, kIndexFileName));
   auto packed = Dataset::Open(location, fs);
   if (packed.ok() || !options.image_folder || packed.error().code() != StatusCode::kNotFound) return packed;
   // Only a folder with nothing at all named index.stoker is an ImageFolder

@@ -69,6 +69,15 @@ def test_a_shard_gone_or_rewritten_after_packing_is_named_when_the_loader_is_mad
         stoker.Loader(tmp_path / "p", batch_size=8, on_corrupt="skip")
 
 
+def test_a_dataset_that_is_not_there_is_named_as_missing(cli, tmp_path):
+    for command in ("inspect", "verify", "ls", "bench"):
+        r = cli(command, tmp_path / "nowhere", check=False)
+        assert r.returncode == 1 and "no dataset at '%s': nothing by that name" % (tmp_path / "nowhere") in r.stderr, (
+            command, r.stderr)
+    with pytest.raises(FileNotFoundError, match="no dataset at '.*/nowhere/index.stoker': nothing by that name"):
+        stoker.Loader(tmp_path / "nowhere" / "index.stoker", batch_size=8)
+
+
 def test_bad_transform_values_and_states_are_named(packed):
     for mean, std in (((math.nan, 0.5, 0.5), (1, 1, 1)), ((0, 0, 0), (1, math.inf, 1)), ((0, 0, 0), (1, -1, 1))):
         with pytest.raises(ValueError, match="finite"):
