@@ -32,7 +32,9 @@ struct DatasetWriterOptions {
 // One field of a sample, as WebDataset names it: "jpg", "cls", "mask.png",
 // "boxes.npy". `kind` is what the index records for it (what `inspect`
 // shows and the loader checks its specs against); ConventionalFieldKind()
-// gives the one its name implies.
+// gives the one its name implies. The writer stores payloads as given:
+// stoker/decode.h's CheckImageHeader() is the check pack (and Python's
+// DatasetWriter) makes of image fields first.
 struct SampleField {
   std::string_view name;
   std::span<const std::byte> bytes;

@@ -27,6 +27,13 @@ inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
 [[nodiscard]] Result<HostTensor> DecodeImage(std::span<const std::byte> data, std::string_view mode = "RGB",
                                              std::uint64_t max_pixels = kDefaultMaxImagePixels);
 
+// What pack and DatasetWriter check of every image field: not empty, a
+// format stoker decodes told by its first bytes (JPEG, PNG, WebP, TIFF,
+// PGM/PPM, BMP), a header that reads. Corruption naming what is wrong, or
+// Unimplemented for a format stoker does not decode (GIF, ...). Reads the
+// header only: damage past it shows when the pixels are decoded.
+[[nodiscard]] Status CheckImageHeader(std::span<const std::byte> data);
+
 // A NumPy .npy array (format 1.0-3.0; bool, int, uint and float dtypes in
 // either byte order, C or Fortran order) in C order and host byte order.
 // Corruption for a malformed header or data of another size than the

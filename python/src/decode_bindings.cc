@@ -259,6 +259,17 @@ void BindFields(py::module_& m) {
 }
 
 void BindDecoders(py::module_& m) {
+  // None, or why `data` fails the header check pack and DatasetWriter make of image fields.
+  m.def(
+      "image_header_problem",
+      [](const py::buffer& data) -> std::optional<std::string> {
+        const py::buffer_info info = data.request();
+        const stoker::Status s = stoker::CheckImageHeader(
+            {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)});
+        if (s.ok()) return std::nullopt;
+        return s.message();
+      },
+      py::arg("data"));
   m.def(
       "decode_image",
       [](py::bytes data, const std::string& mode, std::uint64_t max_pixels, bool torch_has_unsigned) {

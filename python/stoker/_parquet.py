@@ -284,7 +284,7 @@ def require_pyarrow():
                           "STOKER_PYTHON to a Python that has it" % (sys.executable, e)) from None
 
 
-def write_parquet(files, out, shard_bytes, overwrite, on_progress=None):
+def write_parquet(files, out, shard_bytes, overwrite, on_progress=None, keep_bad_images=False):
     """Writes every row of `files` into a new dataset at `out`; returns the
     DatasetWriter's summary."""
     require_pyarrow()
@@ -308,7 +308,7 @@ def write_parquet(files, out, shard_bytes, overwrite, on_progress=None):
         for path, row, layout, values in rows:
             if writer is None:
                 writer = DatasetWriter(out, shard_size=shard_bytes, overwrite=overwrite,
-                                       class_names=layout.class_names)
+                                       class_names=layout.class_names, keep_bad_images=keep_bad_images)
             sample = {"__key__": values.get("__key__") if values.get("__key__") is not None else "%09d" % n}
             try:
                 if layout.label is not None and values.get(layout.label) is not None:
@@ -345,14 +345,14 @@ def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle
     files = parquet_files(source)
     out = os.fspath(out)
     if not (max_side or seekable_jpeg or shuffle_seed is not None):
-        return write_parquet(files, out, shard_bytes, overwrite, on_progress)
+        return write_parquet(files, out, shard_bytes, overwrite, on_progress, keep_bad_images)
     if not overwrite and os.path.exists(os.path.join(out, "index.stoker")):
         raise FileExistsError("'%s' already holds a dataset (index.stoker exists); pass overwrite=True (--force) "
                               "to replace it" % out)
     staging = os.path.join(os.path.dirname(os.path.abspath(out)) or ".",
                            ".%s.parquet-staging-%d" % (os.path.basename(os.path.abspath(out)), os.getpid()))
     try:
-        write_parquet(files, staging, shard_bytes, True, on_progress)
+        write_parquet(files, staging, shard_bytes, True, on_progress, keep_bad_images)
         return _native.pack(staging, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, [],
                             seekable_jpeg, keep_bad_images)
     finally:
@@ -373,7 +373,8 @@ def main(argv):
     ap.add_argument("--shuffle", action="store_true")
     ap.add_argument("--shuffle-seed", type=int, default=0)
     ap.add_argument("--seekable-jpeg", action="store_true")
-    ap.add_argument("--keep-bad-images", action="store_true")
+    ap.add_argument("--keep-bad-images", action="store_true",
+                    help="store images that fail the header check as they are, counted and named")
     args = ap.parse_args(argv)
     try:
         files = parquet_files(args.source)
@@ -401,12 +402,23 @@ def main(argv):
     if sys.stderr.isatty():
         sys.stderr.write("\n")
     kind = "Arrow" if all(f.endswith(".arrow") for f in files) else "Parquet"
-    print("packed %d samples from %d %s file(s) into %d shards (%s) in %s" % (
-        summary["samples"], len(files), kind, summary["shards"], _size(summary["shard_bytes"]), args.out))
+    if summary.get("bad_images_kept"):
+        sys.stderr.write("stoker pack: warning: kept %s that the loader cannot decode, as %s (--keep-bad-images)%s\n"
+                         % (_counted(summary["bad_images_kept"], "image", "images"),
+                            "it was" if summary["bad_images_kept"] == 1 else "they were",
+                            "".join("\n  " + n for n in summary["bad_images_named"])))
+    print("packed %s from %s into %s (%s) in %s" % (
+        _counted(summary["samples"], "sample", "samples"), _counted(len(files), kind + " file", kind + " files"),
+        _counted(summary["shards"], "shard", "shards"), _size(summary["shard_bytes"]), args.out))
     if summary["class_names"]:
-        print("labels: %d classes, names from the ClassLabel feature" % len(summary["class_names"]))
+        print("labels: %s, names from the ClassLabel feature" % _counted(len(summary["class_names"]), "class",
+                                                                         "classes"))
     print("index: %s" % summary["index_path"])
     return 0
+
+
+def _counted(n, one, many):
+    return "%d %s" % (n, one if n == 1 else many)
 
 
 def _size(n):

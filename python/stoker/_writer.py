@@ -287,10 +287,21 @@ class DatasetWriter:
     nothing: give each process a writer and folder of its own. Samples are
     stored in the order
     written: to mix classes across shards, write them in a random order (or
-    repack with ``stoker pack OUT OUT2 --shuffle``)."""
+    repack with ``stoker pack OUT OUT2 --shuffle``).
 
-    def __init__(self, out, shard_size=64 << 20, overwrite=False, class_names=None):
+    Image bytes given as they are (not an array or PIL image, which the
+    writer encodes) are checked as ``stoker pack`` checks them, the format
+    by the first bytes and then the header: bytes that fail (empty, not an
+    image, a GIF, a cut header) are a ValueError naming the sample and field,
+    since the loader would fail on them later. ``keep_bad_images=True``
+    stores them as they are; ``close()``'s summary counts them
+    (``bad_images_kept``) and names the five smallest keys
+    (``bad_images_named``)."""
+
+    def __init__(self, out, shard_size=64 << 20, overwrite=False, class_names=None, keep_bad_images=False):
         size = parse_size(shard_size)
+        self._keep_bad_images = _params.boolean("keep_bad_images", keep_bad_images)
+        self._bad_kept, self._bad_named = 0, []  # kept bad images: how many, the smallest (key, field, why)
         names = [] if class_names is None else list(class_names)
         if not all(isinstance(n, str) for n in names):
             raise TypeError("class_names must be a list of str, not %r" % (class_names,))
@@ -319,7 +330,7 @@ class DatasetWriter:
             key = "%09d" % self._native.samples
         elif not isinstance(key, str):
             raise TypeError("__key__ must be a str, not %r" % (key,))
-        fields = []
+        fields, bad = [], []
         for name, value in sample.items():
             if not isinstance(name, str):
                 raise TypeError("sample %r: field names are str, not %r" % (key, name))
@@ -331,8 +342,18 @@ class DatasetWriter:
                 raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
             except (TypeError, ValueError) as e:  # from NumPy, Pillow or torch (a bfloat16 tensor, an odd image)
                 raise type(e)("sample %r, field %r: %s" % (key, name, e)) from None
+            if kind == _native.FieldKind.image:
+                problem = _native.image_header_problem(payload)
+                if problem is not None and not self._keep_bad_images:
+                    raise ValueError("sample %r, field %r: %s (keep_bad_images=True stores such bytes as they are)"
+                                     % (key, name, problem))
+                if problem is not None:
+                    bad.append((key, name, problem))
             fields.append((name, payload, kind))
         self._native.add(key, fields)
+        if bad:
+            self._bad_kept += len(bad)
+            self._bad_named = sorted(self._bad_named + bad)[:5]
 
     def close(self):
         """Ends the last shard and writes the index; returns the summary
@@ -346,6 +367,8 @@ class DatasetWriter:
             self._summary = self._native.finish()
         finally:
             self._native = None  # on failure, dropping it removes what it wrote
+        self._summary["bad_images_kept"] = self._bad_kept
+        self._summary["bad_images_named"] = ["%s, field '%s': %s" % b for b in self._bad_named]
         return self._summary
 
     def abort(self):

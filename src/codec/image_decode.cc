@@ -77,6 +77,11 @@ Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
   return Status::Internal("unreachable");
 }
 
+Status CheckImageHeader(std::span<const std::byte> data) {
+  if (data.empty()) return Status::Corruption("0 bytes, not an image");
+  return ImageFileSize(data).status();
+}
+
 Status DecodeImageFile(std::span<const std::byte> data, std::uint64_t max_pixels, SourceImage* out) {
   const auto format = DetectImageFormat(data);
   if (!format) return Unknown(data);

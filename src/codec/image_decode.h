@@ -25,6 +25,11 @@ enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp, kTiff, kNetpbm, kBmp
 // these; Unimplemented, naming it, for another known format (GIF, ...).
 [[nodiscard]] Result<ImageSize> ImageFileSize(std::span<const std::byte> data);
 
+// What an image must pass before anything decodes it (stoker/decode.h's
+// CheckImageHeader): not empty, a format told by its first bytes, a header
+// that reads (ImageFileSize).
+[[nodiscard]] Status CheckImageHeader(std::span<const std::byte> data);
+
 // Decodes as the format's own codec does (pixels.h: in the mode Pillow
 // opens it in). Errors as DecodePng / DecodeWebp / DecodeTiff / DecodeNetpbm / DecodeBmp /
 // DecodeJpeg.

@@ -11,7 +11,7 @@ Result<pack_internal::Rewritten> ImageHeaderCheck::Rewrite(const pack_internal::
                                                            std::vector<std::byte>& bytes, SeekableTable&) const {
   using pack_internal::Rewritten;
   if (field.kind != FieldKind::kImage) return Rewritten::kUnchanged;  // masks are recorded as images
-  Status bad = bytes.empty() ? Status::Corruption("an empty file, not an image") : codec::ImageFileSize(bytes).status();
+  const Status bad = codec::CheckImageHeader(bytes);
   if (bad.ok()) return Rewritten::kUnchanged;
   return Bad(field, bad);
 }

@@ -41,7 +41,7 @@ struct Bad {
 TEST(ImageCheck, AnImageTheLoaderCouldNotStartToDecodeStopsThePackNamingItsSampleAndFile) {
   const std::string jpeg = MakeJpeg(24, 16, 3);
   const std::vector<Bad> cases = {
-      {"a/empty.jpg", "", StatusCode::kCorruption, "an empty file, not an image"},
+      {"a/empty.jpg", "", StatusCode::kCorruption, "0 bytes, not an image"},
       {"a/page.jpg", "<html><body>404 Not Found</body></html>", StatusCode::kCorruption,
        "not an image: neither JPEG, PNG, WebP, TIFF, PGM, PPM nor BMP by its first bytes"},
       {"a/anim.jpeg", "GIF89a\x01\x00\x01\x00", StatusCode::kUnimplemented, "a GIF image"},
@@ -129,7 +129,7 @@ TEST(ImageCheck, RewritersAfterTheCheckLeaveKeptImagesAloneAndReportTheirOwnFind
   ASSERT_EQ(summary.bad_images_named.size(), 2u);
   EXPECT_NE(summary.bad_images_named[0].find("a/scan_cut, field 'jpg': cannot re-encode the image"), std::string::npos)
       << summary.bad_images_named[0];
-  EXPECT_NE(summary.bad_images_named[1].find("a/zero, field 'jpg': an empty file"), std::string::npos)
+  EXPECT_NE(summary.bad_images_named[1].find("a/zero, field 'jpg': 0 bytes"), std::string::npos)
       << summary.bad_images_named[1];
   EXPECT_EQ(summary.images_reencoded, 1u);
   EXPECT_EQ(summary.seekable_jpegs, 1u);

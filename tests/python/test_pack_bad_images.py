@@ -37,7 +37,7 @@ def test_every_format_the_loader_decodes_passes_the_check(tmp_path):
 
 
 @pytest.mark.parametrize("name,data,says", [
-    ("empty.jpg", b"", "an empty file, not an image"),
+    ("empty.jpg", b"", "0 bytes, not an image"),
     ("page.jpg", b"<!DOCTYPE html><html>403 Forbidden</html>", "not an image"),
     ("anim.jpg", _image("GIF"), "a GIF image"),
     ("cut.png", _image("PNG")[:20], "PNG"),
@@ -67,13 +67,13 @@ def test_the_python_pack_raises_naming_the_sample_or_keeps_and_names(tmp_path):
     for i in range(3):
         (tmp_path / "src" / "c" / ("%d.jpg" % i)).write_bytes(_image("JPEG"))
     (tmp_path / "src" / "c" / "zero.jpg").write_bytes(b"")
-    with pytest.raises(stoker_package.CorruptionError, match="sample 'c/zero'.*an empty file"):
+    with pytest.raises(stoker_package.CorruptionError, match="sample 'c/zero'.*0 bytes, not an image"):
         stoker_package.pack(tmp_path / "src", tmp_path / "out")
     with pytest.raises(TypeError):
         stoker_package.pack(tmp_path / "src", tmp_path / "out", keep_bad_images="yes")
     summary = stoker_package.pack(tmp_path / "src", tmp_path / "out", keep_bad_images=True)
     assert summary["bad_images_kept"] == 1
-    assert summary["bad_images_named"] == ["c/zero, field 'jpg': an empty file, not an image"]
+    assert summary["bad_images_named"] == ["c/zero, field 'jpg': 0 bytes, not an image"]
     loader = stoker_package.Loader(tmp_path / "out", batch_size=2, shuffle=False, on_corrupt="skip", log_epochs=False)
     # The loader's own policy: the kept one's place is filled by a good sample, and counted.
     assert sum(len(labels) for _, labels in loader) == 4

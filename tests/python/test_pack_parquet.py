@@ -124,7 +124,7 @@ def test_the_command_line_packs_parquet_and_shuffles_keeping_class_names(hf_fold
                           "--shuffle", "--shuffle-seed", "3", "--shard-size", "16KiB"],
                          capture_output=True, text=True, env=ENV)
     assert run.returncode == 0, run.stderr
-    assert "packed 14 samples from 2 Parquet file(s)" in run.stdout
+    assert "packed 14 samples from 2 Parquet files" in run.stdout
     assert "labels: 3 classes" in run.stdout
     check_samples(tmp_path / "out", rows)
     loader = stoker.Loader(tmp_path / "out", batch_size=14, shuffle=False, fields={"c": stoker.Text("caption")})
@@ -170,7 +170,7 @@ def test_a_save_to_disk_folder_of_arrow_files_packs_with_its_dataset_info(tmp_pa
     run = subprocess.run([stoker_bin, "pack", str(split), str(tmp_path / "out")], capture_output=True, text=True,
                          env=ENV)
     assert run.returncode == 0, run.stderr
-    assert "packed 11 samples from 2 Arrow file(s)" in run.stdout
+    assert "packed 11 samples from 2 Arrow files" in run.stdout
     loader = stoker.Loader(tmp_path / "out", batch_size=11, shuffle=False,
                            fields={"label": stoker.Int("cls"), "caption": stoker.Text("caption"),
                                    "image": stoker.Bytes("jpg;png")})
@@ -232,6 +232,17 @@ def test_bad_parquet_input_is_named(hf_folder, tmp_path, stoker_bin):
         stoker.pack(clash, tmp_path / "out4")
     with pytest.raises(FileNotFoundError, match="no file matches"):
         stoker.pack(str(tmp_path / "nothing-*.parquet"), tmp_path / "out3")
+    # An image cut inside its header (a JPEG by its first bytes) is named; kept on request, counted.
+    cut = [dict(r) for r in rows[:3]]
+    cut[1]["image"] = {"bytes": rows[1]["image"]["bytes"][:30], "path": "cut.jpg"}
+    write_hf_parquet(tmp_path / "cut.parquet", cut)
+    for seekable in (False, True):  # written straight, and through the staging copy
+        with pytest.raises(ValueError, match=r"cut.parquet: row 1 .*not a decodable JPEG"):
+            stoker.pack(tmp_path / "cut.parquet", tmp_path / ("out6-%d" % seekable), seekable_jpeg=seekable)
+        summary = stoker.pack(tmp_path / "cut.parquet", tmp_path / ("out6-%d" % seekable), seekable_jpeg=seekable,
+                              keep_bad_images=True)
+        assert summary["samples"] == 3 and summary["bad_images_kept"] == 1, summary
+        assert summary["bad_images_named"][0].startswith("000000001, field 'jpg': not a decodable JPEG"), summary
     # Rows are read a few batches ahead on a thread of their own; a row that fails to write, with more
     # batches read behind it, names its row and leaves no thread behind.
     keys = ["k%04d" % i for i in range(1000)]

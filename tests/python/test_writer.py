@@ -125,6 +125,9 @@ def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
     ("jpg", "a path?", "an image field takes bytes"),
     ("jpg", np.zeros((4, 4), np.float32), "must be uint8"),
     ("jpg", np.zeros((4, 4), np.uint16), "uint16 (H, W) for PNG and TIFF"),
+    ("jpg", b"", "0 bytes, not an image (keep_bad_images=True stores such bytes as they are)"),
+    ("mask.png", b"<html>not found</html>", "not an image: neither JPEG, PNG"),
+    ("jpg", {"bytes": jpeg_bytes(1)[:30], "path": None}, "not a decodable JPEG"),
     ("cls", "cat", "an integer field takes an int"),
     ("cls", 2.5, "an integer field takes an int"),
     ("meta.json", {"x": float("nan")}, "JSON cannot hold"),
@@ -144,11 +147,14 @@ def test_a_value_it_cannot_store_names_the_sample_and_field_and_changes_nothing(
     assert samples_in(tmp_path / "out") == 1
 
 
+_JPEG = jpeg_bytes(0)
+
+
 @pytest.mark.parametrize("sample,exc,says", [
-    ({"__key__": "photo.v2", "jpg": b"x"}, ValueError, "'.' in its last part 'photo.v2'"),
-    ({"__key__": "../up", "jpg": b"x"}, ValueError, "'..'"),
-    ({"__key__": 7, "jpg": b"x"}, TypeError, "__key__ must be a str"),
-    ({"__key__": "k", "JPG": b"x"}, ValueError, "upper-case"),
+    ({"__key__": "photo.v2", "jpg": _JPEG}, ValueError, "'.' in its last part 'photo.v2'"),
+    ({"__key__": "../up", "jpg": _JPEG}, ValueError, "'..'"),
+    ({"__key__": 7, "jpg": _JPEG}, TypeError, "__key__ must be a str"),
+    ({"__key__": "k", "JPG": _JPEG}, ValueError, "upper-case"),
     ({"__key__": "k", "a/b": b"x"}, ValueError, "holds a '/'"),
     ({"__key__": "k"}, ValueError, "no fields"),
     ({"__key__": "k", 3: b"x"}, TypeError, "field names are str"),
@@ -262,3 +268,21 @@ def test_pgm_and_ppm_fields_are_written_losslessly_and_an_alpha_channel_is_refus
         "rgb": stoker.Image(keys="ppm", transform=None), "gray": stoker.Image(keys="pgm", mode="L", transform=None)})))
     assert np.array_equal(batch["rgb"][0].numpy(), rgb)
     assert np.array_equal(batch["gray"][0].numpy()[..., 0], gray)
+
+
+def test_kept_bad_images_are_stored_as_given_counted_and_named(tmp_path):
+    with stoker.DatasetWriter(tmp_path / "out", keep_bad_images=True) as writer:
+        for i in (3, 1, 2):
+            writer.write({"__key__": "bad%d" % i, "jpg": b"GIF89a" + bytes(10), "png": b""})
+        writer.write({"__key__": "good", "jpg": jpeg_bytes(2)})
+    summary = writer.close()
+    assert summary["samples"] == 4 and summary["bad_images_kept"] == 6
+    assert summary["bad_images_named"] == [
+        "bad1, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
+        "packing)", "bad1, field 'png': 0 bytes, not an image",
+        "bad2, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
+        "packing)", "bad2, field 'png': 0 bytes, not an image",
+        "bad3, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
+        "packing)"]
+    with pytest.raises(TypeError, match="keep_bad_images must be True or False"):
+        stoker.DatasetWriter(tmp_path / "other", keep_bad_images="no")
