@@ -26,7 +26,7 @@ bool ReadAheadAnnouncer::IsAnnounced(std::uint64_t epoch) const {
   return std::any_of(announced_.begin(), announced_.end(), [&](const Announced& a) { return a.epoch == epoch; });
 }
 
-std::vector<std::uint32_t> ShardVisits(const std::vector<std::uint64_t>& order, const BatchPlan& plan,
+std::vector<std::uint32_t> ShardVisits(const Permutation& order, const BatchPlan& plan,
                                        const std::vector<ShardSpan>& shards, std::uint64_t first,
                                        std::vector<std::uint64_t>* batch_start) {
   std::vector<std::uint32_t> visits;
@@ -50,8 +50,7 @@ std::vector<std::uint32_t> ShardVisits(const std::vector<std::uint64_t>& order, 
   return visits;
 }
 
-void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order,
-                                  bool and_next) {
+void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, const Permutation& order, bool and_next) {
   if (!IsAnnounced(epoch)) {
     Announced a;
     a.epoch = epoch;
@@ -64,7 +63,7 @@ void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, cons
   if (and_next && !IsAnnounced(epoch + 1)) Announce(epoch + 1, 0, EpochOrder(spec_, epoch + 1, shards_), false);
 }
 
-void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order) {
+void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const Permutation& order) {
   if (planner_ == nullptr) return;
   planner_->ResetPlan();
   announced_.clear();
@@ -72,7 +71,7 @@ void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const
   Advance(epoch, first);
 }
 
-void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const std::vector<std::uint64_t>& order) {
+void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const Permutation& order) {
   if (planner_ == nullptr) return;
   Announce(epoch, 0, order, true);
 }

@@ -21,7 +21,7 @@ namespace stoker::order {
 // `first` on, consecutive repeats collapsed. `batch_start`, when given,
 // receives per batch the index of its first visit (a batch that continues
 // the previous batch's shard starts at that shard's visit), then the end.
-[[nodiscard]] std::vector<std::uint32_t> ShardVisits(const std::vector<std::uint64_t>& order, const BatchPlan& plan,
+[[nodiscard]] std::vector<std::uint32_t> ShardVisits(const Permutation& order, const BatchPlan& plan,
                                                      const std::vector<ShardSpan>& shards, std::uint64_t first,
                                                      std::vector<std::uint64_t>* batch_start = nullptr);
 
@@ -34,10 +34,10 @@ class ReadAheadAnnouncer {
   // Forgets everything announced (a new epoch started elsewhere, a restore)
   // and announces epoch `epoch` from batch `first` (its order given), plus
   // the epoch after it; reading is at `first`.
-  void Restart(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order);
+  void Restart(std::uint64_t epoch, std::uint64_t first, const Permutation& order);
   // Scheduling moved into epoch `epoch` (its order given): announces it if
   // it is not yet, and the one after.
-  void EpochScheduled(std::uint64_t epoch, const std::vector<std::uint64_t>& order);
+  void EpochScheduled(std::uint64_t epoch, const Permutation& order);
   // Reading has reached batch `batch` of epoch `epoch`.
   void Advance(std::uint64_t epoch, std::uint64_t batch);
 
@@ -50,7 +50,7 @@ class ReadAheadAnnouncer {
     std::vector<std::uint64_t> batch_start;  // per batch from `first`, plus the end
   };
   [[nodiscard]] bool IsAnnounced(std::uint64_t epoch) const;
-  void Announce(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint64_t>& order, bool and_next);
+  void Announce(std::uint64_t epoch, std::uint64_t first, const Permutation& order, bool and_next);
 
   ShardReadPlanner* planner_;
   OrderSpec spec_;

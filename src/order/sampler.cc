@@ -1,5 +1,6 @@
 #include "order/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -8,12 +9,17 @@
 
 namespace stoker::order {
 
-std::vector<std::uint64_t> EpochOrder(const OrderSpec& spec, std::uint64_t epoch,
-                                      const std::vector<ShardSpan>& shards) {
+namespace {
+
+// Fills `order` (N positions, N the sum of shard sizes) with the epoch's
+// order. The Rng's draws do not depend on T, so neither does the order.
+template <typename T>
+void FillOrder(std::vector<T>& order, const OrderSpec& spec, std::uint64_t epoch,
+               const std::vector<ShardSpan>& shards) {
   std::uint64_t n = 0;
   for (const auto& s : shards) n += s.num_samples;
-  std::vector<std::uint64_t> order(n);
-  std::iota(order.begin(), order.end(), std::uint64_t{0});
+  order.resize(n);
+  std::iota(order.begin(), order.end(), T{0});
   Rng rng(spec.seed, epoch);
   switch (spec.mode) {
     case OrderMode::kSequential:
@@ -31,14 +37,54 @@ std::vector<std::uint64_t> EpochOrder(const OrderSpec& spec, std::uint64_t epoch
         const std::uint64_t begin = out;
         for (std::uint64_t k = w; k < std::min<std::uint64_t>(w + window, shard_order.size()); ++k) {
           const auto& s = shards[shard_order[k]];
-          for (std::uint64_t i = 0; i < s.num_samples; ++i) order[out++] = s.first_sample + i;
+          for (std::uint64_t i = 0; i < s.num_samples; ++i) order[out++] = static_cast<T>(s.first_sample + i);
         }
         Shuffle(order.data() + begin, out - begin, rng);
       }
       break;
     }
   }
-  return order;
+}
+
+}  // namespace
+
+Permutation Permutation::Of(const std::vector<std::uint64_t>& order) {
+  Permutation p;
+  p.narrow_ = std::all_of(order.begin(), order.end(), [](std::uint64_t s) { return s <= 0xFFFFFFFFu; });
+  if (p.narrow_)
+    p.narrow_order_.assign(order.begin(), order.end());
+  else
+    p.wide_order_ = order;
+  return p;
+}
+
+std::vector<std::uint64_t> Permutation::ToVector() const {
+  if (!narrow_) return wide_order_;
+  return {narrow_order_.begin(), narrow_order_.end()};
+}
+
+bool operator==(const Permutation& a, const Permutation& b) {
+  if (a.narrow_ == b.narrow_) return a.narrow_order_ == b.narrow_order_ && a.wide_order_ == b.wide_order_;
+  if (a.size() != b.size()) return false;
+  for (std::uint64_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards) {
+  std::uint64_t n = 0;
+  for (const auto& s : shards) n += s.num_samples;
+  Permutation p;
+  p.narrow_ = !wide && n <= (std::uint64_t{1} << 32);  // sample numbers 0 .. n-1 fit in 32 bits
+  if (p.narrow_)
+    FillOrder(p.narrow_order_, spec, epoch, shards);
+  else
+    FillOrder(p.wide_order_, spec, epoch, shards);
+  return p;
+}
+
+Permutation EpochOrder(const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards) {
+  return EpochOrderIn(false, spec, epoch, shards);
 }
 
 Status BatchPlan::Validate() const {

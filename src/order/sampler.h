@@ -28,9 +28,39 @@ struct OrderSpec {
   std::uint32_t shard_window = 8;  // kShardBlockShuffle only
 };
 
+// An epoch's order: position -> dataset sample, a permutation of [0, N).
+// Held in 4 bytes a position while every sample number fits in 32 bits
+// (datasets of under 2^32 samples), else in 8: the same order either way.
+// Each rank holds one or two (the epoch delivered and the one scheduled), so
+// at a billion samples this is 4-8 GB a rank, not 8-16.
+class Permutation {
+ public:
+  Permutation() = default;
+  // An order given position by position (each a sample number).
+  [[nodiscard]] static Permutation Of(const std::vector<std::uint64_t>& order);
+  [[nodiscard]] std::uint64_t size() const { return narrow_ ? narrow_order_.size() : wide_order_.size(); }
+  [[nodiscard]] std::uint64_t operator[](std::uint64_t position) const {
+    return narrow_ ? narrow_order_[position] : wide_order_[position];
+  }
+  [[nodiscard]] bool narrow() const { return narrow_; }
+  [[nodiscard]] std::vector<std::uint64_t> ToVector() const;
+  // The same order, whatever the width it is held in.
+  friend bool operator==(const Permutation& a, const Permutation& b);
+
+ private:
+  friend Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch,
+                                  const std::vector<ShardSpan>& shards);
+  bool narrow_ = true;
+  std::vector<std::uint32_t> narrow_order_;
+  std::vector<std::uint64_t> wide_order_;
+};
+
 // The epoch's order: a permutation of [0, N), N = the sum of shard sizes.
-[[nodiscard]] std::vector<std::uint64_t> EpochOrder(const OrderSpec& spec, std::uint64_t epoch,
-                                                    const std::vector<ShardSpan>& shards);
+[[nodiscard]] Permutation EpochOrder(const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards);
+// The same order held in 8 bytes a position whatever N (`wide`), or as
+// EpochOrder holds it: for tests that the width changes nothing.
+[[nodiscard]] Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch,
+                                       const std::vector<ShardSpan>& shards);
 
 // How an epoch's order is cut into global batches of B samples, and each
 // global batch split across W ranks.

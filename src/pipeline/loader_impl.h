@@ -43,13 +43,13 @@ struct Loader::Impl {
     std::uint32_t size = 0;
     std::uint64_t epoch = 0;
     std::uint64_t batch_index = 0;
-    std::shared_ptr<const std::vector<std::uint64_t>> order;  // the batch's epoch order
-    std::vector<std::uint64_t> positions;                     // in that order, one per sample
-    pipeline::BatchInput input;                               // filled by the read item, then read by the sample items
-    pipeline::FieldColumns fields;                            // typed fields: [spec][place], each place one worker's
-    std::uint32_t pending = 0;                                // guarded by mu: items not yet finished
-    std::uint32_t skipped = 0;                                // guarded by mu: places whose sample was replaced
-    Status error;                                             // guarded by mu: the first failure in this batch
+    std::shared_ptr<const order::Permutation> order;  // the batch's epoch order
+    std::vector<std::uint64_t> positions;             // in that order, one per sample
+    pipeline::BatchInput input;                       // filled by the read item, then read by the sample items
+    pipeline::FieldColumns fields;                    // typed fields: [spec][place], each place one worker's
+    std::uint32_t pending = 0;                        // guarded by mu: items not yet finished
+    std::uint32_t skipped = 0;                        // guarded by mu: places whose sample was replaced
+    Status error;                                     // guarded by mu: the first failure in this batch
   };
 
   std::shared_ptr<const Dataset> dataset;
@@ -88,7 +88,7 @@ struct Loader::Impl {
   std::optional<std::uint32_t> consumer_waits_for GUARDED_BY(mu);
   std::unique_ptr<order::ReadAheadAnnouncer> announcer GUARDED_BY(mu);
   // The order of the epoch being scheduled.
-  std::shared_ptr<const std::vector<std::uint64_t>> schedule_order GUARDED_BY(mu);
+  std::shared_ptr<const order::Permutation> schedule_order GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
   // Set with `stop`, read without the lock by what the workers wait on below
   // (a remote read waiting for its shard gives up instead of finishing).
@@ -129,8 +129,8 @@ struct Loader::Impl {
     work_cv.NotifyAll();
   }
 
-  std::shared_ptr<const std::vector<std::uint64_t>> OrderOf(std::uint64_t epoch) const {
-    return std::make_shared<const std::vector<std::uint64_t>>(order::EpochOrder(order_spec, epoch, shard_spans));
+  std::shared_ptr<const order::Permutation> OrderOf(std::uint64_t epoch) const {
+    return std::make_shared<const order::Permutation>(order::EpochOrder(order_spec, epoch, shard_spans));
   }
 
   // Restarts delivery and scheduling at batch `consumed` of `epoch`; the

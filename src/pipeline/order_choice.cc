@@ -62,7 +62,7 @@ std::uint32_t LargestThat(std::uint32_t lo, std::uint32_t hi, const Holds& holds
 
 // Mean distinct labels per global batch of `order`, over up to 256 batches
 // spread across it; 0 when the samples carry no labels.
-double LabelsPerBatch(const std::vector<std::uint64_t>& order, const Dataset& dataset, std::uint64_t batch) {
+double LabelsPerBatch(const order::Permutation& order, const Dataset& dataset, std::uint64_t batch) {
   const std::uint64_t batches = batch ? order.size() / batch : 0;
   if (batches == 0) return 0;
   const std::uint64_t step = std::max<std::uint64_t>(1, batches / 256);
@@ -102,8 +102,8 @@ std::string_view OrderName(Order order) {
   return "?";
 }
 
-std::uint32_t ShardsTouchedAtOnce(const std::vector<std::uint64_t>& order,
-                                  const std::vector<std::uint32_t>& shard_of_sample, std::uint64_t span) {
+std::uint32_t ShardsTouchedAtOnce(const order::Permutation& order, const std::vector<std::uint32_t>& shard_of_sample,
+                                  std::uint64_t span) {
   std::vector<std::uint32_t> count;
   std::uint32_t distinct = 0, most = 0;
   span = std::max<std::uint64_t>(span, 1);
@@ -165,10 +165,10 @@ Result<OrderChoice> ChooseOrder(const LoaderOptions& options, const order::Batch
     // What the batches in flight read at once, from the cache's view: from
     // the batch delivered last (the cache's position) to the reading front,
     // `p` prefetched and one more being read; each a global batch.
-    std::vector<std::uint64_t> epoch_order;
+    order::Permutation epoch_order;
     std::uint32_t order_window = 0;
     auto in_use = [&](std::uint32_t window, std::uint32_t p) {
-      if (window != order_window || epoch_order.empty()) {
+      if (window != order_window || epoch_order.size() == 0) {
         order::OrderSpec spec = choice.spec;
         spec.shard_window = window;
         epoch_order = order::EpochOrder(spec, 0, spans);
@@ -264,7 +264,7 @@ Result<std::vector<std::uint64_t>> EpochSampleOrder(const Dataset& dataset, Orde
   spec.shard_window = shard_window ? shard_window : 8;
   std::vector<order::ShardSpan> spans;
   for (const auto& s : dataset.shards()) spans.push_back({s.first_sample, s.num_samples});
-  return order::EpochOrder(spec, epoch, spans);
+  return order::EpochOrder(spec, epoch, spans).ToVector();
 }
 
 }  // namespace stoker

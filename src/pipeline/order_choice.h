@@ -48,7 +48,7 @@ struct OrderChoice {
 
 // The most shards touched by any `span` consecutive positions of `order`
 // (each position a sample; `shard_of_sample` maps it to its shard).
-[[nodiscard]] std::uint32_t ShardsTouchedAtOnce(const std::vector<std::uint64_t>& order,
+[[nodiscard]] std::uint32_t ShardsTouchedAtOnce(const order::Permutation& order,
                                                 const std::vector<std::uint32_t>& shard_of_sample, std::uint64_t span);
 
 [[nodiscard]] std::string_view OrderName(Order order);

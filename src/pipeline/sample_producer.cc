@@ -305,10 +305,9 @@ void SampleProducer::PlanPartRead(BatchInput& input, std::size_t i) {
 }
 
 Result<SampleProducer::Produced> SampleProducer::Produce(const BatchInput& input, std::uint32_t index,
-                                                         std::span<const std::uint64_t> epoch_order,
-                                                         std::uint64_t position, SampleContext context,
-                                                         std::byte* buffer, FieldColumns& columns,
-                                                         ProducerScratch& scratch) {
+                                                         const order::Permutation& epoch_order, std::uint64_t position,
+                                                         SampleContext context, std::byte* buffer,
+                                                         FieldColumns& columns, ProducerScratch& scratch) {
   constexpr int kMaxSubstitutes = 64;
   const std::uint64_t n = epoch_order.size();
   const std::size_t nf = field_specs_.size();

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "order/sampler.h"
 #include "pipeline/field_decoders.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/sample_finisher.h"
@@ -77,7 +78,7 @@ class SampleProducer {
   // corrupt one under kSkip. Errors name the sample and shard:offset.
   // Its fields (if any) go to place `index` of `columns`.
   [[nodiscard]] Result<Produced> Produce(const BatchInput& input, std::uint32_t index,
-                                         std::span<const std::uint64_t> epoch_order, std::uint64_t position,
+                                         const order::Permutation& epoch_order, std::uint64_t position,
                                          SampleContext context, std::byte* buffer, FieldColumns& columns,
                                          ProducerScratch& scratch);
   // Specs of the fields Produce decodes (the columns' order).

@@ -55,7 +55,8 @@ TEST(EpochOrder, IsAPermutationAndAFunctionOfSeedAndEpoch) {
   for (auto mode : {OrderMode::kSequential, OrderMode::kShuffle, OrderMode::kShardBlockShuffle}) {
     OrderSpec spec{mode, 7, 2};
     auto a = EpochOrder(spec, 3, shards);
-    auto sorted = a;
+    EXPECT_TRUE(a.narrow());
+    auto sorted = a.ToVector();
     std::sort(sorted.begin(), sorted.end());
     std::vector<std::uint64_t> expected(223);
     std::iota(expected.begin(), expected.end(), 0u);
@@ -67,6 +68,29 @@ TEST(EpochOrder, IsAPermutationAndAFunctionOfSeedAndEpoch) {
       EXPECT_NE(EpochOrder(spec, 3, shards), a);
     }
   }
+}
+
+// Orders are held in 4 bytes a position below 2^32 samples: the order is
+// the one 8-byte storage gives, position by position, in every mode.
+TEST(EpochOrder, TheWidthItIsHeldInChangesNothing) {
+  auto shards = Shards({100, 50, 73, 1, 0, 300});
+  for (auto mode : {OrderMode::kSequential, OrderMode::kShuffle, OrderMode::kShardBlockShuffle})
+    for (std::uint64_t seed : {0u, 7u})
+      for (std::uint64_t epoch : {0u, 1u, 9u}) {
+        const OrderSpec spec{mode, seed, 2};
+        const Permutation narrow = EpochOrderIn(false, spec, epoch, shards);
+        const Permutation wide = EpochOrderIn(true, spec, epoch, shards);
+        ASSERT_TRUE(narrow.narrow());
+        ASSERT_FALSE(wide.narrow());
+        EXPECT_EQ(narrow.ToVector(), wide.ToVector());
+        EXPECT_EQ(narrow, wide);
+      }
+  const Permutation big = Permutation::Of({5, std::uint64_t{1} << 32, 0});
+  EXPECT_FALSE(big.narrow()) << "a sample number over 32 bits is held in 8 bytes";
+  EXPECT_EQ(big[1], std::uint64_t{1} << 32);
+  EXPECT_EQ(big.size(), 3u);
+  EXPECT_TRUE(Permutation::Of({5, 0xFFFFFFFFu, 0}).narrow());
+  EXPECT_NE(big, Permutation::Of({5, 0, 0}));
 }
 
 TEST(EpochOrder, ShardBlockKeepsWindowsTogether) {

@@ -206,13 +206,14 @@ TEST(OrderChoice, ShardBlockOverShardsOfOneClassEachIsWarnedAbout) {
 
 TEST(OrderChoice, ShardsTouchedAtOnceCountsTheBusiestRun) {
   const std::vector<std::uint32_t> shard_of = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
-  std::vector<std::uint64_t> sequential(12);
-  for (std::uint64_t i = 0; i < 12; ++i) sequential[i] = i;
+  std::vector<std::uint64_t> in_order(12);
+  for (std::uint64_t i = 0; i < 12; ++i) in_order[i] = i;
+  const auto sequential = order::Permutation::Of(in_order);
   EXPECT_EQ(ShardsTouchedAtOnce(sequential, shard_of, 1), 1u);
   EXPECT_EQ(ShardsTouchedAtOnce(sequential, shard_of, 4), 2u);  // 1-4 crosses a boundary
   EXPECT_EQ(ShardsTouchedAtOnce(sequential, shard_of, 6), 3u);  // 3-8
   EXPECT_EQ(ShardsTouchedAtOnce(sequential, shard_of, 100), 3u);
-  const std::vector<std::uint64_t> interleaved = {0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11};
+  const auto interleaved = order::Permutation::Of({0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11});
   EXPECT_EQ(ShardsTouchedAtOnce(interleaved, shard_of, 2), 2u);
   EXPECT_EQ(ShardsTouchedAtOnce(interleaved, shard_of, 3), 3u);
 }
