@@ -17,8 +17,13 @@ struct MergeOptions {
   // Replace an index already in the output folder.
   bool overwrite = false;
   FileSystem* file_system = FileSystem::Default();
-  // Called after each part with (parts done, parts total); may be empty.
+  // Called after each part is scanned with (parts done, parts total); may
+  // be empty.
   std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+  // Then, while the index is written (about half of a large merge's time),
+  // with (bytes written, the index's size in bytes): after each 16 MiB and
+  // at the end. May be empty.
+  std::function<void(std::uint64_t, std::uint64_t)> on_write_progress;
 };
 
 struct MergeSummary {

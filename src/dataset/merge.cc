@@ -214,6 +214,33 @@ Status CheckKeysAcrossParts(const std::vector<Part>& parts, const std::vector<Pa
 // The merged index's per-sample sections, read from the parts as they are
 // written: records with their shards and fields renumbered, keys, restart
 // tables re-encoded.
+// Passes bytes on, telling `progress` (bytes written, bytes expected) after
+// every 16 MiB and at the end.
+class ProgressSink final : public index_format::ByteSink {
+ public:
+  ProgressSink(index_format::ByteSink& out, const std::function<void(std::uint64_t, std::uint64_t)>& progress)
+      : out_(out), progress_(progress) {}
+  void Expect(std::uint64_t bytes) override {
+    expected_ = bytes;
+    out_.Expect(bytes);
+  }
+  [[nodiscard]] Status Write(std::span<const std::byte> bytes) override {
+    STOKER_RETURN_IF_ERROR(out_.Write(bytes));
+    written_ += bytes.size();
+    if (written_ - told_ >= kEvery || written_ == expected_) {
+      told_ = written_;
+      progress_(written_, expected_);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static constexpr std::uint64_t kEvery = std::uint64_t{16} << 20;
+  index_format::ByteSink& out_;
+  const std::function<void(std::uint64_t, std::uint64_t)>& progress_;
+  std::uint64_t expected_ = 0, written_ = 0, told_ = 0;
+};
+
 class MergedSections final : public index_format::IndexSections {
  public:
   MergedSections(const std::vector<Part>& parts, const std::vector<PartScan>& scans, std::size_t num_fields)
@@ -426,7 +453,9 @@ Result<MergeSummary> MergeDatasets(const std::vector<std::string>& part_paths, c
   MergedSections sections(parts, scans, tables.fields.size());
   STOKER_RETURN_IF_ERROR(fs.CreateDirectories(output));
   STOKER_RETURN_IF_ERROR(WriteIndexFile(fs, summary.index_path, [&](index_format::ByteSink& out) {
-    return index_format::WriteIndex(tables, sections, out);
+    if (!options.on_write_progress) return index_format::WriteIndex(tables, sections, out);
+    ProgressSink told(out, options.on_write_progress);
+    return index_format::WriteIndex(tables, sections, told);
   }));
   return summary;
 }

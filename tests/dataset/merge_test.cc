@@ -337,6 +337,34 @@ TEST(Merge, FieldsAreUnitedAndTheirKindsWidenAcrossParts) {
   EXPECT_TRUE(report.ok());
 }
 
+// The CLI's bar for the writing half of a large merge: told the bytes
+// written against the index's size, ending at it; the index is the same.
+TEST(Merge, WritingTheIndexReportsItsProgressUpToItsSize) {
+  TempDir dir;
+  const std::string out = dir / "data";
+  WritePart(out + "/a", "a", 40, FieldKind::kInt);
+  WritePart(out + "/b", "b", 30, FieldKind::kFloat);
+  ASSERT_OK(MergeDatasets({out + "/a", out + "/b"}, out).status());
+  const std::string quiet = ReadFile(out + "/index.stoker");
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> told;
+  std::uint64_t parts_told = 0;
+  MergeOptions options;
+  options.overwrite = true;
+  options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
+    EXPECT_EQ(total, 2u);
+    parts_told = done;
+  };
+  options.on_write_progress = [&](std::uint64_t written, std::uint64_t total) {
+    EXPECT_EQ(parts_told, 2u) << "the parts are scanned first";
+    told.emplace_back(written, total);
+  };
+  ASSERT_OK(MergeDatasets({out + "/a", out + "/b"}, out, options).status());
+  EXPECT_EQ(ReadFile(out + "/index.stoker"), quiet);
+  ASSERT_FALSE(told.empty());
+  EXPECT_EQ(told.back(), std::make_pair(std::uint64_t{quiet.size()}, std::uint64_t{quiet.size()}));
+  for (std::size_t i = 1; i < told.size(); ++i) EXPECT_LE(told[i - 1].first, told[i].first);
+}
+
 TEST(Merge, RefusesWhatWouldMakeTheMergedDatasetWrongAndNamesIt) {
   TempDir dir;
   const std::string out = dir / "data";

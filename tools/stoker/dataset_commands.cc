@@ -132,14 +132,21 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
 int RunMerge(const std::vector<std::string>& parts, const std::string& output, bool force) {
   stoker::MergeOptions options;
   options.overwrite = force;
-  std::optional<stoker::ProgressBar> bar;
+  std::optional<stoker::ProgressBar> bar, write_bar;
   if (parts.size() >= 100)  // merging reads indexes only: a bar for many of them
     options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
       if (!bar) bar.emplace("merge", "parts", total);
       bar->Update(done, 0);
     };
+  options.on_write_progress = [&](std::uint64_t written, std::uint64_t total) {
+    if (!write_bar && total < (std::uint64_t{64} << 20)) return;  // a small index is written at once
+    if (bar) bar->Finish();
+    if (!write_bar) write_bar.emplace("index", "MiB", total >> 20);
+    write_bar->Update(written >> 20, 0);
+  };
   auto summary = stoker::MergeDatasets(parts, output, options);
   if (bar) bar->Finish();
+  if (write_bar) write_bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
   fmt::print("merged {}: {} in {} ({})", stoker::Counted(summary->parts, "part", "parts"),
              stoker::Counted(summary->samples, "sample", "samples"),
