@@ -58,9 +58,11 @@ void ProgressBar::Draw(bool final) {
     auto left = static_cast<std::uint64_t>(static_cast<double>(total_ - done_) / rate);
     eta = fmt::format("ETA {}:{:02}", left / 60, left % 60);
   }
-  std::string line =
-      fmt::format("\r{} [{}] {}/{} {} {:3.0f}%  {:.0f} {}/s  {}/s  {}", label_, bar, done_, total_, unit_,
-                  fraction * 100, rate, unit_, FormatBytes(static_cast<std::uint64_t>(byte_rate)), eta);
+  // A bar that counts no bytes (shards indexed, MiB written) shows one rate.
+  const std::string byte_rate_said =
+      bytes_ > 0 ? fmt::format("  {}/s", FormatBytes(static_cast<std::uint64_t>(byte_rate))) : std::string();
+  std::string line = fmt::format("\r{} [{}] {}/{} {} {:3.0f}%  {:.0f} {}/s{}  {}", label_, bar, done_, total_, unit_,
+                                 fraction * 100, rate, unit_, byte_rate_said, eta);
   std::fputs(line.c_str(), stderr);
   std::fputs("\x1b[K", stderr);  // clear the rest of the line
   std::fflush(stderr);
