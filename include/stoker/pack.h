@@ -133,6 +133,10 @@ struct IndexOptions {
   FileSystem* file_system = FileSystem::Default();
   // Called after each shard with (shards done, shards total); may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> on_progress;
+  // Every image field is checked as PackOptions::keep_bad_images says; one
+  // that fails stops the index, named by shard:offset, unless kept (counted,
+  // named, recorded in the index's note).
+  bool keep_bad_images = false;
 };
 
 struct IndexSummary {
@@ -147,6 +151,10 @@ struct IndexSummary {
   // crop keeps, as for `pack --seekable-jpeg`: intervals that divide the
   // image's MCU rows, at most 64 to a row.
   std::uint64_t seekable_payloads = 0;
+  // With keep_bad_images: image fields kept that fail the header check, and
+  // the first few ("<key>, field '<name>': <why>", the smallest keys).
+  std::uint64_t bad_images_kept = 0;
+  std::vector<std::string> bad_images_named;
   std::vector<std::string> warnings;
   std::string index_path;
 };

@@ -1,15 +1,18 @@
 // The public IndexShards(): the dataset layer's indexer, with the codec's
 // restart-table finder plugged in, so JPEGs written with restart intervals
 // elsewhere (`jpegtran -restart`) are seekable as `pack --seekable-jpeg`
-// makes them.
+// makes them; and pack's image header check, so an image the loader cannot
+// start to decode is named now, not in the training loop.
 #include "codec/jpeg.h"
 #include "codec/jpeg_restart.h"
 #include "dataset/index_shards.h"
+#include "prepare/image_check.h"
 #include "stoker/pack.h"
 
 namespace stoker {
 
 Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns, const IndexOptions& options) {
+  const prepare::ImageHeaderCheck check(options.keep_bad_images);
   return index_internal::IndexShardsWith(
       shard_patterns, options,
       [](std::string_view field, std::span<const std::byte> payload) -> std::optional<SeekableTable> {
@@ -19,7 +22,8 @@ Result<IndexSummary> IndexShards(const std::vector<std::string>& shard_patterns,
         auto layout = codec::ReadScanLayout(payload);  // read once more: it is what the table was found with
         if (!layout.ok()) return std::nullopt;
         return SeekableTable{std::move(*table), codec::IndexGeometry(*layout)};
-      });
+      },
+      &check);
 }
 
 }  // namespace stoker

@@ -38,7 +38,8 @@ Result<std::vector<std::string>> TarFilesIn(FileSystem& fs, const std::string& f
 }
 
 Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns, const IndexOptions& options,
-                                     const RestartTableFinder& find_restarts) {
+                                     const RestartTableFinder& find_restarts,
+                                     const pack_internal::PayloadCheck* check) {
   FileSystem& fs = *options.file_system;
   std::vector<std::string> paths;
   for (const auto& pattern : shard_patterns) {
@@ -91,6 +92,13 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
           for (const auto* f : sorted) {
             auto data = bytes.subspan(f->data_offset, f->size);
             checksum.Update(data);
+            const FieldKind kind = ConventionalFieldKind(f->name);
+            if (check != nullptr) {
+              auto checked = check->Check({ts.key, f->name, kind}, data);
+              if (!checked.ok())
+                return checked.error().WithContext(
+                    fmt::format("{}:{}: sample '{}', field '{}'", path, f->header_offset, ts.key, f->name));
+            }
             SeekableTable& table = restarts[fields.size()];
             table = {};
             if (find_restarts) {
@@ -99,8 +107,8 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
                 summary.seekable_payloads++;
               }
             }
-            fields.push_back({f->name, f->data_offset, f->size, index_format::KindCode(ConventionalFieldKind(f->name)),
-                              table.offsets, table.geometry, data});
+            fields.push_back(
+                {f->name, f->data_offset, f->size, index_format::KindCode(kind), table.offsets, table.geometry, data});
             if (f->name == "cls") {
               auto parsed = wds::ParseLabel({reinterpret_cast<const char*>(data.data()), data.size()});
               if (!parsed) {
@@ -128,6 +136,11 @@ Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patte
                                            summary.skipped_members - kNamedSkips));
   summary.samples = builder.num_samples();
   builder.SetSkippedMembers(summary.skipped_members);
+  if (check != nullptr) {
+    builder.SetNote(check->Note());
+    summary.bad_images_kept = check->kept();
+    summary.bad_images_named = check->named();
+  }
   STOKER_RETURN_IF_ERROR(
       WriteIndexFile(fs, summary.index_path, [&](index_format::ByteSink& out) { return builder.FinishTo(out); }));
   return summary;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dataset/pack_rewrite.h"
 #include "stoker/file_system.h"
 #include "stoker/pack.h"
 #include "stoker/seekable.h"
@@ -29,9 +30,11 @@ using RestartTableFinder =
 // name order: what `stoker index FOLDER` indexes. Empty when there are none.
 [[nodiscard]] Result<std::vector<std::string>> TarFilesIn(FileSystem& fs, const std::string& folder);
 
-// IndexShards() with `find_restarts` (may be empty: no tables).
+// IndexShards() with `find_restarts` (may be empty: no tables) and `check`
+// (may be null: none), which sees every payload with the kind its name
+// implies; a payload it refuses stops the index, named by shard:offset.
 [[nodiscard]] Result<IndexSummary> IndexShardsWith(const std::vector<std::string>& shard_patterns,
-                                                   const IndexOptions& options,
-                                                   const RestartTableFinder& find_restarts);
+                                                   const IndexOptions& options, const RestartTableFinder& find_restarts,
+                                                   const pack_internal::PayloadCheck* check = nullptr);
 
 }  // namespace stoker::index_internal

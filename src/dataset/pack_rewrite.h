@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,21 @@ class FieldRewriter {
   // figures for the summary.
   [[nodiscard]] virtual std::string Note() const = 0;
   virtual void Report(PackSummary& summary) const = 0;
+};
+
+// Reads payloads it may not change (`stoker index`: the shards stay as they
+// are). Called from one thread.
+class PayloadCheck {
+ public:
+  virtual ~PayloadCheck() = default;
+  // kUnchanged when `bytes` pass, kKeptAsItIs when they fail but are kept as
+  // asked; an error naming what is wrong (the caller adds where).
+  [[nodiscard]] virtual Result<Rewritten> Check(const PackedField& field, std::span<const std::byte> bytes) const = 0;
+  // What was kept, as JSON for the index's note (empty: nothing), and the
+  // count and first few named ("<key>, field '<name>': <why>").
+  [[nodiscard]] virtual std::string Note() const = 0;
+  [[nodiscard]] virtual std::uint64_t kept() const = 0;
+  [[nodiscard]] virtual std::vector<std::string> named() const = 0;
 };
 
 // Pack() with a rewriter (nullptr: none).

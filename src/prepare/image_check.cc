@@ -9,6 +9,11 @@ namespace stoker::prepare {
 
 Result<pack_internal::Rewritten> ImageHeaderCheck::Rewrite(const pack_internal::PackedField& field,
                                                            std::vector<std::byte>& bytes, SeekableTable&) const {
+  return Check(field, bytes);
+}
+
+Result<pack_internal::Rewritten> ImageHeaderCheck::Check(const pack_internal::PackedField& field,
+                                                         std::span<const std::byte> bytes) const {
   using pack_internal::Rewritten;
   if (field.kind != FieldKind::kImage) return Rewritten::kUnchanged;  // masks are recorded as images
   const Status bad = codec::CheckImageHeader(bytes);
@@ -19,8 +24,8 @@ Result<pack_internal::Rewritten> ImageHeaderCheck::Rewrite(const pack_internal::
 Result<pack_internal::Rewritten> ImageHeaderCheck::Bad(const pack_internal::PackedField& field,
                                                        const Status& bad) const {
   if (!keep_bad_images_)
-    return Status(bad.code(), fmt::format("{} (fix or remove the file; pack's keep_bad_images, `stoker pack "
-                                          "--keep-bad-images`, stores such files as they are, counted and named)",
+    return Status(bad.code(), fmt::format("{} (fix or remove it; keep_bad_images, `--keep-bad-images`, keeps such "
+                                          "images as they are, counted and named)",
                                           bad.message()));
   kept_.fetch_add(1, std::memory_order_relaxed);
   std::string name = fmt::format("{}, field '{}'", field.sample_key, field.name);
@@ -44,11 +49,16 @@ std::string ImageHeaderCheck::Note() const {
   return note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void ImageHeaderCheck::Report(PackSummary& summary) const {
-  summary.bad_images_kept = kept_.load();
-  summary.bad_images_named.clear();
+std::vector<std::string> ImageHeaderCheck::named() const {
+  std::vector<std::string> out;
   MutexLock lock(mu_);
-  for (const auto& [name, why] : named_) summary.bad_images_named.push_back(fmt::format("{}: {}", name, why));
+  for (const auto& [name, why] : named_) out.push_back(fmt::format("{}: {}", name, why));
+  return out;
+}
+
+void ImageHeaderCheck::Report(PackSummary& summary) const {
+  summary.bad_images_kept = kept();
+  summary.bad_images_named = named();
 }
 
 }  // namespace stoker::prepare

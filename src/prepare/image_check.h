@@ -21,7 +21,7 @@ namespace stoker::prepare {
 // How many kept bad images the summary and the note name (the smallest keys).
 inline constexpr std::size_t kBadImagesNamed = 5;
 
-class ImageHeaderCheck final : public pack_internal::FieldRewriter {
+class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_internal::PayloadCheck {
  public:
   explicit ImageHeaderCheck(bool keep_bad_images) : keep_bad_images_(keep_bad_images) {}
 
@@ -31,6 +31,9 @@ class ImageHeaderCheck final : public pack_internal::FieldRewriter {
   [[nodiscard]] Result<pack_internal::Rewritten> Rewrite(const pack_internal::PackedField& field,
                                                          std::vector<std::byte>& bytes,
                                                          SeekableTable& restarts) const override;
+  // The same, for `stoker index`, which reads the shards as they are.
+  [[nodiscard]] Result<pack_internal::Rewritten> Check(const pack_internal::PackedField& field,
+                                                       std::span<const std::byte> bytes) const override;
   // A bad image found by a later rewriter (one that decodes it): the same
   // error, or the same record and kKeptAsItIs, as a header that fails here.
   [[nodiscard]] Result<pack_internal::Rewritten> Bad(const pack_internal::PackedField& field, const Status& why) const;
@@ -39,6 +42,8 @@ class ImageHeaderCheck final : public pack_internal::FieldRewriter {
   [[nodiscard]] std::string Note() const override;
   // PackSummary::bad_images_kept and bad_images_named.
   void Report(PackSummary& summary) const override;
+  [[nodiscard]] std::uint64_t kept() const override { return kept_.load(); }
+  [[nodiscard]] std::vector<std::string> named() const override;
 
  private:
   const bool keep_bad_images_;

@@ -180,5 +180,40 @@ TEST(ImageCheck, FieldsAreCheckedByTheirRecordedKind) {
   EXPECT_NE(refused.error().message().find("field 'mask.png'"), std::string::npos) << refused.error().ToString();
 }
 
+// `stoker index` reads shards as they are: a bad image stops it named by
+// shard:offset, or is indexed as it is, counted, named and noted.
+TEST(ImageCheck, IndexingShardsChecksTheirImagesToo) {
+  TempDir dir;
+  {
+    ASSERT_OK_AND_ASSIGN(auto writer, DatasetWriter::Create(dir / "w"));
+    const std::string good = MakeJpeg(24, 16, 1);
+    const std::vector<SampleField> first = {{"jpg", testing::Bytes(good), FieldKind::kImage}};
+    const std::vector<SampleField> second = {{"jpg", testing::Bytes("<html>gone</html>"), FieldKind::kBytes}};
+    ASSERT_OK(writer->Add("a", first));
+    ASSERT_OK(writer->Add("b", second));
+    ASSERT_OK(writer->Finish().status());
+  }
+  std::filesystem::remove(dir / "w/index.stoker");
+  auto refused = IndexShards({dir / "w"}, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), StatusCode::kCorruption);
+  const std::string& m = refused.error().message();
+  EXPECT_NE(m.find("shard-000000.tar:"), std::string::npos) << m;
+  EXPECT_NE(m.find("sample 'b', field 'jpg': not an image"), std::string::npos) << m;
+  EXPECT_NE(m.find("--keep-bad-images"), std::string::npos) << m;
+  EXPECT_FALSE(std::filesystem::exists(dir / "w/index.stoker"));
+
+  IndexOptions keep;
+  keep.keep_bad_images = true;
+  ASSERT_OK_AND_ASSIGN(IndexSummary summary, IndexShards({dir / "w"}, keep));
+  EXPECT_EQ(summary.samples, 2u);
+  EXPECT_EQ(summary.bad_images_kept, 1u);
+  ASSERT_EQ(summary.bad_images_named.size(), 1u);
+  EXPECT_EQ(summary.bad_images_named[0].rfind("b, field 'jpg': not an image", 0), 0u) << summary.bad_images_named[0];
+  ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "w"));
+  const auto note = nlohmann::json::parse(dataset->pack_note());
+  EXPECT_EQ(note["bad_images"]["kept"], 1) << note.dump();
+}
+
 }  // namespace
 }  // namespace stoker::prepare

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+from fake_images import fake_image  # tests/python is on the path
 
 
 def image_files(root):
@@ -312,7 +313,8 @@ def test_ls_and_verify_print_keys_with_control_characters_escaped(stoker, tmp_pa
     import tarfile
     shard = tmp_path / "odd.tar"
     with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in (("a\tb.jpg", b"1"), ("c\nd.jpg", b"2"), ("e\x1bf.jpg", b"3")):
+        for name, data in (("a\tb.jpg", fake_image("jpg", b"1")), ("c\nd.jpg", fake_image("jpg", b"2")),
+                           ("e\x1bf.jpg", fake_image("jpg", b"3"))):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -323,7 +325,7 @@ def test_ls_and_verify_print_keys_with_control_characters_escaped(stoker, tmp_pa
     assert keys == ["a\\tb", "c\\nd", "e\\x1bf"], keys
     # A corrupt sample is named escaped too.
     data = bytearray(shard.read_bytes())
-    data[1536] ^= 0xFF  # the second member's payload
+    data[1536 + 25] ^= 0xFF  # the second member's payload, past its 25-byte JPEG header
     shard.write_bytes(bytes(data))
     r = stoker("verify", tmp_path / "index.stoker", check=False)
     assert r.returncode == 1 and "sample 'c\\nd'" in r.stderr, r.stderr

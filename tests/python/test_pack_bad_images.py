@@ -54,9 +54,9 @@ def test_a_bad_image_stops_the_command_line_pack_naming_it_and_can_be_kept(stoke
     assert not (tmp_path / "out" / "index.stoker").exists()
 
     r = stoker("pack", "--keep-bad-images", tmp_path / "src", tmp_path / "out")
-    assert "kept 1 image file that the loader cannot decode" in r.stderr and key in r.stderr, r.stderr
+    assert "kept 1 image that the loader cannot decode" in r.stderr and key in r.stderr, r.stderr
     shown = stoker("inspect", tmp_path / "out").stdout
-    assert "bad      1 image file kept as packed" in shown and key in shown, shown
+    assert "bad      1 image kept as they were" in shown and key in shown, shown
     note = json.loads(stoker("inspect", "--json", tmp_path / "out").stdout)["pack"]
     assert note["bad_images"]["kept"] == 1 and list(note["bad_images"]["named"]) == ["%s, field '%s'" % (
         key, name.split(".")[1])], note
@@ -78,3 +78,22 @@ def test_the_python_pack_raises_naming_the_sample_or_keeps_and_names(tmp_path):
     # The loader's own policy: the kept one's place is filled by a good sample, and counted.
     assert sum(len(labels) for _, labels in loader) == 4
     assert loader.stats()["corrupt_skipped"] == 1
+
+
+def test_indexing_shards_checks_their_images_too(stoker, tmp_path):
+    import tarfile
+    shard = tmp_path / "shards" / "data-000000.tar"
+    shard.parent.mkdir()
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in (("a.jpg", _image("JPEG")), ("a.cls", b"1"), ("b.jpg", b""), ("b.cls", b"2")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    r = stoker("index", shard.parent, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "data-000000.tar:" in r.stderr and "sample 'b', field 'jpg': 0 bytes, not an image" in r.stderr, r.stderr
+    assert not (shard.parent / "index.stoker").exists()
+    r = stoker("index", "--keep-bad-images", shard.parent)
+    assert "kept 1 image that the loader cannot decode" in r.stderr and "b, field 'jpg'" in r.stderr, r.stderr
+    shown = stoker("inspect", shard.parent).stdout
+    assert "bad      1 image kept as they were" in shown, shown

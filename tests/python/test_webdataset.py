@@ -1,14 +1,13 @@
 """Compatibility with the real `webdataset` library, both ways:
 webdataset reads stoker's shards unchanged, and stoker indexes shards written
 by GNU tar with exactly the samples and fields that webdataset yields."""
-import io
 import json
-import pathlib
 import subprocess
 
 import pytest
 
 import webdataset as wds  # noqa: E402
+from fake_images import fake_image  # noqa: E402 (tests/python is on the path)
 
 
 def webdataset_samples(urls):
@@ -39,13 +38,13 @@ def test_webdataset_reads_stoker_shards(stoker, demo_images, tmp_path):
 def build_tree(root):
     """Names that exercise the WebDataset rule and tar's long-name encodings."""
     files = {
-        "sub/dir/a.jpg": b"A-jpg",
+        "sub/dir/a.jpg": fake_image("a.jpg", b"A-jpg"),
         "sub/dir/a.cls": b"7",
-        "sub/dir/a.seg.png": b"A-seg",          # multi-dot: field "seg.png"
-        "sub/dir/B.JPG": b"B-upper",            # field lower-cased: "jpg"
+        "sub/dir/a.seg.png": fake_image("a.seg.png", b"A-seg"),  # multi-dot: field "seg.png"
+        "sub/dir/B.JPG": fake_image("B.JPG", b"B-upper"),  # field lower-cased: "jpg"
         "sub/dir.v2/c.json": b"{}",             # dot in a folder name
         "sub/dir.v2/c.txt": b"text",
-        "x" * 120 + "/long.jpg": b"long dir",   # > 100 chars: ustar prefix or long-name headers
+        "x" * 120 + "/long.jpg": fake_image("long.jpg", b"long dir"),  # > 100 chars: ustar prefix or long names
         "y/" + "z" * 150 + ".data.bin": b"long file",
         "y/" + "z" * 150 + ".cls": b"3",
         "__meta__": b"skipped by webdataset",
@@ -112,10 +111,10 @@ def test_index_leaves_out_members_without_extension_as_webdataset_does(stoker, t
     # it (leaving the README out); so does stoker, naming what it left out.
     root = tmp_path / "tree"
     (root / "k").mkdir(parents=True)
-    (root / "k" / "a.jpg").write_bytes(b"x")
+    (root / "k" / "a.jpg").write_bytes(fake_image("a.jpg", b"x"))
     (root / "k" / "a.cls").write_bytes(b"4")
     (root / "k" / "README").write_bytes(b"y")
-    (root / "k" / "b.jpg").write_bytes(b"z")
+    (root / "k" / "b.jpg").write_bytes(fake_image("b.jpg", b"z"))
     shard = tmp_path / "s.tar"
     subprocess.run(["tar", "--sort=name", "-cf", shard, "-C", root, "k"], check=True)
     r = stoker("index", shard)

@@ -22,7 +22,7 @@ struct PackArgs {
   bool keep_bad_images = false;
 };
 int RunPack(const PackArgs& args);
-int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force);
+int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force, bool keep_bad_images);
 int RunMerge(const std::vector<std::string>& parts, const std::string& output, bool force);
 // What `verify` checks of a Megatron token dataset beyond every id being
 // a token id: ids below vocab_size (0: any), documents ending with eos.

@@ -40,6 +40,18 @@ bool NamesParquet(const std::string& source) {
   return parquet;
 }
 
+// pack and index --keep-bad-images: how many were kept, and the first few.
+void WarnOfKeptBadImages(std::uint64_t kept, const std::vector<std::string>& named) {
+  if (kept == 0) return;
+  std::string listed;
+  for (const auto& n : named) listed += fmt::format("\n  {}", Printable(n));
+  Warn(
+      fmt::format("kept {} that the loader cannot decode, as {} (--keep-bad-images); reading {} fails unless the "
+                  "loader skips corrupt samples (on_corrupt=\"skip\"){}{}",
+                  stoker::Counted(kept, "image", "images"), kept == 1 ? "it was" : "they were",
+                  kept == 1 ? "it" : "them", kept > named.size() ? "; the first by key:" : ":", listed));
+}
+
 }  // namespace
 
 int RunPack(const PackArgs& args) {
@@ -70,16 +82,7 @@ int RunPack(const PackArgs& args) {
   if (bar) bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
   for (const auto& w : summary->warnings) Warn(w);
-  if (summary->bad_images_kept > 0) {
-    std::string named;
-    for (const auto& n : summary->bad_images_named) named += fmt::format("\n  {}", Printable(n));
-    Warn(fmt::format(
-        "kept {} that the loader cannot decode, as {} (--keep-bad-images); reading {} "
-        "fails unless the loader skips corrupt samples{}{}",
-        stoker::Counted(summary->bad_images_kept, "image file", "image files"),
-        summary->bad_images_kept == 1 ? "it was" : "they were", summary->bad_images_kept == 1 ? "it" : "them",
-        summary->bad_images_kept > summary->bad_images_named.size() ? "; the first by key:" : ":", named));
-  }
+  WarnOfKeptBadImages(summary->bad_images_kept, summary->bad_images_named);
   fmt::print("packed {} into {} ({}; payload {}) in {}\n", stoker::Counted(summary->samples, "sample", "samples"),
              stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes),
              stoker::FormatBytes(summary->payload_bytes), Printable(out));
@@ -104,10 +107,11 @@ int RunPack(const PackArgs& args) {
   return kExitOk;
 }
 
-int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force) {
+int RunIndex(const std::vector<std::string>& shards, const std::string& output, bool force, bool keep_bad_images) {
   stoker::IndexOptions options;
   options.output = output;
   options.overwrite = force;
+  options.keep_bad_images = keep_bad_images;
   std::optional<stoker::ProgressBar> bar;
   options.on_progress = [&](std::uint64_t done, std::uint64_t total) {
     if (!bar) bar.emplace("index", "shards", total);
@@ -117,6 +121,7 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   if (bar) bar->Finish();
   if (!summary.ok()) return Fail(summary.error());
   for (const auto& w : summary->warnings) Warn(w);
+  WarnOfKeptBadImages(summary->bad_images_kept, summary->bad_images_named);
   fmt::print("indexed {} in {} ({})", stoker::Counted(summary->samples, "sample", "samples"),
              stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes));
   if (summary->skipped_members)
@@ -409,10 +414,9 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
       const auto& bad = note["bad_images"];
       const std::uint64_t bad_kept =
           bad.contains("kept") && bad["kept"].is_number_unsigned() ? bad["kept"].get<std::uint64_t>() : 0;
-      bad_images_shown = fmt::format(
-          "bad      {} kept as packed that the loader cannot decode (pack "
-          "--keep-bad-images){}\n",
-          stoker::Counted(bad_kept, "image file", "image files"), bad_kept > 0 ? ":" : "");
+      bad_images_shown =
+          fmt::format("bad      {} kept as they were that the loader cannot decode (--keep-bad-images){}\n",
+                      stoker::Counted(bad_kept, "image", "images"), bad_kept > 0 ? ":" : "");
       const bool named = bad.contains("named") && bad["named"].is_object();
       if (named)
         for (const auto& [name, why] : bad["named"].items())

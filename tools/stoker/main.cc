@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
       ->required();
   index->add_option("-o,--output", index_output, "Index file to write (default: index.stoker beside the first shard)");
   index->add_flag("--force", force, "Replace an existing index");
+  bool index_keep_bad_images = false;
+  index->add_flag("--keep-bad-images", index_keep_bad_images,
+                  "Index image members that fail the header check (empty, not an image by their first bytes, a GIF, "
+                  "a cut header) as they are, counted and named, instead of stopping at the first");
 
   auto* merge = app.add_subcommand(
       "merge", "One dataset from several written apart (a DatasetWriter per worker): an index over all their shards");
@@ -330,7 +334,7 @@ int main(int argc, char** argv) {
     return RunPack({source, out, shard_size, threads, force, max_side, quality,
                     shuffle ? std::optional<std::uint64_t>(shuffle_seed) : std::nullopt, file_columns, seekable_jpeg,
                     keep_bad_images});
-  if (index->parsed()) return RunIndex(shards, index_output, force);
+  if (index->parsed()) return RunIndex(shards, index_output, force, index_keep_bad_images);
   if (merge->parsed()) return RunMerge(merge_parts, merge_output, force);
   if (inspect->parsed()) return RunInspect(dataset, remote, json, survey_images, seq_len);
   if (verify->parsed()) return RunVerify(dataset, remote, json, decode, token_verify);
