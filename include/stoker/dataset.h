@@ -101,6 +101,11 @@ class Dataset {
   // e.g. images re-encoded by --max-side/--quality); empty when it stored
   // them as they were.
   [[nodiscard]] std::string_view pack_note() const;
+  // Image fields `stoker pack` or `stoker index` kept with --keep-bad-images
+  // although they fail the header check (the loader cannot decode them), and
+  // the first it named ("<key>, field '<name>'"); 0 when none.
+  [[nodiscard]] std::uint64_t bad_images_kept() const;
+  [[nodiscard]] const std::string& first_bad_image() const;
   // What each label stands for, label i being class_names()[i], as `stoker
   // pack` recorded it (an ImageFolder's class folders, a manifest's class
   // names), or an ImageFolder of loose files found it; empty when the labels

@@ -191,6 +191,10 @@ struct LoaderStats {
   std::uint64_t predicted_epoch_download_bytes = 0;
   std::string order_note;
   bool order_warning = false;
+  // With CorruptPolicy::kError over a dataset that pack or index kept
+  // images in that the loader cannot decode (--keep-bad-images): a warning
+  // that the first one will stop it. Empty otherwise.
+  std::string corrupt_note;
   std::uint32_t prefetch = 0;  // with autotune: as tuned now
   bool autotune = false;
   std::uint32_t autotune_changes = 0;

@@ -296,6 +296,7 @@ PYBIND11_MODULE(_native, m) {
         d["predicted_epoch_download_bytes"] = s.predicted_epoch_download_bytes;
         d["order_note"] = s.order_note;
         d["order_warning"] = s.order_warning;
+        d["corrupt_note"] = s.corrupt_note;
         d["prefetch"] = s.prefetch;
         d["autotune"] = s.autotune;
         d["autotune_changes"] = s.autotune_changes;

@@ -229,6 +229,8 @@ class Loader:
             # Remote: the order chosen and the download volume it is predicted to cost per epoch.
             logging.getLogger("stoker").log(logging.WARNING if native_stats["order_warning"] else logging.INFO,
                                             native_stats["order_note"])
+        if native_stats["corrupt_note"]:
+            logging.getLogger("stoker").warning(native_stats["corrupt_note"])
         if kernel_readahead == "auto" and not native_stats["kernel_readahead"]:
             logging.getLogger("stoker").info(native_stats["readahead_note"])
         if gpu_decode:

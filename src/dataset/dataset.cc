@@ -56,6 +56,11 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& path, FileSyst
   impl->mapped = std::move(mapped).value();
   STOKER_ASSIGN_OR_RETURN(impl->view, index_format::IndexView::Open(impl->mapped->data(), impl->index_path));
   impl->class_names = index_format::ClassNamesInNote(impl->view.note());
+  {
+    auto bad = index_format::BadImagesInNote(impl->view.note());
+    impl->bad_images_kept = bad.kept;
+    impl->first_bad_image = std::move(bad.first);
+  }
   impl->shards.reserve(impl->view.shards().size());
   std::vector<ShardFile> files;
   files.reserve(impl->view.shards().size());
@@ -173,6 +178,12 @@ std::uint64_t Dataset::skipped_members() const {
 }
 std::string_view Dataset::pack_note() const {
   return impl_->view.note();
+}
+std::uint64_t Dataset::bad_images_kept() const {
+  return impl_->bad_images_kept;
+}
+const std::string& Dataset::first_bad_image() const {
+  return impl_->first_bad_image;
 }
 const std::vector<std::string>& Dataset::class_names() const {
   return impl_->class_names;

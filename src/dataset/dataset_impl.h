@@ -26,6 +26,8 @@ struct Dataset::Impl {
   bool loose = false;
   index_format::IndexView view;
   std::vector<std::string> class_names;  // from the note (packed) or the folders (loose)
+  std::uint64_t bad_images_kept = 0;     // from the note: --keep-bad-images
+  std::string first_bad_image;
   std::vector<ShardInfo> shards;
 
   // Opens shard files lazily, once each (packed datasets only).

@@ -34,6 +34,20 @@ std::string NoteWithClassNames(std::string_view note, std::span<const std::strin
   return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+BadImagesNoted BadImagesInNote(std::string_view note) {
+  if (note.empty()) return {};
+  const auto parsed = nlohmann::json::parse(note, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) return {};
+  const auto it = parsed.find("bad_images");
+  if (it == parsed.end() || !it->is_object()) return {};
+  BadImagesNoted noted;
+  if (const auto kept = it->find("kept"); kept != it->end() && kept->is_number_unsigned())
+    noted.kept = kept->get<std::uint64_t>();
+  if (const auto named = it->find("named"); named != it->end() && named->is_object() && !named->empty())
+    noted.first = named->begin().key();
+  return noted;
+}
+
 std::vector<std::string> ClassNamesInNote(std::string_view note) {
   if (note.empty()) return {};
   const auto parsed = nlohmann::json::parse(note, nullptr, /*allow_exceptions=*/false);

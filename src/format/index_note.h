@@ -23,6 +23,16 @@ namespace stoker::index_format {
 // none (or is not the JSON pack writes).
 [[nodiscard]] std::vector<std::string> ClassNamesInNote(std::string_view note);
 
+// What pack or index --keep-bad-images recorded under "bad_images": how
+// many image fields it kept that fail the header check, and the first it
+// named ("<key>, field '<name>'"); 0 and empty when none (or not the JSON
+// pack writes).
+struct BadImagesNoted {
+  std::uint64_t kept = 0;
+  std::string first;
+};
+[[nodiscard]] BadImagesNoted BadImagesInNote(std::string_view note);
+
 // The note of an index merged from indexes with notes `notes` (`where[i]`
 // names part i in errors): the class names ("classes", or
 // "classes_omitted") every part that records them records, the counts of

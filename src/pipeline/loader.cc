@@ -16,6 +16,7 @@
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_impl.h"
 #include "pipeline/loader_internal.h"
+#include "stoker/text.h"
 
 namespace stoker {
 
@@ -164,6 +165,11 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
 
   impl->order_spec = setup.order_spec;
   impl->order_choice = setup.order;
+  if (options.on_corrupt == CorruptPolicy::kError && dataset->bad_images_kept() > 0)
+    impl->corrupt_note = fmt::format(
+        "the dataset holds {} that the loader cannot decode, kept as they were by --keep-bad-images (the first: "
+        "{}): reading stops at the first one it meets unless on_corrupt=\"skip\" skips them",
+        Counted(dataset->bad_images_kept(), "image", "images"), Printable(dataset->first_bad_image()));
   ShardReadPlanner* planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
   for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
 
@@ -329,6 +335,7 @@ LoaderStats Loader::stats() const {
   s.predicted_epoch_download_bytes = m.order_choice.predicted_epoch_download_bytes;
   s.order_note = m.order_choice.note;
   s.order_warning = m.order_choice.warning;
+  s.corrupt_note = m.corrupt_note;
   s.kernel_readahead = m.read_access.pattern == AccessPattern::kNormal;
   s.readahead_note = m.read_access.note;
   s.pinned_memory = m.pinned_pool;

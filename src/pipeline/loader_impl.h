@@ -56,6 +56,7 @@ struct Loader::Impl {
   LoaderOptions options;
   order::OrderSpec order_spec;
   pipeline::OrderChoice order_choice;  // as chosen at creation (kAuto resolved, the prediction)
+  std::string corrupt_note;            // LoaderStats::corrupt_note
   io::ReadAccessChoice read_access;    // as chosen at creation
   order::BatchPlan plan;
   std::vector<order::ShardSpan> shard_spans;

@@ -14,6 +14,7 @@
 #include "pipeline/loader_test_util.h"
 #include "stoker/dataset.h"
 #include "stoker/dataset_writer.h"
+#include "stoker/loader.h"
 #include "stoker/pack.h"
 #include "test_util.h"
 
@@ -109,6 +110,35 @@ TEST(ImageCheck, KeptBadImagesAreStoredAsTheyAreCountedAndTheSmallestKeysNamed) 
     ASSERT_OK_AND_ASSIGN(auto bytes, dataset->ReadField(i, *jpg));
     EXPECT_EQ(Text(bytes), "bad " + std::string(info.key));
   }
+}
+
+// A loader that would stop at a kept bad image says so when it is made.
+TEST(ImageCheck, ALoaderOverKeptBadImagesWarnsWhenMadeUnlessItSkipsThem) {
+  TempDir dir;
+  GoodFolder(dir);
+  WriteFile(dir / "src/b/zero.jpg", "");
+  PackOptions keep;
+  keep.keep_bad_images = true;
+  ASSERT_OK(Pack(dir / "src", dir / "out", keep).status());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> dataset, Dataset::Open(dir / "out"));
+  EXPECT_EQ(dataset->bad_images_kept(), 1u);
+  EXPECT_EQ(dataset->first_bad_image(), "b/zero, field 'jpg'");
+  LoaderOptions options = SmallOptions();
+  ASSERT_OK_AND_ASSIGN(auto stopping, Loader::Create(dataset, options));
+  const std::string note = stopping->stats().corrupt_note;
+  EXPECT_NE(note.find("holds 1 image that the loader cannot decode"), std::string::npos) << note;
+  EXPECT_NE(note.find("(the first: b/zero, field 'jpg')"), std::string::npos) << note;
+  EXPECT_NE(note.find("on_corrupt=\"skip\""), std::string::npos) << note;
+  options.on_corrupt = CorruptPolicy::kSkip;
+  ASSERT_OK_AND_ASSIGN(auto skipping, Loader::Create(dataset, options));
+  EXPECT_EQ(skipping->stats().corrupt_note, "");
+  TempDir clean;
+  GoodFolder(clean);
+  ASSERT_OK(Pack(clean / "src", clean / "out").status());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Dataset> good, Dataset::Open(clean / "out"));
+  EXPECT_EQ(good->bad_images_kept(), 0u);
+  ASSERT_OK_AND_ASSIGN(auto quiet, Loader::Create(good, SmallOptions()));
+  EXPECT_EQ(quiet->stats().corrupt_note, "");
 }
 
 // With max_side and seekable_jpeg a kept bad image passes both untouched;

@@ -62,7 +62,7 @@ def test_a_bad_image_stops_the_command_line_pack_naming_it_and_can_be_kept(stoke
         key, name.split(".")[1])], note
 
 
-def test_the_python_pack_raises_naming_the_sample_or_keeps_and_names(tmp_path):
+def test_the_python_pack_raises_naming_the_sample_or_keeps_and_names(tmp_path, caplog):
     (tmp_path / "src" / "c").mkdir(parents=True)
     for i in range(3):
         (tmp_path / "src" / "c" / ("%d.jpg" % i)).write_bytes(_image("JPEG"))
@@ -74,7 +74,12 @@ def test_the_python_pack_raises_naming_the_sample_or_keeps_and_names(tmp_path):
     summary = stoker_package.pack(tmp_path / "src", tmp_path / "out", keep_bad_images=True)
     assert summary["bad_images_kept"] == 1
     assert summary["bad_images_named"] == ["c/zero, field 'jpg': 0 bytes, not an image"]
+    with caplog.at_level("WARNING", logger="stoker"):
+        stoker_package.Loader(tmp_path / "out", batch_size=2, log_epochs=False)
+    assert "holds 1 image that the loader cannot decode" in caplog.text and "c/zero, field 'jpg'" in caplog.text
+    caplog.clear()
     loader = stoker_package.Loader(tmp_path / "out", batch_size=2, shuffle=False, on_corrupt="skip", log_epochs=False)
+    assert "cannot decode" not in caplog.text
     # The loader's own policy: the kept one's place is filled by a good sample, and counted.
     assert sum(len(labels) for _, labels in loader) == 4
     assert loader.stats()["corrupt_skipped"] == 1

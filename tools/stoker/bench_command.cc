@@ -98,6 +98,7 @@ int RunBench(const BenchArgs& a) {
                    ? fmt::format(" (window {} shards)", chosen.shard_window)
                    : "",
                a.dtype, a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
+  if (!chosen.corrupt_note.empty()) Warn(chosen.corrupt_note);
   // Remote: what the order will download, said before the first epoch (a
   // warning on stderr when it is well over the dataset).
   if (!chosen.order_note.empty()) {
