@@ -2,6 +2,7 @@
 #include "format/index_note.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -135,6 +136,28 @@ Result<std::string> MergedNote(std::span<const std::string_view> notes, std::spa
     }
   }
   if (!seekable.is_null()) out["seekable_jpeg"] = std::move(seekable);
+  // Bad images kept: counts add up, and the smallest names of all parts stay
+  // named (keys are unique across parts).
+  std::uint64_t bad_kept = 0;
+  std::map<std::string, nlohmann::ordered_json> bad_named;
+  bool any_bad = false;
+  for (const auto& part : parts) {
+    const auto it = part.find("bad_images");
+    if (it == part.end() || !it->is_object()) continue;
+    any_bad = true;
+    if (const auto kept = it->find("kept"); kept != it->end() && kept->is_number_unsigned())
+      bad_kept += kept->get<std::uint64_t>();
+    if (const auto names = it->find("named"); names != it->end() && names->is_object())
+      for (const auto& [name, why] : names->items()) bad_named.emplace(name, why);
+  }
+  if (any_bad) {
+    nlohmann::ordered_json smallest = nlohmann::ordered_json::object();
+    for (const auto& [name, why] : bad_named) {
+      if (smallest.size() == kBadImagesNamedInNote) break;
+      smallest[name] = why;
+    }
+    out["bad_images"] = {{"kept", bad_kept}, {"named", std::move(smallest)}};
+  }
   // pack --max-side's counts add up where every part has them (settings stay alike, or are listed below).
   for (const char* key : {"images_reencoded", "images_kept", "reencoded_bytes_before", "reencoded_bytes_after"}) {
     std::uint64_t sum = 0;
@@ -156,8 +179,8 @@ Result<std::string> MergedNote(std::span<const std::string_view> notes, std::spa
   for (std::size_t i = 0; i < parts.size(); ++i)
     for (const auto& [key, value] : parts[i].items()) {
       by_key[i].emplace(key, &value);
-      if (key != "seekable_jpeg" && key != "classes" && key != "classes_omitted" && seen.insert(key).second &&
-          !out.contains(key))
+      if (key != "seekable_jpeg" && key != "bad_images" && key != "classes" && key != "classes_omitted" &&
+          seen.insert(key).second && !out.contains(key))
         keys.push_back(key);
     }
   const auto find = [&](std::size_t part, std::string_view key) -> const nlohmann::ordered_json* {
@@ -197,7 +220,7 @@ Result<std::string> MergedNote(std::span<const std::string_view> notes, std::spa
   }
   if (text.size() > kMaxNoteBytes) {
     nlohmann::ordered_json kept = nlohmann::ordered_json::object();
-    for (const char* key : {"classes", "classes_omitted", "seekable_jpeg"})
+    for (const char* key : {"classes", "classes_omitted", "seekable_jpeg", "bad_images"})
       if (out.contains(key)) kept[key] = out[key];
     kept["merged"] = {{"parts", parts.size()}, {"entries_omitted", true}};
     out = std::move(kept);

@@ -3,6 +3,7 @@
 // read by the dataset layer and `stoker inspect`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -27,6 +28,8 @@ namespace stoker::index_format {
 // many image fields it kept that fail the header check, and the first it
 // named ("<key>, field '<name>'"); 0 and empty when none (or not the JSON
 // pack writes).
+// How many kept bad images a note names (the smallest keys).
+inline constexpr std::size_t kBadImagesNamedInNote = 5;
 struct BadImagesNoted {
   std::uint64_t kept = 0;
   std::string first;
@@ -36,7 +39,8 @@ struct BadImagesNoted {
 // The note of an index merged from indexes with notes `notes` (`where[i]`
 // names part i in errors): the class names ("classes", or
 // "classes_omitted") every part that records them records, the counts of
-// "seekable_jpeg" added up, and any other entry every part holds alike;
+// "seekable_jpeg" and "bad_images" added up (the smallest named bad images
+// kept), and any other entry every part holds alike;
 // entries the parts hold differently are listed under "merged"
 // ("differing": each part's value, null where it has none), left out when
 // they would take the note past kMaxNoteBytes. InvalidArgument naming two

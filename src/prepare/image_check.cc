@@ -4,8 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/image_decode.h"
+#include "format/index_note.h"
 
 namespace stoker::prepare {
+
+static_assert(kBadImagesNamed == index_format::kBadImagesNamedInNote, "a merge names as many as a pack");
 
 Result<pack_internal::Rewritten> ImageHeaderCheck::Rewrite(const pack_internal::PackedField& field,
                                                            std::vector<std::byte>& bytes, SeekableTable&) const {

@@ -19,6 +19,7 @@
 namespace stoker::prepare {
 
 // How many kept bad images the summary and the note name (the smallest keys).
+// (index_format::kBadImagesNamedInNote, which a merge keeps).
 inline constexpr std::size_t kBadImagesNamed = 5;
 
 class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_internal::PayloadCheck {

@@ -81,6 +81,33 @@ TEST(IndexNote, AMergedNoteKeepsWhatThePartsSayAlikeAndAddsUpTheirCounts) {
 
 // Notes of many keys (a user's note may hold tens of thousands in its 1 MiB):
 // every key is kept or listed, in the order first seen.
+// Parts packed with --keep-bad-images: the merged note counts them all and
+// names the smallest keys of any part; readers find them there.
+TEST(IndexNote, AMergedNoteAddsUpBadImagesAndKeepsTheSmallestNames) {
+  const std::string a =
+      R"({"bad_images":{"kept":4,"named":{"a/3, field 'jpg'":"x","a/4, field 'jpg'":"x","a/5, field 'jpg'":"x",)"
+      R"("a/6, field 'jpg'":"x"}}})";
+  const std::string b = R"({"bad_images":{"kept":2,"named":{"a/1, field 'png'":"y","b/1, field 'jpg'":"y"}}})";
+  const std::string c = R"({"max_side":256})";
+  const std::vector<std::string_view> notes = {a, b, c};
+  const std::vector<std::string> where = {"a", "b", "c"};
+  ASSERT_OK_AND_ASSIGN(std::string merged, MergedNote(notes, where));
+  const auto note = nlohmann::json::parse(merged);
+  EXPECT_EQ(note["bad_images"]["kept"], 6) << merged;
+  std::vector<std::string> named;
+  for (const auto& [name, why] : note["bad_images"]["named"].items()) named.push_back(name);
+  EXPECT_EQ(named, (std::vector<std::string>{"a/1, field 'png'", "a/3, field 'jpg'", "a/4, field 'jpg'",
+                                             "a/5, field 'jpg'", "a/6, field 'jpg'"}))
+      << merged;
+  EXPECT_FALSE(note["merged"].contains("differing") && note["merged"]["differing"].contains("bad_images")) << merged;
+  const BadImagesNoted read = BadImagesInNote(merged);
+  EXPECT_EQ(read.kept, 6u);
+  EXPECT_EQ(read.first, "a/1, field 'png'");
+  EXPECT_EQ(BadImagesInNote(c).kept, 0u);
+  EXPECT_EQ(BadImagesInNote("not json").kept, 0u);
+  EXPECT_EQ(BadImagesInNote(R"({"bad_images":{"kept":"many"}})").kept, 0u);
+}
+
 TEST(IndexNote, NotesOfManyKeysMergeKeyByKey) {
   constexpr int kKeys = 5000;
   std::string a = "{", b = "{";
