@@ -1,11 +1,12 @@
-// Images checked at pack time by what the loader reads of them first: the
-// format, told by the first bytes, and the header (codec::ImageFileSize).
-// An image field that fails it (an empty file, an HTML error page saved as
-// .jpg, a GIF, a cut header) would otherwise be packed as it is and fail in
-// the training loop, hours later. Pack refuses it, naming the sample and its
-// file; with keep_bad_images it is stored as it is, counted and named (the
-// summary, the index's note). A body damaged past the header is not found
-// here: `stoker verify --decode` decodes every image.
+// Images checked by what the loader reads of them first: the format, told
+// by the first bytes, and the header (codec::CheckImageHeader), at pack time
+// (a FieldRewriter, first in the chain) and by `stoker index` (a
+// PayloadCheck over the shards as they are). An image field that fails (an
+// empty file, an HTML error page saved as .jpg, a GIF, a cut header) would
+// otherwise be packed or indexed as it is and fail in the training loop,
+// hours later. It is refused, named; with keep_bad_images it is kept as it
+// is, counted and named (the summary, the index's note). A body damaged past
+// the header is not found here: `stoker verify --decode` decodes every image.
 #pragma once
 
 #include <atomic>
