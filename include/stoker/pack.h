@@ -96,7 +96,8 @@ struct PackSummary {
   std::uint64_t seekable_bytes_before = 0;
   std::uint64_t seekable_bytes_after = 0;
   // With keep_bad_images: image fields kept that fail the header check, and
-  // the first few ("<key>, field '<name>': <why>", the smallest keys).
+  // the first 1,000 ("<key>, field '<name>': <why>", the smallest keys; the
+  // index's note keeps five).
   std::uint64_t bad_images_kept = 0;
   std::vector<std::string> bad_images_named;
   std::string note;  // what the index records (JSON), empty when pack changed and kept nothing
@@ -152,7 +153,8 @@ struct IndexSummary {
   // image's MCU rows, at most 64 to a row.
   std::uint64_t seekable_payloads = 0;
   // With keep_bad_images: image fields kept that fail the header check, and
-  // the first few ("<key>, field '<name>': <why>", the smallest keys).
+  // the first 1,000 ("<key>, field '<name>': <why>", the smallest keys; the
+  // index's note keeps five).
   std::uint64_t bad_images_kept = 0;
   std::vector<std::string> bad_images_named;
   std::vector<std::string> warnings;

@@ -38,8 +38,8 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     ``stoker.CorruptionError`` (``stoker.StokerError`` for a format stoker
     does not decode) naming the sample and its file, rather than
     failing in the training loop; ``keep_bad_images=True`` stores such files
-    as they are, counted (``bad_images_kept``) and the first few named
-    (``bad_images_named``). ``stoker verify --decode`` finds damage past the
+    as they are, counted (``bad_images_kept``) and the first 1,000 by key
+    listed (``bad_images_named``; the index's note keeps five). ``stoker verify --decode`` finds damage past the
     header."""
     size = parse_size(shard_size)
     side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)

@@ -295,7 +295,7 @@ class DatasetWriter:
     image, a GIF, a cut header) are a ValueError naming the sample and field,
     since the loader would fail on them later. ``keep_bad_images=True``
     stores them as they are; ``close()``'s summary counts them
-    (``bad_images_kept``) and names the five smallest keys
+    (``bad_images_kept``) and lists the 1,000 smallest keys
     (``bad_images_named``)."""
 
     def __init__(self, out, shard_size=64 << 20, overwrite=False, class_names=None, keep_bad_images=False):
@@ -353,7 +353,7 @@ class DatasetWriter:
         self._native.add(key, fields)
         if bad:
             self._bad_kept += len(bad)
-            self._bad_named = sorted(self._bad_named + bad)[:5]
+            self._bad_named = sorted(self._bad_named + bad)[:1000]
 
     def close(self):
         """Ends the last shard and writes the index; returns the summary

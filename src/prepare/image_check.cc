@@ -33,9 +33,9 @@ Result<pack_internal::Rewritten> ImageHeaderCheck::Bad(const pack_internal::Pack
   kept_.fetch_add(1, std::memory_order_relaxed);
   std::string name = fmt::format("{}, field '{}'", field.sample_key, field.name);
   MutexLock lock(mu_);
-  if (named_.size() < kBadImagesNamed || name < named_.rbegin()->first) {
+  if (named_.size() < kBadImagesListed || name < named_.rbegin()->first) {
     named_.emplace(std::move(name), bad.message());
-    if (named_.size() > kBadImagesNamed) named_.erase(std::prev(named_.end()));
+    if (named_.size() > kBadImagesListed) named_.erase(std::prev(named_.end()));
   }
   return pack_internal::Rewritten::kKeptAsItIs;
 }
@@ -45,7 +45,10 @@ std::string ImageHeaderCheck::Note() const {
   nlohmann::ordered_json named = nlohmann::ordered_json::object();
   {
     MutexLock lock(mu_);
-    for (const auto& [name, why] : named_) named[name] = why;
+    for (const auto& [name, why] : named_) {
+      if (named.size() == kBadImagesNamed) break;
+      named[name] = why;
+    }
   }
   nlohmann::ordered_json note = {{"bad_images", {{"kept", kept_.load()}, {"named", std::move(named)}}}};
   // Keys are input: invalid UTF-8 is replaced, never an exception.

@@ -19,9 +19,11 @@
 
 namespace stoker::prepare {
 
-// How many kept bad images the summary and the note name (the smallest keys).
-// (index_format::kBadImagesNamedInNote, which a merge keeps).
+// How many kept bad images the index's note names (the smallest keys; as
+// index_format::kBadImagesNamedInNote, which a merge keeps), and how many the
+// summary lists (the smallest keys), so that one run lists what to fix.
 inline constexpr std::size_t kBadImagesNamed = 5;
+inline constexpr std::size_t kBadImagesListed = 1000;
 
 class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_internal::PayloadCheck {
  public:
@@ -51,7 +53,7 @@ class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_
   const bool keep_bad_images_;
   mutable std::atomic<std::uint64_t> kept_{0};
   mutable Mutex mu_;
-  // "key, field" -> why, the smallest kBadImagesNamed (so the same input names the same ones).
+  // "key, field" -> why, the smallest kBadImagesListed (so the same input names the same ones).
   mutable std::map<std::string, std::string> named_ GUARDED_BY(mu_);
 };
 

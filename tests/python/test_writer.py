@@ -283,6 +283,6 @@ def test_kept_bad_images_are_stored_as_given_counted_and_named(tmp_path):
         "bad2, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
         "packing)", "bad2, field 'png': 0 bytes, not an image",
         "bad3, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
-        "packing)"]
+        "packing)", "bad3, field 'png': 0 bytes, not an image"]
     with pytest.raises(TypeError, match="keep_bad_images must be True or False"):
         stoker.DatasetWriter(tmp_path / "other", keep_bad_images="no")
