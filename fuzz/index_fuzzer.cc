@@ -68,6 +68,10 @@ void Exercise(std::span<const std::byte> bytes) {
   const std::string where[] = {"a", "b", "c"};
   auto merged = stoker::index_format::MergedNote(notes, where);
   if (merged.ok() && merged->size() > stoker::index_format::kMaxNoteBytes) __builtin_trap();
+  // What the loader reads of a note: kept bad images (--keep-bad-images), the class names.
+  (void)stoker::index_format::BadImagesInNote(view->note());
+  (void)stoker::index_format::ClassNamesInNote(view->note());
+  if (merged.ok()) (void)stoker::index_format::BadImagesInNote(*merged);
 }
 
 }  // namespace
