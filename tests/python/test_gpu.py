@@ -60,10 +60,11 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
                                text=True, env=gpu["env"], timeout=30)
             assert r.returncode == 0, r.stderr
             view = json.loads(r.stdout)
-            # The tenant is in the ledger a moment before its process is: wait for both, and for a charge.
+            # The tenant is in the ledger a moment before its process is, and the process a moment before
+            # its first device charge (an empty list): wait for all three.
             tenants = view["tenants"]
-            if tenants and tenants[0]["processes"] and tenants[0]["processes"][0]["charged"][0] > 0 or \
-                    time.time() > deadline:
+            charged = tenants[0]["processes"][0]["charged"] if tenants and tenants[0]["processes"] else []
+            if charged and charged[0] > 0 or time.time() > deadline:
                 break
             time.sleep(0.1)
         (tenant,) = view["tenants"]
