@@ -342,7 +342,9 @@ class DatasetWriter:
                 raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
             except (TypeError, ValueError) as e:  # from NumPy, Pillow or torch (a bfloat16 tensor, an odd image)
                 raise type(e)("sample %r, field %r: %s" % (key, name, e)) from None
-            if kind == _native.FieldKind.image:
+            # Bytes given as they are (or Hugging Face's {"bytes", "path"}) are checked; what the writer
+            # encoded from an array or PIL image is an image by construction.
+            if kind == _native.FieldKind.image and (_bytes_like(value) or isinstance(value, dict)):
                 problem = _native.image_header_problem(payload)
                 if problem is not None and not self._keep_bad_images:
                     raise ValueError("sample %r, field %r: %s (keep_bad_images=True stores such bytes as they are)"

@@ -4,8 +4,8 @@ where the pixels do not matter. They do not decode."""
 
 # An 8x8 grey JPEG's header up to its scan (SOI, SOF0, SOS), and a PNG's
 # signature and IHDR chunk (8x8, 8-bit grey), as tests/test_util.h's FakeImage.
-JPEG_HEADER = bytes.fromhex("ffd8ffc0000b080008000801011100ffda000801010000 3f00".replace(" ", ""))
-PNG_HEADER = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000080000000808000000 00e164e157".replace(" ", ""))
+JPEG_HEADER = bytes.fromhex("ffd8ffc0000b080008000801011100ffda0008010100003f00")
+PNG_HEADER = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000008000000080800000000e164e157")
 
 
 def fake_image(name, tail):
