@@ -34,6 +34,12 @@ inline constexpr std::uint64_t kDefaultMaxImagePixels = 178'956'970;
 // header only: damage past it shows when the pixels are decoded.
 [[nodiscard]] Status CheckImageHeader(std::span<const std::byte> data);
 
+// The field extension an image of a format stoker decodes is stored under,
+// told by its first bytes as CheckImageHeader tells it: "jpg", "png",
+// "webp", "tif", "pgm" or "ppm" (binary Netpbm), "bmp"; empty for anything
+// else. What pack names an image whose file or column says nothing of it.
+[[nodiscard]] std::string_view ImageFieldExtension(std::span<const std::byte> data);
+
 // A NumPy .npy array (format 1.0-3.0; bool, int, uint and float dtypes in
 // either byte order, C or Fortran order) in C order and host byte order.
 // Corruption for a malformed header or data of another size than the

@@ -270,6 +270,17 @@ void BindDecoders(py::module_& m) {
         return s.message();
       },
       py::arg("data"));
+  // The extension an image field of these bytes takes ("jpg", "bmp", ...), or None for no format stoker decodes.
+  m.def(
+      "image_field_extension",
+      [](const py::buffer& data) -> std::optional<std::string> {
+        const py::buffer_info info = data.request();
+        const std::string_view ext = stoker::ImageFieldExtension(
+            {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)});
+        if (ext.empty()) return std::nullopt;
+        return std::string(ext);
+      },
+      py::arg("data"));
   m.def(
       "decode_image",
       [](py::bytes data, const std::string& mode, std::uint64_t max_pixels, bool torch_has_unsigned) {

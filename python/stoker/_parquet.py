@@ -5,9 +5,14 @@ each column a field. Used by stoker.pack and
 
 Columns map as Hugging Face's features say, or by their Arrow types:
 - an image column (the `Image` feature: {"bytes", "path"}, or raw bytes that
-  are a JPEG, PNG, WebP or TIFF): the first becomes the field named by each
-  image's format ("jpg", "png", "webp", "tif"), later ones "<column>.<format>";
-  other files in such a struct (audio) keep their path's extension;
+  are an image stoker decodes: JPEG, PNG, WebP, TIFF, PGM/PPM, BMP): the
+  first becomes the field named by each image's format ("jpg", "png",
+  "webp", "tif", "pgm", "ppm", "bmp"), later ones "<column>.<format>";
+  other files in such a struct (audio) keep their path's extension, else
+  ".bin". In a column that holds images (the `Image` feature, or a column
+  named like one: "jpg", "png", ...) bytes that are no such image are a bad
+  image, named (the file, row and sample) or, with keep_bad_images, kept
+  under the path's image extension, else "jpg", counted and named;
 - the label: the `ClassLabel` column named "label" (else the first
   `ClassLabel`, else an integer column named "label", "labels" or "cls")
   becomes "cls", and its names the dataset's class names;
@@ -26,17 +31,13 @@ import time
 
 from . import _native
 
-_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"II*\x00", "tif"), (b"MM\x00*", "tif"))
 _LABEL_NAMES = ("label", "labels", "cls")
+# The fields the main image may take, one per format stoker decodes (_native.image_field_extension).
+_IMAGE_FIELDS = ("jpg", "png", "webp", "tif", "pgm", "ppm", "bmp")
 
 
-def _image_format(data):
-    for magic, ext in _IMAGE_MAGIC:
-        if data[:len(magic)] == magic:
-            return ext
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
+def _is_image_name(name):
+    return _native.conventional_field_kind(name) == _native.FieldKind.image
 
 
 def parquet_files(source):
@@ -140,6 +141,8 @@ class _Layout:
         # the first file column (an Audio column before it must not take the name).
         declared = [c for c in self.images if isinstance(features.get(c), dict) and features[c].get("_type") == "Image"]
         self.main_image = declared[0] if declared else (self.images[0] if self.images else None)
+        # Columns whose every value must be an image: bytes that are not one are a bad image, never a ".bin".
+        self.image_only = set(declared) | {c for c in self.images if c not in features and _is_image_name(c.lower())}
         self.names = {}
         for c in self.columns:
             if c == "__key__" or (c.startswith("__") and c.endswith("__")) or c == self.label:
@@ -151,7 +154,7 @@ class _Layout:
         # What the label and the main image take: a column of the same name would overwrite them.
         taken = {"cls": self.label} if self.label is not None else {}
         if self.main_image is not None:
-            taken.update((ext, self.main_image) for ext in ("jpg", "png", "webp", "tif"))
+            taken.update((ext, self.main_image) for ext in _IMAGE_FIELDS)
         for c, name in self.names.items():
             if name in taken:
                 raise ValueError("%s: columns %r and %r would both be the field %r; rename one" % (
@@ -173,11 +176,18 @@ class _Layout:
             data, path = value, None
         if data is None:
             return None
-        ext = _image_format(data)
+        ext = _native.image_field_extension(data)
+        is_image = ext is not None
         if ext is None:
             ext = os.path.splitext(path)[1][1:].lower() if path else ""
-            ext = ext or "bin"
-        if column == self.main_image and _image_format(data) is not None:
+            if column in self.image_only:
+                # A bad image (an error page, a cut file): stored, if kept, where the loader looks for the
+                # image, so that it meets it as a bad sample rather than as a sample without an image.
+                ext = ext if _is_image_name(ext) else "jpg"
+                is_image = True
+            else:
+                ext = ext or "bin"
+        if column == self.main_image and is_image:
             return ext, data
         return "%s.%s" % (column.lower().replace("/", "_"), ext), data
 

@@ -10,6 +10,10 @@ Status CheckImageHeader(std::span<const std::byte> data) {
   return codec::CheckImageHeader(data);
 }
 
+std::string_view ImageFieldExtension(std::span<const std::byte> data) {
+  return codec::ImageFieldExtension(data);
+}
+
 Result<HostTensor> DecodeImage(std::span<const std::byte> data, std::string_view mode, std::uint64_t max_pixels) {
   const auto color = codec::ParseColorMode(mode);
   if (!color) return codec::UnknownColorMode(mode);

@@ -57,6 +57,26 @@ Status Unknown(std::span<const std::byte> data) {
 
 }  // namespace
 
+std::string_view ImageFieldExtension(std::span<const std::byte> data) {
+  const auto format = DetectImageFormat(data);
+  if (!format) return {};
+  switch (*format) {
+    case ImageFormat::kJpeg:
+      return "jpg";
+    case ImageFormat::kPng:
+      return "png";
+    case ImageFormat::kWebp:
+      return "webp";
+    case ImageFormat::kTiff:
+      return "tif";
+    case ImageFormat::kNetpbm:  // IsNetpbm: "P5" or "P6"
+      return data[1] == std::byte{'5'} ? "pgm" : "ppm";
+    case ImageFormat::kBmp:
+      return "bmp";
+  }
+  return {};
+}
+
 Result<ImageSize> ImageFileSize(std::span<const std::byte> data) {
   const auto format = DetectImageFormat(data);
   if (!format) return Unknown(data);

@@ -20,6 +20,10 @@ namespace stoker::codec {
 enum class ImageFormat : std::uint8_t { kJpeg, kPng, kWebp, kTiff, kNetpbm, kBmp };
 [[nodiscard]] std::optional<ImageFormat> DetectImageFormat(std::span<const std::byte> data);
 [[nodiscard]] std::string_view ImageFormatName(ImageFormat format);
+// The field extension WebDataset's convention gives such a file: jpg, png,
+// webp, tif, pgm (P5) or ppm (P6), bmp; empty when DetectImageFormat knows
+// none.
+[[nodiscard]] std::string_view ImageFieldExtension(std::span<const std::byte> data);
 
 // Width and height from the header. Corruption when it is none of the
 // these; Unimplemented, naming it, for another known format (GIF, ...).

@@ -3,6 +3,8 @@
 // forms and damage refused by name.
 #include "codec/netpbm.h"
 
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include "codec/image_decode.h"
@@ -56,6 +58,22 @@ TEST(Netpbm, RefusesOtherFormsAndDamageNamingThem) {
   refused("P5 99999999999 2 255\n", StatusCode::kCorruption, "too large");
   Status s = DecodeNetpbm(Bytes("P5 100 100 255\n" + std::string(10000, 'x')), 9999, &out);
   EXPECT_NE(s.message().find("over the limit of 9999"), std::string::npos) << s.message();
+}
+
+// Pack names an image whose file or column says nothing of its format by
+// what its bytes are: every format the decoders take gets its extension.
+TEST(ImageFieldExtension, NamesEveryFormatTheDecodersTakeAndNothingElse) {
+  EXPECT_EQ(ImageFieldExtension(Bytes(testing::FakeImage("jpg", 64, 1))), "jpg");
+  EXPECT_EQ(ImageFieldExtension(Bytes(testing::FakeImage("png", 64, 1))), "png");
+  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16))), "webp");
+  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("II*\0\x08\0\0\0", 8))), "tif");
+  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("MM\0+\0\x08\0\0", 8))), "tif");  // BigTIFF
+  EXPECT_EQ(ImageFieldExtension(Bytes("P5 1 1 255\n\x07")), "pgm");
+  EXPECT_EQ(ImageFieldExtension(Bytes("P6 1 1 255\n\x07\x07\x07")), "ppm");
+  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0", 16))), "bmp");
+  for (const std::string& other : {std::string(), std::string("<html>403</html>"), std::string("GIF89a\1\0\1\0"),
+                                   std::string("P2\n1 1\n255\n7\n"), std::string("\xff\xd8", 2)})
+    EXPECT_EQ(ImageFieldExtension(Bytes(other)), "") << other;
 }
 
 }  // namespace

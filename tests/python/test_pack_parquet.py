@@ -253,3 +253,61 @@ def test_bad_parquet_input_is_named(hf_folder, tmp_path, stoker_bin):
         stoker.pack(tmp_path / "keys.parquet", tmp_path / "out5")
     # (checked while the error's traceback, and the frames it holds, are still alive)
     assert caught.value is not None and not [t for t in threading.enumerate() if t.name == "stoker-parquet-reader"]
+
+
+def test_every_image_format_stoker_decodes_is_named_by_its_bytes(tmp_path):
+    # BMP, PGM and PPM images (Pillow saves them) in an Image column become "bmp", "pgm" and "ppm" fields the
+    # loader decodes, whatever the path says; they were ".bin" fields once, a sample without an image.
+    rng = np.random.default_rng(7)
+    rgb = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+    gray = rng.integers(0, 256, (12, 16), dtype=np.uint8)
+    images = [(encoded(rgb, "BMP"), "bmp", rgb), (encoded(gray, "PPM"), "pgm", np.stack([gray] * 3, -1)),
+              (encoded(rgb, "PPM"), "ppm", rgb), (encoded(rgb, "PNG"), "png", rgb)]
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({"image": pa.array([{"bytes": b, "path": None if i % 2 else "photo%d.jpg" % i}
+                                         for i, (b, _, _) in enumerate(images)], struct),
+                      "caption": ["%d" % i for i in range(len(images))]}).replace_schema_metadata(
+        {"huggingface": json.dumps({"info": {"features": {"image": {"_type": "Image"},
+                                                          "caption": {"dtype": "string", "_type": "Value"}}}})})
+    pq.write_table(table, tmp_path / "formats.parquet")
+    stoker.pack(tmp_path / "formats.parquet", tmp_path / "out")
+    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
+        names = sorted(n for n in tar.getnames() if not n.endswith(".caption"))
+    assert names == ["%09d.%s" % (i, ext) for i, (_, ext, _) in enumerate(images)], names
+    loader = stoker.Loader(tmp_path / "out", batch_size=4, shuffle=False, log_epochs=False,
+                           fields={"image": stoker.Image(keys="jpg;png;bmp;pgm;ppm", transform=None),
+                                   "caption": stoker.Text("caption")})
+    batch = next(iter(loader))
+    for j, caption in enumerate(batch["caption"]):
+        assert torch.equal(batch["image"][j], torch.from_numpy(images[int(caption)][2])), caption
+
+
+@pytest.mark.parametrize("column", ["image", "jpg"])
+def test_bytes_that_are_no_image_in_an_image_column_are_a_bad_image(tmp_path, column):
+    # An Image feature's (or a column named "jpg"'s) value that is no image, such as an error page saved by a
+    # scraper, with no path to name it: once stored silently as "<column>.bin", leaving a sample the loader
+    # found without its image. Now a bad image: named, or kept where the loader looks, counted and skipped.
+    rows = hf_rows(3)
+    values = [r["image"]["bytes"] for r in rows]
+    values[1] = b"<html><body>403 Forbidden</body></html>"
+    if column == "image":
+        struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        table = pa.table({"image": pa.array([{"bytes": v, "path": None} for v in values], struct),
+                          "label": pa.array([0, 1, 2], pa.int64())}).replace_schema_metadata(
+            {"huggingface": json.dumps({"info": {"features": {"image": {"_type": "Image"},
+                                                              "label": {"names": CLASSES, "_type": "ClassLabel"}}}})})
+    else:
+        table = pa.table({"jpg": pa.array(values, pa.binary()), "cls": [0, 1, 2]})
+    pq.write_table(table, tmp_path / "scraped.parquet")
+    with pytest.raises(ValueError, match=r"scraped.parquet: row 1 .*sample '000000001', field 'jpg': not an image"):
+        stoker.pack(tmp_path / "scraped.parquet", tmp_path / "out")
+    assert not (tmp_path / "out" / "index.stoker").exists()
+    summary = stoker.pack(tmp_path / "scraped.parquet", tmp_path / "out", keep_bad_images=True)
+    assert summary["bad_images_kept"] == 1, summary
+    assert summary["bad_images_named"][0].startswith("000000001, field 'jpg': not an image"), summary
+    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
+        assert "000000001.jpg" in tar.getnames(), tar.getnames()
+    loader = stoker.Loader(tmp_path / "out", batch_size=3, shuffle=False, on_corrupt="skip", log_epochs=False,
+                           fields={"image": stoker.Image(transform=None), "label": stoker.Int("cls")})
+    assert sum(len(b["label"]) for b in loader) == 3  # the bad one's place filled by a good sample
+    assert loader.stats()["corrupt_skipped"] == 1
