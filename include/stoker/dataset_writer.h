@@ -26,15 +26,20 @@ struct DatasetWriterOptions {
   // Label i's name, kept in the index's note for readers (as ImageFolder's
   // classes are); empty for none.
   std::vector<std::string> class_names;
+  // Image fields are checked as pack checks them (stoker/decode.h's
+  // CheckImageHeader): one that fails is refused by Add(), since the loader
+  // would fail on it later. With keep_bad_images it is stored as given,
+  // counted and named (PackSummary::bad_images_kept, bad_images_named; the
+  // index's note, which the loader reads).
+  bool keep_bad_images = false;
   FileSystem* file_system = FileSystem::Default();
 };
 
 // One field of a sample, as WebDataset names it: "jpg", "cls", "mask.png",
 // "boxes.npy". `kind` is what the index records for it (what `inspect`
 // shows and the loader checks its specs against); ConventionalFieldKind()
-// gives the one its name implies. The writer stores payloads as given:
-// stoker/decode.h's CheckImageHeader() is the check pack (and Python's
-// DatasetWriter) makes of image fields first.
+// gives the one its name implies. Payloads are stored as given, fields of
+// kind image once checked (DatasetWriterOptions::keep_bad_images).
 struct SampleField {
   std::string_view name;
   std::span<const std::byte> bytes;
@@ -63,7 +68,8 @@ class DatasetWriter {
   // lower-case, non-empty and free of '/' (WebDataset lower-cases field
   // names as it reads them). A "cls" field, if any, is the sample's label
   // and must be a decimal integer. Fields may come in any order; they are
-  // written sorted by name. A bad key or field is InvalidArgument and
+  // written sorted by name. A bad key or field (an image field that fails
+  // the check too) is InvalidArgument naming the sample and field, and
   // leaves the writer as it was; a failed write leaves it unusable.
   [[nodiscard]] Status Add(std::string_view key, std::span<const SampleField> fields);
 

@@ -113,8 +113,9 @@ void BindPack(py::module_& m) {
 
   py::class_<stoker::DatasetWriter>(m, "DatasetWriter")
       .def(py::init([](const std::string& out, std::uint64_t shard_bytes, bool overwrite,
-                       std::vector<std::string> class_names) {
+                       std::vector<std::string> class_names, bool keep_bad_images) {
              stoker::DatasetWriterOptions options;
+             options.keep_bad_images = keep_bad_images;
              options.target_shard_bytes = shard_bytes;
              options.overwrite = overwrite;
              options.class_names = std::move(class_names);
@@ -125,7 +126,8 @@ void BindPack(py::module_& m) {
              }
              return Unwrap(std::move(writer));
            }),
-           py::arg("out"), py::arg("shard_bytes"), py::arg("overwrite"), py::arg("class_names"))
+           py::arg("out"), py::arg("shard_bytes"), py::arg("overwrite"), py::arg("class_names"),
+           py::arg("keep_bad_images"))
       .def(
           "add",
           [](stoker::DatasetWriter& w, const std::string& key,

@@ -7,6 +7,7 @@ import time
 from . import _native, _params, _passes, _process, _summary, transforms
 from . import fields as _fields
 from ._nvjpeg import find_nvjpeg as _find_nvjpeg
+from ._text import counted
 from .checkpoint import parse_size
 
 
@@ -486,4 +487,4 @@ class DatasetView:
         return self._samples
 
     def __repr__(self):
-        return "stoker dataset %r (%d samples)" % (self.location, self._samples)
+        return "stoker dataset %r (%s)" % (self.location, counted(self._samples, "sample", "samples"))

@@ -30,6 +30,7 @@ import sys
 import time
 
 from . import _native
+from ._text import counted
 
 _LABEL_NAMES = ("label", "labels", "cls")
 # The fields the main image may take, one per format stoker decodes (_native.image_field_extension).
@@ -414,21 +415,17 @@ def main(argv):
     kind = "Arrow" if all(f.endswith(".arrow") for f in files) else "Parquet"
     if summary.get("bad_images_kept"):
         sys.stderr.write("stoker pack: warning: kept %s that the loader cannot decode, as %s (--keep-bad-images)%s\n"
-                         % (_counted(summary["bad_images_kept"], "image", "images"),
+                         % (counted(summary["bad_images_kept"], "image", "images"),
                             "it was" if summary["bad_images_kept"] == 1 else "they were",
                             "".join("\n  " + n for n in summary["bad_images_named"])))
     print("packed %s from %s into %s (%s) in %s" % (
-        _counted(summary["samples"], "sample", "samples"), _counted(len(files), kind + " file", kind + " files"),
-        _counted(summary["shards"], "shard", "shards"), _size(summary["shard_bytes"]), args.out))
+        counted(summary["samples"], "sample", "samples"), counted(len(files), kind + " file", kind + " files"),
+        counted(summary["shards"], "shard", "shards"), _size(summary["shard_bytes"]), args.out))
     if summary["class_names"]:
-        print("labels: %s, names from the ClassLabel feature" % _counted(len(summary["class_names"]), "class",
+        print("labels: %s, names from the ClassLabel feature" % counted(len(summary["class_names"]), "class",
                                                                          "classes"))
     print("index: %s" % summary["index_path"])
     return 0
-
-
-def _counted(n, one, many):
-    return "%d %s" % (n, one if n == 1 else many)
 
 
 def _size(n):

@@ -7,6 +7,7 @@ import os
 import warnings
 
 from . import _native, _params
+from ._text import counted
 from .checkpoint import parse_size
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -289,25 +290,24 @@ class DatasetWriter:
     written: to mix classes across shards, write them in a random order (or
     repack with ``stoker pack OUT OUT2 --shuffle``).
 
-    Image bytes given as they are (not an array or PIL image, which the
-    writer encodes) are checked as ``stoker pack`` checks them, the format
-    by the first bytes and then the header: bytes that fail (empty, not an
-    image, a GIF, a cut header) are a ValueError naming the sample and field,
-    since the loader would fail on them later. ``keep_bad_images=True``
-    stores them as they are; ``close()``'s summary counts them
-    (``bad_images_kept``) and lists the 1,000 smallest keys
-    (``bad_images_named``)."""
+    Image fields are checked as ``stoker pack`` checks them, the format by
+    the first bytes and then the header: bytes that fail (empty, not an
+    image, a GIF, a cut header) are a ValueError naming the sample and
+    field, since the loader would fail on them later.
+    ``keep_bad_images=True`` stores them as they are; ``close()``'s summary
+    counts them (``bad_images_kept``) and lists the 1,000 smallest keys
+    (``bad_images_named``), and the index's note records them, so that a
+    loader made over the dataset says so."""
 
     def __init__(self, out, shard_size=64 << 20, overwrite=False, class_names=None, keep_bad_images=False):
         size = parse_size(shard_size)
-        self._keep_bad_images = _params.boolean("keep_bad_images", keep_bad_images)
-        self._bad_kept, self._bad_named = 0, []  # kept bad images: how many, the smallest (key, field, why)
         names = [] if class_names is None else list(class_names)
         if not all(isinstance(n, str) for n in names):
             raise TypeError("class_names must be a list of str, not %r" % (class_names,))
         self._out = os.fspath(out)
         self._pid = os.getpid()
-        self._native = _native.DatasetWriter(self._out, size, _params.boolean("overwrite", overwrite), names)
+        self._native = _native.DatasetWriter(self._out, size, _params.boolean("overwrite", overwrite), names,
+                                             _params.boolean("keep_bad_images", keep_bad_images))
         self._summary = None
 
     @property
@@ -330,7 +330,7 @@ class DatasetWriter:
             key = "%09d" % self._native.samples
         elif not isinstance(key, str):
             raise TypeError("__key__ must be a str, not %r" % (key,))
-        fields, bad = [], []
+        fields = []
         for name, value in sample.items():
             if not isinstance(name, str):
                 raise TypeError("sample %r: field names are str, not %r" % (key, name))
@@ -342,20 +342,8 @@ class DatasetWriter:
                 raise ValueError("sample %r, field %r: %s" % (key, name, e)) from None
             except (TypeError, ValueError) as e:  # from NumPy, Pillow or torch (a bfloat16 tensor, an odd image)
                 raise type(e)("sample %r, field %r: %s" % (key, name, e)) from None
-            # Bytes given as they are (or Hugging Face's {"bytes", "path"}) are checked; what the writer
-            # encoded from an array or PIL image is an image by construction.
-            if kind == _native.FieldKind.image and (_bytes_like(value) or isinstance(value, dict)):
-                problem = _native.image_header_problem(payload)
-                if problem is not None and not self._keep_bad_images:
-                    raise ValueError("sample %r, field %r: %s (keep_bad_images=True stores such bytes as they are)"
-                                     % (key, name, problem))
-                if problem is not None:
-                    bad.append((key, name, problem))
             fields.append((name, payload, kind))
-        self._native.add(key, fields)
-        if bad:
-            self._bad_kept += len(bad)
-            self._bad_named = sorted(self._bad_named + bad)[:1000]
+        self._native.add(key, fields)  # checks image fields as pack does (keep_bad_images)
 
     def close(self):
         """Ends the last shard and writes the index; returns the summary
@@ -369,8 +357,6 @@ class DatasetWriter:
             self._summary = self._native.finish()
         finally:
             self._native = None  # on failure, dropping it removes what it wrote
-        self._summary["bad_images_kept"] = self._bad_kept
-        self._summary["bad_images_named"] = ["%s, field '%s': %s" % b for b in self._bad_named]
         return self._summary
 
     def abort(self):
@@ -391,5 +377,6 @@ class DatasetWriter:
     def __del__(self):
         # A forked child's copy removes nothing (the native side checks too): no warning there.
         if getattr(self, "_native", None) is not None and getattr(self, "_pid", None) == os.getpid():
-            warnings.warn("stoker.DatasetWriter(%r) was dropped without close(): the %d samples written are removed"
-                          % (self._out, self._native.samples), ResourceWarning, stacklevel=2)
+            warnings.warn("stoker.DatasetWriter(%r) was dropped without close(): the %s written %s removed"
+                          % (self._out, counted(self._native.samples, "sample", "samples"),
+                             "is" if self._native.samples == 1 else "are"), ResourceWarning, stacklevel=2)

@@ -22,6 +22,7 @@ import sys
 import time
 
 from . import _native, _params, _text_sources
+from ._text import counted
 
 __all__ = ["tokenize"]
 
@@ -213,8 +214,9 @@ def main(argv=None):
     except (ValueError, OSError, ImportError, RuntimeError) as e:  # RuntimeError: stoker.StokerError
         sys.stderr.write("stoker tokenize: %s\n" % e)
         return 1
-    print("tokenized %d documents into %d tokens (%s, %s) in %.1f s: %s.idx, %s.bin" % (
-        r["documents"], r["tokens"], r["token_type"], r["backend"], r["seconds"], r["prefix"], r["prefix"]))
+    print("tokenized %s into %s (%s, %s) in %.1f s: %s.idx, %s.bin" % (
+        counted(r["documents"], "document", "documents"), counted(r["tokens"], "token", "tokens"), r["token_type"],
+        r["backend"], r["seconds"], r["prefix"], r["prefix"]))
     return 0
 
 

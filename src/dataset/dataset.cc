@@ -479,13 +479,13 @@ Status Dataset::CheckShardFiles(bool sizes) const {
     return out;
   };
   if (!missing.empty())
-    return Status::NotFound(fmt::format("{} of the {} shards that index '{}' names cannot be opened: {}",
-                                        missing.size(), m.shards.size(), m.index_path, named(missing)));
+    return Status::NotFound(fmt::format("{} of the {} that index '{}' names cannot be opened: {}", missing.size(),
+                                        Counted(m.shards.size(), "shard", "shards"), m.index_path, named(missing)));
   if (!resized.empty())
-    return Status::Corruption(fmt::format(
-        "{} of the {} shards that index '{}' names changed size after indexing: {} (`stoker verify` lists what "
-        "differs; index the shards again if they were rewritten on purpose)",
-        resized.size(), m.shards.size(), m.index_path, named(resized)));
+    return Status::Corruption(
+        fmt::format("{} of the {} that index '{}' names changed size after indexing: {} (`stoker verify` lists what "
+                    "differs; index the shards again if they were rewritten on purpose)",
+                    resized.size(), Counted(m.shards.size(), "shard", "shards"), m.index_path, named(resized)));
   return Status::Ok();
 }
 

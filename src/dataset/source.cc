@@ -102,8 +102,9 @@ Result<SourceListing> ListImageFolder(FileSystem& fs, const std::string& root) {
         fmt::format("'{}' has no class sub-folders (expected ImageFolder layout: {}/<class>/<image>)", root, root));
   }
   if (loose_files > 0)
-    listing.warnings.push_back(
-        fmt::format("ignored {} entries at the top of '{}' that are not class folders", loose_files, root));
+    listing.warnings.push_back(fmt::format("ignored {} at the top of '{}' that {}",
+                                           Counted(loose_files, "entry", "entries"), root,
+                                           loose_files == 1 ? "is not a class folder" : "are not class folders"));
   std::size_t not_images = 0;
   std::string example;
   for (std::size_t label = 0; label < listing.class_names.size(); ++label) {

@@ -27,9 +27,8 @@ Result<pack_internal::Rewritten> ImageHeaderCheck::Check(const pack_internal::Pa
 Result<pack_internal::Rewritten> ImageHeaderCheck::Bad(const pack_internal::PackedField& field,
                                                        const Status& bad) const {
   if (!keep_bad_images_)
-    return Status(bad.code(), fmt::format("{} (fix or remove it; keep_bad_images, `--keep-bad-images`, keeps such "
-                                          "images as they are, counted and named)",
-                                          bad.message()));
+    return Status(bad.code(), fmt::format("{} (fix or remove it; {} keeps such images as they are, counted and named)",
+                                          bad.message(), keep_hint_));
   kept_.fetch_add(1, std::memory_order_relaxed);
   std::string name = fmt::format("{}, field '{}'", field.sample_key, field.name);
   MutexLock lock(mu_);

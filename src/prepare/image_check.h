@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "core/mutex.h"
 #include "dataset/pack_rewrite.h"
@@ -27,7 +28,11 @@ inline constexpr std::size_t kBadImagesListed = 1000;
 
 class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_internal::PayloadCheck {
  public:
-  explicit ImageHeaderCheck(bool keep_bad_images) : keep_bad_images_(keep_bad_images) {}
+  // `keep_hint`: how the user keeps such images, told in the error (pack's
+  // option and flag; DatasetWriter's option).
+  static constexpr std::string_view kPackKeepHint = "keep_bad_images, `--keep-bad-images`,";
+  explicit ImageHeaderCheck(bool keep_bad_images, std::string_view keep_hint = kPackKeepHint)
+      : keep_bad_images_(keep_bad_images), keep_hint_(keep_hint) {}
 
   // Never changes the bytes. Checks fields of kind image; one that
   // fails is an error (Corruption, or Unimplemented for a format stoker does
@@ -51,6 +56,7 @@ class ImageHeaderCheck final : public pack_internal::FieldRewriter, public pack_
 
  private:
   const bool keep_bad_images_;
+  const std::string_view keep_hint_;
   mutable std::atomic<std::uint64_t> kept_{0};
   mutable Mutex mu_;
   // "key, field" -> why, the smallest kBadImagesListed (so the same input names the same ones).

@@ -58,6 +58,20 @@ TEST(Pack, ImageFolderRoundTrip) {
   EXPECT_EQ(sum.fields[2].name, "jpg");
   EXPECT_EQ(sum.fields[2].samples, 3u);
   EXPECT_EQ(sum.fields[2].bytes, 3000u + 5000u + 100u);
+
+  // Files beside the class folders are left out, as ImageFolder leaves them, and said so.
+  EXPECT_TRUE(summary.warnings.empty());
+  WriteFile(dir / "src/README.txt", "about this data");
+  ASSERT_OK_AND_ASSIGN(PackSummary one, Pack(dir / "src", dir / "out1"));
+  EXPECT_EQ(one.samples, 5u);
+  ASSERT_EQ(one.warnings.size(), 1u);
+  EXPECT_NE(one.warnings[0].find("ignored 1 entry at the top of"), std::string::npos) << one.warnings[0];
+  EXPECT_NE(one.warnings[0].find("that is not a class folder"), std::string::npos) << one.warnings[0];
+  WriteFile(dir / "src/LICENSE", "yours");
+  ASSERT_OK_AND_ASSIGN(PackSummary two, Pack(dir / "src", dir / "out2"));
+  ASSERT_EQ(two.warnings.size(), 1u);
+  EXPECT_NE(two.warnings[0].find("ignored 2 entries at the top of"), std::string::npos) << two.warnings[0];
+  EXPECT_NE(two.warnings[0].find("that are not class folders"), std::string::npos) << two.warnings[0];
 }
 
 TEST(Pack, DeterministicAcrossThreadCounts) {

@@ -93,7 +93,7 @@ def test_bad_input_is_named_and_the_cli_says_it(cli, tmp_path, tokenizer_file):
     env = dict(os.environ, STOKER_PYTHON=sys.executable)  # the Python that has tokenizers
     r = cli("tokenize", tmp_path / "ok.jsonl", "-o", tmp_path / "cli", "--tokenizer", tokenizer_file,
             "--text-field", "body", env=env)
-    assert "tokenized 1 documents" in r.stdout
+    assert "tokenized 1 document into" in r.stdout
     assert stoker.TokenLoader(tmp_path / "cli", seq_len=4).num_documents == 1
     r = cli("tokenize", tmp_path / "bad.jsonl", "-o", tmp_path / "y", "--tokenizer", tokenizer_file, check=False,
             env=env)

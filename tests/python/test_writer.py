@@ -125,7 +125,8 @@ def test_images_from_pil_arrays_and_hugging_face_dicts(tmp_path):
     ("jpg", "a path?", "an image field takes bytes"),
     ("jpg", np.zeros((4, 4), np.float32), "must be uint8"),
     ("jpg", np.zeros((4, 4), np.uint16), "uint16 (H, W) for PNG and TIFF"),
-    ("jpg", b"", "0 bytes, not an image (keep_bad_images=True stores such bytes as they are)"),
+    ("jpg", b"", "0 bytes, not an image (fix or remove it; keep_bad_images keeps such images as they are"),
+    ("jpg", b"GIF89a" + bytes(10), "a GIF image: stoker decodes JPEG"),
     ("mask.png", b"<html>not found</html>", "not an image: neither JPEG, PNG"),
     ("jpg", {"bytes": jpeg_bytes(1)[:30], "path": None}, "not a decodable JPEG"),
     ("cls", "cat", "an integer field takes an int"),
@@ -270,7 +271,7 @@ def test_pgm_and_ppm_fields_are_written_losslessly_and_an_alpha_channel_is_refus
     assert np.array_equal(batch["gray"][0].numpy()[..., 0], gray)
 
 
-def test_kept_bad_images_are_stored_as_given_counted_and_named(tmp_path):
+def test_kept_bad_images_are_stored_as_given_counted_and_named(tmp_path, caplog):
     with stoker.DatasetWriter(tmp_path / "out", keep_bad_images=True) as writer:
         for i in (3, 1, 2):
             writer.write({"__key__": "bad%d" % i, "jpg": b"GIF89a" + bytes(10), "png": b""})
@@ -284,5 +285,9 @@ def test_kept_bad_images_are_stored_as_given_counted_and_named(tmp_path):
         "packing)", "bad2, field 'png': 0 bytes, not an image",
         "bad3, field 'jpg': a GIF image: stoker decodes JPEG, PNG, WebP, TIFF, PGM, PPM and BMP (convert it before "
         "packing)", "bad3, field 'png': 0 bytes, not an image"]
+    # The index's note records them, as pack's does: a loader that would stop at the first says so when made.
+    with caplog.at_level("WARNING", logger="stoker"):
+        stoker.Loader(tmp_path / "out", batch_size=2, log_epochs=False)
+    assert "holds 6 images that the loader cannot decode" in caplog.text and "bad1, field 'jpg'" in caplog.text
     with pytest.raises(TypeError, match="keep_bad_images must be True or False"):
         stoker.DatasetWriter(tmp_path / "other", keep_bad_images="no")

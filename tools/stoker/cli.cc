@@ -68,9 +68,9 @@ stoker::Result<std::unique_ptr<stoker::Dataset>> Open(const std::string& locatio
   STOKER_ASSIGN_OR_RETURN(auto dataset, stoker::OpenDataset(location, options));
   if (dataset->loose_files())
     fmt::print(stderr,
-               "stoker: note: '{}' has no {}; reading it as an ImageFolder of loose files ({} samples; "
+               "stoker: note: '{}' has no {}; reading it as an ImageFolder of loose files ({}; "
                "`stoker pack` makes it faster)\n",
-               location, stoker::kIndexFileName, dataset->num_samples());
+               location, stoker::kIndexFileName, stoker::Counted(dataset->num_samples(), "sample", "samples"));
   return dataset;
 }
 

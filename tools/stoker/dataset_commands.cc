@@ -206,9 +206,10 @@ nlohmann::json SurveyJson(const stoker::ImageSurvey& v) {
 }
 
 void PrintSurvey(const stoker::ImageSurvey& v) {
-  fmt::print("images   {} of {} samples surveyed (field {}; headers read, nothing decoded)\n", v.surveyed, v.samples,
-             v.field);
-  if (v.without_image) fmt::print("  without {:<6} {} samples\n", v.field, v.without_image);
+  fmt::print("images   {} of {} surveyed (field {}; headers read, nothing decoded)\n", v.surveyed,
+             stoker::Counted(v.samples, "sample", "samples"), v.field);
+  if (v.without_image)
+    fmt::print("  without {:<6} {}\n", v.field, stoker::Counted(v.without_image, "sample", "samples"));
   if (v.unreadable) {
     fmt::print("  unreadable     {} headers that are not JPEG (`stoker verify` checks every sample), the first:\n",
                v.unreadable);
@@ -459,8 +460,9 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
                                     ? fmt::format("  ({} {} it)", s.num_samples - f.samples,
                                                   s.num_samples - f.samples == 1 ? "sample lacks" : "samples lack")
                                     : "";
-    fmt::print("  {:<16} {:<6}{} {:>10} samples  {:>10}{}\n", Printable(f.name), stoker::FieldKindName(f.kind),
-               f.kind_recorded ? " " : "*", f.samples, stoker::FormatBytes(f.bytes), missing);
+    fmt::print("  {:<16} {:<6}{} {:>10} {:<7}  {:>10}{}\n", Printable(f.name), stoker::FieldKindName(f.kind),
+               f.kind_recorded ? " " : "*", f.samples, f.samples == 1 ? "sample" : "samples",
+               stoker::FormatBytes(f.bytes), missing);
     if (f.kind != stoker::FieldKind::kImage) continue;
     if (auto array = TiffArrayOf(**dataset, i))
       fmt::print("  {:<16} TIFFs no image mode holds (the first: [{}] {}): read them with stoker.Array(key=\"{}\")\n",

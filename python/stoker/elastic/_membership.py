@@ -14,6 +14,7 @@ import time
 
 from . import ElasticError, PeerFailure
 from ._group import Group, abort_group
+from .._text import counted
 from ._rendezvous import Rendezvous
 from ._sharded import stop_replica_groups
 
@@ -181,8 +182,8 @@ class Membership:
                                                                                           e)) from e
                 log.warning("reconfiguration failed (%s); trying again", e)
         self.summary.recovery_seconds.append(time.monotonic() - start)
-        log.info("training goes on at step %d with %d workers (%.2f s to recover)", self.step + 1,
-                 self.group.world_size, time.monotonic() - start)
+        log.info("training goes on at step %d with %s (%.2f s to recover)", self.step + 1,
+                 counted(self.group.world_size, "worker", "workers"), time.monotonic() - start)
 
     def _begin(self):
         """Forms the first group and agrees on where to start (a restored

@@ -37,6 +37,7 @@ from ._group import Group, JobFinished, _peek, abort_group, can_abort, connect_s
 from ._generations import member_left, went_on
 from ._replica_groups import ReplicaGroups
 from ._sharded import replica_group
+from .._text import counted
 from ._store_calls import _Caller
 
 
@@ -359,8 +360,8 @@ class Rendezvous(ReplicaGroups):
                             abort_group(device_group)
                     self.arm(successor, generation, on_gone)
                 return group, members
-            log.info("generation %d closed with %d workers before this one registered; joining the next", generation,
-                     size)
+            log.info("generation %d closed with %s before this one registered; joining the next", generation,
+                     counted(size, "worker", "workers"))
             previous = None
             self.request_join()
 

@@ -8,6 +8,7 @@
 #include "format/index_format.h"
 #include "format/index_note.h"
 #include "format/webdataset.h"
+#include "prepare/image_check.h"
 #include "stoker/text.h"
 
 namespace stoker {
@@ -42,8 +43,11 @@ std::string FieldProblem(std::string_view name) {
 }  // namespace
 
 struct DatasetWriter::Impl {
+  explicit Impl(bool keep_bad_images) : images(keep_bad_images, "keep_bad_images") {}
   std::unique_ptr<ShardSink> sink;
   std::vector<std::string> class_names;
+  // Image fields checked as pack checks them: the loader would fail on them later.
+  prepare::ImageHeaderCheck images;
 };
 
 DatasetWriter::DatasetWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,7 +56,7 @@ DatasetWriter::~DatasetWriter() = default;
 Result<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& out_dir,
                                                              const DatasetWriterOptions& options) {
   if (out_dir.empty()) return Status::InvalidArgument("the output folder is empty");
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(options.keep_bad_images);
   STOKER_ASSIGN_OR_RETURN(
       impl->sink, ShardSink::Create(*options.file_system, out_dir, options.target_shard_bytes, options.overwrite,
                                     "pass overwrite=True (stoker pack: --force)"));
@@ -90,6 +94,13 @@ Status DatasetWriter::Add(std::string_view key, std::span<const SampleField> fie
     }
     out.push_back({f.name, f.bytes, f.kind, nullptr});
   }
+  // Last, once the sample is otherwise good: a kept bad image is counted only with its sample.
+  for (const SampleField& f : fields) {
+    const auto checked = impl_->images.Check({key, f.name, f.kind}, f.bytes);
+    if (!checked.ok())
+      return Status::InvalidArgument(
+          fmt::format("sample '{}', field '{}': {}", Printable(key), Printable(f.name), checked.status().message()));
+  }
   return impl_->sink->Add(key, label, out);
 }
 
@@ -102,8 +113,9 @@ std::uint64_t DatasetWriter::payload_bytes() const {
 }
 
 Result<PackSummary> DatasetWriter::Finish() {
-  const std::string note = index_format::NoteWithClassNames("", impl_->class_names);
+  const std::string note = index_format::NoteWithClassNames(impl_->images.Note(), impl_->class_names);
   STOKER_ASSIGN_OR_RETURN(PackSummary summary, impl_->sink->Finish(note));
+  impl_->images.Report(summary);
   summary.class_names = impl_->class_names;
   summary.note = note;
   return summary;

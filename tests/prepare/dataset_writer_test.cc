@@ -1,6 +1,7 @@
 // DatasetWriter: samples written from a program make the dataset pack
-// makes; bad keys and fields are refused before anything is written; an
-// unfinished writer leaves nothing behind.
+// makes; bad keys, fields and images are refused before anything is
+// written (bad images kept on request, as pack keeps them); an unfinished
+// writer leaves nothing behind.
 #include "stoker/dataset_writer.h"
 
 #include <sys/wait.h>
@@ -18,8 +19,8 @@ namespace stoker {
 namespace {
 
 using testing::Bytes;
+using testing::FakeImage;
 using testing::FaultFileSystem;
-using testing::RandomBytes;
 using testing::ReadFile;
 using testing::TempDir;
 
@@ -34,7 +35,7 @@ std::vector<std::string> Entries(const std::string& dir) {
 // Writes n samples: an image-named payload, a label, a caption and JSON.
 Status WriteSamples(DatasetWriter& writer, int n) {
   for (int i = 0; i < n; ++i) {
-    const std::string image = RandomBytes(3000 + 100 * i, i);
+    const std::string image = FakeImage("jpg", 3000 + 100 * i, i);
     const std::string label = std::to_string(i % 3), caption = "caption " + std::to_string(i),
                       json = "{\"boxes\": [[1, 2, 3, " + std::to_string(i) + "]]}";
     // Deliberately not sorted by name: the writer sorts.
@@ -73,7 +74,7 @@ TEST(DatasetWriter, WritesADatasetTheReaderOpensWithKindsLabelsAndBytes) {
     EXPECT_EQ(info.label, static_cast<std::int64_t>(i % 3));
     ASSERT_OK_AND_ASSIGN(auto image, dataset->ReadField(i, *dataset->FieldIndex("jpg")));
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(image.data()), image.size()),
-              RandomBytes(3000 + 100 * i, static_cast<int>(i)));
+              FakeImage("jpg", 3000 + 100 * i, static_cast<unsigned>(i)));
   }
   ASSERT_OK_AND_ASSIGN(auto report, Verify(*dataset));
   EXPECT_TRUE(report.ok());
@@ -139,6 +140,61 @@ TEST(DatasetWriter, RefusesKeysAndFieldsThatWouldNotReadBackAndStaysUsable) {
   ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(dir / "out"));
   EXPECT_EQ(dataset->field_names(), (std::vector<std::string>{"jpg", "mask.png"}));
   EXPECT_EQ(writer->Add("late", two).code(), StatusCode::kFailedPrecondition);
+}
+
+// Image fields pass the check pack makes, or the sample is refused naming
+// it and nothing changes; kept on request, they are counted and named, in
+// the summary and the index's note (which the loader reads), and only with
+// a sample that is written.
+TEST(DatasetWriter, ImageFieldsAreCheckedAsPackChecksThemAndKeptOnRequest) {
+  TempDir dir;
+  const std::string good = FakeImage("jpg", 200, 1), html = "<html>gone</html>", label = "1";
+  for (const bool keep : {false, true}) {
+    DatasetWriterOptions options;
+    options.keep_bad_images = keep;
+    const std::string out = dir / (keep ? "kept" : "refused");
+    ASSERT_OK_AND_ASSIGN(auto writer, DatasetWriter::Create(out, options));
+    const SampleField bad[] = {{"jpg", Bytes(good), FieldKind::kImage},
+                               {"mask.png", Bytes(html), FieldKind::kImage},
+                               {"cls", Bytes(label), FieldKind::kInt}};
+    const SampleField gif[] = {{"jpg", Bytes("GIF89a\1\0\1\0"), FieldKind::kImage}};
+    const SampleField empty[] = {{"png", {}, FieldKind::kImage}};
+    // Declared as bytes, the same HTML is stored as bytes: the recorded kind decides.
+    const SampleField opaque[] = {{"mask.png", Bytes(html), FieldKind::kBytes}};
+    const SampleField bad_and_bad_key[] = {{"jpg", Bytes(html), FieldKind::kImage}};
+    EXPECT_EQ(writer->Add("b.x", bad_and_bad_key).code(), StatusCode::kInvalidArgument);  // not counted
+    const Status s1 = writer->Add("s1", bad), s2 = writer->Add("s2", gif), s3 = writer->Add("s3", empty);
+    ASSERT_OK(writer->Add("s4", opaque));
+    if (!keep) {
+      for (const auto& [s, says] : {std::pair{s1, "sample 's1', field 'mask.png': not an image"},
+                                    std::pair{s2, "sample 's2', field 'jpg': a GIF image"},
+                                    std::pair{s3, "sample 's3', field 'png': 0 bytes, not an image"}}) {
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+        EXPECT_NE(s.message().find(says), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find("keep_bad_images keeps such images"), std::string::npos) << s.message();
+      }
+      ASSERT_OK(writer->Add("s1", std::span(bad).first(1)));  // the key was not taken
+      ASSERT_OK_AND_ASSIGN(PackSummary summary, writer->Finish());
+      EXPECT_EQ(summary.samples, 2u);
+      EXPECT_EQ(summary.bad_images_kept, 0u);
+      continue;
+    }
+    ASSERT_OK(s1);
+    ASSERT_OK(s2);
+    ASSERT_OK(s3);
+    ASSERT_OK_AND_ASSIGN(PackSummary summary, writer->Finish());
+    EXPECT_EQ(summary.samples, 4u);
+    EXPECT_EQ(summary.bad_images_kept, 3u);
+    ASSERT_EQ(summary.bad_images_named.size(), 3u);
+    EXPECT_EQ(summary.bad_images_named[0].rfind("s1, field 'mask.png': not an image", 0), 0u)
+        << summary.bad_images_named[0];
+    EXPECT_EQ(summary.bad_images_named[2], "s3, field 'png': 0 bytes, not an image");
+    ASSERT_OK_AND_ASSIGN(auto dataset, Dataset::Open(out));
+    EXPECT_EQ(dataset->bad_images_kept(), 3u);
+    EXPECT_NE(dataset->first_bad_image().find("s1, field 'mask.png'"), std::string::npos) << dataset->first_bad_image();
+    ASSERT_OK_AND_ASSIGN(auto stored, dataset->ReadField(0, *dataset->FieldIndex("mask.png")));
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(stored.data()), stored.size()), html);  // as given
+  }
 }
 
 TEST(DatasetWriter, DroppedUnfinishedLeavesNothingAndAnEmptyOneIsAnError) {
