@@ -165,11 +165,15 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
 
   impl->order_spec = setup.order_spec;
   impl->order_choice = setup.order;
-  if (options.on_corrupt == CorruptPolicy::kError && dataset->bad_images_kept() > 0)
+  if (options.on_corrupt == CorruptPolicy::kError && dataset->bad_images_kept() > 0) {
+    const bool one = dataset->bad_images_kept() == 1;
     impl->corrupt_note = fmt::format(
-        "the dataset holds {} that the loader cannot decode, kept as they were by --keep-bad-images (the first: "
-        "{}): reading stops at the first one it meets unless on_corrupt=\"skip\" skips them",
-        Counted(dataset->bad_images_kept(), "image", "images"), Printable(dataset->first_bad_image()));
+        "the dataset holds {} that the loader cannot decode, kept as {} when written (keep_bad_images, "
+        "--keep-bad-images; {}{}): reading stops at {} unless on_corrupt=\"skip\" skips {}",
+        Counted(dataset->bad_images_kept(), "image", "images"), one ? "it was" : "they were",
+        one ? "" : "the first: ", Printable(dataset->first_bad_image()), one ? "it" : "the first one it meets",
+        one ? "it" : "them");
+  }
   ShardReadPlanner* planner = dataset->file_system() ? dataset->file_system()->read_planner() : nullptr;
   for (const auto& s : dataset->shards()) impl->shard_spans.push_back({s.first_sample, s.num_samples});
 

@@ -56,7 +56,11 @@ def test_a_bad_image_stops_the_command_line_pack_naming_it_and_can_be_kept(stoke
     r = stoker("pack", "--keep-bad-images", tmp_path / "src", tmp_path / "out")
     assert "kept 1 image that the loader cannot decode" in r.stderr and key in r.stderr, r.stderr
     shown = stoker("inspect", tmp_path / "out").stdout
-    assert "bad      1 image kept as they were" in shown and key in shown, shown
+    assert "bad      1 image kept as it was that the loader cannot decode" in shown and key in shown, shown
+    r = stoker("verify", tmp_path / "out")  # the bytes are as written: OK, and the kept image said
+    assert r.stdout.endswith(": OK\n") and "records 1 image kept as written by keep_bad_images (%s" % key in r.stderr, (
+        r.stdout + r.stderr)
+    assert json.loads(stoker("verify", "--json", tmp_path / "out").stdout)["bad_images_kept"] == 1
     note = json.loads(stoker("inspect", "--json", tmp_path / "out").stdout)["pack"]
     assert note["bad_images"]["kept"] == 1 and list(note["bad_images"]["named"]) == ["%s, field '%s'" % (
         key, name.split(".")[1])], note
@@ -101,4 +105,4 @@ def test_indexing_shards_checks_their_images_too(stoker, tmp_path):
     r = stoker("index", "--keep-bad-images", shard.parent)
     assert "kept 1 image that the loader cannot decode" in r.stderr and "b, field 'jpg'" in r.stderr, r.stderr
     shown = stoker("inspect", shard.parent).stdout
-    assert "bad      1 image kept as they were" in shown, shown
+    assert "bad      1 image kept as it was" in shown, shown

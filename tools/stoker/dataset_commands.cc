@@ -415,9 +415,9 @@ int RunInspect(const std::string& location, const RemoteArgs& remote, bool json,
       const auto& bad = note["bad_images"];
       const std::uint64_t bad_kept =
           bad.contains("kept") && bad["kept"].is_number_unsigned() ? bad["kept"].get<std::uint64_t>() : 0;
-      bad_images_shown =
-          fmt::format("bad      {} kept as they were that the loader cannot decode (--keep-bad-images){}\n",
-                      stoker::Counted(bad_kept, "image", "images"), bad_kept > 0 ? ":" : "");
+      bad_images_shown = fmt::format("bad      {} kept as {} that the loader cannot decode (keep_bad_images){}\n",
+                                     stoker::Counted(bad_kept, "image", "images"),
+                                     bad_kept == 1 ? "it was" : "they were", bad_kept > 0 ? ":" : "");
       const bool named = bad.contains("named") && bad["named"].is_object();
       if (named)
         for (const auto& [name, why] : bad["named"].items())

@@ -62,6 +62,7 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
                        {"fields_decoded", decoded->fields_decoded},
                        {"fields_not_decodable", decoded->fields_not_decodable},
                        {"tiffs_decoded_as_arrays", decoded->tiffs_decoded_as_arrays}};
+    out["bad_images_kept"] = (*dataset)->bad_images_kept();
     out["problems"] = nlohmann::json::array();
     for (const auto& p : report->problems)
       out["problems"].push_back({{"where", p.where}, {"key", p.key}, {"message", p.message}});
@@ -87,6 +88,13 @@ int RunVerify(const std::string& location, const RemoteArgs& remote, bool json, 
                stoker::Counted(report->samples_checked, "sample", "samples"),
                stoker::Counted(report->shards_checked, "shard", "shards"), stoker::FormatBytes(report->bytes_checked),
                decode_note, report->ok() ? "OK" : stoker::Counted(report->problems.size(), "problem", "problems"));
+    // The bytes are as written, but some were written knowing the loader cannot decode them: say so.
+    if (const std::uint64_t kept = (*dataset)->bad_images_kept(); kept > 0 && !decoded)
+      fmt::print(stderr,
+                 "stoker: note: the index records {} kept as written by keep_bad_images ({}{}), which the loader "
+                 "cannot decode; `stoker verify --decode` names each\n",
+                 stoker::Counted(kept, "image", "images"),
+                 kept == 1 ? "" : "the first: ", Printable((*dataset)->first_bad_image()));
   }
   return report->ok() ? kExitOk : kExitError;
 }
