@@ -12,7 +12,8 @@ Columns map as Hugging Face's features say, or by their Arrow types:
   ".bin". In a column that holds images (the `Image` feature, or a column
   named like one: "jpg", "png", ...) bytes that are no such image are a bad
   image, named (the file, row and sample) or, with keep_bad_images, kept
-  under the path's image extension, else "jpg", counted and named;
+  under the path's image extension, else the column's last image's, else
+  "jpg", counted and named;
 - the label: the `ClassLabel` column named "label" (else the first
   `ClassLabel`, else an integer column named "label", "labels" or "cls")
   becomes "cls", and its names the dataset's class names;
@@ -144,6 +145,7 @@ class _Layout:
         self.main_image = declared[0] if declared else (self.images[0] if self.images else None)
         # Columns whose every value must be an image: bytes that are not one are a bad image, never a ".bin".
         self.image_only = set(declared) | {c for c in self.images if c not in features and _is_image_name(c.lower())}
+        self.last_format = {}  # an image column's last good image's format: where its bad ones are kept
         self.names = {}
         for c in self.columns:
             if c == "__key__" or (c.startswith("__") and c.endswith("__")) or c == self.label:
@@ -179,12 +181,15 @@ class _Layout:
             return None
         ext = _native.image_field_extension(data)
         is_image = ext is not None
-        if ext is None:
+        if is_image:
+            self.last_format[column] = ext
+        else:
             ext = os.path.splitext(path)[1][1:].lower() if path else ""
             if column in self.image_only:
                 # A bad image (an error page, a cut file): stored, if kept, where the loader looks for the
-                # image, so that it meets it as a bad sample rather than as a sample without an image.
-                ext = ext if _is_image_name(ext) else "jpg"
+                # column's images (its path's format, else its last image's), so that the loader meets it as
+                # a bad sample rather than as a sample without the image.
+                ext = ext if _is_image_name(ext) else self.last_format.get(column, "jpg")
                 is_image = True
             else:
                 ext = ext or "bin"

@@ -291,22 +291,30 @@ def test_bytes_that_are_no_image_in_an_image_column_are_a_bad_image(tmp_path, co
     values = [r["image"]["bytes"] for r in rows]
     values[1] = b"<html><body>403 Forbidden</body></html>"
     if column == "image":
+        # A second Image column too: its bad value is kept where its other images are ("mask.png").
+        masks = [{"bytes": encoded(r["_mask"], "PNG"), "path": None} for r in rows]
+        masks[1] = {"bytes": b"", "path": None}
         struct = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
         table = pa.table({"image": pa.array([{"bytes": v, "path": None} for v in values], struct),
+                          "mask": pa.array(masks, struct),
                           "label": pa.array([0, 1, 2], pa.int64())}).replace_schema_metadata(
-            {"huggingface": json.dumps({"info": {"features": {"image": {"_type": "Image"},
+            {"huggingface": json.dumps({"info": {"features": {"image": {"_type": "Image"}, "mask": {"_type": "Image"},
                                                               "label": {"names": CLASSES, "_type": "ClassLabel"}}}})})
     else:
         table = pa.table({"jpg": pa.array(values, pa.binary()), "cls": [0, 1, 2]})
     pq.write_table(table, tmp_path / "scraped.parquet")
-    with pytest.raises(ValueError, match=r"scraped.parquet: row 1 .*sample '000000001', field 'jpg': not an image"):
+    # Kept under the column's last image's format: row 0 is a PNG.
+    with pytest.raises(ValueError, match=r"scraped.parquet: row 1 .*sample '000000001', field 'png': not an image"):
         stoker.pack(tmp_path / "scraped.parquet", tmp_path / "out")
     assert not (tmp_path / "out" / "index.stoker").exists()
     summary = stoker.pack(tmp_path / "scraped.parquet", tmp_path / "out", keep_bad_images=True)
-    assert summary["bad_images_kept"] == 1, summary
-    assert summary["bad_images_named"][0].startswith("000000001, field 'jpg': not an image"), summary
+    assert summary["bad_images_kept"] == (2 if column == "image" else 1), summary
+    assert summary["bad_images_named"][-1].startswith("000000001, field 'png': not an image"), summary
     with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tar:
-        assert "000000001.jpg" in tar.getnames(), tar.getnames()
+        assert "000000001.png" in tar.getnames(), tar.getnames()
+        if column == "image":
+            assert "000000001.mask.png" in tar.getnames(), tar.getnames()
+            assert summary["bad_images_named"][0] == "000000001, field 'mask.png': 0 bytes, not an image", summary
     loader = stoker.Loader(tmp_path / "out", batch_size=3, shuffle=False, on_corrupt="skip", log_epochs=False,
                            fields={"image": stoker.Image(transform=None), "label": stoker.Int("cls")})
     assert sum(len(b["label"]) for b in loader) == 3  # the bad one's place filled by a good sample
