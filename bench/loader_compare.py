@@ -277,10 +277,12 @@ def main():
     for r in results:
         print("%-46s %10.0f %12.2f %11.0f MiB %11.0f MiB" % (r["loader"], r["images_per_s"], 1000 * r["cpu_s_per_image"],
                                                             r["peak_rss_bytes"] / 2**20, r["peak_pss_bytes"] / 2**20))
-    s = results[1]
-    print("stoker (packed): %.1fx the images/s of torch DataLoader at %.0f%% of its peak memory (PSS), %.0f%% (RSS sum)"
-          % (s["images_per_s"] / base["images_per_s"], 100 * s["peak_pss_bytes"] / base["peak_pss_bytes"],
-             100 * s["peak_rss_bytes"] / base["peak_rss_bytes"]))
+    for s in results[1:]:
+        if s["loader"].startswith("stoker.Loader (packed") or s["loader"].startswith("stoker.Loader (seekable"):
+            print("%s: %.1fx the images/s of torch DataLoader at %.0f%% of its peak memory (PSS), %.0f%% (RSS sum)"
+                  % (s["loader"].split(",")[0].replace("stoker.Loader (", "stoker (") + ")", s["images_per_s"] /
+                     base["images_per_s"], 100 * s["peak_pss_bytes"] / base["peak_pss_bytes"],
+                     100 * s["peak_rss_bytes"] / base["peak_rss_bytes"]))
     if args.consumer_ms:
         print("with a simulated %.0f ms accelerator step per batch of %d (demand: %.0f images/s):"
               % (args.consumer_ms, args.batch_size, args.batch_size * 1000 / args.consumer_ms))
