@@ -34,15 +34,15 @@ class _HuggingFace:
 
     def __init__(self, tokenizer):
         if not hasattr(tokenizer, "encode_batch"):
-            try:
-                from tokenizers import Tokenizer
-            except ImportError:
-                raise ImportError("stoker.tokenize needs Hugging Face's tokenizers for %s, which %s cannot import (pip "
-                                  "install tokenizers; the command line runs $STOKER_PYTHON)" %
-                                  (tokenizer, sys.executable)) from None
             path = os.fspath(tokenizer)
             if not os.path.exists(path):
                 raise FileNotFoundError("%s: no such tokenizer file" % path)
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise ImportError("stoker.tokenize needs Hugging Face's tokenizers for %s, which %s cannot import: pip "
+                                  "install tokenizers, or set STOKER_PYTHON to a Python that has it (the command line "
+                                  "runs it)" % (path, sys.executable)) from None
             try:
                 tokenizer = Tokenizer.from_file(path)
             except Exception as e:  # tokenizers raises a bare Exception
@@ -69,17 +69,18 @@ class _SentencePiece:
 
     def __init__(self, path, backend):
         path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError("%s: no such SentencePiece model" % path)
         self.python = None
         if backend in ("auto", "python"):
             try:
                 import sentencepiece
             except ImportError:
                 if backend == "python":
-                    raise ImportError("backend=\"python\" needs PyPI's sentencepiece, which %s cannot import" %
-                                      sys.executable) from None
+                    raise ImportError("backend=\"python\" needs PyPI's sentencepiece, which %s cannot import: pip "
+                                      "install sentencepiece, or set STOKER_PYTHON to a Python that has it (the "
+                                      "command line runs it)" % sys.executable) from None
             else:
-                if not os.path.exists(path):
-                    raise FileNotFoundError("%s: no such SentencePiece model" % path)
                 try:
                     self.python = sentencepiece.SentencePieceProcessor(model_file=path)
                 except (RuntimeError, OSError):

@@ -98,6 +98,11 @@ def test_bad_input_is_named_and_the_cli_says_it(cli, tmp_path, tokenizer_file):
     r = cli("tokenize", tmp_path / "bad.jsonl", "-o", tmp_path / "y", "--tokenizer", tokenizer_file, check=False,
             env=env)
     assert r.returncode == 1 and "bad.jsonl:2" in r.stderr
+    # A tokenizer that is not there is named as such, whatever the Python has installed.
+    for missing in ("missing.json", "missing.model"):
+        r = cli("tokenize", tmp_path / "ok.jsonl", "-o", tmp_path / "z", "--tokenizer", tmp_path / missing,
+                check=False)
+        assert r.returncode == 1 and "%s: no such" % (tmp_path / missing) in r.stderr, r.stderr
 
 
 def test_compressed_and_parquet_corpora_tokenize_as_the_plain_jsonl(cli, tmp_path, tokenizer_file):
