@@ -6,8 +6,10 @@
 // `stoker._parquet` with the same arguments. The
 // package is looked for beside this binary (a build tree's <build>/python, an
 // install's ../lib/stoker/python) and put first on PYTHONPATH; the Python is
-// $STOKER_PYTHON, else the one the package was built for, else python3. A
-// Python that cannot import the package says so in one line, with the fix.
+// $STOKER_PYTHON, else (in a build tree) the project's virtual environment
+// over the Python the package was built for, else that Python, else
+// python3. A Python that cannot import the package says so in one line,
+// with the fix.
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,6 +63,11 @@ int ExecPythonTool(std::string_view tool, std::string_view module, const std::ve
   if (const char* env = std::getenv("STOKER_PYTHON"); env != nullptr && *env != '\0') {
     python = env;
   }
+#ifdef STOKER_BUILD_VENV_PYTHON
+  else if (package && ::access(STOKER_BUILD_VENV_PYTHON, X_OK) == 0) {
+    python = STOKER_BUILD_VENV_PYTHON;  // that Python with the packages scripts/deps installed beside it
+  }
+#endif
 #ifdef STOKER_BUILD_PYTHON_EXECUTABLE
   else if (package && ::access(STOKER_BUILD_PYTHON_EXECUTABLE, X_OK) == 0) {
     python = STOKER_BUILD_PYTHON_EXECUTABLE;  // the Python the package's native module was built for
