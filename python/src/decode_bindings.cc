@@ -259,28 +259,28 @@ void BindFields(py::module_& m) {
 }
 
 void BindDecoders(py::module_& m) {
+  // `f` of a buffer's bytes (bytes, bytearray, memoryview), read in place.
+  const auto with_bytes = [](auto f) {
+    return [f](const py::buffer& data) {
+      const py::buffer_info info = data.request();
+      return f(std::span<const std::byte>(static_cast<const std::byte*>(info.ptr),
+                                          static_cast<std::size_t>(info.size * info.itemsize)));
+    };
+  };
   // None, or why `data` fails the header check pack and DatasetWriter make of image fields.
-  m.def(
-      "image_header_problem",
-      [](const py::buffer& data) -> std::optional<std::string> {
-        const py::buffer_info info = data.request();
-        const stoker::Status s = stoker::CheckImageHeader(
-            {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)});
-        if (s.ok()) return std::nullopt;
-        return s.message();
-      },
-      py::arg("data"));
+  m.def("image_header_problem", with_bytes([](std::span<const std::byte> bytes) -> std::optional<std::string> {
+          const stoker::Status s = stoker::CheckImageHeader(bytes);
+          if (s.ok()) return std::nullopt;
+          return s.message();
+        }),
+        py::arg("data"));
   // The extension an image field of these bytes takes ("jpg", "bmp", ...), or None for no format stoker decodes.
-  m.def(
-      "image_field_extension",
-      [](const py::buffer& data) -> std::optional<std::string> {
-        const py::buffer_info info = data.request();
-        const std::string_view ext = stoker::ImageFieldExtension(
-            {static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize)});
-        if (ext.empty()) return std::nullopt;
-        return std::string(ext);
-      },
-      py::arg("data"));
+  m.def("image_field_extension", with_bytes([](std::span<const std::byte> bytes) -> std::optional<std::string> {
+          const std::string_view ext = stoker::ImageFieldExtension(bytes);
+          if (ext.empty()) return std::nullopt;
+          return std::string(ext);
+        }),
+        py::arg("data"));
   m.def(
       "decode_image",
       [](py::bytes data, const std::string& mode, std::uint64_t max_pixels, bool torch_has_unsigned) {
