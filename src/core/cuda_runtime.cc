@@ -11,6 +11,13 @@
 
 namespace stoker {
 
+std::string NoUsableCudaDevice(std::string_view error) {
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return "no NVIDIA driver on this machine (libcuda.so.1 does not load)";
+  ::dlclose(driver);
+  return fmt::format("no usable CUDA device ({})", error);
+}
+
 const CudaRuntime& CudaRuntime::Get() {
   static const CudaRuntime* runtime = new CudaRuntime();  // never destroyed: used until exit
   return *runtime;
@@ -31,8 +38,7 @@ CudaRuntime::CudaRuntime() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    reason_ =
-        err != cudaSuccess ? fmt::format("no usable CUDA device ({})", cudaGetErrorString(err)) : "no CUDA device";
+    reason_ = err != cudaSuccess ? NoUsableCudaDevice(cudaGetErrorString(err)) : "no CUDA device";
     return;
   }
   available_ = true;
@@ -56,8 +62,7 @@ CudaRuntime::CudaRuntime() {
   int count = 0;
   const int err = device_count(&count);
   if (err != 0 || count == 0) {
-    reason_ = err != 0 ? fmt::format("no usable CUDA device ({})", error_string ? error_string(err) : "error")
-                       : "no CUDA device";
+    reason_ = err != 0 ? NoUsableCudaDevice(error_string ? error_string(err) : "error") : "no CUDA device";
     return;
   }
   available_ = true;

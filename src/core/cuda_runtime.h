@@ -7,8 +7,15 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace stoker {
+
+// What to say when cudaGetDeviceCount fails with `error` (its text): on a
+// machine without NVIDIA's driver the runtime says "CUDA driver version is
+// insufficient for CUDA runtime version", which reads as an old driver, so
+// a driver library that does not load is said to be missing instead.
+[[nodiscard]] std::string NoUsableCudaDevice(std::string_view error);
 
 class CudaRuntime {
  public:

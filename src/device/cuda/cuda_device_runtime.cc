@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/cuda_runtime.h"
 #include "device/cuda/preprocess_kernel.h"
 #include "device/runtime.h"
 
@@ -111,7 +112,7 @@ DeviceRuntime* CudaDeviceRuntime(std::string* why) {
   static const std::pair<DeviceRuntime*, std::string> probed = []() -> std::pair<DeviceRuntime*, std::string> {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) return {nullptr, fmt::format("no usable CUDA device ({})", cudaGetErrorString(err))};
+    if (err != cudaSuccess) return {nullptr, NoUsableCudaDevice(cudaGetErrorString(err))};
     if (count == 0) return {nullptr, "no CUDA device"};
     return {new CudaRuntimeImpl(count), ""};  // lives until exit
   }();
