@@ -360,3 +360,20 @@ def test_stoker_doctor_counts_optimizer_steps_and_evaluation_through_its_hooks(s
     # The first optimizer step comes at the second batch: until then each batch is a step of its own.
     assert account["steps"] == 7 and account["micro_batches"] == 12, account
     assert account["evaluation"]["batches"] == 5
+
+
+def test_a_program_the_doctor_cannot_attach_to_runs_and_is_named(stoker_bin, tmp_path):
+    # The program's Python cannot import stoker's package (here a broken numpy shadows the real one): the
+    # program runs as it is, and the one line says which process and which Python, so that a job with
+    # several Pythons (a launcher's, the workers') shows which one lacks what.
+    import subprocess
+    import sys
+    shadow = tmp_path / "shadow" / "numpy"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('this numpy is broken')\n")
+    child = "PYTHONPATH=%s:$PYTHONPATH exec %s -c \"print('ran')\"" % (tmp_path / "shadow", sys.executable)
+    run = subprocess.run([stoker_bin, "doctor", "--", "sh", "-c", child], capture_output=True, text=True,
+                         timeout=120)
+    assert "ran" in run.stdout, run.stdout + run.stderr
+    assert "stoker doctor: not attached to process " in run.stderr, run.stderr
+    assert "(%s): this numpy is broken" % sys.executable in run.stderr, run.stderr

@@ -20,7 +20,7 @@ try:
     from stoker.doctor import _auto
     _auto.install()
 except Exception as e:  # never break the program being examined
-    print("stoker doctor: not attached: %s" % e, file=sys.stderr)
+    print("stoker doctor: not attached to process %d (%s): %s" % (os.getpid(), sys.executable, e), file=sys.stderr)
 here = os.path.dirname(os.path.abspath(__file__))
 for entry in sys.path:
     candidate = os.path.join(entry or ".", "sitecustomize.py")

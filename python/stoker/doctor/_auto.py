@@ -48,7 +48,8 @@ def doctor():
             d = Doctor(warmup_steps=int(os.environ.get("STOKER_DOCTOR_WARMUP", "5")))
         except Exception as e:  # noqa: BLE001 - never break the program being examined
             _unavailable = "%s: %s" % (type(e).__name__, e)
-            print("stoker doctor: not attached: %s" % _unavailable, file=sys.stderr)
+            print("stoker doctor: not attached to process %d (%s): %s" % (os.getpid(), sys.executable, _unavailable),
+                  file=sys.stderr)
             return None
         _doctor = d
         port = os.environ.get("STOKER_DOCTOR_PORT")
