@@ -333,6 +333,9 @@ def test_launcher_refuses_bad_flags():
     for args, message in [(["--nnodes", "3:1", "x.py"], "MIN <= MAX"), (["--nproc-per-node", "gpu", "x.py"],
                                                                          "not a number"),
                           (["--frobnicate", "x.py"], "unknown option"),
+                          (["--nproc", "2", "x.py"], "unknown option --nproc (before the script); did you mean "
+                                                      "--nproc-per-node?"),
+                          (["--rdzv_endpont", "h:1", "x.py"], "did you mean --rdzv-endpoint?"),
                           (["--join", "x.py"], "--join goes with --in-process"),
                           (["--in-process", "--join", "--rdzv-endpoint", nobody, "x.py"], "no job runs at")]:
         r = subprocess.run([sys.executable, "-m", "stoker.elastic.launch", *args], env=_env(), capture_output=True,

@@ -18,6 +18,7 @@ worker started later (another launcher on the same endpoint) joins it.
 times --nproc-per-node).
 """
 import argparse
+import difflib
 import logging
 import os
 import shutil
@@ -357,7 +358,11 @@ def main(argv=None):
             break
         name = token.split("=", 1)[0]
         if name not in flags:
-            parser.error("unknown option %s (before the script)" % token)
+            known = sorted(f for f in flags if f.startswith("--") and "_" not in f)  # torchrun's dashed spellings
+            close = [f for f in known if f.startswith(name.replace("_", "-"))][:1] or difflib.get_close_matches(
+                name.replace("_", "-"), known, n=1, cutoff=0.6)
+            parser.error("unknown option %s (before the script)%s" % (token, "; did you mean %s?" % close[0]
+                                                                        if close else ""))
         i += 2 if name in takes_value and "=" not in token else 1
     args = parser.parse_args(argv[:i] + ["--"] + argv[i:]) if i < len(argv) else parser.parse_args(argv)
     _nproc(args.nproc_per_node)
