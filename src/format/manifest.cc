@@ -8,6 +8,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "stoker/text.h"
+
 namespace stoker::manifest {
 namespace {
 
@@ -169,8 +171,8 @@ Result<std::vector<Row>> ParseCsv(std::string_view text, std::string_view where,
   for (std::size_t r = 1; r < records.size(); ++r) {
     auto& [line, fields] = records[r];
     if (fields.size() != header.size()) {
-      return Status::InvalidArgument(
-          fmt::format("{}:{}: row has {} columns, the header has {}", where, line, fields.size(), header.size()));
+      return Status::InvalidArgument(fmt::format("{}:{}: row has {}, the header has {}", where, line,
+                                                 Counted(fields.size(), "column", "columns"), header.size()));
     }
     Row row;
     row.line = line;

@@ -203,7 +203,7 @@ def test_bad_input_gets_a_clear_error(stoker, tmp_path, case):
     elif case == "manifest_bad":
         src = tmp_path / "list.csv"
         src.write_text("path,label\na.jpg,1\nb.jpg\n")
-        expect = "list.csv:3: row has 1 columns"
+        expect = "list.csv:3: row has 1 column, the header has 2"
     elif case == "duplicate_field":
         (tmp_path / "a.jpg").write_bytes(b"x")
         src = tmp_path / "list.csv"
@@ -213,6 +213,20 @@ def test_bad_input_gets_a_clear_error(stoker, tmp_path, case):
     assert r.returncode != 0
     assert "stoker: error:" in r.stderr and expect in r.stderr, r.stderr
     assert not (out / "index.stoker").exists()
+
+
+@pytest.mark.parametrize("args,hint", [
+    (["pakc", "a", "b"], "'pakc' is no command: did you mean 'pack'?"),
+    (["gpu", "rn", "--", "true"], "'rn' is no command: did you mean 'run'?"),
+    (["pack", "a", "b", "--shard-sise", "1MiB"], "did you mean --shard-size?"),
+    (["bench", "a", "--thread", "2"], "did you mean --threads?"),
+    (["inspect", "a", "--jsn"], "did you mean --json?"),
+    (["xyzzy"], "'xyzzy' is no command (see"),
+])
+def test_a_misspelt_command_or_option_is_named_with_the_one_meant(stoker, args, hint):
+    r = stoker(*args, check=False)
+    assert r.returncode == 1 and r.stderr.startswith("stoker: error: invalid argument: "), r.stderr
+    assert hint in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_corrupt_or_foreign_index_is_rejected(stoker, demo_images, tmp_path):

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
+#include "usage_hint.h"
 
 int main(int argc, char** argv) {
   using namespace stoker_cli;
@@ -309,7 +310,9 @@ int main(int argc, char** argv) {
     // its own format and exit with its own codes).
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
-    return Fail(stoker::Status::InvalidArgument(fmt::format("{} (see 'stoker --help')", what)));
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    return Fail(
+        stoker::Status::InvalidArgument(fmt::format("{}{} (see 'stoker --help')", what, UsageHint(app, args, e))));
   }
   if (gpu_run->parsed()) {
     if (gpu_wait_opt->count() > 0) gpu_args.wait = gpu_wait;
