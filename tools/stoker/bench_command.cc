@@ -91,11 +91,11 @@ int RunBench(const BenchArgs& a) {
                                  : chosen.order == stoker::Order::kSequential      ? "sequential"
                                                                                    : "shuffle";
   if (!a.json)
-    fmt::print("bench {}: {} samples, batch {}, {} threads, prefetch {}, {}{}, {} {}x{}{}\n",
-               stoker::Printable(dataset->index_path()), dataset->num_samples(), a.batch_size, chosen.threads,
-               chosen.prefetch, order_name,
+    fmt::print("bench {}: {}, batch {}, {}, prefetch {}, {}{}, {} {}x{}{}\n", stoker::Printable(dataset->index_path()),
+               stoker::Counted(dataset->num_samples(), "sample", "samples"), a.batch_size,
+               stoker::Counted(chosen.threads, "thread", "threads"), chosen.prefetch, order_name,
                chosen.order == stoker::Order::kShardBlockShuffle
-                   ? fmt::format(" (window {} shards)", chosen.shard_window)
+                   ? fmt::format(" (window {})", stoker::Counted(chosen.shard_window, "shard", "shards"))
                    : "",
                a.dtype, a.size, a.size, a.consumer_ms > 0 ? fmt::format(", simulated step {} ms", a.consumer_ms) : "");
   if (!chosen.corrupt_note.empty()) Warn(chosen.corrupt_note);

@@ -52,8 +52,9 @@ int RunCacheWarm(const std::string& location, const RemoteArgs& remote, bool jso
   if (report->not_fitting > 0) {
     std::uint64_t smallest = UINT64_MAX;
     for (const auto& s : (*dataset)->shards()) smallest = std::min(smallest, s.size);
-    Warn(fmt::format("{} of {} shards do not fit in the cache ({}; the smallest shard is {}): raise --cache-size",
-                     report->not_fitting, report->shards, remote.cache_size, stoker::FormatBytes(smallest)));
+    Warn(fmt::format("{} of {} {} not fit in the cache ({}; the smallest shard is {}): raise --cache-size",
+                     report->not_fitting, stoker::Counted(report->shards, "shard", "shards"),
+                     report->not_fitting == 1 ? "does" : "do", remote.cache_size, stoker::FormatBytes(smallest)));
   }
   auto options = OpenOptionsFrom(remote);
   if (!options.ok()) return Fail(options.error());

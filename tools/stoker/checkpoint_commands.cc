@@ -51,8 +51,9 @@ bool VerifySharded(const std::string& target, bool json) {
     }
     fmt::print("{}\n", j.dump());
   } else if (s.ok()) {
-    fmt::print("ok       {} (step {}, {} tensors, sharded over {} ranks)\n", target, (*opened)->step(),
-               (*opened)->tensors().size(), (*opened)->world_size());
+    fmt::print("ok       {} (step {}, {}, sharded over {})\n", target, (*opened)->step(),
+               stoker::Counted((*opened)->tensors().size(), "tensor", "tensors"),
+               stoker::Counted((*opened)->world_size(), "rank", "ranks"));
   } else {
     fmt::print("CORRUPT  {}: {}\n", target, s.message());
   }
@@ -97,7 +98,8 @@ int RunCheckpointVerify(const std::string& path, bool json) {
       }
       fmt::print("{}\n", j.dump());
     } else if (loaded.ok()) {
-      fmt::print("ok       {} (step {}, {} tensors)\n", target, loaded->step, loaded->tensors.size());
+      fmt::print("ok       {} (step {}, {})\n", target, loaded->step,
+                 stoker::Counted(loaded->tensors.size(), "tensor", "tensors"));
     } else {
       fmt::print("CORRUPT  {}: {}\n", target, loaded.error().message());
     }

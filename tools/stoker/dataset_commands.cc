@@ -125,11 +125,12 @@ int RunIndex(const std::vector<std::string>& shards, const std::string& output, 
   fmt::print("indexed {} in {} ({})", stoker::Counted(summary->samples, "sample", "samples"),
              stoker::Counted(summary->shards, "shard", "shards"), stoker::FormatBytes(summary->shard_bytes));
   if (summary->skipped_members)
-    fmt::print("; left out {} members as WebDataset does (no extension, links, folders, __*__)",
-               summary->skipped_members);
+    fmt::print("; left out {} as WebDataset does (no extension, links, folders, __*__)",
+               stoker::Counted(summary->skipped_members, "member", "members"));
   if (summary->seekable_payloads)
-    fmt::print("; {} JPEGs have restart intervals: their restart tables are indexed (seekable)",
-               summary->seekable_payloads);
+    fmt::print(
+        "; {} restart intervals: their restart tables are indexed (seekable)",
+        summary->seekable_payloads == 1 ? "1 JPEG has" : fmt::format("{} JPEGs have", summary->seekable_payloads));
   fmt::print("\nindex: {}\n", Printable(summary->index_path));
   return kExitOk;
 }
@@ -211,8 +212,8 @@ void PrintSurvey(const stoker::ImageSurvey& v) {
   if (v.without_image)
     fmt::print("  without {:<6} {}\n", v.field, stoker::Counted(v.without_image, "sample", "samples"));
   if (v.unreadable) {
-    fmt::print("  unreadable     {} headers that are not JPEG (`stoker verify` checks every sample), the first:\n",
-               v.unreadable);
+    fmt::print("  unreadable     {} that {} not JPEG (`stoker verify` checks every sample), the first:\n",
+               stoker::Counted(v.unreadable, "header", "headers"), v.unreadable == 1 ? "is" : "are");
     for (const auto& e : v.unreadable_examples) fmt::print("    {}\n", Printable(e));
   }
   if (v.sizes.empty()) return;

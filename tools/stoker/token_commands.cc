@@ -117,9 +117,10 @@ int RunVerifyTokens(const std::string& prefix, const RemoteArgs& remote, bool js
                                      r.max_token + 1, vocab_size ? fmt::format(", --vocab-size {}", vocab_size) : "")
                        : "";
   const std::string ends = args.eos ? fmt::format("; each document to end with {}", *args.eos) : "";
-  fmt::print("{}: checked {} documents, {} tokens{}{}: {}\n", stoker::Printable(prefix), r.documents_checked,
-             r.tokens_checked, ids, ends,
-             r.ok() ? "OK" : fmt::format("{} problem{}", r.problems_total, r.problems_total == 1 ? "" : "s"));
+  fmt::print("{}: checked {}, {}{}{}: {}\n", stoker::Printable(prefix),
+             stoker::Counted(r.documents_checked, "document", "documents"),
+             stoker::Counted(r.tokens_checked, "token", "tokens"), ids, ends,
+             r.ok() ? "OK" : stoker::Counted(r.problems_total, "problem", "problems"));
   return r.ok() ? kExitOk : kExitError;
 }
 
