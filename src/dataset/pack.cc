@@ -210,6 +210,8 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
     return pack_internal::ListImageFolder(fs, source);
   }
   if (EndsWith(source, ".csv") || EndsWith(source, ".jsonl") || EndsWith(source, ".json")) {
+    if (!info.ok() && info.error().code() == StatusCode::kNotFound)
+      return Status::NotFound(fmt::format("no manifest at '{}': no file by that name", source));
     if (!info.ok()) return info.error();
     return pack_internal::ListManifest(fs, source, options.file_columns);
   }
@@ -218,6 +220,11 @@ Result<SourceListing> ListSource(FileSystem& fs, const std::string& source, cons
         fmt::format("file columns ({}) name columns of a manifest, and '{}' is not one (.csv or .jsonl)",
                     fmt::join(options.file_columns, ", "), source));
   if (EndsWith(source, ".tar")) return pack_internal::ListTarShards(fs, source);
+  if (!info.ok() && info.error().code() == StatusCode::kNotFound)
+    return Status::NotFound(fmt::format(
+        "nothing to pack at '{}': no file or folder by that name (an ImageFolder directory, a .csv or .jsonl "
+        "manifest, .tar shards, or Parquet files)",
+        source));
   if (!info.ok()) return info.error();
   return Status::InvalidArgument(fmt::format(
       "cannot tell what '{}' is: expected an ImageFolder directory, a .csv or .jsonl manifest, or .tar shards",
@@ -256,8 +263,8 @@ Result<PackSummary> pack_internal::PackWith(const std::string& source, const std
     Rng rng(options.shuffle_seed, 0x7061636b);  // "pack": a stream of its own
     Shuffle(listing.samples.data(), listing.samples.size(), rng);
   }
-  STOKER_ASSIGN_OR_RETURN(
-      auto sink, ShardSink::Create(fs, out_dir, options.target_shard_bytes, options.overwrite, "pass --force"));
+  STOKER_ASSIGN_OR_RETURN(auto sink, ShardSink::Create(fs, out_dir, options.target_shard_bytes, options.overwrite,
+                                                       "pass --force (Python: overwrite=True)"));
 
   OrderedParallelReader reader(fs, listing.samples, options.threads ? options.threads : DefaultThreads(), rewriter);
   PackProgress progress;

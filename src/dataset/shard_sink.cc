@@ -67,9 +67,9 @@ Status PrepareOutput(FileSystem& fs, const std::string& out_dir, bool overwrite,
                                                kIndexFileName, force_hint));
     if (!in_the_way.empty())
       return Status::AlreadyExists(fmt::format(
-          "'{}' holds {} shard file(s) this pack would overwrite or leave mixed with its own ({}{}); {} "
+          "'{}' holds {} this pack would overwrite or leave mixed with its own ({}{}); {} "
           "to replace them, or pack into an empty folder",
-          out_dir, in_the_way.size(),
+          out_dir, Counted(in_the_way.size(), "shard file", "shard files"),
           fmt::join(in_the_way.begin(), in_the_way.begin() + std::min<std::size_t>(3, in_the_way.size()), ", "),
           in_the_way.size() > 3 ? ", ..." : "", force_hint));
   }

@@ -285,7 +285,7 @@ TEST(Pack, NeverDeletesWhatItDidNotWriteWithoutForce) {
   auto r = Pack(dir / "src", dir / "out");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), StatusCode::kAlreadyExists);
-  EXPECT_NE(r.error().message().find("holds 1 shard file(s) this pack would overwrite or leave mixed with its own "
+  EXPECT_NE(r.error().message().find("holds 1 shard file this pack would overwrite or leave mixed with its own "
                                      "(shard-999999.tar)"),
             std::string::npos)
       << r.error().message();

@@ -193,7 +193,7 @@ def test_bad_input_gets_a_clear_error(stoker, tmp_path, case):
         expect = "cat/photo' has no file extension"
     elif case == "missing":
         src = tmp_path / "nowhere"
-        expect = "nowhere"
+        expect = "nothing to pack at '%s': no file or folder by that name" % src
     elif case == "not_writable":
         (src / "cat").mkdir(parents=True)
         (src / "cat" / "a.jpg").write_bytes(b"x")
