@@ -63,17 +63,18 @@ TEST(Netpbm, RefusesOtherFormsAndDamageNamingThem) {
 // Pack names an image whose file or column says nothing of its format by
 // what its bytes are: every format the decoders take gets its extension.
 TEST(ImageFieldExtension, NamesEveryFormatTheDecodersTakeAndNothingElse) {
-  EXPECT_EQ(ImageFieldExtension(Bytes(testing::FakeImage("jpg", 64, 1))), "jpg");
-  EXPECT_EQ(ImageFieldExtension(Bytes(testing::FakeImage("png", 64, 1))), "png");
-  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16))), "webp");
-  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("II*\0\x08\0\0\0", 8))), "tif");
-  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("MM\0+\0\x08\0\0", 8))), "tif");  // BigTIFF
-  EXPECT_EQ(ImageFieldExtension(Bytes("P5 1 1 255\n\x07")), "pgm");
-  EXPECT_EQ(ImageFieldExtension(Bytes("P6 1 1 255\n\x07\x07\x07")), "ppm");
-  EXPECT_EQ(ImageFieldExtension(Bytes(std::string("BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0", 16))), "bmp");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(testing::FakeImage("jpg", 64, 1))), "jpg");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(testing::FakeImage("png", 64, 1))), "png");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16))), "webp");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(std::string("II*\0\x08\0\0\0", 8))), "tif");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(std::string("MM\0+\0\x08\0\0", 8))), "tif");  // BigTIFF
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes("P5 1 1 255\n\x07")), "pgm");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes("P6 1 1 255\n\x07\x07\x07")), "ppm");
+  EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(std::string("BM\x3a\0\0\0\0\0\0\0\x36\0\0\0\x28\0", 16))),
+            "bmp");
   for (const std::string& other : {std::string(), std::string("<html>403</html>"), std::string("GIF89a\1\0\1\0"),
                                    std::string("P2\n1 1\n255\n7\n"), std::string("\xff\xd8", 2)})
-    EXPECT_EQ(ImageFieldExtension(Bytes(other)), "") << other;
+    EXPECT_EQ(ImageFieldExtension(stoker::testing::Bytes(other)), "") << other;
 }
 
 }  // namespace
