@@ -13,7 +13,7 @@ namespace stoker {
 
 std::string NoUsableCudaDevice(std::string_view error) {
   void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (driver == nullptr) return "no NVIDIA driver on this machine (libcuda.so.1 does not load)";
+  if (driver == nullptr) return "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 does not load)";
   ::dlclose(driver);
   return fmt::format("no usable CUDA device ({})", error);
 }

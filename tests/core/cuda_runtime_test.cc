@@ -14,7 +14,7 @@ TEST(CudaRuntime, AMachineWithoutTheDriverIsToldItHasNone) {
   void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
   if (driver == nullptr) {
     EXPECT_EQ(NoUsableCudaDevice("CUDA driver version is insufficient for CUDA runtime version"),
-              "no NVIDIA driver on this machine (libcuda.so.1 does not load)");
+              "no CUDA device: no NVIDIA driver on this machine (libcuda.so.1 does not load)");
     EXPECT_FALSE(CudaRuntime::Get().available());
     EXPECT_EQ(CudaRuntime::Get().reason().find("insufficient"), std::string::npos) << CudaRuntime::Get().reason();
   } else {  // a GPU machine: the runtime's own words are kept
