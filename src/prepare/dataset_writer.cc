@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "codec/image_decode.h"
 #include "dataset/shard_sink.h"
 #include "format/index_format.h"
 #include "format/index_note.h"
@@ -43,7 +44,8 @@ std::string FieldProblem(std::string_view name) {
 }  // namespace
 
 struct DatasetWriter::Impl {
-  explicit Impl(bool keep_bad_images) : images(keep_bad_images, "keep_bad_images") {}
+  explicit Impl(bool keep) : keep_bad_images(keep), images(keep, "keep_bad_images") {}
+  const bool keep_bad_images;
   std::unique_ptr<ShardSink> sink;
   std::vector<std::string> class_names;
   // Image fields checked as pack checks them: the loader would fail on them later.
@@ -94,14 +96,23 @@ Status DatasetWriter::Add(std::string_view key, std::span<const SampleField> fie
     }
     out.push_back({f.name, f.bytes, f.kind, nullptr});
   }
-  // Last, once the sample is otherwise good: a kept bad image is counted only with its sample.
+  // Image fields last, once the sample is otherwise good; a kept bad one is
+  // recorded only once its sample is written (a key given twice is not).
+  std::vector<std::pair<const SampleField*, Status>> bad;
   for (const SampleField& f : fields) {
-    const auto checked = impl_->images.Check({key, f.name, f.kind}, f.bytes);
-    if (!checked.ok())
+    if (f.kind != FieldKind::kImage) continue;
+    Status why = codec::CheckImageHeader(f.bytes);
+    if (why.ok()) continue;
+    if (!impl_->keep_bad_images) {
+      const auto refused = impl_->images.Bad({key, f.name, f.kind}, why);  // the error, with how to keep them
       return Status::InvalidArgument(
-          fmt::format("sample '{}', field '{}': {}", Printable(key), Printable(f.name), checked.status().message()));
+          fmt::format("sample '{}', field '{}': {}", Printable(key), Printable(f.name), refused.status().message()));
+    }
+    bad.emplace_back(&f, std::move(why));
   }
-  return impl_->sink->Add(key, label, out);
+  STOKER_RETURN_IF_ERROR(impl_->sink->Add(key, label, out));
+  for (const auto& [f, why] : bad) (void)impl_->images.Bad({key, f->name, f->kind}, why);
+  return Status::Ok();
 }
 
 std::uint64_t DatasetWriter::samples() const {

@@ -182,6 +182,7 @@ TEST(DatasetWriter, ImageFieldsAreCheckedAsPackChecksThemAndKeptOnRequest) {
     ASSERT_OK(s1);
     ASSERT_OK(s2);
     ASSERT_OK(s3);
+    EXPECT_EQ(writer->Add("s1", bad).code(), StatusCode::kInvalidArgument);  // given twice: not written, not counted
     ASSERT_OK_AND_ASSIGN(PackSummary summary, writer->Finish());
     EXPECT_EQ(summary.samples, 4u);
     EXPECT_EQ(summary.bad_images_kept, 3u);
