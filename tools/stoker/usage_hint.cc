@@ -70,7 +70,7 @@ std::string UsageHint(const CLI::App& app, std::span<const std::string> args, co
     if (!arg.starts_with("--")) continue;
     const std::string name = arg.substr(0, arg.find('='));
     if (std::find(options.begin(), options.end(), name) != options.end()) continue;
-    if (error.what() == nullptr || std::string_view(error.what()).find(name) == std::string_view::npos) continue;
+    if (std::string_view(error.what()).find(name) == std::string_view::npos) continue;  // not the one refused
     const std::string close = ClosestName(name, options);
     if (!close.empty()) return fmt::format("; did you mean {}?", close);
   }
