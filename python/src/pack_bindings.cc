@@ -70,8 +70,9 @@ HeldFields Hold(const std::vector<std::tuple<std::string, py::buffer, stoker::Fi
 void BindPack(py::module_& m) {
   m.def("pack", [](const std::string& source, const std::string& out, std::uint64_t shard_bytes, bool overwrite,
                    std::uint32_t max_side, int quality, std::optional<std::uint64_t> shuffle_seed,
-                   std::vector<std::string> file_columns, bool seekable_jpeg, bool keep_bad_images) {
+                   std::vector<std::string> file_columns, bool seekable_jpeg, bool keep_bad_images, unsigned threads) {
     stoker::PackOptions options;
+    options.threads = threads;
     options.seekable_jpeg = seekable_jpeg;
     options.keep_bad_images = keep_bad_images;
     options.file_columns = std::move(file_columns);

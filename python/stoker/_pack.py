@@ -6,7 +6,7 @@ from .checkpoint import parse_size
 
 
 def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quality=None, shuffle=False,
-         shuffle_seed=0, file_columns=(), seekable_jpeg=False, keep_bad_images=False):
+         shuffle_seed=0, file_columns=(), seekable_jpeg=False, keep_bad_images=False, threads=None):
     """Packs an ImageFolder tree, a CSV/JSONL manifest, tar shards or Parquet
     files into indexed shards (see `stoker pack --help`). Returns a summary
     dict. Parquet and Arrow (a ``.parquet`` or ``.arrow`` file, a glob
@@ -40,19 +40,25 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     failing in the training loop; ``keep_bad_images=True`` stores such files
     as they are, counted (``bad_images_kept``) and the first 1,000 by key
     listed (``bad_images_named``; the index's note keeps five). ``stoker verify --decode`` finds damage past the
-    header."""
+    header. ``threads``: how many threads read (and re-encode) the source's
+    files, 1 to 1024 (the CLI's ``--threads``); by default twice the cores,
+    4 to 32."""
     size = parse_size(shard_size)
     side = 0 if max_side is None else _params.integer("max_side", max_side, 1, 65500)
     if quality is not None and side == 0:
         raise ValueError("quality needs max_side (only re-encoded images take it)")
     q = 90 if quality is None else _params.integer("quality", quality, 1, 100)
     seed = _params.integer("shuffle_seed", shuffle_seed, 0, _params.U64_MAX)
+    reader_threads = 0 if threads is None else _params.integer("threads", threads, 1, 1024)
     if isinstance(file_columns, str) or not all(isinstance(c, str) for c in file_columns):
         raise TypeError("file_columns must be a list of column names, such as [\"mask\"], not %r" % (file_columns,))
     if _parquet.is_parquet_source(source):
         if file_columns:
             raise ValueError("file_columns are columns of a manifest; a Parquet file's image columns are found "
                              "by themselves")
+        if threads is not None:
+            raise ValueError("threads are for files and manifests, not Parquet (%r): its rows are read in order "
+                             "by one reader" % (source,))
         return _parquet.pack_parquet(source, out, size, _params.boolean("overwrite", overwrite), side, q,
                                      seed if _params.boolean("shuffle", shuffle) else None,
                                      _params.boolean("seekable_jpeg", seekable_jpeg),
@@ -60,7 +66,7 @@ def pack(source, out, shard_size=64 << 20, overwrite=False, max_side=None, quali
     return _native.pack(os.fspath(source), os.fspath(out), size, _params.boolean("overwrite", overwrite), side, q,
                         seed if _params.boolean("shuffle", shuffle) else None, list(file_columns),
                         _params.boolean("seekable_jpeg", seekable_jpeg),
-                        _params.boolean("keep_bad_images", keep_bad_images))
+                        _params.boolean("keep_bad_images", keep_bad_images), reader_threads)
 
 
 def merge(parts, output, overwrite=False):

@@ -370,7 +370,7 @@ def pack_parquet(source, out, shard_bytes, overwrite, max_side, quality, shuffle
     try:
         write_parquet(files, staging, shard_bytes, True, on_progress, keep_bad_images)
         return _native.pack(staging, out, shard_bytes, overwrite, max_side, quality, shuffle_seed, [],
-                            seekable_jpeg, keep_bad_images)
+                            seekable_jpeg, keep_bad_images, 0)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

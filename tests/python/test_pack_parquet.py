@@ -107,6 +107,8 @@ def check_samples(out, rows):
 
 def test_a_hugging_face_parquet_folder_packs_with_every_column(hf_folder, tmp_path):
     folder, rows = hf_folder
+    with pytest.raises(ValueError, match="threads are for files and manifests, not Parquet"):
+        stoker.pack(folder, tmp_path / "out", threads=4)
     summary = stoker.pack(folder, tmp_path / "out", shard_size="16KiB")
     assert summary["samples"] == 14 and summary["class_names"] == CLASSES and summary["shards"] >= 2
     check_samples(tmp_path / "out", rows)

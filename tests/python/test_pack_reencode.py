@@ -96,3 +96,24 @@ def test_python_pack_takes_max_side_and_bad_images_are_named(stoker, tmp_path):
     assert not (tmp_path / "out3" / "index.stoker").exists()
     r = stoker("pack", "--quality", "80", src, tmp_path / "out4", check=False)
     assert r.returncode != 0 and "max-side" in r.stderr, r.stderr
+
+
+def test_python_pack_takes_threads_and_writes_the_same_dataset_with_any_number(tmp_path):
+    """threads= (the CLI's --threads): the shards and index do not depend on
+    how many threads read and re-encode; bad values are refused by name."""
+    src = tmp_path / "src"
+    for i in range(12):
+        _save(_photo(90 + 7 * i, 80, i), src / ("c%d" % (i % 3)) / ("%02d.jpg" % i))
+    written = {}
+    for n in (1, 5):
+        out = tmp_path / ("out%d" % n)
+        summary = stoker_package.pack(src, out, max_side=64, threads=n, shard_size=4096)
+        assert summary["samples"] == 12 and summary["images_reencoded"] == 12
+        written[n] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    assert len(written[1]) > 2 and written[1] == written[5]
+    for bad, error, text in ((0, ValueError, "threads must be at least 1"),
+                             (2000, ValueError, "threads must be at most 1024"),
+                             (True, TypeError, "threads must be an integer")):
+        with pytest.raises(error, match=text):
+            stoker_package.pack(src, tmp_path / "bad", threads=bad)
+    assert not (tmp_path / "bad").exists()
