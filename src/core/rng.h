@@ -76,4 +76,16 @@ void Shuffle(T* data, std::uint64_t n, Rng& rng) {
   }
 }
 
+// The same shuffle, given up (returning false, `data` half shuffled) once
+// `stopped()` says so; asked every 2^20 swaps, a few milliseconds apart.
+template <typename T, typename Stopped>
+bool ShuffleUnlessStopped(T* data, std::uint64_t n, Rng& rng, const Stopped& stopped) {
+  for (std::uint64_t i = n; i > 1; --i) {
+    if ((i & 0xFFFFF) == 0 && stopped()) return false;
+    std::uint64_t j = rng.Below(i);
+    std::swap(data[i - 1], data[j]);
+  }
+  return true;
+}
+
 }  // namespace stoker

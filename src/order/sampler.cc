@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <stop_token>
 
 #include <fmt/format.h>
 
@@ -12,10 +14,12 @@ namespace stoker::order {
 namespace {
 
 // Fills `order` (N positions, N the sum of shard sizes) with the epoch's
-// order. The Rng's draws do not depend on T, so neither does the order.
+// order, or gives up (false) once `stop` is requested. The Rng's draws do
+// not depend on T, so neither does the order.
 template <typename T>
-void FillOrder(std::vector<T>& order, const OrderSpec& spec, std::uint64_t epoch,
-               const std::vector<ShardSpan>& shards) {
+bool FillOrder(std::vector<T>& order, const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards,
+               const std::stop_token& stop) {
+  const auto stopped = [&] { return stop.stop_requested(); };
   std::uint64_t n = 0;
   for (const auto& s : shards) n += s.num_samples;
   order.resize(n);
@@ -25,8 +29,7 @@ void FillOrder(std::vector<T>& order, const OrderSpec& spec, std::uint64_t epoch
     case OrderMode::kSequential:
       break;
     case OrderMode::kShuffle:
-      Shuffle(order.data(), n, rng);
-      break;
+      return ShuffleUnlessStopped(order.data(), n, rng, stopped);
     case OrderMode::kShardBlockShuffle: {
       std::vector<std::uint64_t> shard_order(shards.size());
       std::iota(shard_order.begin(), shard_order.end(), std::uint64_t{0});
@@ -39,11 +42,12 @@ void FillOrder(std::vector<T>& order, const OrderSpec& spec, std::uint64_t epoch
           const auto& s = shards[shard_order[k]];
           for (std::uint64_t i = 0; i < s.num_samples; ++i) order[out++] = static_cast<T>(s.first_sample + i);
         }
-        Shuffle(order.data() + begin, out - begin, rng);
+        if (!ShuffleUnlessStopped(order.data() + begin, out - begin, rng, stopped) || stopped()) return false;
       }
       break;
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -71,20 +75,29 @@ bool operator==(const Permutation& a, const Permutation& b) {
   return true;
 }
 
-Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards) {
+std::optional<Permutation> Permutation::Make(bool wide, const OrderSpec& spec, std::uint64_t epoch,
+                                             const std::vector<ShardSpan>& shards, const std::stop_token& stop) {
   std::uint64_t n = 0;
   for (const auto& s : shards) n += s.num_samples;
   Permutation p;
   p.narrow_ = !wide && n <= (std::uint64_t{1} << 32);  // sample numbers 0 .. n-1 fit in 32 bits
-  if (p.narrow_)
-    FillOrder(p.narrow_order_, spec, epoch, shards);
-  else
-    FillOrder(p.wide_order_, spec, epoch, shards);
+  if (!(p.narrow_ ? FillOrder(p.narrow_order_, spec, epoch, shards, stop)
+                  : FillOrder(p.wide_order_, spec, epoch, shards, stop)))
+    return std::nullopt;
   return p;
+}
+
+Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards) {
+  return *Permutation::Make(wide, spec, epoch, shards, std::stop_token());  // a default token is never stopped
 }
 
 Permutation EpochOrder(const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards) {
   return EpochOrderIn(false, spec, epoch, shards);
+}
+
+std::optional<Permutation> EpochOrderUnlessStopped(const OrderSpec& spec, std::uint64_t epoch,
+                                                   const std::vector<ShardSpan>& shards, const std::stop_token& stop) {
+  return Permutation::Make(false, spec, epoch, shards, stop);
 }
 
 Status BatchPlan::Validate() const {

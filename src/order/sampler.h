@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <stop_token>
 #include <vector>
 
 #include "stoker/status.h"
@@ -31,8 +33,9 @@ struct OrderSpec {
 // An epoch's order: position -> dataset sample, a permutation of [0, N).
 // Held in 4 bytes a position while every sample number fits in 32 bits
 // (datasets of under 2^32 samples), else in 8: the same order either way.
-// Each rank holds one or two (the epoch delivered and the one scheduled), so
-// at a billion samples this is 4-8 GB a rank, not 8-16.
+// Each rank holds one or two (the epoch delivered and, for its last tenth,
+// the next, made ahead), so at a billion samples this is 4-8 GB a rank,
+// not 8-16.
 class Permutation {
  public:
   Permutation() = default;
@@ -48,8 +51,15 @@ class Permutation {
   friend bool operator==(const Permutation& a, const Permutation& b);
 
  private:
+  // The epoch's order in 8 bytes a position (`wide`) or as EpochOrder holds
+  // it; nothing if `stop` was requested first.
+  static std::optional<Permutation> Make(bool wide, const OrderSpec& spec, std::uint64_t epoch,
+                                         const std::vector<ShardSpan>& shards, const std::stop_token& stop);
   friend Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch,
                                   const std::vector<ShardSpan>& shards);
+  friend std::optional<Permutation> EpochOrderUnlessStopped(const OrderSpec& spec, std::uint64_t epoch,
+                                                            const std::vector<ShardSpan>& shards,
+                                                            const std::stop_token& stop);
   bool narrow_ = true;
   std::vector<std::uint32_t> narrow_order_;
   std::vector<std::uint64_t> wide_order_;
@@ -57,6 +67,12 @@ class Permutation {
 
 // The epoch's order: a permutation of [0, N), N = the sum of shard sizes.
 [[nodiscard]] Permutation EpochOrder(const OrderSpec& spec, std::uint64_t epoch, const std::vector<ShardSpan>& shards);
+// The same order, or nothing if `stop` is requested while it is made (it is
+// asked every 2^20 positions): for making it on a thread that may be told
+// the order is no longer wanted (pipeline/order_ahead.h).
+[[nodiscard]] std::optional<Permutation> EpochOrderUnlessStopped(const OrderSpec& spec, std::uint64_t epoch,
+                                                                 const std::vector<ShardSpan>& shards,
+                                                                 const std::stop_token& stop);
 // The same order held in 8 bytes a position whatever N (`wide`), or as
 // EpochOrder holds it: for tests that the width changes nothing.
 [[nodiscard]] Permutation EpochOrderIn(bool wide, const OrderSpec& spec, std::uint64_t epoch,

@@ -224,6 +224,7 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
       raw->tune_last = Clock::now();
     }
     raw->announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, raw->order_spec, raw->plan, raw->shard_spans);
+    raw->orders = std::make_unique<pipeline::OrderAhead>(raw->order_spec, raw->shard_spans);
     raw->StartEpoch(0, 0);
   }
   try {

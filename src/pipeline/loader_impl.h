@@ -28,6 +28,7 @@
 #include "pipeline/cpu_finisher.h"
 #include "pipeline/loader_counters.h"
 #include "pipeline/loader_setup.h"
+#include "pipeline/order_ahead.h"
 #include "pipeline/sample_producer.h"
 #include "transform/transform.h"
 
@@ -88,8 +89,9 @@ struct Loader::Impl {
   // The slot Next() is waiting for, if it is.
   std::optional<std::uint32_t> consumer_waits_for GUARDED_BY(mu);
   std::unique_ptr<order::ReadAheadAnnouncer> announcer GUARDED_BY(mu);
-  // The order of the epoch being scheduled.
+  // The order of the epoch being scheduled, and the next one's, made ahead.
   std::shared_ptr<const order::Permutation> schedule_order GUARDED_BY(mu);
+  std::unique_ptr<pipeline::OrderAhead> orders GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
   // Set with `stop`, read without the lock by what the workers wait on below
   // (a remote read waiting for its shard gives up instead of finishing).
@@ -130,15 +132,11 @@ struct Loader::Impl {
     work_cv.NotifyAll();
   }
 
-  std::shared_ptr<const order::Permutation> OrderOf(std::uint64_t epoch) const {
-    return std::make_shared<const order::Permutation>(order::EpochOrder(order_spec, epoch, shard_spans));
-  }
-
   // Restarts delivery and scheduling at batch `consumed` of `epoch`; the
   // caller has drained in-flight work.
   void StartEpoch(std::uint64_t epoch, std::uint64_t consumed) REQUIRES(mu) {
     scheduler.StartEpoch(epoch, consumed);
-    schedule_order = OrderOf(epoch);
+    schedule_order = orders->Take(epoch);
     announcer->Restart(epoch, consumed, *schedule_order);
   }
 
@@ -150,9 +148,13 @@ struct Loader::Impl {
     std::vector<std::uint64_t> positions;
     while (auto batch = scheduler.ScheduleNext(/*may_use_reserve=*/!just_delivered)) {
       if (batch->starts_epoch) {
-        schedule_order = OrderOf(batch->epoch);
+        schedule_order = orders->Take(batch->epoch);
         announcer->EpochScheduled(batch->epoch, *schedule_order);
       }
+      // Nine tenths of the epoch scheduled: the next one's order is made
+      // ahead, off this lock (pipeline/order_ahead.h).
+      if (const std::uint64_t batches = plan.NumBatches(); batch->batch + 1 >= batches - batches / 10)
+        orders->Start(batch->epoch + 1);
       plan.RankPositions(batch->batch, positions);
       Slot& slot = slots[batch->slot];
       warmth.Scheduled(batch->slot);
