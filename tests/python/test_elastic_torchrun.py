@@ -57,12 +57,17 @@ def _torchrun_join_and_leave(rdzv, packed, reference, tmp_path, name, whole_node
     (workers have their own session); the orphan must leave the job. The
     first agent starts alone: with c10d it hosts the rendezvous store, whose
     loss would end the job (etcd has no such single point)."""
-    agents = _agents(rdzv, packed, tmp_path, name, 1, 0.4)
+    # Steps of 1 s: the job trains on while the third node's rendezvous and the restart run, a few seconds
+    # whatever the step; at 0.4 s steps a loaded machine (CI) had the job at its end by the time it ran at
+    # world size 3, the node was lost after the job was done, and torch 1.13's etcd agents then retried a
+    # rendezvous that was gone until the test's 180 s ran out.
+    delay = 1.0
+    agents = _agents(rdzv, packed, tmp_path, name, 1, delay)
     time.sleep(1.5)
-    agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)
+    agents += _agents(rdzv, packed, tmp_path, name, 1, delay)
     log = tmp_path / (name + ".jsonl")
     _wait_for_steps(log, 2, agents[0], timeout=120)
-    agents += _agents(rdzv, packed, tmp_path, name, 1, 0.4)  # a third node joins: 2 -> 3
+    agents += _agents(rdzv, packed, tmp_path, name, 1, delay)  # a third node joins: 2 -> 3
     deadline = time.monotonic() + 120
     while 3 not in [r["world_size"] for r in _lines(log)]:
         if time.monotonic() > deadline:
