@@ -1,5 +1,6 @@
 #include "pipeline/order_ahead.h"
 
+#include <system_error>
 #include <utility>
 
 namespace stoker::pipeline {
@@ -19,13 +20,17 @@ void OrderAhead::Start(std::uint64_t epoch) {
   auto making = std::make_unique<Making>();
   making->epoch = epoch;
   Making* m = making.get();
-  m->thread = std::jthread([this, m](std::stop_token stop) {
-    try {
-      m->order = make_(m->epoch, stop);
-    } catch (...) {  // out of memory, say: Take makes it again on its caller's thread, where it is reported
-      m->order.reset();
-    }
-  });
+  try {
+    m->thread = std::jthread([this, m](std::stop_token stop) {
+      try {
+        m->order = make_(m->epoch, stop);
+      } catch (...) {  // out of memory, say: Take makes it again on its caller's thread, where it is reported
+        m->order.reset();
+      }
+    });
+  } catch (const std::system_error&) {
+    return;  // no thread to be had (a process at its limit): Take makes the order then, as before
+  }
   making_ = std::move(making);
 }
 

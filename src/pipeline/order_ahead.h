@@ -41,6 +41,7 @@ class OrderAhead {
 
   // Starts making `epoch`'s order on a thread of its own, unless it is
   // being made or made already; a making of another epoch is dropped.
+  // Where the system gives no thread, nothing starts and Take makes it.
   void Start(std::uint64_t epoch);
   // Whether `epoch`'s order is being made or made ahead.
   [[nodiscard]] bool Started(std::uint64_t epoch) const { return making_ && making_->epoch == epoch; }
