@@ -34,6 +34,9 @@ class FaultFileSystem : public FileSystem {
     std::lock_guard lock(advice_mu_);
     return advised_;
   }
+  // What read_planner() gives (a remote cache's, to see what a loader tells it).
+  ShardReadPlanner* planner = nullptr;
+  ShardReadPlanner* read_planner() override { return planner; }
   // While true, ReadBatch waits (a loader's reads stall until released).
   std::atomic<bool> reads_held{false};
   void ReleaseReads() {

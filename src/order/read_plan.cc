@@ -14,9 +14,8 @@ std::uint32_t ShardOfSample(const std::vector<ShardSpan>& shards, std::uint64_t 
 
 }  // namespace
 
-ReadAheadAnnouncer::ReadAheadAnnouncer(ShardReadPlanner* planner, OrderSpec spec, BatchPlan plan,
-                                       std::vector<ShardSpan> shards)
-    : planner_(planner), spec_(spec), plan_(plan), shards_(std::move(shards)) {}
+ReadAheadAnnouncer::ReadAheadAnnouncer(ShardReadPlanner* planner, BatchPlan plan, std::vector<ShardSpan> shards)
+    : planner_(planner), plan_(plan), shards_(std::move(shards)) {}
 
 std::uint32_t ReadAheadAnnouncer::ShardOf(std::uint64_t sample) const {
   return ShardOfSample(shards_, sample);
@@ -26,13 +25,16 @@ bool ReadAheadAnnouncer::IsAnnounced(std::uint64_t epoch) const {
   return std::any_of(announced_.begin(), announced_.end(), [&](const Announced& a) { return a.epoch == epoch; });
 }
 
-std::vector<std::uint32_t> ShardVisits(const Permutation& order, const BatchPlan& plan,
-                                       const std::vector<ShardSpan>& shards, std::uint64_t first,
-                                       std::vector<std::uint64_t>* batch_start) {
-  std::vector<std::uint32_t> visits;
+namespace {
+
+// ShardVisits, asking `stop` (when given) every 1024 batches: false once it is requested.
+bool ListVisits(const Permutation& order, const BatchPlan& plan, const std::vector<ShardSpan>& shards,
+                std::uint64_t first, std::vector<std::uint32_t>& visits, std::vector<std::uint64_t>* batch_start,
+                const std::stop_token* stop) {
   std::vector<std::uint64_t> positions;
   auto shard_of = [&](std::uint64_t sample) { return ShardOfSample(shards, sample); };
   for (std::uint64_t b = first; b < plan.NumBatches(); ++b) {
+    if (stop != nullptr && (b - first) % 1024 == 0 && stop->stop_requested()) return false;
     plan.RankPositions(b, positions);
     // A batch that starts in the shard the previous one ended in starts at
     // that visit: until it is delivered, the shard is still being read
@@ -47,33 +49,61 @@ std::vector<std::uint32_t> ShardVisits(const Permutation& order, const BatchPlan
     }
   }
   if (batch_start) batch_start->push_back(visits.size());
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> ShardVisits(const Permutation& order, const BatchPlan& plan,
+                                       const std::vector<ShardSpan>& shards, std::uint64_t first,
+                                       std::vector<std::uint64_t>* batch_start) {
+  std::vector<std::uint32_t> visits;
+  (void)ListVisits(order, plan, shards, first, visits, batch_start, nullptr);
   return visits;
 }
 
-void ReadAheadAnnouncer::Announce(std::uint64_t epoch, std::uint64_t first, const Permutation& order, bool and_next) {
-  if (!IsAnnounced(epoch)) {
-    Announced a;
-    a.epoch = epoch;
-    a.first = first;
-    const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, first, &a.batch_start);
-    a.base = planner_->AppendPlan(visits);
-    announced_.push_back(std::move(a));
-    while (announced_.size() > 3) announced_.pop_front();
-  }
-  if (and_next && !IsAnnounced(epoch + 1)) Announce(epoch + 1, 0, EpochOrder(spec_, epoch + 1, shards_), false);
+std::optional<EpochVisits> EpochVisitsUnlessStopped(const Permutation& order, const BatchPlan& plan,
+                                                    const std::vector<ShardSpan>& shards, const std::stop_token& stop) {
+  EpochVisits made;
+  if (!ListVisits(order, plan, shards, 0, made.visits, &made.batch_start, &stop)) return std::nullopt;
+  return made;
+}
+
+void ReadAheadAnnouncer::Append(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint32_t>& visits,
+                                std::vector<std::uint64_t> batch_start) {
+  Announced a;
+  a.epoch = epoch;
+  a.first = first;
+  a.batch_start = std::move(batch_start);
+  a.base = planner_->AppendPlan(visits);
+  announced_.push_back(std::move(a));
+  while (announced_.size() > 3) announced_.pop_front();
 }
 
 void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const Permutation& order) {
   if (planner_ == nullptr) return;
   planner_->ResetPlan();
   announced_.clear();
-  Announce(epoch, first, order, true);
+  std::vector<std::uint64_t> batch_start;
+  const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, first, &batch_start);
+  Append(epoch, first, visits, std::move(batch_start));
   Advance(epoch, first);
 }
 
-void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const Permutation& order) {
-  if (planner_ == nullptr) return;
-  Announce(epoch, 0, order, true);
+void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const Permutation& order, const EpochVisits* made) {
+  if (planner_ == nullptr || IsAnnounced(epoch)) return;
+  if (made != nullptr) {
+    Append(epoch, 0, made->visits, made->batch_start);
+    return;
+  }
+  std::vector<std::uint64_t> batch_start;
+  const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, 0, &batch_start);
+  Append(epoch, 0, visits, std::move(batch_start));
+}
+
+void ReadAheadAnnouncer::AnnounceAhead(std::uint64_t epoch, const EpochVisits& made) {
+  if (planner_ == nullptr || epoch == 0 || !IsAnnounced(epoch - 1) || IsAnnounced(epoch)) return;
+  Append(epoch, 0, made.visits, made.batch_start);
 }
 
 void ReadAheadAnnouncer::Advance(std::uint64_t epoch, std::uint64_t batch) {

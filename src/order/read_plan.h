@@ -2,14 +2,18 @@
 // which shards the loader will read, in order, so that it downloads ahead
 // and evicts what is needed furthest ahead. It announces the shard visits
 // of an epoch (consecutive repeats collapsed) when the loader starts
-// scheduling it, and those of the following epoch too, so that the next
-// epoch's first shards arrive before it starts; as reading advances batch by
-// batch it moves the planner's position. It keeps the last three epochs
-// announced (the one being delivered, the one being scheduled, the next).
+// scheduling it, unless they were announced already, and those of the
+// following epoch as soon as the loader has them (made ahead on a thread of
+// its own, pipeline/order_ahead.h), so that the next epoch's first shards
+// arrive before it starts; as reading advances batch by batch it moves the
+// planner's position. It keeps the last three epochs announced (the one
+// being delivered, the one being scheduled, the next).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <optional>
+#include <stop_token>
 #include <vector>
 
 #include "order/sampler.h"
@@ -25,19 +29,38 @@ namespace stoker::order {
                                                      const std::vector<ShardSpan>& shards, std::uint64_t first,
                                                      std::vector<std::uint64_t>* batch_start = nullptr);
 
+// An epoch's shard visits from batch 0, with each batch's first visit (as
+// ShardVisits' `batch_start`): what announcing it appends to the plan.
+struct EpochVisits {
+  std::vector<std::uint32_t> visits;
+  std::vector<std::uint64_t> batch_start;
+};
+
+// ShardVisits of a whole epoch, or nothing if `stop` is requested while they
+// are listed (asked every 1024 batches): a pass over every position, made
+// off the loader's lock with the order (pipeline/order_ahead.h).
+[[nodiscard]] std::optional<EpochVisits> EpochVisitsUnlessStopped(const Permutation& order, const BatchPlan& plan,
+                                                                  const std::vector<ShardSpan>& shards,
+                                                                  const std::stop_token& stop);
+
 class ReadAheadAnnouncer {
  public:
   // `planner` may be null (local data): every call then does nothing.
-  ReadAheadAnnouncer(ShardReadPlanner* planner, OrderSpec spec, BatchPlan plan, std::vector<ShardSpan> shards);
+  ReadAheadAnnouncer(ShardReadPlanner* planner, BatchPlan plan, std::vector<ShardSpan> shards);
 
   [[nodiscard]] bool active() const { return planner_ != nullptr; }
   // Forgets everything announced (a new epoch started elsewhere, a restore)
-  // and announces epoch `epoch` from batch `first` (its order given), plus
-  // the epoch after it; reading is at `first`.
+  // and announces epoch `epoch` from batch `first` (its order given);
+  // reading is at `first`.
   void Restart(std::uint64_t epoch, std::uint64_t first, const Permutation& order);
-  // Scheduling moved into epoch `epoch` (its order given): announces it if
-  // it is not yet, and the one after.
-  void EpochScheduled(std::uint64_t epoch, const Permutation& order);
+  // Scheduling moved into epoch `epoch` (its order given, and its visits
+  // when they were made ahead): announces it if it is not yet.
+  void EpochScheduled(std::uint64_t epoch, const Permutation& order, const EpochVisits* made = nullptr);
+  // The visits of epoch `epoch`, made ahead: announced if the epoch before
+  // it is announced and it is not (the plan stays in the order of reading).
+  void AnnounceAhead(std::uint64_t epoch, const EpochVisits& made);
+  // Whether epoch `epoch`'s visits are in the plan.
+  [[nodiscard]] bool IsAnnounced(std::uint64_t epoch) const;
   // Reading has reached batch `batch` of epoch `epoch`.
   void Advance(std::uint64_t epoch, std::uint64_t batch);
 
@@ -49,11 +72,10 @@ class ReadAheadAnnouncer {
     std::uint64_t epoch = 0, base = 0, first = 0;
     std::vector<std::uint64_t> batch_start;  // per batch from `first`, plus the end
   };
-  [[nodiscard]] bool IsAnnounced(std::uint64_t epoch) const;
-  void Announce(std::uint64_t epoch, std::uint64_t first, const Permutation& order, bool and_next);
+  void Append(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint32_t>& visits,
+              std::vector<std::uint64_t> batch_start);
 
   ShardReadPlanner* planner_;
-  OrderSpec spec_;
   BatchPlan plan_;
   std::vector<ShardSpan> shards_;
   std::deque<Announced> announced_;

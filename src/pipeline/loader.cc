@@ -223,8 +223,9 @@ Result<std::unique_ptr<Loader>> pipeline::CreateLoader(std::shared_ptr<const Dat
       raw->tuner = std::make_unique<pipeline::Autotuner>(limits, setup.threads, prefetch);
       raw->tune_last = Clock::now();
     }
-    raw->announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, raw->order_spec, raw->plan, raw->shard_spans);
-    raw->orders = std::make_unique<pipeline::OrderAhead>(raw->order_spec, raw->shard_spans);
+    raw->announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, raw->plan, raw->shard_spans);
+    raw->orders = std::make_unique<pipeline::OrderAhead>(raw->order_spec, raw->shard_spans,
+                                                         planner ? std::optional(raw->plan) : std::nullopt);
     raw->StartEpoch(0, 0);
   }
   try {

@@ -138,6 +138,15 @@ struct Loader::Impl {
     scheduler.StartEpoch(epoch, consumed);
     schedule_order = orders->Take(epoch);
     announcer->Restart(epoch, consumed, *schedule_order);
+    // A remote cache is told the next epoch's reads once they are made.
+    if (announcer->active()) orders->Start(epoch + 1);
+  }
+
+  // The next epoch's shard visits, once made ahead, go to the remote cache.
+  void AnnounceMadeAhead() REQUIRES(mu) {
+    if (!announcer->active()) return;
+    if (const auto ready = orders->Ready(); ready.visits != nullptr)
+      announcer->AnnounceAhead(ready.epoch, *ready.visits);
   }
 
   // Schedules batches into free slots up to prefetch. Right after Next()
@@ -145,15 +154,19 @@ struct Loader::Impl {
   // (BatchScheduler) is left alone: the loop still holds its last batch for
   // a moment, and its release schedules the next into that one's buffer.
   void Schedule(bool just_delivered = false) REQUIRES(mu) {
+    AnnounceMadeAhead();
     std::vector<std::uint64_t> positions;
     while (auto batch = scheduler.ScheduleNext(/*may_use_reserve=*/!just_delivered)) {
       if (batch->starts_epoch) {
-        schedule_order = orders->Take(batch->epoch);
-        announcer->EpochScheduled(batch->epoch, *schedule_order);
+        std::optional<order::EpochVisits> visits;
+        schedule_order = orders->Take(batch->epoch, &visits);
+        announcer->EpochScheduled(batch->epoch, *schedule_order, visits ? &*visits : nullptr);
       }
-      // Nine tenths of the epoch scheduled: the next one's order is made
-      // ahead, off this lock (pipeline/order_ahead.h).
-      if (const std::uint64_t batches = plan.NumBatches(); batch->batch + 1 >= batches - batches / 10)
+      // Nine tenths of the epoch scheduled (a remote dataset: from its
+      // start, for its cache): the next one's order is made ahead, off this
+      // lock (pipeline/order_ahead.h).
+      if (const std::uint64_t batches = plan.NumBatches();
+          announcer->active() || batch->batch + 1 >= batches - batches / 10)
         orders->Start(batch->epoch + 1);
       plan.RankPositions(batch->batch, positions);
       Slot& slot = slots[batch->slot];

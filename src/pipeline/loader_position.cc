@@ -96,7 +96,9 @@ Status Loader::Reshard(std::uint32_t rank, std::uint32_t world_size) {
   m.plan.rank = rank;
   m.plan.world_size = world_size;
   ShardReadPlanner* planner = m.dataset->file_system() ? m.dataset->file_system()->read_planner() : nullptr;
-  m.announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, m.order_spec, m.plan, m.shard_spans);
+  m.announcer = std::make_unique<order::ReadAheadAnnouncer>(planner, m.plan, m.shard_spans);
+  // Visits made ahead were listed for the old rank's batches.
+  if (planner != nullptr) m.orders = std::make_unique<pipeline::OrderAhead>(m.order_spec, m.shard_spans, m.plan);
   m.StartEpoch(m.scheduler.epoch(), m.scheduler.next_to_deliver());
   m.Schedule();
   return Status::Ok();

@@ -119,6 +119,48 @@ TEST(OrderAhead, AMakingThatFailsIsMadeAgainWhenTaken) {
 
 // The library's own maker: the same orders as EpochOrder, and a stop
 // request ends a long making (a shuffle of 2^21 positions) early.
+// A remote dataset's: the order comes with its shard visits for the rank's
+// batches, ready to read without waiting once made; Take hands them over.
+TEST(OrderAhead, VisitsAreMadeWithTheOrderAndReadyWithoutWaiting) {
+  const OrderSpec spec{OrderMode::kShuffle, 5, 8};
+  order::BatchPlan plan;
+  plan.num_samples = 1024;
+  plan.global_batch = 64;
+  plan.world_size = 2;
+  plan.rank = 1;
+  OrderAhead ahead(spec, kShards, plan);
+  EXPECT_EQ(ahead.Ready().visits, nullptr);  // nothing started
+  ahead.Start(4);
+  OrderAhead::ReadyVisits ready;
+  for (int i = 0; i < 10000 && ready.visits == nullptr; ++i) {
+    ready = ahead.Ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(ready.visits, nullptr);
+  EXPECT_EQ(ready.epoch, 4u);
+  const Permutation expected = order::EpochOrder(spec, 4, kShards);
+  std::vector<std::uint64_t> batch_start;
+  EXPECT_EQ(ready.visits->visits, order::ShardVisits(expected, plan, kShards, 0, &batch_start));
+  EXPECT_EQ(ready.visits->batch_start, batch_start);
+  const std::vector<std::uint32_t> ready_visits = ready.visits->visits;  // valid until Take
+  std::optional<order::EpochVisits> visits;
+  auto taken = ahead.Take(4, &visits);
+  EXPECT_EQ(*taken, expected);
+  ASSERT_TRUE(visits.has_value());
+  EXPECT_EQ(visits->visits, ready_visits);
+  EXPECT_EQ(ahead.Ready().visits, nullptr);  // handed over
+  // Made on the caller's thread (not started ahead): no visits.
+  auto now = ahead.Take(5, &visits);
+  EXPECT_EQ(*now, order::EpochOrder(spec, 5, kShards));
+  EXPECT_FALSE(visits.has_value());
+  // Without a plan, none are made.
+  OrderAhead orders_only(spec, kShards);
+  orders_only.Start(1);
+  (void)orders_only.Take(1, &visits);
+  EXPECT_EQ(orders_only.taken_ahead(), 1u);
+  EXPECT_FALSE(visits.has_value());
+}
+
 TEST(EpochOrderUnlessStopped, GivesTheEpochOrderOrNothingOnceStopped) {
   const OrderSpec spec{OrderMode::kShardBlockShuffle, 11, 2};
   for (std::uint64_t epoch : {0, 1, 7}) {
