@@ -80,13 +80,17 @@ void ReadAheadAnnouncer::Append(std::uint64_t epoch, std::uint64_t first, const 
   while (announced_.size() > 3) announced_.pop_front();
 }
 
+void ReadAheadAnnouncer::AppendListed(std::uint64_t epoch, std::uint64_t first, const Permutation& order) {
+  std::vector<std::uint64_t> batch_start;
+  const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, first, &batch_start);
+  Append(epoch, first, visits, std::move(batch_start));
+}
+
 void ReadAheadAnnouncer::Restart(std::uint64_t epoch, std::uint64_t first, const Permutation& order) {
   if (planner_ == nullptr) return;
   planner_->ResetPlan();
   announced_.clear();
-  std::vector<std::uint64_t> batch_start;
-  const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, first, &batch_start);
-  Append(epoch, first, visits, std::move(batch_start));
+  AppendListed(epoch, first, order);
   Advance(epoch, first);
 }
 
@@ -94,11 +98,9 @@ void ReadAheadAnnouncer::EpochScheduled(std::uint64_t epoch, const Permutation& 
   if (planner_ == nullptr || IsAnnounced(epoch)) return;
   if (made != nullptr) {
     Append(epoch, 0, made->visits, made->batch_start);
-    return;
+  } else {
+    AppendListed(epoch, 0, order);  // not made ahead (a thread refused, a failed making)
   }
-  std::vector<std::uint64_t> batch_start;
-  const std::vector<std::uint32_t> visits = ShardVisits(order, plan_, shards_, 0, &batch_start);
-  Append(epoch, 0, visits, std::move(batch_start));
 }
 
 void ReadAheadAnnouncer::AnnounceAhead(std::uint64_t epoch, const EpochVisits& made) {

@@ -74,6 +74,8 @@ class ReadAheadAnnouncer {
   };
   void Append(std::uint64_t epoch, std::uint64_t first, const std::vector<std::uint32_t>& visits,
               std::vector<std::uint64_t> batch_start);
+  // Lists `order`'s visits from batch `first` here, and appends them.
+  void AppendListed(std::uint64_t epoch, std::uint64_t first, const Permutation& order);
 
   ShardReadPlanner* planner_;
   BatchPlan plan_;
