@@ -19,6 +19,7 @@
 #include "share/ledger_host_pids.h"
 #include "share/pinned_limits.h"
 #include "share/share_config.h"
+#include "single_threaded.h"
 
 namespace stoker::share {
 namespace {
@@ -244,6 +245,7 @@ double ContendedShare(Ledger* a, Ledger* b, int d, std::uint64_t* now) {
 }
 
 TEST_F(LedgerTest, TheComputeScheduleGivesEachTenantItsShareOfTheTime) {
+  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   auto a = Open("a", kNoQuota, 30), b = Open("b", kNoQuota, 70);
   const std::uint64_t period = 100'000'000, ms = 1'000'000;
   std::uint64_t now = 1'000'000'000;
@@ -308,6 +310,7 @@ HeldParts BothAlwaysWant(Ledger* a, Ledger* b, bool a_lends, bool b_lends, std::
 }
 
 TEST_F(LedgerTest, TimeNoShareReservesGoesToTheTenantsThatWantItInProportionToTheirShares) {
+  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   // 20% and 40%: 40% of the device is nobody's. Before, both always
   // wanting it, neither could borrow it while the other wanted it, and it
   // sat idle 40% of the time. Lending (the default), they now split the
@@ -341,6 +344,7 @@ TEST_F(LedgerTest, TimeNoShareReservesGoesToTheTenantsThatWantItInProportionToTh
 }
 
 TEST_F(LedgerTest, ATenantWithoutAShareTakesTurnsForWhatTheSharesLeave) {
+  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   // Before, a tenant without a share was not in the schedule: its launches
   // went over the others' turns. Now it takes turns while a tenant with a
   // share wants the device, for the time the shares leave.
@@ -376,6 +380,7 @@ TEST_F(LedgerTest, ATenantWithoutAShareTakesTurnsForWhatTheSharesLeave) {
 }
 
 TEST_F(LedgerTest, ATenantsShareCanDifferByCard) {
+  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   // Tenant a: 70% by default, 30% on card 1 (a grant of different parts of
   // two cards). Beside b at 70% on card 1, a gets 30% of card 1's time.
   const std::uint8_t uuid1[16] = {0xbb, 1};
