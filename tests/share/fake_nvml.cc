@@ -6,31 +6,19 @@
 #include <cstring>
 
 #include "fake_gpu_state.h"
+#include "share/nvml_types.h"  // NVML's ABI, as the callers see it (clang's -fsanitize=function checks)
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-struct nvmlMemory_t {
-  unsigned long long total, free, used;
-};
-struct nvmlMemory_v2_t {
-  unsigned int version;
-  unsigned long long total, reserved, free, used;
-};
-struct nvmlProcessInfo_t {
-  unsigned int pid;
-  unsigned long long usedGpuMemory;
-  unsigned int gpuInstanceId, computeInstanceId;
-};
-
 // A device handle is its index plus one, as a pointer.
-int Index(void* device) {
+int Index(nvmlDevice_t device) {
   const auto i = static_cast<int>(reinterpret_cast<std::uintptr_t>(device)) - 1;
   return i >= 0 && i < static_cast<int>(fake_gpu::Shared()->devices) ? i : -1;
 }
-void* HandleOf(int index) {
-  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(index + 1));
+nvmlDevice_t HandleOf(int index) {
+  return reinterpret_cast<nvmlDevice_t>(static_cast<std::uintptr_t>(index + 1));
 }
 
 void Uuid(int d, char* out, unsigned int len) {
@@ -38,12 +26,6 @@ void Uuid(int d, char* out, unsigned int len) {
   std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
                 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
-
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
 
 constexpr int kSuccess = 0, kInvalidArgument = 2, kNotFound = 6, kInsufficientSize = 7, kGpuIsLost = 15;
 
@@ -71,14 +53,14 @@ FAKE_EXPORT int nvmlDeviceGetCount_v2(unsigned int* count) {
   *count = n;
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
+FAKE_EXPORT int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   unsigned int count = 0;
   nvmlDeviceGetCount_v2(&count);
   if (index >= count) return kInvalidArgument;
   *device = HandleOf(static_cast<int>(index));
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
+FAKE_EXPORT int nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   for (std::uint32_t d = 0; d < fake_gpu::Shared()->devices; ++d) {
     char text[96];
     Uuid(static_cast<int>(d), text, sizeof(text));
@@ -89,7 +71,7 @@ FAKE_EXPORT int nvmlDeviceGetHandleByUUID(const char* uuid, void** device) {
   }
   return kNotFound;
 }
-FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
+FAKE_EXPORT int nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int len) {
   const int d = Index(device);
   if (d < 0 || uuid == nullptr) return kInvalidArgument;
   if (Lost(d)) return kGpuIsLost;
@@ -101,7 +83,7 @@ FAKE_EXPORT int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int len) {
 struct nvmlUtilization_t {
   unsigned int gpu, memory;
 };
-FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_t* utilization) {
+FAKE_EXPORT int nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
   const int d = Index(device);
   if (d < 0 || utilization == nullptr) return kInvalidArgument;
   if (Lost(d)) return kGpuIsLost;
@@ -117,7 +99,7 @@ FAKE_EXPORT int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_t* u
   utilization->memory = utilization->gpu / 2;
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
+FAKE_EXPORT int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   const int d = Index(device);
   if (d < 0 || memory == nullptr) return kInvalidArgument;
   if (Lost(d)) return kGpuIsLost;
@@ -127,7 +109,7 @@ FAKE_EXPORT int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) {
   memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetMemoryInfo_v2(void* device, nvmlMemory_v2_t* memory) {
+FAKE_EXPORT int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   if (memory == nullptr) return kInvalidArgument;
   nvmlMemory_t m{};
   const int r = nvmlDeviceGetMemoryInfo(device, &m);
@@ -138,13 +120,13 @@ FAKE_EXPORT int nvmlDeviceGetMemoryInfo_v2(void* device, nvmlMemory_v2_t* memory
   memory->used = m.used;
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetName(void* device, char* name, unsigned int len) {
+FAKE_EXPORT int nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int len) {
   const int d = Index(device);
   if (d < 0 || name == nullptr) return kInvalidArgument;
   std::snprintf(name, len, "Fake GPU %d", d);
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetPciInfo_v3(void* device, nvmlPciInfo_t* pci) {
+FAKE_EXPORT int nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   const int d = Index(device);
   if (d < 0 || pci == nullptr) return kInvalidArgument;
   std::memset(pci, 0, sizeof(*pci));
@@ -153,7 +135,7 @@ FAKE_EXPORT int nvmlDeviceGetPciInfo_v3(void* device, nvmlPciInfo_t* pci) {
   std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetNumaNodeId(void* device, unsigned int* node) {
+FAKE_EXPORT int nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
   const int d = Index(device);
   if (d < 0 || node == nullptr) return kInvalidArgument;
   *node = static_cast<unsigned int>(fake_gpu::Shared()->numa[d]);
@@ -161,7 +143,7 @@ FAKE_EXPORT int nvmlDeviceGetNumaNodeId(void* device, unsigned int* node) {
 }
 // PCIe: devices with the same FAKE_GPU_SWITCH entry (a list; default: each
 // its own) share a switch; else one NUMA node is NODE, two are SYSTEM.
-FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b, int* level) {
+FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int* level) {
   const int da = Index(a), db = Index(b);
   if (da < 0 || db < 0 || level == nullptr) return kInvalidArgument;
   const auto sa = fake_gpu::EnvListU64("FAKE_GPU_SWITCH", static_cast<std::uint32_t>(da), 1000 + da);
@@ -175,7 +157,7 @@ FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(void* a, void* b, int* level
   }
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, nvmlProcessInfo_t* infos) {
+FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {
   const int d = Index(device);
   if (d < 0 || count == nullptr) return kInvalidArgument;
   fake_gpu::Lock lock;

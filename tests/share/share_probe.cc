@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "probe_util.h"
+#include "share/nvml_types.h"
 
 extern char** environ;
 
@@ -208,17 +209,14 @@ int Report(const Driver& d) {
   unsigned long long nvml_total = 0, nvml_free = 0, nvml_used = 0;
   int nvml = 0;
   if (void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW)) {
-    using InitFn = int (*)();
-    using ByIndexFn = int (*)(unsigned, void**);
-    struct Memory {
-      unsigned long long total, free, used;
-    };
-    using InfoFn = int (*)(void*, Memory*);
+    using InitFn = nvmlReturn_t (*)();
+    using ByIndexFn = nvmlReturn_t (*)(unsigned, nvmlDevice_t*);
+    using InfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
     auto init = reinterpret_cast<InitFn>(dlsym(lib, "nvmlInit_v2"));
     auto by_index = reinterpret_cast<ByIndexFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
     auto info = reinterpret_cast<InfoFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
-    void* device = nullptr;
-    Memory m{};
+    nvmlDevice_t device = nullptr;
+    nvmlMemory_t m{};
     if (init && by_index && info && init() == 0 && by_index(static_cast<unsigned>(PhysicalOf(d, 0)), &device) == 0 &&
         info(device, &m) == 0) {
       nvml = 1;
