@@ -157,7 +157,8 @@ FAKE_EXPORT int nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t
   }
   return kSuccess;
 }
-FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {
+FAKE_EXPORT int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                        nvmlProcessInfo_t* infos) {
   const int d = Index(device);
   if (d < 0 || count == nullptr) return kInvalidArgument;
   fake_gpu::Lock lock;
