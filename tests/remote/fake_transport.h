@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,7 +45,8 @@ class FakeTransport final : public HttpTransport {
  public:
   void Put(const std::string& url, std::vector<std::byte> data) {
     std::lock_guard lock(mu_);
-    objects_[url] = {std::move(data), fmt::format("\"v{}\"", ++version_)};
+    objects_[url] = {std::make_shared<const std::vector<std::byte>>(std::move(data)),
+                     fmt::format("\"v{}\"", ++version_)};
   }
   void AddFault(const std::string& url, Fault f) {
     std::lock_guard lock(mu_);
@@ -66,7 +68,9 @@ class FakeTransport final : public HttpTransport {
 
   Result<HttpResponse> Get(const HttpRequest& request, const BodySink& sink) override {
     if (latency_.load().count() > 0) std::this_thread::sleep_for(latency_.load());
-    std::vector<std::byte> data;
+    // Shared, not copied: a ranged request of a few KiB must not copy the whole object (the token tests' corpus
+    // is many MiB, read in chunks).
+    std::shared_ptr<const std::vector<std::byte>> object;
     std::string etag;
     std::optional<Fault> fault;
     {
@@ -79,7 +83,7 @@ class FakeTransport final : public HttpTransport {
         r.error_body = "no such object";
         return r;
       }
-      data = it->second.data;
+      object = it->second.data;
       etag = it->second.etag;
       auto& queue = faults_[request.url];
       if (!queue.empty()) {
@@ -93,6 +97,7 @@ class FakeTransport final : public HttpTransport {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return Status::Cancelled(fmt::format("{}: download abandoned (closing)", request.url));
     }
+    const std::vector<std::byte>& data = *object;
     HttpResponse r;
     r.etag = etag;
     if (fault && fault->kind == Fault::Kind::kStatus) {
@@ -144,7 +149,7 @@ class FakeTransport final : public HttpTransport {
 
  private:
   struct Object {
-    std::vector<std::byte> data;
+    std::shared_ptr<const std::vector<std::byte>> data;  // replaced whole by Put, never changed
     std::string etag;
   };
   std::atomic<std::chrono::milliseconds> latency_{std::chrono::milliseconds(0)};
