@@ -82,6 +82,7 @@ struct GpuLedgerView {
     std::string uuid;
     std::uint64_t physical_bytes = 0;
     std::uint64_t stuck_takeovers = 0;  // compute turns taken from a holder that never gave them back
+    std::uint64_t turns_granted = 0;    // compute turns granted on it (how often it changed hands)
   };
   struct Process {
     int pid = 0;

@@ -40,7 +40,7 @@
 namespace stoker::share {
 
 inline constexpr char kLedgerMagic[8] = {'S', 'T', 'K', 'L', 'E', 'D', 'G', 'R'};
-inline constexpr std::uint32_t kLedgerVersion = 5;
+inline constexpr std::uint32_t kLedgerVersion = 6;
 inline constexpr std::uint32_t kMaxDevices = 16;
 // A node's tenants: a Kubernetes node hands out one per memory unit (8
 // cards of 141 GiB at 1 GiB units: 1,128), each with its processes.
@@ -92,6 +92,9 @@ struct LedgerDevice {
   // back (0: never): while that is within a period, the processes of
   // tenants without a share take turns on it too (SharesWant).
   std::uint64_t shares_wanted_ns;
+  // Turns granted on it: how often it changed hands (each change costs a
+  // drain and the next holder's wake-up).
+  std::uint64_t turns_granted;
 };
 struct LedgerTenant {
   char name[kTenantNameBytes];
@@ -166,6 +169,7 @@ struct LedgerReport {
     std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
     std::uint64_t physical_bytes = 0;
     std::uint64_t stuck_takeovers = 0;  // compute turns taken from a holder that never gave them back
+    std::uint64_t turns_granted = 0;    // compute turns granted on it
   };
   struct Process {
     int pid = 0;

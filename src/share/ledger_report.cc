@@ -43,8 +43,8 @@ bool Ledger::Snapshot(LedgerReport* report, std::string* error) {
   for (std::uint32_t d = 0; d < kMaxDevices; ++d)
     if (l.devices[d].in_use) devices = d + 1;
   for (std::uint32_t d = 0; d < devices; ++d)
-    report->devices.push_back(
-        {FormatUuid(l.devices[d].uuid), l.devices[d].physical_bytes, l.devices[d].stuck_takeovers});
+    report->devices.push_back({FormatUuid(l.devices[d].uuid), l.devices[d].physical_bytes, l.devices[d].stuck_takeovers,
+                               l.devices[d].turns_granted});
   for (std::uint32_t t = 0; t < kMaxTenants; ++t) {
     const LedgerTenant& e = l.tenants[t];
     if (!e.in_use) continue;

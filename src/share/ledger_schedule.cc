@@ -196,6 +196,7 @@ void Ledger::Schedule(std::uint64_t now_ns, std::uint64_t period_ns) {
       device.hold_until_ns = now_ns + (best_borrows ? BorrowedTurn(period_ns)
                                                     : TurnLength(layout_->tenants[t].budget_ns[d], window, period_ns));
       __atomic_store_n(&device.holder, t + 1, __ATOMIC_RELEASE);
+      ++device.turns_granted;
     }
     for (auto& slot : layout_->slots)
       if (slot.in_use && slot.tenant == t) slot.waiting &= ~need[t];

@@ -134,6 +134,7 @@ void Merge(const share::LedgerReport& report, unsigned owner_uid, GpuLedgerView*
       }
     }
     view->devices[at].stuck_takeovers += d.stuck_takeovers;
+    view->devices[at].turns_granted += d.turns_granted;
     index.push_back(at);
   }
   const std::size_t n = view->devices.size();

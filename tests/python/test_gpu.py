@@ -84,6 +84,24 @@ def test_ls_shows_tenants_quotas_use_and_processes(gpu):
     assert view["tenants"] == []
 
 
+def test_ls_counts_each_cards_compute_turns(gpu):
+    # Two tenants at 30% and 70%, both launching for a second: the card changes hands, and `ls` says how often.
+    runs = [subprocess.Popen([gpu["bin"], "gpu", "run", "--ledger", gpu["ledger"], "--compute", share, "--tenant",
+                              "turns-" + share, "--no-place", "--quiet", "--", gpu["probe"], "compute"],
+                             env=dict(gpu["env"], PROBE_SECONDS="1000", PROBE_KERNEL_US="1000"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for share in ("30", "70")]
+    for r in runs:
+        _, err = r.communicate(timeout=60)
+        assert r.returncode == 0, err
+    view = json.loads(subprocess.run([gpu["bin"], "gpu", "ls", "--ledger", gpu["ledger"], "--json"],
+                                     capture_output=True, text=True, env=gpu["env"], timeout=30).stdout)
+    (device,) = view["devices"]
+    # Each tenant had turns (46-66 here), each at least 5 ms long (a twentieth of the 100 ms period) unless its
+    # work was done: ending them whenever a probe waited on its own kernels gave 257-269.
+    assert 2 <= device["turns_granted"] <= 200, device
+    assert device["stuck_takeovers"] == 0, device
+
+
 def test_ls_reads_the_ledger_that_STOKER_GPU_LEDGER_names(gpu):
     env = dict(gpu["env"], STOKER_GPU_LEDGER=gpu["ledger"])
     proc = subprocess.Popen([gpu["bin"], "gpu", "run", "--memory", "2GiB", "--tenant", "by-env", "--quiet", "--",

@@ -270,8 +270,10 @@ int RunGpuList(const std::string& ledger, const std::string& leases_path, bool j
     }
     j["devices"] = nlohmann::json::array();
     for (const auto& d : view->devices)
-      j["devices"].push_back(
-          {{"uuid", d.uuid}, {"physical_bytes", d.physical_bytes}, {"stuck_takeovers", d.stuck_takeovers}});
+      j["devices"].push_back({{"uuid", d.uuid},
+                              {"physical_bytes", d.physical_bytes},
+                              {"stuck_takeovers", d.stuck_takeovers},
+                              {"turns_granted", d.turns_granted}});
     j["tenants"] = nlohmann::json::array();
     for (const auto& t : view->tenants) {
       nlohmann::json tenant = {{"name", t.name}, {"uid", t.owner_uid}, {"compute_share", t.compute_share}};

@@ -8,8 +8,14 @@
 namespace stoker::share {
 namespace {
 
-// A holder that launched nothing for this long gives the device back early
-// (its tenant is charged only the time it held it).
+// A holder that launched nothing for this long, and whose launched work
+// has finished, gives the device back early (its tenant is charged only
+// the time it held it). Work still running is not idleness: a process
+// waiting on its own kernels (a stream synchronisation, .item()) keeps its
+// turn. Before, a turn ended 2 ms into every such wait: the tenants traded
+// the device at each synchronisation, and each trade left it idle while
+// the next holder woke (a tenth of the device's time; a fifth through the
+// node agent).
 constexpr std::uint64_t kIdleReleaseNs = 2'000'000;
 constexpr std::uint64_t kPollNs = 200'000;
 // How long a turn's end waits for launches between the gate and the driver.
@@ -133,6 +139,10 @@ int ComputeGate::EnterSlow(Interposer& ip, const Dev& dev, CUstream stream, bool
           turn.held = true;
           turn.dev = dev;
           turn.until_ns = until;
+          // Its idleness counts from now, not from the last launch of an
+          // earlier turn (the keeper, woken below, ended such a turn at once).
+          turn.work_seen_ns = 0;
+          __atomic_store_n(&last_launch_ns_[dev.ordinal], now, __ATOMIC_RELAXED);
           __atomic_store_n(&until_ns_[dev.ordinal], until, __ATOMIC_RELEASE);
           changed_.notify_all();  // the keeper: a new turn to end
           break;
@@ -177,7 +187,14 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
     for (std::uint32_t o = 0; o < kMaxOrdinals; ++o) {
       Turn& turn = turns_[o];
       if (!turn.held || turn.closing) continue;
-      const std::uint64_t idle_at = __atomic_load_n(&last_launch_ns_[o], __ATOMIC_RELAXED) + kIdleReleaseNs;
+      std::uint64_t idle_at =
+          std::max(__atomic_load_n(&last_launch_ns_[o], __ATOMIC_RELAXED), turn.work_seen_ns) + kIdleReleaseNs;
+      if (now >= idle_at && WorkRunning(ip, static_cast<int>(o), lock)) {
+        // Waiting on its own work, not idle: looked at again a while later.
+        // (The lock was let go: only this thread ends turns, so it is still held.)
+        turn.work_seen_ns = now;
+        idle_at = now + kIdleReleaseNs;
+      }
       const std::uint64_t end = std::min(turn.until_ns, idle_at);
       if (now >= end && now < idle_at) {
         // Its time is up while it still launches: where nobody else wants
@@ -217,6 +234,50 @@ void ComputeGate::KeeperLoop(Interposer& ip) {
   }
 }
 
+std::vector<std::pair<CUcontext, CUevent>> ComputeGate::RecordEvents(Interposer& ip,
+                                                                     const std::vector<Launched>& launched) {
+  const DriverCalls& d = ip.driver();
+  std::vector<std::pair<CUcontext, CUevent>> events;
+  for (const Launched& l : launched) {
+    if (d.ctx_push == nullptr || d.event_record == nullptr || d.ctx_push(l.ctx) != CUDA_SUCCESS) continue;
+    if (!Capturing(d, l.stream)) {
+      CUevent event = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
+          if (it->first == l.ctx) {
+            event = it->second;
+            spare_events_.erase(it);
+            break;
+          }
+      }
+      if (event == nullptr && d.event_create != nullptr) (void)d.event_create(&event, CU_EVENT_DISABLE_TIMING);
+      if (event != nullptr && d.event_record(event, l.stream) == CUDA_SUCCESS) {
+        events.push_back({l.ctx, event});
+      } else if (event != nullptr) {
+        std::lock_guard<std::mutex> lock(mu_);
+        spare_events_.push_back({l.ctx, event});
+      }
+    }
+    CUcontext popped = nullptr;
+    if (d.ctx_pop) (void)d.ctx_pop(&popped);
+  }
+  return events;
+}
+
+bool ComputeGate::WorkRunning(Interposer& ip, int ordinal, std::unique_lock<std::mutex>& lock) {
+  const std::vector<Launched> launched = streams_[ordinal];
+  lock.unlock();
+  auto events = RecordEvents(ip, launched);
+  const auto query = ip.driver().event_query;
+  const bool running = std::any_of(events.begin(), events.end(), [&](const auto& e) {
+    return query != nullptr && query(e.second) == CUDA_ERROR_NOT_READY;
+  });
+  lock.lock();
+  spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+  return running;
+}
+
 void ComputeGate::Release(Interposer& ip, const Dev& dev) {
   // Launches that passed the gate in this turn reach the driver first (a
   // bound keeps a thread stopped in between from holding the device).
@@ -229,36 +290,12 @@ void ComputeGate::Release(Interposer& ip, const Dev& dev) {
     launched.swap(streams_[dev.ordinal]);
   }
   const DriverCalls& d = ip.driver();
-  Pending pending{dev, 0, 0, {}};
-  auto spare = [&](CUcontext ctx) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = spare_events_.begin(); it != spare_events_.end(); ++it)
-      if (it->first == ctx) {
-        const CUevent event = it->second;
-        spare_events_.erase(it);
-        return event;
-      }
-    return CUevent{nullptr};
-  };
+  // An event after the work each stream queued in this turn.
+  Pending pending{dev, 0, 0, RecordEvents(ip, launched)};
   auto give_back = [&](const std::pair<CUcontext, CUevent>& e) {
     std::lock_guard<std::mutex> lock(mu_);
     spare_events_.push_back(e);
   };
-  // An event after the work each stream queued in this turn.
-  for (const Launched& l : launched) {
-    if (d.ctx_push == nullptr || d.event_record == nullptr || d.ctx_push(l.ctx) != CUDA_SUCCESS) continue;
-    if (!Capturing(d, l.stream)) {
-      CUevent event = spare(l.ctx);
-      if (event == nullptr && d.event_create != nullptr) (void)d.event_create(&event, CU_EVENT_DISABLE_TIMING);
-      if (event != nullptr && d.event_record(event, l.stream) == CUDA_SUCCESS) {
-        pending.events.push_back({l.ctx, event});
-      } else if (event != nullptr) {
-        give_back({l.ctx, event});
-      }
-    }
-    CUcontext popped = nullptr;
-    if (d.ctx_pop) (void)d.ctx_pop(&popped);
-  }
   // A short drain: the next holder mostly gets the device to itself.
   auto done = [&](const std::pair<CUcontext, CUevent>& e) {
     const CUresult r = d.event_query != nullptr ? d.event_query(e.second) : CUDA_SUCCESS;

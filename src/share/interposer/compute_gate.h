@@ -2,7 +2,8 @@
 // launches work on a device only while its tenant holds that device in the
 // compute schedule (one tenant at a time, for at most its share of the
 // time, on all of its devices at once; see Ledger::AcquireDevice). A keeper
-// thread ends the turn when its time is up or the process stops launching:
+// thread ends the turn when its time is up, or when the process stops
+// launching and its work has finished:
 //  - it records an event on every stream the turn launched on and waits a
 //    short while (kDrainNs) for the queued work, so the next holder mostly
 //    has the device to itself;
@@ -65,6 +66,17 @@ class ComputeGate {
   // Charges the overrun of pending turns whose work has finished (mu_ held).
   void SettlePending(Interposer& ip);
   void NoteStream(int ordinal, CUcontext ctx, CUstream stream);
+  struct Launched {
+    CUcontext ctx;
+    CUstream stream;
+  };
+  // An event recorded after the work queued on each of `launched` (streams
+  // being captured are skipped), from spare_events_ where one is there.
+  // mu_ not held.
+  std::vector<std::pair<CUcontext, CUevent>> RecordEvents(Interposer& ip, const std::vector<Launched>& launched);
+  // Whether work the turn on `ordinal` launched still runs. `lock` (on mu_)
+  // is let go while the driver is asked.
+  bool WorkRunning(Interposer& ip, int ordinal, std::unique_lock<std::mutex>& lock);
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -73,6 +85,7 @@ class ComputeGate {
     bool closing = false;
     Dev dev;
     std::uint64_t until_ns = 0;
+    std::uint64_t work_seen_ns = 0;  // when its work was last seen running (the keeper's)
   };
   Turn turns_[kMaxOrdinals];
   std::uint64_t last_launch_ns_[kMaxOrdinals] = {};  // atomic access
@@ -81,10 +94,6 @@ class ComputeGate {
   bool keeper_started_ = false;
 
   // The streams each device's turn launched on (mu_ held).
-  struct Launched {
-    CUcontext ctx;
-    CUstream stream;
-  };
   std::vector<Launched> streams_[kMaxOrdinals];
   // Turns given back before their work finished, and events to reuse (mu_).
   struct Pending {
