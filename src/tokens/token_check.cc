@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "stoker/remote.h"
+#include "remote/url.h"
 
 namespace stoker {
 namespace {
@@ -52,7 +52,7 @@ std::optional<std::string> TokenDatasetPrefix(const std::string& location) {
   std::string prefix = location;
   const bool named_file = EndsWith(location, ".idx") || EndsWith(location, ".bin");
   if (named_file) prefix.resize(prefix.size() - 4);
-  if (IsRemoteLocation(location)) return named_file ? std::optional(prefix) : std::nullopt;
+  if (remote::IsRemoteUrl(location)) return named_file ? std::optional(prefix) : std::nullopt;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(prefix + ".idx", ec)) return std::nullopt;
   if (!named_file && std::filesystem::exists(location, ec)) return std::nullopt;  // a dataset folder or file of its own

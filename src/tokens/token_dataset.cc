@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "format/megatron_index.h"
 #include "remote/remote_file_system.h"
+#include "remote/url.h"
 #include "stoker/text.h"
 #include "stoker/tokens.h"
 
@@ -204,7 +205,9 @@ Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& pref
 
 Result<std::unique_ptr<TokenDataset>> TokenDataset::Open(const std::string& location,
                                                          const TokenDatasetOptions& options) {
-  if (!IsRemoteLocation(location)) return Open(location, FileSystem::Default());
+  // The remote locations this layer opens itself (a scheme registered with
+  // RegisterFileSystem opens packed datasets, above this layer).
+  if (!remote::IsRemoteUrl(location)) return Open(location, FileSystem::Default());
   if (options.chunk_bytes < (std::uint64_t{64} << 10) || options.chunk_bytes > (std::uint64_t{4} << 30))
     return Status::InvalidArgument(fmt::format("chunk_bytes {} is outside [64 KiB, 4 GiB]", options.chunk_bytes));
   STOKER_ASSIGN_OR_RETURN(remote::RemoteLocation at, remote::OpenRemoteLocation(location, options.remote));
