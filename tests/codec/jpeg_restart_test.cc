@@ -9,7 +9,6 @@
 #include "codec/jpeg_internal.h"
 #include "codec/jpeg_test_util.h"
 #include "core/rng.h"
-#include "single_threaded.h"
 
 namespace stoker::codec {
 namespace {
@@ -409,7 +408,6 @@ namespace {
 // pixels around a box holds the whole decode's pixels over the box and one
 // scaled pixel around it (the resampler's reach), with or without a table.
 TEST(SeekableJpeg, AMarginOfFourScaledPixelsKeepsTheBoxExact) {
-  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   const std::vector<EncodeSpec> specs = {Spec(517, 389), Spec(333, 251, 3, 1, 1), Spec(301, 203, 1, 1, 1),
                                          Spec(480, 360, 3, 2, 1), Spec(290, 410, 3, 1, 2)};
   Rng rng(5, 0);

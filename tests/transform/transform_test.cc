@@ -10,7 +10,6 @@
 
 #include <gtest/gtest.h>
 
-#include "single_threaded.h"
 #include "stoker/pillow.h"
 #include "transform/cpu_features.h"
 #include "transform/resample.h"
@@ -133,7 +132,6 @@ struct PillowOrderScope {
 };
 
 TEST(Resample, EveryPathGivesPillowsArithmeticExactlyInEitherReleasesPassOrder) {
-  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   ASSERT_EQ(GetPillowResizeOrder(), PillowResizeOrder::kPillow13);  // the default
   Rng rng(9, 1);
   const int w = 517, h = 389;

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
-#include "single_threaded.h"
 #include "transform/color.h"
 #include "transform/color_pixel.h"
 
@@ -134,7 +133,6 @@ TEST(Color, HueShiftLeavesGrayAlone) {
 // one of the 16.7M colours must come out as Pillow's arithmetic, written
 // out per pixel in ShiftHue, gives it.
 TEST(Color, HueTablesGiveTheArithmeticsResultForEveryColour) {
-  STOKER_SKIP_UNDER_TSAN_SINGLE_THREADED();
   Image all;
   all.Reset(4096, 4096, 3);
   for (std::uint32_t i = 0; i < 4096u * 4096u; ++i) {
