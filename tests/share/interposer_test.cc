@@ -437,7 +437,7 @@ void Interposer::RunAJobWithoutAShareBesideOneWithAShare(bool through_agent) {
   // Before, a turn ended 2 ms into each such wait: 990-1,090 turns, and
   // through the agent 2.1-3.2 s of device time in release, 1.5-2.9 s under
   // TSan. Now a holder keeps its turn while its work runs: 180-290 turns,
-  // 3.6-3.8 s (TSan 3.3-3.6 s).
+  // 3.6-3.8 s (TSan 3.2-3.6 s, run alone).
   std::printf("[ no share ] %llu turns in 4 s\n", static_cast<unsigned long long>(report.devices[0].turns_granted));
   EXPECT_LT(report.devices[0].turns_granted, 500u) << "the tenants traded the device at every synchronisation";
   broker.reset();
