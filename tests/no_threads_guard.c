@@ -3,11 +3,15 @@
  * are left out of the ThreadSanitizer build as having nothing for it to
  * check; one that starts a thread belongs in stoker_tests. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
+
+/* Only the test process is guarded: the programs its tests run (tar, a
+ * Python) are not, and may start threads of their own. */
+__attribute__((constructor)) static void NotInherited(void) {
+  unsetenv("LD_PRELOAD");
+}
 
 int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
   (void)thread;
